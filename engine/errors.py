@@ -1,0 +1,44 @@
+"""Errors raised by the engine.
+
+Every failure a user can cause (a bad model folder, a broken image, a prompt that is too long)
+raises a subclass of :class:`EngineError` with a message that names the file, key or numbers
+involved, so the CLI and the app can show it as it is.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class ModelLoadError(EngineError):
+    """A model folder or repository cannot be loaded (missing file, missing or mis-shaped tensor)."""
+
+
+class ConfigError(ModelLoadError):
+    """config.json / generation_config.json is missing, unreadable or lacks a required key."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """config.json names a model_type this engine does not implement."""
+
+
+class ImageError(EngineError):
+    """An image cannot be read or decoded (not an image, empty file, truncated data)."""
+
+
+class PromptTooLongError(EngineError):
+    """The prompt does not fit into the model's context window."""
+
+
+class UnsupportedOperation(EngineError):
+    """The model does not implement an optional method of the contract."""
+
+
+class DownloadError(ModelLoadError):
+    """Downloading a checkpoint from the Hub failed (offline, not found, cancelled)."""
+
+
+class DownloadCancelled(DownloadError):
+    """The user cancelled a download."""

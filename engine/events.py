@@ -1,0 +1,95 @@
+"""Generation parameters and the events a streaming generation yields.
+
+These are plain dataclasses (no tensors) so that the app can pass them across threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    """Sampling and stopping settings for one answer.
+
+    ``temperature == 0`` means greedy (argmax). ``top_k == 0`` and ``top_p == 1.0`` disable those
+    filters; ``repetition_penalty == 1.0`` disables the penalty (CTRL, Keskar et al. 2019, as in
+    transformers' ``RepetitionPenaltyLogitsProcessor``). ``seed`` makes sampling reproducible.
+    ``max_new_tokens`` bounds the answer; ``ignore_eos`` keeps decoding past end-of-utterance
+    (benchmarks only). ``image_detail`` is one of ``"full"`` (the checkpoint's reference
+    preprocessing), ``"balanced"`` (never upscale an image beyond its own size) or ``"fast"``
+    (one global tile per image).
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 512
+    seed: int | None = None
+    ignore_eos: bool = False
+    image_detail: Literal["full", "balanced", "fast"] = "full"
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.image_detail not in ("full", "balanced", "fast"):
+            raise ValueError(f"image_detail must be full, balanced or fast, got {self.image_detail!r}")
+
+
+@dataclass(slots=True)
+class GenerationStats:
+    """Counters and timings of one answer.
+
+    Times are seconds (wall clock, ``time.perf_counter``); rates are tokens per second.
+    ``ttft_s`` runs from the call to the first generated token being available (preprocessing,
+    vision tower and prefill included). ``cached_tokens`` are prompt tokens reused from the KV
+    cache instead of being prefilled again.
+    """
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    image_tokens: int = 0
+    ttft_s: float = 0.0
+    prefill_tokens_per_s: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    total_s: float = 0.0
+    dropped_turns: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token and the text it completes (may be ``""`` mid UTF-8 character)."""
+
+    text: str
+    token_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    """The last event of a generation."""
+
+    finish_reason: FinishReason
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    error: str | None = None
+
+
+GenerationEvent = TokenEvent | DoneEvent
