@@ -1,0 +1,206 @@
+"""Where a checkpoint's files come from: a local folder or the Hugging Face Hub.
+
+A :class:`ModelSource` hands out the folder with config/tokenizer files and the tensors of the
+safetensors checkpoint, memory-mapped and read lazily (``safetensors.safe_open``), from a single
+``model.safetensors`` or from shards listed in ``model.safetensors.index.json``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from engine.errors import DownloadCancelled, DownloadError, ModelLoadError
+from engine.metadata import ModelMetadata
+
+SAFETENSORS_SINGLE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# What a chat needs from a Hub repository; weights in other formats are skipped.
+HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
+
+
+class ModelSource(abc.ABC):
+    """A checkpoint: a folder of config/tokenizer files plus named tensors."""
+
+    @property
+    @abc.abstractmethod
+    def folder(self) -> Path:
+        """Local folder holding config.json, tokenizer.json, chat_template.json, ..."""
+
+    def metadata(self) -> ModelMetadata:
+        return ModelMetadata.from_folder(self.folder)
+
+    @abc.abstractmethod
+    def tensor_names(self) -> list[str]:
+        """Names of all tensors in the checkpoint."""
+
+    @abc.abstractmethod
+    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(name, tensor)`` pairs on the CPU, in the checkpoint's own dtype."""
+
+
+class LocalDirSource(ModelSource):
+    """A checkpoint folder on disk.
+
+    Raises:
+        ModelLoadError: the folder does not exist or holds no safetensors weights (naming the folder),
+            the index names a missing shard, or a file is not valid safetensors.
+    """
+
+    def __init__(self, folder: str | Path):
+        self._folder = Path(folder).expanduser()
+        if not self._folder.is_dir():
+            raise ModelLoadError(f"model folder not found: {self._folder}")
+        self._shards = self._find_shards()
+
+    @property
+    def folder(self) -> Path:
+        return self._folder
+
+    def _find_shards(self) -> list[Path]:
+        index = self._folder / SAFETENSORS_INDEX
+        if index.exists():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (OSError, ValueError, KeyError) as exc:
+                raise ModelLoadError(f"{index}: cannot read weight_map ({exc})") from exc
+            shards = [self._folder / name for name in sorted(set(weight_map.values()))]
+            missing = [s.name for s in shards if not s.exists()]
+            if missing:
+                raise ModelLoadError(f"{index} names shard(s) that are missing: {', '.join(missing)}")
+            return shards
+        single = self._folder / SAFETENSORS_SINGLE
+        if single.exists():
+            return [single]
+        found = sorted(self._folder.glob("*.safetensors"))
+        if found:
+            return found
+        raise ModelLoadError(f"no safetensors weights in {self._folder} (expected {SAFETENSORS_SINGLE})")
+
+    def _open_all(self, stack: ExitStack) -> list:
+        handles = []
+        for shard in self._shards:
+            try:
+                handles.append(stack.enter_context(safe_open(str(shard), framework="pt", device="cpu")))
+            except (SafetensorError, OSError) as exc:
+                raise ModelLoadError(f"{shard}: not a readable safetensors file ({exc})") from exc
+        return handles
+
+    def tensor_names(self) -> list[str]:
+        with ExitStack() as stack:
+            return [name for h in self._open_all(stack) for name in h.keys()]
+
+    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        with ExitStack() as stack:
+            for handle in self._open_all(stack):
+                for name in handle.keys():
+                    try:
+                        yield name, handle.get_tensor(name)
+                    except (SafetensorError, OSError) as exc:
+                        raise ModelLoadError(f"tensor {name!r} cannot be read ({exc})") from exc
+
+
+ProgressCallback = Callable[[int, int], None]
+"""Called with (bytes_done, bytes_total) while downloading."""
+
+
+class HubSource(LocalDirSource):
+    """A Hub repository, downloaded (or found) in the standard Hugging Face cache.
+
+    ``progress(done_bytes, total_bytes)`` is called as files arrive; setting ``cancel`` (a
+    ``threading.Event``) stops the download with :class:`DownloadCancelled`. Partial files stay in
+    huggingface_hub's ``.incomplete`` files, so a later call resumes, and a cancelled or failed
+    download never yields a folder that would be used.
+
+    Raises:
+        DownloadError: offline, repository not found, or any other Hub failure (message says which).
+        DownloadCancelled: ``cancel`` was set.
+    """
+
+    def __init__(self, repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None,
+                 progress: ProgressCallback | None = None, cancel: threading.Event | None = None,
+                 local_files_only: bool = False):
+        self.repo_id = repo_id
+        folder = download_snapshot(repo_id, revision=revision, cache_dir=cache_dir, progress=progress,
+                                   cancel=cancel, local_files_only=local_files_only)
+        super().__init__(folder)
+
+
+def download_snapshot(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None,
+                      progress: ProgressCallback | None = None, cancel: threading.Event | None = None,
+                      local_files_only: bool = False) -> Path:
+    """Download the files a chat needs from ``repo_id`` with ``huggingface_hub.snapshot_download``.
+
+    Returns the snapshot folder. See :class:`HubSource` for progress, cancel and errors.
+    """
+    import huggingface_hub
+    from huggingface_hub import errors as hf_errors
+    from tqdm.auto import tqdm as base_tqdm
+
+    totals: dict[int, tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    class _ProgressBar(base_tqdm):  # huggingface_hub reports bytes through tqdm
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = False
+            kwargs.setdefault("file", _NullFile())
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            if cancel is not None and cancel.is_set():
+                raise DownloadCancelled(f"download of {repo_id} cancelled")
+            out = super().update(n)
+            if self.unit == "B" and progress is not None:
+                with lock:
+                    totals[id(self)] = (int(self.n), int(self.total or 0))
+                    done = sum(d for d, _ in totals.values())
+                    total = sum(t for _, t in totals.values())
+                progress(done, total)
+            return out
+
+    if cancel is not None and cancel.is_set():
+        raise DownloadCancelled(f"download of {repo_id} cancelled")
+    try:
+        folder = huggingface_hub.snapshot_download(
+            repo_id, revision=revision, cache_dir=str(cache_dir) if cache_dir else None,
+            allow_patterns=HUB_ALLOW_PATTERNS, tqdm_class=_ProgressBar, local_files_only=local_files_only,
+        )
+    except DownloadCancelled:
+        raise
+    except hf_errors.RepositoryNotFoundError as exc:
+        raise DownloadError(f"{repo_id}: repository not found on the Hub (or it is private)") from exc
+    except hf_errors.RevisionNotFoundError as exc:
+        raise DownloadError(f"{repo_id}: revision {revision!r} not found") from exc
+    except hf_errors.LocalEntryNotFoundError as exc:
+        raise DownloadError(
+            f"{repo_id}: not in the local cache and the Hub cannot be reached (offline?)"
+        ) from exc
+    except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
+        raise DownloadError(f"{repo_id}: download failed ({exc})") from exc
+    return Path(folder)
+
+
+class _NullFile:
+    def write(self, _s: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
+    """A local folder if ``path_or_repo_id`` exists on disk, else a Hub repository id ("owner/name")."""
+    path = Path(path_or_repo_id).expanduser()
+    if path.exists():
+        return LocalDirSource(path)
+    text = str(path_or_repo_id)
+    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        return HubSource(text, **hub_kwargs)
+    raise ModelLoadError(f"model folder not found: {path}")
