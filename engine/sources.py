@@ -97,6 +97,11 @@ class LocalDirSource(ModelSource):
         with ExitStack() as stack:
             return [name for h in self._open_all(stack) for name in h.keys()]
 
+    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Name -> shape from the safetensors headers, without reading tensor data."""
+        with ExitStack() as stack:
+            return {name: tuple(h.get_slice(name).get_shape()) for h in self._open_all(stack) for name in h.keys()}
+
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         with ExitStack() as stack:
             for handle in self._open_all(stack):

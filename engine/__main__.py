@@ -1,0 +1,160 @@
+"""Command line: ``python -m engine {generate,info}`` (DESIGN.md §5).
+
+Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from engine.errors import EngineError
+from engine.events import DoneEvent, GenerationParams
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM on your own machine")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
+    gen.add_argument("--model", required=True, help="checkpoint folder or Hub repository id")
+    gen.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--system", default=None, help="system prompt")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--min-p", type=float, default=0.0)
+    gen.add_argument("--repetition-penalty", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--image-detail", choices=["full", "balanced", "fast"], default="full")
+    gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
+    gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
+    gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
+    gen.add_argument("--json", action="store_true", help="one JSON object per line")
+    gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
+
+    info = sub.add_parser("info", help="print model metadata and capabilities")
+    info.add_argument("--model", required=True)
+    info.add_argument("--json", action="store_true")
+    return ap
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from engine.chat import ChatSession
+    from engine.kv_cache import CacheConfig
+
+    params = GenerationParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
+        ignore_eos=args.ignore_eos, image_detail=args.image_detail,
+    )
+    cache = CacheConfig(kind=args.cache) if args.cache else None
+    session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
+                               system_prompt=args.system)
+    out = sys.stdout
+    for event in session.send(args.prompt, images=args.image, params=params):
+        if isinstance(event, DoneEvent):
+            if args.json:
+                out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
+                                      **_stats_json(event.stats), **({"error": event.error} if event.error else {})})
+                          + "\n")
+            else:
+                s = event.stats
+                out.write("\n")
+                print(f"[{event.finish_reason}] prompt {s.prompt_tokens} tokens ({s.cached_tokens} cached), "
+                      f"generated {s.generated_tokens}, TTFT {s.ttft_s:.3f} s, "
+                      f"prefill {s.prefill_tokens_per_s:.1f} tok/s, decode {s.decode_tokens_per_s:.1f} tok/s",
+                      file=sys.stderr)
+            out.flush()
+            if event.finish_reason == "error":
+                print(f"error: {event.error}", file=sys.stderr)
+                return 1
+        elif args.json:
+            if event.token_id >= 0:
+                out.write(json.dumps({"type": "token", "id": event.token_id, "text": event.text}) + "\n")
+            out.flush()
+        else:
+            out.write(event.text)
+            out.flush()
+    return 0
+
+
+def _stats_json(stats) -> dict:
+    keys = ("prompt_tokens", "cached_tokens", "generated_tokens", "ttft_s", "prefill_tokens_per_s",
+            "decode_tokens_per_s")
+    d = stats.to_dict()
+    return {k: d[k] for k in keys}
+
+
+def model_info(path_or_repo_id: str) -> dict:
+    """Metadata and capabilities of a checkpoint, read from its headers (no weights loaded)."""
+    import torch
+
+    from engine.loader import model_class
+    from engine.sources import resolve_source
+
+    source = resolve_source(path_or_repo_id)
+    meta = source.metadata()
+    cls = model_class(meta.model_type)
+    with torch.device("meta"):
+        probe = cls(meta)
+    shapes = source.tensor_shapes()
+    t, v = meta.text, meta.vision
+    return {
+        "name": meta.name, "folder": str(source.folder), "model_type": meta.model_type,
+        "parameters": sum(math.prod(s) for s in shapes.values()), "tensors": len(shapes),
+        "text": {"hidden_size": t.hidden_size, "layers": t.num_hidden_layers, "heads": t.num_attention_heads,
+                 "kv_heads": t.num_key_value_heads, "head_dim": t.head_dim, "vocab_size": t.vocab_size,
+                 "rope_theta": t.rope_theta},
+        "vision": {"hidden_size": v.hidden_size, "layers": v.num_hidden_layers, "image_size": v.image_size,
+                   "patch_size": v.patch_size, "image_tokens_per_tile": meta.image_seq_len},
+        "eos_token_ids": list(meta.eos_token_ids),
+        "capabilities": {"vision": True, "embeddings": probe.supports_hidden_states(),
+                         "speculative_decoding": probe.supports_decode_all_logits(),
+                         "paged_cache": _has_paged_cache(), "max_context": meta.max_context},
+    }
+
+
+def _has_paged_cache() -> bool:
+    try:
+        from engine.kv_cache import PagedKVCache  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = model_info(args.model)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"{info['name']}  ({info['model_type']}, {info['parameters'] / 1e6:.1f}M parameters, {info['tensors']} tensors)")
+    print(f"  folder        {info['folder']}")
+    t, v = info["text"], info["vision"]
+    print(f"  text          {t['layers']} layers, hidden {t['hidden_size']}, heads {t['heads']}/{t['kv_heads']} "
+          f"(q/kv), head_dim {t['head_dim']}, vocab {t['vocab_size']}, rope_theta {t['rope_theta']:g}")
+    print(f"  vision        {v['layers']} layers, hidden {v['hidden_size']}, {v['image_size']} px tiles, "
+          f"patch {v['patch_size']}, {v['image_tokens_per_tile']} tokens per tile")
+    print(f"  eos ids       {info['eos_token_ids']}")
+    for k, val in info["capabilities"].items():
+        print(f"  {k:<13} {'yes' if val is True else 'no' if val is False else val}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    try:
+        return _generate(args) if args.command == "generate" else _info(args)
+    except (EngineError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""``ChatSession``: one conversation, streamed answer by answer, reusing the KV cache between turns.
+
+Each turn renders the whole conversation with the chat template, finds the longest prefix already
+in the KV cache (token ids, and for image tokens the content hash of their tile), truncates the
+cache there and prefills only the rest. Answers stream through a detokenizer that never splits a
+UTF-8 character and never emits stop tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.errors import PromptTooLongError
+from engine.events import DoneEvent, GenerationEvent, GenerationParams, GenerationStats, TokenEvent
+from engine.kv_cache import CacheConfig, KVCache
+from engine.models.base import GenerativeModel
+from engine.processing import ImageProcessor, ProcessedImage
+from engine.sampling import make_sampler
+from engine.tokenizer import StreamingDetokenizer, Tokenizer
+
+ImageInput = str | Path | bytes
+# Prompt tokens per prefill call: bounds attention scores and activations for long image prompts.
+DEFAULT_PREFILL_CHUNK = 512
+
+
+@dataclass
+class Turn:
+    """One message of the conversation. ``images`` are preprocessed tiles (user turns only)."""
+
+    role: str
+    text: str
+    images: list[ProcessedImage] = field(default_factory=list)
+
+
+def tile_digests(images: Sequence[ProcessedImage]) -> list[bytes]:
+    """A content hash per tile, in prompt order (reference §0.8: image tokens alone are not a cache key)."""
+    return [hashlib.blake2b(np.ascontiguousarray(t).tobytes(), digest_size=16).digest()
+            for img in images for t in img.tiles]
+
+
+class ChatSession:
+    """A multi-turn conversation with one model (DESIGN.md §4).
+
+    ``send`` is a generator; consume it to run the answer. ``cancel()`` may be called from another
+    thread and ends the running answer after the current token.
+    """
+
+    def __init__(self, model: GenerativeModel, tokenizer: Tokenizer, processor: ImageProcessor,
+                 cache_config: CacheConfig | None = None, system_prompt: str | None = None,
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, name: str = ""):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.cache_config = cache_config or CacheConfig()
+        self.cache: KVCache = model.create_kv_cache(self.cache_config)
+        self.system_prompt = system_prompt
+        self.prefill_chunk = prefill_chunk
+        self.model_name = name or model.metadata.name
+        self.turns: list[Turn] = []
+        self._cached_keys: list = []  # what the cache holds, one key per position
+        self._cancel = threading.Event()
+
+    @classmethod
+    def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
+             cache_config: CacheConfig | None = None, **kwargs) -> ChatSession:
+        """Model, tokenizer and image processor from one checkpoint folder or Hub repository id."""
+        from engine.loader import load_model
+        from engine.sources import resolve_source
+
+        source = resolve_source(path_or_repo_id)
+        model = load_model(source, device, dtype)
+        return cls(model, Tokenizer.from_pretrained(source.folder), ImageProcessor.from_pretrained(source.folder),
+                   cache_config, name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
+
+    @property
+    def device(self) -> str:
+        return self.model.device.type
+
+    @property
+    def dtype(self) -> str:
+        return str(self.model.dtype).removeprefix("torch.")
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def reset(self) -> None:
+        """Forget the conversation (the cache is emptied)."""
+        self.turns.clear()
+        self.cache.reset()
+        self._cached_keys = []
+
+    # -- prompt ---------------------------------------------------------------------------------
+    def _messages(self) -> list[dict]:
+        msgs = []
+        if self.system_prompt:
+            msgs.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
+        for turn in self.turns:
+            content = [{"type": "image"} for _ in turn.images]
+            if turn.text or not content:
+                content.append({"type": "text", "text": turn.text})
+            msgs.append({"role": turn.role, "content": content})
+        return msgs
+
+    def _prompt(self) -> tuple[list[int], list, list[ProcessedImage]]:
+        images = [img for t in self.turns for img in t.images]
+        enc = self.tokenizer.encode_chat(self._messages(), images, add_generation_prompt=True)
+        digests = iter(tile_digests(images))
+        keys, image_id, seq = [], self.model.metadata.image_token_id, self.model.metadata.image_seq_len
+        run = 0
+        for tok in enc.input_ids:
+            if tok == image_id:
+                if run % seq == 0:
+                    digest = next(digests)
+                keys.append((tok, digest))
+                run += 1
+            else:
+                keys.append(tok)
+        return enc.input_ids, keys, images
+
+    def preprocess(self, images: Sequence[ImageInput], detail: str = "full") -> list[ProcessedImage]:
+        """Load and tile images. Raises :class:`~engine.errors.ImageError` for unreadable files."""
+        return [self.processor.preprocess(self.processor.load_image(img), detail=detail) for img in images]
+
+    # -- generation -----------------------------------------------------------------------------
+    def send(self, text: str, images: Sequence[ImageInput] = (), params: GenerationParams | None = None
+             ) -> Iterator[GenerationEvent]:
+        """Add a user turn and stream the assistant's answer.
+
+        Yields :class:`TokenEvent` per generated token, then one :class:`DoneEvent`.
+
+        Raises (before anything is yielded, leaving the conversation unchanged):
+            ImageError: an image cannot be read.
+            PromptTooLongError: the conversation does not fit the context.
+        """
+        params = params or GenerationParams()
+        self._cancel.clear()
+        t0 = time.perf_counter()
+        processed = self.preprocess(images, params.image_detail)
+        self.turns.append(Turn("user", text, processed))
+        try:
+            ids, keys, all_images = self._prompt()
+            if len(ids) >= self.cache.capacity:
+                raise PromptTooLongError(
+                    f"the prompt has {len(ids)} tokens but the context holds {self.cache.capacity}"
+                )
+        except BaseException:
+            self.turns.pop()
+            raise
+        return self._generate(ids, keys, all_images, params, t0)
+
+    def _generate(self, ids, keys, images, params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
+        stats = GenerationStats(prompt_tokens=len(ids),
+                                image_tokens=sum(img.num_image_tokens for img in images))
+        answer_ids: list[int] = []
+        reason = "error"
+        error = None
+        try:
+            logits = self._prefill(ids, keys, images, stats)
+            stats.ttft_s = time.perf_counter() - t0
+            sampler = make_sampler(params, self.model.device)
+            eos = set() if params.ignore_eos else set(self.model.metadata.eos_token_ids)
+            detok = StreamingDetokenizer(self.tokenizer, skip_special_ids=set(self.model.metadata.eos_token_ids))
+            history = list(ids)
+            t_decode = time.perf_counter()
+            while True:
+                token = sampler(logits[0], history)
+                if token in eos:
+                    reason = "stop"
+                    break
+                answer_ids.append(token)
+                history.append(token)
+                yield TokenEvent(detok.add(token), token)
+                if len(answer_ids) >= params.max_new_tokens:
+                    reason = "length"
+                    break
+                if self._cancel.is_set():
+                    reason = "cancelled"
+                    break
+                if self.cache.seq_len + 1 >= self.cache.capacity:
+                    reason = "length"
+                    break
+                logits = self.model.decode(self.model.embed(torch.tensor([[token]])), self.cache)
+                self._cached_keys.append(token)
+            tail = detok.flush()
+            if tail:
+                yield TokenEvent(tail, -1)  # text held back at the end, no new token
+            stats.generated_tokens = len(answer_ids)
+            decode_s = time.perf_counter() - t_decode
+            if len(answer_ids) > 1 and decode_s > 0:
+                stats.decode_tokens_per_s = (len(answer_ids) - 1) / decode_s
+        except GeneratorExit:
+            reason = "cancelled"
+            raise
+        except Exception as exc:  # noqa: BLE001  (reported in the DoneEvent; the session stays usable)
+            reason, error = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            stats.total_s = time.perf_counter() - t0
+            # The cache and its keys must describe the same tokens, whatever failed.
+            kept = min(self.cache.seq_len, len(self._cached_keys))
+            self.cache.truncate(kept)
+            del self._cached_keys[kept:]
+            if reason == "error" and not answer_ids:
+                self.turns.pop()  # nothing was answered: the conversation is as before the call
+            else:
+                text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
+                self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text))
+        yield DoneEvent(reason, stats, error)
+
+    def _prefill(self, ids: list[int], keys: list, images: list[ProcessedImage], stats: GenerationStats
+                 ) -> torch.Tensor:
+        """Reuse the cached prefix, prefill the rest in chunks; logits of the last prompt token ``[1, V]``."""
+        common = 0
+        limit = min(len(self._cached_keys), len(ids) - 1)  # always prefill at least one token
+        while common < limit and self._cached_keys[common] == keys[common]:
+            common += 1
+        image_id = self.model.metadata.image_token_id
+        seq = self.model.metadata.image_seq_len
+        # Never start inside an image span: back off to the first <image> of the tile's run.
+        image_positions = [i for i, t in enumerate(ids) if t == image_id]
+        tiles_before = sum(1 for p in image_positions if p < common)
+        if tiles_before % seq:
+            common = image_positions[(tiles_before // seq) * seq]
+        self.cache.truncate(common)
+        self._cached_keys = self._cached_keys[:common]
+        stats.cached_tokens = common
+        tiles = [torch.from_numpy(np.ascontiguousarray(t))[None] for img in images for t in img.tiles]
+        first_tile = sum(1 for p in image_positions if p < common) // seq
+        new_ids = torch.tensor([ids[common:]])
+        embeds = self.model.embed_multimodal(new_ids, tiles[first_tile:])
+        t = time.perf_counter()
+        logits = None
+        for start in range(0, embeds.shape[1], self.prefill_chunk):
+            chunk = embeds[:, start:start + self.prefill_chunk]
+            pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
+            logits = self.model.prefill(chunk, self.cache, pos)
+            self._cached_keys.extend(keys[pos.start:pos.stop])
+        elapsed = time.perf_counter() - t
+        if elapsed > 0:
+            stats.prefill_tokens_per_s = (len(ids) - common) / elapsed
+        return logits

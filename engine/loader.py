@@ -1,0 +1,34 @@
+"""``load_model``: pick the implementor of the model contract from config.json's ``model_type``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine.device import choose_device, choose_dtype
+from engine.errors import UnsupportedModelError
+from engine.models.base import GenerativeModel
+from engine.sources import ModelSource, resolve_source
+
+
+def model_class(model_type: str) -> type[GenerativeModel]:
+    if model_type in ("idefics3", "smolvlm"):
+        from engine.models.smolvlm import SmolVlmModel
+
+        return SmolVlmModel
+    raise UnsupportedModelError(f"model_type {model_type!r} is not supported")
+
+
+def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None) -> GenerativeModel:
+    """Load a checkpoint folder or Hub repository id on ``device`` (auto: CUDA > MPS > CPU).
+
+    Raises:
+        ModelLoadError: (and subclasses) the folder, config or tensors are unusable.
+        EngineError: the device or dtype is not available.
+    """
+    source = path_or_repo_id if isinstance(path_or_repo_id, ModelSource) else resolve_source(path_or_repo_id)
+    meta = source.metadata()
+    dev = choose_device(device)
+    return model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))

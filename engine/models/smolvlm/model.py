@@ -1,0 +1,176 @@
+"""SmolVLM / Idefics3: SigLIP vision tower + pixel-shuffle connector + Llama decoder.
+
+Implements the :class:`~engine.models.base.GenerativeModel` contract. Image features are spliced
+into the ``<image>`` token positions (TF4 ``Idefics3Model.inputs_merger`` L581-607); the vision
+tower runs once, at prefill.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Self
+
+import torch
+from torch import nn
+
+from engine.device import choose_dtype
+from engine.errors import ModelLoadError
+from engine.kv_cache import CacheConfig, CacheShape, KVCache, create_kv_cache
+from engine.metadata import ModelMetadata
+from engine.models.base import GenerativeModel, check_prefill_positions
+from engine.models.smolvlm.connector import Connector
+from engine.models.smolvlm.text import TextModel
+from engine.models.smolvlm.vision import VisionTransformer
+from engine.sources import ModelSource
+
+# Tiles per vision-tower call: bounds the [tiles, heads, 1024, 1024] attention scores on the CPU.
+VISION_TILE_CHUNK = 4
+
+
+class Idefics3Inner(nn.Module):
+    """``model.*`` of the checkpoint: ``vision_model``, ``connector``, ``text_model``."""
+
+    def __init__(self, meta: ModelMetadata):
+        super().__init__()
+        self.vision_model = VisionTransformer(meta.vision)
+        self.connector = Connector(meta.vision.hidden_size, meta.text.hidden_size, meta.scale_factor)
+        self.text_model = TextModel(meta.text)
+
+
+def sanitize(names_and_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Map checkpoint tensor names onto this module tree. Every exception to a 1:1 mapping is here:
+
+    - ``model.text_model.model.*`` (a spelling seen in some exports) -> ``model.text_model.*``;
+    - rotary ``inv_freq`` and vision ``position_ids`` buffers are dropped (recomputed).
+    """
+    out = {}
+    for name, tensor in names_and_tensors:
+        if name.endswith(("rotary_emb.inv_freq", "embeddings.position_ids")):
+            continue
+        name = re.sub(r"^model\.text_model\.model\.", "model.text_model.", name)
+        out[name] = tensor
+    return out
+
+
+class SmolVlmModel(GenerativeModel, nn.Module):
+    """SmolVLM-256M/500M/2.2B-Instruct and SmolVLM2 (``model_type`` idefics3 / smolvlm)."""
+
+    def __init__(self, meta: ModelMetadata):
+        nn.Module.__init__(self)
+        self._meta = meta
+        self.model = Idefics3Inner(meta)
+        self.lm_head = nn.Linear(meta.text.hidden_size, meta.text.vocab_size, bias=False)
+
+    # -- contract: metadata, loading ------------------------------------------------------------
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self._meta
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @classmethod
+    def load(cls, source: ModelSource, device: torch.device, dtype: torch.dtype | None = None) -> Self:
+        """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes).
+
+        Raises:
+            ModelLoadError: a tensor is missing (all missing names listed, up to 10), has the wrong
+                shape (name and both shapes), or the checkpoint holds tensors this model has no place for.
+        """
+        meta = source.metadata()
+        device = torch.device(device)
+        dtype = dtype or choose_dtype(device)
+        with torch.device("meta"):
+            model = cls(meta)
+        expected = {k: v.shape for k, v in model.state_dict().items()}
+        state = sanitize(source.tensors())
+        if "lm_head.weight" not in state and meta.tie_word_embeddings:
+            tied = state.get("model.text_model.embed_tokens.weight")
+            if tied is not None:
+                state["lm_head.weight"] = tied
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
+            raise ModelLoadError(f"{source.folder}: {len(missing)} tensor(s) missing from the checkpoint: {shown}")
+        unexpected = sorted(set(state) - set(expected))
+        if unexpected:
+            shown = ", ".join(unexpected[:10])
+            raise ModelLoadError(f"{source.folder}: checkpoint has {len(unexpected)} unknown tensor(s): {shown}")
+        for name, shape in expected.items():
+            if tuple(state[name].shape) != tuple(shape):
+                raise ModelLoadError(
+                    f"{source.folder}: tensor {name} has shape {tuple(state[name].shape)}, expected {tuple(shape)}"
+                )
+        converted = {}
+        for name, tensor in state.items():
+            if not tensor.is_floating_point():
+                raise ModelLoadError(f"{source.folder}: tensor {name} has non-float dtype {tensor.dtype}")
+            converted[name] = tensor.to(device=device, dtype=dtype)
+        model.load_state_dict(converted, strict=True, assign=True)
+        if meta.tie_word_embeddings and state["lm_head.weight"] is state["model.text_model.embed_tokens.weight"]:
+            model.lm_head.weight = model.model.text_model.embed_tokens.weight
+        model.eval()
+        model.requires_grad_(False)
+        return model
+
+    def create_kv_cache(self, config: CacheConfig) -> KVCache:
+        t = self._meta.text
+        shape = CacheShape(t.num_hidden_layers, t.num_key_value_heads, t.head_dim)
+        return create_kv_cache(config, shape, t.max_position_embeddings, self.device, self.dtype)
+
+    # -- contract: embedding ----------------------------------------------------------------------
+    @torch.inference_mode()
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.text_model.embed_tokens(tokens.to(self.device))
+
+    @torch.inference_mode()
+    def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``."""
+        pixel_values = pixel_values.to(device=self.device, dtype=self.dtype)
+        feats = []
+        for chunk in pixel_values.split(VISION_TILE_CHUNK):
+            feats.append(self.model.connector(self.model.vision_model(chunk)))
+        return torch.cat(feats)
+
+    @torch.inference_mode()
+    def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``tokens [B, S]`` and one ``[1, 3, M, M]`` tile per image-token span (global tile last per image,
+        in prompt order) -> ``[B, S, H]`` with image features in the ``<image>`` positions.
+
+        Raises:
+            ValueError: the number of ``<image>`` tokens differs from tiles x image_seq_len (both named).
+        """
+        embeds = self.embed(tokens)
+        mask = tokens.to(self.device) == self._meta.image_token_id
+        num_slots = int(mask.sum())
+        expected = len(images) * self._meta.image_seq_len
+        if num_slots != expected:
+            raise ValueError(
+                f"image features and image tokens do not match: tokens: {num_slots}, "
+                f"features: {expected} ({len(images)} tiles x {self._meta.image_seq_len})"
+            )
+        if not images:
+            return embeds
+        feats = self.encode_images(torch.cat(list(images)))  # [N, seq, H]
+        embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+        return embeds
+
+    # -- contract: prefill / decode ---------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
+        check_prefill_positions(pos, input.shape[1], cache.seq_len)
+        hidden = self.model.text_model(input, cache)
+        return self.lm_head(hidden[:, -1])
+
+    @torch.inference_mode()
+    def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        if input.shape[1] != 1:
+            raise ValueError(f"decode takes one position per row, got {input.shape[1]}")
+        hidden = self.model.text_model(input, cache)
+        return self.lm_head(hidden[:, -1])

@@ -1,0 +1,82 @@
+"""Llama text decoder of SmolVLM (transformers ``modeling_llama.py``), attending through a :class:`KVCache`.
+
+Submodule names follow the checkpoint keys under ``model.text_model``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.kv_cache import KVCache
+from engine.metadata import TextConfig
+from engine.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary
+
+
+class SelfAttention(nn.Module):
+    """Causal grouped-query attention (Ainslie et al. 2023) with rotary positions, no biases."""
+
+    def __init__(self, cfg: TextConfig):
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        d = cfg.hidden_size
+        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=cfg.attention_bias)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
+                layer: int) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, S, D]
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out = cache.attend(layer, q, k, v)  # [B, H, S, D]
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TextConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = SelfAttention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class TextModel(nn.Module):
+    """Embeddings, decoder layers and final norm; ``forward`` returns final-norm hidden states."""
+
+    def __init__(self, cfg: TextConfig):
+        super().__init__()
+        if cfg.hidden_act != "silu":
+            raise ValueError(f"text hidden_act {cfg.hidden_act!r} is not supported")
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings)
+
+    def forward(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """``x [B, S, H]`` embeddings at positions ``[cache.seq_len, +S)`` -> hidden ``[B, S, H]``.
+
+        Commits the ``S`` positions to ``cache``; on any error the reservation is dropped.
+        """
+        start, s = cache.seq_len, x.shape[1]
+        cache.begin_forward(s)
+        try:
+            cos, sin = self.rotary.cos_sin(start, s, x.device, x.dtype)
+            for i, layer in enumerate(self.layers):
+                x = layer(x, cos, sin, cache, i)
+        except BaseException:
+            cache.abort_forward()
+            raise
+        cache.end_forward()
+        return self.norm(x)

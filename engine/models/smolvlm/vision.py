@@ -1,0 +1,106 @@
+"""SigLIP vision tower of Idefics3 / SmolVLM (transformers ``modeling_idefics3.py`` L104-318, L466-512).
+
+Submodule names follow the checkpoint keys under ``model.vision_model``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.metadata import VisionConfig
+
+
+class VisionEmbeddings(nn.Module):
+    """Non-overlapping ``P x P`` patches (a stride-P convolution) plus learned position embeddings.
+
+    Every tile the processor produces is a full ``image_size`` square, so position ids are
+    ``arange(num_patches)`` (reference §0.1: the bucketize path only matters for partial masks).
+    """
+
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.patch_embedding = nn.Conv2d(cfg.num_channels, cfg.hidden_size, kernel_size=cfg.patch_size,
+                                         stride=cfg.patch_size, padding="valid")
+        self.position_embedding = nn.Embedding(cfg.num_patches, cfg.hidden_size)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        # pixel_values [N, C, image_size, image_size] -> [N, num_patches, D] (row-major patches)
+        x = self.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
+        return x + self.position_embedding.weight[None, : x.shape[1]]
+
+
+class VisionAttention(nn.Module):
+    """Bidirectional multi-head attention, scale ``head_dim**-0.5``, all projections biased."""
+
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        d = cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(d, d)
+        self.k_proj = nn.Linear(d, d)
+        self.v_proj = nn.Linear(d, d)
+        self.out_proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, t, d = x.shape
+        q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)  # [N, h, T, hd]
+        k = self.k_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(n, t, d))
+
+
+class VisionMLP(nn.Module):
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        if cfg.hidden_act not in ("gelu_pytorch_tanh", "gelu"):
+            raise ValueError(f"vision hidden_act {cfg.hidden_act!r} is not supported")
+        self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"
+        self.fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+
+
+class VisionEncoderLayer(nn.Module):
+    """Pre-LN block: ``x += attn(LN1(x)); x += mlp(LN2(x))``."""
+
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.layer_norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.self_attn = VisionAttention(cfg)
+        self.layer_norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.mlp = VisionMLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.layer_norm1(x))
+        return x + self.mlp(self.layer_norm2(x))
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(VisionEncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class VisionTransformer(nn.Module):
+    """``pixel_values [N, 3, image_size, image_size]`` -> ``[N, num_patches, D]`` after ``post_layernorm``."""
+
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = VisionEmbeddings(cfg)
+        self.encoder = VisionEncoder(cfg)
+        self.post_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.post_layernorm(self.encoder(self.embeddings(pixel_values)))

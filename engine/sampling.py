@@ -1,0 +1,71 @@
+"""Next-token selection: greedy, temperature, top-k, top-p, min-p, repetition penalty; seeded.
+
+Processors run in transformers' order (``RepetitionPenaltyLogitsProcessor`` -> temperature ->
+top-k -> top-p -> min-p), then a token is drawn. ``temperature == 0`` is greedy (argmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from engine.events import GenerationParams
+
+Sampler = Callable[[torch.Tensor, Sequence[int]], int]
+
+
+def apply_repetition_penalty(logits: torch.Tensor, history: Sequence[int], penalty: float) -> torch.Tensor:
+    """Divide positive and multiply negative logits of tokens in ``history`` by ``penalty``.
+
+    CTRL (Keskar et al. 2019, arXiv 1909.05858) as in transformers ``RepetitionPenaltyLogitsProcessor``.
+    ``logits [V] float32``; returns a new tensor.
+    """
+    if penalty == 1.0 or not history:
+        return logits
+    ids = torch.tensor(sorted(set(history)), device=logits.device, dtype=torch.long)
+    score = logits.gather(0, ids)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return logits.scatter(0, ids, score)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus (Holtzman et al. 2019) / min-p sets to ``-inf``.
+
+    ``logits [V] float32`` (already divided by the temperature). The most likely token always survives.
+    """
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=False)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        remove_sorted = cum <= (1 - top_p)
+        remove_sorted[-1] = False
+        remove = torch.zeros_like(remove_sorted).scatter(0, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    if min_p > 0.0:
+        probs = logits.softmax(-1)
+        logits = logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
+    return logits
+
+
+def make_sampler(params: GenerationParams, device: torch.device | str = "cpu") -> Sampler:
+    """A function ``(logits [V], history) -> token id`` for ``params``, with its own seeded generator."""
+    generator = None
+    if params.temperature > 0:
+        generator = torch.Generator(device=device)
+        if params.seed is not None:
+            generator.manual_seed(params.seed)
+        else:
+            generator.seed()
+
+    def sample(logits: torch.Tensor, history: Sequence[int]) -> int:
+        logits = apply_repetition_penalty(logits.float(), history, params.repetition_penalty)
+        if params.temperature == 0:
+            return int(torch.argmax(logits))
+        logits = filter_logits(logits / params.temperature, params.top_k, params.top_p, params.min_p)
+        probs = logits.softmax(-1)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    return sample

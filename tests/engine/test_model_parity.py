@@ -1,0 +1,118 @@
+"""Our SmolVLM against transformers' Idefics3 (fp32, eager attention) on the same random weights.
+
+Tolerances: vision features and connector output 1e-4 (seen: ~1e-6), prefill logits 1e-4 (seen: ~4e-6);
+greedy continuations must be identical token for token.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.kv_cache import CacheConfig
+from engine.models.smolvlm import SmolVlmModel
+from engine.sources import LocalDirSource
+
+transformers = pytest.importorskip("transformers")
+
+IMAGE, FAKE, GLOBAL = 49190, 49189, 49152
+
+
+def load_pair(folder, dtype=torch.float32):
+    ref = transformers.Idefics3ForConditionalGeneration.from_pretrained(
+        folder, dtype=dtype, attn_implementation="eager").eval()
+    ours = SmolVlmModel.load(LocalDirSource(folder), torch.device("cpu"), dtype)
+    return ref, ours
+
+
+def greedy(model, ids, tiles, n, cache_kind="contiguous"):
+    cache = model.create_kv_cache(CacheConfig(kind=cache_kind, max_tokens=ids.shape[1] + n + 8))
+    logits = model.prefill(model.embed_multimodal(ids, tiles), cache, range(0, ids.shape[1]))
+    first = logits.clone()
+    out = [int(logits.argmax(-1))]
+    for _ in range(n - 1):
+        logits = model.decode(model.embed(torch.tensor([[out[-1]]])), cache)
+        out.append(int(logits.argmax(-1)))
+    return first, out
+
+
+def image_block(seq=64):
+    return [FAKE, GLOBAL] + [IMAGE] * seq + [FAKE]
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_checkpoint):
+    return load_pair(tiny_checkpoint)
+
+
+def test_vision_and_connector_match(pair):
+    ref, ours = pair
+    px = torch.randn(3, 3, 512, 512, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref_vision = ref.model.vision_model(px).last_hidden_state
+        ref_conn = ref.model.connector(ref_vision)
+    vision = ours.model.vision_model(px)
+    conn = ours.model.connector(vision)
+    assert vision.shape == (3, 1024, 32) and conn.shape == (3, 64, 64)
+    assert (vision - ref_vision).abs().max() < 1e-4
+    assert (conn - ref_conn).abs().max() < 1e-4
+    assert (ours.encode_images(px) - ref_conn).abs().max() < 1e-4
+
+
+def test_prefill_logits_and_greedy_24_tokens_match_with_two_images(pair):
+    ref, ours = pair
+    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(2))
+    ids = torch.tensor([[1, 11126, 42] + image_block() + image_block() + [31, 45, 67, 2000]])
+    with torch.no_grad():
+        out = ref(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids))
+        gen = ref.generate(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids),
+                           max_new_tokens=24, min_new_tokens=24, do_sample=False)
+    logits, tokens = greedy(ours, ids, [px[0:1], px[1:2]], 24)
+    assert (logits - out.logits[:, -1]).abs().max() < 1e-4
+    assert tokens == gen[0, ids.shape[1]:].tolist()
+
+
+def test_text_only_greedy_matches(pair):
+    ref, ours = pair
+    ids = torch.tensor([[1, 4093, 42, 1159, 314, 253, 1345, 49279, 198, 9519, 42]])
+    with torch.no_grad():
+        gen = ref.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=24,
+                           min_new_tokens=24, do_sample=False)
+    _, tokens = greedy(ours, ids, [], 24)
+    assert tokens == gen[0, ids.shape[1]:].tolist()
+
+
+def test_image_token_count_mismatch_names_both_numbers(pair):
+    _, ours = pair
+    ids = torch.tensor([[1] + image_block()])
+    with pytest.raises(ValueError, match="tokens: 64, features: 128"):
+        ours.embed_multimodal(ids, [torch.zeros(1, 3, 512, 512)] * 2)
+
+
+def test_prefill_position_rules(pair):
+    _, ours = pair
+    cache = ours.create_kv_cache(CacheConfig(kind="contiguous", max_tokens=32))
+    x = ours.embed(torch.tensor([[1, 2, 3]]))
+    with pytest.raises(ValueError, match="3 input positions but len\\(pos\\) == 2"):
+        ours.prefill(x, cache, range(0, 2))
+    with pytest.raises(ValueError, match="pos.start == 1 but cache.seq_len == 0"):
+        ours.prefill(x, cache, range(1, 4))
+    ours.prefill(x, cache, range(0, 3))
+    assert cache.seq_len == 3
+    with pytest.raises(ValueError, match="decode takes one position"):
+        ours.decode(x, cache)
+
+
+@pytest.mark.slow
+def test_real_shape_prefill_logits_and_8_greedy_tokens(real_checkpoint):
+    """SmolVLM-256M shape (random weights, loaded as fp32): one image of 5 tiles, 8 greedy tokens."""
+    ref, ours = load_pair(real_checkpoint)
+    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(3))
+    ids = torch.tensor([[1, 11126, 42] + image_block() + image_block() + [31, 45, 67, 2000]])
+    with torch.no_grad():
+        out = ref(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids))
+        gen = ref.generate(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids),
+                           max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    logits, tokens = greedy(ours, ids, [px[0:1], px[1:2]], 8)
+    assert (logits - out.logits[:, -1]).abs().max() < 1e-4
+    assert tokens == gen[0, ids.shape[1]:].tolist()

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.events import GenerationParams
+from engine.sampling import apply_repetition_penalty, filter_logits, make_sampler
+
+
+def test_greedy_is_argmax():
+    logits = torch.tensor([0.1, 3.0, -1.0, 2.9])
+    assert make_sampler(GenerationParams())(logits, []) == 1
+
+
+def test_repetition_penalty_matches_ctrl_rule():
+    logits = torch.tensor([2.0, -2.0, 1.0])
+    out = apply_repetition_penalty(logits, [0, 1, 1], 2.0)
+    assert out.tolist() == [1.0, -4.0, 1.0]
+    # Greedy with a strong penalty moves off the repeated token.
+    assert make_sampler(GenerationParams(repetition_penalty=4.0))(torch.tensor([2.0, 1.0]), [0]) == 1
+
+
+def test_top_k_top_p_min_p_filters():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert torch.isinf(filter_logits(logits, top_k=2)).tolist() == [False, False, True, True]
+    # nucleus 0.8 keeps 0.5 + 0.3
+    assert torch.isinf(filter_logits(logits, top_p=0.8)).tolist() == [False, False, True, True]
+    assert torch.isinf(filter_logits(logits, top_p=0.81)).tolist() == [False, False, False, True]
+    # min_p 0.2 keeps p >= 0.1
+    assert torch.isinf(filter_logits(logits, min_p=0.2)).tolist() == [False, False, False, True]
+
+
+def test_seeded_sampling_is_reproducible_and_follows_distribution():
+    logits = torch.log(torch.tensor([0.7, 0.2, 0.1]))
+    p = GenerationParams(temperature=1.0, seed=123)
+    a = [make_sampler(p)(logits, []) for _ in range(1)]
+    s1, s2 = make_sampler(p), make_sampler(p)
+    draws1 = [s1(logits, []) for _ in range(2000)]
+    draws2 = [s2(logits, []) for _ in range(2000)]
+    assert draws1 == draws2 and a[0] == draws1[0]
+    freq = [draws1.count(i) / 2000 for i in range(3)]
+    assert abs(freq[0] - 0.7) < 0.04 and abs(freq[1] - 0.2) < 0.04 and abs(freq[2] - 0.1) < 0.03
+
+
+def test_bad_params_rejected():
+    with pytest.raises(ValueError, match="top_p"):
+        GenerationParams(top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        GenerationParams(temperature=-1)
