@@ -10,8 +10,8 @@ Pipeline for one image (``ImageProcessor.preprocess``):
 1. ``PilBackend.process_image`` -> ``convert_to_rgb`` (``image_transforms.py``): images with an alpha
    band or a ``transparency`` entry are converted to RGBA and alpha-composited over opaque white;
    all others go through ``Image.convert("RGB")``. transformers 5 does this FIRST, before any resize
-   (transformers 4's slow processor converted after resizing and splitting; see the module notes in
-   the test file).
+   (transformers 4's slow processor converted after resizing and splitting, and resized L/P images
+   with NEAREST: smolvlm-reference.md section 0.3; transformers 5 is the oracle we match).
 2. ``resize`` / ``get_resize_output_image_size``: longest edge -> ``size.longest_edge`` (the short
    edge is ``int(long / aspect)`` rounded up to even), then capped at ``MAX_IMAGE_SIZE`` = 4096.
 3. ``resize_for_vision_encoder``: both edges rounded up to multiples of ``M = max_image_size``.
