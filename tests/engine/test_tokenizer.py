@@ -176,6 +176,14 @@ def test_streaming_detokenizer_equals_full_decode(tokenizer, seed):
     assert held_back > 0  # some characters really were split across tokens
 
 
+def test_streaming_random_ids_equal_full_decode(tokenizer):
+    # Random ids include lone UTF-8 continuation bytes: U+FFFD must then appear exactly as in decode().
+    rng = random.Random(0)
+    ids = [rng.randrange(tokenizer.vocab_size) for _ in range(3000)]
+    stream = StreamingDetokenizer(tokenizer)
+    assert "".join(stream.add(t) for t in ids) + stream.flush() == tokenizer.decode(ids)
+
+
 def test_streaming_detokenizer_holds_partial_character(tokenizer):
     ids = tokenizer.encode("🚀")
     assert len(ids) > 1  # byte-level BPE spells this emoji with several tokens
