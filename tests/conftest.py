@@ -1,4 +1,8 @@
-"""Shared test fixtures: where the read-only ../shared folder (model config files, photos) lives."""
+"""Shared fixtures: where the read-only shared folder (models, images, docs) lives.
+
+The folder is ``$SMOLCHAT_SHARED``, by default ``<repo>/../shared``. Model files and photos are read
+from there and never copied into the repository.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,39 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    path = Path(os.environ.get("SMOLCHAT_SHARED", REPO.parent / "shared"))
+    path = Path(os.environ.get("SMOLCHAT_SHARED", REPO_ROOT.parent / "shared"))
     if not path.is_dir():
-        pytest.fail(f"shared folder not found at {path}; set SMOLCHAT_SHARED")
+        pytest.fail(f"shared folder not found: {path} (set SMOLCHAT_SHARED)")
     return path
 
 
 @pytest.fixture(scope="session")
-def model_config_dir(shared_dir) -> Path:
-    return shared_dir / "models" / "SmolVLM-256M-Instruct"
+def model_config_dir(shared_dir: Path) -> Path:
+    """The SmolVLM-256M-Instruct config/tokenizer folder (no weights needed)."""
+    path = shared_dir / "models" / "SmolVLM-256M-Instruct"
+    if not (path / "config.json").is_file():
+        pytest.fail(f"model config folder not found: {path}")
+    return path
 
 
 @pytest.fixture(scope="session")
-def images_dir(shared_dir) -> Path:
+def images_dir(shared_dir: Path) -> Path:
     return shared_dir / "images"
+
+
+@pytest.fixture(scope="session")
+def hf_processor(model_config_dir: Path):
+    """transformers' Idefics3Processor with the PIL image backend: the pixel-exact test oracle.
+
+    ``backend="pil"`` selects ``Idefics3ImageProcessorPil`` (transformers 5); the default torchvision
+    backend swaps LANCZOS for BICUBIC + antialias and is not pixel-exact.
+    """
+    transformers = pytest.importorskip("transformers")
+    processor = transformers.AutoProcessor.from_pretrained(model_config_dir, backend="pil")
+    assert type(processor.image_processor).__name__ == "Idefics3ImageProcessorPil"
+    return processor

@@ -1,0 +1,399 @@
+"""Images -> SmolVLM (Idefics3) pixel tiles, and the expanded image prompt string.
+
+Pillow and numpy only (no torch). The ``"full"`` detail mode reproduces transformers 5's PIL-backend
+image processor (``transformers/models/idefics3/image_processing_pil_idefics3.py``,
+``Idefics3ImageProcessorPil``, on top of ``PilBackend`` in ``transformers/image_processing_backends.py``)
+pixel for pixel. Function names in the docstrings below refer to those files.
+
+Pipeline for one image (``ImageProcessor.preprocess``):
+
+1. ``PilBackend.process_image`` -> ``convert_to_rgb`` (``image_transforms.py``): images with an alpha
+   band or a ``transparency`` entry are converted to RGBA and alpha-composited over opaque white;
+   all others go through ``Image.convert("RGB")``. transformers 5 does this FIRST, before any resize
+   (transformers 4's slow processor converted after resizing and splitting, and resized L/P images
+   with NEAREST: smolvlm-reference.md section 0.3; transformers 5 is the oracle we match).
+2. ``resize`` / ``get_resize_output_image_size``: longest edge -> ``size.longest_edge`` (the short
+   edge is ``int(long / aspect)`` rounded up to even), then capped at ``MAX_IMAGE_SIZE`` = 4096.
+3. ``resize_for_vision_encoder``: both edges rounded up to multiples of ``M = max_image_size``.
+4. ``split_images``: ``M x M`` crops in row-major order, then the whole stage-3 image resized to
+   ``M x M`` (the global tile) LAST; an image that already fits is one tile with rows = cols = 0.
+5. ``rescale`` (uint8 -> float64 * factor -> float32) and ``normalize`` ((x - mean) / std in float32).
+
+Every resize is ``PIL.Image.resize`` with the checkpoint's filter (LANCZOS for SmolVLM) on RGB uint8.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from engine.errors import ConfigError, ImageError
+
+MAX_IMAGE_SIZE = 4096
+"""Hard cap on the stage-1 longest edge (``image_processing_pil_idefics3.MAX_IMAGE_SIZE``)."""
+
+IMAGE_PLACEHOLDER = "\ue000smolchat-image\ue001"
+"""Private-use sentinel that :func:`expand_prompt` replaces; never typed by users, never a token."""
+
+FAKE_IMAGE_TOKEN = "<fake_token_around_image>"
+IMAGE_TOKEN = "<image>"
+GLOBAL_IMAGE_TOKEN = "<global-img>"
+
+Detail = Literal["full", "balanced", "fast"]
+
+
+@dataclass(frozen=True, eq=False)
+class ProcessedImage:
+    """The pixel tiles of one image and its grid.
+
+    Attributes:
+        tiles: ``float32 [N, 3, M, M]``, channels first, normalized pixels. For a split image
+            ``N = rows * cols + 1``: the crops in row-major order, then the global tile LAST.
+            For a single-tile image ``N = 1``.
+        rows, cols: the crop grid; both 0 for a single (global-only) tile.
+        image_seq_len: ``<image>`` tokens per tile (64 for SmolVLM-256M).
+    """
+
+    tiles: np.ndarray
+    rows: int
+    cols: int
+    image_seq_len: int
+
+    @property
+    def num_tiles(self) -> int:
+        return int(self.tiles.shape[0])
+
+    @property
+    def num_image_tokens(self) -> int:
+        """Number of ``<image>`` tokens this image occupies in the prompt (``N * image_seq_len``)."""
+        return self.num_tiles * self.image_seq_len
+
+    @property
+    def prompt(self) -> str:
+        """The expanded prompt string of this image (see :func:`image_prompt`)."""
+        return image_prompt(self.rows, self.cols, self.image_seq_len)
+
+
+def image_prompt(rows: int, cols: int, image_seq_len: int) -> str:
+    """The text that replaces one image placeholder.
+
+    Source: ``Idefics3Processor.replace_image_token`` (``processing_idefics3.py``; transformers 4's
+    ``_prompt_split_image`` / ``_prompt_single_image``). With F = ``<fake_token_around_image>``,
+    I = ``<image>`` and S = ``image_seq_len``:
+
+    - split (rows, cols > 0): for each row r, for each column c: ``F<row_r_col_c>`` + ``I * S``; a
+      ``"\\n"`` after each row; then ``"\\nF<global-img>" + I * S + F``.
+    - single (rows = cols = 0): ``F<global-img>`` + ``I * S`` + ``F``.
+    """
+    image_run = IMAGE_TOKEN * image_seq_len
+    global_block = f"{FAKE_IMAGE_TOKEN}{GLOBAL_IMAGE_TOKEN}{image_run}{FAKE_IMAGE_TOKEN}"
+    if rows == 0 and cols == 0:
+        return global_block
+    parts = []
+    for r in range(1, rows + 1):
+        parts.extend(f"{FAKE_IMAGE_TOKEN}<row_{r}_col_{c}>{image_run}" for c in range(1, cols + 1))
+        parts.append("\n")
+    parts.append("\n" + global_block)
+    return "".join(parts)
+
+
+def expand_prompt(prompt: str, images: list[ProcessedImage]) -> str:
+    """Replace each :data:`IMAGE_PLACEHOLDER` in ``prompt`` with the next image's prompt, in order.
+
+    Only the private sentinel is replaced; ``"<image>"`` typed by a user is left alone. Use this on
+    trusted strings only (``Tokenizer.encode_chat`` keeps user text out of the way for you).
+
+    Raises:
+        ValueError: the number of placeholders differs from ``len(images)`` (both numbers named).
+    """
+    pieces = prompt.split(IMAGE_PLACEHOLDER)
+    if len(pieces) - 1 != len(images):
+        raise ValueError(
+            f"prompt has {len(pieces) - 1} image placeholders but {len(images)} images were given"
+        )
+    out = [pieces[0]]
+    for image, piece in zip(images, pieces[1:]):
+        out.append(image.prompt)
+        out.append(piece)
+    return "".join(out)
+
+
+def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
+    """Open and fully decode an image, upright.
+
+    Paths and bytes are decoded (``.load()`` forces the whole file to be read), rotated by their EXIF
+    orientation and converted to RGB, exactly like transformers' ``image_utils.load_image``
+    (``exif_transpose`` then ``.convert("RGB")``; alpha is dropped without compositing, as there).
+    A PIL image keeps its mode (so RGBA is composited over white later by ``preprocess``) but is
+    still EXIF-transposed. Animated images (GIF, APNG, WebP) give their first frame.
+
+    Raises:
+        ImageError: missing file, empty file, not an image, truncated or corrupt data.
+    """
+    if isinstance(source, Image.Image):
+        try:
+            if getattr(source, "n_frames", 1) > 1:
+                source.seek(0)
+            return ImageOps.exif_transpose(source)
+        except (OSError, ValueError) as exc:
+            raise ImageError(f"Cannot read image: {exc}") from exc
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        name, data = "<bytes>", bytes(source)
+        if not data:
+            raise ImageError("Image data is empty (0 bytes)")
+        stream = io.BytesIO(data)
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        name = str(path)
+        if not path.is_file():
+            raise ImageError(f"Image file not found: {name}")
+        if path.stat().st_size == 0:
+            raise ImageError(f"Image file is empty (0 bytes): {name}")
+        stream = path
+    else:
+        raise ImageError(f"Unsupported image source of type {type(source).__name__}")
+    try:
+        with Image.open(stream) as image:
+            image.load()
+            upright = ImageOps.exif_transpose(image)
+            return upright.convert("RGB")
+    except UnidentifiedImageError as exc:
+        raise ImageError(f"Not a recognised image file: {name}") from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"Image is too large to open safely: {name} ({exc})") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(f"Image is truncated or corrupt: {name} ({exc})") from exc
+
+
+def _read_json(folder: Path, name: str, required: bool = True) -> dict | None:
+    path = folder / name
+    if not path.is_file():
+        if required:
+            raise ConfigError(f"Missing {name} in {folder}")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"Cannot read {path}: {exc}") from exc
+
+
+class ImageProcessor:
+    """SmolVLM image preprocessing configured from a checkpoint folder.
+
+    Sizes are pixels. ``longest_edge`` is ``size.longest_edge`` (stage-1 target, 2048 for 256M),
+    ``max_image_size`` is the tile side M (512), ``image_seq_len`` the ``<image>`` tokens per tile (64).
+    """
+
+    def __init__(
+        self,
+        *,
+        longest_edge: int,
+        max_image_size: int,
+        image_seq_len: int,
+        resample: int = Image.Resampling.LANCZOS,
+        rescale_factor: float = 1 / 255,
+        image_mean: tuple[float, ...] = (0.5, 0.5, 0.5),
+        image_std: tuple[float, ...] = (0.5, 0.5, 0.5),
+        do_resize: bool = True,
+        do_image_splitting: bool = True,
+        do_convert_rgb: bool = True,
+        do_rescale: bool = True,
+        do_normalize: bool = True,
+    ) -> None:
+        self.longest_edge = int(longest_edge)
+        self.max_image_size = int(max_image_size)
+        self.image_seq_len = int(image_seq_len)
+        self.resample = int(resample)
+        self.rescale_factor = float(rescale_factor)
+        self.image_mean = tuple(float(v) for v in image_mean)
+        self.image_std = tuple(float(v) for v in image_std)
+        self.do_resize = bool(do_resize)
+        self.do_image_splitting = bool(do_image_splitting)
+        self.do_convert_rgb = bool(do_convert_rgb)
+        self.do_rescale = bool(do_rescale)
+        self.do_normalize = bool(do_normalize)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike) -> ImageProcessor:
+        """Read ``preprocessor_config.json`` (+ ``processor_config.json`` for ``image_seq_len``).
+
+        Without ``processor_config.json`` the token count comes from ``config.json``:
+        ``int((image_size // patch_size) ** 2 / scale_factor ** 2)`` (``Idefics3Processor`` docstring).
+
+        Raises:
+            ConfigError: a needed file or key is missing or unreadable (the file is named).
+        """
+        folder = Path(folder)
+        pre = _read_json(folder, "preprocessor_config.json")
+        proc = _read_json(folder, "processor_config.json", required=False) or {}
+        try:
+            if "image_seq_len" in proc:
+                seq_len = int(proc["image_seq_len"])
+            else:
+                cfg = _read_json(folder, "config.json")
+                vision = cfg["vision_config"]
+                side = vision["image_size"] // vision["patch_size"]
+                seq_len = int(side**2 / cfg["scale_factor"] ** 2)
+            return cls(
+                longest_edge=pre["size"]["longest_edge"],
+                max_image_size=pre["max_image_size"]["longest_edge"],
+                image_seq_len=seq_len,
+                resample=pre.get("resample", Image.Resampling.LANCZOS),
+                rescale_factor=pre.get("rescale_factor", 1 / 255),
+                image_mean=pre.get("image_mean", (0.5, 0.5, 0.5)),
+                image_std=pre.get("image_std", (0.5, 0.5, 0.5)),
+                do_resize=pre.get("do_resize", True),
+                do_image_splitting=pre.get("do_image_splitting", True),
+                do_convert_rgb=pre.get("do_convert_rgb", True),
+                do_rescale=pre.get("do_rescale", True),
+                do_normalize=pre.get("do_normalize", True),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"{folder}: preprocessor/processor config lacks key {exc}") from exc
+
+    # -- prompt ---------------------------------------------------------------------------------
+
+    def image_prompt(self, rows: int, cols: int) -> str:
+        """:func:`image_prompt` with this checkpoint's ``image_seq_len``."""
+        return image_prompt(rows, cols, self.image_seq_len)
+
+    def expand_prompt(self, prompt: str, images: list[ProcessedImage]) -> str:
+        """:func:`expand_prompt` (kept here so callers need only the processor)."""
+        return expand_prompt(prompt, images)
+
+    # -- pixels ---------------------------------------------------------------------------------
+
+    def stage1_size(self, width: int, height: int, longest_edge: int) -> tuple[int, int]:
+        """(width, height) after the stage-1 resize.
+
+        Source: ``_resize_output_size_rescale_to_max_len`` (always rescales the longest edge to
+        ``longest_edge``, upscaling small images; the other edge is ``int()``-truncated and rounded up
+        to even; both at least 1), then ``_resize_output_size_scale_below_upper_bound`` with 4096.
+        """
+        aspect = width / height
+        if width >= height:
+            w = longest_edge
+            h = int(w / aspect)
+            h += h % 2
+        else:
+            h = longest_edge
+            w = int(h * aspect)
+            w += w % 2
+        h, w = max(h, 1), max(w, 1)
+        aspect = w / h
+        if w >= h and w > MAX_IMAGE_SIZE:
+            w = MAX_IMAGE_SIZE
+            h = int(w / aspect)
+        elif h > w and h > MAX_IMAGE_SIZE:
+            h = MAX_IMAGE_SIZE
+            w = int(h * aspect)
+        return max(w, 1), max(h, 1)
+
+    def stage2_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) rounded up to multiples of M (``resize_for_vision_encoder``).
+
+        The long edge is rounded up first; the short edge is ``int(long / aspect)`` rounded up.
+        """
+        m = self.max_image_size
+        aspect = width / height
+        if width >= height:
+            w = math.ceil(width / m) * m
+            h = math.ceil(int(w / aspect) / m) * m
+        else:
+            h = math.ceil(height / m) * m
+            w = math.ceil(int(h * aspect) / m) * m
+        return w, h
+
+    def _stage1_edge(self, image: Image.Image, detail: Detail) -> int:
+        if detail != "balanced":
+            return self.longest_edge
+        # Balanced: never upscale past the image's own longest edge rounded up to a whole tile.
+        m = self.max_image_size
+        own = max(image.size)
+        return min(self.longest_edge, max(m, math.ceil(own / m) * m))
+
+    def _resize(self, image: Image.Image, width: int, height: int) -> Image.Image:
+        return image.resize((width, height), resample=self.resample)
+
+    def _to_rgb(self, image: Image.Image) -> Image.Image:
+        """``convert_to_rgb`` (``image_transforms.py``): alpha composited over opaque white."""
+        if not self.do_convert_rgb:
+            if image.mode != "RGB":
+                raise ImageError(f"Image mode {image.mode} is not RGB and do_convert_rgb is off")
+            return image
+        if "A" in image.getbands() or image.info.get("transparency") is not None:
+            rgba = image.convert("RGBA")
+            white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            return Image.alpha_composite(white, rgba).convert("RGB")
+        return image.convert("RGB")
+
+    def preprocess(self, image: Image.Image, detail: Detail = "full") -> ProcessedImage:
+        """Turn one PIL image into normalized tiles.
+
+        Args:
+            image: any PIL image (use :func:`load_image` for files; this does not EXIF-rotate).
+            detail: ``"full"``: the checkpoint's reference preprocessing (pixel-exact with
+                transformers' PIL backend; a 2048-edge image gives up to 4 x 4 + 1 tiles).
+                ``"balanced"``: the stage-1 longest edge is
+                ``min(size.longest_edge, max(M, ceil(own_longest / M) * M))``, so an image is never
+                enlarged beyond its own size rounded up to a whole tile (a 451 x 300 photo gives one
+                tile instead of 13); large images are processed as in ``"full"``.
+                ``"fast"``: one global M x M tile, identical to transformers with
+                ``do_image_splitting=False`` (stage-1 resize, then resize to M x M).
+
+        Returns:
+            ProcessedImage with ``tiles`` float32 ``[N, 3, M, M]``.
+
+        Raises:
+            ValueError: unknown ``detail``.
+            ImageError: the image cannot be converted or resized (e.g. corrupt data on first access).
+        """
+        if detail not in ("full", "balanced", "fast"):
+            raise ValueError(f"detail must be full, balanced or fast, got {detail!r}")
+        if image.width < 1 or image.height < 1:
+            raise ImageError(f"Image has no pixels ({image.width}x{image.height})")
+        m = self.max_image_size
+        try:
+            rgb = self._to_rgb(image)
+            if self.do_resize:
+                edge = self._stage1_edge(rgb, detail)
+                rgb = self._resize(rgb, *self.stage1_size(rgb.width, rgb.height, edge))
+            rows = cols = 0
+            if self.do_image_splitting and detail != "fast":
+                rgb = self._resize(rgb, *self.stage2_size(rgb.width, rgb.height))
+                if rgb.height > m or rgb.width > m:
+                    arr = np.asarray(rgb)
+                    rows = (rgb.height - m) // m + 1
+                    cols = (rgb.width - m) // m + 1
+                    crops = [arr[r * m : (r + 1) * m, c * m : (c + 1) * m] for r in range(rows) for c in range(cols)]
+                    crops.append(np.asarray(self._resize(rgb, m, m)))
+                else:
+                    crops = [np.asarray(rgb)]
+            else:
+                crops = [np.asarray(self._resize(rgb, m, m))]
+        except OSError as exc:
+            raise ImageError(f"Cannot decode image: {exc}") from exc
+        tiles = np.stack(crops).transpose(0, 3, 1, 2)  # uint8 [N, 3, H, W]
+        return ProcessedImage(tiles=self._normalize(tiles), rows=rows, cols=cols, image_seq_len=self.image_seq_len)
+
+    def _normalize(self, tiles: np.ndarray) -> np.ndarray:
+        """``rescale`` (float64 multiply, then float32) and ``normalize`` (float32), per channel."""
+        x = tiles.astype(np.float64) * self.rescale_factor if self.do_rescale else tiles
+        x = x.astype(np.float32)
+        if self.do_normalize:
+            mean = np.asarray(self.image_mean, dtype=np.float32)[:, None, None]
+            std = np.asarray(self.image_std, dtype=np.float32)[:, None, None]
+            x = (x - mean) / std
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    def __call__(self, image: str | os.PathLike | bytes | Image.Image, detail: Detail = "full") -> ProcessedImage:
+        """``preprocess(load_image(image), detail)``."""
+        return self.preprocess(load_image(image), detail)

@@ -1,0 +1,348 @@
+"""Tokenizer, chat template and streaming detokenizer for SmolVLM checkpoints.
+
+Built on the ``tokenizers`` library (``tokenizer.json``) and a sandboxed jinja2 chat template, with
+no torch and no transformers. ``Tokenizer.encode_chat`` gives exactly the ids of transformers'
+``processor.apply_chat_template(...)`` followed by ``processor(text=..., images=...)`` for ordinary
+text, but never lets text typed by a user become a special token or an image slot.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer as _HfTokenizer
+
+from engine.errors import ConfigError
+from engine.processing import (
+    FAKE_IMAGE_TOKEN,
+    GLOBAL_IMAGE_TOKEN,
+    IMAGE_TOKEN,
+    ProcessedImage,
+)
+
+END_OF_UTTERANCE_TOKEN = "<end_of_utterance>"
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """A chat rendered, expanded and tokenized.
+
+    Attributes:
+        text: the full prompt string, every image placeholder replaced by its expansion.
+        input_ids: token ids of ``text`` (no BOS is added; ``<|im_start|>`` comes from the template).
+        num_image_tokens: how many ``<image>`` ids ``input_ids`` holds (sum over images of tiles * 64).
+    """
+
+    text: str
+    input_ids: list[int]
+    num_image_tokens: int
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table used by byte-level BPE (``ByteLevel`` decoder)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+_CHAR_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"Cannot read {path}: {exc}") from exc
+
+
+def _normalize_messages(messages: list[dict]) -> list[dict]:
+    """Copy messages, turning string content into ``[{"type": "text", "text": s}]``."""
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or "role" not in message:
+            raise ValueError(f"message {i} must be a dict with a 'role', got {message!r}")
+        content = message.get("content", "")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        elif not isinstance(content, list):
+            raise ValueError(f"message {i} content must be a str or a list of parts")
+        out.append({**message, "content": [dict(part) for part in content]})
+    return out
+
+
+def _compile_template(source: str) -> jinja2.Template:
+    """Compile a chat template like transformers' ``_compile_jinja_template`` (``chat_template_utils.py``)."""
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
+
+
+class Tokenizer:
+    """Byte-level BPE tokenizer of a SmolVLM checkpoint plus its chat template.
+
+    Ids: ``image_token_id`` (``<image>``, 49190), ``fake_image_token_id`` (49189),
+    ``global_image_token_id`` (``<global-img>``, 49152), ``end_of_utterance_id`` (49279).
+    """
+
+    def __init__(self, tokenizer: _HfTokenizer, chat_template: str | None, special_tokens_map: dict | None = None):
+        self._tok = tokenizer
+        # A second instance that never matches special-token strings: used for all text chunks.
+        self._plain = _HfTokenizer.from_str(tokenizer.to_str())
+        self._plain.encode_special_tokens = True
+        self.chat_template = chat_template
+        self._template = _compile_template(chat_template) if chat_template else None
+        self.special_tokens_map = {
+            key: (value["content"] if isinstance(value, dict) else value)
+            for key, value in (special_tokens_map or {}).items()
+            if isinstance(value, (str, dict))
+        }
+        specials = {tok.content: idx for idx, tok in tokenizer.get_added_tokens_decoder().items() if tok.special}
+        self._special_ids = specials
+        self.special_ids = frozenset(specials.values())
+        pattern = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
+        self._special_re = re.compile(f"({pattern})") if pattern else None
+        self.image_token_id = self._require(IMAGE_TOKEN)
+        self.fake_image_token_id = self._require(FAKE_IMAGE_TOKEN)
+        self.global_image_token_id = self._require(GLOBAL_IMAGE_TOKEN)
+        self.end_of_utterance_id = self._require(END_OF_UTTERANCE_TOKEN)
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._token_bytes: list[bytes] | None = None
+
+    def _require(self, token: str) -> int:
+        idx = self._tok.token_to_id(token)
+        if idx is None:
+            raise ConfigError(f"tokenizer.json has no {token} token")
+        return idx
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike) -> Tokenizer:
+        """Load ``tokenizer.json``, the chat template and the special-token map from a folder.
+
+        The template comes from ``chat_template.json`` (key ``chat_template``), else from
+        ``tokenizer_config.json``'s ``chat_template`` (a string, or a list of named templates where
+        ``"default"`` wins). ``added_tokens.json`` entries missing from ``tokenizer.json`` are added
+        as special tokens.
+
+        Raises:
+            ConfigError: ``tokenizer.json`` is missing or unreadable, or lacks the image tokens.
+        """
+        folder = Path(folder)
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise ConfigError(f"Missing tokenizer.json in {folder}")
+        try:
+            tok = _HfTokenizer.from_file(str(path))
+        except Exception as exc:  # the Rust side raises plain Exception
+            raise ConfigError(f"Cannot read {path}: {exc}") from exc
+        added_path = folder / "added_tokens.json"
+        if added_path.is_file():
+            from tokenizers import AddedToken
+
+            missing = [t for t in _load_json(added_path) if tok.token_to_id(t) is None]
+            if missing:
+                tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+        template = None
+        if (folder / "chat_template.json").is_file():
+            template = _load_json(folder / "chat_template.json").get("chat_template")
+        config = _load_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        if template is None:
+            template = config.get("chat_template")
+            if isinstance(template, list):
+                named = {t.get("name"): t.get("template") for t in template}
+                template = named.get("default") or next(iter(named.values()), None)
+        smap = _load_json(folder / "special_tokens_map.json") if (folder / "special_tokens_map.json").is_file() else {}
+        return cls(tok, template, smap)
+
+    # -- plain encode / decode --------------------------------------------------------------------
+
+    def encode(self, text: str, allow_special: bool = False) -> list[int]:
+        """Token ids of ``text``; no BOS/EOS added.
+
+        With ``allow_special=False`` (default) special-token strings such as ``<image>`` are
+        encoded as ordinary text; with ``True`` they become their special ids, as transformers does.
+        """
+        return (self._tok if allow_special else self._plain).encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids`` (byte-level decoding; invalid UTF-8 becomes U+FFFD)."""
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, idx: int) -> str | None:
+        return self._tok.id_to_token(idx)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def token_bytes(self, idx: int) -> bytes:
+        """The raw UTF-8 bytes token ``idx`` stands for (special tokens: their text).
+
+        Mirrors tokenizers' ``ByteLevel`` decoder: each character maps back through GPT-2's byte
+        table, characters outside it (only in added tokens) contribute their own UTF-8.
+        """
+        if self._token_bytes is None:
+            table = []
+            for i in range(self.vocab_size):
+                token = self._tok.id_to_token(i) or ""
+                if i in self.special_ids:
+                    table.append(token.encode("utf-8"))
+                else:
+                    table.append(b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode() for c in token))
+            self._token_bytes = table
+        return self._token_bytes[idx]
+
+    # -- chat ---------------------------------------------------------------------------------------
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """Render the chat template as transformers does (image parts become ``<image>``).
+
+        String contents are normalized to ``[{"type": "text", "text": s}]`` first (the SmolVLM
+        template reads ``content[0]['type']``). The result is for display and comparison; to feed
+        the model use :meth:`encode_chat`, which keeps user text away from special tokens.
+
+        Raises:
+            ConfigError: the checkpoint has no chat template.
+            ValueError: malformed messages. jinja2.TemplateError: the template refused them.
+        """
+        if self._template is None:
+            raise ConfigError("This tokenizer has no chat template (chat_template.json / tokenizer_config.json)")
+        return self._template.render(
+            messages=_normalize_messages(messages),
+            add_generation_prompt=add_generation_prompt,
+            **self.special_tokens_map,
+        )
+
+    def _render_marked(self, messages: list[dict], add_generation_prompt: bool) -> list[tuple[str, bool]]:
+        """Render with each text part swapped for a unique marker; return (piece, is_user_text) pairs."""
+        nonce = secrets.token_hex(8)
+        texts: list[str] = []
+        marked = _normalize_messages(messages)
+        for message in marked:
+            for part in message["content"]:
+                if part.get("type") == "text":
+                    texts.append(str(part.get("text", "")))
+                    part["text"] = f"\ue000{nonce}:{len(texts) - 1}\ue001"
+        rendered = self.apply_chat_template(marked, add_generation_prompt)
+        pieces: list[tuple[str, bool]] = []
+        for i, piece in enumerate(re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)):
+            pieces.append((texts[int(piece)], True) if i % 2 else (piece, False))
+        return pieces
+
+    def _split_special(self, text: str) -> list[str | int]:
+        """Split trusted text at special-token strings: plain strings and special ids, in order."""
+        if self._special_re is None:
+            return [text]
+        return [self._special_ids[s] if i % 2 else s for i, s in enumerate(self._special_re.split(text)) if s]
+
+    def encode_chat(
+        self,
+        messages: list[dict],
+        images: list[ProcessedImage] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> EncodedPrompt:
+        """Render, expand and tokenize a conversation.
+
+        Messages are ``{"role": "user" | "assistant" | "system", "content": str | list[part]}`` with
+        parts ``{"type": "text", "text": ...}`` or ``{"type": "image"}``; ``images`` are the processed
+        images of the image parts, in order. Only special tokens written by the template itself
+        (including the ``<image>`` it emits per image part) are special; text parts are tokenized
+        with special-token matching off, so a user typing ``<image>`` or ``<end_of_utterance>``
+        gets ordinary text tokens. The plain text between special tokens is encoded chunk by chunk,
+        which is what transformers does after splitting on added tokens, so ordinary chats give
+        exactly transformers' ids.
+
+        Raises:
+            ValueError: the number of image parts differs from ``len(images)`` (both numbers named).
+        """
+        images = list(images or [])
+        items: list[str | int] = []  # plain text chunks and special ids
+        n_slots = 0
+        for piece, is_user in self._render_marked(messages, add_generation_prompt):
+            if is_user:
+                items.append(piece)
+                continue
+            for item in self._split_special(piece):
+                if item == self.image_token_id:
+                    if n_slots < len(images):
+                        items.extend(self._split_special(images[n_slots].prompt))
+                    n_slots += 1
+                else:
+                    items.append(item)
+        if n_slots != len(images):
+            raise ValueError(f"the chat has {n_slots} image parts but {len(images)} images were given")
+        text_parts: list[str] = []
+        ids: list[int] = []
+        chunk: list[str] = []
+
+        def flush() -> None:
+            if chunk:
+                joined = "".join(chunk)
+                ids.extend(self._plain.encode(joined, add_special_tokens=False).ids)
+                chunk.clear()
+
+        for item in items:
+            if isinstance(item, str):
+                chunk.append(item)
+                text_parts.append(item)
+            else:
+                flush()
+                ids.append(item)
+                text_parts.append(self._tok.id_to_token(item))
+        flush()
+        return EncodedPrompt(
+            text="".join(text_parts),
+            input_ids=ids,
+            num_image_tokens=sum(image.num_image_tokens for image in images),
+        )
+
+
+class StreamingDetokenizer:
+    """Incremental decoding that never splits a UTF-8 character.
+
+    ``add(token_id)`` appends the token's bytes and returns the text that is now complete; bytes of
+    a character still being spelled out by later tokens are held back. Ids in ``skip_special_ids``
+    (stop tokens, ``<end_of_utterance>``) are dropped and never emitted. The concatenation of all
+    ``add`` results plus ``flush()`` equals ``tokenizer.decode(ids)`` of the non-skipped ids.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_ids: Iterable[int] = ()):
+        self._tokenizer = tokenizer
+        self.skip_special_ids = frozenset(skip_special_ids)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.token_ids: list[int] = []
+
+    def add(self, token_id: int) -> str:
+        """Feed one generated id; return the newly completed text (possibly ``""``)."""
+        if token_id in self.skip_special_ids:
+            return ""
+        self.token_ids.append(token_id)
+        return self._decoder.decode(self._tokenizer.token_bytes(token_id))
+
+    def flush(self) -> str:
+        """End of stream: return what is left (an unfinished character becomes U+FFFD)."""
+        text = self._decoder.decode(b"", final=True)
+        self._decoder.reset()
+        return text

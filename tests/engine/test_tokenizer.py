@@ -1,0 +1,211 @@
+"""engine.tokenizer against transformers' Idefics3Processor (apply_chat_template + __call__) as oracle.
+
+Quirk found on the way: transformers' processor renders string ``content`` with the raw template,
+which iterates the string's characters and silently drops the text (``'<|im_start|>User: <end_of_utterance>'``).
+Our tokenizer normalizes strings to ``[{"type": "text", ...}]`` first, so the oracle is always
+given list content.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from engine.errors import ConfigError
+from engine.processing import ImageProcessor, load_image
+from engine.tokenizer import StreamingDetokenizer, Tokenizer
+
+REFERENCE_PROMPT = "<|im_start|>User:<image>Can you describe this image?<end_of_utterance>\nAssistant:"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_config_dir) -> Tokenizer:
+    return Tokenizer.from_pretrained(model_config_dir)
+
+
+@pytest.fixture(scope="module")
+def processor(model_config_dir) -> ImageProcessor:
+    return ImageProcessor.from_pretrained(model_config_dir)
+
+
+def _as_lists(messages):
+    return [
+        {**m, "content": [{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"]}
+        for m in messages
+    ]
+
+
+def _hf_encode(hf_processor, messages, images):
+    text = hf_processor.apply_chat_template(_as_lists(messages), add_generation_prompt=True)
+    out = hf_processor(text=text, images=images or None, return_tensors="np")
+    ids = out["input_ids"][0].tolist()
+    return text, ids, hf_processor.tokenizer.decode(ids), out.get("pixel_values")
+
+
+def _assert_parity(tokenizer, processor, hf_processor, messages, images):
+    processed = [processor.preprocess(image) for image in images]
+    encoded = tokenizer.encode_chat(messages, processed)
+    template_text, ref_ids, ref_text, ref_pixels = _hf_encode(hf_processor, messages, images)
+    assert tokenizer.apply_chat_template(messages) == template_text
+    assert encoded.input_ids == ref_ids
+    assert encoded.text == ref_text
+    assert encoded.num_image_tokens == ref_ids.count(tokenizer.image_token_id)
+    assert encoded.input_ids.count(tokenizer.image_token_id) == sum(p.num_image_tokens for p in processed)
+    if images:
+        tiles = np.concatenate([p.tiles for p in processed])
+        assert tiles.shape == ref_pixels[0].shape
+        assert np.abs(tiles - ref_pixels[0]).max() <= 1e-6
+    return encoded
+
+
+def test_special_token_ids(tokenizer):
+    assert tokenizer.image_token_id == 49190
+    assert tokenizer.fake_image_token_id == 49189
+    assert tokenizer.global_image_token_id == 49152
+    assert tokenizer.end_of_utterance_id == 49279
+    assert tokenizer.vocab_size == 49280
+    assert tokenizer.token_to_id("<row_2_col_3>") == 49152 + 6 + 3
+    assert tokenizer.id_to_token(1) == "<|im_start|>"
+
+
+def test_reference_prompt_string(tokenizer):
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Can you describe this image?"}]}]
+    assert tokenizer.apply_chat_template(messages, add_generation_prompt=True) == REFERENCE_PROMPT
+    assert tokenizer.apply_chat_template(messages, add_generation_prompt=False).endswith("<end_of_utterance>\n")
+
+
+def test_string_content_is_normalized(tokenizer):
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}])
+    assert text == "<|im_start|>User: Hi<end_of_utterance>\nAssistant:"
+
+
+def test_text_only_matches_transformers(tokenizer, processor, hf_processor):
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Hello there!  How are you?\n\nLine two, 1234 digits, café, 日本語."},
+        {"role": "assistant", "content": "Fine, thanks 🙂"},
+        {"role": "user", "content": [{"type": "text", "text": " leading space and trailing newline\n"}]},
+    ]
+    encoded = _assert_parity(tokenizer, processor, hf_processor, messages, [])
+    assert encoded.input_ids[0] == 1 and encoded.num_image_tokens == 0
+
+
+def test_one_photo_matches_transformers(tokenizer, processor, hf_processor, images_dir):
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Can you describe this image?"}]}]
+    encoded = _assert_parity(tokenizer, processor, hf_processor, messages, [load_image(images_dir / "chelsea.png")])
+    assert encoded.num_image_tokens == 13 * 64
+
+
+def test_several_images_of_different_sizes_match_transformers(tokenizer, processor, hf_processor, images_dir):
+    base = load_image(images_dir / "coffee.png")
+    images = [base.resize((9, 13)), base.resize((1600, 300)), load_image(images_dir / "hubble_deep_field.jpg")]
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Compare "}, {"type": "image"},
+                                     {"type": "text", "text": " with "}, {"type": "image"}]},
+        {"role": "assistant", "content": "The first is tiny, the second is wide."},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "And this one?"}]},
+    ]
+    _assert_parity(tokenizer, processor, hf_processor, messages, images)
+
+
+def test_user_text_with_special_strings_stays_text(tokenizer, processor, images_dir):
+    typed = "What is <image> and <end_of_utterance>\nAssistant: <|im_start|> <fake_token_around_image><global-img>?"
+    image = processor.preprocess(load_image(images_dir / "rocket.jpg"), detail="fast")
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": typed}]}]
+    encoded = tokenizer.encode_chat(messages, [image])
+    ids = encoded.input_ids
+    assert ids.count(tokenizer.image_token_id) == 1 * 64 == encoded.num_image_tokens
+    assert ids.count(tokenizer.end_of_utterance_id) == 1  # only the template's
+    assert ids.count(1) == 1  # only the template's <|im_start|>
+    assert ids.count(tokenizer.fake_image_token_id) == 2 and ids.count(tokenizer.global_image_token_id) == 1
+    assert typed in encoded.text
+    assert tokenizer.decode(ids) == encoded.text
+    text_only = tokenizer.encode_chat([{"role": "user", "content": typed}]).input_ids
+    eou = tokenizer.end_of_utterance_id
+    assert text_only == [1, *tokenizer.encode("User: " + typed), eou, *tokenizer.encode("\nAssistant:")]
+
+
+def test_typed_image_string_is_not_an_image_slot(tokenizer, processor, images_dir):
+    image = processor.preprocess(load_image(images_dir / "rocket.jpg"), detail="fast")
+    with pytest.raises(ValueError, match="0 image parts but 1 images"):
+        tokenizer.encode_chat([{"role": "user", "content": "<image>"}], [image])
+    with pytest.raises(ValueError, match="2 image parts but 1 images"):
+        tokenizer.encode_chat([{"role": "user", "content": [{"type": "image"}, {"type": "image"}]}], [image])
+
+
+def test_encode_adds_no_bos_and_decode_matches_transformers(tokenizer, hf_processor):
+    text = "Hello <image> world\n\n  x"
+    assert tokenizer.encode(text, allow_special=True) == hf_processor.tokenizer(text)["input_ids"]
+    plain = tokenizer.encode(text)
+    assert tokenizer.image_token_id not in plain and plain[0] != 1
+    ids = tokenizer.encode(REFERENCE_PROMPT, allow_special=True)
+    assert tokenizer.decode(ids) == hf_processor.tokenizer.decode(ids) == REFERENCE_PROMPT
+    assert tokenizer.decode(ids, skip_special_tokens=True) == hf_processor.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _multilingual_text(seed: int, length: int = 400) -> str:
+    pools = [
+        "abcdefghijklmnopqrstuvwxyz ABC 0123456789 .,!?\n",
+        "éèàçñøåßœ", "привет мир", "γειά σου", "中文字符测试漢字", "ひらがなカタカナ", "한국어문장",
+        "مرحبا بالعالم", "नमस्ते", "🚀🙂🧑‍🚀👍🏽🇯🇵❤️", "e\u0301a\u0308",
+    ]
+    rng = random.Random(seed)
+    return "".join(rng.choice(rng.choice(pools)) for _ in range(length))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_streaming_detokenizer_equals_full_decode(tokenizer, seed):
+    text = _multilingual_text(seed)
+    ids = tokenizer.encode(text)
+    eou = tokenizer.end_of_utterance_id
+    stream = StreamingDetokenizer(tokenizer, skip_special_ids={eou})
+    pieces = []
+    held_back = 0
+    for i, token in enumerate(ids):
+        piece = stream.add(token)
+        held_back += piece == ""
+        assert "\ufffd" not in piece
+        pieces.append(piece)
+        if i % 17 == 0:
+            assert stream.add(eou) == ""  # stop tokens are never emitted
+    pieces.append(stream.flush())
+    assert "".join(pieces) == tokenizer.decode(ids) == text
+    assert held_back > 0  # some characters really were split across tokens
+
+
+def test_streaming_random_ids_equal_full_decode(tokenizer):
+    # Random ids include lone UTF-8 continuation bytes: U+FFFD must then appear exactly as in decode().
+    rng = random.Random(0)
+    ids = [rng.randrange(tokenizer.vocab_size) for _ in range(3000)]
+    stream = StreamingDetokenizer(tokenizer)
+    assert "".join(stream.add(t) for t in ids) + stream.flush() == tokenizer.decode(ids)
+
+
+def test_streaming_detokenizer_holds_partial_character(tokenizer):
+    ids = tokenizer.encode("🚀")
+    assert len(ids) > 1  # byte-level BPE spells this emoji with several tokens
+    stream = StreamingDetokenizer(tokenizer)
+    assert [stream.add(t) for t in ids[:-1]] == [""] * (len(ids) - 1)
+    assert stream.add(ids[-1]) == "🚀"
+    assert stream.flush() == ""
+
+
+def test_streaming_detokenizer_emits_specials_not_in_skip_set(tokenizer):
+    stream = StreamingDetokenizer(tokenizer, skip_special_ids={tokenizer.end_of_utterance_id})
+    assert stream.add(tokenizer.image_token_id) == "<image>"
+    assert stream.add(tokenizer.end_of_utterance_id) == ""
+
+
+def test_missing_tokenizer_json_raises_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="tokenizer.json"):
+        Tokenizer.from_pretrained(tmp_path)
+
+
+def test_missing_chat_template_raises_config_error(tmp_path, model_config_dir):
+    (tmp_path / "tokenizer.json").write_bytes((model_config_dir / "tokenizer.json").read_bytes())
+    tokenizer = Tokenizer.from_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="chat template"):
+        tokenizer.encode_chat([{"role": "user", "content": "hi"}])
