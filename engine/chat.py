@@ -127,7 +127,7 @@ class ChatSession:
 
     def preprocess(self, images: Sequence[ImageInput], detail: str = "full") -> list[ProcessedImage]:
         """Load and tile images. Raises :class:`~engine.errors.ImageError` for unreadable files."""
-        return [self.processor.preprocess(self.processor.load_image(img), detail=detail) for img in images]
+        return [self.processor(img, detail=detail) for img in images]
 
     # -- generation -----------------------------------------------------------------------------
     def send(self, text: str, images: Sequence[ImageInput] = (), params: GenerationParams | None = None

@@ -1,0 +1,128 @@
+"""ChatSession end to end (image files -> tiles -> prompt -> vision -> prefill -> streamed decode)
+against transformers' processor + Idefics3 generate on the same random tiny checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+
+from engine.chat import ChatSession
+from engine.errors import ImageError, PromptTooLongError
+from engine.events import DoneEvent, GenerationParams, TokenEvent
+from engine.kv_cache import CacheConfig
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint):
+    model = transformers.Idefics3ForConditionalGeneration.from_pretrained(
+        tiny_checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
+    processor = transformers.AutoProcessor.from_pretrained(tiny_checkpoint, backend="pil")
+    return model, processor
+
+
+@pytest.fixture
+def session(tiny_checkpoint):
+    return ChatSession.load(str(tiny_checkpoint), device="cpu")
+
+
+def reference_greedy(reference, messages, images, n):
+    model, processor = reference
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
+    inputs = processor(text=prompt, images=images or None, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return inputs["input_ids"][0].tolist(), out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def run(session, text, images=(), n=24, **kw):
+    events = list(session.send(text, images=images, params=GenerationParams(max_new_tokens=n, ignore_eos=True, **kw)))
+    done = events[-1]
+    assert isinstance(done, DoneEvent), done
+    return [e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0], done, events
+
+
+def user(text, n_images=0):
+    return [{"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": text}]}]
+
+
+def test_one_photo_greedy_24_tokens_identical(session, reference, images_dir):
+    path = images_dir / "chelsea.png"
+    ref_ids, ref_tokens = reference_greedy(reference, user("What is in this image?", 1),
+                                           [Image.open(path).convert("RGB")], 24)
+    tokens, done, _ = run(session, "What is in this image?", [path])
+    assert tokens == ref_tokens
+    assert done.finish_reason == "length"
+    assert done.stats.prompt_tokens == len(ref_ids) == 876  # 13 tiles x 64 + text (reference §3 grid)
+    assert done.stats.image_tokens == 832 and done.stats.generated_tokens == 24
+
+
+def test_two_images_of_different_sizes_and_streamed_text(session, reference, images_dir, tmp_path):
+    tall = tmp_path / "tall.png"
+    Image.new("RGB", (9, 13), (200, 30, 30)).save(tall)
+    paths = [images_dir / "rocket.jpg", tall]
+    ref_ids, ref_tokens = reference_greedy(reference, user("Compare them.", 2),
+                                           [Image.open(p).convert("RGB") for p in paths], 24)
+    tokens, done, events = run(session, "Compare them.", paths)
+    assert tokens == ref_tokens
+    assert done.stats.prompt_tokens == len(ref_ids)
+    text = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert text == session.tokenizer.decode(tokens)
+
+
+def test_second_turn_reuses_cache_and_equals_a_fresh_run(session, tiny_checkpoint, images_dir):
+    first, done1, _ = run(session, "Describe.", [images_dir / "coffee.png"], n=6)
+    second, done2, _ = run(session, "Shorter please.", n=8)
+    # What the cache held after turn 1: its prompt plus the answer tokens fed back (the last one is not).
+    assert done2.stats.cached_tokens >= done1.stats.prompt_tokens
+    fresh = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    fresh.turns = [t for t in session.turns[:2]]
+    fresh_tokens, fresh_done, _ = run(fresh, "Shorter please.", n=8)
+    assert fresh_done.stats.cached_tokens == 0
+    assert fresh_tokens == second
+
+
+def test_user_text_with_special_strings_does_not_create_image_slots(session):
+    tokens, done, _ = run(session, "Here is <image> and <end_of_utterance> typed by hand", n=2)
+    assert done.finish_reason == "length" and done.stats.image_tokens == 0
+
+
+def test_cancel_stops_between_tokens(session):
+    gen = session.send("Tell me a story.", params=GenerationParams(max_new_tokens=50, ignore_eos=True))
+    events = [next(gen), next(gen)]
+    session.cancel()
+    events += list(gen)
+    assert events[-1].finish_reason == "cancelled"
+    assert events[-1].stats.generated_tokens == 2  # checked right after the token already yielded
+
+
+def test_bad_image_and_too_long_prompt_leave_conversation_unchanged(tiny_checkpoint, tmp_path):
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu",
+                               cache_config=CacheConfig(kind="contiguous", max_tokens=64))
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    with pytest.raises(ImageError):
+        session.send("What is this?", images=[bad])
+    with pytest.raises(PromptTooLongError, match="the prompt has 1[0-9]{3} tokens but the context holds 64"):
+        session.send("word " * 1000)
+    assert session.turns == []
+    tokens, done, _ = run(session, "Hi", n=3)
+    assert done.finish_reason == "length" and len(tokens) == 3
+
+
+def test_stops_on_end_of_utterance(session, monkeypatch):
+    eos = session.model.metadata.eos_token_ids[0]
+    original = session.model.decode
+
+    def decode_then_eos(x, cache):
+        logits = original(x, cache).clone()
+        logits[:, eos] = 1e4
+        return logits
+
+    monkeypatch.setattr(session.model, "decode", decode_then_eos)
+    events = list(session.send("Hi", params=GenerationParams(max_new_tokens=10)))
+    assert events[-1].finish_reason == "stop"
+    assert events[-1].stats.generated_tokens == 1
+    assert all(e.token_id != eos for e in events[:-1])

@@ -1,0 +1,71 @@
+"""``python -m engine`` as a black box: JSON stream, exit codes, info."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+
+from tests.engine.test_chat import reference_greedy, user
+
+transformers = pytest.importorskip("transformers")
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "engine", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_generate_json_token_ids_equal_transformers(tiny_checkpoint, images_dir):
+    image = images_dir / "astronaut.png"
+    proc = cli("generate", "--model", tiny_checkpoint, "--image", image, "--prompt", "Who is this?",
+               "--max-new-tokens", 12, "--ignore-eos", "--json", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    tokens = [d["id"] for d in lines if d["type"] == "token"]
+    done = lines[-1]
+    assert done["type"] == "done" and done["finish_reason"] == "length"
+    assert set(done) >= {"prompt_tokens", "cached_tokens", "generated_tokens", "ttft_s",
+                         "prefill_tokens_per_s", "decode_tokens_per_s"}
+    model = transformers.Idefics3ForConditionalGeneration.from_pretrained(
+        tiny_checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
+    processor = transformers.AutoProcessor.from_pretrained(tiny_checkpoint, backend="pil")
+    ref_ids, ref_tokens = reference_greedy((model, processor), user("Who is this?", 1),
+                                           [Image.open(image).convert("RGB")], 12)
+    assert tokens == ref_tokens
+    assert done["prompt_tokens"] == len(ref_ids) and done["generated_tokens"] == 12
+
+
+def test_plain_output_streams_text_and_stats(tiny_checkpoint):
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "Hello", "--max-new-tokens", 4, "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    assert "[length] prompt" in proc.stderr and "generated 4" in proc.stderr
+
+
+@pytest.mark.parametrize("content", [b"", b"plain text, not a picture"])
+def test_bad_image_exits_2_with_one_line(tiny_checkpoint, tmp_path, content):
+    bad = tmp_path / "photo.png"
+    bad.write_bytes(content)
+    proc = cli("generate", "--model", tiny_checkpoint, "--image", bad, "--prompt", "What?")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+    assert "photo.png" in proc.stderr
+
+
+def test_missing_model_exits_2(tmp_path):
+    proc = cli("generate", "--model", tmp_path / "nothing", "--prompt", "Hi")
+    assert proc.returncode == 2 and "model folder not found" in proc.stderr
+
+
+def test_info_json(tiny_checkpoint):
+    proc = cli("info", "--model", tiny_checkpoint, "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["model_type"] == "idefics3" and info["tensors"] == 59
+    assert info["capabilities"]["vision"] is True and info["capabilities"]["max_context"] == 8192
+    assert info["vision"]["image_tokens_per_tile"] == 64
