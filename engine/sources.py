@@ -151,12 +151,15 @@ def download_snapshot(repo_id: str, revision: str | None = None, cache_dir: str 
 
     totals: dict[int, tuple[int, int]] = {}
     lock = threading.Lock()
+    counter = iter(range(1 << 62))
 
     class _ProgressBar(base_tqdm):  # huggingface_hub reports bytes through tqdm
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = False
             kwargs.setdefault("file", _NullFile())
             super().__init__(*args, **kwargs)
+            with lock:
+                self._key = next(counter)  # one entry per file bar, kept after the bar closes
 
         def update(self, n=1):
             if cancel is not None and cancel.is_set():
@@ -164,7 +167,7 @@ def download_snapshot(repo_id: str, revision: str | None = None, cache_dir: str 
             out = super().update(n)
             if self.unit == "B" and progress is not None:
                 with lock:
-                    totals[id(self)] = (int(self.n), int(self.total or 0))
+                    totals[self._key] = (int(self.n), int(self.total or 0))
                     done = sum(d for d, _ in totals.values())
                     total = sum(t for _, t in totals.values())
                 progress(done, total)
