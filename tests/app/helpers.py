@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-from PySide6.QtGui import QDropEvent
+from PySide6.QtCore import QMimeData, QObject, QPointF, Qt, QUrl, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
 
@@ -16,8 +17,42 @@ def file_mime(*paths: Path) -> QMimeData:
 
 
 def drop(target: QWidget, mime: QMimeData) -> bool:
-    """Deliver a drop of ``mime`` onto the centre of ``target``; True when the widget accepted it."""
-    pos = QPointF(target.rect().center())
-    event = QDropEvent(pos, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    """Drag ``mime`` onto the centre of ``target`` and drop it; True when the drop was accepted.
+
+    Qt only delivers a drop to a widget that accepted the drag-enter before it, as in a real drag.
+    """
+    pos = target.rect().center()
+    buttons, mods = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # PySide marks the QPoint overload
+        enter = QDragEnterEvent(pos, Qt.DropAction.CopyAction, mime, buttons, mods)
+    QApplication.sendEvent(target, enter)
+    if not enter.isAccepted():
+        return False
+    event = QDropEvent(QPointF(pos), Qt.DropAction.CopyAction, mime, buttons, mods)
     QApplication.sendEvent(target, event)
     return event.isAccepted()
+
+
+class Relay(QObject):
+    """Re-emits a worker's signals in the UI thread.
+
+    pytest-qt's multi-signal blockers connect plain callables, which Qt calls in the emitting
+    (worker) thread; connecting signal to signal on a UI-thread object queues them instead.
+    """
+
+    model_loading = Signal(str)
+    model_loaded = Signal(dict)
+    model_load_failed = Signal(str)
+    token = Signal(str)
+    finished = Signal(dict)
+    error = Signal(str)
+    load = Signal(str, object, object)
+
+    def __init__(self, worker) -> None:
+        super().__init__()
+        self.events: list[tuple[str, object]] = []  # (signal name, its argument), in arrival order
+        for name in ("model_loading", "model_loaded", "model_load_failed", "token", "finished", "error"):
+            getattr(worker, name).connect(getattr(self, name))
+            getattr(self, name).connect(lambda arg, name=name: self.events.append((name, arg)))
+        self.load.connect(worker.load_model)
