@@ -7,6 +7,7 @@ from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, Q
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from app.mime import carries_images, image_from_mime, local_files
+from app.qt_compat import emit
 
 MIN_LINES, MAX_LINES = 1, 8
 
@@ -36,7 +37,7 @@ class Composer(QPlainTextEdit):
         is_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if is_enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             event.accept()
-            self.submitted.emit()
+            emit(self.submitted)
             return
         if is_enter:  # Shift+Enter: a plain newline, not QPlainTextEdit's line separator
             self.insertPlainText("\n")
@@ -73,11 +74,11 @@ class Composer(QPlainTextEdit):
     def _take_images(self, mime: QMimeData) -> bool:
         files = local_files(mime)
         if files:
-            self.files_added.emit(files)
+            emit(self.files_added, files)
             return True
         image = image_from_mime(mime)
         if not image.isNull():
-            self.image_pasted.emit(image)
+            emit(self.image_pasted, image)
             return True
         return False
 

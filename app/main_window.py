@@ -26,6 +26,7 @@ from app.mime import carries_images, image_from_mime, local_files
 from app.model_picker import ModelPicker
 from app.paths import pasted_images_dir, resource
 from app.worker import SessionFactory, start_worker, stop_worker
+from app.qt_compat import emit
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
 
@@ -181,7 +182,7 @@ class MainWindow(QMainWindow):
         self._loading = True
         self._model_ready = False
         self._update_actions()
-        self.load_requested.emit(path, device, dtype)
+        emit(self.load_requested, path, device, dtype)
 
     @Slot()
     def send_message(self) -> None:
@@ -211,7 +212,7 @@ class MainWindow(QMainWindow):
         if self._busy:
             return
         self.transcript.clear()
-        self.reset_requested.emit()
+        emit(self.reset_requested)
 
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
@@ -296,7 +297,7 @@ class MainWindow(QMainWindow):
         self._busy = False
         self._update_actions()
         self.composer.setFocus()
-        self.answer_finished.emit(result)
+        emit(self.answer_finished, result)
 
     # -- drag and drop onto the whole window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

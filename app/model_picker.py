@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QPushButton, QWidget
+from app.qt_compat import emit
 
 
 class ModelPicker(QPushButton):
@@ -34,4 +35,4 @@ class ModelPicker(QPushButton):
     def _choose(self) -> None:
         folder = QFileDialog.getExistingDirectory(self.window(), "Choose a model folder")
         if folder:
-            self.model_chosen.emit(folder)
+            emit(self.model_chosen, folder)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
+from app.qt_compat import emit
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class EngineWorker(QObject):
         with self._lock:
             self._busy = True
             self._cancel_requested.clear()
-        self._generate_queued.emit(text, list(images), dict(params or {}))
+        emit(self._generate_queued, text, list(images), dict(params or {}))
 
     def cancel(self) -> None:
         """Stop the queued or running generation soon (thread-safe; a no-op when idle)."""
@@ -83,22 +84,23 @@ class EngineWorker(QObject):
     # -- slots, run in the worker thread -------------------------------------------------------
     @Slot(str, object, object)
     def load_model(self, path: str, device: str | None = None, dtype: str | None = None) -> None:
-        self.model_loading.emit(path)
+        emit(self.model_loading, path)
         try:
             session = self._session_factory(path, device, dtype)
         except Exception as exc:  # noqa: BLE001 - every failure goes to the UI, none crash it
             log.exception("loading %s failed", path)
-            self.model_load_failed.emit(describe_error(exc))
+            emit(self.model_load_failed, describe_error(exc))
             return
         with self._lock:
             self._session = session
-        self.model_loaded.emit(
+        emit(
+            self.model_loaded,
             {
                 "model_name": str(getattr(session, "model_name", path)),
                 "device": str(getattr(session, "device", "")),
                 "dtype": str(getattr(session, "dtype", "")),
                 "path": path,
-            }
+            },
         )
 
     @Slot(str, list, dict)
@@ -118,12 +120,12 @@ class EngineWorker(QObject):
             log.exception("generation failed")
             message = describe_error(exc)
             result = {"finish_reason": "error", "error": message}
-            self.error.emit(message)
+            emit(self.error, message)
         finally:
             with self._lock:
                 self._busy = False
                 self._cancel_requested.clear()
-            self.finished.emit(result)
+            emit(self.finished, result)
 
     @Slot()
     def reset(self) -> None:
@@ -142,13 +144,13 @@ class EngineWorker(QObject):
                 break
             if self._cancel_requested.is_set():
                 session.cancel()  # in case send() cleared the flag when it started
-            self.token.emit(event.text)
+            emit(self.token, event.text)
         if done is None:
             return {"finish_reason": "error", "error": "The engine stopped without a final event."}
         result = {"finish_reason": done.finish_reason, "error": done.error}
         result.update(done.stats.to_dict())
         if done.error:
-            self.error.emit(done.error)
+            emit(self.error, done.error)
         return result
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QObject, QPointF, Qt, QUrl, Signal
+from PySide6.QtCore import QMimeData, QObject, QPointF, Qt, QUrl, Signal, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
+from app.qt_compat import emit
 
 
 def file_mime(*paths: Path) -> QMimeData:
@@ -52,7 +53,38 @@ class Relay(QObject):
     def __init__(self, worker) -> None:
         super().__init__()
         self.events: list[tuple[str, object]] = []  # (signal name, its argument), in arrival order
-        for name in ("model_loading", "model_loaded", "model_load_failed", "token", "finished", "error"):
-            getattr(worker, name).connect(getattr(self, name))
-            getattr(self, name).connect(lambda arg, name=name: self.events.append((name, arg)))
+        worker.model_loading.connect(self._on_model_loading)
+        worker.model_loaded.connect(self._on_model_loaded)
+        worker.model_load_failed.connect(self._on_model_load_failed)
+        worker.token.connect(self._on_token)
+        worker.finished.connect(self._on_finished)
+        worker.error.connect(self._on_error)
         self.load.connect(worker.load_model)
+
+    def _record(self, name: str, arg) -> None:
+        self.events.append((name, arg))
+        emit(getattr(self, name), arg)
+
+    @Slot(str)
+    def _on_model_loading(self, path: str) -> None:
+        self._record("model_loading", path)
+
+    @Slot(dict)
+    def _on_model_loaded(self, info: dict) -> None:
+        self._record("model_loaded", info)
+
+    @Slot(str)
+    def _on_model_load_failed(self, message: str) -> None:
+        self._record("model_load_failed", message)
+
+    @Slot(str)
+    def _on_token(self, text: str) -> None:
+        self._record("token", text)
+
+    @Slot(dict)
+    def _on_finished(self, result: dict) -> None:
+        self._record("finished", result)
+
+    @Slot(str)
+    def _on_error(self, message: str) -> None:
+        self._record("error", message)

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 
 from tests.app.fakes import FakeFactory, FakeSession
 from tests.app.helpers import drop, file_mime
+from app.qt_compat import emit
 
 
 class SlowFactory(FakeFactory):
@@ -52,7 +53,7 @@ def test_load_failure_shows_error_and_window_stays_usable(qtbot, make_window, pn
 
     # Choosing another model afterwards works.
     factory.fail = None
-    win.model_picker.model_chosen.emit("/models/good")
+    emit(win.model_picker.model_chosen, "/models/good")
     qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=5000)
     assert win.model_info["path"] == "/models/good"
     with qtbot.waitSignal(win.answer_finished, timeout=5000):

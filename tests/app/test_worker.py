@@ -9,6 +9,7 @@ import pytest
 from app.worker import describe_error, start_worker, stop_worker
 from tests.app.fakes import FakeFactory, FakeSession
 from tests.app.helpers import Relay
+from app.qt_compat import emit
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def start():
 
 def load(qtbot, relay, path="/models/fake") -> dict:
     with qtbot.waitSignals([relay.model_loading, relay.model_loaded], order="strict", timeout=5000):
-        relay.load.emit(path, None, None)
+        emit(relay.load, path, None, None)
     assert [name for name, _ in relay.events] == ["model_loading", "model_loaded"]
     assert relay.events[0][1] == path
     info = relay.events[1][1]
@@ -72,7 +73,7 @@ def test_max_new_tokens_reaches_the_engine(qtbot, start):
 def test_load_failure_is_reported(qtbot, start):
     _worker, relay = start(FakeFactory(fail="config.json not found in /nowhere"))
     with qtbot.waitSignals([relay.model_loading, relay.model_load_failed], order="strict", timeout=5000):
-        relay.load.emit("/nowhere", None, None)
+        emit(relay.load, "/nowhere", None, None)
     assert relay.events == [("model_loading", "/nowhere"), ("model_load_failed", "config.json not found in /nowhere")]
 
 
@@ -111,13 +112,24 @@ def test_cancel_from_ui_thread_while_generating(qtbot, start):
 
 def test_cancel_before_the_queued_generation_starts(qtbot, start):
     session = FakeSession(tokens=["t"] * 100)
-    worker, relay = start(FakeFactory(session))
+    gate = threading.Event()
+
+    class GatedFactory(FakeFactory):
+        def __call__(self, path, device, dtype):
+            if path == "/models/slow":
+                gate.wait(5)  # keeps the worker thread busy while the UI queues and cancels
+            return super().__call__(path, device, dtype)
+
+    worker, relay = start(GatedFactory(session))
     load(qtbot, relay)
-    with qtbot.waitSignal(relay.finished, timeout=5000) as blocker:
-        worker.request_generate("go", [], {})
-        worker.cancel()
-    assert blocker.args[0]["finish_reason"] == "cancelled"
-    assert session.yielded <= 1
+    emit(relay.load, "/models/slow", None, None)  # the worker thread blocks in this load
+    worker.request_generate("go", [], {})
+    worker.cancel()
+    gate.set()
+    qtbot.waitUntil(lambda: any(name == "finished" for name, _ in relay.events), timeout=5000)
+    finished = [arg for name, arg in relay.events if name == "finished"]
+    assert finished == [{"finish_reason": "cancelled", "error": None}]
+    assert session.calls == []  # cancelled before the engine was asked at all
 
 
 def test_cancel_when_idle_does_not_poison_next_answer(qtbot, start):
