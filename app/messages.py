@@ -103,6 +103,8 @@ class AssistantMessage(QWidget):
         outer.addStretch(0)  # takes what the bubble's maximum width leaves
 
     def append(self, piece: str) -> None:
+        if not self.text:
+            piece = piece.lstrip()  # the model's first token usually carries the space after "Assistant:"
         if not piece:
             return
         if not self.text:

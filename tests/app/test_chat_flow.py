@@ -59,7 +59,7 @@ def test_stop_ends_a_long_answer_early(qtbot, make_window):
     assert answer.finish_reason == "cancelled"
     assert "cancelled" in answer.footer()
     assert "cancelled" in win.stats_label.text()
-    assert answer.text == "".join(f" w{i}" for i in range(result["generated_tokens"]))
+    assert answer.text == "".join(f" w{i}" for i in range(result["generated_tokens"])).lstrip()
     assert not win.stop_button.isEnabled()
 
 
