@@ -117,6 +117,8 @@ class SmolVlmModel(GenerativeModel, nn.Module):
             model.lm_head.weight = model.model.text_model.embed_tokens.weight
         model.eval()
         model.requires_grad_(False)
+        model.model.text_model.fuse()
+        model.model.vision_model.fuse()
         return model
 
     def create_kv_cache(self, config: CacheConfig) -> KVCache:

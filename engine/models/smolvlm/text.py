@@ -10,7 +10,7 @@ from torch import nn
 
 from engine.kv_cache import KVCache
 from engine.metadata import TextConfig
-from engine.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary
+from engine.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary, fuse_linears
 
 
 class SelfAttention(nn.Module):
@@ -26,10 +26,22 @@ class SelfAttention(nn.Module):
         self.k_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=cfg.attention_bias)
+        self.qkv_proj: nn.Linear | None = None
+
+    def fuse(self) -> None:
+        """Replace q/k/v by one ``qkv_proj`` matmul (after loading; the checkpoint keeps three)."""
+        self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+        del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
                 layer: int) -> torch.Tensor:
         b, s, _ = x.shape
+        if self.qkv_proj is not None:
+            h, hkv = self.num_heads, self.num_kv_heads
+            qkv = self.qkv_proj(x).view(b, s, h + 2 * hkv, self.head_dim).transpose(1, 2)  # [B, H+2Hkv, S, D]
+            qk = apply_rotary(qkv[:, :h + hkv], cos, sin)  # q and k rotated in one pass
+            out = cache.attend(layer, qk[:, :h], qk[:, h:], qkv[:, h + hkv:])  # [B, H, S, D]
+            return self.o_proj(out.transpose(1, 2).reshape(b, s, h * self.head_dim))
         q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, S, D]
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -50,6 +62,10 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def fuse(self) -> None:
+        self.self_attn.fuse()
+        self.mlp.fuse()
+
 
 class TextModel(nn.Module):
     """Embeddings, decoder layers and final norm; ``forward`` returns final-norm hidden states."""
@@ -63,6 +79,11 @@ class TextModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings)
+
+    def fuse(self) -> None:
+        """Fuse q/k/v and gate/up projections of every layer (done by ``SmolVlmModel.load``)."""
+        for layer in self.layers:
+            layer.fuse()
 
     def forward(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """``x [B, S, H]`` embeddings at positions ``[cache.seq_len, +S)`` -> hidden ``[B, S, H]``.

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.metadata import VisionConfig
+from engine.models.layers import fuse_linears
 
 
 class VisionEmbeddings(nn.Module):
@@ -43,9 +44,19 @@ class VisionAttention(nn.Module):
         self.k_proj = nn.Linear(d, d)
         self.v_proj = nn.Linear(d, d)
         self.out_proj = nn.Linear(d, d)
+        self.qkv_proj: nn.Linear | None = None
+
+    def fuse(self) -> None:
+        """One ``qkv_proj`` matmul instead of three (after loading; the checkpoint keeps three)."""
+        self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+        del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, t, d = x.shape
+        if self.qkv_proj is not None:
+            q, k, v = self.qkv_proj(x).view(n, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            out = F.scaled_dot_product_attention(q, k, v)
+            return self.out_proj(out.transpose(1, 2).reshape(n, t, d))
         q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)  # [N, h, T, hd]
         k = self.k_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
@@ -104,3 +115,7 @@ class VisionTransformer(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.post_layernorm(self.encoder(self.embeddings(pixel_values)))
+
+    def fuse(self) -> None:
+        for layer in self.encoder.layers:
+            layer.self_attn.fuse()
