@@ -385,7 +385,21 @@ class ImageProcessor:
         return ProcessedImage(tiles=self._normalize(tiles), rows=rows, cols=cols, image_seq_len=self.image_seq_len)
 
     def _normalize(self, tiles: np.ndarray) -> np.ndarray:
-        """``rescale`` (float64 multiply, then float32) and ``normalize`` (float32), per channel."""
+        """``rescale`` (float64 multiply, then float32) and ``normalize`` (float32), per channel.
+
+        uint8 tiles go through a 256-entry table per channel built with exactly these operations, so
+        the result is bit-identical at a fraction of the cost (17 tiles: ~13M pixels, ~0.4 s -> ~0.05 s).
+        """
+        if tiles.dtype == np.uint8 and tiles.ndim == 4:
+            lut = self._reference_normalize(np.arange(256, dtype=np.uint8).reshape(1, 1, 1, 256)
+                                            .repeat(tiles.shape[1], axis=1))[0, :, 0]  # [C, 256]
+            out = np.empty(tiles.shape, dtype=np.float32)
+            for c in range(tiles.shape[1]):
+                np.take(lut[c], tiles[:, c], out=out[:, c])
+            return out
+        return self._reference_normalize(tiles)
+
+    def _reference_normalize(self, tiles: np.ndarray) -> np.ndarray:
         x = tiles.astype(np.float64) * self.rescale_factor if self.do_rescale else tiles
         x = x.astype(np.float32)
         if self.do_normalize:

@@ -7,14 +7,16 @@ tower runs once, at prefill.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from typing import Self
 
 import torch
 from torch import nn
 
-from engine.device import choose_dtype
+from engine.device import DTYPES, choose_dtype
 from engine.errors import ModelLoadError
 from engine.kv_cache import CacheConfig, CacheShape, KVCache, create_kv_cache
 from engine.metadata import ModelMetadata
@@ -25,7 +27,10 @@ from engine.models.smolvlm.vision import VisionTransformer
 from engine.sources import ModelSource
 
 # Tiles per vision-tower call: bounds the [tiles, heads, 1024, 1024] attention scores on the CPU.
+# On a GPU 4 tiles (4096 tokens per matmul) already fill an H200 and keep activations (the
+# [tiles, 1024, 3072] MLP intermediate) small next to the weights: peak memory is a target.
 VISION_TILE_CHUNK = 4
+VISION_TILE_CHUNK_GPU = 4
 
 
 class Idefics3Inner(nn.Module):
@@ -56,9 +61,14 @@ def sanitize(names_and_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str,
 class SmolVlmModel(GenerativeModel, nn.Module):
     """SmolVLM-256M/500M/2.2B-Instruct and SmolVLM2 (``model_type`` idefics3 / smolvlm)."""
 
+    #: Decode through :class:`StaticDecoder` (a CUDA graph per KV bucket): ``None`` = on CUDA only.
+    static_decode: bool | None = None
+
     def __init__(self, meta: ModelMetadata):
         nn.Module.__init__(self)
         self._meta = meta
+        self._static = None
+        self._threads = None  # DecodeThreads, made at the first CPU decode step
         self.model = Idefics3Inner(meta)
         self.lm_head = nn.Linear(meta.text.hidden_size, meta.text.vocab_size, bias=False)
 
@@ -69,11 +79,11 @@ class SmolVlmModel(GenerativeModel, nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.lm_head.weight.device
+        return self.model.text_model.embed_tokens.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.lm_head.weight.dtype
+        return self.model.text_model.embed_tokens.weight.dtype
 
     @classmethod
     def load(cls, source: ModelSource, device: torch.device, dtype: torch.dtype | None = None) -> Self:
@@ -111,7 +121,9 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         for name, tensor in state.items():
             if not tensor.is_floating_point():
                 raise ModelLoadError(f"{source.folder}: tensor {name} has non-float dtype {tensor.dtype}")
-            converted[name] = tensor.to(device=device, dtype=dtype)
+            # Convert on the host and move each final tensor to the device once, after fusing:
+            # fused q/k/v and gate/up are built here, so the device never holds both copies.
+            converted[name] = tensor.to(dtype=dtype)
         model.load_state_dict(converted, strict=True, assign=True)
         if meta.tie_word_embeddings and state["lm_head.weight"] is state["model.text_model.embed_tokens.weight"]:
             model.lm_head.weight = model.model.text_model.embed_tokens.weight
@@ -119,6 +131,18 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         model.requires_grad_(False)
         model.model.text_model.fuse()
         model.model.vision_model.fuse()
+        model.to(device)
+        vision_dtype = os.environ.get("SMOLCHAT_VISION_DTYPE", "")
+        if vision_dtype:
+            # e.g. bfloat16 on a CPU with AMX/AVX512-BF16: the vision tower is compute-bound (17 tiles x
+            # 12 layers x 1024 tokens) and bf16 matmuls run ~6x faster there; text stays in ``dtype``.
+            vd = DTYPES[vision_dtype]
+            model.model.vision_model.to(vd)
+            model.model.connector.to(vd)
+        if os.environ.get("SMOLCHAT_WEIGHTS", "") == "int8" and device.type == "cpu":
+            from engine.models.quantize import quantize_int8
+
+            quantize_int8(model, inplace=True)
         return model
 
     def create_kv_cache(self, config: CacheConfig) -> KVCache:
@@ -134,11 +158,13 @@ class SmolVlmModel(GenerativeModel, nn.Module):
     @torch.inference_mode()
     def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``."""
-        pixel_values = pixel_values.to(device=self.device, dtype=self.dtype)
+        vdtype = self.model.connector.modality_projection.proj.weight.dtype  # see vision_dtype in load
+        pixel_values = pixel_values.to(device=self.device, dtype=vdtype)
+        chunk_size = VISION_TILE_CHUNK if self.device.type == "cpu" else VISION_TILE_CHUNK_GPU
         feats = []
-        for chunk in pixel_values.split(VISION_TILE_CHUNK):
+        for chunk in pixel_values.split(chunk_size):
             feats.append(self.model.connector(self.model.vision_model(chunk)))
-        return torch.cat(feats)
+        return torch.cat(feats).to(self.dtype)
 
     @torch.inference_mode()
     def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -163,6 +189,16 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
         return embeds
 
+    def _static_decoder(self):
+        use = self.static_decode if self.static_decode is not None else self.device.type == "cuda"
+        if not use:
+            return None
+        if self._static is None:
+            from engine.models.smolvlm.static_decode import StaticDecoder
+
+            self._static = StaticDecoder(self)
+        return self._static
+
     # -- contract: prefill / decode ---------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
@@ -174,5 +210,21 @@ class SmolVlmModel(GenerativeModel, nn.Module):
     def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
         if input.shape[1] != 1:
             raise ValueError(f"decode takes one position per row, got {input.shape[1]}")
-        hidden = self.model.text_model(input, cache)
-        return self.lm_head(hidden[:, -1])
+        static = self._static_decoder()
+        if static is not None and static.supports(cache, input):
+            return static.decode(input.to(device=self.device, dtype=self.dtype), cache)
+        if self.device.type != "cpu":
+            return self.lm_head(self.model.text_model(input, cache)[:, -1])
+        if self._threads is None:
+            from engine.device import DecodeThreads
+
+            self._threads = DecodeThreads()
+        n, prev = self._threads.pick(), torch.get_num_threads()
+        torch.set_num_threads(n)
+        t = time.perf_counter()
+        try:
+            logits = self.lm_head(self.model.text_model(input, cache)[:, -1])
+        finally:
+            torch.set_num_threads(prev)
+        self._threads.record(n, time.perf_counter() - t)
+        return logits
