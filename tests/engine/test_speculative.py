@@ -224,3 +224,11 @@ def test_sampled_output_keeps_the_target_distribution(params):
     z = 3.09
     limit = dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
     assert chi2 < limit, (chi2, limit)
+
+
+def test_info_lists_every_capability(tiny_checkpoint):
+    from engine.__main__ import model_info
+
+    caps = model_info(str(tiny_checkpoint))["capabilities"]
+    assert caps == {"vision": True, "embeddings": True, "speculative_decoding": True, "paged_cache": True,
+                    "max_context": 8192}
