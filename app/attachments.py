@@ -1,0 +1,86 @@
+"""The strip of images waiting to be sent with the next message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+
+from app.thumbnails import thumbnail
+from app.qt_compat import emit
+
+CHIP_SIZE = QSize(64, 64)
+
+
+class AttachmentChip(QFrame):
+    """One pending image: a square thumbnail with a remove button in its corner."""
+
+    remove_requested = Signal(str)
+
+    def __init__(self, path: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("attachmentChip")
+        self.path = path
+        self.setToolTip(Path(path).name)
+        self.setFixedSize(CHIP_SIZE + QSize(8, 8))
+        image = QLabel(self)
+        image.setObjectName("attachmentThumb")
+        image.setGeometry(4, 4, CHIP_SIZE.width(), CHIP_SIZE.height())
+        image.setPixmap(thumbnail(path, CHIP_SIZE, square=True, radius=8, dpr=self.devicePixelRatioF()))
+        remove = QToolButton(self)
+        remove.setObjectName("removeAttachment")
+        remove.setText("✕")
+        remove.setToolTip(f"Remove {Path(path).name}")
+        remove.setAccessibleName(f"Remove {Path(path).name}")
+        remove.setCursor(Qt.CursorShape.PointingHandCursor)
+        remove.setGeometry(self.width() - 24, 0, 22, 22)
+        remove.clicked.connect(lambda: emit(self.remove_requested, self.path))
+
+
+class AttachmentStrip(QWidget):
+    """Thumbnails of the images that go with the next message; hidden while empty."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("attachments")
+        self._chips: list[AttachmentChip] = []
+        self._layout = QHBoxLayout(self)
+        self._layout.setContentsMargins(4, 4, 4, 0)
+        self._layout.setSpacing(6)
+        self._layout.addStretch(1)
+        self.hide()
+
+    def paths(self) -> list[str]:
+        return [chip.path for chip in self._chips]
+
+    @Slot(str)
+    def add(self, path: str) -> bool:
+        """Add ``path`` unless it is already pending; True when added."""
+        if path in self.paths():
+            return False
+        chip = AttachmentChip(path, self)
+        chip.remove_requested.connect(self.remove)
+        self._chips.append(chip)
+        self._layout.insertWidget(len(self._chips) - 1, chip)
+        self._sync()
+        return True
+
+    @Slot(str)
+    def remove(self, path: str) -> None:
+        for chip in [c for c in self._chips if c.path == path]:
+            self._chips.remove(chip)
+            chip.hide()
+            chip.deleteLater()
+        self._sync()
+
+    @Slot()
+    def clear(self) -> None:
+        for path in self.paths():
+            self.remove(path)
+
+    def _sync(self) -> None:
+        self.setVisible(bool(self._chips))
+        emit(self.changed)

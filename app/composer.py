@@ -1,0 +1,90 @@
+"""The message input: Enter sends, Shift+Enter breaks the line, images can be dropped or pasted."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QKeyEvent
+from PySide6.QtWidgets import QPlainTextEdit, QWidget
+
+from app.mime import carries_images, image_from_mime, local_files
+from app.qt_compat import emit
+
+MIN_LINES, MAX_LINES = 1, 8
+
+
+class Composer(QPlainTextEdit):
+    """A plain-text editor that emits signals instead of inserting files or images.
+
+    Dropped or pasted files become ``files_added(list[str])``; pasted image data becomes
+    ``image_pasted(QImage)``. Validation belongs to the window, not to this widget.
+    """
+
+    submitted = Signal()
+    files_added = Signal(list)
+    image_pasted = Signal(QImage)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("composer")
+        self.setAccessibleName("Message")
+        self.setPlaceholderText("Ask about an image…")
+        self.setTabChangesFocus(True)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self._fit_height()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        is_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        if is_enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            event.accept()
+            emit(self.submitted)
+            return
+        if is_enter:  # Shift+Enter: a plain newline, not QPlainTextEdit's line separator
+            self.insertPlainText("\n")
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    # Paste (Ctrl+V) and drop both end in insertFromMimeData.
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return carries_images(source) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        if not self._take_images(source):
+            super().insertFromMimeData(source)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if carries_images(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        if carries_images(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragMoveEvent(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        if self._take_images(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dropEvent(event)
+
+    def _take_images(self, mime: QMimeData) -> bool:
+        files = local_files(mime)
+        if files:
+            emit(self.files_added, files)
+            return True
+        image = image_from_mime(mime)
+        if not image.isNull():
+            emit(self.image_pasted, image)
+            return True
+        return False
+
+    def _fit_height(self) -> None:
+        line = self.fontMetrics().lineSpacing()
+        lines = max(MIN_LINES, min(MAX_LINES, round(self.document().size().height())))
+        margins = self.contentsMargins().top() + self.contentsMargins().bottom()
+        padding = 2 * round(self.document().documentMargin()) + margins + 4
+        self.setFixedHeight(lines * line + padding)

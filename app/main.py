@@ -1,0 +1,46 @@
+"""Entry point: ``smolchat [--model DIR_OR_REPO] [--device ...] [--dtype ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from app.main_window import MainWindow
+from app.paths import resource
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="smolchat", description="Private, local multimodal chat.")
+    parser.add_argument("--model", metavar="DIR_OR_REPO", help="model folder or Hugging Face repo id")
+    parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")
+    parser.add_argument("--dtype", help="e.g. float32 or bfloat16 (default: chosen for the device)")
+    return parser.parse_args(argv)
+
+
+def create_app(argv: list[str]) -> QApplication:
+    """The QApplication with Smolchat's name, icon and style sheet."""
+    app = QApplication.instance() or QApplication(argv)
+    app.setApplicationName("Smolchat")
+    app.setApplicationDisplayName("Smolchat")
+    app.setDesktopFileName("smolchat")
+    app.setWindowIcon(QIcon(str(resource("smolchat.svg"))))
+    app.setStyle("Fusion")  # consistent across platforms; the style sheet follows the palette
+    app.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    app = create_app(sys.argv[:1])
+    window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
+    window.show()  # before the model is loaded: loading runs in the worker thread
+    code = app.exec()
+    window.shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

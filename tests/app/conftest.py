@@ -1,0 +1,79 @@
+"""Fixtures for the app tests: offscreen Qt, a temporary data folder, fake engine, clean teardown."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from tests.app.fakes import FakeFactory, FakeSession  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "appdata"
+    monkeypatch.setenv("SMOLCHAT_DATA_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _close_windows(qapp):
+    """Close every window and join every engine thread, so no QThread outlives its test."""
+    yield
+    from app.main_window import MainWindow
+    from app.worker import stop_all_workers
+
+    for widget in qapp.topLevelWidgets():
+        if isinstance(widget, MainWindow):
+            widget.close()
+            assert widget._thread.isFinished(), "engine thread still running after close"
+    assert stop_all_workers() == 0, "an engine thread did not stop"
+
+
+@pytest.fixture
+def make_window(qtbot):
+    """Build shown MainWindows on fake factories; they stay referenced until teardown."""
+    from app.main_window import MainWindow
+
+    windows = []
+
+    def make(factory, model_path: str | None = "/models/fake", wait_loaded: bool = True):
+        win = MainWindow(model_path, session_factory=factory)
+        qtbot.addWidget(win)
+        windows.append(win)
+        win.show()
+        if wait_loaded:
+            # waitUntil, not waitSignal: the worker may emit model_loaded before we could connect.
+            qtbot.waitUntil(lambda: bool(win.model_info), timeout=5000)
+        return win
+
+    yield make
+    for win in windows:
+        win.close()
+
+
+@pytest.fixture
+def fake_session():
+    return FakeSession(tokens=["The", " cat", " is", " orange", "."], delay=0.005)
+
+
+@pytest.fixture
+def factory(fake_session):
+    return FakeFactory(fake_session)
+
+
+@pytest.fixture
+def window(make_window, factory):
+    """A shown MainWindow whose fake model has finished loading."""
+    return make_window(factory)
+
+
+@pytest.fixture
+def png(tmp_path):
+    """A real 64x48 PNG made with Pillow."""
+    path = tmp_path / "photo.png"
+    Image.new("RGB", (64, 48), (230, 120, 30)).save(path)
+    return path

@@ -1,0 +1,138 @@
+"""Attaching images: drop, paste, pick, validation and removal."""
+
+from __future__ import annotations
+
+from PIL import Image
+from PySide6.QtCore import QMimeData, Qt
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QApplication, QFileDialog, QToolButton
+
+from tests.app.helpers import drop, file_mime
+
+
+def test_drop_on_window_adds_attachment(window, png):
+    assert drop(window, file_mime(png))
+    assert window.attachments.paths() == [str(png.resolve())]
+    assert not window.attachments.isHidden()
+
+
+def test_dropping_the_same_image_twice_attaches_it_once(window, png):
+    drop(window.composer, file_mime(png))
+    drop(window.composer, file_mime(png))
+    assert window.attachments.paths() == [str(png.resolve())]
+
+
+def test_text_file_named_png_shows_error_and_keeps_text(qtbot, window, tmp_path):
+    fake = tmp_path / "notes.png"
+    fake.write_text("this is not an image\n")
+    qtbot.keyClicks(window.composer, "Describe this")
+    drop(window.composer, file_mime(fake))
+
+    assert window.attachments.paths() == []
+    assert window.banner.message() == "“notes.png” is not an image Smolchat can read."
+    assert not window.banner.isHidden()
+    assert window.composer.toPlainText() == "Describe this"
+
+
+def test_zero_byte_file_shows_error_and_keeps_text(qtbot, window, tmp_path):
+    empty = tmp_path / "empty.jpg"
+    empty.touch()
+    qtbot.keyClicks(window.composer, "What is it?")
+    drop(window, file_mime(empty))
+
+    assert window.attachments.paths() == []
+    assert window.banner.message() == "“empty.jpg” is empty (0 bytes), so it is not an image."
+    assert window.composer.toPlainText() == "What is it?"
+
+
+def test_truncated_image_is_rejected(window, tmp_path):
+    good = tmp_path / "good.jpg"
+    Image.effect_noise((256, 256), 40).convert("RGB").save(good, quality=90)
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    drop(window, file_mime(broken))
+    assert window.attachments.paths() == []
+    assert "broken.jpg" in window.banner.message()
+
+
+def test_good_and_bad_files_in_one_drop(window, png, tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"nope")
+    drop(window, file_mime(png, bad))
+    assert window.attachments.paths() == [str(png.resolve())]
+    assert "bad.png" in window.banner.message()
+
+
+def test_dismissing_the_banner_hides_it(qtbot, window, tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"nope")
+    drop(window, file_mime(bad))
+    qtbot.mouseClick(window.banner.findChild(QToolButton, "dismissBanner"), Qt.MouseButton.LeftButton)
+    assert window.banner.isHidden() and window.banner.message() == ""
+
+
+def test_ctrl_v_pastes_clipboard_image_as_png_in_data_dir(qtbot, window, data_dir):
+    image = QImage(40, 30, QImage.Format.Format_RGB32)
+    image.fill(Qt.GlobalColor.darkCyan)
+    QApplication.clipboard().setImage(image)
+    qtbot.keyClicks(window.composer, "keep me")
+    window.composer.setFocus()
+    qtbot.keyClick(window.composer, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+
+    paths = window.attachments.paths()
+    assert len(paths) == 1
+    assert paths[0].startswith(str((data_dir / "pasted").resolve()))
+    with Image.open(paths[0]) as saved:
+        assert saved.format == "PNG" and saved.size == (40, 30)
+    assert window.composer.toPlainText() == "keep me"
+
+
+def test_ctrl_v_pastes_file_urls(qtbot, window, png):
+    mime = file_mime(png)
+    QApplication.clipboard().setMimeData(mime)
+    window.composer.setFocus()
+    qtbot.keyClick(window.composer, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert window.attachments.paths() == [str(png.resolve())]
+    assert window.composer.toPlainText() == ""
+
+
+def test_ctrl_v_pastes_plain_text_as_text(qtbot, window):
+    mime = QMimeData()
+    mime.setText("just words")
+    QApplication.clipboard().setMimeData(mime)
+    window.composer.setFocus()
+    qtbot.keyClick(window.composer, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert window.composer.toPlainText() == "just words"
+    assert window.attachments.paths() == []
+
+
+def test_remove_button_removes_that_attachment(qtbot, window, png, tmp_path):
+    other = tmp_path / "other.png"
+    Image.new("RGB", (20, 20), "blue").save(other)
+    drop(window, file_mime(png, other))
+    assert len(window.attachments.paths()) == 2
+
+    buttons = window.attachments.findChildren(QToolButton, "removeAttachment")
+    qtbot.mouseClick(buttons[0], Qt.MouseButton.LeftButton)
+    assert window.attachments.paths() == [str(other.resolve())]
+    qtbot.mouseClick(window.attachments.findChildren(QToolButton, "removeAttachment")[-1], Qt.MouseButton.LeftButton)
+    assert window.attachments.paths() == []
+    assert window.attachments.isHidden()
+
+
+def test_attach_button_opens_picker_and_validates(qtbot, window, png, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.gif"
+    bad.write_bytes(b"GIF89a-truncated")
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(png), str(bad)], ""))
+    qtbot.mouseClick(window.attach_button, Qt.MouseButton.LeftButton)
+    assert window.attachments.paths() == [str(png.resolve())]
+    assert "bad.gif" in window.banner.message()
+
+
+def test_image_only_message_can_be_sent(qtbot, window, fake_session, png):
+    drop(window, file_mime(png))
+    assert window.send_button.isEnabled()
+    with qtbot.waitSignal(window.answer_finished, timeout=5000):
+        qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    assert fake_session.calls[-1]["text"] == ""
+    assert fake_session.calls[-1]["images"] == [str(png.resolve())]

@@ -1,0 +1,125 @@
+"""End-to-end through the real widgets and worker thread, with a fake engine session."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QToolButton
+
+from tests.app.fakes import FakeFactory, FakeSession
+from tests.app.helpers import drop, file_mime
+
+
+def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png):
+    assert drop(window.composer, file_mime(png))
+    assert window.attachments.paths() == [str(png.resolve())]
+
+    qtbot.keyClicks(window.composer, "What colour is the cat?")
+    with qtbot.waitSignal(window.answer_finished, timeout=5000) as finished:
+        qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+
+    assert finished.args[0]["finish_reason"] == "stop"
+    assert finished.args[0]["generated_tokens"] == 5
+    qtbot.waitUntil(lambda: window.send_button.isVisible())
+    call = fake_session.calls[-1]
+    assert call["text"] == "What colour is the cat?"
+    assert call["images"] == [str(png.resolve())]
+    assert call["thread"] != threading.get_ident()  # the engine ran off the UI thread
+    messages = window.transcript.messages()
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0] == {"role": "user", "text": "What colour is the cat?", "images": [str(png.resolve())]}
+    assert messages[1]["text"] == "The cat is orange."
+    shown = [label.text() for label in window.transcript.findChildren(QLabel, "assistantText")]
+    assert shown == ["The cat is orange."]
+    assert window.composer.toPlainText() == ""
+    assert window.attachments.paths() == []
+    assert window.stop_button.isEnabled() is False
+    window.composer.setPlainText("next")
+    assert window.send_button.isEnabled() is True
+    stats = window.findChild(QLabel, "statusStats").text()
+    assert "FakeVLM-256M" in stats and "cpu" in stats
+    assert "TTFT 0.12 s" in stats and "25.0 tok/s" in stats and "42 prompt / 5 generated tokens" in stats
+
+
+def test_stop_ends_a_long_answer_early(qtbot, make_window):
+    session = FakeSession(tokens=[f" w{i}" for i in range(400)], delay=0.01)
+    win = make_window(FakeFactory(session))
+    qtbot.keyClicks(win.composer, "Tell me a long story")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+        assert win.stop_button.isEnabled() and not win.send_button.isEnabled()
+        qtbot.waitUntil(lambda: len(win.transcript.messages()[-1]["text"]) > 0, timeout=5000)
+        qtbot.mouseClick(win.stop_button, Qt.MouseButton.LeftButton)
+
+    result = finished.args[0]
+    assert result["finish_reason"] == "cancelled"
+    assert 0 < result["generated_tokens"] < 400
+    answer = win.transcript.last_assistant()
+    assert answer.finish_reason == "cancelled"
+    assert "cancelled" in answer.footer()
+    assert "cancelled" in win.stats_label.text()
+    assert answer.text == "".join(f" w{i}" for i in range(result["generated_tokens"])).lstrip()
+    assert not win.stop_button.isEnabled()
+
+
+def test_enter_sends_and_shift_enter_inserts_newline(qtbot, window, fake_session):
+    qtbot.keyClicks(window.composer, "first line")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(window.composer, "second line")
+    assert window.composer.toPlainText() == "first line\nsecond line"
+    assert fake_session.calls == []
+
+    with qtbot.waitSignal(window.answer_finished, timeout=5000):
+        qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert fake_session.calls[-1]["text"] == "first line\nsecond line"
+    assert fake_session.calls[-1]["images"] == []
+
+
+def test_enter_on_empty_composer_sends_nothing(qtbot, window, fake_session):
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    qtbot.wait(50)
+    assert fake_session.calls == []
+    assert window.transcript.messages() == []
+
+
+def test_engine_image_error_is_shown_and_prompt_restored(qtbot, make_window, png):
+    session = FakeSession(image_error=f"cannot decode image {png.name}: truncated data")
+    win = make_window(FakeFactory(session))
+    win.add_files([str(png)])
+    qtbot.keyClicks(win.composer, "What is this?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+
+    assert win.banner.message() == f"cannot decode image {png.name}: truncated data"
+    assert win.composer.toPlainText() == "What is this?"
+    assert win.transcript.last_assistant().finish_reason == "error"
+    assert win.send_button.isEnabled() and not win.stop_button.isEnabled()
+
+
+def test_new_chat_clears_transcript_and_resets_session(qtbot, window, fake_session):
+    qtbot.keyClicks(window.composer, "hi")
+    with qtbot.waitSignal(window.answer_finished, timeout=5000):
+        qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    qtbot.mouseClick(window.findChild(type(window.new_chat_button), "newChatButton"), Qt.MouseButton.LeftButton)
+    assert window.transcript.messages() == []
+    qtbot.waitUntil(lambda: fake_session.resets == 1, timeout=5000)
+
+
+def test_close_while_generating_cancels_and_joins_thread(qtbot, make_window):
+    session = FakeSession(tokens=["x"] * 10_000, delay=0.01)
+    win = make_window(FakeFactory(session))
+    qtbot.keyClicks(win.composer, "go")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: session.yielded > 3, timeout=5000)
+    win.close()
+    assert win._thread.isFinished()
+    assert session.yielded < 10_000
+
+
+def test_widgets_have_the_documented_object_names(window):
+    for name in ("composer", "transcript", "attachments", "statusStats", "modelPicker"):
+        assert window.findChild(object, name) is not None, name
+    for name in ("sendButton", "stopButton", "attachButton"):
+        assert isinstance(window.findChild(QToolButton, name), QToolButton), name
+    assert window.windowTitle() == "Smolchat"

@@ -1,0 +1,69 @@
+"""Loading a model through the window: loading state, failure, recovery."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import Qt
+
+from tests.app.fakes import FakeFactory, FakeSession
+from tests.app.helpers import drop, file_mime
+from app.qt_compat import emit
+
+
+class SlowFactory(FakeFactory):
+    """Blocks in load until released, so the test can see the loading state."""
+
+    def __init__(self, session=None, fail=None):
+        super().__init__(session, fail)
+        self.release = threading.Event()
+
+    def __call__(self, path, device, dtype):
+        self.release.wait(5)
+        return super().__call__(path, device, dtype)
+
+
+def test_window_shows_loading_state_and_disables_send(qtbot, make_window):
+    factory = SlowFactory()
+    win = make_window(factory, wait_loaded=False)
+    qtbot.waitUntil(lambda: win.model_picker.text() == "Loading model…", timeout=5000)
+    qtbot.keyClicks(win.composer, "early question")
+    assert not win.send_button.isEnabled()
+    assert "Loading model from /models/fake" in win.stats_label.text()
+    factory.release.set()
+    qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=5000)
+    assert win.model_picker.text().startswith("FakeVLM-256M")
+    assert win.stats_label.text() == "FakeVLM-256M · cpu · float32 · ready"
+    assert win.composer.toPlainText() == "early question"
+
+
+def test_load_failure_shows_error_and_window_stays_usable(qtbot, make_window, png):
+    factory = FakeFactory(fail="/models/broken: config.json is missing")
+    win = make_window(factory, wait_loaded=False)
+    qtbot.waitUntil(lambda: not win.banner.isHidden(), timeout=5000)
+
+    assert win.banner.message() == "Could not load the model: /models/broken: config.json is missing"
+    assert win.stats_label.text() == "No model loaded"
+    assert win.model_picker.isEnabled() and win.model_picker.text() == "Choose a model…"
+    qtbot.keyClicks(win.composer, "still typing")
+    assert drop(win.composer, file_mime(png))
+    assert win.composer.toPlainText() == "still typing"
+    assert win.attachments.paths() == [str(png.resolve())]
+    assert not win.send_button.isEnabled()
+
+    # Choosing another model afterwards works.
+    factory.fail = None
+    emit(win.model_picker.model_chosen, "/models/good")
+    qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=5000)
+    assert win.model_info["path"] == "/models/good"
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+    assert win.transcript.messages()[-1]["text"] == "Hello, world!"
+
+
+def test_window_without_model_asks_for_one(qtbot, make_window):
+    win = make_window(FakeFactory(FakeSession()), model_path=None, wait_loaded=False)
+    assert win.model_picker.text() == "Choose a model…"
+    assert "No model loaded" in win.stats_label.text()
+    qtbot.keyClicks(win.composer, "hello")
+    assert not win.send_button.isEnabled()

@@ -1,0 +1,68 @@
+"""Pure helpers: data folder, resources, status text, entry-point arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.formatting import finish_footer, model_summary, stats_summary
+from app.images import InvalidImageError, validate_image
+from app.main import create_app, parse_args
+from app.paths import data_dir, pasted_images_dir, resource, resources_dir
+
+
+def test_data_dir_honours_env(data_dir):
+    from app import paths
+
+    assert paths.data_dir() == data_dir and data_dir.is_dir()
+    assert pasted_images_dir() == data_dir / "pasted"
+
+
+def test_data_dir_default_is_platform_user_data_dir(monkeypatch):
+    import platformdirs
+
+    monkeypatch.delenv("SMOLCHAT_DATA_DIR")
+    monkeypatch.setattr(platformdirs, "user_data_dir", lambda name, appauthor=None: f"/tmp/smolchat-test-{name}")
+    assert data_dir() == Path("/tmp/smolchat-test-Smolchat")
+
+
+def test_resources_exist():
+    assert resources_dir() == Path(__file__).resolve().parents[2] / "resources"
+    for name in ("smolchat.svg", "style.qss", "smolchat.desktop", "icons/send.svg", "icons/stop.svg", "icons/attach.svg"):
+        assert resource(name).is_file(), name
+    desktop = resource("smolchat.desktop").read_text()
+    assert "Exec=smolchat" in desktop and "Name=Smolchat" in desktop
+
+
+def test_create_app_applies_style_sheet(qapp):
+    app = create_app([])
+    assert app is qapp
+    assert "#sendButton" in app.styleSheet()
+    assert not app.windowIcon().isNull()
+
+
+def test_parse_args():
+    args = parse_args(["--model", "HuggingFaceTB/SmolVLM-256M-Instruct", "--device", "cpu", "--dtype", "float32"])
+    assert (args.model, args.device, args.dtype) == ("HuggingFaceTB/SmolVLM-256M-Instruct", "cpu", "float32")
+    assert parse_args([]).model is None
+    with pytest.raises(SystemExit):
+        parse_args(["--device", "tpu"])
+
+
+def test_summaries():
+    info = {"model_name": "SmolVLM-256M", "device": "cuda", "dtype": "bfloat16"}
+    assert model_summary(info) == "SmolVLM-256M · cuda · bfloat16"
+    result = {"finish_reason": "stop", "prompt_tokens": 1141, "generated_tokens": 64, "ttft_s": 0.041,
+              "decode_tokens_per_s": 212.34, "cached_tokens": 0}
+    assert stats_summary(result) == "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 64 generated tokens"
+    assert stats_summary({"finish_reason": "error", "error": "x"}) == ""
+    assert finish_footer({"finish_reason": "cancelled"}) == "stopped by you (cancelled)"
+    assert finish_footer({"finish_reason": "error", "error": "boom"}) == "failed (error): boom"
+    assert finish_footer(result) == ""
+
+
+def test_validate_image(png, tmp_path):
+    assert validate_image(png) == png.resolve()
+    with pytest.raises(InvalidImageError, match="is not a file"):
+        validate_image(tmp_path / "missing.png")
