@@ -147,8 +147,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-draft", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5, help="repetitions per point of the cost curve")
     ap.add_argument("--ignore-eos", action="store_true", default=True, help="always on: decode to --max-new-tokens")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = choose_device(args.device)
     dtype = choose_dtype(device, args.dtype)
     torch.manual_seed(0)

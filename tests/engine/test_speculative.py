@@ -232,3 +232,44 @@ def test_info_lists_every_capability(tiny_checkpoint):
     caps = model_info(str(tiny_checkpoint))["capabilities"]
     assert caps == {"vision": True, "embeddings": True, "speculative_decoding": True, "paged_cache": True,
                     "max_context": 8192}
+
+
+# -- through ChatSession.send ---------------------------------------------------------------------
+def session_tokens(session, text, images=(), n=40, **kw):
+    from engine.events import DoneEvent, TokenEvent
+
+    events = list(session.send(text, images=images, params=GenerationParams(max_new_tokens=n, ignore_eos=True, **kw)))
+    assert isinstance(events[-1], DoneEvent) and events[-1].finish_reason == "length", events[-1]
+    return [e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0], events[-1].stats
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "paged"])
+def test_session_greedy_identical_with_and_without_speculation(tiny_checkpoint, images_dir, kind):
+    from engine.chat import ChatSession
+
+    sessions = {flag: ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(kind=kind))
+                for flag in (False, None)}
+    # Turn 1 with an image, turn 2 quoting part of the first answer back: both turns must agree.
+    out = {flag: [] for flag in sessions}
+    for flag, s in sessions.items():
+        a, stats_a = session_tokens(s, "Describe this.", [images_dir / "coffee.png"], n=30, speculative=flag,
+                                    image_detail="fast")
+        quote = s.tokenizer.decode(a[:20])
+        b, stats_b = session_tokens(s, f"Repeat: {quote} {quote}", n=40, speculative=flag)
+        out[flag] = (a, b, stats_b)
+        assert len(s._cached_keys) == s.cache.seq_len
+    assert out[None][0] == out[False][0] and out[None][1] == out[False][1]
+    assert out[False][2].draft_tokens == 0 and out[False][2].acceptance_rate == 0.0
+    st = out[None][2]
+    assert st.accepted_tokens <= st.draft_tokens
+    assert st.to_dict()["acceptance_rate"] == st.acceptance_rate
+
+
+def test_session_sampling_with_speculation_is_seeded(tiny_checkpoint):
+    from engine.chat import ChatSession
+
+    runs = []
+    for _ in range(2):
+        s = ChatSession.load(str(tiny_checkpoint), device="cpu")
+        runs.append(session_tokens(s, "Tell me a story.", n=24, temperature=0.8, seed=3, speculative=True)[0])
+    assert runs[0] == runs[1] and len(runs[0]) == 24
