@@ -33,6 +33,7 @@ from engine.kv_cache import CacheConfig, KVCache
 from engine.models.base import GenerativeModel
 from engine.processing import ImageProcessor, ProcessedImage
 from engine.sampling import make_sampler
+from engine.speculative import SpeculativeDecoder, token_stream
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
 ImageInput = str | Path | bytes
@@ -291,27 +292,25 @@ class ChatSession:
             sampler = make_sampler(params, self.model.device)
             eos = set() if params.ignore_eos else set(self.model.metadata.eos_token_ids)
             detok = StreamingDetokenizer(self.tokenizer, skip_special_ids=set(self.model.metadata.eos_token_ids))
-            history = list(ids)
+            spec = self._speculative_decoder(params, sampler)
+            prompt_len = len(self._cached_keys)  # == len(ids): the cache holds the prompt
             t_decode = time.perf_counter()
-            while True:
-                token = sampler(logits[0], history)
+            reason = "length"
+            for token in token_stream(self.model, self.cache, sampler, list(ids), logits, params.max_new_tokens, spec):
                 if token in eos:
                     reason = "stop"
                     break
                 answer_ids.append(token)
-                history.append(token)
                 yield TokenEvent(detok.add(token), token)
-                if len(answer_ids) >= params.max_new_tokens:
-                    reason = "length"
-                    break
-                if self._cancel.is_set():
+                if self._cancel.is_set() and len(answer_ids) < params.max_new_tokens:
                     reason = "cancelled"
                     break
-                if self.cache.seq_len + 1 >= self.cache.capacity:
-                    reason = "length"
-                    break
-                logits = self.model.decode(self.model.embed(torch.tensor([[token]])), self.cache)
-                self._cached_keys.append(token)
+            # The cache holds the prompt, then the answer's tokens in order (plus, with speculation,
+            # accepted drafts past the point where the answer stopped): keep the answer's part.
+            fed = min(self.cache.seq_len - prompt_len, len(answer_ids))
+            self._cached_keys.extend(answer_ids[:fed])
+            if spec is not None:
+                stats.draft_tokens, stats.accepted_tokens = spec.draft_tokens, spec.accepted_tokens
             tail = detok.flush()
             if tail:
                 yield TokenEvent(tail, -1)  # text held back at the end, no new token
@@ -337,6 +336,14 @@ class ChatSession:
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
                                        token_ids=list(answer_ids)))
         yield DoneEvent(reason, stats, error)
+
+    def _speculative_decoder(self, params: GenerationParams, sampler) -> SpeculativeDecoder | None:
+        """Prompt-lookup speculation (engine.speculative) unless ``params.speculative`` is False; ``None``
+        (auto) uses it where the model supports ``decode_all_logits``. It only drafts when the n-gram
+        lookup matches and backs off after misses, so unpredictable text costs little."""
+        if params.speculative is False or (params.speculative is None and not self.model.supports_decode_all_logits()):
+            return None
+        return SpeculativeDecoder(self.model, self.cache, sampler)
 
     def _prefill(self, ids: list[int], keys: list, images: list[ProcessedImage], stats: GenerationStats
                  ) -> torch.Tensor:
