@@ -84,7 +84,12 @@ class AppSettings:
 
     def load_options(self) -> dict:
         """What the worker needs to build a session besides path, device and dtype."""
-        return {"cache_kind": self.cache_kind, "context_size": self.context_size or None}
+        options = {}
+        if self.cache_kind != "contiguous":
+            options["cache_kind"] = self.cache_kind
+        if self.context_size:
+            options["context_size"] = self.context_size
+        return options
 
     def device_arg(self) -> str | None:
         return None if self.device == "auto" else self.device

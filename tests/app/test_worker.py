@@ -189,5 +189,6 @@ def test_image_tokens_are_counted_in_the_worker(qtbot, start):
     load(qtbot, relay)
     seen = []
     worker.image_tokens.connect(lambda p, d, n: seen.append((p, d, n)))
-    worker.count_image_tokens(["/img/a.png"], "balanced")  # direct call: runs here, same code path
+    worker.count_image_tokens(["/img/a.png"], "balanced")
+    qtbot.waitUntil(lambda: bool(seen), timeout=5000)  # PySide queues the lambda to the worker's thread
     assert seen == [("/img/a.png", "balanced", 320)]
