@@ -223,8 +223,8 @@ class EngineWorker(QObject):
         while keep < min(len(wanted), len(self._synced)) and wanted[keep] == self._synced[keep]:
             keep += 1
         del session.turns[keep:]
-        from engine.chat import Turn  # worker thread only
-
+        if keep < len(wanted):
+            from engine.chat import Turn  # worker thread only (imports torch)
         for role, text, images in wanted[keep:]:
             processed = session.preprocess(list(images), detail) if images and role == "user" else []
             session.turns.append(Turn(role, text, processed))

@@ -32,9 +32,9 @@ def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png, data
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[0] == {"role": "user", "text": "What colour is the cat?", "images": [stored]}
     assert messages[1]["text"] == "The cat is orange."
-    shown = [view.toPlainText() for view in window.transcript.findChildren(QTextBrowser, "assistantText")
-             if not view.isHidden()]
-    assert shown == ["The cat is orange."]
+    rendered = window.transcript.last_assistant().rendered_widgets()
+    assert [w.toPlainText() for w in rendered] == ["The cat is orange."]
+    assert all(isinstance(w, QTextBrowser) and w.objectName() == "assistantText" for w in rendered)
     assert window.composer.toPlainText() == ""
     assert window.attachments.paths() == []
     assert window.stop_button.isEnabled() is False
