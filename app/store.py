@@ -75,19 +75,22 @@ class Conversation:
 class Store:
     """Conversations and messages in ``folder/smolchat.sqlite3``; images in ``folder/images``."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, recover: bool = True) -> None:
+        """``recover=False`` opens without touching other writers' state (a read-only look)."""
         self.folder = Path(folder)
         self.images_dir = self.folder / "images"
         self.images_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / "smolchat.sqlite3"
-        self.db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; explicit BEGIN for groups
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)  # autocommit; explicit BEGIN for groups
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast enough per flush
         self.db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
-        self.interrupted = self._mark_interrupted()
-        self._purge_deleted()
+        self.interrupted = 0
+        if recover:
+            self.interrupted = self._mark_interrupted()
+            self._purge_deleted()
 
     def close(self) -> None:
         self.db.close()
@@ -98,15 +101,20 @@ class Store:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
 
     def _migrate(self) -> None:
-        current = self.version
-        if current > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer Smolchat (schema {current} > {SCHEMA_VERSION})")
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            self.db.execute("BEGIN")
+        """Apply missing migrations, each in its own write transaction (safe against a second opener)."""
+        while True:
+            self.db.execute("BEGIN IMMEDIATE")  # takes the write lock before reading the version
             try:
-                for statement in filter(str.strip, MIGRATIONS[version].split(";")):
+                current = self.version
+                if current > SCHEMA_VERSION:
+                    raise RuntimeError(
+                        f"{self.path} was written by a newer Smolchat (schema {current} > {SCHEMA_VERSION})")
+                if current == SCHEMA_VERSION:
+                    self.db.execute("COMMIT")
+                    return
+                for statement in filter(str.strip, MIGRATIONS[current + 1].split(";")):
                     self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version = {version}")
+                self.db.execute(f"PRAGMA user_version = {current + 1}")
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
