@@ -84,6 +84,7 @@ class CatalogRow(QFrame):
         for button in (self.download_button, self.cancel_button, self.use_button):
             row.addWidget(button, 0, Qt.AlignmentFlag.AlignVCenter)
         self.path = ""
+        self.last_progress = (0.0, 0.0)
 
     def set_state(self, state: str, message: str = "") -> None:
         """``idle`` | ``downloading`` | ``checking`` | ``installed`` | ``failed``."""
@@ -100,6 +101,7 @@ class CatalogRow(QFrame):
             self.progress.setRange(0, 1000)
 
     def set_progress(self, done: float, total: float) -> None:
+        self.last_progress = (done, total)
         if total > 0:
             self.progress.setValue(int(1000 * done / total))
             self.progress.setFormat(f"{_gb(done)} of {_gb(total)}")
