@@ -30,6 +30,7 @@ class Banner(QFrame):
         close.clicked.connect(self.dismiss)
         self._action = QPushButton()
         self._action.setObjectName("bannerAction")
+        self._action.setAccessibleName("Message action")
         self._action.hide()
         self._action.clicked.connect(self._run_action)
         self._callback: Callable[[], None] | None = None
