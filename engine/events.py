@@ -58,7 +58,8 @@ class GenerationStats:
     Times are seconds (wall clock, ``time.perf_counter``); rates are tokens per second.
     ``ttft_s`` runs from the call to the first generated token being available (preprocessing,
     vision tower and prefill included). ``cached_tokens`` are prompt tokens reused from the KV
-    cache instead of being prefilled again.
+    cache instead of being prefilled again. ``dropped_turns`` counts the oldest messages dropped
+    from the conversation so that it fits the context; ``notice`` then says so in words (for the UI).
     """
 
     prompt_tokens: int = 0
@@ -70,6 +71,7 @@ class GenerationStats:
     decode_tokens_per_s: float = 0.0
     total_s: float = 0.0
     dropped_turns: int = 0
+    notice: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
