@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QImage, QKeySequence, QShortcut
-from PySide6.QtWidgets import (
-    QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow, QSplitter, QToolButton, QVBoxLayout, QWidget,
-)
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QTimer, Signal, Slot
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QImage
+from PySide6.QtWidgets import QFileDialog, QMainWindow
 
-from app.attachments import AttachmentStrip
-from app.banner import Banner
-from app.chat_view import EMPTY_TEXT, ChatView
-from app.composer import Composer
-from app.conversation_list import ConversationList
+from app.chat_view import EMPTY_TEXT
 from app.conversations import ConversationKeeper
 from app.formatting import finish_footer, model_summary, pending_summary, stats_summary
-from app.icons import icon
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.menus import build_menus
 from app.mime import carries_images, image_from_mime, local_files
-from app.model_picker import ModelPicker
 from app.paths import data_dir, pasted_images_dir, resource
 from app.qt_compat import emit
 from app.settings import generation_defaults, last_model, load_settings, open_settings, set_last_model
 from app.store import Store
+from app.window_layout import build_ui
 from app.worker import SessionFactory, start_worker, stop_worker
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
@@ -59,7 +52,7 @@ class MainWindow(QMainWindow):
         self._last_prompt = ""
         self._editing: int | None = None
         self._token_counts: dict[tuple[str, str], int] = {}
-        self._build_ui()
+        build_ui(self)
         self.store = Store(data_dir())
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.actions = build_menus(self)
@@ -75,114 +68,6 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self.open_model_manager)
 
     # -- construction --------------------------------------------------------------------------
-    def _build_ui(self) -> None:
-        self.model_picker = ModelPicker()
-        header = QFrame()
-        header.setObjectName("header")
-        logo = QLabel()
-        logo.setPixmap(QIcon(str(resource("smolchat.svg"))).pixmap(QSize(26, 26), self.devicePixelRatioF()))
-        title = QLabel("Smolchat")
-        title.setObjectName("appTitle")
-        self.settings_button = self._tool_button("settingsButton", "settings", "Settings (Ctrl+,)")
-        header_layout = QHBoxLayout(header)
-        header_layout.setContentsMargins(16, 10, 16, 10)
-        header_layout.setSpacing(10)
-        for widget in (logo, title):
-            header_layout.addWidget(widget)
-        header_layout.addStretch(1)
-        header_layout.addWidget(self.model_picker)
-        header_layout.addWidget(self.settings_button)
-
-        self.sidebar = ConversationList()
-        self.new_chat_button = self.sidebar.new_button
-        self.banner = Banner()
-        self.transcript = ChatView()
-        self.attachments = AttachmentStrip()
-        self.composer = Composer()
-        self.attach_button = self._tool_button("attachButton", "attach", "Attach images (or drop / paste them)")
-        self.stop_button = self._tool_button("stopButton", "stop", "Stop the answer (Esc)")
-        self.send_button = self._tool_button("sendButton", "send", "Send (Enter)")
-
-        composer_frame = QFrame()
-        composer_frame.setObjectName("composerFrame")
-        row = QHBoxLayout()
-        row.setSpacing(6)
-        row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
-        row.addWidget(self.composer, 1)
-        row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
-        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
-        frame_layout = QVBoxLayout(composer_frame)
-        frame_layout.setContentsMargins(10, 6, 10, 8)
-        frame_layout.setSpacing(4)
-        frame_layout.addWidget(self.attachments)
-        frame_layout.addLayout(row)
-        hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images")
-        hint.setObjectName("composerHint")
-        bottom = QVBoxLayout()
-        bottom.setContentsMargins(20, 0, 20, 10)
-        bottom.setSpacing(4)
-        bottom.addWidget(composer_frame)
-        bottom.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
-
-        chat = QWidget()
-        chat.setObjectName("central")
-        layout = QVBoxLayout(chat)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(header)
-        layout.addWidget(self.banner)
-        layout.addWidget(self.transcript, 1)
-        layout.addLayout(bottom)
-        splitter = QSplitter()
-        splitter.setObjectName("mainSplitter")
-        splitter.addWidget(self.sidebar)
-        splitter.addWidget(chat)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 840])
-        splitter.setChildrenCollapsible(False)
-        self.setCentralWidget(splitter)
-
-        self.stats_label = QLabel()
-        self.stats_label.setObjectName("statusStats")
-        self.stats_label.setAccessibleName("Model and answer statistics")
-        self.pending_label = QLabel()
-        self.pending_label.setObjectName("pendingTokens")
-        self.pending_label.setAccessibleName("Image tokens of the attachments")
-        self.statusBar().addWidget(self.stats_label, 1)
-        self.statusBar().addPermanentWidget(self.pending_label)
-        self.statusBar().setSizeGripEnabled(False)
-
-        self.composer.submitted.connect(self.send_message)
-        self.composer.textChanged.connect(self._update_actions)
-        self.composer.files_added.connect(self.add_files)
-        self.composer.image_pasted.connect(self.add_image_data)
-        self.attachments.changed.connect(self._update_actions)
-        self.attachments.changed.connect(self._count_pending_tokens)
-        self.attach_button.clicked.connect(self._pick_files)
-        self.send_button.clicked.connect(self.send_message)
-        self.stop_button.clicked.connect(self.stop)
-        self.settings_button.clicked.connect(self.open_settings_dialog)
-        self.model_picker.model_chosen.connect(self.load_model)
-        self.model_picker.manage_requested.connect(self.open_model_manager)
-        self.transcript.message_action.connect(self._on_message_action)
-        self.sidebar.new_requested.connect(self.new_chat)
-        self.sidebar.open_requested.connect(self.open_conversation)
-        self.sidebar.rename_requested.connect(self.rename_conversation)
-        self.sidebar.delete_requested.connect(self.delete_conversation)
-        self.sidebar.search_changed.connect(lambda _text: self.refresh_sidebar())
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.stop)
-        self.composer.setFocus()
-
-    def _tool_button(self, name: str, icon_name: str, tip: str) -> QToolButton:
-        button = QToolButton()
-        button.setObjectName(name)
-        button.setIcon(icon(icon_name))
-        button.setIconSize(QSize(20, 20))
-        button.setToolTip(tip)
-        button.setAccessibleName(tip)
-        button.setCursor(Qt.CursorShape.PointingHandCursor)
-        return button
-
     def _connect_worker(self) -> None:
         w = self.worker
         self.load_requested.connect(w.load_model)
@@ -477,6 +362,8 @@ class MainWindow(QMainWindow):
         if result.get("finish_reason") == "error" and answer is not None and not answer.text:
             if not self.composer.toPlainText():
                 self.composer.setPlainText(self._last_prompt)  # let the user fix and resend
+        if result.get("notice") and result.get("finish_reason") != "error":
+            self.banner.show_info(result["notice"])  # e.g. old turns dropped to fit the context
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")
