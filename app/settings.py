@@ -26,7 +26,7 @@ SAMPLING_KEYS = tuple(ENGINE_DEFAULTS)
 IMAGE_DETAILS = {"full": "Reference (full tiles)", "balanced": "Balanced", "fast": "Fast (one tile)"}
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-CACHE_KINDS = ("contiguous", "paged")
+CACHE_KINDS = ("paged", "contiguous")  # the engine's default first
 THEMES = ("system", "light", "dark")
 
 
@@ -63,7 +63,7 @@ class AppSettings:
     image_detail: str = "full"
     device: str = "auto"
     dtype: str = "auto"
-    cache_kind: str = "contiguous"
+    cache_kind: str = "paged"
     context_size: int = 0  # 0: the model's own context length
     theme: str = "system"
 
@@ -85,7 +85,7 @@ class AppSettings:
     def load_options(self) -> dict:
         """What the worker needs to build a session besides path, device and dtype."""
         options = {}
-        if self.cache_kind != "contiguous":
+        if self.cache_kind != CACHE_KINDS[0]:
             options["cache_kind"] = self.cache_kind
         if self.context_size:
             options["context_size"] = self.context_size
@@ -114,7 +114,7 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     s.image_detail = _choice(qs.value("chat/image_detail"), tuple(IMAGE_DETAILS), "full")
     s.device = _choice(qs.value("engine/device"), DEVICES, "auto")
     s.dtype = _choice(qs.value("engine/dtype"), DTYPES, "auto")
-    s.cache_kind = _choice(qs.value("engine/cache_kind"), CACHE_KINDS, "contiguous")
+    s.cache_kind = _choice(qs.value("engine/cache_kind"), CACHE_KINDS, CACHE_KINDS[0])
     try:
         s.context_size = max(0, int(qs.value("engine/context_size", 0) or 0))
     except (TypeError, ValueError):

@@ -30,7 +30,10 @@ def default_session_factory(path: str, device: str | None, dtype: str | None, ca
     from engine.chat import ChatSession
     from engine.kv_cache import CacheConfig
 
-    cache = CacheConfig(kind=cache_kind or "contiguous", max_tokens=context_size or None)
+    cache = None  # the engine's default cache unless the user chose otherwise
+    if cache_kind or context_size:
+        kwargs = {"kind": cache_kind} if cache_kind else {}
+        cache = CacheConfig(max_tokens=context_size or None, **kwargs)
     return ChatSession.load(path, device=device, dtype=dtype, cache_config=cache)
 
 

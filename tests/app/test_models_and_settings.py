@@ -146,13 +146,13 @@ def test_settings_round_trip_and_model_defaults(tmp_path):
     defaults = generation_defaults(tmp_path)
     assert defaults == {"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 300}
     s = AppSettings(system_prompt="Be brief.", overrides={"top_k": 40}, seed=7, image_detail="fast",
-                    device="cpu", dtype="float32", cache_kind="paged", context_size=4096, theme="dark")
+                    device="cpu", dtype="float32", cache_kind="contiguous", context_size=4096, theme="dark")
     save_settings(s)
     back = load_settings()
     assert back == s
     assert back.sampling(defaults) == {"temperature": 0.6, "top_p": 0.9, "top_k": 40, "repetition_penalty": 1.0,
                                        "max_new_tokens": 300}
-    assert back.load_options() == {"cache_kind": "paged", "context_size": 4096}
+    assert back.load_options() == {"cache_kind": "contiguous", "context_size": 4096}
     assert (tmp_path.parent / "appdata" / "settings.ini").exists() or open_settings().fileName().endswith("settings.ini")
 
 

@@ -179,9 +179,9 @@ def test_history_is_synced_into_the_session_keeping_the_common_prefix(qtbot, sta
 def test_load_options_reach_the_factory(qtbot, start):
     factory = FakeFactory()
     worker, relay = start(factory)
-    worker.configure({"cache_kind": "paged", "context_size": 4096})
+    worker.configure({"cache_kind": "contiguous", "context_size": 4096})
     load(qtbot, relay)
-    assert factory.options == {"cache_kind": "paged", "context_size": 4096}
+    assert factory.options == {"cache_kind": "contiguous", "context_size": 4096}
 
 
 def test_image_tokens_are_counted_in_the_worker(qtbot, start):
