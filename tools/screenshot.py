@@ -95,6 +95,8 @@ def main() -> int:
     parser.add_argument("--device")
     parser.add_argument("--dtype")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (random weights then repeat)")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="900x720", help="window size WxH")
     parser.add_argument("--dark", action="store_true")
     parser.add_argument("--history", action="store_true", help="earlier chats in the sidebar")
@@ -117,7 +119,8 @@ def main() -> int:
         tokens = [w if i == 0 else " " + w for i, w in enumerate(words)]
         factory = FakeFactory(FakeSession(tokens=tokens, delay=0.01, model_name="SmolVLM-256M-Instruct"))
     window = MainWindow(args.model or "fake", session_factory=factory, device=args.device, dtype=args.dtype)
-    window.generation_params = {"max_new_tokens": args.max_new_tokens}
+    window.generation_params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                                "seed": args.seed}
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)
     window.show()
