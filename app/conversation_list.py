@@ -52,6 +52,9 @@ class ConversationList(QFrame):
         self.search.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
         self.list = QListWidget()
         self.list.setObjectName("conversationList")
+        # Long titles end in "…" (full title in the tooltip) instead of scrolling the sidebar sideways.
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setAccessibleName("Conversations")
         self.list.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -82,6 +85,7 @@ class ConversationList(QFrame):
         self.list.clear()
         for conv in conversations:
             item = QListWidgetItem(conv.title or UNTITLED)
+            item.setToolTip(conv.title or UNTITLED)
             item.setData(ID_ROLE, conv.id)
             item.setToolTip(conv.title or UNTITLED)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)

@@ -136,3 +136,12 @@ def test_export_markdown_with_images_and_json(qtbot, window, png, tmp_path, monk
     data = json.loads(out_json.read_text())
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
     assert data["messages"][1]["stats"]["generated_tokens"] == 5
+
+
+def test_long_titles_are_elided_not_scrolled(qtbot, window):
+    title = "What animal is this, and what is it doing on that very long sofa by the window?"
+    ask(qtbot, window, title)
+    sidebar = window.sidebar.list
+    assert sidebar.textElideMode() == Qt.TextElideMode.ElideRight
+    assert not sidebar.horizontalScrollBar().isVisible()
+    assert sidebar.item(0).toolTip() == window.store.conversation(window.sidebar.ids()[0]).title
