@@ -22,7 +22,7 @@ EXCLUDED_MODULES = [
     # heavy optional torch integrations
     "torchvision", "torchaudio", "triton", "tensorboard", "torch.utils.tensorboard", "onnx",
     "onnxruntime", "scipy", "pandas", "sklearn", "cv2", "tensorflow", "jax",
-    "torch.testing._internal", "torch.utils.benchmark", "torch.utils.bottleneck",
+    "torch.utils.benchmark", "torch.utils.bottleneck",  # (torch.testing._internal is imported by torch.utils.checkpoint)
     # Qt modules the app does not use (it uses QtCore, QtGui, QtWidgets; QtSvg through plugins)
     "PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtQuickWidgets",
     "PySide6.QtOpenGL", "PySide6.QtOpenGLWidgets", "PySide6.QtDesigner", "PySide6.QtUiTools",
@@ -35,7 +35,9 @@ EXCLUDED_MODULES = [
 
 # Collected files (paths inside the app folder, "/"-separated) that no import needs.
 EXCLUDED_FILES = [
-    "torch/include/*", "torch/share/*", "torch/bin/*", "torch/test/*", "torch/testing/_internal/*",
+    # torch/bin: C++ test binaries, except torch_shm_manager (import torch checks it is there)
+    "torch/include/*", "torch/share/*", "torch/bin/*Test", "torch/bin/test_*", "torch/bin/protoc*",
+    "torch/bin/*.ptl", "torch/test/*",
     "torch/lib/*.a", "*/caffe2/*", "caffe2/*", "torch/utils/benchmark/*",
     "torch/lib/libjitbackend_test.so", "torch/lib/libtorchbind_test.so",
     "torch/lib/libbackend_with_compiler.so", "torch/lib/libaoti_custom_ops.so",
