@@ -73,6 +73,24 @@ def run_pyinstaller(dist: Path, work: Path, clean: bool) -> Path:
     return dist / "smolchat"
 
 
+def strip_libraries(app_dir: Path) -> None:
+    """Drop symbol tables from torch's and Python's shared libraries (~100 MB of the folder).
+
+    Only these: PyInstaller's blanket ``strip`` also hits auditwheel-repaired libraries
+    (numpy.libs, pillow.libs), which then fail to load ("ELF load command ... not page-aligned").
+    """
+    strip = shutil.which("strip")
+    if not strip:
+        log("strip not found (binutils): libraries left unstripped")
+        return
+    internal = app_dir / "_internal"
+    libs = [p for p in [*internal.glob("torch/lib/*.so*"), *internal.glob("libpython3*.so*")]
+            if p.is_file() and not p.is_symlink() and "libgomp" not in p.name]
+    before = sum(p.stat().st_size for p in libs)
+    subprocess.run([strip, "--strip-unneeded", *map(str, libs)], check=True)
+    log(f"stripped {len(libs)} libraries: {mb(before - sum(p.stat().st_size for p in libs))} saved")
+
+
 def render_icons(out_dir: Path) -> None:
     """PNG icons rendered from the SVG (packaging/icons.py), for desktops that want bitmaps."""
     subprocess.run([sys.executable, str(REPO / "packaging" / "icons.py"), "--hicolor", str(out_dir)],
@@ -166,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     app_dir = run_pyinstaller(dist, work, args.clean)
+    if sys.platform.startswith("linux"):
+        strip_libraries(app_dir)
     log(f"app folder {app_dir} ({mb(du(app_dir))}) in {time.monotonic() - t0:.0f} s")
     if sys.platform.startswith("linux"):
         if "tar" in formats:
