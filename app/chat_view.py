@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.messages import AssistantMessage, UserMessage
+from app.qt_compat import emit
 
 EMPTY_TEXT = "Drop a photo here, or paste one, and ask a question about it.\nEverything runs on this computer."
 
 
 class ChatView(QScrollArea):
-    """Shows the conversation; new answers stream into the last :class:`AssistantMessage`."""
+    """Shows the conversation; new answers stream into the last :class:`AssistantMessage`.
+
+    ``message_action(action, index)`` reports a click on a message's copy/edit/regenerate/delete.
+    """
+
+    message_action = Signal(str, int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -47,18 +53,47 @@ class ChatView(QScrollArea):
             {"role": m.role, "text": m.text, "images": list(getattr(m, "images", []))} for m in self._messages
         ]
 
+    def widgets(self) -> list[UserMessage | AssistantMessage]:
+        return list(self._messages)
+
+    def add_stored_answer(self, model_name: str, text: str, finish_reason: str, footer: str) -> AssistantMessage:
+        """An answer restored from the store, rendered complete."""
+        message = AssistantMessage(model_name)
+        self._add(message)
+        message.set_text(text)
+        message.finish(finish_reason, footer)
+        return message
+
+    def remove_from(self, index: int) -> None:
+        """Remove message ``index`` and everything after it."""
+        for message in self._messages[index:]:
+            self._column.removeWidget(message)
+            message.deleteLater()
+        del self._messages[index:]
+        self._current = None
+        self._empty.setVisible(not self._messages)
+
+    def remove_at(self, index: int) -> None:
+        message = self._messages.pop(index)
+        self._column.removeWidget(message)
+        message.deleteLater()
+        self._empty.setVisible(not self._messages)
+
     def last_assistant(self) -> AssistantMessage | None:
         return next((m for m in reversed(self._messages) if isinstance(m, AssistantMessage)), None)
 
     def set_placeholder(self, text: str) -> None:
         self._empty.setText(text)
 
-    def add_user_message(self, text: str, images: list[str]) -> None:
-        self._add(UserMessage(text, images))
+    def add_user_message(self, text: str, images: list[str]) -> UserMessage:
+        message = UserMessage(text, images)
+        self._add(message)
+        return message
 
-    def begin_answer(self, model_name: str) -> None:
+    def begin_answer(self, model_name: str) -> AssistantMessage:
         self._current = AssistantMessage(model_name)
         self._add(self._current)
+        return self._current
 
     @Slot(str)
     def append_token(self, piece: str) -> None:
@@ -81,6 +116,7 @@ class ChatView(QScrollArea):
 
     def _add(self, message: UserMessage | AssistantMessage) -> None:
         self._empty.hide()
+        message.action_requested.connect(lambda name, m=message: self._on_action(name, m))
         self._messages.append(message)
         self._follow = True
         self._column.insertWidget(self._column.count() - 1, message)
@@ -91,3 +127,7 @@ class ChatView(QScrollArea):
 
     def _on_scrolled(self, value: int) -> None:
         self._follow = value >= self.verticalScrollBar().maximum() - 8
+
+    def _on_action(self, name: str, message) -> None:
+        if message in self._messages:
+            emit(self.message_action, name, self._messages.index(message))

@@ -23,11 +23,23 @@ def stats_summary(result: dict) -> str:
     parts = [
         f"TTFT {result.get('ttft_s', 0.0):.2f} s",
         f"{result.get('decode_tokens_per_s', 0.0):.1f} tok/s",
-        f"{result.get('prompt_tokens', 0)} prompt / {result.get('generated_tokens', 0)} generated tokens",
+        f"{result.get('prompt_tokens', 0)} prompt / {result.get('cached_tokens', 0)} cached / "
+        f"{result.get('generated_tokens', 0)} generated tokens",
     ]
-    if result.get("cached_tokens"):
-        parts.append(f"{result['cached_tokens']} cached")
+    if result.get("dropped_turns"):
+        parts.append(f"{result['dropped_turns']} old turns dropped to fit the context")
     return " · ".join(parts)
+
+
+def pending_summary(counts: list[int | None]) -> str:
+    """``"2 images · 1,152 image tokens"`` for pending attachments (None / -1: not known yet)."""
+    if not counts:
+        return ""
+    label = "1 image" if len(counts) == 1 else f"{len(counts)} images"
+    known = [c for c in counts if c is not None and c >= 0]
+    if len(known) < len(counts):
+        return f"{label} · counting image tokens…" if any(c is None for c in counts) else label
+    return f"{label} · {sum(known):,} image tokens"
 
 
 def finish_footer(result: dict) -> str:

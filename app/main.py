@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from PySide6.QtGui import QIcon
@@ -32,6 +33,10 @@ def create_app(argv: list[str]) -> QApplication:
     app.setWindowIcon(QIcon(str(resource("smolchat.svg"))))
     app.setStyle("Fusion")  # consistent across platforms; the style sheet follows the palette
     app.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
+    from app.settings import load_settings
+    from app.theme import apply_theme
+
+    apply_theme(os.environ.get("SMOLCHAT_THEME") or load_settings().theme)  # follows the system by default
     return app
 
 

@@ -1,188 +1,144 @@
-"""Smolchat's main window: transcript, composer with image attachments, and the engine worker."""
+"""Smolchat's main window: conversations sidebar, transcript, composer, and the engine worker."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal, Slot
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QImage
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QPushButton,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QFileDialog, QMainWindow
 
-from app.attachments import AttachmentStrip
-from app.banner import Banner
-from app.chat_view import EMPTY_TEXT, ChatView
-from app.composer import Composer
-from app.formatting import finish_footer, model_summary, stats_summary
+from app.chat_view import EMPTY_TEXT
+from app.conversations import ConversationKeeper
+from app.formatting import finish_footer, model_summary, pending_summary, stats_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
+from app.menus import build_menus
 from app.mime import carries_images, image_from_mime, local_files
-from app.model_picker import ModelPicker
-from app.paths import pasted_images_dir, resource
-from app.worker import SessionFactory, start_worker, stop_worker
+from app.paths import data_dir, pasted_images_dir, resource
 from app.qt_compat import emit
+from app.settings import generation_defaults, last_model, load_settings, open_settings, set_last_model
+from app.store import Store
+from app.window_layout import build_ui
+from app.worker import SessionFactory, start_worker, stop_worker
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
-
-
-def icon(name: str) -> QIcon:
-    return QIcon(str(resource(f"icons/{name}.svg")))
+CHAT_KEYS = ("system_prompt", "overrides", "seed", "image_detail")
 
 
 class MainWindow(QMainWindow):
     """The chat window. Builds its own :class:`~app.worker.EngineWorker` thread.
 
-    ``model_path`` starts loading at once (in the worker); ``session_factory`` replaces the real
-    engine, e.g. with a fake in tests.
+    ``model_path`` starts loading at once (in the worker); without it the last used model loads,
+    and with none the model manager opens. ``session_factory`` replaces the real engine in tests.
     """
 
     load_requested = Signal(str, object, object)
+    configure_requested = Signal(dict)
     reset_requested = Signal()
+    count_requested = Signal(list, str)
     answer_finished = Signal(dict)  # the worker's result, re-emitted once the window has shown it
 
-    def __init__(
-        self,
-        model_path: str | None = None,
-        session_factory: SessionFactory | None = None,
-        device: str | None = None,
-        dtype: str | None = None,
-    ) -> None:
+    def __init__(self, model_path: str | None = None, session_factory: SessionFactory | None = None,
+                 device: str | None = None, dtype: str | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Smolchat")
         self.setWindowIcon(QIcon(str(resource("smolchat.svg"))))
         self.setAcceptDrops(True)
-        self.resize(900, 720)
-        self.generation_params: dict = {}
+        self.resize(1080, 720)
+        self.qsettings = open_settings()
+        self.settings = load_settings(self.qsettings)
+        self.generation_params: dict = {}  # extra GenerationParams fields (tests, screenshots)
         self.model_info: dict = {}
-        self._model_ready = False
-        self._loading = False
-        self._busy = False
+        self.model_manager = None
+        self._model_ready = self._loading = self._busy = self._closed = False
         self._last_prompt = ""
-        self._closed = False
-        self._build_ui()
+        self._editing: int | None = None
+        self._token_counts: dict[tuple[str, str], int] = {}
+        build_ui(self)
+        self.store = Store(data_dir())
+        self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
+        self.actions = build_menus(self)
         self._thread, self.worker = start_worker(session_factory)
         self._connect_worker()
+        self.open_conversation(self.keeper.last_opened())
         self._update_actions()
-        if model_path:
-            self.load_model(model_path, device, dtype)
+        path = model_path or last_model(self.qsettings)
+        if path:
+            self.load_model(path, device or self.settings.device_arg(), dtype or self.settings.dtype_arg())
         else:
-            self.stats_label.setText("No model loaded — choose a model folder to start.")
+            self.stats_label.setText("No model loaded — choose or download one to start.")
+            QTimer.singleShot(0, self.open_model_manager)
 
     # -- construction --------------------------------------------------------------------------
-    def _build_ui(self) -> None:
-        self.model_picker = ModelPicker()
-        self.new_chat_button = QPushButton("New chat")
-        self.new_chat_button.setObjectName("newChatButton")
-        header = QFrame()
-        header.setObjectName("header")
-        logo = QLabel()
-        logo.setPixmap(QIcon(str(resource("smolchat.svg"))).pixmap(QSize(26, 26), self.devicePixelRatioF()))
-        title = QLabel("Smolchat")
-        title.setObjectName("appTitle")
-        header_layout = QHBoxLayout(header)
-        header_layout.setContentsMargins(16, 10, 16, 10)
-        header_layout.setSpacing(10)
-        header_layout.addWidget(logo)
-        header_layout.addWidget(title)
-        header_layout.addStretch(1)
-        header_layout.addWidget(self.model_picker)
-        header_layout.addWidget(self.new_chat_button)
-
-        self.banner = Banner()
-        self.transcript = ChatView()
-        self.attachments = AttachmentStrip()
-        self.composer = Composer()
-        self.attach_button = self._tool_button("attachButton", "attach", "Attach images (or drop / paste them)")
-        self.stop_button = self._tool_button("stopButton", "stop", "Stop the answer")
-        self.send_button = self._tool_button("sendButton", "send", "Send (Enter)")
-
-        composer_frame = QFrame()
-        composer_frame.setObjectName("composerFrame")
-        row = QHBoxLayout()
-        row.setSpacing(6)
-        row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
-        row.addWidget(self.composer, 1)
-        row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
-        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
-        frame_layout = QVBoxLayout(composer_frame)
-        frame_layout.setContentsMargins(10, 6, 10, 8)
-        frame_layout.setSpacing(4)
-        frame_layout.addWidget(self.attachments)
-        frame_layout.addLayout(row)
-        hint = QLabel("Enter to send · Shift+Enter for a new line · drop or paste images")
-        hint.setObjectName("composerHint")
-
-        bottom = QVBoxLayout()
-        bottom.setContentsMargins(20, 0, 20, 10)
-        bottom.setSpacing(4)
-        bottom.addWidget(composer_frame)
-        bottom.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
-
-        central = QWidget()
-        central.setObjectName("central")
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(header)
-        layout.addWidget(self.banner)
-        layout.addWidget(self.transcript, 1)
-        layout.addLayout(bottom)
-        self.setCentralWidget(central)
-
-        self.stats_label = QLabel()
-        self.stats_label.setObjectName("statusStats")
-        self.statusBar().addWidget(self.stats_label, 1)
-        self.statusBar().setSizeGripEnabled(False)
-
-        self.composer.submitted.connect(self.send_message)
-        self.composer.textChanged.connect(self._update_actions)
-        self.composer.files_added.connect(self.add_files)
-        self.composer.image_pasted.connect(self.add_image_data)
-        self.attachments.changed.connect(self._update_actions)
-        self.attach_button.clicked.connect(self._pick_files)
-        self.send_button.clicked.connect(self.send_message)
-        self.stop_button.clicked.connect(self.stop)
-        self.new_chat_button.clicked.connect(self.new_chat)
-        self.model_picker.model_chosen.connect(self.load_model)
-        self.composer.setFocus()
-
-    def _tool_button(self, name: str, icon_name: str, tip: str) -> QToolButton:
-        button = QToolButton()
-        button.setObjectName(name)
-        button.setIcon(icon(icon_name))
-        button.setIconSize(QSize(20, 20))
-        button.setToolTip(tip)
-        button.setAccessibleName(tip)
-        button.setCursor(Qt.CursorShape.PointingHandCursor)
-        return button
-
     def _connect_worker(self) -> None:
         w = self.worker
         self.load_requested.connect(w.load_model)
+        self.configure_requested.connect(w.configure)
         self.reset_requested.connect(w.reset)
+        self.count_requested.connect(w.count_image_tokens)
         w.model_loading.connect(self._on_model_loading)
         w.model_loaded.connect(self._on_model_loaded)
         w.model_load_failed.connect(self._on_model_load_failed)
-        w.token.connect(self.transcript.append_token)
+        w.token.connect(self._on_token)
         w.error.connect(self._on_error)
         w.finished.connect(self._on_finished)
+        w.image_tokens.connect(self._on_image_tokens)
 
-    # -- actions -------------------------------------------------------------------------------
-    @Slot(str)
-    def load_model(self, path: str, device: str | None = None, dtype: str | None = None) -> None:
-        """Load ``path`` (a model folder or Hub repo id) in the worker thread."""
+    # -- conversations -------------------------------------------------------------------------
+    def refresh_sidebar(self) -> None:
+        self.sidebar.set_conversations(self.store.conversations(self.sidebar.search.text()), self.keeper.current_id)
+
+    @Slot(int)
+    def open_conversation(self, conversation_id: int | None) -> None:
+        if self._busy:
+            self.sidebar.select(self.keeper.current_id)
+            return
+        self._cancel_edit()
+        saved = self.keeper.open(conversation_id)
+        self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
+        for key in CHAT_KEYS:
+            if key in saved:
+                setattr(self.settings, key, saved[key])
+        self.refresh_sidebar()
+
+    @Slot()
+    def new_chat(self) -> None:
         if self._busy:
             return
-        self._loading = True
-        self._model_ready = False
-        self._update_actions()
-        emit(self.load_requested, path, device, dtype)
+        self.open_conversation(None)
+        emit(self.reset_requested)
+        self.composer.setFocus()
+
+    @Slot(int, str)
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        if title.strip():
+            self.store.rename_conversation(conversation_id, title)
+        self.refresh_sidebar()
+
+    @Slot(int)
+    def delete_conversation(self, conversation_id: int) -> None:
+        if self._busy and conversation_id == self.keeper.current_id:
+            return
+        conv = self.store.conversation(conversation_id)
+        if conv is None:
+            return
+        self.store.delete_conversation(conversation_id)
+        if conversation_id == self.keeper.current_id:
+            self.open_conversation(None)
+        self.refresh_sidebar()
+        self.banner.show_info(f"Deleted “{conv.title or 'New chat'}”.", "Undo",
+                              lambda: self._undo_delete(conversation_id))
+
+    def _undo_delete(self, conversation_id: int) -> None:
+        self.store.undelete_conversation(conversation_id)
+        self.open_conversation(conversation_id)
+
+    def chat_settings(self) -> dict:
+        return {key: getattr(self.settings, key) for key in CHAT_KEYS}
+
+    # -- sending -------------------------------------------------------------------------------
+    def current_params(self) -> dict:
+        params = self.settings.generation_params(self.model_info.get("defaults"))
+        params.update(self.generation_params)
+        return params
 
     @Slot()
     def send_message(self) -> None:
@@ -191,28 +147,59 @@ class MainWindow(QMainWindow):
         images = self.attachments.paths()
         if not self.send_button.isEnabled() or not (text or images):
             return
+        if self._editing is not None:
+            self.keeper.truncate_from(self._editing)
+            self._cancel_edit()
         self.banner.dismiss()
         self._last_prompt = text
-        self.transcript.add_user_message(text, images)
+        try:
+            history, stored = self.keeper.begin(text, images, self._model_name(), self._model_path(),
+                                                self.chat_settings())
+        except OSError as exc:
+            self.banner.show_error(f"Could not save the message: {exc}")
+            return
         self.composer.clear()
         self.attachments.clear()
-        self.transcript.begin_answer(self.model_info.get("model_name", "Smolchat"))
+        self._start_generation(text, stored, history)
+
+    def _start_generation(self, text: str, images: list[str], history: list[dict]) -> None:
         self._busy = True
         self._update_actions()
+        self.refresh_sidebar()
         self.stats_label.setText(f"{model_summary(self.model_info)} · generating…")
-        self.worker.request_generate(text, images, self.generation_params)
+        self.worker.request_generate(text, images, self.current_params(), history)
 
     @Slot()
     def stop(self) -> None:
         """Ask the engine to stop the current answer (it ends after the current token)."""
         self.worker.cancel()
 
-    @Slot()
-    def new_chat(self) -> None:
-        if self._busy:
+    @Slot(str, int)
+    def _on_message_action(self, action: str, index: int) -> None:
+        if self._busy and action != "copy":
             return
-        self.transcript.clear()
-        emit(self.reset_requested)
+        if action == "delete":
+            self.keeper.delete_message(index)
+        elif action == "regenerate" and self._model_ready:
+            found = self.keeper.begin_regenerate(index, self._model_name(), self._model_path(), self.chat_settings())
+            if found:
+                history, user = found
+                self._start_generation(user["text"], user["images"], history)
+        elif action == "edit":
+            message = self.transcript.widgets()[index]
+            self.composer.setPlainText(message.text)
+            self.attachments.clear()
+            for path in message.images:
+                self.attachments.add(path)
+            self._editing = index
+            self.banner.show_info("Editing a message: sending replaces it and everything after it.",
+                                  "Cancel edit", self._cancel_edit)
+            self.composer.setFocus()
+
+    def _cancel_edit(self) -> None:
+        if self._editing is not None:
+            self._editing = None
+            self.banner.dismiss()
 
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
@@ -228,7 +215,7 @@ class MainWindow(QMainWindow):
 
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:
-        """Attach pasted image data, saved as a PNG in the app data folder."""
+        """Attach pasted or dragged image data, saved as a PNG in the app data folder."""
         data = QByteArray()
         buffer = QBuffer(data)
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
@@ -249,8 +236,78 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(self._busy)
         self.stop_button.setVisible(self._busy)  # Stop takes Send's place while answering
         self.send_button.setVisible(not self._busy)
-        self.new_chat_button.setEnabled(self._model_ready and not self._busy)
+        self.new_chat_button.setEnabled(not self._busy)
         self.model_picker.setEnabled(not self._busy and not self._loading)
+
+    # -- image tokens of the pending attachments -------------------------------------------------
+    @Slot()
+    def _count_pending_tokens(self) -> None:
+        detail = self.settings.image_detail
+        missing = [p for p in self.attachments.paths() if (p, detail) not in self._token_counts]
+        if missing and self._model_ready:
+            emit(self.count_requested, missing, detail)
+        self._show_pending()
+
+    @Slot(str, str, int)
+    def _on_image_tokens(self, path: str, detail: str, count: int) -> None:
+        self._token_counts[(path, detail)] = count
+        self._show_pending()
+
+    def _show_pending(self) -> None:
+        detail = self.settings.image_detail
+        counts = [self._token_counts.get((p, detail)) for p in self.attachments.paths()]
+        self.pending_label.setText(pending_summary(counts))
+
+    # -- models ----------------------------------------------------------------------------------
+    def _model_name(self) -> str:
+        return self.model_info.get("model_name", "Smolchat")
+
+    def _model_path(self) -> str:
+        return self.model_info.get("path", "")
+
+    @Slot(str)
+    def load_model(self, path: str, device: str | None = None, dtype: str | None = None) -> None:
+        """Load ``path`` (a model folder or Hub repo id) in the worker thread."""
+        if self._busy:
+            return
+        self._loading = True
+        self._model_ready = False
+        self._update_actions()
+        emit(self.configure_requested, self.settings.load_options())
+        emit(self.load_requested, path, device or self.settings.device_arg(), dtype or self.settings.dtype_arg())
+
+    def open_model_manager(self):
+        from app.model_manager import ModelManager
+
+        if self.model_manager is None:
+            self.model_manager = ModelManager(self)
+            self.model_manager.use_requested.connect(self.load_model)
+        self.model_manager.show()
+        self.model_manager.raise_()
+        return self.model_manager
+
+    def open_settings_dialog(self):
+        from app.settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
+        dialog.applied.connect(self._apply_settings)
+        dialog.show()
+        return dialog
+
+    def _apply_settings(self, settings) -> None:
+        from app.settings import save_settings
+        from app.theme import apply_theme
+
+        engine_changed = (settings.device, settings.dtype, settings.cache_kind, settings.context_size) != (
+            self.settings.device, self.settings.dtype, self.settings.cache_kind, self.settings.context_size)
+        self.settings = settings
+        save_settings(settings, self.qsettings)
+        if self.keeper.current_id is not None:
+            self.store.update_conversation(self.keeper.current_id, settings=self.chat_settings())
+        apply_theme(settings.theme)
+        self._count_pending_tokens()
+        if engine_changed and self.model_info and not self._busy:
+            self.load_model(self.model_info["path"])
 
     # -- worker signals ------------------------------------------------------------------------
     @Slot(str)
@@ -261,13 +318,16 @@ class MainWindow(QMainWindow):
 
     @Slot(dict)
     def _on_model_loaded(self, info: dict) -> None:
-        self.model_info = dict(info)
+        self.model_info = dict(info, defaults=generation_defaults(info.get("folder")))
         self._loading = False
         self._model_ready = True
+        self._token_counts.clear()
+        set_last_model(info.get("path", ""), self.qsettings)
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
         self.transcript.set_placeholder(EMPTY_TEXT)
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self._update_actions()
+        self._count_pending_tokens()
 
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:
@@ -275,10 +335,17 @@ class MainWindow(QMainWindow):
         self._model_ready = False
         self.model_info = {}
         self.model_picker.set_none()
-        self.transcript.set_placeholder("No model loaded.\nChoose a model folder with the button at the top right.")
+        self.transcript.set_placeholder("No model loaded.\nChoose or download a model with the button at the top right.")
         self.banner.show_error(f"Could not load the model: {message}")
         self.stats_label.setText("No model loaded")
         self._update_actions()
+
+    @Slot(str)
+    def _on_token(self, piece: str) -> None:
+        if self._closed:
+            return
+        self.transcript.append_token(piece)
+        self.keeper.token_arrived()
 
     @Slot(str)
     def _on_error(self, message: str) -> None:
@@ -286,11 +353,17 @@ class MainWindow(QMainWindow):
 
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:
+        if self._closed:
+            return
         answer = self.transcript.last_assistant()
-        self.transcript.end_answer(result.get("finish_reason", "error"), finish_footer(result))
+        self.transcript.end_answer(result.get("finish_reason", "error"),
+                                   " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))
+        self.keeper.finish(result, self._model_name())
         if result.get("finish_reason") == "error" and answer is not None and not answer.text:
             if not self.composer.toPlainText():
                 self.composer.setPlainText(self._last_prompt)  # let the user fix and resend
+        if result.get("notice") and result.get("finish_reason") != "error":
+            self.banner.show_info(result["notice"])  # e.g. old turns dropped to fit the context
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")
@@ -317,11 +390,15 @@ class MainWindow(QMainWindow):
 
     # -- shutdown ------------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Cancel any generation and stop the engine thread (idempotent)."""
+        """Cancel any generation, stop the engine thread, save and close the store (idempotent)."""
         if self._closed:
             return
         self._closed = True
         stop_worker(self._thread, self.worker)
+        if self.model_manager is not None:
+            self.model_manager.shutdown()
+        self.keeper.abandon()
+        self.store.close()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()

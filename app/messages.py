@@ -1,16 +1,31 @@
-"""Message widgets of the transcript: the user's bubble and the assistant's streamed answer."""
+"""Message widgets of the transcript: the user's bubble and the assistant's streamed answer.
+
+Each message has a row of actions (copy; edit for the user, regenerate for the assistant; delete)
+that it only announces through ``action_requested(str)``: the window decides what they do.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QMouseEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
+from app.icons import icon
+from app.image_viewer import ImageViewer
+from app.markdown import RichText, render_blocks
+from app.qt_compat import emit
 from app.thumbnails import thumbnail
 
 BUBBLE_MAX_WIDTH = 560
 IMAGE_BOX = QSize(240, 180)
+ACTIONS = {
+    "copy": ("copy", "Copy text"),
+    "edit": ("edit", "Edit and resend"),
+    "regenerate": ("regenerate", "Regenerate answer"),
+    "delete": ("delete", "Delete message"),
+}
 
 
 def _text_label(text: str, object_name: str) -> QLabel:
@@ -23,15 +38,72 @@ def _text_label(text: str, object_name: str) -> QLabel:
     return label
 
 
+class ActionRow(QWidget):
+    """Small flat buttons under a message."""
+
+    triggered = Signal(str)
+
+    def __init__(self, names: list[str], align_right: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("messageActions")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(2)
+        if align_right:
+            row.addStretch(1)
+        for name in names:
+            icon_name, tip = ACTIONS[name]
+            button = QToolButton()
+            button.setObjectName(f"{name}Message")
+            button.setIcon(icon(icon_name))
+            button.setIconSize(QSize(15, 15))
+            button.setToolTip(tip)
+            button.setAccessibleName(tip)
+            button.setAutoRaise(True)
+            button.clicked.connect(lambda _=False, n=name: emit(self.triggered, n))
+            row.addWidget(button)
+        if not align_right:
+            row.addStretch(1)
+
+    def button(self, name: str) -> QToolButton:
+        return self.findChild(QToolButton, f"{name}Message")
+
+
+class ClickableImage(QLabel):
+    """A thumbnail that opens the full image when clicked."""
+
+    def __init__(self, path: str, box: QSize, square: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path = path
+        self.setObjectName("messageImage")
+        self.setToolTip(f"{Path(path).name} — click to view full size")
+        self.setAccessibleName(f"Image {Path(path).name}")
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setPixmap(thumbnail(path, box, square=square, radius=12, dpr=self.devicePixelRatioF()))
+        self.viewer: ImageViewer | None = None
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.open_viewer()
+        super().mouseReleaseEvent(event)
+
+    def open_viewer(self) -> ImageViewer:
+        self.viewer = ImageViewer(self.path, self.window())
+        self.viewer.show()
+        return self.viewer
+
+
 class UserMessage(QWidget):
     """A right-aligned bubble with the user's images (thumbnails) above their text."""
 
     role = "user"
+    action_requested = Signal(str)
 
     def __init__(self, text: str, images: list[str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.text = text
         self.images = list(images)
+        self.status = "done"
         bubble = QFrame()
         bubble.setObjectName("userBubble")
         bubble.setMaximumWidth(BUBBLE_MAX_WIDTH)
@@ -41,14 +113,9 @@ class UserMessage(QWidget):
         if images:
             row = QHBoxLayout()
             row.setSpacing(6)
-            dpr = self.devicePixelRatioF()
             box = IMAGE_BOX if len(images) == 1 else QSize(120, 120)
             for path in images:
-                image = QLabel()
-                image.setObjectName("messageImage")
-                image.setToolTip(Path(path).name)
-                image.setPixmap(thumbnail(path, box, square=len(images) > 1, radius=12, dpr=dpr))
-                row.addWidget(image)
+                row.addWidget(ClickableImage(path, box, len(images) > 1))
             row.addStretch(1)
             inner.addLayout(row)
         if text:
@@ -56,51 +123,74 @@ class UserMessage(QWidget):
             if images:
                 label.setContentsMargins(8, 0, 8, 4)
             inner.addWidget(label)
-        outer = QHBoxLayout(self)
+        self.actions_row = ActionRow(["copy", "edit", "delete"], align_right=True)
+        self.actions_row.triggered.connect(self._on_action)
+        line = QHBoxLayout()
+        line.addStretch(1)
+        line.addWidget(bubble)
+        outer = QVBoxLayout(self)
         outer.setContentsMargins(80, 0, 0, 0)
-        outer.addStretch(1)
-        outer.addWidget(bubble)
+        outer.setSpacing(2)
+        outer.addLayout(line)
+        outer.addWidget(self.actions_row)
+
+    def _on_action(self, name: str) -> None:
+        if name == "copy":
+            QGuiApplication.clipboard().setText(self.text)
+        emit(self.action_requested, name)
 
 
 class AssistantMessage(QWidget):
     """A left-aligned answer that grows token by token, with a muted footer once it is done.
 
-    Only this message's label changes per token; the rest of the transcript keeps its layout.
+    While streaming, tokens are appended to one plain-text document (only its last line is laid
+    out again); :meth:`finish` renders the Markdown once.
     """
 
     role = "assistant"
+    action_requested = Signal(str)
 
     def __init__(self, model_name: str = "Smolchat", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.text = ""
+        self.images: list[str] = []
         self.finish_reason: str | None = None
+        self.status = "streaming"
         avatar = QLabel("S")
         avatar.setObjectName("assistantAvatar")
         avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
         avatar.setFixedSize(30, 30)
         name = QLabel(model_name)
         name.setObjectName("assistantName")
-        self._label = _text_label("", "assistantText")
-        self._label.setText("…")
+        self._stream = RichText("assistantText")
+        self._stream.setPlainText("…")
+        self._blocks: list[QWidget] = []
         self._footer = QLabel("Thinking…")
         self._footer.setObjectName("messageFooter")
-        column = QVBoxLayout()
-        column.setSpacing(4)
-        column.addWidget(name)
-        column.addWidget(self._label)
-        column.addWidget(self._footer)
+        self._footer.setWordWrap(True)
+        self._column = QVBoxLayout()
+        self._column.setSpacing(6)
+        self._column.addWidget(name)
+        self._column.addWidget(self._stream)
+        self._column.addWidget(self._footer)
         bubble = QFrame()
         bubble.setObjectName("assistantBubble")
         bubble.setMaximumWidth(BUBBLE_MAX_WIDTH + 120)
         bubble_layout = QVBoxLayout(bubble)
         bubble_layout.setContentsMargins(14, 10, 14, 10)
-        bubble_layout.addLayout(column)
+        bubble_layout.addLayout(self._column)
+        self.actions_row = ActionRow(["copy", "regenerate", "delete"], align_right=False)
+        self.actions_row.triggered.connect(self._on_action)
+        self.actions_row.hide()
+        right = QVBoxLayout()
+        right.setSpacing(2)
+        right.addWidget(bubble)
+        right.addWidget(self.actions_row)
         outer = QHBoxLayout(self)
         outer.setContentsMargins(0, 0, 40, 0)
         outer.setSpacing(10)
         outer.addWidget(avatar, 0, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        outer.addWidget(bubble, 1)
-        outer.addStretch(0)  # takes what the bubble's maximum width leaves
+        outer.addLayout(right, 1)
 
     def append(self, piece: str) -> None:
         if not self.text:
@@ -110,15 +200,43 @@ class AssistantMessage(QWidget):
         if not self.text:
             self._footer.setText("")
             self._footer.hide()
+            self._stream.clear()
         self.text += piece
-        self._label.setText(self.text)
+        self._stream.append_plain(piece)
+
+    def set_text(self, text: str) -> None:
+        """Show a stored answer at once (restoring a conversation)."""
+        self.text = text
+        self._stream.setPlainText(text)
+        self._footer.hide()
 
     def finish(self, finish_reason: str, footer: str = "") -> None:
         self.finish_reason = finish_reason
+        self.status = finish_reason if finish_reason != "stop" else "done"
         if not self.text:
-            self._label.setText("(no answer)" if finish_reason != "error" else "(failed)")
+            self._stream.setPlainText("(no answer)" if finish_reason != "error" else "(failed)")
+        else:
+            self._render_markdown()
         self._footer.setText(footer)
         self._footer.setVisible(bool(footer))
+        self.actions_row.show()
 
     def footer(self) -> str:
         return self._footer.text()
+
+    def rendered_widgets(self) -> list[QWidget]:
+        return list(self._blocks)
+
+    def _render_markdown(self) -> None:
+        index = self._column.indexOf(self._stream)
+        self._blocks = render_blocks(self.text)
+        if not self._blocks:
+            return
+        self._stream.hide()
+        for offset, widget in enumerate(self._blocks):
+            self._column.insertWidget(index + 1 + offset, widget)
+
+    def _on_action(self, name: str) -> None:
+        if name == "copy":
+            QGuiApplication.clipboard().setText(self.text)
+        emit(self.action_requested, name)

@@ -1,24 +1,31 @@
-"""A button that shows the current model and lets the user choose a model folder."""
+"""The header button that shows the current model; its menu switches models or opens the manager."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
-from PySide6.QtWidgets import QFileDialog, QPushButton, QWidget
+from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
+
+from app.icons import icon
 from app.qt_compat import emit
+from app.settings import known_models
 
 
 class ModelPicker(QPushButton):
-    """Shows the model's name (or the loading state); a click asks for a model folder."""
+    """Shows the model's name (or the loading state). Its menu lists the user's models."""
 
     model_chosen = Signal(str)
+    manage_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("modelPicker")
         self.setAccessibleName("Choose model")
-        self.setToolTip("Choose a model folder")
+        self.setToolTip("Switch model, or manage models")
+        self._menu = QMenu(self)
+        self._menu.setObjectName("modelMenu")
+        self._menu.aboutToShow.connect(self._fill_menu)
+        self.setMenu(self._menu)
         self.set_none()
-        self.clicked.connect(self._choose)
 
     def set_none(self) -> None:
         self.setText("Choose a model…")
@@ -28,8 +35,24 @@ class ModelPicker(QPushButton):
         self.setToolTip(path)
 
     def set_model(self, name: str, path: str) -> None:
-        self.setText(f"{name}  ▾")
-        self.setToolTip(f"{path}\nClick to choose another model folder")
+        self.setText(name)
+        self.setToolTip(f"{path}\nClick to switch model")
+
+    def model_actions(self) -> list:
+        self._fill_menu()
+        return self._menu.actions()
+
+    @Slot()
+    def _fill_menu(self) -> None:
+        self._menu.clear()
+        for model in known_models():
+            action = self._menu.addAction(model["name"])
+            action.setToolTip(model["path"])
+            action.triggered.connect(lambda _=False, p=model["path"]: emit(self.model_chosen, p))
+        if not self._menu.isEmpty():
+            self._menu.addSeparator()
+        self._menu.addAction(icon("folder"), "Open model folder…", self._choose)
+        self._menu.addAction(icon("models"), "Manage models…", lambda: emit(self.manage_requested))
 
     @Slot()
     def _choose(self) -> None:

@@ -6,7 +6,9 @@ thread, and talks to the UI only through signals that carry plain Python data.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,14 +18,45 @@ from app.qt_compat import emit
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[str, str | None, str | None], Any]
+SessionFactory = Callable[..., Any]
+# "module:callable" of a session factory to use instead of the engine (tests start the app with a
+# slow fake this way, e.g. to kill it mid-answer).
+FACTORY_ENV = "SMOLCHAT_SESSION_FACTORY"
 
 
-def default_session_factory(path: str, device: str | None, dtype: str | None) -> Any:
+def default_session_factory(path: str, device: str | None, dtype: str | None, cache_kind: str | None = None,
+                            context_size: int | None = None) -> Any:
     """Load a real engine session. Imports torch, so only call it from the worker thread."""
     from engine.chat import ChatSession
+    from engine.kv_cache import CacheConfig
 
-    return ChatSession.load(path, device=device, dtype=dtype)
+    cache = None  # the engine's default cache unless the user chose otherwise
+    if cache_kind or context_size:
+        kwargs = {"kind": cache_kind} if cache_kind else {}
+        cache = CacheConfig(max_tokens=context_size or None, **kwargs)
+    return ChatSession.load(path, device=device, dtype=dtype, cache_config=cache)
+
+
+def factory_from_env() -> SessionFactory | None:
+    spec = os.environ.get(FACTORY_ENV, "")
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def model_folder(path: str) -> str:
+    """The local folder of ``path`` (a folder, or a Hub id already in the HF cache); "" if unknown."""
+    if os.path.isdir(path):
+        return path
+    if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(path, local_files_only=True)
+        except Exception:  # noqa: BLE001 - only a hint for defaults
+            return ""
+    return ""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -47,30 +80,41 @@ class EngineWorker(QObject):
     """
 
     model_loading = Signal(str)
-    model_loaded = Signal(dict)  # {"model_name", "device", "dtype", "path"}
+    model_loaded = Signal(dict)  # {"model_name", "device", "dtype", "path", "folder"}
     model_load_failed = Signal(str)
     token = Signal(str)
     finished = Signal(dict)  # {"finish_reason", "error", **GenerationStats.to_dict()}
     error = Signal(str)
+    image_tokens = Signal(str, str, int)  # path, detail, <image> tokens it will take (-1: unknown)
 
-    _generate_queued = Signal(str, list, dict)
+    _generate_queued = Signal(str, list, dict, object)
 
     def __init__(self, session_factory: SessionFactory | None = None) -> None:
         super().__init__()
-        self._session_factory = session_factory or default_session_factory
+        self._session_factory = session_factory or factory_from_env() or default_session_factory
         self._session: Any = None
+        self._options: dict = {}
+        # What we put into session.turns, as (role, text, image paths): lets a generation with a
+        # different history (another conversation, an edit, a regenerate) rebuild only the tail.
+        self._synced: list[tuple] = []
         self._lock = threading.Lock()  # guards _session/_busy against cancel() from the UI thread
         self._busy = False  # a generation is queued or running
         self._cancel_requested = threading.Event()
         self._generate_queued.connect(self.generate)
 
     # -- called from the UI thread -------------------------------------------------------------
-    def request_generate(self, text: str, images: list[str], params: dict | None = None) -> None:
-        """Queue a generation into the worker thread; a later :meth:`cancel` stops it."""
+    def request_generate(self, text: str, images: list[str], params: dict | None = None,
+                         history: list[dict] | None = None) -> None:
+        """Queue a generation into the worker thread; a later :meth:`cancel` stops it.
+
+        ``history`` (``[{"role", "text", "images"}]``, the messages before this one) makes the
+        session's conversation match it first; ``None`` continues whatever the session holds.
+        """
         with self._lock:
             self._busy = True
             self._cancel_requested.clear()
-        emit(self._generate_queued, text, list(images), dict(params or {}))
+        emit(self._generate_queued, text, list(images), dict(params or {}),
+             None if history is None else [dict(m) for m in history])
 
     def cancel(self) -> None:
         """Stop the queued or running generation soon (thread-safe; a no-op when idle)."""
@@ -82,17 +126,26 @@ class EngineWorker(QObject):
                 self._session.cancel()
 
     # -- slots, run in the worker thread -------------------------------------------------------
+    @Slot(dict)
+    def configure(self, options: dict) -> None:
+        """Options for the next :meth:`load_model` (``cache_kind``, ``context_size``)."""
+        self._options = {k: v for k, v in options.items() if v is not None}
+
     @Slot(str, object, object)
     def load_model(self, path: str, device: str | None = None, dtype: str | None = None) -> None:
         emit(self.model_loading, path)
         try:
-            session = self._session_factory(path, device, dtype)
+            if self._options:
+                session = self._session_factory(path, device, dtype, **self._options)
+            else:
+                session = self._session_factory(path, device, dtype)
         except Exception as exc:  # noqa: BLE001 - every failure goes to the UI, none crash it
             log.exception("loading %s failed", path)
             emit(self.model_load_failed, describe_error(exc))
             return
         with self._lock:
             self._session = session
+            self._synced = []
         emit(
             self.model_loaded,
             {
@@ -100,11 +153,26 @@ class EngineWorker(QObject):
                 "device": str(getattr(session, "device", "")),
                 "dtype": str(getattr(session, "dtype", "")),
                 "path": path,
+                "folder": model_folder(path),
             },
         )
 
-    @Slot(str, list, dict)
-    def generate(self, text: str, images: list[str], params: dict) -> None:
+    @Slot(list, str)
+    def count_image_tokens(self, paths: list, detail: str) -> None:
+        """Emit ``image_tokens`` for each path: what the pending attachments will cost."""
+        with self._lock:
+            session = self._session
+        for path in paths:
+            count = -1
+            try:
+                if session is not None and hasattr(session, "preprocess"):
+                    count = int(session.preprocess([path], detail)[0].num_image_tokens)
+            except Exception:  # noqa: BLE001 - the send itself reports unreadable images
+                log.debug("cannot count image tokens of %s", path, exc_info=True)
+            emit(self.image_tokens, path, detail, count)
+
+    @Slot(str, list, dict, object)
+    def generate(self, text: str, images: list[str], params: dict, history: list | None = None) -> None:
         with self._lock:
             self._busy = True
             session = self._session
@@ -115,6 +183,12 @@ class EngineWorker(QObject):
             if self._cancel_requested.is_set():
                 result = {"finish_reason": "cancelled", "error": None}
                 return
+            params = dict(params)
+            system_prompt = params.pop("system_prompt", None)
+            if system_prompt is not None and hasattr(session, "system_prompt"):
+                session.system_prompt = system_prompt or None  # the cache keeps what still matches
+            if history is not None:
+                self._sync_history(session, history, params.get("image_detail", "full"))
             result = self._run(session, text, images, params)
         except Exception as exc:  # noqa: BLE001
             log.exception("generation failed")
@@ -133,10 +207,37 @@ class EngineWorker(QObject):
             session = self._session
         if session is not None:
             session.reset()
+        self._synced = []
+
+    def _sync_history(self, session: Any, history: list[dict], detail: str) -> None:
+        """Make ``session.turns`` hold ``history``, keeping the longest prefix it already holds.
+
+        The engine then reuses its KV cache for that prefix (it matches cached tokens by value).
+        """
+        if not hasattr(session, "turns"):
+            if not history and self._synced:
+                session.reset()
+            self._synced = [_key(m) for m in history]
+            return
+        wanted = [_key(m) for m in history]
+        if len(session.turns) != len(self._synced):
+            self._synced = []  # the session changed behind our back: rebuild everything
+        keep = 0
+        while keep < min(len(wanted), len(self._synced)) and wanted[keep] == self._synced[keep]:
+            keep += 1
+        del session.turns[keep:]
+        if keep < len(wanted):
+            from engine.chat import Turn  # worker thread only (imports torch)
+        for role, text, images in wanted[keep:]:
+            processed = session.preprocess(list(images), detail) if images and role == "user" else []
+            session.turns.append(Turn(role, text, processed))
+        self._synced = wanted
 
     def _run(self, session: Any, text: str, images: list[str], params: dict) -> dict:
         from engine.events import GenerationParams  # worker thread only
 
+        before = len(getattr(session, "turns", ()))
+        pieces: list[str] = []
         done = None
         for event in session.send(text, images=list(images), params=GenerationParams(**params)):
             if hasattr(event, "finish_reason"):
@@ -144,7 +245,9 @@ class EngineWorker(QObject):
                 break
             if self._cancel_requested.is_set():
                 session.cancel()  # in case send() cleared the flag when it started
+            pieces.append(event.text)
             emit(self.token, event.text)
+        self._record_turns(session, before, text, images, "".join(pieces))
         if done is None:
             return {"finish_reason": "error", "error": "The engine stopped without a final event."}
         result = {"finish_reason": done.finish_reason, "error": done.error}
@@ -152,6 +255,21 @@ class EngineWorker(QObject):
         if done.error:
             emit(self.error, done.error)
         return result
+
+    def _record_turns(self, session: Any, before: int, text: str, images: list[str], answer: str) -> None:
+        turns = getattr(session, "turns", None)
+        if turns is None:
+            self._synced += [("user", text, tuple(images)), ("assistant", answer.strip(), ())]
+        elif len(turns) == before + 2:
+            self._synced += [("user", text, tuple(images)), ("assistant", answer.strip(), ())]
+        elif len(turns) != before:
+            self._synced = []  # something unexpected: rebuild on the next generation
+
+
+def _key(message: dict) -> tuple:
+    role = message.get("role", "user")
+    images = tuple(message.get("images") or ()) if role == "user" else ()
+    return (role, str(message.get("text", "")).strip() if role == "assistant" else message.get("text", ""), images)
 
 
 # Running threads and their workers, so that neither is destroyed while the thread runs even if

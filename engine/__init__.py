@@ -31,6 +31,11 @@ _LAZY = {
     "HubSource": "engine.sources",
     "Tokenizer": "engine.tokenizer",
     "ImageProcessor": "engine.processing",
+    "Embedder": "engine.embeddings",
+    "embed": "engine.embeddings",
+    "PerplexityResult": "engine.perplexity",
+    "SpeculativeDecoder": "engine.speculative",
+    "PromptLookupDrafter": "engine.speculative",
 }
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m engine {generate,info}`` (DESIGN.md §5).
+"""Command line: ``python -m engine {generate,info,embed,perplexity}`` (DESIGN.md §5).
 
 Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected failure.
 """
@@ -40,6 +40,26 @@ def _build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="print model metadata and capabilities")
     info.add_argument("--model", required=True)
     info.add_argument("--json", action="store_true")
+
+    emb = sub.add_parser("embed", help="a pooled, L2-normalised embedding of a text and/or images")
+    emb.add_argument("--model", required=True)
+    emb.add_argument("--text", default="", help="text to embed")
+    emb.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
+    emb.add_argument("--pooling", choices=["mean", "last"], default="mean",
+                     help="mean over content tokens (default) or the last content token")
+    emb.add_argument("--image-detail", choices=["full", "balanced", "fast"], default="full")
+    emb.add_argument("--device", default=None)
+    emb.add_argument("--dtype", default=None)
+    emb.add_argument("--json", action="store_true", help='{"dim": H, "pooling": ..., "embedding": [...]}')
+
+    ppl = sub.add_parser("perplexity", help="sliding-window perplexity of a text file")
+    ppl.add_argument("--model", required=True)
+    ppl.add_argument("--file", required=True, help="UTF-8 text file")
+    ppl.add_argument("--context", type=int, default=None, help="window length in tokens (default: the model's)")
+    ppl.add_argument("--stride", type=int, default=None, help="tokens between window starts (default: --context)")
+    ppl.add_argument("--device", default=None)
+    ppl.add_argument("--dtype", default=None)
+    ppl.add_argument("--json", action="store_true")
     return ap
 
 
@@ -141,14 +161,51 @@ def _info(args: argparse.Namespace) -> int:
           f"patch {v['patch_size']}, {v['image_tokens_per_tile']} tokens per tile")
     print(f"  eos ids       {info['eos_token_ids']}")
     for k, val in info["capabilities"].items():
-        print(f"  {k:<13} {'yes' if val is True else 'no' if val is False else val}")
+        print(f"  {k:<20} {'yes' if val is True else 'no' if val is False else val}")
     return 0
+
+
+def _embed(args: argparse.Namespace) -> int:
+    from engine.embeddings import Embedder
+
+    if not args.text and not args.image:
+        raise ValueError("give --text and/or --image")
+    embedder = Embedder.load(args.model, device=args.device, dtype=args.dtype, pooling=args.pooling)
+    vec = embedder.embed(args.text, args.image, image_detail=args.image_detail).tolist()
+    if args.json:
+        print(json.dumps({"dim": len(vec), "pooling": args.pooling, "embedding": vec}))
+    else:
+        print(" ".join(f"{x:.6f}" for x in vec))
+    return 0
+
+
+def _perplexity(args: argparse.Namespace) -> int:
+    from engine.loader import load_model
+    from engine.perplexity import perplexity
+    from engine.sources import resolve_source
+    from engine.tokenizer import Tokenizer
+
+    with open(args.file, encoding="utf-8") as f:
+        text = f.read()
+    source = resolve_source(args.model)
+    ids = Tokenizer.from_pretrained(source.folder).encode(text)
+    model = load_model(source, args.device, args.dtype)
+    result = perplexity(model, ids, args.context, args.stride)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"perplexity {result.perplexity:.4f}  (mean NLL {result.nll:.4f} nats over {result.tokens} tokens, "
+              f"{result.windows} windows)")
+    return 0
+
+
+COMMANDS = {"generate": _generate, "info": _info, "embed": _embed, "perplexity": _perplexity}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        return _generate(args) if args.command == "generate" else _info(args)
+        return COMMANDS[args.command](args)
     except (EngineError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -49,6 +49,19 @@ class BlockAllocator:
         """Ids on the free list, next-to-be-allocated first (for tests and debugging)."""
         return tuple(self._free)
 
+    def grow(self, num_blocks: int) -> None:
+        """Add blocks ``self.num_blocks .. num_blocks-1`` (free). Existing ids and counts are kept,
+        so block tables stay valid; the new ids go to the back of the free list.
+
+        Raises:
+            ValueError: ``num_blocks`` is smaller than the current number of blocks.
+        """
+        if num_blocks < self.num_blocks:
+            raise ValueError(f"cannot shrink a block allocator from {self.num_blocks} to {num_blocks} blocks")
+        self._ref_counts.extend([0] * (num_blocks - self.num_blocks))
+        self._free.extend(range(self.num_blocks, num_blocks))
+        self.num_blocks = num_blocks
+
     def ref_count(self, block_id: int) -> int:
         return self._ref_counts[block_id]
 

@@ -1,9 +1,18 @@
 """``ChatSession``: one conversation, streamed answer by answer, reusing the KV cache between turns.
 
 Each turn renders the whole conversation with the chat template, finds the longest prefix already
-in the KV cache (token ids, and for image tokens the content hash of their tile), truncates the
-cache there and prefills only the rest. Answers stream through a detokenizer that never splits a
-UTF-8 character and never emits stop tokens.
+in the KV cache (one key per position: the token id, and for image tokens the id plus the content
+hash of their tile), truncates the cache there and prefills only the rest, in chunks of
+``prefill_chunk`` tokens. Assistant turns are replayed with the exact ids the model generated (not
+a re-tokenization of their text, which need not give the same ids back), so a new turn, a
+regenerated answer or an edited message prefills only what actually changed.
+
+When a turn would not fit the context (the cache's capacity, at most ``max_position_embeddings``)
+with room for an answer, the oldest whole exchanges are dropped (a user message with its answers;
+never the system prompt, never part of an image) and the stats say so. A message that does not fit
+even alone raises :class:`~engine.errors.PromptTooLongError` before any work is done.
+
+Answers stream through a detokenizer that never splits a UTF-8 character and never emits stop tokens.
 """
 
 from __future__ import annotations
@@ -24,20 +33,26 @@ from engine.kv_cache import CacheConfig, KVCache
 from engine.models.base import GenerativeModel
 from engine.processing import ImageProcessor, ProcessedImage
 from engine.sampling import make_sampler
+from engine.speculative import SpeculativeDecoder, token_stream
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
 ImageInput = str | Path | bytes
 # Prompt tokens per prefill call: bounds attention scores and activations for long image prompts.
 DEFAULT_PREFILL_CHUNK = 512
+# Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
+ANSWER_ROOM_FRACTION = 0.25
 
 
 @dataclass
 class Turn:
-    """One message of the conversation. ``images`` are preprocessed tiles (user turns only)."""
+    """One message of the conversation. ``images`` are preprocessed tiles (user turns only);
+    ``token_ids`` are the ids an assistant turn was generated as (stop token excluded), replayed
+    as they are in later prompts. ``None`` (e.g. a turn written by hand) means: tokenize ``text``."""
 
     role: str
     text: str
     images: list[ProcessedImage] = field(default_factory=list)
+    token_ids: list[int] | None = None
 
 
 def tile_digests(images: Sequence[ProcessedImage]) -> list[bytes]:
@@ -62,6 +77,8 @@ class ChatSession:
         self.cache_config = cache_config or CacheConfig()
         self.cache: KVCache = model.create_kv_cache(self.cache_config)
         self.system_prompt = system_prompt
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         self.prefill_chunk = prefill_chunk
         self.model_name = name or model.metadata.name
         self.turns: list[Turn] = []
@@ -110,12 +127,15 @@ class ChatSession:
         return msgs
 
     def _prompt(self) -> tuple[list[int], list, list[ProcessedImage]]:
+        """Prompt ids of the conversation (generation prompt included), their cache keys, the images."""
         images = [img for t in self.turns for img in t.images]
-        enc = self.tokenizer.encode_chat(self._messages(), images, add_generation_prompt=True)
+        messages = self._messages()
+        ids = self._replay_answers(self.tokenizer.encode_chat(messages, images, add_generation_prompt=True).input_ids,
+                                   messages)
         digests = iter(tile_digests(images))
         keys, image_id, seq = [], self.model.metadata.image_token_id, self.model.metadata.image_seq_len
         run = 0
-        for tok in enc.input_ids:
+        for tok in ids:
             if tok == image_id:
                 if run % seq == 0:
                     digest = next(digests)
@@ -123,7 +143,36 @@ class ChatSession:
                 run += 1
             else:
                 keys.append(tok)
-        return enc.input_ids, keys, images
+        return ids, keys, images
+
+    def _replay_answers(self, ids: list[int], messages: list[dict]) -> list[int]:
+        """Swap the re-tokenized text of each assistant turn in ``ids`` for the ids it was generated as.
+
+        ``encode_chat`` tokenizes the plain text between special tokens chunk by chunk, so the ids up
+        to the last special token of a prefix rendering are a prefix of the full rendering. An
+        assistant message's text sits in the chunk that starts after the last special token of the
+        prompt it answered (``...<end_of_utterance>`` + ``"\nAssistant:"``) and ends at the next
+        special token; that chunk becomes the generation prompt's tail plus the generated ids. A turn
+        is left as text when this layout does not hold or its ids contain ``<image>`` (no tile).
+        """
+        special = self.tokenizer.special_ids
+        offset = len(messages) - len(self.turns)  # the system message, if any
+        swaps = []
+        for j, turn in enumerate(self.turns):
+            if turn.role != "assistant" or turn.token_ids is None:
+                continue
+            if self.model.metadata.image_token_id in turn.token_ids:
+                continue
+            before = [img for t in self.turns[:j] for img in t.images]
+            asked = self.tokenizer.encode_chat(messages[:j + offset], before, add_generation_prompt=True).input_ids
+            start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
+            end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
+            if end is None or ids[:start] != asked[:start]:
+                continue
+            swaps.append((start, end, asked[start:] + list(turn.token_ids)))
+        for start, end, replacement in reversed(swaps):  # back to front: earlier offsets stay valid
+            ids[start:end] = replacement
+        return ids
 
     def preprocess(self, images: Sequence[ImageInput], detail: str = "full") -> list[ProcessedImage]:
         """Load and tile images. Raises :class:`~engine.errors.ImageError` for unreadable files."""
@@ -141,24 +190,99 @@ class ChatSession:
             PromptTooLongError: the conversation does not fit the context.
         """
         params = params or GenerationParams()
-        self._cancel.clear()
         t0 = time.perf_counter()
         processed = self.preprocess(images, params.image_detail)
+        snapshot = list(self.turns)
         self.turns.append(Turn("user", text, processed))
-        try:
-            ids, keys, all_images = self._prompt()
-            if len(ids) >= self.cache.capacity:
-                raise PromptTooLongError(
-                    f"the prompt has {len(ids)} tokens but the context holds {self.cache.capacity}"
-                )
-        except BaseException:
-            self.turns.pop()
-            raise
-        return self._generate(ids, keys, all_images, params, t0)
+        return self._start(snapshot, params, t0)
 
-    def _generate(self, ids, keys, images, params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
+    def regenerate(self, params: GenerationParams | None = None) -> Iterator[GenerationEvent]:
+        """Drop the last answer and stream a new one to the same prompt.
+
+        The cache is truncated to the prompt (all of it but its last token is reused:
+        ``stats.cached_tokens == stats.prompt_tokens - 1``). Events as :meth:`send`.
+
+        Raises (before anything is yielded, leaving the conversation unchanged):
+            ValueError: the conversation does not end with an answer.
+            PromptTooLongError: as :meth:`send`.
+        """
+        params = params or GenerationParams()
+        t0 = time.perf_counter()
+        if not self.turns or self.turns[-1].role != "assistant":
+            raise ValueError("there is no answer to regenerate: the conversation does not end with one")
+        snapshot = list(self.turns)
+        while self.turns and self.turns[-1].role == "assistant":
+            self.turns.pop()
+        return self._start(snapshot, params, t0)
+
+    def edit(self, turn_index: int, text: str, images: Sequence[ImageInput] | None = None,
+             params: GenerationParams | None = None) -> Iterator[GenerationEvent]:
+        """Replace user turn ``turn_index`` (0-based over :attr:`turns`), drop every later turn, and
+        stream a new answer. The cache keeps the prefix the old and new prompts share.
+
+        ``images=None`` keeps the turn's images; a sequence (possibly empty) replaces them.
+
+        Raises (before anything is yielded, leaving the conversation unchanged):
+            ValueError: ``turn_index`` is not a user turn of the conversation.
+            ImageError: an image cannot be read.
+            PromptTooLongError: as :meth:`send`.
+        """
+        params = params or GenerationParams()
+        t0 = time.perf_counter()
+        if not 0 <= turn_index < len(self.turns) or self.turns[turn_index].role != "user":
+            roles = [t.role for t in self.turns]
+            raise ValueError(f"turn {turn_index} is not a user turn of this conversation (turns: {roles})")
+        processed = self.turns[turn_index].images if images is None else self.preprocess(images, params.image_detail)
+        snapshot = list(self.turns)
+        del self.turns[turn_index:]
+        self.turns.append(Turn("user", text, list(processed)))
+        return self._start(snapshot, params, t0)
+
+    def _start(self, snapshot: list[Turn], params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
+        """Fit the prompt to the context and return the answer's generator; on any error restore
+        ``snapshot`` (the turns as they were before the call) and raise."""
+        self._cancel.clear()
+        try:
+            ids, keys, images, dropped = self._fit_context(params)
+        except BaseException:
+            self.turns[:] = snapshot
+            raise
+        return self._generate(ids, keys, images, params, t0, snapshot, dropped)
+
+    def _fit_context(self, params: GenerationParams) -> tuple[list[int], list, list[ProcessedImage], int]:
+        """The prompt of the conversation, after dropping the oldest exchanges (a user turn and its
+        answers; never the last user turn) while the prompt plus room for the answer exceeds the
+        context. Returns the prompt (ids, keys, images) and how many turns were dropped.
+
+        Raises:
+            PromptTooLongError: the prompt does not fit even with every earlier turn dropped.
+        """
+        capacity = self.cache.capacity
+        room = min(params.max_new_tokens, int(capacity * ANSWER_ROOM_FRACTION))
+        dropped = 0
+        while True:
+            ids, keys, images = self._prompt()
+            if len(ids) + room <= capacity:
+                break
+            nxt = next((i for i in range(1, len(self.turns)) if self.turns[i].role == "user"), None)
+            if nxt is None:
+                break
+            del self.turns[:nxt]
+            dropped += nxt
+        if len(ids) >= capacity:
+            alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
+                and dropped else ""
+            raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}{alone}")
+        return ids, keys, images, dropped
+
+    def _generate(self, ids, keys, images, params: GenerationParams, t0: float, snapshot: list[Turn],
+                  dropped: int = 0) -> Iterator[GenerationEvent]:
         stats = GenerationStats(prompt_tokens=len(ids),
-                                image_tokens=sum(img.num_image_tokens for img in images))
+                                image_tokens=sum(img.num_image_tokens for img in images),
+                                dropped_turns=dropped)
+        if dropped:
+            stats.notice = (f"The conversation no longer fits the {self.cache.capacity}-token context: "
+                            f"the {dropped} oldest messages were dropped.")
         answer_ids: list[int] = []
         reason = "error"
         error = None
@@ -168,27 +292,25 @@ class ChatSession:
             sampler = make_sampler(params, self.model.device)
             eos = set() if params.ignore_eos else set(self.model.metadata.eos_token_ids)
             detok = StreamingDetokenizer(self.tokenizer, skip_special_ids=set(self.model.metadata.eos_token_ids))
-            history = list(ids)
+            spec = self._speculative_decoder(params, sampler)
+            prompt_len = len(self._cached_keys)  # == len(ids): the cache holds the prompt
             t_decode = time.perf_counter()
-            while True:
-                token = sampler(logits[0], history)
+            reason = "length"
+            for token in token_stream(self.model, self.cache, sampler, list(ids), logits, params.max_new_tokens, spec):
                 if token in eos:
                     reason = "stop"
                     break
                 answer_ids.append(token)
-                history.append(token)
                 yield TokenEvent(detok.add(token), token)
-                if len(answer_ids) >= params.max_new_tokens:
-                    reason = "length"
-                    break
-                if self._cancel.is_set():
+                if self._cancel.is_set() and len(answer_ids) < params.max_new_tokens:
                     reason = "cancelled"
                     break
-                if self.cache.seq_len + 1 >= self.cache.capacity:
-                    reason = "length"
-                    break
-                logits = self.model.decode(self.model.embed(torch.tensor([[token]])), self.cache)
-                self._cached_keys.append(token)
+            # The cache holds the prompt, then the answer's tokens in order (plus, with speculation,
+            # accepted drafts past the point where the answer stopped): keep the answer's part.
+            fed = min(self.cache.seq_len - prompt_len, len(answer_ids))
+            self._cached_keys.extend(answer_ids[:fed])
+            if spec is not None:
+                stats.draft_tokens, stats.accepted_tokens = spec.draft_tokens, spec.accepted_tokens
             tail = detok.flush()
             if tail:
                 yield TokenEvent(tail, -1)  # text held back at the end, no new token
@@ -208,11 +330,20 @@ class ChatSession:
             self.cache.truncate(kept)
             del self._cached_keys[kept:]
             if reason == "error" and not answer_ids:
-                self.turns.pop()  # nothing was answered: the conversation is as before the call
+                self.turns[:] = snapshot  # nothing was answered: the conversation is as before the call
             else:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
-                self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text))
+                self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
+                                       token_ids=list(answer_ids)))
         yield DoneEvent(reason, stats, error)
+
+    def _speculative_decoder(self, params: GenerationParams, sampler) -> SpeculativeDecoder | None:
+        """Prompt-lookup speculation (engine.speculative) unless ``params.speculative`` is False; ``None``
+        (auto) uses it where the model supports ``decode_all_logits``. It only drafts when the n-gram
+        lookup matches and backs off after misses, so unpredictable text costs little."""
+        if params.speculative is False or (params.speculative is None and not self.model.supports_decode_all_logits()):
+            return None
+        return SpeculativeDecoder(self.model, self.cache, sampler)
 
     def _prefill(self, ids: list[int], keys: list, images: list[ProcessedImage], stats: GenerationStats
                  ) -> torch.Tensor:

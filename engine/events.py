@@ -21,7 +21,9 @@ class GenerationParams:
     ``max_new_tokens`` bounds the answer; ``ignore_eos`` keeps decoding past end-of-utterance
     (benchmarks only). ``image_detail`` is one of ``"full"`` (the checkpoint's reference
     preprocessing), ``"balanced"`` (never upscale an image beyond its own size) or ``"fast"``
-    (one global tile per image).
+    (one global tile per image). ``speculative`` picks prompt-lookup speculative decoding
+    (``engine.speculative``): ``None`` uses it where the model supports it, ``True`` requires it,
+    ``False`` turns it off. It never changes greedy output, nor the distribution of sampled output.
     """
 
     temperature: float = 0.0
@@ -33,6 +35,7 @@ class GenerationParams:
     seed: int | None = None
     ignore_eos: bool = False
     image_detail: Literal["full", "balanced", "fast"] = "full"
+    speculative: bool | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -58,7 +61,10 @@ class GenerationStats:
     Times are seconds (wall clock, ``time.perf_counter``); rates are tokens per second.
     ``ttft_s`` runs from the call to the first generated token being available (preprocessing,
     vision tower and prefill included). ``cached_tokens`` are prompt tokens reused from the KV
-    cache instead of being prefilled again.
+    cache instead of being prefilled again. ``dropped_turns`` counts the oldest messages dropped
+    from the conversation so that it fits the context; ``notice`` then says so in words (for the UI).
+    ``draft_tokens`` were proposed by the speculative drafter and checked by the model;
+    ``accepted_tokens`` of them were kept.
     """
 
     prompt_tokens: int = 0
@@ -70,9 +76,17 @@ class GenerationStats:
     decode_tokens_per_s: float = 0.0
     total_s: float = 0.0
     dropped_turns: int = 0
+    notice: str = ""
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0.0 when nothing was drafted)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "acceptance_rate": self.acceptance_rate}
 
 
 @dataclass(frozen=True, slots=True)

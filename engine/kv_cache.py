@@ -11,7 +11,6 @@ the new queries over everything cached, and ``end_forward()`` commits the ``n`` 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,13 +18,15 @@ import torch
 
 from engine.block_allocator import BlockAllocator, OutOfBlocksError
 from engine.kv_base import CacheShape, KVCache, causal_attention
-from engine.paged_kv_cache import PagedForwardMetadata, PagedKVCache
+from engine.paged_kv_cache import DEFAULT_INITIAL_TOKENS, KVArena, PagedForwardMetadata, PagedKVCache
 
 __all__ = [
     "BlockAllocator",
     "CacheConfig",
     "CacheShape",
     "ContiguousKVCache",
+    "DEFAULT_INITIAL_TOKENS",
+    "KVArena",
     "KVCache",
     "OutOfBlocksError",
     "PagedForwardMetadata",
@@ -39,20 +40,26 @@ __all__ = [
 class CacheConfig:
     """How to build a KV cache.
 
-    ``max_tokens`` bounds one sequence (prompt + answer); ``None`` means the model's context
-    (``max_position_embeddings``). ``block_size`` is tokens per block of the paged arena. ``dtype``
-    ``None`` means the model's dtype. ``num_blocks`` sizes the paged arena shared by a cache and its
-    forks; ``None`` means ``2 * ceil(max_tokens / block_size)``: one full-length conversation plus as
-    much again for forks and regenerations (which share their common prefix and only add the blocks
-    they diverge in). The paged cache holds one sequence, so it needs ``max_batch_size == 1``.
+    ``kind`` is ``"paged"`` by default (memory follows the tokens in use); ``"contiguous"`` is the
+    baseline that reserves ``max_tokens`` up front. ``max_tokens`` bounds one sequence (prompt +
+    answer); ``None`` means the model's context (``max_position_embeddings``). ``block_size`` is
+    tokens per block of the paged arena. ``dtype`` ``None`` means the model's dtype.
+
+    The paged arena, shared by a cache and its forks, starts at ``num_blocks`` blocks (``None``:
+    enough for :data:`~engine.paged_kv_cache.DEFAULT_INITIAL_TOKENS` tokens) and doubles when it runs
+    out, up to ``max_num_blocks`` (``None``: ``2 * ceil(max_tokens / block_size)``, one full-length
+    conversation plus as much again for forks, which share their common prefix and only add the
+    blocks they diverge in). Set both equal for a fixed arena. The paged cache holds one sequence, so
+    it needs ``max_batch_size == 1``.
     """
 
-    kind: Literal["paged", "contiguous"] = "contiguous"
+    kind: Literal["paged", "contiguous"] = "paged"
     max_tokens: int | None = None
     block_size: int = 16
     dtype: torch.dtype | None = None
     max_batch_size: int = 1
     num_blocks: int | None = None
+    max_num_blocks: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("paged", "contiguous"):
@@ -63,6 +70,8 @@ class CacheConfig:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks}")
+        if self.max_num_blocks is not None and self.max_num_blocks < (self.num_blocks or 1):
+            raise ValueError(f"max_num_blocks must be >= num_blocks (and >= 1), got {self.max_num_blocks}")
 
 
 class ContiguousKVCache(KVCache):
@@ -107,5 +116,5 @@ def create_kv_cache(config: CacheConfig, shape: CacheShape, context: int, device
         return ContiguousKVCache(shape, max_tokens, device, dtype, config.max_batch_size)
     if config.max_batch_size != 1:
         raise ValueError(f"the paged KV cache holds one sequence; got max_batch_size={config.max_batch_size}")
-    num_blocks = config.num_blocks or 2 * math.ceil(max_tokens / config.block_size)
-    return PagedKVCache(shape, max_tokens, device, dtype, block_size=config.block_size, num_blocks=num_blocks)
+    return PagedKVCache(shape, max_tokens, device, dtype, block_size=config.block_size,
+                        num_blocks=config.num_blocks, max_num_blocks=config.max_num_blocks)

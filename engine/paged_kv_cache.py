@@ -1,16 +1,23 @@
-"""Paged KV cache: one preallocated arena of fixed-size blocks, block tables, copy-on-write forks.
+"""Paged KV cache: a growing arena of fixed-size blocks, block tables, copy-on-write forks.
 
 Split three ways as in nano-vllm (``block_manager.py`` / ``model_runner.allocate_kv_cache`` /
 ``utils/context.py``): block ids and reference counts live in the pure-Python
 :class:`~engine.block_allocator.BlockAllocator`; keys and values live in one tensor
-``(2, num_layers, num_blocks, block_size, H_kv, D)`` whose per-layer slices the caches share; each
-forward pass gets a :class:`PagedForwardMetadata` (slot mapping, block table).
+``(2, num_layers, num_blocks, block_size, H_kv, D)`` owned by a :class:`KVArena` that a cache and its
+forks share; each forward pass gets a :class:`PagedForwardMetadata` (slot mapping, block table).
 
 Position ``p`` of a sequence lives in block ``block_table[p // block_size]`` at row
 ``p % block_size``, i.e. flat slot ``block_id * block_size + p % block_size`` (vLLM's
 ``slot_mapping``; Kwon et al., "Efficient Memory Management for Large Language Model Serving with
 PagedAttention", SOSP'23, arXiv 2309.06180). Memory in use grows block by block with the
 conversation; forks share their common blocks and copy a block only when they write into it.
+
+The arena starts small (:data:`DEFAULT_INITIAL_TOKENS` worth of blocks) and doubles when the
+allocator runs out, up to ``max_num_blocks`` (default: two full-length sequences, i.e. one
+conversation plus as much again for forks). Growing allocates a bigger tensor and copies the old
+blocks into it, so block ids and block tables stay valid; :attr:`KVArena.version` counts the
+reallocations (anything holding the tensor's address, such as a captured CUDA graph, must be
+rebuilt when it changes).
 
 Attention gathers the sequence's blocks into a ``[1, H_kv, T, D]`` view and runs SDPA through
 :func:`~engine.kv_base.causal_attention`, so results equal the contiguous cache's (the decode
@@ -28,6 +35,9 @@ import torch
 from engine.block_allocator import BlockAllocator, OutOfBlocksError
 from engine.kv_base import CacheShape, KVCache, causal_attention
 
+# The arena a new paged cache starts with holds this many tokens (rounded up to whole blocks).
+DEFAULT_INITIAL_TOKENS = 1024
+
 
 @dataclass(slots=True)
 class PagedForwardMetadata:
@@ -42,38 +52,95 @@ class PagedForwardMetadata:
             physical block of each logical block. It is a prefix view of a buffer preallocated at
             ``max_blocks_per_seq`` entries, so a CUDA-graph decode could later capture the full
             buffer (plus a device ``seq_len`` to mask with) instead of this variable-length slice.
+        arena_version: :attr:`KVArena.version` when the step was built; a graph captured against
+            the arena tensor is stale once the arena's version moves on (it grew and moved).
     """
 
     past: int
     num_new: int
     slot_mapping: torch.Tensor
     block_table: torch.Tensor
+    arena_version: int = 0
+
+
+class KVArena:
+    """Block storage shared by a paged cache and its forks: the key/value tensor and its allocator.
+
+    ``kv`` is ``(2, num_layers, num_blocks, block_size, H_kv, D)`` (``kv[0]`` keys, ``kv[1]``
+    values), left uninitialised: a slot is only read after it is written. :meth:`ensure_free` grows
+    it geometrically (x2) up to ``max_num_blocks``; growth reallocates the tensor (briefly holding
+    old + new) and bumps :attr:`version`. Block ids never change.
+    """
+
+    def __init__(self, shape: CacheShape, block_size: int, num_blocks: int, max_num_blocks: int,
+                 device: torch.device, dtype: torch.dtype):
+        if not 1 <= num_blocks <= max_num_blocks:
+            raise ValueError(f"the arena needs 1 <= num_blocks <= max_num_blocks, got {num_blocks} and {max_num_blocks}")
+        self.shape = shape
+        self.block_size = block_size
+        self.max_num_blocks = max_num_blocks
+        self.allocator = BlockAllocator(num_blocks)
+        self.version = 0
+        self.kv = self._empty(num_blocks, device, dtype)
+
+    def _empty(self, num_blocks: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        s = self.shape
+        return torch.empty((2, s.num_layers, num_blocks, self.block_size, s.num_kv_heads, s.head_dim),
+                           device=device, dtype=dtype)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.allocator.num_blocks
+
+    def ensure_free(self, needed: int) -> bool:
+        """Make ``needed`` blocks free: reallocate once, doubling the block count as many times as
+        that takes (capped at ``max_num_blocks``).
+        Returns ``False``, changing nothing, when even the largest arena would not have them."""
+        deficit = needed - self.allocator.num_free
+        if deficit <= 0:
+            return True
+        n = self.num_blocks
+        if n + deficit > self.max_num_blocks:
+            return False
+        target = n
+        while target < n + deficit:  # one reallocation, to the next doubling that is enough
+            target *= 2
+        target = min(target, self.max_num_blocks)
+        grown = self._empty(target, self.kv.device, self.kv.dtype)
+        grown[:, :, :n].copy_(self.kv)
+        self.kv = grown
+        self.allocator.grow(target)
+        self.version += 1
+        return True
 
 
 class PagedKVCache(KVCache):
-    """Keys and values of one sequence (batch size 1) stored in blocks of a shared arena.
+    """Keys and values of one sequence (batch size 1) stored in blocks of a shared, growing arena.
 
-    ``nbytes`` counts the blocks this sequence holds (``len(block_table) * bytes_per_block``): the
-    arena is capacity shared by this cache and its forks, ``nbytes`` is what this conversation
-    reserves of it. A block shared with a fork is counted by both. ``arena_nbytes`` is the whole
-    arena (allocated once, up front).
+    Memory accounting: ``nbytes`` is what this conversation holds, ``len(block_table) *
+    bytes_per_block`` (a block shared with a fork is counted by both); ``arena_nbytes`` is the arena
+    tensor actually allocated for this cache and its forks (``num_blocks * bytes_per_block``), which
+    grows by doubling as blocks run out, up to ``max_num_blocks``.
 
     Args:
         shape: layers, KV heads and head_dim of the model.
         max_tokens: most tokens this sequence may hold (:attr:`capacity`).
         device, dtype: of the arena.
         block_size: tokens per block (vLLM's default is 16).
-        num_blocks: blocks in the arena; default ``2 * ceil(max_tokens / block_size)``. Must hold at
-            least one full-length sequence.
-        share_with: build an empty sequence on this other cache's arena and allocator (as
-            :meth:`fork` does, without sharing any tokens). ``num_blocks`` is then ignored.
+        num_blocks: blocks the arena starts with; default enough for :data:`DEFAULT_INITIAL_TOKENS`
+            (at most ``max_num_blocks``).
+        max_num_blocks: most blocks the arena may grow to; default ``2 * ceil(max_tokens /
+            block_size)`` (one full-length sequence plus as much again for forks), and never less
+            than ``num_blocks``. Must hold at least one full-length sequence.
+        share_with: build an empty sequence on this other cache's arena (as :meth:`fork` does,
+            without sharing any tokens). ``num_blocks`` and ``max_num_blocks`` are then ignored.
 
     Raises:
-        ValueError: the arena is smaller than ``max_tokens``; ``share_with`` has another layout.
+        ValueError: the largest arena is smaller than ``max_tokens``; ``share_with`` has another layout.
     """
 
     def __init__(self, shape: CacheShape, max_tokens: int, device: torch.device, dtype: torch.dtype,
-                 block_size: int = 16, num_blocks: int | None = None, *,
+                 block_size: int = 16, num_blocks: int | None = None, *, max_num_blocks: int | None = None,
                  share_with: PagedKVCache | None = None):
         super().__init__(shape, max_tokens, device, dtype)
         self.block_size = block_size
@@ -82,21 +149,37 @@ class PagedKVCache(KVCache):
             same = (share_with.shape, share_with.device, share_with.dtype, share_with.block_size)
             if same != (shape, self.device, dtype, block_size):
                 raise ValueError(f"cannot share an arena of layout {same} with {(shape, self.device, dtype, block_size)}")
-            self.allocator = share_with.allocator
-            self.kv = share_with.kv
+            self.arena = share_with.arena
         else:
-            num_blocks = num_blocks or 2 * self.max_blocks_per_seq
-            if num_blocks * block_size < max_tokens:
-                raise ValueError(f"{num_blocks} blocks of {block_size} tokens cannot hold max_tokens={max_tokens}")
-            self.allocator = BlockAllocator(num_blocks)
-            # (2, L, num_blocks, block_size, H_kv, D); k is kv[0], v is kv[1]. Left uninitialised:
-            # a slot is only ever read after it is written (reads are trimmed to seq_len + n).
-            self.kv = torch.empty((2, shape.num_layers, num_blocks, block_size, shape.num_kv_heads, shape.head_dim),
-                                  device=self.device, dtype=dtype)
+            if max_num_blocks is None:
+                max_num_blocks = max(2 * self.max_blocks_per_seq, num_blocks or 0)
+            if max_num_blocks * block_size < max_tokens:
+                raise ValueError(f"{max_num_blocks} blocks of {block_size} tokens cannot hold max_tokens={max_tokens}")
+            if num_blocks is None:
+                num_blocks = min(math.ceil(DEFAULT_INITIAL_TOKENS / block_size), max_num_blocks)
+            self.arena = KVArena(shape, block_size, num_blocks, max_num_blocks, self.device, dtype)
         self.block_table: list[int] = []
         # Device copy of block_table, preallocated at its largest size (static for CUDA graphs).
         self._block_table_buf = torch.zeros(self.max_blocks_per_seq, dtype=torch.long, device=self.device)
         self._metadata: PagedForwardMetadata | None = None
+
+    @property
+    def allocator(self) -> BlockAllocator:
+        return self.arena.allocator
+
+    @property
+    def kv(self) -> torch.Tensor:
+        """The arena tensor (re-read it after a step that may have grown the arena)."""
+        return self.arena.kv
+
+    @property
+    def arena_version(self) -> int:
+        """Times the shared arena has been reallocated to grow (see :class:`KVArena`)."""
+        return self.arena.version
+
+    @property
+    def max_num_blocks(self) -> int:
+        return self.arena.max_num_blocks
 
     @property
     def num_blocks(self) -> int:
@@ -113,7 +196,7 @@ class PagedKVCache(KVCache):
 
     @property
     def arena_nbytes(self) -> int:
-        """Bytes of the whole arena shared with forks (``num_blocks * bytes_per_block``)."""
+        """Bytes of the arena allocated now, shared with forks (``num_blocks * bytes_per_block``)."""
         return self.kv.nbytes
 
     @property
@@ -122,11 +205,12 @@ class PagedKVCache(KVCache):
         return self._metadata if self._pending else None
 
     def _reserve(self, total_tokens: int) -> None:
-        """Make room for ``total_tokens``: copy a shared partial tail block, allocate new blocks,
-        and build the step's slot mapping. All or nothing.
+        """Make room for ``total_tokens``: grow the arena if needed, copy a shared partial tail
+        block, allocate new blocks, and build the step's slot mapping. All or nothing (a growth that
+        happened stays: it is only spare capacity).
 
         Raises:
-            OutOfBlocksError: the arena has fewer free blocks than needed (both numbers named).
+            OutOfBlocksError: the arena, grown to its cap, has fewer free blocks than needed.
         """
         bs, past = self.block_size, self._seq_len
         num_new_blocks = math.ceil(total_tokens / bs) - len(self.block_table)
@@ -134,10 +218,11 @@ class PagedKVCache(KVCache):
         # Only that first block can be shared, and only if it is partly filled (a fork mid-block).
         cow = past % bs != 0 and self.allocator.ref_count(self.block_table[past // bs]) > 1
         needed = num_new_blocks + int(cow)
-        if needed > self.allocator.num_free:
+        if not self.arena.ensure_free(needed):
             raise OutOfBlocksError(
                 f"KV cache arena is full: {total_tokens} tokens need {needed} more blocks of {bs} tokens, "
-                f"but only {self.allocator.num_free} of {self.allocator.num_blocks} blocks are free"
+                f"but only {self.allocator.num_free} of {self.allocator.num_blocks} blocks are free "
+                f"and the arena may not grow past {self.arena.max_num_blocks} blocks"
             )
         if cow:
             self._copy_on_write(past // bs)
@@ -148,7 +233,7 @@ class PagedKVCache(KVCache):
         table = self._block_table_buf[:nb]
         pos = torch.arange(past, total_tokens, device=self.device)
         slots = table[pos // bs] * bs + pos % bs  # [n] int64
-        self._metadata = PagedForwardMetadata(past, total_tokens - past, slots, table)
+        self._metadata = PagedForwardMetadata(past, total_tokens - past, slots, table, self.arena.version)
 
     def _copy_on_write(self, index: int) -> None:
         """Give this sequence a private copy of the shared block ``block_table[index]`` (all layers)."""
@@ -221,4 +306,4 @@ class PagedKVCache(KVCache):
 
     def __repr__(self) -> str:
         return (f"PagedKVCache(seq_len={self._seq_len}, blocks={len(self.block_table)}, "
-                f"block_size={self.block_size}, arena={self.allocator})")
+                f"block_size={self.block_size}, arena={self.allocator}, max_num_blocks={self.max_num_blocks})")

@@ -50,22 +50,46 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_
     return logits
 
 
-def make_sampler(params: GenerationParams, device: torch.device | str = "cpu") -> Sampler:
+class TokenSampler:
+    """``(logits [V], history) -> token id`` for ``params``, with its own seeded generator.
+
+    :meth:`probs` exposes the processed next-token distribution and :attr:`generator` the random
+    stream, so that speculative verification can accept or resample drafted tokens exactly.
+    """
+
+    def __init__(self, params: GenerationParams, device: torch.device | str = "cpu"):
+        self.params = params
+        self.generator: torch.Generator | None = None
+        if params.temperature > 0:
+            self.generator = torch.Generator(device=device)
+            if params.seed is not None:
+                self.generator.manual_seed(params.seed)
+            else:
+                self.generator.seed()
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.temperature == 0
+
+    def penalized(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
+        """``logits [V]`` in float32 after the repetition penalty (what greedy takes the argmax of)."""
+        return apply_repetition_penalty(logits.float(), history, self.params.repetition_penalty)
+
+    def probs(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
+        """The distribution ``[V]`` a token is drawn from (temperature > 0 only)."""
+        p = self.params
+        logits = filter_logits(self.penalized(logits, history) / p.temperature, p.top_k, p.top_p, p.min_p)
+        return logits.softmax(-1)
+
+    def draw(self, probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+        if self.greedy:
+            return int(torch.argmax(self.penalized(logits, history)))
+        return self.draw(self.probs(logits, history))
+
+
+def make_sampler(params: GenerationParams, device: torch.device | str = "cpu") -> TokenSampler:
     """A function ``(logits [V], history) -> token id`` for ``params``, with its own seeded generator."""
-    generator = None
-    if params.temperature > 0:
-        generator = torch.Generator(device=device)
-        if params.seed is not None:
-            generator.manual_seed(params.seed)
-        else:
-            generator.seed()
-
-    def sample(logits: torch.Tensor, history: Sequence[int]) -> int:
-        logits = apply_repetition_penalty(logits.float(), history, params.repetition_penalty)
-        if params.temperature == 0:
-            return int(torch.argmax(logits))
-        logits = filter_logits(logits / params.temperature, params.top_k, params.top_p, params.min_p)
-        probs = logits.softmax(-1)
-        return int(torch.multinomial(probs, 1, generator=generator))
-
-    return sample
+    return TokenSampler(params, device)

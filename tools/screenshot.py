@@ -4,7 +4,9 @@
     python tools/screenshot.py --fake --image PATH --prompt TEXT --out PNG
 
 Runs headless with QT_QPA_PLATFORM=offscreen (or under xvfb-run). ``--fake`` streams a canned
-answer instead of loading a model; ``--dark`` renders with a dark palette.
+answer instead of loading a model; ``--dark`` renders with the dark palette; ``--history`` adds a
+few earlier chats to the sidebar; ``--manager PNG`` also saves the model manager. Data goes to a
+temporary folder unless SMOLCHAT_DATA_DIR is set.
 """
 
 from __future__ import annotations
@@ -16,37 +18,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+if "SMOLCHAT_DATA_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["SMOLCHAT_DATA_DIR"] = tempfile.mkdtemp(prefix="smolchat-shot-")
 
 from PySide6.QtCore import QObject, QTimer, Slot  # noqa: E402
 
 FAKE_ANSWER = (
-    "This is a photo of an orange tabby cat curled up on a grey sofa. It is lying on a knitted "
-    "blanket, with its eyes half closed, and the light comes from a window on the left, so it "
-    "looks like late afternoon."
+    "This looks like a **cup of coffee** on a wooden table:\n\n"
+    "- a white ceramic cup with a saucer\n- latte art in the foam\n- warm light from the left\n\n"
+    "It was probably taken in a café in the morning."
 )
+HISTORY = ["Receipt totals from March", "What plant is this?", "Translate the menu", "Chart: sales by region"]
 
 
-def dark_palette():
-    from PySide6.QtGui import QColor, QPalette
+def add_history() -> None:
+    from app.paths import data_dir
+    from app.store import Store
 
-    p = QPalette()
-    roles = {
-        QPalette.ColorRole.Window: "#1f2126",
-        QPalette.ColorRole.WindowText: "#e6e6e9",
-        QPalette.ColorRole.Base: "#17181c",
-        QPalette.ColorRole.AlternateBase: "#24262c",
-        QPalette.ColorRole.Text: "#e6e6e9",
-        QPalette.ColorRole.Button: "#2a2c33",
-        QPalette.ColorRole.ButtonText: "#e6e6e9",
-        QPalette.ColorRole.Mid: "#6b6f7b",
-        QPalette.ColorRole.Midlight: "#2e3038",
-        QPalette.ColorRole.Highlight: "#5b6cff",
-        QPalette.ColorRole.HighlightedText: "#ffffff",
-        QPalette.ColorRole.PlaceholderText: "#6b6f7b",
-    }
-    for role, color in roles.items():
-        p.setColor(role, QColor(color))
-    return p
+    store = Store(data_dir())
+    for title in HISTORY:
+        conv = store.create_conversation(title)
+        store.add_message(conv.id, "user", title)
+        store.add_message(conv.id, "assistant", "…")
+    store.close()
 
 
 class Driver(QObject):
@@ -59,6 +55,7 @@ class Driver(QObject):
 
     @Slot(dict)
     def ask(self, _info: dict) -> None:
+        self.window.new_chat()
         self.window.add_files([self.args.image])
         self.window.composer.setPlainText(self.args.prompt)
         self.window.send_message()
@@ -76,6 +73,13 @@ class Driver(QObject):
         self.app.processEvents()
         self.window.grab().save(self.args.out)
         print(f"saved {self.args.out}: {self.window.stats_label.text()}")
+        if self.args.manager:
+            manager = self.window.open_model_manager()
+            manager.resize(760, 640)
+            for _ in range(5):
+                self.app.processEvents()
+            manager.grab().save(self.args.manager)
+            print(f"saved {self.args.manager}")
         self.code = code
         self.app.quit()
 
@@ -91,17 +95,22 @@ def main() -> int:
     parser.add_argument("--device")
     parser.add_argument("--dtype")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (random weights then repeat)")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="900x720", help="window size WxH")
     parser.add_argument("--dark", action="store_true")
+    parser.add_argument("--history", action="store_true", help="earlier chats in the sidebar")
+    parser.add_argument("--manager", help="also save the model manager to this PNG")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for load + answer")
     args = parser.parse_args()
 
     from app.main import create_app
     from app.main_window import MainWindow
 
+    os.environ["SMOLCHAT_THEME"] = "dark" if args.dark else "light"
+    if args.history:
+        add_history()
     app = create_app(sys.argv[:1])
-    if args.dark:
-        app.setPalette(dark_palette())
     factory = None
     if args.fake:
         from tests.app.fakes import FakeFactory, FakeSession
@@ -109,17 +118,24 @@ def main() -> int:
         words = FAKE_ANSWER.split(" ")
         tokens = [w if i == 0 else " " + w for i, w in enumerate(words)]
         factory = FakeFactory(FakeSession(tokens=tokens, delay=0.01, model_name="SmolVLM-256M-Instruct"))
-    window = MainWindow(session_factory=factory)
-    window.generation_params = {"max_new_tokens": args.max_new_tokens}
+    window = MainWindow(args.model or "fake", session_factory=factory, device=args.device, dtype=args.dtype)
+    window.generation_params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                                "seed": args.seed}
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)
     window.show()
     driver = Driver(app, window, args)
-    window.worker.model_loaded.connect(driver.ask)  # a QObject slot: queued into the UI thread
     window.worker.model_load_failed.connect(driver.failed)
-    window.worker.finished.connect(driver.answered)
+    window.answer_finished.connect(driver.answered)
+
+    def wait_for_model() -> None:  # the window may have loaded the model before we could connect
+        if window.model_info:
+            driver.ask(window.model_info)
+        else:
+            QTimer.singleShot(100, wait_for_model)
+
+    QTimer.singleShot(100, wait_for_model)
     QTimer.singleShot(int(args.timeout * 1000), lambda: driver.shoot(3))
-    window.load_model(args.model or "fake", args.device, args.dtype)
     app.exec()
     window.shutdown()
     return driver.code

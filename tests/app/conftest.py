@@ -33,6 +33,13 @@ def _close_windows(qapp):
     assert stop_all_workers() == 0, "an engine thread did not stop"
 
 
+@pytest.fixture(autouse=True)
+def _clear_clipboard(qapp):
+    """The clipboard owns the QMimeData a test hands it; left there, it is freed twice at exit (segfault)."""
+    yield
+    qapp.clipboard().clear()
+
+
 @pytest.fixture
 def make_window(qtbot):
     """Build shown MainWindows on fake factories; they stay referenced until teardown."""

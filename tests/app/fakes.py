@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ImageError, ModelLoadError
 from engine.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
+
+
+@dataclass
+class FakeTurn:
+    role: str
+    text: str
+    images: list = field(default_factory=list)
+
+
+@dataclass
+class FakeProcessed:
+    path: str
+    num_image_tokens: int
 
 
 class FakeSession:
@@ -34,7 +49,15 @@ class FakeSession:
         self.yielded = 0
         self.resets = 0
         self.load_thread: int | None = None
+        self.system_prompt: str | None = None
+        self.turns: list = []
+        self.preprocessed: list[tuple[str, str]] = []
         self._cancel = threading.Event()
+
+    def preprocess(self, images, detail: str = "full"):
+        self.preprocessed += [(str(i), detail) for i in images]
+        per_image = {"full": 1088, "balanced": 320, "fast": 64}[detail]
+        return [FakeProcessed(str(i), per_image) for i in images]
 
     def send(self, text: str, images: list[str | Path] = (), params: GenerationParams | None = None):
         self.calls.append(
@@ -43,6 +66,9 @@ class FakeSession:
         if self.image_error:
             raise ImageError(self.image_error)
         self._cancel.clear()
+        self.calls[-1]["turns"] = [(t.role, t.text, len(t.images)) for t in self.turns]
+        self.calls[-1]["system_prompt"] = self.system_prompt
+        self.turns.append(FakeTurn("user", text, self.preprocess(images, (params or GenerationParams()).image_detail)))
         return self._stream(params or GenerationParams())
 
     def _stream(self, params: GenerationParams):
@@ -64,6 +90,7 @@ class FakeSession:
         else:
             if self._cancel.is_set():
                 reason = "cancelled"
+        self.turns.append(FakeTurn("assistant", "".join(self.tokens[:produced]).strip()))
         total = time.perf_counter() - start
         stats = GenerationStats(
             prompt_tokens=42, generated_tokens=produced, ttft_s=0.125, decode_tokens_per_s=25.0, total_s=total
@@ -75,6 +102,7 @@ class FakeSession:
 
     def reset(self) -> None:
         self.resets += 1
+        self.turns.clear()
 
 
 class FakeFactory:
@@ -85,9 +113,16 @@ class FakeFactory:
         self.fail = fail
         self.loads: list[tuple] = []
 
-    def __call__(self, path: str, device: str | None, dtype: str | None) -> FakeSession:
+    def __call__(self, path: str, device: str | None, dtype: str | None, **options) -> FakeSession:
         self.loads.append((path, device, dtype, threading.get_ident()))
+        self.options = options
         if self.fail:
             raise ModelLoadError(self.fail)
         self.session.load_thread = threading.get_ident()
         return self.session
+
+
+def slow_factory(path: str, device: str | None, dtype: str | None, **options) -> FakeSession:
+    """For ``SMOLCHAT_SESSION_FACTORY=tests.app.fakes:slow_factory``: a long, slow answer."""
+    delay = float(os.environ.get("SMOLCHAT_FAKE_DELAY", "0.02"))
+    return FakeSession(tokens=[f" word{i}" for i in range(5000)], delay=delay, model_name="SlowFake")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QToolButton
+from PySide6.QtWidgets import QLabel, QTextBrowser, QToolButton
 
 from tests.app.fakes import FakeFactory, FakeSession
 from tests.app.helpers import drop, file_mime
 
 
-def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png):
+def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png, data_dir):
     assert drop(window.composer, file_mime(png))
     assert window.attachments.paths() == [str(png.resolve())]
 
@@ -24,14 +25,16 @@ def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png):
     qtbot.waitUntil(lambda: window.send_button.isVisible())
     call = fake_session.calls[-1]
     assert call["text"] == "What colour is the cat?"
-    assert call["images"] == [str(png.resolve())]
+    [stored] = call["images"]  # a copy in the app's image store, named by content hash
+    assert stored.startswith(str(data_dir / "images")) and Path(stored).read_bytes() == png.read_bytes()
     assert call["thread"] != threading.get_ident()  # the engine ran off the UI thread
     messages = window.transcript.messages()
     assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert messages[0] == {"role": "user", "text": "What colour is the cat?", "images": [str(png.resolve())]}
+    assert messages[0] == {"role": "user", "text": "What colour is the cat?", "images": [stored]}
     assert messages[1]["text"] == "The cat is orange."
-    shown = [label.text() for label in window.transcript.findChildren(QLabel, "assistantText")]
-    assert shown == ["The cat is orange."]
+    rendered = window.transcript.last_assistant().rendered_widgets()
+    assert [w.toPlainText() for w in rendered] == ["The cat is orange."]
+    assert all(isinstance(w, QTextBrowser) and w.objectName() == "assistantText" for w in rendered)
     assert window.composer.toPlainText() == ""
     assert window.attachments.paths() == []
     assert window.stop_button.isEnabled() is False
@@ -39,7 +42,7 @@ def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png):
     assert window.send_button.isEnabled() is True
     stats = window.findChild(QLabel, "statusStats").text()
     assert "FakeVLM-256M" in stats and "cpu" in stats
-    assert "TTFT 0.12 s" in stats and "25.0 tok/s" in stats and "42 prompt / 5 generated tokens" in stats
+    assert "TTFT 0.12 s" in stats and "25.0 tok/s" in stats and "42 prompt / 0 cached / 5 generated tokens" in stats
 
 
 def test_stop_ends_a_long_answer_early(qtbot, make_window):

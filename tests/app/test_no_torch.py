@@ -19,6 +19,7 @@ class Session:
     def send(self, text, images=(), params=None): return iter(())
     def cancel(self): pass
     def reset(self): pass
+    def preprocess(self, images, detail="full"): return []
 
 app = QApplication([])
 import app.main as main_module

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.formatting import finish_footer, model_summary, stats_summary
+from app.formatting import finish_footer, model_summary, pending_summary, stats_summary
 from app.images import InvalidImageError, validate_image
 from app.main import create_app, parse_args
 from app.paths import data_dir, pasted_images_dir, resource, resources_dir
@@ -55,7 +55,10 @@ def test_summaries():
     assert model_summary(info) == "SmolVLM-256M · cuda · bfloat16"
     result = {"finish_reason": "stop", "prompt_tokens": 1141, "generated_tokens": 64, "ttft_s": 0.041,
               "decode_tokens_per_s": 212.34, "cached_tokens": 0}
-    assert stats_summary(result) == "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 64 generated tokens"
+    assert stats_summary(result) == "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 generated tokens"
+    assert pending_summary([]) == ""
+    assert pending_summary([1088, 64]) == "2 images · 1,152 image tokens"
+    assert pending_summary([None]) == "1 image · counting image tokens…"
     assert stats_summary({"finish_reason": "error", "error": "x"}) == ""
     assert finish_footer({"finish_reason": "cancelled"}) == "stopped by you (cancelled)"
     assert finish_footer({"finish_reason": "error", "error": "boom"}) == "failed (error): boom"

@@ -43,7 +43,8 @@ def test_signals_in_order_token_token_finished(qtbot, start):
     factory = FakeFactory(session)
     worker, relay = start(factory)
     info = load(qtbot, relay)
-    assert info == {"model_name": "FakeVLM-256M", "device": "cpu", "dtype": "float32", "path": "/models/fake"}
+    assert info == {"model_name": "FakeVLM-256M", "device": "cpu", "dtype": "float32", "path": "/models/fake",
+                    "folder": ""}
     assert factory.loads[0][3] != threading.get_ident()  # loaded in the worker thread
 
     with qtbot.waitSignals(
@@ -148,3 +149,46 @@ def test_describe_error_keeps_engine_messages_and_names_others():
         "prompt has 9000 tokens, context is 8192"
     )
     assert describe_error(ValueError("bad")) == "ValueError: bad"
+
+
+def test_history_is_synced_into_the_session_keeping_the_common_prefix(qtbot, start):
+    session = FakeSession(tokens=["ok"])
+    worker, relay = start(FakeFactory(session))
+    load(qtbot, relay)
+    history = [{"role": "user", "text": "q1", "images": ["/img/a.png"]}, {"role": "assistant", "text": "a1", "images": []}]
+    with qtbot.waitSignal(relay.finished, timeout=5000):
+        worker.request_generate("q2", [], {"image_detail": "fast", "system_prompt": "Be brief."}, history=history)
+    assert session.calls[-1]["turns"] == [("user", "q1", 1), ("assistant", "a1", 0)]
+    assert session.calls[-1]["system_prompt"] == "Be brief."
+    assert session.preprocessed == [("/img/a.png", "fast")]
+    turn_objects = list(session.turns)
+
+    # Continuing the same conversation keeps every turn object (nothing preprocessed again).
+    history += [{"role": "user", "text": "q2", "images": []}, {"role": "assistant", "text": "ok", "images": []}]
+    with qtbot.waitSignal(relay.finished, timeout=5000):
+        worker.request_generate("q3", [], {}, history=history)
+    assert session.turns[:4] == turn_objects
+    assert session.preprocessed == [("/img/a.png", "fast")]
+
+    # Regenerating the first answer: the session drops everything after the first user turn.
+    with qtbot.waitSignal(relay.finished, timeout=5000):
+        worker.request_generate("q1", ["/img/a.png"], {}, history=[])
+    assert session.calls[-1]["turns"] == []
+
+
+def test_load_options_reach_the_factory(qtbot, start):
+    factory = FakeFactory()
+    worker, relay = start(factory)
+    worker.configure({"cache_kind": "contiguous", "context_size": 4096})
+    load(qtbot, relay)
+    assert factory.options == {"cache_kind": "contiguous", "context_size": 4096}
+
+
+def test_image_tokens_are_counted_in_the_worker(qtbot, start):
+    worker, relay = start(FakeFactory())
+    load(qtbot, relay)
+    seen = []
+    worker.image_tokens.connect(lambda p, d, n: seen.append((p, d, n)))
+    worker.count_image_tokens(["/img/a.png"], "balanced")
+    qtbot.waitUntil(lambda: bool(seen), timeout=5000)  # PySide queues the lambda to the worker's thread
+    assert seen == [("/img/a.png", "balanced", 320)]

@@ -71,7 +71,22 @@ def test_rejects_empty_arena():
         BlockAllocator(0)
 
 
-ops = st.lists(st.tuples(st.sampled_from(["allocate", "incref", "decref"]), st.integers(0, 1000)), max_size=60)
+def test_grow_keeps_ids_and_counts_and_appends_free_blocks():
+    a = BlockAllocator(2)
+    x, y = a.allocate(), a.allocate()
+    a.incref(x)
+    a.grow(5)
+    assert (a.num_blocks, a.num_free, a.num_used) == (5, 3, 2)
+    assert (a.ref_count(x), a.ref_count(y)) == (2, 1)
+    assert a.free_block_ids == (2, 3, 4)
+    a.decref(y)
+    assert a.free_block_ids == (2, 3, 4, y)  # FIFO: the freed block still comes after the new ones
+    with pytest.raises(ValueError, match="cannot shrink a block allocator from 5 to 4 blocks"):
+        a.grow(4)
+
+
+ops = st.lists(st.tuples(st.sampled_from(["allocate", "incref", "decref", "grow"]), st.integers(0, 1000)),
+               max_size=60)
 
 
 @settings(max_examples=150, deadline=None)
@@ -80,7 +95,10 @@ def test_matches_a_reference_count_model(num_blocks, ops):
     a = BlockAllocator(num_blocks)
     held: dict[int, int] = {}  # block id -> references we hold
     for op, pick in ops:
-        if op == "allocate":
+        if op == "grow":
+            num_blocks += pick % 3
+            a.grow(num_blocks)
+        elif op == "allocate":
             if len(held) == num_blocks:
                 with pytest.raises(OutOfBlocksError):
                     a.allocate()

@@ -36,10 +36,11 @@ ATOL = 1e-6
 
 
 def make_cache(kind: str, shape: CacheShape, max_tokens: int, block_size: int = 16,
-               num_blocks: int | None = None) -> KVCache:
+               num_blocks: int | None = None, max_num_blocks: int | None = None) -> KVCache:
     if kind == "contiguous":
         return ContiguousKVCache(shape, max_tokens, "cpu", torch.float32)
-    return PagedKVCache(shape, max_tokens, "cpu", torch.float32, block_size=block_size, num_blocks=num_blocks)
+    return PagedKVCache(shape, max_tokens, "cpu", torch.float32, block_size=block_size, num_blocks=num_blocks,
+                        max_num_blocks=max_num_blocks)
 
 
 class Seq:
@@ -230,13 +231,19 @@ def test_nbytes_at_smolvlm_256m_shape():
     contiguous = ContiguousKVCache(shape, 8192, "meta", torch.float32)
     assert contiguous.nbytes == 8192 * 46_080 == 377_487_360
     paged = PagedKVCache(shape, 8192, "meta", torch.float32, block_size=16)
-    assert paged.arena_nbytes == 1024 * 16 * 46_080  # default arena: 2 * 8192/16 blocks
+    # The arena starts with 1024 tokens' worth (64 blocks, 45 MiB) and may grow to 2 * 8192/16 blocks.
+    assert (paged.num_blocks, paged.max_num_blocks) == (64, 1024)
+    assert paged.arena_nbytes == 64 * 16 * 46_080 == 47_185_920
     sizes = []
     for n in (1, 15, 1, 100):
         paged.begin_forward(n)
         paged.end_forward()
         sizes.append(paged.nbytes)
     assert sizes == [737_280, 737_280, 1_474_560, 8 * 737_280]
+    paged.begin_forward(2000)  # 2117 tokens = 133 blocks: 64 -> 256 blocks in one reallocation
+    paged.end_forward()
+    assert (paged.nbytes, paged.num_blocks, paged.arena_version) == (133 * 737_280, 256, 1)
+    assert paged.arena_nbytes == 256 * 737_280
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -256,12 +263,13 @@ def test_capacity_errors_name_the_numbers(kind):
 
 def test_out_of_blocks_is_clear_and_leaves_state_unchanged():
     shape, heads = TINY
-    a = make_cache("paged", shape, max_tokens=8, block_size=4, num_blocks=2)
+    a = make_cache("paged", shape, max_tokens=8, block_size=4, num_blocks=2, max_num_blocks=2)
     seq = Seq(shape, heads, 8, seed=11)
     feed(a, seq, 0, 6)
     b = a.fork()
     # b's first write needs a private copy of the shared partial block, and no block is free.
-    with pytest.raises(OutOfBlocksError, match="need 1 more blocks of 4 tokens, but only 0 of 2 blocks are free"):
+    with pytest.raises(OutOfBlocksError, match="need 1 more blocks of 4 tokens, but only 0 of 2 blocks are free "
+                                               "and the arena may not grow past 2 blocks"):
         b.begin_forward(1)
     assert issubclass(OutOfBlocksError, EngineError)
     assert b.block_table == a.block_table and b.seq_len == 6 and b.metadata is None
@@ -277,7 +285,51 @@ def test_out_of_blocks_is_clear_and_leaves_state_unchanged():
 
 def test_arena_must_hold_one_full_sequence():
     with pytest.raises(ValueError, match="3 blocks of 4 tokens cannot hold max_tokens=13"):
-        PagedKVCache(TINY[0], 13, "cpu", torch.float32, block_size=4, num_blocks=3)
+        PagedKVCache(TINY[0], 13, "cpu", torch.float32, block_size=4, max_num_blocks=3)
+    with pytest.raises(ValueError, match="1 <= num_blocks <= max_num_blocks, got 5 and 4"):
+        PagedKVCache(TINY[0], 13, "cpu", torch.float32, block_size=4, num_blocks=5, max_num_blocks=4)
+    # num_blocks alone is where the arena starts; the cap is never below it.
+    assert PagedKVCache(TINY[0], 13, "cpu", torch.float32, block_size=4, num_blocks=12).max_num_blocks == 12
+
+
+@pytest.mark.parametrize("fork_at", [6, 8])
+def test_arena_grows_by_doubling_and_forks_see_the_grown_arena(fork_at):
+    shape, heads = TINY
+    cache = make_cache("paged", shape, max_tokens=40, block_size=4, num_blocks=1)  # cap 2 * 10 blocks
+    trunk = Seq(shape, heads, fork_at, seed=20)
+    results = feed_steps(cache, trunk, [0, 3, fork_at])  # 1 block, then 2: 1 -> 2 blocks
+    assert (cache.num_blocks, cache.arena_version) == (2, 1)
+    assert_matches_reference(results, trunk)
+    table = list(cache.block_table)
+    child = cache.fork()
+    assert child.arena is cache.arena
+    a = trunk.splice(fork_at, Seq(shape, heads, 30, seed=21))
+    b = trunk.splice(fork_at, Seq(shape, heads, 9, seed=22))
+    ra = feed_steps(cache, a, [fork_at, fork_at + 1, fork_at + 13, fork_at + 14])  # grows 2 -> 4 -> 8
+    assert cache.block_table[: fork_at // 4] == table[: fork_at // 4]  # ids survive the growth
+    rb = feed_steps(child, b, [fork_at, fork_at + 9])
+    assert child.kv is cache.kv and child.arena_version == cache.arena_version
+    ra += feed_steps(cache, a, [fork_at + 14, fork_at + 30])
+    assert_matches_reference(ra, a)
+    assert_matches_reference(rb, b)
+    assert cache.num_blocks == 16 and cache.arena_nbytes == 16 * cache.bytes_per_block
+    assert cache.nbytes == math.ceil(len(a) / 4) * cache.bytes_per_block
+    cache.begin_forward(2)
+    assert cache.metadata.arena_version == cache.arena_version
+    cache.end_forward()
+
+
+def test_growth_stops_at_the_cap_with_a_clear_error():
+    shape, heads = TINY
+    a = make_cache("paged", shape, max_tokens=8, block_size=4, num_blocks=1, max_num_blocks=3)
+    seq = Seq(shape, heads, 8, seed=23)
+    feed(a, seq, 0, 8)  # 2 blocks: grows 1 -> 2
+    b = PagedKVCache(shape, 8, "cpu", torch.float32, block_size=4, share_with=a)
+    feed(b, seq, 0, 4)  # grows 2 -> 3 (capped)
+    assert (a.num_blocks, a.arena_version) == (3, 2)
+    with pytest.raises(OutOfBlocksError, match="only 0 of 3 blocks are free and the arena may not grow past 3"):
+        b.begin_forward(1)
+    assert (b.seq_len, len(b.block_table), a.num_blocks) == (4, 1, 3)
 
 
 def test_paged_rejects_batches():
@@ -349,9 +401,15 @@ def test_create_kv_cache_builds_the_configured_kind():
     shape = TINY[0]
     paged = create_kv_cache(CacheConfig(kind="paged", max_tokens=100, block_size=16), shape, 8192, "cpu", torch.float32)
     assert isinstance(paged, PagedKVCache) and isinstance(paged.allocator, BlockAllocator)
-    assert (paged.capacity, paged.block_size, paged.num_blocks) == (100, 16, 2 * 7)
-    sized = create_kv_cache(CacheConfig(kind="paged", max_tokens=100, num_blocks=9), shape, 8192, "cpu", torch.float32)
-    assert sized.num_blocks == 9
+    # 1024 initial tokens is more than the cap of 2 * ceil(100 / 16) = 14 blocks.
+    assert (paged.capacity, paged.block_size, paged.num_blocks, paged.max_num_blocks) == (100, 16, 14, 14)
+    assert CacheConfig().kind == "paged"
+    default = create_kv_cache(CacheConfig(), shape, 8192, "cpu", torch.float32)
+    assert isinstance(default, PagedKVCache)
+    assert (default.capacity, default.num_blocks, default.max_num_blocks) == (8192, 64, 1024)
+    sized = create_kv_cache(CacheConfig(kind="paged", max_tokens=100, num_blocks=9, max_num_blocks=20), shape,
+                            8192, "cpu", torch.float32)
+    assert (sized.num_blocks, sized.max_num_blocks) == (9, 20)
     capped = create_kv_cache(CacheConfig(kind="paged"), shape, 64, "cpu", torch.bfloat16)
     assert (capped.capacity, capped.num_blocks, capped.kv.dtype) == (64, 8, torch.bfloat16)
     contiguous = create_kv_cache(CacheConfig(kind="contiguous", max_tokens=10), shape, 64, "cpu", torch.float32)
@@ -360,20 +418,23 @@ def test_create_kv_cache_builds_the_configured_kind():
         create_kv_cache(CacheConfig(kind="paged", max_batch_size=2), shape, 64, "cpu", torch.float32)
     with pytest.raises(ValueError, match="num_blocks must be >= 1, got 0"):
         CacheConfig(kind="paged", num_blocks=0)
+    with pytest.raises(ValueError, match="max_num_blocks must be >= num_blocks"):
+        CacheConfig(kind="paged", num_blocks=4, max_num_blocks=3)
 
 
 # --- Randomized: append / fork / truncate / release on caches sharing one arena ---------------------
 
 class SharedArenaMachine(RuleBasedStateMachine):
     """Every live cache must reproduce the no-cache reference of its own sequence, and the
-    allocator's counts must equal the references the live block tables hold."""
+    allocator's counts must equal the references the live block tables hold. The arena starts at
+    2 blocks and grows (2 -> 4 -> 7) while forks share it."""
 
     SHAPE, HEADS, BS, MAX_TOKENS, NUM_BLOCKS = CacheShape(2, 1, 4), 2, 4, 16, 7
 
     def __init__(self):
         super().__init__()
         self.root = PagedKVCache(self.SHAPE, self.MAX_TOKENS, "cpu", torch.float32,
-                                 block_size=self.BS, num_blocks=self.NUM_BLOCKS)
+                                 block_size=self.BS, num_blocks=2, max_num_blocks=self.NUM_BLOCKS)
         self.alloc = self.root.allocator
         self.live: list[tuple[PagedKVCache, Seq]] = [(self.root, Seq(self.SHAPE, self.HEADS, 0, seed=0))]
 
@@ -397,7 +458,7 @@ class SharedArenaMachine(RuleBasedStateMachine):
             return
         cow = t % self.BS != 0 and self.alloc.ref_count(cache.block_table[t // self.BS]) > 1
         needed = math.ceil((t + n) / self.BS) - math.ceil(t / self.BS) + cow
-        if needed > self.alloc.num_free:
+        if needed > self.alloc.num_free + self.NUM_BLOCKS - self.alloc.num_blocks:
             event("out of blocks")
             table = list(cache.block_table)
             with pytest.raises(OutOfBlocksError):
@@ -406,6 +467,8 @@ class SharedArenaMachine(RuleBasedStateMachine):
             return
         if cow:
             event("copy-on-write")
+        if needed > self.alloc.num_free:
+            event("arena grows")
         assert_matches_reference([(t, t + n, feed(cache, grown, t, t + n))], grown)
         self.live[i] = (cache, grown)
 
@@ -442,9 +505,11 @@ class SharedArenaMachine(RuleBasedStateMachine):
     def counts_match_block_tables(self):
         refs = Counter(b for cache, _ in self.live for b in cache.block_table)
         free = self.alloc.free_block_ids
-        assert sum(refs.values()) == sum(self.alloc.ref_count(b) for b in range(self.NUM_BLOCKS))
-        assert all(self.alloc.ref_count(b) == refs[b] for b in range(self.NUM_BLOCKS))
-        assert self.alloc.num_free + self.alloc.num_used == self.NUM_BLOCKS
+        n = self.alloc.num_blocks
+        assert n in (2, 4, self.NUM_BLOCKS) and self.root.kv.shape[2] == n
+        assert sum(refs.values()) == sum(self.alloc.ref_count(b) for b in range(n))
+        assert all(self.alloc.ref_count(b) == refs[b] for b in range(n))
+        assert self.alloc.num_free + self.alloc.num_used == n
         assert len(set(free)) == len(free) and set(free).isdisjoint(refs)
         for cache, seq in self.live:
             assert cache.seq_len == len(seq)
@@ -454,8 +519,8 @@ class SharedArenaMachine(RuleBasedStateMachine):
     def teardown(self):
         for cache, _ in self.live:
             cache.release()
-        assert self.alloc.num_free == self.NUM_BLOCKS
-        assert all(self.alloc.ref_count(b) == 0 for b in range(self.NUM_BLOCKS))
+        assert self.alloc.num_free == self.alloc.num_blocks
+        assert all(self.alloc.ref_count(b) == 0 for b in range(self.alloc.num_blocks))
 
 
 SharedArenaMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

@@ -174,3 +174,33 @@ class SmolVlmModel(GenerativeModel, nn.Module):
             raise ValueError(f"decode takes one position per row, got {input.shape[1]}")
         hidden = self.model.text_model(input, cache)
         return self.lm_head(hidden[:, -1])
+
+    # -- contract: provided methods (speculative verification, embeddings, perplexity) ----------
+    def supports_decode_all_logits(self) -> bool:
+        return True
+
+    @torch.inference_mode()
+    def decode_all_logits(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """``input [1, n, H]`` at positions ``[cache.seq_len, +n)`` -> logits ``[1, n, V]``.
+
+        A prefill that keeps every position's logits: the ``n`` positions are committed to ``cache``
+        (roll rejected ones back with ``cache.truncate``).
+        """
+        if input.shape[0] != 1 or input.shape[1] < 1:
+            raise ValueError(f"decode_all_logits takes [1, n>=1, H], got {tuple(input.shape)}")
+        return self.lm_head(self.model.text_model(input, cache))
+
+    def supports_hidden_states(self) -> bool:
+        return True
+
+    @torch.inference_mode()
+    def prefill_hidden(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
+        """Final-norm hidden states ``[1, S, H]`` of ``input [1, S, H]`` at ``pos`` (prefill rules)."""
+        check_prefill_positions(pos, input.shape[1], cache.seq_len)
+        return self.model.text_model(input, cache)
+
+    @torch.inference_mode()
+    def prefill_all_logits(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
+        """Logits ``[1, S, V]`` of every position of ``input [1, S, H]`` at ``pos`` (prefill rules)."""
+        check_prefill_positions(pos, input.shape[1], cache.seq_len)
+        return self.lm_head(self.model.text_model(input, cache))

@@ -1,0 +1,143 @@
+"""The sidebar: search box, New chat, and the list of saved conversations (rename, delete)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QSize, Qt, Signal, Slot
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.icons import icon
+from app.qt_compat import emit
+from app.store import Conversation
+
+ID_ROLE = Qt.ItemDataRole.UserRole
+UNTITLED = "New chat"
+
+
+class ConversationList(QFrame):
+    """Lists conversations newest first. It only emits; the window talks to the store.
+
+    Signals: ``open_requested(id)``, ``new_requested()``, ``rename_requested(id, title)``,
+    ``delete_requested(id)``, ``search_changed(text)``.
+    """
+
+    open_requested = Signal(int)
+    new_requested = Signal()
+    rename_requested = Signal(int, str)
+    delete_requested = Signal(int)
+    search_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sidebar")
+        self.new_button = QPushButton(icon("new-chat"), "New chat")
+        self.new_button.setObjectName("newChatButton")
+        self.new_button.setAccessibleName("New chat")
+        self.new_button.setToolTip("New chat (Ctrl+N)")
+        self.search = QLineEdit()
+        self.search.setObjectName("conversationSearch")
+        self.search.setPlaceholderText("Search chats")
+        self.search.setAccessibleName("Search conversations")
+        self.search.setClearButtonEnabled(True)
+        self.search.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
+        self.list = QListWidget()
+        self.list.setObjectName("conversationList")
+        # Long titles end in "…" (full title in the tooltip) instead of scrolling the sidebar sideways.
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setAccessibleName("Conversations")
+        self.list.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.setIconSize(QSize(16, 16))
+        self.list.setUniformItemSizes(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 10, 10, 10)
+        layout.setSpacing(8)
+        layout.addWidget(self.new_button)
+        layout.addWidget(self.search)
+        layout.addWidget(self.list, 1)
+
+        self.new_button.clicked.connect(lambda: emit(self.new_requested))
+        self.search.textChanged.connect(lambda text: emit(self.search_changed, text))
+        self.list.currentItemChanged.connect(self._on_current_changed)
+        self.list.itemChanged.connect(self._on_item_changed)
+        self.list.customContextMenuRequested.connect(self._context_menu)
+        delete = QAction("Delete chat", self.list)
+        delete.setShortcut(QKeySequence.StandardKey.Delete)
+        delete.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        delete.triggered.connect(self._delete_current)
+        self.list.addAction(delete)
+        self._filling = False
+
+    # -- contents ----------------------------------------------------------------------------------
+    def set_conversations(self, conversations: list[Conversation], current_id: int | None) -> None:
+        self._filling = True
+        self.list.clear()
+        for conv in conversations:
+            item = QListWidgetItem(conv.title or UNTITLED)
+            item.setToolTip(conv.title or UNTITLED)
+            item.setData(ID_ROLE, conv.id)
+            item.setToolTip(conv.title or UNTITLED)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
+            self.list.addItem(item)
+            if conv.id == current_id:
+                self.list.setCurrentItem(item)
+        self._filling = False
+
+    def ids(self) -> list[int]:
+        return [self.list.item(i).data(ID_ROLE) for i in range(self.list.count())]
+
+    def titles(self) -> list[str]:
+        return [self.list.item(i).text() for i in range(self.list.count())]
+
+    def select(self, conversation_id: int | None) -> None:
+        self._filling = True
+        self.list.setCurrentItem(self._item(conversation_id)) if self._item(conversation_id) else self.list.clearSelection()
+        self._filling = False
+
+    def start_rename(self, conversation_id: int) -> None:
+        item = self._item(conversation_id)
+        if item is not None:
+            self.list.editItem(item)
+
+    def _item(self, conversation_id: int | None) -> QListWidgetItem | None:
+        for i in range(self.list.count()):
+            if self.list.item(i).data(ID_ROLE) == conversation_id:
+                return self.list.item(i)
+        return None
+
+    # -- user actions ------------------------------------------------------------------------------
+    @Slot(QListWidgetItem, QListWidgetItem)
+    def _on_current_changed(self, current: QListWidgetItem | None, _previous) -> None:
+        if current is not None and not self._filling:
+            emit(self.open_requested, current.data(ID_ROLE))
+
+    @Slot(QListWidgetItem)
+    def _on_item_changed(self, item: QListWidgetItem) -> None:
+        if not self._filling:
+            emit(self.rename_requested, item.data(ID_ROLE), item.text())
+
+    def _delete_current(self) -> None:
+        item = self.list.currentItem()
+        if item is not None:
+            emit(self.delete_requested, item.data(ID_ROLE))
+
+    @Slot(QPoint)
+    def _context_menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        menu = QMenu(self)
+        menu.addAction(icon("edit"), "Rename", lambda: self.list.editItem(item))
+        menu.addAction(icon("delete"), "Delete", lambda: emit(self.delete_requested, item.data(ID_ROLE)))
+        menu.exec(self.list.viewport().mapToGlobal(pos))

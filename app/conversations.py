@@ -1,0 +1,184 @@
+"""Keeps the transcript and the store in step: which conversation is open, what it holds on disk,
+and the answer being streamed, saved as it grows."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QObject, QSettings
+
+from app.chat_view import ChatView
+from app.formatting import finish_footer, stats_summary
+from app.store import Message, Store
+
+FLUSH_INTERVAL_S = 0.25
+FLUSH_TOKENS = 32
+TITLE_LENGTH = 48
+
+
+def title_from(text: str, images: list[str]) -> str:
+    line = " ".join(text.split())
+    if not line:
+        return "Image" if len(images) == 1 else f"{len(images)} images" if images else "New chat"
+    return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
+
+
+def engine_history(messages: list[Message]) -> list[dict]:
+    """The turns the engine should see: each user message followed by a non-empty answer.
+
+    (A question whose answer failed with no text never reached the engine's conversation.)
+    """
+    history: list[dict] = []
+    for i, message in enumerate(messages):
+        if message.role != "user":
+            continue
+        answer = messages[i + 1] if i + 1 < len(messages) else None
+        if answer is not None and answer.role == "assistant" and answer.text.strip():
+            history += [message.as_history(), answer.as_history()]
+    return history
+
+
+def answer_footer(message: Message) -> str:
+    if message.status == "interrupted":
+        return "interrupted — Smolchat closed before this answer was complete"
+    parts = [p for p in (finish_footer({"finish_reason": _reason(message.status), **message.stats}),
+                         stats_summary(message.stats)) if p]
+    return " · ".join(parts)
+
+
+def _reason(status: str) -> str:
+    return "stop" if status == "done" else status
+
+
+class ConversationKeeper(QObject):
+    """Owns the :class:`Store` for the window; the transcript shows :attr:`current_id`."""
+
+    def __init__(self, store: Store, transcript: ChatView, qsettings: QSettings) -> None:
+        super().__init__()
+        self.store = store
+        self.transcript = transcript
+        self.qsettings = qsettings
+        self.current_id: int | None = None
+        self._streaming_id: int | None = None
+        self._pending = 0
+        self._last_flush = 0.0
+
+    # -- opening -----------------------------------------------------------------------------------
+    def last_opened(self) -> int | None:
+        wanted = self.qsettings.value("conversations/last")
+        ids = [c.id for c in self.store.conversations()]
+        try:
+            wanted = int(wanted)
+        except (TypeError, ValueError):
+            wanted = None
+        return wanted if wanted in ids else (ids[0] if ids else None)
+
+    def open(self, conversation_id: int | None) -> dict:
+        """Show conversation ``conversation_id`` (None: an empty new chat); returns its settings."""
+        self.transcript.clear()
+        conv = self.store.conversation(conversation_id) if conversation_id is not None else None
+        self.current_id = conv.id if conv else None
+        self.qsettings.setValue("conversations/last", self.current_id or "")
+        if conv is None:
+            return {}
+        for message in self.store.messages(conv.id):
+            if message.role == "user":
+                widget = self.transcript.add_user_message(message.text, message.images)
+            else:
+                name = message.stats.get("model_name") or "Smolchat"
+                widget = self.transcript.add_stored_answer(name, message.text, _reason(message.status),
+                                                           answer_footer(message))
+                widget.status = message.status
+            widget.message_id = message.id
+        return conv.settings
+
+    def messages(self) -> list[Message]:
+        return self.store.messages(self.current_id) if self.current_id is not None else []
+
+    def ensure_conversation(self, text: str, images: list[str], model: str, settings: dict) -> int:
+        if self.current_id is None:
+            conv = self.store.create_conversation(title_from(text, images), model=model, settings=settings)
+            self.current_id = conv.id
+            self.qsettings.setValue("conversations/last", conv.id)
+        return self.current_id
+
+    # -- the answer being streamed -----------------------------------------------------------------
+    def begin(self, user_text: str, images: list[str], model_name: str, model: str, settings: dict
+              ) -> tuple[list[dict], list[str]]:
+        """Save the user's message and an empty streaming answer; returns (engine history, stored images)."""
+        conv_id = self.ensure_conversation(user_text, images, model, settings)
+        history = engine_history(self.store.messages(conv_id))
+        stored = [self.store.store_image(p) for p in images]
+        user = self.store.add_message(conv_id, "user", user_text, stored)
+        self.transcript.add_user_message(user_text, stored).message_id = user.id
+        self._begin_answer(conv_id, model_name, model, settings)
+        return history, stored
+
+    def begin_regenerate(self, index: int, model_name: str, model: str, settings: dict
+                         ) -> tuple[list[dict], dict] | None:
+        """Drop answer ``index`` and what follows; returns (history, the user message to resend)."""
+        widgets = self.transcript.widgets()
+        if not (0 < index < len(widgets)) or widgets[index - 1].role != "user":
+            return None
+        self.store.delete_messages_from(self.current_id, widgets[index].message_id)
+        self.transcript.remove_from(index)
+        messages = self.store.messages(self.current_id)
+        user = messages[-1]
+        history = engine_history(messages[:-1])
+        self._begin_answer(self.current_id, model_name, model, settings)
+        return history, user.as_history()
+
+    def _begin_answer(self, conv_id: int, model_name: str, model: str, settings: dict) -> None:
+        self.store.update_conversation(conv_id, model=model, settings=settings)
+        answer = self.store.add_message(conv_id, "assistant", "", status="streaming",
+                                        stats={"model_name": model_name})
+        self.transcript.begin_answer(model_name).message_id = answer.id
+        self._streaming_id = answer.id
+        self._pending = 0
+        self._last_flush = time.monotonic()
+
+    def token_arrived(self) -> None:
+        """Flush the growing answer every FLUSH_TOKENS tokens or FLUSH_INTERVAL_S seconds."""
+        if self._streaming_id is None:
+            return
+        self._pending += 1
+        now = time.monotonic()
+        if self._pending >= FLUSH_TOKENS or now - self._last_flush >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        answer = self.transcript.last_assistant()
+        if self._streaming_id is not None and answer is not None:
+            self.store.update_message(self._streaming_id, text=answer.text)
+        self._pending = 0
+        self._last_flush = time.monotonic()
+
+    def finish(self, result: dict, model_name: str) -> None:
+        if self._streaming_id is None:
+            return
+        answer = self.transcript.last_assistant()
+        reason = result.get("finish_reason", "error")
+        stats = {k: v for k, v in result.items() if k not in ("finish_reason",)}
+        stats["model_name"] = model_name
+        self.store.update_message(self._streaming_id, text=answer.text if answer else "",
+                                  status="done" if reason == "stop" else reason, stats=stats)
+        self._streaming_id = None
+
+    def abandon(self) -> None:
+        """The window closes mid-answer: keep what arrived, marked cancelled."""
+        if self._streaming_id is not None:
+            answer = self.transcript.last_assistant()
+            self.store.update_message(self._streaming_id, text=answer.text if answer else "", status="cancelled")
+            self._streaming_id = None
+
+    # -- edits -------------------------------------------------------------------------------------
+    def delete_message(self, index: int) -> None:
+        widget = self.transcript.widgets()[index]
+        self.store.delete_message(widget.message_id)
+        self.transcript.remove_at(index)
+
+    def truncate_from(self, index: int) -> None:
+        widgets = self.transcript.widgets()
+        if 0 <= index < len(widgets):
+            self.store.delete_messages_from(self.current_id, widgets[index].message_id)
+            self.transcript.remove_from(index)

@@ -1,0 +1,73 @@
+"""The menu bar. Every shortcut lives here, so Help ▸ Keyboard shortcuts can list them all."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QDialog, QLabel, QMainWindow, QVBoxLayout
+
+from app.icons import icon
+
+# Keys handled by widgets rather than menu actions; listed in the shortcuts dialog too.
+WIDGET_SHORTCUTS = [
+    ("Enter", "Send the message"),
+    ("Shift+Enter", "New line in the message"),
+    ("Esc", "Stop the answer"),
+    ("Ctrl+V", "Paste text or an image into the message"),
+    ("F2", "Rename the selected chat"),
+    ("Del", "Delete the selected chat"),
+]
+
+
+def _action(window: QMainWindow, text: str, slot, shortcut=None, icon_name: str = "") -> QAction:
+    action = QAction(icon(icon_name), text, window) if icon_name else QAction(text, window)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+    action.triggered.connect(lambda _=False: slot())
+    return action
+
+
+def build_menus(window) -> dict[str, QAction]:
+    """Menus for ``window`` (a MainWindow); returns the actions by name."""
+    from app.export import export_dialog
+
+    bar = window.menuBar()
+    acts = {
+        "new_chat": _action(window, "&New chat", window.new_chat, QKeySequence.StandardKey.New, "new-chat"),
+        "export_md": _action(window, "Export chat as &Markdown…", lambda: export_dialog(window, "md"), None, "export"),
+        "export_json": _action(window, "Export chat as &JSON…", lambda: export_dialog(window, "json")),
+        "quit": _action(window, "&Quit", window.close, QKeySequence.StandardKey.Quit),
+        "stop": _action(window, "&Stop answer", window.stop, None, "stop"),
+        "rename": _action(window, "&Rename chat", lambda: window.sidebar.start_rename(window.keeper.current_id),
+                           "F2"),
+        "models": _action(window, "&Manage models…", window.open_model_manager, "Ctrl+M", "models"),
+        "settings": _action(window, "&Settings…", window.open_settings_dialog, "Ctrl+,", "settings"),
+        "shortcuts": _action(window, "&Keyboard shortcuts", lambda: shortcuts_dialog(window), "Ctrl+/"),
+    }
+    acts["stop"].setShortcutVisibleInContextMenu(True)
+    for title, names in (("&File", ["new_chat", "export_md", "export_json", None, "quit"]),
+                         ("&Chat", ["stop", "rename"]),
+                         ("&Model", ["models", "settings"]),
+                         ("&Help", ["shortcuts"])):
+        menu = bar.addMenu(title)
+        for name in names:
+            menu.addSeparator() if name is None else menu.addAction(acts[name])
+    return acts
+
+
+def shortcut_rows(window) -> list[tuple[str, str]]:
+    rows = [(a.shortcut().toString(QKeySequence.SequenceFormat.NativeText), a.text().replace("&", "").rstrip("…"))
+            for a in window.actions.values() if not a.shortcut().isEmpty()]
+    return rows + WIDGET_SHORTCUTS
+
+
+def shortcuts_dialog(window) -> QDialog:
+    dialog = QDialog(window)
+    dialog.setObjectName("shortcutsDialog")
+    dialog.setWindowTitle("Keyboard shortcuts")
+    rows = "".join(f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in shortcut_rows(window))
+    label = QLabel(f"<table>{rows}</table>")
+    label.setObjectName("shortcutsTable")
+    layout = QVBoxLayout(dialog)
+    layout.addWidget(label)
+    dialog.show()
+    return dialog

@@ -1,0 +1,300 @@
+"""The model manager: download known SmolVLM checkpoints, add or check a local folder, pick one.
+
+A model becomes usable (listed under "Your models" and in the model picker) only after its files
+are complete and pass :func:`app.model_check.validate_model`, so a cancelled or failed download
+never leaves something half-installed that the app would try to load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QDialog, QFileDialog, QFrame, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit,
+    QProgressBar, QPushButton, QVBoxLayout, QWidget,
+)
+
+from app.icons import icon
+from app.model_tasks import start_tasks
+from app.qt_compat import emit
+from app.settings import add_known_model, known_models, remove_known_model
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    repo_id: str
+    label: str
+    size_gb: float  # download size (bfloat16 safetensors + tokenizer), approximate
+    note: str
+
+
+CATALOG = [
+    CatalogEntry("HuggingFaceTB/SmolVLM-256M-Instruct", "SmolVLM 256M", 0.5, "Smallest and fastest; fine on a CPU"),
+    CatalogEntry("HuggingFaceTB/SmolVLM-500M-Instruct", "SmolVLM 500M", 1.0, "Better answers, still light"),
+    CatalogEntry("HuggingFaceTB/SmolVLM-Instruct", "SmolVLM 2.2B", 4.5, "Best SmolVLM quality; wants a GPU"),
+    CatalogEntry("HuggingFaceTB/SmolVLM2-256M-Video-Instruct", "SmolVLM2 256M (video)", 0.5, "SmolVLM2, smallest"),
+    CatalogEntry("HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "SmolVLM2 500M (video)", 1.0, "SmolVLM2, balanced"),
+    CatalogEntry("HuggingFaceTB/SmolVLM2-2.2B-Instruct", "SmolVLM2 2.2B", 4.5, "SmolVLM2, largest; wants a GPU"),
+]
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+class CatalogRow(QFrame):
+    """One downloadable checkpoint: name, size, state, progress, and its buttons."""
+
+    def __init__(self, entry: CatalogEntry, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.entry = entry
+        self.setObjectName("catalogRow")
+        self.setAccessibleName(entry.label)
+        title = QLabel(f"<b>{entry.label}</b> <span style='color:gray'>· {entry.repo_id} · ≈{entry.size_gb:g} GB</span>")
+        title.setObjectName("catalogTitle")
+        self.status = QLabel(entry.note)
+        self.status.setObjectName("catalogStatus")
+        self.status.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setObjectName("downloadProgress")
+        self.progress.setAccessibleName(f"Download progress of {entry.label}")
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.hide()
+        self.download_button = QPushButton(icon("download"), "Download")
+        self.download_button.setObjectName("downloadButton")
+        self.download_button.setAccessibleName(f"Download {entry.label}")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setObjectName("cancelDownloadButton")
+        self.cancel_button.setAccessibleName(f"Cancel the download of {entry.label}")
+        self.cancel_button.hide()
+        self.use_button = QPushButton("Use")
+        self.use_button.setObjectName("useModelButton")
+        self.use_button.setAccessibleName(f"Use {entry.label}")
+        self.use_button.hide()
+        text = QVBoxLayout()
+        text.setSpacing(2)
+        text.addWidget(title)
+        text.addWidget(self.status)
+        text.addWidget(self.progress)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 6, 8, 6)
+        row.addLayout(text, 1)
+        for button in (self.download_button, self.cancel_button, self.use_button):
+            row.addWidget(button, 0, Qt.AlignmentFlag.AlignVCenter)
+        self.path = ""
+        self.last_progress = (0.0, 0.0)
+
+    def set_state(self, state: str, message: str = "") -> None:
+        """``idle`` | ``downloading`` | ``checking`` | ``installed`` | ``failed``."""
+        self.progress.setVisible(state in ("downloading", "checking"))
+        self.download_button.setVisible(state in ("idle", "failed"))
+        self.download_button.setText("Resume download" if state == "failed" and "cancel" in message.lower()
+                                     else "Download")
+        self.cancel_button.setVisible(state == "downloading")
+        self.use_button.setVisible(state == "installed")
+        self.status.setText(message or self.entry.note)
+        if state == "checking":
+            self.progress.setRange(0, 0)  # busy indicator
+        else:
+            self.progress.setRange(0, 1000)
+
+    def set_progress(self, done: float, total: float) -> None:
+        self.last_progress = (done, total)
+        if total > 0:
+            self.progress.setValue(int(1000 * done / total))
+            self.progress.setFormat(f"{_gb(done)} of {_gb(total)}")
+
+
+class ModelManager(QDialog):
+    """Non-modal; ``use_requested(path)`` asks the window to load a model."""
+
+    use_requested = Signal(str)
+    download_requested = Signal(str)
+    validate_requested = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("modelManager")
+        self.setWindowTitle("Models")
+        self.resize(720, 620)
+        self._thread, self.tasks = start_tasks()
+        self.download_requested.connect(self.tasks.download)
+        self.validate_requested.connect(self.tasks.validate)
+        self.tasks.progress.connect(self._on_progress)
+        self.tasks.downloaded.connect(self._on_downloaded)
+        self.tasks.download_failed.connect(self._on_download_failed)
+        self.tasks.validated.connect(self._on_validated)
+        self._pending_checks: dict[str, str] = {}  # folder -> repo_id ("" for a folder the user added)
+        self.last_report: dict = {}
+
+        intro = QLabel("Download a SmolVLM checkpoint into the Hugging Face cache, or add a model folder "
+                       "you already have. Everything stays on this computer.")
+        intro.setWordWrap(True)
+        intro.setObjectName("managerIntro")
+        self.rows: dict[str, CatalogRow] = {}
+        catalog = QVBoxLayout()
+        catalog.setSpacing(4)
+        for entry in CATALOG:
+            row = CatalogRow(entry)
+            row.download_button.clicked.connect(lambda _=False, r=entry.repo_id: self.start_download(r))
+            row.cancel_button.clicked.connect(lambda _=False, r=entry.repo_id: self.cancel_download(r))
+            row.use_button.clicked.connect(lambda _=False, r=row: self._use(r.path))
+            self.rows[entry.repo_id] = row
+            catalog.addWidget(row)
+
+        self.local_list = QListWidget()
+        self.local_list.setObjectName("localModels")
+        self.local_list.setAccessibleName("Your models")
+        self.local_list.itemDoubleClicked.connect(lambda item: self._use(item.data(Qt.ItemDataRole.UserRole)))
+        add = QPushButton(icon("folder"), "Add a model folder…")
+        add.setObjectName("addFolderButton")
+        add.setAccessibleName("Add a model folder")
+        add.clicked.connect(self.choose_folder)
+        use = QPushButton("Use selected")
+        use.setObjectName("useSelectedButton")
+        use.setAccessibleName("Use the selected model")
+        use.clicked.connect(self._use_selected)
+        check = QPushButton("Check selected")
+        check.setObjectName("checkSelectedButton")
+        check.setAccessibleName("Check the selected model")
+        check.clicked.connect(self._check_selected)
+        remove = QPushButton("Remove from list")
+        remove.setObjectName("removeModelButton")
+        remove.setAccessibleName("Remove the selected model from the list")
+        remove.clicked.connect(self._remove_selected)
+        buttons = QHBoxLayout()
+        for b in (add, use, check, remove):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        self.report = QPlainTextEdit()
+        self.report.setObjectName("validationReport")
+        self.report.setAccessibleName("Model check report")
+        self.report.setReadOnly(True)
+        self.report.setPlaceholderText("Reports of model checks appear here.")
+        self.report.setFixedHeight(96)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addWidget(_heading("Available checkpoints"))
+        layout.addLayout(catalog)
+        layout.addWidget(_heading("Your models"))
+        layout.addWidget(self.local_list, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.report)
+        self.refresh()
+
+    # -- state -------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        models = known_models()
+        self.local_list.clear()
+        for model in models:
+            item = QListWidgetItem(f"{model['name']}  —  {model['path']}")
+            item.setData(Qt.ItemDataRole.UserRole, model["path"])
+            self.local_list.addItem(item)
+        by_repo = {m.get("repo_id"): m for m in models if m.get("repo_id")}
+        for repo_id, row in self.rows.items():
+            if row.cancel_button.isVisible() or repo_id in self._pending_checks.values():
+                continue
+            if repo_id in by_repo:
+                row.path = by_repo[repo_id]["path"]
+                row.set_state("installed", f"Installed · {row.path}")
+            elif row.download_button.text() != "Resume download":
+                row.set_state("idle")
+
+    # -- downloads ---------------------------------------------------------------------------------
+    def start_download(self, repo_id: str) -> None:
+        row = self.rows[repo_id]
+        row.set_state("downloading", "Downloading…")
+        row.progress.setValue(0)
+        row.progress.setFormat("starting…")
+        self.tasks.prepare_download(repo_id)
+        emit(self.download_requested, repo_id)
+
+    def cancel_download(self, repo_id: str) -> None:
+        self.tasks.cancel_download(repo_id)
+        self.rows[repo_id].status.setText("Cancelling…")
+
+    @Slot(str, float, float)
+    def _on_progress(self, repo_id: str, done: float, total: float) -> None:
+        if repo_id in self.rows:
+            self.rows[repo_id].set_progress(done, total)
+
+    @Slot(str, str)
+    def _on_downloaded(self, repo_id: str, folder: str) -> None:
+        self.rows[repo_id].set_state("checking", "Checking the downloaded files…")
+        self._pending_checks[folder] = repo_id
+        emit(self.validate_requested, folder)
+
+    @Slot(str, str, bool)
+    def _on_download_failed(self, repo_id: str, message: str, cancelled: bool) -> None:
+        text = ("Cancelled. What was downloaded is kept in the cache; download again to resume."
+                if cancelled else f"Download failed: {message}")
+        self.rows[repo_id].set_state("failed", text)
+
+    # -- local folders and checks ------------------------------------------------------------------
+    def choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder")
+        if folder:
+            self.check_folder(folder, register=True)
+
+    def check_folder(self, folder: str, register: bool = False) -> None:
+        if register:
+            self._pending_checks[folder] = ""
+        self.report.setPlainText(f"Checking {folder}…")
+        emit(self.validate_requested, folder)
+
+    @Slot(dict)
+    def _on_validated(self, report: dict) -> None:
+        self.last_report = report
+        path = report["path"]
+        lines = [("✔ " if report["ok"] else "✘ ") + (report["summary"] or path), f"Folder: {path}"]
+        lines += [f"• {p}" for p in report["problems"]]
+        self.report.setPlainText("\n".join(lines))
+        if path not in self._pending_checks:
+            return
+        repo_id = self._pending_checks.pop(path)
+        if report["ok"]:
+            add_known_model(path, report["name"] or path.rstrip("/").split("/")[-1], repo_id)
+        elif repo_id:
+            self.rows[repo_id].set_state("failed", "The downloaded files failed the check (see the report); "
+                                                   "download again to repair them.")
+        self.refresh()
+
+    def _selected_path(self) -> str:
+        item = self.local_list.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item else ""
+
+    def _use_selected(self) -> None:
+        self._use(self._selected_path())
+
+    def _check_selected(self) -> None:
+        if self._selected_path():
+            self.check_folder(self._selected_path())
+
+    def _remove_selected(self) -> None:
+        if self._selected_path():
+            remove_known_model(self._selected_path())
+            self.refresh()
+
+    def _use(self, path: str) -> None:
+        if path:
+            emit(self.use_requested, path)
+            self.hide()
+
+    def shutdown(self) -> None:
+        for repo_id in self.rows:
+            self.tasks.cancel_download(repo_id)
+        self._thread.quit()
+        self._thread.wait(10_000)
+
+    def closeEvent(self, event) -> None:
+        self.hide()  # keeps running downloads; the window's shutdown stops the thread
+        event.ignore()
+
+
+def _heading(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("sectionHeading")
+    return label

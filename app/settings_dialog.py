@@ -1,0 +1,162 @@
+"""Settings: system prompt, sampling, image detail, device/dtype, KV cache, theme."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QGroupBox, QLabel, QLineEdit,
+    QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from app.qt_compat import emit
+from app.settings import CACHE_KINDS, DEVICES, DTYPES, IMAGE_DETAILS, SAMPLING_KEYS, THEMES, AppSettings
+
+LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
+          "contiguous": "Contiguous", "paged": "Paged", "system": "Follow the system", "light": "Light",
+          "dark": "Dark"}
+
+
+def _combo(name: str, accessible: str, items: dict[str, str] | tuple[str, ...], current: str) -> QComboBox:
+    combo = QComboBox()
+    combo.setObjectName(name)
+    combo.setAccessibleName(accessible)
+    pairs = items.items() if isinstance(items, dict) else ((i, LABELS.get(i, i)) for i in items)
+    for value, label in pairs:
+        combo.addItem(label, value)
+    combo.setCurrentIndex(max(0, combo.findData(current)))
+    return combo
+
+
+class SettingsDialog(QDialog):
+    """Edits a copy of :class:`AppSettings`; ``applied(AppSettings)`` on OK / Apply.
+
+    Sampling fields show the effective value; only values that differ from the model's defaults
+    (``model_defaults``, from its generation_config.json) are kept as overrides.
+    """
+
+    applied = Signal(object)
+
+    def __init__(self, settings: AppSettings, model_defaults: dict | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("settingsDialog")
+        self.setWindowTitle("Settings")
+        self.settings = settings
+        self.model_defaults = dict(model_defaults or {})
+        values = settings.sampling(self.model_defaults)
+
+        self.system_prompt = QPlainTextEdit(settings.system_prompt)
+        self.system_prompt.setObjectName("systemPrompt")
+        self.system_prompt.setAccessibleName("System prompt")
+        self.system_prompt.setPlaceholderText("Optional instructions for every answer in new chats")
+        self.system_prompt.setFixedHeight(72)
+
+        self.temperature = self._double("temperature", "Temperature", 0.0, 2.0, 0.05, values["temperature"])
+        self.top_p = self._double("topP", "Top-p", 0.01, 1.0, 0.01, values["top_p"])
+        self.top_k = self._int("topK", "Top-k (0: off)", 0, 1000, values["top_k"])
+        self.repetition_penalty = self._double("repetitionPenalty", "Repetition penalty", 0.5, 2.0, 0.01,
+                                               values["repetition_penalty"])
+        self.max_new_tokens = self._int("maxNewTokens", "Maximum new tokens", 1, 32768, values["max_new_tokens"])
+        self.seed = QLineEdit("" if settings.seed is None else str(settings.seed))
+        self.seed.setObjectName("seed")
+        self.seed.setAccessibleName("Seed")
+        self.seed.setPlaceholderText("random")
+        self.image_detail = _combo("imageDetail", "Image detail", IMAGE_DETAILS, settings.image_detail)
+        self.device = _combo("device", "Device", DEVICES, settings.device)
+        self.dtype = _combo("dtype", "Data type", DTYPES, settings.dtype)
+        self.cache_kind = _combo("cacheKind", "KV cache kind", CACHE_KINDS, settings.cache_kind)
+        self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, 131072,
+                                      settings.context_size)
+        self.context_size.setSingleStep(1024)
+        self.context_size.setSpecialValueText("Model's own")
+        self.theme = _combo("theme", "Theme", THEMES, settings.theme)
+
+        chat = QFormLayout()
+        chat.addRow("System prompt", self.system_prompt)
+        chat.addRow("Image detail", self.image_detail)
+        sampling = QFormLayout()
+        for label, widget in (("Temperature", self.temperature), ("Top-p", self.top_p), ("Top-k", self.top_k),
+                              ("Repetition penalty", self.repetition_penalty),
+                              ("Max new tokens", self.max_new_tokens), ("Seed", self.seed)):
+            sampling.addRow(label, widget)
+        reset = QPushButton("Use the model's defaults")
+        reset.setObjectName("resetSampling")
+        reset.setAccessibleName("Reset sampling to the model's defaults")
+        reset.clicked.connect(self.reset_sampling)
+        sampling.addRow("", reset)
+        engine = QFormLayout()
+        for label, widget in (("Device", self.device), ("Data type", self.dtype), ("KV cache", self.cache_kind),
+                              ("Context size", self.context_size)):
+            engine.addRow(label, widget)
+        engine_note = QLabel("Changing these reloads the model.")
+        engine_note.setObjectName("settingsNote")
+        engine.addRow("", engine_note)
+        look = QFormLayout()
+        look.addRow("Theme", self.theme)
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
+                                   | QDialogButtonBox.StandardButton.Cancel)
+        buttons.setObjectName("settingsButtons")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self.apply)
+        layout = QVBoxLayout(self)
+        for title, form in (("Chat", chat), ("Sampling", sampling), ("Engine", engine), ("Appearance", look)):
+            box = QGroupBox(title)
+            box.setLayout(form)
+            layout.addWidget(box)
+        layout.addWidget(buttons)
+
+    def _double(self, name, accessible, low, high, step, value) -> QDoubleSpinBox:
+        box = QDoubleSpinBox()
+        box.setObjectName(name)
+        box.setAccessibleName(accessible)
+        box.setRange(low, high)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        box.setValue(float(value))
+        return box
+
+    def _int(self, name, accessible, low, high, value) -> QSpinBox:
+        box = QSpinBox()
+        box.setObjectName(name)
+        box.setAccessibleName(accessible)
+        box.setRange(low, high)
+        box.setValue(int(value))
+        return box
+
+    def reset_sampling(self) -> None:
+        values = AppSettings().sampling(self.model_defaults)
+        self.temperature.setValue(values["temperature"])
+        self.top_p.setValue(values["top_p"])
+        self.top_k.setValue(values["top_k"])
+        self.repetition_penalty.setValue(values["repetition_penalty"])
+        self.max_new_tokens.setValue(values["max_new_tokens"])
+        self.seed.clear()
+
+    def result_settings(self) -> AppSettings:
+        widgets = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                   "repetition_penalty": self.repetition_penalty, "max_new_tokens": self.max_new_tokens}
+        baseline = AppSettings().sampling(self.model_defaults)
+        overrides = {}
+        for key in SAMPLING_KEYS:
+            value = widgets[key].value()
+            if abs(value - baseline[key]) > 1e-9:
+                overrides[key] = value
+        seed_text = self.seed.text().strip()
+        return replace(
+            self.settings, system_prompt=self.system_prompt.toPlainText().strip(), overrides=overrides,
+            seed=int(seed_text) if seed_text.lstrip("-").isdigit() else None,
+            image_detail=self.image_detail.currentData(), device=self.device.currentData(),
+            dtype=self.dtype.currentData(), cache_kind=self.cache_kind.currentData(),
+            context_size=self.context_size.value(), theme=self.theme.currentData(),
+        )
+
+    def apply(self) -> None:
+        self.settings = self.result_settings()
+        emit(self.applied, self.settings)
+
+    def accept(self) -> None:
+        self.apply()
+        super().accept()

@@ -1,0 +1,72 @@
+"""Light and dark palettes; by default the app follows the system's colour scheme as it changes."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication
+
+DARK = {
+    QPalette.ColorRole.Window: "#1f2126",
+    QPalette.ColorRole.WindowText: "#e6e6e9",
+    QPalette.ColorRole.Base: "#17181c",
+    QPalette.ColorRole.AlternateBase: "#24262c",
+    QPalette.ColorRole.Text: "#e6e6e9",
+    QPalette.ColorRole.Button: "#2a2c33",
+    QPalette.ColorRole.ButtonText: "#e6e6e9",
+    QPalette.ColorRole.Mid: "#6b6f7b",
+    QPalette.ColorRole.Midlight: "#2e3038",
+    QPalette.ColorRole.Highlight: "#5b6cff",
+    QPalette.ColorRole.HighlightedText: "#ffffff",
+    QPalette.ColorRole.PlaceholderText: "#6b6f7b",
+    QPalette.ColorRole.ToolTipBase: "#2a2c33",
+    QPalette.ColorRole.ToolTipText: "#e6e6e9",
+    QPalette.ColorRole.Link: "#8c9bff",
+}
+LIGHT = {
+    QPalette.ColorRole.Window: "#f4f5f7",
+    QPalette.ColorRole.WindowText: "#1d1f24",
+    QPalette.ColorRole.Base: "#ffffff",
+    QPalette.ColorRole.AlternateBase: "#f1f2f5",
+    QPalette.ColorRole.Text: "#1d1f24",
+    QPalette.ColorRole.Button: "#f4f5f7",
+    QPalette.ColorRole.ButtonText: "#1d1f24",
+    QPalette.ColorRole.Mid: "#8a8f9c",
+    QPalette.ColorRole.Midlight: "#e3e5ea",
+    QPalette.ColorRole.Highlight: "#5b6cff",
+    QPalette.ColorRole.HighlightedText: "#ffffff",
+    QPalette.ColorRole.PlaceholderText: "#8a8f9c",
+    QPalette.ColorRole.Link: "#3b4cdf",
+}
+_state = {"theme": "system", "connected": False}
+
+
+def palette(dark: bool) -> QPalette:
+    p = QPalette()
+    for role, color in (DARK if dark else LIGHT).items():
+        p.setColor(role, QColor(color))
+    return p
+
+
+def system_is_dark() -> bool:
+    return QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
+
+
+def is_dark(theme: str) -> bool:
+    return theme == "dark" or (theme == "system" and system_is_dark())
+
+
+def apply_theme(theme: str = "system") -> bool:
+    """Set the palette for ``theme`` ("system", "light", "dark"); returns True when dark.
+
+    With "system" the palette follows later changes of the system's colour scheme too.
+    """
+    app = QApplication.instance()
+    _state["theme"] = theme
+    if not _state["connected"]:
+        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_theme(_state["theme"]))
+        _state["connected"] = True
+    dark = is_dark(theme)
+    app.setPalette(palette(dark))
+    app.setProperty("smolchatDark", dark)
+    return dark

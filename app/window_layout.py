@@ -1,0 +1,128 @@
+"""The main window's widgets and layout: sidebar | header, banner, transcript, composer; status bar."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QIcon, QKeySequence, QShortcut
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSplitter, QToolButton, QVBoxLayout, QWidget
+
+from app.attachments import AttachmentStrip
+from app.banner import Banner
+from app.chat_view import ChatView
+from app.composer import Composer
+from app.conversation_list import ConversationList
+from app.icons import icon
+from app.model_picker import ModelPicker
+from app.paths import resource
+
+
+def tool_button(name: str, icon_name: str, tip: str) -> QToolButton:
+    button = QToolButton()
+    button.setObjectName(name)
+    button.setIcon(icon(icon_name))
+    button.setIconSize(QSize(20, 20))
+    button.setToolTip(tip)
+    button.setAccessibleName(tip)
+    button.setCursor(Qt.CursorShape.PointingHandCursor)
+    return button
+
+
+def build_ui(window) -> None:
+    """Create ``window``'s widgets as attributes and connect them to its slots."""
+    window.model_picker = ModelPicker()
+    header = QFrame()
+    header.setObjectName("header")
+    logo = QLabel()
+    logo.setPixmap(QIcon(str(resource("smolchat.svg"))).pixmap(QSize(26, 26), window.devicePixelRatioF()))
+    title = QLabel("Smolchat")
+    title.setObjectName("appTitle")
+    window.settings_button = tool_button("settingsButton", "settings", "Settings (Ctrl+,)")
+    header_layout = QHBoxLayout(header)
+    header_layout.setContentsMargins(16, 10, 16, 10)
+    header_layout.setSpacing(10)
+    for widget in (logo, title):
+        header_layout.addWidget(widget)
+    header_layout.addStretch(1)
+    header_layout.addWidget(window.model_picker)
+    header_layout.addWidget(window.settings_button)
+
+    window.sidebar = ConversationList()
+    window.new_chat_button = window.sidebar.new_button
+    window.banner = Banner()
+    window.transcript = ChatView()
+    window.attachments = AttachmentStrip()
+    window.composer = Composer()
+    window.attach_button = tool_button("attachButton", "attach", "Attach images (or drop / paste them)")
+    window.stop_button = tool_button("stopButton", "stop", "Stop the answer (Esc)")
+    window.send_button = tool_button("sendButton", "send", "Send (Enter)")
+
+    composer_frame = QFrame()
+    composer_frame.setObjectName("composerFrame")
+    row = QHBoxLayout()
+    row.setSpacing(6)
+    row.addWidget(window.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
+    row.addWidget(window.composer, 1)
+    row.addWidget(window.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
+    row.addWidget(window.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+    frame_layout = QVBoxLayout(composer_frame)
+    frame_layout.setContentsMargins(10, 6, 10, 8)
+    frame_layout.setSpacing(4)
+    frame_layout.addWidget(window.attachments)
+    frame_layout.addLayout(row)
+    hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images")
+    hint.setObjectName("composerHint")
+    bottom = QVBoxLayout()
+    bottom.setContentsMargins(20, 0, 20, 10)
+    bottom.setSpacing(4)
+    bottom.addWidget(composer_frame)
+    bottom.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
+
+    chat = QWidget()
+    chat.setObjectName("central")
+    layout = QVBoxLayout(chat)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(header)
+    layout.addWidget(window.banner)
+    layout.addWidget(window.transcript, 1)
+    layout.addLayout(bottom)
+    splitter = QSplitter()
+    splitter.setObjectName("mainSplitter")
+    splitter.addWidget(window.sidebar)
+    splitter.addWidget(chat)
+    splitter.setStretchFactor(1, 1)
+    splitter.setSizes([240, 840])
+    splitter.setChildrenCollapsible(False)
+    window.setCentralWidget(splitter)
+
+    window.stats_label = QLabel()
+    window.stats_label.setObjectName("statusStats")
+    window.stats_label.setAccessibleName("Model and answer statistics")
+    window.pending_label = QLabel()
+    window.pending_label.setObjectName("pendingTokens")
+    window.pending_label.setAccessibleName("Image tokens of the attachments")
+    window.statusBar().addWidget(window.stats_label, 1)
+    window.statusBar().addPermanentWidget(window.pending_label)
+    window.statusBar().setSizeGripEnabled(False)
+
+    window.composer.submitted.connect(window.send_message)
+    window.composer.textChanged.connect(window._update_actions)
+    window.composer.files_added.connect(window.add_files)
+    window.composer.image_pasted.connect(window.add_image_data)
+    window.attachments.changed.connect(window._update_actions)
+    window.attachments.changed.connect(window._count_pending_tokens)
+    window.attach_button.clicked.connect(window._pick_files)
+    window.send_button.clicked.connect(window.send_message)
+    window.stop_button.clicked.connect(window.stop)
+    window.settings_button.clicked.connect(window.open_settings_dialog)
+    window.model_picker.model_chosen.connect(window.load_model)
+    window.model_picker.manage_requested.connect(window.open_model_manager)
+    window.transcript.message_action.connect(window._on_message_action)
+    window.sidebar.new_requested.connect(window.new_chat)
+    window.sidebar.open_requested.connect(window.open_conversation)
+    window.sidebar.rename_requested.connect(window.rename_conversation)
+    window.sidebar.delete_requested.connect(window.delete_conversation)
+    window.sidebar.search_changed.connect(lambda _text: window.refresh_sidebar())
+    QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
+    window.composer.setFocus()
+

@@ -1,0 +1,147 @@
+"""Conversations in the window: sidebar, restore after restart, streaming saves, message actions, export."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget
+
+from app.store import Store
+from tests.app.fakes import FakeFactory, FakeSession
+from tests.app.helpers import drop, file_mime
+
+
+def ask(qtbot, win, text: str) -> dict:
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def test_sidebar_lists_new_rename_delete_undo_and_search(qtbot, window):
+    sidebar = window.findChild(QListWidget, "conversationList")
+    assert sidebar is not None and sidebar.count() == 0
+    ask(qtbot, window, "What colour is the cat?")
+    ask(qtbot, window, "And the sofa?")
+    window.new_chat()
+    ask(qtbot, window, "Read this receipt")
+    assert window.sidebar.titles() == ["Read this receipt", "What colour is the cat?"]
+
+    first = window.sidebar.ids()[1]
+    window.sidebar.list.item(1).setText("Cat chat")  # what an inline rename does
+    assert window.store.conversation(first).title == "Cat chat"
+
+    window.sidebar.search.setText("sofa")
+    assert window.sidebar.titles() == ["Cat chat"]
+    window.sidebar.search.clear()
+
+    window.sidebar.list.setCurrentRow(1)  # opens it
+    assert window.keeper.current_id == first
+    assert [m["text"] for m in window.transcript.messages()][:2] == ["What colour is the cat?", "The cat is orange."]
+    window.delete_conversation(first)
+    assert window.sidebar.titles() == ["Read this receipt"]
+    assert window.transcript.messages() == [] and "Deleted" in window.banner.message()
+    qtbot.mouseClick(window.banner.findChild(type(window.new_chat_button), "bannerAction"), Qt.MouseButton.LeftButton)
+    assert "Cat chat" in window.sidebar.titles() and window.keeper.current_id == first
+
+
+def test_open_conversation_restores_after_restart(qtbot, make_window, factory, png, data_dir):
+    win = make_window(factory)
+    win.settings.system_prompt = "Answer in French."
+    win.settings.overrides = {"temperature": 0.7}
+    drop(win.composer, file_mime(png))
+    ask(qtbot, win, "Quelle couleur?")
+    conv_id = win.keeper.current_id
+    win.close()
+
+    again = make_window(FakeFactory(FakeSession()))
+    assert again.keeper.current_id == conv_id
+    messages = again.transcript.messages()
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["text"] == "Quelle couleur?" and messages[1]["text"] == "The cat is orange."
+    assert len(messages[0]["images"]) == 1 and messages[0]["images"][0].startswith(str(data_dir / "images"))
+    answer = again.transcript.last_assistant()
+    assert "5 generated tokens" in answer.footer() and "TTFT 0.12 s" in answer.footer()
+    assert again.settings.system_prompt == "Answer in French." and again.settings.overrides == {"temperature": 0.7}
+    image = again.transcript.widgets()[0].findChildren(object, "messageImage")[0]
+    full = image.open_viewer()
+    assert full.image.size().width() == 64 and full.isVisible()
+    full.close()
+
+
+def test_answer_is_saved_while_it_streams(qtbot, make_window, data_dir):
+    session = FakeSession(tokens=[f" t{i}" for i in range(2000)], delay=0.002)
+    win = make_window(FakeFactory(session))
+    win.composer.setPlainText("long please")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: session.yielded > 300, timeout=10_000)
+    reader = Store(data_dir, recover=False)  # a second connection sees every flush
+    saved = reader.messages(win.keeper.current_id)[-1]
+    reader.close()
+    assert saved.status == "streaming" and saved.text.startswith("t0 t1 t2")
+    shown = len(win.transcript.last_assistant().text)
+    assert 0 < len(saved.text) <= shown
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.stop()
+    final = win.store.messages(win.keeper.current_id)[-1]
+    assert final.status == "cancelled" and final.text == win.transcript.last_assistant().text
+
+
+def test_regenerate_edit_delete_and_copy(qtbot, window, fake_session):
+    ask(qtbot, window, "first question")
+    ask(qtbot, window, "second question")
+    assert len(window.transcript.widgets()) == 4
+
+    answer = window.transcript.widgets()[1]
+    answer.actions_row.button("copy").click()
+    assert QApplication.clipboard().text() == "The cat is orange."
+
+    # Regenerate the first answer: later messages go, the engine sees only what came before.
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        window.transcript.widgets()[1].actions_row.button("regenerate").click()
+    assert [m["text"] for m in window.transcript.messages()] == ["first question", "The cat is orange."]
+    assert fake_session.calls[-1]["text"] == "first question" and fake_session.calls[-1]["turns"] == []
+    assert [m.text for m in window.store.messages(window.keeper.current_id)] == ["first question", "The cat is orange."]
+
+    # Edit and resend the question.
+    window.transcript.widgets()[0].actions_row.button("edit").click()
+    assert window.composer.toPlainText() == "first question"
+    window.composer.setPlainText("edited question")
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert [m["text"] for m in window.transcript.messages()] == ["edited question", "The cat is orange."]
+    assert [m.text for m in window.store.messages(window.keeper.current_id)] == ["edited question", "The cat is orange."]
+
+    window.transcript.widgets()[1].actions_row.button("delete").click()
+    assert [m["text"] for m in window.transcript.messages()] == ["edited question"]
+    assert [m.text for m in window.store.messages(window.keeper.current_id)] == ["edited question"]
+
+
+def test_export_markdown_with_images_and_json(qtbot, window, png, tmp_path, monkeypatch):
+    drop(window.composer, file_mime(png))
+    ask(qtbot, window, "What is it?")
+    out = tmp_path / "export" / "chat.md"
+    out.parent.mkdir()
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    window.actions["export_md"].trigger()
+    text = out.read_text()
+    assert "## You" in text and "What is it?" in text and "The cat is orange." in text
+    [image] = (out.parent / "chat_images").iterdir()
+    assert f"(chat_images/{image.name})" in text and image.read_bytes() == png.read_bytes()
+
+    out_json = tmp_path / "export" / "chat.json"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out_json), ""))
+    window.actions["export_json"].trigger()
+    data = json.loads(out_json.read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    assert data["messages"][1]["stats"]["generated_tokens"] == 5
+
+
+def test_long_titles_are_elided_not_scrolled(qtbot, window):
+    title = "What animal is this, and what is it doing on that very long sofa by the window?"
+    ask(qtbot, window, title)
+    sidebar = window.sidebar.list
+    assert sidebar.textElideMode() == Qt.TextElideMode.ElideRight
+    assert not sidebar.horizontalScrollBar().isVisible()
+    assert sidebar.item(0).toolTip() == window.store.conversation(window.sidebar.ids()[0]).title

@@ -1,0 +1,175 @@
+"""Model manager (download with a fake Hub, local folders, checks), model switching, and settings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+import huggingface_hub
+import pytest
+from huggingface_hub import errors as hf_errors
+
+from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
+from tests.app.fakes import FakeFactory, FakeSession
+from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
+
+REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"
+
+
+@pytest.fixture
+def fake_hub(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
+    """Copies the tiny checkpoint file by file through ``tqdm_class``, like huggingface_hub."""
+    state = {"offline": False, "gate": None, "calls": 0}
+
+    def snapshot_download(repo_id, *, tqdm_class=None, **_):
+        state["calls"] += 1
+        if state["offline"]:
+            raise hf_errors.LocalEntryNotFoundError("offline")
+        dst = tmp_path / "hub" / repo_id.replace("/", "--") / "snapshots" / "abc"
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in sorted(tiny_checkpoint.iterdir()):
+            if (dst / f.name).exists():
+                continue  # resumed: already complete
+            bar = tqdm_class(total=f.stat().st_size, unit="B", desc=f.name)
+            data = f.read_bytes()
+            part = dst / (f.name + ".incomplete")
+            with open(part, "wb") as out:
+                for i in range(0, len(data), 1 << 16):
+                    if state["gate"] is not None:
+                        state["gate"].wait(5)
+                    out.write(data[i:i + (1 << 16)])
+                    bar.update(len(data[i:i + (1 << 16)]))
+            part.rename(dst / f.name)
+            bar.close()
+        return str(dst)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    return state
+
+
+@pytest.fixture
+def manager(make_window):
+    win = make_window(FakeFactory())
+    return win.open_model_manager()
+
+
+def test_catalog_lists_the_six_checkpoints_with_sizes(manager):
+    assert len(manager.rows) == 6
+    assert "HuggingFaceTB/SmolVLM2-2.2B-Instruct" in manager.rows
+    assert all(row.entry.size_gb > 0 for row in manager.rows.values())
+
+
+def test_download_shows_progress_checks_and_installs(qtbot, manager, fake_hub):
+    row = manager.rows[REPO]
+    manager.start_download(REPO)
+    qtbot.waitUntil(lambda: row.use_button.isVisibleTo(manager), timeout=60_000)
+    done, total = row.last_progress
+    assert done == total > 0
+    [model] = known_models()
+    assert model["repo_id"] == REPO and model["path"].endswith("snapshots/abc")
+    assert manager.last_report["ok"], manager.last_report
+    with qtbot.waitSignal(manager.use_requested, timeout=5000) as used:
+        row.use_button.click()
+    assert used.args == [model["path"]]
+
+
+def test_cancel_then_resume(qtbot, manager, fake_hub):
+    gate = threading.Event()
+    fake_hub["gate"] = gate
+    row = manager.rows[REPO]
+    manager.start_download(REPO)
+    gate.set()
+    qtbot.waitUntil(lambda: row.last_progress[0] > 0, timeout=10_000)
+    gate.clear()
+    manager.cancel_download(REPO)
+    gate.set()
+    qtbot.waitUntil(lambda: row.download_button.text() == "Resume download", timeout=10_000)
+    assert "Cancelled" in row.status.text() and known_models() == []
+    fake_hub["gate"] = None
+    row.download_button.click()
+    qtbot.waitUntil(lambda: len(known_models()) == 1, timeout=60_000)
+
+
+def test_offline_download_is_clear_and_installs_nothing(qtbot, manager, fake_hub):
+    fake_hub["offline"] = True
+    row = manager.rows[REPO]
+    manager.start_download(REPO)
+    qtbot.waitUntil(lambda: "failed" in row.status.text(), timeout=10_000)
+    assert "offline" in row.status.text() and known_models() == []
+
+
+def test_local_folder_is_checked_before_it_is_added(qtbot, manager, tiny_checkpoint, tmp_path):  # noqa: F811
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["text_config"]["intermediate_size"] = config["text_config"].get("intermediate_size", 64) + 8
+    (broken / "config.json").write_text(json.dumps(config))
+    with qtbot.waitSignal(manager.tasks.validated, timeout=60_000):
+        manager.check_folder(str(broken), register=True)
+    qtbot.waitUntil(lambda: manager.last_report.get("path") == str(broken), timeout=5000)
+    assert not manager.last_report["ok"] and "shape" in manager.report.toPlainText()
+    assert known_models() == []
+
+    with qtbot.waitSignal(manager.tasks.validated, timeout=60_000):
+        manager.check_folder(str(tiny_checkpoint), register=True)
+    qtbot.waitUntil(lambda: len(known_models()) == 1, timeout=5000)
+    assert "✔" in manager.report.toPlainText() and manager.local_list.count() == 1
+
+
+def test_no_model_opens_the_manager_and_picker_switches_models(qtbot, make_window):
+    from app.settings import add_known_model
+
+    factory = FakeFactory(FakeSession())
+    win = make_window(factory, model_path=None, wait_loaded=False)
+    qtbot.waitUntil(lambda: win.model_manager is not None and win.model_manager.isVisible(), timeout=5000)
+    add_known_model("/models/a", "Model A")
+    add_known_model("/models/b", "Model B")
+    actions = [a for a in win.model_picker.model_actions() if a.text() in ("Model A", "Model B")]
+    actions[0].trigger()
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/a", timeout=5000)
+    win.composer.setPlainText("hi")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.send_message()
+    actions[1].trigger()  # switch mid-conversation
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/b", timeout=5000)
+    win.composer.setPlainText("again")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.send_message()
+    # The new session was given the conversation so far.
+    assert factory.session.calls[-1]["turns"][:2] == [("user", "hi", 0), ("assistant", "Hello, world!", 0)]
+    assert load_settings() is not None and open_settings().value("models/last") == "/models/b"
+
+
+def test_settings_round_trip_and_model_defaults(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 300}))
+    defaults = generation_defaults(tmp_path)
+    assert defaults == {"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 300}
+    s = AppSettings(system_prompt="Be brief.", overrides={"top_k": 40}, seed=7, image_detail="fast",
+                    device="cpu", dtype="float32", cache_kind="contiguous", context_size=4096, theme="dark")
+    save_settings(s)
+    back = load_settings()
+    assert back == s
+    assert back.sampling(defaults) == {"temperature": 0.6, "top_p": 0.9, "top_k": 40, "repetition_penalty": 1.0,
+                                       "max_new_tokens": 300}
+    assert back.load_options() == {"cache_kind": "contiguous", "context_size": 4096}
+    assert (tmp_path.parent / "appdata" / "settings.ini").exists() or open_settings().fileName().endswith("settings.ini")
+
+
+def test_settings_dialog_applies_to_the_engine(qtbot, window, fake_session):
+    window.model_info["defaults"] = {"temperature": 0.6}
+    dialog = window.open_settings_dialog()
+    assert dialog.temperature.value() == pytest.approx(0.6)  # shows the model's default
+    dialog.system_prompt.setPlainText("Answer like a pirate.")
+    dialog.top_k.setValue(30)
+    dialog.seed.setText("123")
+    dialog.image_detail.setCurrentIndex(dialog.image_detail.findData("balanced"))
+    dialog.accept()
+    assert load_settings().overrides == {"top_k": 30}  # temperature still follows the model
+    window.composer.setPlainText("hello")
+    with qtbot.waitSignal(window.answer_finished, timeout=5000):
+        window.send_message()
+    call = fake_session.calls[-1]
+    params = call["params"]
+    assert (params.temperature, params.top_k, params.seed, params.image_detail) == (0.6, 30, 123, "balanced")
+    assert call["system_prompt"] == "Answer like a pirate."

@@ -1,0 +1,277 @@
+"""ChatSession cache reuse: new turns, regenerate and edit prefill only what changed, give the tokens
+of a from-scratch run, drop old turns at the context limit, and prefill in chunks. Both cache kinds.
+
+The from-scratch reference is a fresh session (contiguous cache, one unchunked prefill) given the
+same earlier turns. Answers use ``ignore_eos`` and end on ``max_new_tokens``, so the last answer
+token is never fed back: after a turn the cache holds ``prompt_tokens + generated_tokens - 1``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.chat import ChatSession
+from engine.errors import ImageError, PromptTooLongError
+from engine.events import DoneEvent, GenerationParams, TokenEvent
+from engine.kv_cache import CacheConfig, ContiguousKVCache, PagedKVCache
+
+KINDS = ["paged", "contiguous"]
+
+
+@pytest.fixture(scope="module")
+def parts(tiny_checkpoint):
+    """Model, tokenizer and processor, loaded once and shared by every session here."""
+    s = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    return s.model, s.tokenizer, s.processor
+
+
+def new_session(parts, kind="paged", **kw) -> ChatSession:
+    max_tokens = kw.pop("max_tokens", None)
+    return ChatSession(*parts, cache_config=CacheConfig(kind=kind, max_tokens=max_tokens), **kw)
+
+
+def params(n=6, **kw) -> GenerationParams:
+    return GenerationParams(max_new_tokens=n, ignore_eos=True, image_detail="fast", **kw)
+
+
+def consume(gen):
+    events = list(gen)
+    done = events[-1]
+    assert isinstance(done, DoneEvent), done
+    assert done.finish_reason != "error", done.error
+    return [e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0], done
+
+
+def from_scratch(parts, turns, text, images=(), n=6, system_prompt=None):
+    """The same earlier turns, one full unchunked prefill into a fresh contiguous cache."""
+    fresh = new_session(parts, "contiguous", prefill_chunk=10**6, system_prompt=system_prompt)
+    fresh.turns = list(turns)
+    tokens, done = consume(fresh.send(text, images, params(n)))
+    assert done.stats.cached_tokens == 0
+    return tokens, done
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_four_turn_conversation_reuses_everything_and_matches_from_scratch(parts, kind, images_dir):
+    session = new_session(parts, kind)
+    script = [("What is in this image?", [images_dir / "coffee.png"]), ("Tell me more.", []),
+              ("And in this one?", [images_dir / "rocket.jpg"]), ("Compare the two.", [])]
+    previous = None
+    for i, (text, images) in enumerate(script):
+        earlier, cached_before = list(session.turns), session.cache.seq_len
+        tokens, done = consume(session.send(text, images, params(6)))
+        ref_tokens, ref_done = from_scratch(parts, earlier, text, images)
+        assert tokens == ref_tokens, f"turn {i}"
+        assert done.stats.prompt_tokens == ref_done.stats.prompt_tokens
+        if previous is None:
+            assert done.stats.cached_tokens == 0
+        else:  # the whole previous conversation, images included, answer included
+            assert done.stats.cached_tokens == cached_before == \
+                previous.prompt_tokens + previous.generated_tokens - 1, f"turn {i}"
+        assert done.stats.image_tokens == 64 * (1 + (i >= 2))  # one tile per image ("fast")
+        assert session.cache.seq_len == done.stats.prompt_tokens + 6 - 1
+        previous = done.stats
+    assert [t.role for t in session.turns] == ["user", "assistant"] * 4
+    if kind == "paged":
+        assert isinstance(session.cache, PagedKVCache)
+        assert session.cache.nbytes == math.ceil(session.cache.seq_len / 16) * session.cache.bytes_per_block
+    else:
+        assert isinstance(session.cache, ContiguousKVCache)
+
+
+def test_paged_is_the_default_cache(parts):
+    session = ChatSession(*parts)
+    assert isinstance(session.cache, PagedKVCache)
+    assert session.cache.capacity == session.model.metadata.text.max_position_embeddings
+    assert session.cache.num_blocks == 64  # 1024 tokens' worth; the arena grows on demand
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_regenerate_reuses_the_prompt_and_replaces_the_answer(parts, kind, images_dir):
+    session = new_session(parts, kind)
+    first, done1 = consume(session.send("Describe this.", [images_dir / "coffee.png"], params(5)))
+    again, done2 = consume(session.regenerate(params(5)))
+    assert again == first  # greedy: the same answer
+    assert done2.stats.prompt_tokens == done1.stats.prompt_tokens
+    assert done2.stats.cached_tokens == done1.stats.prompt_tokens - 1  # only the last prompt token is prefilled
+    assert [t.role for t in session.turns] == ["user", "assistant"]
+    sampled, done3 = consume(session.regenerate(params(5, temperature=1.5, seed=3)))
+    assert done3.stats.cached_tokens == done1.stats.prompt_tokens - 1
+    assert session.turns[-1].token_ids == sampled and len(session.turns) == 2
+    # The next turn builds on the regenerated answer, all of it cached.
+    tokens, done4 = consume(session.send("Why?", params=params(4)))
+    assert done4.stats.cached_tokens == done1.stats.prompt_tokens + 5 - 1
+    ref, _ = from_scratch(parts, session.turns[:2], "Why?", n=4)
+    assert tokens == ref
+
+
+def test_regenerate_needs_an_answer_and_restores_it_after_a_failure(parts, monkeypatch):
+    session = new_session(parts)
+    with pytest.raises(ValueError, match="no answer to regenerate"):
+        session.regenerate()
+    consume(session.send("Hi", params=params(3)))
+    before = list(session.turns)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(session.model, "prefill", broken)
+    events = list(session.regenerate(params(3)))
+    assert events[-1].finish_reason == "error" and "device lost" in events[-1].error
+    assert session.turns == before  # the old answer is back
+    monkeypatch.undo()
+    _, done = consume(session.send("Again", params=params(3)))
+    assert done.stats.cached_tokens > 0  # cache and keys still describe the same tokens
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_edit_reuses_the_common_prefix(parts, kind, images_dir):
+    session = new_session(parts, kind)
+    _, d1 = consume(session.send("Describe this.", [images_dir / "coffee.png"], params(5)))
+    consume(session.send("Shorter please.", params=params(5)))
+    consume(session.send("Thanks.", params=params(5)))
+    tokens, done = consume(session.edit(2, "Longer please.", params=params(5)))
+    assert [t.text for t in session.turns if t.role == "user"] == ["Describe this.", "Longer please."]
+    assert len(session.turns) == 4
+    ref, ref_done = from_scratch(parts, session.turns[:2], "Longer please.", n=5)
+    assert tokens == ref and done.stats.prompt_tokens == ref_done.stats.prompt_tokens
+    # Shared: the first exchange, its <end_of_utterance>, and the tokens the two messages' chunks share.
+    enc = session.tokenizer.encode
+    old, new = enc("\nUser: Shorter please."), enc("\nUser: Longer please.")
+    same = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+    assert done.stats.cached_tokens == d1.stats.prompt_tokens + 5 + 1 + same
+
+    # Editing the first message's text keeps its image (images=None) and reuses the image span.
+    tokens, done = consume(session.edit(0, "What colour is it?", params=params(5)))
+    assert len(session.turns) == 2 and len(session.turns[0].images) == 1
+    assert done.stats.image_tokens == 64
+    image_end = max(i for i, k in enumerate(session._cached_keys) if isinstance(k, tuple)) + 1
+    assert done.stats.cached_tokens >= image_end + 1  # the image span and the token after it
+    ref, _ = from_scratch(parts, [], "What colour is it?", [images_dir / "coffee.png"], n=5)
+    assert tokens == ref
+
+    # New images replace the old ones.
+    tokens, done = consume(session.edit(0, "What colour is it?", images=[], params=params(5)))
+    assert done.stats.image_tokens == 0 and session.turns[0].images == []
+
+
+def test_edit_failures_leave_the_conversation_unchanged(parts, tmp_path):
+    session = new_session(parts, max_tokens=160)
+    consume(session.send("Hi", params=params(3)))
+    consume(session.send("Hello again", params=params(3)))
+    before, seq_len = list(session.turns), session.cache.seq_len
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    with pytest.raises(ImageError):
+        session.edit(0, "What is this?", images=[bad])
+    with pytest.raises(PromptTooLongError, match="the prompt has [0-9]+ tokens but the context holds 160"):
+        session.edit(2, "word " * 300)
+    with pytest.raises(ValueError, match="turn 1 is not a user turn"):
+        session.edit(1, "answers are not edited")
+    with pytest.raises(ValueError, match="turn 7 is not a user turn"):
+        session.edit(7, "no such turn")
+    assert session.turns == before and session.cache.seq_len == seq_len
+    _, done = consume(session.send("Still here?", params=params(3)))
+    assert done.stats.cached_tokens == seq_len
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_context_limit_drops_oldest_exchanges_and_keeps_the_system_prompt(parts, kind, images_dir):
+    system = "You are terse."
+    session = new_session(parts, kind, max_tokens=200, system_prompt=system)
+    first, d0 = consume(session.send("Look.", [images_dir / "coffee.png"], params(8)))
+    assert d0.stats.dropped_turns == 0 and d0.stats.notice == ""
+    dones = []
+    for i in range(12):
+        earlier = list(session.turns)
+        text = f"Question number {i}, please answer."
+        tokens, done = consume(session.send(text, params=params(8)))
+        dones.append(done)
+        if done.stats.dropped_turns:
+            break
+    else:
+        pytest.fail("no turn was ever dropped")
+    stats = done.stats
+    assert stats.dropped_turns == 2  # the image exchange, whole
+    assert "200-token context" in stats.notice and "2 oldest messages were dropped" in stats.notice
+    assert session.turns[0].role == "user" and session.turns[:-2] == earlier[2:]
+    assert stats.image_tokens == 0 and stats.prompt_tokens + 8 <= 200
+    # The system prompt is kept (it is the reused prefix) and the tokens equal a fresh run.
+    system_ids = session.tokenizer.encode_chat([{"role": "system", "content": system}],
+                                               add_generation_prompt=False).input_ids
+    assert len(system_ids) - 2 <= stats.cached_tokens < stats.prompt_tokens // 2
+    ref, ref_done = from_scratch(parts, earlier[2:], text, n=8, system_prompt=system)
+    assert tokens == ref and ref_done.stats.prompt_tokens == stats.prompt_tokens
+    # The next turn fits again and reuses everything.
+    _, nxt = consume(session.send("Last one.", params=params(8)))
+    assert nxt.stats.dropped_turns == 0
+    assert nxt.stats.cached_tokens == stats.prompt_tokens + 8 - 1
+
+
+def test_a_message_too_long_alone_fails_before_any_work(parts, monkeypatch):
+    session = new_session(parts, max_tokens=120)
+    consume(session.send("Hi", params=params(3)))
+    before, seq_len = list(session.turns), session.cache.seq_len
+    calls = []
+    monkeypatch.setattr(session.model, "prefill", lambda *a, **k: calls.append(a))
+    with pytest.raises(PromptTooLongError, match="the prompt has [0-9]+ tokens but the context holds 120; "
+                                                 "the last message does not fit even with every earlier turn"):
+        session.send("word " * 200, params=params(3))
+    assert calls == [] and session.turns == before and session.cache.seq_len == seq_len
+
+
+def test_prefill_is_chunked_and_chunking_does_not_change_the_logits(parts, images_dir, monkeypatch):
+    logits, chunks = {}, {}
+    for chunk in (7, 10**6):
+        session = new_session(parts, prefill_chunk=chunk)
+        original = session.model.prefill
+        seen, outs = [], []
+
+        def spy(x, cache, pos, _orig=original, _seen=seen, _outs=outs):
+            _seen.append(x.shape[1])
+            _outs.append(_orig(x, cache, pos))
+            return _outs[-1]
+
+        monkeypatch.setattr(session.model, "prefill", spy)
+        _, done = consume(session.send("What is in this image?", [images_dir / "coffee.png"], params(1)))
+        monkeypatch.undo()
+        n = done.stats.prompt_tokens
+        assert sum(seen) == n and len(seen) == math.ceil(n / min(chunk, n)) and max(seen) <= chunk
+        logits[chunk], chunks[chunk] = outs[-1], seen
+    assert len(chunks[7]) > 10 and chunks[10**6] == [sum(chunks[7])]
+    torch.testing.assert_close(logits[7], logits[10**6], atol=1e-5, rtol=0)
+
+
+def test_a_17_tile_image_is_prefilled_in_bounded_chunks(parts, images_dir, monkeypatch):
+    session = new_session(parts)  # default prefill_chunk 512
+    seen = []
+    original = session.model.prefill
+
+    def spy(x, cache, pos):
+        seen.append(x.shape[1])
+        return original(x, cache, pos)
+
+    monkeypatch.setattr(session.model, "prefill", spy)
+    _, done = consume(session.send("What is this?", [images_dir / "hubble_deep_field.jpg"],
+                                   GenerationParams(max_new_tokens=1, image_detail="full")))
+    assert done.stats.image_tokens == 17 * 64
+    assert max(seen) == 512 and sum(seen) == done.stats.prompt_tokens and len(seen) == 3
+
+
+def test_prefill_chunk_must_be_positive(parts):
+    with pytest.raises(ValueError, match="prefill_chunk must be >= 1, got 0"):
+        ChatSession(*parts, prefill_chunk=0)
+
+
+def test_an_answer_holding_an_image_token_id_is_replayed_as_text(parts):
+    session = new_session(parts)
+    consume(session.send("Hi", params=params(3)))
+    answer = session.turns[-1]
+    answer.token_ids = answer.token_ids + [session.model.metadata.image_token_id]  # no tile for it
+    _, done = consume(session.send("Next", params=params(3)))
+    assert done.stats.image_tokens == 0
+    ref, ref_done = from_scratch(parts, [session.turns[0], answer], "Next", n=3)
+    assert ref_done.stats.prompt_tokens == done.stats.prompt_tokens
