@@ -18,6 +18,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", metavar="DIR_OR_REPO", help="model folder or Hugging Face repo id")
     parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")
     parser.add_argument("--dtype", help="e.g. float32 or bfloat16 (default: chosen for the device)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="headless check: answer one built-in image question, print JSON, exit "
+                             "(see smolchat --self-test --help)")
     return parser.parse_args(argv)
 
 
@@ -38,7 +41,12 @@ def create_app(argv: list[str]) -> QApplication:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--self-test" in argv:  # headless: no QApplication, no display needed
+        from app.self_test import main as self_test_main
+
+        return self_test_main([a for a in argv if a != "--self-test"])
+    args = parse_args(argv)
     app = create_app(sys.argv[:1])
     window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
     window.show()  # before the model is loaded: loading runs in the worker thread

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -21,6 +22,22 @@ def data_dir() -> Path:
     return path
 
 
+def models_dir() -> Path:
+    """Per-user folder for downloaded or imported models (created on demand).
+
+    Models never go inside the install folder (read-only when installed, replaced on upgrade);
+    Hub downloads go to the standard per-user Hugging Face cache (``$HF_HOME``, ~/.cache/huggingface).
+    """
+    path = data_dir() / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def is_frozen() -> bool:
+    """True in the PyInstaller build (the installed app), False when run from source."""
+    return bool(getattr(sys, "frozen", False))
+
+
 def pasted_images_dir() -> Path:
     """Folder for images pasted from the clipboard, stored by content hash."""
     path = data_dir() / "pasted"
@@ -29,7 +46,9 @@ def pasted_images_dir() -> Path:
 
 
 def resources_dir() -> Path:
-    """The repository's ``resources/`` folder."""
+    """The bundled ``resources/`` folder: beside the app in the frozen build, else the repository's."""
+    if is_frozen():
+        return Path(getattr(sys, "_MEIPASS", Path(sys.executable).resolve().parent)) / "resources"
     return Path(__file__).resolve().parent.parent / "resources"
 
 
