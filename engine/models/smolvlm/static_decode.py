@@ -7,6 +7,13 @@ the position: the position lives in a device tensor, new keys/values are written
 with the slots past the position masked out. So one capture per bucket is replayed for every token
 (gpt-fast's recipe, without a compiler: torch.compile is optional, ``SMOLCHAT_COMPILE=1``).
 
+With a :class:`PagedKVCache` the step addresses the block arena through two static device
+buffers: the slot of the new position, and a gather index holding the slot of every logical
+position (``block_table[p // block_size] * block_size + p % block_size``). They are refreshed
+outside the graph, the gather index only when the block table changes (every ``block_size``
+tokens). Positions past the sequence point at slot 0's row of position 0 (always written, so
+finite) and are masked. A grown arena is a new tensor, so it gets new captures.
+
 The same step runs eagerly on any device (``use_graph=False``), which is how the CPU tests check it
 against the ordinary decode path.
 """
@@ -19,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.kv_base import KVCache
+from engine.kv_cache import ContiguousKVCache, PagedKVCache
 from engine.models.layers import apply_rotary
 
 MIN_BUCKET = 256
@@ -33,7 +41,8 @@ def bucket_for(length: int, capacity: int) -> int:
 
 
 class StaticDecoder:
-    """Decode steps of one :class:`SmolVlmModel` over :class:`ContiguousKVCache` rows of batch 1."""
+    """Decode steps of one :class:`SmolVlmModel` over a batch-1 :class:`ContiguousKVCache` or a
+    :class:`PagedKVCache`."""
 
     def __init__(self, model, use_graph: bool | None = None, compile: bool | None = None):
         self.model = model
@@ -48,15 +57,48 @@ class StaticDecoder:
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.cos, self.sin = text.rotary.table(dev, dt)
         self.slots = torch.arange(cfg.max_position_embeddings, device=dev)
+        # Paged caches: arena slot of the new position, and of every logical position.
+        self.write_slot = torch.zeros(1, dtype=torch.long, device=dev)
+        self.gather = torch.zeros(cfg.max_position_embeddings, dtype=torch.long, device=dev)
+        self._gather_key: tuple | None = None
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         self.step = torch.compile(self._step, dynamic=False) if compile else self._step
 
     def supports(self, cache: KVCache, input: torch.Tensor) -> bool:
-        return (getattr(cache, "k", None) is not None and input.shape[0] == 1
-                and type(cache).__name__ == "ContiguousKVCache")
+        return input.shape[0] == 1 and isinstance(cache, ContiguousKVCache | PagedKVCache)
 
-    def _step(self, kc: torch.Tensor, vc: torch.Tensor, bucket: int) -> torch.Tensor:
+    def _sync_paged(self, cache: PagedKVCache) -> None:
+        """Copy this step's write slot, and the gather index if the block table changed."""
+        md = cache.metadata
+        self.write_slot.copy_(md.slot_mapping)
+        key = (tuple(cache.block_table), cache.arena_version)
+        if key != self._gather_key:
+            bs = cache.block_size
+            table = md.block_table
+            per_pos = (table[:, None] * bs + torch.arange(bs, device=table.device)).flatten()
+            self.gather.fill_(table[0] * bs)  # position 0's row: written, finite, masked
+            self.gather[: per_pos.numel()].copy_(per_pos)
+            self._gather_key = key
+
+    def _kv(self, kv: tuple[torch.Tensor, ...], layer: int, k: torch.Tensor, v: torch.Tensor, bucket: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k``/``v [1, H_kv, 1, D]`` at ``pos`` of ``layer``; return its keys/values
+        ``[1, H_kv, bucket, D]`` (contiguous: a slice; paged: gathered from the arena)."""
+        if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
+            kc, vc = kv
+            kc[layer, :1].index_copy_(2, self.pos, k)
+            vc[layer, :1].index_copy_(2, self.pos, v)
+            return kc[layer, :1, :, :bucket], vc[layer, :1, :, :bucket]
+        arena = kv[0]  # [2, L, num_blocks, block_size, H_kv, D]
+        out = []
+        for cache, new in ((arena[0, layer], k), (arena[1, layer], v)):
+            flat = cache.view(-1, self.hkv, self.d)  # [num_blocks * block_size, H_kv, D]
+            flat.index_copy_(0, self.write_slot, new[0].transpose(0, 1))
+            out.append(flat.index_select(0, self.gather[:bucket]).transpose(0, 1).unsqueeze(0))
+        return out[0], out[1]
+
+    def _step(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
         """``self.x`` at position ``self.pos`` -> logits ``[1, V]``; writes layer k/v at ``pos``."""
         text = self.model.model.text_model
         h, hkv, d = self.h, self.hkv, self.d
@@ -69,11 +111,10 @@ class StaticDecoder:
             attn = layer.self_attn
             qkv = attn.qkv_proj(layer.input_layernorm(x)).view(1, 1, h + 2 * hkv, d).transpose(1, 2)
             qk = apply_rotary(qkv[:, :h + hkv], cos, sin)
-            kc[i, :1].index_copy_(2, pos, qk[:, h:])
-            vc[i, :1].index_copy_(2, pos, qkv[:, h + hkv:])
+            keys, values = self._kv(kv, i, qk[:, h:], qkv[:, h + hkv:], bucket)
             # The H/H_kv query heads of one KV head are the "query rows" of one SDPA call.
             q = qk[:, :h].reshape(1, hkv, h // hkv, d)
-            o = F.scaled_dot_product_attention(q, kc[i, :1, :, :bucket], vc[i, :1, :, :bucket], attn_mask=bias)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)
             x = x + attn.o_proj(o.reshape(1, 1, h * d))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.model.lm_head(text.norm(x)[:, -1])
@@ -85,21 +126,26 @@ class StaticDecoder:
             bucket = bucket_for(start + 1, cache.capacity)
             self.x.copy_(input)
             self.pos.fill_(start)
-            if not self.use_graph:
-                logits = self.step(cache.k, cache.v, bucket)
+            if isinstance(cache, PagedKVCache):
+                self._sync_paged(cache)
+                kv = (cache.kv,)
             else:
-                key = (cache.k.data_ptr(), cache.v.data_ptr(), bucket)
+                kv = (cache.k, cache.v)
+            if not self.use_graph:
+                logits = self.step(kv, bucket)
+            else:
+                key = (tuple((t.data_ptr(), tuple(t.shape)) for t in kv), bucket)
                 entry = self.graphs.get(key)
                 if entry is None:
                     # Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture.
                     side = torch.cuda.Stream()
                     side.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(side):
-                        logits = self.step(cache.k, cache.v, bucket)
+                        logits = self.step(kv, bucket)
                     torch.cuda.current_stream().wait_stream(side)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=self.pool):
-                        out = self.step(cache.k, cache.v, bucket)
+                        out = self.step(kv, bucket)
                     self.graphs[key] = (graph, out)
                     # Capture does not run the kernels: this step's result is the warm-up's.
                 else:
