@@ -49,15 +49,28 @@ def build_model(args, device, dtype):
         return load_model(args.model, device, dtype)
     from engine.metadata import ModelMetadata
     from engine.models.smolvlm import SmolVlmModel
+    from engine.sources import ModelSource
     from tools.make_checkpoint import random_state_dict
 
     meta = ModelMetadata.from_dicts(json.loads((HERE / "smolvlm_256m_config.json").read_text()),
                                     {"eos_token_id": 49279}, name="smolvlm-256m-random")
-    with torch.device("meta"):
-        model = SmolVlmModel(meta)
-    state = {k: v.to(device=device, dtype=dtype) for k, v in random_state_dict(meta, seed=0).items()}
-    model.load_state_dict(state, strict=True, assign=True)
-    return model.eval().requires_grad_(False)
+
+    class RandomSource(ModelSource):
+        """Random weights at the real shape, in memory: loaded through the engine's own ``load``
+        (fused projections, device placement) like any checkpoint."""
+
+        folder = HERE
+
+        def metadata(self):
+            return meta
+
+        def tensor_names(self):
+            return list(random_state_dict(meta, seed=0))
+
+        def tensors(self):
+            yield from random_state_dict(meta, seed=0).items()
+
+    return SmolVlmModel.load(RandomSource(), device, dtype)
 
 
 def sync(device):

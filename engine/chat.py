@@ -338,10 +338,16 @@ class ChatSession:
         yield DoneEvent(reason, stats, error)
 
     def _speculative_decoder(self, params: GenerationParams, sampler) -> SpeculativeDecoder | None:
-        """Prompt-lookup speculation (engine.speculative) unless ``params.speculative`` is False; ``None``
-        (auto) uses it where the model supports ``decode_all_logits``. It only drafts when the n-gram
-        lookup matches and backs off after misses, so unpredictable text costs little."""
-        if params.speculative is False or (params.speculative is None and not self.model.supports_decode_all_logits()):
+        """Prompt-lookup speculation (engine.speculative) unless ``params.speculative`` is False.
+
+        ``None`` (auto) uses it where it pays off: the model supports ``decode_all_logits`` and runs
+        on the CPU, where verifying k+1 positions costs about 0.85-1.5 decode steps (k = 1..4). On
+        CUDA a decode step is a replayed CUDA graph and an eager verification costs ~8 of them
+        (H200, bench/speculative.py), so auto leaves it off there; ``True`` forces it. It only
+        drafts when the n-gram lookup matches and backs off after misses."""
+        if params.speculative is False or not self.model.supports_decode_all_logits():
+            return None
+        if params.speculative is None and self.model.device.type != "cpu":
             return None
         return SpeculativeDecoder(self.model, self.cache, sampler)
 

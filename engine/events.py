@@ -22,7 +22,7 @@ class GenerationParams:
     (benchmarks only). ``image_detail`` is one of ``"full"`` (the checkpoint's reference
     preprocessing), ``"balanced"`` (never upscale an image beyond its own size) or ``"fast"``
     (one global tile per image). ``speculative`` picks prompt-lookup speculative decoding
-    (``engine.speculative``): ``None`` uses it where the model supports it, ``True`` requires it,
+    (``engine.speculative``): ``None`` uses it where it pays off (the CPU), ``True`` requires it,
     ``False`` turns it off. It never changes greedy output, nor the distribution of sampled output.
     """
 

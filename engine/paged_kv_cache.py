@@ -161,6 +161,7 @@ class PagedKVCache(KVCache):
         self.block_table: list[int] = []
         # Device copy of block_table, preallocated at its largest size (static for CUDA graphs).
         self._block_table_buf = torch.zeros(self.max_blocks_per_seq, dtype=torch.long, device=self.device)
+        self._synced_table: list[int] = []  # what _block_table_buf holds
         self._metadata: PagedForwardMetadata | None = None
 
     @property
@@ -229,7 +230,11 @@ class PagedKVCache(KVCache):
         for _ in range(num_new_blocks):
             self.block_table.append(self.allocator.allocate())
         nb = len(self.block_table)
-        self._block_table_buf[:nb].copy_(torch.tensor(self.block_table, dtype=torch.long))
+        if self._synced_table != self.block_table:
+            # A host-to-device copy from pageable memory waits for the GPU: only when the table
+            # changed (a new block every block_size tokens, copy-on-write, fork), not every step.
+            self._block_table_buf[:nb].copy_(torch.tensor(self.block_table, dtype=torch.long))
+            self._synced_table = list(self.block_table)
         table = self._block_table_buf[:nb]
         pos = torch.arange(past, total_tokens, device=self.device)
         slots = table[pos // bs] * bs + pos % bs  # [n] int64

@@ -273,3 +273,18 @@ def test_session_sampling_with_speculation_is_seeded(tiny_checkpoint):
         s = ChatSession.load(str(tiny_checkpoint), device="cpu")
         runs.append(session_tokens(s, "Tell me a story.", n=24, temperature=0.8, seed=3, speculative=True)[0])
     assert runs[0] == runs[1] and len(runs[0]) == 24
+
+
+def test_auto_speculation_only_where_it_pays_off(tiny_checkpoint, monkeypatch):
+    """Auto: on the CPU (verify ~1 decode step); not on CUDA, where an eager verify costs ~8
+    graph-replayed steps (bench/results/gpu-speculative.json). ``True`` forces, ``False`` disables."""
+    from engine.chat import ChatSession
+    from engine.sampling import make_sampler
+
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    sampler = make_sampler(GenerationParams())
+    assert session._speculative_decoder(GenerationParams(), sampler) is not None
+    assert session._speculative_decoder(GenerationParams(speculative=False), sampler) is None
+    monkeypatch.setattr(SmolVlmModel, "device", property(lambda self: torch.device("cuda")))
+    assert session._speculative_decoder(GenerationParams(), sampler) is None
+    assert session._speculative_decoder(GenerationParams(speculative=True), sampler) is not None
