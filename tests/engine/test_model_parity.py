@@ -59,17 +59,22 @@ def test_vision_and_connector_match(pair):
     assert (ours.encode_images(px) - ref_conn).abs().max() < 1e-4
 
 
-def test_prefill_logits_and_greedy_24_tokens_match_with_two_images(pair):
-    ref, ours = pair
-    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(2))
+def assert_two_image_parity(ref, ours, seed: int, n: int) -> None:
+    """Two single-tile images (random pixels) in a prompt: prefill logits within 1e-4 and ``n``
+    identical greedy tokens."""
+    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(seed))
     ids = torch.tensor([[1, 11126, 42] + image_block() + image_block() + [31, 45, 67, 2000]])
     with torch.no_grad():
         out = ref(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids))
         gen = ref.generate(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids),
-                           max_new_tokens=24, min_new_tokens=24, do_sample=False)
-    logits, tokens = greedy(ours, ids, [px[0:1], px[1:2]], 24)
+                           max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    logits, tokens = greedy(ours, ids, [px[0:1], px[1:2]], n)
     assert (logits - out.logits[:, -1]).abs().max() < 1e-4
     assert tokens == gen[0, ids.shape[1]:].tolist()
+
+
+def test_prefill_logits_and_greedy_24_tokens_match_with_two_images(pair):
+    assert_two_image_parity(*pair, seed=2, n=24)
 
 
 def test_text_only_greedy_matches(pair):
@@ -105,14 +110,5 @@ def test_prefill_position_rules(pair):
 
 @pytest.mark.slow
 def test_real_shape_prefill_logits_and_8_greedy_tokens(real_checkpoint):
-    """SmolVLM-256M shape (random weights, loaded as fp32): one image of 5 tiles, 8 greedy tokens."""
-    ref, ours = load_pair(real_checkpoint)
-    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(3))
-    ids = torch.tensor([[1, 11126, 42] + image_block() + image_block() + [31, 45, 67, 2000]])
-    with torch.no_grad():
-        out = ref(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids))
-        gen = ref.generate(input_ids=ids, pixel_values=px[None], attention_mask=torch.ones_like(ids),
-                           max_new_tokens=8, min_new_tokens=8, do_sample=False)
-    logits, tokens = greedy(ours, ids, [px[0:1], px[1:2]], 8)
-    assert (logits - out.logits[:, -1]).abs().max() < 1e-4
-    assert tokens == gen[0, ids.shape[1]:].tolist()
+    """SmolVLM-256M shape (random weights, loaded as fp32): two single-tile images, 8 greedy tokens."""
+    assert_two_image_parity(*load_pair(real_checkpoint), seed=3, n=8)
