@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QImage
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
+from app.banner import Banner
 from app.chat_view import EMPTY_TEXT
 from app.conversations import ConversationKeeper
 from app.formatting import finish_footer, model_summary, pending_summary, stats_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.menus import build_menus
 from app.mime import carries_images, image_from_mime, local_files
-from app.paths import data_dir, pasted_images_dir, resource
+from app.paths import data_dir, data_dir_problem, pasted_images_dir, resource, use_temporary_data_dir
 from app.qt_compat import emit
 from app.settings import generation_defaults, last_model, load_settings, open_settings, set_last_model
 from app.store import Store
@@ -53,7 +56,7 @@ class MainWindow(QMainWindow):
         self._editing: int | None = None
         self._token_counts: dict[tuple[str, str], int] = {}
         build_ui(self)
-        self.store = Store(data_dir())
+        self.store = self._open_store()
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.actions = build_menus(self)
         self._thread, self.worker = start_worker(session_factory)
@@ -68,6 +71,23 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self.open_model_manager)
 
     # -- construction --------------------------------------------------------------------------
+    def _open_store(self) -> Store:
+        """The store in the data folder, or in a temporary one (with a lasting banner) if that fails."""
+        try:
+            store = Store(data_dir())
+        except (OSError, sqlite3.Error) as exc:
+            folder = use_temporary_data_dir(getattr(exc, "strerror", None) or str(exc))
+            store = Store(folder)
+        problem = data_dir_problem()
+        # Its own banner: the chat's banner is cleared on every send, this one must stay.
+        self.storage_banner = Banner()
+        self.storage_banner.setAccessibleName("Data folder problem")
+        self.banner.parentWidget().layout().insertWidget(
+            self.banner.parentWidget().layout().indexOf(self.banner), self.storage_banner)
+        if problem:
+            self.storage_banner.show_error(problem)
+        return store
+
     def _connect_worker(self) -> None:
         w = self.worker
         self.load_requested.connect(w.load_model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -11,15 +12,59 @@ import platformdirs
 DATA_DIR_ENV = "SMOLCHAT_DATA_DIR"
 
 
+# requested folder -> (temporary folder used instead, why the requested one cannot be used)
+_fallbacks: dict[Path, tuple[Path, str]] = {}
+
+
+def requested_data_dir() -> Path:
+    """The folder the user asked for (``$SMOLCHAT_DATA_DIR``) or the platform's default."""
+    override = os.environ.get(DATA_DIR_ENV)
+    return Path(override) if override else Path(platformdirs.user_data_dir("Smolchat", appauthor=False))
+
+
+def _check_writable(path: Path) -> None:
+    """Create ``path`` and prove a file can be written in it (raises OSError otherwise)."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def data_dir() -> Path:
     """The app data folder (created on demand).
 
     ``$SMOLCHAT_DATA_DIR`` wins, so tests and portable installs never touch the user's real data.
+    A folder that cannot be created or written (read-only disk, a file in the way) is replaced by
+    a temporary folder for this run, so the app still starts; :func:`data_dir_problem` says why.
     """
-    override = os.environ.get(DATA_DIR_ENV)
-    path = Path(override) if override else Path(platformdirs.user_data_dir("Smolchat", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
+    path = requested_data_dir()
+    if path in _fallbacks:
+        return _fallbacks[path][0]
+    try:
+        _check_writable(path)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        _fallbacks[path] = (Path(tempfile.mkdtemp(prefix="smolchat-")), reason)
+        return _fallbacks[path][0]
     return path
+
+
+def data_dir_problem() -> str:
+    """Why the requested data folder is not used ("" when it is), naming the folder."""
+    path = requested_data_dir()
+    data_dir()
+    if path not in _fallbacks:
+        return ""
+    return (f"The data folder {path} cannot be used ({_fallbacks[path][1]}). Conversations will not "
+            f"be kept after Smolchat closes: this session uses a temporary folder, {_fallbacks[path][0]}.")
+
+
+def use_temporary_data_dir(reason: str) -> Path:
+    """Switch to a temporary folder for this run (the store failed to open in the real one)."""
+    path = requested_data_dir()
+    if path not in _fallbacks:
+        _fallbacks[path] = (Path(tempfile.mkdtemp(prefix="smolchat-")), reason)
+    return _fallbacks[path][0]
 
 
 def models_dir() -> Path:
