@@ -3,9 +3,11 @@ and the answer being streamed, saved as it grows."""
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 import time
 
-from PySide6.QtCore import QObject, QSettings
+from PySide6.QtCore import QObject, QSettings, Signal
 
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
@@ -14,6 +16,14 @@ from app.store import Message, Store
 FLUSH_INTERVAL_S = 0.25
 FLUSH_TOKENS = 32
 TITLE_LENGTH = 48
+STORAGE_ERRORS = (OSError, sqlite3.Error)
+
+
+def storage_problem(exc: BaseException) -> str:
+    """Why a write to the data folder failed, in words (the disk being full said plainly)."""
+    detail = str(exc) or type(exc).__name__
+    full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in detail or "No space left" in detail
+    return f"the disk is full ({detail})" if full else detail
 
 
 def title_from(text: str, images: list[str]) -> str:
@@ -51,7 +61,13 @@ def _reason(status: str) -> str:
 
 
 class ConversationKeeper(QObject):
-    """Owns the :class:`Store` for the window; the transcript shows :attr:`current_id`."""
+    """Owns the :class:`Store` for the window; the transcript shows :attr:`current_id`.
+
+    Saves made while an answer streams or finishes never raise: a failure is reported once per
+    answer through :attr:`storage_error` and the text stays on screen.
+    """
+
+    storage_error = Signal(str)
 
     def __init__(self, store: Store, transcript: ChatView, qsettings: QSettings) -> None:
         super().__init__()
@@ -62,6 +78,7 @@ class ConversationKeeper(QObject):
         self._streaming_id: int | None = None
         self._pending = 0
         self._last_flush = 0.0
+        self._save_failed = False
 
     # -- opening -----------------------------------------------------------------------------------
     def last_opened(self) -> int | None:
@@ -110,8 +127,13 @@ class ConversationKeeper(QObject):
         history = engine_history(self.store.messages(conv_id))
         stored = [self.store.store_image(p) for p in images]
         user = self.store.add_message(conv_id, "user", user_text, stored)
+        try:
+            answer = self._save_answer(conv_id, model_name, model, settings)
+        except STORAGE_ERRORS:
+            self._forget(user.id)  # the composer keeps the text: resending must not duplicate it
+            raise
         self.transcript.add_user_message(user_text, stored).message_id = user.id
-        self._begin_answer(conv_id, model_name, model, settings)
+        self._show_answer(answer.id, model_name)
         return history, stored
 
     def begin_regenerate(self, index: int, model_name: str, model: str, settings: dict
@@ -121,21 +143,43 @@ class ConversationKeeper(QObject):
         if not (0 < index < len(widgets)) or widgets[index - 1].role != "user":
             return None
         self.store.delete_messages_from(self.current_id, widgets[index].message_id)
-        self.transcript.remove_from(index)
         messages = self.store.messages(self.current_id)
         user = messages[-1]
         history = engine_history(messages[:-1])
-        self._begin_answer(self.current_id, model_name, model, settings)
+        answer = self._save_answer(self.current_id, model_name, model, settings)
+        self.transcript.remove_from(index)  # only once saved: a failed save keeps the old answer shown
+        self._show_answer(answer.id, model_name)
         return history, user.as_history()
 
-    def _begin_answer(self, conv_id: int, model_name: str, model: str, settings: dict) -> None:
+    def _save_answer(self, conv_id: int, model_name: str, model: str, settings: dict) -> Message:
         self.store.update_conversation(conv_id, model=model, settings=settings)
-        answer = self.store.add_message(conv_id, "assistant", "", status="streaming",
-                                        stats={"model_name": model_name})
-        self.transcript.begin_answer(model_name).message_id = answer.id
-        self._streaming_id = answer.id
+        return self.store.add_message(conv_id, "assistant", "", status="streaming",
+                                      stats={"model_name": model_name})
+
+    def _forget(self, message_id: int) -> None:
+        try:
+            self.store.delete_message(message_id)
+        except STORAGE_ERRORS:
+            pass
+
+    def _show_answer(self, answer_id: int, model_name: str) -> None:
+        self.transcript.begin_answer(model_name).message_id = answer_id
+        self._streaming_id = answer_id
         self._pending = 0
         self._last_flush = time.monotonic()
+        self._save_failed = False
+
+    def _save(self, what: str, write, *args, **kwargs) -> bool:
+        """Run one store write; on failure report it (once per answer) and return False."""
+        try:
+            write(*args, **kwargs)
+        except STORAGE_ERRORS as exc:
+            if not self._save_failed:
+                self._save_failed = True
+                self.storage_error.emit(f"Could not save {what}: {storage_problem(exc)}. "
+                                        "It stays on screen but will not be kept.")
+            return False
+        return True
 
     def token_arrived(self) -> None:
         """Flush the growing answer every FLUSH_TOKENS tokens or FLUSH_INTERVAL_S seconds."""
@@ -149,7 +193,7 @@ class ConversationKeeper(QObject):
     def flush(self) -> None:
         answer = self.transcript.last_assistant()
         if self._streaming_id is not None and answer is not None:
-            self.store.update_message(self._streaming_id, text=answer.text)
+            self._save("the answer", self.store.update_message, self._streaming_id, text=answer.text)
         self._pending = 0
         self._last_flush = time.monotonic()
 
@@ -160,15 +204,16 @@ class ConversationKeeper(QObject):
         reason = result.get("finish_reason", "error")
         stats = {k: v for k, v in result.items() if k not in ("finish_reason",)}
         stats["model_name"] = model_name
-        self.store.update_message(self._streaming_id, text=answer.text if answer else "",
-                                  status="done" if reason == "stop" else reason, stats=stats)
+        self._save("the answer", self.store.update_message, self._streaming_id, text=answer.text if answer else "",
+                   status="done" if reason == "stop" else reason, stats=stats)
         self._streaming_id = None
 
     def abandon(self) -> None:
         """The window closes mid-answer: keep what arrived, marked cancelled."""
         if self._streaming_id is not None:
             answer = self.transcript.last_assistant()
-            self.store.update_message(self._streaming_id, text=answer.text if answer else "", status="cancelled")
+            self._save("the answer", self.store.update_message, self._streaming_id,
+                       text=answer.text if answer else "", status="cancelled")
             self._streaming_id = None
 
     # -- edits -------------------------------------------------------------------------------------

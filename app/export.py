@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
@@ -69,7 +70,7 @@ def export_dialog(window, kind: str) -> Path | None:
         return None
     try:
         out = (export_markdown if kind == "md" else export_json)(window.store, conv_id, path)
-    except OSError as exc:
+    except (OSError, sqlite3.Error) as exc:
         window.banner.show_error(f"Could not export the chat: {exc}")
         return None
     window.banner.show_info(f"Exported to {out}")

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 
 from app.banner import Banner
 from app.chat_view import EMPTY_TEXT
-from app.conversations import ConversationKeeper
+from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
 from app.formatting import finish_footer, model_summary, pending_summary, stats_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.menus import build_menus
@@ -58,6 +58,7 @@ class MainWindow(QMainWindow):
         build_ui(self)
         self.store = self._open_store()
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
+        self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
         self._thread, self.worker = start_worker(session_factory)
         self._connect_worker()
@@ -127,10 +128,16 @@ class MainWindow(QMainWindow):
         emit(self.reset_requested)
         self.composer.setFocus()
 
+    def _storage_failed(self, what: str, exc: BaseException) -> None:
+        self.banner.show_error(f"Could not {what}: {storage_problem(exc)}.")
+
     @Slot(int, str)
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         if title.strip():
-            self.store.rename_conversation(conversation_id, title)
+            try:
+                self.store.rename_conversation(conversation_id, title)
+            except STORAGE_ERRORS as exc:
+                self._storage_failed("rename the chat", exc)
         self.refresh_sidebar()
 
     @Slot(int)
@@ -140,7 +147,11 @@ class MainWindow(QMainWindow):
         conv = self.store.conversation(conversation_id)
         if conv is None:
             return
-        self.store.delete_conversation(conversation_id)
+        try:
+            self.store.delete_conversation(conversation_id)
+        except STORAGE_ERRORS as exc:
+            self._storage_failed("delete the chat", exc)
+            return
         if conversation_id == self.keeper.current_id:
             self.open_conversation(None)
         self.refresh_sidebar()
@@ -148,7 +159,11 @@ class MainWindow(QMainWindow):
                               lambda: self._undo_delete(conversation_id))
 
     def _undo_delete(self, conversation_id: int) -> None:
-        self.store.undelete_conversation(conversation_id)
+        try:
+            self.store.undelete_conversation(conversation_id)
+        except STORAGE_ERRORS as exc:
+            self._storage_failed("restore the chat", exc)
+            return
         self.open_conversation(conversation_id)
 
     def chat_settings(self) -> dict:
@@ -168,15 +183,19 @@ class MainWindow(QMainWindow):
         if not self.send_button.isEnabled() or not (text or images):
             return
         if self._editing is not None:
-            self.keeper.truncate_from(self._editing)
+            try:
+                self.keeper.truncate_from(self._editing)
+            except STORAGE_ERRORS as exc:
+                self._storage_failed("replace the edited message", exc)
+                return
             self._cancel_edit()
         self.banner.dismiss()
         self._last_prompt = text
         try:
             history, stored = self.keeper.begin(text, images, self._model_name(), self._model_path(),
                                                 self.chat_settings())
-        except OSError as exc:
-            self.banner.show_error(f"Could not save the message: {exc}")
+        except STORAGE_ERRORS as exc:  # the composer keeps the text and images
+            self._storage_failed("save the message", exc)
             return
         self.composer.clear()
         self.attachments.clear()
@@ -199,9 +218,17 @@ class MainWindow(QMainWindow):
         if self._busy and action != "copy":
             return
         if action == "delete":
-            self.keeper.delete_message(index)
+            try:
+                self.keeper.delete_message(index)
+            except STORAGE_ERRORS as exc:
+                self._storage_failed("delete the message", exc)
         elif action == "regenerate" and self._model_ready:
-            found = self.keeper.begin_regenerate(index, self._model_name(), self._model_path(), self.chat_settings())
+            try:
+                found = self.keeper.begin_regenerate(index, self._model_name(), self._model_path(),
+                                                     self.chat_settings())
+            except STORAGE_ERRORS as exc:
+                self._storage_failed("regenerate the answer", exc)
+                return
             if found:
                 history, user = found
                 self._start_generation(user["text"], user["images"], history)
@@ -242,7 +269,12 @@ class MainWindow(QMainWindow):
         if image.isNull() or not image.save(buffer, "PNG"):
             self.banner.show_error("The pasted image could not be read.")
             return
-        self.add_files([str(save_png_bytes(bytes(data.data()), pasted_images_dir()))])
+        try:
+            saved = save_png_bytes(bytes(data.data()), pasted_images_dir())
+        except OSError as exc:
+            self._storage_failed("keep the pasted image", exc)
+            return
+        self.add_files([str(saved)])
 
     @Slot()
     def _pick_files(self) -> None:
@@ -323,7 +355,10 @@ class MainWindow(QMainWindow):
         self.settings = settings
         save_settings(settings, self.qsettings)
         if self.keeper.current_id is not None:
-            self.store.update_conversation(self.keeper.current_id, settings=self.chat_settings())
+            try:
+                self.store.update_conversation(self.keeper.current_id, settings=self.chat_settings())
+            except STORAGE_ERRORS as exc:
+                self._storage_failed("save this chat's settings", exc)
         apply_theme(settings.theme)
         self._count_pending_tokens()
         if engine_changed and self.model_info and not self._busy:

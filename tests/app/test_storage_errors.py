@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from PySide6.QtCore import Qt
 
 from tests.app.fakes import FakeFactory, FakeSession
@@ -42,3 +44,67 @@ def test_read_only_data_dir_falls_back(qtbot, make_window, tmp_path, monkeypatch
         assert str(wanted) in win.storage_banner.message()
     finally:
         wanted.chmod(0o755)
+
+
+def _disk_full(*_args, **_kwargs):
+    raise sqlite3.OperationalError("database or disk is full")
+
+
+def _ask(qtbot, win, text="What colour is the cat?"):
+    qtbot.keyClicks(win.composer, text)
+    with qtbot.waitSignal(win.answer_finished, timeout=5000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def test_full_disk_on_send_keeps_the_text_and_says_so(qtbot, window, monkeypatch):
+    monkeypatch.setattr(window.store, "add_message", _disk_full)
+    qtbot.keyClicks(window.composer, "hello there")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)  # pytest-qt fails the test if a slot raises
+
+    assert "Could not save the message: the disk is full (database or disk is full)" in window.banner.message()
+    assert window.composer.toPlainText() == "hello there"
+    assert window.transcript.messages() == []
+    assert not window._busy and window.send_button.isEnabled()
+
+
+def test_full_disk_when_the_answer_is_saved_keeps_it_on_screen(qtbot, window, monkeypatch):
+    monkeypatch.setattr(window.store, "update_message", _disk_full)
+    result = _ask(qtbot, window)
+
+    assert result["finish_reason"] == "stop"
+    assert window.transcript.messages()[-1]["text"] == "The cat is orange."
+    assert "Could not save the answer: the disk is full" in window.banner.message()
+    assert not window._busy
+
+
+def test_failed_rename_delete_and_export_show_a_banner(qtbot, window, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.export import export_dialog
+
+    _ask(qtbot, window)
+    conv_id = window.keeper.current_id
+    monkeypatch.setattr(window.store, "rename_conversation", _disk_full)
+    window.rename_conversation(conv_id, "New name")
+    assert "Could not rename the chat: the disk is full" in window.banner.message()
+
+    monkeypatch.setattr(window.store, "delete_conversation", _disk_full)
+    window.delete_conversation(conv_id)
+    assert "Could not delete the chat" in window.banner.message()
+    assert window.keeper.current_id == conv_id and len(window.transcript.messages()) == 2
+
+    monkeypatch.setattr(window.store, "delete_message", _disk_full)
+    window._on_message_action("delete", 1)
+    assert "Could not delete the message" in window.banner.message()
+    assert len(window.transcript.messages()) == 2
+
+    monkeypatch.setattr(window.store, "add_message", _disk_full)
+    window._on_message_action("regenerate", 1)
+    assert "Could not regenerate the answer" in window.banner.message()
+    assert window.transcript.messages()[-1]["text"] == "The cat is orange." and not window._busy
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "out.md"), ""))
+    monkeypatch.setattr(window.store, "messages", _disk_full)
+    assert export_dialog(window, "md") is None
+    assert "Could not export the chat" in window.banner.message()
