@@ -91,6 +91,7 @@ class Store:
         if recover:
             self.interrupted = self._mark_interrupted()
             self._purge_deleted()
+            self._remove_partial_images()
 
     def close(self) -> None:
         self.db.close()
@@ -236,9 +237,21 @@ class Store:
         target = self.images_dir / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"
         if not target.exists():
             tmp = target.with_suffix(".part")
-            shutil.copyfile(path, tmp)
-            tmp.replace(target)
+            try:
+                shutil.copyfile(path, tmp)
+                tmp.replace(target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk must not leave half an image behind
+                raise
         return str(target)
+
+    def _remove_partial_images(self) -> None:
+        """Copies cut short by a crash or a full disk in an earlier run."""
+        for part in self.images_dir.glob("*.part"):
+            try:
+                part.unlink()
+            except OSError:
+                pass
 
     # -- rows ------------------------------------------------------------------------------------
     def _conversation(self, row: sqlite3.Row) -> Conversation:

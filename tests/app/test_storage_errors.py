@@ -108,3 +108,21 @@ def test_failed_rename_delete_and_export_show_a_banner(qtbot, window, monkeypatc
     monkeypatch.setattr(window.store, "messages", _disk_full)
     assert export_dialog(window, "md") is None
     assert "Could not export the chat" in window.banner.message()
+
+
+def test_full_disk_while_copying_an_image_keeps_the_message_and_no_part_file(qtbot, window, png, data_dir,
+                                                                                monkeypatch):
+    def copy_then_disk_full(src, dst, *args, **kwargs):
+        with open(dst, "wb") as out:
+            out.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("app.store.shutil.copyfile", copy_then_disk_full)
+    window.add_files([str(png)])
+    qtbot.keyClicks(window.composer, "What is this?")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+
+    assert "Could not save the message: the disk is full" in window.banner.message()
+    assert window.composer.toPlainText() == "What is this?"
+    assert window.attachments.paths() == [str(png.resolve())]
+    assert list((data_dir / "images").glob("*.part")) == []

@@ -107,3 +107,28 @@ def test_streaming_answer_becomes_interrupted_on_reopen(store, data_dir):
     msg = again.message(m.id)
     assert (msg.text, msg.status) == ("partial ans", "interrupted")
     again.close()
+
+
+def _copy_then_disk_full(src, dst, *args, **kwargs):
+    with open(dst, "wb") as out:
+        out.write(b"\x89PNG half of it")
+    raise OSError(28, "No space left on device")
+
+
+def test_failed_image_copy_leaves_no_part_file(store, png, monkeypatch):
+    monkeypatch.setattr("app.store.shutil.copyfile", _copy_then_disk_full)
+    with pytest.raises(OSError):
+        store.store_image(png)
+    assert list(store.images_dir.iterdir()) == []
+
+
+def test_stale_part_files_are_removed_when_the_store_opens(data_dir, png):
+    Store(data_dir).close()
+    stale = data_dir / "images" / "0123abcd.part"
+    stale.write_bytes(b"half")
+    kept = Store(data_dir)
+    kept.store_image(png)
+    kept.close()
+    Store(data_dir).close()
+    assert not stale.exists()
+    assert [p.suffix for p in (data_dir / "images").iterdir()] == [".png"]
