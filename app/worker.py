@@ -59,11 +59,26 @@ def model_folder(path: str) -> str:
     return ""
 
 
+def is_engine_error(exc: BaseException) -> bool:
+    """An ``engine.errors.EngineError``: an expected problem (bad model, prompt too long, no network).
+
+    Matched by name so the UI thread never imports the engine package.
+    """
+    return any(cls.__name__ == "EngineError" for cls in type(exc).__mro__)
+
+
 def describe_error(exc: BaseException) -> str:
     """A one-line message for the user; engine errors already name the file or numbers involved."""
     message = str(exc) or type(exc).__name__
-    is_engine_error = any(cls.__name__ == "EngineError" for cls in type(exc).__mro__)
-    return message if is_engine_error else f"{type(exc).__name__}: {message}"
+    return message if is_engine_error(exc) else f"{type(exc).__name__}: {message}"
+
+
+def log_failure(what: str, exc: BaseException) -> None:
+    """One line for expected engine errors; the full traceback only for unexpected ones (bugs)."""
+    if is_engine_error(exc):
+        log.warning("%s: %s", what, describe_error(exc))
+    else:
+        log.error("%s", what, exc_info=exc)
 
 
 class EngineWorker(QObject):
@@ -140,7 +155,7 @@ class EngineWorker(QObject):
             else:
                 session = self._session_factory(path, device, dtype)
         except Exception as exc:  # noqa: BLE001 - every failure goes to the UI, none crash it
-            log.exception("loading %s failed", path)
+            log_failure(f"loading {path} failed", exc)
             emit(self.model_load_failed, describe_error(exc))
             return
         with self._lock:
@@ -191,7 +206,7 @@ class EngineWorker(QObject):
                 self._sync_history(session, history, params.get("image_detail", "full"))
             result = self._run(session, text, images, params)
         except Exception as exc:  # noqa: BLE001
-            log.exception("generation failed")
+            log_failure("generation failed", exc)
             message = describe_error(exc)
             result = {"finish_reason": "error", "error": message}
             emit(self.error, message)

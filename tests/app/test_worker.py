@@ -192,3 +192,31 @@ def test_image_tokens_are_counted_in_the_worker(qtbot, start):
     worker.count_image_tokens(["/img/a.png"], "balanced")
     qtbot.waitUntil(lambda: bool(seen), timeout=5000)  # PySide queues the lambda to the worker's thread
     assert seen == [("/img/a.png", "balanced", 320)]
+
+
+def test_expected_engine_errors_log_one_line_without_traceback(qtbot, start, caplog, capsys):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="app.worker")
+    _worker, relay = start(FakeFactory(fail="model.safetensors has no tensor 'lm_head.weight'"))
+    with qtbot.waitSignal(relay.model_load_failed, timeout=5000):
+        emit(relay.load, "/models/broken", None, None)
+    failed = [r for r in caplog.records if "/models/broken" in r.getMessage()]
+    assert [r.levelname for r in failed] == ["WARNING"]
+    assert "no tensor 'lm_head.weight'" in failed[0].getMessage()
+    assert failed[0].exc_info is None
+    assert "Traceback" not in caplog.text
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_unexpected_errors_keep_their_traceback(qtbot, start, caplog):
+    import logging
+
+    def broken_factory(path, device, dtype, **options):
+        raise KeyError("bug")
+
+    caplog.set_level(logging.DEBUG, logger="app.worker")
+    _worker, relay = start(broken_factory)
+    with qtbot.waitSignal(relay.model_load_failed, timeout=5000):
+        emit(relay.load, "/models/x", None, None)
+    assert "Traceback" in caplog.text and "KeyError" in caplog.text
