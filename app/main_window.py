@@ -118,6 +118,8 @@ class MainWindow(QMainWindow):
         for key in CHAT_KEYS:
             if key in saved:
                 setattr(self.settings, key, saved[key])
+        if self._model_ready:  # the last answer's "error" / stats belong to the chat just left
+            self.stats_label.setText(f"{model_summary(self.model_info)} · ready")
         self.refresh_sidebar()
 
     @Slot()

@@ -126,3 +126,15 @@ def test_full_disk_while_copying_an_image_keeps_the_message_and_no_part_file(qtb
     assert window.composer.toPlainText() == "What is this?"
     assert window.attachments.paths() == [str(png.resolve())]
     assert list((data_dir / "images").glob("*.part")) == []
+
+
+def test_new_chat_resets_the_status_line_after_an_error(qtbot, make_window):
+    from PySide6.QtWidgets import QLabel
+
+    win = make_window(FakeFactory(FakeSession(image_error="The image is unreadable.")))
+    stats = win.findChild(QLabel, "statusStats")
+    ready = stats.text()
+    _ask(qtbot, win)
+    assert stats.text().endswith("error")
+    win.actions["new_chat"].trigger()  # Ctrl+N
+    assert stats.text() == ready and "FakeVLM-256M" in ready and "error" not in ready
