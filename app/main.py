@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import os
 import sys
 
@@ -13,9 +14,17 @@ from app.main_window import MainWindow
 from app.paths import resource
 
 
+def model_argument(value: str) -> str:
+    """A local model folder as an absolute path (it is remembered for the next start, which may run
+    from another folder); anything else (a Hub id) as given."""
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="smolchat", description="Private, local multimodal chat.")
-    parser.add_argument("--model", metavar="DIR_OR_REPO", help="model folder or Hugging Face repo id")
+    parser.add_argument("--model", metavar="DIR_OR_REPO", type=model_argument,
+                        help="model folder or Hugging Face repo id")
     parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")
     parser.add_argument("--dtype", help="e.g. float32 or bfloat16 (default: chosen for the device)")
     parser.add_argument("--self-test", action="store_true",

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from engine.errors import EngineError
 from engine.events import DoneEvent, GenerationParams
@@ -21,7 +22,9 @@ def _build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
     gen.add_argument("--model", required=True, help="checkpoint folder or Hub repository id")
     gen.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
-    gen.add_argument("--prompt", required=True)
+    text = gen.add_mutually_exclusive_group(required=True)
+    text.add_argument("--prompt", help="the question")
+    text.add_argument("--prompt-file", help="read the question from this UTF-8 file (long prompts)")
     gen.add_argument("--system", default=None, help="system prompt")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -72,11 +75,21 @@ def _generate(args: argparse.Namespace) -> int:
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
         ignore_eos=args.ignore_eos, image_detail=args.image_detail,
     )
+    from engine.processing import load_image
+
+    for image in args.image:  # bad images fail here, before seconds of model loading
+        load_image(image)
+    prompt = args.prompt
+    if args.prompt_file is not None:
+        try:
+            prompt = Path(args.prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read --prompt-file {args.prompt_file}: {exc}") from exc
     cache = CacheConfig(kind=args.cache) if args.cache else None
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
                                system_prompt=args.system)
     out = sys.stdout
-    for event in session.send(args.prompt, images=args.image, params=params):
+    for event in session.send(prompt, images=args.image, params=params):
         if isinstance(event, DoneEvent):
             if args.json:
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,

@@ -17,7 +17,6 @@ Answers stream through a detokenizer that never splits a UTF-8 character and nev
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -57,8 +56,7 @@ class Turn:
 
 def tile_digests(images: Sequence[ProcessedImage]) -> list[bytes]:
     """A content hash per tile, in prompt order (reference §0.8: image tokens alone are not a cache key)."""
-    return [hashlib.blake2b(np.ascontiguousarray(t).tobytes(), digest_size=16).digest()
-            for img in images for t in img.tiles]
+    return [digest for img in images for digest in img.tile_digests]
 
 
 class ChatSession:

@@ -5,6 +5,7 @@ These are plain dataclasses (no tensors) so that the app can pass them across th
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -38,6 +39,11 @@ class GenerationParams:
     speculative: bool | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:

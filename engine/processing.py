@@ -24,6 +24,9 @@ Every resize is ``PIL.Image.resize`` with the checkpoint's filter (LANCZOS for S
 
 from __future__ import annotations
 
+import functools
+import hashlib
+
 import io
 import json
 import math
@@ -80,6 +83,13 @@ class ProcessedImage:
     def prompt(self) -> str:
         """The expanded prompt string of this image (see :func:`image_prompt`)."""
         return image_prompt(self.rows, self.cols, self.image_seq_len)
+
+    @functools.cached_property
+    def tile_digests(self) -> tuple[bytes, ...]:
+        """A 16-byte BLAKE2b hash of each tile's pixels, computed once per image: the KV cache key of
+        its ``<image>`` tokens (reference §0.8: the token ids alone are the same for every image)."""
+        return tuple(hashlib.blake2b(np.ascontiguousarray(t).tobytes(), digest_size=16).digest()
+                     for t in self.tiles)
 
 
 def image_prompt(rows: int, cols: int, image_seq_len: int) -> str:

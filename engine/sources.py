@@ -204,11 +204,22 @@ class _NullFile:
 
 
 def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
-    """A local folder if ``path_or_repo_id`` exists on disk, else a Hub repository id ("owner/name")."""
+    """A local folder if ``path_or_repo_id`` exists on disk, else a Hub repository id ("owner/name").
+
+    ``owner/name`` whose ``owner`` is an existing local folder (``checkpoints/nope``) is taken as a
+    mistyped local path, not a Hub id, so the error says the folder is missing instead of "offline".
+
+    Raises:
+        ModelLoadError: a local path that does not exist, or is a file rather than a folder.
+        DownloadError: the Hub id cannot be downloaded.
+    """
     path = Path(path_or_repo_id).expanduser()
-    if path.exists():
+    if path.is_dir():
         return LocalDirSource(path)
+    if path.exists():
+        raise ModelLoadError(f"{path} is a file; --model takes a model folder (with config.json) or a Hub id")
     text = str(path_or_repo_id)
-    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+    looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
+    if looks_like_repo and not Path(text.split("/")[0]).is_dir():
         return HubSource(text, **hub_kwargs)
     raise ModelLoadError(f"model folder not found: {path}")

@@ -92,6 +92,7 @@ def write_checkpoint(config_dir: str | Path, out_dir: str | Path, tiny: bool = F
     metadata = {"format": "pt"}
     if shards <= 1:
         save_file(state, out_dir / "model.safetensors", metadata=metadata)
+        (out_dir / "model.safetensors").chmod(0o644)  # save_file writes 0600
         return out_dir
     names = list(state)
     per = math.ceil(len(names) / shards)
@@ -100,6 +101,7 @@ def write_checkpoint(config_dir: str | Path, out_dir: str | Path, tiny: bool = F
         part = names[i * per:(i + 1) * per]
         fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
         save_file({k: state[k] for k in part}, out_dir / fname, metadata=metadata)
+        (out_dir / fname).chmod(0o644)
         weight_map.update({k: fname for k in part})
     total = sum(t.numel() * t.element_size() for t in state.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}

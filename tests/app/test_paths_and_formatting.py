@@ -69,3 +69,12 @@ def test_validate_image(png, tmp_path):
     assert validate_image(png) == png.resolve()
     with pytest.raises(InvalidImageError, match="is not a file"):
         validate_image(tmp_path / "missing.png")
+
+
+def test_model_argument_remembers_local_folders_as_absolute_paths(tmp_path, monkeypatch):
+    from app.main import parse_args
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints" / "tiny").mkdir(parents=True)
+    assert parse_args(["--model", "checkpoints/tiny"]).model == str(tmp_path / "checkpoints" / "tiny")
+    assert parse_args(["--model", "HuggingFaceTB/SmolVLM-256M-Instruct"]).model == "HuggingFaceTB/SmolVLM-256M-Instruct"

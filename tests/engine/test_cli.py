@@ -69,3 +69,20 @@ def test_info_json(tiny_checkpoint):
     assert info["model_type"] == "idefics3" and info["tensors"] == 59
     assert info["capabilities"]["vision"] is True and info["capabilities"]["max_context"] == 8192
     assert info["vision"]["image_tokens_per_tile"] == 64
+
+
+def test_bad_image_is_reported_before_the_model_loads(tmp_path):
+    bad = tmp_path / "photo.png"
+    bad.write_bytes(b"")
+    # The model folder does not exist either: the image error must come first.
+    proc = cli("generate", "--model", tmp_path / "no-model", "--image", bad, "--prompt", "What?")
+    assert proc.returncode == 2 and "photo.png" in proc.stderr and "model folder" not in proc.stderr
+
+
+def test_prompt_file_and_non_finite_temperature(tiny_checkpoint, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("word " * 9000, encoding="utf-8")
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt-file", prompt, "--max-new-tokens", 2)
+    assert proc.returncode == 2 and "the prompt has 90" in proc.stderr and "context holds 8192" in proc.stderr
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "Hi", "--temperature", "nan")
+    assert proc.returncode == 2 and "temperature must be a finite number" in proc.stderr

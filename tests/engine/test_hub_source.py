@@ -18,7 +18,7 @@ try:  # huggingface_hub's HTTP client (httpx2 from hub 2.x, httpx before)
 except ImportError:  # pragma: no cover
     import httpx
 
-from engine.errors import DownloadCancelled, DownloadError
+from engine.errors import DownloadCancelled, DownloadError, ModelLoadError
 from engine.loader import load_model
 from engine.sources import HUB_ALLOW_PATTERNS, HubSource, resolve_source
 
@@ -85,3 +85,13 @@ def test_offline_error_is_clear(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(DownloadError, match="cannot be reached \\(offline\\?\\)"):
         HubSource("HuggingFaceTB/SmolVLM-256M-Instruct")
+
+
+def test_mistyped_local_paths_are_not_hub_ids(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ModelLoadError, match="model folder not found: checkpoints/nope"):
+        resolve_source("checkpoints/nope")
+    with pytest.raises(ModelLoadError, match="afile is a file"):
+        resolve_source("afile")

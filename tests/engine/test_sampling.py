@@ -47,3 +47,15 @@ def test_bad_params_rejected():
         GenerationParams(top_p=0.0)
     with pytest.raises(ValueError, match="temperature"):
         GenerationParams(temperature=-1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"temperature": float("nan")}, "temperature must be a finite number"),
+    ({"temperature": float("inf")}, "temperature must be a finite number"),
+    ({"repetition_penalty": float("nan")}, "repetition_penalty must be a finite number"),
+    ({"seed": 10**23}, "seed must be in"),
+    ({"seed": -1}, "seed must be in"),
+])
+def test_non_finite_values_and_overflowing_seeds_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GenerationParams(**kwargs)
