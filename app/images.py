@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -29,9 +30,20 @@ def validate_image(path: str | Path) -> Path:
             image.load()
     except UnidentifiedImageError:
         raise InvalidImageError(f"“{name}” is not an image Smolchat can read.") from None
+    except Image.DecompressionBombError as exc:
+        raise InvalidImageError(f"“{name}” is too large to open safely{_megapixels(exc)}.") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InvalidImageError(f"“{name}” looks broken and cannot be decoded ({exc}).") from None
     return path.resolve()
+
+
+def _megapixels(exc: BaseException) -> str:
+    """" (N megapixels)" from Pillow's DecompressionBombError message, or "" if it has no size."""
+    found = re.search(r"\((\d+) pixels\)", str(exc))
+    if not found:
+        return ""
+    mp = int(found.group(1)) / 1e6
+    return f" ({mp:.0f} megapixels)" if mp >= 10 else f" ({mp:.1f} megapixels)"
 
 
 def save_png_bytes(data: bytes, folder: Path) -> Path:

@@ -78,3 +78,14 @@ def test_model_argument_remembers_local_folders_as_absolute_paths(tmp_path, monk
     (tmp_path / "checkpoints" / "tiny").mkdir(parents=True)
     assert parse_args(["--model", "checkpoints/tiny"]).model == str(tmp_path / "checkpoints" / "tiny")
     assert parse_args(["--model", "HuggingFaceTB/SmolVLM-256M-Instruct"]).model == "HuggingFaceTB/SmolVLM-256M-Instruct"
+
+
+def test_huge_image_is_called_too_large_not_broken(tmp_path, monkeypatch):
+    from PIL import Image
+
+    big = tmp_path / "big.png"
+    Image.new("L", (3000, 2000)).save(big)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2_000_000)  # bomb error above 4 MP
+    with pytest.raises(InvalidImageError) as info:
+        validate_image(big)
+    assert str(info.value) == "“big.png” is too large to open safely (6.0 megapixels)."
