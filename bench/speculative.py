@@ -16,7 +16,8 @@ Three measurements, greedy, end of utterance ignored:
    Every speculative run must reproduce the plain tokens exactly (checked).
 3. The projected speedup for acceptance rates 0.5..0.9 from the measured cost curve.
 
-Without ``--model`` the model is built in memory from ``bench/smolvlm_256m_config.json`` with random
+Without ``--model`` the model is built in memory from ``--config`` (default: the shared
+SmolVLM-256M-Instruct config folder) with random
 weights (tools.make_checkpoint's initialisation), so the script runs on a bare GPU machine.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -40,6 +42,7 @@ from engine.sampling import make_sampler  # noqa: E402
 from engine.speculative import PromptLookupDrafter, SpeculativeDecoder, token_stream  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+SHARED_CONFIG = Path(os.environ.get("SMOLCHAT_SHARED", HERE.parent.parent / "shared")) / "models" / "SmolVLM-256M-Instruct"
 
 
 def build_model(args, device, dtype):
@@ -52,7 +55,7 @@ def build_model(args, device, dtype):
     from engine.sources import ModelSource
     from tools.make_checkpoint import random_state_dict
 
-    meta = ModelMetadata.from_dicts(json.loads((HERE / "smolvlm_256m_config.json").read_text()),
+    meta = ModelMetadata.from_dicts(json.loads((Path(args.config) / "config.json").read_text()),
                                     {"eos_token_id": 49279}, name="smolvlm-256m-random")
 
     class RandomSource(ModelSource):
@@ -152,6 +155,8 @@ def run(model, ids, kind, n, device, drafter=None, speculative=True, max_draft=8
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="speculative decoding vs plain decoding")
     ap.add_argument("--model", default=None, help="checkpoint folder (default: random SmolVLM-256M in memory)")
+    ap.add_argument("--config", default=str(SHARED_CONFIG),
+                    help="SmolVLM config folder for the in-memory random model (default: the shared copy)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
     ap.add_argument("--cache", choices=["paged", "contiguous"], default="paged")
