@@ -84,8 +84,12 @@ class KVArena:
         self.kv = self._empty(num_blocks, device, dtype)
 
     def _empty(self, num_blocks: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        # Zeros, not torch.empty: a fixed-shape (CUDA-graph) decode step reads whole blocks and masks
+        # the rows past the sequence, and a mask cannot hide NaN bit patterns (NaN * 0 is NaN).
+        # Written rows are always finite, so every row read is finite. On the CPU untouched zero
+        # pages are not resident, so reserved memory still grows with use.
         s = self.shape
-        return torch.empty((2, s.num_layers, num_blocks, self.block_size, s.num_kv_heads, s.head_dim),
+        return torch.zeros((2, s.num_layers, num_blocks, self.block_size, s.num_kv_heads, s.head_dim),
                            device=device, dtype=dtype)
 
     @property

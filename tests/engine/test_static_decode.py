@@ -38,3 +38,22 @@ def test_static_decode_matches_dynamic_across_a_bucket_boundary(tiny_checkpoint,
     tokens, logits = greedy(model, ids, 40, static=True, kind=kind)
     assert tokens == ref_tokens
     assert (logits - ref_logits).abs().max() < 1e-4
+
+
+def test_paged_static_decode_never_reads_garbage_rows(tiny_checkpoint, monkeypatch):
+    """The fixed-shape step reads whole blocks and masks rows past the sequence; a mask cannot hide
+    NaN (NaN * 0 = NaN), so rows not yet written must be finite. Simulate dirty memory: every
+    ``torch.empty`` returns NaNs while the cache is built and grows."""
+    model = SmolVlmModel.load(LocalDirSource(tiny_checkpoint), torch.device("cpu"), torch.float32)
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        out = real_empty(*args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    ids = torch.randint(0, 49000, (1, 20), generator=torch.Generator().manual_seed(1))
+    ref_tokens, _ = greedy(model, ids, 30, static=False, kind="paged")
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    tokens, logits = greedy(model, ids, 30, static=True, kind="paged")
+    assert torch.isfinite(logits).all()
+    assert tokens == ref_tokens
