@@ -86,8 +86,8 @@ class KVArena:
     def _empty(self, num_blocks: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         # Zeros, not torch.empty: a fixed-shape (CUDA-graph) decode step reads whole blocks and masks
         # the rows past the sequence, and a mask cannot hide NaN bit patterns (NaN * 0 is NaN).
-        # Written rows are always finite, so every row read is finite. On the CPU untouched zero
-        # pages are not resident, so reserved memory still grows with use.
+        # Written rows are always finite, so every row read is finite. Zeroing touches the whole
+        # arena, which is fine because the arena itself only grows (doubling) with use.
         s = self.shape
         return torch.zeros((2, s.num_layers, num_blocks, self.block_size, s.num_kv_heads, s.head_dim),
                            device=device, dtype=dtype)
