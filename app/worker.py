@@ -180,8 +180,8 @@ class EngineWorker(QObject):
         for path in paths:
             count = -1
             try:
-                if session is not None and hasattr(session, "preprocess"):
-                    count = int(session.preprocess([path], detail)[0].num_image_tokens)
+                if session is not None and hasattr(session, "count_image_tokens"):
+                    count = int(session.count_image_tokens(path, detail))
             except Exception:  # noqa: BLE001 - the send itself reports unreadable images
                 log.debug("cannot count image tokens of %s", path, exc_info=True)
             emit(self.image_tokens, path, detail, count)

@@ -172,6 +172,13 @@ class ChatSession:
             ids[start:end] = replacement
         return ids
 
+    def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
+        """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:
+        no resize, no tiles). Raises :class:`~engine.errors.ImageError` for unreadable files."""
+        from engine.processing import image_size
+
+        return self.processor.count_image_tokens(*image_size(image), detail)
+
     def preprocess(self, images: Sequence[ImageInput], detail: str = "full") -> list[ProcessedImage]:
         """Load and tile images. Raises :class:`~engine.errors.ImageError` for unreadable files."""
         return [self.processor(img, detail=detail) for img in images]

@@ -183,6 +183,28 @@ def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
         raise ImageError(f"Image is truncated or corrupt: {name} ({exc})") from exc
 
 
+# EXIF orientations that turn the image by 90 or 270 degrees (``ImageOps.exif_transpose``).
+_TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
+
+
+def image_size(source: str | os.PathLike) -> tuple[int, int]:
+    """``(width, height)`` of an image file once EXIF-rotated, read from its header (no decoding).
+
+    Raises:
+        ImageError: the file is missing or not a recognised image.
+    """
+    try:
+        with Image.open(source) as image:
+            width, height = image.size
+            if image.getexif().get(0x0112) in _TRANSPOSING_ORIENTATIONS:
+                width, height = height, width
+    except FileNotFoundError:
+        raise ImageError(f"Image file not found: {source}") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(f"Not a recognised image file: {source} ({exc})") from exc
+    return width, height
+
+
 def _read_json(folder: Path, name: str, required: bool = True) -> dict | None:
     path = folder / name
     if not path.is_file():
@@ -322,13 +344,30 @@ class ImageProcessor:
             w = math.ceil(int(h * aspect) / m) * m
         return w, h
 
-    def _stage1_edge(self, image: Image.Image, detail: Detail) -> int:
+    def _stage1_edge(self, width: int, height: int, detail: Detail) -> int:
         if detail != "balanced":
             return self.longest_edge
         # Balanced: never upscale past the image's own longest edge rounded up to a whole tile.
         m = self.max_image_size
-        own = max(image.size)
-        return min(self.longest_edge, max(m, math.ceil(own / m) * m))
+        return min(self.longest_edge, max(m, math.ceil(max(width, height) / m) * m))
+
+    def grid(self, width: int, height: int, detail: Detail = "full") -> tuple[int, int]:
+        """``(rows, cols)`` of the crop grid :meth:`preprocess` gives an upright image of this size,
+        computed from sizes alone (no pixels); ``(0, 0)`` means one global tile."""
+        if self.do_resize:
+            width, height = self.stage1_size(width, height, self._stage1_edge(width, height, detail))
+        if not self.do_image_splitting or detail == "fast":
+            return 0, 0
+        width, height = self.stage2_size(width, height)
+        m = self.max_image_size
+        if height > m or width > m:
+            return (height - m) // m + 1, (width - m) // m + 1
+        return 0, 0
+
+    def count_image_tokens(self, width: int, height: int, detail: Detail = "full") -> int:
+        """``<image>`` tokens an upright image of this size takes: ``(rows * cols + 1) * image_seq_len``."""
+        rows, cols = self.grid(width, height, detail)
+        return (rows * cols + 1) * self.image_seq_len
 
     def _resize(self, image: Image.Image, width: int, height: int) -> Image.Image:
         return image.resize((width, height), resample=self.resample)
@@ -374,7 +413,7 @@ class ImageProcessor:
         try:
             rgb = self._to_rgb(image)
             if self.do_resize:
-                edge = self._stage1_edge(rgb, detail)
+                edge = self._stage1_edge(rgb.width, rgb.height, detail)
                 rgb = self._resize(rgb, *self.stage1_size(rgb.width, rgb.height, edge))
             rows = cols = 0
             if self.do_image_splitting and detail != "fast":

@@ -54,10 +54,14 @@ class FakeSession:
         self.preprocessed: list[tuple[str, str]] = []
         self._cancel = threading.Event()
 
+    PER_IMAGE = {"full": 1088, "balanced": 320, "fast": 64}
+
     def preprocess(self, images, detail: str = "full"):
         self.preprocessed += [(str(i), detail) for i in images]
-        per_image = {"full": 1088, "balanced": 320, "fast": 64}[detail]
-        return [FakeProcessed(str(i), per_image) for i in images]
+        return [FakeProcessed(str(i), self.PER_IMAGE[detail]) for i in images]
+
+    def count_image_tokens(self, image, detail: str = "full") -> int:
+        return self.PER_IMAGE[detail]
 
     def send(self, text: str, images: list[str | Path] = (), params: GenerationParams | None = None):
         self.calls.append(

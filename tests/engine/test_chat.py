@@ -126,3 +126,10 @@ def test_stops_on_end_of_utterance(session, monkeypatch):
     assert events[-1].finish_reason == "stop"
     assert events[-1].stats.generated_tokens == 1
     assert all(e.token_id != eos for e in events[:-1])
+
+
+def test_count_image_tokens_matches_what_send_uses(session, images_dir):
+    photo = images_dir / "chelsea.png"
+    assert session.count_image_tokens(photo) == 832  # 13 tiles x 64, as in the parity test above
+    assert session.count_image_tokens(photo, "fast") == 64
+    assert session.count_image_tokens(photo, "balanced") == session.preprocess([photo], "balanced")[0].num_image_tokens

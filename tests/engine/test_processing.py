@@ -262,3 +262,27 @@ def test_image_seq_len_falls_back_to_config_json(tmp_path, model_config_dir):
     for name in ["preprocessor_config.json", "config.json"]:  # temporary copies, outside the repo
         (tmp_path / name).write_bytes((model_config_dir / name).read_bytes())
     assert ImageProcessor.from_pretrained(tmp_path).image_seq_len == 64  # int((512 // 16) ** 2 / 4 ** 2)
+
+
+@pytest.mark.parametrize("size", [(9, 13), (512, 512), (451, 300), (300, 451), (1600, 300), (513, 100),
+                                  (1024, 1025), (2048, 2048), (5000, 700)])
+@pytest.mark.parametrize("detail", ["full", "balanced", "fast"])
+def test_token_count_from_size_equals_preprocessing(processor, size, detail):
+    processed = processor.preprocess(Image.new("RGB", size, (90, 140, 200)), detail=detail)
+    assert processor.grid(*size, detail) == (processed.rows, processed.cols)
+    assert processor.count_image_tokens(*size, detail) == processed.num_image_tokens
+
+
+def test_image_size_reads_the_header_and_applies_exif_rotation(processor, tmp_path):
+    from engine.processing import image_size, load_image
+
+    path = tmp_path / "rotated.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees on display
+    Image.new("RGB", (640, 200), (10, 20, 30)).save(path, exif=exif)
+    assert image_size(path) == (200, 640) == load_image(path).size
+    assert processor.count_image_tokens(*image_size(path)) == processor.preprocess(load_image(path)).num_image_tokens
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    with pytest.raises(ImageError):
+        image_size(bad)
