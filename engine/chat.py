@@ -87,13 +87,10 @@ class ChatSession:
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
              cache_config: CacheConfig | None = None, **kwargs) -> ChatSession:
         """Model, tokenizer and image processor from one checkpoint folder or Hub repository id."""
-        from engine.loader import load_model
-        from engine.sources import resolve_source
+        from engine.loader import load_components
 
-        source = resolve_source(path_or_repo_id)
-        model = load_model(source, device, dtype)
-        return cls(model, Tokenizer.from_pretrained(source.folder), ImageProcessor.from_pretrained(source.folder),
-                   cache_config, name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
+        return cls(*load_components(path_or_repo_id, device, dtype), cache_config,
+                   name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
 
     @property
     def device(self) -> str:

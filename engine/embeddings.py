@@ -75,13 +75,9 @@ class Embedder:
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
              **kwargs) -> Embedder:
-        from engine.loader import load_model
-        from engine.sources import resolve_source
+        from engine.loader import load_components
 
-        source = resolve_source(path_or_repo_id)
-        model = load_model(source, device, dtype)
-        return cls(model, Tokenizer.from_pretrained(source.folder), ImageProcessor.from_pretrained(source.folder),
-                   **kwargs)
+        return cls(*load_components(path_or_repo_id, device, dtype), **kwargs)
 
     @property
     def dim(self) -> int:

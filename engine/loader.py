@@ -32,3 +32,15 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     meta = source.metadata()
     dev = choose_device(device)
     return model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))
+
+
+def load_components(path_or_repo_id: str | Path, device: str | torch.device | None = None,
+                    dtype: str | torch.dtype | None = None):
+    """Model, tokenizer and image processor of one checkpoint folder or Hub id (what a chat or an
+    embedder needs). Raises as :func:`load_model`, plus ConfigError for missing tokenizer files."""
+    from engine.processing import ImageProcessor
+    from engine.tokenizer import Tokenizer
+
+    source = resolve_source(path_or_repo_id)
+    model = load_model(source, device, dtype)
+    return model, Tokenizer.from_pretrained(source.folder), ImageProcessor.from_pretrained(source.folder)
