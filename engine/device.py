@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from engine.errors import EngineError
@@ -51,6 +53,23 @@ def choose_dtype(device: torch.device, preference: str | torch.dtype | None = No
         return DTYPES[str(preference).lower()]
     except KeyError:
         raise EngineError(f"unknown dtype {preference!r} (use float32, bfloat16 or float16)") from None
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Run the block with one intra-op thread, then restore the previous count.
+
+    For memory-bound bulk copies (the bf16 -> float32 conversion at load time): with two OpenMP
+    threads on the 2-core CI box, converting 30 [1536, 576] bf16 weights took 0.23-0.35 s whenever
+    another process held a core (each parallel region waits for a descheduled thread), against
+    0.02-0.05 s with one thread. Same wake-up cost as :class:`DecodeThreads` describes.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

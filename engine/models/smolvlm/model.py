@@ -16,7 +16,7 @@ from typing import Self
 import torch
 from torch import nn
 
-from engine.device import DTYPES, choose_dtype
+from engine.device import DTYPES, choose_dtype, single_thread
 from engine.errors import ModelLoadError
 from engine.kv_cache import CacheConfig, CacheShape, KVCache, create_kv_cache
 from engine.metadata import ModelMetadata
@@ -117,20 +117,21 @@ class SmolVlmModel(GenerativeModel, nn.Module):
                 raise ModelLoadError(
                     f"{source.folder}: tensor {name} has shape {tuple(state[name].shape)}, expected {tuple(shape)}"
                 )
-        converted = {}
         for name, tensor in state.items():
             if not tensor.is_floating_point():
                 raise ModelLoadError(f"{source.folder}: tensor {name} has non-float dtype {tensor.dtype}")
-            # Convert on the host and move each final tensor to the device once, after fusing:
-            # fused q/k/v and gate/up are built here, so the device never holds both copies.
-            converted[name] = tensor.to(dtype=dtype)
-        model.load_state_dict(converted, strict=True, assign=True)
+        # Assign the memory-mapped checkpoint tensors as they are, build the fused q/k/v and gate/up
+        # weights from them directly in ``dtype`` (one conversion pass), convert the rest, and move
+        # each final tensor to the device once: the device never holds both fused and unfused copies.
+        model.load_state_dict(state, strict=True, assign=True)
         if meta.tie_word_embeddings and state["lm_head.weight"] is state["model.text_model.embed_tokens.weight"]:
             model.lm_head.weight = model.model.text_model.embed_tokens.weight
         model.eval()
         model.requires_grad_(False)
-        model.model.text_model.fuse()
-        model.model.vision_model.fuse()
+        with single_thread():
+            model.model.text_model.fuse(dtype)
+            model.model.vision_model.fuse(dtype)
+            model.to(dtype)
         model.to(device)
         vision_dtype = os.environ.get("SMOLCHAT_VISION_DTYPE", "")
         if vision_dtype:

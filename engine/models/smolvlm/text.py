@@ -28,9 +28,9 @@ class SelfAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=cfg.attention_bias)
         self.qkv_proj: nn.Linear | None = None
 
-    def fuse(self) -> None:
+    def fuse(self, dtype: torch.dtype | None = None) -> None:
         """Replace q/k/v by one ``qkv_proj`` matmul (after loading; the checkpoint keeps three)."""
-        self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj, dtype=dtype)
         del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
@@ -62,9 +62,9 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def fuse(self) -> None:
-        self.self_attn.fuse()
-        self.mlp.fuse()
+    def fuse(self, dtype: torch.dtype | None = None) -> None:
+        self.self_attn.fuse(dtype)
+        self.mlp.fuse(dtype)
 
 
 class TextModel(nn.Module):
@@ -75,15 +75,18 @@ class TextModel(nn.Module):
         if cfg.hidden_act != "silu":
             raise ValueError(f"text hidden_act {cfg.hidden_act!r} is not supported")
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # ``_weight`` skips the random init (the checkpoint overwrites it; on the meta device the
+        # normal_ init also imported torch._dynamo, ~1.6 s of load time).
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings)
 
-    def fuse(self) -> None:
-        """Fuse q/k/v and gate/up projections of every layer (done by ``SmolVlmModel.load``)."""
+    def fuse(self, dtype: torch.dtype | None = None) -> None:
+        """Fuse q/k/v and gate/up projections of every layer into ``dtype`` (done by ``SmolVlmModel.load``)."""
         for layer in self.layers:
-            layer.fuse()
+            layer.fuse(dtype)
 
     def forward(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """``x [B, S, H]`` embeddings at positions ``[cache.seq_len, +S)`` -> hidden ``[B, S, H]``.

@@ -24,7 +24,8 @@ class VisionEmbeddings(nn.Module):
         super().__init__()
         self.patch_embedding = nn.Conv2d(cfg.num_channels, cfg.hidden_size, kernel_size=cfg.patch_size,
                                          stride=cfg.patch_size, padding="valid")
-        self.position_embedding = nn.Embedding(cfg.num_patches, cfg.hidden_size)
+        self.position_embedding = nn.Embedding(cfg.num_patches, cfg.hidden_size,  # no random init
+                                               _weight=torch.empty(cfg.num_patches, cfg.hidden_size))
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         # pixel_values [N, C, image_size, image_size] -> [N, num_patches, D] (row-major patches)
@@ -46,9 +47,9 @@ class VisionAttention(nn.Module):
         self.out_proj = nn.Linear(d, d)
         self.qkv_proj: nn.Linear | None = None
 
-    def fuse(self) -> None:
+    def fuse(self, dtype: torch.dtype | None = None) -> None:
         """One ``qkv_proj`` matmul instead of three (after loading; the checkpoint keeps three)."""
-        self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj, dtype=dtype)
         del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -116,6 +117,6 @@ class VisionTransformer(nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.post_layernorm(self.encoder(self.embeddings(pixel_values)))
 
-    def fuse(self) -> None:
+    def fuse(self, dtype: torch.dtype | None = None) -> None:
         for layer in self.encoder.layers:
-            layer.self_attn.fuse()
+            layer.self_attn.fuse(dtype)
