@@ -327,15 +327,24 @@ t1 = time.perf_counter()
 {load}
 {sync}
 t2 = time.perf_counter()
-print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1}}))
+{first}
+{sync}
+t3 = time.perf_counter()
+print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "first_token_s": t3 - t1}}))
 """
 
+# From the load call to a model ready (``load``), then one greedy token of a short text prompt
+# (``first``): "cold load to first token possible" is load_s + that first answer token.
 CHILD = {
-    "ours": ("from engine.chat import ChatSession",
-             "s = ChatSession.load({ck!r}, device={dev!r}, dtype={dt!r})"),
+    "ours": ("from engine.chat import ChatSession\nfrom engine.events import GenerationParams",
+             "s = ChatSession.load({ck!r}, device={dev!r}, dtype={dt!r})",
+             "for _ in s.send('Hello!', params=GenerationParams(max_new_tokens=1, temperature=0.0)): pass"),
     "transformers": ("import transformers",
                      "m = transformers.Idefics3ForConditionalGeneration.from_pretrained({ck!r}, dtype=getattr(torch, {dt!r}))"
-                     ".to({dev!r}).eval()\np = transformers.AutoProcessor.from_pretrained({ck!r})"),
+                     ".to({dev!r}).eval()\np = transformers.AutoProcessor.from_pretrained({ck!r})",
+                     "msgs = [{{'role': 'user', 'content': [{{'type': 'text', 'text': 'Hello!'}}]}}]\n"
+                     "inp = p(text=p.apply_chat_template(msgs, add_generation_prompt=True), return_tensors='pt').to({dev!r})\n"
+                     "with torch.inference_mode(): m.generate(**inp, max_new_tokens=1, do_sample=False)"),
 }
 
 
@@ -348,21 +357,27 @@ def run_child(code: str) -> dict:
 
 def bench_load(args, device: str, dtype: torch.dtype) -> dict:
     dt = str(dtype).removeprefix("torch.")
-    res = {"ours": [], "transformers": [], "ours_import": [], "transformers_import": []}
+    keys = ("ours", "transformers", "ours_import", "transformers_import", "ours_first_token",
+            "transformers_first_token")
+    res = {k: [] for k in keys}
     sync_code = "torch.cuda.synchronize()" if device == "cuda" else ""
     for r in range(args.load_repeats + 1):
         for who in ("ours", "transformers"):
-            imp, load = CHILD[who]
-            code = LOAD_CHILD.format(repo=str(REPO), imports=imp, load=load.format(ck=args.checkpoint, dev=device, dt=dt),
-                                     sync=sync_code)
+            imp, load, first = CHILD[who]
+            code = LOAD_CHILD.format(repo=str(REPO), imports=imp, sync=sync_code,
+                                     load=load.format(ck=args.checkpoint, dev=device, dt=dt),
+                                     first=first.format(dev=device))
             got = run_child(code)
             if r:  # round 0 brings the file into the page cache for both
                 res[who].append(got["load_s"])
                 res[who + "_import"].append(got["import_s"])
-        print(f"  load round {r}: ours {got.get('load_s', 0):.2f} s (last)", flush=True)
-    for k in ("ours", "transformers", "ours_import", "transformers_import"):
+                res[who + "_first_token"].append(got["first_token_s"])
+            print(f"  load round {r}: {who} load {got['load_s']:.2f} s, to first token {got['first_token_s']:.2f} s",
+                  flush=True)
+    for k in keys:
         res[k + "_s"] = median(res[k])
     res["ratio"] = res["ours_s"] / res["transformers_s"]
+    res["first_token_ratio"] = res["ours_first_token_s"] / res["transformers_first_token_s"]
     return res
 
 
