@@ -54,6 +54,9 @@ class PagedForwardMetadata:
             buffer (plus a device ``seq_len`` to mask with) instead of this variable-length slice.
         arena_version: :attr:`KVArena.version` when the step was built; a graph captured against
             the arena tensor is stale once the arena's version moves on (it grew and moved).
+        first_block: when the block table is a run of consecutive block ids (the usual case for
+            one conversation: blocks are handed out in order), its first id, so the sequence is
+            one slice of the flat arena and attention reads it in place; else ``None`` (gather).
     """
 
     past: int
@@ -61,6 +64,7 @@ class PagedForwardMetadata:
     slot_mapping: torch.Tensor
     block_table: torch.Tensor
     arena_version: int = 0
+    first_block: int | None = None
 
 
 class KVArena:
@@ -166,6 +170,7 @@ class PagedKVCache(KVCache):
         # Device copy of block_table, preallocated at its largest size (static for CUDA graphs).
         self._block_table_buf = torch.zeros(self.max_blocks_per_seq, dtype=torch.long, device=self.device)
         self._synced_table: list[int] = []  # what _block_table_buf holds
+        self._first_block: int | None = None  # see PagedForwardMetadata.first_block
         self._metadata: PagedForwardMetadata | None = None
 
     @property
@@ -239,10 +244,13 @@ class PagedKVCache(KVCache):
             # changed (a new block every block_size tokens, copy-on-write, fork), not every step.
             self._block_table_buf[:nb].copy_(torch.tensor(self.block_table, dtype=torch.long))
             self._synced_table = list(self.block_table)
+            first = self.block_table[0] if nb else 0
+            self._first_block = first if self.block_table == list(range(first, first + nb)) else None
         table = self._block_table_buf[:nb]
         pos = torch.arange(past, total_tokens, device=self.device)
         slots = table[pos // bs] * bs + pos % bs  # [n] int64
-        self._metadata = PagedForwardMetadata(past, total_tokens - past, slots, table, self.arena.version)
+        self._metadata = PagedForwardMetadata(past, total_tokens - past, slots, table, self.arena.version,
+                                              self._first_block)
 
     def _copy_on_write(self, index: int) -> None:
         """Give this sequence a private copy of the shared block ``block_table[index]`` (all layers)."""
@@ -277,8 +285,13 @@ class PagedKVCache(KVCache):
         outs = []
         for cache, new in ((self.kv[0, layer], k), (self.kv[1, layer], v)):
             # cache: [num_blocks, bs, H_kv, D]; flat view [num_blocks*bs, H_kv, D] addressed by slot.
-            cache.view(-1, h_kv, d).index_copy_(0, md.slot_mapping, new[0].transpose(0, 1).to(self.dtype))
-            seq = cache[md.block_table].view(-1, h_kv, d)[:total]  # [T, H_kv, D]
+            flat = cache.view(-1, h_kv, d)
+            flat.index_copy_(0, md.slot_mapping, new[0].transpose(0, 1).to(self.dtype))
+            if md.first_block is not None:  # consecutive blocks: a view, no copy of the whole history
+                start = md.first_block * self.block_size
+                seq = flat[start:start + total]  # [T, H_kv, D]
+            else:
+                seq = cache[md.block_table].view(-1, h_kv, d)[:total]
             outs.append(seq.transpose(0, 1).unsqueeze(0))  # [1, H_kv, T, D]
         return causal_attention(q, outs[0], outs[1], past=md.past)
 

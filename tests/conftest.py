@@ -13,6 +13,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Parity tests compare float32 against transformers' float32 within 1e-4. On a CPU with AMX the
+# engine's default runs the vision tower in bf16 (engine.device.choose_vision_dtype); that path
+# has its own tests (tests/engine/test_vision_dtype.py). Subprocesses (CLI, app) inherit this.
+os.environ.setdefault("SMOLCHAT_VISION_DTYPE", "float32")
+
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:

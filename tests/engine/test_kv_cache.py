@@ -389,12 +389,34 @@ def test_metadata_slot_mapping():
     md = a.metadata
     assert (md.past, md.num_new) == (0, 6)
     assert md.block_table.tolist() == [1, 2]
+    assert md.first_block == 1  # consecutive blocks: attention reads one slice of the arena
     assert md.slot_mapping.tolist() == [4, 5, 6, 7, 8, 9]
     assert md.slot_mapping.dtype == torch.long
     a.end_forward()
     assert a.metadata is None
     a.begin_forward(3)
     assert a.metadata.slot_mapping.tolist() == [10, 11, 12]  # 2 rows left in block 2, then block 3
+
+
+def test_interleaved_sequences_get_scattered_blocks_and_still_match_the_reference():
+    """Two conversations growing in turn on one arena take alternate blocks: their tables are not
+    runs, so attention gathers them (``first_block is None``); a lone one reads a slice."""
+    shape, heads = SMOLVLM
+    a = make_cache("paged", shape, max_tokens=64, block_size=4)
+    b = PagedKVCache(shape, 64, "cpu", torch.float32, block_size=4, share_with=a)
+    seqs = {"a": Seq(shape, heads, 20, seed=11), "b": Seq(shape, heads, 20, seed=12)}
+    results = {"a": [], "b": []}
+    for start in range(0, 20, 4):
+        for name, cache in (("a", a), ("b", b)):
+            results[name] += feed_steps(cache, seqs[name], [start, start + 4])
+    assert sorted(a.block_table + b.block_table) == list(range(10))
+    for cache in (a, b):
+        assert any(y != x + 1 for x, y in zip(cache.block_table, cache.block_table[1:]))
+        cache.begin_forward(1)
+        assert cache.metadata.first_block is None
+        cache.abort_forward()
+    for name in results:
+        assert_matches_reference(results[name], seqs[name])
 
 
 def test_create_kv_cache_builds_the_configured_kind():

@@ -16,7 +16,7 @@ from typing import Self
 import torch
 from torch import nn
 
-from engine.device import DTYPES, choose_dtype, single_thread
+from engine.device import choose_dtype, choose_vision_dtype, single_thread
 from engine.errors import ModelLoadError
 from engine.kv_cache import CacheConfig, CacheShape, KVCache, create_kv_cache
 from engine.metadata import ModelMetadata
@@ -133,13 +133,10 @@ class SmolVlmModel(GenerativeModel, nn.Module):
             model.model.vision_model.fuse(dtype)
             model.to(dtype)
         model.to(device)
-        vision_dtype = os.environ.get("SMOLCHAT_VISION_DTYPE", "")
-        if vision_dtype:
-            # e.g. bfloat16 on a CPU with AMX/AVX512-BF16: the vision tower is compute-bound (17 tiles x
-            # 12 layers x 1024 tokens) and bf16 matmuls run ~6x faster there; text stays in ``dtype``.
-            vd = DTYPES[vision_dtype]
-            model.model.vision_model.to(vd)
-            model.model.connector.to(vd)
+        vision_dtype = choose_vision_dtype(device, dtype)  # bf16 on AMX CPUs; see its docstring
+        if vision_dtype != dtype:
+            model.model.vision_model.to(vision_dtype)
+            model.model.connector.to(vision_dtype)
         if os.environ.get("SMOLCHAT_WEIGHTS", "") == "int8" and device.type == "cpu":
             from engine.models.quantize import quantize_int8
 
