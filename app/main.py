@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import json
 import os
 import sys
+import time
+from pathlib import Path
 
+from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -49,6 +52,43 @@ def create_app(argv: list[str]) -> QApplication:
     return app
 
 
+class StartupReport(QObject):
+    """Writes startup times to ``out`` (JSON) and quits once the model is ready (or failed): used by
+    ``bench/startup.py``. Times are wall seconds (``time.time()``) since ``SMOLCHAT_STARTUP_T0``, which
+    the launching process sets just before it starts this one (else: since this object was made).
+
+    ``window_shown_s``: the window was shown and the event loop ran once (it takes input);
+    ``model_ready_s``: the worker thread reported the model loaded (the slots run in the GUI thread).
+    """
+
+    def __init__(self, app: QApplication, window: MainWindow, out: Path):
+        super().__init__(window)
+        self.app, self.out = app, out
+        self.t0 = float(os.environ.get("SMOLCHAT_STARTUP_T0") or time.time())
+        self.times: dict = {"window_shown_s": None}
+        QTimer.singleShot(0, self._window_shown)
+        window.worker.model_loaded.connect(self._ready)
+        window.worker.model_load_failed.connect(self._failed)
+
+    @Slot()
+    def _window_shown(self) -> None:
+        self.times["window_shown_s"] = time.time() - self.t0
+
+    @Slot(dict)
+    def _ready(self, info: dict) -> None:
+        self._finish({"model_ready_s": time.time() - self.t0, "device": info.get("device"),
+                      "dtype": info.get("dtype")})
+
+    @Slot(str)
+    def _failed(self, message: str) -> None:
+        self._finish({"error": message})
+
+    def _finish(self, fields: dict) -> None:
+        self.times.update(fields)
+        self.out.write_text(json.dumps(self.times), encoding="utf-8")
+        self.app.quit()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--self-test" in argv:  # headless: no QApplication, no display needed
@@ -59,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(sys.argv[:1])
     window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
     window.show()  # before the model is loaded: loading runs in the worker thread
+    report = os.environ.get("SMOLCHAT_STARTUP_REPORT")
+    if report:
+        window._startup_report = StartupReport(app, window, Path(report))
     code = app.exec()
     window.shutdown()
     return code
