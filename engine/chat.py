@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from engine.errors import PromptTooLongError
@@ -85,11 +84,12 @@ class ChatSession:
 
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
-             cache_config: CacheConfig | None = None, **kwargs) -> ChatSession:
-        """Model, tokenizer and image processor from one checkpoint folder or Hub repository id."""
+             cache_config: CacheConfig | None = None, weights: str | None = None, **kwargs) -> ChatSession:
+        """Model, tokenizer and image processor from one checkpoint folder or Hub repository id
+        (``weights``: see :func:`engine.loader.load_model`)."""
         from engine.loader import load_components
 
-        return cls(*load_components(path_or_repo_id, device, dtype), cache_config,
+        return cls(*load_components(path_or_repo_id, device, dtype, weights), cache_config,
                    name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
 
     @property
@@ -99,6 +99,13 @@ class ChatSession:
     @property
     def dtype(self) -> str:
         return str(self.model.dtype).removeprefix("torch.")
+
+    @property
+    def weights(self) -> str:
+        """``int8`` when the weights were quantized (``weights="int8"`` on the CPU), else the dtype."""
+        from engine.models.quantize import is_quantized
+
+        return "int8" if is_quantized(self.model) else self.dtype
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -370,10 +377,17 @@ class ChatSession:
         self.cache.truncate(common)
         self._cached_keys = self._cached_keys[:common]
         stats.cached_tokens = common
-        tiles = [torch.from_numpy(np.ascontiguousarray(t))[None] for img in images for t in img.tiles]
-        first_tile = sum(1 for p in image_positions if p < common) // seq
+        skip = sum(1 for p in image_positions if p < common) // seq  # tiles already in the cache
+        tiles = []
+        for img in images:
+            if skip >= img.num_tiles:
+                skip -= img.num_tiles
+                continue
+            # Normalized on the model's device from uint8 (a quarter of the bytes to copy).
+            tiles += [t[None] for t in img.tiles_tensor(self.model.device)[skip:]]
+            skip = 0
         new_ids = torch.tensor([ids[common:]])
-        embeds = self.model.embed_multimodal(new_ids, tiles[first_tile:])
+        embeds = self.model.embed_multimodal(new_ids, tiles)
         t = time.perf_counter()
         logits = None
         for start in range(0, embeds.shape[1], self.prefill_chunk):

@@ -8,8 +8,11 @@ we follow transformers 5, the oracle these tests run against.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from engine.errors import ConfigError, ImageError
@@ -176,6 +179,30 @@ def test_processed_image_is_frozen(processor, photo):
     assert isinstance(image, ProcessedImage)
     with pytest.raises(AttributeError):
         image.rows = 3
+
+
+def test_tiles_tensor_normalizes_exactly_like_the_host_path(processor, photo):
+    image = processor.preprocess(photo, detail="balanced")
+    assert image.pixels.dtype == np.uint8 and image.pixels.shape == image.tiles.shape
+    tiles = image.tiles_tensor("cpu")
+    assert tiles.dtype == torch.float32
+    assert torch.equal(tiles, torch.from_numpy(image.tiles))  # bit-identical: one table, two lookups
+    # The table cast to bf16 gives the same values as casting the normalized tiles.
+    assert torch.equal(image.tiles_tensor("cpu", torch.bfloat16), torch.from_numpy(image.tiles).bfloat16())
+    # Every channel uses its own row of the table (SmolVLM's mean/std are 0.5 for all three, so a
+    # table with distinct rows checks the indexing).
+    assert image.lut.shape == (3, 256)
+    skewed = dataclasses.replace(image, lut=image.lut * np.array([[1.0], [2.0], [3.0]], dtype=np.float32))
+    assert torch.equal(skewed.tiles_tensor("cpu"), torch.from_numpy(skewed.tiles))
+    assert torch.equal(skewed.tiles_tensor("cpu")[:, 2], tiles[:, 2] * 3)
+
+
+def test_tile_digests_follow_the_pixels(processor, photo):
+    a = processor.preprocess(photo, detail="fast")
+    b = processor.preprocess(photo, detail="fast")
+    assert a.tile_digests == b.tile_digests and len(a.tile_digests) == 1
+    flipped = processor.preprocess(photo.transpose(0), detail="fast")  # mirrored: other pixels
+    assert flipped.tile_digests != a.tile_digests
 
 
 # -- load_image ------------------------------------------------------------------------------
