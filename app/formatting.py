@@ -11,8 +11,10 @@ FINISH_LABELS = {
 
 
 def model_summary(info: dict) -> str:
-    """``"SmolVLM-256M-Instruct · cpu · float32"`` from a ``model_loaded`` dict."""
-    parts = [info.get("model_name") or "model", info.get("device") or "", info.get("dtype") or ""]
+    """``"SmolVLM-256M-Instruct · cpu · float32"`` (``· int8`` with int8 weights) from a ``model_loaded`` dict."""
+    weights = info.get("weights") or ""
+    parts = [info.get("model_name") or "model", info.get("device") or "", info.get("dtype") or "",
+             weights if weights == "int8" else ""]
     return " · ".join(p for p in parts if p)
 
 

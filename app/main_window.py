@@ -352,8 +352,9 @@ class MainWindow(QMainWindow):
         from app.settings import save_settings
         from app.theme import apply_theme
 
-        engine_changed = (settings.device, settings.dtype, settings.cache_kind, settings.context_size) != (
-            self.settings.device, self.settings.dtype, self.settings.cache_kind, self.settings.context_size)
+        engine_changed = (settings.device, settings.dtype, settings.cache_kind, settings.context_size,
+                          settings.weights) != (self.settings.device, self.settings.dtype, self.settings.cache_kind,
+                                                self.settings.context_size, self.settings.weights)
         self.settings = settings
         save_settings(settings, self.qsettings)
         if self.keeper.current_id is not None:

@@ -27,6 +27,7 @@ IMAGE_DETAILS = {"full": "Reference (full tiles)", "balanced": "Balanced", "fast
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CACHE_KINDS = ("paged", "contiguous")  # the engine's default first
+WEIGHTS = ("auto", "int8")  # engine.loader.WEIGHTS; int8 applies on the CPU only
 THEMES = ("system", "light", "dark")
 
 
@@ -64,6 +65,7 @@ class AppSettings:
     device: str = "auto"
     dtype: str = "auto"
     cache_kind: str = "paged"
+    weights: str = "auto"
     context_size: int = 0  # 0: the model's own context length
     theme: str = "system"
 
@@ -89,6 +91,8 @@ class AppSettings:
             options["cache_kind"] = self.cache_kind
         if self.context_size:
             options["context_size"] = self.context_size
+        if self.weights != WEIGHTS[0]:
+            options["weights"] = self.weights
         return options
 
     def device_arg(self) -> str | None:
@@ -115,6 +119,7 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     s.device = _choice(qs.value("engine/device"), DEVICES, "auto")
     s.dtype = _choice(qs.value("engine/dtype"), DTYPES, "auto")
     s.cache_kind = _choice(qs.value("engine/cache_kind"), CACHE_KINDS, CACHE_KINDS[0])
+    s.weights = _choice(qs.value("engine/weights"), WEIGHTS, WEIGHTS[0])
     try:
         s.context_size = max(0, int(qs.value("engine/context_size", 0) or 0))
     except (TypeError, ValueError):
@@ -136,6 +141,7 @@ def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
     qs.setValue("engine/device", s.device)
     qs.setValue("engine/dtype", s.dtype)
     qs.setValue("engine/cache_kind", s.cache_kind)
+    qs.setValue("engine/weights", s.weights)
     qs.setValue("engine/context_size", s.context_size)
     qs.setValue("ui/theme", s.theme)
     qs.sync()

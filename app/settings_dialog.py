@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.qt_compat import emit
-from app.settings import CACHE_KINDS, DEVICES, DTYPES, IMAGE_DETAILS, SAMPLING_KEYS, THEMES, AppSettings
+from app.settings import CACHE_KINDS, DEVICES, DTYPES, IMAGE_DETAILS, SAMPLING_KEYS, THEMES, WEIGHTS, AppSettings
 
 LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
           "contiguous": "Contiguous", "paged": "Paged", "system": "Follow the system", "light": "Light",
@@ -66,6 +66,11 @@ class SettingsDialog(QDialog):
         self.device = _combo("device", "Device", DEVICES, settings.device)
         self.dtype = _combo("dtype", "Data type", DTYPES, settings.dtype)
         self.cache_kind = _combo("cacheKind", "KV cache kind", CACHE_KINDS, settings.cache_kind)
+        self.weights = _combo("weights", "Weights", dict(zip(WEIGHTS, ("Same as the data type",
+                                                                       "int8 (CPU: faster decode)"))),
+                              settings.weights)
+        self.weights.setToolTip("int8: on the CPU, the text decoder's weights are stored as int8 — about 1.8x "
+                                "faster answers, with slightly different wording. Ignored on a GPU.")
         self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, 131072,
                                       settings.context_size)
         self.context_size.setSingleStep(1024)
@@ -86,8 +91,8 @@ class SettingsDialog(QDialog):
         reset.clicked.connect(self.reset_sampling)
         sampling.addRow("", reset)
         engine = QFormLayout()
-        for label, widget in (("Device", self.device), ("Data type", self.dtype), ("KV cache", self.cache_kind),
-                              ("Context size", self.context_size)):
+        for label, widget in (("Device", self.device), ("Data type", self.dtype), ("Weights", self.weights),
+                              ("KV cache", self.cache_kind), ("Context size", self.context_size)):
             engine.addRow(label, widget)
         engine_note = QLabel("Changing these reloads the model.")
         engine_note.setObjectName("settingsNote")
@@ -150,6 +155,7 @@ class SettingsDialog(QDialog):
             seed=int(seed_text) if seed_text.lstrip("-").isdigit() else None,
             image_detail=self.image_detail.currentData(), device=self.device.currentData(),
             dtype=self.dtype.currentData(), cache_kind=self.cache_kind.currentData(),
+            weights=self.weights.currentData(),
             context_size=self.context_size.value(), theme=self.theme.currentData(),
         )
 

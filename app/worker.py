@@ -25,7 +25,7 @@ FACTORY_ENV = "SMOLCHAT_SESSION_FACTORY"
 
 
 def default_session_factory(path: str, device: str | None, dtype: str | None, cache_kind: str | None = None,
-                            context_size: int | None = None) -> Any:
+                            context_size: int | None = None, weights: str | None = None) -> Any:
     """Load a real engine session. Imports torch, so only call it from the worker thread."""
     from engine.chat import ChatSession
     from engine.kv_cache import CacheConfig
@@ -34,7 +34,7 @@ def default_session_factory(path: str, device: str | None, dtype: str | None, ca
     if cache_kind or context_size:
         kwargs = {"kind": cache_kind} if cache_kind else {}
         cache = CacheConfig(max_tokens=context_size or None, **kwargs)
-    return ChatSession.load(path, device=device, dtype=dtype, cache_config=cache)
+    return ChatSession.load(path, device=device, dtype=dtype, cache_config=cache, weights=weights)
 
 
 def factory_from_env() -> SessionFactory | None:
@@ -167,6 +167,7 @@ class EngineWorker(QObject):
                 "model_name": str(getattr(session, "model_name", path)),
                 "device": str(getattr(session, "device", "")),
                 "dtype": str(getattr(session, "dtype", "")),
+                "weights": str(getattr(session, "weights", "")),
                 "path": path,
                 "folder": model_folder(path),
             },

@@ -460,9 +460,28 @@ def bench_int8(args, ours, device: str) -> dict:
         total += len(ref)
         exact += toks == ref
     ours.model = fp32
+    # Teacher-forced: both models read the same float32 greedy text; how often does int8's next-token
+    # argmax equal float32's at each generated position? (Prefix agreement ends at the first flip;
+    # with random weights the top logits are close, so one flip is likely.)
+    forced_same, forced_total, max_abs = 0, 0, 0.0
+    from engine.kv_cache import CacheConfig
+
+    for p in FIXED_PROMPTS:
+        ids, _, _ = session_prompt(ours, p)
+        full = torch.tensor([list(ids) + ref_tokens[p]])
+        logits = {}
+        for name, model in (("fp32", fp32), ("int8", q)):
+            cache = model.create_kv_cache(CacheConfig(kind="contiguous", max_tokens=full.shape[1]))
+            with torch.inference_mode():
+                logits[name] = model.prefill_all_logits(model.embed(full), cache, range(0, full.shape[1]))[
+                    0, len(ids) - 1:-1].float()
+        forced_same += int((logits["fp32"].argmax(-1) == logits["int8"].argmax(-1)).sum())
+        forced_total += logits["fp32"].shape[0]
+        max_abs = max(max_abs, float((logits["fp32"] - logits["int8"]).abs().max()))
     res.update({"fp32_tok_s": median(res["fp32"]), "int8_tok_s": median(res["int8"]),
                 "greedy_prefix_agreement": agree / total, "prompts_identical": f"{exact}/{len(FIXED_PROMPTS)}",
-                "tokens_per_prompt": 32})
+                "teacher_forced_top1_agreement": forced_same / forced_total,
+                "teacher_forced_max_abs_logit_diff": max_abs, "tokens_per_prompt": 32})
     res["speedup"] = res["int8_tok_s"] / res["fp32_tok_s"]
     return res
 

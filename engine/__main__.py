@@ -37,6 +37,9 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
+    gen.add_argument("--weights", choices=["auto", "int8"], default=None,
+                     help="int8: int8 weight-only text decoder on the CPU (faster decode, slightly different "
+                          "answers); default $SMOLCHAT_WEIGHTS or auto")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")
     gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
 
@@ -87,6 +90,7 @@ def _generate(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read --prompt-file {args.prompt_file}: {exc}") from exc
     cache = CacheConfig(kind=args.cache) if args.cache else None
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
+                               weights=args.weights,
                                system_prompt=args.system)
     out = sys.stdout
     for event in session.send(prompt, images=args.image, params=params):

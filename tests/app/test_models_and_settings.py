@@ -146,14 +146,31 @@ def test_settings_round_trip_and_model_defaults(tmp_path):
     defaults = generation_defaults(tmp_path)
     assert defaults == {"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 300}
     s = AppSettings(system_prompt="Be brief.", overrides={"top_k": 40}, seed=7, image_detail="fast",
-                    device="cpu", dtype="float32", cache_kind="contiguous", context_size=4096, theme="dark")
+                    device="cpu", dtype="float32", cache_kind="contiguous", context_size=4096, theme="dark",
+                    weights="int8")
     save_settings(s)
     back = load_settings()
     assert back == s
     assert back.sampling(defaults) == {"temperature": 0.6, "top_p": 0.9, "top_k": 40, "repetition_penalty": 1.0,
                                        "max_new_tokens": 300}
-    assert back.load_options() == {"cache_kind": "contiguous", "context_size": 4096}
+    assert back.load_options() == {"cache_kind": "contiguous", "context_size": 4096, "weights": "int8"}
+    assert AppSettings().load_options() == {}  # defaults: the engine's own choices
     assert (tmp_path.parent / "appdata" / "settings.ini").exists() or open_settings().fileName().endswith("settings.ini")
+
+
+def test_choosing_int8_weights_reloads_the_model_with_them(qtbot, window, factory):
+    assert len(factory.loads) == 1 and factory.options == {}
+    dialog = window.open_settings_dialog()
+    assert dialog.weights.currentData() == "auto"
+    dialog.weights.setCurrentIndex(dialog.weights.findData("int8"))
+    dialog.accept()
+    qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
+    assert factory.options == {"weights": "int8"}
+    assert load_settings().weights == "int8"
+    dialog = window.open_settings_dialog()  # nothing changed: no reload
+    dialog.accept()
+    qtbot.wait(100)
+    assert len(factory.loads) == 2
 
 
 def test_settings_dialog_applies_to_the_engine(qtbot, window, fake_session):

@@ -7,7 +7,6 @@ tower runs once, at prefill.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -137,10 +136,6 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         if vision_dtype != dtype:
             model.model.vision_model.to(vision_dtype)
             model.model.connector.to(vision_dtype)
-        if os.environ.get("SMOLCHAT_WEIGHTS", "") == "int8" and device.type == "cpu":
-            from engine.models.quantize import quantize_int8
-
-            quantize_int8(model, inplace=True)
         return model
 
     def create_kv_cache(self, config: CacheConfig) -> KVCache:
