@@ -314,7 +314,48 @@ def bench_ttft(args, ours, ref, device: str) -> dict:
     res.update(first)
     res["ours_s"], res["transformers_s"] = median(res["ours"]), median(res["transformers"])
     res["ratio"] = res["ours_s"] / res["transformers_s"]
+    res["ours_breakdown_s"] = ttft_breakdown(args, ours, device)
+    print(f"  our TTFT by phase: {res['ours_breakdown_s']}", flush=True)
     return res
+
+
+def ttft_breakdown(args, ours, device: str, repeats: int = 3) -> dict:
+    """Where our time to first token goes, phase by phase (synchronized; medians of ``repeats``):
+    load_image + preprocess (host), prompt ids (tokenizer), vision (tiles to the device, SigLIP +
+    connector), prefill of the whole prompt with the image features."""
+    from engine.chat import Turn
+    from engine.kv_cache import CacheConfig
+
+    phases = {"preprocess": [], "prompt": [], "vision": [], "prefill": []}
+    m = ours.model
+    for _ in range(repeats):
+        s = new_session(ours, args.cache, args.max_tokens)
+        sync(device)
+        t0 = time.perf_counter()
+        processed = s.preprocess([image_path(args)], "full")
+        t1 = time.perf_counter()
+        s.turns.append(Turn("user", IMAGE_PROMPT, processed))
+        ids, _, images = s._prompt()
+        t2 = time.perf_counter()
+        with torch.inference_mode():
+            tiles = torch.cat([img.tiles_tensor(m.device) for img in images])
+            feats = m.encode_images(tiles)
+            sync(device)
+            t3 = time.perf_counter()
+            embeds = m.embed(torch.tensor([ids]))
+            mask = torch.tensor([ids], device=m.device) == m.metadata.image_token_id
+            embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+            cache = m.create_kv_cache(CacheConfig(kind=args.cache, max_tokens=len(ids) + 8))
+            for start in range(0, len(ids), s.prefill_chunk):
+                chunk = embeds[:, start:start + s.prefill_chunk]
+                logits = m.prefill(chunk, cache, range(start, start + chunk.shape[1]))
+            int(logits.argmax(-1))
+            t4 = time.perf_counter()
+        if hasattr(cache, "release"):
+            cache.release()
+        for k, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            phases[k].append(v)
+    return {k: round(median(v), 4) for k, v in phases.items()}
 
 
 LOAD_CHILD = r"""
