@@ -96,8 +96,14 @@ class ProcessedImage:
 
         pixels = torch.from_numpy(self.pixels).to(device)
         lut = torch.from_numpy(self.lut).to(device=device, dtype=dtype or torch.float32)  # [C, 256]
-        offsets = torch.arange(lut.shape[0], device=device).view(1, -1, 1, 1) * lut.shape[1]
-        return lut.flatten()[pixels.long() + offsets]  # each channel's bytes index its own row
+        offsets = torch.arange(lut.shape[0], device=device).view(-1, 1, 1) * lut.shape[1]
+        flat = lut.flatten()
+        out = torch.empty(pixels.shape, dtype=lut.dtype, device=device)
+        for i in range(pixels.shape[0]):
+            # One tile at a time: int64 indices for a whole 17-tile photo would take 107 MB of
+            # device memory (8x its bytes), and peak GPU memory is a target.
+            out[i] = flat[pixels[i].long() + offsets]  # each channel's bytes index its own row
+        return out
 
     @property
     def num_tiles(self) -> int:
