@@ -467,7 +467,10 @@ class ImageProcessor:
                 crops = [np.asarray(self._resize(rgb, m, m))]
         except OSError as exc:
             raise ImageError(f"Cannot decode image: {exc}") from exc
-        pixels = np.ascontiguousarray(np.stack(crops).transpose(0, 3, 1, 2))  # uint8 [N, 3, H, W]
+        h, w, c = crops[0].shape
+        pixels = np.empty((len(crops), c, h, w), dtype=np.uint8)  # [N, 3, H, W], one copy per crop
+        for i, crop in enumerate(crops):
+            pixels[i] = crop.transpose(2, 0, 1)
         return ProcessedImage(pixels=pixels, lut=self.lut(pixels.shape[1]), rows=rows, cols=cols,
                               image_seq_len=self.image_seq_len)
 
