@@ -172,34 +172,31 @@ def attn_split_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_p
 
 @triton.jit
 def oproj_kernel(m_ptr, l_ptr, acc_ptr, num_splits, w_ptr, res_ptr, out_ptr,
-                 HIDDEN: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
+                 HIDDEN: tl.constexpr, H: tl.constexpr, D: tl.constexpr, SP: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
     """FlashDecoding combine + o_proj GEMV + residual: ``out = res + o_proj(attention)``.
 
-    Grid ``(HIDDEN / BLOCK_N,)``. Every program merges the ``num_splits`` partial results of
-    :func:`attn_split_kernel` for all ``H`` heads (split 0 always holds position 0, so its max is
-    finite), rounds each head's output to the activation dtype, and multiplies it into its
-    ``BLOCK_N`` rows of ``o_proj.weight [HIDDEN, H*D]``. ``res_ptr``/``out_ptr`` ``[HIDDEN]`` may be
-    the same buffer: a program reads and writes only its own rows.
+    Grid ``(HIDDEN / BLOCK_N,)``. Every program merges the ``num_splits <= SP`` partial results of
+    :func:`attn_split_kernel` for all ``H`` heads (one vector load a head, no loop-carried chain;
+    split 0 always holds position 0, so the max is finite and empty splits get weight 0), rounds
+    each head's output to the activation dtype, and multiplies it into its ``BLOCK_N`` rows of
+    ``o_proj.weight [HIDDEN, H*D]``. ``res_ptr``/``out_ptr`` ``[HIDDEN]`` may be the same buffer:
+    a program reads and writes only its own rows.
     """
     pid = tl.program_id(0)
     dt = out_ptr.dtype.element_ty
     n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     nm = n < HIDDEN
     d = tl.arange(0, D)
+    s = tl.arange(0, SP)
+    sm = s < num_splits
     acc = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     for h in tl.static_range(H):
-        mx = tl.load(m_ptr + h)
-        lsum = tl.load(l_ptr + h)
-        o = tl.load(acc_ptr + h * D + d)
-        for s in range(1, num_splits):
-            ms = tl.load(m_ptr + s * H + h)
-            m_new = tl.maximum(mx, ms)
-            a = tl.exp(mx - m_new)
-            b = tl.exp(ms - m_new)
-            lsum = lsum * a + tl.load(l_ptr + s * H + h) * b
-            o = o * a + tl.load(acc_ptr + (s * H + h) * D + d) * b
-            mx = m_new
-        o = (o / lsum).to(dt).to(tl.float32)
+        ms = tl.load(m_ptr + s * H + h, mask=sm, other=float("-inf"))
+        wts = tl.exp(ms - tl.max(ms, axis=0))
+        lsum = tl.sum(tl.load(l_ptr + s * H + h, mask=sm, other=0.0) * wts, axis=0)
+        part = tl.load(acc_ptr + (s * H + h)[:, None] * D + d[None, :], mask=sm[:, None], other=0.0)
+        o = (tl.sum(part * wts[:, None], axis=0) / lsum).to(dt).to(tl.float32)
         w = tl.load(w_ptr + n[:, None] * (H * D) + h * D + d[None, :], mask=nm[:, None], other=0.0)
         acc += w.to(tl.float32) * o[None, :]
     y = tl.sum(acc, axis=1).to(dt).to(tl.float32)
@@ -364,7 +361,7 @@ class TritonStep:
             bn = c["o_block_n"]
             oproj_kernel[(triton.cdiv(hidden, bn),)](
                 self.m, self.l, self.acc, num_splits, w_o, x, res,
-                HIDDEN=hidden, H=h, D=d, BLOCK_N=bn, num_warps=nw)
+                HIDDEN=hidden, H=h, D=d, SP=triton.next_power_of_2(num_splits), BLOCK_N=bn, num_warps=nw)
             bn = c["gu_block_n"]
             norm_gate_up_kernel[(triton.cdiv(inter, bn),)](
                 res, nw2, w_gu, self.mlp, self.eps,
