@@ -263,12 +263,11 @@ def down_kernel(h_ptr, w_ptr, x_ptr, HIDDEN: tl.constexpr, INTER: tl.constexpr,
 
 #: Launch parameters; :func:`TritonStep.configure` overrides them (the GPU bench sweeps a few).
 DEFAULT_CONFIG = {
-    "qkv_block_r": 16, "qkv_block_k": 64,
-    "attn_block_t": 32, "attn_min_chunk": 64, "attn_max_splits": 32,
-    "o_block_n": 16,
-    "gu_block_n": 16, "gu_block_k": 64,
-    "down_block_n": 8, "down_block_k": 256,
-    "num_warps": 4,
+    "qkv_block_r": 16, "qkv_block_k": 64, "qkv_warps": 4,
+    "attn_block_t": 32, "attn_min_chunk": 64, "attn_max_splits": 32, "attn_warps": 4,
+    "o_block_n": 16, "o_warps": 4,
+    "gu_block_n": 16, "gu_block_k": 64, "gu_warps": 4,
+    "down_block_n": 8, "down_block_k": 256, "down_warps": 4,
 }
 
 
@@ -329,7 +328,6 @@ class TritonStep:
         """``decoder.x [1, 1, hidden]`` at ``decoder.pos`` -> logits ``[1, V]``; writes k/v at ``pos``."""
         dec, c = self.dec, self.cfg
         h, hkv, d, hidden, inter = self.h, self.hkv, self.d, self.hidden, self.inter
-        nw = c["num_warps"]
         if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
             kc, vc = kv
             caches = [(kc[i, 0], vc[i, 0]) for i in range(len(self.layers))]
@@ -353,22 +351,22 @@ class TritonStep:
             qkv_rope_kernel[(h + 2 * hkv, (d // 2) // br)](
                 x, nw1, w_qkv, dec.cos, dec.sin, dec.pos, slot, self.q, kcache, vcache,
                 stride_pos, stride_head, self.eps,
-                HIDDEN=hidden, H=h, HKV=hkv, D=d, BLOCK_R=br, BLOCK_K=c["qkv_block_k"], num_warps=nw)
+                HIDDEN=hidden, H=h, HKV=hkv, D=d, BLOCK_R=br, BLOCK_K=c["qkv_block_k"], num_warps=c["qkv_warps"])
             attn_split_kernel[(hkv, num_splits)](
                 self.q, kcache, vcache, idx, dec.pos, self.m, self.l, self.acc,
                 stride_pos, stride_head, chunk, scale,
-                H=h, D=d, G=g, GP=gp, BLOCK_T=c["attn_block_t"], num_warps=nw)
+                H=h, D=d, G=g, GP=gp, BLOCK_T=c["attn_block_t"], num_warps=c["attn_warps"])
             bn = c["o_block_n"]
             oproj_kernel[(triton.cdiv(hidden, bn),)](
                 self.m, self.l, self.acc, num_splits, w_o, x, res,
-                HIDDEN=hidden, H=h, D=d, SP=triton.next_power_of_2(num_splits), BLOCK_N=bn, num_warps=nw)
+                HIDDEN=hidden, H=h, D=d, SP=triton.next_power_of_2(num_splits), BLOCK_N=bn, num_warps=c["o_warps"])
             bn = c["gu_block_n"]
             norm_gate_up_kernel[(triton.cdiv(inter, bn),)](
                 res, nw2, w_gu, self.mlp, self.eps,
-                HIDDEN=hidden, INTER=inter, BLOCK_N=bn, BLOCK_K=c["gu_block_k"], num_warps=nw)
+                HIDDEN=hidden, INTER=inter, BLOCK_N=bn, BLOCK_K=c["gu_block_k"], num_warps=c["gu_warps"])
             bn = c["down_block_n"]
             down_kernel[(triton.cdiv(hidden, bn),)](
                 self.mlp, w_down, res,
-                HIDDEN=hidden, INTER=inter, BLOCK_N=bn, BLOCK_K=c["down_block_k"], num_warps=nw)
+                HIDDEN=hidden, INTER=inter, BLOCK_N=bn, BLOCK_K=c["down_block_k"], num_warps=c["down_warps"])
         text = dec.model.model.text_model
         return dec.model.lm_head(text.norm(res.view(1, 1, hidden))[:, -1])
