@@ -101,23 +101,22 @@ def replay_profile(m, ids, kind: str, config: dict) -> dict:
 # Each kernel's options, zipped into sweep configs: a kernel's time is read from the profile, so
 # the options of different kernels are measured in the same runs and combined afterwards.
 KERNEL_OPTIONS = {
-    "qkv_rope_kernel": [{"qkv_block_r": r, "qkv_block_k": k, "qkv_warps": w}
-                        for r, k, w in ((16, 64, 4), (8, 64, 4), (16, 128, 4), (8, 128, 2), (16, 64, 2), (4, 128, 2))],
-    "attn_split_kernel": [{"attn_block_t": t, "attn_min_chunk": c, "attn_warps": w}
-                          for t, c, w in ((32, 64, 4), (16, 64, 4), (64, 64, 4), (32, 128, 4), (32, 32, 2), (16, 32, 2))],
-    "oproj_kernel": [{"o_block_n": n, "o_warps": w} for n, w in ((16, 4), (8, 4), (32, 4), (8, 2), (4, 2), (16, 8))],
-    "norm_gate_up_kernel": [{"gu_block_n": n, "gu_block_k": k, "gu_warps": w}
-                            for n, k, w in ((16, 64, 4), (8, 64, 4), (32, 64, 4), (16, 128, 4), (8, 128, 2), (16, 64, 8))],
-    "down_kernel": [{"down_block_n": n, "down_block_k": k, "down_warps": w}
-                    for n, k, w in ((8, 256, 4), (4, 256, 4), (16, 256, 4), (8, 512, 4), (4, 512, 2), (8, 128, 4))],
+    "qkv_rope_kernel": [{"qkv_block_r": r, "qkv_warps": w} for r, w in ((8, 4), (4, 4), (16, 4), (8, 2), (4, 2), (8, 8))],
+    "attn_kernel": [{"attn_block_t": t, "attn_min_chunk": c, "attn_warps": w}
+                    for t, c, w in ((32, 32, 4), (16, 32, 4), (64, 64, 4), (32, 64, 4), (32, 32, 2), (16, 16, 2))],
+    "gemv_residual_kernel": [{"o_block_n": n, "o_warps": w, "down_block_n": n2, "down_warps": w2}
+                             for n, w, n2, w2 in ((8, 4, 4, 4), (4, 4, 2, 4), (16, 4, 8, 4), (8, 2, 4, 2),
+                                                  (4, 2, 4, 8), (16, 8, 8, 8))],
+    "norm_gate_up_kernel": [{"gu_block_n": n, "gu_warps": w} for n, w in ((16, 8), (8, 4), (32, 8), (16, 4), (8, 2), (4, 4))],
 }
 
 
 def sweep(m, ids, kind: str) -> tuple[list, dict]:
+    """Zipped per-kernel options without PDL (with PDL a kernel's profiled time includes its wait)."""
     runs = []
     n = max(len(v) for v in KERNEL_OPTIONS.values())
     for i in range(n):
-        c: dict = {}
+        c: dict = {"pdl": False}
         for opts in KERNEL_OPTIONS.values():
             c.update(opts[min(i, len(opts) - 1)])
         try:
@@ -146,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script (TRITON_INTERPRET=1)")
     ap.add_argument("--session", action="store_true", help="also time the ChatSession streaming loop")
+    ap.add_argument("--fp32", action="store_true", help="also check greedy agreement in float32 on the GPU")
     args = ap.parse_args(argv)
     from bench.compare import load_ours, machine, new_session, ours_generate
 
@@ -171,14 +171,28 @@ def main(argv=None) -> int:
     if args.sweep and dev == "cuda":
         runs, best = sweep(m, prompt, "contiguous")
         res["sweep"] = runs
-        try:
-            p = replay_profile(m, prompt, "contiguous", best)
-            res["sweep_combined"] = {"config": best, "replay_us": round(p["graph_replay_us"], 1)}
-            print(f"  combined {best}: {p['graph_replay_us']:.0f} us/step", flush=True)
-            ok = [r for r in runs if "replay_us" in r] + [res["sweep_combined"]]
+        ok = [r for r in runs if "replay_us" in r]
+        for pdl in (False, True):
+            c = dict(best, pdl=pdl)
+            try:
+                p = replay_profile(m, prompt, "contiguous", c)
+                r = {"config": c, "replay_us": round(p["graph_replay_us"], 1), "profile": p}
+                res[f"sweep_combined_pdl{int(pdl)}"] = r
+                ok.append(r)
+                print(f"  combined {c}: {p['graph_replay_us']:.0f} us/step", flush=True)
+            except Exception:  # noqa: BLE001
+                res[f"sweep_combined_pdl{int(pdl)}_error"] = traceback.format_exc()[-1500:]
+                print(res[f"sweep_combined_pdl{int(pdl)}_error"], flush=True)
+            if pdl:  # the shipped defaults (PDL on)
+                try:
+                    p = replay_profile(m, prompt, "contiguous", {})
+                    res["defaults_replay_us"] = round(p["graph_replay_us"], 1)
+                    ok.append({"config": {}, "replay_us": p["graph_replay_us"]})
+                    print(f"  defaults: {p['graph_replay_us']:.0f} us/step", flush=True)
+                except Exception:  # noqa: BLE001
+                    res["defaults_error"] = traceback.format_exc()[-1500:]
+        if ok:
             config = min(ok, key=lambda r: r["replay_us"])["config"]
-        except Exception:  # noqa: BLE001
-            res["sweep_combined_error"] = traceback.format_exc()[-800:]
         res["config"] = config
         save()
 
@@ -224,7 +238,7 @@ def main(argv=None) -> int:
                 long_prompt = long_prompt[:, :250]  # crosses the 256 bucket on the smoke test
             stream = torch.randint(0, 49000, (40,), generator=gen).tolist()
             per = {}
-            for mode in ("graph", "triton"):
+            for mode in ("eager", "graph", "triton"):
                 set_step(m, mode, config)
                 cache = m.create_kv_cache(CacheConfig(kind=kind, max_tokens=1100))
                 m.prefill(m.embed(long_prompt), cache, range(0, long_prompt.shape[1]))
@@ -232,15 +246,43 @@ def main(argv=None) -> int:
                 for tok in stream:
                     lg.append(m.decode(m.embed(torch.tensor([[tok]], device=m.device)), cache).float())
                 per[mode] = torch.cat(lg)
-            d = (per["triton"] - per["graph"]).abs().max().item()
-            agree = (per["triton"].argmax(-1) == per["graph"].argmax(-1)).float().mean().item()
-            r["long_teacher_forced"] = {"positions": "1000..1039", "max_logit_diff": d,
-                                        "argmax_agreement": agree,
-                                        "logit_scale": per["graph"].abs().max().item()}
-            print(f"  {kind} long context: max logit diff {d:.3g}, argmax agreement {agree:.3f}", flush=True)
+            lt = {"positions": f"{long_prompt.shape[1]}..+{len(stream)}", "logit_scale": per["eager"].abs().max().item()}
+            for a, b in (("triton", "graph"), ("triton", "eager"), ("graph", "eager")):
+                d = (per[a] - per[b]).abs().max().item()
+                agree = (per[a].argmax(-1) == per[b].argmax(-1)).float().mean().item()
+                lt[f"{a}_vs_{b}"] = {"max_logit_diff": d, "argmax_agreement": agree}
+                print(f"  {kind} long context {a} vs {b}: max logit diff {d:.3g}, argmax agreement {agree:.3f}",
+                      flush=True)
+            r["long_teacher_forced"] = lt
         except Exception as exc:  # noqa: BLE001
             r["long_error"] = traceback.format_exc()[-1500:]
             print(f"  {kind} long: error {exc!r:.300}", flush=True)
+        save()
+
+    if args.fp32:
+        # fp32 on the GPU: the Triton step (ieee dots, fp32 accumulation) must track the eager and
+        # graph steps to float rounding, and greedy tokens must be identical.
+        try:
+            del_m = session.model
+            s32 = load_ours(args.checkpoint, dev, torch.float32)
+            m32 = s32.model
+            f = {}
+            for kind in ("contiguous", "paged"):
+                out = {}
+                for mode in ("eager", "graph", "triton"):
+                    set_step(m32, mode, dict(config, pdl=config.get("pdl", True)))
+                    out[mode] = greedy(m32, prompt, 64, kind)[:2]
+                for a, b in (("triton", "graph"), ("triton", "eager"), ("graph", "eager")):
+                    same = sum(x == y for x, y in zip(out[a][0], out[b][0]))
+                    diff = (out[a][1] - out[b][1]).abs().max().item()
+                    f[f"{kind}_{a}_vs_{b}"] = {"same_tokens": same, "of": len(out[a][0]), "max_logit_diff": diff}
+                    print(f"  fp32 {kind} {a} vs {b}: {same}/{len(out[a][0])} tokens, max logit diff {diff:.3g}",
+                          flush=True)
+            res["fp32_gpu"] = f
+            del s32, m32, del_m
+        except Exception:  # noqa: BLE001
+            res["fp32_error"] = traceback.format_exc()[-1500:]
+            print(res["fp32_error"], flush=True)
         save()
 
     if args.session:

@@ -89,6 +89,17 @@ def test_triton_step_many_splits_mostly_empty(kernels, model, kind):
     assert (logits - ref_logits).abs().max() < 1e-3
 
 
+def test_triton_step_single_split(kernels, model):
+    """A cache of 20 positions is one bucket of one chunk: the kernel writes the output directly."""
+    ids = torch.randint(0, 49000, (1, 9), generator=torch.Generator().manual_seed(3))
+    ref_tokens, ref_logits, _ = greedy(model, ids, 8, "contiguous", None, max_tokens=20)
+    step = StaticDecoder(model, use_graph=False, use_triton=True).triton
+    assert step.splits(20)[0] == 1
+    tokens, logits, _ = greedy(model, ids, 8, "contiguous", True, max_tokens=20)
+    assert tokens == ref_tokens
+    assert (logits - ref_logits).abs().max() < 1e-3
+
+
 def test_split_sizes(kernels, model):
     step = StaticDecoder(model, use_graph=False, use_triton=True).triton
     for bucket in (1, 7, 256, 300, 512, 8192):

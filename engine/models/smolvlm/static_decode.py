@@ -25,6 +25,7 @@ the PyTorch step; Triton is imported only when the fused step is used.
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -165,17 +166,19 @@ class StaticDecoder:
                 key = (tuple((t.data_ptr(), tuple(t.shape)) for t in kv), bucket)
                 entry = self.graphs.get(key)
                 if entry is None:
-                    # Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture.
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        logits = self.step(kv, bucket)
-                    torch.cuda.current_stream().wait_stream(side)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=self.pool):
-                        out = self.step(kv, bucket)
-                    self.graphs[key] = (graph, out)
-                    # Capture does not run the kernels: this step's result is the warm-up's.
+                    try:
+                        logits = self._capture(key, kv, bucket)
+                    except Exception as exc:  # noqa: BLE001
+                        if self.triton is None:
+                            raise
+                        # A Triton that cannot build or capture these kernels here: keep decoding
+                        # with the PyTorch step (it rewrites the same position's keys/values).
+                        warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
+                                      RuntimeWarning, stacklevel=2)
+                        self.triton = None
+                        self.step = self._step
+                        self.graphs.clear()
+                        logits = self._capture(key, kv, bucket)
                 else:
                     graph, out = entry
                     graph.replay()
@@ -184,6 +187,20 @@ class StaticDecoder:
             cache.abort_forward()
             raise
         cache.end_forward()
+        return logits
+
+    def _capture(self, key: tuple, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+        """Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture ``key``'s graph.
+        Capture does not run the kernels: this step's result is the warm-up's."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            logits = self.step(kv, bucket)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.step(kv, bucket)
+        self.graphs[key] = (graph, out)
         return logits
 
     def release(self) -> None:
