@@ -136,13 +136,67 @@ def sweep(m, ids, kind: str) -> tuple[list, dict]:
     return runs, best
 
 
+PDL_VARIANTS = [{}, {"gu_block_n": 8}, {"qkv_block_r": 8}, {"attn_min_chunk": 64},
+                {"o_block_n": 8, "o_warps": 4, "down_block_n": 4, "down_warps": 4}, {"attn_warps": 2},
+                {"gu_block_n": 8, "gu_warps": 8}]
+
+
+def pdl_sweep(m, ids) -> tuple[list, dict]:
+    """Variants of the shipped defaults (PDL on), ranked by graph replay time."""
+    runs = []
+    for v in PDL_VARIANTS:
+        try:
+            p = replay_profile(m, ids, "contiguous", v)
+            runs.append({"config": v, "replay_us": round(p["graph_replay_us"], 1)})
+            print(f"  pdl sweep {v}: {p['graph_replay_us']:.0f} us/step", flush=True)
+        except Exception:  # noqa: BLE001
+            runs.append({"config": v, "error": traceback.format_exc()[-800:]})
+            print(runs[-1]["error"], flush=True)
+    ok = [r for r in runs if "replay_us" in r]
+    return runs, (min(ok, key=lambda r: r["replay_us"])["config"] if ok else {})
+
+
+def host_breakdown(m, ids, kind: str, n: int = 80) -> dict:
+    """Where a decode step's time goes: graph replay alone; ``model.decode`` back to back with the
+    embedding ready on the device (the host may run ahead of the GPU); the greedy loop (embed a
+    host token, decode, argmax to the host: the host and the GPU take turns)."""
+    # Positions stay in one bucket (no capture inside the timed loops).
+    cache = m.create_kv_cache(CacheConfig(kind=kind, max_tokens=ids.shape[1] + 2 * n + 19))
+    m.prefill(m.embed(ids), cache, range(0, ids.shape[1]))
+    e = m.embed(torch.tensor([[1]], device=m.device))
+    for _ in range(3):
+        m.decode(e, cache)
+    sync(m)
+    t = time.perf_counter()
+    for _ in range(n):
+        m.decode(e, cache)
+    sync(m)
+    decode_us = (time.perf_counter() - t) / n * 1e6
+    tok = 1
+    t = time.perf_counter()
+    for _ in range(n):
+        tok = int(m.decode(m.embed(torch.tensor([[tok]], device=m.device)), cache).argmax(-1))
+    loop_us = (time.perf_counter() - t) / n * 1e6
+    graph, _ = list(m._static.graphs.values())[-1]
+    sync(m)
+    t = time.perf_counter()
+    for _ in range(n):
+        graph.replay()
+    sync(m)
+    replay_us = (time.perf_counter() - t) / n * 1e6
+    if hasattr(cache, "release"):
+        cache.release()
+    return {"replay_wall_us": replay_us, "decode_back_to_back_us": decode_us, "greedy_loop_us": loop_us}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="per-kernel sweep without PDL, then combined")
+    ap.add_argument("--pdl-sweep", action="store_true", help="a few variants of the defaults, with PDL")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script (TRITON_INTERPRET=1)")
     ap.add_argument("--session", action="store_true", help="also time the ChatSession streaming loop")
     ap.add_argument("--fp32", action="store_true", help="also check greedy agreement in float32 on the GPU")
@@ -167,6 +221,12 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 49000, (1, 58), generator=gen).to(m.device)
     config: dict = {}
+
+    if args.pdl_sweep and dev == "cuda":
+        runs, config = pdl_sweep(m, prompt)
+        res["pdl_sweep"] = runs
+        res["config"] = config
+        save()
 
     if args.sweep and dev == "cuda":
         runs, best = sweep(m, prompt, "contiguous")
@@ -213,6 +273,8 @@ def main(argv=None) -> int:
                 toks[mode], logits[mode] = t, lg
                 if mode != "eager" and dev == "cuda":
                     r[f"{mode}_profile"] = step_profile(m)
+                    r[f"{mode}_host"] = host_breakdown(m, prompt, kind)
+                    print(f"  {kind} {mode} host breakdown (us/step): {r[f'{mode}_host']}", flush=True)
                 print(f"  {kind} {mode}: {r[f'{mode}_tok_s']:.1f} tok/s "
                       f"{r.get(f'{mode}_profile', {}).get('graph_replay_us', 0):.0f} us/replay "
                       f"{r.get(f'{mode}_profile', {}).get('kernels_per_step', 0)} kernels", flush=True)
@@ -246,6 +308,10 @@ def main(argv=None) -> int:
                 for tok in stream:
                     lg.append(m.decode(m.embed(torch.tensor([[tok]], device=m.device)), cache).float())
                 per[mode] = torch.cat(lg)
+                if mode != "eager" and dev == "cuda":
+                    pr = step_profile(m, top=6)
+                    r[f"long_{mode}_replay_us"] = pr["graph_replay_us"]
+                    print(f"  {kind} {mode} bucket-1024 replay {pr['graph_replay_us']:.0f} us", flush=True)
             lt = {"positions": f"{long_prompt.shape[1]}..+{len(stream)}", "logit_scale": per["eager"].abs().max().item()}
             for a, b in (("triton", "graph"), ("triton", "eager"), ("graph", "eager")):
                 d = (per[a] - per[b]).abs().max().item()
