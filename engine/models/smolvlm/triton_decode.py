@@ -319,12 +319,12 @@ def split_k(k: int) -> tuple[int, int]:
 
 #: Launch parameters; ``TritonStep(config=...)`` overrides them (the GPU bench sweeps a few).
 #: ``pdl``: programmatic dependent launch, used only where Triton has it and the device is CUDA.
-DEFAULT_CONFIG = {  # the fastest of the H200 sweep (bench/results/gpu-triton-run2.json): 408 us/step
+DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.json, -run3.json)
     "qkv_block_r": 4, "qkv_warps": 4,
     "attn_block_t": 32, "attn_min_chunk": 32, "attn_max_splits": 32, "attn_warps": 4,
-    "o_block_n": 16, "o_warps": 8,
+    "o_block_n": 8, "o_warps": 4,
     "gu_block_n": 4, "gu_warps": 4,
-    "down_block_n": 8, "down_warps": 8,
+    "down_block_n": 4, "down_warps": 4,
     "pdl": True,
 }
 
