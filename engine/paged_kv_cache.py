@@ -247,8 +247,13 @@ class PagedKVCache(KVCache):
             first = self.block_table[0] if nb else 0
             self._first_block = first if self.block_table == list(range(first, first + nb)) else None
         table = self._block_table_buf[:nb]
-        pos = torch.arange(past, total_tokens, device=self.device)
-        slots = table[pos // bs] * bs + pos % bs  # [n] int64
+        if total_tokens - past == 1:
+            # A decode step: two small kernels instead of six (arange, div, gather, mul, mod, add).
+            # At batch 1 on a GPU each launch is host time the GPU waits for, every token.
+            slots = table[past // bs:past // bs + 1] * bs + past % bs  # [1] int64
+        else:
+            pos = torch.arange(past, total_tokens, device=self.device)
+            slots = table[pos // bs] * bs + pos % bs  # [n] int64
         self._metadata = PagedForwardMetadata(past, total_tokens - past, slots, table, self.arena.version,
                                               self._first_block)
 

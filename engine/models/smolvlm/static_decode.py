@@ -16,11 +16,16 @@ finite) and are masked. A grown arena is a new tensor, so it gets new captures.
 
 The same step runs eagerly on any device (``use_graph=False``), which is how the CPU tests check it
 against the ordinary decode path.
+
+On CUDA, when Triton imports, the step is instead five fused Triton kernels a layer
+(:mod:`engine.models.smolvlm.triton_decode`), captured the same way. ``SMOLCHAT_TRITON=0`` keeps
+the PyTorch step; Triton is imported only when the fused step is used.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +35,17 @@ from engine.kv_cache import ContiguousKVCache, PagedKVCache
 from engine.models.layers import apply_rotary
 
 MIN_BUCKET = 256
+
+
+def triton_wanted(device: torch.device) -> bool:
+    """Whether to run the fused Triton step: on CUDA, unless ``SMOLCHAT_TRITON=0``, if Triton imports."""
+    if device.type != "cuda" or os.environ.get("SMOLCHAT_TRITON", "1") in ("0", "false", "no", "off"):
+        return False
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001  (ImportError, or a broken install)
+        return False
+    return True
 
 
 def bucket_for(length: int, capacity: int) -> int:
@@ -44,7 +60,8 @@ class StaticDecoder:
     """Decode steps of one :class:`SmolVlmModel` over a batch-1 :class:`ContiguousKVCache` or a
     :class:`PagedKVCache`."""
 
-    def __init__(self, model, use_graph: bool | None = None, compile: bool | None = None):
+    def __init__(self, model, use_graph: bool | None = None, compile: bool | None = None,
+                 use_triton: bool | None = None, triton_config: dict | None = None):
         self.model = model
         text = model.model.text_model
         cfg = text.config
@@ -63,7 +80,19 @@ class StaticDecoder:
         self._gather_key: tuple | None = None
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.use_graph else None
-        self.step = torch.compile(self._step, dynamic=False) if compile else self._step
+        self.triton = None
+        if triton_wanted(dev) if use_triton is None else use_triton:
+            from engine.models.smolvlm.triton_decode import TritonStep
+
+            try:
+                self.triton = TritonStep(self, triton_config)
+            except ValueError:  # a model shape the kernels do not cover: keep the PyTorch step
+                if use_triton:
+                    raise
+        if self.triton is not None:
+            self.step = self.triton
+        else:
+            self.step = torch.compile(self._step, dynamic=False) if compile else self._step
 
     def supports(self, cache: KVCache, input: torch.Tensor) -> bool:
         return input.shape[0] == 1 and isinstance(cache, ContiguousKVCache | PagedKVCache)
@@ -137,17 +166,19 @@ class StaticDecoder:
                 key = (tuple((t.data_ptr(), tuple(t.shape)) for t in kv), bucket)
                 entry = self.graphs.get(key)
                 if entry is None:
-                    # Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture.
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        logits = self.step(kv, bucket)
-                    torch.cuda.current_stream().wait_stream(side)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=self.pool):
-                        out = self.step(kv, bucket)
-                    self.graphs[key] = (graph, out)
-                    # Capture does not run the kernels: this step's result is the warm-up's.
+                    try:
+                        logits = self._capture(key, kv, bucket)
+                    except Exception as exc:  # noqa: BLE001
+                        if self.triton is None:
+                            raise
+                        # A Triton that cannot build or capture these kernels here: keep decoding
+                        # with the PyTorch step (it rewrites the same position's keys/values).
+                        warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
+                                      RuntimeWarning, stacklevel=2)
+                        self.triton = None
+                        self.step = self._step
+                        self.graphs.clear()
+                        logits = self._capture(key, kv, bucket)
                 else:
                     graph, out = entry
                     graph.replay()
@@ -156,6 +187,20 @@ class StaticDecoder:
             cache.abort_forward()
             raise
         cache.end_forward()
+        return logits
+
+    def _capture(self, key: tuple, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+        """Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture ``key``'s graph.
+        Capture does not run the kernels: this step's result is the warm-up's."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            logits = self.step(kv, bucket)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.step(kv, bucket)
+        self.graphs[key] = (graph, out)
         return logits
 
     def release(self) -> None:

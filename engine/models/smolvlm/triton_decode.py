@@ -1,0 +1,434 @@
+"""Fused Triton kernels for the batch-1 decode step of the Llama text decoder (5 kernels a layer).
+
+Imported only by :class:`~engine.models.smolvlm.static_decode.StaticDecoder` when Triton is wanted
+and importable (``SMOLCHAT_TRITON=0`` turns it off); nothing else in the engine imports Triton.
+
+Why: at batch 1 the SmolVLM-256M decode step is bound by kernel count, not bandwidth (the weights
+are ~0.33 GB a token, ~70 us on an H200, but the CUDA-graph step of ~518 small kernels took
+1520 us). A layer here is five kernels instead of ~17:
+
+1. :func:`qkv_rope_kernel`: RMSNorm of the residual (each program recomputes the row's rms of the
+   ``hidden``-vector), the fused q/k/v GEMV, RoPE in the epilogue, and the new key/value written
+   straight into the cache (contiguous ``[L, B, H_kv, T, D]`` or paged arena
+   ``[2, L, num_blocks, block_size, H_kv, D]``, addressed by a slot index and two strides).
+2. :func:`attn_kernel`: single-query grouped attention, split along the sequence (FlashDecoding,
+   Dao et al. 2023; vLLM ``paged_attention_v2`` and its Triton ``decode_attention``): each program
+   reads one chunk of one KV head's keys/values through a position -> row index (``arange`` for
+   contiguous, the paged cache's gather index for paged), masked to ``pos``, with an fp32 online
+   softmax (Milakov & Gimelshein 2018). The ``G = H/H_kv`` query heads of the KV head are the rows
+   of two ``tl.dot`` (padded to 16 rows, tensor cores). The last program of a KV head to finish
+   (an atomic counter, reset by that program: the split-K "serial reduction" pattern) merges the
+   partial results and writes the attention output, so no separate combine kernel runs.
+3. :func:`gemv_residual_kernel` for o_proj: GEMV plus the residual add.
+4. :func:`norm_gate_up_kernel`: RMSNorm, the fused gate/up GEMV and ``silu(gate) * up``.
+5. :func:`gemv_residual_kernel` for down: GEMV plus the residual add.
+
+The GEMVs follow gpt-fast / vLLM's batch-1 recipe: one program per block of output rows, fp32
+accumulation. Each program loads its whole weight rows as two register tiles (``K`` split into a
+power-of-two part and a power-of-two-padded tail, e.g. 576 = 512 + 64) before anything that depends
+on the previous kernel. With programmatic dependent launch (PDL, Hopper; ``launch_pdl=True``,
+``gdc_launch_dependents``/``gdc_wait``, as in SGLang/vLLM Triton kernels) the next kernel is
+launched while the current one runs and streams its weights in while it waits, hiding most of the
+per-kernel launch latency. Everything that reads another kernel's output, and every store, comes
+after ``gdc_wait``, which waits for the previous kernel to complete (and so, transitively, for all
+earlier ones). Intermediate results are
+rounded to the activation dtype where the eager path rounds them (linear outputs, the normed
+input, the attention output), so bf16 results stay within rounding of the eager step. The final
+norm and the ``lm_head`` GEMV (57 MB in bf16, bandwidth-bound) stay with PyTorch/cuBLAS.
+
+All kernels read ``pos`` (and the write slot) from device tensors, so one CUDA graph per KV bucket
+replays every step. The kernels also run under the Triton interpreter (``TRITON_INTERPRET=1``) on
+CPU tensors, which is how the tests check them against the eager decode.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+try:  # Programmatic dependent launch intrinsics (Triton >= 3.5, NVIDIA Hopper and later).
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_PDL = True
+except Exception:  # noqa: BLE001
+    HAS_PDL = False
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+
+@triton.jit
+def _load_rows(w_ptr, rows, rmask, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr):
+    """Rows ``rows`` of a row-major ``[*, K]`` weight as two tiles: columns ``[0, KM)`` and
+    ``[KM, KM + KT)`` (masked to ``K``; with ``KT == 0`` the second is the first, unused)."""
+    a = tl.load(w_ptr + rows[:, None] * K + tl.arange(0, KM)[None, :], mask=rmask[:, None], other=0.0)
+    if KT > 0:
+        t = KM + tl.arange(0, KT)
+        b = tl.load(w_ptr + rows[:, None] * K + t[None, :], mask=rmask[:, None] & (t < K)[None, :], other=0.0)
+    else:
+        b = a
+    return a, b
+
+
+@triton.jit
+def _load_vec(ptr, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr):
+    """``ptr[0:K]`` in fp32 as the two parts matching :func:`_load_rows`."""
+    a = tl.load(ptr + tl.arange(0, KM)).to(tl.float32)
+    if KT > 0:
+        t = KM + tl.arange(0, KT)
+        b = tl.load(ptr + t, mask=t < K, other=0.0).to(tl.float32)
+    else:
+        b = a
+    return a, b
+
+
+@triton.jit
+def _dot_rows(wa, wb, xa, xb, KT: tl.constexpr):
+    """``W @ x`` in fp32 from the tiles of :func:`_load_rows` and :func:`_load_vec`."""
+    y = tl.sum(wa.to(tl.float32) * xa[None, :], axis=1)
+    if KT > 0:
+        y += tl.sum(wb.to(tl.float32) * xb[None, :], axis=1)
+    return y
+
+
+@triton.jit
+def _rms_normed(x_ptr, nwa, nwb, eps, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr):
+    """RMSNorm (Zhang & Sennrich 2019) of ``x [K]``: ``x * rsqrt(mean(x**2) + eps) * weight`` in fp32,
+    rounded to ``x``'s dtype like ``F.rms_norm``'s output; returned as two fp32 parts."""
+    dt = x_ptr.dtype.element_ty
+    xa, xb = _load_vec(x_ptr, K, KM, KT)
+    ss = tl.sum(xa * xa, axis=0)
+    if KT > 0:
+        ss += tl.sum(xb * xb, axis=0)
+    rstd = 1.0 / tl.sqrt(ss / K + eps)
+    return (xa * rstd * nwa).to(dt).to(tl.float32), (xb * rstd * nwb).to(dt).to(tl.float32)
+
+
+@triton.jit
+def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
+                    q_ptr, k_ptr, v_ptr, stride_kv_pos, stride_kv_head, eps,
+                    HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
+                    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                    BLOCK_R: tl.constexpr, PDL: tl.constexpr):
+    """RMSNorm + qkv GEMV + RoPE + KV-cache write for one decode token.
+
+    Grid ``(H + 2*H_kv, (D/2) / BLOCK_R)``: program ``(head, part)`` computes output rows
+    ``head*D + part*BLOCK_R + [0, BLOCK_R)`` and the same rows ``+ D/2`` (the rotate-half partners,
+    so RoPE needs no data from other programs).
+
+    Args:
+        x_ptr: residual ``[HIDDEN]`` (activation dtype); nw_ptr: input_layernorm weight ``[HIDDEN]``.
+        w_ptr: fused ``qkv_proj.weight [(H + 2*H_kv) * D, HIDDEN]``, row-major.
+        cos_ptr, sin_ptr: rotary tables ``[max_pos, D]`` (``sin`` with its first half negated, see
+            :class:`~engine.models.layers.RotaryEmbedding`).
+        pos_ptr: int64 ``[1]`` position; slot_ptr: int64 ``[1]`` cache row of that position (the
+            position for a contiguous cache, ``slot_mapping`` for a paged one).
+        q_ptr: output ``[H * D]`` (activation dtype), rotated queries.
+        k_ptr, v_ptr: this layer's key/value cache; the row of head ``h`` at slot ``s`` starts at
+            ``s * stride_kv_pos + h * stride_kv_head``.
+        KM, KT: ``HIDDEN`` split for :func:`_load_rows`.
+    """
+    head = tl.program_id(0)
+    part = tl.program_id(1)
+    if PDL:
+        gdc_launch_dependents()
+    HALF: tl.constexpr = D // 2
+    dt = x_ptr.dtype.element_ty
+    r = part * BLOCK_R + tl.arange(0, BLOCK_R)
+    rm = r < HALF
+    rows_lo = head * D + r
+    wla, wlb = _load_rows(w_ptr, rows_lo, rm, HIDDEN, KM, KT)
+    wha, whb = _load_rows(w_ptr, rows_lo + HALF, rm, HIDDEN, KM, KT)
+    nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if PDL:
+        gdc_wait()
+    xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
+    lo = _dot_rows(wla, wlb, xa, xb, KT).to(dt).to(tl.float32)
+    hi = _dot_rows(wha, whb, xa, xb, KT).to(dt).to(tl.float32)
+    if head < H + HKV:  # queries and keys are rotated: x*cos + rotate_half(x)*sin
+        p = tl.load(pos_ptr)
+        c_lo = tl.load(cos_ptr + p * D + r).to(tl.float32)
+        c_hi = tl.load(cos_ptr + p * D + HALF + r).to(tl.float32)
+        s_lo = tl.load(sin_ptr + p * D + r).to(tl.float32)
+        s_hi = tl.load(sin_ptr + p * D + HALF + r).to(tl.float32)
+        lo, hi = lo * c_lo + hi * s_lo, hi * c_hi + lo * s_hi
+    if head < H:
+        tl.store(q_ptr + head * D + r, lo.to(dt))
+        tl.store(q_ptr + head * D + HALF + r, hi.to(dt))
+    else:
+        slot = tl.load(slot_ptr)
+        if head < H + HKV:
+            base = k_ptr + slot * stride_kv_pos + (head - H) * stride_kv_head
+        else:
+            base = v_ptr + slot * stride_kv_pos + (head - H - HKV) * stride_kv_head
+        tl.store(base + r, lo.to(dt))
+        tl.store(base + HALF + r, hi.to(dt))
+
+
+@triton.jit
+def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, o_ptr,
+                stride_kv_pos, stride_kv_head, chunk, num_splits, scale,
+                H: tl.constexpr, D: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
+                BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, SP: tl.constexpr,
+                PREC: tl.constexpr, PDL: tl.constexpr):
+    """Single-query attention of the ``G`` query heads of one KV head over one chunk of positions,
+    merged across chunks by the last program to finish.
+
+    Grid ``(H_kv, num_splits)``: program ``(kvh, s)`` covers positions ``[s*chunk, (s+1)*chunk)``
+    clipped to ``<= pos`` (a chunk wholly past ``pos`` yields ``m = -inf, l = 0, acc = 0``).
+
+    Args:
+        q_ptr: rotated queries ``[H * D]``; query head ``kvh*G + g`` uses KV head ``kvh``.
+        k_ptr, v_ptr: this layer's cache (see :func:`qkv_rope_kernel` for the strides).
+        idx_ptr: int64 ``[>= pos+1]``, cache row of each position (``arange`` or the paged gather).
+        m_ptr, l_ptr: fp32 ``[SP, H]`` scratch, each chunk's max score and softmax sum.
+        acc_ptr: fp32 ``[SP, H, D]`` scratch, unnormalised ``sum(exp(score - m) * v)``.
+        cnt_ptr: int32 ``[H_kv]`` zeros; counts finished chunks, put back to 0 by the last one.
+        o_ptr: output ``[H * D]`` (activation dtype), softmax(q.K * scale) V.
+        BLOCK_H: rows of the ``tl.dot`` (>= 16 and >= G; rows past G are zero queries).
+        GP: power of two >= G (the merge); SP: power of two >= num_splits.
+        PREC: ``tl.dot`` input precision ("ieee" for fp32 models, exact like the eager path).
+    """
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    dt = o_ptr.dtype.element_ty
+    p = tl.load(pos_ptr).to(tl.int32)
+    g = tl.arange(0, BLOCK_H)
+    gm = g < G
+    d = tl.arange(0, D)
+    heads = kvh * G + g
+    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=gm[:, None], other=0.0)
+    m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, D], dtype=tl.float32)
+    start = split * chunk
+    end = tl.minimum(start + chunk, p + 1)
+    kbase = k_ptr + kvh * stride_kv_head
+    vbase = v_ptr + kvh * stride_kv_head
+    for t0 in range(start, end, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        tm = t < end
+        rows = tl.load(idx_ptr + t, mask=tm, other=0)
+        off = rows[:, None] * stride_kv_pos + d[None, :]
+        k = tl.load(kbase + off, mask=tm[:, None], other=0.0)  # [BLOCK_T, D]
+        v = tl.load(vbase + off, mask=tm[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BLOCK_H, BLOCK_T] fp32
+        s = tl.where(tm[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: every tile visited holds a position <= pos
+        alpha = tl.exp(m - m_new)
+        pr = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(pr, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(pr.to(v.dtype), v, input_precision=PREC)
+        m = m_new
+    if num_splits == 1:
+        tl.store(o_ptr + heads[:, None] * D + d[None, :], (acc / l[:, None]).to(dt), mask=gm[:, None])
+    else:
+        row = split * H + heads
+        tl.store(m_ptr + row, m, mask=gm)
+        tl.store(l_ptr + row, l, mask=gm)
+        tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=gm[:, None])
+        tl.debug_barrier()  # all threads' partials are stored before the (release) increment
+        done = tl.atomic_add(cnt_ptr + kvh, 1)
+        if done == num_splits - 1:  # the last chunk of this KV head merges all of them
+            sp = tl.arange(0, SP)
+            gg = tl.arange(0, GP)
+            ggm = gg < G
+            hh = kvh * G + gg
+            pm = (sp < num_splits)[:, None] & ggm[None, :]
+            prow = sp[:, None] * H + hh[None, :]  # [SP, GP]
+            ms = tl.load(m_ptr + prow, mask=pm, other=float("-inf"), cache_modifier=".cg")
+            mx = tl.where(ggm, tl.max(ms, axis=0), 0.0)  # split 0 holds position 0: finite
+            w = tl.exp(ms - mx[None, :])  # empty or masked chunks: exp(-inf) = 0
+            lsum = tl.sum(tl.load(l_ptr + prow, mask=pm, other=0.0, cache_modifier=".cg") * w, axis=0)
+            part = tl.load(acc_ptr + prow[:, :, None] * D + d[None, None, :], mask=pm[:, :, None], other=0.0,
+                           cache_modifier=".cg")  # [SP, GP, D]
+            o = tl.sum(part * w[:, :, None], axis=0) / tl.where(ggm, lsum, 1.0)[:, None]
+            tl.store(o_ptr + hh[:, None] * D + d[None, :], o.to(dt), mask=ggm[:, None])
+            tl.atomic_xchg(cnt_ptr + kvh, 0)
+
+
+@triton.jit
+def gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr,
+                         N: tl.constexpr, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
+                         BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """GEMV + residual: ``out[n] = res[n] + (W @ v)[n]`` (o_proj and down_proj).
+
+    Grid ``(N / BLOCK_N,)``. ``v [K]``, ``W [N, K]`` row-major, ``res``/``out [N]`` (activation
+    dtype). ``res`` and ``out`` may be the same buffer: a program reads and writes only its rows.
+    The linear output is rounded to the activation dtype before the add, like the eager path.
+    """
+    pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+    dt = out_ptr.dtype.element_ty
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    nm = n < N
+    wa, wb = _load_rows(w_ptr, n, nm, K, KM, KT)
+    if PDL:
+        gdc_wait()
+    va, vb = _load_vec(v_ptr, K, KM, KT)
+    y = _dot_rows(wa, wb, va, vb, KT).to(dt).to(tl.float32)
+    r = tl.load(res_ptr + n, mask=nm, other=0.0).to(tl.float32)
+    tl.store(out_ptr + n, (r + y).to(dt), mask=nm)
+
+
+@triton.jit
+def norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
+                        HIDDEN: tl.constexpr, INTER: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
+                        BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """RMSNorm + fused gate/up GEMV + ``silu(gate) * up`` (SwiGLU, Shazeer 2020).
+
+    Grid ``(INTER / BLOCK_N,)``. ``x [HIDDEN]``, ``nw [HIDDEN]`` (post_attention_layernorm),
+    ``w = gate_up.weight [2*INTER, HIDDEN]`` (gate rows first), ``out [INTER]`` (activation dtype).
+    """
+    pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+    dt = x_ptr.dtype.element_ty
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    nm = n < INTER
+    wga, wgb = _load_rows(w_ptr, n, nm, HIDDEN, KM, KT)
+    wua, wub = _load_rows(w_ptr, n + INTER, nm, HIDDEN, KM, KT)
+    nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if PDL:
+        gdc_wait()
+    xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
+    gate = _dot_rows(wga, wgb, xa, xb, KT).to(dt).to(tl.float32)
+    up = _dot_rows(wua, wub, xa, xb, KT).to(dt).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
+    tl.store(out_ptr + n, (act * up).to(dt), mask=nm)
+
+
+def split_k(k: int) -> tuple[int, int]:
+    """``k`` as ``(KM, KT)``: the largest power of two <= k, and the rest padded to a power of two
+    (0 if none); e.g. 576 -> (512, 64), 1536 -> (1024, 512), 64 -> (64, 0)."""
+    km = 1 << (k.bit_length() - 1)
+    return km, (triton.next_power_of_2(k - km) if k > km else 0)
+
+
+#: Launch parameters; ``TritonStep(config=...)`` overrides them (the GPU bench sweeps a few).
+#: ``pdl``: programmatic dependent launch, used only where Triton has it and the device is CUDA.
+DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.json, -run3.json)
+    "qkv_block_r": 4, "qkv_warps": 4,
+    "attn_block_t": 32, "attn_min_chunk": 32, "attn_max_splits": 32, "attn_warps": 4,
+    "o_block_n": 8, "o_warps": 4,
+    "gu_block_n": 4, "gu_warps": 4,
+    "down_block_n": 4, "down_warps": 4,
+    "pdl": True,
+}
+
+
+class TritonStep:
+    """The decode step of :class:`StaticDecoder` as 5 Triton kernels a layer (+ final norm, lm_head).
+
+    Holds static scratch buffers (so the step can be captured in a CUDA graph): ``q``/``o [H*D]``
+    (rotated queries, attention output), ``m, l [max_splits, H]`` and ``acc [max_splits, H, D]``
+    (fp32 split-attention partials), ``cnt [H_kv]`` (int32 merge counters), ``mlp [I]``, and the
+    residual ``res [hidden]``.
+    """
+
+    def __init__(self, decoder, config: dict | None = None):
+        self.dec = decoder
+        model = decoder.model
+        text = model.model.text_model
+        cfg = text.config
+        dev, dt = model.device, model.dtype
+        self.cfg = dict(DEFAULT_CONFIG, **(config or {}))
+        self.pdl = bool(self.cfg["pdl"]) and HAS_PDL and dev.type == "cuda"
+        self.prec = "ieee" if dt == torch.float32 else "tf32"
+        self.hidden, self.inter = cfg.hidden_size, cfg.intermediate_size
+        self.h, self.hkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.eps = float(cfg.rms_norm_eps)
+        if self.d & (self.d - 1) or self.d < 16 or self.h % self.hkv:
+            raise ValueError("Triton decode needs a power-of-two head_dim >= 16 and H divisible by H_kv")
+        self.layers = []
+        for layer in text.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            if attn.qkv_proj is None or mlp.gate_up is None or attn.qkv_proj.bias is not None:
+                raise ValueError("Triton decode needs fused, bias-free q/k/v and gate/up projections")
+            if attn.o_proj.bias is not None:
+                raise ValueError("Triton decode needs a bias-free o_proj")
+            self.layers.append((layer.input_layernorm.weight, attn.qkv_proj.weight, attn.o_proj.weight,
+                                layer.post_attention_layernorm.weight, mlp.gate_up.weight,
+                                mlp.down_proj.weight))
+        ms = self.cfg["attn_max_splits"]
+        self.q = torch.zeros(self.h * self.d, device=dev, dtype=dt)
+        self.o = torch.zeros(self.h * self.d, device=dev, dtype=dt)
+        self.m = torch.zeros(ms, self.h, device=dev, dtype=torch.float32)
+        self.l = torch.zeros(ms, self.h, device=dev, dtype=torch.float32)
+        self.acc = torch.zeros(ms, self.h, self.d, device=dev, dtype=torch.float32)
+        self.cnt = torch.zeros(self.hkv, device=dev, dtype=torch.int32)
+        self.mlp = torch.zeros(self.inter, device=dev, dtype=dt)
+        self.res = torch.zeros(self.hidden, device=dev, dtype=dt)
+
+    def splits(self, bucket: int) -> tuple[int, int]:
+        """``(num_splits, chunk)`` for a KV bucket: chunks of at least ``attn_min_chunk`` positions,
+        a multiple of ``attn_block_t``, at most ``attn_max_splits`` of them."""
+        c = self.cfg
+        n = max(1, min(c["attn_max_splits"], math.ceil(bucket / c["attn_min_chunk"])))
+        bt = c["attn_block_t"]
+        chunk = math.ceil(math.ceil(bucket / n) / bt) * bt
+        return math.ceil(bucket / chunk), chunk
+
+    def __call__(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+        """``decoder.x [1, 1, hidden]`` at ``decoder.pos`` -> logits ``[1, V]``; writes k/v at ``pos``."""
+        dec, c = self.dec, self.cfg
+        h, hkv, d, hidden, inter = self.h, self.hkv, self.d, self.hidden, self.inter
+        if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
+            kc, vc = kv
+            caches = [(kc[i, 0], vc[i, 0]) for i in range(len(self.layers))]
+            stride_pos, stride_head = kc.stride(3), kc.stride(2)
+            slot, idx = dec.pos, dec.slots
+        else:  # paged [2, L, num_blocks, block_size, H_kv, D]
+            arena = kv[0]
+            caches = [(arena[0, i], arena[1, i]) for i in range(len(self.layers))]
+            stride_pos, stride_head = arena.stride(3), arena.stride(4)
+            slot, idx = dec.write_slot, dec.gather
+        num_splits, chunk = self.splits(bucket)
+        g = h // hkv
+        hm, ht = split_k(hidden)
+        im, it = split_k(inter)
+        launch = {"launch_pdl": True} if self.pdl else {}
+        pdl = self.pdl
+        grid_qkv = (h + 2 * hkv, triton.cdiv(d // 2, min(c["qkv_block_r"], d // 2)))
+        grid_o = (triton.cdiv(hidden, c["o_block_n"]),)
+        grid_gu = (triton.cdiv(inter, c["gu_block_n"]),)
+        grid_down = (triton.cdiv(hidden, c["down_block_n"]),)
+        x_in = dec.x.view(-1)
+        res = self.res
+        for i, (nw1, w_qkv, w_o, nw2, w_gu, w_down) in enumerate(self.layers):
+            kcache, vcache = caches[i]
+            x = x_in if i == 0 else res
+            qkv_rope_kernel[grid_qkv](
+                x, nw1, w_qkv, dec.cos, dec.sin, dec.pos, slot, self.q, kcache, vcache,
+                stride_pos, stride_head, self.eps,
+                HIDDEN=hidden, KM=hm, KT=ht, H=h, HKV=hkv, D=d, BLOCK_R=min(c["qkv_block_r"], d // 2),
+                PDL=pdl, num_warps=c["qkv_warps"], **launch)
+            attn_kernel[(hkv, num_splits)](
+                self.q, kcache, vcache, idx, dec.pos, self.m, self.l, self.acc, self.cnt, self.o,
+                stride_pos, stride_head, chunk, num_splits, d ** -0.5,
+                H=h, D=d, G=g, GP=triton.next_power_of_2(g), BLOCK_H=max(16, triton.next_power_of_2(g)),
+                BLOCK_T=c["attn_block_t"], SP=triton.next_power_of_2(num_splits), PREC=self.prec,
+                PDL=pdl, num_warps=c["attn_warps"], **launch)
+            gemv_residual_kernel[grid_o](
+                self.o, w_o, x, res, N=hidden, K=h * d, KM=split_k(h * d)[0], KT=split_k(h * d)[1],
+                BLOCK_N=c["o_block_n"], PDL=pdl, num_warps=c["o_warps"], **launch)
+            norm_gate_up_kernel[grid_gu](
+                res, nw2, w_gu, self.mlp, self.eps, HIDDEN=hidden, INTER=inter, KM=hm, KT=ht,
+                BLOCK_N=c["gu_block_n"], PDL=pdl, num_warps=c["gu_warps"], **launch)
+            gemv_residual_kernel[grid_down](
+                self.mlp, w_down, res, res, N=hidden, K=inter, KM=im, KT=it,
+                BLOCK_N=c["down_block_n"], PDL=pdl, num_warps=c["down_warps"], **launch)
+        text = dec.model.model.text_model
+        return dec.model.lm_head(text.norm(res.view(1, 1, hidden))[:, -1])

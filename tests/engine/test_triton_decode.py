@@ -1,0 +1,114 @@
+"""The fused Triton decode step (``engine.models.smolvlm.triton_decode``) against the eager decode,
+run under the Triton interpreter on the CPU (``TRITON_INTERPRET=1``, float32, tiny model): same
+greedy tokens and logits within float32 rounding, for contiguous and paged caches, across a KV
+bucket boundary (256) and paged block boundaries (16) with arena growth. Skipped without Triton."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+# triton.jit (and Triton's own jit-decorated library functions such as tl.zeros) read this when they
+# decorate, so it must be set before Triton's first import in this process.
+_TRITON_PREIMPORTED = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
+
+from engine.kv_cache import CacheConfig  # noqa: E402
+from engine.models.smolvlm import SmolVlmModel  # noqa: E402
+from engine.models.smolvlm.static_decode import StaticDecoder, triton_wanted  # noqa: E402
+from engine.sources import LocalDirSource  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """The kernel module, built in interpreter mode."""
+    if _TRITON_PREIMPORTED or os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton was imported before TRITON_INTERPRET=1 could be set; run with TRITON_INTERPRET=1")
+    name = "engine.models.smolvlm.triton_decode"
+    return importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint):
+    return SmolVlmModel.load(LocalDirSource(tiny_checkpoint), torch.device("cpu"), torch.float32)
+
+
+def greedy(model, ids, n, kind, triton_step, config=None, max_tokens=None):
+    """Greedy decode of ``n`` tokens after ``ids``; decode steps run through a StaticDecoder with
+    (``triton_step``) or without the Triton kernels, or the ordinary eager path (``None``)."""
+    if triton_step is None:
+        model.static_decode = False
+    else:
+        model.static_decode = True
+        model._static = StaticDecoder(model, use_graph=False, use_triton=triton_step, triton_config=config)
+    extra = {"num_blocks": 4} if kind == "paged" else {}
+    max_tokens = max_tokens or ids.shape[1] + n + 4
+    cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=max_tokens, **extra))
+    logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+    out, all_logits = [int(logits.argmax(-1))], []
+    for _ in range(n - 1):
+        logits = model.decode(model.embed(torch.tensor([[out[-1]]])), cache)
+        all_logits.append(logits)
+        out.append(int(logits.argmax(-1)))
+    model._static = None
+    model.static_decode = None
+    return out, torch.cat(all_logits), cache
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "paged"])
+def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, model, kind):
+    # 246 prompt tokens + 20 decode steps: positions 246..265 cross the 256 bucket boundary
+    # (the split-attention grid changes) and the block boundaries at 256 and 256+16.
+    ids = torch.randint(0, 49000, (1, 246), generator=torch.Generator().manual_seed(0))
+    ref_tokens, ref_logits, ref_cache = greedy(model, ids, 20, kind, None)
+    tokens, logits, cache = greedy(model, ids, 20, kind, True)
+    assert tokens == ref_tokens
+    print(f"{kind}: max |logit diff| {(logits - ref_logits).abs().max().item():.2e}")
+    assert (logits - ref_logits).abs().max() < 1e-3
+    # The kernels wrote the same keys/values into the cache as the eager path.
+    if kind == "contiguous":
+        n = ref_cache.seq_len
+        assert (cache.k[:, :, :, :n] - ref_cache.k[:, :, :, :n]).abs().max() < 1e-4
+        assert (cache.v[:, :, :, :n] - ref_cache.v[:, :, :, :n]).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "paged"])
+def test_triton_step_many_splits_mostly_empty(kernels, model, kind):
+    """A short sequence in a 256 bucket cut into 16 chunks of 16: the chunks past ``pos`` hold no
+    position and must contribute nothing to the combine; chunks straddle block boundaries."""
+    ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(2))
+    ref_tokens, ref_logits, _ = greedy(model, ids, 8, kind, None, max_tokens=400)
+    config = {"attn_min_chunk": 16, "attn_block_t": 16}
+    tokens, logits, _ = greedy(model, ids, 8, kind, True, config=config, max_tokens=400)
+    assert tokens == ref_tokens
+    assert (logits - ref_logits).abs().max() < 1e-3
+
+
+def test_triton_step_single_split(kernels, model):
+    """A cache of 20 positions is one bucket of one chunk: the kernel writes the output directly."""
+    ids = torch.randint(0, 49000, (1, 9), generator=torch.Generator().manual_seed(3))
+    ref_tokens, ref_logits, _ = greedy(model, ids, 8, "contiguous", None, max_tokens=20)
+    step = StaticDecoder(model, use_graph=False, use_triton=True).triton
+    assert step.splits(20)[0] == 1
+    tokens, logits, _ = greedy(model, ids, 8, "contiguous", True, max_tokens=20)
+    assert tokens == ref_tokens
+    assert (logits - ref_logits).abs().max() < 1e-3
+
+
+def test_split_sizes(kernels, model):
+    step = StaticDecoder(model, use_graph=False, use_triton=True).triton
+    for bucket in (1, 7, 256, 300, 512, 8192):
+        n, chunk = step.splits(bucket)
+        assert n * chunk >= bucket and (n - 1) * chunk < bucket
+        assert n <= step.cfg["attn_max_splits"] and chunk % step.cfg["attn_block_t"] == 0
+
+
+def test_triton_is_off_on_cpu_and_by_env(monkeypatch):
+    assert not triton_wanted(torch.device("cpu"))
+    monkeypatch.setenv("SMOLCHAT_TRITON", "0")
+    assert not triton_wanted(torch.device("cuda"))
