@@ -77,6 +77,9 @@ class ChatSession:
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         self.prefill_chunk = prefill_chunk
+        #: Launch each token's decode step before reading the token back (engine.speculative.
+        #: pipelined_stream): ``None`` = on CUDA, where it hides the host's per-token work.
+        self.pipelined: bool | None = None
         self.model_name = name or model.metadata.name
         self.turns: list[Turn] = []
         self._cached_keys: list = []  # what the cache holds, one key per position
@@ -305,7 +308,8 @@ class ChatSession:
             prompt_len = len(self._cached_keys)  # == len(ids): the cache holds the prompt
             t_decode = time.perf_counter()
             reason = "length"
-            for token in token_stream(self.model, self.cache, sampler, list(ids), logits, params.max_new_tokens, spec):
+            for token in token_stream(self.model, self.cache, sampler, list(ids), logits, params.max_new_tokens, spec,
+                                      pipelined=self.pipelined):
                 if token in eos:
                     reason = "stop"
                     break

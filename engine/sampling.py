@@ -84,10 +84,16 @@ class TokenSampler:
     def draw(self, probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
-    def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+    def sample(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
+        """The next token as an int64 ``[1]`` tensor on ``logits``' device, without reading it back
+        (no host synchronization, except to upload ``history`` when a repetition penalty is set).
+        Consumes the random stream exactly as :meth:`__call__` does."""
         if self.greedy:
-            return int(torch.argmax(self.penalized(logits, history)))
-        return self.draw(self.probs(logits, history))
+            return torch.argmax(self.penalized(logits, history)).view(1)
+        return torch.multinomial(self.probs(logits, history), 1, generator=self.generator).view(1)
+
+    def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+        return int(self.sample(logits, history))
 
 
 def make_sampler(params: GenerationParams, device: torch.device | str = "cpu") -> TokenSampler:

@@ -1,0 +1,80 @@
+"""The pipelined token stream (a token's decode step is launched before the token is read back):
+same tokens as the plain stream, exact token budget, and a cache its callers can truncate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.chat import ChatSession
+from engine.events import DoneEvent, GenerationParams, TokenEvent
+from engine.kv_cache import CacheConfig
+from engine.loader import load_components
+from engine.sampling import make_sampler
+from engine.speculative import token_stream
+
+PROMPT = [1, 4093, 42, 1159, 314, 253, 1345, 49279, 198, 9519, 42]
+
+
+@pytest.fixture(scope="module")
+def components(tiny_checkpoint):
+    return load_components(tiny_checkpoint, device="cpu", dtype="float32")
+
+
+def stream(model, kind, params, n, pipelined, stop_after=None):
+    cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=64))
+    logits = model.prefill(model.embed(torch.tensor([PROMPT])), cache, range(0, len(PROMPT)))
+    tokens = []
+    for token in token_stream(model, cache, make_sampler(params), list(PROMPT), logits, n, pipelined=pipelined):
+        tokens.append(token)
+        if len(tokens) == stop_after:
+            break
+    return tokens, cache.seq_len
+
+
+@pytest.mark.parametrize("kind", ["paged", "contiguous"])
+@pytest.mark.parametrize("params", [GenerationParams(temperature=0.0),
+                                    GenerationParams(temperature=0.9, top_p=0.9, seed=7),
+                                    GenerationParams(temperature=0.0, repetition_penalty=1.3)],
+                         ids=["greedy", "sampled", "penalty"])
+def test_same_tokens_as_the_plain_stream(components, kind, params):
+    model = components[0]
+    plain, plain_len = stream(model, kind, params, 20, pipelined=False)
+    piped, piped_len = stream(model, kind, params, 20, pipelined=True)
+    assert piped == plain and len(piped) == 20
+    # At the budget neither stream feeds the last token: the cache holds the prompt + 19 tokens.
+    assert piped_len == plain_len == len(PROMPT) + 19
+
+
+def test_a_consumer_that_stops_leaves_one_extra_step(components):
+    model = components[0]
+    plain, plain_len = stream(model, "paged", GenerationParams(), 20, pipelined=False, stop_after=5)
+    piped, piped_len = stream(model, "paged", GenerationParams(), 20, pipelined=True, stop_after=5)
+    assert piped == plain
+    assert plain_len == len(PROMPT) + 4  # lazy: the 5th token was never fed
+    assert piped_len == len(PROMPT) + 5  # its step was launched before it was read back
+
+
+def test_chat_session_conversation_is_the_same_pipelined(components):
+    answers = {}
+    for pipelined in (False, True):
+        session = ChatSession(*components, CacheConfig(kind="paged", max_tokens=256))
+        session.pipelined = pipelined
+        turns = []
+        for text, n in (("Hello there", 6), ("And again", 5)):
+            events = list(session.send(text, params=GenerationParams(max_new_tokens=n, ignore_eos=True)))
+            done = events[-1]
+            assert isinstance(done, DoneEvent) and done.error is None
+            turns.append(([e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0],
+                          done.stats.cached_tokens))
+        # Cancel mid-answer: the extra step is dropped with the rest of the unkept cache.
+        gen = session.send("Stop early", params=GenerationParams(max_new_tokens=30, ignore_eos=True))
+        next(gen)
+        session.cancel()
+        events = list(gen)
+        assert events[-1].finish_reason == "cancelled"
+        assert session.cache.seq_len == len(session._cached_keys)
+        turns.append(session.cache.seq_len)
+        answers[pipelined] = turns
+    assert answers[True] == answers[False]
+    assert answers[True][1][1] > 0  # the second turn reused the first turn's cache
