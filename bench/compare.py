@@ -173,54 +173,58 @@ def bench_decode(args, ours, ref, device: str) -> dict:
 
 
 def bench_decode_gpu_variants(args, ours, ref, device: str) -> dict:
-    """CUDA: our eager decode and graph decode (+ optional compile); transformers static cache + compile."""
+    """CUDA: our decode step by step kind (eager; PyTorch step in a CUDA graph; fused Triton step in a
+    CUDA graph), with and without the pipelined token loop, for both caches; the Triton step's
+    profile; transformers eager (+ optional static cache and compile)."""
+    from engine.models.smolvlm.static_decode import StaticDecoder
+
     model, _ = ref
     n = args.new_tokens
     inputs = ref_text_inputs(ours, TEXT_PROMPT, device)
-    out = {}
+    out = {"variants": {}}
     m = ours.model
 
-    def ours_rate(static: bool, rounds: int = 3):
-        m.static_decode = static
+    def ours_rate(kind: str, step: str, pipelined: bool, rounds: int = 3):
+        if step == "eager":
+            m.static_decode, m._static = False, None
+        else:
+            m.static_decode = True
+            m._static = StaticDecoder(m, use_triton=(step == "triton"))
         rates = []
         for _ in range(rounds + 1):
-            s = new_session(ours, "contiguous", args.max_tokens)
+            s = new_session(ours, kind, args.max_tokens)
+            s.pipelined = pipelined
             toks, _, rate, _ = ours_generate(s, TEXT_PROMPT, [], n, device)
             rates.append(rate)
-        out[f"ours_{'graph' if static else 'eager'}_tokens_hash"] = hash(tuple(toks))
-        return median(rates[1:])
+        name = f"{kind}/{step}/{'pipelined' if pipelined else 'sequential'}"
+        out["variants"][name] = {"tok_s": median(rates[1:]), "tokens_hash": hash(tuple(toks))}
+        print(f"  ours {name}: {median(rates[1:]):.1f} tok/s", flush=True)
 
-    out["ours_eager_tok_s"] = ours_rate(False)
-    print(f"  ours eager {out['ours_eager_tok_s']:.1f} tok/s", flush=True)
-    out["ours_graph_tok_s"] = ours_rate(True)
-    print(f"  ours graph {out['ours_graph_tok_s']:.1f} tok/s", flush=True)
-    try:
-        out.update(graph_step_profile(m))
-    except Exception as exc:  # noqa: BLE001
-        out["graph_profile_error"] = repr(exc)[:400]
+    ours_rate("paged", "eager", False)
+    for kind in ("paged", "contiguous"):
+        for step in ("graph", "triton"):
+            for pipelined in (False, True):
+                try:
+                    ours_rate(kind, step, pipelined)
+                except Exception as exc:  # noqa: BLE001  (e.g. no Triton on this machine)
+                    out["variants"][f"{kind}/{step}"] = {"error": repr(exc)[:300]}
+                    break
+    for step in ("triton", "graph"):  # the profile of one captured step of each kind
+        try:
+            m.static_decode = True
+            m._static = StaticDecoder(m, use_triton=(step == "triton"))
+            s = new_session(ours, "paged", args.max_tokens)
+            ours_generate(s, TEXT_PROMPT, [], 8, device)
+            out[f"{step}_profile"] = graph_step_profile(m)
+        except Exception as exc:  # noqa: BLE001
+            out[f"{step}_profile_error"] = repr(exc)[:400]
+    m.static_decode, m._static = None, None  # the defaults again
     rates = []
     for _ in range(3):
         _, _, r = ref_generate(model, inputs, n, device)
         rates.append(r)
     out["transformers_eager_tok_s"] = median(rates[1:])
     print(f"  transformers eager {out['transformers_eager_tok_s']:.1f} tok/s", flush=True)
-    m.static_decode = None
-    if args.compile_ours:
-        try:
-            from engine.models.smolvlm.static_decode import StaticDecoder
-
-            m._static = StaticDecoder(m, compile=True)
-            t = time.perf_counter()
-            s = new_session(ours, "contiguous", args.max_tokens)
-            ours_generate(s, TEXT_PROMPT, [], 4, device)
-            out["ours_compile_first_call_s"] = time.perf_counter() - t
-            out["ours_graph_compiled_tok_s"] = ours_rate(True)
-            print(f"  ours graph+compile {out['ours_graph_compiled_tok_s']:.1f} tok/s "
-                  f"(first call {out['ours_compile_first_call_s']:.1f} s)", flush=True)
-        except Exception as exc:  # noqa: BLE001
-            out["ours_compile_error"] = repr(exc)[:400]
-        finally:
-            m._static = None
     if args.compile_ref:
         try:
             t = time.perf_counter()
@@ -558,10 +562,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ttft-repeats", type=int, default=2)
     ap.add_argument("--load-repeats", type=int, default=3)
-    ap.add_argument("--cache", default="contiguous", choices=["contiguous", "paged"])
+    ap.add_argument("--cache", default="paged", choices=["contiguous", "paged"], help="our KV cache (default: the engine default)")
     ap.add_argument("--max-tokens", type=int, default=2048, help="KV cache capacity of our sessions")
     ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "astronaut.png"))
-    ap.add_argument("--compile-ours", action="store_true", help="cuda: also time our graph step under torch.compile")
     ap.add_argument("--compile-ref", action="store_true", help="cuda: also time transformers static cache + compile")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
