@@ -102,7 +102,7 @@ class Embedder:
         """Final-norm hidden states ``[S, H]`` of ``ids`` (prefilled in chunks into a fresh cache)."""
         model = self.model
         # Normalized on the model's device from uint8 (a quarter of the bytes to copy).
-        tiles = [t[None] for img in processed for t in img.tiles_tensor(model.device)]
+        tiles = [img.tiles_tensor(model.device, getattr(model, "vision_dtype", None)) for img in processed]
         embeds = model.embed_multimodal(torch.tensor([ids]), tiles)
         cache = model.create_kv_cache(CacheConfig(kind="contiguous", max_tokens=len(ids)))
         out = []

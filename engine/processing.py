@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -123,10 +124,29 @@ class ProcessedImage:
     def tile_digests(self) -> tuple[bytes, ...]:
         """A 16-byte BLAKE2b hash of each tile's pixels (and the table), computed once per image: the
         KV cache key of its ``<image>`` tokens (reference §0.8: the token ids alone are the same for
-        every image)."""
-        table = self.lut.tobytes()
-        return tuple(hashlib.blake2b(np.ascontiguousarray(t).tobytes() + table, digest_size=16).digest()
-                     for t in self.pixels)
+        every image). :meth:`ImageProcessor.preprocess` computes them up front, tiles in parallel."""
+        return tuple(_pool().map(self._digest, range(self.num_tiles)))
+
+    def _digest(self, index: int) -> bytes:
+        # Hashed in place through the buffer protocol (hashlib releases the GIL for large inputs).
+        h = hashlib.blake2b(np.ascontiguousarray(self.pixels[index]), digest_size=16)
+        h.update(self.lut)
+        return h.digest()
+
+    def hash_tiles(self) -> None:
+        """Compute :attr:`tile_digests` now."""
+        self.tile_digests  # noqa: B018  (a cached property)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads for preprocessing work that releases the GIL (Pillow resampling, hashing)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="smolchat-image")
+    return _POOL
 
 
 def image_prompt(rows: int, cols: int, image_seq_len: int) -> str:
@@ -407,6 +427,8 @@ class ImageProcessor:
         return (rows * cols + 1) * self.image_seq_len
 
     def _resize(self, image: Image.Image, width: int, height: int) -> Image.Image:
+        if image.size == (width, height):
+            return image  # Pillow would return a copy: same pixels (a 2048 x 2048 copy is ~11 ms)
         return image.resize((width, height), resample=self.resample)
 
     def _to_rgb(self, image: Image.Image) -> Image.Image:
@@ -453,26 +475,33 @@ class ImageProcessor:
                 edge = self._stage1_edge(rgb.width, rgb.height, detail)
                 rgb = self._resize(rgb, *self.stage1_size(rgb.width, rgb.height, edge))
             rows = cols = 0
+            global_tile = None
             if self.do_image_splitting and detail != "fast":
                 rgb = self._resize(rgb, *self.stage2_size(rgb.width, rgb.height))
                 if rgb.height > m or rgb.width > m:
+                    # The global tile's resize runs on a worker thread (Pillow releases the GIL
+                    # while resampling) while this thread copies the crops.
+                    global_tile = _pool().submit(self._resize, rgb, m, m)
                     arr = np.asarray(rgb)
                     rows = (rgb.height - m) // m + 1
                     cols = (rgb.width - m) // m + 1
                     crops = [arr[r * m : (r + 1) * m, c * m : (c + 1) * m] for r in range(rows) for c in range(cols)]
-                    crops.append(np.asarray(self._resize(rgb, m, m)))
                 else:
                     crops = [np.asarray(rgb)]
             else:
                 crops = [np.asarray(self._resize(rgb, m, m))]
+            h, w, c = crops[0].shape
+            pixels = np.empty((len(crops) + (global_tile is not None), c, h, w), dtype=np.uint8)  # [N, 3, H, W]
+            for i, crop in enumerate(crops):
+                pixels[i] = crop.transpose(2, 0, 1)
+            if global_tile is not None:
+                pixels[-1] = np.asarray(global_tile.result()).transpose(2, 0, 1)
         except OSError as exc:
             raise ImageError(f"Cannot decode image: {exc}") from exc
-        h, w, c = crops[0].shape
-        pixels = np.empty((len(crops), c, h, w), dtype=np.uint8)  # [N, 3, H, W], one copy per crop
-        for i, crop in enumerate(crops):
-            pixels[i] = crop.transpose(2, 0, 1)
-        return ProcessedImage(pixels=pixels, lut=self.lut(pixels.shape[1]), rows=rows, cols=cols,
-                              image_seq_len=self.image_seq_len)
+        image = ProcessedImage(pixels=pixels, lut=self.lut(pixels.shape[1]), rows=rows, cols=cols,
+                               image_seq_len=self.image_seq_len)
+        image.hash_tiles()
+        return image
 
     def lut(self, channels: int = 3) -> np.ndarray:
         """``float32 [channels, 256]``: ``rescale`` (float64 multiply, then float32) and ``normalize``

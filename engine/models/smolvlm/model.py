@@ -148,11 +148,15 @@ class SmolVlmModel(GenerativeModel, nn.Module):
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.text_model.embed_tokens(tokens.to(self.device))
 
+    @property
+    def vision_dtype(self) -> torch.dtype:
+        """dtype of the vision tower and connector (``engine.device.choose_vision_dtype``)."""
+        return self.model.connector.modality_projection.proj.weight.dtype
+
     @torch.inference_mode()
     def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``."""
-        vdtype = self.model.connector.modality_projection.proj.weight.dtype  # see vision_dtype in load
-        pixel_values = pixel_values.to(device=self.device, dtype=vdtype)
+        pixel_values = pixel_values.to(device=self.device, dtype=self.vision_dtype)
         chunk_size = VISION_TILE_CHUNK if self.device.type == "cpu" else VISION_TILE_CHUNK_GPU
         feats = []
         for chunk in pixel_values.split(chunk_size):
@@ -161,8 +165,9 @@ class SmolVlmModel(GenerativeModel, nn.Module):
 
     @torch.inference_mode()
     def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``tokens [B, S]`` and one ``[1, 3, M, M]`` tile per image-token span (global tile last per image,
-        in prompt order) -> ``[B, S, H]`` with image features in the ``<image>`` positions.
+        """``tokens [B, S]`` and tiles ``[n, 3, M, M]`` (``n >= 1``; e.g. one tensor per tile, or all
+        tiles of an image), one tile per image-token span in prompt order (global tile last per
+        image) -> ``[B, S, H]`` with image features in the ``<image>`` positions.
 
         Raises:
             ValueError: the number of ``<image>`` tokens differs from tiles x image_seq_len (both named).
@@ -170,15 +175,17 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         embeds = self.embed(tokens)
         mask = tokens.to(self.device) == self._meta.image_token_id
         num_slots = int(mask.sum())
-        expected = len(images) * self._meta.image_seq_len
+        num_tiles = sum(int(t.shape[0]) for t in images)
+        expected = num_tiles * self._meta.image_seq_len
         if num_slots != expected:
             raise ValueError(
                 f"image features and image tokens do not match: tokens: {num_slots}, "
-                f"features: {expected} ({len(images)} tiles x {self._meta.image_seq_len})"
+                f"features: {expected} ({num_tiles} tiles x {self._meta.image_seq_len})"
             )
         if not images:
             return embeds
-        feats = self.encode_images(torch.cat(list(images)))  # [N, seq, H]
+        # One image's tiles come as one tensor: no concatenated copy (peak GPU memory is a target).
+        feats = self.encode_images(images[0] if len(images) == 1 else torch.cat(list(images)))  # [N, seq, H]
         embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
         return embeds
 

@@ -24,6 +24,7 @@ the PyTorch step; Triton is imported only when the fused step is used.
 
 from __future__ import annotations
 
+import gc
 import os
 import warnings
 
@@ -198,8 +199,19 @@ class StaticDecoder:
             logits = self.step(kv, bucket)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = self.step(kv, bucket)
+        # A CUDA graph freed while another is being captured invalidates that capture ("operation
+        # not permitted when stream is capturing"). Graphs of an earlier decoder or model that sit
+        # in a reference cycle are freed by the cyclic collector, which may run at any allocation:
+        # collect them now and keep the collector off until the capture ends.
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self.step(kv, bucket)
+        finally:
+            if enabled:
+                gc.enable()
         self.graphs[key] = (graph, out)
         return logits
 
