@@ -71,8 +71,8 @@ def choose_vision_dtype(device: torch.device, dtype: torch.dtype, preference: st
     ``auto`` is bfloat16 for a float32 model on a CPU with AMX, else ``dtype``. The vision tower is
     compute-bound (a 17-tile photo is ~3 TFLOP through 12 SigLIP layers): on this project's
     Sapphire Rapids box bf16 matmuls at the vision MLP shape ran at 728 GFLOP/s against 126 in
-    float32, and the photo's time to first token fell from ~27-39 s to ~7 s
-    (docs/BENCHMARKS.md). The checkpoint's weights are bf16, so nothing is rounded that the model
+    float32, and a 17-tile photo reaches its first token in 6.3 s against 23.4 s for transformers
+    in float32 (docs/BENCHMARKS.md). The checkpoint's weights are bf16, so nothing is rounded that the model
     was not trained with; activations are. Without AMX, bf16 on the CPU is emulated: no gain.
 
     Raises:

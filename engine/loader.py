@@ -31,7 +31,7 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
 
     ``weights`` (default ``$SMOLCHAT_WEIGHTS``, else ``auto``): ``auto`` keeps the weights in
     ``dtype``; ``int8`` quantizes the text decoder's projections and lm_head to int8 weight-only
-    (:mod:`engine.models.quantize`) when the model runs on the CPU (~1.8x faster decode there, with
+    (:mod:`engine.models.quantize`) when the model runs on the CPU (~1.5x faster decode there, with
     slightly different logits); on a GPU it is ignored.
 
     Raises:
