@@ -52,6 +52,7 @@ class MainWindow(QMainWindow):
         self.model_info: dict = {}
         self.model_manager = None
         self._model_ready = self._loading = self._busy = self._closed = False
+        self._reload_pending = False  # engine settings changed while an answer was running
         self._last_prompt = ""
         self._editing: int | None = None
         self._token_counts: dict[tuple[str, str], int] = {}
@@ -364,8 +365,12 @@ class MainWindow(QMainWindow):
                 self._storage_failed("save this chat's settings", exc)
         apply_theme(settings.theme)
         self._count_pending_tokens()
-        if engine_changed and self.model_info and not self._busy:
-            self.load_model(self.model_info["path"])
+        if engine_changed and self.model_info:
+            if self._busy:  # never swap the model under a running answer: reload when it ends
+                self._reload_pending = True
+                self.banner.show_info("The new engine settings apply when this answer finishes.")
+            else:
+                self.load_model(self.model_info["path"])
 
     # -- worker signals ------------------------------------------------------------------------
     @Slot(str)
@@ -428,6 +433,9 @@ class MainWindow(QMainWindow):
         self._busy = False
         self._update_actions()
         self.composer.setFocus()
+        if self._reload_pending and self.model_info:
+            self._reload_pending = False
+            self.load_model(self.model_info["path"])  # engine settings changed during the answer
         emit(self.answer_finished, result)
 
     # -- drag and drop onto the whole window ---------------------------------------------------

@@ -117,6 +117,7 @@ def run_engine(model: str, args: argparse.Namespace) -> dict:
     return {
         "device": session.device,
         "dtype": session.dtype,
+        "weights": getattr(session, "weights", session.dtype),
         "finish_reason": done.finish_reason,
         "prompt_tokens": stats.prompt_tokens,
         "image_tokens": getattr(stats, "image_tokens", None),

@@ -69,7 +69,7 @@ class SettingsDialog(QDialog):
         self.weights = _combo("weights", "Weights", dict(zip(WEIGHTS, ("Same as the data type",
                                                                        "int8 (CPU: faster decode)"))),
                               settings.weights)
-        self.weights.setToolTip("int8: on the CPU, the text decoder's weights are stored as int8 — about 1.8x "
+        self.weights.setToolTip("int8: on the CPU, the text decoder's weights are stored as int8 — about 1.3-1.5x "
                                 "faster answers, with slightly different wording. Ignored on a GPU.")
         self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, 131072,
                                       settings.context_size)

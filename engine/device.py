@@ -80,9 +80,13 @@ def choose_vision_dtype(device: torch.device, dtype: torch.dtype, preference: st
     """
     import os
 
-    preference = preference or os.environ.get(VISION_DTYPE_ENV) or "auto"
+    from_env = not preference and bool(os.environ.get(VISION_DTYPE_ENV, "").strip())
+    preference = (preference or os.environ.get(VISION_DTYPE_ENV, "")).strip().lower() or "auto"
     if preference != "auto":
-        return choose_dtype(device, preference)
+        if preference not in DTYPES:
+            where = f"${VISION_DTYPE_ENV}" if from_env else "vision dtype"
+            raise EngineError(f"{where}: unknown value {preference!r} (use auto, float32, bfloat16 or float16)")
+        return DTYPES[preference]
     if device.type == "cpu" and dtype == torch.float32 and cpu_has_amx():
         return torch.bfloat16
     return dtype

@@ -38,9 +38,11 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
         ModelLoadError: (and subclasses) the folder, config or tensors are unusable.
         EngineError: the device, dtype or weights option is not available.
     """
-    weights = weights or os.environ.get(WEIGHTS_ENV) or "auto"
+    from_env = not weights and bool(os.environ.get(WEIGHTS_ENV, "").strip())
+    weights = (weights or os.environ.get(WEIGHTS_ENV, "")).strip().lower() or "auto"
     if weights not in WEIGHTS:
-        raise EngineError(f"unknown weights option {weights!r} (use {' or '.join(WEIGHTS)})")
+        where = f"${WEIGHTS_ENV}" if from_env else "weights"
+        raise EngineError(f"{where}: unknown value {weights!r} (use {' or '.join(WEIGHTS)})")
     source = path_or_repo_id if isinstance(path_or_repo_id, ModelSource) else resolve_source(path_or_repo_id)
     meta = source.metadata()
     dev = choose_device(device)

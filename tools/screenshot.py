@@ -104,8 +104,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for load + answer")
     args = parser.parse_args()
 
+    from app.images import InvalidImageError, validate_image
     from app.main import create_app
     from app.main_window import MainWindow
+
+    try:  # the window would only show a banner and answer without the image
+        validate_image(args.image)
+    except InvalidImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     os.environ["SMOLCHAT_THEME"] = "dark" if args.dark else "light"
     if args.history:

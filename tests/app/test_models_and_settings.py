@@ -173,6 +173,23 @@ def test_choosing_int8_weights_reloads_the_model_with_them(qtbot, window, factor
     assert len(factory.loads) == 2
 
 
+def test_engine_settings_changed_during_an_answer_apply_when_it_ends(qtbot, make_window):
+    slow = FakeFactory(FakeSession(tokens=[f" w{i}" for i in range(40)], delay=0.02))
+    window = make_window(slow)
+    window.composer.setPlainText("a long answer please")
+    window.send_message()
+    qtbot.waitUntil(lambda: window._busy, timeout=5000)
+    dialog = window.open_settings_dialog()
+    dialog.weights.setCurrentIndex(dialog.weights.findData("int8"))
+    dialog.accept()
+    assert len(slow.loads) == 1  # the model is not swapped under the running answer
+    assert window.banner.message() == "The new engine settings apply when this answer finishes."
+    with qtbot.waitSignal(window.answer_finished, timeout=10000):
+        pass
+    qtbot.waitUntil(lambda: len(slow.loads) == 2, timeout=5000)
+    assert slow.options == {"weights": "int8"}
+
+
 def test_settings_dialog_applies_to_the_engine(qtbot, window, fake_session):
     window.model_info["defaults"] = {"temperature": 0.6}
     dialog = window.open_settings_dialog()

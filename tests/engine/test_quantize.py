@@ -72,9 +72,13 @@ def test_weights_option_reaches_the_model(monkeypatch, tiny_checkpoint):
     tokens = [e.token_id for e in session.send("Hi", params=GenerationParams(max_new_tokens=4, ignore_eos=True))
               if isinstance(e, TokenEvent) and e.token_id >= 0]
     assert len(tokens) == 4
+    monkeypatch.setenv(WEIGHTS_ENV, " INT8 ")
+    assert is_quantized(load_model(tiny_checkpoint, device="cpu"))
     monkeypatch.setenv(WEIGHTS_ENV, "int4")
-    with pytest.raises(EngineError, match="int4"):
+    with pytest.raises(EngineError, match=r"^\$SMOLCHAT_WEIGHTS: unknown value 'int4' \(use auto or int8\)"):
         load_model(tiny_checkpoint, device="cpu")
+    with pytest.raises(EngineError, match=r"^weights: unknown value 'int4'"):
+        load_model(tiny_checkpoint, device="cpu", weights="int4")
 
 
 def test_quantize_refuses_non_cpu_models(tiny_checkpoint):

@@ -35,9 +35,13 @@ def test_explicit_choice_wins_and_bad_names_are_clear(monkeypatch):
     monkeypatch.setenv(VISION_DTYPE_ENV, "float32")
     assert choose_vision_dtype(CPU, torch.float32) == torch.float32
     assert choose_vision_dtype(CPU, torch.float32, "bfloat16") == torch.bfloat16
+    monkeypatch.setenv(VISION_DTYPE_ENV, " BF16 ")  # case and spaces do not matter
+    assert choose_vision_dtype(CPU, torch.float32) == torch.bfloat16
     monkeypatch.setenv(VISION_DTYPE_ENV, "float8")
-    with pytest.raises(EngineError, match="float8"):
+    with pytest.raises(EngineError, match=r"\$SMOLCHAT_VISION_DTYPE: unknown value 'float8' \(use auto, "):
         choose_vision_dtype(CPU, torch.float32)
+    with pytest.raises(EngineError, match=r"^vision dtype: unknown value 'int8'"):
+        choose_vision_dtype(CPU, torch.float32, "int8")
 
 
 def test_bf16_vision_features_stay_close_to_the_float32_reference(monkeypatch, tiny_checkpoint):
