@@ -215,7 +215,11 @@ def bench_decode_gpu_variants(args, ours, ref, device: str) -> dict:
             m._static = StaticDecoder(m, use_triton=(step == "triton"))
             s = new_session(ours, "paged", args.max_tokens)
             ours_generate(s, TEXT_PROMPT, [], 8, device)
-            out[f"{step}_profile"] = graph_step_profile(m)
+            from triton_decode import step_profile  # bench/triton_decode.py (this folder)
+
+            prof = out[f"{step}_profile"] = step_profile(m)
+            print(f"  {step} step: graph replay {prof['graph_replay_us']:.0f} us, {prof['kernels_per_step']} kernels",
+                  flush=True)
         except Exception as exc:  # noqa: BLE001
             out[f"{step}_profile_error"] = repr(exc)[:400]
     m.static_decode, m._static = None, None  # the defaults again
@@ -252,34 +256,6 @@ def bench_decode_gpu_variants(args, ours, ref, device: str) -> dict:
         finally:
             model.forward = type(model).forward.__get__(model)
     return out
-
-
-def graph_step_profile(m) -> dict:
-    """GPU time of one captured decode step (graph replay, events) and its kernel count."""
-    static = m._static
-    graph, _ = next(iter(static.graphs.values()))
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(10):
-        graph.replay()
-    start.record()
-    for _ in range(200):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    res = {"graph_replay_us": start.elapsed_time(end) / 200 * 1e3}
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        graph.replay()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    res["kernels_per_step"] = len(kernels)
-    by = {}
-    for e in kernels:
-        by[e.name[:60]] = by.get(e.name[:60], 0) + e.device_time
-    res["top_kernels_us"] = dict(sorted(by.items(), key=lambda kv: -kv[1])[:12])
-    print(f"  graph replay {res['graph_replay_us']:.0f} us/step, {len(kernels)} kernels", flush=True)
-    return res
 
 
 def image_path(args) -> Path:
@@ -326,7 +302,7 @@ def bench_ttft(args, ours, ref, device: str) -> dict:
 def ttft_breakdown(args, ours, device: str, repeats: int = 3) -> dict:
     """Where our time to first token goes, phase by phase (synchronized; medians of ``repeats``):
     load_image + preprocess (host), prompt ids (tokenizer), vision (tiles to the device, SigLIP +
-    connector), prefill of the whole prompt with the image features."""
+    connector, features into the prompt embeddings), prefill of the whole prompt."""
     from engine.chat import Turn
     from engine.kv_cache import CacheConfig
 
@@ -342,13 +318,10 @@ def ttft_breakdown(args, ours, device: str, repeats: int = 3) -> dict:
         ids, _, images = s._prompt()
         t2 = time.perf_counter()
         with torch.inference_mode():
-            tiles = torch.cat([img.tiles_tensor(m.device) for img in images])
-            feats = m.encode_images(tiles)
+            tiles = [img.tiles_tensor(m.device, m.vision_dtype) for img in images]  # as ChatSession does
+            embeds = m.embed_multimodal(torch.tensor([ids]), tiles)
             sync(device)
             t3 = time.perf_counter()
-            embeds = m.embed(torch.tensor([ids]))
-            mask = torch.tensor([ids], device=m.device) == m.metadata.image_token_id
-            embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
             cache = m.create_kv_cache(CacheConfig(kind=args.cache, max_tokens=len(ids) + 8))
             for start in range(0, len(ids), s.prefill_chunk):
                 chunk = embeds[:, start:start + s.prefill_chunk]

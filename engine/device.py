@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -78,8 +79,6 @@ def choose_vision_dtype(device: torch.device, dtype: torch.dtype, preference: st
     Raises:
         EngineError: the name is unknown.
     """
-    import os
-
     from_env = not preference and bool(os.environ.get(VISION_DTYPE_ENV, "").strip())
     preference = (preference or os.environ.get(VISION_DTYPE_ENV, "")).strip().lower() or "auto"
     if preference != "auto":
@@ -125,8 +124,6 @@ class DecodeThreads:
     """
 
     def __init__(self, max_threads: int | None = None, probe: int = 3, period: int = 32):
-        import os
-
         pinned = os.environ.get("SMOLCHAT_DECODE_THREADS", "auto")
         self.max = max_threads or torch.get_num_threads()
         self.choices = [int(pinned)] if pinned.isdigit() else sorted({1, self.max})

@@ -16,18 +16,25 @@ def test_bucket_sizes():
     assert bucket_for(1, 8192) == 256 and bucket_for(257, 8192) == 512 and bucket_for(300, 300) == 300
 
 
-def greedy(model, ids, n, static, kind="contiguous"):
-    model.static_decode = static
-    # Paged: a 4-block arena (64 tokens) that must grow twice during the prompt and decode.
+def run_greedy(model, ids, n, kind="contiguous", max_tokens=None):
+    """Prefill ``ids``, then greedy-decode until ``n`` tokens; returns (tokens, decode logits, cache).
+
+    Paged caches start with a 4-block arena (64 tokens) that must grow during prompt and decode."""
     extra = {"num_blocks": 4} if kind == "paged" else {}
-    cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=ids.shape[1] + n + 4, **extra))
+    cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=max_tokens or ids.shape[1] + n + 4, **extra))
     logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
     out, all_logits = [int(logits.argmax(-1))], []
     for _ in range(n - 1):
         logits = model.decode(model.embed(torch.tensor([[out[-1]]])), cache)
         all_logits.append(logits)
         out.append(int(logits.argmax(-1)))
-    return out, torch.cat(all_logits)
+    return out, torch.cat(all_logits), cache
+
+
+def greedy(model, ids, n, static, kind="contiguous"):
+    model.static_decode = static
+    out, logits, _ = run_greedy(model, ids, n, kind)
+    return out, logits
 
 
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])

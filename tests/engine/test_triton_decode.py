@@ -18,7 +18,7 @@ _TRITON_PREIMPORTED = "triton" in sys.modules and os.environ.get("TRITON_INTERPR
 os.environ.setdefault("TRITON_INTERPRET", "1")
 triton = pytest.importorskip("triton")
 
-from engine.kv_cache import CacheConfig  # noqa: E402
+from tests.engine.test_static_decode import run_greedy  # noqa: E402
 from engine.models.smolvlm import SmolVlmModel  # noqa: E402
 from engine.models.smolvlm.static_decode import StaticDecoder, triton_wanted  # noqa: E402
 from engine.sources import LocalDirSource  # noqa: E402
@@ -46,18 +46,11 @@ def greedy(model, ids, n, kind, triton_step, config=None, max_tokens=None):
     else:
         model.static_decode = True
         model._static = StaticDecoder(model, use_graph=False, use_triton=triton_step, triton_config=config)
-    extra = {"num_blocks": 4} if kind == "paged" else {}
-    max_tokens = max_tokens or ids.shape[1] + n + 4
-    cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=max_tokens, **extra))
-    logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
-    out, all_logits = [int(logits.argmax(-1))], []
-    for _ in range(n - 1):
-        logits = model.decode(model.embed(torch.tensor([[out[-1]]])), cache)
-        all_logits.append(logits)
-        out.append(int(logits.argmax(-1)))
-    model._static = None
-    model.static_decode = None
-    return out, torch.cat(all_logits), cache
+    try:
+        return run_greedy(model, ids, n, kind, max_tokens)
+    finally:
+        model._static = None
+        model.static_decode = None
 
 
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
