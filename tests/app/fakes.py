@@ -130,3 +130,8 @@ def slow_factory(path: str, device: str | None, dtype: str | None, **options) ->
     """For ``SMOLCHAT_SESSION_FACTORY=tests.app.fakes:slow_factory``: a long, slow answer."""
     delay = float(os.environ.get("SMOLCHAT_FAKE_DELAY", "0.02"))
     return FakeSession(tokens=[f" word{i}" for i in range(5000)], delay=delay, model_name="SlowFake")
+
+
+def failing_factory(path: str, device: str | None, dtype: str | None, **options) -> FakeSession:
+    """For ``SMOLCHAT_SESSION_FACTORY=tests.app.fakes:failing_factory``: loading fails like a broken folder."""
+    raise ModelLoadError("model.safetensors is missing tensor model.norm.weight")
