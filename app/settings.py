@@ -14,7 +14,7 @@ from PySide6.QtCore import QSettings
 
 from app.paths import data_dir
 
-# Engine defaults (engine.events.GenerationParams), repeated here so the UI never imports the engine.
+# Engine defaults (engine.api.events.GenerationParams), repeated here so the UI never imports the engine.
 ENGINE_DEFAULTS = {
     "temperature": 0.0,
     "top_p": 1.0,
@@ -27,7 +27,7 @@ IMAGE_DETAILS = {"full": "Reference (full tiles)", "balanced": "Balanced", "fast
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CACHE_KINDS = ("paged", "contiguous")  # the engine's default first
-WEIGHTS = ("auto", "int8")  # engine.loader.WEIGHTS; int8 applies on the CPU only
+WEIGHTS = ("auto", "int8")  # engine.registry.WEIGHTS; int8 applies on the CPU only
 THEMES = ("system", "light", "dark")
 
 
@@ -77,7 +77,7 @@ class AppSettings:
         return values
 
     def generation_params(self, model_defaults: dict | None = None) -> dict:
-        """Keyword arguments for ``engine.events.GenerationParams`` plus ``system_prompt``."""
+        """Keyword arguments for ``engine.api.events.GenerationParams`` plus ``system_prompt``."""
         params = self.sampling(model_defaults)
         params["seed"] = self.seed
         params["image_detail"] = self.image_detail

@@ -28,7 +28,7 @@ def default_session_factory(path: str, device: str | None, dtype: str | None, ca
                             context_size: int | None = None, weights: str | None = None) -> Any:
     """Load a real engine session. Imports torch, so only call it from the worker thread."""
     from engine.chat import ChatSession
-    from engine.kv_cache import CacheConfig
+    from engine.cache import CacheConfig
 
     cache = None  # the engine's default cache unless the user chose otherwise
     if cache_kind or context_size:
@@ -60,7 +60,7 @@ def model_folder(path: str) -> str:
 
 
 def is_engine_error(exc: BaseException) -> bool:
-    """An ``engine.errors.EngineError``: an expected problem (bad model, prompt too long, no network).
+    """An ``engine.api.errors.EngineError``: an expected problem (bad model, prompt too long, no network).
 
     Matched by name so the UI thread never imports the engine package.
     """
@@ -250,7 +250,7 @@ class EngineWorker(QObject):
         self._synced = wanted
 
     def _run(self, session: Any, text: str, images: list[str], params: dict) -> dict:
-        from engine.events import GenerationParams  # worker thread only
+        from engine.api.events import GenerationParams  # worker thread only
 
         before = len(getattr(session, "turns", ()))
         pieces: list[str] = []

@@ -61,7 +61,7 @@ def load_ours(ck: str, device: str, dtype: torch.dtype):
 
 def new_session(session, cache_kind: str, max_tokens: int | None):
     from engine.chat import ChatSession
-    from engine.kv_cache import CacheConfig
+    from engine.cache import CacheConfig
 
     if getattr(session, "cache", None) is not None and hasattr(session.cache, "release"):
         session.cache.release()
@@ -71,7 +71,7 @@ def new_session(session, cache_kind: str, max_tokens: int | None):
 
 def ours_generate(session, text: str, images, n: int, device: str):
     """Streams one answer; returns (token ids, ttft_s wall, decode tok/s wall, prompt ids)."""
-    from engine.events import DoneEvent, GenerationParams, TokenEvent
+    from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 
     params = GenerationParams(max_new_tokens=n, ignore_eos=True, temperature=0.0)
     sync(device)
@@ -176,7 +176,7 @@ def bench_decode_gpu_variants(args, ours, ref, device: str) -> dict:
     """CUDA: our decode step by step kind (eager; PyTorch step in a CUDA graph; fused Triton step in a
     CUDA graph), with and without the pipelined token loop, for both caches; the Triton step's
     profile; transformers eager (+ optional static cache and compile)."""
-    from engine.models.smolvlm.static_decode import StaticDecoder
+    from engine.models.llama.static_decode import StaticDecoder
 
     model, _ = ref
     n = args.new_tokens
@@ -304,7 +304,7 @@ def ttft_breakdown(args, ours, device: str, repeats: int = 3) -> dict:
     load_image + preprocess (host), prompt ids (tokenizer), vision (tiles to the device, SigLIP +
     connector, features into the prompt embeddings), prefill of the whole prompt."""
     from engine.chat import Turn
-    from engine.kv_cache import CacheConfig
+    from engine.cache import CacheConfig
 
     phases = {"preprocess": [], "prompt": [], "vision": [], "prefill": []}
     m = ours.model
@@ -354,7 +354,7 @@ print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "first_token_s": t3 -
 # From the load call to a model ready (``load``), then one greedy token of a short text prompt
 # (``first``): "cold load to first token possible" is load_s + that first answer token.
 CHILD = {
-    "ours": ("from engine.chat import ChatSession\nfrom engine.events import GenerationParams",
+    "ours": ("from engine.chat import ChatSession\nfrom engine.api.events import GenerationParams",
              "s = ChatSession.load({ck!r}, device={dev!r}, dtype={dt!r})",
              "for _ in s.send('Hello!', params=GenerationParams(max_new_tokens=1, temperature=0.0)): pass"),
     "transformers": ("import transformers",
@@ -415,8 +415,8 @@ print(json.dumps({{"peak_bytes": torch.cuda.max_memory_allocated() - base,
 MEM_BODY = {
     "ours": """
 from engine.chat import ChatSession
-from engine.kv_cache import CacheConfig
-from engine.events import GenerationParams
+from engine.cache import CacheConfig
+from engine.api.events import GenerationParams
 s = ChatSession.load({ck!r}, device="cuda", dtype="bfloat16", cache_config=CacheConfig(kind="contiguous", max_tokens={mt}))
 for ev in s.send({prompt!r}, images=[{image!r}], params=GenerationParams(max_new_tokens=16, ignore_eos=True)):
     pass
@@ -450,7 +450,7 @@ def bench_memory(args) -> dict:
 
 def bench_int8(args, ours, device: str) -> dict:
     """Weight-only int8 decode speed (same prompt as ``decode``) and greedy agreement with float32."""
-    from engine.models.quantize import quantize_int8
+    from engine.layers.linear import quantize_int8
 
     fp32 = ours.model
     n = args.new_tokens
@@ -482,7 +482,7 @@ def bench_int8(args, ours, device: str) -> dict:
     # argmax equal float32's at each generated position? (Prefix agreement ends at the first flip;
     # with random weights the top logits are close, so one flip is likely.)
     forced_same, forced_total, max_abs = 0, 0, 0.0
-    from engine.kv_cache import CacheConfig
+    from engine.cache import CacheConfig
 
     for p in FIXED_PROMPTS:
         ids, _, _ = session_prompt(ours, p)

@@ -29,7 +29,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.kv_cache import CacheShape, ContiguousKVCache, PagedKVCache  # noqa: E402
+from engine.cache import CacheShape, ContiguousKVCache, PagedKVCache  # noqa: E402
 
 SMOLVLM_256M = CacheShape(num_layers=30, num_kv_heads=3, head_dim=64)  # text model of SmolVLM-256M
 MAX_TOKENS = 8192
@@ -56,7 +56,7 @@ def reserved_bytes(dtype: torch.dtype, tokens: list[int]) -> dict[str, list[int]
 def chat_rows(checkpoint: str, turns: int) -> tuple[list[str], list[list[str]]]:
     """A real ChatSession conversation; one row per turn (see the module docstring)."""
     from engine.chat import ChatSession  # noqa: PLC0415
-    from engine.events import DoneEvent, GenerationParams  # noqa: PLC0415
+    from engine.api.events import DoneEvent, GenerationParams  # noqa: PLC0415
 
     images = sorted((REPO.parent / "shared" / "images").glob("*.png"))[:2]
     script = [("What is in this image?", [images[0]], "full"), ("Tell me more about it.", [], "full"),

@@ -36,10 +36,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.device import choose_device, choose_dtype  # noqa: E402
-from engine.events import GenerationParams  # noqa: E402
-from engine.kv_cache import CacheConfig  # noqa: E402
+from engine.api.events import GenerationParams  # noqa: E402
+from engine.cache import CacheConfig  # noqa: E402
 from engine.sampling import make_sampler  # noqa: E402
-from engine.speculative import PromptLookupDrafter, SpeculativeDecoder, token_stream  # noqa: E402
+from engine.generate import token_stream  # noqa: E402
+from engine.speculative import PromptLookupDrafter, SpeculativeDecoder  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SHARED_CONFIG = Path(os.environ.get("SMOLCHAT_SHARED", HERE.parent.parent / "shared")) / "models" / "SmolVLM-256M-Instruct"
@@ -47,15 +48,15 @@ SHARED_CONFIG = Path(os.environ.get("SMOLCHAT_SHARED", HERE.parent.parent / "sha
 
 def build_model(args, device, dtype):
     if args.model:
-        from engine.loader import load_model
+        from engine.registry import load_model
 
         return load_model(args.model, device, dtype)
-    from engine.metadata import ModelMetadata
+    from engine.registry import parse_metadata
     from engine.models.smolvlm import SmolVlmModel
     from engine.sources import ModelSource
     from tools.make_checkpoint import random_state_dict
 
-    meta = ModelMetadata.from_dicts(json.loads((Path(args.config) / "config.json").read_text()),
+    meta = parse_metadata(json.loads((Path(args.config) / "config.json").read_text()),
                                     {"eos_token_id": 49279}, name="smolvlm-256m-random")
 
     class RandomSource(ModelSource):

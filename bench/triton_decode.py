@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engine.kv_cache import CacheConfig  # noqa: E402
-from engine.models.smolvlm.static_decode import StaticDecoder  # noqa: E402
+from engine.cache import CacheConfig  # noqa: E402
+from engine.models.llama.static_decode import StaticDecoder  # noqa: E402
 
 TEXT_PROMPT = "Write a short story about a robot who learns to paint, in about two hundred words."
 
@@ -367,7 +367,7 @@ def main(argv=None) -> int:
                     rates.append(rate)
                 s[f"{mode}_tok_s"] = statistics.median(rates[1:])
                 print(f"  session (paged, streaming) {mode}: {s[f'{mode}_tok_s']:.1f} tok/s", flush=True)
-            except Exception as exc:  # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 s[f"{mode}_error"] = traceback.format_exc()[-1500:]
         res["session_paged"] = s
     save()

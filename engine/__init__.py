@@ -1,11 +1,12 @@
-"""Smolchat's inference engine: SmolVLM (Idefics3) on CUDA, MPS or CPU, in pure PyTorch.
+"""Smolchat's inference engine: SmolVLM and Llama-family models on CUDA, MPS or CPU, in pure PyTorch.
 
 No Qt and no transformers below this package. The public API is re-exported here. Names that need
 torch (``load_model``, ``ChatSession``, ``CacheConfig`` ...) are imported on first use, so that
-``engine.events`` and ``engine.errors`` stay importable by the app's UI thread without torch.
+``engine.api.events`` and ``engine.api.errors`` stay importable by the app's UI thread without torch.
 """
 
-from engine.errors import (
+from engine.api.capabilities import Capabilities
+from engine.api.errors import (
     ConfigError,
     DownloadCancelled,
     DownloadError,
@@ -16,21 +17,29 @@ from engine.errors import (
     UnsupportedModelError,
     UnsupportedOperation,
 )
-from engine.events import DoneEvent, GenerationEvent, GenerationParams, GenerationStats, TokenEvent
+from engine.api.events import (
+    DoneEvent,
+    GenerationEvent,
+    GenerationParams,
+    GenerationStats,
+    TokenEvent,
+)
 
 _LAZY = {
-    "load_model": "engine.loader",
+    "load_model": "engine.registry",
     "ChatSession": "engine.chat",
-    "CacheConfig": "engine.kv_cache",
-    "KVCache": "engine.kv_cache",
-    "ContiguousKVCache": "engine.kv_cache",
-    "PagedKVCache": "engine.kv_cache",
+    "load_components": "engine.registry",
+    "CacheConfig": "engine.cache",
+    "KVCache": "engine.cache",
+    "ContiguousKVCache": "engine.cache",
+    "PagedKVCache": "engine.cache",
     "GenerativeModel": "engine.models.base",
-    "ModelMetadata": "engine.metadata",
+    "ModelMetadata": "engine.models.config",
     "LocalDirSource": "engine.sources",
     "HubSource": "engine.sources",
     "Tokenizer": "engine.tokenizer",
-    "ImageProcessor": "engine.processing",
+    "ImageProcessor": "engine.models.smolvlm.processing",
+    "token_stream": "engine.generate",
     "Embedder": "engine.embeddings",
     "embed": "engine.embeddings",
     "PerplexityResult": "engine.perplexity",
@@ -48,6 +57,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Capabilities",
     "ConfigError",
     "DoneEvent",
     "DownloadCancelled",

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
-from engine.errors import EngineError
-from engine.events import DoneEvent, GenerationParams
+from engine.api.errors import EngineError
+from engine.api.events import DoneEvent, GenerationParams
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -70,15 +69,15 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from engine.cache import CacheConfig
     from engine.chat import ChatSession
-    from engine.kv_cache import CacheConfig
 
     params = GenerationParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
         ignore_eos=args.ignore_eos, image_detail=args.image_detail,
     )
-    from engine.processing import load_image
+    from engine.models.smolvlm.processing import load_image
 
     for image in args.image:  # bad images fail here, before seconds of model loading
         load_image(image)
@@ -127,55 +126,21 @@ def _stats_json(stats) -> dict:
     return {k: d[k] for k in keys}
 
 
-def model_info(path_or_repo_id: str) -> dict:
-    """Metadata and capabilities of a checkpoint, read from its headers (no weights loaded)."""
-    import torch
-
-    from engine.loader import model_class
-    from engine.sources import resolve_source
-
-    source = resolve_source(path_or_repo_id)
-    meta = source.metadata()
-    cls = model_class(meta.model_type)
-    with torch.device("meta"):
-        probe = cls(meta)
-    shapes = source.tensor_shapes()
-    t, v = meta.text, meta.vision
-    return {
-        "name": meta.name, "folder": str(source.folder), "model_type": meta.model_type,
-        "parameters": sum(math.prod(s) for s in shapes.values()), "tensors": len(shapes),
-        "text": {"hidden_size": t.hidden_size, "layers": t.num_hidden_layers, "heads": t.num_attention_heads,
-                 "kv_heads": t.num_key_value_heads, "head_dim": t.head_dim, "vocab_size": t.vocab_size,
-                 "rope_theta": t.rope_theta},
-        "vision": {"hidden_size": v.hidden_size, "layers": v.num_hidden_layers, "image_size": v.image_size,
-                   "patch_size": v.patch_size, "image_tokens_per_tile": meta.image_seq_len},
-        "eos_token_ids": list(meta.eos_token_ids),
-        "capabilities": {"vision": True, "embeddings": probe.supports_hidden_states(),
-                         "speculative_decoding": probe.supports_decode_all_logits(),
-                         "paged_cache": _has_paged_cache(), "max_context": meta.max_context},
-    }
-
-
-def _has_paged_cache() -> bool:
-    try:
-        from engine.kv_cache import PagedKVCache  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _info(args: argparse.Namespace) -> int:
+    from engine.validate import model_info
+
     info = model_info(args.model)
     if args.json:
         print(json.dumps(info))
         return 0
     print(f"{info['name']}  ({info['model_type']}, {info['parameters'] / 1e6:.1f}M parameters, {info['tensors']} tensors)")
     print(f"  folder        {info['folder']}")
-    t, v = info["text"], info["vision"]
+    t, v = info["text"], info.get("vision")
     print(f"  text          {t['layers']} layers, hidden {t['hidden_size']}, heads {t['heads']}/{t['kv_heads']} "
           f"(q/kv), head_dim {t['head_dim']}, vocab {t['vocab_size']}, rope_theta {t['rope_theta']:g}")
-    print(f"  vision        {v['layers']} layers, hidden {v['hidden_size']}, {v['image_size']} px tiles, "
-          f"patch {v['patch_size']}, {v['image_tokens_per_tile']} tokens per tile")
+    if v is not None:
+        print(f"  vision        {v['layers']} layers, hidden {v['hidden_size']}, {v['image_size']} px tiles, "
+              f"patch {v['patch_size']}, {v['image_tokens_per_tile']} tokens per tile")
     print(f"  eos ids       {info['eos_token_ids']}")
     for k, val in info["capabilities"].items():
         print(f"  {k:<20} {'yes' if val is True else 'no' if val is False else val}")
@@ -197,8 +162,8 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _perplexity(args: argparse.Namespace) -> int:
-    from engine.loader import load_model
     from engine.perplexity import perplexity
+    from engine.registry import load_model
     from engine.sources import resolve_source
     from engine.tokenizer import Tokenizer
 

@@ -10,7 +10,7 @@ regenerated answer or an edited message prefills only what actually changed.
 When a turn would not fit the context (the cache's capacity, at most ``max_position_embeddings``)
 with room for an answer, the oldest whole exchanges are dropped (a user message with its answers;
 never the system prompt, never part of an image) and the stats say so. A message that does not fit
-even alone raises :class:`~engine.errors.PromptTooLongError` before any work is done.
+even alone raises :class:`~engine.api.errors.PromptTooLongError` before any work is done.
 
 Answers stream through a detokenizer that never splits a UTF-8 character and never emits stop tokens.
 """
@@ -25,13 +25,20 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import PromptTooLongError
-from engine.events import DoneEvent, GenerationEvent, GenerationParams, GenerationStats, TokenEvent
-from engine.kv_cache import CacheConfig, KVCache
+from engine.api.errors import PromptTooLongError
+from engine.api.events import (
+    DoneEvent,
+    GenerationEvent,
+    GenerationParams,
+    GenerationStats,
+    TokenEvent,
+)
+from engine.cache import CacheConfig, KVCache
+from engine.generate import token_stream
 from engine.models.base import GenerativeModel
-from engine.processing import ImageProcessor, ProcessedImage
+from engine.models.smolvlm.processing import ImageProcessor, ProcessedImage
 from engine.sampling import make_sampler
-from engine.speculative import SpeculativeDecoder, token_stream
+from engine.speculative import SpeculativeDecoder
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
 ImageInput = str | Path | bytes
@@ -94,8 +101,8 @@ class ChatSession:
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
              cache_config: CacheConfig | None = None, weights: str | None = None, **kwargs) -> ChatSession:
         """Model, tokenizer and image processor from one checkpoint folder or Hub repository id
-        (``weights``: see :func:`engine.loader.load_model`)."""
-        from engine.loader import load_components
+        (``weights``: see :func:`engine.registry.load_model`)."""
+        from engine.registry import load_components
 
         return cls(*load_components(path_or_repo_id, device, dtype, weights), cache_config,
                    name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
@@ -111,7 +118,7 @@ class ChatSession:
     @property
     def weights(self) -> str:
         """``int8`` when the weights were quantized (``weights="int8"`` on the CPU), else the dtype."""
-        from engine.models.quantize import is_quantized
+        from engine.layers.linear import is_quantized
 
         return "int8" if is_quantized(self.model) else self.dtype
 
@@ -186,13 +193,13 @@ class ChatSession:
 
     def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
         """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:
-        no resize, no tiles). Raises :class:`~engine.errors.ImageError` for unreadable files."""
-        from engine.processing import image_size
+        no resize, no tiles). Raises :class:`~engine.api.errors.ImageError` for unreadable files."""
+        from engine.models.smolvlm.processing import image_size
 
         return self.processor.count_image_tokens(*image_size(image), detail)
 
     def preprocess(self, images: Sequence[ImageInput], detail: str = "full") -> list[ProcessedImage]:
-        """Load and tile images. Raises :class:`~engine.errors.ImageError` for unreadable files."""
+        """Load and tile images. Raises :class:`~engine.api.errors.ImageError` for unreadable files."""
         return [self.processor(img, detail=detail) for img in images]
 
     # -- generation -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from engine.errors import EngineError
+from engine.api.errors import EngineError
 
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,

@@ -28,9 +28,9 @@ from typing import Literal
 
 import torch
 
-from engine.kv_cache import CacheConfig
+from engine.cache import CacheConfig
 from engine.models.base import GenerativeModel
-from engine.processing import ImageProcessor
+from engine.models.smolvlm.processing import ImageProcessor
 from engine.tokenizer import Tokenizer
 
 Pooling = Literal["mean", "last"]
@@ -63,7 +63,7 @@ class Embedder:
     def __init__(self, model: GenerativeModel, tokenizer: Tokenizer, processor: ImageProcessor,
                  pooling: Pooling = "mean", chunk: int = 512):
         if not model.supports_hidden_states():
-            from engine.errors import UnsupportedOperation
+            from engine.api.errors import UnsupportedOperation
 
             raise UnsupportedOperation(f"{type(model).__name__} does not provide hidden states for embeddings")
         if pooling not in POOLINGS:
@@ -74,7 +74,7 @@ class Embedder:
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
              **kwargs) -> Embedder:
-        from engine.loader import load_components
+        from engine.registry import load_components
 
         return cls(*load_components(path_or_repo_id, device, dtype), **kwargs)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv_cache import CacheConfig
+from engine.cache import CacheConfig
 from engine.models.base import GenerativeModel
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from engine.events import GenerationParams
+from engine.api.events import GenerationParams
 
 Sampler = Callable[[torch.Tensor, Sequence[int]], int]
 

@@ -13,12 +13,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
 
-from engine.errors import DownloadCancelled, DownloadError, ModelLoadError
-from engine.metadata import ModelMetadata
+from engine.api.errors import DownloadCancelled, DownloadError, ModelLoadError
+
+if TYPE_CHECKING:
+    from engine.models.config import ModelMetadata
 
 SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -35,7 +38,9 @@ class ModelSource(abc.ABC):
         """Local folder holding config.json, tokenizer.json, chat_template.json, ..."""
 
     def metadata(self) -> ModelMetadata:
-        return ModelMetadata.from_folder(self.folder)
+        from engine.registry import read_metadata
+
+        return read_metadata(self.folder)
 
     @abc.abstractmethod
     def tensor_names(self) -> list[str]:

@@ -22,8 +22,8 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as _HfTokenizer
 
-from engine.errors import ConfigError
-from engine.processing import (
+from engine.api.errors import ConfigError
+from engine.models.smolvlm.processing import (
     FAKE_IMAGE_TOKEN,
     GLOBAL_IMAGE_TOKEN,
     IMAGE_TOKEN,

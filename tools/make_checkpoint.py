@@ -23,7 +23,8 @@ import torch
 from safetensors.torch import save_file
 
 from engine.device import DTYPES
-from engine.metadata import ModelMetadata
+from engine.models.smolvlm.config import SmolVlmMetadata
+from engine.registry import parse_metadata
 from engine.models.smolvlm import SmolVlmModel
 
 # A shape small enough for fast tests that keeps what the processor depends on: 512-px tiles,
@@ -41,7 +42,7 @@ def tiny_config(config: dict) -> dict:
     return cfg
 
 
-def random_state_dict(meta: ModelMetadata, seed: int = 0) -> dict[str, torch.Tensor]:
+def random_state_dict(meta: SmolVlmMetadata, seed: int = 0) -> dict[str, torch.Tensor]:
     """float32 tensors for every parameter of :class:`SmolVlmModel` built from ``meta``.
 
     Linear/conv weights ~ N(0, 1/fan_in) so activations keep unit scale through depth; norms get
@@ -84,7 +85,7 @@ def write_checkpoint(config_dir: str | Path, out_dir: str | Path, tiny: bool = F
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     gen_path = out_dir / "generation_config.json"
     generation = json.loads(gen_path.read_text()) if gen_path.exists() else None
-    meta = ModelMetadata.from_dicts(config, generation)
+    meta = parse_metadata(config, generation)
     state = {k: v.to(DTYPES[dtype]) for k, v in random_state_dict(meta, seed).items()}
     for old in out_dir.glob("*.safetensors"):
         old.unlink()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import Self
+from collections.abc import Iterable, Sequence
+from typing import Self, TypeVar
 
 import torch
 
-from engine.errors import UnsupportedOperation
-from engine.kv_cache import CacheConfig, KVCache
-from engine.metadata import ModelMetadata
+from engine.api.capabilities import Capabilities
+from engine.api.errors import UnsupportedOperation
+from engine.cache import CacheConfig, KVCache
+from engine.models.config import ModelMetadata
 from engine.sources import ModelSource
+
+T = TypeVar("T")
 
 
 def check_prefill_positions(pos: range, seq_len: int, cache_len: int) -> None:
@@ -56,8 +59,29 @@ class GenerativeModel(abc.ABC):
             ModelLoadError: a tensor is missing, mis-shaped or unreadable.
         """
 
+    @classmethod
+    def map_checkpoint(cls, items: Iterable[tuple[str, T]], meta: ModelMetadata) -> dict[str, T]:
+        """Checkpoint names -> this module tree's names (renames, dropped buffers, tied weights).
+
+        Used on tensors by ``load`` and on shapes by :func:`engine.validate.check_checkpoint`, so both
+        see the same names. Default: the names as they are.
+        """
+        return dict(items)
+
     @abc.abstractmethod
     def create_kv_cache(self, config: CacheConfig) -> KVCache: ...
+
+    def capabilities(self) -> Capabilities:
+        """What this model can do, derived from its own methods and metadata (never a hard-coded copy)."""
+        meta = self.metadata
+        all_logits = self.supports_decode_all_logits()
+        return Capabilities(vision=meta.takes_images, video=self.supports_video(),
+                            embeddings=self.supports_hidden_states(), all_logits=all_logits,
+                            speculative=all_logits, max_context=meta.max_context,
+                            image_tokens_per_tile=meta.image_seq_len)
+
+    def supports_video(self) -> bool:
+        return False
 
     @abc.abstractmethod
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import ImageError, ModelLoadError
-from engine.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
+from engine.api.errors import ImageError, ModelLoadError
+from engine.api.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
 
 
 @dataclass

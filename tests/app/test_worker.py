@@ -143,7 +143,7 @@ def test_cancel_when_idle_does_not_poison_next_answer(qtbot, start):
 
 
 def test_describe_error_keeps_engine_messages_and_names_others():
-    from engine.errors import PromptTooLongError
+    from engine.api.errors import PromptTooLongError
 
     assert describe_error(PromptTooLongError("prompt has 9000 tokens, context is 8192")) == (
         "prompt has 9000 tokens, context is 8192"

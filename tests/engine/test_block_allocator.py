@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.block_allocator import BlockAllocator, OutOfBlocksError
-from engine.errors import EngineError
+from engine.cache.block_allocator import BlockAllocator, OutOfBlocksError
+from engine.api.errors import EngineError
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, engine.block_allocator; print('torch' in sys.modules)"
+    code = "import sys, engine.cache.block_allocator; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

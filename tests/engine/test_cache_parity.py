@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.kv_cache import CacheConfig, KVCache, PagedKVCache
+from engine.cache import CacheConfig, KVCache, PagedKVCache
 from engine.models.smolvlm import SmolVlmModel
 from engine.sources import LocalDirSource
 

@@ -8,9 +8,9 @@ import torch
 from PIL import Image
 
 from engine.chat import ChatSession
-from engine.errors import ImageError, PromptTooLongError
-from engine.events import DoneEvent, GenerationParams, TokenEvent
-from engine.kv_cache import CacheConfig
+from engine.api.errors import ImageError, PromptTooLongError
+from engine.api.events import DoneEvent, GenerationParams, TokenEvent
+from engine.cache import CacheConfig
 
 transformers = pytest.importorskip("transformers")
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from engine.chat import ChatSession
-from engine.errors import ImageError, PromptTooLongError
-from engine.events import DoneEvent, GenerationParams, TokenEvent
-from engine.kv_cache import CacheConfig, ContiguousKVCache, PagedKVCache
+from engine.api.errors import ImageError, PromptTooLongError
+from engine.api.events import DoneEvent, GenerationParams, TokenEvent
+from engine.cache import CacheConfig, ContiguousKVCache, PagedKVCache
 
 KINDS = ["paged", "contiguous"]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine.embeddings import Embedder, content_mask
-from engine.kv_cache import CacheConfig
+from engine.cache import CacheConfig
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,7 +6,6 @@ The fake copies a checkpoint folder file by file into a cache folder, reporting 
 
 from __future__ import annotations
 
-import shutil
 import threading
 
 import huggingface_hub
@@ -18,8 +17,8 @@ try:  # huggingface_hub's HTTP client (httpx2 from hub 2.x, httpx before)
 except ImportError:  # pragma: no cover
     import httpx
 
-from engine.errors import DownloadCancelled, DownloadError, ModelLoadError
-from engine.loader import load_model
+from engine.api.errors import DownloadCancelled, DownloadError, ModelLoadError
+from engine.registry import load_model
 from engine.sources import HUB_ALLOW_PATTERNS, HubSource, resolve_source
 
 

@@ -15,8 +15,8 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.errors import EngineError, PromptTooLongError
-from engine.kv_cache import (
+from engine.api.errors import EngineError, PromptTooLongError
+from engine.cache import (
     BlockAllocator,
     CacheConfig,
     CacheShape,
@@ -24,9 +24,9 @@ from engine.kv_cache import (
     KVCache,
     OutOfBlocksError,
     PagedKVCache,
-    causal_attention,
     create_kv_cache,
 )
+from engine.layers.attention import causal_attention
 
 KINDS = ["contiguous", "paged"]
 SMOLVLM = (CacheShape(num_layers=2, num_kv_heads=3, head_dim=64), 9)  # SmolVLM-256M heads, 2 layers
@@ -74,8 +74,10 @@ def feed(cache: KVCache, seq: Seq, start: int, end: int) -> list[torch.Tensor]:
     """Run positions ``[start, end)`` of ``seq`` through ``cache`` as one step, like the model does."""
     assert cache.seq_len == start
     cache.begin_forward(end - start)
-    outs = [cache.attend(layer, seq.q[layer][:, :, start:end], seq.k[layer][:, :, start:end],
-                         seq.v[layer][:, :, start:end]) for layer in range(len(seq.q))]
+    outs = []
+    for layer in range(len(seq.q)):
+        keys, values = cache.update(layer, seq.k[layer][:, :, start:end], seq.v[layer][:, :, start:end])
+        outs.append(causal_attention(seq.q[layer][:, :, start:end], keys, values, past=start))
     cache.end_forward()
     return outs
 
@@ -336,18 +338,18 @@ def test_paged_rejects_batches():
     shape, heads = TINY
     cache = make_cache("paged", shape, max_tokens=8, block_size=4)
     cache.begin_forward(1)
-    q, kv = torch.zeros(2, heads, 1, 4), torch.zeros(2, 1, 1, 4)
+    kv = torch.zeros(2, 1, 1, 4)
     with pytest.raises(ValueError, match="batch size must be 1, got B=2"):
-        cache.attend(0, q, kv, kv)
+        cache.update(0, kv, kv)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_attend_checks_the_reserved_length(kind):
+def test_update_checks_the_reserved_length(kind):
     cache = make_cache(kind, TINY[0], 8, block_size=4)
     cache.begin_forward(2)
     t = torch.zeros(1, 1, 3, 4)
-    with pytest.raises(ValueError, match="attend got 3 new positions, begin_forward reserved 2"):
-        cache.attend(0, torch.zeros(1, 2, 3, 4), t, t)
+    with pytest.raises(ValueError, match="update got 3 new positions, begin_forward reserved 2"):
+        cache.update(0, t, t)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -358,7 +360,7 @@ def test_abort_forward_drops_the_reservation(kind):
     feed(cache, seq, 0, 3)
     used = cache.nbytes
     cache.begin_forward(6)
-    cache.attend(0, seq.q[0][:, :, 3:9], seq.k[0][:, :, 3:9], seq.v[0][:, :, 3:9])  # layer 1 "fails"
+    cache.update(0, seq.k[0][:, :, 3:9], seq.v[0][:, :, 3:9])  # layer 1 "fails"
     cache.abort_forward()
     assert (cache.seq_len, cache.nbytes) == (3, used)
     assert_matches_reference([(3, 10, feed(cache, seq, 3, 10))], seq)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.errors import ConfigError, ModelLoadError, UnsupportedModelError
-from engine.kv_cache import CacheConfig
-from engine.loader import load_model
-from engine.metadata import ModelMetadata
+from engine.api.errors import ConfigError, ModelLoadError, UnsupportedModelError
+from engine.cache import CacheConfig
+from engine.registry import load_model
+from engine.registry import read_metadata
 from engine.sources import LocalDirSource
 from tools.make_checkpoint import write_checkpoint
 
@@ -39,7 +39,9 @@ def test_sharded_checkpoint_equals_single_file(tiny_checkpoint, tmp_path):
     assert json.loads((sharded / "model.safetensors.index.json").read_text())["weight_map"]
     a = load_model(tiny_checkpoint, device="cpu")
     b = load_model(sharded, device="cpu")
-    assert torch.equal(_logits(a), _logits(b))
+    # Same tensors; a matmul may still take another kernel path for differently aligned buffers
+    # (seen on an AVX-512 EPYC): equal within float32 rounding, not necessarily bit for bit.
+    torch.testing.assert_close(_logits(a), _logits(b), rtol=0, atol=1e-5)
 
 
 def test_missing_tensor_is_named(broken):
@@ -71,7 +73,7 @@ def test_missing_config_key_names_file_and_key(broken):
     del cfg["text_config"]["num_hidden_layers"]
     (broken / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match=r"config\.json text_config: required key 'num_hidden_layers'"):
-        ModelMetadata.from_folder(broken)
+        read_metadata(broken)
 
 
 def test_missing_and_corrupt_files(broken, tmp_path):
@@ -85,7 +87,7 @@ def test_missing_and_corrupt_files(broken, tmp_path):
         LocalDirSource(broken)
     (broken / "config.json").write_text("{ truncated")
     with pytest.raises(ConfigError, match="cannot read JSON"):
-        ModelMetadata.from_folder(broken)
+        read_metadata(broken)
 
 
 def test_tied_lm_head_is_used_when_absent(broken):

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import ConfigError
-from engine.metadata import ModelMetadata
+from engine.api.errors import ConfigError
+from engine.registry import parse_metadata, read_metadata
 
 
 def test_real_256m_config(model_config_dir):
-    m = ModelMetadata.from_folder(model_config_dir)
+    m = read_metadata(model_config_dir)
     assert m.model_type == "idefics3"
     assert (m.text.hidden_size, m.text.num_hidden_layers, m.text.num_attention_heads) == (576, 30, 9)
     assert (m.text.num_key_value_heads, m.text.head_dim, m.text.num_key_value_groups) == (3, 64, 3)
@@ -28,7 +28,7 @@ def _minimal(**text):
 
 
 def test_transformers5_rope_parameters_and_eos_fallback():
-    m = ModelMetadata.from_dicts(_minimal(rope_parameters={"rope_theta": 130000.0, "rope_type": "default"},
+    m = parse_metadata(_minimal(rope_parameters={"rope_theta": 130000.0, "rope_type": "default"},
                                           eos_token_id=[5, 6]))
     assert m.text.rope_theta == 130000.0
     assert m.eos_token_ids == (5, 6)
@@ -37,10 +37,10 @@ def test_transformers5_rope_parameters_and_eos_fallback():
 
 def test_missing_rope_theta_is_an_error_not_a_default():
     with pytest.raises(ConfigError, match="rope_theta is missing"):
-        ModelMetadata.from_dicts(_minimal())
+        parse_metadata(_minimal())
 
 
 def test_unknown_keys_ignored_and_generation_eos_wins():
-    m = ModelMetadata.from_dicts(_minimal(rope_theta=1e5, eos_token_id=2, foo="bar"),
+    m = parse_metadata(_minimal(rope_theta=1e5, eos_token_id=2, foo="bar"),
                                  {"eos_token_id": 49279, "unknown": 1})
     assert m.eos_token_ids == (49279,)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.kv_cache import CacheConfig
+from engine.cache import CacheConfig
 from engine.models.smolvlm import SmolVlmModel
 from engine.sources import LocalDirSource
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from engine.kv_cache import CacheConfig
+from engine.cache import CacheConfig
 from engine.models.smolvlm import SmolVlmModel
 from engine.perplexity import perplexity, token_nll, windows
 from engine.sources import LocalDirSource

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from engine.chat import ChatSession
-from engine.events import DoneEvent, GenerationParams, TokenEvent
-from engine.kv_cache import CacheConfig
-from engine.loader import load_components
+from engine.api.events import DoneEvent, GenerationParams, TokenEvent
+from engine.cache import CacheConfig
+from engine.registry import load_components
 from engine.sampling import make_sampler
-from engine.speculative import token_stream
+from engine.generate import token_stream
 
 PROMPT = [1, 4093, 42, 1159, 314, 253, 1345, 49279, 198, 9519, 42]
 

@@ -1,4 +1,4 @@
-"""engine.processing against transformers' Idefics3 PIL-backend image processor (the oracle).
+"""engine.models.smolvlm.processing against transformers' Idefics3 PIL-backend image processor (the oracle).
 
 Pixel tiles must match within 1e-6 (they match exactly in practice), with the same grid and tile
 count. Note: transformers 5 converts to RGB (compositing alpha over white) BEFORE resizing, unlike
@@ -15,8 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from engine.errors import ConfigError, ImageError
-from engine.processing import (
+from engine.api.errors import ConfigError, ImageError
+from engine.models.smolvlm.processing import (
     IMAGE_PLACEHOLDER,
     ImageProcessor,
     ProcessedImage,
@@ -301,7 +301,7 @@ def test_token_count_from_size_equals_preprocessing(processor, size, detail):
 
 
 def test_image_size_reads_the_header_and_applies_exif_rotation(processor, tmp_path):
-    from engine.processing import image_size, load_image
+    from engine.models.smolvlm.processing import image_size, load_image
 
     path = tmp_path / "rotated.jpg"
     exif = Image.Exif()

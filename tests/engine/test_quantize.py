@@ -8,11 +8,11 @@ import torch
 from torch import nn
 
 from engine.chat import ChatSession
-from engine.errors import EngineError
-from engine.events import GenerationParams, TokenEvent
-from engine.kv_cache import CacheConfig
-from engine.loader import WEIGHTS_ENV, load_model
-from engine.models.quantize import Int8Linear, is_quantized, quantize_int8
+from engine.api.errors import EngineError
+from engine.api.events import GenerationParams, TokenEvent
+from engine.cache import CacheConfig
+from engine.registry import WEIGHTS_ENV, load_model
+from engine.layers.linear import Int8Linear, is_quantized, quantize_int8
 
 
 def test_int8_linear_matches_its_dequantized_weights():

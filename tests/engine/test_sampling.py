@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.events import GenerationParams
+from engine.api.events import GenerationParams
 from engine.sampling import apply_repetition_penalty, filter_logits, make_sampler
 
 

@@ -11,12 +11,13 @@ from collections import Counter
 import pytest
 import torch
 
-from engine.events import GenerationParams
-from engine.kv_cache import CacheConfig
+from engine.api.events import GenerationParams
+from engine.cache import CacheConfig
 from engine.models.smolvlm import SmolVlmModel
 from engine.sampling import make_sampler
 from engine.sources import LocalDirSource
-from engine.speculative import PromptLookupDrafter, SpeculativeDecoder, token_stream
+from engine.generate import token_stream
+from engine.speculative import PromptLookupDrafter, SpeculativeDecoder
 
 IMAGE, FAKE, GLOBAL = 49190, 49189, 49152
 TEXT_PROMPT = [1, 4093, 42, 1159, 314, 253, 1345, 49279, 198, 9519, 42]
@@ -226,17 +227,26 @@ def test_sampled_output_keeps_the_target_distribution(params):
     assert chi2 < limit, (chi2, limit)
 
 
-def test_info_lists_every_capability(tiny_checkpoint):
-    from engine.__main__ import model_info
+def test_capabilities_follow_the_model(tiny_checkpoint):
+    """``info`` reads capabilities from the model's own methods: a model that drops one says so."""
+    from engine.validate import model_info
 
     caps = model_info(str(tiny_checkpoint))["capabilities"]
-    assert caps == {"vision": True, "embeddings": True, "speculative_decoding": True, "paged_cache": True,
-                    "max_context": 8192}
+    assert caps["vision"] and caps["embeddings"] and caps["all_logits"] and caps["speculative"]
+    assert caps["image_tokens_per_tile"] == 64 and caps["max_context"] == 8192
+
+    class NoVerify(SmolVlmModel):
+        def supports_decode_all_logits(self) -> bool:
+            return False
+
+    model = NoVerify.load(LocalDirSource(tiny_checkpoint), torch.device("cpu"))
+    got = model.capabilities()
+    assert (got.all_logits, got.speculative, got.embeddings) == (False, False, True)
 
 
 # -- through ChatSession.send ---------------------------------------------------------------------
 def session_tokens(session, text, images=(), n=40, **kw):
-    from engine.events import DoneEvent, TokenEvent
+    from engine.api.events import DoneEvent, TokenEvent
 
     events = list(session.send(text, images=images, params=GenerationParams(max_new_tokens=n, ignore_eos=True, **kw)))
     assert isinstance(events[-1], DoneEvent) and events[-1].finish_reason == "length", events[-1]

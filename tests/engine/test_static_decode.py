@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.kv_cache import CacheConfig
+from engine.cache import CacheConfig
 from engine.models.smolvlm import SmolVlmModel
-from engine.models.smolvlm.static_decode import bucket_for
+from engine.models.llama.static_decode import bucket_for
 from engine.sources import LocalDirSource
 
 

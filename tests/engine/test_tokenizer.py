@@ -12,10 +12,9 @@ import random
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from engine.errors import ConfigError
-from engine.processing import ImageProcessor, load_image
+from engine.api.errors import ConfigError
+from engine.models.smolvlm.processing import ImageProcessor, load_image
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
 REFERENCE_PROMPT = "<|im_start|>User:<image>Can you describe this image?<end_of_utterance>\nAssistant:"

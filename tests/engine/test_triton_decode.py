@@ -1,4 +1,4 @@
-"""The fused Triton decode step (``engine.models.smolvlm.triton_decode``) against the eager decode,
+"""The fused Triton decode step (``engine.models.llama.triton_decode``) against the eager decode,
 run under the Triton interpreter on the CPU (``TRITON_INTERPRET=1``, float32, tiny model): same
 greedy tokens and logits within float32 rounding, for contiguous and paged caches, across a KV
 bucket boundary (256) and paged block boundaries (16) with arena growth. Skipped without Triton."""
@@ -20,7 +20,7 @@ triton = pytest.importorskip("triton")
 
 from tests.engine.test_static_decode import run_greedy  # noqa: E402
 from engine.models.smolvlm import SmolVlmModel  # noqa: E402
-from engine.models.smolvlm.static_decode import StaticDecoder, triton_wanted  # noqa: E402
+from engine.models.llama.static_decode import StaticDecoder, triton_wanted  # noqa: E402
 from engine.sources import LocalDirSource  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def kernels():
     """The kernel module, built in interpreter mode."""
     if _TRITON_PREIMPORTED or os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton was imported before TRITON_INTERPRET=1 could be set; run with TRITON_INTERPRET=1")
-    name = "engine.models.smolvlm.triton_decode"
+    name = "engine.models.llama.triton_decode"
     return importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
 
 

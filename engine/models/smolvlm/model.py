@@ -8,7 +8,6 @@ tower runs once, at prefill.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Sequence
 from typing import Self
 
@@ -16,14 +15,14 @@ import torch
 from torch import nn
 
 from engine.device import choose_dtype, choose_vision_dtype, single_thread
-from engine.errors import ModelLoadError
-from engine.kv_cache import CacheConfig, CacheShape, KVCache, create_kv_cache
-from engine.metadata import ModelMetadata
-from engine.models.base import GenerativeModel, check_prefill_positions
+from engine.models.base import GenerativeModel
+from engine.models.llama.decoder import LlamaDecoder
+from engine.models.llama.lm import LlamaLM
+from engine.models.smolvlm.config import SmolVlmMetadata
 from engine.models.smolvlm.connector import Connector
-from engine.models.smolvlm.text import TextModel
 from engine.models.smolvlm.vision import VisionTransformer
 from engine.sources import ModelSource
+from engine.validate import check_state
 
 # Tiles per vision-tower call: bounds the [tiles, heads, 1024, 1024] attention scores on the CPU.
 # On a GPU 4 tiles (4096 tokens per matmul) already fill an H200 and keep activations (the
@@ -35,11 +34,11 @@ VISION_TILE_CHUNK_GPU = 4
 class Idefics3Inner(nn.Module):
     """``model.*`` of the checkpoint: ``vision_model``, ``connector``, ``text_model``."""
 
-    def __init__(self, meta: ModelMetadata):
+    def __init__(self, meta: SmolVlmMetadata):
         super().__init__()
         self.vision_model = VisionTransformer(meta.vision)
         self.connector = Connector(meta.vision.hidden_size, meta.text.hidden_size, meta.scale_factor)
-        self.text_model = TextModel(meta.text)
+        self.text_model = LlamaDecoder(meta.text)
 
 
 def sanitize(names_and_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -57,68 +56,55 @@ def sanitize(names_and_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str,
     return out
 
 
-class SmolVlmModel(GenerativeModel, nn.Module):
-    """SmolVLM-256M/500M/2.2B-Instruct and SmolVLM2 (``model_type`` idefics3 / smolvlm)."""
+class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
+    """SmolVLM-256M/500M/2.2B-Instruct and SmolVLM2 (``model_type`` idefics3 / smolvlm).
 
-    #: Decode through :class:`StaticDecoder` (a CUDA graph per KV bucket): ``None`` = on CUDA only.
-    static_decode: bool | None = None
+    Prefill and decode come from :class:`LlamaLM` over ``model.text_model``; this class adds the
+    vision tower, the connector and the splicing of image features into the prompt.
+    """
 
-    def __init__(self, meta: ModelMetadata):
+    def __init__(self, meta: SmolVlmMetadata):
         nn.Module.__init__(self)
         self._meta = meta
-        self._static = None
-        self._threads = None  # DecodeThreads, made at the first CPU decode step
         self.model = Idefics3Inner(meta)
         self.lm_head = nn.Linear(meta.text.hidden_size, meta.text.vocab_size, bias=False)
 
+    @property
+    def decoder(self) -> LlamaDecoder:
+        return self.model.text_model
+
     # -- contract: metadata, loading ------------------------------------------------------------
     @property
-    def metadata(self) -> ModelMetadata:
+    def metadata(self) -> SmolVlmMetadata:
         return self._meta
 
-    @property
-    def device(self) -> torch.device:
-        return self.model.text_model.embed_tokens.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.model.text_model.embed_tokens.weight.dtype
+    @classmethod
+    def map_checkpoint(cls, items, meta):
+        """:func:`sanitize`, plus ``lm_head.weight`` from the embeddings when they are tied."""
+        state = sanitize(items)
+        if "lm_head.weight" not in state and meta.tie_word_embeddings:
+            tied = state.get("model.text_model.embed_tokens.weight")
+            if tied is not None:
+                state["lm_head.weight"] = tied
+        return state
 
     @classmethod
     def load(cls, source: ModelSource, device: torch.device, dtype: torch.dtype | None = None) -> Self:
         """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes).
 
         Raises:
-            ModelLoadError: a tensor is missing (all missing names listed, up to 10), has the wrong
-                shape (name and both shapes), or the checkpoint holds tensors this model has no place for.
+            ModelLoadError: a tensor is missing (names listed, up to 10), has the wrong shape (name and
+                both shapes), or the checkpoint holds tensors this model has no place for
+                (:func:`engine.validate.check_state`).
         """
         meta = source.metadata()
         device = torch.device(device)
         dtype = dtype or choose_dtype(device)
         with torch.device("meta"):
             model = cls(meta)
-        expected = {k: v.shape for k, v in model.state_dict().items()}
-        state = sanitize(source.tensors())
-        if "lm_head.weight" not in state and meta.tie_word_embeddings:
-            tied = state.get("model.text_model.embed_tokens.weight")
-            if tied is not None:
-                state["lm_head.weight"] = tied
-        missing = sorted(set(expected) - set(state))
-        if missing:
-            shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-            raise ModelLoadError(f"{source.folder}: {len(missing)} tensor(s) missing from the checkpoint: {shown}")
-        unexpected = sorted(set(state) - set(expected))
-        if unexpected:
-            shown = ", ".join(unexpected[:10])
-            raise ModelLoadError(f"{source.folder}: checkpoint has {len(unexpected)} unknown tensor(s): {shown}")
-        for name, shape in expected.items():
-            if tuple(state[name].shape) != tuple(shape):
-                raise ModelLoadError(
-                    f"{source.folder}: tensor {name} has shape {tuple(state[name].shape)}, expected {tuple(shape)}"
-                )
-        for name, tensor in state.items():
-            if not tensor.is_floating_point():
-                raise ModelLoadError(f"{source.folder}: tensor {name} has non-float dtype {tensor.dtype}")
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        state = cls.map_checkpoint(source.tensors(), meta)
+        check_state(expected, state, str(source.folder))
         # Assign the memory-mapped checkpoint tensors as they are, build the fused q/k/v and gate/up
         # weights from them directly in ``dtype`` (one conversion pass), convert the rest, and move
         # each final tensor to the device once: the device never holds both fused and unfused copies.
@@ -140,16 +126,7 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         model.to(device)
         return model
 
-    def create_kv_cache(self, config: CacheConfig) -> KVCache:
-        t = self._meta.text
-        shape = CacheShape(t.num_hidden_layers, t.num_key_value_heads, t.head_dim)
-        return create_kv_cache(config, shape, t.max_position_embeddings, self.device, self.dtype)
-
     # -- contract: embedding ----------------------------------------------------------------------
-    @torch.inference_mode()
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.text_model.embed_tokens(tokens.to(self.device))
-
     @property
     def vision_dtype(self) -> torch.dtype:
         """dtype of the vision tower and connector (``engine.device.choose_vision_dtype``)."""
@@ -190,73 +167,3 @@ class SmolVlmModel(GenerativeModel, nn.Module):
         feats = self.encode_images(images[0] if len(images) == 1 else torch.cat(list(images)))  # [N, seq, H]
         embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
         return embeds
-
-    def _static_decoder(self):
-        use = self.static_decode if self.static_decode is not None else self.device.type == "cuda"
-        if not use:
-            return None
-        if self._static is None:
-            from engine.models.smolvlm.static_decode import StaticDecoder
-
-            self._static = StaticDecoder(self)
-        return self._static
-
-    # -- contract: prefill / decode ---------------------------------------------------------------
-    @torch.inference_mode()
-    def prefill(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
-        check_prefill_positions(pos, input.shape[1], cache.seq_len)
-        hidden = self.model.text_model(input, cache)
-        return self.lm_head(hidden[:, -1])
-
-    @torch.inference_mode()
-    def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        if input.shape[1] != 1:
-            raise ValueError(f"decode takes one position per row, got {input.shape[1]}")
-        static = self._static_decoder()
-        if static is not None and static.supports(cache, input):
-            return static.decode(input.to(device=self.device, dtype=self.dtype), cache)
-        if self.device.type != "cpu":
-            return self.lm_head(self.model.text_model(input, cache)[:, -1])
-        if self._threads is None:
-            from engine.device import DecodeThreads
-
-            self._threads = DecodeThreads()
-        n, prev = self._threads.pick(), torch.get_num_threads()
-        torch.set_num_threads(n)
-        t = time.perf_counter()
-        try:
-            logits = self.lm_head(self.model.text_model(input, cache)[:, -1])
-        finally:
-            torch.set_num_threads(prev)
-        self._threads.record(n, time.perf_counter() - t)
-        return logits
-
-    # -- contract: provided methods (speculative verification, embeddings, perplexity) ----------
-    def supports_decode_all_logits(self) -> bool:
-        return True
-
-    @torch.inference_mode()
-    def decode_all_logits(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """``input [1, n, H]`` at positions ``[cache.seq_len, +n)`` -> logits ``[1, n, V]``.
-
-        A prefill that keeps every position's logits: the ``n`` positions are committed to ``cache``
-        (roll rejected ones back with ``cache.truncate``).
-        """
-        if input.shape[0] != 1 or input.shape[1] < 1:
-            raise ValueError(f"decode_all_logits takes [1, n>=1, H], got {tuple(input.shape)}")
-        return self.lm_head(self.model.text_model(input, cache))
-
-    def supports_hidden_states(self) -> bool:
-        return True
-
-    @torch.inference_mode()
-    def prefill_hidden(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
-        """Final-norm hidden states ``[1, S, H]`` of ``input [1, S, H]`` at ``pos`` (prefill rules)."""
-        check_prefill_positions(pos, input.shape[1], cache.seq_len)
-        return self.model.text_model(input, cache)
-
-    @torch.inference_mode()
-    def prefill_all_logits(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
-        """Logits ``[1, S, V]`` of every position of ``input [1, S, H]`` at ``pos`` (prefill rules)."""
-        check_prefill_positions(pos, input.shape[1], cache.seq_len)
-        return self.lm_head(self.model.text_model(input, cache))

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.metadata import VisionConfig
-from engine.models.layers import fuse_linears
+from engine.layers import fuse_linears
+from engine.models.smolvlm.config import VisionConfig
 
 
 class VisionEmbeddings(nn.Module):

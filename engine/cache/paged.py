@@ -2,7 +2,7 @@
 
 Split three ways as in nano-vllm (``block_manager.py`` / ``model_runner.allocate_kv_cache`` /
 ``utils/context.py``): block ids and reference counts live in the pure-Python
-:class:`~engine.block_allocator.BlockAllocator`; keys and values live in one tensor
+:class:`~engine.cache.block_allocator.BlockAllocator`; keys and values live in one tensor
 ``(2, num_layers, num_blocks, block_size, H_kv, D)`` owned by a :class:`KVArena` that a cache and its
 forks share; each forward pass gets a :class:`PagedForwardMetadata` (slot mapping, block table).
 
@@ -20,7 +20,7 @@ reallocations (anything holding the tensor's address, such as a captured CUDA gr
 rebuilt when it changes).
 
 Attention gathers the sequence's blocks into a ``[1, H_kv, T, D]`` view and runs SDPA through
-:func:`~engine.kv_base.causal_attention`, so results equal the contiguous cache's (the decode
+:func:`~engine.layers.attention.causal_attention`, so results equal the contiguous cache's (the decode
 gather of the "recommended pure-PyTorch design"; a FlexAttention paged ``BlockMask`` could read the
 blocks without the gather later).
 """
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.block_allocator import BlockAllocator, OutOfBlocksError
-from engine.kv_base import CacheShape, KVCache, causal_attention
+from engine.cache.base import CacheShape, KVCache
+from engine.cache.block_allocator import BlockAllocator, OutOfBlocksError
 
 # The arena a new paged cache starts with holds this many tokens (rounded up to whole blocks).
 DEFAULT_INITIAL_TOKENS = 1024
@@ -272,19 +272,19 @@ class PagedKVCache(KVCache):
             self.allocator.decref(block_id)
         del self.block_table[keep:]
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Write ``k``/``v`` ``[1, H_kv, n, D]`` into this step's slots of ``layer`` and return
-        causal attention ``[1, H, n, D]`` of ``q [1, H, n, D]`` over positions ``[0, seq_len + n)``.
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k``/``v`` ``[1, H_kv, n, D]`` into this step's slots of ``layer`` and return keys and
+        values ``[1, H_kv, seq_len + n, D]`` (views of the arena when the blocks are consecutive).
 
         Raises:
             ValueError: batch size is not 1, or ``n`` differs from what ``begin_forward`` reserved.
         """
-        if q.shape[0] != 1 or k.shape[0] != 1:
+        if k.shape[0] != 1:
             raise ValueError(f"PagedKVCache holds one sequence: batch size must be 1, got B={k.shape[0]}")
         md = self._metadata
         n = k.shape[2]
         if not self._pending or md is None or n != md.num_new:
-            raise ValueError(f"attend got {n} new positions, begin_forward reserved {self._pending}")
+            raise ValueError(f"update got {n} new positions, begin_forward reserved {self._pending}")
         h_kv, d = self.shape.num_kv_heads, self.shape.head_dim
         total = md.past + n
         outs = []
@@ -298,7 +298,7 @@ class PagedKVCache(KVCache):
             else:
                 seq = cache[md.block_table].view(-1, h_kv, d)[:total]
             outs.append(seq.transpose(0, 1).unsqueeze(0))  # [1, H_kv, T, D]
-        return causal_attention(q, outs[0], outs[1], past=md.past)
+        return outs[0], outs[1]
 
     def end_forward(self) -> None:
         super().end_forward()

@@ -42,3 +42,8 @@ class DownloadError(ModelLoadError):
 
 class DownloadCancelled(DownloadError):
     """The user cancelled a download."""
+
+
+def is_engine_error(exc: BaseException) -> bool:
+    """An expected problem (bad model, prompt too long, no network) rather than a bug."""
+    return isinstance(exc, EngineError)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engine.errors import EngineError
+from engine.api.errors import EngineError
 
 
 class OutOfBlocksError(EngineError):

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+#: Image detail levels (see :class:`GenerationParams`).
+DETAILS = ("full", "balanced", "fast")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,7 @@ class GenerationParams:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.image_detail not in ("full", "balanced", "fast"):
+        if self.image_detail not in DETAILS:
             raise ValueError(f"image_detail must be full, balanced or fast, got {self.image_detail!r}")
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-
 import io
 import json
 import math
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from engine.errors import ConfigError, ImageError
+from engine.api.errors import ConfigError, ImageError
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: header reads stay light
     import torch

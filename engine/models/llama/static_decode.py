@@ -1,6 +1,6 @@
 """Fixed-shape decode step over a contiguous KV cache, replayed as a CUDA graph on CUDA.
 
-A batch-1 decode step of SmolVLM-256M is ~1000 tiny kernels: launched one by one from Python the
+A batch-1 decode step of a 256M-parameter Llama decoder (SmolVLM-256M's) is ~1000 tiny kernels: launched one by one from Python the
 GPU idles between them (eager ~30-50 tok/s on an H200). The step below has no shape that depends on
 the position: the position lives in a device tensor, new keys/values are written with
 ``index_copy_`` at that position, and attention spans a fixed power-of-two bucket of cache slots
@@ -18,7 +18,7 @@ The same step runs eagerly on any device (``use_graph=False``), which is how the
 against the ordinary decode path.
 
 On CUDA, when Triton imports, the step is instead five fused Triton kernels a layer
-(:mod:`engine.models.smolvlm.triton_decode`), captured the same way. ``SMOLCHAT_TRITON=0`` keeps
+(:mod:`engine.models.llama.triton_decode`), captured the same way. ``SMOLCHAT_TRITON=0`` keeps
 the PyTorch step; Triton is imported only when the fused step is used.
 """
 
@@ -31,9 +31,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from engine.kv_base import KVCache
-from engine.kv_cache import ContiguousKVCache, PagedKVCache
-from engine.models.layers import apply_rotary
+from engine.cache import ContiguousKVCache, PagedKVCache
+from engine.cache.base import KVCache
+from engine.layers import apply_rotary
 
 MIN_BUCKET = 256
 
@@ -58,13 +58,13 @@ def bucket_for(length: int, capacity: int) -> int:
 
 
 class StaticDecoder:
-    """Decode steps of one :class:`SmolVlmModel` over a batch-1 :class:`ContiguousKVCache` or a
+    """Decode steps of one Llama-decoder model (:class:`~engine.models.llama.lm.LlamaLM`) over a batch-1 :class:`ContiguousKVCache` or a
     :class:`PagedKVCache`."""
 
     def __init__(self, model, use_graph: bool | None = None, compile: bool | None = None,
                  use_triton: bool | None = None, triton_config: dict | None = None):
         self.model = model
-        text = model.model.text_model
+        text = model.decoder
         cfg = text.config
         dev, dt = model.device, model.dtype
         self.use_graph = dev.type == "cuda" if use_graph is None else use_graph
@@ -83,7 +83,7 @@ class StaticDecoder:
         self.pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         self.triton = None
         if triton_wanted(dev) if use_triton is None else use_triton:
-            from engine.models.smolvlm.triton_decode import TritonStep
+            from engine.models.llama.triton_decode import TritonStep
 
             try:
                 self.triton = TritonStep(self, triton_config)
@@ -130,7 +130,7 @@ class StaticDecoder:
 
     def _step(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
         """``self.x`` at position ``self.pos`` -> logits ``[1, V]``; writes layer k/v at ``pos``."""
-        text = self.model.model.text_model
+        text = self.model.decoder
         h, hkv, d = self.h, self.hkv, self.d
         pos = self.pos
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)  # [1, D]

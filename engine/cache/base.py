@@ -2,19 +2,20 @@
 
 The model drives a cache in three steps per forward pass (MLC-LLM / TVM ``kv_state.h``'s
 ``BeginForward``/``EndForward``): ``begin_forward(n)`` reserves ``n`` new positions at the tail,
-``attend(layer, q, k, v)`` writes the new keys/values of one layer and returns causal attention of
-the new queries over everything cached, and ``end_forward()`` commits the ``n`` positions.
+``update(layer, k, v)`` writes the new keys/values of one layer and hands back every key and value
+of the sequence so far (views where the storage allows), and ``end_forward()`` commits the ``n``
+positions. Attention itself lives in :mod:`engine.layers.attention`.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
-from engine.errors import PromptTooLongError
+from engine.api.errors import PromptTooLongError
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +27,48 @@ class CacheShape:
     head_dim: int
 
 
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """How to build a KV cache.
+
+    ``kind`` is ``"paged"`` by default (memory follows the tokens in use); ``"contiguous"`` is the
+    baseline that reserves ``max_tokens`` up front. ``max_tokens`` bounds one sequence (prompt +
+    answer); ``None`` means the model's context (``max_position_embeddings``). ``block_size`` is
+    tokens per block of the paged arena. ``dtype`` ``None`` means the model's dtype.
+
+    The paged arena, shared by a cache and its forks, starts at ``num_blocks`` blocks (``None``:
+    enough for :data:`~engine.cache.paged.DEFAULT_INITIAL_TOKENS` tokens) and doubles when it runs
+    out, up to ``max_num_blocks`` (``None``: ``2 * ceil(max_tokens / block_size)``, one full-length
+    conversation plus as much again for forks, which share their common prefix and only add the
+    blocks they diverge in). Set both equal for a fixed arena. The paged cache holds one sequence, so
+    it needs ``max_batch_size == 1``.
+    """
+
+    kind: Literal["paged", "contiguous"] = "paged"
+    max_tokens: int | None = None
+    block_size: int = 16
+    dtype: torch.dtype | None = None
+    max_batch_size: int = 1
+    num_blocks: int | None = None
+    max_num_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("paged", "contiguous"):
+            raise ValueError(f"cache kind must be 'paged' or 'contiguous', got {self.kind!r}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks}")
+        if self.max_num_blocks is not None and self.max_num_blocks < (self.num_blocks or 1):
+            raise ValueError(f"max_num_blocks must be >= num_blocks (and >= 1), got {self.max_num_blocks}")
+
+
 class KVCache(abc.ABC):
     """Keys and values of one conversation (batch of ``B`` rows sharing one length).
 
-    Tensors passed to :meth:`attend`: ``q [B, H, n, D]``, ``k``/``v [B, H_kv, n, D]``; ``H`` must be a
-    multiple of ``H_kv`` (grouped-query attention). Attention is causal with scale ``D**-0.5``
-    (Vaswani et al. 2017), computed with ``F.scaled_dot_product_attention``.
+    Tensors passed to :meth:`update`: ``k``/``v [B, H_kv, n, D]`` in the cache's dtype or castable to it.
     """
 
     def __init__(self, shape: CacheShape, max_tokens: int, device: torch.device, dtype: torch.dtype):
@@ -89,9 +126,13 @@ class KVCache(abc.ABC):
         self._release_after(self._seq_len)
 
     @abc.abstractmethod
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Write ``k``/``v`` at positions ``[seq_len, seq_len + n)`` of ``layer`` and return
-        causal attention ``[B, H, n, D]`` of ``q`` over positions ``[0, seq_len + n)``."""
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k``/``v [B, H_kv, n, D]`` at positions ``[seq_len, seq_len + n)`` of ``layer`` and
+        return keys and values of positions ``[0, seq_len + n)``, each ``[B, H_kv, seq_len + n, D]``.
+
+        Raises:
+            ValueError: ``n`` differs from what :meth:`begin_forward` reserved.
+        """
 
     def truncate(self, n: int) -> None:
         """Roll back to the first ``n`` tokens (rejected speculation, regenerate, edit)."""
@@ -124,38 +165,17 @@ class KVCache(abc.ABC):
         """Return storage beyond ``n`` tokens (the paged cache frees blocks here)."""
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
-    """Causal attention of ``n`` new queries at positions ``[past, past+n)`` over ``past+n`` keys.
+def create_kv_cache(config: CacheConfig, shape: CacheShape, context: int, device: torch.device,
+                    dtype: torch.dtype) -> KVCache:
+    """Build the cache ``config`` asks for. ``context`` is the model's ``max_position_embeddings``."""
+    from engine.cache.contiguous import ContiguousKVCache
+    from engine.cache.paged import PagedKVCache
 
-    ``q [B, H, n, D]``, ``k``/``v [B, H_kv, past+n, D]`` -> ``[B, H, n, D]``. Grouped-query heads are
-    expanded with ``repeat_interleave`` (transformers ``repeat_kv``).
-    """
-    n = q.shape[2]
-    if n == 1:
-        return single_query_attention(q, k, v)
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    if past == 0:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    # Query i sits at absolute position past+i and sees keys 0..past+i (bottom-right aligned mask).
-    key_pos = torch.arange(past + n, device=q.device)
-    query_pos = torch.arange(past, past + n, device=q.device)
-    mask = key_pos[None, :] <= query_pos[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Decode-step attention: ``q [B, H, 1, D]`` over ``k``/``v [B, H_kv, T, D]`` -> ``[B, H, 1, D]``.
-
-    The ``H/H_kv`` query heads sharing a KV head become the rows of one small matmul, so the cache is
-    read in place (strided views are fine) and never expanded by ``repeat_interleave``; a plain
-    matmul + float32 softmax + matmul (transformers' eager order) beats SDPA's per-call setup for
-    one query on the CPU.
-    """
-    b, h, _, d = q.shape
-    hkv = k.shape[1]
-    scores = torch.matmul(q.reshape(b, hkv, h // hkv, d), k.transpose(-1, -2)) * d**-0.5  # [B, Hkv, G, T]
-    probs = scores.softmax(-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, v).view(b, h, 1, d)
+    max_tokens = min(config.max_tokens or context, context)
+    dtype = config.dtype or dtype
+    if config.kind == "contiguous":
+        return ContiguousKVCache(shape, max_tokens, device, dtype, config.max_batch_size)
+    if config.max_batch_size != 1:
+        raise ValueError(f"the paged KV cache holds one sequence; got max_batch_size={config.max_batch_size}")
+    return PagedKVCache(shape, max_tokens, device, dtype, block_size=config.block_size,
+                        num_blocks=config.num_blocks, max_num_blocks=config.max_num_blocks)

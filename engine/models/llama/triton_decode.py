@@ -1,6 +1,6 @@
 """Fused Triton kernels for the batch-1 decode step of the Llama text decoder (5 kernels a layer).
 
-Imported only by :class:`~engine.models.smolvlm.static_decode.StaticDecoder` when Triton is wanted
+Imported only by :class:`~engine.models.llama.static_decode.StaticDecoder` when Triton is wanted
 and importable (``SMOLCHAT_TRITON=0`` turns it off); nothing else in the engine imports Triton.
 
 Why: at batch 1 the SmolVLM-256M decode step is bound by kernel count, not bandwidth (the weights
@@ -128,7 +128,7 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
         x_ptr: residual ``[HIDDEN]`` (activation dtype); nw_ptr: input_layernorm weight ``[HIDDEN]``.
         w_ptr: fused ``qkv_proj.weight [(H + 2*H_kv) * D, HIDDEN]``, row-major.
         cos_ptr, sin_ptr: rotary tables ``[max_pos, D]`` (``sin`` with its first half negated, see
-            :class:`~engine.models.layers.RotaryEmbedding`).
+            :class:`~engine.layers.RotaryEmbedding`).
         pos_ptr: int64 ``[1]`` position; slot_ptr: int64 ``[1]`` cache row of that position (the
             position for a contiguous cache, ``slot_mapping`` for a paged one).
         q_ptr: output ``[H * D]`` (activation dtype), rotated queries.
@@ -341,7 +341,7 @@ class TritonStep:
     def __init__(self, decoder, config: dict | None = None):
         self.dec = decoder
         model = decoder.model
-        text = model.model.text_model
+        text = model.decoder
         cfg = text.config
         dev, dt = model.device, model.dtype
         self.cfg = dict(DEFAULT_CONFIG, **(config or {}))
@@ -430,5 +430,5 @@ class TritonStep:
             gemv_residual_kernel[grid_down](
                 self.mlp, w_down, res, res, N=hidden, K=inter, KM=im, KT=it,
                 BLOCK_N=c["down_block_n"], PDL=pdl, num_warps=c["down_warps"], **launch)
-        text = dec.model.model.text_model
+        text = dec.model.decoder
         return dec.model.lm_head(text.norm(res.view(1, 1, hidden))[:, -1])

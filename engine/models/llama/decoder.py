@@ -1,6 +1,7 @@
-"""Llama text decoder of SmolVLM (transformers ``modeling_llama.py``), attending through a :class:`KVCache`.
+"""The Llama decoder (transformers ``modeling_llama.py``), keeping its keys and values in a :class:`KVCache`.
 
-Submodule names follow the checkpoint keys under ``model.text_model``.
+Generic over hidden size, layers, heads, KV heads, head_dim and rope theta. Submodule names follow the
+checkpoint keys (``model.*`` of ``LlamaForCausalLM``, ``model.text_model.*`` of SmolVLM).
 """
 
 from __future__ import annotations
@@ -8,15 +9,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.kv_cache import KVCache
-from engine.metadata import TextConfig
-from engine.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary, fuse_linears
+from engine.cache import KVCache
+from engine.layers import (
+    GatedMLP,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rotary,
+    causal_attention,
+    fuse_linears,
+)
+from engine.models.llama.config import LlamaConfig
 
 
 class SelfAttention(nn.Module):
-    """Causal grouped-query attention (Ainslie et al. 2023) with rotary positions, no biases."""
+    """Causal grouped-query attention (Ainslie et al. 2023) with rotary positions; biases if the config has them."""
 
-    def __init__(self, cfg: TextConfig):
+    def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
@@ -35,28 +43,23 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
                 layer: int) -> torch.Tensor:
+        """``x [B, S, hidden]`` at positions ``[cache.seq_len, +S)`` -> ``[B, S, hidden]`` (needs :meth:`fuse`)."""
         b, s, _ = x.shape
-        if self.qkv_proj is not None:
-            h, hkv = self.num_heads, self.num_kv_heads
-            qkv = self.qkv_proj(x).view(b, s, h + 2 * hkv, self.head_dim).transpose(1, 2)  # [B, H+2Hkv, S, D]
-            qk = apply_rotary(qkv[:, :h + hkv], cos, sin)  # q and k rotated in one pass
-            out = cache.attend(layer, qk[:, :h], qk[:, h:], qkv[:, h + hkv:])  # [B, H, S, D]
-            return self.o_proj(out.transpose(1, 2).reshape(b, s, h * self.head_dim))
-        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, S, D]
-        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
-        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = cache.attend(layer, q, k, v)  # [B, H, S, D]
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim))
+        h, hkv = self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(b, s, h + 2 * hkv, self.head_dim).transpose(1, 2)  # [B, H+2Hkv, S, D]
+        qk = apply_rotary(qkv[:, :h + hkv], cos, sin)  # q and k rotated in one pass
+        keys, values = cache.update(layer, qk[:, h:], qkv[:, h + hkv:])  # [B, Hkv, past+S, D]
+        out = causal_attention(qk[:, :h], keys, values, past=cache.seq_len)  # [B, H, S, D]
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, h * self.head_dim))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TextConfig):
+    def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = SelfAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
@@ -67,10 +70,10 @@ class DecoderLayer(nn.Module):
         self.mlp.fuse(dtype)
 
 
-class TextModel(nn.Module):
+class LlamaDecoder(nn.Module):
     """Embeddings, decoder layers and final norm; ``forward`` returns final-norm hidden states."""
 
-    def __init__(self, cfg: TextConfig):
+    def __init__(self, cfg: LlamaConfig):
         super().__init__()
         if cfg.hidden_act != "silu":
             raise ValueError(f"text hidden_act {cfg.hidden_act!r} is not supported")
@@ -84,7 +87,7 @@ class TextModel(nn.Module):
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings)
 
     def fuse(self, dtype: torch.dtype | None = None) -> None:
-        """Fuse q/k/v and gate/up projections of every layer into ``dtype`` (done by ``SmolVlmModel.load``)."""
+        """Fuse q/k/v and gate/up projections of every layer into ``dtype`` (done once, after loading)."""
         for layer in self.layers:
             layer.fuse(dtype)
 

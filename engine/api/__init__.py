@@ -1,0 +1,61 @@
+"""The engine's torch-free, Qt-free surface: what the app and the HTTP server import.
+
+Params, events, errors, capabilities and the :class:`ChatBackend` protocol. Importing this package
+never imports torch, so a UI thread can use it.
+"""
+
+from engine.api.backend import (
+    Attachment,
+    ChatBackend,
+    HistoryMessage,
+    ModelInfo,
+    ProgressEvent,
+)
+from engine.api.capabilities import Capabilities
+from engine.api.errors import (
+    ConfigError,
+    DownloadCancelled,
+    DownloadError,
+    EngineError,
+    ImageError,
+    ModelLoadError,
+    PromptTooLongError,
+    UnsupportedModelError,
+    UnsupportedOperation,
+    is_engine_error,
+)
+from engine.api.events import (
+    DETAILS,
+    DoneEvent,
+    FinishReason,
+    GenerationEvent,
+    GenerationParams,
+    GenerationStats,
+    TokenEvent,
+)
+
+__all__ = [
+    "Attachment",
+    "Capabilities",
+    "ChatBackend",
+    "ConfigError",
+    "DETAILS",
+    "DoneEvent",
+    "DownloadCancelled",
+    "DownloadError",
+    "EngineError",
+    "FinishReason",
+    "GenerationEvent",
+    "GenerationParams",
+    "GenerationStats",
+    "HistoryMessage",
+    "ImageError",
+    "ModelInfo",
+    "ModelLoadError",
+    "ProgressEvent",
+    "PromptTooLongError",
+    "TokenEvent",
+    "UnsupportedModelError",
+    "UnsupportedOperation",
+    "is_engine_error",
+]

@@ -1,0 +1,113 @@
+"""The ``ChatBackend`` protocol (DESIGN.md §7): what a window talks to, whatever runs the model.
+
+Implementations: the local engine (``app.backends.local``, over :class:`engine.service.EngineService`),
+a remote OpenAI-compatible server, and a fake for tests. Torch-free and Qt-free: every value that
+crosses it is a plain dataclass, string or number.
+
+Calls never block the caller on model work: ``load``, ``send``, ``regenerate`` and ``edit`` queue
+the work and return at once; results arrive through the ``sink`` callable, which the backend calls
+from its own thread (a Qt front end re-emits them as queued signals). Each ``send``/``regenerate``/
+``edit`` ends with exactly one :class:`~engine.api.events.DoneEvent`, also when it fails or is
+cancelled; :class:`ProgressEvent` s may come before the first token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from engine.api.capabilities import Capabilities
+from engine.api.events import DoneEvent, GenerationParams, TokenEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file attached to a user message: ``kind`` "image" (later also "video")."""
+
+    path: str
+    kind: Literal["image", "video"] = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMessage:
+    """One stored message of a conversation, as the window keeps it.
+
+    ``token_ids`` are the ids an answer was generated as (``None``: re-tokenize ``text``).
+    """
+
+    role: Literal["system", "user", "assistant"]
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+    token_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """Work before the first token: ``stage`` "image" (vision tower: ``done``/``total`` tiles of
+    image ``index``) or "prefill" (``done``/``total`` prompt tokens)."""
+
+    stage: Literal["image", "prefill"]
+    done: int
+    total: int
+    index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A loaded model as a front end shows it."""
+
+    name: str
+    path: str
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    device: str = ""
+    dtype: str = ""
+    weights: str = ""
+    folder: str = ""
+    backend: str = "local"
+
+
+BackendEvent = TokenEvent | DoneEvent | ProgressEvent
+EventSink = Callable[[BackendEvent], None]
+LoadCallback = Callable[[ModelInfo | None, str | None], None]
+"""Called once per ``load``: ``(info, None)`` on success, ``(None, message)`` on failure."""
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    """One conversation with one model, wherever it runs."""
+
+    @property
+    def info(self) -> ModelInfo | None:
+        """The loaded model, or ``None`` before a load succeeded."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the loaded model can do (all false before a load)."""
+
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        """Load ``model`` (folder, GGUF file, Hub id or a server's model name) with ``options``
+        (device, dtype, weights, cache kind, context size); ``on_done`` is called once."""
+
+    def set_history(self, messages: Sequence[HistoryMessage]) -> None:
+        """Make the conversation hold ``messages`` (a reopened or switched chat); reuses what it can."""
+
+    def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams,
+             sink: EventSink, system_prompt: str | None = None) -> None:
+        """Add a user message and stream the answer into ``sink``."""
+
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        """Replace the last answer with a new one."""
+
+    def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None,
+             params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        """Replace user message ``turn_index``, drop what follows, and answer it."""
+
+    def cancel(self) -> None:
+        """Stop the running or queued answer soon (thread-safe; a no-op when idle)."""
+
+    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+        """Prompt tokens ``attachment`` will take (-1 when unknown); cheap, may block briefly."""
+
+    def close(self) -> None:
+        """Stop the backend's thread; returns within about a second."""

@@ -1,0 +1,23 @@
+"""Building blocks shared by decoder models: norm, rotary embedding, MLP, linear variants, attention.
+
+Each concept is its own module; this package re-exports the names models use.
+"""
+
+from engine.layers.attention import causal_attention, single_query_attention
+from engine.layers.linear import Int8Linear, fuse_linears, is_quantized, quantize_int8
+from engine.layers.mlp import GatedMLP
+from engine.layers.norm import RMSNorm
+from engine.layers.rope import RotaryEmbedding, apply_rotary
+
+__all__ = [
+    "GatedMLP",
+    "Int8Linear",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "causal_attention",
+    "fuse_linears",
+    "is_quantized",
+    "quantize_int8",
+    "single_query_attention",
+]

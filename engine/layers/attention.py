@@ -1,0 +1,47 @@
+"""Causal attention of new queries over the keys and values a :class:`~engine.cache.KVCache` hands back.
+
+The cache stores and returns K/V (``KVCache.update``); attention is computed here, so a cache knows
+nothing of queries and a model can pick another attention kernel without touching the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
+    """Causal attention of ``n`` new queries at positions ``[past, past+n)`` over ``past+n`` keys.
+
+    ``q [B, H, n, D]``, ``k``/``v [B, H_kv, past+n, D]`` -> ``[B, H, n, D]``. Grouped-query heads are
+    expanded with ``repeat_interleave`` (transformers ``repeat_kv``).
+    """
+    n = q.shape[2]
+    if n == 1:
+        return single_query_attention(q, k, v)
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    if past == 0:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # Query i sits at absolute position past+i and sees keys 0..past+i (bottom-right aligned mask).
+    key_pos = torch.arange(past + n, device=q.device)
+    query_pos = torch.arange(past, past + n, device=q.device)
+    mask = key_pos[None, :] <= query_pos[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Decode-step attention: ``q [B, H, 1, D]`` over ``k``/``v [B, H_kv, T, D]`` -> ``[B, H, 1, D]``.
+
+    The ``H/H_kv`` query heads sharing a KV head become the rows of one small matmul, so the cache is
+    read in place (strided views are fine) and never expanded by ``repeat_interleave``; a plain
+    matmul + float32 softmax + matmul (transformers' eager order) beats SDPA's per-call setup for
+    one query on the CPU.
+    """
+    b, h, _, d = q.shape
+    hkv = k.shape[1]
+    scores = torch.matmul(q.reshape(b, hkv, h // hkv, d), k.transpose(-1, -2)) * d**-0.5  # [B, Hkv, G, T]
+    probs = scores.softmax(-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v).view(b, h, 1, d)

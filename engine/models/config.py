@@ -1,0 +1,116 @@
+"""Parsing config.json / generation_config.json into frozen dataclasses, and the metadata every model has.
+
+Frozen dataclasses keep Hugging Face's field names (``hidden_size``, ``num_key_value_heads``,
+``rope_theta`` ...). Unknown keys are ignored, derived values are computed in ``__post_init__``,
+and a missing required key raises :class:`~engine.api.errors.ConfigError` naming the file and key.
+Each model package parses its own config (``engine.models.<arch>.config``); this module holds what
+they share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from engine.api.errors import ConfigError
+from engine.models.llama.config import LlamaConfig
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
+    """Build dataclass ``cls`` from ``data``, dropping unknown keys (mlx-lm ``BaseModelArgs.from_dict``).
+
+    Raises:
+        ConfigError: a field without default is absent; the message names ``where`` and the key.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected an object, got {type(data).__name__}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.name in data and data[f.name] is not None:
+            kwargs[f.name] = data[f.name]
+        elif f.default is _MISSING and f.default_factory is _MISSING:
+            raise ConfigError(f"{where}: required key {f.name!r} is missing")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationConfig:
+    """Defaults from generation_config.json. ``eos_token_ids`` is always a tuple."""
+
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    do_sample: bool | None = None
+    max_new_tokens: int | None = None
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        if self.eos_token_id is None:
+            return ()
+        if isinstance(self.eos_token_id, int):
+            return (self.eos_token_id,)
+        return tuple(int(i) for i in self.eos_token_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """Everything the engine needs to know about a checkpoint before loading tensors.
+
+    ``text`` is the decoder's configuration. ``eos_token_ids`` come from generation_config.json
+    (SmolVLM: ``<end_of_utterance>`` 49279), falling back to the config's ``eos_token_id`` only when
+    generation_config.json has none (reference §0.6). Models that take images set
+    ``image_token_id`` (the placeholder id their features replace) and ``image_seq_len`` (placeholder
+    tokens per image tile); text-only models leave them ``None`` / 0.
+    """
+
+    model_type: str
+    text: LlamaConfig
+    generation: GenerationConfig
+    tie_word_embeddings: bool = False
+    name: str = ""
+    image_token_id: int | None = None
+    image_seq_len: int = 0
+    eos_token_ids: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        eos = self.generation.eos_token_ids
+        if not eos and self.text.eos_token_id is not None:
+            eos = GenerationConfig(eos_token_id=self.text.eos_token_id).eos_token_ids
+        object.__setattr__(self, "eos_token_ids", eos)
+
+    @property
+    def max_context(self) -> int:
+        return self.text.max_position_embeddings
+
+    @property
+    def takes_images(self) -> bool:
+        return self.image_token_id is not None and self.image_seq_len > 0
+
+
+def read_json(path: Path) -> dict:
+    """Load a JSON object; raises :class:`ConfigError` naming the file if missing or malformed."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data

@@ -1,0 +1,119 @@
+"""The causal-LM half of every model with a Llama decoder: prefill, decode and their variants.
+
+:class:`LlamaLM` implements the contract's prefill/decode methods on top of two attributes a model
+provides: ``decoder`` (a :class:`LlamaDecoder`) and ``lm_head``. SmolVLM's text model and text-only
+Llama checkpoints (SmolLM2) share it, and with it the decode steps: eager, CUDA graph and fused
+Triton (:mod:`engine.models.llama.static_decode`) and the CPU thread choice (:class:`DecodeThreads`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from engine.cache import CacheConfig, CacheShape, KVCache, create_kv_cache
+from engine.models.base import check_prefill_positions
+from engine.models.llama.decoder import LlamaDecoder
+
+
+class LlamaLM:
+    """Mixin for a :class:`~engine.models.base.GenerativeModel` built around a Llama decoder.
+
+    Subclasses set ``self.decoder`` (:class:`LlamaDecoder`), ``self.lm_head`` (``nn.Linear``) and
+    ``self._meta`` (metadata with a ``text`` :class:`LlamaConfig`).
+    """
+
+    decoder: LlamaDecoder
+    lm_head: nn.Linear
+    #: Decode through :class:`StaticDecoder` (a CUDA graph per KV bucket): ``None`` = on CUDA only.
+    static_decode: bool | None = None
+    _static = None
+    _threads = None  # DecodeThreads, made at the first CPU decode step
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.decoder.embed_tokens.weight.dtype
+
+    def create_kv_cache(self, config: CacheConfig) -> KVCache:
+        t = self._meta.text
+        shape = CacheShape(t.num_hidden_layers, t.num_key_value_heads, t.head_dim)
+        return create_kv_cache(config, shape, t.max_position_embeddings, self.device, self.dtype)
+
+    @torch.inference_mode()
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens [B, S] int64`` -> embeddings ``[B, S, H]`` in the model's dtype."""
+        return self.decoder.embed_tokens(tokens.to(self.device))
+
+    def _static_decoder(self):
+        use = self.static_decode if self.static_decode is not None else self.device.type == "cuda"
+        if not use:
+            return None
+        if self._static is None:
+            from engine.models.llama.static_decode import StaticDecoder
+
+            self._static = StaticDecoder(self)
+        return self._static
+
+    @torch.inference_mode()
+    def prefill(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
+        check_prefill_positions(pos, input.shape[1], cache.seq_len)
+        hidden = self.decoder(input, cache)
+        return self.lm_head(hidden[:, -1])
+
+    @torch.inference_mode()
+    def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        if input.shape[1] != 1:
+            raise ValueError(f"decode takes one position per row, got {input.shape[1]}")
+        static = self._static_decoder()
+        if static is not None and static.supports(cache, input):
+            return static.decode(input.to(device=self.device, dtype=self.dtype), cache)
+        if self.device.type != "cpu":
+            return self.lm_head(self.decoder(input, cache)[:, -1])
+        if self._threads is None:
+            from engine.device import DecodeThreads
+
+            self._threads = DecodeThreads()
+        n, prev = self._threads.pick(), torch.get_num_threads()
+        torch.set_num_threads(n)
+        t = time.perf_counter()
+        try:
+            logits = self.lm_head(self.decoder(input, cache)[:, -1])
+        finally:
+            torch.set_num_threads(prev)
+        self._threads.record(n, time.perf_counter() - t)
+        return logits
+
+    def supports_decode_all_logits(self) -> bool:
+        return True
+
+    @torch.inference_mode()
+    def decode_all_logits(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """``input [1, n, H]`` at positions ``[cache.seq_len, +n)`` -> logits ``[1, n, V]``.
+
+        A prefill that keeps every position's logits: the ``n`` positions are committed to ``cache``
+        (roll rejected ones back with ``cache.truncate``).
+        """
+        if input.shape[0] != 1 or input.shape[1] < 1:
+            raise ValueError(f"decode_all_logits takes [1, n>=1, H], got {tuple(input.shape)}")
+        return self.lm_head(self.decoder(input, cache))
+
+    def supports_hidden_states(self) -> bool:
+        return True
+
+    @torch.inference_mode()
+    def prefill_hidden(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
+        """Final-norm hidden states ``[1, S, H]`` of ``input [1, S, H]`` at ``pos`` (prefill rules)."""
+        check_prefill_positions(pos, input.shape[1], cache.seq_len)
+        return self.decoder(input, cache)
+
+    @torch.inference_mode()
+    def prefill_all_logits(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
+        """Logits ``[1, S, V]`` of every position of ``input [1, S, H]`` at ``pos`` (prefill rules)."""
+        check_prefill_positions(pos, input.shape[1], cache.seq_len)
+        return self.lm_head(self.decoder(input, cache))

@@ -1,0 +1,139 @@
+"""The one list of supported architectures: config.json's ``model_type`` -> model package (mlx-lm's pattern).
+
+A model package (``engine.models.<arch>``) exports ``Model`` (a :class:`GenerativeModel`),
+``parse_metadata(config, generation, name, where) -> ModelMetadata`` and
+``load_processor(folder, metadata)`` (its image/video processor, or ``None`` for text-only models).
+Adding an architecture is one folder under ``engine/models/`` and one line in :data:`ARCHITECTURES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from engine.api.errors import ConfigError, EngineError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.models.base import GenerativeModel
+    from engine.models.config import ModelMetadata
+    from engine.sources import ModelSource
+
+ARCHITECTURES: dict[str, str] = {
+    "idefics3": "engine.models.smolvlm",  # SmolVLM-256M/500M/2.2B-Instruct
+    "smolvlm": "engine.models.smolvlm",  # SmolVLM2 (images and video)
+}
+
+
+def supported_model_types() -> tuple[str, ...]:
+    return tuple(ARCHITECTURES)
+
+
+def model_package(model_type: str) -> ModuleType:
+    """The package implementing ``model_type``.
+
+    Raises:
+        UnsupportedModelError: ``model_type`` is not in :data:`ARCHITECTURES` (the supported ones named).
+    """
+    module = ARCHITECTURES.get(model_type)
+    if module is None:
+        raise UnsupportedModelError(
+            f"model_type {model_type!r} is not supported (supported: {', '.join(supported_model_types())})")
+    return importlib.import_module(module)
+
+
+def model_class(model_type: str) -> type[GenerativeModel]:
+    return model_package(model_type).Model
+
+
+def parse_metadata(config: dict, generation: dict | None = None, name: str = "",
+                   where: str = "config.json") -> ModelMetadata:
+    """Metadata of a checkpoint from its loaded config.json / generation_config.json objects.
+
+    Raises:
+        ConfigError: ``model_type`` or another required key is missing, or a value is inconsistent.
+        UnsupportedModelError: ``model_type`` is not supported (the supported ones named).
+    """
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{where}: required key 'model_type' is missing")
+    try:
+        package = model_package(model_type)
+    except UnsupportedModelError as exc:
+        raise UnsupportedModelError(f"{where}: {exc}") from None
+    return package.parse_metadata(config, generation, name=name, where=where)
+
+
+def read_metadata(folder: str | Path) -> ModelMetadata:
+    """Read ``config.json`` (required) and ``generation_config.json`` (optional) from ``folder``."""
+    from engine.models.config import read_json
+
+    folder = Path(folder)
+    config = read_json(folder / "config.json")
+    gen_path = folder / "generation_config.json"
+    generation = read_json(gen_path) if gen_path.exists() else None
+    return parse_metadata(config, generation, name=folder.name, where=str(folder / "config.json"))
+
+
+WEIGHTS_ENV = "SMOLCHAT_WEIGHTS"
+WEIGHTS = ("auto", "int8")
+
+
+def resolve_weights(weights: str | None) -> str:
+    """``weights`` or ``$SMOLCHAT_WEIGHTS`` normalised to one of :data:`WEIGHTS`.
+
+    Raises:
+        EngineError: an unknown value (naming where it came from and the valid ones).
+    """
+    from_env = not weights and bool(os.environ.get(WEIGHTS_ENV, "").strip())
+    value = (weights or os.environ.get(WEIGHTS_ENV, "")).strip().lower() or "auto"
+    if value not in WEIGHTS:
+        where = f"${WEIGHTS_ENV}" if from_env else "weights"
+        raise EngineError(f"{where}: unknown value {value!r} (use {' or '.join(WEIGHTS)})")
+    return value
+
+
+def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None, weights: str | None = None) -> GenerativeModel:
+    """Load a checkpoint folder or Hub repository id on ``device`` (auto: CUDA > MPS > CPU).
+
+    ``weights`` (default ``$SMOLCHAT_WEIGHTS``, else ``auto``): ``auto`` keeps the weights in
+    ``dtype``; ``int8`` quantizes the text decoder's projections and lm_head to int8 weight-only
+    (:mod:`engine.layers.linear`) when the model runs on the CPU (~1.5x faster decode there, with
+    slightly different logits); on a GPU it is ignored.
+
+    Raises:
+        ModelLoadError: (and subclasses) the folder, config or tensors are unusable.
+        EngineError: the device, dtype or weights option is not available.
+    """
+    from engine.device import choose_device, choose_dtype
+    from engine.sources import ModelSource, resolve_source
+
+    weights = resolve_weights(weights)
+    source = path_or_repo_id if isinstance(path_or_repo_id, ModelSource) else resolve_source(path_or_repo_id)
+    meta = source.metadata()
+    dev = choose_device(device)
+    model = model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))
+    if weights == "int8" and dev.type == "cpu":
+        from engine.layers.linear import quantize_int8
+
+        quantize_int8(model, inplace=True)
+    return model
+
+
+def load_components(path_or_repo_id: str | Path, device: str | torch.device | None = None,
+                    dtype: str | torch.dtype | None = None, weights: str | None = None):
+    """Model, tokenizer and processor (``None`` for text-only models) of one checkpoint folder or Hub
+    id: what a chat or an embedder needs. Raises as :func:`load_model`, plus ConfigError for missing
+    tokenizer files."""
+    from engine.sources import resolve_source
+    from engine.tokenizer import Tokenizer
+
+    source = resolve_source(path_or_repo_id)
+    model = load_model(source, device, dtype, weights)
+    processor = model_package(model.metadata.model_type).load_processor(source.folder, model.metadata)
+    return model, Tokenizer.from_pretrained(source.folder), processor
