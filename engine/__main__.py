@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -77,10 +78,13 @@ def _generate(args: argparse.Namespace) -> int:
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
         ignore_eos=args.ignore_eos, image_detail=args.image_detail,
     )
-    from engine.models.smolvlm.processing import load_image
+    from engine.models.smolvlm.processing import frame_count, load_image
 
     for image in args.image:  # bad images fail here, before seconds of model loading
         load_image(image)
+        frames = frame_count(image)
+        if frames > 1:
+            print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
     prompt = args.prompt
     if args.prompt_file is not None:
         try:
@@ -188,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        # The reader went away (``... | head -n 1``): stop quietly, like a process killed by SIGPIPE.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except (EngineError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
