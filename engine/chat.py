@@ -117,10 +117,10 @@ class ChatSession:
 
     @property
     def weights(self) -> str:
-        """``int8`` when the weights were quantized (``weights="int8"`` on the CPU), else the dtype."""
-        from engine.layers.linear import is_quantized
+        """``int8`` / ``int4`` when the weights were quantized (``weights=``), else the dtype."""
+        from engine.layers.linear import weight_format
 
-        return "int8" if is_quantized(self.model) else self.dtype
+        return weight_format(self.model) or self.dtype
 
     def cancel(self) -> None:
         self._cancel.set()

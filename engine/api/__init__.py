@@ -33,6 +33,7 @@ from engine.api.events import (
     GenerationParams,
     GenerationStats,
     TokenEvent,
+    WEIGHT_FORMATS,
 )
 
 __all__ = [
@@ -59,5 +60,6 @@ __all__ = [
     "TokenEvent",
     "UnsupportedModelError",
     "UnsupportedOperation",
+    "WEIGHT_FORMATS",
     "is_engine_error",
 ]
