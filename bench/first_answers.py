@@ -43,6 +43,27 @@ def one_process(args) -> dict:
     warmup = getattr(session, "warmup_s", None)
     out: dict = {"load_s": time.perf_counter() - t0, "warmup_s": warmup, "answers": []}
     sync = (lambda: __import__("torch").cuda.synchronize()) if args.device == "cuda" else (lambda: None)
+    phases: dict[str, float] = {}
+    if args.phases:  # where the time of each answer goes (synchronizes around each phase: slower overall)
+        def timed(obj, name, label):
+            original = getattr(obj, name)
+
+            def wrapper(*a, **k):
+                sync()
+                t = time.perf_counter()
+                try:
+                    return original(*a, **k)
+                finally:
+                    sync()
+                    phases[label] = phases.get(label, 0.0) + time.perf_counter() - t
+                    phases[label + "_calls"] = phases.get(label + "_calls", 0) + 1
+            setattr(obj, name, wrapper)
+
+        timed(session, "preprocess", "preprocess")
+        timed(session, "_fit_context", "prompt")
+        timed(session.model, "embed_multimodal", "embed_and_vision")
+        timed(session.model, "prefill", "prefill")
+        timed(session.model, "decode", "decode")
 
     def ask(s, text, images, n):
         params = GenerationParams(max_new_tokens=n, ignore_eos=True)
@@ -57,8 +78,12 @@ def one_process(args) -> dict:
         if done is None or done.error:
             raise RuntimeError(f"generation failed: {done and done.error}")
         rate = (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else None
-        return {"ttft_s": stamps[0] - start, "decode_tok_s": rate, "prompt_tokens": done.stats.prompt_tokens,
-                "cached_tokens": done.stats.cached_tokens, "generated_tokens": len(stamps)}
+        res = {"ttft_s": stamps[0] - start, "decode_tok_s": rate, "prompt_tokens": done.stats.prompt_tokens,
+               "cached_tokens": done.stats.cached_tokens, "generated_tokens": len(stamps)}
+        if phases:
+            res["phases"] = dict(phases)
+            phases.clear()
+        return res
 
     out["answers"].append(ask(session, "Describe this image in detail.", [args.image], args.new_tokens))
     out["answers"].append(ask(session, "And what colour is the largest thing in it?", [], 64))
@@ -92,6 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--phases", action="store_true", help="also time preprocess / prompt / vision / prefill / "
+                    "decode per answer (synchronizing: slower)")
+    ap.add_argument("--no-cli", action="store_true", help="skip the command-line runs")
     ap.add_argument("--out", required=True)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -108,6 +136,8 @@ def main(argv=None) -> int:
         run = json.loads(proc.stdout.strip().splitlines()[-1])
         res["runs"].append(run)
         print(json.dumps(run), flush=True)
+        if args.no_cli:
+            continue
         res["cli"].append({"text_512": cli_run(args, ["--prompt", TEXT_PROMPT], 512),
                            "photo_64": cli_run(args, ["--image", args.image, "--prompt", "Describe this image."],
                                                64)})
