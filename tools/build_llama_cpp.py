@@ -47,10 +47,12 @@ def fetch_source(version: str = VERSION, root: Path | None = None) -> Path:
     if not sdist.is_file():
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                f"llama-cpp-python=={version}", "-d", str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if proc.returncode != 0 or not sdist.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"pip download llama-cpp-python=={version} failed: {tail[0]}")
+            err = RuntimeError(f"pip download llama-cpp-python=={version} failed: {tail[0]}")
+            err.pip_output = proc.stdout + proc.stderr  # callers tell "offline" from "no such version"
+            raise err
     # Unpack to a temporary folder first so an interrupted run never leaves a half tree that looks done.
     tmp = src / f".unpack-{version}"
     shutil.rmtree(tmp, ignore_errors=True)
