@@ -208,7 +208,7 @@ def _find_files(path: Path, mmproj: Path | None) -> tuple[Path, Path | None]:
 
 
 def cache_root() -> Path:
-    """``$SMOLCHAT_GGUF_CACHE``, else ``<user cache dir>/smolchat/gguf``."""
+    """``$SMOLCHAT_GGUF_CACHE``, else ``<user cache dir>/Smolchat/gguf`` (``~/.cache/Smolchat/gguf`` on Linux)."""
     override = os.environ.get(CACHE_ENV, "").strip()
     if override:
         return Path(override).expanduser()
@@ -308,19 +308,21 @@ class GGUFSource(ModelSource):
         stamp = [FORMAT_VERSION] + [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in inputs]
         key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
         root = cache_root()
-        folder = root / f"{self.text.path.stem}-{key}"
+        # <key>/<file stem>: the folder's name is the model's name (ModelMetadata.name, `engine info`).
+        folder = root / key / self.text.path.stem
         if (folder / "config.json").is_file():
             return folder
         files = self._derived_files()  # before touching the disk: a metadata error leaves nothing behind
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
         try:
+            (tmp / folder.name).mkdir()
             for name, text in files.items():
-                (tmp / name).write_text(text, encoding="utf-8")
+                (tmp / folder.name / name).write_text(text, encoding="utf-8")
             for src in self._beside(TOKENIZER_FILES + PROCESSOR_FILES):
-                shutil.copyfile(src, tmp / src.name)
+                shutil.copyfile(src, tmp / folder.name / src.name)
             try:
-                tmp.rename(folder)  # atomic: readers never see a half-written folder
+                tmp.rename(folder.parent)  # atomic: readers never see a half-written folder
             except OSError:
                 if not (folder / "config.json").is_file():  # not just another process winning the race
                     raise

@@ -216,6 +216,7 @@ def test_cli_info_on_gguf_pair(smolvlm_gguf_pair):
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["model_type"] == "idefics3" and info["tensors"] == 59 and info["eos_token_ids"] == [49279]
+    assert info["name"] == "SmolVLM-tiny-F32"  # the file's name, not the cache folder's key
 
 
 # -- every supported tensor type -------------------------------------------------------------------
