@@ -131,15 +131,22 @@ def llama_cpp_source() -> Path:
         _skip_or_fail("downloading llama.cpp's source", getattr(exc, "pip_output", str(exc)))
 
 
-def _convert(tree: Path, model: Path, out: Path, *args: str) -> None:
+def _convert(tree: Path, model: Path, out: Path, *args: str, outtype: str = "f32") -> None:
     import subprocess
     import sys
 
-    cmd = [sys.executable, str(tree / "convert_hf_to_gguf.py"), str(model), "--outtype", "f32", "--outfile", str(out),
+    cmd = [sys.executable, str(tree / "convert_hf_to_gguf.py"), str(model), "--outtype", outtype, "--outfile", str(out),
            *args]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"convert_hf_to_gguf.py {' '.join(args)} failed: {(proc.stderr.strip().splitlines() or [''])[-1]}")
+
+
+@pytest.fixture(scope="session")
+def convert_to_gguf(llama_cpp_source):
+    """``convert(model_dir, out_path, *args, outtype="f32")`` with llama.cpp's convert_hf_to_gguf.py."""
+    pytest.importorskip("sentencepiece", reason="llama.cpp's converter imports sentencepiece")
+    return lambda model, out, *args, outtype="f32": _convert(llama_cpp_source, model, out, *args, outtype=outtype)
 
 
 @pytest.fixture(scope="session")

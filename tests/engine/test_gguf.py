@@ -30,6 +30,7 @@ from engine.gguf import (
     GGUFMissingTextModelError,
     GGUFSource,
     GGUFTensorTypeError,
+    llama_hf_name,
 )
 from engine.kv_cache import CacheConfig
 from engine.loader import load_model
@@ -199,6 +200,26 @@ def test_smolvlm_pair_loads_into_smolvlm_model_with_equal_logits(smolvlm_gguf_pa
     gguf_model = load_model(smolvlm_gguf_pair, device="cpu", dtype="float32")
     assert type(gguf_model).__name__ == "SmolVlmModel"
     assert torch.equal(logits(gguf_model), logits(load_model(tiny_checkpoint, device="cpu", dtype="float32")))
+
+
+@pytest.mark.parametrize("outtype", ["f16", "bf16", "q8_0"])
+def test_converter_outtypes_round_like_gguf_quantize(outtype, smolvlm_gguf_pair, tiny_checkpoint, convert_to_gguf,
+                                                     tmp_path):
+    """The text model converted to F16/BF16/Q8_0: every tensor is exactly the original rounded to the
+    type the converter chose (Q/K rows are permuted before quantizing, but blocks never straddle rows)."""
+    import gguf
+
+    path = tmp_path / f"SmolVLM-tiny-{outtype}.gguf"
+    convert_to_gguf(tiny_checkpoint, path, outtype=outtype)
+    source = GGUFSource(path, mmproj=next(smolvlm_gguf_pair.glob("mmproj-*.gguf")))
+    types = {llama_hf_name(t.name, "model.text_model."): t.tensor_type for t in source.text.reader.tensors}
+    assert gguf.GGMLQuantizationType[outtype.upper()] in types.values()
+    ref = load_file(tiny_checkpoint / "model.safetensors")
+    ours = dict(source.tensors())
+    for name, qtype in types.items():
+        w = ref[name].numpy()
+        expected = gguf.quants.dequantize(gguf.quants.quantize(w, qtype), qtype).reshape(w.shape)
+        assert torch.equal(ours[name], torch.from_numpy(np.asarray(expected, dtype=np.float32))), (name, qtype.name)
 
 
 def test_tokenizer_files_beside_the_gguf_are_used(smolvlm_gguf_pair, tiny_checkpoint, tmp_path):
