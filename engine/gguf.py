@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from engine import gguf_files
-from engine.errors import ModelLoadError, UnsupportedModelError
+from engine.api.errors import ModelLoadError, UnsupportedModelError
 from engine.gguf_files import GGUFMetadataError  # noqa: F401  (re-exported: raised for unusable metadata)
 from engine.sources import ModelSource
 
@@ -224,7 +224,7 @@ class GGUFSource(ModelSource):
     it (or given as ``mmproj``) makes the pair an ``idefics3`` checkpoint for ``SmolVlmModel``.
     Tokenizer files beside the GGUF (tokenizer.json ...) are used instead of the derived ones.
 
-    Raises (all :class:`~engine.errors.ModelLoadError`, one line naming the file):
+    Raises (all :class:`~engine.api.errors.ModelLoadError`, one line naming the file):
         GGUFFormatError: not a GGUF file, or truncated.
         GGUFArchitectureError: the text model is not ``llama``, the projector not clip/idefics3.
         GGUFTensorTypeError: a tensor type outside :data:`SUPPORTED_TYPES` (tensor and type named).

@@ -21,7 +21,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from engine.errors import ModelLoadError
+from engine.api.errors import ModelLoadError
 from engine.tokenizer import _bytes_to_unicode  # GPT-2's byte alphabet: one copy of the table
 
 # llama.cpp token types (llama_token_type): 3 = control (special), 4 = user-defined (added, not special).

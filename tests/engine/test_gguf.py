@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer as HfTokenizer
 
-from engine.errors import ModelLoadError
+from engine.api.errors import ModelLoadError
 from engine.gguf import (
     CACHE_ENV,
     SUPPORTED_TYPES,
@@ -32,10 +32,10 @@ from engine.gguf import (
     GGUFTensorTypeError,
     llama_hf_name,
 )
-from engine.kv_cache import CacheConfig
-from engine.loader import load_model
-from engine.metadata import ModelMetadata
-from engine.processing import ImageProcessor
+from engine.cache import CacheConfig
+from engine.registry import load_model
+from engine.registry import read_metadata
+from engine.models.smolvlm.processing import ImageProcessor
 from engine.sources import resolve_source
 from engine.tokenizer import Tokenizer
 
@@ -165,7 +165,7 @@ def test_smolvlm_pair_tensors_equal_safetensors(smolvlm_gguf_pair, tiny_checkpoi
 
 def test_smolvlm_pair_config_equals_original(smolvlm_gguf_pair, tiny_checkpoint):
     source = GGUFSource(smolvlm_gguf_pair)
-    ours, ref = ModelMetadata.from_folder(source.folder), ModelMetadata.from_folder(tiny_checkpoint)
+    ours, ref = read_metadata(source.folder), read_metadata(tiny_checkpoint)
     assert ours.model_type == "idefics3" and ours.vision == ref.vision
     # text_config.eos_token_id: the GGUF's eos is <end_of_utterance> (49279), the id generation stops
     # on in both (generation_config.json); rope_parameters is the transformers 5 spelling of rope_theta.
