@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from tests.app.fakes import FakeFactory, FakeSession
 from tests.app.helpers import drop, file_mime
+from tests.engine.conftest import llama_tiny_checkpoint  # noqa: F401  (fixture)
 
 
 class _TextOnlyModel:
@@ -40,3 +41,28 @@ def test_an_image_attached_before_loading_is_not_sent(qtbot, make_window, png):
     win.send_message()
     assert session.calls == [] and "text-only model" in win.banner.message()
     assert win.composer.toPlainText() == "What is this?" and win.attachments.paths() == [str(png)]
+
+
+def test_real_text_only_llama_answers_and_refuses_images(qtbot, llama_tiny_checkpoint, png):  # noqa: F811
+    """The tiny SmolLM2-shaped checkpoint in the real engine: "Hi" gets a streamed answer, an image
+    gets the banner and is not attached."""
+    from PySide6.QtCore import Qt
+
+    from app.main_window import MainWindow
+
+    win = MainWindow(str(llama_tiny_checkpoint))  # the default factory: ChatSession.load in the worker
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
+    assert win.model_info["vision"] is False
+    pieces = []
+    win.worker.token.connect(pieces.append)
+    qtbot.keyClicks(win.composer, "Hi")
+    win.generation_params = {"max_new_tokens": 6, "ignore_eos": True}
+    with qtbot.waitSignal(win.answer_finished, timeout=120_000) as finished:
+        qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+    assert finished.args[0]["finish_reason"] == "length" and finished.args[0]["generated_tokens"] == 6
+    assert pieces and win.transcript.messages()[-1]["text"] == "".join(pieces).strip()
+    drop(win.composer, file_mime(png))
+    assert win.attachments.paths() == [] and "text-only model" in win.banner.message()
+    win.close()
