@@ -13,18 +13,24 @@ never the system prompt, never part of an image) and the stats say so. A message
 even alone raises :class:`~engine.api.errors.PromptTooLongError` before any work is done.
 
 Answers stream through a detokenizer that never splits a UTF-8 character and never emits stop tokens.
+
+``cancel()`` is checked between tokens, between prefill chunks and inside the vision tower (between
+layers of each tile), so a cancel ends the answer within a fraction of a second even before its
+first token; ``progress`` (when set) receives :class:`~engine.api.backend.ProgressEvent` s from the
+same points.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from engine.api.backend import ProgressEvent
 from engine.api.errors import PromptTooLongError
 from engine.api.events import (
     DoneEvent,
@@ -49,6 +55,10 @@ DEFAULT_PREFILL_CHUNK = 512  # CPU and MPS: [chunk, past + chunk] attention scor
 DEFAULT_PREFILL_CHUNK_CUDA = 4096
 # Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
 ANSWER_ROOM_FRACTION = 0.25
+
+
+class Cancelled(Exception):
+    """Internal: raised at a cancellation point before the first token; the answer ends "cancelled"."""
 
 
 @dataclass
@@ -96,6 +106,9 @@ class ChatSession:
         self.turns: list[Turn] = []
         self._cached_keys: list = []  # what the cache holds, one key per position
         self._cancel = threading.Event()
+        #: Called (on the generating thread) with progress through the vision tower and the prefill.
+        self.progress: Callable[[ProgressEvent], None] | None = None
+        self._last_progress: ProgressEvent | None = None
 
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
@@ -346,6 +359,8 @@ class ChatSession:
         except GeneratorExit:
             reason = "cancelled"
             raise
+        except Cancelled:  # during the vision tower or the prefill: the user turn stays, the answer is empty
+            reason = "cancelled"
         except Exception as exc:  # noqa: BLE001  (reported in the DoneEvent; the session stays usable)
             reason, error = "error", f"{type(exc).__name__}: {exc}"
         finally:
@@ -405,16 +420,36 @@ class ChatSession:
             tiles.append(img.tiles_tensor(self.model.device, vision_dtype)[skip:])
             skip = 0
         new_ids = torch.tensor([ids[common:]])
-        embeds = self.model.embed_multimodal(new_ids, tiles)
+        # Only a vision model gets the tower's callback (a text-only model's embed_multimodal needs none).
+        embeds = self.model.embed_multimodal(new_ids, tiles, *((self._tiles_done,) if tiles else ()))
         del tiles  # not needed during the prefill
         t = time.perf_counter()
         logits = None
-        for start in range(0, embeds.shape[1], self.prefill_chunk):
+        total = embeds.shape[1]
+        for start in range(0, total, self.prefill_chunk):
+            self._checkpoint(ProgressEvent("prefill", start, total))
             chunk = embeds[:, start:start + self.prefill_chunk]
             pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
             logits = self.model.prefill(chunk, self.cache, pos)
             self._cached_keys.extend(keys[pos.start:pos.stop])
+        self._checkpoint(ProgressEvent("prefill", total, total))
         elapsed = time.perf_counter() - t
         if elapsed > 0:
             stats.prefill_tokens_per_s = (len(ids) - common) / elapsed
         return logits
+
+    def _tiles_done(self, done: int, total: int) -> None:
+        """The vision tower's callback: a cancellation point, and progress when ``done`` moved."""
+        event = ProgressEvent("image", done, total)
+        if event != self._last_progress:
+            self._last_progress = event
+            self._checkpoint(event)
+        elif self._cancel.is_set():
+            raise Cancelled()
+
+    def _checkpoint(self, event: ProgressEvent) -> None:
+        """A cancellation point before the first token: raise :class:`Cancelled`, else report ``event``."""
+        if self._cancel.is_set():
+            raise Cancelled()
+        if self.progress is not None:
+            self.progress(event)
