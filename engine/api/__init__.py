@@ -33,6 +33,7 @@ from engine.api.events import (
     GenerationStats,
     TokenEvent,
 )
+from engine.api.hub import looks_like_repo_id
 
 __all__ = [
     "Attachment",
@@ -58,4 +59,5 @@ __all__ = [
     "UnsupportedModelError",
     "UnsupportedOperation",
     "is_engine_error",
+    "looks_like_repo_id",
 ]
