@@ -1,4 +1,4 @@
-"""Text for the status bar and message footers, from the worker's plain-dict results."""
+"""Text for the status bar and message footers, from an answer's plain-dict result (``app.controller.result_of``)."""
 
 from __future__ import annotations
 

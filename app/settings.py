@@ -29,6 +29,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 CACHE_KINDS = ("paged", "contiguous")  # the engine's default first
 WEIGHTS = ("auto", "int8")  # engine.registry.WEIGHTS; int8 applies on the CPU only
 THEMES = ("system", "light", "dark")
+# AppSettings fields that need the model loaded again when they change.
+ENGINE_KEYS = ("device", "dtype", "cache_kind", "context_size", "weights")
 
 
 def open_settings() -> QSettings:
@@ -85,7 +87,7 @@ class AppSettings:
         return params
 
     def load_options(self) -> dict:
-        """What the worker needs to build a session besides path, device and dtype."""
+        """What the backend needs to load a model besides path, device and dtype."""
         options = {}
         if self.cache_kind != CACHE_KINDS[0]:
             options["cache_kind"] = self.cache_kind

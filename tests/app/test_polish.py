@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLineEdi
 
 from app.markdown import CodeBlock, split_blocks
 from app.thumbnails import thumbnail
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
 
 
@@ -52,8 +52,8 @@ def test_image_data_dragged_from_a_browser_is_attached(window, data_dir):
 
 
 def test_escape_stops_and_ctrl_n_starts_a_new_chat(qtbot, make_window):
-    session = FakeSession(tokens=["x "] * 2000, delay=0.005)
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=["x "] * 2000, delay=0.005)
+    win = make_window(session)
     win.composer.setPlainText("go")
     with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
@@ -83,7 +83,7 @@ def test_markdown_blocks_and_code_copy(qtbot, make_window):
     assert split_blocks(answer)[1].language == "python" and split_blocks(answer)[1].text == "print('hi')"
     assert split_blocks("```\nunclosed")[0].text == "unclosed"
     words = answer.split(" ")
-    win = make_window(FakeFactory(FakeSession(tokens=[w if i == 0 else " " + w for i, w in enumerate(words)])))
+    win = make_window((FakeBackend(tokens=[w if i == 0 else " " + w for i, w in enumerate(words)])))
     win.composer.setPlainText("code please")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         win.send_message()
