@@ -6,13 +6,11 @@ top-k -> top-p -> min-p), then a token is drawn. ``temperature == 0`` is greedy 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from engine.api.events import GenerationParams
-
-Sampler = Callable[[torch.Tensor, Sequence[int]], int]
 
 
 def apply_repetition_penalty(logits: torch.Tensor, history: Sequence[int], penalty: float) -> torch.Tensor:
