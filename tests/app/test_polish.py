@@ -71,8 +71,14 @@ def test_shortcuts_are_listed_in_the_help_menu(window):
     keys = dict(shortcut_rows(window))
     for key in ("Ctrl+N", "Enter", "Shift+Enter", "Esc", "Ctrl+V", "Ctrl+,"):
         assert key in keys, key
-    dialog = window.actions["shortcuts"].trigger()
-    assert dialog is None  # triggered through the menu action; the dialog is a child window
+    from PySide6.QtWidgets import QDialog, QLabel
+
+    assert window.findChild(QDialog, "shortcutsDialog") is None
+    window.actions["shortcuts"].trigger()  # returns None: look for the dialog it opened
+    dialog = window.findChild(QDialog, "shortcutsDialog")
+    assert dialog is not None and dialog.isVisible()
+    table = dialog.findChild(QLabel, "shortcutsTable").text()
+    assert "Ctrl+N" in table and "Stop the answer" in table
     help_menu = [a for a in window.menuBar().actions() if a.text() == "&Help"]
     assert help_menu and help_menu[0].menu().actions()[0].text() == "&Keyboard shortcuts"
 
