@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import math
 import os
@@ -36,9 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 
 from engine.api.errors import ConfigError, ImageError
+from engine.api.images import load_image  # noqa: F401  (the one decoder; the app checks attachments with it)
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: header reads stay light
     import torch
@@ -190,53 +190,6 @@ def expand_prompt(prompt: str, images: list[ProcessedImage]) -> str:
         out.append(image.prompt)
         out.append(piece)
     return "".join(out)
-
-
-def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
-    """Open and fully decode an image, upright.
-
-    Paths and bytes are decoded (``.load()`` forces the whole file to be read), rotated by their EXIF
-    orientation and converted to RGB, exactly like transformers' ``image_utils.load_image``
-    (``exif_transpose`` then ``.convert("RGB")``; alpha is dropped without compositing, as there).
-    A PIL image keeps its mode (so RGBA is composited over white later by ``preprocess``) but is
-    still EXIF-transposed. Animated images (GIF, APNG, WebP) give their first frame.
-
-    Raises:
-        ImageError: missing file, empty file, not an image, truncated or corrupt data.
-    """
-    if isinstance(source, Image.Image):
-        try:
-            if getattr(source, "n_frames", 1) > 1:
-                source.seek(0)
-            return ImageOps.exif_transpose(source)
-        except (OSError, ValueError) as exc:
-            raise ImageError(f"Cannot read image: {exc}") from exc
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        name, data = "<bytes>", bytes(source)
-        if not data:
-            raise ImageError("Image data is empty (0 bytes)")
-        stream = io.BytesIO(data)
-    elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        name = str(path)
-        if not path.is_file():
-            raise ImageError(f"Image file not found: {name}")
-        if path.stat().st_size == 0:
-            raise ImageError(f"Image file is empty (0 bytes): {name}")
-        stream = path
-    else:
-        raise ImageError(f"Unsupported image source of type {type(source).__name__}")
-    try:
-        with Image.open(stream) as image:
-            image.load()
-            upright = ImageOps.exif_transpose(image)
-            return upright.convert("RGB")
-    except UnidentifiedImageError as exc:
-        raise ImageError(f"Not a recognised image file: {name}") from exc
-    except Image.DecompressionBombError as exc:
-        raise ImageError(f"Image is too large to open safely: {name} ({exc})") from exc
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"Image is truncated or corrupt: {name} ({exc})") from exc
 
 
 # EXIF orientations that turn the image by 90 or 270 degrees (``ImageOps.exif_transpose``).
