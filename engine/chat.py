@@ -409,6 +409,7 @@ class ChatSession:
         self._cached_keys = self._cached_keys[:common]
         stats.cached_tokens = common
         skip = sum(1 for p in image_positions if p < common) // seq  # tiles already in the cache
+        self._last_progress = None  # each answer reports its own first tile
         tiles = []
         vision_dtype = getattr(self.model, "vision_dtype", None)
         for img in images:
