@@ -51,7 +51,7 @@ def main() -> None:
         last = next((e for _, e in reversed(events[:-1]) if isinstance(e, ProgressEvent)), None)
         print(json.dumps({"finish_reason": events[-1][1].finish_reason,
                           "stop_latency_ms": round((events[-1][0] - t_cancel) * 1000, 1),
-                          "landed_in": f"{last.stage} {last.done}/{last.total}" if last else "decode"}), flush=True)
+                          "landed_in": f"{last.stage} {last.done}/{last.total}" if last else "before any progress"}), flush=True)
     service.shutdown()
 
 
