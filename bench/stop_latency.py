@@ -4,7 +4,7 @@ Sends a large photo through :class:`engine.service.EngineService`, cancels ``--a
 and prints one JSON line per run: where the cancel landed (the last ProgressEvent) and how long the
 DoneEvent took to arrive after cancel() (DESIGN.md §7: within 200 ms).
 
-    python bench/stop_latency.py --model DIR [--image PATH] [--after 1.0] [--runs 3]
+    python bench/stop_latency.py --model DIR [--image PATH] [--after 1.0] [--at image|prefill] [--runs 3]
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--image", default=str(SHARED / "images" / "hubble_deep_field.jpg"))
     parser.add_argument("--after", type=float, default=1.0, help="seconds between send and cancel")
+    parser.add_argument("--at", choices=["image", "prefill"],
+                        help="cancel at the first progress of this stage past --after instead")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -45,6 +47,9 @@ def main() -> None:
         service.reset()
         service.send("Describe this photo.", [Attachment(args.image)], GenerationParams(max_new_tokens=16), sink)
         time.sleep(args.after)
+        while args.at and not done.is_set() and not any(
+                isinstance(e, ProgressEvent) and e.stage == args.at and e.done > 0 for _, e in list(events)):
+            time.sleep(0.001)
         t_cancel = time.perf_counter()
         service.cancel()
         done.wait()
