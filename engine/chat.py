@@ -14,14 +14,15 @@ even alone raises :class:`~engine.api.errors.PromptTooLongError` before any work
 
 Answers stream through a detokenizer that never splits a UTF-8 character and never emits stop tokens.
 
-``cancel()`` is checked between tokens, between prefill chunks and inside the vision tower (between
-layers of each tile), so a cancel ends the answer within a fraction of a second even before its
+``cancel()`` is checked between tokens, before every decoder layer of the prefill and inside the
+vision tower (within each layer of each tile), so a cancel ends the answer within a fraction of a second even before its
 first token; ``progress`` (when set) receives :class:`~engine.api.backend.ProgressEvent` s from the
 same points.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -427,12 +428,13 @@ class ChatSession:
         t = time.perf_counter()
         logits = None
         total = embeds.shape[1]
-        for start in range(0, total, self.prefill_chunk):
-            self._checkpoint(ProgressEvent("prefill", start, total))
-            chunk = embeds[:, start:start + self.prefill_chunk]
-            pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
-            logits = self.model.prefill(chunk, self.cache, pos)
-            self._cached_keys.extend(keys[pos.start:pos.stop])
+        with self._cancellable_layers():
+            for start in range(0, total, self.prefill_chunk):
+                self._checkpoint(ProgressEvent("prefill", start, total))
+                chunk = embeds[:, start:start + self.prefill_chunk]
+                pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
+                logits = self.model.prefill(chunk, self.cache, pos)
+                self._cached_keys.extend(keys[pos.start:pos.stop])
         self._checkpoint(ProgressEvent("prefill", total, total))
         elapsed = time.perf_counter() - t
         if elapsed > 0:
@@ -447,6 +449,25 @@ class ChatSession:
             self._checkpoint(event)
         elif self._cancel.is_set():
             raise Cancelled()
+
+    @contextlib.contextmanager
+    def _cancellable_layers(self):
+        """While prefilling, check for a cancel before every layer of the model's layer stacks (each
+        ``nn.ModuleList``): a 256-token chunk of the 256M model is 30 decoder layers, 0.4 s on a quiet
+        2-core CPU and several seconds on a busy one, so waiting for whole chunks is too slow. A cancel
+        there aborts the chunk; the model drops the chunk's cache reservation and :meth:`_generate`
+        truncates the cache to the chunks already done."""
+        def check(_module, _args) -> None:
+            if self._cancel.is_set():
+                raise Cancelled()
+
+        handles = [layer.register_forward_pre_hook(check) for stack in self.model.modules()
+                   if isinstance(stack, torch.nn.ModuleList) for layer in stack]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def _checkpoint(self, event: ProgressEvent) -> None:
         """A cancellation point before the first token: raise :class:`Cancelled`, else report ``event``."""
