@@ -217,7 +217,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         """Cancel any answer (kept, marked cancelled), stop the engine thread within ~1 s, close the
         store (idempotent). False when the engine thread is still finishing a kernel."""
         if self.controller.closed:
-            return True
+            return self.controller.shutdown()  # what the first call found
         stopped = self.controller.shutdown()
         if self.model_manager is not None:
             self.model_manager.shutdown()

@@ -39,3 +39,18 @@ def slow_local_backend():
     from app.backends.local import LocalBackend
 
     return LocalBackend(slow_loader)
+
+
+def stuck_loading_backend():
+    """A :class:`~app.backends.local.LocalBackend` whose load never ends (like a huge checkpoint on a
+    slow disk): closing the window must not wait for it."""
+    from app.backends.local import LocalBackend
+
+    def loader(model: str, options: dict):
+        import torch  # busy inside torch kernels (releasing the GIL), as a real load is
+
+        a = torch.randn(1500, 1500)
+        while True:
+            a = torch.tanh(a @ a)
+
+    return LocalBackend(loader)

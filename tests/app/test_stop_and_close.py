@@ -115,3 +115,34 @@ def test_closing_the_window_mid_prefill_exits_cleanly_and_keeps_the_conversation
         store.close()
     assert [(m.role, m.status) for m in messages] == [("user", "done"), ("assistant", "cancelled")]
     assert messages[0].text == "Describe this photo" and len(messages[0].images) == 1
+
+
+CLOSE_WHILE_LOADING = r"""
+import sys, time
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app import main as entry
+from app.main_window import MainWindow
+
+def close():
+    win = next(w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow))
+    print("CLOSING", time.time(), "loading" if win.controller.loading else "idle", flush=True)
+    win.close()
+
+entry.create_app(sys.argv[:1])
+QTimer.singleShot(1000, close)
+sys.exit(entry.main(["--model", "/models/huge"]))
+"""
+
+
+def test_closing_the_window_while_a_model_loads_exits_at_once(tmp_path):
+    env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
+               QT_QPA_PLATFORM="offscreen", SMOLCHAT_BACKEND="tests.slow_engine:stuck_loading_backend")
+    proc = subprocess.run([sys.executable, "-c", CLOSE_WHILE_LOADING], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=30)
+    ended = time.time()
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("CLOSING ")), None)
+    assert line is not None, proc.stdout + proc.stderr
+    assert line.split()[2] == "loading", line
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ended - float(line.split()[1]) < 2.5, f"exited {ended - float(line.split()[1]):.1f} s after close"
