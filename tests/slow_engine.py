@@ -2,7 +2,7 @@
 prefill (on a fast machine the tiny checkpoint would finish before the test could press anything).
 
 ``SMOLCHAT_BACKEND=tests.slow_engine:slow_local_backend`` starts the app on it; ``SMOLCHAT_SLOW_S``
-sets the sleep per vision layer and per prefill chunk (default 0.05 s).
+sets the sleep per vision layer and per prefill chunk (default 0.02 s).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def slow_loader(model: str, options: dict):
     from engine.service import default_loader
 
     session = default_loader(model, {**options, "device": "cpu"})
-    slow_down(session, float(os.environ.get("SMOLCHAT_SLOW_S", "0.05")))
+    slow_down(session, float(os.environ.get("SMOLCHAT_SLOW_S", "0.02")))
     return session
 
 

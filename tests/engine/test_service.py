@@ -240,7 +240,7 @@ def test_expected_errors_log_one_line_and_bugs_their_traceback(caplog):
 # -- the real ChatSession, slowed down ------------------------------------------------------------
 @pytest.fixture
 def slow_service(tiny_checkpoint):
-    """An EngineService on the tiny checkpoint with 50 ms per vision layer and per 16-token prefill chunk."""
+    """An EngineService on the tiny checkpoint with 20 ms per vision layer and per 16-token prefill chunk."""
     service = EngineService(slow_loader)
     loaded = threading.Event()
     service.load(str(tiny_checkpoint), {}, lambda info, message: loaded.set())
