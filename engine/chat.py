@@ -22,7 +22,6 @@ same points.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +40,7 @@ from engine.api.events import (
     TokenEvent,
 )
 from engine.cache import CacheConfig, KVCache
+from engine.cancellation import Cancelled, layer_cancel_points
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
 from engine.models.smolvlm.processing import ImageProcessor, ProcessedImage
@@ -56,10 +56,6 @@ DEFAULT_PREFILL_CHUNK = 512  # CPU and MPS: [chunk, past + chunk] attention scor
 DEFAULT_PREFILL_CHUNK_CUDA = 4096
 # Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
 ANSWER_ROOM_FRACTION = 0.25
-
-
-class Cancelled(Exception):
-    """Internal: raised at a cancellation point before the first token; the answer ends "cancelled"."""
 
 
 @dataclass
@@ -428,7 +424,7 @@ class ChatSession:
         t = time.perf_counter()
         logits = None
         total = embeds.shape[1]
-        with self._cancellable_layers():
+        with layer_cancel_points(self.model, self._cancel):  # a cancel waits for one layer, not a chunk
             for start in range(0, total, self.prefill_chunk):
                 self._checkpoint(ProgressEvent("prefill", start, total))
                 chunk = embeds[:, start:start + self.prefill_chunk]
@@ -449,25 +445,6 @@ class ChatSession:
             self._checkpoint(event)
         elif self._cancel.is_set():
             raise Cancelled()
-
-    @contextlib.contextmanager
-    def _cancellable_layers(self):
-        """While prefilling, check for a cancel before every layer of the model's layer stacks (each
-        ``nn.ModuleList``): a 256-token chunk of the 256M model is 30 decoder layers, 0.4 s on a quiet
-        2-core CPU and several seconds on a busy one, so waiting for whole chunks is too slow. A cancel
-        there aborts the chunk; the model drops the chunk's cache reservation and :meth:`_generate`
-        truncates the cache to the chunks already done."""
-        def check(_module, _args) -> None:
-            if self._cancel.is_set():
-                raise Cancelled()
-
-        handles = [layer.register_forward_pre_hook(check) for stack in self.model.modules()
-                   if isinstance(stack, torch.nn.ModuleList) for layer in stack]
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
 
     def _checkpoint(self, event: ProgressEvent) -> None:
         """A cancellation point before the first token: raise :class:`Cancelled`, else report ``event``."""
