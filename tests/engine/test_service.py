@@ -301,3 +301,21 @@ def test_progress_counts_tiles_then_prompt_tokens(slow_service, photo):
         prefill = [e for e in progress if e.stage == "prefill"]
         assert tiles[0].done == 0 and tiles[-1].done == tiles[-1].total > 1
         assert prefill[-1].done == prefill[-1].total == sink.final.stats.prompt_tokens
+
+
+def test_regenerate_and_edit_run_on_the_real_session(tiny_checkpoint):
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(tiny_checkpoint), {"device": "cpu"}, lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    params = GenerationParams(max_new_tokens=3, ignore_eos=True)
+    sinks = [Recorder() for _ in range(3)]
+    service.send("First question", [], params, sinks[0])
+    service.regenerate(params, sinks[1])
+    service.edit(0, "Edited question", None, params, sinks[2])
+    assert [s.final.finish_reason for s in sinks] == ["length"] * 3
+    assert sinks[1].final.stats.cached_tokens == sinks[1].final.stats.prompt_tokens - 1  # the prompt was reused
+    turns = service._session.turns
+    assert [(t.role, t.text if t.role == "user" else "") for t in turns] == [("user", "Edited question"),
+                                                                           ("assistant", "")]
+    assert service.shutdown()
