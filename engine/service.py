@@ -17,6 +17,7 @@ torch-free at import (the engine itself is imported on the engine thread, at the
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from engine.api.backend import Attachment, EventSink, HistoryMessage, LoadCallba
 from engine.api.capabilities import Capabilities
 from engine.api.errors import is_engine_error
 from engine.api.events import DoneEvent, GenerationParams, GenerationStats
+from engine.api.hub import looks_like_repo_id
 
 log = logging.getLogger(__name__)
 
@@ -309,9 +311,24 @@ class EngineService:
 
 def model_info(session: Any, path: str) -> ModelInfo:
     """What a front end shows of a loaded session (engine thread)."""
-    import os
-
     caps = session.model.capabilities() if hasattr(session, "model") else Capabilities()
-    folder = path if os.path.isdir(path) else ""
     return ModelInfo(name=str(session.model_name), path=path, capabilities=caps, device=str(session.device),
-                     dtype=str(session.dtype), weights=str(getattr(session, "weights", "")), folder=folder)
+                     dtype=str(session.dtype), weights=str(getattr(session, "weights", "")),
+                     folder=model_folder(path))
+
+
+def model_folder(path: str) -> str:
+    """The local folder of ``path`` (a folder, or a Hub id already in the HF cache); "" if unknown.
+
+    Front ends read the checkpoint's generation_config.json from it for their default settings.
+    """
+    if os.path.isdir(path):
+        return path
+    if looks_like_repo_id(path):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(path, local_files_only=True)
+        except Exception:  # noqa: BLE001 - only a hint for defaults
+            return ""
+    return ""
