@@ -1,4 +1,4 @@
-"""Command line: ``python -m engine {generate,info,embed,perplexity}`` (DESIGN.md §5).
+"""Command line: ``python -m engine {generate,info,embed,perplexity,serve}`` (DESIGN.md §5).
 
 Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected failure.
 """
@@ -65,7 +65,22 @@ def _build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--device", default=None)
     ppl.add_argument("--dtype", default=None)
     ppl.add_argument("--json", action="store_true")
+    srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (needs the 'server' extra)")
+    try:
+        from server.cli import add_arguments  # torch-free; FastAPI itself loads only when serving
+    except ImportError:  # the engine installed without the server package
+        srv.add_argument("--model", required=True)
+    else:
+        add_arguments(srv)
     return ap
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from server.cli import serve
+    except ImportError as exc:
+        raise ValueError(f"the server is not installed ({exc}): pip install 'smolchat[server]'") from exc
+    return serve(args)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -181,7 +196,7 @@ def _perplexity(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"generate": _generate, "info": _info, "embed": _embed, "perplexity": _perplexity}
+COMMANDS = {"generate": _generate, "info": _info, "embed": _embed, "perplexity": _perplexity, "serve": _serve}
 
 
 def main(argv: list[str] | None = None) -> int:
