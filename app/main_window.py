@@ -16,6 +16,7 @@ from app.chat_view import EMPTY_TEXT
 from app.controller import ChatController
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, open_store, storage_problem
 from app.formatting import finish_footer, model_summary, stats_summary
+from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
 from app.settings import last_model, load_settings, open_settings, set_last_model
@@ -49,6 +50,7 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
+        self.local_server = install_local_server(self)
         self.controller = ChatController(backend or backend_from_env(), self.keeper)
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
@@ -228,6 +230,11 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         self.model_manager.raise_()
         return self.model_manager
 
+    def open_local_server(self):
+        from app.local_server import open_dialog
+
+        return open_dialog(self)
+
     def open_settings_dialog(self):
         from app.settings_dialog import SettingsDialog
 
@@ -300,6 +307,7 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         store (idempotent). False when the engine thread is still finishing a kernel."""
         if self.controller.closed:
             return True
+        self.local_server.stop()  # before the engine thread it serves from
         stopped = self.controller.shutdown()
         if self.model_manager is not None:
             self.model_manager.shutdown()

@@ -18,10 +18,11 @@ torch-free at import (the engine itself is imported on the engine thread, at the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,7 @@ class EngineService:
         self._loader = loader or default_loader
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()  # guards _current, _pending and _session against cancel()
+        self._group = threading.RLock()  # held by atomic(): several requests queued back to back
         self._pending: list[_Request] = []  # queued generations (cancel answers them)
         self._current: _Request | None = None
         self._session: Any = None
@@ -222,8 +224,16 @@ class EngineService:
         return not self._thread.is_alive()
 
     # -- the engine thread -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Queue several requests with nothing from other threads in between: a front end that
+        shares this service with another (the app and its local server) wraps ``set_history`` and
+        ``send`` in it, so its answer runs on its own conversation."""
+        with self._group:
+            yield
+
     def _put(self, request: _Request) -> None:
-        with self._lock:
+        with self._group, self._lock:
             if self._closed:
                 if request.sink is not None:
                     request.sink(DoneEvent("cancelled"))

@@ -85,10 +85,11 @@ async def chat_completions(body: ChatRequest, request: Request):
     service = state.bridge.service
 
     def submit(answer: Answer):
-        # Both calls are queued back to back from the event loop's thread: no other request's
-        # history can slip in between.
-        service.set_history(turns.history, system_prompt=turns.system)
-        return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system)
+        # Back to back: no other request's history (ours, or the app's when it shares the service)
+        # can slip in between.
+        with service.atomic():
+            service.set_history(turns.history, system_prompt=turns.system)
+            return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system)
 
     answer, first = await _start(request, body.model, submit)
     cid, created, stops, outcome = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), stops_of(body.stop), Outcome()
