@@ -38,18 +38,28 @@ OPEN_PATHS = ("/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/re
 class ServerState:
     """What the routes share (``request.app.state.smolchat``)."""
 
-    def __init__(self, config: ServerConfig, bridge: EngineBridge, media_dir: Path):
-        self.config, self.bridge = config, bridge
+    def __init__(self, config: ServerConfig, bridge: EngineBridge, media_dir: Path, shared: bool = False):
+        self.config, self.bridge, self.shared = config, bridge, shared
         self.media = MediaStore(config, media_dir)
         self.media_dir = media_dir
         self.metrics = Metrics(bridge)
         self.created = int(time.time())
-        self.model_id = config.model_id or Path(str(config.model).rstrip("/")).name or "smolchat"
-        self.fingerprint = "smolchat-" + hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
+        self._model_id = config.model_id or Path(str(config.model).rstrip("/")).name or "smolchat"
+
+    @property
+    def model_id(self) -> str:
+        """The name clients use: on a shared service (the app's), whatever model it has loaded now."""
+        info = self.bridge.service.info
+        return info.name if self.shared and info is not None else self._model_id
+
+    @property
+    def fingerprint(self) -> str:
+        return "smolchat-" + hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
 
     def check_model(self, model: str) -> None:
         """404 unless ``model`` names the served model (its id or the path it was loaded from)."""
-        if model not in (self.model_id, self.config.model, self.bridge.model_path):
+        info = self.bridge.service.info
+        if model not in (self.model_id, self.config.model, self.bridge.model_path, info.path if info else None):
             raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_id!r}",
                            "model_not_found", "model")
 
@@ -150,7 +160,7 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
     service = service or EngineService(loader, name="smolchat-server")
     bridge = EngineBridge(service, config.max_queue)
     media_dir = Path(tempfile.mkdtemp(prefix="smolchat-media-"))
-    state = ServerState(config, bridge, media_dir)
+    state = ServerState(config, bridge, media_dir, shared=not owned)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

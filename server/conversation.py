@@ -101,7 +101,7 @@ def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, c
                   repetition_penalty=repetition_penalty(request), seed=request.seed,
                   max_new_tokens=max_tokens or (min(config.default_max_tokens, capacity // 2) if capacity else
                                                   config.default_max_tokens),
-                  image_detail=detail, logprobs=logprobs)
+                  image_detail=detail, logprobs=logprobs, ignore_eos=request.ignore_eos)
     if logprobs is not None:
         values["speculative"] = False
     assert all(not isinstance(v, float) or math.isfinite(v) for v in values.values())

@@ -72,6 +72,7 @@ class SamplingFields(_Body):
     repetition_penalty: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] | None = None
     n: Annotated[int, Field(ge=1, le=128)] = 1
     user: str | None = None
+    ignore_eos: bool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")
 
 
 class ChatRequest(SamplingFields):
