@@ -187,7 +187,7 @@ def open_dialog(window) -> LocalServerDialog:
     """Model ▸ Local server…: port and key come from and go back to the window's QSettings."""
     from app.backends.local import LocalBackend
 
-    backend = window.controller.backend
+    backend = window.engines.current
     service = backend.service if isinstance(backend, LocalBackend) else None  # a remote model is not ours to serve
     qs = window.qsettings
     try:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QMainWindow
 
 from engine.api import ChatBackend
 from app.backends import backend_from_env
+from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT
 from app.controller import ChatController
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, open_store, storage_problem
@@ -19,6 +20,7 @@ from app.formatting import finish_footer, model_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
+from app.remote_models import RemoteModels
 from app.settings import last_model, load_settings, open_settings, set_last_model
 from app.window_attachments import AttachmentsMixin
 from app.window_layout import build_ui
@@ -51,10 +53,15 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
         self.local_server = install_local_server(self)
-        self.controller = ChatController(backend or backend_from_env(), self.keeper)
+        self.remote_models = RemoteModels(self)
+        self.model_picker.remote_models = self.remote_models
+        # One backend for the controller: the local engine, or a server's model once one is chosen.
+        self.engines = EngineSwitch(backend or backend_from_env(), make_remote_backend)
+        self.controller = ChatController(self.engines, self.keeper)
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
         self._update_actions()
+        self.remote_models.refresh()
         path = model_path or last_model(self.qsettings)
         if path:
             self.load_model(path, device, dtype)
@@ -240,8 +247,14 @@ class MainWindow(AttachmentsMixin, QMainWindow):
 
         dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
         dialog.applied.connect(self._apply_settings)
+        dialog.engines.servers_changed.connect(self._servers_changed)
         dialog.show()
         return dialog
+
+    def _servers_changed(self, name: str) -> None:
+        """A server was added, edited or removed: new model lists, and a fresh backend next time."""
+        self.engines.forget_server(name)
+        self.remote_models.refresh()
 
     def _apply_settings(self, settings) -> None:
         from app.settings import ENGINE_KEYS, save_settings
@@ -274,6 +287,9 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()
+        if str(info.get("backend", "")).startswith("remote:") and not info.get("capabilities", {}).get("max_context"):
+            self.banner.show_info(f"{info.get('device')} does not say how many tokens {info.get('model_name')} "
+                                  "takes: Smolchat assumes no limit and the server decides what fits.")
 
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:
