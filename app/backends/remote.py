@@ -94,6 +94,8 @@ def request_body(model: str, messages: list[dict], params: GenerationParams) -> 
         body["top_k"] = params.top_k
     if params.min_p:
         body["min_p"] = params.min_p
+    if params.ignore_eos:  # vLLM's, llama-server's and our extension (benchmarks, tests)
+        body["ignore_eos"] = True
     if params.repetition_penalty != 1.0:
         body["repeat_penalty"] = body["repetition_penalty"] = params.repetition_penalty
     return body
