@@ -13,7 +13,7 @@ import threading
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QPushButton,
+    QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QPushButton,
     QVBoxLayout, QWidget,
 )
 
@@ -57,7 +57,8 @@ class EnginesPanel(QGroupBox):
         self.models = QListWidget()
         self.models.setObjectName("serverModels")
         self.models.setAccessibleName("The server's models and what they can do")
-        self.models.itemChanged.connect(self._toggle_vision)
+        self.models.setWordWrap(True)
+        self.vision_boxes: dict[str, QCheckBox] = {}  # model -> its "can see images" toggle
         self._result.connect(self._show_result)
 
         form = QFormLayout()
@@ -103,7 +104,7 @@ class EnginesPanel(QGroupBox):
             self.servers.addItem(item)
             if entry["name"] == select:
                 self.servers.setCurrentItem(item)
-        self.servers.addItem("＋ New server…")
+        self.servers.addItem("+ New server…")
         if not select:
             self.servers.setCurrentRow(self.servers.count() - 1)
 
@@ -165,6 +166,7 @@ class EnginesPanel(QGroupBox):
         self.test_button.setEnabled(False)
         self.verdict.setText(f"Testing {server.url}…")
         self.models.clear()
+        self.vision_boxes.clear()
         threading.Thread(target=self._test, args=(server,), name="TestConnection", daemon=True).start()
 
     def _test(self, server: Server) -> None:
@@ -180,30 +182,38 @@ class EnginesPanel(QGroupBox):
         self.test_button.setEnabled(True)
         self.verdict.setText(("✓ " if kind == "ok" else "✗ ") + verdict)
         self.verdict.setProperty("verdict", kind)
-        self.models.blockSignals(True)
         for model, caps, sources in rows:
             context = (f"context {caps.max_context:,} tokens (from {sources['context']})" if caps.max_context
                        else "context length not reported")
             if sources["vision"] == "your setting":
-                item = QListWidgetItem(f"{model} — can see images? (no server says; your choice) · {context}")
-                item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-                item.setCheckState(Qt.CheckState.Checked if caps.vision else Qt.CheckState.Unchecked)
+                item = QListWidgetItem(f"{model}\n    no server says whether it sees images · {context}")
+                self.models.addItem(item)
+                box = QCheckBox(f"{model} can see images")
+                box.setObjectName("canSeeImages")
+                box.setChecked(caps.vision)
+                # Fusion draws the indicator's frame darker than the window: invisible in the dark theme.
+                box.setStyleSheet("QCheckBox::indicator { width: 12px; height: 12px; border: 1px solid palette(mid);"
+                                  " border-radius: 2px; background: palette(base); }"
+                                  "QCheckBox::indicator:checked { background: palette(highlight); }")
+                box.toggled.connect(lambda on, m=model: self._toggle_vision(m, on))
+                holder = QListWidgetItem()
+                self.models.addItem(holder)
+                holder.setSizeHint(box.sizeHint())
+                self.models.setItemWidget(holder, box)
+                self.vision_boxes[model] = box
             else:
-                item = QListWidgetItem(f"{model} — images: {'yes' if caps.vision else 'no'} "
+                item = QListWidgetItem(f"{model}\n    images: {'yes' if caps.vision else 'no'} "
                                        f"(from {sources['vision']}) · {context}")
+                self.models.addItem(item)
             item.setData(Qt.ItemDataRole.UserRole, model)
-            self.models.addItem(item)
-        self.models.blockSignals(False)
         self.tested.emit(kind, verdict)
 
-    @Slot(QListWidgetItem)
-    def _toggle_vision(self, item: QListWidgetItem) -> None:
+    def _toggle_vision(self, model: str, on: bool) -> None:
+        """The user's answer for a model no server describes; used when it next loads."""
         name = self.selected_name()
         if not name:
             self.verdict.setText("Save the server first to keep per-model settings.")
             return
         entry = next(s for s in remote_settings.load_servers() if s["name"] == name)
-        vision = dict(entry.get("vision") or {})
-        vision[item.data(Qt.ItemDataRole.UserRole)] = item.checkState() == Qt.CheckState.Checked
-        remote_settings.upsert_server({**entry, "vision": vision})
+        remote_settings.upsert_server({**entry, "vision": {**(entry.get("vision") or {}), model: on}})
         self.servers_changed.emit(name)
