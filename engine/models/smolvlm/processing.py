@@ -20,25 +20,28 @@ Pipeline for one image (``ImageProcessor.preprocess``):
 5. ``rescale`` (uint8 -> float64 * factor -> float32) and ``normalize`` ((x - mean) / std in float32).
 
 Every resize is ``PIL.Image.resize`` with the checkpoint's filter (LANCZOS for SmolVLM) on RGB uint8.
+
+Files are opened by :func:`engine.api.images.load_image`, which deviates from transformers on purpose
+(alpha over white from every source, 16/32-bit images scaled to 8 bits: see that module).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 
 from engine.api.errors import ConfigError, ImageError
+from engine.api.images import frame_count, load_image, to_rgb  # noqa: F401  (one decoder; the app checks attachments with it)
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: header reads stay light
     import torch
@@ -79,6 +82,9 @@ class ProcessedImage:
     rows: int
     cols: int
     image_seq_len: int
+    #: The token the chat template writes per image part, and the feature slot of :attr:`prompt`
+    #: (the tokenizer and ChatSession read it here, not from a model's metadata).
+    image_token: ClassVar[str] = IMAGE_TOKEN
 
     @functools.cached_property
     def tiles(self) -> np.ndarray:
@@ -192,53 +198,6 @@ def expand_prompt(prompt: str, images: list[ProcessedImage]) -> str:
     return "".join(out)
 
 
-def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
-    """Open and fully decode an image, upright.
-
-    Paths and bytes are decoded (``.load()`` forces the whole file to be read), rotated by their EXIF
-    orientation and converted to RGB, exactly like transformers' ``image_utils.load_image``
-    (``exif_transpose`` then ``.convert("RGB")``; alpha is dropped without compositing, as there).
-    A PIL image keeps its mode (so RGBA is composited over white later by ``preprocess``) but is
-    still EXIF-transposed. Animated images (GIF, APNG, WebP) give their first frame.
-
-    Raises:
-        ImageError: missing file, empty file, not an image, truncated or corrupt data.
-    """
-    if isinstance(source, Image.Image):
-        try:
-            if getattr(source, "n_frames", 1) > 1:
-                source.seek(0)
-            return ImageOps.exif_transpose(source)
-        except (OSError, ValueError) as exc:
-            raise ImageError(f"Cannot read image: {exc}") from exc
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        name, data = "<bytes>", bytes(source)
-        if not data:
-            raise ImageError("Image data is empty (0 bytes)")
-        stream = io.BytesIO(data)
-    elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        name = str(path)
-        if not path.is_file():
-            raise ImageError(f"Image file not found: {name}")
-        if path.stat().st_size == 0:
-            raise ImageError(f"Image file is empty (0 bytes): {name}")
-        stream = path
-    else:
-        raise ImageError(f"Unsupported image source of type {type(source).__name__}")
-    try:
-        with Image.open(stream) as image:
-            image.load()
-            upright = ImageOps.exif_transpose(image)
-            return upright.convert("RGB")
-    except UnidentifiedImageError as exc:
-        raise ImageError(f"Not a recognised image file: {name}") from exc
-    except Image.DecompressionBombError as exc:
-        raise ImageError(f"Image is too large to open safely: {name} ({exc})") from exc
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"Image is truncated or corrupt: {name} ({exc})") from exc
-
-
 # EXIF orientations that turn the image by 90 or 270 degrees (``ImageOps.exif_transpose``).
 _TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
 
@@ -279,6 +238,9 @@ class ImageProcessor:
     Sizes are pixels. ``longest_edge`` is ``size.longest_edge`` (stage-1 target, 2048 for 256M),
     ``max_image_size`` is the tile side M (512), ``image_seq_len`` the ``<image>`` tokens per tile (64).
     """
+
+    #: The feature-slot token of the prompts it makes (see :attr:`ProcessedImage.image_token`).
+    image_token: ClassVar[str] = IMAGE_TOKEN
 
     def __init__(
         self,
@@ -436,11 +398,7 @@ class ImageProcessor:
             if image.mode != "RGB":
                 raise ImageError(f"Image mode {image.mode} is not RGB and do_convert_rgb is off")
             return image
-        if "A" in image.getbands() or image.info.get("transparency") is not None:
-            rgba = image.convert("RGBA")
-            white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-            return Image.alpha_composite(white, rgba).convert("RGB")
-        return image.convert("RGB")
+        return to_rgb(image)
 
     def preprocess(self, image: Image.Image, detail: Detail = "full") -> ProcessedImage:
         """Turn one PIL image into normalized tiles.
