@@ -102,10 +102,12 @@ def request_body(model: str, messages: list[dict], params: GenerationParams) -> 
 
 
 def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[tuple], None],
-                keep: Callable[[httpx.Response], None] = lambda r: None) -> None:
+                keep: Callable[[httpx.Response], None] = lambda r: None,
+                stop: threading.Event | None = None) -> None:
     """POST ``body`` and ``put`` ``("token", text)``, ``("usage", dict)``, ``("finish", reason)`` as
-    they arrive. Raises RemoteError: HTTP errors, error bodies (also inside an HTTP 200, as LM Studio
-    sends them), malformed SSE, a connection closed before the answer ended."""
+    they arrive; returns early once ``stop`` is set (leaving the ``with`` closes the connection, which
+    is how a server learns to stop generating). Raises RemoteError: HTTP errors, error bodies (also
+    inside an HTTP 200, as LM Studio sends them), malformed SSE, a connection closed before the end."""
     url = api_base(base_url) + "/chat/completions"
     finished = False
     try:
@@ -117,7 +119,7 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
                 _whole_answer(response.read().decode("utf-8", "replace"), put)
                 return
             for event in EventSource(response).iter_sse():
-                if event.data.strip() == "[DONE]":
+                if event.data.strip() == "[DONE]" or (stop is not None and stop.is_set()):
                     return
                 try:
                     chunk = json.loads(event.data)
@@ -298,12 +300,14 @@ class RemoteBackend:
     def _stream(self, body: dict, sink: EventSink, stats: GenerationStats) -> tuple[str, str | None, str, str]:
         """Stream one answer into ``sink``; ``(finish reason, error, error type, text so far)``."""
         events: queue.Queue = queue.Queue()
+        stop = threading.Event()  # this answer's own: the backend's cancel flag is reset by the next answer
         start = time.perf_counter()
 
         def read() -> None:
             try:
                 with self.server.client(self.stall_timeout) as client:
-                    stream_chat(client, self.server.url, body, events.put, lambda r: setattr(self, "_response", r))
+                    stream_chat(client, self.server.url, body, events.put, lambda r: setattr(self, "_response", r),
+                                stop)
                 events.put(("end",))
             except RemoteError as exc:
                 events.put(("error", exc))
@@ -315,7 +319,8 @@ class RemoteBackend:
         while True:
             if self._cancel.is_set():
                 reason = "cancelled"
-                self._close_stream()
+                stop.set()  # the reader leaves at its next event and closes the connection
+                self._close_stream()  # and a stalled one is closed under it
                 break
             try:
                 item = events.get(timeout=POLL)
@@ -335,6 +340,7 @@ class RemoteBackend:
                 break
             else:
                 break
+        stop.set()
         self._response = None
         generated = int(usage.get("completion_tokens") or len(pieces))
         stats.prompt_tokens = int(usage.get("prompt_tokens") or 0)

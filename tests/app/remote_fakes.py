@@ -2,7 +2,8 @@
 
 The chat request's ``model`` picks the behaviour: ``ok`` streams an answer, ``slow`` streams it with
 pauses, ``stall`` sends one token then says nothing, ``midstream500`` sends an error event after two
-tokens, ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
+tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disconnects`` counts clients
+that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
 ``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 """
@@ -14,7 +15,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODELS = ["ok", "slow", "stall", "midstream500", "malformed", "error200", "close", "status:500", "status:429",
+MODELS = ["ok", "slow", "long", "stall", "midstream500", "malformed", "error200", "close", "status:500", "status:429",
           "status:403", "text-only"]
 TOKENS = ["The", " cat", " is", " orange", "."]
 STALL_LIMIT = 5.0  # a stalled answer ends by itself after this many seconds, whatever the test does
@@ -35,6 +36,8 @@ class FakeOpenAI:
     def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None) -> None:
         self.api_key, self.props, self.models = api_key, props, models
         self.requests: list[dict] = []
+        self.written = 0
+        self.disconnects = 0
         self.stop = threading.Event()
         outer = self
 
@@ -97,10 +100,19 @@ class FakeOpenAI:
                 try:
                     self._stream(model)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    outer.disconnects += 1
 
             def _stream(self, model):
                 w = self.wfile
+                if model == "long":
+                    for _ in range(60):
+                        w.write(_chunk("word "))
+                        w.flush()
+                        outer.written += 1
+                        if outer.stop.wait(0.05):
+                            return
+                    w.write(_chunk(finish="length") + b"data: [DONE]\n\n")
+                    return
                 if model == "malformed":
                     w.write(_chunk("The") + b"data: {this is not json\n\n")
                     return

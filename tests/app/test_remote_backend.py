@@ -157,7 +157,7 @@ def test_connection_verdicts():
         assert check_connection(Server("f", fake.url))[0] == "unauthorized"
         assert "401 Unauthorized" in check_connection(Server("f", fake.url, "wrong"))[1]
         kind, verdict, models = check_connection(Server("f", fake.url.removesuffix("/v1"), "sesame"))
-        assert kind == "ok" and models[:2] == ["ok", "slow"] and verdict.startswith("Connected: 11 models")
+        assert kind == "ok" and models[:2] == ["ok", "slow"] and verdict.startswith("Connected: 12 models")
         _, (info, err) = loaded(fake.url, "ok", key="wrong")
         assert info is None and "401 Unauthorized: the API key is missing or wrong" in err
     assert check_connection(Server("f", f"http://127.0.0.1:{closed_port()}"))[0] == "refused"
@@ -195,3 +195,21 @@ def test_not_openai_compatible():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_stop_hangs_up_so_the_server_stops_generating(fake):
+    backend, _ = loaded(fake.url, "long")
+    events = []
+    backend.send("Q", [], PARAMS, events.append)
+    deadline = time.monotonic() + 5
+    while len(events) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    backend.cancel()
+    wait_done(events, 2.0)
+    deadline = time.monotonic() + 3
+    while fake.disconnects < 1:  # the server's next writes fail: the connection is gone
+        assert time.monotonic() < deadline, f"the server kept streaming: {fake.written} tokens"
+        time.sleep(0.02)
+    assert events[-1].finish_reason == "cancelled" and fake.written < 60
+    backend.close()

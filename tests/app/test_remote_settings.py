@@ -85,7 +85,7 @@ def test_test_connection_verdicts(qtbot, dialog, case):
         with qtbot.waitSignal(panel.tested, timeout=20_000) as tested:
             panel.test_connection()
     kind, verdict = tested.args
-    expected = {"ok": ("ok", "✓ Connected: 11 models"), "401": ("unauthorized", "✗ 401 Unauthorized"),
+    expected = {"ok": ("ok", "✓ Connected: 12 models"), "401": ("unauthorized", "✗ 401 Unauthorized"),
                 "refused": ("refused", "✗ Connection refused"), "404": ("not_found", "✗ 404 Not found")}[case]
     assert kind == expected[0] and panel.verdict.text().startswith(expected[1])
     assert panel.test_button.isEnabled()
