@@ -4,7 +4,8 @@ The chat request's ``model`` picks the behaviour: ``ok`` streams an answer, ``sl
 pauses, ``stall`` sends one token then says nothing, ``midstream500`` sends an error event after two
 tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disconnects`` counts clients
 that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
-``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
+``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``). ``props`` and ``show`` are served as
+llama-server's ``/props`` and Ollama's ``/api/show``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 """
 
@@ -33,8 +34,9 @@ def _chunk(content=None, finish=None, usage=None) -> bytes:
 class FakeOpenAI:
     """``with FakeOpenAI() as fake: fake.url`` — a threaded server on 127.0.0.1 and a free port."""
 
-    def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None) -> None:
-        self.api_key, self.props, self.models = api_key, props, models
+    def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None,
+                 show: dict | None = None) -> None:
+        self.api_key, self.props, self.models, self.show = api_key, props, models, show
         self.requests: list[dict] = []
         self.written = 0
         self.disconnects = 0
@@ -78,6 +80,9 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not self._authorized():
+                    return
+                if self.path == "/api/show" and outer.show is not None:  # Ollama's model card
+                    self._json(200, outer.show)
                     return
                 if self.path != "/v1/chat/completions":
                     self._json(404, {"error": {"message": f"no route {self.path}"}})

@@ -213,3 +213,15 @@ def test_stop_hangs_up_so_the_server_stops_generating(fake):
         time.sleep(0.02)
     assert events[-1].finish_reason == "cancelled" and fake.written < 60
     backend.close()
+
+
+def test_videos_go_as_data_uris(tmp_path):
+    from engine.api import Attachment
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42fake")
+    parts = openai_messages([HistoryMessage("user", "What happens?", (Attachment(str(clip), "video"),))], None, "full")
+    content = parts[0]["content"]
+    assert content[0] == {"type": "video_url", "video_url": {
+        "url": "data:video/mp4;base64," + base64.b64encode(clip.read_bytes()).decode()}}
+    assert content[1] == {"type": "text", "text": "What happens?"}

@@ -117,3 +117,11 @@ def test_models_list_modalities_and_context_are_read():
         caps, sources = probe_capabilities(Server("v", fake.url), "m")
     assert caps.vision is True and caps.max_context == 32768
     assert sources == {"vision": "/v1/models", "context": "/v1/models"}
+
+
+def test_ollama_show_gives_vision_and_context():
+    show = {"capabilities": ["completion", "vision"], "model_info": {"gemma3.context_length": 131072}}
+    with FakeOpenAI(show=show) as fake:
+        caps, sources = probe_capabilities(Server("o", fake.url), "ok")
+    assert caps.vision is True and caps.max_context == 131072
+    assert sources == {"vision": "/api/show", "context": "/api/show"}
