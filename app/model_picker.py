@@ -66,7 +66,8 @@ class ModelPicker(QPushButton):
             for name in models:
                 action = self._menu.addAction(name)
                 action.setToolTip(f"{name} on {server}")
-                action.triggered.connect(lambda _=False, p=remote_spec(server, name): self.model_chosen.emit(p))
+                spec = remote_spec(server, name)
+                action.triggered.connect(lambda _=False, p=spec: self.model_chosen.emit(p))
             if not models:
                 self._menu.addAction("no models").setEnabled(False)
         if remote:

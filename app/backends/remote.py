@@ -22,18 +22,6 @@ from collections.abc import Callable, Sequence
 import httpx
 from httpx_sse import EventSource
 
-from engine.api import (
-    Attachment,
-    Capabilities,
-    DoneEvent,
-    GenerationParams,
-    GenerationStats,
-    HistoryMessage,
-    ImageError,
-    ModelInfo,
-    TokenEvent,
-)
-from engine.api.backend import EventSink, LoadCallback
 from app.backends.remote_http import (
     STALL_TIMEOUT,
     RemoteError,
@@ -46,6 +34,18 @@ from app.backends.remote_http import (
     probe_capabilities,
 )
 from app.backends.remote_media import image_data_uri, video_data_uri
+from engine.api import (
+    Attachment,
+    Capabilities,
+    DoneEvent,
+    GenerationParams,
+    GenerationStats,
+    HistoryMessage,
+    ImageError,
+    ModelInfo,
+    TokenEvent,
+)
+from engine.api.backend import EventSink, LoadCallback
 
 REMOTE_PREFIX = "remote:"
 SEPARATOR = "::"
@@ -177,6 +177,7 @@ class RemoteBackend:
         self.server: Server | None = server if isinstance(server, Server) else None
         self.stall_timeout = stall_timeout
         self.model = ""
+        self.sources: dict = {}  # where the loaded model's capabilities were read (probe_capabilities)
         self._info: ModelInfo | None = None
         self._history: list[HistoryMessage] = []
         self._cancel = threading.Event()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from app.backends.remote import parse_spec
 from engine.api import Attachment, Capabilities, ChatBackend, GenerationParams, HistoryMessage, ModelInfo
 from engine.api.backend import EventSink, LoadCallback
-from app.backends.remote import parse_spec
 
 
 class EngineSwitch:

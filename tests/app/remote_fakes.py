@@ -4,8 +4,8 @@ The chat request's ``model`` picks the behaviour: ``ok`` streams an answer, ``sl
 pauses, ``stall`` sends one token then says nothing, ``midstream500`` sends an error event after two
 tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disconnects`` counts clients
 that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
-``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``). ``props`` and ``show`` are served as
-llama-server's ``/props`` and Ollama's ``/api/show``.
+``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
+``props`` and ``show`` are served as llama-server's ``/props`` and Ollama's ``/api/show``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 """
 

@@ -11,10 +11,10 @@ import time
 import pytest
 from PIL import Image
 
-from engine.api import DoneEvent, GenerationParams, HistoryMessage, TokenEvent
 from app.backends.remote import RemoteBackend, openai_messages, remote_spec
 from app.backends.remote_http import Server, check_connection
 from app.backends.remote_media import image_data_uri, target_size
+from engine.api import GenerationParams, HistoryMessage, TokenEvent
 from tests.app.remote_fakes import TOKENS, FakeOpenAI, closed_port, wait_done
 
 PARAMS = GenerationParams(max_new_tokens=32)
@@ -172,8 +172,6 @@ def test_tls_failure_is_named(fake):
 
 
 def test_not_openai_compatible():
-    with FakeOpenAI(models=[]) as fake:
-        fake.models = None
     import http.server
     import threading
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.api import Attachment, DoneEvent, GenerationParams, TokenEvent
 from app import remote_settings
 from app.backends.remote import RemoteBackend, remote_spec
 from app.backends.remote_http import Server, probe_capabilities
+from engine.api import Attachment, DoneEvent, GenerationParams, TokenEvent
 from tests.app.remote_fakes import wait_done
 from tests.engine.conftest import _cache_root, tiny_checkpoint  # noqa: F401  (fixture)
 from tests.server.helpers import free_port
@@ -40,7 +40,8 @@ def _binary() -> Path:
 
 
 def _converter() -> Path:
-    return _bench_cache() / "src" / f"llama_cpp_python-{LLAMA_VERSION}" / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
+    tree = _bench_cache() / "src" / f"llama_cpp_python-{LLAMA_VERSION}" / "vendor" / "llama.cpp"
+    return tree / "convert_hf_to_gguf.py"
 
 
 @pytest.fixture(scope="module")

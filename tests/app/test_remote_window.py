@@ -108,7 +108,8 @@ def test_stop_then_regenerate(qtbot, make_window, fake_session, fake):
     load_remote(qtbot, win, "slow")
     win.composer.setPlainText("Tell me")
     win.send_message()
-    qtbot.waitUntil(lambda: bool(win.transcript.last_assistant() and win.transcript.last_assistant().text), timeout=5000)
+    qtbot.waitUntil(lambda: bool(win.transcript.last_assistant() and win.transcript.last_assistant().text),
+                    timeout=5000)
     with qtbot.waitSignal(win.answer_finished, timeout=3000) as stopped:
         win.stop()
     assert stopped.args[0]["finish_reason"] == "cancelled"
