@@ -162,6 +162,8 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
             return
+        if images and self._refuse_images():  # attached before a text-only model loaded
+            return
         self.banner.dismiss()
         if self.controller.send(text, images, self.chat_settings(), self.current_params(), self._editing):
             self._editing = None

@@ -20,7 +20,10 @@ class AttachmentsMixin:
 
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
-        """Attach image files; a file that is not a readable image shows an error instead."""
+        """Attach image files; a file that is not a readable image shows an error instead, and so
+        does any image while the loaded model is text-only."""
+        if paths and self._refuse_images():
+            return
         problems = []
         for path in paths:
             try:
@@ -33,6 +36,8 @@ class AttachmentsMixin:
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:
         """Attach pasted or dragged image data, saved as a PNG in the app data folder."""
+        if self._refuse_images():
+            return
         data = QByteArray()
         buffer = QBuffer(data)
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
@@ -78,3 +83,13 @@ class AttachmentsMixin:
         else:
             return
         event.acceptProposedAction()
+
+    def _refuse_images(self) -> bool:
+        """Show why and return True when the loaded model takes no images (``model_info["vision"]``,
+        from the model's own capabilities; True before a model says, so nothing is refused by guess)."""
+        if self.model_info.get("vision", True):
+            return False
+        name = self.model_info.get("model_name") or "This model"
+        self.banner.show_error(f"{name} is a text-only model: it cannot read images. Remove the image, "
+                               "or load a vision model (SmolVLM) to ask about it.")
+        return True

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+
+from bench.common import load_ours, machine, median, new_session, ours_generate, sync  # noqa: E402
 
 TEXT_PROMPT = ("You are helping me plan a long trip across Europe by train next summer. I want to see "
                "old cities, mountains and the sea, eat well and not spend too much money. Please write "
@@ -41,53 +41,6 @@ FIXED_PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.
                  "Why is the sky blue?", "Count from one to ten."]
 # llama.cpp on this 2-core CPU, same random 256M weights, measured earlier (not re-run here).
 LLAMA_CPP = {"decode_tok_s_f32": 30.0, "decode_tok_s_q8_0": 70.0, "prefill_57_tokens_ms": 190.0}
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-# -- ours ---------------------------------------------------------------------------------------
-def load_ours(ck: str, device: str, dtype: torch.dtype):
-    from engine.chat import ChatSession
-
-    return ChatSession.load(ck, device=device, dtype=str(dtype).removeprefix("torch."))
-
-
-def new_session(session, cache_kind: str, max_tokens: int | None):
-    from engine.chat import ChatSession
-    from engine.cache import CacheConfig
-
-    if getattr(session, "cache", None) is not None and hasattr(session.cache, "release"):
-        session.cache.release()
-    return ChatSession(session.model, session.tokenizer, session.processor,
-                       CacheConfig(kind=cache_kind, max_tokens=max_tokens), name="bench")
-
-
-def ours_generate(session, text: str, images, n: int, device: str):
-    """Streams one answer; returns (token ids, ttft_s wall, decode tok/s wall, prompt ids)."""
-    from engine.api.events import DoneEvent, GenerationParams, TokenEvent
-
-    params = GenerationParams(max_new_tokens=n, ignore_eos=True, temperature=0.0)
-    sync(device)
-    t0 = time.perf_counter()
-    tokens, stamps, done = [], [], None
-    for ev in session.send(text, images=images, params=params):
-        if isinstance(ev, TokenEvent) and ev.token_id >= 0:
-            tokens.append(ev.token_id)
-            stamps.append(time.perf_counter())
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    if done is None or done.error:
-        raise RuntimeError(f"our generation failed: {done and done.error}")
-    ttft = stamps[0] - t0
-    rate = (len(tokens) - 1) / (stamps[-1] - stamps[0]) if len(tokens) > 1 else None
-    return tokens, ttft, rate, done.stats.prompt_tokens
 
 
 # -- transformers -------------------------------------------------------------------------------
@@ -215,7 +168,7 @@ def bench_decode_gpu_variants(args, ours, ref, device: str) -> dict:
             m._static = StaticDecoder(m, use_triton=(step == "triton"))
             s = new_session(ours, "paged", args.max_tokens)
             ours_generate(s, TEXT_PROMPT, [], 8, device)
-            from triton_decode import step_profile  # bench/triton_decode.py (this folder)
+            from bench.triton_decode import step_profile
 
             prof = out[f"{step}_profile"] = step_profile(m)
             print(f"  {step} step: graph replay {prof['graph_replay_us']:.0f} us, {prof['kernels_per_step']} kernels",
@@ -502,26 +455,6 @@ def bench_int8(args, ours, device: str) -> dict:
                 "teacher_forced_max_abs_logit_diff": max_abs, "tokens_per_prompt": 32})
     res["speedup"] = res["int8_tok_s"] / res["fp32_tok_s"]
     return res
-
-
-def machine(device: str) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    try:
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    try:
-        info["cpu_model"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                                 if line.startswith("model name"))
-        info["loadavg_start"] = open("/proc/loadavg").read().split()[:3]
-    except (OSError, StopIteration):
-        pass
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name()
-    return info
 
 
 def main(argv=None) -> int:

@@ -205,7 +205,7 @@ def main(argv=None) -> int:
     ap.add_argument("--session", action="store_true", help="also time the ChatSession streaming loop")
     ap.add_argument("--fp32", action="store_true", help="also check greedy agreement in float32 on the GPU")
     args = ap.parse_args(argv)
-    from bench.compare import load_ours, machine, new_session, ours_generate
+    from bench.common import load_ours, machine, new_session, ours_generate
 
     dev = args.device
     res: dict = {"machine": machine(dev), "new_tokens": args.new_tokens}

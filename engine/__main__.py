@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from engine.api.errors import EngineError
-from engine.api.events import DoneEvent, GenerationParams
+from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationParams
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM on your own machine")
+    ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM and SmolLM2 on your own machine")
     sub = ap.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
@@ -32,13 +33,13 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--image-detail", choices=["full", "balanced", "fast"], default="full")
+    gen.add_argument("--image-detail", choices=list(DETAILS), default="full")
     gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
-    gen.add_argument("--weights", choices=["auto", "int8"], default=None,
-                     help="int8: int8 weight-only text decoder on the CPU (faster decode, slightly different "
-                          "answers); default $SMOLCHAT_WEIGHTS or auto")
+    gen.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
+                     help="int8: int8 weight-only text decoder on the CPU; int4: 4-bit groups of 32 on the CPU "
+                          "or CUDA (less memory, slightly different answers); default $SMOLCHAT_WEIGHTS or auto")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")
     gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
 
@@ -52,7 +53,7 @@ def _build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
     emb.add_argument("--pooling", choices=["mean", "last"], default="mean",
                      help="mean over content tokens (default) or the last content token")
-    emb.add_argument("--image-detail", choices=["full", "balanced", "fast"], default="full")
+    emb.add_argument("--image-detail", choices=list(DETAILS), default="full")
     emb.add_argument("--device", default=None)
     emb.add_argument("--dtype", default=None)
     emb.add_argument("--json", action="store_true", help='{"dim": H, "pooling": ..., "embedding": [...]}')
@@ -92,10 +93,21 @@ def _generate(args: argparse.Namespace) -> int:
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
         ignore_eos=args.ignore_eos, image_detail=args.image_detail,
     )
-    from engine.models.smolvlm.processing import load_image
+    from engine.models.smolvlm.processing import frame_count, load_image
 
     for image in args.image:  # bad images fail here, before seconds of model loading
         load_image(image)
+        frames = frame_count(image)
+        if frames > 1:
+            print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
+    if args.image:  # and so do images for a text-only model (config.json alone says so)
+        from engine.api.errors import UnsupportedOperation
+        from engine.sources import resolve_source
+
+        meta = resolve_source(args.model).metadata()
+        if not meta.takes_images:
+            raise UnsupportedOperation(f"{meta.name or args.model} ({meta.model_type}) is a text-only model: "
+                                       f"it takes no images (remove --image)")
     prompt = args.prompt
     if args.prompt_file is not None:
         try:
@@ -203,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        # The reader went away (``... | head -n 1``): stop quietly, like a process killed by SIGPIPE.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except (EngineError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

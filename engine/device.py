@@ -108,10 +108,6 @@ def single_thread():
         torch.set_num_threads(before)
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 class DecodeThreads:
     """Chooses torch's intra-op thread count for CPU decode steps by timing them.
 

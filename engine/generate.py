@@ -14,7 +14,8 @@ import torch
 
 from engine.cache import KVCache
 from engine.models.base import GenerativeModel
-from engine.sampling import TokenSampler
+from engine.api.errors import InvalidLogitsError
+from engine.sampling import INVALID_TOKEN, TokenSampler
 from engine.speculative import SpeculativeDecoder
 
 
@@ -38,8 +39,11 @@ def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, 
     if pipelined and speculative is None:
         yield from pipelined_stream(model, cache, sampler, history, logits, max_tokens)
         return
-    pending = [sampler(logits[0], history)]
     produced = 0
+    try:
+        pending = [sampler(logits[0], history)]
+    except InvalidLogitsError:
+        raise InvalidLogitsError(_invalid(1)) from None
     while True:
         for token in pending:
             history.append(token)
@@ -50,11 +54,14 @@ def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, 
         if cache.seq_len + 1 >= cache.capacity:
             return
         last = history[-1]
-        if speculative is not None:
-            pending = speculative.step(last, history, limit=max_tokens - produced)
-        else:
-            out = model.decode(model.embed(torch.tensor([[last]], device=model.device)), cache)
-            pending = [sampler(out[0], history)]
+        try:
+            if speculative is not None:
+                pending = speculative.step(last, history, limit=max_tokens - produced)
+            else:
+                out = model.decode(model.embed(torch.tensor([[last]], device=model.device)), cache)
+                pending = [sampler(out[0], history)]
+        except InvalidLogitsError:
+            raise InvalidLogitsError(_invalid(produced + 1)) from None
 
 
 def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, history: list[int],
@@ -75,8 +82,8 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
     ready = torch.cuda.Event() if cuda else None
     produced = 0
     while True:
-        token = sampler.sample(logits[0], history)  # [1] int64, on the device
-        host.copy_(token, non_blocking=cuda)
+        token, reported = sampler.sample_checked(logits[0], history)  # [1] int64 each, on the device
+        host.copy_(reported, non_blocking=cuda)
         if ready is not None:
             ready.record()
         more = produced + 1 < max_tokens and cache.seq_len + 1 < cache.capacity
@@ -85,8 +92,14 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
         if ready is not None:
             ready.synchronize()  # the token only, not the step launched after it
         value = int(host[0])
+        if value == INVALID_TOKEN:
+            raise InvalidLogitsError(_invalid(produced + 1))
         history.append(value)
         produced += 1
         yield value
         if not more:
             return
+
+
+def _invalid(n: int) -> str:
+    return f"the model produced invalid numbers (NaN or infinity) at token {n}"

@@ -10,7 +10,17 @@ from collections.abc import Sequence
 
 import torch
 
+from engine.api.errors import InvalidLogitsError
 from engine.api.events import GenerationParams
+
+#: What :meth:`TokenSampler.sample` returns for logits holding NaN or infinity (no host sync needed).
+INVALID_TOKEN = -1
+
+
+def check_finite(logits: torch.Tensor) -> None:
+    """Raise :class:`InvalidLogitsError` if ``logits`` hold NaN or +-infinity (reads back one bool)."""
+    if not bool(torch.isfinite(logits).all()):
+        raise InvalidLogitsError("the model produced invalid numbers (NaN or infinity) in its logits")
 
 
 def apply_repetition_penalty(logits: torch.Tensor, history: Sequence[int], penalty: float) -> torch.Tensor:
@@ -82,16 +92,36 @@ class TokenSampler:
     def draw(self, probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
-    def sample(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
-        """The next token as an int64 ``[1]`` tensor on ``logits``' device, without reading it back
-        (no host synchronization, except to upload ``history`` when a repetition penalty is set).
-        Consumes the random stream exactly as :meth:`__call__` does."""
+    def sample_checked(self, logits: torch.Tensor, history: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(token, reported)``: the next token as an int64 ``[1]`` tensor on ``logits``' device (always
+        a valid id, safe to embed), and the same token or :data:`INVALID_TOKEN` when the logits hold
+        NaN or +infinity. Neither is read back: no host synchronization, except to upload ``history``
+        when a repetition penalty is set. Consumes the random stream exactly as :meth:`__call__` does.
+
+        Greedy checks only the winning logit (NaN and +inf win an argmax, so a finite winner means
+        no NaN or +inf anywhere); sampling checks them all and draws from a finite stand-in, since
+        multinomial over NaN fails with a device error. ``-inf`` alone is a masked token, not an error.
+        """
         if self.greedy:
-            return torch.argmax(self.penalized(logits, history)).view(1)
-        return torch.multinomial(self.probs(logits, history), 1, generator=self.generator).view(1)
+            scores = self.penalized(logits, history)
+            token = torch.argmax(scores).view(1)
+            ok = torch.isfinite(scores.gather(0, token))
+        else:
+            ok = (logits < float("inf")).all().view(1)  # False for NaN and +inf; -inf is a masked token
+            safe = torch.where(ok, logits, torch.zeros((), dtype=logits.dtype, device=logits.device))
+            token = torch.multinomial(self.probs(safe, history), 1, generator=self.generator).view(1)
+        return token, torch.where(ok, token, INVALID_TOKEN)
+
+    def sample(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
+        """The reported token of :meth:`sample_checked` (``INVALID_TOKEN`` for NaN/inf logits)."""
+        return self.sample_checked(logits, history)[1]
 
     def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
-        return int(self.sample(logits, history))
+        """The next token id. Raises :class:`InvalidLogitsError` for NaN or infinite logits."""
+        token = int(self.sample(logits, history))
+        if token == INVALID_TOKEN:
+            raise InvalidLogitsError("the model produced invalid numbers (NaN or infinity) in its logits")
+        return token
 
 
 def make_sampler(params: GenerationParams, device: torch.device | str = "cpu") -> TokenSampler:
@@ -123,10 +153,17 @@ class LogprobSampler:
         self._record(logits, token)
         return token
 
+    def sample_checked(self, logits: torch.Tensor, history: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        token, reported = self.inner.sample_checked(logits, history)
+        if int(reported) != INVALID_TOKEN:  # an invalid token is reported by the caller, not recorded
+            self._record(logits, int(token))
+        return token, reported
+
     def sample(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
-        token = self.inner.sample(logits, history)
-        self._record(logits, int(token))
-        return token
+        return self.sample_checked(logits, history)[1]
+
+    def __getattr__(self, name: str):  # greedy, probs, generator, ...: the wrapped sampler's
+        return getattr(self.inner, name)
 
     def pop(self, token: int) -> tuple[float, list[tuple[int, float]]] | None:
         """The record of ``token`` if it is the oldest one waiting (``None`` otherwise)."""

@@ -33,7 +33,7 @@ import torch
 
 from engine.cache import KVCache
 from engine.models.base import GenerativeModel
-from engine.sampling import TokenSampler
+from engine.sampling import TokenSampler, check_finite
 
 
 class PromptLookupDrafter:
@@ -163,6 +163,7 @@ class SpeculativeDecoder:
     def _verify(self, logits: torch.Tensor, history: Sequence[int], draft: int) -> int:
         """``draft`` if the target accepts it, else the replacement token."""
         s = self.sampler
+        check_finite(logits)
         if s.greedy:
             return int(torch.argmax(s.penalized(logits, history)))
         p = s.probs(logits, history)

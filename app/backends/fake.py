@@ -36,12 +36,13 @@ class FakeBackend:
     """
 
     def __init__(self, tokens: list[str] | None = None, delay: float = 0.0, model_name: str = "FakeVLM-256M",
-                 image_error: str | None = None, fail: str | None = None) -> None:
+                 image_error: str | None = None, fail: str | None = None, vision: bool = True) -> None:
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
         self.model_name = model_name
         self.image_error = image_error
         self.fail = fail
+        self.vision = vision  # False: a text-only model (SmolLM2)
         self.calls: list[dict] = []
         self.loads: list[tuple[str, dict, int]] = []
         self.history: list[HistoryMessage] = []
@@ -135,7 +136,8 @@ class FakeBackend:
             on_done(None, self.fail)
             return
         self._info = ModelInfo(name=self.model_name, path=model, device="cpu", dtype="float32",
-                               capabilities=Capabilities(vision=True, max_context=8192, image_tokens_per_tile=64))
+                               capabilities=Capabilities(vision=self.vision, max_context=8192,
+                                                         image_tokens_per_tile=64 if self.vision else 0))
         self.history = []
         on_done(self._info, None)
 

@@ -18,6 +18,7 @@ from engine.api.errors import (
     DownloadError,
     EngineError,
     ImageError,
+    InvalidLogitsError,
     ModelLoadError,
     PromptTooLongError,
     UnsupportedModelError,
@@ -32,6 +33,7 @@ from engine.api.events import (
     GenerationParams,
     GenerationStats,
     TokenEvent,
+    WEIGHT_FORMATS,
 )
 from engine.api.hub import looks_like_repo_id
 
@@ -51,6 +53,7 @@ __all__ = [
     "GenerationStats",
     "HistoryMessage",
     "ImageError",
+    "InvalidLogitsError",
     "ModelInfo",
     "ModelLoadError",
     "ProgressEvent",
@@ -58,6 +61,7 @@ __all__ = [
     "TokenEvent",
     "UnsupportedModelError",
     "UnsupportedOperation",
+    "WEIGHT_FORMATS",
     "is_engine_error",
     "looks_like_repo_id",
 ]

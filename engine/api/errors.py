@@ -32,6 +32,10 @@ class PromptTooLongError(EngineError):
     """The prompt does not fit into the model's context window."""
 
 
+class InvalidLogitsError(EngineError):
+    """The model produced NaN or infinite logits (broken weights, an overflow in float16)."""
+
+
 class UnsupportedOperation(EngineError):
     """The model does not implement an optional method of the contract."""
 

@@ -14,6 +14,9 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 DETAILS = ("full", "balanced", "fast")
 #: The most alternatives ``GenerationParams.logprobs`` may ask for (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
+#: Weight formats a model can be loaded with: ``auto`` keeps the run dtype; ``int8`` (CPU) and ``int4``
+#: (CPU and CUDA) quantize the text decoder's projections and lm_head weight-only.
+WEIGHT_FORMATS = ("auto", "int8", "int4")
 
 
 @dataclass(frozen=True, slots=True)

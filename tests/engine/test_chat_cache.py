@@ -271,7 +271,8 @@ def test_an_answer_holding_an_image_token_id_is_replayed_as_text(parts):
     consume(session.send("Hi", params=params(3)))
     answer = session.turns[-1]
     answer.token_ids = answer.token_ids + [session.model.metadata.image_token_id]  # no tile for it
-    _, done = consume(session.send("Next", params=params(3)))
+    tokens, done = consume(session.send("Next", params=params(3)))
     assert done.stats.image_tokens == 0
     ref, ref_done = from_scratch(parts, [session.turns[0], answer], "Next", n=3)
     assert ref_done.stats.prompt_tokens == done.stats.prompt_tokens
+    assert tokens == ref

@@ -86,3 +86,26 @@ def test_prompt_file_and_non_finite_temperature(tiny_checkpoint, tmp_path):
     assert proc.returncode == 2 and "the prompt has 90" in proc.stderr and "context holds 8192" in proc.stderr
     proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "Hi", "--temperature", "nan")
     assert proc.returncode == 2 and "temperature must be a finite number" in proc.stderr
+
+
+def test_a_closed_stdout_ends_quietly(tiny_checkpoint):
+    """``generate --json ... | head -n 1``: no 'Broken pipe' error and not the bad-input exit code 2."""
+    cmd = [sys.executable, "-m", "engine", "generate", "--model", str(tiny_checkpoint), "--prompt", "Hello",
+           "--max-new-tokens", "64", "--ignore-eos", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -n 1` does after its line
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=300)
+    assert json.loads(first)["type"] == "token"
+    assert code == 141 and "Broken pipe" not in err and "error" not in err, (code, err)
+
+
+def test_an_animated_image_says_which_frame_is_used(tiny_checkpoint, tmp_path):
+    frames = [Image.new("RGB", (32, 32), color) for color in [(255, 0, 0), (0, 0, 255)]]
+    gif = tmp_path / "anim.gif"
+    frames[0].save(gif, save_all=True, append_images=frames[1:])
+    proc = cli("generate", "--model", tiny_checkpoint, "--image", gif, "--prompt", "What?", "--max-new-tokens", 2,
+               "--image-detail", "fast")
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: {gif} is animated (2 frames); its first frame is used" in proc.stderr

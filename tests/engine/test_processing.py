@@ -21,8 +21,10 @@ from engine.models.smolvlm.processing import (
     ImageProcessor,
     ProcessedImage,
     expand_prompt,
+    frame_count,
     image_prompt,
     load_image,
+    to_rgb,
 )
 
 
@@ -211,11 +213,61 @@ def test_tile_digests_follow_the_pixels(processor, photo):
 def test_load_image_matches_transformers_load_image(images_dir):
     from transformers.image_utils import load_image as hf_load_image
 
-    for name in ["logo.png", "rocket.jpg", "hubble_deep_field.jpg"]:
+    for name in ["rocket.jpg", "hubble_deep_field.jpg", "coffee.png"]:
         ours = load_image(images_dir / name)
         ref = hf_load_image(str(images_dir / name))
         assert ours.mode == "RGB" and ours.size == ref.size
         assert np.array_equal(np.asarray(ours), np.asarray(ref))
+
+
+def _hf_convert_to_rgb(image):
+    from transformers.image_transforms import convert_to_rgb
+
+    return np.asarray(convert_to_rgb(image, return_numpy=True))
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P"])
+def test_transparent_images_are_composited_on_white_from_every_source(tmp_path, images_dir, mode):
+    """A path, bytes and a PIL image give the same pixels: alpha over white (``convert_to_rgb``),
+    not the RGB hidden under transparent pixels (transformers' ``load_image`` drops alpha there)."""
+    logo = Image.open(images_dir / "logo.png")  # RGBA with transparent corners
+    image = logo.convert(mode) if mode != "P" else logo.convert("RGBA").convert("P", palette=Image.ADAPTIVE)
+    if mode == "P":
+        image.info["transparency"] = 0
+    path = tmp_path / f"transparent-{mode}.png"
+    image.save(path)
+    expected = _hf_convert_to_rgb(Image.open(path))
+    from_path, from_bytes = load_image(path), load_image(path.read_bytes())
+    from_pil = to_rgb(load_image(Image.open(path)))
+    for got in (from_path, from_bytes, from_pil):
+        assert got.mode == "RGB" and np.array_equal(np.asarray(got), expected)
+    clear = tmp_path / "clear.png"  # fully transparent black: white, not the black under it
+    Image.new("RGBA", (4, 4), (0, 0, 0, 0)).save(clear)
+    assert np.asarray(load_image(clear)).min() == 255
+
+
+def test_16_and_32_bit_images_are_scaled_not_clipped(tmp_path):
+    ramp16 = np.linspace(0, 65535, 256, dtype=np.uint16).reshape(16, 16)
+    path = tmp_path / "ramp16.png"
+    Image.fromarray(ramp16).save(path)
+    assert Image.open(path).mode.startswith("I")
+    got = np.asarray(load_image(path))[..., 0]
+    assert np.array_equal(got, np.rint(ramp16 / 257.0).astype(np.uint8))  # convert("RGB") gives 98% 255
+    assert (got == 255).mean() < 0.01
+    floats = Image.fromarray(np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(8, 8), mode="F")
+    assert np.array_equal(np.asarray(to_rgb(floats))[..., 0],
+                          np.rint(np.linspace(0.0, 1.0, 64).reshape(8, 8) * 255).astype(np.uint8))
+    wide = Image.fromarray(np.array([[-5.0, 5.0]], dtype=np.float32), mode="F")
+    assert np.asarray(to_rgb(wide))[0, :, 0].tolist() == [0, 255]  # out of 0..1: min-max
+
+
+def test_frame_count_tells_animated_images(tmp_path):
+    frames = [Image.new("RGB", (8, 8), color) for color in [(255, 0, 0), (0, 0, 255), (0, 255, 0)]]
+    path = tmp_path / "anim.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+    assert frame_count(path) == 3
+    frames[0].save(tmp_path / "still.png")
+    assert frame_count(tmp_path / "still.png") == 1
 
 
 def test_load_image_applies_exif_orientation(tmp_path):

@@ -20,6 +20,12 @@ Pipeline for one image (``ImageProcessor.preprocess``):
 5. ``rescale`` (uint8 -> float64 * factor -> float32) and ``normalize`` ((x - mean) / std in float32).
 
 Every resize is ``PIL.Image.resize`` with the checkpoint's filter (LANCZOS for SmolVLM) on RGB uint8.
+
+Where we deviate from transformers on purpose (:func:`to_rgb`): transformers' ``load_image`` opens a
+file with ``.convert("RGB")``, which drops alpha (a transparent logo becomes whatever RGB sits under
+its transparent pixels, often black) and clips 16- and 32-bit pixels to 0..255 (a 16-bit gradient
+turns almost all white). We composite alpha over white for every source (path, bytes, clipboard,
+PIL), as ``convert_to_rgb`` does for PIL inputs, and scale high-bit-depth images to 8 bits.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -79,6 +86,9 @@ class ProcessedImage:
     rows: int
     cols: int
     image_seq_len: int
+    #: The token the chat template writes per image part, and the feature slot of :attr:`prompt`
+    #: (the tokenizer and ChatSession read it here, not from a model's metadata).
+    image_token: ClassVar[str] = IMAGE_TOKEN
 
     @functools.cached_property
     def tiles(self) -> np.ndarray:
@@ -192,14 +202,50 @@ def expand_prompt(prompt: str, images: list[ProcessedImage]) -> str:
     return "".join(out)
 
 
+#: 16- and 32-bit integer and float modes Pillow opens (16-bit PNG/TIFF greyscale, 32-bit TIFF).
+HIGH_BIT_DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
+
+def to_8bit(image: Image.Image) -> Image.Image:
+    """A high-bit-depth image (:data:`HIGH_BIT_DEPTH_MODES`) scaled to 8-bit ``L``; others unchanged.
+
+    16-bit data (``I;16*``, and ``I`` within 0..65535) maps 0..65535 to 0..255; ``F`` within 0..1 maps
+    to 0..255; anything else is min-max scaled. ``convert("L")`` would clip instead.
+    """
+    if image.mode not in HIGH_BIT_DEPTH_MODES:
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if image.mode.startswith("I;16") or (image.mode == "I" and lo >= 0 and hi <= 65535):
+        scaled = values / 257.0
+    elif image.mode == "F" and lo >= 0 and hi <= 1:
+        scaled = values * 255.0
+    else:
+        scaled = (values - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(values)
+    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB with alpha composited over opaque white (transformers ``convert_to_rgb``), after scaling
+    high-bit-depth images to 8 bits (:func:`to_8bit`). RGBA, LA, PA and palette or L images with a
+    ``transparency`` entry are composited; RGB comes back as it is."""
+    image = to_8bit(image)
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
 def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
     """Open and fully decode an image, upright.
 
     Paths and bytes are decoded (``.load()`` forces the whole file to be read), rotated by their EXIF
-    orientation and converted to RGB, exactly like transformers' ``image_utils.load_image``
-    (``exif_transpose`` then ``.convert("RGB")``; alpha is dropped without compositing, as there).
-    A PIL image keeps its mode (so RGBA is composited over white later by ``preprocess``) but is
-    still EXIF-transposed. Animated images (GIF, APNG, WebP) give their first frame.
+    orientation (as transformers' ``image_utils.load_image``) and turned into RGB by :func:`to_rgb`
+    (alpha over white, 16/32-bit scaled: see the module docstring for how this differs from
+    transformers). A PIL image keeps its mode (``preprocess`` applies the same :func:`to_rgb`) but is
+    still EXIF-transposed. Animated images (GIF, APNG, WebP) give their first frame
+    (:func:`frame_count` tells how many there are).
 
     Raises:
         ImageError: missing file, empty file, not an image, truncated or corrupt data.
@@ -230,13 +276,22 @@ def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
         with Image.open(stream) as image:
             image.load()
             upright = ImageOps.exif_transpose(image)
-            return upright.convert("RGB")
+            return to_rgb(upright)
     except UnidentifiedImageError as exc:
         raise ImageError(f"Not a recognised image file: {name}") from exc
     except Image.DecompressionBombError as exc:
         raise ImageError(f"Image is too large to open safely: {name} ({exc})") from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageError(f"Image is truncated or corrupt: {name} ({exc})") from exc
+
+
+def frame_count(source: str | os.PathLike) -> int:
+    """Frames in an image file (animated GIF, APNG, WebP: more than 1), from its headers; 1 if unknown."""
+    try:
+        with Image.open(source) as image:
+            return int(getattr(image, "n_frames", 1))
+    except (OSError, SyntaxError, ValueError):
+        return 1
 
 
 # EXIF orientations that turn the image by 90 or 270 degrees (``ImageOps.exif_transpose``).
@@ -279,6 +334,9 @@ class ImageProcessor:
     Sizes are pixels. ``longest_edge`` is ``size.longest_edge`` (stage-1 target, 2048 for 256M),
     ``max_image_size`` is the tile side M (512), ``image_seq_len`` the ``<image>`` tokens per tile (64).
     """
+
+    #: The feature-slot token of the prompts it makes (see :attr:`ProcessedImage.image_token`).
+    image_token: ClassVar[str] = IMAGE_TOKEN
 
     def __init__(
         self,
@@ -436,11 +494,7 @@ class ImageProcessor:
             if image.mode != "RGB":
                 raise ImageError(f"Image mode {image.mode} is not RGB and do_convert_rgb is off")
             return image
-        if "A" in image.getbands() or image.info.get("transparency") is not None:
-            rgba = image.convert("RGBA")
-            white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-            return Image.alpha_composite(white, rgba).convert("RGB")
-        return image.convert("RGB")
+        return to_rgb(image)
 
     def preprocess(self, image: Image.Image, detail: Detail = "full") -> ProcessedImage:
         """Turn one PIL image into normalized tiles.
