@@ -95,7 +95,7 @@ class ChatController(QObject):
             self.model_info = {"model_name": info.name, "device": info.device, "dtype": info.dtype,
                                "weights": info.weights, "path": info.path, "folder": info.folder,
                                "backend": info.backend,
-                               "capabilities": asdict(info.capabilities),
+                               "capabilities": asdict(info.capabilities), "vision": info.capabilities.vision,
                                "defaults": generation_defaults(info.folder)}
             self.model_loaded.emit(dict(self.model_info))
         self.busy_changed.emit()

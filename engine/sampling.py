@@ -153,10 +153,17 @@ class LogprobSampler:
         self._record(logits, token)
         return token
 
+    def sample_checked(self, logits: torch.Tensor, history: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        token, reported = self.inner.sample_checked(logits, history)
+        if int(reported) != INVALID_TOKEN:  # an invalid token is reported by the caller, not recorded
+            self._record(logits, int(token))
+        return token, reported
+
     def sample(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
-        token = self.inner.sample(logits, history)
-        self._record(logits, int(token))
-        return token
+        return self.sample_checked(logits, history)[1]
+
+    def __getattr__(self, name: str):  # greedy, probs, generator, ...: the wrapped sampler's
+        return getattr(self.inner, name)
 
     def pop(self, token: int) -> tuple[float, list[tuple[int, float]]] | None:
         """The record of ``token`` if it is the oldest one waiting (``None`` otherwise)."""

@@ -17,6 +17,9 @@ from server.media import DETAILS, MediaStore
 from server.schemas import ChatRequest, ImagePart, ImageURL, SamplingFields, TextPart, VideoPart
 
 
+GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: temperatures under it sample as greedy
+
+
 @dataclass
 class Turns:
     """A chat request in the service's terms."""
@@ -96,6 +99,8 @@ def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, c
         raise APIError(400, f"max_tokens is {max_tokens} but the context holds {capacity} tokens",
                        "context_length_exceeded", "max_tokens")
     temperature = 1.0 if request.temperature is None else request.temperature  # OpenAI's default
+    if temperature < GREEDY_BELOW:  # logits / 1e-300 overflow to inf and NaN probabilities: that is greedy
+        temperature = 0.0
     top_k = request.top_k if request.top_k and request.top_k > 0 else 0  # -1 and 0 turn it off (vLLM)
     values = dict(temperature=temperature, top_k=top_k, top_p=request.top_p or 1.0, min_p=request.min_p or 0.0,
                   repetition_penalty=repetition_penalty(request), seed=request.seed,

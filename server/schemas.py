@@ -69,7 +69,8 @@ class SamplingFields(_Body):
     seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
-    repetition_penalty: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] | None = None
+    # Below 0.01 the penalized logits overflow float32 (found by tests/server/test_schema_fuzz.py).
+    repetition_penalty: Annotated[float, Field(ge=0.01, le=10, allow_inf_nan=False)] | None = None
     n: Annotated[int, Field(ge=1, le=128)] = 1
     user: str | None = None
     ignore_eos: bool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")

@@ -59,6 +59,8 @@ CASES = {
     "max_tokens 10**9": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": 10**9}, 400,
                          "context_length_exceeded"),
     "n=3": ({"model": MODEL, "messages": [user(TEXT)], "n": 3}, 400, "invalid_value"),
+    "repetition_penalty 1e-300": ({"model": MODEL, "messages": [user(TEXT)], "repetition_penalty": 1e-300}, 400,
+                                  "invalid_value"),
     "top_logprobs 50": ({"model": MODEL, "messages": [user(TEXT)], "logprobs": True, "top_logprobs": 50}, 400,
                         "invalid_value"),
 }

@@ -65,6 +65,14 @@ def test_seed_makes_sampling_reproducible(client):
     assert any(ask(s) != first for s in (8, 9))
 
 
+def test_a_tiny_temperature_is_greedy_not_nan(client):
+    messages = [{"role": "user", "content": "Hi"}]
+    tiny = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=4, temperature=1e-300)
+    greedy = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=4, temperature=0)
+    assert tiny.choices[0].text == greedy.choices[0].text
+    assert client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, temperature=1e-300).choices
+
+
 def test_stop_sequence_ends_the_answer_before_it(client):
     messages = [{"role": "user", "content": "Say something"}]
     full = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, temperature=0)
