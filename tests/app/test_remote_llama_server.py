@@ -9,9 +9,7 @@ minutes on two cores, so without a cached build the test skips and says why inst
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,52 +22,30 @@ from app.backends.remote import RemoteBackend, remote_spec
 from app.backends.remote_http import Server, probe_capabilities
 from engine.api import Attachment, DoneEvent, GenerationParams, TokenEvent
 from tests.app.remote_fakes import wait_done
-from tests.engine.conftest import _cache_root, tiny_checkpoint  # noqa: F401  (fixture)
+from tests.engine.conftest import llama_cpp_source, smolvlm_gguf_pair, tiny_checkpoint  # noqa: F401  (fixtures)
 from tests.server.helpers import free_port
+from tools.build_llama_cpp import cache_root
 
 pytestmark = pytest.mark.llama_server
-LLAMA_VERSION = "0.3.36"  # tools/build_llama_cpp.py's llama-cpp-python version
-
-
-def _bench_cache() -> Path:
-    return Path(os.environ.get("SMOLCHAT_BENCH_CACHE", Path.home() / ".cache" / "smolchat-bench"))
-
-
-def _binary() -> Path:
-    return _bench_cache() / "llama.cpp" / "build" / "bin" / "llama-server"
-
-
-def _converter() -> Path:
-    tree = _bench_cache() / "src" / f"llama_cpp_python-{LLAMA_VERSION}" / "vendor" / "llama.cpp"
-    return tree / "convert_hf_to_gguf.py"
 
 
 @pytest.fixture(scope="module")
-def gguf_pair(tmp_path_factory, tiny_checkpoint) -> tuple[Path, Path]:  # noqa: F811
-    if not _binary().is_file():
-        pytest.skip(f"llama-server is not built at {_binary()} (python -m tools.build_llama_cpp builds and caches "
+def llama_binary() -> Path:
+    """The cached llama-server build, else a skip that says how to get one."""
+    binary = cache_root() / "llama.cpp" / "build" / "bin" / "llama-server"
+    if not binary.is_file():
+        pytest.skip(f"llama-server is not built at {binary} (python -m tools.build_llama_cpp builds and caches "
                     "it in 10-20 minutes)")
-    if not _converter().is_file():
-        pytest.skip(f"llama.cpp's convert_hf_to_gguf.py is not at {_converter()}")
-    pytest.importorskip("sentencepiece", reason="llama.cpp's converter imports sentencepiece")
-    out = _cache_root(tmp_path_factory) / "tiny-f32-gguf-remote"
-    text, mmproj = out / "SmolVLM-tiny-F32.gguf", out / "mmproj-SmolVLM-tiny-F32.gguf"
-    out.mkdir(parents=True, exist_ok=True)
-    for target, extra in ((text, []), (mmproj, ["--mmproj"])):
-        if not target.is_file():
-            cmd = [sys.executable, str(_converter()), str(tiny_checkpoint), "--outtype", "f32", "--outfile",
-                   str(target), *extra]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-    return text, mmproj
+    return binary
 
 
 @pytest.fixture(scope="module")
-def llama_server(gguf_pair):
-    text, mmproj = gguf_pair
+def llama_server(llama_binary, smolvlm_gguf_pair):  # noqa: F811 - the binary first: no conversion without it
+    text = smolvlm_gguf_pair / "SmolVLM-tiny-F32.gguf"
+    mmproj = smolvlm_gguf_pair / "mmproj-SmolVLM-tiny-F32.gguf"
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")  # noqa: SIM115
-    proc = subprocess.Popen([str(_binary()), "-m", str(text), "--mmproj", str(mmproj), "--host", "127.0.0.1",
+    proc = subprocess.Popen([str(llama_binary), "-m", str(text), "--mmproj", str(mmproj), "--host", "127.0.0.1",
                              "--port", str(port), "-c", "2048", "-t", "2", "--no-webui"],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
