@@ -139,7 +139,8 @@ class EngineService:
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> _Request:
         paths = None if attachments is None else [a.path for a in attachments]
-        return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, paths, params), edit_at=turn_index,
+        return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, paths, params),
+                              edit_at=turn_index,
                        after=lambda: [("user", text, tuple(paths or ()))])
 
     def complete(self, prompt: str, params: GenerationParams, sink: EventSink) -> _Request:

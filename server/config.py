@@ -32,6 +32,7 @@ class ServerConfig:
         max_queue: generations waiting or running before new ones get 429.
         max_body_bytes, max_images, max_image_pixels, max_media_bytes: 413 beyond these.
         remote_timeout_s: total time for fetching one remote image.
+        max_stored_media: media files kept on disk (least recently used ones go first).
         default_max_tokens: answer length when a request gives none.
     """
 
@@ -49,6 +50,7 @@ class ServerConfig:
     max_image_pixels: int = 40_000_000
     max_media_bytes: int = 20 * MB
     remote_timeout_s: float = 10.0
+    max_stored_media: int = 512
     default_max_tokens: int = 512
     load_options: dict = field(default_factory=dict)
 

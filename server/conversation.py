@@ -16,7 +16,6 @@ from server.errors import APIError
 from server.media import DETAILS, MediaStore
 from server.schemas import ChatRequest, ImagePart, ImageURL, SamplingFields, TextPart, VideoPart
 
-
 GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: temperatures under it sample as greedy
 
 

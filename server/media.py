@@ -67,6 +67,9 @@ class MediaStore:
             raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
                            "unsupported_image_format", param)
         self._check_size(data, param)
+        known = self._known(data)
+        if known is not None:  # checked when it first came: a client re-sends its photos every turn
+            return known
         fmt = self._check_image(data, param)
         return self._store(data, "." + fmt.lower())
 
@@ -139,10 +142,28 @@ class MediaStore:
                            param) from None
         return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
 
+    def _known(self, data: bytes) -> str | None:
+        """The stored path of ``data`` if it was accepted before (its use time refreshed), else None."""
+        digest = hashlib.sha256(data).hexdigest()[:40]
+        for path in self.folder.glob(digest + ".*"):
+            if path.suffix != ".part":
+                path.touch()
+                return str(path)
+        return None
+
     def _store(self, data: bytes, suffix: str) -> str:
         path = self.folder / (hashlib.sha256(data).hexdigest()[:40] + suffix)
         if not path.exists():
             tmp = path.with_suffix(".part")
             tmp.write_bytes(data)
             tmp.replace(path)  # atomic: a concurrent request never sees half a file
+            self._trim(keep=path)
         return str(path)
+
+    def _trim(self, keep: Path) -> None:
+        """Delete the least recently used files beyond ``config.max_stored_media``. Every request
+        re-sends (and so touches) the media of its conversation, so what is deleted belongs to
+        conversations not seen for the longest time."""
+        files = sorted((p for p in self.folder.iterdir() if p != keep), key=lambda p: p.stat().st_mtime)
+        for old in files[:max(0, len(files) + 1 - self.config.max_stored_media)]:
+            old.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ MODEL = "tiny-f32"
 PNG = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
 SVG = "data:image/svg+xml;base64," + base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg"/>').decode()
 NOISY = base64.b64encode(png_bytes(noise=True)).decode()
+CUT_PNG = "data:image/png;base64," + NOISY[:len(NOISY) // 8 * 4]  # half the bytes, valid base64
 HEIC = "data:image/heic;base64," + base64.b64encode(b"\x00\x00\x00\x18ftypheic" + b"\x00" * 64).decode()
 
 
@@ -40,7 +41,7 @@ CASES = {
                                        "invalid_messages"),
     "broken base64": ({"model": MODEL, "messages": [user(image("data:image/png;base64,iVBOR%%w0KG"), TEXT)]}, 400,
                       "invalid_base64"),
-    "truncated PNG": ({"model": MODEL, "messages": [user(image("data:image/png;base64," + NOISY[:len(NOISY) // 8 * 4]), TEXT)]}, 400, "invalid_image"),
+    "truncated PNG": ({"model": MODEL, "messages": [user(image(CUT_PNG), TEXT)]}, 400, "invalid_image"),
     "SVG": ({"model": MODEL, "messages": [user(image(SVG), TEXT)]}, 400, "unsupported_image_format"),
     "HEIC": ({"model": MODEL, "messages": [user(image(HEIC), TEXT)]}, 400, "unsupported_image_format"),
     "raw base64 of an SVG": ({"model": MODEL, "messages": [user(image(SVG.split(",")[1]), TEXT)]}, 400,

@@ -119,3 +119,25 @@ def test_the_key_is_never_logged(caplog):
         assert "topsecret-123" not in caplog.text
     finally:
         srv.stop()
+
+
+def test_media_is_stored_once_by_content_and_trimmed_least_recently_used(tmp_path):
+    import asyncio
+    import base64
+
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(max_stored_media=3), tmp_path / "media")
+    uris = ["data:image/png;base64," + base64.b64encode(png_bytes(color=(i, 0, 0))).decode() for i in range(5)]
+    image = lambda uri: asyncio.run(store.image(uri, "x"))  # noqa: E731
+    first = image(uris[0])
+    assert image(uris[0]) == first  # the same bytes: the same path, so the engine's cache keys match
+    for uri in uris[1:3]:
+        time.sleep(0.01)
+        image(uri)
+    time.sleep(0.01)
+    image(uris[0])  # used again: now the most recent
+    time.sleep(0.01)
+    image(uris[3])
+    names = sorted(p.name for p in (tmp_path / "media").iterdir())
+    assert len(names) == 3 and first.rsplit("/", 1)[1] in names  # uris[1], the least recently used, went

@@ -37,8 +37,9 @@ def test_text_only_model_reports_text_input_and_answers(llama_url):
 def test_images_for_a_text_only_model_are_a_400(llama_url, tmp_path):
     photo = tmp_path / "p.png"
     photo.write_bytes(png_bytes())
-    reply = httpx.post(f"{llama_url}/v1/chat/completions", json={"model": "smollm2", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": data_uri(photo)}}, {"type": "text", "text": "What?"}]}]})
+    content = [{"type": "image_url", "image_url": {"url": data_uri(photo)}}, {"type": "text", "text": "What?"}]
+    reply = httpx.post(f"{llama_url}/v1/chat/completions",
+                       json={"model": "smollm2", "messages": [{"role": "user", "content": content}]})
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "images_not_supported"
     embedded = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": [
         {"text": "x", "image_url": data_uri(photo)}]})
