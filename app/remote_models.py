@@ -53,7 +53,10 @@ class RemoteModels(QObject):
             result: list[str] | str = [m["id"] for m in list_models(remote_settings.server(name), timeout=10.0)]
         except (RemoteError, KeyError) as exc:
             result = str(exc)
-        self._fetched.emit(name, result, time.monotonic())
+        try:
+            self._fetched.emit(name, result, time.monotonic())
+        except RuntimeError:  # the window closed while the server was answering: nobody to tell
+            pass
 
     @Slot(str, object, float)
     def _store(self, name: str, result, when: float) -> None:
