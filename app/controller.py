@@ -56,6 +56,7 @@ class ChatController(QObject):
         self.bridge.loaded.connect(self._on_loaded)
         self.model_info: dict = {}
         self.busy = self.ready = self.loading = self.closed = False
+        self._stopped = True  # the backend's thread ended at shutdown
         self.extra_params: dict = {}  # GenerationParams fields on top of the settings (tests, screenshots)
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
@@ -198,8 +199,9 @@ class ChatController(QObject):
         Returns False when the backend's thread is still finishing a kernel (it dies with the process).
         """
         if self.closed:
-            return True
+            return self._stopped  # the window's closeEvent already did it; main() asks again
         self.closed = True
         self.backend.cancel()
         self.keeper.abandon()
-        return bool(self.backend.close())
+        self._stopped = bool(self.backend.close())
+        return self._stopped

@@ -50,3 +50,9 @@ def finish_footer(result: dict) -> str:
     if reason == "error" and result.get("error"):
         return f"failed (error): {result['error']}"
     return FINISH_LABELS.get(reason, reason)
+
+
+def progress_summary(event) -> str:
+    """What the engine is doing before the first token (an ``engine.api.ProgressEvent``)."""
+    what = "Reading the image" if event.stage == "image" else "Reading the prompt"
+    return f"{what}… {event.done}/{event.total}"

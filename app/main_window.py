@@ -1,7 +1,8 @@
 """Smolchat's main window: builds the widgets and wires them to the :class:`~app.controller.ChatController`.
 
 The chat logic (send, stop, regenerate, edit, model switches, what is stored when) is the controller's;
-attachments are :mod:`app.window_attachments`'; the engine runs behind a :class:`~engine.api.ChatBackend`.
+attachments are :mod:`app.window_attachments`', the sidebar's chats :mod:`app.window_chats`'; the engine
+runs behind a :class:`~engine.api.ChatBackend`.
 """
 
 from __future__ import annotations
@@ -14,19 +15,18 @@ from engine.api import ChatBackend
 from app.backends import backend_from_env
 from app.chat_view import EMPTY_TEXT
 from app.controller import ChatController
-from app.conversations import STORAGE_ERRORS, ConversationKeeper, open_store, storage_problem
-from app.formatting import finish_footer, model_summary, stats_summary
+from app.conversations import ConversationKeeper, open_store
+from app.formatting import finish_footer, model_summary, progress_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
 from app.settings import last_model, load_settings, open_settings, set_last_model
 from app.window_attachments import AttachmentsMixin
+from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
 
-CHAT_KEYS = ("system_prompt", "overrides", "seed", "image_detail")
 
-
-class MainWindow(AttachmentsMixin, QMainWindow):
+class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     """The chat window. ``model_path`` starts loading at once; without it the last used model loads,
     and with none the model manager opens. ``backend`` replaces the engine (tests: a FakeBackend);
     by default :func:`app.backends.backend_from_env` picks one."""
@@ -97,64 +97,6 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         params.update(self.controller.extra_params)
         return params
 
-    def chat_settings(self) -> dict:
-        return {key: getattr(self.settings, key) for key in CHAT_KEYS}
-
-    # -- conversations -------------------------------------------------------------------------
-    def refresh_sidebar(self) -> None:
-        self.sidebar.set_conversations(self.store.conversations(self.sidebar.search.text()), self.keeper.current_id)
-
-    @Slot(int)
-    def open_conversation(self, conversation_id: int | None) -> None:
-        if self._busy:
-            self.sidebar.select(self.keeper.current_id)
-            return
-        self._cancel_edit()
-        saved = self.keeper.open(conversation_id)
-        self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
-        for key in CHAT_KEYS:
-            if key in saved:
-                setattr(self.settings, key, saved[key])
-        if self.controller.ready:  # the last answer's "error" / stats belong to the chat just left
-            self.stats_label.setText(f"{model_summary(self.model_info)} · ready")
-        self.controller.conversation_opened()
-        self.refresh_sidebar()
-
-    @Slot()
-    def new_chat(self) -> None:
-        if not self._busy:
-            self.open_conversation(None)
-            self.composer.setFocus()
-
-    @Slot(int, str)
-    def rename_conversation(self, conversation_id: int, title: str) -> None:
-        if title.strip():
-            self._storage("rename the chat", self.store.rename_conversation, conversation_id, title)
-        self.refresh_sidebar()
-
-    @Slot(int)
-    def delete_conversation(self, conversation_id: int) -> None:
-        conv = self.store.conversation(conversation_id)
-        if conv is None or (self._busy and conversation_id == self.keeper.current_id):
-            return
-        if not self._storage("delete the chat", self.store.delete_conversation, conversation_id):
-            return
-        if conversation_id == self.keeper.current_id:
-            self.open_conversation(None)
-        self.refresh_sidebar()
-        self.banner.show_info(f"Deleted “{conv.title or 'New chat'}”.", "Undo",
-                              lambda: self._storage("restore the chat", self.store.undelete_conversation,
-                                                    conversation_id) and self.open_conversation(conversation_id))
-
-    def _storage(self, what: str, write, *args) -> bool:
-        """Run one store write; a failure shows in the banner. True when it worked."""
-        try:
-            write(*args)
-        except STORAGE_ERRORS as exc:
-            self.banner.show_error(f"Could not {what}: {storage_problem(exc)}.")
-            return False
-        return True
-
     # -- sending -------------------------------------------------------------------------------
     @Slot()
     def send_message(self) -> None:
@@ -162,7 +104,7 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
             return
-        if images and self._refuse_images():  # attached before a text-only model loaded
+        if images and self.refuse_images():  # attached while a vision model was loaded
             return
         self.banner.dismiss()
         if self.controller.send(text, images, self.chat_settings(), self.current_params(), self._editing):
@@ -237,29 +179,6 @@ class MainWindow(AttachmentsMixin, QMainWindow):
 
         return open_dialog(self)
 
-    def open_settings_dialog(self):
-        from app.settings_dialog import SettingsDialog
-
-        dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
-        dialog.applied.connect(self._apply_settings)
-        dialog.show()
-        return dialog
-
-    def _apply_settings(self, settings) -> None:
-        from app.settings import ENGINE_KEYS, save_settings
-        from app.theme import apply_theme
-
-        engine_changed = any(getattr(settings, k) != getattr(self.settings, k) for k in ENGINE_KEYS)
-        self.settings = settings
-        save_settings(settings, self.qsettings)
-        if self.keeper.current_id is not None:
-            self._storage("save this chat's settings", lambda: self.store.update_conversation(
-                self.keeper.current_id, settings=self.chat_settings()))
-        apply_theme(settings.theme)
-        self._count_pending_tokens()
-        if engine_changed:
-            self.controller.reload_when_idle(settings.device_arg(), settings.dtype_arg(), settings.load_options())
-
     # -- controller signals ------------------------------------------------------------------------
     @Slot(str)
     def _on_model_loading(self, path: str) -> None:
@@ -286,8 +205,7 @@ class MainWindow(AttachmentsMixin, QMainWindow):
 
     @Slot(object)
     def _on_progress(self, event) -> None:
-        what = "Reading the image" if event.stage == "image" else "Reading the prompt"
-        self.stats_label.setText(f"{model_summary(self.model_info)} · {what}… {event.done}/{event.total}")
+        self.stats_label.setText(f"{model_summary(self.model_info)} · {progress_summary(event)}")
 
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:
@@ -308,7 +226,7 @@ class MainWindow(AttachmentsMixin, QMainWindow):
         """Cancel any answer (kept, marked cancelled), stop the engine thread within ~1 s, close the
         store (idempotent). False when the engine thread is still finishing a kernel."""
         if self.controller.closed:
-            return True
+            return self.controller.shutdown()  # what the first call found
         self.local_server.stop()  # before the engine thread it serves from
         stopped = self.controller.shutdown()
         if self.model_manager is not None:

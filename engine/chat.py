@@ -14,8 +14,8 @@ even alone raises :class:`~engine.api.errors.PromptTooLongError` before any work
 
 Answers stream through a detokenizer that never splits a UTF-8 character and never emits stop tokens.
 
-``cancel()`` is checked between tokens, between prefill chunks and inside the vision tower (between
-layers of each tile), so a cancel ends the answer within a fraction of a second even before its
+``cancel()`` is checked between tokens, before every decoder layer of the prefill and inside the
+vision tower (within each layer of each tile), so a cancel ends the answer within a fraction of a second even before its
 first token; ``progress`` (when set) receives :class:`~engine.api.backend.ProgressEvent` s from the
 same points.
 """
@@ -42,6 +42,7 @@ from engine.api.events import (
     TokenEvent,
 )
 from engine.cache import CacheConfig, KVCache
+from engine.cancellation import Cancelled, layer_cancel_points
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
 from engine.sampling import LogprobSampler, make_sampler
@@ -61,10 +62,6 @@ DEFAULT_PREFILL_CHUNK_CUDA = 4096
 WARMUP_ENV = "SMOLCHAT_WARMUP"
 # Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
 ANSWER_ROOM_FRACTION = 0.25
-
-
-class Cancelled(Exception):
-    """Internal: raised at a cancellation point before the first token; the answer ends "cancelled"."""
 
 
 @dataclass
@@ -462,6 +459,7 @@ class ChatSession:
         self._cached_keys = self._cached_keys[:common]
         stats.cached_tokens = common
         skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
+        self._last_progress = None  # each answer reports its own first tile
         tiles = []
         vision_dtype = getattr(self.model, "vision_dtype", None)
         for img in images:
@@ -479,12 +477,13 @@ class ChatSession:
         t = time.perf_counter()
         logits = None
         total = embeds.shape[1]
-        for start in range(0, total, self.prefill_chunk):
-            self._checkpoint(ProgressEvent("prefill", start, total))
-            chunk = embeds[:, start:start + self.prefill_chunk]
-            pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
-            logits = self.model.prefill(chunk, self.cache, pos)
-            self._cached_keys.extend(keys[pos.start:pos.stop])
+        with layer_cancel_points(self.model, self._cancel):  # a cancel waits for one layer, not a chunk
+            for start in range(0, total, self.prefill_chunk):
+                self._checkpoint(ProgressEvent("prefill", start, total))
+                chunk = embeds[:, start:start + self.prefill_chunk]
+                pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
+                logits = self.model.prefill(chunk, self.cache, pos)
+                self._cached_keys.extend(keys[pos.start:pos.stop])
         self._checkpoint(ProgressEvent("prefill", total, total))
         elapsed = time.perf_counter() - t
         if elapsed > 0:

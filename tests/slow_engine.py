@@ -2,7 +2,7 @@
 prefill (on a fast machine the tiny checkpoint would finish before the test could press anything).
 
 ``SMOLCHAT_BACKEND=tests.slow_engine:slow_local_backend`` starts the app on it; ``SMOLCHAT_SLOW_S``
-sets the sleep per vision layer and per prefill chunk (default 0.05 s).
+sets the sleep per vision layer and per prefill chunk (default 0.02 s).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def slow_loader(model: str, options: dict):
     from engine.service import default_loader
 
     session = default_loader(model, {**options, "device": "cpu"})
-    slow_down(session, float(os.environ.get("SMOLCHAT_SLOW_S", "0.05")))
+    slow_down(session, float(os.environ.get("SMOLCHAT_SLOW_S", "0.02")))
     return session
 
 
@@ -39,3 +39,18 @@ def slow_local_backend():
     from app.backends.local import LocalBackend
 
     return LocalBackend(slow_loader)
+
+
+def stuck_loading_backend():
+    """A :class:`~app.backends.local.LocalBackend` whose load never ends (like a huge checkpoint on a
+    slow disk): closing the window must not wait for it."""
+    from app.backends.local import LocalBackend
+
+    def loader(model: str, options: dict):
+        import torch  # busy inside torch kernels (releasing the GIL), as a real load is
+
+        a = torch.randn(1500, 1500)
+        while True:
+            a = torch.tanh(a @ a)
+
+    return LocalBackend(loader)

@@ -42,7 +42,7 @@ class FakeBackend:
         self.model_name = model_name
         self.image_error = image_error
         self.fail = fail
-        self.vision = vision  # False: a text-only model (SmolLM2)
+        self.vision = vision  # False: a text-only model (capabilities.vision false)
         self.calls: list[dict] = []
         self.loads: list[tuple[str, dict, int]] = []
         self.history: list[HistoryMessage] = []

@@ -23,8 +23,7 @@ class LocalBackend:
     """A :class:`~engine.api.ChatBackend` whose model runs in this process.
 
     ``loader(model, options) -> session`` replaces :func:`engine.service.default_loader` (tests use
-    slowed or fake sessions). The system prompt is remembered from :meth:`set_history` callers
-    through the ``system_prompt`` of each generation.
+    slowed or fake sessions). Each generation carries the system prompt it should use.
     """
 
     def __init__(self, loader: Callable[[str, dict], Any] | None = None) -> None:

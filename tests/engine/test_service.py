@@ -240,7 +240,7 @@ def test_expected_errors_log_one_line_and_bugs_their_traceback(caplog):
 # -- the real ChatSession, slowed down ------------------------------------------------------------
 @pytest.fixture
 def slow_service(tiny_checkpoint):
-    """An EngineService on the tiny checkpoint with 50 ms per vision layer and per 16-token prefill chunk."""
+    """An EngineService on the tiny checkpoint with 20 ms per vision layer and per 16-token prefill chunk."""
     service = EngineService(slow_loader)
     loaded = threading.Event()
     service.load(str(tiny_checkpoint), {}, lambda info, message: loaded.set())
@@ -289,13 +289,33 @@ def test_cancel_mid_vision_tower_or_prefill_ends_within_200_ms_keeping_the_quest
 
 
 def test_progress_counts_tiles_then_prompt_tokens(slow_service, photo):
-    sink = Recorder()
-    slow_service.send("Describe.", [Attachment(str(photo))], GenerationParams(max_new_tokens=1), sink)
-    assert sink.final.finish_reason in ("stop", "length")
-    progress = [e for e in sink.events if isinstance(e, ProgressEvent)]
-    stages = [e.stage for e in progress]
-    assert stages == sorted(stages, key=lambda s: s != "image")  # tiles first, then the prompt
-    tiles = [e for e in progress if e.stage == "image"]
-    prefill = [e for e in progress if e.stage == "prefill"]
-    assert tiles[0].done == 0 and tiles[-1].done == tiles[-1].total > 1
-    assert prefill[-1].done == prefill[-1].total == sink.final.stats.prompt_tokens
+    for _ in range(2):  # the second answer (same photo, after a reset) reports its tiles again
+        slow_service.reset()
+        sink = Recorder()
+        slow_service.send("Describe.", [Attachment(str(photo))], GenerationParams(max_new_tokens=1), sink)
+        assert sink.final.finish_reason in ("stop", "length")
+        progress = [e for e in sink.events if isinstance(e, ProgressEvent)]
+        stages = [e.stage for e in progress]
+        assert stages == sorted(stages, key=lambda s: s != "image")  # tiles first, then the prompt
+        tiles = [e for e in progress if e.stage == "image"]
+        prefill = [e for e in progress if e.stage == "prefill"]
+        assert tiles[0].done == 0 and tiles[-1].done == tiles[-1].total > 1
+        assert prefill[-1].done == prefill[-1].total == sink.final.stats.prompt_tokens
+
+
+def test_regenerate_and_edit_run_on_the_real_session(tiny_checkpoint):
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(tiny_checkpoint), {"device": "cpu"}, lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    params = GenerationParams(max_new_tokens=3, ignore_eos=True)
+    sinks = [Recorder() for _ in range(3)]
+    service.send("First question", [], params, sinks[0])
+    service.regenerate(params, sinks[1])
+    service.edit(0, "Edited question", None, params, sinks[2])
+    assert [s.final.finish_reason for s in sinks] == ["length"] * 3
+    assert sinks[1].final.stats.cached_tokens == sinks[1].final.stats.prompt_tokens - 1  # the prompt was reused
+    turns = service._session.turns
+    assert [(t.role, t.text if t.role == "user" else "") for t in turns] == [("user", "Edited question"),
+                                                                           ("assistant", "")]
+    assert service.shutdown()

@@ -29,8 +29,8 @@ from engine.validate import check_state
 # [tiles, 1024, 3072] MLP intermediate) small next to the weights: peak memory is a target.
 VISION_TILE_CHUNK = 4
 VISION_TILE_CHUNK_GPU = 4
-# With a progress/cancel callback on the CPU, one tile per call: the callback runs between encoder
-# layers, and one layer of 4 tiles took ~1.2 s on a 2-core CPU (one tile's layer: ~0.1-0.3 s).
+# With a progress/cancel callback on the CPU, one tile per call: the callback runs inside each
+# encoder layer (after attention, between MLP chunks), and that work grows with the tiles per call.
 VISION_TILE_CHUNK_CANCELLABLE = 1
 #: ``on_tiles(done, total)``: called before, during (between layers) and after the tiles; may raise to stop.
 TileCallback = Callable[[int, int], None]
@@ -141,8 +141,8 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
     def encode_images(self, pixel_values: torch.Tensor, on_tiles: TileCallback | None = None) -> torch.Tensor:
         """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``.
 
-        ``on_tiles(done, total)`` is called before the first chunk of tiles, between vision layers and
-        after each chunk; an exception it raises (a cancel) propagates and stops the tower there.
+        ``on_tiles(done, total)`` is called before the first chunk of tiles, several times inside each
+        vision layer and after each chunk; an exception it raises (a cancel) stops the tower there.
         """
         pixel_values = pixel_values.to(device=self.device, dtype=self.vision_dtype)
         chunk_size = VISION_TILE_CHUNK if self.device.type == "cpu" else VISION_TILE_CHUNK_GPU
