@@ -111,7 +111,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
             return
-        if images and self._refuse_images():  # attached before a text-only model loaded
+        if images and self.refuse_images():  # attached while a vision model was loaded
             return
         self.banner.dismiss()
         if self.controller.send(text, images, self.chat_settings(), self.current_params(), self._editing):

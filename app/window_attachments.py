@@ -22,7 +22,7 @@ class AttachmentsMixin:
     def add_files(self, paths: list[str]) -> None:
         """Attach image files; a file that is not a readable image shows an error instead, and so
         does any image while the loaded model is text-only."""
-        if paths and self._refuse_images():
+        if paths and self.refuse_images():
             return
         problems = []
         for path in paths:
@@ -36,7 +36,7 @@ class AttachmentsMixin:
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:
         """Attach pasted or dragged image data, saved as a PNG in the app data folder."""
-        if self._refuse_images():
+        if self.refuse_images():
             return
         data = QByteArray()
         buffer = QBuffer(data)
@@ -50,6 +50,21 @@ class AttachmentsMixin:
             self.banner.show_error(f"Could not keep the pasted image: {storage_problem(exc)}.")
             return
         self.add_files([str(saved)])
+
+    def refuse_images(self) -> bool:
+        """Show why and return True when the loaded model takes no images (its capabilities say so)."""
+        capabilities = self.model_info.get("capabilities")
+        if not capabilities or capabilities.get("vision", True):
+            return False
+        name = self.model_info.get("model_name") or "This model"
+        if str(self.model_info.get("backend", "")).startswith("remote:"):  # the server said so, or nobody did
+            self.banner.show_error(f"{name} on {self.model_info.get('device')} cannot read images, as far as "
+                                   "Smolchat knows. If it can, turn on “can see images” for it in Settings ▸ "
+                                   "Engines; or remove the image.")
+            return True
+        self.banner.show_error(f"{name} is a text-only model: it cannot read images. Remove the image, "
+                               "or load a vision model (SmolVLM) to ask about it.")
+        return True
 
     @Slot()
     def _pick_files(self) -> None:
@@ -83,18 +98,3 @@ class AttachmentsMixin:
         else:
             return
         event.acceptProposedAction()
-
-    def _refuse_images(self) -> bool:
-        """Show why and return True when the loaded model takes no images (``model_info["vision"]``,
-        from the model's own capabilities; True before a model says, so nothing is refused by guess)."""
-        if self.model_info.get("vision", True):
-            return False
-        name = self.model_info.get("model_name") or "This model"
-        if str(self.model_info.get("backend", "")).startswith("remote:"):  # the server said so, or nobody did
-            self.banner.show_error(f"{name} on {self.model_info.get('device')} cannot read images, as far as "
-                                   "Smolchat knows. If it can, turn on “can see images” for it in Settings ▸ "
-                                   "Engines; or remove the image.")
-            return True
-        self.banner.show_error(f"{name} is a text-only model: it cannot read images. Remove the image, "
-                               "or load a vision model (SmolVLM) to ask about it.")
-        return True

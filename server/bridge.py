@@ -50,7 +50,7 @@ class Answer:
         while True:
             try:
                 event = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin on Python 3.10
                 if is_disconnected is not None and await is_disconnected():
                     self.cancel()
                     raise ClientDisconnected() from None

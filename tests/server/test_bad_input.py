@@ -56,6 +56,9 @@ CASES = {
     "video on a model without video": ({"model": MODEL, "messages": [user(
         {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAAGGZ0eXBtcDQy"}}, TEXT)]}, 400,
         "video_not_supported"),
+    "video of an unknown type": ({"model": MODEL, "messages": [user(
+        {"type": "video_url", "video_url": "data:application/zip;base64,UEsDBA=="}, TEXT)]}, 400,
+        "unsupported_video_format"),
     "max_tokens -1": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": -1}, 400, "invalid_value"),
     "max_tokens 10**9": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": 10**9}, 400,
                          "context_length_exceeded"),
