@@ -135,3 +135,16 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     remote_action = next(a for a in actions if a.text() == "ok")
     remote_action.trigger()
     qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:fake::ok", timeout=10_000)
+
+
+def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, make_window, fake_session, png):
+    with FakeOpenAI() as plain:  # no /props, no model/info, no modalities: vision unknown, so off
+        remote_settings.save_servers([{"name": "plain", "url": plain.url}])
+        win = make_window(fake_session)
+        win.load_model(remote_spec("plain", "ok"))
+        qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:plain::ok" and win.controller.ready,
+                        timeout=10_000)
+        win.add_files([str(png)])
+        assert win.attachments.paths() == [] and plain.requests == []
+        assert "turn on “can see images” for it in Settings ▸ Engines" in win.banner.message()
+        assert win.banner.message().startswith("ok on plain cannot read images")
