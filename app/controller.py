@@ -94,7 +94,8 @@ class ChatController(QObject):
             self.ready = True
             self.model_info = {"model_name": info.name, "device": info.device, "dtype": info.dtype,
                                "weights": info.weights, "path": info.path, "folder": info.folder,
-                               "capabilities": asdict(info.capabilities),
+                               "backend": info.backend,
+                               "capabilities": asdict(info.capabilities), "vision": info.capabilities.vision,
                                "defaults": generation_defaults(info.folder)}
             self.model_loaded.emit(dict(self.model_info))
         self.busy_changed.emit()
@@ -171,6 +172,8 @@ class ChatController(QObject):
             self.progress.emit(event)
         elif isinstance(event, DoneEvent):
             result = result_of(event)
+            # Which engine and model answered (a conversation may switch engines between answers).
+            result["engine"], result["model"] = self.model_info.get("backend", "local"), self.model_path
             if event.error:
                 self.failed.emit(event.error)
             self.busy = False

@@ -1,4 +1,5 @@
-"""Entry point: ``smolchat [--model DIR_OR_REPO] [--device ...] [--dtype ...]``."""
+"""Entry point: ``smolchat [--model DIR_OR_REPO] [--device ...] [--dtype ...]``; ``smolchat serve ...`` runs
+the local OpenAI-compatible server instead of the window (``server.cli``)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ class StartupReport(QObject):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # headless: the HTTP server, no window
+        from server.cli import main as serve_main
+
+        return serve_main(argv[1:])
     if "--self-test" in argv:  # headless: no QApplication, no display needed
         from app.self_test import main as self_test_main
 

@@ -13,12 +13,15 @@ from PySide6.QtWidgets import QMainWindow
 
 from engine.api import ChatBackend
 from app.backends import backend_from_env
+from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
 from app.formatting import finish_footer, model_summary, progress_summary, stats_summary
+from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
+from app.remote_models import RemoteModels
 from app.settings import last_model, load_settings, open_settings, set_last_model
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
@@ -49,10 +52,16 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
-        self.controller = ChatController(backend or backend_from_env(), self.keeper)
+        self.local_server = install_local_server(self)
+        self.remote_models = RemoteModels(self)
+        self.model_picker.remote_models = self.remote_models
+        # One backend for the controller: the local engine, or a server's model once one is chosen.
+        self.engines = EngineSwitch(backend or backend_from_env(), make_remote_backend)
+        self.controller = ChatController(self.engines, self.keeper)
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
         self._update_actions()
+        self.remote_models.refresh()
         path = model_path or last_model(self.qsettings)
         if path:
             self.load_model(path, device, dtype)
@@ -172,6 +181,16 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_manager.raise_()
         return self.model_manager
 
+    def open_local_server(self):
+        from app.local_server import open_dialog
+
+        return open_dialog(self)
+
+    def _servers_changed(self, name: str) -> None:
+        """A server was added, edited or removed: new model lists, and a fresh backend next time."""
+        self.engines.forget_server(name)
+        self.remote_models.refresh()
+
     # -- controller signals ------------------------------------------------------------------------
     @Slot(str)
     def _on_model_loading(self, path: str) -> None:
@@ -188,6 +207,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()
+        if str(info.get("backend", "")).startswith("remote:") and not info.get("capabilities", {}).get("max_context"):
+            self.banner.show_info(f"{info.get('device')} does not say how many tokens {info.get('model_name')} "
+                                  "takes: Smolchat assumes no limit and the server decides what fits.")
 
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:
@@ -220,6 +242,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         store (idempotent). False when the engine thread is still finishing a kernel."""
         if self.controller.closed:
             return self.controller.shutdown()  # what the first call found
+        self.local_server.stop()  # before the engine thread it serves from
         stopped = self.controller.shutdown()
         if self.model_manager is not None:
             self.model_manager.shutdown()

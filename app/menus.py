@@ -41,12 +41,13 @@ def build_menus(window) -> dict[str, QAction]:
                            "F2"),
         "models": _action(window, "&Manage models…", window.open_model_manager, "Ctrl+M", "models"),
         "settings": _action(window, "&Settings…", window.open_settings_dialog, "Ctrl+,", "settings"),
+        "local_server": _action(window, "&Local server…", window.open_local_server),
         "shortcuts": _action(window, "&Keyboard shortcuts", lambda: shortcuts_dialog(window), "Ctrl+/"),
     }
     acts["stop"].setShortcutVisibleInContextMenu(True)
     for title, names in (("&File", ["new_chat", "export_md", "export_json", None, "quit"]),
                          ("&Chat", ["stop", "rename"]),
-                         ("&Model", ["models", "settings"]),
+                         ("&Model", ["models", "settings", "local_server"]),
                          ("&Help", ["shortcuts"])):
         menu = bar.addMenu(title)
         for name in names:

@@ -1,10 +1,15 @@
-"""The header button that shows the current model; its menu switches models or opens the manager."""
+"""The header button that shows the current model; its menu switches models or opens the manager.
+
+The menu groups models by engine: "On this computer" (the user's local models), then one section per
+server added in Settings ▸ Engines, listing that server's models (:class:`app.remote_models.RemoteModels`).
+"""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
 
+from app.backends.remote import remote_spec
 from app.icons import icon
 from app.settings import known_models
 
@@ -24,6 +29,7 @@ class ModelPicker(QPushButton):
         self._menu.setObjectName("modelMenu")
         self._menu.aboutToShow.connect(self._fill_menu)
         self.setMenu(self._menu)
+        self.remote_models = None  # app.remote_models.RemoteModels, set by the window
         self.set_none()
 
     def set_none(self) -> None:
@@ -44,10 +50,28 @@ class ModelPicker(QPushButton):
     @Slot()
     def _fill_menu(self) -> None:
         self._menu.clear()
-        for model in known_models():
+        local = known_models()
+        remote = self.remote_models.lists if self.remote_models is not None else {}
+        if remote:
+            self._menu.addSection("On this computer")
+        for model in local:
             action = self._menu.addAction(model["name"])
             action.setToolTip(model["path"])
             action.triggered.connect(lambda _=False, p=model["path"]: self.model_chosen.emit(p))
+        for server, models in remote.items():
+            self._menu.addSection(server)
+            if isinstance(models, str):  # not fetched yet, or why it failed
+                self._menu.addAction(models).setEnabled(False)
+                continue
+            for name in models:
+                action = self._menu.addAction(name)
+                action.setToolTip(f"{name} on {server}")
+                spec = remote_spec(server, name)
+                action.triggered.connect(lambda _=False, p=spec: self.model_chosen.emit(p))
+            if not models:
+                self._menu.addAction("no models").setEnabled(False)
+        if remote:
+            self.remote_models.refresh(stale_only=True)
         if not self._menu.isEmpty():
             self._menu.addSeparator()
         self._menu.addAction(icon("folder"), "Open model folder…", self._choose)

@@ -1,4 +1,5 @@
-"""Settings: system prompt, sampling, image detail, device/dtype, KV cache, theme."""
+"""Settings: system prompt, sampling, image detail, device/dtype, KV cache, theme, and (beside them)
+the remote engines (:mod:`app.engines_settings`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from dataclasses import replace
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QGroupBox, QLabel, QLineEdit,
+    QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
     QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from app.engines_settings import EnginesPanel
 from app.settings import CACHE_KINDS, DEVICES, DTYPES, IMAGE_DETAILS, SAMPLING_KEYS, THEMES, WEIGHTS, AppSettings
 
 LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
@@ -106,10 +108,16 @@ class SettingsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self.apply)
         layout = QVBoxLayout(self)
+        columns = QHBoxLayout()
+        left = QVBoxLayout()
         for title, form in (("Chat", chat), ("Sampling", sampling), ("Engine", engine), ("Appearance", look)):
             box = QGroupBox(title)
             box.setLayout(form)
-            layout.addWidget(box)
+            left.addWidget(box)
+        columns.addLayout(left, 1)
+        self.engines = EnginesPanel(self)  # saves servers as they are edited, not on OK
+        columns.addWidget(self.engines, 1)
+        layout.addLayout(columns)
         layout.addWidget(buttons)
 
     def _double(self, name, accessible, low, high, step, value) -> QDoubleSpinBox:

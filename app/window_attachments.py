@@ -57,6 +57,11 @@ class AttachmentsMixin:
         if not capabilities or capabilities.get("vision", True):
             return False
         name = self.model_info.get("model_name") or "This model"
+        if str(self.model_info.get("backend", "")).startswith("remote:"):  # the server said so, or nobody did
+            self.banner.show_error(f"{name} on {self.model_info.get('device')} cannot read images, as far as "
+                                   "Smolchat knows. If it can, turn on “can see images” for it in Settings ▸ "
+                                   "Engines; or remove the image.")
+            return True
         self.banner.show_error(f"{name} is a text-only model: it cannot read images. Remove the image, "
                                "or load a vision model (SmolVLM) to ask about it.")
         return True

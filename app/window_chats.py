@@ -78,6 +78,7 @@ class ChatsMixin:
 
         dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
         dialog.applied.connect(self._apply_settings)
+        dialog.engines.servers_changed.connect(self._servers_changed)
         dialog.show()
         return dialog
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m engine {generate,info,embed,perplexity}`` (DESIGN.md §5).
+"""Command line: ``python -m engine {generate,info,embed,perplexity,serve}`` (DESIGN.md §5).
 
 Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected failure.
 """
@@ -20,7 +20,13 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
-    gen.add_argument("--model", required=True, help="checkpoint folder or Hub repository id")
+    gen.add_argument("--model", required=True,
+                     help="checkpoint folder or Hub repository id (with --server: the server's model name)")
+    gen.add_argument("--server", default=None, metavar="URL",
+                     help="answer on this OpenAI-compatible server instead (vLLM, llama-server, Ollama, "
+                          "smolchat serve); e.g. http://gpu-box:8000/v1")
+    gen.add_argument("--api-key", default=None,
+                     help="the server's API key (or set $SMOLCHAT_API_KEY: keeps it out of the process list)")
     gen.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
     text = gen.add_mutually_exclusive_group(required=True)
     text.add_argument("--prompt", help="the question")
@@ -66,7 +72,22 @@ def _build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--device", default=None)
     ppl.add_argument("--dtype", default=None)
     ppl.add_argument("--json", action="store_true")
+    srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (needs the 'server' extra)")
+    try:
+        from server.cli import add_arguments  # torch-free; FastAPI itself loads only when serving
+    except ImportError:  # the engine installed without the server package
+        srv.add_argument("--model", required=True)
+    else:
+        add_arguments(srv)
     return ap
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from server.cli import serve
+    except ImportError as exc:
+        raise ValueError(f"the server is not installed ({exc}): pip install 'smolchat[server]'") from exc
+    return serve(args)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -85,7 +106,8 @@ def _generate(args: argparse.Namespace) -> int:
         frames = frame_count(image)
         if frames > 1:
             print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
-    if args.image:  # and so do images for a text-only model (config.json alone says so)
+    if args.image and not args.server:  # and so do images for a text-only model (config.json alone says so;
+        # a server's model is checked against what the server reports once connected)
         from engine.api.errors import UnsupportedOperation
         from engine.sources import resolve_source
 
@@ -99,14 +121,23 @@ def _generate(args: argparse.Namespace) -> int:
             prompt = Path(args.prompt_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read --prompt-file {args.prompt_file}: {exc}") from exc
+    if args.server:
+        return _generate_remote(args, prompt, params)
     cache = CacheConfig(kind=args.cache) if args.cache else None
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
                                weights=args.weights,
                                system_prompt=args.system)
+    return _print_events(session.send(prompt, images=args.image, params=params), args.json)
+
+
+def _print_events(events, as_json: bool, remote: bool = False) -> int:
+    """Stream tokens to stdout (text, or one JSON object per line); 1 when the answer failed.
+
+    A server's tokens have no id here (``"id": null``); local events with id -1 carry no token."""
     out = sys.stdout
-    for event in session.send(prompt, images=args.image, params=params):
+    for event in events:
         if isinstance(event, DoneEvent):
-            if args.json:
+            if as_json:
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
                                       **_stats_json(event.stats), **({"error": event.error} if event.error else {})})
                           + "\n")
@@ -121,14 +152,47 @@ def _generate(args: argparse.Namespace) -> int:
             if event.finish_reason == "error":
                 print(f"error: {event.error}", file=sys.stderr)
                 return 1
-        elif args.json:
-            if event.token_id >= 0:
-                out.write(json.dumps({"type": "token", "id": event.token_id, "text": event.text}) + "\n")
+        elif as_json:
+            if event.token_id >= 0 or remote:
+                out.write(json.dumps({"type": "token", "id": event.token_id if event.token_id >= 0 else None,
+                                      "text": event.text}) + "\n")
             out.flush()
         else:
             out.write(event.text)
             out.flush()
     return 0
+
+
+def _generate_remote(args: argparse.Namespace, prompt: str, params: GenerationParams) -> int:
+    """``generate --server``: the same output, answered by an OpenAI-compatible server."""
+    import os
+    import queue
+
+    from app.backends.remote import RemoteBackend
+    from app.backends.remote_http import Server
+    from engine.api import Attachment
+
+    key = args.api_key or os.environ.get("SMOLCHAT_API_KEY") or ""
+    backend = RemoteBackend(Server(args.server, args.server, key))
+    events: queue.Queue = queue.Queue()
+    backend.load(args.model, {}, lambda info, error: events.put((info, error)))
+    info, error = events.get()
+    if info is None:
+        backend.close()
+        raise ValueError(error)  # unreachable server, wrong key, unknown model: the user's to fix (exit 2)
+    backend.send(prompt, [Attachment(p) for p in args.image], params, events.put, args.system)
+
+    def stream():
+        while True:
+            event = events.get()
+            yield event
+            if isinstance(event, DoneEvent):
+                return
+    try:
+        return _print_events(stream(), args.json, remote=True)
+    finally:
+        backend.cancel()  # Ctrl-C mid-answer closes the stream
+        backend.close()
 
 
 def _stats_json(stats) -> dict:
@@ -193,7 +257,7 @@ def _perplexity(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"generate": _generate, "info": _info, "embed": _embed, "perplexity": _perplexity}
+COMMANDS = {"generate": _generate, "info": _info, "embed": _embed, "perplexity": _perplexity, "serve": _serve}
 
 
 def main(argv: list[str] | None = None) -> int:

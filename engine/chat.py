@@ -45,7 +45,7 @@ from engine.cache import CacheConfig, KVCache
 from engine.cancellation import Cancelled, layer_cancel_points
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
-from engine.sampling import make_sampler
+from engine.sampling import LogprobSampler, make_sampler
 from engine.speculative import SpeculativeDecoder
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
@@ -367,19 +367,21 @@ class ChatSession:
             logits = self._prefill(ids, keys, images, stats)
             stats.ttft_s = time.perf_counter() - t0
             sampler = make_sampler(params, self.model.device)
+            if params.logprobs is not None:  # one token per step, recorded: no speculation, no pipelining
+                sampler = LogprobSampler(sampler, params.logprobs)
             eos = set() if params.ignore_eos else set(self.model.metadata.eos_token_ids)
             detok = StreamingDetokenizer(self.tokenizer, skip_special_ids=set(self.model.metadata.eos_token_ids))
-            spec = self._speculative_decoder(params, sampler)
+            spec = None if params.logprobs is not None else self._speculative_decoder(params, sampler)
             prompt_len = len(self._cached_keys)  # == len(ids): the cache holds the prompt
             t_decode = time.perf_counter()
             reason = "length"
             for token in token_stream(self.model, self.cache, sampler, list(ids), logits, params.max_new_tokens, spec,
-                                      pipelined=self.pipelined):
+                                      pipelined=self.pipelined and params.logprobs is None):
                 if token in eos:
                     reason = "stop"
                     break
                 answer_ids.append(token)
-                yield TokenEvent(detok.add(token), token)
+                yield TokenEvent(detok.add(token), token, *self._logprobs(sampler, token))
                 if self._cancel.is_set() and len(answer_ids) < params.max_new_tokens:
                     reason = "cancelled"
                     break
@@ -416,6 +418,14 @@ class ChatSession:
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
                                        token_ids=list(answer_ids)))
         yield DoneEvent(reason, stats, error)
+
+    def _logprobs(self, sampler, token: int) -> tuple:
+        """``(logprob, top_logprobs)`` of ``token`` for its TokenEvent when the answer asked for them."""
+        record = sampler.pop(token) if isinstance(sampler, LogprobSampler) else None
+        if record is None:
+            return ()
+        logprob, best = record
+        return logprob, tuple((self.tokenizer.decode([i]), lp) for i, lp in best)
 
     def _speculative_decoder(self, params: GenerationParams, sampler) -> SpeculativeDecoder | None:
         """Prompt-lookup speculation (engine.speculative) unless ``params.speculative`` is False.

@@ -127,3 +127,47 @@ class TokenSampler:
 def make_sampler(params: GenerationParams, device: torch.device | str = "cpu") -> TokenSampler:
     """A function ``(logits [V], history) -> token id`` for ``params``, with its own seeded generator."""
     return TokenSampler(params, device)
+
+
+class LogprobSampler:
+    """A :class:`TokenSampler` that also records, per sampled token, its log-probability under the
+    model's raw distribution (``log_softmax`` of the logits, before penalties and filters, as OpenAI
+    reports it) and the ``top`` most likely tokens. Used only when an answer asks for logprobs, so the
+    extra softmax and host reads stay off the ordinary decode path.
+    """
+
+    def __init__(self, sampler: TokenSampler, top: int = 0):
+        self.inner, self.top = sampler, top
+        self.records: list[tuple[int, float, list[tuple[int, float]]]] = []
+
+    def _record(self, logits: torch.Tensor, token: int) -> None:
+        logp = torch.log_softmax(logits.float(), -1)
+        best = []
+        if self.top:
+            values, ids = torch.topk(logp, min(self.top, logp.shape[-1]))
+            best = list(zip(ids.tolist(), values.tolist()))
+        self.records.append((token, float(logp[token]), best))
+
+    def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+        token = self.inner(logits, history)
+        self._record(logits, token)
+        return token
+
+    def sample_checked(self, logits: torch.Tensor, history: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        token, reported = self.inner.sample_checked(logits, history)
+        if int(reported) != INVALID_TOKEN:  # an invalid token is reported by the caller, not recorded
+            self._record(logits, int(token))
+        return token, reported
+
+    def sample(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
+        return self.sample_checked(logits, history)[1]
+
+    def __getattr__(self, name: str):  # greedy, probs, generator, ...: the wrapped sampler's
+        return getattr(self.inner, name)
+
+    def pop(self, token: int) -> tuple[float, list[tuple[int, float]]] | None:
+        """The record of ``token`` if it is the oldest one waiting (``None`` otherwise)."""
+        if self.records and self.records[0][0] == token:
+            _, logprob, best = self.records.pop(0)
+            return logprob, best
+        return None

@@ -10,17 +10,20 @@ torch-free at import (the engine itself is imported on the engine thread, at the
   generation with ``DoneEvent("cancelled")`` without running it.
 - :meth:`shutdown` cancels, stops the thread and returns within ``timeout``; the thread is a daemon,
   so the process can exit even while torch finishes a kernel.
+- Each generation call returns a handle; :meth:`cancel_request` ends that one answer only (the HTTP
+  server cancels one client's answer when it disconnects), :meth:`cancel` ends them all.
 - A failing request never stops the thread: a generation ends with ``DoneEvent("error")``, a load
   reports its message, and the next request runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +93,7 @@ class EngineService:
         self._loader = loader or default_loader
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()  # guards _current, _pending and _session against cancel()
+        self._group = threading.RLock()  # held by atomic(): several requests queued back to back
         self._pending: list[_Request] = []  # queued generations (cancel answers them)
         self._current: _Request | None = None
         self._session: Any = None
@@ -123,19 +127,46 @@ class EngineService:
         self._put(_Request(lambda r: self._set_history(list(messages), system_prompt)))
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
-             system_prompt: str | None = None) -> None:
+             system_prompt: str | None = None) -> _Request:
+        """Add a user message and stream the answer into ``sink``; returns a handle for :meth:`cancel_request`."""
         paths = [a.path for a in attachments]
-        self._generate(sink, system_prompt, lambda s: s.send(text, images=paths, params=params),
+        return self._generate(sink, system_prompt, lambda s: s.send(text, images=paths, params=params),
                        after=lambda: [("user", text, tuple(paths))])
 
-    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
-        self._generate(sink, system_prompt, lambda s: s.regenerate(params), drop_answer=True)
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> _Request:
+        return self._generate(sink, system_prompt, lambda s: s.regenerate(params), drop_answer=True)
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
-             sink: EventSink, system_prompt: str | None = None) -> None:
+             sink: EventSink, system_prompt: str | None = None) -> _Request:
         paths = None if attachments is None else [a.path for a in attachments]
-        self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, paths, params), edit_at=turn_index,
+        return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, paths, params),
+                              edit_at=turn_index,
                        after=lambda: [("user", text, tuple(paths or ()))])
+
+    def complete(self, prompt: str, params: GenerationParams, sink: EventSink) -> _Request:
+        """Continue the raw text ``prompt`` (no chat template) and stream into ``sink``.
+
+        The conversation is dropped (its turns; the cache keeps what the next prompt shares), so the
+        next chat request rebuilds it from its own history."""
+        def start(session: Any) -> Any:
+            from engine.completion import complete_text  # engine thread only (imports torch)
+
+            return complete_text(session, prompt, params)
+        return self._generate(sink, None, start)
+
+    def call(self, fn: Callable[[Any], Any], on_done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run ``fn(session)`` on the engine thread in queue order (embeddings, metrics); then
+        ``on_done(result, None)``, or ``on_done(None, exc)`` when it raised or no model is loaded."""
+        def run(_request: _Request) -> None:
+            try:
+                if self._session is None:
+                    raise RuntimeError("No model is loaded yet.")
+                result = fn(self._session)
+            except Exception as exc:  # noqa: BLE001 - the caller reports it
+                on_done(None, exc)
+                return
+            on_done(result, None)
+        self._put(_Request(run))
 
     def count_tokens(self, attachment: Attachment, detail: str) -> int:
         """Prompt tokens ``attachment`` will take at ``detail`` (-1: no model, or unreadable).
@@ -162,7 +193,7 @@ class EngineService:
 
     def reset(self) -> None:
         """Forget the conversation (the model stays loaded)."""
-        self._put(_Request(lambda r: self._set_history([], None)))
+        self._put(_Request(lambda r: self._set_history([], None, forget=True)))
 
     def cancel(self) -> None:
         """End the running answer soon and every queued one at once (thread-safe; no-op when idle)."""
@@ -173,6 +204,14 @@ class EngineService:
                 self._current.cancelled.set()
                 if self._session is not None:
                     self._session.cancel()
+
+    def cancel_request(self, request: _Request) -> None:
+        """End one answer (a handle from :meth:`send` & co): skipped if still queued, stopped soon if
+        running, a no-op when it has finished (thread-safe)."""
+        with self._lock:
+            request.cancelled.set()
+            if self._current is request and self._session is not None:
+                self._session.cancel()
 
     def shutdown(self, timeout: float = 1.0) -> bool:
         """Cancel, stop the engine thread and wait at most ``timeout`` s; True when it has ended.
@@ -189,8 +228,16 @@ class EngineService:
         return not self._thread.is_alive()
 
     # -- the engine thread -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Queue several requests with nothing from other threads in between: a front end that
+        shares this service with another (the app and its local server) wraps ``set_history`` and
+        ``send`` in it, so its answer runs on its own conversation."""
+        with self._group:
+            yield
+
     def _put(self, request: _Request) -> None:
-        with self._lock:
+        with self._group, self._lock:
             if self._closed:
                 if request.sink is not None:
                     request.sink(DoneEvent("cancelled"))
@@ -234,7 +281,9 @@ class EngineService:
             self._session, self._info, self._synced = session, info, []
         on_done(info, None)
 
-    def _set_history(self, messages: list[HistoryMessage], system_prompt: str | None) -> None:
+    def _set_history(self, messages: list[HistoryMessage], system_prompt: str | None, forget: bool = False) -> None:
+        # ``forget`` empties the cache too; an empty history alone keeps it, so a new conversation that
+        # starts like the last one (the same system prompt, the same photo) still reuses its prefill.
         session = self._session
         if session is None:
             return
@@ -246,7 +295,7 @@ class EngineService:
         keep = 0
         while keep < min(len(wanted), len(self._synced)) and wanted[keep] == self._synced[keep]:
             keep += 1
-        if not messages:
+        if forget:
             session.reset()
         del session.turns[keep:]
         if keep < len(wanted):
@@ -260,11 +309,14 @@ class EngineService:
         self._synced = wanted
 
     def _generate(self, sink: EventSink, system_prompt: str | None, start: Callable[[Any], Any],
-                  after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None) -> None:
+                  after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None
+                  ) -> _Request:
         """Queue one answer: ``start(session)`` returns its event iterator (ChatSession.send & co)."""
         def run(request: _Request) -> None:
             self._run_answer(request, system_prompt, start, after, drop_answer, edit_at)
-        self._put(_Request(run, sink))
+        request = _Request(run, sink)
+        self._put(request)
+        return request
 
     def _run_answer(self, request: _Request, system_prompt, start, after, drop_answer, edit_at) -> None:
         sink, session = request.sink, self._session
@@ -291,7 +343,7 @@ class EngineService:
                 log.warning("generation failed: %s", describe_error(exc))
             else:
                 log.error("generation failed", exc_info=exc)
-            done = DoneEvent("error", GenerationStats(), describe_error(exc))
+            done = DoneEvent("error", GenerationStats(), describe_error(exc), type(exc).__name__)
         finally:
             if session is not None:
                 session.progress = None

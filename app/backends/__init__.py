@@ -1,6 +1,7 @@
 """``ChatBackend`` implementations the window talks to (DESIGN.md §7).
 
-``local`` runs the engine in this process (:class:`engine.service.EngineService`); ``fake`` is a canned
+``local`` runs the engine in this process (:class:`engine.service.EngineService`); ``remote`` talks to an
+OpenAI-compatible server; ``switch`` routes the window's one backend to either; ``fake`` is a canned
 engine for tests and screenshots. :func:`backend_from_env` picks one: ``SMOLCHAT_BACKEND`` names a
 ``"module:callable"`` that returns a ChatBackend (tests start the app with a slow fake or a slowed real
 engine this way, e.g. ``SMOLCHAT_BACKEND=app.backends.fake:slow_backend``); unset, the local engine.

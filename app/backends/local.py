@@ -30,6 +30,10 @@ class LocalBackend:
         from engine.service import EngineService  # torch-free; the engine proper loads on its thread
 
         self.service = EngineService(loader)
+        # The service may be shared (the local HTTP server): each answer re-states this window's
+        # conversation atomically with its request, and Stop cancels only this window's answers.
+        self._history: list[HistoryMessage] = []
+        self._handles: list = []
 
     @property
     def info(self) -> ModelInfo | None:
@@ -43,21 +47,29 @@ class LocalBackend:
         self.service.load(model, options, on_done)
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
-        self.service.set_history(messages)
+        self._history = list(messages)
+        self.service.set_history(self._history)
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> None:
-        self.service.send(text, attachments, params, sink, system_prompt)
+        with self.service.atomic():  # a no-op check when nobody else changed the conversation
+            self.service.set_history(self._history)
+            self._track(self.service.send(text, attachments, params, sink, system_prompt))
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
-        self.service.regenerate(params, sink, system_prompt)
+        self._track(self.service.regenerate(params, sink, system_prompt))
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> None:
-        self.service.edit(turn_index, text, attachments, params, sink, system_prompt)
+        self._track(self.service.edit(turn_index, text, attachments, params, sink, system_prompt))
+
+    def _track(self, handle) -> None:
+        self._handles = [h for h in self._handles if not h.cancelled.is_set()][-8:] + [handle]
 
     def cancel(self) -> None:
-        self.service.cancel()
+        for handle in self._handles:  # finished ones are no-ops
+            self.service.cancel_request(handle)
+        self._handles = []
 
     def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
         return self.service.count_tokens(attachment, detail)

@@ -12,6 +12,8 @@ from typing import Literal
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 #: Image detail levels (see :class:`GenerationParams`).
 DETAILS = ("full", "balanced", "fast")
+#: The most alternatives ``GenerationParams.logprobs`` may ask for (OpenAI's limit).
+MAX_TOP_LOGPROBS = 20
 #: Weight formats a model can be loaded with: ``auto`` keeps the run dtype; ``int8`` (CPU) and ``int4``
 #: (CPU and CUDA) quantize the text decoder's projections and lm_head weight-only.
 WEIGHT_FORMATS = ("auto", "int8", "int4")
@@ -25,7 +27,10 @@ class GenerationParams:
     filters; ``repetition_penalty == 1.0`` disables the penalty (CTRL, Keskar et al. 2019, as in
     transformers' ``RepetitionPenaltyLogitsProcessor``). ``seed`` makes sampling reproducible.
     ``max_new_tokens`` bounds the answer; ``ignore_eos`` keeps decoding past end-of-utterance
-    (benchmarks only). ``image_detail`` is one of ``"full"`` (the checkpoint's reference
+    (benchmarks only). ``logprobs`` (``None``: off) asks for the log-probability of each sampled
+    token under the model's raw distribution and the ``logprobs`` most likely alternatives (0..20);
+    it turns speculation and pipelining off for that answer (the cost stays off the hot path
+    otherwise). ``image_detail`` is one of ``"full"`` (the checkpoint's reference
     preprocessing), ``"balanced"`` (never upscale an image beyond its own size) or ``"fast"``
     (one global tile per image). ``speculative`` picks prompt-lookup speculative decoding
     (``engine.speculative``): ``None`` uses it where it pays off (the CPU), ``True`` requires it,
@@ -42,6 +47,7 @@ class GenerationParams:
     ignore_eos: bool = False
     image_detail: Literal["full", "balanced", "fast"] = "full"
     speculative: bool | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -61,6 +67,8 @@ class GenerationParams:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if self.image_detail not in DETAILS:
             raise ValueError(f"image_detail must be full, balanced or fast, got {self.image_detail!r}")
 
@@ -102,19 +110,27 @@ class GenerationStats:
 
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
-    """One generated token and the text it completes (may be ``""`` mid UTF-8 character)."""
+    """One generated token and the text it completes (may be ``""`` mid UTF-8 character).
+
+    ``logprob`` and ``top_logprobs`` (``(token text, logprob)`` pairs, most likely first) are set only
+    when :attr:`GenerationParams.logprobs` asked for them.
+    """
 
     text: str
     token_id: int
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class DoneEvent:
-    """The last event of a generation."""
+    """The last event of a generation. ``error_type`` names the exception behind an ``"error"``
+    (e.g. ``"PromptTooLongError"``) so a front end can tell the user's mistake from a bug."""
 
     finish_reason: FinishReason
     stats: GenerationStats = field(default_factory=GenerationStats)
     error: str | None = None
+    error_type: str = ""
 
 
 GenerationEvent = TokenEvent | DoneEvent

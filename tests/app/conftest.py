@@ -83,3 +83,18 @@ def png(tmp_path):
     path = tmp_path / "photo.png"
     Image.new("RGB", (64, 48), (230, 120, 30)).save(path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_system_keyring(monkeypatch):
+    """API keys never reach the developer's real keyring: each test gets keys kept for its session only."""
+    import keyring
+    from keyring.backends import fail
+
+    from app import remote_settings
+
+    previous = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    monkeypatch.setattr(remote_settings, "KEYS", remote_settings.KeyStore())
+    yield
+    keyring.set_keyring(previous)

@@ -1,0 +1,367 @@
+"""``RemoteBackend``: the :class:`~engine.api.ChatBackend` over any OpenAI-compatible server.
+
+Ours (``smolchat serve``), llama.cpp's ``llama-server``, vLLM, Ollama, LM Studio. Calls queue work on the
+backend's own thread and return at once; each answer streams (``httpx`` + ``httpx-sse``) on a reader
+thread of its own, so Stop takes effect within ~50 ms however slow or stalled the network is: the backend
+stops waiting, closes the stream and ends with ``DoneEvent("cancelled")`` keeping the text so far.
+
+A server keeps no conversation for us: every answer re-sends the whole history (system prompt, earlier
+turns, images as ``data:`` URIs from :mod:`app.backends.remote_media`). That is also what makes
+regenerate, edit and switching engines mid-conversation work. TTFT and tok/s are measured here, on
+the client; token counts come from the server's ``usage``.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import httpx
+from httpx_sse import EventSource
+
+from app.backends.remote_http import (
+    STALL_TIMEOUT,
+    RemoteError,
+    Server,
+    api_base,
+    error_message,
+    from_exception,
+    from_response,
+    list_models,
+    probe_capabilities,
+)
+from app.backends.remote_media import image_data_uri, video_data_uri
+from engine.api import (
+    Attachment,
+    Capabilities,
+    DoneEvent,
+    GenerationParams,
+    GenerationStats,
+    HistoryMessage,
+    ImageError,
+    ModelInfo,
+    TokenEvent,
+)
+from engine.api.backend import EventSink, LoadCallback
+
+REMOTE_PREFIX = "remote:"
+SEPARATOR = "::"
+POLL = 0.05  # seconds between cancel checks while waiting for the network
+
+
+def remote_spec(server: str, model: str) -> str:
+    """The model string a remote model is loaded and remembered by: ``remote:SERVER::MODEL``."""
+    return f"{REMOTE_PREFIX}{server}{SEPARATOR}{model}"
+
+
+def parse_spec(spec: str) -> tuple[str, str] | None:
+    """``(server name, model id)`` of a :func:`remote_spec`, else ``None`` (a local model)."""
+    if not spec.startswith(REMOTE_PREFIX) or SEPARATOR not in spec:
+        return None
+    server, _, model = spec[len(REMOTE_PREFIX):].partition(SEPARATOR)
+    return server, model
+
+
+def openai_messages(history: Sequence[HistoryMessage], system_prompt: str | None, detail: str) -> list[dict]:
+    """Chat Completions ``messages`` for ``history`` (images and videos as ``data:`` URIs)."""
+    out: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for m in history:
+        if m.role != "user" or not m.attachments:
+            out.append({"role": m.role, "content": m.text})
+            continue
+        parts: list[dict] = []
+        for a in m.attachments:
+            if a.kind == "video":
+                parts.append({"type": "video_url", "video_url": {"url": video_data_uri(a.path)}})
+            else:
+                parts.append({"type": "image_url", "image_url": {"url": image_data_uri(a.path, detail)[0]}})
+        parts.append({"type": "text", "text": m.text})
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def request_body(model: str, messages: list[dict], params: GenerationParams) -> dict:
+    """The streaming request; fields that are off (top_k 0, min_p 0, penalty 1) are left out, as
+    strict servers reject what they do not know."""
+    body = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": params.max_new_tokens, "temperature": params.temperature, "top_p": params.top_p}
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if params.top_k:
+        body["top_k"] = params.top_k
+    if params.min_p:
+        body["min_p"] = params.min_p
+    if params.ignore_eos:  # vLLM's, llama-server's and our extension (benchmarks, tests)
+        body["ignore_eos"] = True
+    if params.repetition_penalty != 1.0:
+        body["repeat_penalty"] = body["repetition_penalty"] = params.repetition_penalty
+    return body
+
+
+def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[tuple], None],
+                keep: Callable[[httpx.Response], None] = lambda r: None,
+                stop: threading.Event | None = None) -> None:
+    """POST ``body`` and ``put`` ``("token", text)``, ``("usage", dict)``, ``("finish", reason)`` as
+    they arrive; returns early once ``stop`` is set (leaving the ``with`` closes the connection, which
+    is how a server learns to stop generating). Raises RemoteError: HTTP errors, error bodies (also
+    inside an HTTP 200, as LM Studio sends them), malformed SSE, a connection closed before the end."""
+    url = api_base(base_url) + "/chat/completions"
+    finished = False
+    try:
+        with client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
+            keep(response)
+            if response.status_code >= 400:
+                raise from_response(response.status_code, response.headers, response.read().decode("utf-8", "replace"))
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                _whole_answer(response.read().decode("utf-8", "replace"), put)
+                return
+            for event in EventSource(response).iter_sse():
+                if event.data.strip() == "[DONE]" or (stop is not None and stop.is_set()):
+                    return
+                try:
+                    chunk = json.loads(event.data)
+                except ValueError:
+                    raise RemoteError("not_openai", f"malformed event in the stream: {event.data[:80]!r}") from None
+                finished = _chunk(chunk, put) or finished
+    except httpx.HTTPError as exc:
+        raise from_exception(exc) from exc
+    if not finished:
+        raise RemoteError("closed", "the stream ended before the answer was complete")
+
+
+def _chunk(chunk: dict, put) -> bool:
+    if not isinstance(chunk, dict):
+        raise RemoteError("not_openai", f"unexpected event in the stream: {str(chunk)[:80]}")
+    if chunk.get("error"):
+        raise RemoteError("error", error_message(json.dumps(chunk)))
+    if isinstance(chunk.get("usage"), dict):
+        put(("usage", chunk["usage"]))
+    finished = False
+    for choice in chunk.get("choices") or []:
+        content = (choice.get("delta") or {}).get("content")
+        if content:
+            put(("token", content))
+        if choice.get("finish_reason"):
+            put(("finish", choice["finish_reason"]))
+            finished = True
+    return finished
+
+
+def _whole_answer(text: str, put) -> None:
+    """A server that answered JSON instead of a stream: an error body, or a whole completion."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise RemoteError("not_openai", f"expected an event stream, got: {text[:80]!r}") from None
+    if not isinstance(data, dict) or data.get("error") or not data.get("choices"):
+        raise RemoteError("error", error_message(text))
+    choice = data["choices"][0]
+    put(("token", (choice.get("message") or {}).get("content") or ""))
+    if isinstance(data.get("usage"), dict):
+        put(("usage", data["usage"]))
+    put(("finish", choice.get("finish_reason") or "stop"))
+
+
+class RemoteBackend:
+    """A :class:`~engine.api.ChatBackend` whose model runs on a server.
+
+    ``server`` is a :class:`Server` or a callable returning one (called on the backend thread, so a
+    keyring lookup never runs on the UI thread). ``stall_timeout`` bounds the silence between chunks.
+    """
+
+    def __init__(self, server: Server | Callable[[], Server], stall_timeout: float = STALL_TIMEOUT) -> None:
+        self._server_source = server
+        self.server: Server | None = server if isinstance(server, Server) else None
+        self.stall_timeout = stall_timeout
+        self.model = ""
+        self.sources: dict = {}  # where the loaded model's capabilities were read (probe_capabilities)
+        self._info: ModelInfo | None = None
+        self._history: list[HistoryMessage] = []
+        self._cancel = threading.Event()
+        self._queued: list[threading.Event] = []
+        self._response: httpx.Response | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="RemoteBackend", daemon=True)
+        self._thread.start()
+
+    # -- ChatBackend -------------------------------------------------------------------------------
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._info.capabilities if self._info else Capabilities()
+
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        self._queue.put(lambda: self._load(model, on_done))
+
+    def set_history(self, messages: Sequence[HistoryMessage]) -> None:
+        messages = list(messages)
+        self._queue.put(lambda: setattr(self, "_history", messages))
+
+    def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
+             system_prompt: str | None = None) -> None:
+        user = HistoryMessage("user", text, tuple(attachments))
+        self._queue_answer(lambda: self._answer(self._history, user, params, sink, system_prompt), sink)
+
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        def run() -> None:
+            turns = list(self._history)
+            while turns and turns[-1].role == "assistant":
+                turns.pop()
+            user = turns.pop() if turns else HistoryMessage("user", "")
+            self._answer(turns, user, params, sink, system_prompt)
+        self._queue_answer(run, sink)
+
+    def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
+             sink: EventSink, system_prompt: str | None = None) -> None:
+        def run() -> None:
+            kept = self._history[turn_index].attachments if attachments is None else tuple(attachments)
+            self._answer(self._history[:turn_index], HistoryMessage("user", text, kept), params, sink, system_prompt)
+        self._queue_answer(run, sink)
+
+    def cancel(self) -> None:
+        for flag in list(self._queued):
+            flag.set()
+        self._cancel.set()
+
+    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+        return -1  # the server's tokenizer decides; asking would cost a round trip per image
+
+    def close(self) -> bool:
+        self.cancel()
+        self._queue.put(None)
+        self._thread.join(1.0)
+        return not self._thread.is_alive()
+
+    # -- the backend thread ------------------------------------------------------------------------
+    def _queue_answer(self, run, sink: EventSink) -> None:
+        flag = threading.Event()  # a cancel before the answer starts still stops it
+        self._queued.append(flag)
+
+        def job() -> None:
+            self._queued.remove(flag)
+            if flag.is_set():
+                sink(DoneEvent("cancelled"))
+                return
+            self._cancel.clear()
+            run()
+        self._queue.put(job)
+
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None:
+            job()
+
+    def _load(self, spec: str, on_done: LoadCallback) -> None:
+        parsed = parse_spec(spec)
+        model = parsed[1] if parsed else spec
+        try:
+            self.server = self._server_source() if callable(self._server_source) else self._server_source
+            ids = [m["id"] for m in list_models(self.server)]
+            if model not in ids:
+                raise RemoteError("not_found", f"{self.server.name} has no model {model!r} "
+                                  f"(it has: {', '.join(ids[:5]) or 'none'})")
+            caps, sources = probe_capabilities(self.server, model)
+        except (RemoteError, KeyError) as exc:
+            on_done(None, f"{getattr(self.server, 'name', 'server')}: {exc}")
+            return
+        self.model, self._history = model, []
+        self._info = ModelInfo(name=model, path=spec, capabilities=caps, device=self.server.name,
+                               dtype="", weights="", folder="", backend=f"remote:{self.server.name}")
+        self.sources = sources
+        on_done(self._info, None)
+
+    def _answer(self, turns: list[HistoryMessage], user: HistoryMessage, params: GenerationParams,
+                sink: EventSink, system_prompt: str | None) -> None:
+        stats = GenerationStats()
+        if self._info is None:
+            sink(DoneEvent("error", stats, "No model is loaded yet.", "RuntimeError"))
+            return
+        history = [*turns, user]
+        needs_images = any(a.kind == "image" for m in history for a in m.attachments)
+        if needs_images and not self._info.capabilities.vision:
+            sink(DoneEvent("error", stats, f"{self.model} on {self.server.name} cannot see images (said by "
+                           f"{self.sources.get('vision', 'the server')}). If it can, turn on “can see images” "
+                           "for it in Settings ▸ Engines.", "UnsupportedOperation"))
+            return
+        try:
+            body = request_body(self.model, openai_messages(history, system_prompt, params.image_detail), params)
+        except ImageError as exc:
+            sink(DoneEvent("error", stats, str(exc), "ImageError"))
+            return
+        reason, error, error_type, text = self._stream(body, sink, stats)
+        if text:  # the partial answer of a failed stream is kept, like a cancelled one
+            self._history = [*history, HistoryMessage("assistant", text)]
+        sink(DoneEvent(reason, stats, error, error_type))
+
+    def _stream(self, body: dict, sink: EventSink, stats: GenerationStats) -> tuple[str, str | None, str, str]:
+        """Stream one answer into ``sink``; ``(finish reason, error, error type, text so far)``."""
+        events: queue.Queue = queue.Queue()
+        stop = threading.Event()  # this answer's own: the backend's cancel flag is reset by the next answer
+        start = time.perf_counter()
+
+        def read() -> None:
+            try:
+                with self.server.client(self.stall_timeout) as client:
+                    stream_chat(client, self.server.url, body, events.put, lambda r: setattr(self, "_response", r),
+                                stop)
+                events.put(("end",))
+            except RemoteError as exc:
+                events.put(("error", exc))
+            except Exception as exc:  # a bug must still end the answer, not hang the window
+                events.put(("error", RemoteError("network", f"{type(exc).__name__}: {exc}")))
+
+        threading.Thread(target=read, name="RemoteStream", daemon=True).start()
+        pieces, reason, error, first, last, usage = [], "stop", None, 0.0, 0.0, {}
+        while True:
+            if self._cancel.is_set():
+                reason = "cancelled"
+                stop.set()  # the reader leaves at its next event and closes the connection
+                self._close_stream()  # and a stalled one is closed under it
+                break
+            try:
+                item = events.get(timeout=POLL)
+            except queue.Empty:
+                continue
+            if item[0] == "token":
+                last = time.perf_counter()
+                first = first or last
+                pieces.append(item[1])
+                sink(TokenEvent(item[1], -1))
+            elif item[0] == "usage":
+                usage = item[1]
+            elif item[0] == "finish":
+                reason = "length" if item[1] == "length" else "stop"
+            elif item[0] == "error":
+                reason, error = "error", item[1]
+                break
+            else:
+                break
+        stop.set()
+        self._response = None
+        generated = int(usage.get("completion_tokens") or len(pieces))
+        stats.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        stats.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        stats.generated_tokens = generated
+        stats.ttft_s = first - start if first else 0.0
+        stats.decode_tokens_per_s = (generated - 1) / (last - first) if generated > 1 and last > first else 0.0
+        stats.total_s = time.perf_counter() - start
+        text = "".join(pieces)
+        if error is None:
+            return reason, None, "", text
+        message = str(error)
+        if pieces:
+            message += f" — after {len(pieces)} chunks; the answer so far is kept"
+        return "error", message, f"Remote:{error.kind}", text
+
+    def _close_stream(self) -> None:
+        response = self._response
+        if response is not None:
+            try:  # from this thread while the reader may be blocked in it: best effort, it dies either way
+                response.close()
+            except Exception:
+                pass

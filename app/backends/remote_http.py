@@ -1,0 +1,257 @@
+"""The wire side of the remote engine: one OpenAI-compatible server reached with ``httpx``.
+
+Qt-free and torch-free (the CLI uses it too). Everything here blocks, so the app calls it only from a
+backend or helper thread. Failures become :class:`RemoteError` with a ``kind`` a UI can act on and a
+message that says what happened in words; :func:`probe_capabilities` reads what a model can do from the
+best source a server offers, and says which source it used.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+from dataclasses import dataclass, field
+
+import httpx
+
+from engine.api import Capabilities
+
+#: Seconds to connect, and the longest silence between two streamed chunks before we call it a stall.
+CONNECT_TIMEOUT = 10.0
+STALL_TIMEOUT = 120.0
+
+VERDICTS = {
+    "ok": "Connected",
+    "refused": "Connection refused: nothing is listening at that address and port",
+    "dns": "Unknown host: the name does not resolve (DNS)",
+    "tls": "TLS/SSL failed: the certificate or protocol was not accepted",
+    "timeout": "Timed out: the server did not answer in time",
+    "closed": "The server closed the connection",
+    "unauthorized": "401 Unauthorized: the API key is missing or wrong",
+    "forbidden": "403 Forbidden: the key is valid but not allowed to do this",
+    "not_found": "404 Not found: check the base URL (it usually ends in /v1)",
+    "rate_limited": "429 Too many requests: the server asks to wait",
+    "server_error": "Server error",
+    "not_openai": "Not an OpenAI-compatible server (unexpected answer)",
+    "error": "The server reported an error",
+    "network": "Network error",
+}
+
+
+class RemoteError(Exception):
+    """A failure talking to a server. ``kind`` is a key of :data:`VERDICTS`; ``status`` the HTTP
+    status (0 without one); ``retry_after`` the seconds a 429 asked to wait (``None`` if unsaid)."""
+
+    def __init__(self, kind: str, detail: str = "", status: int = 0, retry_after: float | None = None) -> None:
+        self.kind, self.detail, self.status, self.retry_after = kind, detail, status, retry_after
+        text = VERDICTS.get(kind, kind)
+        if kind == "server_error" and status:
+            text = f"{status} {text}"
+        if retry_after is not None:
+            text += f" (Retry-After: {retry_after:g} s)"
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+def api_base(url: str) -> str:
+    """``http://host:port/v1`` from what a user typed (with or without ``/v1``, trailing slashes)."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def _root(url: str) -> str:
+    return api_base(url)[: -len("/v1")]
+
+
+def _chain(exc: BaseException):
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def from_exception(exc: BaseException) -> RemoteError:
+    """Name a transport failure: refused, DNS, TLS, timeout, closed connection."""
+    if isinstance(exc, RemoteError):
+        return exc
+    causes = list(_chain(exc))
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return RemoteError("timeout", text)
+    if any(isinstance(c, ssl.SSLError) for c in causes) or "SSL" in text or "certificate" in text.lower():
+        return RemoteError("tls", text)
+    if any(isinstance(c, socket.gaierror) for c in causes) or any(
+            s in text for s in ("Name or service not known", "nodename nor servname", "getaddrinfo",
+                                "Temporary failure in name resolution", "No address associated")):
+        return RemoteError("dns", text)
+    if any(isinstance(c, ConnectionRefusedError) for c in causes) or "refused" in text.lower():
+        return RemoteError("refused", text)
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return RemoteError("closed", text)
+    return RemoteError("network", text)
+
+
+def error_message(body: str) -> str:
+    """The human part of an error body (OpenAI ``{"error": {"message"}}``, ``{"error": "..."}``, text)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip()[:300]
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data))
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:300]
+        return str(err)[:300]
+    return str(data)[:300]
+
+
+def from_response(status: int, headers, body: str) -> RemoteError:
+    """Name an HTTP failure from its status (401, 403, 404, 429 with Retry-After, 5xx)."""
+    detail = error_message(body)
+    if status == 401:
+        return RemoteError("unauthorized", detail, status)
+    if status == 403:
+        return RemoteError("forbidden", detail, status)
+    if status == 404:
+        return RemoteError("not_found", detail, status)
+    if status == 429:
+        raw = headers.get("retry-after")
+        try:
+            retry = float(raw) if raw is not None else None
+        except ValueError:
+            retry = None
+        return RemoteError("rate_limited", detail, status, retry)
+    if status >= 500:
+        return RemoteError("server_error", detail, status)
+    return RemoteError("error", f"HTTP {status}: {detail}", status)
+
+
+@dataclass
+class Server:
+    """One server the user added: ``name`` (shown), ``url`` (base URL), ``api_key`` ("" for none)."""
+
+    name: str
+    url: str
+    api_key: str = ""
+    vision_toggles: dict = field(default_factory=dict)  # model id -> the user's "can see images"
+
+    def client(self, stall: float = STALL_TIMEOUT) -> httpx.Client:
+        """An httpx client with our timeouts; ``stall`` bounds the wait for each streamed chunk."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(headers=headers, timeout=httpx.Timeout(stall, connect=CONNECT_TIMEOUT),
+                            follow_redirects=True)
+
+
+def get_json(client: httpx.Client, url: str) -> dict:
+    """GET ``url`` and return its JSON object; RemoteError for transport, HTTP or format problems."""
+    try:
+        response = client.get(url)
+    except httpx.HTTPError as exc:
+        raise from_exception(exc) from exc
+    if response.status_code >= 400:
+        raise from_response(response.status_code, response.headers, response.text)
+    try:
+        data = response.json()
+    except ValueError:
+        raise RemoteError("not_openai", f"{url} answered {response.headers.get('content-type', 'no type')}, "
+                          "not JSON") from None
+    if not isinstance(data, dict):
+        raise RemoteError("not_openai", f"{url} answered a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def list_models(server: Server, timeout: float = 15.0) -> list[dict]:
+    """The server's ``/v1/models`` entries (each has at least ``id``)."""
+    with server.client(timeout) as client:
+        data = get_json(client, api_base(server.url) + "/models")
+    entries = data.get("data", data.get("models"))
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
+        if "error" in data:
+            raise RemoteError("error", error_message(json.dumps(data)))
+        raise RemoteError("not_openai", "/v1/models has no 'data' list of models")
+    return entries
+
+
+def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, list[str]]:
+    """``(kind, verdict, model ids)`` for the settings' Test button; kind "ok" when usable."""
+    try:
+        models = list_models(server, timeout)
+    except RemoteError as exc:
+        return exc.kind, str(exc), []
+    ids = [m["id"] for m in models]
+    if not ids:
+        return "ok", "Connected, but the server lists no models", []
+    return "ok", f"Connected: {len(ids)} model{'s' if len(ids) != 1 else ''} ({', '.join(ids[:3])}"\
+                 f"{', …' if len(ids) > 3 else ''})", ids
+
+
+def _context_of(entry: dict) -> int:
+    for key in ("context_length", "max_model_len", "context_window", "max_context_length"):
+        if isinstance(entry.get(key), int) and entry[key] > 0:
+            return entry[key]
+    meta = entry.get("meta") or {}
+    for key in ("n_ctx", "n_ctx_train"):
+        if isinstance(meta.get(key), int) and meta[key] > 0:
+            return meta[key]
+    return 0
+
+
+def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tuple[Capabilities, dict]:
+    """What ``model`` on ``server`` can do, and where each answer came from (``{"vision", "context"}``).
+
+    Best source first: our ``/v1/model/info`` (LiteLLM-shaped), llama-server's ``/props``
+    (``modalities``, ``n_ctx``), ``/v1/models`` (``architecture.input_modalities``, context fields),
+    Ollama's ``/api/show`` (``capabilities``), else the user's "can see images" toggle. A context length
+    no source gives stays 0 ("unknown"), never a guessed 4096.
+    """
+    vision = video = None
+    context, sources = 0, {}
+    root = _root(server.url)
+    with server.client(timeout) as client:
+        def optional(method: str, url: str, **kw) -> dict | None:
+            try:  # each source is optional: a server without it answers 404 or something else
+                response = client.request(method, url, **kw)
+                data = response.json() if response.status_code < 400 else None
+            except (httpx.HTTPError, ValueError):
+                return None
+            return data if isinstance(data, dict) else None
+
+        info = optional("GET", api_base(server.url) + "/model/info")
+        for entry in (info or {}).get("data") or []:
+            mi = entry.get("model_info") or {} if isinstance(entry, dict) else {}
+            if entry.get("model_name") == model and "supports_vision" in mi:
+                vision, video = bool(mi["supports_vision"]), bool(mi.get("supports_video", False))
+                context = int(mi.get("max_input_tokens") or 0)
+                sources = {"vision": "/v1/model/info", "context": "/v1/model/info" if context else ""}
+                break
+        if vision is None:
+            props = optional("GET", root + "/props")
+            if props and isinstance(props.get("modalities"), dict):
+                vision = bool(props["modalities"].get("vision"))
+                sources["vision"] = "/props"
+                n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+                if isinstance(n_ctx, int) and n_ctx > 0 and not context:
+                    context, sources["context"] = n_ctx, "/props"
+        try:
+            entries = list_models(server, timeout)
+        except RemoteError:
+            entries = []
+        entry = next((e for e in entries if e.get("id") == model), {})
+        modalities = (entry.get("architecture") or {}).get("input_modalities")
+        if vision is None and isinstance(modalities, list):
+            vision, video = "image" in modalities, "video" in modalities
+            sources["vision"] = "/v1/models"
+        if not context and _context_of(entry):
+            context, sources["context"] = _context_of(entry), "/v1/models"
+        if vision is None:
+            show = optional("POST", root + "/api/show", json={"model": model})
+            if show and isinstance(show.get("capabilities"), list):
+                vision, sources["vision"] = "vision" in show["capabilities"], "/api/show"
+                lengths = [v for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")]
+                if lengths and not context:
+                    context, sources["context"] = int(lengths[0]), "/api/show"
+    if vision is None:
+        vision, sources["vision"] = bool(server.vision_toggles.get(model, False)), "your setting"
+    sources.setdefault("context", "")
+    return Capabilities(vision=vision, video=bool(video), max_context=context), sources

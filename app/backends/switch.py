@@ -1,0 +1,89 @@
+"""``EngineSwitch``: one :class:`~engine.api.ChatBackend` that routes to the local engine or a server.
+
+The window's controller keeps talking to one backend; loading ``remote:SERVER::MODEL``
+(:func:`app.backends.remote.remote_spec`) makes the switch use that server's
+:class:`~app.backends.remote.RemoteBackend`, loading anything else goes back to the local engine. The
+controller re-states the conversation (``set_history``) before every answer, so switching engines in
+the middle of a conversation re-sends the history to the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from app.backends.remote import parse_spec
+from engine.api import Attachment, Capabilities, ChatBackend, GenerationParams, HistoryMessage, ModelInfo
+from engine.api.backend import EventSink, LoadCallback
+
+
+class EngineSwitch:
+    """Routes each call to the backend of the last ``load``: ``local``, or ``remote(server name)``
+    (made on first use, then reused)."""
+
+    def __init__(self, local: ChatBackend, remote: Callable[[str], ChatBackend]) -> None:
+        self.local = local
+        self._make_remote = remote
+        self.remotes: dict[str, ChatBackend] = {}
+        self.current: ChatBackend = local
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.current.info
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.current.capabilities
+
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        parsed = parse_spec(model)
+        if parsed is None:
+            target = self.local
+        else:
+            if parsed[0] not in self.remotes:
+                self.remotes[parsed[0]] = self._make_remote(parsed[0])
+            target = self.remotes[parsed[0]]
+        if target is not self.current:
+            self.current.cancel()
+        self.current = target
+        target.load(model, options, on_done)
+
+    def forget_server(self, name: str) -> None:
+        """A server was edited or removed: its next use builds a backend with the new settings."""
+        backend = self.remotes.pop(name, None)
+        if backend is not None and backend is not self.current:
+            backend.close()
+
+    def set_history(self, messages: Sequence[HistoryMessage]) -> None:
+        self.current.set_history(messages)
+
+    def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
+             system_prompt: str | None = None) -> None:
+        self.current.send(text, attachments, params, sink, system_prompt)
+
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        self.current.regenerate(params, sink, system_prompt)
+
+    def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
+             sink: EventSink, system_prompt: str | None = None) -> None:
+        self.current.edit(turn_index, text, attachments, params, sink, system_prompt)
+
+    def cancel(self) -> None:
+        self.current.cancel()
+
+    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+        return self.current.count_attachment_tokens(attachment, detail)
+
+    def close(self) -> bool:
+        """Close every backend (each within about a second); False when one is still busy."""
+        backends = {id(b): b for b in (*self.remotes.values(), self.current, self.local)}
+        results = [bool(b.close()) for b in backends.values()]
+        return all(results)
+
+
+def make_remote_backend(name: str) -> ChatBackend:
+    """A :class:`~app.backends.remote.RemoteBackend` for the server ``name`` of Settings ▸ Engines
+    (its URL and key are read on the backend's thread, when a model loads)."""
+    from app import remote_settings
+    from app.backends.remote import RemoteBackend
+
+    return RemoteBackend(lambda: remote_settings.server(name))

@@ -1,0 +1,228 @@
+"""Settings ▸ Engines: the OpenAI-compatible servers a user chats through (vLLM, llama.cpp, Ollama, ours).
+
+Each server has a name, a base URL and an optional API key (kept in the system keyring, never in the
+settings file; session-only when there is no keyring, and the panel says so). "Test connection" runs
+off the UI thread and gives one verdict per failure (refused, DNS, TLS, timeout, 401, 403, 404, 429,
+5xx, not OpenAI-compatible); on success it lists the models with what each can do and where that was
+read, and a "can see images" toggle for models no source describes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import remote_settings
+from app.backends.remote_http import Server, check_connection, probe_capabilities
+
+PROBED_MODELS = 8  # capability probes per test (each is a few requests)
+
+
+class EnginesPanel(QGroupBox):
+    """The Engines group of the settings dialog. ``servers_changed(name)`` after a save or removal."""
+
+    servers_changed = Signal(str)
+    tested = Signal(str, str)  # kind ("ok", "unauthorized", ...), verdict (for tests and screen readers)
+    _result = Signal(str, str, object)  # kind, verdict, [(model, caps, sources)] from the test thread
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Engines", parent)
+        self.setObjectName("enginesPanel")
+        self.servers = QListWidget()
+        self.servers.setObjectName("serverList")
+        self.servers.setAccessibleName("Servers")
+        self.servers.setMaximumHeight(90)
+        self.servers.currentRowChanged.connect(self._show_server)
+        self.name = self._line("serverName", "Server name", "e.g. GPU box")
+        self.url = self._line("serverUrl", "Base URL", "http://gpu-box:8000/v1")
+        self.key = self._line("serverKey", "API key", "optional")
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key_note = QLabel(
+            "API keys are kept in the system keyring, never in the settings file." if remote_settings.KEYS.persistent
+            else f"Note: {remote_settings.KEYS.problem} — API keys are kept for this session only.")
+        self.key_note.setObjectName("keyNote")
+        self.key_note.setWordWrap(True)
+        self.save_button = self._button("saveServer", "Save server", self.save_server)
+        self.remove_button = self._button("removeServer", "Remove", self.remove_server)
+        self.test_button = self._button("testConnection", "Test connection", self.test_connection)
+        self.verdict = QLabel("")
+        self.verdict.setObjectName("testVerdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.models = QListWidget()
+        self.models.setObjectName("serverModels")
+        self.models.setAccessibleName("The server's models and what they can do")
+        self.models.setWordWrap(True)
+        self.vision_boxes: dict[str, QCheckBox] = {}  # model -> its "can see images" toggle
+        self._result.connect(self._show_result)
+
+        form = QFormLayout()
+        form.addRow("Name", self.name)
+        form.addRow("Base URL", self.url)
+        form.addRow("API key", self.key)
+        buttons = QHBoxLayout()
+        for b in (self.save_button, self.test_button, self.remove_button):
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        intro = QLabel("Chat through a model on another machine: any OpenAI-compatible server "
+                       "(vLLM, llama.cpp's llama-server, Ollama, LM Studio, smolchat serve).")
+        intro.setWordWrap(True)
+        intro.setObjectName("settingsNote")
+        for w in (intro, self.servers):
+            layout.addWidget(w)
+        layout.addLayout(form)
+        layout.addWidget(self.key_note)
+        layout.addLayout(buttons)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.models)
+        self._fill()
+
+    def _line(self, name: str, accessible: str, placeholder: str) -> QLineEdit:
+        line = QLineEdit()
+        line.setObjectName(name)
+        line.setAccessibleName(accessible)
+        line.setPlaceholderText(placeholder)
+        return line
+
+    def _button(self, name: str, text: str, slot) -> QPushButton:
+        button = QPushButton(text)
+        button.setObjectName(name)
+        button.clicked.connect(slot)
+        return button
+
+    # -- the server list ---------------------------------------------------------------------------
+    def _fill(self, select: str = "") -> None:
+        self.servers.clear()
+        for entry in remote_settings.load_servers():
+            item = QListWidgetItem(f"{entry['name']} — {entry['url']}")
+            item.setData(Qt.ItemDataRole.UserRole, entry["name"])
+            self.servers.addItem(item)
+            if entry["name"] == select:
+                self.servers.setCurrentItem(item)
+        self.servers.addItem("+ New server…")
+        if not select:
+            self.servers.setCurrentRow(self.servers.count() - 1)
+
+    def selected_name(self) -> str:
+        item = self.servers.currentItem()
+        return str(item.data(Qt.ItemDataRole.UserRole) or "") if item else ""
+
+    @Slot(int)
+    def _show_server(self, _row: int) -> None:
+        name = self.selected_name()
+        entry = next((s for s in remote_settings.load_servers() if s["name"] == name), {"name": "", "url": ""})
+        self.name.setText(entry["name"])
+        self.url.setText(entry["url"])
+        self.key.setText(remote_settings.KEYS.get(name) if name else "")
+        self.remove_button.setEnabled(bool(name))
+        self.verdict.clear()
+        self.models.clear()
+
+    @Slot()
+    def save_server(self) -> None:
+        name, url = self.name.text().strip(), self.url.text().strip()
+        if not name or not url:
+            self.verdict.setText("Give the server a name and a base URL.")
+            return
+        old = self.selected_name()
+        remote_settings.upsert_server({"name": name, "url": url}, old_name=old)
+        if old and old != name:
+            remote_settings.KEYS.delete(old)
+        kept = remote_settings.KEYS.set(name, self.key.text().strip())
+        self._fill(name)
+        self.verdict.setText(f"Saved {name}." + ("" if kept or not self.key.text().strip()
+                                                  else " Its API key is kept for this session only."))
+        self.servers_changed.emit(name)
+        if old and old != name:
+            self.servers_changed.emit(old)
+
+    @Slot()
+    def remove_server(self) -> None:
+        name = self.selected_name()
+        if name:
+            remote_settings.remove_server(name)
+            self._fill()
+            self.servers_changed.emit(name)
+
+    # -- testing -------------------------------------------------------------------------------------
+    def current_server(self) -> Server:
+        """The server as the fields show it now (saved or not)."""
+        entry = next((s for s in remote_settings.load_servers() if s["name"] == self.selected_name()), {})
+        return Server(self.name.text().strip() or "server", self.url.text().strip(), self.key.text().strip(),
+                      dict(entry.get("vision") or {}))
+
+    @Slot()
+    def test_connection(self) -> None:
+        """Check the fields' server on a helper thread; :attr:`tested` and the verdict label follow."""
+        server = self.current_server()
+        if not server.url:
+            self.verdict.setText("Enter the server's base URL first.")
+            return
+        self.test_button.setEnabled(False)
+        self.verdict.setText(f"Testing {server.url}…")
+        self.models.clear()
+        self.vision_boxes.clear()
+        threading.Thread(target=self._test, args=(server,), name="TestConnection", daemon=True).start()
+
+    def _test(self, server: Server) -> None:
+        kind, verdict, ids = check_connection(server)
+        rows = []
+        for model in ids[:PROBED_MODELS]:
+            caps, sources = probe_capabilities(server, model)
+            rows.append((model, caps, sources))
+        self._result.emit(kind, verdict, rows)
+
+    @Slot(str, str, object)
+    def _show_result(self, kind: str, verdict: str, rows) -> None:
+        self.test_button.setEnabled(True)
+        self.verdict.setText(("✓ " if kind == "ok" else "✗ ") + verdict)
+        self.verdict.setProperty("verdict", kind)
+        for model, caps, sources in rows:
+            context = (f"context {caps.max_context:,} tokens (from {sources['context']})" if caps.max_context
+                       else "context length not reported")
+            if sources["vision"] == "your setting":
+                item = QListWidgetItem(f"{model}\n    no server says whether it sees images · {context}")
+                self.models.addItem(item)
+                box = QCheckBox(f"{model} can see images")
+                box.setObjectName("canSeeImages")
+                box.setChecked(caps.vision)
+                # Fusion draws the indicator's frame darker than the window: invisible in the dark theme.
+                box.setStyleSheet("QCheckBox::indicator { width: 12px; height: 12px; border: 1px solid palette(mid);"
+                                  " border-radius: 2px; background: palette(base); }"
+                                  "QCheckBox::indicator:checked { background: palette(highlight); }")
+                box.toggled.connect(lambda on, m=model: self._toggle_vision(m, on))
+                holder = QListWidgetItem()
+                self.models.addItem(holder)
+                holder.setSizeHint(box.sizeHint())
+                self.models.setItemWidget(holder, box)
+                self.vision_boxes[model] = box
+            else:
+                item = QListWidgetItem(f"{model}\n    images: {'yes' if caps.vision else 'no'} "
+                                       f"(from {sources['vision']}) · {context}")
+                self.models.addItem(item)
+            item.setData(Qt.ItemDataRole.UserRole, model)
+        self.tested.emit(kind, verdict)
+
+    def _toggle_vision(self, model: str, on: bool) -> None:
+        """The user's answer for a model no server describes; used when it next loads."""
+        name = self.selected_name()
+        if not name:
+            self.verdict.setText("Save the server first to keep per-model settings.")
+            return
+        entry = next(s for s in remote_settings.load_servers() if s["name"] == name)
+        remote_settings.upsert_server({**entry, "vision": {**(entry.get("vision") or {}), model: on}})
+        self.servers_changed.emit(name)

@@ -1,0 +1,206 @@
+"""The "Local server" switch: the loaded model over Smolchat's OpenAI-compatible API, from inside the app.
+
+Like LM Studio's server tab: a port, an optional key, and the URL in the status bar (selectable, and
+copied by the dialog's button). The server runs in this process on a background thread (uvicorn) and
+shares the window's :class:`~engine.service.EngineService`, so the model is loaded once; the window's
+answers and the server's requests queue on the same engine thread, each on its own conversation
+(``EngineService.atomic``). It binds 127.0.0.1 only. FastAPI loads when the switch is first turned on.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+
+DEFAULT_PORT = 8080
+
+
+class LocalServer(QObject):
+    """Starts and stops the HTTP server over a shared service; ``changed(url)`` ("" when stopped)."""
+
+    changed = Signal(str)
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.url = ""
+        self._server = None
+        self._thread: threading.Thread | None = None
+        self._error = ""
+        self._poll = QTimer(self)
+        self._poll.setInterval(50)
+        self._poll.timeout.connect(self._check_started)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.url)
+
+    def start(self, service, port: int, api_key: str = "") -> None:
+        """Serve ``service``'s loaded model on 127.0.0.1:``port``; ``changed`` or ``failed`` follows."""
+        self.stop()
+        if service is None or service.info is None:
+            self.failed.emit("Load a model first: the server serves the model this window has loaded.")
+            return
+        import uvicorn
+
+        from server.app import create_app
+        from server.config import ServerConfig
+
+        config = ServerConfig(model=service.info.path, model_id=service.info.name, port=port,
+                              api_key=api_key or None)
+        app = create_app(config, service=service)
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self._error = ""
+        self._thread = threading.Thread(target=self._run, name="smolchat-local-server", daemon=True)
+        self._thread.start()
+        self._port = port
+        self._poll.start()
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except BaseException as exc:  # noqa: BLE001 - uvicorn exits with SystemExit when the port is taken
+            self._error = f"{type(exc).__name__}: {exc}"
+
+    def _check_started(self) -> None:
+        if self._server is not None and self._server.started:
+            self._poll.stop()
+            self.url = f"http://127.0.0.1:{self._port}/v1"
+            self.changed.emit(self.url)
+        elif self._thread is not None and not self._thread.is_alive():
+            self._poll.stop()
+            self._server = None
+            self.failed.emit(f"The server could not start on port {self._port} (is it in use?) {self._error}".strip())
+
+    def stop(self) -> None:
+        """Stop serving (in-flight answers are cancelled by their disconnect); returns within ~3 s."""
+        self._poll.stop()
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(3)
+        self._server, self._thread = None, None
+        if self.url:
+            self.url = ""
+            self.changed.emit("")
+
+
+class LocalServerDialog(QDialog):
+    """Model ▸ Local server…: the switch, port, key and the URL with a copy button."""
+
+    def __init__(self, server: LocalServer, service, port: int, key: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("localServerDialog")
+        self.setWindowTitle("Local server")
+        self.server, self.service = server, service
+        self.switch = QCheckBox("Serve the loaded model (OpenAI-compatible API, this computer only)")
+        self.switch.setObjectName("serverSwitch")
+        self.switch.setChecked(server.running)
+        self.port = QSpinBox()
+        self.port.setObjectName("serverPort")
+        self.port.setRange(1024, 65535)
+        self.port.setValue(port)
+        self.key = QLineEdit(key)
+        self.key.setObjectName("serverKey")
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key.setPlaceholderText("optional: clients then send 'Authorization: Bearer KEY'")
+        self.url = QLabel(server.url or "Not running")
+        self.url.setObjectName("serverUrl")
+        self.url.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.copy = QPushButton("Copy")
+        self.copy.setObjectName("copyServerUrl")
+        self.copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.server.url))
+        self.message = QLabel("")
+        self.message.setObjectName("serverMessage")
+        self.message.setWordWrap(True)
+        row = QHBoxLayout()
+        row.addWidget(self.url, 1)
+        row.addWidget(self.copy)
+        form = QFormLayout(self)
+        form.addRow(self.switch)
+        form.addRow("Port", self.port)
+        form.addRow("API key", self.key)
+        form.addRow("URL", row)
+        form.addRow(self.message)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+        self.switch.toggled.connect(self._toggle)
+        server.changed.connect(self._show)
+        server.failed.connect(self._failed)
+        self._show(server.url)
+
+    def _toggle(self, on: bool) -> None:
+        self.message.setText("")
+        if on:
+            self.server.start(self.service, self.port.value(), self.key.text().strip())
+        else:
+            self.server.stop()
+
+    def _show(self, url: str) -> None:
+        self.url.setText(url or "Not running")
+        self.copy.setEnabled(bool(url))
+        self.port.setEnabled(not url)
+        self.key.setEnabled(not url)
+
+    def _failed(self, message: str) -> None:
+        self.message.setText(message)
+        self.switch.blockSignals(True)
+        self.switch.setChecked(False)
+        self.switch.blockSignals(False)
+        self._show("")
+
+
+def install(window) -> LocalServer:
+    """Give ``window`` (a MainWindow) its LocalServer and the status-bar URL label (``serverStatus``)."""
+    server = LocalServer(window)
+    label = QLabel("")
+    label.setObjectName("serverStatus")
+    label.setAccessibleName("Local server address")
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setVisible(False)
+    window.statusBar().addPermanentWidget(label)
+    window.server_label = label
+
+    def show(url: str) -> None:
+        label.setText(f"Server: {url}" if url else "")
+        label.setVisible(bool(url))
+    server.changed.connect(show)
+    return server
+
+
+def open_dialog(window) -> LocalServerDialog:
+    """Model ▸ Local server…: port and key come from and go back to the window's QSettings."""
+    from app.backends.local import LocalBackend
+
+    backend = window.engines.current
+    service = backend.service if isinstance(backend, LocalBackend) else None  # a remote model is not ours to serve
+    qs = window.qsettings
+    try:
+        port = int(qs.value("server/port", DEFAULT_PORT) or DEFAULT_PORT)
+    except (TypeError, ValueError):
+        port = DEFAULT_PORT
+    dialog = LocalServerDialog(window.local_server, service, port, str(qs.value("server/key", "") or ""), window)
+
+    def save() -> None:
+        qs.setValue("server/port", dialog.port.value())
+        qs.setValue("server/key", dialog.key.text().strip())
+        qs.sync()
+    dialog.switch.toggled.connect(save)
+    dialog.finished.connect(lambda _result: save())
+    dialog.show()
+    return dialog

@@ -1,0 +1,123 @@
+"""The servers the user added (Settings ▸ Engines) and their API keys.
+
+Servers (name, base URL, per-model "can see images" toggles) live in the settings file; API keys never
+do: they go to the system keyring (``keyring``), or, when no keyring backend is available, stay in this
+process's memory for the session only (and the settings dialog says so).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from PySide6.QtCore import QSettings
+
+from app.backends.remote_http import Server
+from app.settings import open_settings
+
+log = logging.getLogger(__name__)
+SERVERS_KEY = "remote/servers"
+KEYRING_SERVICE = "smolchat"
+
+
+def load_servers(qs: QSettings | None = None) -> list[dict]:
+    """``[{"name", "url", "vision": {model: bool}}]`` in the order added."""
+    try:
+        servers = json.loads(str((qs or open_settings()).value(SERVERS_KEY, "[]") or "[]"))
+    except ValueError:
+        return []
+    return [s for s in servers if isinstance(s, dict) and s.get("name") and s.get("url")]
+
+
+def save_servers(servers: list[dict], qs: QSettings | None = None) -> None:
+    qs = qs or open_settings()
+    clean = [{"name": s["name"], "url": s["url"], "vision": dict(s.get("vision") or {})} for s in servers]
+    qs.setValue(SERVERS_KEY, json.dumps(clean))
+    qs.sync()
+
+
+def upsert_server(entry: dict, qs: QSettings | None = None, old_name: str | None = None) -> None:
+    """Add ``entry`` or replace the server named ``old_name`` (or ``entry["name"]``) in place."""
+    servers = load_servers(qs)
+    names = [s["name"] for s in servers]
+    key = old_name if old_name in names else entry["name"]
+    if key in names:
+        servers[names.index(key)] = {**servers[names.index(key)], **entry}
+    else:
+        servers.append(entry)
+    save_servers(servers, qs)
+
+
+def remove_server(name: str, qs: QSettings | None = None) -> None:
+    save_servers([s for s in load_servers(qs) if s["name"] != name], qs)
+    KEYS.delete(name)
+
+
+class KeyStore:
+    """API keys by server name: the system keyring, else memory for this session only."""
+
+    def __init__(self) -> None:
+        self._session: dict[str, str] = {}
+        self.problem = ""  # why keys are session-only ("" when the keyring works)
+        try:
+            import keyring
+            from keyring.backends import fail
+
+            backend = keyring.get_keyring()
+            if isinstance(backend, fail.Keyring) or getattr(backend, "priority", 1) <= 0:
+                self.problem = "no system keyring is available"
+        except Exception as exc:  # keyring missing or broken: session keys still work
+            self.problem = f"the system keyring cannot be used ({exc})"
+
+    @property
+    def persistent(self) -> bool:
+        return not self.problem
+
+    def get(self, name: str) -> str:
+        if name in self._session or not self.persistent:
+            return self._session.get(name, "")
+        try:
+            import keyring
+
+            return keyring.get_password(KEYRING_SERVICE, name) or ""
+        except Exception as exc:
+            log.warning("keyring lookup for %s failed: %s", name, exc)
+            return ""
+
+    def set(self, name: str, key: str) -> bool:
+        """Store ``key`` (``""`` deletes it); False when it is kept for this session only."""
+        if not key:
+            self.delete(name)
+            return self.persistent
+        if self.persistent:
+            try:
+                import keyring
+
+                keyring.set_password(KEYRING_SERVICE, name, key)
+                self._session.pop(name, None)
+                return True
+            except Exception as exc:
+                self.problem = f"the system keyring refused the key ({exc})"
+        self._session[name] = key
+        return False
+
+    def delete(self, name: str) -> None:
+        self._session.pop(name, None)
+        if self.persistent:
+            try:
+                import keyring
+
+                keyring.delete_password(KEYRING_SERVICE, name)
+            except Exception:  # nothing stored: fine
+                pass
+
+
+KEYS = KeyStore()
+
+
+def server(name: str, qs: QSettings | None = None) -> Server:
+    """The :class:`Server` named ``name`` with its key (may read the keyring: call off the UI thread)."""
+    for entry in load_servers(qs):
+        if entry["name"] == name:
+            return Server(entry["name"], entry["url"], KEYS.get(name), dict(entry.get("vision") or {}))
+    raise KeyError(f"no server named {name!r} in Settings ▸ Engines")

@@ -1,0 +1,188 @@
+"""HTTP overhead of the local server: one answer's TTFT and tok/s through HTTP vs. the same in process,
+and the follow-up's TTFT with prefix caching.
+
+    python bench/server.py --model CHECKPOINT [--image PHOTO] [--max-tokens 64] [--runs 3] [--detail high]
+
+In process: ``ChatSession.send`` (a fresh system prompt per run, so nothing is cached). Through HTTP:
+the same request, streamed, to ``python -m engine serve`` in a subprocess on 127.0.0.1, timed by the
+client (TTFT = request sent -> first content delta; tok/s over the deltas after the first). Both use
+greedy decoding with ``ignore_eos``. The follow-up re-sends the conversation plus a new question, as
+an OpenAI client does; its prompt's image and first answer come from the KV cache. Prints medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}
+
+
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads) of this process or of ``pid`` (Linux /proc).
+
+    On a machine shared with other work, wall times swing several-fold between runs; the CPU time a
+    request costs its own process does not, so the overhead is also reported in CPU time."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def in_process(session, args, run: int) -> dict:
+    from engine.api import GenerationParams, TokenEvent
+
+    params = GenerationParams(max_new_tokens=args.max_tokens, ignore_eos=True, image_detail=DETAILS[args.detail])
+    session.reset()
+    session.system_prompt = f"Benchmark run {run}."
+    c0, t0, first, n = cpu_s(), time.perf_counter(), None, 0
+    for event in session.send("Describe this photo.", images=[args.image], params=params):
+        if isinstance(event, TokenEvent) and event.token_id >= 0:
+            n += 1
+            first = first or time.perf_counter()
+    end = time.perf_counter()
+    return {"ttft": first - t0, "tok_s": (n - 1) / (end - first), "cpu": cpu_s() - c0}
+
+
+def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
+    """Runs alternate (in process, then HTTP), so load changes on a shared machine hit both alike."""
+    import httpx
+
+
+    port = args.port
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", args.model, "--port", str(port),
+                             "--log-level", "warning"], cwd=REPO)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        model = httpx.get(f"{url}/models").json()["data"][0]["id"]
+        # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
+        # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.
+        from engine.service import default_loader
+
+        session = default_loader(args.model, {})
+        mime = "image/jpeg" if args.image.lower().endswith((".jpg", ".jpeg")) else "image/png"
+        photo = f"data:{mime};base64,{base64.b64encode(Path(args.image).read_bytes()).decode()}"
+        local, firsts, follows = [], [], []
+        with httpx.Client(timeout=600) as client:
+            for run in range(args.runs + 1):  # run 0 warms up
+                here = in_process(session, args, run)
+                messages = [{"role": "system", "content": f"Benchmark run {run}."},
+                            {"role": "user", "content": [
+                                {"type": "image_url", "image_url": {"url": photo, "detail": args.detail}},
+                                {"type": "text", "text": "Describe this photo."}]}]
+                c0 = cpu_s(proc.pid)
+                first, answer = stream(client, url, model, messages, args.max_tokens)
+                first["cpu"] = cpu_s(proc.pid) - c0
+                messages += [{"role": "assistant", "content": answer},
+                             {"role": "user", "content": "What colours does it have?"}]
+                follow, _ = stream(client, url, model, messages, args.max_tokens)
+                if run:
+                    local.append(here)
+                    firsts.append(first)
+                    follows.append(follow)
+        return local, firsts, follows
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def stream(client, url: str, model: str, messages: list, max_tokens: int) -> tuple[dict, str]:
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    t0, times, text, usage = time.perf_counter(), [], [], {}
+    with client.stream("POST", f"{url}/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk["choices"]:
+                if choice["delta"].get("content"):
+                    times.append(time.perf_counter())
+                    text.append(choice["delta"]["content"])
+    n = usage.get("completion_tokens", len(times))
+    return {"ttft": times[0] - t0, "tok_s": (n - 1) / (times[-1] - times[0]),
+            "cached": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0),
+            "prompt": usage.get("prompt_tokens", 0)}, "".join(text)
+
+
+def handling_ms(args, repeat: int = 20) -> float:
+    """The server's own work on the request before it reaches the engine queue, timed without HTTP or
+    the engine: parse the JSON body, decode and check the image, store it (median of ``repeat``)."""
+    import asyncio
+    import tempfile
+
+    from server.config import ServerConfig
+    from server.media import MediaStore
+    from server.schemas import ChatRequest
+
+    photo = base64.b64encode(Path(args.image).read_bytes()).decode()
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo}"}},
+        {"type": "text", "text": "Describe this photo."}]}]})
+    times = []
+    with tempfile.TemporaryDirectory() as folder:
+        store = MediaStore(ServerConfig(), Path(folder))
+        for _ in range(repeat):
+            t = time.perf_counter()
+            request = ChatRequest.model_validate_json(body)
+            asyncio.run(store.image(request.messages[0].content[0].image_url.url, "x"))
+            times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "coffee.png"))
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--detail", choices=list(DETAILS), default="auto")
+    ap.add_argument("--port", type=int, default=18765)
+    ap.add_argument("--verbose", action="store_true", help="print every run")
+    args = ap.parse_args()
+    local, firsts, follows = measure(args)
+    if args.verbose:
+        for row in zip(local, firsts, follows):
+            print(" | ".join(f"ttft {r['ttft'] * 1000:.0f} ms, {r['tok_s']:.0f} tok/s" for r in row))
+    med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+    lt, ht, ft = med(local, "ttft"), med(firsts, "ttft"), med(follows, "ttft")
+    ls, hs = med(local, "tok_s"), med(firsts, "tok_s")
+    # Paired: each HTTP run against the in-process run just before it (drift in load cancels out).
+    ttft_ratio = statistics.median(h["ttft"] / i["ttft"] for i, h in zip(local, firsts))
+    speed_ratio = statistics.median(i["tok_s"] / h["tok_s"] for i, h in zip(local, firsts))
+    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}), {args.max_tokens} tokens, "
+          f"median of {args.runs} runs")
+    print(f"TTFT    in process {lt * 1000:8.1f} ms   HTTP {ht * 1000:8.1f} ms   "
+          f"overhead {(ht / lt - 1) * 100:+.1f}% (median of paired runs {(ttft_ratio - 1) * 100:+.1f}%)")
+    print(f"decode  in process {ls:8.1f} tok/s  HTTP {hs:8.1f} tok/s  "
+          f"overhead {(ls / hs - 1) * 100:+.1f}% (paired {(speed_ratio - 1) * 100:+.1f}%)")
+    cpu_ratio = statistics.median(h["cpu"] / i["cpu"] for i, h in zip(local, firsts))
+    print(f"CPU time per answer: in process {med(local, 'cpu'):.2f} s, server process {med(firsts, 'cpu'):.2f} s, "
+          f"overhead {(cpu_ratio - 1) * 100:+.1f}% (paired median)")
+    print(f"request handling before the engine (JSON + base64 + image check + store): {handling_ms(args):.1f} ms")
+    print(f"follow-up TTFT (prefix cached: {follows[-1]['cached']} of {follows[-1]['prompt']} prompt tokens) "
+          f"{ft * 1000:.1f} ms = {ft / ht:.2f}x the first turn's")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Raw text completion (``/v1/completions``): continue a prompt without the chat template.
+
+Runs on a :class:`~engine.chat.ChatSession`'s model and cache through its token loop, so sampling,
+stop tokens, cancellation, stats and prefix reuse (a prompt that extends the last one prefills only
+the new tokens) behave exactly as in chat. It drops the session's turns: a following chat request
+rebuilds its conversation (the service's ``set_history`` does that).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from engine.api.errors import PromptTooLongError
+from engine.api.events import GenerationEvent, GenerationParams
+
+
+def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterator[GenerationEvent]:
+    """Stream the continuation of ``prompt`` (events as :meth:`ChatSession.send`).
+
+    Raises (before anything is yielded):
+        ValueError: the prompt is empty.
+        PromptTooLongError: the prompt does not fit the context.
+    """
+    t0 = time.perf_counter()
+    ids = session.tokenizer.encode(prompt)
+    if not ids:
+        raise ValueError("the prompt is empty")
+    capacity = session.cache.capacity
+    if len(ids) >= capacity:
+        raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}")
+    session.turns.clear()
+    # ChatSession's own loop: keys of plain tokens are the ids themselves, so the cache's common
+    # prefix with the last prompt (chat or raw) is found and reused as for a chat turn.
+    session._cancel.clear()
+    return session._generate(ids, list(ids), [], params, t0, [])

@@ -1,0 +1,100 @@
+"""An answer's events as text pieces: stop strings, token counts, the finish reason, engine errors.
+
+The engine stops on end-of-utterance and on length; OpenAI's ``stop`` strings are matched here on
+the streamed text. Text that could still become a stop string is held back until it cannot, so a
+client never receives any part of a stop string; when one is found the answer is cancelled at once
+(its KV blocks are freed), and the finish reason is "stop".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api import DoneEvent, GenerationStats, TokenEvent
+from server.bridge import Answer
+from server.errors import APIError, from_engine
+
+
+class StopMatcher:
+    """Finds the earliest of ``stops`` in streamed text; :meth:`feed` returns what is safe to emit."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.buffer = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """``(text to emit, stopped)``: with ``stopped`` the text ends just before the stop string."""
+        if not self.stops:
+            return text, False
+        self.buffer += text
+        hits = [i for i in (self.buffer.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.buffer = self.buffer[:min(hits)], ""
+            return out, True
+        hold = max((k for s in self.stops for k in range(1, len(s)) if self.buffer.endswith(s[:k])), default=0)
+        cut = len(self.buffer) - hold
+        out, self.buffer = self.buffer[:cut], self.buffer[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.buffer = self.buffer, ""
+        return out
+
+
+@dataclass
+class Outcome:
+    """How an answer ended: set when :func:`pieces` is exhausted."""
+
+    finish_reason: str = "stop"
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    completion_tokens: int = 0
+    error: APIError | None = None
+
+
+def stops_of(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+async def pieces(answer: Answer, first: TokenEvent | DoneEvent, stops: list[str], outcome: Outcome,
+                 is_disconnected: Callable[[], Any] | None = None) -> AsyncIterator[tuple[str, TokenEvent | None]]:
+    """Yield ``(text, token event)`` pairs from ``first`` on (text may be "" for a token that completed
+    no character yet); then ``outcome`` tells the end. Engine errors land in ``outcome.error``."""
+    matcher = StopMatcher(stops)
+    event = first
+    while not isinstance(event, DoneEvent):
+        if event.token_id >= 0:
+            outcome.completion_tokens += 1
+        text, stopped = matcher.feed(event.text)
+        yield text, event
+        if stopped:
+            answer.cancel()
+            while not isinstance(event, DoneEvent):  # the cancelled answer's last events, for its stats
+                event = await answer.next()
+            outcome.finish_reason, outcome.stats = "stop", event.stats
+            return
+        event = await answer.next(is_disconnected)
+    tail = matcher.flush()
+    if tail:
+        yield tail, None
+    outcome.stats = event.stats
+    if event.finish_reason == "error":
+        outcome.error = from_engine(event.error_type, event.error)
+    outcome.finish_reason = "length" if event.finish_reason == "length" else "stop"
+
+
+async def first_event(answer: Answer, is_disconnected: Callable[[], Any]) -> TokenEvent | DoneEvent:
+    """Wait for the answer's first event before any byte is sent, so that an error (a prompt too
+    long, an unreadable image) still gets a real HTTP status; raises its APIError."""
+    event = await answer.next(is_disconnected)
+    if isinstance(event, DoneEvent) and event.finish_reason == "error":
+        raise from_engine(event.error_type, event.error)
+    return event
+
+
+def usage(outcome: Outcome) -> dict:
+    s = outcome.stats
+    return {"prompt_tokens": s.prompt_tokens, "completion_tokens": outcome.completion_tokens,
+            "total_tokens": s.prompt_tokens + outcome.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}

@@ -1,0 +1,192 @@
+"""The FastAPI application: state, middleware (API key, body size, CORS) and OpenAI-shaped errors.
+
+``create_app(config)`` loads ``config.model`` on its own EngineService when the app starts;
+``create_app(config, service=...)`` serves a service someone else owns and has loaded (the desktop
+app's "Local server" switch). Every error answer is ``{"error": {...}}`` with a real status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import shutil
+import tempfile
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from engine.service import EngineService
+from server.bridge import ClientDisconnected, EngineBridge
+from server.config import ServerConfig
+from server.errors import APIError, error_body
+from server.media import MediaStore
+from server.metrics import Metrics
+from server.routes_generate import router as generate_router
+from server.routes_info import router as info_router
+
+log = logging.getLogger(__name__)
+OPEN_PATHS = ("/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc")
+
+
+class ServerState:
+    """What the routes share (``request.app.state.smolchat``)."""
+
+    def __init__(self, config: ServerConfig, bridge: EngineBridge, media_dir: Path, shared: bool = False):
+        self.config, self.bridge, self.shared = config, bridge, shared
+        self.media = MediaStore(config, media_dir)
+        self.media_dir = media_dir
+        self.metrics = Metrics(bridge)
+        self.created = int(time.time())
+        self._model_id = config.model_id or Path(str(config.model).rstrip("/")).name or "smolchat"
+
+    @property
+    def model_id(self) -> str:
+        """The name clients use: on a shared service (the app's), whatever model it has loaded now."""
+        info = self.bridge.service.info
+        return info.name if self.shared and info is not None else self._model_id
+
+    @property
+    def fingerprint(self) -> str:
+        return "smolchat-" + hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
+
+    def check_model(self, model: str) -> None:
+        """404 unless ``model`` names the served model (its id or the path it was loaded from)."""
+        info = self.bridge.service.info
+        if model not in (self.model_id, self.config.model, self.bridge.model_path, info.path if info else None):
+            raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_id!r}",
+                           "model_not_found", "model")
+
+    def context_length(self) -> int:
+        return self.bridge.capacity or self.bridge.capabilities.max_context
+
+
+def _json_error(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, code, param), status_code=status)
+
+
+class GuardMiddleware:
+    """Pure ASGI: the API key (constant-time compare, never logged) and the body size limit (413).
+
+    Runs before routing so that an oversized or unauthenticated body is never parsed."""
+
+    def __init__(self, app: Any, config: ServerConfig):
+        self.app, self.config = app, config
+        self.key = config.api_key.encode() if config.api_key else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] == "OPTIONS":  # CORS preflights carry no key
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.key is not None and not scope["path"].startswith(OPEN_PATHS):
+            given = headers.get(b"authorization", b"")
+            token = given[7:].strip() if given[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
+            if not hmac.compare_digest(token, self.key):
+                return await _json_error(401, "a valid API key is required (Authorization: Bearer KEY)",
+                                         "invalid_api_key")(scope, receive, send)
+        limit = self.config.max_body_bytes
+        try:
+            length = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            length = 0
+        if length > limit:
+            return await _json_error(413, f"the request body has {length} bytes; the limit is {limit}",
+                                     "request_too_large")(scope, receive, send)
+        seen = 0
+
+        async def counted():  # chunked bodies carry no length: count as they arrive
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                # FastAPI re-raises HTTPExceptions from body reading (other errors become a vague 400).
+                raise HTTPException(413, f"the request body exceeds the limit of {limit} bytes")
+            return message
+        await self.app(scope, counted, send)
+
+
+def _count(request: Request, status: int) -> None:
+    request.app.state.smolchat.metrics.requests.labels(request.url.path, str(status)).inc()
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError):
+        _count(request, exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(ClientDisconnected)
+    async def gone(request: Request, exc: ClientDisconnected):
+        _count(request, 499)
+        return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        _count(request, 400)
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":
+            return _json_error(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
+                               "invalid_json")
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
+                            for e in errors[:5])
+        return _json_error(400, message or "invalid request", "invalid_value", where or None)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
+        return _json_error(exc.status_code, str(exc.detail), code)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, exc: Exception):
+        _count(request, 500)
+        log.error("request to %s failed", request.url.path, exc_info=exc)
+        return _json_error(500, f"internal error: {type(exc).__name__}", "internal_error")
+
+
+def create_app(config: ServerConfig, service: EngineService | None = None,
+               loader: Any = None) -> FastAPI:
+    """The ASGI app. Without ``service`` it owns one (``loader`` as EngineService's) and loads
+    ``config.model`` at startup; with one, it serves that service's loaded model and leaves it running."""
+    config.check()
+    owned = service is None
+    service = service or EngineService(loader, name="smolchat-server")
+    bridge = EngineBridge(service, config.max_queue)
+    media_dir = Path(tempfile.mkdtemp(prefix="smolchat-media-"))
+    state = ServerState(config, bridge, media_dir, shared=not owned)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if owned:
+            bridge.load(config.model, config.load_options)
+        else:
+            bridge.adopt()
+        try:
+            yield
+        finally:
+            if owned:
+                service.shutdown(1.0)
+            shutil.rmtree(media_dir, ignore_errors=True)
+
+    app = FastAPI(title="Smolchat local server", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI-compatible API over Smolchat's engine: chat (with images), completions, "
+                              "embeddings, model info, health and Prometheus metrics.")
+    app.state.smolchat = state
+    _install_errors(app)
+    app.include_router(generate_router)
+    app.include_router(info_router)
+    app.add_middleware(GuardMiddleware, config=config)
+    if config.cors_origins:  # added last: outermost, so preflights and 401s carry the CORS headers
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+    return app
+

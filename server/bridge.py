@@ -1,0 +1,152 @@
+"""The engine thread seen from asyncio: load state, the queue limit, and one answer as an async stream.
+
+:class:`EngineService` runs requests one at a time in order; here each HTTP request takes a place
+(429 beyond ``max_queue``), and its events come back from the engine thread through
+``loop.call_soon_threadsafe``. A request that goes away (client disconnected, stop string reached)
+cancels only its own answer, which frees the blocks it would have written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engine.api import Capabilities, DoneEvent, TokenEvent
+from engine.service import EngineService
+from server.errors import APIError
+
+log = logging.getLogger(__name__)
+DISCONNECT_POLL_S = 0.25  # how often a waiting request checks whether its client is still there
+
+
+class ClientDisconnected(Exception):
+    """The client went away while its answer was queued or running (the answer is cancelled)."""
+
+
+class Answer:
+    """One queued generation: ``await next()`` gives its TokenEvents, then its DoneEvent."""
+
+    def __init__(self, bridge: EngineBridge, loop: asyncio.AbstractEventLoop):
+        self.bridge, self.loop = bridge, loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.handle: Any = None
+        self.finished = False
+        self.released = False
+        self.started = time.perf_counter()
+
+    def sink(self, event: Any) -> None:
+        """Engine thread: forward tokens and the end (progress events are not part of the API)."""
+        if isinstance(event, (TokenEvent, DoneEvent)):
+            try:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+            except RuntimeError:  # the event loop has closed (server shutdown)
+                pass
+
+    async def next(self, is_disconnected: Callable[[], Any] | None = None) -> TokenEvent | DoneEvent:
+        """The next event; raises :class:`ClientDisconnected` (after cancelling) when the client left."""
+        while True:
+            try:
+                event = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:  # not the builtin on Python 3.10
+                if is_disconnected is not None and await is_disconnected():
+                    self.cancel()
+                    raise ClientDisconnected() from None
+                continue
+            if isinstance(event, DoneEvent):
+                self.finished = True
+                self.release()
+            return event
+
+    def cancel(self) -> None:
+        """Stop this answer (a no-op once it has finished); its place in the queue is given back."""
+        if not self.finished and self.handle is not None:
+            self.bridge.service.cancel_request(self.handle)
+        self.release()
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.bridge.in_flight -= 1
+
+
+class EngineBridge:
+    """Owns (or shares) an EngineService, loads the model, and admits requests."""
+
+    def __init__(self, service: EngineService, max_queue: int):
+        self.service, self.max_queue = service, max_queue
+        self.state, self.message = "loading", ""
+        self.in_flight = 0
+        self.capacity = 0
+        self.kv: dict[str, int] = {}
+        self.model_path = ""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.service.capabilities
+
+    def load(self, model: str, options: dict, on_ready: Callable[[], None] | None = None) -> None:
+        """Start loading ``model`` on the engine thread; :attr:`state` becomes "ready" or "failed"."""
+        self.model_path = model
+
+        def done(info, message) -> None:
+            if info is None:
+                self.state, self.message = "failed", message or "loading failed"
+                log.error("loading %s failed: %s", model, self.message)
+                return
+            self.refresh_kv()
+            self.state = "ready"
+            if on_ready is not None:
+                on_ready()
+        self.service.load(model, options, done)
+
+    def adopt(self) -> None:
+        """Use the model the shared service already has loaded (the app's local server)."""
+        self.model_path = self.service.info.path if self.service.info else ""
+        self.state = "ready" if self.service.info else "loading"
+        self.refresh_kv()
+
+    def require_ready(self) -> None:
+        if self.state == "failed":
+            raise APIError(503, f"the model failed to load: {self.message}", "model_load_failed")
+        if self.state != "ready" or self.service.info is None:
+            raise APIError(503, "the model is still loading", "model_loading")
+
+    def admit(self) -> Answer:
+        """A place in the queue, or APIError 429 when ``max_queue`` answers are waiting or running."""
+        self.require_ready()
+        if self.in_flight >= self.max_queue:
+            raise APIError(429, f"{self.in_flight} requests are already queued; try again shortly", "queue_full")
+        self.in_flight += 1
+        return Answer(self, asyncio.get_running_loop())
+
+    def refresh_kv(self) -> None:
+        """Read the KV cache's size and free blocks on the engine thread (for /metrics and the context)."""
+        def read(session: Any) -> dict[str, int]:
+            cache = session.cache
+            stats = {"capacity": int(cache.capacity), "tokens": int(cache.seq_len)}
+            allocator = getattr(cache, "allocator", None)
+            if allocator is not None:
+                stats.update(blocks_total=allocator.num_blocks, blocks_free=allocator.num_free)
+            return stats
+
+        def done(result, error) -> None:
+            if result is not None:
+                self.kv = result
+                self.capacity = result["capacity"]
+        self.service.call(read, done)
+
+    async def call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(session)`` on the engine thread in queue order and await its result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def done(result, error) -> None:
+            def settle() -> None:
+                if not future.done():
+                    future.set_exception(error) if error is not None else future.set_result(result)
+            loop.call_soon_threadsafe(settle)
+        self.service.call(fn, done)
+        return await future

@@ -1,0 +1,62 @@
+"""``smolchat serve`` / ``python -m engine serve``: run the OpenAI-compatible server with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from server.config import MB, ServerConfig
+
+KEY_ENV = "SMOLCHAT_API_KEY"  # lets a key stay out of the process list (ps shows arguments)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--model", required=True, help="checkpoint folder, Hub repository id or GGUF file")
+    ap.add_argument("--model-name", default="", help="the id clients use (default: the folder's name)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (or set ${KEY_ENV})")
+    ap.add_argument("--insecure-no-key", action="store_true", help="allow a non-loopback --host without a key")
+    ap.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeat)")
+    ap.add_argument("--allow-remote-media", action="store_true", help="fetch http(s) image URLs (off by default)")
+    ap.add_argument("--max-queue", type=int, default=16, help="answers queued or running before 429")
+    ap.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body (413 beyond)")
+    ap.add_argument("--max-images", type=int, default=16, help="images per request (413 beyond)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--weights", default=None, help="auto, int8 or int4 (see python -m engine generate --help)")
+    ap.add_argument("--context-size", type=int, default=None, help="KV cache tokens (default: the model's)")
+    ap.add_argument("--log-level", default="info")
+
+
+def config_from(args: argparse.Namespace) -> ServerConfig:
+    options = {k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("weights", args.weights),
+                                 ("context_size", args.context_size)) if v}
+    return ServerConfig(model=args.model, model_id=args.model_name, host=args.host, port=args.port,
+                        api_key=args.api_key or os.environ.get(KEY_ENV) or None, insecure_no_key=args.insecure_no_key,
+                        cors_origins=list(args.cors_origin), allow_remote_media=args.allow_remote_media,
+                        max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * MB),
+                        max_images=args.max_images, load_options=options)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run until interrupted. Raises ValueError for unsafe settings (the CLI prints it, exit 2)."""
+    import uvicorn
+
+    from server.app import create_app
+
+    config = config_from(args)
+    config.check()
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config)
+    print(f"Smolchat server: http://{config.host}:{config.port}/v1 (docs at /docs)"
+          + (" - API key required" if config.api_key else ""), flush=True)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level, timeout_graceful_shutdown=3)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="smolchat serve", description="Smolchat's OpenAI-compatible local server")
+    add_arguments(ap)
+    return serve(ap.parse_args(argv))

@@ -1,0 +1,115 @@
+"""OpenAI messages -> the engine service's conversation, and request fields -> GenerationParams.
+
+An OpenAI client re-sends the whole conversation each turn. The earlier messages become the service's
+history (``set_history`` keeps the longest prefix its session already holds, KV cache included) and
+the last user message is ``send``; so a follow-up about the same photo prefills only the new question.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.api import Attachment, Capabilities, GenerationParams, HistoryMessage
+from server.config import ServerConfig
+from server.errors import APIError
+from server.media import DETAILS, MediaStore
+from server.schemas import ChatRequest, ImagePart, ImageURL, SamplingFields, TextPart, VideoPart
+
+GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: temperatures under it sample as greedy
+
+
+@dataclass
+class Turns:
+    """A chat request in the service's terms."""
+
+    system: str
+    history: list[HistoryMessage]
+    text: str
+    attachments: list[Attachment] = field(default_factory=list)
+    detail: str = "balanced"
+
+
+def _url(value: ImageURL | str) -> tuple[str, str]:
+    return (value, "auto") if isinstance(value, str) else (value.url, value.detail)
+
+
+async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, config: ServerConfig) -> Turns:
+    """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take."""
+    count = sum(1 for m in request.messages if isinstance(m.content, list)
+                for p in m.content if not isinstance(p, TextPart))
+    if count > config.max_images:
+        raise APIError(413, f"{count} images or videos in one request; the limit is {config.max_images}",
+                       "too_many_images", "messages")
+    system, messages, details = [], [], []
+    for i, message in enumerate(request.messages):
+        role = "system" if message.role == "developer" else message.role
+        texts, attachments = [], []
+        parts = [TextPart(type="text", text=message.content)] if isinstance(message.content, str) else \
+            (message.content or [])
+        for j, part in enumerate(parts):
+            param = f"messages[{i}].content[{j}]"
+            if isinstance(part, TextPart):
+                texts.append(part.text)
+                continue
+            if role != "user":
+                raise APIError(400, f"images and videos go in user messages, not in a {message.role} message",
+                               "invalid_content", param)
+            url, detail = _url(part.image_url if isinstance(part, ImagePart) else part.video_url)
+            if isinstance(part, VideoPart):
+                path = await media.video(url, param)  # validated even when the model refuses it below
+                if not caps.video:
+                    raise APIError(400, "this model takes no video", "video_not_supported", param)
+                attachments.append(Attachment(path, "video"))
+            else:
+                if not caps.vision:
+                    raise APIError(400, "this model takes no images", "images_not_supported", param)
+                attachments.append(Attachment(await media.image(url, param)))
+            details.append(DETAILS[detail])
+        text = "\n".join(texts)
+        if role == "system":
+            system.append(text)
+        else:
+            messages.append(HistoryMessage(role, text, tuple(attachments)))
+    if not messages or messages[-1].role != "user":
+        raise APIError(400, "the last message must be a user message", "invalid_messages", "messages")
+    last = messages.pop()
+    # The finest detail asked for in the request (the engine takes one level per answer).
+    detail = min(details, key=("full", "balanced", "fast").index) if details else "balanced"
+    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail)
+
+
+def repetition_penalty(request: SamplingFields) -> float:
+    """``repetition_penalty`` as given, else OpenAI's ``frequency_penalty`` f mapped onto the engine's
+    multiplicative penalty: ``1 + f/2`` for f >= 0, ``1 / (1 - f/2)`` below (f = 2 -> 2.0, -2 -> 0.5).
+    An approximation: OpenAI's penalty is additive and grows with the count, ours is CTRL's."""
+    if request.repetition_penalty is not None:
+        return request.repetition_penalty
+    f = request.frequency_penalty or 0.0
+    return 1 + f / 2 if f >= 0 else 1 / (1 - f / 2)
+
+
+def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, config: ServerConfig,
+               detail: str = "full", logprobs: int | None = None) -> GenerationParams:
+    """GenerationParams for a request; APIError 400 for ``n`` other than 1 and answers beyond the context."""
+    if request.n != 1:
+        raise APIError(400, "n must be 1: this server generates one choice per request", "invalid_value", "n")
+    if max_tokens is not None and capacity and max_tokens >= capacity:
+        raise APIError(400, f"max_tokens is {max_tokens} but the context holds {capacity} tokens",
+                       "context_length_exceeded", "max_tokens")
+    temperature = 1.0 if request.temperature is None else request.temperature  # OpenAI's default
+    if temperature < GREEDY_BELOW:  # logits / 1e-300 overflow to inf and NaN probabilities: that is greedy
+        temperature = 0.0
+    top_k = request.top_k if request.top_k and request.top_k > 0 else 0  # -1 and 0 turn it off (vLLM)
+    values = dict(temperature=temperature, top_k=top_k, top_p=request.top_p or 1.0, min_p=request.min_p or 0.0,
+                  repetition_penalty=repetition_penalty(request), seed=request.seed,
+                  max_new_tokens=max_tokens or (min(config.default_max_tokens, capacity // 2) if capacity else
+                                                  config.default_max_tokens),
+                  image_detail=detail, logprobs=logprobs, ignore_eos=request.ignore_eos)
+    if logprobs is not None:
+        values["speculative"] = False
+    assert all(not isinstance(v, float) or math.isfinite(v) for v in values.values())
+    try:
+        return GenerationParams(**values)
+    except ValueError as exc:  # what the schema cannot express (e.g. a combination)
+        raise APIError(400, str(exc), "invalid_value") from None

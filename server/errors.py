@@ -1,0 +1,35 @@
+"""OpenAI-shaped errors: ``{"error": {"message", "type", "param", "code"}}`` with a real HTTP status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+         413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
+         500: "server_error", 503: "service_unavailable"}
+# Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
+CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": "invalid_image",
+                 "ValueError": "invalid_value", "UnsupportedOperation": "unsupported"}
+
+
+class APIError(Exception):
+    """An error answer; raised anywhere in a handler, turned into JSON by the app's handler."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.code, self.param)
+
+
+def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
+
+
+def from_engine(error_type: str, message: str | None) -> APIError:
+    """The APIError for an engine failure: 400 for the request's fault, 500 for anything else."""
+    code = CLIENT_ERRORS.get(error_type)
+    if code is not None:
+        return APIError(400, message or error_type, code)
+    return APIError(500, message or "the engine failed", "engine_error")

@@ -1,0 +1,169 @@
+"""Image and video inputs: ``data:`` URIs, raw base64 and (opt-in) http(s) URLs, checked and stored.
+
+Each accepted file is written once into the server's media folder under its content hash, so the
+same photo sent again (an OpenAI client re-sends the whole conversation every turn) has the same
+path, which is what lets the engine keep that conversation's image prefill in its KV cache.
+``file://`` and every other scheme are refused: a request must never read the server's disk.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import re
+from pathlib import Path
+
+from server.config import ServerConfig
+from server.errors import APIError
+
+IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP",
+               "image/gif": "GIF", "image/bmp": "BMP", "image/x-ms-bmp": "BMP", "image/tiff": "TIFF"}
+IMAGE_FORMATS = set(IMAGE_TYPES.values())
+VIDEO_TYPES = {"video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".mov", "video/x-matroska": ".mkv"}
+DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}  # OpenAI's detail -> engine.api.events.DETAILS
+_DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
+                       re.IGNORECASE)
+
+
+def _b64(text: str, param: str) -> bytes:
+    try:
+        return base64.b64decode(re.sub(r"\s+", "", text), validate=True)
+    except (binascii.Error, ValueError):
+        raise APIError(400, "the image data is not valid base64", "invalid_base64", param) from None
+
+
+def split_data(url: str, param: str) -> tuple[str | None, bytes | None]:
+    """``(mime, bytes)`` of a data URI or raw base64; ``(None, None)`` for an http(s) URL.
+
+    Raises APIError 400 for other schemes (``file://`` included) and broken base64."""
+    match = _DATA_URI.match(url)
+    if match:
+        if not match.group("b64"):
+            raise APIError(400, "data URIs must be base64-encoded (';base64,')", "invalid_data_uri", param)
+        return (match.group("mime") or "").lower(), _b64(url[match.end():], param)
+    scheme = url.split(":", 1)[0].lower() if ":" in url[:12] else ""
+    if scheme in ("http", "https"):
+        return None, None
+    if scheme:
+        raise APIError(400, f"unsupported URL scheme {scheme!r}: use a data: URI or base64", "invalid_url", param)
+    return "", _b64(url, param)
+
+
+class MediaStore:
+    """Checks media against the config's limits and stores it by content hash in ``folder``."""
+
+    def __init__(self, config: ServerConfig, folder: Path):
+        self.config, self.folder = config, folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    async def image(self, url: str, param: str) -> str:
+        """The stored path of a checked image (PNG, JPEG, WebP, GIF, BMP, TIFF)."""
+        mime, data = split_data(url, param)
+        if data is None:
+            mime, data = await self._fetch(url, param)
+        if mime and mime not in IMAGE_TYPES:
+            raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
+                           "unsupported_image_format", param)
+        self._check_size(data, param)
+        known = self._known(data)
+        if known is not None:  # checked when it first came: a client re-sends its photos every turn
+            return known
+        fmt = self._check_image(data, param)
+        return self._store(data, "." + fmt.lower())
+
+    async def video(self, url: str, param: str) -> str:
+        """The stored path of a video (MP4, WebM, MOV, MKV), checked for type and size only."""
+        mime, data = split_data(url, param)
+        if data is None:
+            mime, data = await self._fetch(url, param)
+        if mime not in VIDEO_TYPES:
+            raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send a data:video/mp4 "
+                           "(or webm, quicktime, x-matroska) URI", "unsupported_video_format", param)
+        self._check_size(data, param)
+        return self._store(data, VIDEO_TYPES[mime])
+
+    def _check_size(self, data: bytes, param: str) -> None:
+        if not data:
+            raise APIError(400, "the media data is empty", "invalid_image", param)
+        if len(data) > self.config.max_media_bytes:
+            raise APIError(413, f"media of {len(data)} bytes exceeds the limit of {self.config.max_media_bytes}",
+                           "media_too_large", param)
+
+    def _check_image(self, data: bytes, param: str) -> str:
+        """Read the header (format, size: 413 beyond the pixel limit) and decode it once (400 if broken)."""
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                fmt, (w, h) = img.format or "", img.size
+                if fmt not in IMAGE_FORMATS:
+                    raise APIError(400, f"unsupported image format {fmt or 'unknown'}", "unsupported_image_format",
+                                   param)
+                if w * h > self.config.max_image_pixels:
+                    raise APIError(413, f"the image has {w}x{h} pixels, more than the limit of "
+                                   f"{self.config.max_image_pixels}", "image_too_large", param)
+                img.load()
+        except APIError:
+            raise
+        except UnidentifiedImageError:
+            raise APIError(400, "the data is not an image this server reads (PNG, JPEG, WebP, GIF, BMP, TIFF)",
+                           "unsupported_image_format", param) from None
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
+        return fmt
+
+    async def _fetch(self, url: str, param: str) -> tuple[str, bytes]:
+        """GET an http(s) URL within the size and time limits (only with ``allow_remote_media``)."""
+        if not self.config.allow_remote_media:
+            raise APIError(400, "remote media URLs are off: send a data: URI, or start the server with "
+                           "--allow-remote-media", "remote_media_disabled", param)
+        import httpx
+
+        limit = self.config.max_media_bytes
+        try:
+            async with httpx.AsyncClient(timeout=self.config.remote_timeout_s, follow_redirects=True,
+                                         max_redirects=3) as client:
+                async with client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        raise APIError(400, f"fetching the media URL gave HTTP {response.status_code}",
+                                       "media_fetch_failed", param)
+                    chunks, size = [], 0
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                        if size > limit:
+                            raise APIError(413, f"the media URL's content exceeds {limit} bytes", "media_too_large",
+                                           param)
+                        chunks.append(chunk)
+                    mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        except httpx.HTTPError as exc:
+            raise APIError(400, f"cannot fetch the media URL: {type(exc).__name__}", "media_fetch_failed",
+                           param) from None
+        return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
+
+    def _known(self, data: bytes) -> str | None:
+        """The stored path of ``data`` if it was accepted before (its use time refreshed), else None."""
+        digest = hashlib.sha256(data).hexdigest()[:40]
+        for path in self.folder.glob(digest + ".*"):
+            if path.suffix != ".part":
+                path.touch()
+                return str(path)
+        return None
+
+    def _store(self, data: bytes, suffix: str) -> str:
+        path = self.folder / (hashlib.sha256(data).hexdigest()[:40] + suffix)
+        if not path.exists():
+            tmp = path.with_suffix(".part")
+            tmp.write_bytes(data)
+            tmp.replace(path)  # atomic: a concurrent request never sees half a file
+            self._trim(keep=path)
+        return str(path)
+
+    def _trim(self, keep: Path) -> None:
+        """Delete the least recently used files beyond ``config.max_stored_media``. Every request
+        re-sends (and so touches) the media of its conversation, so what is deleted belongs to
+        conversations not seen for the longest time."""
+        files = sorted((p for p in self.folder.iterdir() if p != keep), key=lambda p: p.stat().st_mtime)
+        for old in files[:max(0, len(files) + 1 - self.config.max_stored_media)]:
+            old.unlink(missing_ok=True)

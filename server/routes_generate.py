@@ -1,0 +1,199 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``, streamed (SSE) and not.
+
+The SSE contract: every ``data:`` line is JSON except the final ``[DONE]``; the first chunk's delta
+carries the role; the last choice chunk carries ``finish_reason``; with ``stream_options.include_usage``
+one more chunk with ``"choices": []`` and the usage comes before ``[DONE]``. An error before the first
+token is a plain HTTP error (the first event is awaited before the response starts); an error during
+the stream is one ``data: {"error": ...}`` event, and the stream ends there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from engine.api import TokenEvent
+from server.answer_stream import Outcome, first_event, pieces, stops_of, usage
+from server.bridge import Answer
+from server.conversation import params_for, to_turns
+from server.errors import APIError
+from server.schemas import ChatRequest, CompletionRequest
+
+router = APIRouter()
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _chat_logprobs(event: TokenEvent | None) -> dict | None:
+    if event is None or event.logprob is None:
+        return None
+
+    def entry(text: str, logprob: float) -> dict:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+    return {"content": [{**entry(event.text, event.logprob),
+                         "top_logprobs": [entry(t, lp) for t, lp in event.top_logprobs]}]}
+
+
+def _text_logprobs(events: list[TokenEvent]) -> dict:
+    """The legacy completions shape: parallel lists per token."""
+    offsets, at = [], 0
+    for e in events:
+        offsets.append(at)
+        at += len(e.text)
+    return {"tokens": [e.text for e in events], "token_logprobs": [e.logprob for e in events],
+            "top_logprobs": [dict(e.top_logprobs) for e in events], "text_offset": offsets}
+
+
+async def _start(request: Request, model: str, submit: Callable[[Answer], object]) -> tuple[Answer, object]:
+    """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event."""
+    state = request.app.state.smolchat
+    state.check_model(model)
+    answer = state.bridge.admit()
+    try:
+        answer.handle = submit(answer)
+        return answer, await first_event(answer, request.is_disconnected)
+    except BaseException:
+        answer.cancel()
+        raise
+
+
+def _finish(request: Request, outcome: Outcome, streamed: bool) -> None:
+    state = request.app.state.smolchat
+    state.metrics.record(outcome.stats)
+    if streamed or outcome.error is None:  # else the raised error is counted by the app's handler
+        state.metrics.requests.labels(request.url.path, str(outcome.error.status) if outcome.error else "200").inc()
+    state.bridge.refresh_kv()  # queued behind the answer: /metrics shows the cache after it
+
+
+@router.post("/v1/chat/completions", summary="Chat completion (OpenAI-compatible), streamed or not")
+async def chat_completions(body: ChatRequest, request: Request):
+    state = request.app.state.smolchat
+    state.check_model(body.model)
+    state.bridge.require_ready()
+    turns = await to_turns(body, state.media, state.bridge.capabilities, state.config)
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = params_for(body, body.max_completion_tokens or body.max_tokens, state.bridge.capacity, state.config,
+                        turns.detail, logprobs)
+    service = state.bridge.service
+
+    def submit(answer: Answer):
+        # Back to back: no other request's history (ours, or the app's when it shares the service)
+        # can slip in between.
+        with service.atomic():
+            service.set_history(turns.history, system_prompt=turns.system)
+            return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system)
+
+    answer, first = await _start(request, body.model, submit)
+    cid, created, stops, outcome = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), stops_of(body.stop), Outcome()
+    base = {"id": cid, "created": created, "model": state.model_id, "system_fingerprint": state.fingerprint}
+
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        def chunk(delta: dict, finish: str | None = None, logprobs: dict | None = None) -> str:
+            return sse({**base, "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
+
+        async def stream() -> AsyncIterator[str]:
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                async for text, event in pieces(answer, first, stops, outcome):
+                    lp = _chat_logprobs(event) if logprobs is not None else None
+                    if text or lp:
+                        yield chunk({"content": text}, logprobs=lp)
+                if outcome.error is not None:
+                    yield sse(outcome.error.body())
+                    return
+                yield chunk({}, outcome.finish_reason)
+                if include_usage:
+                    yield sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
+                yield "data: [DONE]\n\n"
+            finally:
+                answer.cancel()  # a no-op when it finished; else the client left: stop generating
+                _finish(request, outcome, True)
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    texts, content_lp = [], []
+    try:
+        async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
+            texts.append(text)
+            lp = _chat_logprobs(event) if logprobs is not None else None
+            if lp:
+                content_lp += lp["content"]
+    finally:
+        answer.cancel()
+        _finish(request, outcome, False)
+    if outcome.error is not None:
+        raise outcome.error
+    return {**base, "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
+                         "logprobs": {"content": content_lp} if logprobs is not None else None,
+                         "finish_reason": outcome.finish_reason}],
+            "usage": usage(outcome)}
+
+
+@router.post("/v1/completions", summary="Text completion without the chat template, streamed or not")
+async def completions(body: CompletionRequest, request: Request):
+    state = request.app.state.smolchat
+    state.check_model(body.model)
+    state.bridge.require_ready()
+    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+    if not prompt:
+        raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
+    params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs)
+    service = state.bridge.service
+    answer, first = await _start(request, body.model, lambda a: service.complete(prompt, params, a.sink))
+    cid, created, stops, outcome = f"cmpl-{uuid.uuid4().hex}", int(time.time()), stops_of(body.stop), Outcome()
+    base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_id,
+            "system_fingerprint": state.fingerprint}
+    echo = prompt if body.echo else ""
+
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        def chunk(text: str, finish: str | None = None, logprobs: dict | None = None) -> str:
+            return sse({**base, "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
+
+        async def stream() -> AsyncIterator[str]:
+            try:
+                if echo:
+                    yield chunk(echo)
+                async for text, event in pieces(answer, first, stops, outcome):
+                    lp = _text_logprobs([event]) if body.logprobs is not None and event is not None else None
+                    if text or lp:
+                        yield chunk(text, logprobs=lp)
+                if outcome.error is not None:
+                    yield sse(outcome.error.body())
+                    return
+                yield chunk("", outcome.finish_reason)
+                if include_usage:
+                    yield sse({**base, "choices": [], "usage": usage(outcome)})
+                yield "data: [DONE]\n\n"
+            finally:
+                answer.cancel()
+                _finish(request, outcome, True)
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    texts, events = [], []
+    try:
+        async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
+            texts.append(text)
+            if event is not None and event.logprob is not None:
+                events.append(event)
+    finally:
+        answer.cancel()
+        _finish(request, outcome, False)
+    if outcome.error is not None:
+        raise outcome.error
+    return JSONResponse({**base, "choices": [{"index": 0, "text": echo + "".join(texts),
+                                              "logprobs": _text_logprobs(events) if body.logprobs is not None else None,
+                                              "finish_reason": outcome.finish_reason}],
+                         "usage": usage(outcome)})

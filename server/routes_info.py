@@ -1,0 +1,125 @@
+"""``GET /v1/models``, ``GET /v1/model/info``, ``POST /v1/embeddings``, ``GET /health``, ``GET /metrics``.
+
+What the model can do is read from its :class:`~engine.api.Capabilities` (never a hard-coded copy):
+``/v1/models`` reports input modalities as llama-server does (``architecture.input_modalities``) and
+the context length; ``/v1/model/info`` is shaped like LiteLLM's, so tools that read either know
+whether to offer image upload.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from server.errors import APIError, from_engine
+from server.schemas import EmbeddingItem, EmbeddingRequest, ImageURL
+
+router = APIRouter()
+
+
+def _modalities(caps) -> list[str]:
+    return ["text"] + (["image"] if caps.vision else []) + (["video"] if caps.video else [])
+
+
+@router.get("/v1/models", summary="The served model, its input modalities and context length")
+async def models(request: Request):
+    state = request.app.state.smolchat
+    caps, context = state.bridge.capabilities, state.context_length()
+    return {"object": "list", "data": [{
+        "id": state.model_id, "object": "model", "created": state.created, "owned_by": "smolchat",
+        "context_length": context, "max_model_len": context,
+        "architecture": {"input_modalities": _modalities(caps), "output_modalities": ["text"]},
+        "meta": {"n_ctx": context, "n_ctx_train": caps.max_context, "capabilities": caps.to_dict(),
+                 "status": state.bridge.state},
+    }]}
+
+
+@router.get("/v1/model/info", summary="LiteLLM-style model info (supports_vision, max_input_tokens, ...)")
+async def model_info(request: Request):
+    state = request.app.state.smolchat
+    caps, context = state.bridge.capabilities, state.context_length()
+    return {"data": [{
+        "model_name": state.model_id,
+        "litellm_params": {"model": f"openai/{state.model_id}"},
+        "model_info": {"id": state.model_id, "key": state.model_id, "mode": "chat", "litellm_provider": "openai",
+                       "supports_vision": caps.vision, "supports_video": caps.video,
+                       "supports_embeddings": caps.embeddings, "supports_system_messages": True,
+                       "supports_response_schema": False, "supports_function_calling": False,
+                       "max_input_tokens": context, "max_output_tokens": context, "max_tokens": context,
+                       "input_cost_per_token": 0.0, "output_cost_per_token": 0.0},
+    }]}
+
+
+def _embed_all(session: Any, inputs: list[tuple[str, list[str]]]) -> list[tuple[list[float], int]]:
+    """Engine thread: one vector and token count per ``(text, image paths)`` (engine.embeddings)."""
+    from engine.embeddings import Embedder
+
+    embedder = Embedder(session.model, session.tokenizer, session.processor)
+    out = []
+    for text, images in inputs:
+        ids, _, _ = embedder.encode(text, images)
+        out.append((embedder.embed(text, images).tolist(), len(ids)))
+    return out
+
+
+@router.post("/v1/embeddings", summary="Embeddings of texts (and, as an extension, images)")
+async def embeddings(body: EmbeddingRequest, request: Request):
+    state = request.app.state.smolchat
+    state.check_model(body.model)
+    state.bridge.require_ready()
+    caps = state.bridge.capabilities
+    if not caps.embeddings:
+        raise APIError(400, "this model gives no embeddings", "embeddings_not_supported", "model")
+    items = [body.input] if isinstance(body.input, str) else body.input
+    inputs = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = EmbeddingItem(text=item)
+        images = []
+        if item.image_url is not None:
+            if not caps.vision:
+                raise APIError(400, "this model takes no images", "images_not_supported", f"input[{i}]")
+            url = item.image_url.url if isinstance(item.image_url, ImageURL) else item.image_url
+            images.append(await state.media.image(url, f"input[{i}].image_url"))
+        if not item.text and not images:
+            raise APIError(400, f"input[{i}] is empty: give a text or an image", "invalid_value", f"input[{i}]")
+        inputs.append((item.text, images))
+    answer = state.bridge.admit()  # embeddings take a place in the same queue as answers
+    try:
+        results = await state.bridge.call(lambda session: _embed_all(session, inputs))
+    except Exception as exc:  # noqa: BLE001 - engine errors become 400/500 answers
+        raise from_engine(type(exc).__name__, str(exc)) from None
+    finally:
+        answer.release()
+    if body.dimensions is not None and results and body.dimensions != len(results[0][0]):
+        raise APIError(400, f"this model's embeddings have {len(results[0][0])} dimensions", "invalid_value",
+                       "dimensions")
+    data = []
+    for i, (vector, _) in enumerate(results):
+        value: Any = vector
+        if body.encoding_format == "base64":  # little-endian float32, as OpenAI sends it
+            value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    tokens = sum(n for _, n in results)
+    state.metrics.requests.labels(request.url.path, "200").inc()
+    return {"object": "list", "data": data, "model": state.model_id,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@router.get("/health", summary="200 when the model is ready, 503 while it loads or after it failed")
+async def health(request: Request):
+    bridge = request.app.state.smolchat.bridge
+    if bridge.state == "ready":
+        return {"status": "ok"}
+    return JSONResponse({"status": bridge.state, "message": bridge.message}, status_code=503)
+
+
+@router.get("/metrics", summary="Prometheus metrics: requests, tokens, TTFT, tok/s, KV blocks")
+async def metrics(request: Request):
+    state = request.app.state.smolchat
+    state.bridge.refresh_kv()  # read on the engine thread; this scrape shows the previous reading
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

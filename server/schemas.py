@@ -1,0 +1,110 @@
+"""Request bodies of the OpenAI-compatible endpoints (pydantic; they make the OpenAPI schema at /docs).
+
+Unknown fields are ignored, as OpenAI clients send many (``user``, ``tools`` metadata, ...);
+values out of range fail validation (400). Sampling fields are ``None`` when the client left them out.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.api.events import MAX_TOP_LOGPROBS
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ImageURL(_Body):
+    """``url``: a ``data:`` URI, raw base64, or (with ``--allow-remote-media``) an http(s) URL."""
+
+    url: str
+    detail: Literal["low", "auto", "high"] = "auto"
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(_Body):
+    type: Literal["image_url"]
+    image_url: ImageURL | str
+
+
+class VideoPart(_Body):
+    type: Literal["video_url"]
+    video_url: ImageURL | str
+
+
+Part = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
+
+
+class Message(_Body):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[Part] | None = None
+    name: str | None = None
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class SamplingFields(_Body):
+    """Fields chat and text completions share."""
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None
+    min_p: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
+    # Below 0.01 the penalized logits overflow float32 (found by tests/server/test_schema_fuzz.py).
+    repetition_penalty: Annotated[float, Field(ge=0.01, le=10, allow_inf_nan=False)] | None = None
+    n: Annotated[int, Field(ge=1, le=128)] = 1
+    user: str | None = None
+    ignore_eos: bool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")
+
+
+class ChatRequest(SamplingFields):
+    """``POST /v1/chat/completions``."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+
+
+class CompletionRequest(SamplingFields):
+    """``POST /v1/completions`` (plain text, no chat template)."""
+
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+    echo: bool = False
+
+
+class EmbeddingItem(_Body):
+    """An extension for images: ``{"text": ..., "image_url": ...}`` (either or both)."""
+
+    text: str = ""
+    image_url: ImageURL | str | None = None
+
+
+class EmbeddingRequest(_Body):
+    """``POST /v1/embeddings``: a string, a list of strings, or items with images."""
+
+    model: str
+    input: str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=256)]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, Field(ge=1)] | None = None
+    user: str | None = None

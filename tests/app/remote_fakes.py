@@ -1,0 +1,173 @@
+"""A small fake OpenAI-compatible server for fault injection (loopback only, every wait bounded).
+
+The chat request's ``model`` picks the behaviour: ``ok`` streams an answer, ``slow`` streams it with
+pauses, ``stall`` sends one token then says nothing, ``midstream500`` sends an error event after two
+tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disconnects`` counts clients
+that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
+``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
+``props`` and ``show`` are served as llama-server's ``/props`` and Ollama's ``/api/show``.
+``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODELS = ["ok", "slow", "long", "stall", "midstream500", "malformed", "error200", "close", "status:500", "status:429",
+          "status:403", "text-only"]
+TOKENS = ["The", " cat", " is", " orange", "."]
+STALL_LIMIT = 5.0  # a stalled answer ends by itself after this many seconds, whatever the test does
+
+
+def _chunk(content=None, finish=None, usage=None) -> bytes:
+    data = {"id": "x", "object": "chat.completion.chunk", "choices": []}
+    if content is not None or finish is not None:
+        data["choices"] = [{"index": 0, "delta": {"content": content} if content else {}, "finish_reason": finish}]
+    if usage is not None:
+        data["usage"] = usage
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+class FakeOpenAI:
+    """``with FakeOpenAI() as fake: fake.url`` — a threaded server on 127.0.0.1 and a free port."""
+
+    def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None,
+                 show: dict | None = None) -> None:
+        self.api_key, self.props, self.models, self.show = api_key, props, models, show
+        self.requests: list[dict] = []
+        self.written = 0
+        self.disconnects = 0
+        self.stop = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _json(self, status, data, headers=()):
+                body = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _authorized(self) -> bool:
+                if outer.api_key and self.headers.get("Authorization") != f"Bearer {outer.api_key}":
+                    self._json(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+                    return False
+                return True
+
+            def do_GET(self):
+                if not self._authorized():
+                    return
+                if self.path == "/v1/models":
+                    data = outer.models or [{"id": m, "object": "model"} for m in MODELS]
+                    self._json(200, {"object": "list", "data": data})
+                elif self.path == "/props" and outer.props is not None:
+                    self._json(200, outer.props)
+                else:
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not self._authorized():
+                    return
+                if self.path == "/api/show" and outer.show is not None:  # Ollama's model card
+                    self._json(200, outer.show)
+                    return
+                if self.path != "/v1/chat/completions":
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                outer.requests.append(body)
+                model = body.get("model", "")
+                if model.startswith("status:"):
+                    status = int(model.split(":")[1])
+                    self._json(status, {"error": {"message": f"fake {status}"}},
+                               [("Retry-After", "7")] if status == 429 else [])
+                    return
+                if model == "error200":
+                    self._json(200, {"error": "Model failed to load: out of memory"})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                try:
+                    self._stream(model)
+                except (BrokenPipeError, ConnectionResetError):
+                    outer.disconnects += 1
+
+            def _stream(self, model):
+                w = self.wfile
+                if model == "long":
+                    for _ in range(60):
+                        w.write(_chunk("word "))
+                        w.flush()
+                        outer.written += 1
+                        if outer.stop.wait(0.05):
+                            return
+                    w.write(_chunk(finish="length") + b"data: [DONE]\n\n")
+                    return
+                if model == "malformed":
+                    w.write(_chunk("The") + b"data: {this is not json\n\n")
+                    return
+                for i, token in enumerate(TOKENS):
+                    if model == "midstream500" and i == 2:
+                        w.write(b'data: {"error": {"message": "CUDA out of memory", "code": 500}}\n\n')
+                        return
+                    if model == "close" and i == 2:
+                        w.flush()
+                        self.connection.shutdown(2)  # drop it without ending the chunked body
+                        return
+                    w.write(_chunk(token))
+                    w.flush()
+                    if model == "stall":
+                        outer.stop.wait(STALL_LIMIT)
+                        return
+                    if model == "slow":
+                        outer.stop.wait(0.3)
+                w.write(_chunk(finish="stop") + _chunk(usage={"prompt_tokens": 17, "completion_tokens": len(TOKENS),
+                                                             "total_tokens": 17 + len(TOKENS)}))
+                w.write(b"data: [DONE]\n\n")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_done(events: list, timeout: float = 10.0) -> None:
+    from engine.api import DoneEvent
+
+    deadline = time.monotonic() + timeout
+    while not any(isinstance(e, DoneEvent) for e in events):
+        assert time.monotonic() < deadline, f"no DoneEvent within {timeout} s: {events}"
+        time.sleep(0.01)

@@ -1,0 +1,225 @@
+"""RemoteBackend against a fake OpenAI-compatible server: streaming, history, images, and every failure
+named as what it is (401, 403, 429 + Retry-After, 500 mid-stream, stall, malformed SSE, HTTP 200 with an
+error body, a dropped connection, refused, DNS), the partial answer kept."""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+
+import pytest
+from PIL import Image
+
+from app.backends.remote import RemoteBackend, openai_messages, remote_spec
+from app.backends.remote_http import Server, check_connection
+from app.backends.remote_media import image_data_uri, target_size
+from engine.api import GenerationParams, HistoryMessage, TokenEvent
+from tests.app.remote_fakes import TOKENS, FakeOpenAI, closed_port, wait_done
+
+PARAMS = GenerationParams(max_new_tokens=32)
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAI() as server:
+        yield server
+
+
+def loaded(url: str, model: str, key: str = "", stall: float = 2.0) -> RemoteBackend:
+    backend = RemoteBackend(Server("fake", url, key), stall_timeout=stall)
+    results = []
+    backend.load(remote_spec("fake", model), {}, lambda info, err: results.append((info, err)))
+    deadline = time.monotonic() + 10
+    while not results:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return backend, results[0]
+
+
+def ask(backend, text="Hi", attachments=(), params=PARAMS):
+    events = []
+    backend.send(text, list(attachments), params, events.append)
+    wait_done(events)
+    return "".join(e.text for e in events if isinstance(e, TokenEvent)), events[-1]
+
+
+def test_streams_an_answer_with_client_timings_and_server_usage(fake):
+    backend, (info, err) = loaded(fake.url, "ok")
+    assert err is None and info.name == "ok" and info.path == "remote:fake::ok" and info.backend == "remote:fake"
+    assert info.capabilities.max_context == 0  # no source says: unknown, not a guessed 4096
+    text, done = ask(backend, "Hello?", params=GenerationParams(max_new_tokens=9, temperature=0.5, seed=3))
+    assert text == "".join(TOKENS) and done.finish_reason == "stop" and done.error is None
+    assert done.stats.prompt_tokens == 17 and done.stats.generated_tokens == 5
+    assert 0 < done.stats.ttft_s < 5 and done.stats.total_s >= done.stats.ttft_s
+    body = fake.requests[-1]
+    assert body["stream"] is True and body["max_tokens"] == 9 and body["temperature"] == 0.5 and body["seed"] == 3
+    assert body["messages"] == [{"role": "user", "content": "Hello?"}]
+    # The next question re-sends the history: the server keeps nothing.
+    ask(backend, "And?")
+    assert [m["content"] for m in fake.requests[-1]["messages"]] == ["Hello?", "The cat is orange.", "And?"]
+    assert backend.close()
+
+
+def test_regenerate_and_edit_resend_the_history(fake):
+    backend, _ = loaded(fake.url, "ok")
+    backend.set_history([HistoryMessage("user", "Q1"), HistoryMessage("assistant", "A1"),
+                         HistoryMessage("user", "Q2"), HistoryMessage("assistant", "A2")])
+    events = []
+    backend.regenerate(PARAMS, events.append, "Be brief.")
+    wait_done(events)
+    assert [(m["role"], m["content"]) for m in fake.requests[-1]["messages"]] == [
+        ("system", "Be brief."), ("user", "Q1"), ("assistant", "A1"), ("user", "Q2")]
+    events = []
+    backend.edit(0, "Q1 edited", None, PARAMS, events.append)
+    wait_done(events)
+    assert fake.requests[-1]["messages"] == [{"role": "user", "content": "Q1 edited"}]
+    backend.close()
+
+
+def test_images_are_downscaled_and_reencoded(tmp_path):
+    photo, drawing = tmp_path / "photo.jpg", tmp_path / "drawing.png"
+    Image.new("RGB", (4000, 3000), (200, 100, 50)).save(photo, quality=95)
+    Image.new("RGBA", (300, 200), (0, 0, 0, 0)).save(drawing)  # transparent: white after compositing
+    uri, size = image_data_uri(str(photo), "full")
+    assert uri.startswith("data:image/jpeg;base64,") and size == (2048, 1536)
+    assert image_data_uri(str(photo), "fast")[1] == (512, 384)
+    assert image_data_uri(str(photo), "balanced")[1] == (2048, 1536)
+    uri, size = image_data_uri(str(drawing), "full")
+    assert uri.startswith("data:image/png;base64,") and size == (300, 200)  # never upscaled
+    decoded = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
+    assert decoded.mode == "RGB" and decoded.getpixel((10, 10)) == (255, 255, 255)
+    assert target_size(1000, 700, "balanced") == (1000, 700)
+    parts = openai_messages([HistoryMessage("user", "What?", ())], "sys", "full")
+    assert parts == [{"role": "system", "content": "sys"}, {"role": "user", "content": "What?"}]
+
+
+def test_image_to_a_text_only_model_is_refused_before_sending(fake, png):
+    from engine.api import Attachment
+
+    backend, (info, _) = loaded(fake.url, "text-only")
+    assert info.capabilities.vision is False
+    _, done = ask(backend, "What is it?", [Attachment(str(png))])
+    assert done.finish_reason == "error" and "cannot see images" in done.error and "Settings ▸ Engines" in done.error
+    assert fake.requests == []
+    backend.close()
+
+
+@pytest.mark.parametrize("model, kind, words", [
+    ("status:500", "server_error", "500 Server error: fake 500"),
+    ("status:429", "rate_limited", "429 Too many requests: the server asks to wait (Retry-After: 7 s)"),
+    ("status:403", "forbidden", "403 Forbidden"),
+    ("error200", "error", "Model failed to load: out of memory"),
+])
+def test_http_failures_are_named(fake, model, kind, words):
+    backend, _ = loaded(fake.url, model)
+    text, done = ask(backend)
+    assert text == "" and done.finish_reason == "error" and done.error_type == f"Remote:{kind}"
+    assert words in done.error
+    backend.close()
+
+
+@pytest.mark.parametrize("model, kind, words, partial", [
+    ("midstream500", "error", "CUDA out of memory", "The cat"),
+    ("malformed", "not_openai", "malformed event in the stream", "The"),
+    ("close", "closed", "The server closed the connection", "The cat"),
+    ("stall", "timeout", "Timed out", "The"),
+])
+def test_failures_mid_answer_keep_the_partial_answer(fake, model, kind, words, partial):
+    backend, _ = loaded(fake.url, model, stall=0.5)
+    text, done = ask(backend, "Q")
+    assert text == partial and done.finish_reason == "error" and done.error_type == f"Remote:{kind}"
+    assert words in done.error and "the answer so far is kept" in done.error
+    assert done.stats.generated_tokens == len(partial.split())  # chunks counted on the client
+    # The partial answer is part of the history the next question re-sends.
+    backend.set_history([])
+    backend.close()
+
+
+def test_stop_closes_a_stalled_stream_at_once(fake):
+    backend, _ = loaded(fake.url, "stall", stall=30.0)
+    events = []
+    backend.send("Q", [], PARAMS, events.append)
+    deadline = time.monotonic() + 5
+    while not events:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    backend.cancel()
+    wait_done(events, 2.0)
+    assert time.monotonic() - t0 < 0.5
+    assert events[-1].finish_reason == "cancelled" and events[0].text == "The"
+    backend.close()
+
+
+def test_connection_verdicts():
+    with FakeOpenAI(api_key="sesame") as fake:
+        assert check_connection(Server("f", fake.url))[0] == "unauthorized"
+        assert "401 Unauthorized" in check_connection(Server("f", fake.url, "wrong"))[1]
+        kind, verdict, models = check_connection(Server("f", fake.url.removesuffix("/v1"), "sesame"))
+        assert kind == "ok" and models[:2] == ["ok", "slow"] and verdict.startswith("Connected: 12 models")
+        _, (info, err) = loaded(fake.url, "ok", key="wrong")
+        assert info is None and "401 Unauthorized: the API key is missing or wrong" in err
+    assert check_connection(Server("f", f"http://127.0.0.1:{closed_port()}"))[0] == "refused"
+    assert check_connection(Server("f", "http://no-such-host.invalid:8080"))[0] == "dns"
+    assert check_connection(Server("f", f"https://127.0.0.1:{closed_port()}"))[0] == "refused"
+
+
+def test_tls_failure_is_named(fake):
+    # HTTPS to a plain-HTTP server: the handshake fails, which is a TLS problem, not "refused".
+    kind, verdict, _ = check_connection(Server("f", fake.url.replace("http://", "https://")))
+    assert kind == "tls" and verdict.startswith("TLS/SSL failed")
+
+
+def test_not_openai_compatible():
+    import http.server
+    import threading
+
+    class Html(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>router login</html>")
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        kind, verdict, _ = check_connection(Server("f", f"http://127.0.0.1:{httpd.server_address[1]}"))
+        assert kind == "not_openai" and "not JSON" in verdict
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_stop_hangs_up_so_the_server_stops_generating(fake):
+    backend, _ = loaded(fake.url, "long")
+    events = []
+    backend.send("Q", [], PARAMS, events.append)
+    deadline = time.monotonic() + 5
+    while len(events) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    backend.cancel()
+    wait_done(events, 2.0)
+    deadline = time.monotonic() + 3
+    while fake.disconnects < 1:  # the server's next writes fail: the connection is gone
+        assert time.monotonic() < deadline, f"the server kept streaming: {fake.written} tokens"
+        time.sleep(0.02)
+    assert events[-1].finish_reason == "cancelled" and fake.written < 60
+    backend.close()
+
+
+def test_videos_go_as_data_uris(tmp_path):
+    from engine.api import Attachment
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42fake")
+    parts = openai_messages([HistoryMessage("user", "What happens?", (Attachment(str(clip), "video"),))], None, "full")
+    content = parts[0]["content"]
+    assert content[0] == {"type": "video_url", "video_url": {
+        "url": "data:video/mp4;base64," + base64.b64encode(clip.read_bytes()).decode()}}
+    assert content[1] == {"type": "text", "text": "What happens?"}

@@ -1,0 +1,128 @@
+"""Settings ▸ Engines: adding a server keeps its key out of the settings file (keyring, else the session),
+Test connection tells failures apart on a helper thread, and the model list shows where each capability
+was read, with a "can see images" toggle where no server says."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import remote_settings
+from app.backends.remote_http import Server, probe_capabilities
+from tests.app.remote_fakes import FakeOpenAI, closed_port
+
+
+@pytest.fixture
+def dialog(qtbot, window):
+    dlg = window.open_settings_dialog()
+    qtbot.addWidget(dlg)
+    return dlg
+
+
+def fill(panel, name, url, key=""):
+    panel.servers.setCurrentRow(panel.servers.count() - 1)  # "+ New server…"
+    panel.name.setText(name)
+    panel.url.setText(url)
+    panel.key.setText(key)
+
+
+def test_key_is_never_written_to_the_settings_file(qtbot, dialog, data_dir, window):
+    panel = dialog.engines
+    assert not remote_settings.KEYS.persistent  # the test machine has no keyring backend
+    assert "kept for this session only" in panel.key_note.text()
+    fill(panel, "GPU box", "http://127.0.0.1:9/v1", "sk-very-secret")
+    with qtbot.waitSignal(panel.servers_changed) as changed:
+        panel.save_server()
+    assert changed.args == ["GPU box"] and "Its API key is kept for this session only." in panel.verdict.text()
+    window.qsettings.sync()
+    ini = (data_dir / "settings.ini").read_text()
+    assert "GPU box" in ini and "sk-very-secret" not in ini
+    assert remote_settings.server("GPU box") == Server("GPU box", "http://127.0.0.1:9/v1", "sk-very-secret", {})
+    assert [panel.servers.item(i).text() for i in range(panel.servers.count())] == [
+        "GPU box — http://127.0.0.1:9/v1", "+ New server…"]
+    panel.servers.setCurrentRow(0)
+    assert panel.key.text() == "sk-very-secret"
+    panel.remove_server()
+    assert remote_settings.load_servers() == [] and remote_settings.KEYS.get("GPU box") == ""
+
+
+def test_keyring_is_used_when_there_is_one(monkeypatch):
+    import keyring
+    from keyring.backend import KeyringBackend
+
+    class Memory(KeyringBackend):
+        priority = 1
+        store: dict = {}
+
+        def get_password(self, service, user):
+            return self.store.get((service, user))
+
+        def set_password(self, service, user, password):
+            self.store[(service, user)] = password
+
+        def delete_password(self, service, user):
+            self.store.pop((service, user), None)
+
+    previous = keyring.get_keyring()
+    keyring.set_keyring(Memory())
+    try:
+        keys = remote_settings.KeyStore()
+        assert keys.persistent and keys.set("box", "k1") is True
+        assert Memory.store == {("smolchat", "box"): "k1"} and keys.get("box") == "k1"
+        keys.delete("box")
+        assert Memory.store == {}
+    finally:
+        keyring.set_keyring(previous)
+
+
+@pytest.mark.parametrize("case", ["ok", "401", "refused", "404"])
+def test_test_connection_verdicts(qtbot, dialog, case):
+    panel = dialog.engines
+    with FakeOpenAI(api_key="k", props={"modalities": {"vision": False}}) as fake:
+        url = {"ok": fake.url, "401": fake.url, "refused": f"http://127.0.0.1:{closed_port()}",
+               "404": fake.url.removesuffix("/v1") + "/api/v2"}[case]
+        fill(panel, "fake", url, "" if case == "401" else "k")
+        with qtbot.waitSignal(panel.tested, timeout=20_000) as tested:
+            panel.test_connection()
+    kind, verdict = tested.args
+    expected = {"ok": ("ok", "✓ Connected: 12 models"), "401": ("unauthorized", "✗ 401 Unauthorized"),
+                "refused": ("refused", "✗ Connection refused"), "404": ("not_found", "✗ 404 Not found")}[case]
+    assert kind == expected[0] and panel.verdict.text().startswith(expected[1])
+    assert panel.test_button.isEnabled()
+    if case == "ok":
+        rows = [panel.models.item(i).text() for i in range(panel.models.count())]
+        assert len(rows) == 8 and not panel.vision_boxes
+        assert rows[0] == "ok\n    images: no (from /props) · context length not reported"
+
+
+def test_vision_toggle_when_no_server_says(qtbot, dialog):
+    panel = dialog.engines
+    with FakeOpenAI() as fake:  # no /props, no model/info, no modalities: the user decides
+        fill(panel, "plain", fake.url)
+        panel.save_server()
+        with qtbot.waitSignal(panel.tested, timeout=20_000):
+            panel.test_connection()
+        first = panel.models.item(0).text()
+        assert first == "ok\n    no server says whether it sees images · context length not reported"
+        box = panel.vision_boxes["ok"]
+        assert box.text() == "ok can see images" and not box.isChecked()
+        with qtbot.waitSignal(panel.servers_changed):
+            box.click()
+        assert remote_settings.load_servers()[0]["vision"] == {"ok": True}
+        caps, sources = probe_capabilities(remote_settings.server("plain"), "ok")
+        assert caps.vision is True and sources == {"vision": "your setting", "context": ""}
+
+
+def test_models_list_modalities_and_context_are_read():
+    models = [{"id": "m", "architecture": {"input_modalities": ["text", "image"]}, "max_model_len": 32768}]
+    with FakeOpenAI(models=models) as fake:
+        caps, sources = probe_capabilities(Server("v", fake.url), "m")
+    assert caps.vision is True and caps.max_context == 32768
+    assert sources == {"vision": "/v1/models", "context": "/v1/models"}
+
+
+def test_ollama_show_gives_vision_and_context():
+    show = {"capabilities": ["completion", "vision"], "model_info": {"gemma3.context_length": 131072}}
+    with FakeOpenAI(show=show) as fake:
+        caps, sources = probe_capabilities(Server("o", fake.url), "ok")
+    assert caps.vision is True and caps.max_context == 131072
+    assert sources == {"vision": "/api/show", "context": "/api/show"}

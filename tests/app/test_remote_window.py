@@ -1,0 +1,150 @@
+"""The window over a remote engine (the loopback fake server): the same conversation flows, the engine
+and model stored with each answer, a failing or stalled server reported while the UI thread keeps
+processing events, and switching engines mid-conversation re-sending the history."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtCore import QTimer
+
+from app import remote_settings
+from app.backends.remote import remote_spec
+from tests.app.remote_fakes import FakeOpenAI
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAI(props={"modalities": {"vision": True}, "default_generation_settings": {"n_ctx": 4096}}) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        yield server
+
+
+def load_remote(qtbot, win, model: str) -> None:
+    win.load_model(remote_spec("fake", model))
+    qtbot.waitUntil(lambda: win.model_info.get("model_name") == model and win.controller.ready, timeout=10_000)
+
+
+def ask(qtbot, win, text: str, images=(), timeout=10_000) -> dict:
+    win.composer.setPlainText(text)
+    for path in images:
+        win.attachments.add(str(path))
+    with qtbot.waitSignal(win.answer_finished, timeout=timeout) as finished:
+        win.send_message()
+    return finished.args[0]
+
+
+def test_remote_answer_stores_engine_and_model(qtbot, make_window, fake_session, fake, png):
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "ok")
+    assert win.model_info["backend"] == "remote:fake" and win.model_info["capabilities"]["vision"] is True
+    assert win.model_info["capabilities"]["max_context"] == 4096  # read from /props, not assumed
+    assert win.stats_label.text().startswith("ok · on fake")
+    result = ask(qtbot, win, "What is this?", [png])
+    assert result["finish_reason"] == "stop" and result["engine"] == "remote:fake"
+    assert result["model"] == "remote:fake::ok" and result["prompt_tokens"] == 17
+    content = fake.requests[-1]["messages"][-1]["content"]
+    assert content[0]["image_url"]["url"].startswith("data:image/png;base64,") and content[1]["text"] == "What is this?"
+    stored = win.store.messages(win.keeper.current_id)
+    assert stored[-1].text == "The cat is orange." and stored[-1].stats["engine"] == "remote:fake"
+    footer = win.transcript.widgets()[-1].footer()  # measured on the client, counts from usage
+    assert footer.startswith("TTFT ") and "17 prompt / 0 cached / 5 generated tokens" in footer
+
+
+def test_switching_engine_mid_conversation_resends_the_history(qtbot, make_window, fake_session, fake):
+    win = make_window(fake_session)
+    ask(qtbot, win, "Local question")  # answered by the local (fake) engine
+    assert win.store.messages(win.keeper.current_id)[-1].stats["engine"] == "local"
+    load_remote(qtbot, win, "ok")
+    ask(qtbot, win, "Remote question")
+    assert [(m["role"], m["content"]) for m in fake.requests[-1]["messages"]] == [
+        ("user", "Local question"), ("assistant", "The cat is orange."), ("user", "Remote question")]
+    engines = [m.stats.get("engine") for m in win.store.messages(win.keeper.current_id) if m.role == "assistant"]
+    assert engines == ["local", "remote:fake"]
+
+
+@pytest.mark.parametrize("model, words", [
+    ("midstream500", "CUDA out of memory"),
+    ("close", "The server closed the connection"),
+    ("status:429", "Retry-After: 7 s"),
+    ("error200", "Model failed to load"),
+])
+def test_failures_are_shown_and_the_partial_answer_kept(qtbot, make_window, fake_session, fake, model, words):
+    win = make_window(fake_session)
+    load_remote(qtbot, win, model)
+    result = ask(qtbot, win, "Q")
+    assert result["finish_reason"] == "error" and words in result["error"]
+    assert words in win.banner.message() and words in win.transcript.widgets()[-1].footer()
+    stored = win.store.messages(win.keeper.current_id)[-1]
+    assert stored.status == "error"
+    assert stored.text == ("The cat" if model in ("midstream500", "close") else "")
+    assert not win._busy and win.composer.isEnabled()
+
+
+def test_stalled_server_does_not_freeze_the_window_and_stop_ends_it(qtbot, make_window, fake_session, fake):
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "stall")
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(20)
+    win.composer.setPlainText("Q")
+    win.send_message()
+    qtbot.waitUntil(lambda: win.transcript.last_assistant() is not None
+                    and win.transcript.last_assistant().text == "The", timeout=5000)
+    qtbot.wait(600)  # the server says nothing now; the UI thread must keep running
+    assert win._busy and len(ticks) >= 15 and max(b - a for a, b in zip(ticks, ticks[1:])) < 0.25
+    t0 = time.monotonic()
+    with qtbot.waitSignal(win.answer_finished, timeout=2000) as finished:
+        win.stop()
+    timer.stop()
+    assert time.monotonic() - t0 < 1.0 and finished.args[0]["finish_reason"] == "cancelled"
+    assert win.store.messages(win.keeper.current_id)[-1].text == "The"
+
+
+def test_stop_then_regenerate(qtbot, make_window, fake_session, fake):
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "slow")
+    win.composer.setPlainText("Tell me")
+    win.send_message()
+    qtbot.waitUntil(lambda: bool(win.transcript.last_assistant() and win.transcript.last_assistant().text),
+                    timeout=5000)
+    with qtbot.waitSignal(win.answer_finished, timeout=3000) as stopped:
+        win.stop()
+    assert stopped.args[0]["finish_reason"] == "cancelled"
+    answer_index = len(win.transcript.widgets()) - 1
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as again:
+        win._on_message_action("regenerate", answer_index)
+    assert again.args[0]["finish_reason"] == "stop"
+    assert fake.requests[-1]["messages"] == [{"role": "user", "content": "Tell me"}]
+    assert win.store.messages(win.keeper.current_id)[-1].text == "The cat is orange."
+
+
+def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session, fake):
+    from app.settings import add_known_model
+
+    add_known_model("/models/fake", "FakeVLM")
+    win = make_window(fake_session)
+    qtbot.waitUntil(lambda: isinstance(win.remote_models.lists.get("fake"), list), timeout=5000)
+    actions = win.model_picker.model_actions()
+    sections = [a.text() for a in actions if a.isSeparator() and a.text()]
+    assert sections == ["On this computer", "fake"]
+    names = [a.text() for a in actions if not a.isSeparator()]
+    assert names[:3] == ["FakeVLM", "ok", "slow"]
+    remote_action = next(a for a in actions if a.text() == "ok")
+    remote_action.trigger()
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:fake::ok", timeout=10_000)
+
+
+def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, make_window, fake_session, png):
+    with FakeOpenAI() as plain:  # no /props, no model/info, no modalities: vision unknown, so off
+        remote_settings.save_servers([{"name": "plain", "url": plain.url}])
+        win = make_window(fake_session)
+        win.load_model(remote_spec("plain", "ok"))
+        qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:plain::ok" and win.controller.ready,
+                        timeout=10_000)
+        win.add_files([str(png)])
+        assert win.attachments.paths() == [] and plain.requests == []
+        assert "turn on “can see images” for it in Settings ▸ Engines" in win.banner.message()
+        assert win.banner.message().startswith("ok on plain cannot read images")

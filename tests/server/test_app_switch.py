@@ -1,0 +1,123 @@
+"""The app's "Local server" switch (pytest-qt), and the window sharing its engine service with the server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from app.backends.local import LocalBackend
+from engine.api import DoneEvent, GenerationParams, HistoryMessage
+from tests.server.fakes import FakeSession, fake_loader
+from tests.server.helpers import free_port
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("SMOLCHAT_DATA_DIR", str(tmp_path / "appdata"))
+    from app.main_window import MainWindow
+
+    session = FakeSession()
+    win = MainWindow("/models/fake", backend=LocalBackend(fake_loader(session)))
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: bool(win.model_info), timeout=10_000)
+    yield win, session
+    win.close()
+
+
+def test_the_switch_serves_the_windows_model_and_shows_a_copyable_url(qtbot, window):
+    win, session = window
+    dialog = win.open_local_server()
+    port = free_port()
+    dialog.port.setValue(port)
+    dialog.key.setText("k3y")
+    with qtbot.waitSignal(win.local_server.changed, timeout=10_000):
+        dialog.switch.setChecked(True)
+    url = f"http://127.0.0.1:{port}/v1"
+    assert dialog.url.text() == url and win.server_label.text() == f"Server: {url}"
+    assert win.server_label.isVisibleTo(win)
+    dialog.copy.click()
+    from PySide6.QtGui import QGuiApplication
+
+    assert QGuiApplication.clipboard().text() == url
+    QGuiApplication.clipboard().clear()
+
+    headers = {"Authorization": "Bearer k3y"}
+    models = httpx.get(f"{url}/models", headers=headers).json()["data"]
+    assert models[0]["id"] == "fake"  # the window's model: loaded once, served by both
+    reply = httpx.post(f"{url}/chat/completions", headers=headers, timeout=10,
+                       json={"model": "fake", "messages": [{"role": "user", "content": "over http"}]})
+    assert reply.json()["choices"][0]["message"]["content"] == "over http "
+    assert httpx.get(f"{url}/models").status_code == 401
+
+    with qtbot.waitSignal(win.local_server.changed, timeout=10_000) as stopped:
+        dialog.switch.setChecked(False)
+    assert stopped.args == [""] and not win.server_label.isVisibleTo(win)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models", headers=headers, timeout=2)
+    dialog.close()
+    assert int(win.qsettings.value("server/port")) == port  # remembered for next time
+
+
+def test_a_taken_port_is_reported_and_the_switch_turns_back_off(qtbot, window):
+    win, _ = window
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        dialog = win.open_local_server()
+        dialog.port.setValue(taken.getsockname()[1])
+        with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
+            dialog.switch.setChecked(True)
+    assert not dialog.switch.isChecked() and "could not start" in dialog.message.text()
+    dialog.close()
+
+
+def test_window_and_server_answers_each_run_on_their_own_conversation():
+    """The window's set_history + send and a server request's are each queued atomically, so neither
+    answers on the other's history."""
+    session = FakeSession()
+    backend = LocalBackend(fake_loader(session))
+    loaded = threading.Event()
+    backend.load("fake", {}, lambda info, message: loaded.set())
+    assert loaded.wait(5)
+    service = backend.service
+    seen: list[list[str]] = []
+    original = session.send
+
+    def spy(text, images=(), params=None):
+        seen.append([t.text for t in session.turns] + [text])
+        return original(text, images, params)
+    session.send = spy
+    put = service._queue.put
+
+    def slow_put(item):  # widen the gap between two puts, where another thread could slip in
+        put(item)
+        time.sleep(0.002)
+    service._queue.put = slow_put
+    done = [threading.Event() for _ in range(40)]
+    app_history = [HistoryMessage("user", "app q1"), HistoryMessage("assistant", "app a1")]
+
+    def window(i):
+        backend.set_history(app_history)
+        backend.send(f"app q{i}", [], GenerationParams(max_new_tokens=1),
+                     lambda e: isinstance(e, DoneEvent) and done[i].set())
+
+    def server(i):
+        with service.atomic():
+            service.set_history([HistoryMessage("user", "srv q1"), HistoryMessage("assistant", "srv a1")])
+            service.send(f"srv q{i}", [], GenerationParams(max_new_tokens=1),
+                         lambda e: isinstance(e, DoneEvent) and done[i].set())
+    threads = [threading.Thread(target=window if i % 2 else server, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(d.wait(10) for d in done)
+    for turns in seen:
+        owner = turns[-1][:3]
+        assert turns[:2] == [f"{owner} q1", f"{owner} a1"], turns
+    backend.close()

@@ -1,0 +1,162 @@
+"""Bad input gets the documented error (status, type, code), and the server keeps serving."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+from server import ServerConfig, create_app
+from tests.server.fakes import FakeSession, fake_loader
+from tests.server.helpers import ThreadServer, png_bytes
+
+MODEL = "tiny-f32"
+PNG = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
+SVG = "data:image/svg+xml;base64," + base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg"/>').decode()
+NOISY = base64.b64encode(png_bytes(noise=True)).decode()
+CUT_PNG = "data:image/png;base64," + NOISY[:len(NOISY) // 8 * 4]  # half the bytes, valid base64
+HEIC = "data:image/heic;base64," + base64.b64encode(b"\x00\x00\x00\x18ftypheic" + b"\x00" * 64).decode()
+
+
+def user(*parts) -> dict:
+    return {"role": "user", "content": list(parts)}
+
+
+def image(url: str) -> dict:
+    return {"type": "image_url", "image_url": url}
+
+
+TEXT = {"type": "text", "text": "What is it?"}
+CASES = {
+    "wrong type": ({"model": MODEL, "messages": "hello"}, 400, "invalid_value"),
+    "wrong part type": ({"model": MODEL, "messages": [user({"type": "audio", "x": 1})]}, 400, "invalid_value"),
+    "unknown model": ({"model": "gpt-4o", "messages": [user(TEXT)]}, 404, "model_not_found"),
+    "empty messages": ({"model": MODEL, "messages": []}, 400, "invalid_value"),
+    "last message not from the user": ({"model": MODEL, "messages": [{"role": "assistant", "content": "Hi"}]}, 400,
+                                       "invalid_messages"),
+    "broken base64": ({"model": MODEL, "messages": [user(image("data:image/png;base64,iVBOR%%w0KG"), TEXT)]}, 400,
+                      "invalid_base64"),
+    "truncated PNG": ({"model": MODEL, "messages": [user(image(CUT_PNG), TEXT)]}, 400, "invalid_image"),
+    "SVG": ({"model": MODEL, "messages": [user(image(SVG), TEXT)]}, 400, "unsupported_image_format"),
+    "HEIC": ({"model": MODEL, "messages": [user(image(HEIC), TEXT)]}, 400, "unsupported_image_format"),
+    "raw base64 of an SVG": ({"model": MODEL, "messages": [user(image(SVG.split(",")[1]), TEXT)]}, 400,
+                             "unsupported_image_format"),
+    "file URL": ({"model": MODEL, "messages": [user(image("file:///etc/passwd"), TEXT)]}, 400, "invalid_url"),
+    "remote URL while off": ({"model": MODEL, "messages": [user(image("http://127.0.0.1:9/x.png"), TEXT)]}, 400,
+                             "remote_media_disabled"),
+    "image in a system message": ({"model": MODEL, "messages": [{"role": "system", "content": [image(PNG)]},
+                                                                 user(TEXT)]}, 400, "invalid_content"),
+    "100 images in one message": ({"model": MODEL, "messages": [user(*[image(PNG)] * 100, TEXT)]}, 413,
+                                  "too_many_images"),
+    "video on a model without video": ({"model": MODEL, "messages": [user(
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAAGGZ0eXBtcDQy"}}, TEXT)]}, 400,
+        "video_not_supported"),
+    "video of an unknown type": ({"model": MODEL, "messages": [user(
+        {"type": "video_url", "video_url": "data:application/zip;base64,UEsDBA=="}, TEXT)]}, 400,
+        "unsupported_video_format"),
+    "max_tokens -1": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": -1}, 400, "invalid_value"),
+    "max_tokens 10**9": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": 10**9}, 400,
+                         "context_length_exceeded"),
+    "n=3": ({"model": MODEL, "messages": [user(TEXT)], "n": 3}, 400, "invalid_value"),
+    "repetition_penalty 1e-300": ({"model": MODEL, "messages": [user(TEXT)], "repetition_penalty": 1e-300}, 400,
+                                  "invalid_value"),
+    "top_logprobs 50": ({"model": MODEL, "messages": [user(TEXT)], "logprobs": True, "top_logprobs": 50}, 400,
+                        "invalid_value"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_requests_get_the_documented_error(url, name):
+    body, status, code = CASES[name]
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and set(error) == {"message", "type", "param", "code"} and error["message"]
+
+
+def test_invalid_json_and_nan_and_a_50_mb_body(url):
+    post = lambda content: httpx.post(f"{url}/v1/chat/completions", content=content,  # noqa: E731
+                                      headers={"content-type": "application/json"}, timeout=60)
+    assert post(b'{"model": "tiny-f32", "messages": [').json()["error"]["code"] == "invalid_json"
+    nan = post(b'{"model": "tiny-f32", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}')
+    assert nan.status_code == 400 and nan.json()["error"]["param"] == "temperature"
+    huge = post(json.dumps({"model": MODEL, "messages": [user(TEXT)], "pad": "x" * (50 * 1024 * 1024)}).encode())
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
+
+
+def test_disconnect_after_the_first_chunk_cancels_the_answer(url):
+    body = {"model": MODEL, "messages": [user(TEXT)], "max_tokens": 4000, "stream": True, "temperature": 0}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
+        first = next(response.iter_lines())
+        assert first.startswith("data: ")
+    # A 4000-token answer takes the tiny model a minute on a busy CPU; a cancelled one frees the queue at once.
+    deadline = time.monotonic() + 15
+    while "smolchat_queue_length 0.0" not in httpx.get(f"{url}/metrics").text:
+        assert time.monotonic() < deadline, "the answer kept running after its client left"
+        time.sleep(0.1)
+    tokens = float(re.search(r"^smolchat_generated_tokens_total ([\d.e+]+)$", httpx.get(f"{url}/metrics").text,
+                             re.M).group(1))
+    after = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(TEXT)], "max_tokens": 2},
+                       timeout=60)
+    assert after.status_code == 200
+    assert tokens < 10_000  # every answer so far, the abandoned one included, stopped well short of 4000 each
+
+
+def test_the_server_keeps_serving_after_all_of_that(url):
+    assert httpx.get(f"{url}/health").status_code == 200
+    ok = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(image(PNG), TEXT)],
+                                                        "max_tokens": 2}, timeout=30)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1
+
+
+@pytest.fixture
+def keyed():
+    session = FakeSession(delay=0.05)
+    srv = ThreadServer(create_app(ServerConfig(model="fake", api_key="s3cret", max_queue=2),
+                                  loader=fake_loader(session)))
+    try:
+        yield srv, session
+    finally:
+        srv.stop()
+
+
+def test_a_wrong_or_missing_key_is_401_and_the_key_opens_it(keyed):
+    srv, _ = keyed
+    body = {"model": "fake", "messages": [user(TEXT)]}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        response = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers)
+        assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(f"{srv.url}/v1/models").status_code == 401
+    assert httpx.get(f"{srv.url}/metrics").status_code == 401
+    assert httpx.get(f"{srv.url}/health").status_code == 200  # for load balancers and the app's status
+    good = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer s3cret"})
+    assert good.status_code == 200
+
+
+def test_queue_limit_429_and_a_disconnect_frees_its_answer(keyed):
+    srv, session = keyed  # max_queue=2
+    headers = {"Authorization": "Bearer s3cret"}
+    body = {"model": "fake", "messages": [user({"type": "text", "text": "slow " * 40})]}
+    queued: list = []
+    with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json={**body, "stream": True},
+                      headers=headers) as one:
+        lines = one.iter_lines()  # kept: a dropped iterator closes the connection
+        assert next(lines).startswith("data: ")  # running: 4 s of answer ahead
+        waiter = threading.Thread(target=lambda: queued.append(httpx.post(
+            f"{srv.url}/v1/chat/completions", json={**body, "max_tokens": 3}, headers=headers, timeout=30)))
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # until the waiter holds the second place
+            if "smolchat_queue_length 2.0" in httpx.get(f"{srv.url}/metrics", headers=headers).text:
+                break
+            time.sleep(0.05)
+        third = httpx.post(f"{srv.url}/v1/chat/completions", json={**body, "max_tokens": 1}, headers=headers)
+        assert third.status_code == 429 and third.json()["error"]["type"] == "rate_limit_error"
+    waiter.join(10)  # the first client left: its answer is cancelled, the queued one runs at once
+    assert queued[0].status_code == 200 and queued[0].json()["usage"]["completion_tokens"] == 3
+    assert session.running == 0

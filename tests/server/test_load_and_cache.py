@@ -1,0 +1,79 @@
+"""Load (32 clients x 3 requests, bounded) and prefix caching across the turns of an image conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+
+import httpx
+import openai
+
+from tests.server.helpers import data_uri
+
+MODEL = "tiny-f32"
+CLIENTS, REQUESTS = 32, 3
+
+
+def kv(url: str) -> dict[str, float]:
+    """The KV gauges of /metrics once they have settled (they are read on the engine thread)."""
+    last, deadline = None, time.monotonic() + 10
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{url}/metrics").text
+        now = {k: float(v) for k, v in re.findall(r"^smolchat_(kv_\w+) ([\d.e+]+)$", text, re.M)}
+        if now == last and "smolchat_queue_length 0.0" in text:
+            return now
+        last = now
+        time.sleep(0.2)
+    raise TimeoutError(f"KV gauges did not settle: {last}")
+
+
+def ask(url: str, text: str) -> dict:
+    response = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+        "model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 4, "temperature": 0})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def client(url: str, index: int, statuses: list[int]) -> None:
+    async with httpx.AsyncClient(timeout=60) as http:
+        for turn in range(REQUESTS):
+            body = {"model": MODEL, "max_tokens": 3, "stream": (index + turn) % 2 == 0,
+                    "messages": [{"role": "user", "content": f"Client {index} asks question {turn}"}]}
+            response = await http.post(f"{url}/v1/chat/completions", json=body)
+            statuses.append(response.status_code)
+            if response.status_code == 200 and body["stream"]:
+                assert response.text.rstrip().endswith("data: [DONE]")
+
+
+def test_32_concurrent_clients_complete_or_get_429_and_no_block_leaks(url):
+    ask(url, "The reference question")
+    before = kv(url)
+    statuses: list[int] = []
+
+    async def run() -> None:
+        await asyncio.wait_for(asyncio.gather(*(client(url, i, statuses) for i in range(CLIENTS))), 120)
+    asyncio.run(run())
+    assert len(statuses) == CLIENTS * REQUESTS and set(statuses) <= {200, 429}, sorted(set(statuses))
+    assert statuses.count(200) >= 8  # at least the queue's 8 places are served
+    ask(url, "The reference question")  # the same conversation again: the same blocks in use
+    after = kv(url)
+    used = lambda s: s["kv_blocks_total"] - s["kv_blocks_free"]  # noqa: E731
+    assert used(after) == used(before) == math.ceil(after["kv_tokens"] / 16), (before, after)
+    assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_the_follow_up_about_the_same_photo_reuses_the_image_prefill(url, images_dir):
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    photo = {"type": "image_url", "image_url": {"url": data_uri(images_dir / "rocket.jpg", "image/jpeg"),
+                                                "detail": "low"}}
+    messages = [{"role": "user", "content": [photo, {"type": "text", "text": "What is this?"}]}]
+    first = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    messages += [first.choices[0].message.model_dump(include={"role", "content"}),
+                 {"role": "user", "content": "And what colour is it?"}]
+    second = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # The whole first turn (its 64 image tokens included) and the answer come from the cache.
+    assert cached >= first.usage.prompt_tokens > 64, (cached, first.usage)
+    assert second.usage.prompt_tokens - cached < 20

@@ -1,0 +1,143 @@
+"""Binding, CORS, remote media (opt-in, size and time limits) and the CLI's refusal of unsafe settings."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from server import ServerConfig, create_app
+from server.config import is_loopback
+from tests.server.fakes import FakeSession, fake_loader
+from tests.server.helpers import REPO, ThreadServer, png_bytes
+
+PNG = png_bytes()
+
+
+class MediaHandler(http.server.BaseHTTPRequestHandler):
+    """/photo.png, /big.png (over the limit), /slow.png (past the time limit), /svg."""
+
+    def do_GET(self):  # noqa: N802 - the stdlib's name
+        if self.path == "/slow.png":
+            time.sleep(1.5)
+        body, kind = {"/big.png": (b"\x89PNG" + b"\x00" * 200_000, "image/png"),
+                      "/svg": (b"<svg/>", "image/svg+xml")}.get(self.path, (PNG, "image/png"))
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def media_host():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MediaHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def serve(**config) -> tuple[ThreadServer, FakeSession]:
+    session = FakeSession()
+    return ThreadServer(create_app(ServerConfig(model="fake", **config), loader=fake_loader(session))), session
+
+
+def chat_with_image(url: str, image: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", timeout=30, json={"model": "fake", "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}},
+                                     {"type": "text", "text": "what"}]}]})
+
+
+def test_remote_images_only_with_the_switch_and_within_limits(media_host):
+    off, _ = serve()
+    on, session = serve(allow_remote_media=True, max_media_bytes=100_000, remote_timeout_s=0.5)
+    try:
+        refused = chat_with_image(off.url, f"{media_host}/photo.png")
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "remote_media_disabled"
+        assert chat_with_image(on.url, f"{media_host}/photo.png").status_code == 200
+        assert session.sent[-1][1][0].endswith(".png")  # stored by content hash, handed on as a file
+        big = chat_with_image(on.url, f"{media_host}/big.png")
+        assert big.status_code == 413 and big.json()["error"]["code"] == "media_too_large"
+        slow = chat_with_image(on.url, f"{media_host}/slow.png")
+        assert slow.status_code == 400 and slow.json()["error"]["code"] == "media_fetch_failed"
+        svg = chat_with_image(on.url, f"{media_host}/svg")
+        assert svg.status_code == 400 and svg.json()["error"]["code"] == "unsupported_image_format"
+        local = chat_with_image(on.url, "file:///etc/hostname")  # never, switch or not
+        assert local.status_code == 400 and local.json()["error"]["code"] == "invalid_url"
+    finally:
+        off.stop()
+        on.stop()
+
+
+def test_cors_is_off_unless_origins_are_listed():
+    plain, _ = serve()
+    cors, _ = serve(cors_origins=["http://localhost:3000"])
+    try:
+        preflight = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"}
+        assert "access-control-allow-origin" not in httpx.options(f"{plain.url}/v1/models", headers=preflight).headers
+        allowed = httpx.options(f"{cors.url}/v1/chat/completions", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = httpx.get(f"{cors.url}/v1/models", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+    finally:
+        plain.stop()
+        cors.stop()
+
+
+def test_another_host_needs_a_key_or_an_explicit_opt_out():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    with pytest.raises(ValueError, match="--api-key"):
+        ServerConfig(model="m", host="0.0.0.0").check()
+    ServerConfig(model="m", host="0.0.0.0", api_key="k").check()
+    ServerConfig(model="m", host="0.0.0.0", insecure_no_key=True).check()
+    # The CLI refuses before loading anything: exit code 2 and one line on stderr.
+    done = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", "nowhere", "--host", "0.0.0.0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--api-key" in done.stderr
+
+
+def test_the_key_is_never_logged(caplog):
+    srv, _ = serve(api_key="topsecret-123")
+    try:
+        with caplog.at_level("DEBUG"):
+            httpx.post(f"{srv.url}/v1/chat/completions", json={"model": "fake", "messages": []},
+                       headers={"Authorization": "Bearer topsecret-123"})
+            httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer wrong"})
+        assert "topsecret-123" not in caplog.text
+    finally:
+        srv.stop()
+
+
+def test_media_is_stored_once_by_content_and_trimmed_least_recently_used(tmp_path):
+    import asyncio
+    import base64
+
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(max_stored_media=3), tmp_path / "media")
+    uris = ["data:image/png;base64," + base64.b64encode(png_bytes(color=(i, 0, 0))).decode() for i in range(5)]
+    image = lambda uri: asyncio.run(store.image(uri, "x"))  # noqa: E731
+    first = image(uris[0])
+    assert image(uris[0]) == first  # the same bytes: the same path, so the engine's cache keys match
+    for uri in uris[1:3]:
+        time.sleep(0.01)
+        image(uri)
+    time.sleep(0.01)
+    image(uris[0])  # used again: now the most recent
+    time.sleep(0.01)
+    image(uris[3])
+    names = sorted(p.name for p in (tmp_path / "media").iterdir())
+    assert len(names) == 3 and first.rsplit("/", 1)[1] in names  # uris[1], the least recently used, went

@@ -1,0 +1,46 @@
+"""A text-only Llama model (SmolLM2-shaped tiny checkpoint) behind the server: text works, images are a 400,
+and what it can do is read from its capabilities."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from server import ServerConfig, create_app
+from tests.engine.conftest import llama_tiny_checkpoint  # noqa: F401 - a fixture
+from tests.server.helpers import ThreadServer, data_uri, png_bytes, wait_ready
+
+
+@pytest.fixture(scope="module")
+def llama_url(llama_tiny_checkpoint):  # noqa: F811
+    srv = ThreadServer(create_app(ServerConfig(model=str(llama_tiny_checkpoint), model_id="smollm2")))
+    try:
+        wait_ready(srv.url, timeout=60)
+        yield srv.url
+    finally:
+        srv.stop()
+
+
+def test_text_only_model_reports_text_input_and_answers(llama_url):
+    [model] = httpx.get(f"{llama_url}/v1/models").json()["data"]
+    assert model["architecture"]["input_modalities"] == ["text"]
+    info = httpx.get(f"{llama_url}/v1/model/info").json()["data"][0]["model_info"]
+    assert info["supports_vision"] is False and info["supports_video"] is False and info["max_input_tokens"] > 0
+    reply = httpx.post(f"{llama_url}/v1/chat/completions", timeout=60, json={
+        "model": "smollm2", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        "max_tokens": 3, "temperature": 0})
+    assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >= 1
+    embedded = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": "hello"}, timeout=60)
+    assert embedded.status_code == 200 and len(embedded.json()["data"][0]["embedding"]) > 0
+
+
+def test_images_for_a_text_only_model_are_a_400(llama_url, tmp_path):
+    photo = tmp_path / "p.png"
+    photo.write_bytes(png_bytes())
+    content = [{"type": "image_url", "image_url": {"url": data_uri(photo)}}, {"type": "text", "text": "What?"}]
+    reply = httpx.post(f"{llama_url}/v1/chat/completions",
+                       json={"model": "smollm2", "messages": [{"role": "user", "content": content}]})
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "images_not_supported"
+    embedded = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": [
+        {"text": "x", "image_url": data_uri(photo)}]})
+    assert embedded.status_code == 400 and embedded.json()["error"]["code"] == "images_not_supported"
