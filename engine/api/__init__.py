@@ -23,6 +23,7 @@ from engine.api.errors import (
     PromptTooLongError,
     UnsupportedModelError,
     UnsupportedOperation,
+    VideoError,
     is_engine_error,
 )
 from engine.api.events import (
@@ -51,6 +52,7 @@ __all__ = [
     "GenerationStats",
     "HistoryMessage",
     "ImageError",
+    "VideoError",
     "InvalidLogitsError",
     "ModelInfo",
     "ModelLoadError",
