@@ -27,18 +27,28 @@ from engine.models.smolvlm.config import SmolVlmMetadata
 from engine.registry import parse_metadata
 from engine.models.smolvlm import SmolVlmModel
 
-# A shape small enough for fast tests that keeps what the processor depends on: 512-px tiles,
-# 16-px patches, scale 4 (64 image tokens per tile) and the real 49,280-token vocabulary.
+# A shape small enough for fast tests that keeps what the processor and the prompt depend on: each
+# config's tile size, patch size and scale_factor (512-px tiles, 16-px patches, scale 4 and 64 image
+# tokens per tile for the 256M/500M; 384 px, 14 px, scale 3 and 81 tokens for the 2.2B), its
+# model_type, and the real 49,280-token vocabulary. Only widths, depths and head counts shrink.
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
 TINY_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx")
 
 
+KEPT = ("image_size", "patch_size")
+
+
 def tiny_config(config: dict) -> dict:
+    """``config`` with the tiny widths and depths; tile size, patch size, ``scale_factor`` and
+    ``model_type`` stay (checked: a shrunk config that changed them would test another prompt)."""
     cfg = copy.deepcopy(config)
     cfg["vision_config"].update(TINY_VISION)
     cfg["text_config"].update(TINY_TEXT)
+    for key in KEPT:
+        assert cfg["vision_config"][key] == config["vision_config"][key], key
+    assert (cfg["scale_factor"], cfg["model_type"]) == (config["scale_factor"], config["model_type"])
     return cfg
 
 

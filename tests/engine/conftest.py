@@ -26,11 +26,28 @@ def _cache_root(tmp_path_factory) -> Path:
     return Path(env) if env else tmp_path_factory.getbasetemp() / "checkpoints"
 
 
-def _checkpoint(tmp_path_factory, name: str, **kwargs) -> Path:
+def _checkpoint(tmp_path_factory, name: str, config_dir: Path | None = None, **kwargs) -> Path:
     out = _cache_root(tmp_path_factory) / name
     if not (out / "config.json").exists() or not any(out.glob("*.safetensors")):
-        write_checkpoint(_config_dir(), out, **kwargs)
+        write_checkpoint(config_dir or _config_dir(), out, **kwargs)
     return out
+
+
+#: Every SmolVLM config folder in shared/models (issue 13: the whole family loads and matches transformers).
+FAMILY = ("SmolVLM-256M-Instruct", "SmolVLM-500M-Instruct", "SmolVLM2-256M-Video-Instruct",
+          "SmolVLM2-500M-Video-Instruct", "SmolVLM2-2.2B-Instruct")
+
+
+@pytest.fixture(scope="session")
+def family_checkpoint(tmp_path_factory):
+    """``(name, tiny=True, dtype="float32") -> folder``: a random-weight checkpoint of a family
+    config folder (tiny: 2 layers, each config's tile/patch/scale kept), built once per session."""
+
+    def build(name: str, tiny: bool = True, dtype: str = "float32") -> Path:
+        tag = f"{name}-{'tiny' if tiny else 'real'}-{dtype}"
+        return _checkpoint(tmp_path_factory, tag, _shared() / "models" / name, tiny=tiny, dtype=dtype, seed=0)
+
+    return build
 
 
 @pytest.fixture(scope="session")
