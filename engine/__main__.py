@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.api.errors import EngineError
-from engine.api.events import DoneEvent, GenerationParams
+from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationParams
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -33,13 +33,13 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--image-detail", choices=["full", "balanced", "fast"], default="full")
+    gen.add_argument("--image-detail", choices=list(DETAILS), default="full")
     gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
-    gen.add_argument("--weights", choices=["auto", "int8"], default=None,
-                     help="int8: int8 weight-only text decoder on the CPU (faster decode, slightly different "
-                          "answers); default $SMOLCHAT_WEIGHTS or auto")
+    gen.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
+                     help="int8: int8 weight-only text decoder on the CPU; int4: 4-bit groups of 32 on the CPU "
+                          "or CUDA (less memory, slightly different answers); default $SMOLCHAT_WEIGHTS or auto")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")
     gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
 
@@ -53,7 +53,7 @@ def _build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
     emb.add_argument("--pooling", choices=["mean", "last"], default="mean",
                      help="mean over content tokens (default) or the last content token")
-    emb.add_argument("--image-detail", choices=["full", "balanced", "fast"], default="full")
+    emb.add_argument("--image-detail", choices=list(DETAILS), default="full")
     emb.add_argument("--device", default=None)
     emb.add_argument("--dtype", default=None)
     emb.add_argument("--json", action="store_true", help='{"dim": H, "pooling": ..., "embedding": [...]}')

@@ -17,6 +17,7 @@ Answers stream through a detokenizer that never splits a UTF-8 character and nev
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -47,6 +48,8 @@ DEFAULT_PREFILL_CHUNK = 512  # CPU and MPS: [chunk, past + chunk] attention scor
 # CUDA: SDPA's flash kernel never materializes scores, and a first chunk that starts at position 0
 # takes the causal fast path. A 17-tile image prompt (1141 tokens) was 3 chunks: 96 ms on an H200.
 DEFAULT_PREFILL_CHUNK_CUDA = 4096
+#: Set to 0 to skip :meth:`ChatSession.warmup` at load on CUDA.
+WARMUP_ENV = "SMOLCHAT_WARMUP"
 # Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
 ANSWER_ROOM_FRACTION = 0.25
 
@@ -93,6 +96,7 @@ class ChatSession:
         #: pipelined_stream): ``None`` = on CUDA, where it hides the host's per-token work.
         self.pipelined: bool | None = None
         self.model_name = name or model.metadata.name
+        self.warmup_s: float | None = None
         self.turns: list[Turn] = []
         self._cached_keys: list = []  # what the cache holds, one key per position
         self._cancel = threading.Event()
@@ -104,8 +108,23 @@ class ChatSession:
         (``weights``: see :func:`engine.registry.load_model`)."""
         from engine.registry import load_components
 
-        return cls(*load_components(path_or_repo_id, device, dtype, weights), cache_config,
-                   name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
+        session = cls(*load_components(path_or_repo_id, device, dtype, weights), cache_config,
+                      name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
+        if session.model.device.type == "cuda" and os.environ.get(WARMUP_ENV, "1") not in ("0", "false", "no"):
+            session.warmup()
+        return session
+
+    def warmup(self) -> float:
+        """Do a first answer's one-time work now (CUDA kernels, Triton compilation, CUDA graphs of the
+        KV buckets a photo question reaches: :meth:`LlamaLM.warmup`), so the first answer is as fast
+        as the tenth. :meth:`load` calls it on CUDA (``SMOLCHAT_WARMUP=0`` turns that off). Returns the
+        seconds it took (also in :attr:`warmup_s`)."""
+        t = time.perf_counter()
+        self.model.warmup(self.cache)
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.warmup_s = time.perf_counter() - t
+        return self.warmup_s
 
     @property
     def device(self) -> str:
@@ -117,10 +136,10 @@ class ChatSession:
 
     @property
     def weights(self) -> str:
-        """``int8`` when the weights were quantized (``weights="int8"`` on the CPU), else the dtype."""
-        from engine.layers.linear import is_quantized
+        """``int8`` / ``int4`` when the weights were quantized (``weights=``), else the dtype."""
+        from engine.layers.linear import weight_format
 
-        return "int8" if is_quantized(self.model) else self.dtype
+        return weight_format(self.model) or self.dtype
 
     def cancel(self) -> None:
         self._cancel.set()

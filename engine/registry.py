@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from engine.api.errors import ConfigError, EngineError, UnsupportedModelError
+from engine.api.events import WEIGHT_FORMATS
 
 if TYPE_CHECKING:
     import torch
@@ -80,7 +81,7 @@ def read_metadata(folder: str | Path) -> ModelMetadata:
 
 
 WEIGHTS_ENV = "SMOLCHAT_WEIGHTS"
-WEIGHTS = ("auto", "int8")
+WEIGHTS = WEIGHT_FORMATS
 
 
 def resolve_weights(weights: str | None) -> str:
@@ -93,7 +94,7 @@ def resolve_weights(weights: str | None) -> str:
     value = (weights or os.environ.get(WEIGHTS_ENV, "")).strip().lower() or "auto"
     if value not in WEIGHTS:
         where = f"${WEIGHTS_ENV}" if from_env else "weights"
-        raise EngineError(f"{where}: unknown value {value!r} (use {' or '.join(WEIGHTS)})")
+        raise EngineError(f"{where}: unknown value {value!r} (use {', '.join(WEIGHTS)})")
     return value
 
 
@@ -104,7 +105,8 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     ``weights`` (default ``$SMOLCHAT_WEIGHTS``, else ``auto``): ``auto`` keeps the weights in
     ``dtype``; ``int8`` quantizes the text decoder's projections and lm_head to int8 weight-only
     (:mod:`engine.layers.linear`) when the model runs on the CPU (~1.5x faster decode there, with
-    slightly different logits); on a GPU it is ignored.
+    slightly different logits; on a GPU it is ignored); ``int4`` to 4 bits in groups of 32 on the
+    CPU and on CUDA (an eighth of float32's weight bytes).
 
     Raises:
         ModelLoadError: (and subclasses) the folder, config or tensors are unusable.
@@ -118,10 +120,10 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     meta = source.metadata()
     dev = choose_device(device)
     model = model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))
-    if weights == "int8" and dev.type == "cpu":
-        from engine.layers.linear import quantize_int8
+    if weights == "int4" or (weights == "int8" and dev.type == "cpu"):
+        from engine.layers.linear import quantize_weights
 
-        quantize_int8(model, inplace=True)
+        quantize_weights(model, weights, inplace=True)
     return model
 
 

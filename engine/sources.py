@@ -211,6 +211,8 @@ class _NullFile:
 def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
     """A local folder if ``path_or_repo_id`` exists on disk, else a Hub repository id ("owner/name").
 
+    A ``.gguf`` file, or a folder with no safetensors but a ``.gguf``, is a :class:`engine.gguf.GGUFSource`.
+
     ``owner/name`` whose ``owner`` is an existing local folder (``checkpoints/nope``) is taken as a
     mistyped local path, not a Hub id, so the error says the folder is missing instead of "offline".
 
@@ -219,10 +221,15 @@ def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
         DownloadError: the Hub id cannot be downloaded.
     """
     path = Path(path_or_repo_id).expanduser()
+    if path.suffix.lower() == ".gguf" or (path.is_dir() and not any(path.glob("*.safetensors"))
+                                          and any(path.glob("*.gguf"))):
+        from engine.gguf import GGUFSource  # llama.cpp checkpoints: a .gguf file or a folder of them
+
+        return GGUFSource(path)
     if path.is_dir():
         return LocalDirSource(path)
     if path.exists():
-        raise ModelLoadError(f"{path} is a file; --model takes a model folder (with config.json) or a Hub id")
+        raise ModelLoadError(f"{path} is a file; --model takes a model folder (with config.json), a .gguf file or a Hub id")
     text = str(path_or_repo_id)
     looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
     if looks_like_repo and not Path(text.split("/")[0]).is_dir():

@@ -34,6 +34,7 @@ from engine.api.events import (
     GenerationParams,
     GenerationStats,
     TokenEvent,
+    WEIGHT_FORMATS,
 )
 
 __all__ = [
@@ -61,5 +62,6 @@ __all__ = [
     "TokenEvent",
     "UnsupportedModelError",
     "UnsupportedOperation",
+    "WEIGHT_FORMATS",
     "is_engine_error",
 ]

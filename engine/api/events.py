@@ -12,6 +12,9 @@ from typing import Literal
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 #: Image detail levels (see :class:`GenerationParams`).
 DETAILS = ("full", "balanced", "fast")
+#: Weight formats a model can be loaded with: ``auto`` keeps the run dtype; ``int8`` (CPU) and ``int4``
+#: (CPU and CUDA) quantize the text decoder's projections and lm_head weight-only.
+WEIGHT_FORMATS = ("auto", "int8", "int4")
 
 
 @dataclass(frozen=True, slots=True)

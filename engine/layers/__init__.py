@@ -4,13 +4,22 @@ Each concept is its own module; this package re-exports the names models use.
 """
 
 from engine.layers.attention import causal_attention, single_query_attention
-from engine.layers.linear import Int8Linear, fuse_linears, is_quantized, quantize_int8
+from engine.layers.linear import (
+    Int4Linear,
+    Int8Linear,
+    fuse_linears,
+    is_quantized,
+    quantize_int8,
+    quantize_weights,
+    weight_format,
+)
 from engine.layers.mlp import GatedMLP
 from engine.layers.norm import RMSNorm
 from engine.layers.rope import RotaryEmbedding, apply_rotary
 
 __all__ = [
     "GatedMLP",
+    "Int4Linear",
     "Int8Linear",
     "RMSNorm",
     "RotaryEmbedding",
@@ -19,5 +28,7 @@ __all__ = [
     "fuse_linears",
     "is_quantized",
     "quantize_int8",
+    "quantize_weights",
     "single_query_attention",
+    "weight_format",
 ]

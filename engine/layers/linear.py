@@ -87,30 +87,106 @@ class Int8Linear(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
-def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
-    """The text decoder's projections and the lm_head of ``model`` as :class:`Int8Linear` (CPU only).
+class Int4Linear(nn.Module):
+    """``y = x @ dequant(W_int4)^T`` with 4-bit weights in groups of ``group_size`` input channels,
+    each group with its own scale and zero (asymmetric; gpt-fast / torchao ``int4wo``, like llama.cpp's
+    Q4_1): ``W = (q - 8) * scale + zero`` for ``q`` in 0..15.
 
-    The vision tower and connector (compute-bound, run once per image) and the embedding table stay
-    in floating point. With tied embeddings the lm_head gets its own int8 copy (28 MB).
+    The matmul is ATen's ``_weight_int4pack_mm_for_cpu`` on the CPU and ``_weight_int4pack_mm`` on
+    CUDA, which unpack the weights in registers: an eighth of float32's weight
+    bytes move through memory. ``x [..., in]`` of any float dtype (computed in bfloat16),
+    returned in ``x.dtype``.
 
     Raises:
-        ValueError: the model is not on the CPU.
+        ValueError: ``in_features`` is not a multiple of ``group_size``.
     """
-    if model.device.type != "cpu":
+
+    INNER_K_TILES = 2
+
+    def __init__(self, linear: nn.Linear, group_size: int = 32):
+        super().__init__()
+        w = linear.weight.detach().float()
+        n, k = w.shape
+        if k % group_size:
+            raise ValueError(f"int4 needs in_features ({k}) divisible by the group size {group_size}")
+        self.in_features, self.out_features, self.group_size = k, n, group_size
+        groups = w.reshape(n, k // group_size, group_size)
+        lo, hi = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+        scale = ((hi - lo) / 15).clamp(min=1e-8)
+        q = ((groups - lo) / scale).round_().clamp_(0, 15).to(torch.int32).reshape(n, k)
+        zero = lo + scale * 8
+        # [k / group, n, 2]: the layout both int4pack kernels read.
+        self.register_buffer("scales_and_zeros", torch.cat([scale, zero], -1).permute(1, 0, 2).contiguous()
+                             .to(torch.bfloat16))
+        device = w.device
+        if device.type == "cuda":
+            packed_u8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+            packed = torch.ops.aten._convert_weight_to_int4pack(packed_u8, self.INNER_K_TILES)
+        else:
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.INNER_K_TILES)
+        self.register_buffer("weight", packed)
+        self.register_buffer("bias", linear.bias.detach().float() if linear.bias is not None else None)
+
+    def dequantized(self) -> torch.Tensor:
+        """The float32 ``[out, in]`` weights this layer multiplies by (for tests and quality checks)."""
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=self.weight.device)
+        return self._mm(eye).float().T.contiguous()
+
+    def _mm(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight.device.type == "cuda":
+            return torch.ops.aten._weight_int4pack_mm(x, self.weight, self.group_size, self.scales_and_zeros)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, self.group_size, self.scales_and_zeros)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = self._mm(x.reshape(-1, shape[-1]).to(torch.bfloat16))
+        y = y.view(*shape[:-1], self.out_features).to(x.dtype)
+        return y + self.bias if self.bias is not None else y
+
+
+#: ``weights=`` values: ``auto`` keeps the run dtype; the others quantize the text decoder's projections
+#: and the lm_head weight-only.
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
+
+
+def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.Module:
+    """The text decoder's projections and the lm_head of ``model`` (a model with ``decoder`` and
+    ``lm_head``, :class:`~engine.models.llama.lm.LlamaLM`) as ``kind`` (``int8`` / ``int4``) layers.
+
+    The vision tower and connector (compute-bound, run once per image) and the embedding table stay
+    in floating point. With tied embeddings the lm_head gets its own quantized copy.
+
+    Raises:
+        ValueError: an unknown ``kind``, or int8 off the CPU (its kernel is CPU-only).
+    """
+    if kind not in QUANTIZED:
+        raise ValueError(f"unknown weight format {kind!r} (use {' or '.join(QUANTIZED)})")
+    if kind == "int8" and model.device.type != "cpu":
         raise ValueError("int8 weight-only quantization is a CPU option")
     if not inplace:
         model = copy.deepcopy(model)
-    text = model.model.text_model
-    for layer in text.layers:
+    layer_cls = QUANTIZED[kind]
+    for layer in model.decoder.layers:
         for parent in (layer.self_attn, layer.mlp):
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear):
-                    setattr(parent, name, Int8Linear(child))
-    model.lm_head = Int8Linear(model.lm_head)
+                    setattr(parent, name, layer_cls(child))
+    model.lm_head = layer_cls(model.lm_head)
     model._static = None
     return model
 
 
+def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
+    """:func:`quantize_weights` with ``int8`` (CPU only)."""
+    return quantize_weights(model, "int8", inplace)
+
+
+def weight_format(model: nn.Module) -> str | None:
+    """``int8`` / ``int4`` when :func:`quantize_weights` was applied to ``model``, else ``None``."""
+    head = getattr(model, "lm_head", None)
+    return next((kind for kind, cls in QUANTIZED.items() if isinstance(head, cls)), None)
+
+
 def is_quantized(model: nn.Module) -> bool:
-    """Whether :func:`quantize_int8` was applied to ``model``."""
-    return isinstance(getattr(model, "lm_head", None), Int8Linear)
+    """Whether :func:`quantize_weights` was applied to ``model``."""
+    return weight_format(model) is not None

@@ -83,6 +83,10 @@ class GenerativeModel(abc.ABC):
     def supports_video(self) -> bool:
         return False
 
+    def warmup(self, cache: KVCache) -> None:
+        """Do a first answer's one-time work (kernel loading, compilation, graph captures) on the empty
+        ``cache``, leaving it empty. Default: nothing to do."""
+
     @abc.abstractmethod
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [B, S] int64`` -> embeddings ``[B, S, H]``."""

@@ -89,6 +89,40 @@ class LlamaLM:
         self._threads.record(n, time.perf_counter() - t)
         return logits
 
+    @torch.inference_mode()
+    def warmup(self, cache: KVCache, prompt_tokens: int = 1100) -> None:
+        """Do the one-time work of a first answer now, on ``cache`` (left empty afterwards).
+
+        On CUDA a first answer paid for lazily loaded kernels (cuBLAS, SDPA with and without a mask,
+        at long and short prompt shapes), the fused Triton decode kernels' compilation (or their load
+        from Triton's disk cache) and one CUDA-graph capture per KV bucket, and again whenever the paged
+        arena grew. This prefills ``prompt_tokens`` dummy tokens and a second long chunk after them
+        (growing the paged arena to what a photo question needs, no more: peak memory is a target), decodes once in every bucket up to there
+        (capturing its graph on the arena the conversation will use), prefills a short follow-up chunk,
+        then truncates the cache to 0. Tokens are id 0; nothing is kept but kernels and graphs.
+        """
+        if cache.seq_len:
+            raise ValueError(f"warmup needs an empty cache, got {cache.seq_len} tokens")
+        total = min(prompt_tokens + 256, cache.capacity - 32)
+        if total < 64:
+            return
+        ids = torch.zeros(1, total, dtype=torch.long, device=self.device)
+        embeds = self.embed(ids)
+        first = total - 256 if total > 512 else total // 2
+        try:
+            self.prefill(embeds[:, :first], cache, range(0, first))  # no past: causal fast path
+            self.prefill(embeds[:, first:], cache, range(first, total))  # with past: masked path
+            one = self.embed(ids[:, :1])
+            length = cache.seq_len
+            while length > 16:
+                cache.truncate(length)
+                self.decode(one, cache)  # the bucket of position `length`: capture once
+                length //= 2
+            cache.truncate(min(cache.seq_len, 64))
+            self.prefill(embeds[:, :14], cache, range(cache.seq_len, cache.seq_len + 14))  # a follow-up
+        finally:
+            cache.truncate(0)
+
     def supports_decode_all_logits(self) -> bool:
         return True
 

@@ -355,6 +355,9 @@ class TritonStep:
         self.layers = []
         for layer in text.layers:
             attn, mlp = layer.self_attn, layer.mlp
+            if not all(isinstance(m, torch.nn.Linear) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up,
+                                                                 mlp.down_proj)):
+                raise ValueError("Triton decode needs float nn.Linear weights (not int8/int4 layers)")
             if attn.qkv_proj is None or mlp.gate_up is None or attn.qkv_proj.bias is not None:
                 raise ValueError("Triton decode needs fused, bias-free q/k/v and gate/up projections")
             if attn.o_proj.bias is not None:

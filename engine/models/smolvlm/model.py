@@ -147,6 +147,15 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         return self._meta.model_type == "smolvlm"
 
     @torch.inference_mode()
+    def warmup(self, cache, prompt_tokens: int = 1100) -> None:
+        """:meth:`LlamaLM.warmup`, after running the vision tower once on blank tiles (a full chunk and a
+        single tile: the two batch shapes a photo's tiles come in)."""
+        size = self._meta.vision.image_size
+        tiles = torch.zeros(VISION_TILE_CHUNK_GPU + 1, 3, size, size, device=self.device, dtype=self.vision_dtype)
+        self.encode_images(tiles)
+        LlamaLM.warmup(self, cache, prompt_tokens)
+
+    @torch.inference_mode()
     def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor]) -> torch.Tensor:
         """``tokens [B, S]`` and tiles ``[n, 3, M, M]`` (``n >= 1``; e.g. one tensor per tile, or all
         tiles of an image or all frames of a video), one tile per image-token span in prompt order

@@ -1,0 +1,43 @@
+"""``ChatSession.warmup``: a first answer's one-time work done at load, with nothing left behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.api.events import GenerationParams, TokenEvent
+from engine.cache import CacheConfig
+from engine.chat import ChatSession
+from engine.models.llama.static_decode import StaticDecoder
+
+
+def answer(session, text="Hello", n=12):
+    params = GenerationParams(max_new_tokens=n, ignore_eos=True, speculative=False)
+    return [e.token_id for e in session.send(text, params=params) if isinstance(e, TokenEvent) and e.token_id >= 0]
+
+
+@pytest.mark.parametrize("kind", ["paged", "contiguous"])
+def test_warmup_captures_every_bucket_and_changes_no_answer(tiny_checkpoint, kind):
+    """Run the CUDA path's warm-up on the CPU (static decode step, eager): afterwards the cache is
+    empty, one step per KV bucket up to the warm-up's length has run, and answers are unchanged."""
+    cold = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(kind=kind))
+    expected = answer(cold)
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(kind=kind))
+    session.model.static_decode = True
+    session.model._static = StaticDecoder(session.model, use_graph=False)
+    buckets = []
+    step = session.model._static.step
+
+    def spy(kv, bucket):
+        buckets.append(bucket)
+        return step(kv, bucket)
+
+    session.model._static.step = spy
+    seconds = session.warmup()
+    assert seconds > 0 and session.warmup_s == seconds
+    assert session.cache.seq_len == 0 and session.turns == []
+    assert sorted(set(buckets)) == [256, 512, 1024, 2048]  # a 1356-token warm-up reaches bucket 2048
+    if kind == "paged":
+        # Every block is free again, in an arena grown to 2048 tokens (128 blocks of 16) by the warm-up.
+        assert not session.cache.block_table and session.cache.allocator.num_free == session.cache.num_blocks == 128
+    assert answer(session) == expected
+    session.model.static_decode, session.model._static = None, None
