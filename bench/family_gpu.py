@@ -25,11 +25,13 @@ what is needed into the checkout first (both folders are git-ignored through .gi
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 -d .whl av==18.1.0 num2words==0.5.14
 
-(about 21 MB of configs, tokenizers and media plus a 36 MB PyAV wheel: inside the 64 MiB a call carries;
-num2words' own dependency docopt is only for its command line and has no wheel), then ``run`` with ``carry=[".shared", ".whl"]`` and the command
+(about 21 MB of configs, tokenizers and media plus a 36 MB PyAV wheel: inside the 64 MiB a call
+carries; num2words' own dependency docopt is only for its command line and has no wheel), then
+``run`` with ``carry=[".shared", ".whl"]`` and the command
 
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \\
-    export PYTHONPATH=/tmp/site; PYTHONUNBUFFERED=1 python3 bench/family_gpu.py --shared .shared --out $OUT/family_gpu.json
+    export PYTHONPATH=/tmp/site; PYTHONUNBUFFERED=1 python3 bench/family_gpu.py --shared .shared \\
+        --out $OUT/family_gpu.json
 
 Each part writes its results into the JSON (and prints them); a part that fails records its error and
 the others still run. ``--only parity,ttft`` picks parts; ``--models`` picks family folders.

@@ -34,6 +34,12 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--image-detail", choices=list(DETAILS), default="full")
+    gen.add_argument("--video", action="append", default=[],
+                     help="video file (SmolVLM2 models; repeat for several): frames sampled as transformers does")
+    gen.add_argument("--max-frames", type=int, default=None,
+                     help="at most this many frames per video (default: the checkpoint's, 64)")
+    gen.add_argument("--fps", type=float, default=None,
+                     help="frames per second to sample from a video (default: the checkpoint's, 1)")
     gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
@@ -76,7 +82,8 @@ def _generate(args: argparse.Namespace) -> int:
     params = GenerationParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
-        ignore_eos=args.ignore_eos, image_detail=args.image_detail,
+        ignore_eos=args.ignore_eos, image_detail=args.image_detail, video_fps=args.fps,
+        video_max_frames=args.max_frames,
     )
     from engine.models.smolvlm.processing import frame_count, load_image
 
@@ -85,6 +92,11 @@ def _generate(args: argparse.Namespace) -> int:
         frames = frame_count(image)
         if frames > 1:
             print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
+    if args.video:  # bad videos fail here too, from their headers
+        from engine.models.smolvlm.video import probe
+
+        for video in args.video:
+            probe(video)
     prompt = args.prompt
     if args.prompt_file is not None:
         try:
@@ -96,12 +108,13 @@ def _generate(args: argparse.Namespace) -> int:
                                weights=args.weights,
                                system_prompt=args.system)
     out = sys.stdout
-    for event in session.send(prompt, images=args.image, params=params):
+    for event in session.send(prompt, images=args.image, params=params, videos=args.video):
         if isinstance(event, DoneEvent):
             if args.json:
+                frames = {"frames": event.stats.video_frames} if args.video else {}
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
-                                      **_stats_json(event.stats), **({"error": event.error} if event.error else {})})
-                          + "\n")
+                                      **_stats_json(event.stats), **frames,
+                                      **({"error": event.error} if event.error else {})}) + "\n")
             else:
                 s = event.stats
                 out.write("\n")

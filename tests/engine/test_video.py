@@ -296,3 +296,113 @@ def test_variable_frame_rate_takes_the_frame_shown_at_each_timestamp(tmp_path):
         shown = int(round((float(frame.mean()) - 10) / 15))
         assert times_ms[shown] / 1000 <= target + late
         assert shown == len(times_ms) - 1 or times_ms[shown + 1] / 1000 > target + late
+
+
+# -- chat and CLI -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smolvlm2_session(family_checkpoint):
+    from engine.chat import ChatSession
+
+    return ChatSession.load(family_checkpoint("SmolVLM2-256M-Video-Instruct"), device="cpu", dtype="float32")
+
+
+def test_chat_video_turn_matches_transformers(smolvlm2_session, videos_dir, family_checkpoint):
+    """A user turn with a video: prompt ids as transformers' processor builds them, greedy tokens as
+    its model generates them; a second turn reuses the cached video."""
+    from engine.api.events import DoneEvent, GenerationParams, TokenEvent
+    from tests.engine.test_family import video_ids
+
+    session = smolvlm2_session
+    session.reset()
+    path = videos_dir / "moving_square.mp4"
+    question = "Where is the square?"
+    params = GenerationParams(max_new_tokens=6, ignore_eos=True)
+    events = list(session.send(question, params=params, videos=[path]))
+    tokens = [e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason == "length"
+    ref_ids = video_ids(family_checkpoint("SmolVLM2-256M-Video-Instruct"), read_video(path), question)
+    ids, _, media = session._prompt()
+    assert ids[: ref_ids.shape[1]] == ref_ids[0].tolist()  # then the answer and the next generation prompt
+    assert done.stats.prompt_tokens == ref_ids.shape[1]
+    frames = media[0].num_frames
+    assert done.stats.video_frames == frames and done.stats.image_tokens == frames * media[0].image_seq_len
+    ref = transformers.AutoModelForImageTextToText.from_pretrained(
+        family_checkpoint("SmolVLM2-256M-Video-Instruct"), dtype="float32", attn_implementation="eager").eval()
+    import torch
+
+    with torch.no_grad():
+        gen = ref.generate(input_ids=ref_ids, pixel_values=torch.from_numpy(media[0].tiles)[None],
+                           attention_mask=torch.ones_like(ref_ids), max_new_tokens=6, min_new_tokens=6,
+                           do_sample=False)
+    assert tokens == gen[0, ref_ids.shape[1]:].tolist()
+    again = list(session.send("And now?", params=params))[-1]
+    assert again.stats.cached_tokens >= ref_ids.shape[1]  # the video's frames were not encoded again
+
+
+def test_chat_rejects_bad_videos_without_a_half_saved_turn(smolvlm2_session, tmp_path):
+    session = smolvlm2_session
+    session.reset()
+    before = list(session.turns)
+    with pytest.raises(VideoError):
+        session.send("What is this?", videos=[write_audio_only(tmp_path / "a.mp4")])
+    assert session.turns == before
+
+
+def test_idefics3_session_refuses_videos(family_checkpoint, videos_dir):
+    from engine.api.errors import UnsupportedOperation
+    from engine.chat import ChatSession
+
+    session = ChatSession.load(family_checkpoint("SmolVLM-256M-Instruct"), device="cpu", dtype="float32")
+    assert not session.model.capabilities().video
+    with pytest.raises(UnsupportedOperation, match="takes no videos"):
+        session.send("What moves?", videos=[videos_dir / "moving_square.mp4"])
+    assert session.turns == []
+
+
+def test_cli_generate_video_json_reports_frames(family_checkpoint, videos_dir, capsys):
+    import json
+
+    from engine.__main__ import main
+
+    ck = str(family_checkpoint("SmolVLM2-256M-Video-Instruct"))
+    path = videos_dir / "slideshow.mp4"
+    rc = main(["generate", "--model", ck, "--video", str(path), "--prompt", "Which photos?", "--max-new-tokens", "3",
+               "--ignore-eos", "--json", "--max-frames", "5", "--fps", "2", "--dtype", "float32"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0
+    done = lines[-1]
+    expected = hf_indices(*hf_metadata(path), sample_fps=2, max_frames=5)
+    assert done["type"] == "done" and done["frames"] == len(expected) == 5
+    assert done["generated_tokens"] == 3 and sum(1 for line in lines if line["type"] == "token") == 3
+
+
+@pytest.mark.parametrize("kind", ["audio", "text", "empty"])
+def test_cli_bad_video_is_a_one_line_error_before_loading(tmp_path, capsys, kind):
+    from engine.__main__ import main
+
+    path = tmp_path / "clip.mp4"
+    if kind == "audio":
+        write_audio_only(path)
+    elif kind == "text":
+        path.write_text("not a video")
+    else:
+        path.write_bytes(b"")
+    rc = main(["generate", "--model", str(tmp_path / "no-such-model"), "--video", str(path), "--prompt", "hi"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error: ") and "\n" not in err and str(path) in err
+
+
+def test_typed_video_token_stays_text(video_config_dir, videos_dir, processor):
+    from engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(video_config_dir)
+    video = processor.preprocess_video(videos_dir / "moving_square.mp4", max_frames=2)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Is <video> a tag?"}]}]
+    enc = tok.encode_chat(messages, videos=[video])
+    assert enc.text.count("You are provided the following series of two frames") == 1
+    assert "Is <video> a tag?" in enc.text
+    assert enc.num_image_tokens == 2 * processor.image_seq_len == enc.input_ids.count(tok.image_token_id)
+    with pytest.raises(ValueError, match="wrote 1 video parts but 2 videos"):
+        tok.encode_chat(messages, videos=[video, video])

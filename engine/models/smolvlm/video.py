@@ -37,14 +37,14 @@ import os
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from PIL import Image
 
 from engine.api.errors import VideoError
 from engine.models.smolvlm.processing import ProcessedImage
-from engine.models.smolvlm.prompt import video_prompt
+from engine.models.smolvlm.prompt import VIDEO_TOKEN, video_prompt
 
 if TYPE_CHECKING:
     from engine.models.smolvlm.processing import ImageProcessor
@@ -340,6 +340,8 @@ class ProcessedVideo(ProcessedImage):
     timestamps: tuple[float, ...] = ()
     duration: float | None = None
     indices: tuple[int, ...] = ()
+    #: What the chat template writes for a video part, and :attr:`prompt` replaces.
+    video_token: ClassVar[str] = VIDEO_TOKEN
 
     @property
     def num_frames(self) -> int:
