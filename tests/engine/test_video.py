@@ -406,3 +406,16 @@ def test_typed_video_token_stays_text(video_config_dir, videos_dir, processor):
     assert enc.num_image_tokens == 2 * processor.image_seq_len == enc.input_ids.count(tok.image_token_id)
     with pytest.raises(ValueError, match="wrote 1 video parts but 2 videos"):
         tok.encode_chat(messages, videos=[video, video])
+
+
+@pytest.mark.parametrize("suffix,codec", [(".mkv", "libx264"), (".webm", "libvpx-vp9"), (".h264", "libx264")])
+def test_containers_without_a_frame_count(tmp_path, suffix, codec):
+    """Matroska/WebM headers carry no frame count (it comes from the duration); a raw H.264 stream has
+    neither and cannot seek (its packets are counted, then it is decoded from the start)."""
+    frames = [solid(32, 48, (i * 7) % 250) for i in range(150)]  # frame i has grey level 7 i mod 250
+    path = write_video(tmp_path / f"clip{suffix}", frames, rate=25, codec=codec)
+    video = read_video(path)
+    assert (video.info.total_frames, video.info.fps) == (150, 25.0)
+    assert video.indices == hf_indices(150, 25.0, 6.0).tolist()
+    for frame, index in zip(video.frames, video.indices):
+        assert abs(float(frame.mean()) - (index * 7) % 250) <= 3

@@ -210,6 +210,8 @@ def _info(container, path) -> VideoInfo:
         else:
             seconds = 0.0
         total = int(round(seconds * fps))
+    if total <= 0:  # e.g. a raw H.264 stream: no duration either; count its packets (no decoding)
+        total = sum(1 for packet in container.demux(stream) if packet.size)
     if total <= 0:
         raise VideoError(f"Video has no frames (zero length): {path}")
     return VideoInfo(total_frames=total, fps=fps, duration=total / fps, width=width, height=height, start=start)
@@ -251,10 +253,17 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
     container = _open(path)
     try:
         info = _info(container, path)
+        indices = [int(i) for i in sample_indices(info.total_frames, info.fps, info.duration, fps, max_frames)]
+        try:
+            container.seek(0)
+            seekable = True
+        except (av.FFmpegError, OSError):  # a raw elementary stream: decode it from the start
+            container.close()
+            container = _open(path)
+            seekable = False
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
-        indices = sample_indices(info.total_frames, info.fps, info.duration, fps, max_frames)
-        frames, kept, times, decoded = _decode_at(container, stream, info, [int(i) for i in indices], resize)
+        frames, kept, times, decoded = _decode_at(container, stream, info, indices, resize, seekable)
     except av.FFmpegError as exc:
         raise VideoError(f"Cannot decode video {path}: {_short(exc)}") from None
     except MemoryError:
@@ -272,7 +281,7 @@ def tolerance(fps: float) -> float:
     return min(TIME_TOLERANCE_S, 0.5 / fps)
 
 
-def _decode_at(container, stream, info: VideoInfo, indices: list[int], resize):
+def _decode_at(container, stream, info: VideoInfo, indices: list[int], resize, seekable: bool = True):
     """Decode the frame shown at ``info.start + index / fps`` for each index (sorted ascending):
     the last frame whose time is at most :func:`tolerance` after it."""
     tb = stream.time_base or Fraction(1, 1)
@@ -291,7 +300,9 @@ def _decode_at(container, stream, info: VideoInfo, indices: list[int], resize):
 
     for index in indices:
         target = info.start + index * period
-        if it is None or target - last_time > SEEK_AHEAD_S:
+        if it is None and not seekable:
+            it = container.decode(stream)
+        elif it is None or (seekable and target - last_time > SEEK_AHEAD_S):
             offset = int((target - info.start) / tb) + (stream.start_time or 0)
             container.seek(max(0, offset), stream=stream, backward=True, any_frame=False)
             it = container.decode(stream)
