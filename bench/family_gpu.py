@@ -12,7 +12,11 @@
    we resize with Pillow's LANCZOS like the image processor, so small differences are expected).
 3. ``ttft``: time to first token of a question about a 64-frame video (an 80 s clip) for each SmolVLM2
    model at its real shape in bfloat16: frame decoding + resizing, vision tower over 64 tiles, prefill of
-   the ~4.3k-token prompt (2.2B: 81 tokens per frame, ~5.3k tokens); median of 3 cold runs after a warm-up.
+   the ~5.0k-token prompt (2.2B: 81 tokens per frame, ~6k tokens); median of 3 cold runs after a warm-up.
+
+Checked on the CPU with tiny models (the ``"cuda"`` strings swapped for ``"cpu"``): the parity and ttft
+parts run end to end (2.2B tiny: ids equal, logits within 1.1e-5, 16 greedy tokens equal; a 64-frame
+question is a 4,973-token prompt for the 256M). The video_processor part could not run there.
 
 Run on the H200 (one call). The device machine has neither ``../shared`` nor PyAV/num2words, so copy
 what is needed into the checkout first (both folders are git-ignored through .git/info/exclude):
