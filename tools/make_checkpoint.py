@@ -1,4 +1,5 @@
-"""Write a random-weight SmolVLM checkpoint with the exact tensor names and shapes of a config folder.
+"""Write a random-weight checkpoint with the exact tensor names and shapes of a config folder (any
+architecture in :mod:`engine.registry`: SmolVLM, SmolLM2 / Llama).
 
 These machines cannot download weights, so correctness is proven by parity with transformers on
 random weights. The output folder gets the config (shrunk with ``--tiny``), every tokenizer /
@@ -8,6 +9,7 @@ processor file of the source folder, and ``model.safetensors`` (or ``--shards N`
 
     python -m tools.make_checkpoint --config ../shared/models/SmolVLM-256M-Instruct --out checkpoints/smolvlm-256m-random
     python -m tools.make_checkpoint --config ../shared/models/SmolVLM-256M-Instruct --out checkpoints/tiny --tiny
+    python -m tools.make_checkpoint --config ../shared/models/SmolLM2-135M-Instruct --out checkpoints/smollm2-tiny --tiny
 """
 
 from __future__ import annotations
@@ -23,14 +25,13 @@ import torch
 from safetensors.torch import save_file
 
 from engine.device import DTYPES
-from engine.models.smolvlm.config import SmolVlmMetadata
-from engine.registry import parse_metadata
-from engine.models.smolvlm import SmolVlmModel
+from engine.models.config import ModelMetadata
+from engine.registry import model_class, parse_metadata
 
-# A shape small enough for fast tests that keeps what the processor and the prompt depend on: each
-# config's tile size, patch size and scale_factor (512-px tiles, 16-px patches, scale 4 and 64 image
-# tokens per tile for the 256M/500M; 384 px, 14 px, scale 3 and 81 tokens for the 2.2B), its
-# model_type, and the real 49,280-token vocabulary. Only widths, depths and head counts shrink.
+# A shape small enough for fast tests that keeps what the processor, the prompt and the tokenizer
+# depend on: each config's tile size, patch size and scale_factor (512-px tiles, 16-px patches, scale 4
+# and 64 image tokens per tile for the 256M/500M; 384 px, 14 px, scale 3 and 81 tokens for the 2.2B),
+# its model_type, and the real vocabulary. Only widths, depths and head counts shrink.
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
 TINY_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16}
@@ -41,19 +42,24 @@ KEPT = ("image_size", "patch_size")
 
 
 def tiny_config(config: dict) -> dict:
-    """``config`` with the tiny widths and depths; tile size, patch size, ``scale_factor`` and
-    ``model_type`` stay (checked: a shrunk config that changed them would test another prompt)."""
+    """``config`` shrunk to the tiny shape: its ``vision_config`` and ``text_config`` if it has them
+    (SmolVLM), else the top level (a plain ``LlamaForCausalLM`` config). Tile size, patch size,
+    ``scale_factor`` and ``model_type`` stay (checked: a shrunk config that changed them would test
+    another prompt)."""
     cfg = copy.deepcopy(config)
-    cfg["vision_config"].update(TINY_VISION)
-    cfg["text_config"].update(TINY_TEXT)
-    for key in KEPT:
-        assert cfg["vision_config"][key] == config["vision_config"][key], key
-    assert (cfg["scale_factor"], cfg["model_type"]) == (config["scale_factor"], config["model_type"])
+    if "vision_config" in cfg:
+        cfg["vision_config"].update(TINY_VISION)
+        for key in KEPT:
+            assert cfg["vision_config"][key] == config["vision_config"][key], key
+        assert cfg["scale_factor"] == config["scale_factor"]
+    (cfg["text_config"] if "text_config" in cfg else cfg).update(TINY_TEXT)
+    assert cfg["model_type"] == config["model_type"]
     return cfg
 
 
-def random_state_dict(meta: SmolVlmMetadata, seed: int = 0) -> dict[str, torch.Tensor]:
-    """float32 tensors for every parameter of :class:`SmolVlmModel` built from ``meta``.
+def random_state_dict(meta: ModelMetadata, seed: int = 0) -> dict[str, torch.Tensor]:
+    """float32 tensors for every parameter of the registry's model class for ``meta`` (as it is
+    stored: a tied ``lm_head.weight`` is left out, as Hugging Face checkpoints do).
 
     Linear/conv weights ~ N(0, 1/fan_in) so activations keep unit scale through depth; norms get
     weights around 1 and small biases (so a broken norm shows up in parity); the lm_head is scaled to
@@ -62,9 +68,11 @@ def random_state_dict(meta: SmolVlmMetadata, seed: int = 0) -> dict[str, torch.T
     """
     gen = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
-        model = SmolVlmModel(meta)
+        model = model_class(meta.model_type)(meta)
     out = {}
     for name, p in model.state_dict().items():
+        if name == "lm_head.weight" and meta.tie_word_embeddings:
+            continue
         shape = tuple(p.shape)
         if name.endswith("weight") and ("norm" in name):
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen)

@@ -1,4 +1,5 @@
-"""Random-weight checkpoints built once per test session from the real SmolVLM-256M config files."""
+"""Random-weight checkpoints built once per test session from the real SmolVLM-256M and
+SmolLM2-135M-Instruct config files."""
 
 from __future__ import annotations
 
@@ -186,3 +187,20 @@ def smolvlm_gguf_pair(tmp_path_factory, tiny_checkpoint, llama_cpp_source) -> Pa
     _convert(llama_cpp_source, tiny_checkpoint, mmproj, "--mmproj")
     (out / "stamp.json").write_text(stamp)
     return out
+
+
+def _llama_config_dir() -> Path:
+    return _shared() / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def llama_tiny_checkpoint(tmp_path_factory) -> Path:
+    """2-layer SmolLM2-shaped text-only Llama (model_type llama), float32, real tokenizer and template."""
+    return _checkpoint(tmp_path_factory, "smollm2-tiny-f32", _llama_config_dir(), tiny=True, dtype="float32", seed=0)
+
+
+@pytest.fixture(scope="session")
+def llama_real_checkpoint(tmp_path_factory) -> Path:
+    """Random weights at the real SmolLM2-135M-Instruct shape (30 layers, tied embeddings), float32."""
+    return _checkpoint(tmp_path_factory, "smollm2-135m-random-f32", _llama_config_dir(), tiny=False,
+                       dtype="float32", seed=0)

@@ -403,9 +403,20 @@ def test_typed_video_token_stays_text(video_config_dir, videos_dir, processor):
     enc = tok.encode_chat(messages, videos=[video])
     assert enc.text.count("You are provided the following series of two frames") == 1
     assert "Is <video> a tag?" in enc.text
-    assert enc.num_image_tokens == 2 * processor.image_seq_len == enc.input_ids.count(tok.image_token_id)
-    with pytest.raises(ValueError, match="wrote 1 video parts but 2 videos"):
+    slots = enc.input_ids.count(tok.token_to_id(video.image_token))
+    assert enc.num_image_tokens == 2 * processor.image_seq_len == slots
+    with pytest.raises(ValueError, match="the chat has 1 video parts but 2 videos were given"):
         tok.encode_chat(messages, videos=[video, video])
+
+
+def test_a_template_without_a_video_branch_is_refused(model_config_dir, videos_dir, processor):
+    """SmolVLM (Idefics3) chat templates write nothing for a video part: say so, never drop the video."""
+    from engine.tokenizer import Tokenizer
+
+    video = processor.preprocess_video(videos_dir / "moving_square.mp4", max_frames=2)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What moves?"}]}]
+    with pytest.raises(ValueError, match="the chat template wrote 0 video tokens but 1 videos were given"):
+        Tokenizer.from_pretrained(model_config_dir).encode_chat(messages, videos=[video])
 
 
 @pytest.mark.parametrize("suffix,codec", [(".mkv", "libx264"), (".webm", "libvpx-vp9"), (".h264", "libx264")])
@@ -419,3 +430,13 @@ def test_containers_without_a_frame_count(tmp_path, suffix, codec):
     assert video.indices == hf_indices(150, 25.0, 6.0).tolist()
     for frame, index in zip(video.frames, video.indices):
         assert abs(float(frame.mean()) - (index * 7) % 250) <= 3
+
+
+def test_text_only_session_refuses_videos(llama_tiny_checkpoint, videos_dir):
+    from engine.api.errors import UnsupportedOperation
+    from engine.chat import ChatSession
+
+    session = ChatSession.load(llama_tiny_checkpoint, device="cpu", dtype="float32")
+    with pytest.raises(UnsupportedOperation, match="takes no videos"):
+        session.send("What moves?", videos=[videos_dir / "moving_square.mp4"])
+    assert session.turns == []
