@@ -76,14 +76,10 @@ class Turn:
         return [*self.videos, *self.images]
 
 
-def tile_digests(images: Sequence[ProcessedImage]) -> list[bytes]:
-    """A content hash per tile, in prompt order (reference §0.8: image tokens alone are not a cache key)."""
-    return [digest for img in images for digest in img.tile_digests]
-
-
 def slot_tiles(images: Sequence[ProcessedImage]) -> list[tuple[int, bytes]]:
     """One ``(tile number, tile digest)`` per feature slot (image-token position) of ``images``, in
-    prompt order; tile numbers count over all images. Read from the processed images themselves
+    prompt order; tile numbers count over all images. The digest is the slot's cache key next to its
+    token id (reference §0.8: image tokens alone are not a cache key). Read from the processed images themselves
     (``num_image_tokens`` slots spread evenly over ``num_tiles`` tiles), never from model metadata."""
     out, tile = [], 0
     for img in images:
