@@ -265,13 +265,26 @@ class ChatSession:
         """
         if not videos:
             return []
-        if not (self.model.supports_video() and getattr(self.processor, "takes_video", False)):
-            from engine.api.errors import UnsupportedOperation
-
-            raise UnsupportedOperation(f"{self.model_name or type(self.model).__name__} takes no videos "
-                                       f"(model_type {self.model.metadata.model_type}); load a SmolVLM2 model")
+        self._require_video()
         params = params or GenerationParams()
         return [self.processor.preprocess_video(v, params.video_fps, params.video_max_frames) for v in videos]
+
+    def _require_video(self) -> None:
+        if not (self.model.supports_video() and getattr(self.processor, "takes_video", False)):
+            raise UnsupportedOperation(f"{self.model_name or type(self.model).__name__} takes no videos "
+                                       f"(model_type {self.model.metadata.model_type}); load a SmolVLM2 model")
+
+    def count_video_tokens(self, video: str | Path, params: GenerationParams | None = None) -> int:
+        """Prompt tokens a video file will take (its intro, frame stamps and image tokens), from its
+        headers alone: no decoding (within a token: the BPE may merge its edges with the text around
+        it; fewer if the file turns out truncated). Raises :class:`~engine.api.errors.VideoError` for unreadable files
+        and :class:`~engine.api.errors.UnsupportedOperation` for a model without video."""
+        from engine.models.smolvlm.video import planned_prompt
+
+        self._require_video()
+        params = params or GenerationParams()
+        text = planned_prompt(self.processor, video, params.video_fps, params.video_max_frames)
+        return len(self.tokenizer.encode(text, allow_special=True))
 
     # -- generation -----------------------------------------------------------------------------
     def send(self, text: str, images: Sequence[ImageInput] = (), params: GenerationParams | None = None,

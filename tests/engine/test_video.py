@@ -440,3 +440,22 @@ def test_text_only_session_refuses_videos(llama_tiny_checkpoint, videos_dir):
     with pytest.raises(UnsupportedOperation, match="takes no videos"):
         session.send("What moves?", videos=[videos_dir / "moving_square.mp4"])
     assert session.turns == []
+
+
+def test_count_video_tokens_from_headers_matches_the_prompt(smolvlm2_session, videos_dir):
+    """The count the app shows before sending is the tokens the video adds to the prompt, within one
+    token (the BPE may merge the outro's newlines with the text that follows)."""
+    from engine.api.events import GenerationParams
+
+    session = smolvlm2_session
+    session.reset()
+    for path, params in [(videos_dir / "slideshow.mp4", None),
+                         (videos_dir / "moving_square.mp4", GenerationParams(video_fps=2, video_max_frames=7))]:
+        counted = session.count_video_tokens(path, params)
+        session.reset()
+        without = len(session.tokenizer.encode_chat([{"role": "user", "content": "Hi"}]).input_ids)
+        clip = session.preprocess_videos([path], params)[0]
+        messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Hi"}]}]
+        with_video = len(session.tokenizer.encode_chat(messages, videos=[clip]).input_ids)
+        assert abs(counted - (with_video - without)) <= 1
+        assert counted > clip.num_image_tokens

@@ -363,14 +363,30 @@ class ProcessedVideo(ProcessedImage):
         return video_prompt(self.timestamps, self.duration, self.image_seq_len)
 
 
-def preprocess_video(processor: ImageProcessor, source: str | os.PathLike, fps: float | None = None,
-                     max_frames: int | None = None) -> ProcessedVideo:
-    """:meth:`ImageProcessor.preprocess_video`."""
+def _sampling(processor: ImageProcessor, fps: float | None, max_frames: int | None) -> tuple[float, int]:
     sampling = processor.video_sampling
     if sampling is None:
         raise VideoError("This model takes no videos (its preprocessor_config.json has no video_sampling)")
     fps = float(sampling.get("fps", 1) if fps is None else fps)
     max_frames = int(sampling.get("max_frames", 64) if max_frames is None else max_frames)
+    return fps, max_frames
+
+
+def planned_prompt(processor: ImageProcessor, source: str | os.PathLike, fps: float | None = None,
+                   max_frames: int | None = None) -> str:
+    """The prompt a video will get, from its headers alone (no decoding): for counting its tokens
+    before sending. Exact unless the file turns out truncated (fewer frames decode)."""
+    fps, max_frames = _sampling(processor, fps, max_frames)
+    info = probe(source)
+    indices = sample_indices(info.total_frames, info.fps, info.duration, fps, max_frames)
+    return video_prompt([int(i) / info.fps for i in indices], info.duration, processor.image_seq_len)
+
+
+def preprocess_video(processor: ImageProcessor, source: str | os.PathLike, fps: float | None = None,
+                     max_frames: int | None = None) -> ProcessedVideo:
+    """:meth:`ImageProcessor.preprocess_video`."""
+    fps, max_frames = _sampling(processor, fps, max_frames)
+    sampling = processor.video_sampling
     square = processor.max_image_size
     edge = int((sampling.get("video_size") or {}).get("longest_edge", square))
     resize = functools.partial(resize_frame, longest_edge=edge, square=square, resample=processor.resample)
