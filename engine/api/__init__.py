@@ -36,6 +36,7 @@ from engine.api.events import (
     TokenEvent,
     WEIGHT_FORMATS,
 )
+from engine.api.hub import looks_like_repo_id
 
 __all__ = [
     "Attachment",
@@ -64,4 +65,5 @@ __all__ = [
     "UnsupportedOperation",
     "WEIGHT_FORMATS",
     "is_engine_error",
+    "looks_like_repo_id",
 ]
