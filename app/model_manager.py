@@ -26,15 +26,24 @@ class CatalogEntry:
     label: str
     size_gb: float  # download size (bfloat16 safetensors + tokenizer), approximate
     note: str
+    video: bool = False  # SmolVLM2 (model_type smolvlm) also answers questions about videos
+
+    @property
+    def abilities(self) -> str:
+        """What it can do, in words: ``images`` or ``images, video``."""
+        return "images, video" if self.video else "images"
 
 
 CATALOG = [
     CatalogEntry("HuggingFaceTB/SmolVLM-256M-Instruct", "SmolVLM 256M", 0.5, "Smallest and fastest; fine on a CPU"),
     CatalogEntry("HuggingFaceTB/SmolVLM-500M-Instruct", "SmolVLM 500M", 1.0, "Better answers, still light"),
     CatalogEntry("HuggingFaceTB/SmolVLM-Instruct", "SmolVLM 2.2B", 4.5, "Best SmolVLM quality; wants a GPU"),
-    CatalogEntry("HuggingFaceTB/SmolVLM2-256M-Video-Instruct", "SmolVLM2 256M (video)", 0.5, "SmolVLM2, smallest"),
-    CatalogEntry("HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "SmolVLM2 500M (video)", 1.0, "SmolVLM2, balanced"),
-    CatalogEntry("HuggingFaceTB/SmolVLM2-2.2B-Instruct", "SmolVLM2 2.2B", 4.5, "SmolVLM2, largest; wants a GPU"),
+    CatalogEntry("HuggingFaceTB/SmolVLM2-256M-Video-Instruct", "SmolVLM2 256M (video)", 0.5, "SmolVLM2, smallest",
+                 video=True),
+    CatalogEntry("HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "SmolVLM2 500M (video)", 1.0, "SmolVLM2, balanced",
+                 video=True),
+    CatalogEntry("HuggingFaceTB/SmolVLM2-2.2B-Instruct", "SmolVLM2 2.2B", 4.5, "SmolVLM2, largest; wants a GPU",
+                 video=True),
 ]
 
 
@@ -50,7 +59,8 @@ class CatalogRow(QFrame):
         self.entry = entry
         self.setObjectName("catalogRow")
         self.setAccessibleName(entry.label)
-        title = QLabel(f"<b>{entry.label}</b> <span style='color:gray'>· {entry.repo_id} · ≈{entry.size_gb:g} GB</span>")
+        title = QLabel(f"<b>{entry.label}</b> <span style='color:gray'>· {entry.repo_id} · ≈{entry.size_gb:g} GB"
+                       f" · {entry.abilities}</span>")
         title.setObjectName("catalogTitle")
         self.status = QLabel(entry.note)
         self.status.setObjectName("catalogStatus")

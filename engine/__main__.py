@@ -40,6 +40,12 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--image-detail", choices=list(DETAILS), default="full")
+    gen.add_argument("--video", action="append", default=[],
+                     help="video file (SmolVLM2 models; repeat for several): frames sampled as transformers does")
+    gen.add_argument("--max-frames", type=int, default=None,
+                     help="at most this many frames per video (default: the checkpoint's, 64)")
+    gen.add_argument("--fps", type=float, default=None,
+                     help="frames per second to sample from a video (default: the checkpoint's, 1)")
     gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
@@ -97,7 +103,8 @@ def _generate(args: argparse.Namespace) -> int:
     params = GenerationParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
-        ignore_eos=args.ignore_eos, image_detail=args.image_detail,
+        ignore_eos=args.ignore_eos, image_detail=args.image_detail, video_fps=args.fps,
+        video_max_frames=args.max_frames,
     )
     from engine.models.smolvlm.processing import frame_count, load_image
 
@@ -106,6 +113,11 @@ def _generate(args: argparse.Namespace) -> int:
         frames = frame_count(image)
         if frames > 1:
             print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
+    if args.video:  # bad videos fail here too, from their headers
+        from engine.models.smolvlm.video import probe
+
+        for video in args.video:
+            probe(video)
     if args.image and not args.server:  # and so do images for a text-only model (config.json alone says so;
         # a server's model is checked against what the server reports once connected)
         from engine.api.errors import UnsupportedOperation
@@ -127,7 +139,8 @@ def _generate(args: argparse.Namespace) -> int:
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
                                weights=args.weights,
                                system_prompt=args.system)
-    return _print_events(session.send(prompt, images=args.image, params=params), args.json)
+    more = {"videos": args.video} if args.video else {}
+    return _print_events(session.send(prompt, images=args.image, params=params, **more), args.json)
 
 
 def _print_events(events, as_json: bool, remote: bool = False) -> int:
@@ -138,9 +151,10 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
     for event in events:
         if isinstance(event, DoneEvent):
             if as_json:
+                frames = {"frames": event.stats.video_frames} if event.stats.video_frames else {}
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
-                                      **_stats_json(event.stats), **({"error": event.error} if event.error else {})})
-                          + "\n")
+                                      **_stats_json(event.stats), **frames,
+                                      **({"error": event.error} if event.error else {})}) + "\n")
             else:
                 s = event.stats
                 out.write("\n")

@@ -66,7 +66,8 @@ ANSWER_ROOM_FRACTION = 0.25
 
 @dataclass
 class Turn:
-    """One message of the conversation. ``images`` are preprocessed tiles (user turns only);
+    """One message of the conversation. ``images`` are preprocessed tiles and ``videos`` sampled
+    frames (user turns only; in the prompt the videos come first, then the images, then the text);
     ``token_ids`` are the ids an assistant turn was generated as (stop token excluded), replayed
     as they are in later prompts. ``None`` (e.g. a turn written by hand) means: tokenize ``text``."""
 
@@ -74,6 +75,12 @@ class Turn:
     text: str
     images: list[ProcessedImage] = field(default_factory=list)
     token_ids: list[int] | None = None
+    videos: list = field(default_factory=list)  # ProcessedVideo (engine.models.smolvlm.video)
+
+    @property
+    def media(self) -> list[ProcessedImage]:
+        """Videos then images: the order their tiles take in the prompt."""
+        return [*self.videos, *self.images]
 
 
 def slot_tiles(images: Sequence[ProcessedImage]) -> list[tuple[int, bytes]]:
@@ -181,18 +188,18 @@ class ChatSession:
         if self.system_prompt:
             msgs.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
         for turn in self.turns:
-            content = [{"type": "image"} for _ in turn.images]
+            content = [{"type": "video"} for _ in turn.videos] + [{"type": "image"} for _ in turn.images]
             if turn.text or not content:
                 content.append({"type": "text", "text": turn.text})
             msgs.append({"role": turn.role, "content": content})
         return msgs
 
     def _prompt(self) -> tuple[list[int], list, list[ProcessedImage]]:
-        """Prompt ids of the conversation (generation prompt included), their cache keys, the images."""
-        images = [img for t in self.turns for img in t.images]
+        """Prompt ids of the conversation (generation prompt included), their cache keys, the images
+        and videos in prompt order."""
+        images = [m for t in self.turns for m in t.media]
         messages = self._messages()
-        ids = self._replay_answers(self.tokenizer.encode_chat(messages, images, add_generation_prompt=True).input_ids,
-                                   messages)
+        ids = self._replay_answers(self._encode(messages, self.turns).input_ids, messages)
         slots = iter(slot_tiles(images))
         keys = []
         for tok in ids:
@@ -218,8 +225,7 @@ class ChatSession:
                 continue
             if self._image_id is not None and self._image_id in turn.token_ids:
                 continue
-            before = [img for t in self.turns[:j] for img in t.images]
-            asked = self.tokenizer.encode_chat(messages[:j + offset], before, add_generation_prompt=True).input_ids
+            asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
             start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
             end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
             if end is None or ids[:start] != asked[:start]:
@@ -228,6 +234,11 @@ class ChatSession:
         for start, end, replacement in reversed(swaps):  # back to front: earlier offsets stay valid
             ids[start:end] = replacement
         return ids
+
+    def _encode(self, messages: list[dict], turns: Sequence[Turn]):
+        """``Tokenizer.encode_chat`` of ``messages`` with the images and videos of ``turns``."""
+        return self.tokenizer.encode_chat(messages, [img for t in turns for img in t.images],
+                                          add_generation_prompt=True, videos=[v for t in turns for v in t.videos])
 
     def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
         """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:
@@ -254,23 +265,57 @@ class ChatSession:
         self._require_vision(len(images))
         return [self.processor(img, detail=detail) for img in images]
 
+    def preprocess_videos(self, videos: Sequence[str | Path], params: GenerationParams | None = None) -> list:
+        """Sample and resize the frames of video files (``params.video_fps`` / ``video_max_frames``
+        override the checkpoint's ``video_sampling``).
+
+        Raises:
+            UnsupportedOperation: the model takes no videos (only SmolVLM2 checkpoints do).
+            VideoError: a video cannot be read.
+        """
+        if not videos:
+            return []
+        self._require_video()
+        params = params or GenerationParams()
+        return [self.processor.preprocess_video(v, params.video_fps, params.video_max_frames) for v in videos]
+
+    def _require_video(self) -> None:
+        if not (self.model.supports_video() and getattr(self.processor, "takes_video", False)):
+            raise UnsupportedOperation(f"{self.model_name or type(self.model).__name__} takes no videos "
+                                       f"(model_type {self.model.metadata.model_type}); load a SmolVLM2 model")
+
+    def count_video_tokens(self, video: str | Path, params: GenerationParams | None = None) -> int:
+        """Prompt tokens a video file will take (its intro, frame stamps and image tokens), from its
+        headers alone: no decoding (within a token: the BPE may merge its edges with the text around
+        it; fewer if the file turns out truncated). Raises :class:`~engine.api.errors.VideoError` for unreadable files
+        and :class:`~engine.api.errors.UnsupportedOperation` for a model without video."""
+        from engine.models.smolvlm.video import planned_prompt
+
+        self._require_video()
+        params = params or GenerationParams()
+        text = planned_prompt(self.processor, video, params.video_fps, params.video_max_frames)
+        return len(self.tokenizer.encode(text, allow_special=True))
+
     # -- generation -----------------------------------------------------------------------------
-    def send(self, text: str, images: Sequence[ImageInput] = (), params: GenerationParams | None = None
-             ) -> Iterator[GenerationEvent]:
-        """Add a user turn and stream the assistant's answer.
+    def send(self, text: str, images: Sequence[ImageInput] = (), params: GenerationParams | None = None,
+             videos: Sequence[str | Path] = ()) -> Iterator[GenerationEvent]:
+        """Add a user turn (with images and video files) and stream the assistant's answer.
 
         Yields :class:`TokenEvent` per generated token, then one :class:`DoneEvent`.
 
         Raises (before anything is yielded, leaving the conversation unchanged):
             UnsupportedOperation: ``images`` given to a text-only model.
             ImageError: an image cannot be read.
+            VideoError: a video cannot be read (one line naming it).
+            UnsupportedOperation: videos given to a model that takes none.
             PromptTooLongError: the conversation does not fit the context.
         """
         params = params or GenerationParams()
         t0 = time.perf_counter()
         processed = self.preprocess(images, params.image_detail)
+        clips = self.preprocess_videos(videos, params)
         snapshot = list(self.turns)
-        self.turns.append(Turn("user", text, processed))
+        self.turns.append(Turn("user", text, processed, videos=clips))
         return self._start(snapshot, params, t0)
 
     def regenerate(self, params: GenerationParams | None = None) -> Iterator[GenerationEvent]:
@@ -293,11 +338,12 @@ class ChatSession:
         return self._start(snapshot, params, t0)
 
     def edit(self, turn_index: int, text: str, images: Sequence[ImageInput] | None = None,
-             params: GenerationParams | None = None) -> Iterator[GenerationEvent]:
+             params: GenerationParams | None = None, videos: Sequence[str | Path] | None = None
+             ) -> Iterator[GenerationEvent]:
         """Replace user turn ``turn_index`` (0-based over :attr:`turns`), drop every later turn, and
         stream a new answer. The cache keeps the prefix the old and new prompts share.
 
-        ``images=None`` keeps the turn's images; a sequence (possibly empty) replaces them.
+        ``images=None`` keeps the turn's images; a sequence (possibly empty) replaces them; ``videos`` likewise.
 
         Raises (before anything is yielded, leaving the conversation unchanged):
             ValueError: ``turn_index`` is not a user turn of the conversation.
@@ -310,9 +356,10 @@ class ChatSession:
             roles = [t.role for t in self.turns]
             raise ValueError(f"turn {turn_index} is not a user turn of this conversation (turns: {roles})")
         processed = self.turns[turn_index].images if images is None else self.preprocess(images, params.image_detail)
+        clips = self.turns[turn_index].videos if videos is None else self.preprocess_videos(videos, params)
         snapshot = list(self.turns)
         del self.turns[turn_index:]
-        self.turns.append(Turn("user", text, list(processed)))
+        self.turns.append(Turn("user", text, list(processed), videos=list(clips)))
         return self._start(snapshot, params, t0)
 
     def _start(self, snapshot: list[Turn], params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
@@ -356,6 +403,7 @@ class ChatSession:
                   dropped: int = 0) -> Iterator[GenerationEvent]:
         stats = GenerationStats(prompt_tokens=len(ids),
                                 image_tokens=sum(img.num_image_tokens for img in images),
+                                video_frames=sum(getattr(img, "num_frames", 0) for img in images),
                                 dropped_turns=dropped)
         if dropped:
             stats.notice = (f"The conversation no longer fits the {self.cache.capacity}-token context: "

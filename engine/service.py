@@ -80,6 +80,12 @@ class _Request:
 _STOP = object()
 
 
+def _split(attachments: Sequence[Attachment]) -> tuple[list[str], list[str]]:
+    """Image paths and video paths (``Attachment.kind``), each in order."""
+    return ([a.path for a in attachments if a.kind != "video"],
+            [a.path for a in attachments if a.kind == "video"])
+
+
 def _key(message: HistoryMessage) -> tuple:
     """What identifies a message for reuse: answers compare by stripped text, as the app stores them."""
     text = message.text.strip() if message.role == "assistant" else message.text
@@ -130,7 +136,9 @@ class EngineService:
              system_prompt: str | None = None) -> _Request:
         """Add a user message and stream the answer into ``sink``; returns a handle for :meth:`cancel_request`."""
         paths = [a.path for a in attachments]
-        return self._generate(sink, system_prompt, lambda s: s.send(text, images=paths, params=params),
+        images, videos = _split(attachments)
+        more = {"videos": videos} if videos else {}  # sessions without video support take no such keyword
+        return self._generate(sink, system_prompt, lambda s: s.send(text, images=images, params=params, **more),
                        after=lambda: [("user", text, tuple(paths))])
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> _Request:
@@ -139,9 +147,10 @@ class EngineService:
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> _Request:
         paths = None if attachments is None else [a.path for a in attachments]
-        return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, paths, params),
-                              edit_at=turn_index,
-                       after=lambda: [("user", text, tuple(paths or ()))])
+        images, videos = (None, None) if attachments is None else _split(attachments)
+        more = {"videos": videos} if videos else {}
+        return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, images, params, **more),
+                       edit_at=turn_index, after=lambda: [("user", text, tuple(paths or ()))])
 
     def complete(self, prompt: str, params: GenerationParams, sink: EventSink) -> _Request:
         """Continue the raw text ``prompt`` (no chat template) and stream into ``sink``.
@@ -178,6 +187,8 @@ class EngineService:
         if session is None:
             return -1
         try:
+            if attachment.kind == "video":  # from the headers: frames, timestamps, no decoding
+                return int(session.count_video_tokens(attachment.path))
             return int(session.count_image_tokens(attachment.path, detail))
         except Exception:  # noqa: BLE001 - the send itself reports unreadable images
             log.debug("cannot count image tokens of %s", attachment.path, exc_info=True)
@@ -302,10 +313,12 @@ class EngineService:
             from engine.chat import Turn  # engine thread only (imports torch)
 
         for message in messages[keep:]:
-            paths = [a.path for a in message.attachments]
-            images = session.preprocess(paths) if paths and message.role == "user" else []
+            user = message.role == "user"
+            image_paths, video_paths = _split(message.attachments)
+            images = session.preprocess(image_paths) if image_paths and user else []
+            videos = session.preprocess_videos(video_paths) if video_paths and user else []
             ids = None if message.token_ids is None else list(message.token_ids)
-            session.turns.append(Turn(message.role, message.text, images, token_ids=ids))
+            session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos))
         self._synced = wanted
 
     def _generate(self, sink: EventSink, system_prompt: str | None, start: Callable[[Any], Any],

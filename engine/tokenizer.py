@@ -309,6 +309,7 @@ class Tokenizer:
         messages: list[dict],
         images: Sequence[PromptImage] | None = None,
         add_generation_prompt: bool = True,
+        videos: list | None = None,
     ) -> EncodedPrompt:
         """Render, expand and tokenize a conversation.
 
@@ -322,31 +323,44 @@ class Tokenizer:
         which is what transformers does after splitting on added tokens, so ordinary chats give
         exactly transformers' ids.
 
+        ``videos`` are the processed videos of ``{"type": "video"}`` parts, in order (SmolVLM2): each
+        ``video_token`` (``<video>``, plain text, not a special token) the template writes is replaced
+        by that video's ``prompt``, as transformers' ``SmolVLMProcessor`` replaces it in the rendered text.
+
         Raises:
-            ValueError: the number of image parts differs from ``len(images)``, or the template wrote
-                a different number of image tokens (both numbers named).
+            ValueError: the number of image (video) parts differs from ``len(images)`` (``len(videos)``),
+                or the template wrote a different number of image tokens (video tokens) (both numbers named).
         """
         images = list(images or [])
-        n_parts = sum(1 for m in _normalize_messages(messages) for p in m["content"] if p.get("type") == "image")
-        if n_parts != len(images):
-            raise ValueError(f"the chat has {n_parts} image parts but {len(images)} images were given")
+        videos = list(videos or [])
+        parts = [p.get("type") for m in _normalize_messages(messages) for p in m["content"]]
+        for kind, given in (("image", images), ("video", videos)):
+            if parts.count(kind) != len(given):
+                raise ValueError(f"the chat has {parts.count(kind)} {kind} parts but {len(given)} {kind}s were given")
         # Without images no token is an image slot: a template's image token stays an ordinary special.
         image_id = self._tok.token_to_id(images[0].image_token) if images else None
         items: list[str | int] = []  # plain text chunks and special ids
-        n_slots = 0
+        n_slots = n_videos = 0
         for piece, is_user in self._render_marked(messages, add_generation_prompt):
             if is_user:
                 items.append(piece)
                 continue
-            for item in self._split_special(piece):
-                if image_id is not None and item == image_id:
-                    if n_slots < len(images):
-                        items.extend(self._split_special(images[n_slots].prompt))
-                    n_slots += 1
-                else:
-                    items.append(item)
+            for k, segment in enumerate(piece.split(videos[0].video_token) if videos else [piece]):
+                if k:  # a video part's token stood here
+                    if n_videos < len(videos):
+                        items.extend(self._split_special(videos[n_videos].prompt))
+                    n_videos += 1
+                for item in self._split_special(segment):
+                    if image_id is not None and item == image_id:
+                        if n_slots < len(images):
+                            items.extend(self._split_special(images[n_slots].prompt))
+                        n_slots += 1
+                    else:
+                        items.append(item)
         if n_slots != len(images):
             raise ValueError(f"the chat template wrote {n_slots} image tokens but {len(images)} images were given")
+        if n_videos != len(videos):
+            raise ValueError(f"the chat template wrote {n_videos} video tokens but {len(videos)} videos were given")
         text_parts: list[str] = []
         ids: list[int] = []
         chunk: list[str] = []
@@ -369,7 +383,7 @@ class Tokenizer:
         return EncodedPrompt(
             text="".join(text_parts),
             input_ids=ids,
-            num_image_tokens=sum(image.num_image_tokens for image in images),
+            num_image_tokens=sum(image.num_image_tokens for image in [*images, *videos]),
         )
 
 

@@ -28,21 +28,32 @@ from engine.device import DTYPES
 from engine.models.config import ModelMetadata
 from engine.registry import model_class, parse_metadata
 
-# A shape small enough for fast tests that keeps what the processor and tokenizer depend on:
-# 512-px tiles, 16-px patches, scale 4 (64 image tokens per tile) and the real vocabulary.
+# A shape small enough for fast tests that keeps what the processor, the prompt and the tokenizer
+# depend on: each config's tile size, patch size and scale_factor (512-px tiles, 16-px patches, scale 4
+# and 64 image tokens per tile for the 256M/500M; 384 px, 14 px, scale 3 and 81 tokens for the 2.2B),
+# its model_type, and the real vocabulary. Only widths, depths and head counts shrink.
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
 TINY_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx")
 
 
+KEPT = ("image_size", "patch_size")
+
+
 def tiny_config(config: dict) -> dict:
     """``config`` shrunk to the tiny shape: its ``vision_config`` and ``text_config`` if it has them
-    (SmolVLM), else the top level (a plain ``LlamaForCausalLM`` config)."""
+    (SmolVLM), else the top level (a plain ``LlamaForCausalLM`` config). Tile size, patch size,
+    ``scale_factor`` and ``model_type`` stay (checked: a shrunk config that changed them would test
+    another prompt)."""
     cfg = copy.deepcopy(config)
     if "vision_config" in cfg:
         cfg["vision_config"].update(TINY_VISION)
+        for key in KEPT:
+            assert cfg["vision_config"][key] == config["vision_config"][key], key
+        assert cfg["scale_factor"] == config["scale_factor"]
     (cfg["text_config"] if "text_config" in cfg else cfg).update(TINY_TEXT)
+    assert cfg["model_type"] == config["model_type"]
     return cfg
 
 

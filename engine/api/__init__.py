@@ -23,6 +23,7 @@ from engine.api.errors import (
     PromptTooLongError,
     UnsupportedModelError,
     UnsupportedOperation,
+    VideoError,
     is_engine_error,
 )
 from engine.api.events import (
@@ -53,6 +54,7 @@ __all__ = [
     "GenerationStats",
     "HistoryMessage",
     "ImageError",
+    "VideoError",
     "InvalidLogitsError",
     "ModelInfo",
     "ModelLoadError",

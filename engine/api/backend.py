@@ -23,7 +23,8 @@ from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file attached to a user message: ``kind`` "image" (later also "video")."""
+    """A file attached to a user message: ``kind`` "image", or "video" (models whose capabilities
+    say ``video``: SmolVLM2; its frames are sampled as transformers does)."""
 
     path: str
     kind: Literal["image", "video"] = "image"

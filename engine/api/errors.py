@@ -28,6 +28,10 @@ class ImageError(EngineError):
     """An image cannot be read or decoded (not an image, empty file, truncated data)."""
 
 
+class VideoError(EngineError):
+    """A video cannot be read or decoded (not a video, no video stream, empty, truncated, too large)."""
+
+
 class PromptTooLongError(EngineError):
     """The prompt does not fit into the model's context window."""
 

@@ -35,6 +35,8 @@ class GenerationParams:
     (one global tile per image). ``speculative`` picks prompt-lookup speculative decoding
     (``engine.speculative``): ``None`` uses it where it pays off (the CPU), ``True`` requires it,
     ``False`` turns it off. It never changes greedy output, nor the distribution of sampled output.
+    ``video_fps`` and ``video_max_frames`` override how a video's frames are sampled (default: the
+    checkpoint's ``video_sampling``, 1 fps and at most 64 frames for SmolVLM2).
     """
 
     temperature: float = 0.0
@@ -48,6 +50,8 @@ class GenerationParams:
     image_detail: Literal["full", "balanced", "fast"] = "full"
     speculative: bool | None = None
     logprobs: int | None = None
+    video_fps: float | None = None
+    video_max_frames: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -71,6 +75,10 @@ class GenerationParams:
             raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if self.image_detail not in DETAILS:
             raise ValueError(f"image_detail must be full, balanced or fast, got {self.image_detail!r}")
+        if self.video_fps is not None and not (math.isfinite(self.video_fps) and self.video_fps > 0):
+            raise ValueError(f"video_fps must be a positive number, got {self.video_fps}")
+        if self.video_max_frames is not None and self.video_max_frames < 1:
+            raise ValueError(f"video_max_frames must be >= 1, got {self.video_max_frames}")
 
 
 @dataclass(slots=True)
@@ -83,13 +91,15 @@ class GenerationStats:
     cache instead of being prefilled again. ``dropped_turns`` counts the oldest messages dropped
     from the conversation so that it fits the context; ``notice`` then says so in words (for the UI).
     ``draft_tokens`` were proposed by the speculative drafter and checked by the model;
-    ``accepted_tokens`` of them were kept.
+    ``accepted_tokens`` of them were kept. ``video_frames`` counts the frames sampled from the
+    videos of the conversation's prompt (their ``<image>`` tokens are part of ``image_tokens``).
     """
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
     image_tokens: int = 0
+    video_frames: int = 0
     ttft_s: float = 0.0
     prefill_tokens_per_s: float = 0.0
     decode_tokens_per_s: float = 0.0

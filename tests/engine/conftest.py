@@ -34,6 +34,23 @@ def _checkpoint(tmp_path_factory, name: str, config_dir: Path | None = None, **k
     return out
 
 
+#: Every SmolVLM config folder in shared/models (issue 13: the whole family loads and matches transformers).
+FAMILY = ("SmolVLM-256M-Instruct", "SmolVLM-500M-Instruct", "SmolVLM2-256M-Video-Instruct",
+          "SmolVLM2-500M-Video-Instruct", "SmolVLM2-2.2B-Instruct")
+
+
+@pytest.fixture(scope="session")
+def family_checkpoint(tmp_path_factory):
+    """``(name, tiny=True, dtype="float32") -> folder``: a random-weight checkpoint of a family
+    config folder (tiny: 2 layers, each config's tile/patch/scale kept), built once per session."""
+
+    def build(name: str, tiny: bool = True, dtype: str = "float32") -> Path:
+        tag = f"{name}-{'tiny' if tiny else 'real'}-{dtype}"
+        return _checkpoint(tmp_path_factory, tag, _shared() / "models" / name, tiny=tiny, dtype=dtype, seed=0)
+
+    return build
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """2-layer SmolVLM-shaped model, float32 weights, real tokenizer and processor files."""

@@ -91,7 +91,7 @@ def test_image_token_count_mismatch_names_both_numbers(pair):
     _, ours = pair
     ids = torch.tensor([[1] + image_block()])
     with pytest.raises(ValueError, match="tokens: 64, features: 128"):
-        ours.embed_multimodal(ids, [torch.zeros(1, 3, 512, 512)] * 2)
+        ours.embed_multimodal(ids, [torch.ones(1, 3, 512, 512)] * 2)  # (all-zero tiles are padding)
 
 
 def test_prefill_position_rules(pair):

@@ -319,3 +319,30 @@ def test_regenerate_and_edit_run_on_the_real_session(tiny_checkpoint):
     assert [(t.role, t.text if t.role == "user" else "") for t in turns] == [("user", "Edited question"),
                                                                            ("assistant", "")]
     assert service.shutdown()
+
+
+def test_video_attachments_reach_the_session_as_videos(family_checkpoint, shared_dir):
+    """Attachment(kind="video") on a SmolVLM2 model: frames in the answer's stats, the token count
+    from the headers, and a reopened conversation that holds the video again."""
+    video = str(shared_dir / "videos" / "moving_square.mp4")
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
+                 lambda info, message: loaded.set())
+    assert loaded.wait(60) and service.capabilities.video
+    attachment = Attachment(video, kind="video")
+    counted = service.count_tokens(attachment, "full")
+    params = GenerationParams(max_new_tokens=2, ignore_eos=True)
+    sink = Recorder()
+    service.send("Where does the square go?", [attachment], params, sink)
+    done = sink.final
+    assert done.finish_reason == "length" and done.stats.video_frames == 6  # a 6 s clip at 1 fps
+    turn = service._session.turns[0]
+    assert len(turn.videos) == 1 and not turn.images
+    assert counted > turn.videos[0].num_image_tokens
+    service.set_history([HistoryMessage("user", "Again?", (attachment,))])
+    again = Recorder()
+    service.send("And?", [], params, again)
+    assert again.final.stats.video_frames == 6
+    assert service._session.turns[0].videos[0].tile_digests == turn.videos[0].tile_digests
+    assert service.shutdown()

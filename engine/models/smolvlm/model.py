@@ -160,6 +160,10 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
                 on_tiles(done, total)
         return torch.cat(feats).to(self.dtype)
 
+    def supports_video(self) -> bool:
+        """SmolVLM2 (``model_type`` smolvlm) was trained on video frames; Idefics3 checkpoints were not."""
+        return self._meta.model_type == "smolvlm"
+
     @torch.inference_mode()
     def warmup(self, cache, prompt_tokens: int = 1100) -> None:
         """:meth:`LlamaLM.warmup`, after running the vision tower once on blank tiles (a full chunk and a
@@ -173,22 +177,34 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
     def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor],
                          on_tiles: TileCallback | None = None) -> torch.Tensor:
         """``tokens [B, S]`` and tiles ``[n, 3, M, M]`` (``n >= 1``; e.g. one tensor per tile, or all
-        tiles of an image), one tile per image-token span in prompt order (global tile last per
-        image) -> ``[B, S, H]`` with image features in the ``<image>`` positions. ``on_tiles``: see
-        :meth:`encode_images` (progress and cancellation).
+        tiles of an image or all frames of a video), one tile per image-token span in prompt order
+        (global tile last per image) -> ``[B, S, H]`` with image features in the ``<image>`` positions.
+        ``on_tiles``: see :meth:`encode_images` (progress and cancellation).
+
+        Tiles whose values are all exactly 0.0 are padding and are dropped, as transformers'
+        ``get_image_features`` does (never a real tile: a normalized pixel is never exactly 0.0);
+        for SmolVLM2 one tile is kept when all are padding (``modeling_smolvlm.py``). SmolVLM2 also
+        requires the ``<image>`` count to be a multiple of ``image_seq_len`` (its merge works in
+        whole blocks).
 
         Raises:
-            ValueError: the number of ``<image>`` tokens differs from tiles x image_seq_len (both named).
+            ValueError: the number of ``<image>`` tokens differs from tiles x image_seq_len, or (SmolVLM2)
+                is not a multiple of image_seq_len (both numbers named).
         """
         embeds = self.embed(tokens)
         mask = tokens.to(self.device) == self._meta.image_token_id
         num_slots = int(mask.sum())
+        seq = self._meta.image_seq_len
+        images = self._drop_padding_tiles(images)
         num_tiles = sum(int(t.shape[0]) for t in images)
-        expected = num_tiles * self._meta.image_seq_len
+        if self._meta.model_type == "smolvlm" and num_slots % seq:
+            raise ValueError(f"image tokens are not whole tiles: tokens: {num_slots}, "
+                             f"not a multiple of image_seq_len {seq}")
+        expected = num_tiles * seq
         if num_slots != expected:
             raise ValueError(
                 f"image features and image tokens do not match: tokens: {num_slots}, "
-                f"features: {expected} ({num_tiles} tiles x {self._meta.image_seq_len})"
+                f"features: {expected} ({num_tiles} tiles x {seq})"
             )
         if not images:
             return embeds
@@ -196,3 +212,16 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         feats = self.encode_images(images[0] if len(images) == 1 else torch.cat(list(images)), on_tiles)  # [N, seq, H]
         embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
         return embeds
+
+    def _drop_padding_tiles(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """``images`` without all-zero tiles (transformers' padding images); SmolVLM2 keeps the first
+        tile when every tile is padding. Tensors without padding pass through uncopied."""
+        images = list(images)
+        if not images:
+            return images
+        real = [t.flatten(1).ne(0).any(dim=1) for t in images]  # [n] per tensor
+        if all(bool(r.all()) for r in real):
+            return images
+        if not any(bool(r.any()) for r in real):
+            return [images[0][:1]] if self._meta.model_type == "smolvlm" else []
+        return [t[r] for t, r in zip(images, real) if bool(r.any())]

@@ -42,19 +42,22 @@ from PIL import Image
 
 from engine.api.errors import ConfigError, ImageError
 from engine.api.images import frame_count, load_image, to_rgb  # noqa: F401  (one decoder; the app checks attachments with it)
+from engine.models.smolvlm.prompt import (  # noqa: F401  (re-exported: the prompt side of processing)
+    FAKE_IMAGE_TOKEN,
+    GLOBAL_IMAGE_TOKEN,
+    IMAGE_PLACEHOLDER,
+    IMAGE_TOKEN,
+    VIDEO_TOKEN,
+    expand_prompt,
+    image_prompt,
+    video_prompt,
+)
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: header reads stay light
     import torch
 
 MAX_IMAGE_SIZE = 4096
 """Hard cap on the stage-1 longest edge (``image_processing_pil_idefics3.MAX_IMAGE_SIZE``)."""
-
-IMAGE_PLACEHOLDER = "\ue000smolchat-image\ue001"
-"""Private-use sentinel that :func:`expand_prompt` replaces; never typed by users, never a token."""
-
-FAKE_IMAGE_TOKEN = "<fake_token_around_image>"
-IMAGE_TOKEN = "<image>"
-GLOBAL_IMAGE_TOKEN = "<global-img>"
 
 Detail = Literal["full", "balanced", "fast"]
 
@@ -154,48 +157,6 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def image_prompt(rows: int, cols: int, image_seq_len: int) -> str:
-    """The text that replaces one image placeholder.
-
-    Source: ``Idefics3Processor.replace_image_token`` (``processing_idefics3.py``; transformers 4's
-    ``_prompt_split_image`` / ``_prompt_single_image``). With F = ``<fake_token_around_image>``,
-    I = ``<image>`` and S = ``image_seq_len``:
-
-    - split (rows, cols > 0): for each row r, for each column c: ``F<row_r_col_c>`` + ``I * S``; a
-      ``"\\n"`` after each row; then ``"\\nF<global-img>" + I * S + F``.
-    - single (rows = cols = 0): ``F<global-img>`` + ``I * S`` + ``F``.
-    """
-    image_run = IMAGE_TOKEN * image_seq_len
-    global_block = f"{FAKE_IMAGE_TOKEN}{GLOBAL_IMAGE_TOKEN}{image_run}{FAKE_IMAGE_TOKEN}"
-    if rows == 0 and cols == 0:
-        return global_block
-    parts = []
-    for r in range(1, rows + 1):
-        parts.extend(f"{FAKE_IMAGE_TOKEN}<row_{r}_col_{c}>{image_run}" for c in range(1, cols + 1))
-        parts.append("\n")
-    parts.append("\n" + global_block)
-    return "".join(parts)
-
-
-def expand_prompt(prompt: str, images: list[ProcessedImage]) -> str:
-    """Replace each :data:`IMAGE_PLACEHOLDER` in ``prompt`` with the next image's prompt, in order.
-
-    Only the private sentinel is replaced; ``"<image>"`` typed by a user is left alone. Use this on
-    trusted strings only (``Tokenizer.encode_chat`` keeps user text out of the way for you).
-
-    Raises:
-        ValueError: the number of placeholders differs from ``len(images)`` (both numbers named).
-    """
-    pieces = prompt.split(IMAGE_PLACEHOLDER)
-    if len(pieces) - 1 != len(images):
-        raise ValueError(
-            f"prompt has {len(pieces) - 1} image placeholders but {len(images)} images were given"
-        )
-    out = [pieces[0]]
-    for image, piece in zip(images, pieces[1:]):
-        out.append(image.prompt)
-        out.append(piece)
-    return "".join(out)
 
 
 # EXIF orientations that turn the image by 90 or 270 degrees (``ImageOps.exif_transpose``).
@@ -257,6 +218,7 @@ class ImageProcessor:
         do_convert_rgb: bool = True,
         do_rescale: bool = True,
         do_normalize: bool = True,
+        video_sampling: dict | None = None,
     ) -> None:
         self.longest_edge = int(longest_edge)
         self.max_image_size = int(max_image_size)
@@ -270,6 +232,9 @@ class ImageProcessor:
         self.do_convert_rgb = bool(do_convert_rgb)
         self.do_rescale = bool(do_rescale)
         self.do_normalize = bool(do_normalize)
+        #: ``video_sampling`` of preprocessor_config.json (SmolVLM2: ``fps``, ``max_frames``,
+        #: ``video_size.longest_edge``); ``None``: the checkpoint takes no videos.
+        self.video_sampling = dict(video_sampling) if video_sampling else None
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike) -> ImageProcessor:
@@ -305,6 +270,7 @@ class ImageProcessor:
                 do_convert_rgb=pre.get("do_convert_rgb", True),
                 do_rescale=pre.get("do_rescale", True),
                 do_normalize=pre.get("do_normalize", True),
+                video_sampling=pre.get("video_sampling"),
             )
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"{folder}: preprocessor/processor config lacks key {exc}") from exc
@@ -476,6 +442,27 @@ class ImageProcessor:
             std = np.asarray(self.image_std, dtype=np.float32)[:, None, None]
             x = (x - mean) / std
         return np.ascontiguousarray(x, dtype=np.float32)
+
+    # -- video ----------------------------------------------------------------------------------
+
+    @property
+    def takes_video(self) -> bool:
+        return self.video_sampling is not None
+
+    def preprocess_video(self, source: str | os.PathLike, fps: float | None = None,
+                         max_frames: int | None = None):
+        """Sample, decode and resize a video's frames (:func:`engine.models.smolvlm.video.read_video`)
+        into a :class:`~engine.models.smolvlm.video.ProcessedVideo`: one ``M x M`` tile per frame.
+
+        ``fps`` and ``max_frames`` default to the checkpoint's ``video_sampling``.
+
+        Raises:
+            VideoError: the file cannot be read, or the checkpoint takes no videos.
+            ValueError: ``fps`` or ``max_frames`` out of range.
+        """
+        from engine.models.smolvlm.video import preprocess_video
+
+        return preprocess_video(self, source, fps, max_frames)
 
     def __call__(self, image: str | os.PathLike | bytes | Image.Image, detail: Detail = "full") -> ProcessedImage:
         """``preprocess(load_image(image), detail)``."""
