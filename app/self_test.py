@@ -37,7 +37,8 @@ class SelfTestError(Exception):
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="smolchat --self-test",
-                                     description="Answer one built-in question (about an image if the model reads images) and print a JSON line.")
+                                     description="Answer one built-in question (about an image if the model "
+                                                 "reads images) and print a JSON line.")
     parser.add_argument("--model", metavar="DIR_OR_REPO",
                         help="model folder or Hub id (default: a model found in the app's models folder "
                              "or the local Hugging Face cache; nothing is downloaded)")

@@ -122,7 +122,7 @@ def section_perplexity(args, ggufs: dict[str, Path]) -> dict:
                                                                                args.threads)
     base = out["ours"]["float32"]
     for group in ("ours", "ours_on_llama_cpp"):
-        for label, per_text in out[group].items():
+        for per_text in out[group].values():
             for name, r in per_text.items():
                 r["vs_float32"] = round(r["perplexity"] / base[name]["perplexity"] - 1, 5)
     return out

@@ -203,8 +203,8 @@ def test_prompt_lookup_keeps_the_greedy_answer_that_quotes_the_prompt(session):
 
 
 def test_cli_perplexity_equals_transformers(smollm2_gguf):
-    proc = cli("perplexity", "--model", smollm2_gguf, "--file", text_path("apache-2.0"), "--context", 1024, "--stride", 1024,
-               "--json", "--device", "cpu")
+    proc = cli("perplexity", "--model", smollm2_gguf, "--file", text_path("apache-2.0"), "--context", 1024,
+               "--stride", 1024, "--json", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     ppl, tokens = TRANSFORMERS_PPL["apache-2.0"]
