@@ -138,8 +138,8 @@ class ModelManager(QDialog):
         self._pending_checks: dict[str, str] = {}  # folder -> repo_id ("" for a folder the user added)
         self.last_report: dict = {}
 
-        intro = QLabel("Download a SmolVLM checkpoint into the Hugging Face cache, or add a model folder "
-                       "you already have. Everything stays on this computer.")
+        intro = QLabel("Download a SmolVLM checkpoint into the Hugging Face cache, or add a model folder or "
+                       "a GGUF file you already have. Everything stays on this computer.")
         intro.setWordWrap(True)
         intro.setObjectName("managerIntro")
         self.rows: dict[str, CatalogRow] = {}
@@ -165,12 +165,13 @@ class ModelManager(QDialog):
             return b
 
         add = button("Add a model folder…", "addFolderButton", "Add a model folder", self.choose_folder, "folder")
+        add_gguf = button("Add a GGUF file…", "addGgufButton", "Add a GGUF model file", self.choose_gguf, "folder")
         use = button("Use selected", "useSelectedButton", "Use the selected model", self._use_selected)
         check = button("Check selected", "checkSelectedButton", "Check the selected model", self._check_selected)
         remove = button("Remove from list", "removeModelButton", "Remove the selected model from the list",
                         self._remove_selected)
         buttons = QHBoxLayout()
-        for b in (add, use, check, remove):
+        for b in (add, add_gguf, use, check, remove):
             buttons.addWidget(b)
         buttons.addStretch(1)
         self.report = QPlainTextEdit()
@@ -244,6 +245,13 @@ class ModelManager(QDialog):
         if folder:
             self.check_folder(folder, register=True)
 
+    def choose_gguf(self) -> None:
+        """A llama.cpp-format checkpoint (SmolLM2, or a SmolVLM text model with its mmproj beside it):
+        checked like a folder (engine.validate.check_checkpoint, on the tasks thread), then listed."""
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", "", "GGUF models (*.gguf)")
+        if path:
+            self.check_folder(path, register=True)
+
     def check_folder(self, folder: str, register: bool = False) -> None:
         if register:
             self._pending_checks[folder] = ""
@@ -254,7 +262,8 @@ class ModelManager(QDialog):
     def _on_validated(self, report: dict) -> None:
         self.last_report = report
         path = report["path"]
-        lines = [("✔ " if report["ok"] else "✘ ") + (report["summary"] or path), f"Folder: {path}"]
+        where = "File" if path.lower().endswith(".gguf") else "Folder"
+        lines = [("✔ " if report["ok"] else "✘ ") + (report["summary"] or path), f"{where}: {path}"]
         lines += [f"• {p}" for p in report["problems"]]
         self.report.setPlainText("\n".join(lines))
         if path not in self._pending_checks:

@@ -1,6 +1,7 @@
 """``smolchat --self-test``: prove an installation works, without a display.
 
-Loads the model, answers one question about an image drawn here with Pillow, prints one JSON line
+Loads the model, answers one question about an image drawn here with Pillow (a text-only model, such
+as SmolLM2, gets a text question instead: it takes no images), prints one JSON line
 (device, dtype, timings, tokens) on stdout and exits 0. Any failure prints ``{"ok": false, ...}``
 on stdout, a one-line message on stderr, and exits 1. Works from source and from the frozen build.
 
@@ -20,6 +21,8 @@ from pathlib import Path
 from engine.api import looks_like_repo_id
 
 QUESTION = "What shape is in the middle of this picture, and what colour is it?"
+# For text-only models: a question with one short, checkable answer (SmolLM2-135M: "... Paris.").
+TEXT_QUESTION = "What is the capital of France?"
 # Hub ids looked up in the local Hugging Face cache (never downloaded) when no --model is given.
 KNOWN_REPOS = (
     "HuggingFaceTB/SmolVLM-256M-Instruct",
@@ -34,7 +37,8 @@ class SelfTestError(Exception):
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="smolchat --self-test",
-                                     description="Answer one built-in image question and print a JSON line.")
+                                     description="Answer one built-in question (about an image if the model "
+                                                 "reads images) and print a JSON line.")
     parser.add_argument("--model", metavar="DIR_OR_REPO",
                         help="model folder or Hub id (default: a model found in the app's models folder "
                              "or the local Hugging Face cache; nothing is downloaded)")
@@ -78,9 +82,11 @@ def candidate_models() -> list[Path]:
 def resolve_model(model: str | None) -> str:
     if model:
         if not looks_like_repo_id(model):
-            if not (Path(model) / "config.json").is_file():
-                raise SelfTestError(f"no model at {model}: the folder needs config.json, tokenizer files "
-                                    "and *.safetensors weights")
+            path = Path(model)
+            gguf = path.suffix.lower() == ".gguf" and path.is_file() or path.is_dir() and any(path.glob("*.gguf"))
+            if not gguf and not (path / "config.json").is_file():
+                raise SelfTestError(f"no model at {model}: give a .gguf file, or a folder with config.json, "
+                                    "tokenizer files and *.safetensors weights")
         return model
     found = candidate_models()
     if not found:
@@ -103,7 +109,9 @@ def run_engine(model: str, args: argparse.Namespace) -> dict:
     t_load = time.perf_counter()
     answer, tokens, done = [], 0, None
     params = GenerationParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
-    for event in session.send(QUESTION, images=[make_image()], params=params):
+    takes_images = session.model.capabilities().vision
+    question, images = (QUESTION, [make_image()]) if takes_images else (TEXT_QUESTION, [])
+    for event in session.send(question, images=images, params=params):
         if isinstance(event, TokenEvent):
             answer.append(event.text)
             tokens += 1
@@ -120,6 +128,8 @@ def run_engine(model: str, args: argparse.Namespace) -> dict:
         "device": session.device,
         "dtype": session.dtype,
         "weights": session.weights,
+        "question": question,
+        "image": takes_images,
         "finish_reason": done.finish_reason,
         "prompt_tokens": stats.prompt_tokens,
         "image_tokens": stats.image_tokens,

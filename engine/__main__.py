@@ -77,6 +77,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--stride", type=int, default=None, help="tokens between window starts (default: --context)")
     ppl.add_argument("--device", default=None)
     ppl.add_argument("--dtype", default=None)
+    ppl.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
+                     help="measure the quality of int8 / int4 weights against float32 (default: as generate)")
     ppl.add_argument("--json", action="store_true")
     srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (needs the 'server' extra)")
     try:
@@ -261,7 +263,7 @@ def _perplexity(args: argparse.Namespace) -> int:
         text = f.read()
     source = resolve_source(args.model)
     ids = Tokenizer.from_pretrained(source.folder).encode(text)
-    model = load_model(source, args.device, args.dtype)
+    model = load_model(source, args.device, args.dtype, weights=args.weights)
     result = perplexity(model, ids, args.context, args.stride)
     if args.json:
         print(json.dumps(result.to_dict()))

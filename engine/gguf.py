@@ -34,7 +34,9 @@ from engine.sources import ModelSource
 CACHE_ENV = "SMOLCHAT_GGUF_CACHE"
 # Bump when the derived files change, so caches written by older code are not reused.
 FORMAT_VERSION = 1
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+# Q5_0 / Q5_1: llama.cpp's K-quants need rows of 256; SmolLM2's 576-wide rows fall back to Q5_0, so a
+# Q4_K_M SmolLM2 is mostly Q5_0 (166 of its 211 matrices).
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 # Files beside the GGUF that replace the ones derived from its metadata (a Hub repo's own files).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "chat_template.json", "chat_template.jinja", "vocab.json", "merges.txt")

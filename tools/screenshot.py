@@ -2,6 +2,7 @@
 
     python tools/screenshot.py --model DIR --image PATH --prompt TEXT --out PNG
     python tools/screenshot.py --fake --image PATH --prompt TEXT --out PNG
+    python tools/screenshot.py --model SmolLM2.gguf --prompt TEXT --then TEXT --out PNG   # text model, two turns
 
 Runs headless with QT_QPA_PLATFORM=offscreen (or under xvfb-run). ``--fake`` streams a canned
 answer instead of loading a model; ``--dark`` renders with the dark palette; ``--history`` adds a
@@ -52,12 +53,17 @@ class Driver(QObject):
         super().__init__()
         self.app, self.window, self.args = app, window, args
         self.code = 1
+        self.prompts = [args.prompt, *args.then]
 
     @Slot(dict)
     def ask(self, _info: dict) -> None:
         self.window.new_chat()
-        self.window.add_files([self.args.image])
-        self.window.composer.setPlainText(self.args.prompt)
+        if self.args.image:
+            self.window.add_files([self.args.image])
+        self.send_next()
+
+    def send_next(self) -> None:
+        self.window.composer.setPlainText(self.prompts.pop(0))
         self.window.send_message()
 
     @Slot(str)
@@ -67,7 +73,10 @@ class Driver(QObject):
 
     @Slot(dict)
     def answered(self, _result: dict) -> None:
-        QTimer.singleShot(300, lambda: self.shoot(0))
+        if self.prompts:  # --then: a follow-up turn
+            QTimer.singleShot(100, self.send_next)
+        else:
+            QTimer.singleShot(300, lambda: self.shoot(0))
 
     def shoot(self, code: int) -> None:
         self.app.processEvents()
@@ -89,8 +98,9 @@ def main() -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="model folder or repo id (real engine)")
     source.add_argument("--fake", action="store_true", help="stream a canned answer, no model")
-    parser.add_argument("--image", required=True)
+    parser.add_argument("--image", help="attach this image to the first question (vision models)")
     parser.add_argument("--prompt", required=True)
+    parser.add_argument("--then", action="append", default=[], help="a follow-up question (repeatable)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--device")
     parser.add_argument("--dtype")
@@ -109,7 +119,8 @@ def main() -> int:
     from app.main_window import MainWindow
 
     try:  # the window would only show a banner and answer without the image
-        validate_image(args.image)
+        if args.image:
+            validate_image(args.image)
     except InvalidImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

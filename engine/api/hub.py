@@ -11,4 +11,7 @@ def looks_like_repo_id(text: str) -> bool:
     text = str(text)
     if text.count("/") != 1 or text.startswith((".", "/", "~")) or Path(text).exists():
         return False
-    return not Path(text.split("/")[0]).is_dir()
+    owner, name = text.split("/")
+    if not name:  # "missing-folder/": a folder typed with its slash, never a repo id
+        return False
+    return not Path(owner).is_dir()
