@@ -166,6 +166,12 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
     if not inplace:
         model = copy.deepcopy(model)
     layer_cls = QUANTIZED[kind]
+    if kind == "int4" and model.device.type == "cpu":
+        # Our own 4-bit blocks: the native CPU decode step streams them (ATen's int4pack CPU kernel
+        # was slower than int8 here).
+        from engine.layers.q4 import Q4Linear
+
+        layer_cls = Q4Linear
     for layer in model.decoder.layers:
         for parent in (layer.self_attn, layer.mlp):
             for name, child in list(parent.named_children()):
@@ -173,6 +179,7 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
                     setattr(parent, name, layer_cls(child))
     model.lm_head = layer_cls(model.lm_head)
     model._static = None
+    model._native = None
     return model
 
 
@@ -183,7 +190,11 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
 
 def weight_format(model: nn.Module) -> str | None:
     """``int8`` / ``int4`` when :func:`quantize_weights` was applied to ``model``, else ``None``."""
+    from engine.layers.q4 import Q4Linear
+
     head = getattr(model, "lm_head", None)
+    if isinstance(head, Q4Linear):
+        return "int4"
     return next((kind for kind, cls in QUANTIZED.items() if isinstance(head, cls)), None)
 
 
