@@ -70,11 +70,33 @@ static void qx_prepare_q4(const float *x, int K, QX *qx) {
     }
 }
 
+/* Block partial sums of one 64-byte chunk of a row, scaled by the activation blocks' d. */
+#define I8_CHUNK(w, a) a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), \
+                           _mm512_xor_si512(_mm512_loadu_si512(w), flip), xq)), dv, a)
+
 VNNI static void i8_rows_vnni(const int8_t *W, const uint16_t *scale, int K, const QX *qx, int r0, int r1,
                               float *out) {
     int nc = K / 64, tail = (K / 32) % 2;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    for (int r = r0; r < r1; r += 2) {
+    int r = r0;
+    if (!tail) /* four rows share each chunk's activation loads */
+        for (; r + 4 <= r1; r += 4) {
+            const int8_t *w0 = W + (size_t)r * K;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < nc; c++) {
+                __m512i xq = _mm512_loadu_si512(qx->q + c * 64);
+                __m512 dv = _mm512_loadu_ps(qx->dv + c * 16);
+                I8_CHUNK(w0 + c * 64, a0);
+                I8_CHUNK(w0 + K + c * 64, a1);
+                I8_CHUNK(w0 + 2 * K + c * 64, a2);
+                I8_CHUNK(w0 + 3 * K + c * 64, a3);
+            }
+            out[r - r0] = bf16_to_f32(scale[r]) * (_mm512_reduce_add_ps(a0) - qx->c);
+            out[r - r0 + 1] = bf16_to_f32(scale[r + 1]) * (_mm512_reduce_add_ps(a1) - qx->c);
+            out[r - r0 + 2] = bf16_to_f32(scale[r + 2]) * (_mm512_reduce_add_ps(a2) - qx->c);
+            out[r - r0 + 3] = bf16_to_f32(scale[r + 3]) * (_mm512_reduce_add_ps(a3) - qx->c);
+        }
+    for (; r < r1; r += 2) {
         int two = r + 1 < r1;
         const int8_t *w0 = W + (size_t)r * K, *w1 = two ? w0 + K : w0;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0;

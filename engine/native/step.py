@@ -11,6 +11,7 @@ so they outlive it.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 from torch import nn
@@ -123,6 +124,9 @@ class NativeStep:
         self._scratch_threads = 0
         self._kv = KV()
         self._mp = ctypes.addressof(self.model_struct)
+        # One scratch buffer and KV descriptor per model: two threads decoding the same model (two
+        # sessions served at once) take turns, as they would for the cores anyway.
+        self._lock = threading.Lock()
 
     def __deepcopy__(self, memo):
         # A copied model (quantize_weights copies) describes its own tensors: it builds a new step.
@@ -163,6 +167,10 @@ class NativeStep:
         x = input.reshape(-1)
         if not x.is_contiguous():
             x = x.contiguous()
+        with self._lock:
+            return self._decode(x, cache, threads)
+
+    def _decode(self, x: torch.Tensor, cache: KVCache, threads: int) -> torch.Tensor:
         pos = cache.seq_len
         scratch = self._scratch_for(threads)
         logits = torch.empty(1, self.vocab, dtype=torch.float32)
