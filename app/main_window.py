@@ -185,6 +185,8 @@ class MainWindow(QMainWindow):
         images = self.attachments.paths()
         if not self.send_button.isEnabled() or not (text or images):
             return
+        if images and self._refuse_images():  # attached before a text-only model loaded
+            return
         if self._editing is not None:
             try:
                 self.keeper.truncate_from(self._editing)
@@ -253,7 +255,10 @@ class MainWindow(QMainWindow):
 
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
-        """Attach image files; a file that is not a readable image shows an error instead."""
+        """Attach image files; a file that is not a readable image shows an error instead, and so
+        does any image while the loaded model is text-only."""
+        if paths and self._refuse_images():
+            return
         problems = []
         for path in paths:
             try:
@@ -266,6 +271,8 @@ class MainWindow(QMainWindow):
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:
         """Attach pasted or dragged image data, saved as a PNG in the app data folder."""
+        if self._refuse_images():
+            return
         data = QByteArray()
         buffer = QBuffer(data)
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
@@ -278,6 +285,15 @@ class MainWindow(QMainWindow):
             self._storage_failed("keep the pasted image", exc)
             return
         self.add_files([str(saved)])
+
+    def _refuse_images(self) -> bool:
+        """Show why and return True when the loaded model takes no images (``model_info["vision"]``)."""
+        if self.model_info.get("vision", True):
+            return False
+        name = self.model_info.get("model_name") or "This model"
+        self.banner.show_error(f"{name} is a text-only model: it cannot read images. Remove the image, "
+                               "or load a vision model (SmolVLM) to ask about it.")
+        return True
 
     @Slot()
     def _pick_files(self) -> None:

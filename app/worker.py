@@ -81,6 +81,16 @@ def log_failure(what: str, exc: BaseException) -> None:
         log.error("%s", what, exc_info=exc)
 
 
+def takes_images(session) -> bool:
+    """Whether the session's model reads images: its capabilities (``vision``), read from the model
+    itself; True when the session does not say (e.g. a test's fake), so nothing is refused by guess."""
+    capabilities = getattr(getattr(session, "model", None), "capabilities", None)
+    try:
+        return bool(capabilities().vision) if callable(capabilities) else True
+    except Exception:  # noqa: BLE001 - a model that cannot say is not refused images
+        return True
+
+
 class EngineWorker(QObject):
     """Owns one chat session; lives in a QThread (see :func:`start_worker`).
 
@@ -95,7 +105,7 @@ class EngineWorker(QObject):
     """
 
     model_loading = Signal(str)
-    model_loaded = Signal(dict)  # {"model_name", "device", "dtype", "path", "folder"}
+    model_loaded = Signal(dict)  # {"model_name", "device", "dtype", "path", "folder", "vision"}
     model_load_failed = Signal(str)
     token = Signal(str)
     finished = Signal(dict)  # {"finish_reason", "error", **GenerationStats.to_dict()}
@@ -170,6 +180,7 @@ class EngineWorker(QObject):
                 "weights": str(getattr(session, "weights", "")),
                 "path": path,
                 "folder": model_folder(path),
+                "vision": takes_images(session),
             },
         )
 

@@ -16,7 +16,7 @@ from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationPara
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM on your own machine")
+    ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM and SmolLM2 on your own machine")
     sub = ap.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
@@ -85,6 +85,14 @@ def _generate(args: argparse.Namespace) -> int:
         frames = frame_count(image)
         if frames > 1:
             print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
+    if args.image:  # and so do images for a text-only model (config.json alone says so)
+        from engine.api.errors import UnsupportedOperation
+        from engine.sources import resolve_source
+
+        meta = resolve_source(args.model).metadata()
+        if not meta.takes_images:
+            raise UnsupportedOperation(f"{meta.name or args.model} ({meta.model_type}) is a text-only model: "
+                                       f"it takes no images (remove --image)")
     prompt = args.prompt
     if args.prompt_file is not None:
         try:

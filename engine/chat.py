@@ -23,10 +23,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from engine.api.errors import PromptTooLongError
+from engine.api.errors import PromptTooLongError, UnsupportedOperation
 from engine.api.events import (
     DoneEvent,
     GenerationEvent,
@@ -37,10 +38,12 @@ from engine.api.events import (
 from engine.cache import CacheConfig, KVCache
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
-from engine.models.smolvlm.processing import ImageProcessor, ProcessedImage
 from engine.sampling import make_sampler
 from engine.speculative import SpeculativeDecoder
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
+
+if TYPE_CHECKING:  # the processor and its images come from the model's package (None: text-only)
+    from engine.models.smolvlm.processing import ImageProcessor, ProcessedImage
 
 ImageInput = str | Path | bytes
 # Prompt tokens per prefill call: bounds attention scores and activations for long image prompts.
@@ -66,9 +69,18 @@ class Turn:
     token_ids: list[int] | None = None
 
 
-def tile_digests(images: Sequence[ProcessedImage]) -> list[bytes]:
-    """A content hash per tile, in prompt order (reference §0.8: image tokens alone are not a cache key)."""
-    return [digest for img in images for digest in img.tile_digests]
+def slot_tiles(images: Sequence[ProcessedImage]) -> list[tuple[int, bytes]]:
+    """One ``(tile number, tile digest)`` per feature slot (image-token position) of ``images``, in
+    prompt order; tile numbers count over all images. The digest is the slot's cache key next to its
+    token id (reference §0.8: image tokens alone are not a cache key). Read from the processed images themselves
+    (``num_image_tokens`` slots spread evenly over ``num_tiles`` tiles), never from model metadata."""
+    out, tile = [], 0
+    for img in images:
+        per_tile = img.num_image_tokens // img.num_tiles
+        for digest in img.tile_digests:
+            out.extend([(tile, digest)] * per_tile)
+            tile += 1
+    return out
 
 
 class ChatSession:
@@ -78,12 +90,15 @@ class ChatSession:
     thread and ends the running answer after the current token.
     """
 
-    def __init__(self, model: GenerativeModel, tokenizer: Tokenizer, processor: ImageProcessor,
+    def __init__(self, model: GenerativeModel, tokenizer: Tokenizer, processor: ImageProcessor | None,
                  cache_config: CacheConfig | None = None, system_prompt: str | None = None,
                  prefill_chunk: int | None = None, name: str = ""):
         self.model = model
         self.tokenizer = tokenizer
+        #: ``None`` for a text-only model: :meth:`send` and :meth:`edit` then refuse images.
         self.processor = processor
+        # The id of the processor's feature-slot token (SmolVLM: ``<image>``); None: no image slots.
+        self._image_id = tokenizer.token_to_id(processor.image_token) if processor is not None else None
         self.cache_config = cache_config or CacheConfig()
         self.cache: KVCache = model.create_kv_cache(self.cache_config)
         self.system_prompt = system_prompt
@@ -104,8 +119,8 @@ class ChatSession:
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
              cache_config: CacheConfig | None = None, weights: str | None = None, **kwargs) -> ChatSession:
-        """Model, tokenizer and image processor from one checkpoint folder or Hub repository id
-        (``weights``: see :func:`engine.registry.load_model`)."""
+        """Model, tokenizer and image processor (``None`` for a text-only model) from one checkpoint
+        folder or Hub repository id (``weights``: see :func:`engine.registry.load_model`)."""
         from engine.registry import load_components
 
         session = cls(*load_components(path_or_repo_id, device, dtype, weights), cache_config,
@@ -168,17 +183,11 @@ class ChatSession:
         messages = self._messages()
         ids = self._replay_answers(self.tokenizer.encode_chat(messages, images, add_generation_prompt=True).input_ids,
                                    messages)
-        digests = iter(tile_digests(images))
-        keys, image_id, seq = [], self.model.metadata.image_token_id, self.model.metadata.image_seq_len
-        run = 0
+        slots = iter(slot_tiles(images))
+        keys = []
         for tok in ids:
-            if tok == image_id:
-                if run % seq == 0:
-                    digest = next(digests)
-                keys.append((tok, digest))
-                run += 1
-            else:
-                keys.append(tok)
+            # An image-token position's key is its id plus its tile's content hash.
+            keys.append((tok, next(slots)[1]) if tok == self._image_id else tok)
         return ids, keys, images
 
     def _replay_answers(self, ids: list[int], messages: list[dict]) -> list[int]:
@@ -197,7 +206,7 @@ class ChatSession:
         for j, turn in enumerate(self.turns):
             if turn.role != "assistant" or turn.token_ids is None:
                 continue
-            if self.model.metadata.image_token_id in turn.token_ids:
+            if self._image_id is not None and self._image_id in turn.token_ids:
                 continue
             before = [img for t in self.turns[:j] for img in t.images]
             asked = self.tokenizer.encode_chat(messages[:j + offset], before, add_generation_prompt=True).input_ids
@@ -212,13 +221,27 @@ class ChatSession:
 
     def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
         """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:
-        no resize, no tiles). Raises :class:`~engine.api.errors.ImageError` for unreadable files."""
+        no resize, no tiles). Raises :class:`~engine.api.errors.ImageError` for unreadable files and
+        :class:`~engine.api.errors.UnsupportedOperation` for a text-only model."""
         from engine.models.smolvlm.processing import image_size
 
+        self._require_vision(1)
         return self.processor.count_image_tokens(*image_size(image), detail)
 
+    def _require_vision(self, n: int) -> None:
+        if n and self.processor is None:
+            raise UnsupportedOperation(
+                f"{self.model_name or type(self.model).__name__} is a text-only model: it takes no images "
+                f"(got {n}); remove the image or load a vision model")
+
     def preprocess(self, images: Sequence[ImageInput], detail: str = "full") -> list[ProcessedImage]:
-        """Load and tile images. Raises :class:`~engine.api.errors.ImageError` for unreadable files."""
+        """Load and tile images.
+
+        Raises:
+            UnsupportedOperation: images were given to a text-only model (no processor).
+            ImageError: an image cannot be read.
+        """
+        self._require_vision(len(images))
         return [self.processor(img, detail=detail) for img in images]
 
     # -- generation -----------------------------------------------------------------------------
@@ -229,6 +252,7 @@ class ChatSession:
         Yields :class:`TokenEvent` per generated token, then one :class:`DoneEvent`.
 
         Raises (before anything is yielded, leaving the conversation unchanged):
+            UnsupportedOperation: ``images`` given to a text-only model.
             ImageError: an image cannot be read.
             PromptTooLongError: the conversation does not fit the context.
         """
@@ -402,17 +426,17 @@ class ChatSession:
         limit = min(len(self._cached_keys), len(ids) - 1)  # always prefill at least one token
         while common < limit and self._cached_keys[common] == keys[common]:
             common += 1
-        image_id = self.model.metadata.image_token_id
-        seq = self.model.metadata.image_seq_len
-        # Never start inside an image span: back off to the first <image> of the tile's run.
-        image_positions = [i for i, t in enumerate(ids) if t == image_id]
-        tiles_before = sum(1 for p in image_positions if p < common)
-        if tiles_before % seq:
-            common = image_positions[(tiles_before // seq) * seq]
+        # Never start inside a tile's run of image tokens: back off to its first one.
+        image_positions = [i for i, t in enumerate(ids) if t == self._image_id] if self._image_id is not None else []
+        tile_of = [tile for tile, _ in slot_tiles(images)]  # per image-token position
+        before = sum(1 for p in image_positions if p < common)
+        if 0 < before < len(image_positions) and tile_of[before - 1] == tile_of[before]:
+            before = tile_of.index(tile_of[before])
+            common = image_positions[before]
         self.cache.truncate(common)
         self._cached_keys = self._cached_keys[:common]
         stats.cached_tokens = common
-        skip = sum(1 for p in image_positions if p < common) // seq  # tiles already in the cache
+        skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
         tiles = []
         vision_dtype = getattr(self.model, "vision_dtype", None)
         for img in images:

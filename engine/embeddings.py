@@ -1,4 +1,5 @@
-"""Text and image embeddings from SmolVLM's final-norm hidden states (``prefill_hidden``).
+"""Text and image embeddings from a model's final-norm hidden states (``prefill_hidden``); images
+need a vision model (SmolVLM), text works with any (SmolLM2 too).
 
 The input is rendered as one user turn of the chat template, without the generation prompt
 (``<|im_start|>User:<images><text><end_of_utterance>\\n``), so images are expanded and tokenized
@@ -17,7 +18,8 @@ Pooling (``pooling=``):
   choice of embedding models fine-tuned that way, e.g. E5-Mistral); offered for such checkpoints.
 
 Content positions: the user text's tokens are found by tokenizing the same turn with an empty text
-and removing the common prefix and suffix; image positions are those holding ``<image>``.
+and removing the common prefix and suffix; image positions are those holding the processor's image
+token (SmolVLM: ``<image>``).
 """
 
 from __future__ import annotations
@@ -30,14 +32,13 @@ import torch
 
 from engine.cache import CacheConfig
 from engine.models.base import GenerativeModel
-from engine.models.smolvlm.processing import ImageProcessor
 from engine.tokenizer import Tokenizer
 
 Pooling = Literal["mean", "last"]
 POOLINGS = ("mean", "last")
 
 
-def content_mask(ids: Sequence[int], empty_ids: Sequence[int], image_token_id: int) -> list[bool]:
+def content_mask(ids: Sequence[int], empty_ids: Sequence[int], image_token_id: int | None) -> list[bool]:
     """True where ``ids`` holds user content: ``<image>`` tokens, and the span where ``ids`` differs from
     ``empty_ids`` (the same turn tokenized with an empty text)."""
     n, m = len(ids), len(empty_ids)
@@ -57,10 +58,11 @@ class Embedder:
     ``embed(text, images=...)`` returns a ``[H]`` float32 tensor of norm 1.
 
     Raises:
-        UnsupportedOperation: the model has no ``prefill_hidden``.
+        UnsupportedOperation: the model has no ``prefill_hidden``; images for a text-only model
+            (``processor`` is ``None``).
     """
 
-    def __init__(self, model: GenerativeModel, tokenizer: Tokenizer, processor: ImageProcessor,
+    def __init__(self, model: GenerativeModel, tokenizer: Tokenizer, processor,
                  pooling: Pooling = "mean", chunk: int = 512):
         if not model.supports_hidden_states():
             from engine.api.errors import UnsupportedOperation
@@ -85,6 +87,11 @@ class Embedder:
     def encode(self, text: str, images: Sequence = (), image_detail: str = "full"
                ) -> tuple[list[int], list[bool], list]:
         """Token ids, content mask and processed images of one input."""
+        if images and self.processor is None:
+            from engine.api.errors import UnsupportedOperation
+
+            raise UnsupportedOperation(f"{self.model.metadata.name or type(self.model).__name__} is a text-only "
+                                       f"model: it takes no images (got {len(images)})")
         processed = [self.processor(img, detail=image_detail) for img in images]
 
         def turn(t: str) -> list[dict]:
@@ -92,7 +99,8 @@ class Embedder:
 
         ids = self.tokenizer.encode_chat(turn(text), processed, add_generation_prompt=False).input_ids
         empty = self.tokenizer.encode_chat(turn(""), processed, add_generation_prompt=False).input_ids
-        mask = content_mask(ids, empty, self.model.metadata.image_token_id)
+        image_id = self.tokenizer.token_to_id(self.processor.image_token) if processed else None
+        mask = content_mask(ids, empty, image_id)
         if not any(mask):
             raise ValueError("nothing to embed: give a non-empty text or an image")
         return ids, mask, processed

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 ARCHITECTURES: dict[str, str] = {
     "idefics3": "engine.models.smolvlm",  # SmolVLM-256M/500M/2.2B-Instruct
     "smolvlm": "engine.models.smolvlm",  # SmolVLM2 (images and video)
+    "llama": "engine.models.llama",  # text-only LlamaForCausalLM: SmolLM2-135M/360M/1.7B-Instruct
 }
 
 

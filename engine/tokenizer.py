@@ -1,4 +1,4 @@
-"""Tokenizer, chat template and streaming detokenizer for SmolVLM checkpoints.
+"""Tokenizer, chat template and streaming detokenizer of a checkpoint folder (any model family).
 
 Built on the ``tokenizers`` library (``tokenizer.json``) and a sandboxed jinja2 chat template, with
 no torch and no transformers. ``Tokenizer.encode_chat`` gives exactly the ids of transformers'
@@ -13,9 +13,10 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import jinja2
 import jinja2.ext
@@ -23,14 +24,26 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as _HfTokenizer
 
 from engine.api.errors import ConfigError
-from engine.models.smolvlm.processing import (
-    FAKE_IMAGE_TOKEN,
-    GLOBAL_IMAGE_TOKEN,
-    IMAGE_TOKEN,
-    ProcessedImage,
-)
 
-END_OF_UTTERANCE_TOKEN = "<end_of_utterance>"
+#: Where a chat template can live, first match wins (transformers' order): ``chat_template.json``
+#: (key ``chat_template``), ``chat_template.jinja`` (the file is the template), ``tokenizer_config.json``.
+TEMPLATE_FILES = ("chat_template.json", "chat_template.jinja", "tokenizer_config.json")
+
+
+class PromptImage(Protocol):
+    """What :meth:`Tokenizer.encode_chat` needs of a processed image; the model's processor makes it
+    (e.g. :class:`engine.models.smolvlm.processing.ProcessedImage`). The tokenizer knows nothing else
+    of an image layout.
+
+    Attributes:
+        image_token: the special token the chat template writes for an image part.
+        prompt: the text that replaces it (special tokens allowed), e.g. SmolVLM's tile grid.
+        num_image_tokens: how many feature slots ``prompt`` holds.
+    """
+
+    image_token: str
+    prompt: str
+    num_image_tokens: int
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,7 @@ class EncodedPrompt:
     Attributes:
         text: the full prompt string, every image placeholder replaced by its expansion.
         input_ids: token ids of ``text`` (no BOS is added; ``<|im_start|>`` comes from the template).
-        num_image_tokens: how many ``<image>`` ids ``input_ids`` holds (sum over images of tiles * 64).
+        num_image_tokens: how many feature slots the images' expansions hold (SmolVLM: tiles * 64).
     """
 
     text: str
@@ -71,8 +84,14 @@ def _load_json(path: Path) -> dict:
         raise ConfigError(f"Cannot read {path}: {exc}") from exc
 
 
-def _normalize_messages(messages: list[dict]) -> list[dict]:
-    """Copy messages, turning string content into ``[{"type": "text", "text": s}]``."""
+def _normalize_messages(messages: list[dict], as_string: bool = False) -> list[dict]:
+    """Copy messages with content as a list of parts (``[{"type": "text", "text": s}]`` for a string),
+    or with ``as_string`` as one string (the text parts joined), for templates that concatenate
+    ``message['content']`` (SmolLM2's ChatML).
+
+    Raises:
+        ValueError: a malformed message, or an image part when ``as_string``.
+    """
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message:
@@ -82,8 +101,20 @@ def _normalize_messages(messages: list[dict]) -> list[dict]:
             content = [{"type": "text", "text": content}]
         elif not isinstance(content, list):
             raise ValueError(f"message {i} content must be a str or a list of parts")
-        out.append({**message, "content": [dict(part) for part in content]})
+        content = [dict(part) for part in content]
+        if as_string:
+            if any(part.get("type") != "text" for part in content):
+                raise ValueError(f"message {i} has a non-text part but this chat template takes text only")
+            content = "".join(str(part.get("text", "")) for part in content)
+        out.append({**message, "content": content})
     return out
+
+
+def content_is_list(template: str) -> bool:
+    """Whether a chat template reads message content as a list of typed parts (SmolVLM:
+    ``content[0]['type']``) rather than one string (ChatML templates like SmolLM2's): the same test
+    as vLLM's content-format detection, reduced to looking for a part's ``type``."""
+    return re.search(r"""\[\s*['"]type['"]\s*\]|\.type\b""", template) is not None
 
 
 def _compile_template(source: str) -> jinja2.Template:
@@ -101,11 +132,39 @@ def _compile_template(source: str) -> jinja2.Template:
     return env.from_string(source)
 
 
-class Tokenizer:
-    """Byte-level BPE tokenizer of a SmolVLM checkpoint plus its chat template.
+def find_chat_template(folder: Path, tokenizer_config: dict | None = None) -> str | None:
+    """The chat template of ``folder`` from the first of :data:`TEMPLATE_FILES` that has one, else ``None``.
 
-    Ids: ``image_token_id`` (``<image>``, 49190), ``fake_image_token_id`` (49189),
-    ``global_image_token_id`` (``<global-img>``, 49152), ``end_of_utterance_id`` (49279).
+    Raises:
+        ConfigError: a template file exists but cannot be read.
+    """
+    path = folder / "chat_template.json"
+    if path.is_file():
+        template = _load_json(path).get("chat_template")
+        if template:
+            return template
+    path = folder / "chat_template.jinja"
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"Cannot read {path}: {exc}") from exc
+    if tokenizer_config is None:
+        path = folder / "tokenizer_config.json"
+        tokenizer_config = _load_json(path) if path.is_file() else {}
+    template = tokenizer_config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template or None
+
+
+class Tokenizer:
+    """Byte-level BPE tokenizer of a checkpoint plus its chat template.
+
+    No model-specific token is required: image tokens belong to the processor's images
+    (:class:`PromptImage`), stop tokens to the model's generation config. ``special_tokens_map``
+    (``bos_token``, ``eos_token``, ...) is passed to the template as transformers does.
     """
 
     def __init__(self, tokenizer: _HfTokenizer, chat_template: str | None, special_tokens_map: dict | None = None):
@@ -115,6 +174,8 @@ class Tokenizer:
         self._plain.encode_special_tokens = True
         self.chat_template = chat_template
         self._template = _compile_template(chat_template) if chat_template else None
+        #: How the template wants ``message['content']``: a list of parts, or one string.
+        self.content_as_list = content_is_list(chat_template) if chat_template else True
         self.special_tokens_map = {
             key: (value["content"] if isinstance(value, dict) else value)
             for key, value in (special_tokens_map or {}).items()
@@ -125,30 +186,21 @@ class Tokenizer:
         self.special_ids = frozenset(specials.values())
         pattern = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
         self._special_re = re.compile(f"({pattern})") if pattern else None
-        self.image_token_id = self._require(IMAGE_TOKEN)
-        self.fake_image_token_id = self._require(FAKE_IMAGE_TOKEN)
-        self.global_image_token_id = self._require(GLOBAL_IMAGE_TOKEN)
-        self.end_of_utterance_id = self._require(END_OF_UTTERANCE_TOKEN)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._token_bytes: list[bytes] | None = None
-
-    def _require(self, token: str) -> int:
-        idx = self._tok.token_to_id(token)
-        if idx is None:
-            raise ConfigError(f"tokenizer.json has no {token} token")
-        return idx
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike) -> Tokenizer:
         """Load ``tokenizer.json``, the chat template and the special-token map from a folder.
 
-        The template comes from ``chat_template.json`` (key ``chat_template``), else from
-        ``tokenizer_config.json``'s ``chat_template`` (a string, or a list of named templates where
-        ``"default"`` wins). ``added_tokens.json`` entries missing from ``tokenizer.json`` are added
-        as special tokens.
+        The template comes from the first of :data:`TEMPLATE_FILES` that has one
+        (``tokenizer_config.json``'s may be a list of named templates, where ``"default"`` wins).
+        The special-token map (``bos_token``, ``eos_token``, ``pad_token``, ``unk_token`` ...) is
+        ``tokenizer_config.json``'s ``*_token`` entries, then ``special_tokens_map.json`` for the ones
+        it lacks. ``added_tokens.json`` entries missing from ``tokenizer.json`` are added as special tokens.
 
         Raises:
-            ConfigError: ``tokenizer.json`` is missing or unreadable, or lacks the image tokens.
+            ConfigError: ``tokenizer.json`` is missing or unreadable, or a template file is unreadable.
         """
         folder = Path(folder)
         path = folder / "tokenizer.json"
@@ -165,17 +217,12 @@ class Tokenizer:
             missing = [t for t in _load_json(added_path) if tok.token_to_id(t) is None]
             if missing:
                 tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
-        template = None
-        if (folder / "chat_template.json").is_file():
-            template = _load_json(folder / "chat_template.json").get("chat_template")
         config = _load_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-        if template is None:
-            template = config.get("chat_template")
-            if isinstance(template, list):
-                named = {t.get("name"): t.get("template") for t in template}
-                template = named.get("default") or next(iter(named.values()), None)
-        smap = _load_json(folder / "special_tokens_map.json") if (folder / "special_tokens_map.json").is_file() else {}
-        return cls(tok, template, smap)
+        smap = {k: v for k, v in config.items() if k.endswith("_token") and isinstance(v, (str, dict))}
+        if (folder / "special_tokens_map.json").is_file():
+            for key, value in _load_json(folder / "special_tokens_map.json").items():
+                smap.setdefault(key, value)
+        return cls(tok, find_chat_template(folder, config), smap)
 
     # -- plain encode / decode --------------------------------------------------------------------
 
@@ -217,10 +264,10 @@ class Tokenizer:
     # -- chat ---------------------------------------------------------------------------------------
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """Render the chat template as transformers does (image parts become ``<image>``).
+        """Render the chat template as transformers does (image parts become what the template writes).
 
-        String contents are normalized to ``[{"type": "text", "text": s}]`` first (the SmolVLM
-        template reads ``content[0]['type']``). The result is for display and comparison; to feed
+        Contents are normalized to what the template reads (:func:`content_is_list`): a list of
+        parts for SmolVLM's (``content[0]['type']``), one string for ChatML ones like SmolLM2's. The result is for display and comparison; to feed
         the model use :meth:`encode_chat`, which keeps user text away from special tokens.
 
         Raises:
@@ -228,9 +275,9 @@ class Tokenizer:
             ValueError: malformed messages. jinja2.TemplateError: the template refused them.
         """
         if self._template is None:
-            raise ConfigError("This tokenizer has no chat template (chat_template.json / tokenizer_config.json)")
+            raise ConfigError(f"This tokenizer has no chat template ({' / '.join(TEMPLATE_FILES)})")
         return self._template.render(
-            messages=_normalize_messages(messages),
+            messages=_normalize_messages(messages, as_string=not self.content_as_list),
             add_generation_prompt=add_generation_prompt,
             **self.special_tokens_map,
         )
@@ -260,24 +307,31 @@ class Tokenizer:
     def encode_chat(
         self,
         messages: list[dict],
-        images: list[ProcessedImage] | None = None,
+        images: Sequence[PromptImage] | None = None,
         add_generation_prompt: bool = True,
     ) -> EncodedPrompt:
         """Render, expand and tokenize a conversation.
 
         Messages are ``{"role": "user" | "assistant" | "system", "content": str | list[part]}`` with
         parts ``{"type": "text", "text": ...}`` or ``{"type": "image"}``; ``images`` are the processed
-        images of the image parts, in order. Only special tokens written by the template itself
-        (including the ``<image>`` it emits per image part) are special; text parts are tokenized
+        images of the image parts, in order: each occurrence of an image's ``image_token`` written
+        by the template is replaced by that image's ``prompt``. Only special tokens written by the
+        template itself (including the image token it emits per image part) are special; text parts are tokenized
         with special-token matching off, so a user typing ``<image>`` or ``<end_of_utterance>``
         gets ordinary text tokens. The plain text between special tokens is encoded chunk by chunk,
         which is what transformers does after splitting on added tokens, so ordinary chats give
         exactly transformers' ids.
 
         Raises:
-            ValueError: the number of image parts differs from ``len(images)`` (both numbers named).
+            ValueError: the number of image parts differs from ``len(images)``, or the template wrote
+                a different number of image tokens (both numbers named).
         """
         images = list(images or [])
+        n_parts = sum(1 for m in _normalize_messages(messages) for p in m["content"] if p.get("type") == "image")
+        if n_parts != len(images):
+            raise ValueError(f"the chat has {n_parts} image parts but {len(images)} images were given")
+        # Without images no token is an image slot: a template's image token stays an ordinary special.
+        image_id = self._tok.token_to_id(images[0].image_token) if images else None
         items: list[str | int] = []  # plain text chunks and special ids
         n_slots = 0
         for piece, is_user in self._render_marked(messages, add_generation_prompt):
@@ -285,14 +339,14 @@ class Tokenizer:
                 items.append(piece)
                 continue
             for item in self._split_special(piece):
-                if item == self.image_token_id:
+                if image_id is not None and item == image_id:
                     if n_slots < len(images):
                         items.extend(self._split_special(images[n_slots].prompt))
                     n_slots += 1
                 else:
                     items.append(item)
         if n_slots != len(images):
-            raise ValueError(f"the chat has {n_slots} image parts but {len(images)} images were given")
+            raise ValueError(f"the chat template wrote {n_slots} image tokens but {len(images)} images were given")
         text_parts: list[str] = []
         ids: list[int] = []
         chunk: list[str] = []
@@ -324,7 +378,7 @@ class StreamingDetokenizer:
 
     ``add(token_id)`` appends the token's bytes and returns the text that is now complete; bytes of
     a character still being spelled out by later tokens are held back. Ids in ``skip_special_ids``
-    (stop tokens, ``<end_of_utterance>``) are dropped and never emitted. The concatenation of all
+    (stop tokens, e.g. SmolVLM's ``<end_of_utterance>``) are dropped and never emitted. The concatenation of all
     ``add`` results plus ``flush()`` equals ``tokenizer.decode(ids)`` of the non-skipped ids.
     """
 

@@ -1,4 +1,5 @@
-"""Write a random-weight SmolVLM checkpoint with the exact tensor names and shapes of a config folder.
+"""Write a random-weight checkpoint with the exact tensor names and shapes of a config folder (any
+architecture in :mod:`engine.registry`: SmolVLM, SmolLM2 / Llama).
 
 These machines cannot download weights, so correctness is proven by parity with transformers on
 random weights. The output folder gets the config (shrunk with ``--tiny``), every tokenizer /
@@ -8,6 +9,7 @@ processor file of the source folder, and ``model.safetensors`` (or ``--shards N`
 
     python -m tools.make_checkpoint --config ../shared/models/SmolVLM-256M-Instruct --out checkpoints/smolvlm-256m-random
     python -m tools.make_checkpoint --config ../shared/models/SmolVLM-256M-Instruct --out checkpoints/tiny --tiny
+    python -m tools.make_checkpoint --config ../shared/models/SmolLM2-135M-Instruct --out checkpoints/smollm2-tiny --tiny
 """
 
 from __future__ import annotations
@@ -23,12 +25,11 @@ import torch
 from safetensors.torch import save_file
 
 from engine.device import DTYPES
-from engine.models.smolvlm.config import SmolVlmMetadata
-from engine.registry import parse_metadata
-from engine.models.smolvlm import SmolVlmModel
+from engine.models.config import ModelMetadata
+from engine.registry import model_class, parse_metadata
 
-# A shape small enough for fast tests that keeps what the processor depends on: 512-px tiles,
-# 16-px patches, scale 4 (64 image tokens per tile) and the real 49,280-token vocabulary.
+# A shape small enough for fast tests that keeps what the processor and tokenizer depend on:
+# 512-px tiles, 16-px patches, scale 4 (64 image tokens per tile) and the real vocabulary.
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
 TINY_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16}
@@ -36,14 +37,18 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", "
 
 
 def tiny_config(config: dict) -> dict:
+    """``config`` shrunk to the tiny shape: its ``vision_config`` and ``text_config`` if it has them
+    (SmolVLM), else the top level (a plain ``LlamaForCausalLM`` config)."""
     cfg = copy.deepcopy(config)
-    cfg["vision_config"].update(TINY_VISION)
-    cfg["text_config"].update(TINY_TEXT)
+    if "vision_config" in cfg:
+        cfg["vision_config"].update(TINY_VISION)
+    (cfg["text_config"] if "text_config" in cfg else cfg).update(TINY_TEXT)
     return cfg
 
 
-def random_state_dict(meta: SmolVlmMetadata, seed: int = 0) -> dict[str, torch.Tensor]:
-    """float32 tensors for every parameter of :class:`SmolVlmModel` built from ``meta``.
+def random_state_dict(meta: ModelMetadata, seed: int = 0) -> dict[str, torch.Tensor]:
+    """float32 tensors for every parameter of the registry's model class for ``meta`` (as it is
+    stored: a tied ``lm_head.weight`` is left out, as Hugging Face checkpoints do).
 
     Linear/conv weights ~ N(0, 1/fan_in) so activations keep unit scale through depth; norms get
     weights around 1 and small biases (so a broken norm shows up in parity); the lm_head is scaled to
@@ -52,9 +57,11 @@ def random_state_dict(meta: SmolVlmMetadata, seed: int = 0) -> dict[str, torch.T
     """
     gen = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
-        model = SmolVlmModel(meta)
+        model = model_class(meta.model_type)(meta)
     out = {}
     for name, p in model.state_dict().items():
+        if name == "lm_head.weight" and meta.tie_word_embeddings:
+            continue
         shape = tuple(p.shape)
         if name.endswith("weight") and ("norm" in name):
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen)

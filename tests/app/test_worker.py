@@ -44,7 +44,7 @@ def test_signals_in_order_token_token_finished(qtbot, start):
     worker, relay = start(factory)
     info = load(qtbot, relay)
     assert info == {"model_name": "FakeVLM-256M", "device": "cpu", "dtype": "float32", "weights": "", "path": "/models/fake",
-                    "folder": ""}
+                    "folder": "", "vision": True}
     assert factory.loads[0][3] != threading.get_ident()  # loaded in the worker thread
 
     with qtbot.waitSignals(

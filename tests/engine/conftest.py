@@ -1,4 +1,5 @@
-"""Random-weight checkpoints built once per test session from the real SmolVLM-256M config files."""
+"""Random-weight checkpoints built once per test session from the real SmolVLM-256M and
+SmolLM2-135M-Instruct config files."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ def _cache_root(tmp_path_factory) -> Path:
     return Path(env) if env else tmp_path_factory.getbasetemp() / "checkpoints"
 
 
-def _checkpoint(tmp_path_factory, name: str, **kwargs) -> Path:
+def _checkpoint(tmp_path_factory, name: str, config_dir: Path | None = None, **kwargs) -> Path:
     out = _cache_root(tmp_path_factory) / name
     if not (out / "config.json").exists() or not any(out.glob("*.safetensors")):
-        write_checkpoint(_config_dir(), out, **kwargs)
+        write_checkpoint(config_dir or _config_dir(), out, **kwargs)
     return out
 
 
@@ -180,3 +181,20 @@ def smolvlm_gguf_pair(tmp_path_factory, tiny_checkpoint, llama_cpp_source) -> Pa
     _convert(llama_cpp_source, tiny_checkpoint, mmproj, "--mmproj")
     (out / "stamp.json").write_text(stamp)
     return out
+
+
+def _llama_config_dir() -> Path:
+    return _shared() / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def llama_tiny_checkpoint(tmp_path_factory) -> Path:
+    """2-layer SmolLM2-shaped text-only Llama (model_type llama), float32, real tokenizer and template."""
+    return _checkpoint(tmp_path_factory, "smollm2-tiny-f32", _llama_config_dir(), tiny=True, dtype="float32", seed=0)
+
+
+@pytest.fixture(scope="session")
+def llama_real_checkpoint(tmp_path_factory) -> Path:
+    """Random weights at the real SmolLM2-135M-Instruct shape (30 layers, tied embeddings), float32."""
+    return _checkpoint(tmp_path_factory, "smollm2-135m-random-f32", _llama_config_dir(), tiny=False,
+                       dtype="float32", seed=0)

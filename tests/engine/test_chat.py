@@ -133,3 +133,22 @@ def test_count_image_tokens_matches_what_send_uses(session, images_dir):
     assert session.count_image_tokens(photo) == 832  # 13 tiles x 64, as in the parity test above
     assert session.count_image_tokens(photo, "fast") == 64
     assert session.count_image_tokens(photo, "balanced") == session.preprocess([photo], "balanced")[0].num_image_tokens
+
+
+def test_without_a_processor_text_works_and_images_are_refused_before_any_work(session, images_dir):
+    """``processor=None`` (a text-only model): text chats as before; images raise UnsupportedOperation
+    before anything runs, leaving the conversation and cache as they were."""
+    from engine.api.errors import EngineError, UnsupportedOperation
+
+    plain = ChatSession(session.model, session.tokenizer, None)
+    tokens, done, _ = run(plain, "Hello there", n=4)
+    assert done.finish_reason == "length" and len(tokens) == 4
+    before, cached = list(plain.turns), plain.cache.seq_len
+    with pytest.raises(UnsupportedOperation, match="text-only model: it takes no images") as err:
+        plain.send("What is this?", images=[images_dir / "coffee.png"])
+    assert isinstance(err.value, EngineError)
+    assert plain.turns == before and plain.cache.seq_len == cached
+    with pytest.raises(UnsupportedOperation):
+        plain.count_image_tokens(images_dir / "coffee.png")
+    tokens, done, _ = run(plain, "And now?", n=3)
+    assert done.stats.cached_tokens > 0

@@ -17,6 +17,9 @@ from engine.api.errors import ConfigError
 from engine.models.smolvlm.processing import ImageProcessor, load_image
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
+# SmolVLM's special ids: the tokenizer itself knows no image or stop token (those belong to the
+# processor and to generation_config.json).
+IMAGE_ID, FAKE_ID, GLOBAL_ID, EOU_ID = 49190, 49189, 49152, 49279
 REFERENCE_PROMPT = "<|im_start|>User:<image>Can you describe this image?<end_of_utterance>\nAssistant:"
 
 
@@ -51,8 +54,8 @@ def _assert_parity(tokenizer, processor, hf_processor, messages, images):
     assert tokenizer.apply_chat_template(messages) == template_text
     assert encoded.input_ids == ref_ids
     assert encoded.text == ref_text
-    assert encoded.num_image_tokens == ref_ids.count(tokenizer.image_token_id)
-    assert encoded.input_ids.count(tokenizer.image_token_id) == sum(p.num_image_tokens for p in processed)
+    assert encoded.num_image_tokens == ref_ids.count(IMAGE_ID)
+    assert encoded.input_ids.count(IMAGE_ID) == sum(p.num_image_tokens for p in processed)
     if images:
         tiles = np.concatenate([p.tiles for p in processed])
         assert tiles.shape == ref_pixels[0].shape
@@ -61,10 +64,10 @@ def _assert_parity(tokenizer, processor, hf_processor, messages, images):
 
 
 def test_special_token_ids(tokenizer):
-    assert tokenizer.image_token_id == 49190
-    assert tokenizer.fake_image_token_id == 49189
-    assert tokenizer.global_image_token_id == 49152
-    assert tokenizer.end_of_utterance_id == 49279
+    assert tokenizer.token_to_id("<image>") == IMAGE_ID
+    assert tokenizer.token_to_id("<fake_token_around_image>") == FAKE_ID
+    assert tokenizer.token_to_id("<global-img>") == GLOBAL_ID
+    assert tokenizer.token_to_id("<end_of_utterance>") == EOU_ID
     assert tokenizer.vocab_size == 49280
     assert tokenizer.token_to_id("<row_2_col_3>") == 49152 + 6 + 3
     assert tokenizer.id_to_token(1) == "<|im_start|>"
@@ -116,14 +119,14 @@ def test_user_text_with_special_strings_stays_text(tokenizer, processor, images_
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": typed}]}]
     encoded = tokenizer.encode_chat(messages, [image])
     ids = encoded.input_ids
-    assert ids.count(tokenizer.image_token_id) == 1 * 64 == encoded.num_image_tokens
-    assert ids.count(tokenizer.end_of_utterance_id) == 1  # only the template's
+    assert ids.count(IMAGE_ID) == 1 * 64 == encoded.num_image_tokens
+    assert ids.count(EOU_ID) == 1  # only the template's
     assert ids.count(1) == 1  # only the template's <|im_start|>
-    assert ids.count(tokenizer.fake_image_token_id) == 2 and ids.count(tokenizer.global_image_token_id) == 1
+    assert ids.count(FAKE_ID) == 2 and ids.count(GLOBAL_ID) == 1
     assert typed in encoded.text
     assert tokenizer.decode(ids) == encoded.text
     text_only = tokenizer.encode_chat([{"role": "user", "content": typed}]).input_ids
-    eou = tokenizer.end_of_utterance_id
+    eou = EOU_ID
     assert text_only == [1, *tokenizer.encode("User: " + typed), eou, *tokenizer.encode("\nAssistant:")]
 
 
@@ -139,7 +142,7 @@ def test_encode_adds_no_bos_and_decode_matches_transformers(tokenizer, hf_proces
     text = "Hello <image> world\n\n  x"
     assert tokenizer.encode(text, allow_special=True) == hf_processor.tokenizer(text)["input_ids"]
     plain = tokenizer.encode(text)
-    assert tokenizer.image_token_id not in plain and plain[0] != 1
+    assert IMAGE_ID not in plain and plain[0] != 1
     ids = tokenizer.encode(REFERENCE_PROMPT, allow_special=True)
     assert tokenizer.decode(ids) == hf_processor.tokenizer.decode(ids) == REFERENCE_PROMPT
     assert tokenizer.decode(ids, skip_special_tokens=True) == hf_processor.tokenizer.decode(ids, skip_special_tokens=True)
@@ -159,7 +162,7 @@ def _multilingual_text(seed: int, length: int = 400) -> str:
 def test_streaming_detokenizer_equals_full_decode(tokenizer, seed):
     text = _multilingual_text(seed)
     ids = tokenizer.encode(text)
-    eou = tokenizer.end_of_utterance_id
+    eou = EOU_ID
     stream = StreamingDetokenizer(tokenizer, skip_special_ids={eou})
     pieces = []
     held_back = 0
@@ -193,9 +196,9 @@ def test_streaming_detokenizer_holds_partial_character(tokenizer):
 
 
 def test_streaming_detokenizer_emits_specials_not_in_skip_set(tokenizer):
-    stream = StreamingDetokenizer(tokenizer, skip_special_ids={tokenizer.end_of_utterance_id})
-    assert stream.add(tokenizer.image_token_id) == "<image>"
-    assert stream.add(tokenizer.end_of_utterance_id) == ""
+    stream = StreamingDetokenizer(tokenizer, skip_special_ids={EOU_ID})
+    assert stream.add(IMAGE_ID) == "<image>"
+    assert stream.add(EOU_ID) == ""
 
 
 def test_missing_tokenizer_json_raises_config_error(tmp_path):
@@ -208,3 +211,71 @@ def test_missing_chat_template_raises_config_error(tmp_path, model_config_dir):
     tokenizer = Tokenizer.from_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="chat template"):
         tokenizer.encode_chat([{"role": "user", "content": "hi"}])
+
+
+# -- any model family: template files, special tokens, a string-content (ChatML) template ----------
+
+SMOLLM2_CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}],
+    [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+     {"role": "user", "content": "And times 3? Ünïcode ✓ 🚀"}],
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir(shared_dir):
+    return shared_dir / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+@pytest.mark.parametrize("conversation", range(len(SMOLLM2_CONVERSATIONS)))
+def test_smollm2_prompt_and_ids_match_transformers(smollm2_dir, conversation, add_generation_prompt):
+    """SmolLM2's ChatML template (default system prompt when none is given, string content) gives
+    transformers' exact prompt string and ids."""
+    transformers = pytest.importorskip("transformers")
+    ref = transformers.AutoTokenizer.from_pretrained(smollm2_dir)
+    ours = Tokenizer.from_pretrained(smollm2_dir)
+    messages = SMOLLM2_CONVERSATIONS[conversation]
+    text = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    ids = ref.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
+    ids = ids["input_ids"] if not isinstance(ids, list) else ids
+    assert ours.content_as_list is False
+    assert ours.apply_chat_template(messages, add_generation_prompt=add_generation_prompt) == text
+    encoded = ours.encode_chat(messages, add_generation_prompt=add_generation_prompt)
+    assert encoded.input_ids == ids and encoded.text == text
+    if messages[0]["role"] != "system":
+        assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+
+
+def test_smollm2_special_tokens_come_from_tokenizer_config(smollm2_dir):
+    tok = Tokenizer.from_pretrained(smollm2_dir)
+    assert tok.special_tokens_map["bos_token"] == "<|im_start|>"
+    assert tok.special_tokens_map["eos_token"] == "<|im_end|>"
+    assert tok.token_to_id("<|im_end|>") == 2
+    with pytest.raises(ValueError, match="text only"):  # a ChatML template has no image slot
+        tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}]}])
+
+
+def _template_folder(tmp_path, model_config_dir, files: dict[str, str]):
+    (tmp_path / "tokenizer.json").write_bytes((model_config_dir / "tokenizer.json").read_bytes())
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    return Tokenizer.from_pretrained(tmp_path)
+
+
+def test_chat_template_lookup_order(tmp_path, model_config_dir):
+    """chat_template.json > chat_template.jinja > tokenizer_config.json, and ``bos_token`` /
+    ``eos_token`` reach the template (from tokenizer_config.json, else special_tokens_map.json)."""
+    import json
+
+    messages = [{"role": "user", "content": "hi"}]
+    config = json.dumps({"chat_template": "C{{ bos_token }}{{ eos_token }}", "bos_token": "<|im_start|>"})
+    smap = json.dumps({"eos_token": {"content": "<end_of_utterance>"}, "bos_token": "ignored"})
+    files = {"tokenizer_config.json": config, "special_tokens_map.json": smap}
+    assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == \
+        "C<|im_start|><end_of_utterance>"
+    files["chat_template.jinja"] = "J{{ messages[0]['content'] }}"
+    assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == "Jhi"
+    files["chat_template.json"] = json.dumps({"chat_template": "S{{ messages[0]['content'][0]['type'] }}"})
+    assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == "Stext"

@@ -38,6 +38,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -85,6 +86,9 @@ class ProcessedImage:
     rows: int
     cols: int
     image_seq_len: int
+    #: The token the chat template writes per image part, and the feature slot of :attr:`prompt`
+    #: (the tokenizer and ChatSession read it here, not from a model's metadata).
+    image_token: ClassVar[str] = IMAGE_TOKEN
 
     @functools.cached_property
     def tiles(self) -> np.ndarray:
@@ -330,6 +334,9 @@ class ImageProcessor:
     Sizes are pixels. ``longest_edge`` is ``size.longest_edge`` (stage-1 target, 2048 for 256M),
     ``max_image_size`` is the tile side M (512), ``image_seq_len`` the ``<image>`` tokens per tile (64).
     """
+
+    #: The feature-slot token of the prompts it makes (see :attr:`ProcessedImage.image_token`).
+    image_token: ClassVar[str] = IMAGE_TOKEN
 
     def __init__(
         self,
