@@ -38,6 +38,14 @@ def tiny(tiny_checkpoint):
     return load_model(tiny_checkpoint, device="cpu", dtype="float32")
 
 
+@pytest.fixture(scope="module", params=["smolvlm", "smollm2"])
+def any_tiny(request, tiny):
+    """The SmolVLM text model and the SmolLM2-shaped text-only Llama (tied embeddings)."""
+    if request.param == "smolvlm":
+        return tiny
+    return load_model(request.getfixturevalue("llama_tiny_checkpoint"), device="cpu", dtype="float32")
+
+
 def run(model, native: bool, kind: str = "contiguous", steps: int = STEPS, greedy: bool = False,
         fork: bool = False, prefill: bool = True):
     """Prefill 7 tokens (or decode them: ``prefill=False``), then decode ``steps`` tokens (fixed
@@ -72,20 +80,20 @@ def run(model, native: bool, kind: str = "contiguous", steps: int = STEPS, greed
 
 
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
-def test_float32_step_matches_eager(lib, tiny, kind):
-    native, _, used = run(tiny, True, kind)
+def test_float32_step_matches_eager(lib, any_tiny, kind):
+    native, _, used = run(any_tiny, True, kind)
     assert used  # the native step really ran
-    eager, _, _ = run(tiny, False, kind)
+    eager, _, _ = run(any_tiny, False, kind)
     torch.testing.assert_close(native, eager, rtol=1e-4, atol=1e-4)
-    n_tok, n_ids, _ = run(tiny, True, kind, greedy=True)
-    e_tok, e_ids, _ = run(tiny, False, kind, greedy=True)
+    n_tok, n_ids, _ = run(any_tiny, True, kind, greedy=True)
+    e_tok, e_ids, _ = run(any_tiny, False, kind, greedy=True)
     assert n_ids == e_ids
     torch.testing.assert_close(n_tok, e_tok, rtol=1e-4, atol=1e-4)
 
 
-def test_paged_non_consecutive_blocks(lib, tiny):
-    native, _, _ = run(tiny, True, "paged", fork=True)
-    eager, _, _ = run(tiny, False, "paged", fork=True)
+def test_paged_non_consecutive_blocks(lib, any_tiny):
+    native, _, _ = run(any_tiny, True, "paged", fork=True)
+    eager, _, _ = run(any_tiny, False, "paged", fork=True)
     torch.testing.assert_close(native, eager, rtol=1e-4, atol=1e-4)
 
 
