@@ -79,8 +79,17 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale.to(torch.bfloat16))
         self.register_buffer("bias", linear.bias.detach().float() if linear.bias is not None else None)
 
+    #: From this many rows on (a prefill chunk), the CPU dequantizes the weight and runs a float32
+    #: matmul: ``_weight_int8pack_mm`` is a GEMV kernel, and a 512-token prefill through it ran at
+    #: half the speed of float32 weights (bench/cpu_llamacpp.py), while the dequantized copy is one
+    #: layer's weight, made once per call, small next to a 512-row matmul.
+    DEQUANT_ROWS = 16
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
+        if x.device.type == "cpu" and x.numel() >= self.DEQUANT_ROWS * shape[-1]:
+            w = self.weight.float().mul_(self.scale.float()[:, None])
+            return torch.nn.functional.linear(x.float(), w, self.bias).to(x.dtype)
         y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight,
                                                 self.scale)
         y = y.view(*shape[:-1], self.out_features).to(x.dtype)
