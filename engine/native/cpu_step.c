@@ -139,7 +139,8 @@ static void carve(float *base, const Model *m, int64_t max_pos, Scratch *s) {
 /* ---- ops run by every thread inside the parallel region ------------------------------------ */
 static inline int grab(int *counter) { return __atomic_fetch_add(counter, CHUNK, __ATOMIC_RELAXED); }
 
-static inline void barrier(void) {
+static inline void barrier(int nt) {
+    if (nt == 1) return;
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
@@ -270,7 +271,7 @@ static void layer_step(const Model *m, int l, const KV *kv, int64_t pos, const f
     int H = m->n_heads, G = m->n_kv, D = m->head_dim;
     rmsnorm(s->x, L->in_norm, m->hidden, m->eps, xn);
     gemv(&L->qkv, xn, wk, s->qkv, 0, &ctr[0]);
-    barrier();
+    barrier(nt);
     /* Rotate and store the new key, store the new value: one KV head per thread turn. */
     for (int g = tid; g < G; g += nt) {
         float *k = s->qkv + (int64_t)(H + g) * D, *v = s->qkv + (int64_t)(H + G + g) * D;
@@ -279,7 +280,7 @@ static void layer_step(const Model *m, int l, const KV *kv, int64_t pos, const f
         memcpy(kv->k + off, k, sizeof(float) * D);
         memcpy(kv->v + off, v, sizeof(float) * D);
     }
-    barrier();
+    barrier(nt);
     for (int h = tid; h < H; h += nt) {
         int g = h / (H / G);
         float *q = s->qkv + (int64_t)h * D;
@@ -287,14 +288,31 @@ static void layer_step(const Model *m, int l, const KV *kv, int64_t pos, const f
         int64_t base = l * kv->layer_stride + g * kv->head_stride;
         attend(q, kv->k + base, kv->v + base, kv, pos + 1, D, scores, s->attn + (int64_t)h * D);
     }
-    barrier();
+    barrier(nt);
     gemv(&L->o, s->attn, wk, s->x, 1, &ctr[1]);
-    barrier();
+    barrier(nt);
     rmsnorm(s->x, L->post_norm, m->hidden, m->eps, xn);
     gate_up_silu(&L->gate_up, xn, wk, m->inter, s->act, &ctr[2]);
-    barrier();
+    barrier(nt);
     gemv(&L->down, s->act, wk, s->x, 1, &ctr[3]);
-    barrier();
+    barrier(nt);
+}
+
+/* Everything one thread does in a step (thread tid of nt); barriers separate dependent ops. */
+static void run_thread(const Model *m, const KV *kv, int64_t pos, const float *cos, const float *ssin,
+                       float *logits, Scratch *s, int *ctr, int n_ops, int64_t max_pos, int tid, int nt) {
+    float *mine = s->xn + tid * s->per_thread;
+    int64_t w = round16(widest(m) + 128);
+    Work wk;
+    wk.tmp = mine + w;
+    float *scores = wk.tmp + 2 * CHUNK;
+    wk.qx.q = (int8_t *)(scores + round16(max_pos)); /* 2w bytes = w/2 floats */
+    wk.qx.dv = scores + round16(max_pos) + w / 2;
+    wk.qx.xsum = wk.qx.dv + w / 2;
+    for (int l = 0; l < m->n_layers; l++)
+        layer_step(m, l, kv, pos, cos, ssin, s, mine, &wk, scores, ctr + l * OPS_PER_LAYER, tid, nt);
+    rmsnorm(s->x, m->final_norm, m->hidden, m->eps, mine);
+    gemv(&m->lm_head, mine, &wk, logits, 0, &ctr[n_ops - 1]);
 }
 
 /* The decode step: x_in [hidden] at position pos -> logits [vocab]; writes every layer's key and
@@ -310,27 +328,19 @@ int smol_step(const Model *m, const KV *kv, const float *x_in, int64_t pos, cons
     int n_ops = m->n_layers * OPS_PER_LAYER + 1;
     int *ctr = (int *)calloc((size_t)n_ops, sizeof(int));
     if (!ctr) return -1;
+    if (nthreads == 1) {
+        /* No parallel region at all: entering one of size 1 after torch ran a team of 2 re-docks
+         * torch's idle pool thread, and on a busy machine the master then spins until that
+         * thread gets a core (profiled: as much time in libgomp's spin loop as in the kernels). */
+        run_thread(m, kv, pos, cos, ssin, logits, &s, ctr, n_ops, max_pos, 0, 1);
+    } else {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads)
-#endif
-    {
-#ifdef _OPENMP
-        int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        run_thread(m, kv, pos, cos, ssin, logits, &s, ctr, n_ops, max_pos, omp_get_thread_num(),
+                   omp_get_num_threads());
 #else
-        int tid = 0, nt = 1;
+        run_thread(m, kv, pos, cos, ssin, logits, &s, ctr, n_ops, max_pos, 0, 1);
 #endif
-        float *mine = s.xn + tid * s.per_thread;
-        int64_t w = round16(widest(m) + 128);
-        Work wk;
-        wk.tmp = mine + w;
-        float *scores = wk.tmp + 2 * CHUNK;
-        wk.qx.q = (int8_t *)(scores + round16(max_pos)); /* 2w bytes = w/2 floats */
-        wk.qx.dv = scores + round16(max_pos) + w / 2;
-        wk.qx.xsum = wk.qx.dv + w / 2;
-        for (int l = 0; l < m->n_layers; l++)
-            layer_step(m, l, kv, pos, cos, ssin, &s, mine, &wk, scores, ctr + l * OPS_PER_LAYER, tid, nt);
-        rmsnorm(s.x, m->final_norm, m->hidden, m->eps, mine);
-        gemv(&m->lm_head, mine, &wk, logits, 0, &ctr[n_ops - 1]);
     }
     free(ctr);
     return 0;
