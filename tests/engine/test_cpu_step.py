@@ -188,3 +188,17 @@ def test_reports_which_step_runs(lib, tiny, tiny_checkpoint):
     build.library(wait=True)  # earlier tests reset it: the next call only starts the (cached) load
     assert tiny.cpu_decode_step().startswith("native-")
     assert model_info(tiny_checkpoint)["cpu_decode_step"] == build.describe()
+
+
+def test_speculation_stays_off_while_the_native_step_decodes(lib, tiny_checkpoint, monkeypatch):
+    """Auto speculation verifies drafts eagerly: slower than native decode steps, so it is off."""
+    from engine.chat import ChatSession
+    from engine.api.events import GenerationParams
+
+    build.library(wait=True)
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    assert session.model.native_decode_ready(session.cache)
+    assert session._speculative_decoder(GenerationParams(), None) is None
+    assert session._speculative_decoder(GenerationParams(speculative=True), None) is not None
+    monkeypatch.setenv("SMOLCHAT_NATIVE", "0")
+    assert session._speculative_decoder(GenerationParams(), None) is not None

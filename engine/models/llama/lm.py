@@ -117,6 +117,13 @@ class LlamaLM:
                 return None
         return self._native if self._native.supports(cache, input) else None
 
+    def native_decode_ready(self, cache: KVCache) -> bool:
+        """Whether batch-1 ``decode`` into ``cache`` runs the native CPU step right now."""
+        if self.device.type != "cpu":
+            return False
+        probe = torch.zeros(1, 1, self.decoder.config.hidden_size, dtype=self.dtype)
+        return self._native_step(cache, probe) is not None
+
     def cpu_decode_step(self) -> str:
         """Which batch-1 decode step runs on the CPU now: ``native-avx512`` (``-avx2``, ``-generic``)
         or ``eager`` (off the CPU, ``SMOLCHAT_NATIVE=0``, no library yet or at all, or a layer kind
