@@ -119,7 +119,10 @@ def main(argv=None) -> int:
         if w != "auto":
             models[w] = quantize_weights(session.model, w)
     prompt = len(session_prompt(session, TEXT_PROMPT)[0])
-    res = {"machine": machine("cpu"), "cpu_decode_step": step, "threads": args.threads,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    res = {"machine": machine("cpu"), "commit": commit, "cpu_flags": [f for f in flags if f.startswith(("avx", "fma", "amx"))],
+           "cpu_decode_step": step, "threads": args.threads,
            "checkpoint": str(ck), "prompt_tokens": prompt, "new_tokens": args.new_tokens, "rounds": []}
     out = Path(args.out)
 
