@@ -8,7 +8,6 @@ from PySide6.QtCore import QSize, Qt, Signal, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from app.thumbnails import thumbnail
-from app.qt_compat import emit
 
 CHIP_SIZE = QSize(64, 64)
 
@@ -35,7 +34,7 @@ class AttachmentChip(QFrame):
         remove.setAccessibleName(f"Remove {Path(path).name}")
         remove.setCursor(Qt.CursorShape.PointingHandCursor)
         remove.setGeometry(self.width() - 24, 0, 22, 22)
-        remove.clicked.connect(lambda: emit(self.remove_requested, self.path))
+        remove.clicked.connect(lambda: self.remove_requested.emit(self.path))
 
 
 class AttachmentStrip(QWidget):
@@ -83,4 +82,4 @@ class AttachmentStrip(QWidget):
 
     def _sync(self) -> None:
         self.setVisible(bool(self._chips))
-        emit(self.changed)
+        self.changed.emit()

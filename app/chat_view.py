@@ -6,7 +6,6 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.messages import AssistantMessage, UserMessage
-from app.qt_compat import emit
 
 EMPTY_TEXT = "Drop a photo here, or paste one, and ask a question about it.\nEverything runs on this computer."
 
@@ -130,4 +129,4 @@ class ChatView(QScrollArea):
 
     def _on_action(self, name: str, message) -> None:
         if message in self._messages:
-            emit(self.message_action, name, self._messages.index(message))
+            self.message_action.emit(name, self._messages.index(message))

@@ -7,7 +7,6 @@ from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, Q
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from app.mime import carries_images, image_from_mime, local_files
-from app.qt_compat import emit
 
 MIN_LINES, MAX_LINES = 1, 8
 
@@ -37,7 +36,7 @@ class Composer(QPlainTextEdit):
         is_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if is_enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             event.accept()
-            emit(self.submitted)
+            self.submitted.emit()
             return
         if is_enter:  # Shift+Enter: a plain newline, not QPlainTextEdit's line separator
             self.insertPlainText("\n")
@@ -74,11 +73,11 @@ class Composer(QPlainTextEdit):
     def _take_images(self, mime: QMimeData) -> bool:
         files = local_files(mime)
         if files:
-            emit(self.files_added, files)
+            self.files_added.emit(files)
             return True
         image = image_from_mime(mime)
         if not image.isNull():
-            emit(self.image_pasted, image)
+            self.image_pasted.emit(image)
             return True
         return False
 

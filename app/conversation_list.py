@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.icons import icon
-from app.qt_compat import emit
 from app.store import Conversation
 
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -67,8 +66,8 @@ class ConversationList(QFrame):
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
 
-        self.new_button.clicked.connect(lambda: emit(self.new_requested))
-        self.search.textChanged.connect(lambda text: emit(self.search_changed, text))
+        self.new_button.clicked.connect(lambda: self.new_requested.emit())
+        self.search.textChanged.connect(lambda text: self.search_changed.emit(text))
         self.list.currentItemChanged.connect(self._on_current_changed)
         self.list.itemChanged.connect(self._on_item_changed)
         self.list.customContextMenuRequested.connect(self._context_menu)
@@ -120,17 +119,17 @@ class ConversationList(QFrame):
     @Slot(QListWidgetItem, QListWidgetItem)
     def _on_current_changed(self, current: QListWidgetItem | None, _previous) -> None:
         if current is not None and not self._filling:
-            emit(self.open_requested, current.data(ID_ROLE))
+            self.open_requested.emit(current.data(ID_ROLE))
 
     @Slot(QListWidgetItem)
     def _on_item_changed(self, item: QListWidgetItem) -> None:
         if not self._filling:
-            emit(self.rename_requested, item.data(ID_ROLE), item.text())
+            self.rename_requested.emit(item.data(ID_ROLE), item.text())
 
     def _delete_current(self) -> None:
         item = self.list.currentItem()
         if item is not None:
-            emit(self.delete_requested, item.data(ID_ROLE))
+            self.delete_requested.emit(item.data(ID_ROLE))
 
     @Slot(QPoint)
     def _context_menu(self, pos: QPoint) -> None:
@@ -139,5 +138,5 @@ class ConversationList(QFrame):
             return
         menu = QMenu(self)
         menu.addAction(icon("edit"), "Rename", lambda: self.list.editItem(item))
-        menu.addAction(icon("delete"), "Delete", lambda: emit(self.delete_requested, item.data(ID_ROLE)))
+        menu.addAction(icon("delete"), "Delete", lambda: self.delete_requested.emit(item.data(ID_ROLE)))
         menu.exec(self.list.viewport().mapToGlobal(pos))

@@ -9,8 +9,10 @@ import time
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from app.banner import Banner
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
+from app.paths import data_dir, data_dir_problem, use_temporary_data_dir
 from app.store import Message, Store
 
 FLUSH_INTERVAL_S = 0.25
@@ -58,6 +60,23 @@ def answer_footer(message: Message) -> str:
 
 def _reason(status: str) -> str:
     return "stop" if status == "done" else status
+
+
+def open_store(chat_banner: Banner) -> tuple[Store, Banner]:
+    """The store in the data folder, or in a temporary one if that fails, and a lasting banner above
+    ``chat_banner`` that says so (the chat's banner is cleared on every send; this one must stay)."""
+    try:
+        store = Store(data_dir())
+    except STORAGE_ERRORS as exc:
+        store = Store(use_temporary_data_dir(getattr(exc, "strerror", None) or str(exc)))
+    storage_banner = Banner()
+    storage_banner.setAccessibleName("Data folder problem")
+    layout = chat_banner.parentWidget().layout()
+    layout.insertWidget(layout.indexOf(chat_banner), storage_banner)
+    problem = data_dir_problem()
+    if problem:
+        storage_banner.show_error(problem)
+    return store, storage_banner
 
 
 class ConversationKeeper(QObject):
@@ -111,6 +130,10 @@ class ConversationKeeper(QObject):
 
     def messages(self) -> list[Message]:
         return self.store.messages(self.current_id) if self.current_id is not None else []
+
+    def engine_history(self) -> list[dict]:
+        """What the engine should hold for the open conversation (see :func:`engine_history`)."""
+        return engine_history(self.messages())
 
     def ensure_conversation(self, text: str, images: list[str], model: str, settings: dict) -> int:
         if self.current_id is None:

@@ -1,4 +1,4 @@
-"""Text for the status bar and message footers, from the worker's plain-dict results."""
+"""Text for the status bar and message footers, from an answer's plain-dict result (``app.controller.result_of``)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,9 @@ def finish_footer(result: dict) -> str:
     if reason == "error" and result.get("error"):
         return f"failed (error): {result['error']}"
     return FINISH_LABELS.get(reason, reason)
+
+
+def progress_summary(event) -> str:
+    """What the engine is doing before the first token (an ``engine.api.ProgressEvent``)."""
+    what = "Reading the image" if event.stage == "image" else "Reading the prompt"
+    return f"{what}… {event.done}/{event.total}"

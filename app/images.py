@@ -1,12 +1,12 @@
-"""Checks on image files before they are attached to a message (Pillow only, no Qt)."""
+"""Image files attached to a message: the engine's check before attaching, pasted images saved (no Qt)."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
+from engine.api.errors import ImageError
+from engine.api.images import load_image
 
 
 class InvalidImageError(ValueError):
@@ -14,36 +14,17 @@ class InvalidImageError(ValueError):
 
 
 def validate_image(path: str | Path) -> Path:
-    """Open and fully decode ``path``; return it resolved, or raise :class:`InvalidImageError`.
+    """Decode ``path`` the way the engine will (:func:`engine.api.images.load_image`); return it
+    resolved, or raise :class:`InvalidImageError` with the engine's message.
 
     Decoding the whole image (not just the header) catches truncated files before they reach
     the engine, where the error would come back only after the user pressed Send.
     """
-    path = Path(path)
-    name = path.name or str(path)
-    if not path.is_file():
-        raise InvalidImageError(f"“{name}” is not a file.")
-    if path.stat().st_size == 0:
-        raise InvalidImageError(f"“{name}” is empty (0 bytes), so it is not an image.")
     try:
-        with Image.open(path) as image:
-            image.load()
-    except UnidentifiedImageError:
-        raise InvalidImageError(f"“{name}” is not an image Smolchat can read.") from None
-    except Image.DecompressionBombError as exc:
-        raise InvalidImageError(f"“{name}” is too large to open safely{_megapixels(exc)}.") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise InvalidImageError(f"“{name}” looks broken and cannot be decoded ({exc}).") from None
-    return path.resolve()
-
-
-def _megapixels(exc: BaseException) -> str:
-    """" (N megapixels)" from Pillow's DecompressionBombError message, or "" if it has no size."""
-    found = re.search(r"\((\d+) pixels\)", str(exc))
-    if not found:
-        return ""
-    mp = int(found.group(1)) / 1e6
-    return f" ({mp:.0f} megapixels)" if mp >= 10 else f" ({mp:.1f} megapixels)"
+        load_image(path)
+    except ImageError as exc:
+        raise InvalidImageError(str(exc)) from None
+    return Path(path).resolve()
 
 
 def save_png_bytes(data: bytes, folder: Path) -> Path:

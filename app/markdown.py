@@ -16,7 +16,6 @@ from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.icons import icon
-from app.qt_compat import emit
 
 FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 
@@ -124,7 +123,7 @@ class CodeBlock(QFrame):
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code)
-        emit(self.copied, self.code)
+        self.copied.emit(self.code)
 
 
 def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]:

@@ -15,7 +15,6 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolBut
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
-from app.qt_compat import emit
 from app.thumbnails import thumbnail
 
 BUBBLE_MAX_WIDTH = 560
@@ -60,7 +59,7 @@ class ActionRow(QWidget):
             button.setToolTip(tip)
             button.setAccessibleName(tip)
             button.setAutoRaise(True)
-            button.clicked.connect(lambda _=False, n=name: emit(self.triggered, n))
+            button.clicked.connect(lambda _=False, n=name: self.triggered.emit(n))
             row.addWidget(button)
         if not align_right:
             row.addStretch(1)
@@ -137,7 +136,7 @@ class UserMessage(QWidget):
     def _on_action(self, name: str) -> None:
         if name == "copy":
             QGuiApplication.clipboard().setText(self.text)
-        emit(self.action_requested, name)
+        self.action_requested.emit(name)
 
 
 class AssistantMessage(QWidget):
@@ -239,4 +238,4 @@ class AssistantMessage(QWidget):
     def _on_action(self, name: str) -> None:
         if name == "copy":
             QGuiApplication.clipboard().setText(self.text)
-        emit(self.action_requested, name)
+        self.action_requested.emit(name)

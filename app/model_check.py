@@ -1,7 +1,7 @@
 """Checking a model folder before it is used (the model manager's "Check" and "Add folder").
 
 The checks themselves are the engine's (:func:`engine.validate.check_checkpoint`: config,
-tokenizer, processor, every tensor's name and shape). They import torch: call this from a worker
+tokenizer, processor, every tensor's name and shape). They import torch: call this from a background
 thread only (the UI never imports torch).
 """
 

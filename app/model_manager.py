@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
 
 from app.icons import icon
 from app.model_tasks import start_tasks
-from app.qt_compat import emit
 from app.settings import add_known_model, known_models, remove_known_model
 
 
@@ -206,7 +205,7 @@ class ModelManager(QDialog):
         row.progress.setValue(0)
         row.progress.setFormat("starting…")
         self.tasks.prepare_download(repo_id)
-        emit(self.download_requested, repo_id)
+        self.download_requested.emit(repo_id)
 
     def cancel_download(self, repo_id: str) -> None:
         self.tasks.cancel_download(repo_id)
@@ -221,7 +220,7 @@ class ModelManager(QDialog):
     def _on_downloaded(self, repo_id: str, folder: str) -> None:
         self.rows[repo_id].set_state("checking", "Checking the downloaded files…")
         self._pending_checks[folder] = repo_id
-        emit(self.validate_requested, folder)
+        self.validate_requested.emit(folder)
 
     @Slot(str, str, bool)
     def _on_download_failed(self, repo_id: str, message: str, cancelled: bool) -> None:
@@ -239,7 +238,7 @@ class ModelManager(QDialog):
         if register:
             self._pending_checks[folder] = ""
         self.report.setPlainText(f"Checking {folder}…")
-        emit(self.validate_requested, folder)
+        self.validate_requested.emit(folder)
 
     @Slot(dict)
     def _on_validated(self, report: dict) -> None:
@@ -276,7 +275,7 @@ class ModelManager(QDialog):
 
     def _use(self, path: str) -> None:
         if path:
-            emit(self.use_requested, path)
+            self.use_requested.emit(path)
             self.hide()
 
     def shutdown(self) -> None:

@@ -6,7 +6,6 @@ from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
 
 from app.icons import icon
-from app.qt_compat import emit
 from app.settings import known_models
 
 
@@ -48,14 +47,14 @@ class ModelPicker(QPushButton):
         for model in known_models():
             action = self._menu.addAction(model["name"])
             action.setToolTip(model["path"])
-            action.triggered.connect(lambda _=False, p=model["path"]: emit(self.model_chosen, p))
+            action.triggered.connect(lambda _=False, p=model["path"]: self.model_chosen.emit(p))
         if not self._menu.isEmpty():
             self._menu.addSeparator()
         self._menu.addAction(icon("folder"), "Open model folder…", self._choose)
-        self._menu.addAction(icon("models"), "Manage models…", lambda: emit(self.manage_requested))
+        self._menu.addAction(icon("models"), "Manage models…", lambda: self.manage_requested.emit())
 
     @Slot()
     def _choose(self) -> None:
         folder = QFileDialog.getExistingDirectory(self.window(), "Choose a model folder")
         if folder:
-            emit(self.model_chosen, folder)
+            self.model_chosen.emit(folder)

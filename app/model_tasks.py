@@ -7,7 +7,8 @@ import threading
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.qt_compat import emit
+from engine.api import DownloadCancelled
+
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +44,23 @@ class ModelTasks(QObject):
         try:
             from engine.sources import download_snapshot
 
-            folder = download_snapshot(repo_id, progress=lambda d, t: emit(self.progress, repo_id, float(d), float(t)),
+            folder = download_snapshot(repo_id, progress=lambda d, t: self.progress.emit(repo_id, float(d), float(t)),
                                        cancel=cancel)
         except Exception as exc:  # noqa: BLE001 - reported to the user
-            cancelled = type(exc).__name__ == "DownloadCancelled" or cancel.is_set()
+            cancelled = isinstance(exc, DownloadCancelled) or cancel.is_set()
             log.info("download of %s ended: %s", repo_id, exc)
-            emit(self.download_failed, repo_id, str(exc), cancelled)
+            self.download_failed.emit(repo_id, str(exc), cancelled)
             return
         finally:
             with self._lock:
                 self._cancels.pop(repo_id, None)
-        emit(self.downloaded, repo_id, str(folder))
+        self.downloaded.emit(repo_id, str(folder))
 
     @Slot(str)
     def validate(self, path: str) -> None:
         from app.model_check import validate_model
 
-        emit(self.validated, validate_model(path))
+        self.validated.emit(validate_model(path))
 
 
 def start_tasks() -> tuple[QThread, ModelTasks]:

@@ -5,7 +5,7 @@ Loads the model, answers one question about an image drawn here with Pillow, pri
 on stdout, a one-line message on stderr, and exits 1. Works from source and from the frozen build.
 
 Qt is not imported at all unless ``--gui`` also asks to build the main window (offscreen) and load
-the model through the app's worker thread.
+the model through the app's engine thread.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from engine.api import looks_like_repo_id
 
 QUESTION = "What shape is in the middle of this picture, and what colour is it?"
 # Hub ids looked up in the local Hugging Face cache (never downloaded) when no --model is given.
@@ -75,7 +77,7 @@ def candidate_models() -> list[Path]:
 
 def resolve_model(model: str | None) -> str:
     if model:
-        if os.path.sep in model or model.startswith(".") or Path(model).exists():
+        if not looks_like_repo_id(model):
             if not (Path(model) / "config.json").is_file():
                 raise SelfTestError(f"no model at {model}: the folder needs config.json, tokenizer files "
                                     "and *.safetensors weights")
@@ -109,18 +111,18 @@ def run_engine(model: str, args: argparse.Namespace) -> dict:
             done = event
     if done is None:
         raise SelfTestError("the engine ended without a final event")
-    if done.finish_reason == "error" or getattr(done, "error", None):
-        raise SelfTestError(f"generation failed: {getattr(done, 'error', None) or done.finish_reason}")
+    if done.finish_reason == "error" or done.error:
+        raise SelfTestError(f"generation failed: {done.error or done.finish_reason}")
     stats = done.stats
     if stats.generated_tokens < 1 or tokens < 1:
         raise SelfTestError("the model generated no tokens")
     return {
         "device": session.device,
         "dtype": session.dtype,
-        "weights": getattr(session, "weights", session.dtype),
+        "weights": session.weights,
         "finish_reason": done.finish_reason,
         "prompt_tokens": stats.prompt_tokens,
-        "image_tokens": getattr(stats, "image_tokens", None),
+        "image_tokens": stats.image_tokens,
         "generated_tokens": stats.generated_tokens,
         "import_s": round(t_import - t0, 3),
         "load_s": round(t_load - t_import, 3),
@@ -133,18 +135,18 @@ def run_engine(model: str, args: argparse.Namespace) -> dict:
 
 
 def run_gui(model: str, args: argparse.Namespace) -> dict:
-    """Build the real main window offscreen and wait until its worker thread has loaded the model."""
+    """Build the real main window offscreen and wait until its engine thread has loaded the model."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     t0 = time.perf_counter()
-    from app.main import create_app
+    from app.application import create_app
     from app.main_window import MainWindow
 
     qt_app = create_app(sys.argv[:1])
     window = MainWindow(model_path=model, device=args.device, dtype=args.dtype)
     window.show()
     outcome: dict = {}
-    window.worker.model_loaded.connect(lambda info: outcome.setdefault("loaded", info))
-    window.worker.model_load_failed.connect(lambda message: outcome.setdefault("failed", message))
+    window.controller.model_loaded.connect(lambda info: outcome.setdefault("loaded", info))
+    window.controller.model_load_failed.connect(lambda message: outcome.setdefault("failed", message))
     deadline = time.monotonic() + args.gui_timeout
     try:
         while not outcome and time.monotonic() < deadline:

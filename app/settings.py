@@ -7,28 +7,26 @@ generation_config.json, then the engine's defaults.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from engine.api import DETAILS, GenerationParams
 from app.paths import data_dir
 
-# Engine defaults (engine.api.events.GenerationParams), repeated here so the UI never imports the engine.
-ENGINE_DEFAULTS = {
-    "temperature": 0.0,
-    "top_p": 1.0,
-    "top_k": 0,
-    "repetition_penalty": 1.0,
-    "max_new_tokens": 512,
-}
-SAMPLING_KEYS = tuple(ENGINE_DEFAULTS)
-IMAGE_DETAILS = {"full": "Reference (full tiles)", "balanced": "Balanced", "fast": "Fast (one tile)"}
+# The sampling values the settings dialog edits; their defaults are the engine's own.
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
+ENGINE_DEFAULTS = {f.name: f.default for f in fields(GenerationParams) if f.name in SAMPLING_KEYS}
+_DETAIL_LABELS = {"full": "Reference (full tiles)", "balanced": "Balanced", "fast": "Fast (one tile)"}
+IMAGE_DETAILS = {detail: _DETAIL_LABELS.get(detail, detail.capitalize()) for detail in DETAILS}
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CACHE_KINDS = ("paged", "contiguous")  # the engine's default first
 WEIGHTS = ("auto", "int8")  # engine.registry.WEIGHTS; int8 applies on the CPU only
 THEMES = ("system", "light", "dark")
+# AppSettings fields that need the model loaded again when they change.
+ENGINE_KEYS = ("device", "dtype", "cache_kind", "context_size", "weights")
 
 
 def open_settings() -> QSettings:
@@ -85,7 +83,7 @@ class AppSettings:
         return params
 
     def load_options(self) -> dict:
-        """What the worker needs to build a session besides path, device and dtype."""
+        """What the backend needs to load a model besides path, device and dtype."""
         options = {}
         if self.cache_kind != CACHE_KINDS[0]:
             options["cache_kind"] = self.cache_kind

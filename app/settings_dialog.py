@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from app.qt_compat import emit
 from app.settings import CACHE_KINDS, DEVICES, DTYPES, IMAGE_DETAILS, SAMPLING_KEYS, THEMES, WEIGHTS, AppSettings
 
 LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
@@ -161,7 +160,7 @@ class SettingsDialog(QDialog):
 
     def apply(self) -> None:
         self.settings = self.result_settings()
-        emit(self.applied, self.settings)
+        self.applied.emit(self.settings)
 
     def accept(self) -> None:
         self.apply()

@@ -45,6 +45,7 @@ _LAZY = {
     "PerplexityResult": "engine.perplexity",
     "SpeculativeDecoder": "engine.speculative",
     "PromptLookupDrafter": "engine.speculative",
+    "EngineService": "engine.service",
 }
 
 

@@ -13,6 +13,11 @@ never the system prompt, never part of an image) and the stats say so. A message
 even alone raises :class:`~engine.api.errors.PromptTooLongError` before any work is done.
 
 Answers stream through a detokenizer that never splits a UTF-8 character and never emits stop tokens.
+
+``cancel()`` is checked between tokens, before every decoder layer of the prefill and inside the
+vision tower (within each layer of each tile), so a cancel ends the answer within a fraction of a second even before its
+first token; ``progress`` (when set) receives :class:`~engine.api.backend.ProgressEvent` s from the
+same points.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from engine.api.backend import ProgressEvent
 from engine.api.errors import PromptTooLongError, UnsupportedOperation
 from engine.api.events import (
     DoneEvent,
@@ -36,6 +42,7 @@ from engine.api.events import (
     TokenEvent,
 )
 from engine.cache import CacheConfig, KVCache
+from engine.cancellation import Cancelled, layer_cancel_points
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
 from engine.sampling import make_sampler
@@ -115,6 +122,9 @@ class ChatSession:
         self.turns: list[Turn] = []
         self._cached_keys: list = []  # what the cache holds, one key per position
         self._cancel = threading.Event()
+        #: Called (on the generating thread) with progress through the vision tower and the prefill.
+        self.progress: Callable[[ProgressEvent], None] | None = None
+        self._last_progress: ProgressEvent | None = None
 
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
@@ -389,6 +399,8 @@ class ChatSession:
         except GeneratorExit:
             reason = "cancelled"
             raise
+        except Cancelled:  # during the vision tower or the prefill: the user turn stays, the answer is empty
+            reason = "cancelled"
         except Exception as exc:  # noqa: BLE001  (reported in the DoneEvent; the session stays usable)
             reason, error = "error", f"{type(exc).__name__}: {exc}"
         finally:
@@ -443,6 +455,7 @@ class ChatSession:
         self._cached_keys = self._cached_keys[:common]
         stats.cached_tokens = common
         skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
+        self._last_progress = None  # each answer reports its own first tile
         tiles = []
         vision_dtype = getattr(self.model, "vision_dtype", None)
         for img in images:
@@ -454,16 +467,37 @@ class ChatSession:
             tiles.append(img.tiles_tensor(self.model.device, vision_dtype)[skip:])
             skip = 0
         new_ids = torch.tensor([ids[common:]])
-        embeds = self.model.embed_multimodal(new_ids, tiles)
+        # Only a vision model gets the tower's callback (a text-only model's embed_multimodal needs none).
+        embeds = self.model.embed_multimodal(new_ids, tiles, *((self._tiles_done,) if tiles else ()))
         del tiles  # not needed during the prefill
         t = time.perf_counter()
         logits = None
-        for start in range(0, embeds.shape[1], self.prefill_chunk):
-            chunk = embeds[:, start:start + self.prefill_chunk]
-            pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
-            logits = self.model.prefill(chunk, self.cache, pos)
-            self._cached_keys.extend(keys[pos.start:pos.stop])
+        total = embeds.shape[1]
+        with layer_cancel_points(self.model, self._cancel):  # a cancel waits for one layer, not a chunk
+            for start in range(0, total, self.prefill_chunk):
+                self._checkpoint(ProgressEvent("prefill", start, total))
+                chunk = embeds[:, start:start + self.prefill_chunk]
+                pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
+                logits = self.model.prefill(chunk, self.cache, pos)
+                self._cached_keys.extend(keys[pos.start:pos.stop])
+        self._checkpoint(ProgressEvent("prefill", total, total))
         elapsed = time.perf_counter() - t
         if elapsed > 0:
             stats.prefill_tokens_per_s = (len(ids) - common) / elapsed
         return logits
+
+    def _tiles_done(self, done: int, total: int) -> None:
+        """The vision tower's callback: a cancellation point, and progress when ``done`` moved."""
+        event = ProgressEvent("image", done, total)
+        if event != self._last_progress:
+            self._last_progress = event
+            self._checkpoint(event)
+        elif self._cancel.is_set():
+            raise Cancelled()
+
+    def _checkpoint(self, event: ProgressEvent) -> None:
+        """A cancellation point before the first token: raise :class:`Cancelled`, else report ``event``."""
+        if self._cancel.is_set():
+            raise Cancelled()
+        if self.progress is not None:
+            self.progress(event)

@@ -19,6 +19,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from engine.api.errors import DownloadCancelled, DownloadError, ModelLoadError
+from engine.api.hub import looks_like_repo_id
 
 if TYPE_CHECKING:
     from engine.models.config import ModelMetadata
@@ -230,8 +231,6 @@ def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
         return LocalDirSource(path)
     if path.exists():
         raise ModelLoadError(f"{path} is a file; --model takes a model folder (with config.json), a .gguf file or a Hub id")
-    text = str(path_or_repo_id)
-    looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
-    if looks_like_repo and not Path(text.split("/")[0]).is_dir():
-        return HubSource(text, **hub_kwargs)
+    if looks_like_repo_id(str(path_or_repo_id)):
+        return HubSource(str(path_or_repo_id), **hub_kwargs)
     raise ModelLoadError(f"model folder not found: {path}")

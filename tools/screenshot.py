@@ -118,21 +118,21 @@ def main() -> int:
     if args.history:
         add_history()
     app = create_app(sys.argv[:1])
-    factory = None
+    backend = None
     if args.fake:
-        from tests.app.fakes import FakeFactory, FakeSession
+        from app.backends.fake import FakeBackend
 
         words = FAKE_ANSWER.split(" ")
         tokens = [w if i == 0 else " " + w for i, w in enumerate(words)]
-        factory = FakeFactory(FakeSession(tokens=tokens, delay=0.01, model_name="SmolVLM-256M-Instruct"))
-    window = MainWindow(args.model or "fake", session_factory=factory, device=args.device, dtype=args.dtype)
+        backend = FakeBackend(tokens=tokens, delay=0.01, model_name="SmolVLM-256M-Instruct")
+    window = MainWindow(args.model or "fake", backend=backend, device=args.device, dtype=args.dtype)
     window.generation_params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                                 "seed": args.seed}
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)
     window.show()
     driver = Driver(app, window, args)
-    window.worker.model_load_failed.connect(driver.failed)
+    window.controller.model_load_failed.connect(driver.failed)
     window.answer_finished.connect(driver.answered)
 
     def wait_for_model() -> None:  # the window may have loaded the model before we could connect

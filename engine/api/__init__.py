@@ -35,6 +35,7 @@ from engine.api.events import (
     TokenEvent,
     WEIGHT_FORMATS,
 )
+from engine.api.hub import looks_like_repo_id
 
 __all__ = [
     "Attachment",
@@ -62,4 +63,5 @@ __all__ = [
     "UnsupportedOperation",
     "WEIGHT_FORMATS",
     "is_engine_error",
+    "looks_like_repo_id",
 ]

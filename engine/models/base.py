@@ -104,8 +104,9 @@ class GenerativeModel(abc.ABC):
         """Run ``input [B, 1, H]`` at position ``cache.seq_len``; logits ``[B, V]``."""
 
     # Provided methods, with defaults.
-    def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Text-only default: reject images, else :meth:`embed`."""
+    def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor], on_tiles=None) -> torch.Tensor:
+        """Text-only default: reject images, else :meth:`embed`. ``on_tiles(done, total)``: progress
+        and cancellation through the vision tower (vision models; unused here)."""
         if len(images):
             raise UnsupportedOperation(f"{type(self).__name__} takes no images (got {len(images)})")
         return self.embed(tokens)

@@ -1,4 +1,4 @@
-"""Fixtures for the app tests: offscreen Qt, a temporary data folder, fake engine, clean teardown."""
+"""Fixtures for the app tests: offscreen Qt, a temporary data folder, a fake backend, clean teardown."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from tests.app.fakes import FakeFactory, FakeSession  # noqa: E402
+from app.backends.fake import FakeBackend  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -21,16 +21,14 @@ def data_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _close_windows(qapp):
-    """Close every window and join every engine thread, so no QThread outlives its test."""
+    """Close every window and check its backend stopped, so no engine thread outlives its test."""
     yield
     from app.main_window import MainWindow
-    from app.worker import stop_all_workers
 
     for widget in qapp.topLevelWidgets():
         if isinstance(widget, MainWindow):
             widget.close()
-            assert widget._thread.isFinished(), "engine thread still running after close"
-    assert stop_all_workers() == 0, "an engine thread did not stop"
+            assert widget.controller.closed, "window closed without stopping its backend"
 
 
 @pytest.fixture(autouse=True)
@@ -42,18 +40,18 @@ def _clear_clipboard(qapp):
 
 @pytest.fixture
 def make_window(qtbot):
-    """Build shown MainWindows on fake factories; they stay referenced until teardown."""
+    """Build shown MainWindows on fake backends; they stay referenced until teardown."""
     from app.main_window import MainWindow
 
     windows = []
 
-    def make(factory, model_path: str | None = "/models/fake", wait_loaded: bool = True):
-        win = MainWindow(model_path, session_factory=factory)
+    def make(backend, model_path: str | None = "/models/fake", wait_loaded: bool = True):
+        win = MainWindow(model_path, backend=backend)
         qtbot.addWidget(win)
         windows.append(win)
         win.show()
         if wait_loaded:
-            # waitUntil, not waitSignal: the worker may emit model_loaded before we could connect.
+            # waitUntil, not waitSignal: the backend may report the load before we could connect.
             qtbot.waitUntil(lambda: bool(win.model_info), timeout=5000)
         return win
 
@@ -64,12 +62,13 @@ def make_window(qtbot):
 
 @pytest.fixture
 def fake_session():
-    return FakeSession(tokens=["The", " cat", " is", " orange", "."], delay=0.005)
+    """The fake backend the ``window`` fixture talks to (named after the engine session it stands for)."""
+    return FakeBackend(tokens=["The", " cat", " is", " orange", "."], delay=0.005)
 
 
 @pytest.fixture
 def factory(fake_session):
-    return FakeFactory(fake_session)
+    return fake_session
 
 
 @pytest.fixture

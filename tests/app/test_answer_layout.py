@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QFrame
 
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 
 WORDS = [f" word{i}" + ("." if i % 17 == 16 else "") + ("\n\n" if i % 60 == 59 else "") for i in range(400)]
 
@@ -47,8 +47,8 @@ def app_style(qapp):
 
 @pytest.mark.parametrize("width", [700, 900, 1400])
 def test_long_answer_ends_above_its_footer_live_and_restored(qtbot, make_window, tmp_path, app_style, width):
-    session = FakeSession(tokens=WORDS, delay=0.0005)
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=WORDS, delay=0.0005)
+    win = make_window(session)
     win.resize(width, 700)
     qtbot.keyClicks(win.composer, "Write a long answer")
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):

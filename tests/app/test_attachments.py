@@ -31,7 +31,7 @@ def test_text_file_named_png_shows_error_and_keeps_text(qtbot, window, tmp_path)
     drop(window.composer, file_mime(fake))
 
     assert window.attachments.paths() == []
-    assert window.banner.message() == "“notes.png” is not an image Smolchat can read."
+    assert window.banner.message() == f"Not a recognised image file: {fake}"  # the engine's own message
     assert not window.banner.isHidden()
     assert window.composer.toPlainText() == "Describe this"
 
@@ -43,7 +43,7 @@ def test_zero_byte_file_shows_error_and_keeps_text(qtbot, window, tmp_path):
     drop(window, file_mime(empty))
 
     assert window.attachments.paths() == []
-    assert window.banner.message() == "“empty.jpg” is empty (0 bytes), so it is not an image."
+    assert window.banner.message() == f"Image file is empty (0 bytes): {empty}"
     assert window.composer.toPlainText() == "What is it?"
 
 

@@ -1,4 +1,4 @@
-"""End-to-end through the real widgets and worker thread, with a fake engine session."""
+"""End-to-end through the real widgets, the controller and a fake backend on its own thread."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QTextBrowser, QToolButton
 
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
 
 
@@ -46,8 +46,8 @@ def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png, data
 
 
 def test_stop_ends_a_long_answer_early(qtbot, make_window):
-    session = FakeSession(tokens=[f" w{i}" for i in range(400)], delay=0.01)
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=[f" w{i}" for i in range(400)], delay=0.01)
+    win = make_window(session)
     qtbot.keyClicks(win.composer, "Tell me a long story")
     with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
         qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
@@ -87,8 +87,8 @@ def test_enter_on_empty_composer_sends_nothing(qtbot, window, fake_session):
 
 
 def test_engine_image_error_is_shown_and_prompt_restored(qtbot, make_window, png):
-    session = FakeSession(image_error=f"cannot decode image {png.name}: truncated data")
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(image_error=f"cannot decode image {png.name}: truncated data")
+    win = make_window(session)
     win.add_files([str(png)])
     qtbot.keyClicks(win.composer, "What is this?")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
@@ -104,19 +104,22 @@ def test_new_chat_clears_transcript_and_resets_session(qtbot, window, fake_sessi
     qtbot.keyClicks(window.composer, "hi")
     with qtbot.waitSignal(window.answer_finished, timeout=5000):
         qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert len(fake_session.history) == 2
+    resets = fake_session.resets
     qtbot.mouseClick(window.findChild(type(window.new_chat_button), "newChatButton"), Qt.MouseButton.LeftButton)
     assert window.transcript.messages() == []
-    qtbot.waitUntil(lambda: fake_session.resets == 1, timeout=5000)
+    assert fake_session.resets == resets + 1  # the backend was told: an empty conversation
+    qtbot.waitUntil(lambda: fake_session.history == [], timeout=5000)
 
 
 def test_close_while_generating_cancels_and_joins_thread(qtbot, make_window):
-    session = FakeSession(tokens=["x"] * 10_000, delay=0.01)
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=["x"] * 10_000, delay=0.01)
+    win = make_window(session)
     qtbot.keyClicks(win.composer, "go")
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: session.yielded > 3, timeout=5000)
     win.close()
-    assert win._thread.isFinished()
+    assert session.closed and not session._thread.is_alive()  # close() cancelled and joined the thread
     assert session.yielded < 10_000
 
 

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget
 
 from app.store import Store
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
 
 
@@ -55,7 +55,7 @@ def test_open_conversation_restores_after_restart(qtbot, make_window, factory, p
     conv_id = win.keeper.current_id
     win.close()
 
-    again = make_window(FakeFactory(FakeSession()))
+    again = make_window((FakeBackend()))
     assert again.keeper.current_id == conv_id
     messages = again.transcript.messages()
     assert [m["role"] for m in messages] == ["user", "assistant"]
@@ -71,8 +71,8 @@ def test_open_conversation_restores_after_restart(qtbot, make_window, factory, p
 
 
 def test_answer_is_saved_while_it_streams(qtbot, make_window, data_dir):
-    session = FakeSession(tokens=[f" t{i}" for i in range(2000)], delay=0.002)
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.002)
+    win = make_window(session)
     win.composer.setPlainText("long please")
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: session.yielded > 300, timeout=10_000)

@@ -1,6 +1,6 @@
 """kill -9 in the middle of an answer loses at most the last few tokens, and the restarted app shows
 the partial answer marked interrupted. Runs the real entry point (``app.main.main``) in subprocesses
-with a slow fake engine chosen through SMOLCHAT_SESSION_FACTORY."""
+with a slow fake backend chosen through SMOLCHAT_BACKEND."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ sys.exit(entry.main(["--model", "/models/slow-fake"]))
 
 def _env(data_dir: Path) -> dict:
     return dict(os.environ, SMOLCHAT_DATA_DIR=str(data_dir), PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
-                SMOLCHAT_SESSION_FACTORY="tests.app.fakes:slow_factory", SMOLCHAT_FAKE_DELAY="0.01")
+                SMOLCHAT_BACKEND="app.backends.fake:slow_backend", SMOLCHAT_FAKE_DELAY="0.01")
 
 
 def _saved_answer(data_dir: Path) -> str:

@@ -6,21 +6,20 @@ import threading
 
 from PySide6.QtCore import Qt
 
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
-from app.qt_compat import emit
 
 
-class SlowFactory(FakeFactory):
+class SlowFactory(FakeBackend):
     """Blocks in load until released, so the test can see the loading state."""
 
-    def __init__(self, session=None, fail=None):
-        super().__init__(session, fail)
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self.release = threading.Event()
 
-    def __call__(self, path, device, dtype):
+    def _load(self, model, options, on_done):
         self.release.wait(5)
-        return super().__call__(path, device, dtype)
+        super()._load(model, options, on_done)
 
 
 def test_window_shows_loading_state_and_disables_send(qtbot, make_window):
@@ -38,7 +37,7 @@ def test_window_shows_loading_state_and_disables_send(qtbot, make_window):
 
 
 def test_load_failure_shows_error_and_window_stays_usable(qtbot, make_window, png):
-    factory = FakeFactory(fail="/models/broken: config.json is missing")
+    factory = FakeBackend(fail="/models/broken: config.json is missing")
     win = make_window(factory, wait_loaded=False)
     qtbot.waitUntil(lambda: not win.banner.isHidden(), timeout=5000)
 
@@ -53,7 +52,7 @@ def test_load_failure_shows_error_and_window_stays_usable(qtbot, make_window, pn
 
     # Choosing another model afterwards works.
     factory.fail = None
-    emit(win.model_picker.model_chosen, "/models/good")
+    win.model_picker.model_chosen.emit("/models/good")
     qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=5000)
     assert win.model_info["path"] == "/models/good"
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
@@ -62,7 +61,7 @@ def test_load_failure_shows_error_and_window_stays_usable(qtbot, make_window, pn
 
 
 def test_window_without_model_asks_for_one(qtbot, make_window):
-    win = make_window(FakeFactory(FakeSession()), model_path=None, wait_loaded=False)
+    win = make_window((FakeBackend()), model_path=None, wait_loaded=False)
     assert win.model_picker.text() == "Choose a model…"
     assert "No model loaded" in win.stats_label.text()
     qtbot.keyClicks(win.composer, "hello")

@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import errors as hf_errors
 
 from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 
 REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"
@@ -50,7 +50,7 @@ def fake_hub(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
 
 @pytest.fixture
 def manager(make_window):
-    win = make_window(FakeFactory())
+    win = make_window(FakeBackend())
     return win.open_model_manager()
 
 
@@ -120,7 +120,7 @@ def test_local_folder_is_checked_before_it_is_added(qtbot, manager, tiny_checkpo
 def test_no_model_opens_the_manager_and_picker_switches_models(qtbot, make_window):
     from app.settings import add_known_model
 
-    factory = FakeFactory(FakeSession())
+    factory = (FakeBackend())
     win = make_window(factory, model_path=None, wait_loaded=False)
     qtbot.waitUntil(lambda: win.model_manager is not None and win.model_manager.isVisible(), timeout=5000)
     add_known_model("/models/a", "Model A")
@@ -137,7 +137,7 @@ def test_no_model_opens_the_manager_and_picker_switches_models(qtbot, make_windo
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         win.send_message()
     # The new session was given the conversation so far.
-    assert factory.session.calls[-1]["turns"][:2] == [("user", "hi", 0), ("assistant", "Hello, world!", 0)]
+    assert factory.calls[-1]["turns"][:2] == [("user", "hi", 0), ("assistant", "Hello, world!", 0)]
     assert load_settings() is not None and open_settings().value("models/last") == "/models/b"
 
 
@@ -174,7 +174,7 @@ def test_choosing_int8_weights_reloads_the_model_with_them(qtbot, window, factor
 
 
 def test_engine_settings_changed_during_an_answer_apply_when_it_ends(qtbot, make_window):
-    slow = FakeFactory(FakeSession(tokens=[f" w{i}" for i in range(40)], delay=0.02))
+    slow = (FakeBackend(tokens=[f" w{i}" for i in range(40)], delay=0.02))
     window = make_window(slow)
     window.composer.setPlainText("a long answer please")
     window.send_message()

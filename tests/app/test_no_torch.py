@@ -1,4 +1,6 @@
-"""The UI thread never imports torch (or the engine): checked in a fresh interpreter."""
+"""The UI thread never imports torch, nor any part of the engine but ``engine.api`` (and the torch-free
+``engine.service`` that runs the engine thread): checked in a fresh interpreter, with the real local
+backend over a fake session loader."""
 
 from __future__ import annotations
 
@@ -15,23 +17,27 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from PySide6.QtWidgets import QApplication
 
 class Session:
-    model_name, device, dtype = "Fake", "cpu", "float32"
+    model_name, device, dtype, weights = "Fake", "cpu", "float32", "float32"
+    turns = []
     def send(self, text, images=(), params=None): return iter(())
     def cancel(self): pass
     def reset(self): pass
-    def preprocess(self, images, detail="full"): return []
+    def count_image_tokens(self, image, detail="full"): return 64
 
 app = QApplication([])
 import app.main as main_module
 from app.main_window import MainWindow
-window = MainWindow("/models/fake", session_factory=lambda path, device, dtype: Session())
+from app.backends.local import LocalBackend
+window = MainWindow("/models/fake", backend=LocalBackend(lambda model, options: Session()))
 window.show()
 deadline = time.monotonic() + 10
 while not window.model_info and time.monotonic() < deadline:
     app.processEvents()
 assert window.model_info["model_name"] == "Fake", window.model_info
 window.close()
-loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith(("torch.", "engine")))
+allowed = {"engine", "engine.service"}
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")
+                or (m.startswith("engine") and m not in allowed and not m.startswith("engine.api")))
 print("LOADED", loaded)
 sys.exit(1 if loaded else 0)
 """

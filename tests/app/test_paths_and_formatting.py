@@ -67,7 +67,7 @@ def test_summaries():
 
 def test_validate_image(png, tmp_path):
     assert validate_image(png) == png.resolve()
-    with pytest.raises(InvalidImageError, match="is not a file"):
+    with pytest.raises(InvalidImageError, match="Image file not found"):
         validate_image(tmp_path / "missing.png")
 
 
@@ -88,4 +88,4 @@ def test_huge_image_is_called_too_large_not_broken(tmp_path, monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2_000_000)  # bomb error above 4 MP
     with pytest.raises(InvalidImageError) as info:
         validate_image(big)
-    assert str(info.value) == "“big.png” is too large to open safely (6.0 megapixels)."
+    assert str(info.value) == f"Image is too large to open safely: {big} (6.0 megapixels)"

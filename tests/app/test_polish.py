@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLineEdi
 
 from app.markdown import CodeBlock, split_blocks
 from app.thumbnails import thumbnail
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
 
 
@@ -52,8 +52,8 @@ def test_image_data_dragged_from_a_browser_is_attached(window, data_dir):
 
 
 def test_escape_stops_and_ctrl_n_starts_a_new_chat(qtbot, make_window):
-    session = FakeSession(tokens=["x "] * 2000, delay=0.005)
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=["x "] * 2000, delay=0.005)
+    win = make_window(session)
     win.composer.setPlainText("go")
     with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
@@ -71,8 +71,14 @@ def test_shortcuts_are_listed_in_the_help_menu(window):
     keys = dict(shortcut_rows(window))
     for key in ("Ctrl+N", "Enter", "Shift+Enter", "Esc", "Ctrl+V", "Ctrl+,"):
         assert key in keys, key
-    dialog = window.actions["shortcuts"].trigger()
-    assert dialog is None  # triggered through the menu action; the dialog is a child window
+    from PySide6.QtWidgets import QDialog, QLabel
+
+    assert window.findChild(QDialog, "shortcutsDialog") is None
+    window.actions["shortcuts"].trigger()  # returns None: look for the dialog it opened
+    dialog = window.findChild(QDialog, "shortcutsDialog")
+    assert dialog is not None and dialog.isVisible()
+    table = dialog.findChild(QLabel, "shortcutsTable").text()
+    assert "Ctrl+N" in table and "Stop the answer" in table
     help_menu = [a for a in window.menuBar().actions() if a.text() == "&Help"]
     assert help_menu and help_menu[0].menu().actions()[0].text() == "&Keyboard shortcuts"
 
@@ -83,7 +89,7 @@ def test_markdown_blocks_and_code_copy(qtbot, make_window):
     assert split_blocks(answer)[1].language == "python" and split_blocks(answer)[1].text == "print('hi')"
     assert split_blocks("```\nunclosed")[0].text == "unclosed"
     words = answer.split(" ")
-    win = make_window(FakeFactory(FakeSession(tokens=[w if i == 0 else " " + w for i, w in enumerate(words)])))
+    win = make_window((FakeBackend(tokens=[w if i == 0 else " " + w for i, w in enumerate(words)])))
     win.composer.setPlainText("code please")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         win.send_message()

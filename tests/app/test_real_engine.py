@@ -14,7 +14,7 @@ from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 def test_real_engine_answers_a_dropped_image(qtbot, tiny_checkpoint, images_dir):  # noqa: F811
     from app.main_window import MainWindow
 
-    win = MainWindow(str(tiny_checkpoint))  # the default factory: ChatSession.load in the worker
+    win = MainWindow(str(tiny_checkpoint))  # the default backend: ChatSession.load on the engine thread
     qtbot.addWidget(win)
     win.show()
     qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)

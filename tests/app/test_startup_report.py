@@ -22,7 +22,7 @@ def run_app(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, Path]:
 
 
 def test_report_has_window_and_ready_times_and_the_app_quits(tmp_path):
-    proc, out = run_app(tmp_path, SMOLCHAT_SESSION_FACTORY="tests.app.fakes:slow_factory")
+    proc, out = run_app(tmp_path, SMOLCHAT_BACKEND="app.backends.fake:slow_backend")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
     assert set(report) == {"window_shown_s", "model_ready_s", "device", "dtype"}
@@ -31,7 +31,7 @@ def test_report_has_window_and_ready_times_and_the_app_quits(tmp_path):
 
 
 def test_report_says_why_the_model_did_not_load(tmp_path):
-    proc, out = run_app(tmp_path, SMOLCHAT_SESSION_FACTORY="tests.app.fakes:failing_factory")
+    proc, out = run_app(tmp_path, SMOLCHAT_BACKEND="app.backends.fake:failing_backend")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
     assert "model_ready_s" not in report

@@ -6,7 +6,7 @@ import sqlite3
 
 from PySide6.QtCore import Qt
 
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 
 
 def test_data_dir_under_a_file_falls_back_to_a_temporary_folder(qtbot, make_window, tmp_path, monkeypatch):
@@ -14,8 +14,8 @@ def test_data_dir_under_a_file_falls_back_to_a_temporary_folder(qtbot, make_wind
     afile.write_text("not a folder")
     wanted = afile / "data"
     monkeypatch.setenv("SMOLCHAT_DATA_DIR", str(wanted))
-    session = FakeSession(tokens=["Hi", "."])
-    win = make_window(FakeFactory(session))
+    session = FakeBackend(tokens=["Hi", "."])
+    win = make_window(session)
 
     text = win.storage_banner.message()
     assert str(wanted) in text and "temporary" in text
@@ -40,7 +40,7 @@ def test_read_only_data_dir_falls_back(qtbot, make_window, tmp_path, monkeypatch
             import pytest
 
             pytest.skip("running as root: a read-only folder is still writable")
-        win = make_window(FakeFactory(FakeSession()))
+        win = make_window((FakeBackend()))
         assert str(wanted) in win.storage_banner.message()
     finally:
         wanted.chmod(0o755)
@@ -131,7 +131,7 @@ def test_full_disk_while_copying_an_image_keeps_the_message_and_no_part_file(qtb
 def test_new_chat_resets_the_status_line_after_an_error(qtbot, make_window):
     from PySide6.QtWidgets import QLabel
 
-    win = make_window(FakeFactory(FakeSession(image_error="The image is unreadable.")))
+    win = make_window((FakeBackend(image_error="The image is unreadable.")))
     stats = win.findChild(QLabel, "statusStats")
     ready = stats.text()
     _ask(qtbot, win)

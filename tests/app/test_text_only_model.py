@@ -2,67 +2,57 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from PySide6.QtCore import Qt
 
-from tests.app.fakes import FakeFactory, FakeSession
+from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
 from tests.engine.conftest import llama_tiny_checkpoint  # noqa: F401  (fixture)
 
 
-class _TextOnlyModel:
-    def capabilities(self):
-        return SimpleNamespace(vision=False)
-
-
 def _text_only_window(make_window):
-    session = FakeSession(tokens=["Hi", "!"], model_name="SmolLM2-135M-Instruct")
-    session.model = _TextOnlyModel()
-    return make_window(FakeFactory(session)), session
+    backend = FakeBackend(tokens=["Hi", "!"], model_name="SmolLM2-135M-Instruct", vision=False)
+    return make_window(backend), backend
 
 
-def test_model_loaded_says_whether_the_model_takes_images(make_window, window):
+def test_model_info_says_whether_the_model_takes_images(make_window, window):
     win, _ = _text_only_window(make_window)
-    assert win.model_info["vision"] is False
-    assert window.model_info["vision"] is True  # a session that does not say is not refused images
+    assert win.model_info["capabilities"]["vision"] is False
+    assert window.model_info["capabilities"]["vision"] is True
 
 
 def test_dropping_an_image_on_a_text_only_model_shows_why(make_window, png):
-    win, session = _text_only_window(make_window)
+    win, backend = _text_only_window(make_window)
     drop(win.composer, file_mime(png))
     assert win.attachments.paths() == []
     assert "text-only model" in win.banner.message() and not win.banner.isHidden()
-    assert session.calls == []
+    assert backend.calls == []
 
 
 def test_an_image_attached_before_loading_is_not_sent(qtbot, make_window, png):
-    win, session = _text_only_window(make_window)
+    win, backend = _text_only_window(make_window)
     win.attachments.add(str(png))  # e.g. attached while the previous, vision model was loaded
     qtbot.keyClicks(win.composer, "What is this?")
     win.send_message()
-    assert session.calls == [] and "text-only model" in win.banner.message()
+    assert backend.calls == [] and "text-only model" in win.banner.message()
     assert win.composer.toPlainText() == "What is this?" and win.attachments.paths() == [str(png)]
 
 
 def test_real_text_only_llama_answers_and_refuses_images(qtbot, llama_tiny_checkpoint, png):  # noqa: F811
     """The tiny SmolLM2-shaped checkpoint in the real engine: "Hi" gets a streamed answer, an image
     gets the banner and is not attached."""
-    from PySide6.QtCore import Qt
-
     from app.main_window import MainWindow
 
-    win = MainWindow(str(llama_tiny_checkpoint))  # the default factory: ChatSession.load in the worker
+    win = MainWindow(str(llama_tiny_checkpoint))  # the default backend: ChatSession.load on the engine thread
     qtbot.addWidget(win)
     win.show()
     qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
-    assert win.model_info["vision"] is False
-    pieces = []
-    win.worker.token.connect(pieces.append)
+    assert win.model_info["capabilities"]["vision"] is False
     qtbot.keyClicks(win.composer, "Hi")
     win.generation_params = {"max_new_tokens": 6, "ignore_eos": True}
     with qtbot.waitSignal(win.answer_finished, timeout=120_000) as finished:
         qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
     assert finished.args[0]["finish_reason"] == "length" and finished.args[0]["generated_tokens"] == 6
-    assert pieces and win.transcript.messages()[-1]["text"] == "".join(pieces).strip()
+    assert win.transcript.messages()[-1]["text"]
     drop(win.composer, file_mime(png))
     assert win.attachments.paths() == [] and "text-only model" in win.banner.message()
     win.close()

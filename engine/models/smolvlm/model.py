@@ -8,7 +8,7 @@ tower runs once, at prefill.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Self
 
 import torch
@@ -29,6 +29,11 @@ from engine.validate import check_state
 # [tiles, 1024, 3072] MLP intermediate) small next to the weights: peak memory is a target.
 VISION_TILE_CHUNK = 4
 VISION_TILE_CHUNK_GPU = 4
+# With a progress/cancel callback on the CPU, one tile per call: the callback runs inside each
+# encoder layer (after attention, between MLP chunks), and that work grows with the tiles per call.
+VISION_TILE_CHUNK_CANCELLABLE = 1
+#: ``on_tiles(done, total)``: called before, during (between layers) and after the tiles; may raise to stop.
+TileCallback = Callable[[int, int], None]
 
 
 class Idefics3Inner(nn.Module):
@@ -133,13 +138,26 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         return self.model.connector.modality_projection.proj.weight.dtype
 
     @torch.inference_mode()
-    def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``."""
+    def encode_images(self, pixel_values: torch.Tensor, on_tiles: TileCallback | None = None) -> torch.Tensor:
+        """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``.
+
+        ``on_tiles(done, total)`` is called before the first chunk of tiles, several times inside each
+        vision layer and after each chunk; an exception it raises (a cancel) stops the tower there.
+        """
         pixel_values = pixel_values.to(device=self.device, dtype=self.vision_dtype)
         chunk_size = VISION_TILE_CHUNK if self.device.type == "cpu" else VISION_TILE_CHUNK_GPU
+        if on_tiles is not None and self.device.type == "cpu":
+            chunk_size = VISION_TILE_CHUNK_CANCELLABLE
+        total, done = int(pixel_values.shape[0]), 0
+        between = None if on_tiles is None else (lambda: on_tiles(done, total))
+        if on_tiles is not None:
+            on_tiles(0, total)
         feats = []
         for chunk in pixel_values.split(chunk_size):
-            feats.append(self.model.connector(self.model.vision_model(chunk)))
+            feats.append(self.model.connector(self.model.vision_model(chunk, between)))
+            done += int(chunk.shape[0])
+            if on_tiles is not None:
+                on_tiles(done, total)
         return torch.cat(feats).to(self.dtype)
 
     @torch.inference_mode()
@@ -152,10 +170,12 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         LlamaLM.warmup(self, cache, prompt_tokens)
 
     @torch.inference_mode()
-    def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor]) -> torch.Tensor:
+    def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor],
+                         on_tiles: TileCallback | None = None) -> torch.Tensor:
         """``tokens [B, S]`` and tiles ``[n, 3, M, M]`` (``n >= 1``; e.g. one tensor per tile, or all
         tiles of an image), one tile per image-token span in prompt order (global tile last per
-        image) -> ``[B, S, H]`` with image features in the ``<image>`` positions.
+        image) -> ``[B, S, H]`` with image features in the ``<image>`` positions. ``on_tiles``: see
+        :meth:`encode_images` (progress and cancellation).
 
         Raises:
             ValueError: the number of ``<image>`` tokens differs from tiles x image_seq_len (both named).
@@ -173,6 +193,6 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         if not images:
             return embeds
         # One image's tiles come as one tensor: no concatenated copy (peak GPU memory is a target).
-        feats = self.encode_images(images[0] if len(images) == 1 else torch.cat(list(images)))  # [N, seq, H]
+        feats = self.encode_images(images[0] if len(images) == 1 else torch.cat(list(images)), on_tiles)  # [N, seq, H]
         embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
         return embeds

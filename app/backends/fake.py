@@ -1,0 +1,186 @@
+"""``FakeBackend``: a canned :class:`~engine.api.ChatBackend` for tests and screenshots (no torch).
+
+It streams fixed tokens from its own daemon thread, like the local engine would, honours
+:meth:`~FakeBackend.cancel`, and records every call (text, attachments, params, history, system
+prompt, thread) so tests can assert what the window asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+
+from engine.api import (
+    Attachment,
+    Capabilities,
+    DoneEvent,
+    GenerationParams,
+    GenerationStats,
+    HistoryMessage,
+    ModelInfo,
+    TokenEvent,
+)
+from engine.api.backend import EventSink, LoadCallback
+
+PER_IMAGE = {"full": 1088, "balanced": 320, "fast": 64}
+
+
+class FakeBackend:
+    """Streams ``tokens`` with ``delay`` seconds between them.
+
+    ``fail`` makes every load fail with that message; ``image_error`` makes every send
+    end in ``DoneEvent("error", error=image_error)`` before any token, as the engine does.
+    """
+
+    def __init__(self, tokens: list[str] | None = None, delay: float = 0.0, model_name: str = "FakeVLM-256M",
+                 image_error: str | None = None, fail: str | None = None, vision: bool = True) -> None:
+        self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
+        self.delay = delay
+        self.model_name = model_name
+        self.image_error = image_error
+        self.fail = fail
+        self.vision = vision  # False: a text-only model (capabilities.vision false)
+        self.calls: list[dict] = []
+        self.loads: list[tuple[str, dict, int]] = []
+        self.history: list[HistoryMessage] = []
+        self.yielded = 0
+        self.resets = 0  # set_history([]) calls: the window started an empty conversation
+        self.options: dict = {}  # the last load's options besides device and dtype
+        self.closed = False
+        self._info: ModelInfo | None = None
+        self._cancel = threading.Event()  # the running answer's flag
+        self._queued: list[threading.Event] = []  # flags of answers not started yet
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="FakeBackend", daemon=True)
+        self._thread.start()
+
+    # -- ChatBackend -------------------------------------------------------------------------------
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._info.capabilities if self._info else Capabilities()
+
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        self._queue.put(lambda: self._load(model, dict(options), on_done))
+
+    def set_history(self, messages: Sequence[HistoryMessage]) -> None:
+        messages = list(messages)
+        if not messages:
+            self.resets += 1
+        self._queue.put(lambda: setattr(self, "history", messages))
+
+    def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
+             system_prompt: str | None = None) -> None:
+        self._queue_answer(lambda: self._answer("send", text, list(attachments), params, sink, system_prompt), sink)
+
+    def _queue_answer(self, run, sink: EventSink) -> None:
+        """Queue an answer with its own cancel flag, so a cancel before it starts still stops it."""
+        flag = threading.Event()
+        self._queued.append(flag)
+
+        def job() -> None:
+            self._queued.remove(flag)
+            if flag.is_set():
+                sink(DoneEvent("cancelled"))
+                return
+            self._cancel.clear()
+            run()
+        self._queue.put(job)
+
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        def run() -> None:
+            while self.history and self.history[-1].role == "assistant":
+                self.history.pop()
+            last = self.history.pop() if self.history else HistoryMessage("user", "")
+            self._answer("regenerate", last.text, list(last.attachments), params, sink, system_prompt)
+        self._queue_answer(run, sink)
+
+    def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
+             sink: EventSink, system_prompt: str | None = None) -> None:
+        def run() -> None:
+            kept = self.history[turn_index].attachments if attachments is None else tuple(attachments)
+            del self.history[turn_index:]
+            self._answer("edit", text, list(kept), params, sink, system_prompt)
+        self._queue_answer(run, sink)
+
+    def cancel(self) -> None:
+        for flag in list(self._queued):
+            flag.set()
+        self._cancel.set()
+
+    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+        return PER_IMAGE.get(detail, -1)
+
+    def close(self) -> bool:
+        self.closed = True
+        self._cancel.set()
+        self._queue.put(None)
+        self._thread.join(1.0)
+        return not self._thread.is_alive()
+
+    # -- the fake engine thread --------------------------------------------------------------------
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None:
+            job()
+
+    def _load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        self.loads.append((model, options, threading.get_ident()))
+        self.options = {k: v for k, v in options.items() if k not in ("device", "dtype")}
+        if self.fail:
+            on_done(None, self.fail)
+            return
+        self._info = ModelInfo(name=self.model_name, path=model, device="cpu", dtype="float32",
+                               capabilities=Capabilities(vision=self.vision, max_context=8192,
+                                                         image_tokens_per_tile=64 if self.vision else 0))
+        self.history = []
+        on_done(self._info, None)
+
+    def _answer(self, kind: str, text: str, attachments: list[Attachment], params: GenerationParams, sink: EventSink,
+                system_prompt: str | None) -> None:
+        self.calls.append({"kind": kind, "text": text, "images": [a.path for a in attachments], "params": params,
+                           "history": list(self.history), "system_prompt": system_prompt,
+                           "turns": [(m.role, m.text, len(m.attachments)) for m in self.history],
+                           "thread": threading.get_ident()})
+        if self._info is None:
+            sink(DoneEvent("error", GenerationStats(), "RuntimeError: No model is loaded yet."))
+            return
+        if self.image_error:
+            sink(DoneEvent("error", GenerationStats(), self.image_error))
+            return
+        start, produced, reason = time.perf_counter(), 0, "stop"
+        for i, piece in enumerate(self.tokens):
+            if self._cancel.is_set():
+                reason = "cancelled"
+                break
+            if produced >= params.max_new_tokens:
+                reason = "length"
+                break
+            if self.delay:
+                time.sleep(self.delay)
+            produced += 1
+            self.yielded = produced
+            sink(TokenEvent(piece, 1000 + i))
+        else:
+            reason = "cancelled" if self._cancel.is_set() else reason
+        answer = "".join(self.tokens[:produced]).strip()
+        self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", answer)]
+        sink(DoneEvent(reason, GenerationStats(prompt_tokens=42, generated_tokens=produced, ttft_s=0.125,
+                                               decode_tokens_per_s=25.0, total_s=time.perf_counter() - start)))
+
+
+def slow_backend() -> FakeBackend:
+    """For ``SMOLCHAT_BACKEND=app.backends.fake:slow_backend``: a long, slow answer
+    (``SMOLCHAT_FAKE_DELAY`` seconds per token, default 0.02)."""
+    delay = float(os.environ.get("SMOLCHAT_FAKE_DELAY", "0.02"))
+    return FakeBackend(tokens=[f" word{i}" for i in range(5000)], delay=delay, model_name="SlowFake")
+
+
+def failing_backend() -> FakeBackend:
+    """For ``SMOLCHAT_BACKEND=app.backends.fake:failing_backend``: loading fails like a broken folder."""
+    return FakeBackend(fail="model.safetensors is missing tensor model.norm.weight")

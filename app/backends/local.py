@@ -1,0 +1,67 @@
+"""``LocalBackend``: the :class:`~engine.api.ChatBackend` over an in-process :class:`engine.service.EngineService`.
+
+The engine runs on the service's own thread; this module imports only ``engine.api`` at module level,
+and ``engine.service`` (itself torch-free) when a backend is made, so the UI thread never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from engine.api import (
+    Attachment,
+    Capabilities,
+    GenerationParams,
+    HistoryMessage,
+    ModelInfo,
+)
+from engine.api.backend import EventSink, LoadCallback
+
+
+class LocalBackend:
+    """A :class:`~engine.api.ChatBackend` whose model runs in this process.
+
+    ``loader(model, options) -> session`` replaces :func:`engine.service.default_loader` (tests use
+    slowed or fake sessions). Each generation carries the system prompt it should use.
+    """
+
+    def __init__(self, loader: Callable[[str, dict], Any] | None = None) -> None:
+        from engine.service import EngineService  # torch-free; the engine proper loads on its thread
+
+        self.service = EngineService(loader)
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.service.info
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.service.capabilities
+
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        self.service.load(model, options, on_done)
+
+    def set_history(self, messages: Sequence[HistoryMessage]) -> None:
+        self.service.set_history(messages)
+
+    def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
+             system_prompt: str | None = None) -> None:
+        self.service.send(text, attachments, params, sink, system_prompt)
+
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        self.service.regenerate(params, sink, system_prompt)
+
+    def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
+             sink: EventSink, system_prompt: str | None = None) -> None:
+        self.service.edit(turn_index, text, attachments, params, sink, system_prompt)
+
+    def cancel(self) -> None:
+        self.service.cancel()
+
+    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+        return self.service.count_tokens(attachment, detail)
+
+    def close(self) -> bool:
+        """Stop the engine thread within about a second; False when it is still finishing a kernel."""
+        return self.service.shutdown(1.0)

@@ -1,0 +1,207 @@
+"""The chat state machine between the window and one :class:`~engine.api.ChatBackend`.
+
+It decides what happens on send, stop, regenerate, edit, switching conversation (``set_history``),
+switching model and reloading after a settings change; it keeps the busy state and says what is
+stored when (through :class:`~app.conversations.ConversationKeeper`). It never probes the backend:
+it calls the protocol's methods and receives its events as queued Qt signals (:mod:`app.backends.qt`).
+The window only connects its widgets to the signals below.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
+from app.backends.qt import BackendBridge
+from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
+from app.settings import generation_defaults
+
+log = logging.getLogger(__name__)
+
+
+def history_messages(history: list[dict]) -> list[HistoryMessage]:
+    """The keeper's ``[{"role", "text", "images"}]`` as the backend's messages."""
+    return [HistoryMessage(m.get("role", "user"), m.get("text", ""),
+                           tuple(Attachment(p) for p in (m.get("images") or ()) if m.get("role") == "user"))
+            for m in history]
+
+
+def result_of(done: DoneEvent) -> dict:
+    """A finished answer as the plain dict the window, footers and store use."""
+    return {"finish_reason": done.finish_reason, "error": done.error, **done.stats.to_dict()}
+
+
+class ChatController(QObject):
+    """One window's conversation with one backend (see the module docstring)."""
+
+    model_loading = Signal(str)  # path
+    model_loaded = Signal(dict)  # {"model_name", "device", "dtype", "weights", "path", "folder", "defaults"}
+    model_load_failed = Signal(str)
+    token = Signal(str)
+    progress = Signal(object)  # ProgressEvent
+    finished = Signal(dict)  # result_of(DoneEvent)
+    busy_changed = Signal()  # busy, ready or loading changed
+    notice = Signal(str)  # something to tell the user (info banner)
+    failed = Signal(str)  # something went wrong (error banner)
+
+    def __init__(self, backend: ChatBackend, keeper: ConversationKeeper) -> None:
+        super().__init__()
+        self.backend = backend
+        self.keeper = keeper
+        self.bridge = BackendBridge(self)
+        self.bridge.event.connect(self._on_event)
+        self.bridge.loaded.connect(self._on_loaded)
+        self.model_info: dict = {}
+        self.busy = self.ready = self.loading = self.closed = False
+        self._stopped = True  # the backend's thread ended at shutdown
+        self.extra_params: dict = {}  # GenerationParams fields on top of the settings (tests, screenshots)
+        self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
+        self.last_prompt = ""
+
+    # -- models --------------------------------------------------------------------------------------
+    def load(self, path: str, device: str | None, dtype: str | None, options: dict) -> bool:
+        """Load ``path`` in the backend unless an answer is running; False when refused."""
+        if self.busy or self.closed:
+            return False
+        self.loading, self.ready = True, False
+        self.busy_changed.emit()
+        self.model_loading.emit(path)
+        self.backend.load(path, {"device": device, "dtype": dtype, **options}, self.bridge.on_loaded)
+        return True
+
+    def reload_when_idle(self, device: str | None, dtype: str | None, options: dict) -> None:
+        """Engine settings changed: reload the model now, or when the running answer ends."""
+        if not self.model_info:
+            return
+        if self.busy:  # never swap the model under a running answer
+            self.reload_pending = (self.model_info["path"], device, dtype, options)
+            self.notice.emit("The new engine settings apply when this answer finishes.")
+        else:
+            self.load(self.model_info["path"], device, dtype, options)
+
+    @Slot(object, object)
+    def _on_loaded(self, info, message) -> None:
+        if self.closed:
+            return
+        self.loading = False
+        if info is None:
+            self.ready, self.model_info = False, {}
+            self.model_load_failed.emit(message or "unknown error")
+        else:
+            self.ready = True
+            self.model_info = {"model_name": info.name, "device": info.device, "dtype": info.dtype,
+                               "weights": info.weights, "path": info.path, "folder": info.folder,
+                               "capabilities": asdict(info.capabilities),
+                               "defaults": generation_defaults(info.folder)}
+            self.model_loaded.emit(dict(self.model_info))
+        self.busy_changed.emit()
+
+    # -- conversations -------------------------------------------------------------------------------
+    def conversation_opened(self) -> None:
+        """The keeper shows another conversation: the backend follows (it reuses what it can)."""
+        if self.ready:
+            self.backend.set_history(history_messages(self.keeper.engine_history()))
+
+    def count_tokens(self, path: str, detail: str) -> int:
+        return self.backend.count_attachment_tokens(Attachment(path), detail)
+
+    # -- answers -------------------------------------------------------------------------------------
+    def send(self, text: str, images: list[str], chat_settings: dict, params: dict, edit_index: int | None) -> bool:
+        """Store the user's message (replacing message ``edit_index`` and what follows) and ask for an
+        answer. False (nothing sent) when idle conditions fail or storage fails."""
+        if self.busy or not self.ready or not (text or images):
+            return False
+        try:
+            if edit_index is not None:
+                self.keeper.truncate_from(edit_index)
+            history, stored = self.keeper.begin(text, images, self.model_name, self.model_path, chat_settings)
+        except STORAGE_ERRORS as exc:  # the composer keeps the text and images
+            self.failed.emit(f"Could not save the message: {storage_problem(exc)}.")
+            return False
+        self.last_prompt = text
+        self._start(history, params, lambda p, sp: self.backend.send(text, [Attachment(s) for s in stored], p,
+                                                                    self.bridge.sink, sp))
+        return True
+
+    def regenerate(self, index: int, chat_settings: dict, params: dict) -> None:
+        """Replace answer ``index`` (and what follows) with a new answer to the same question."""
+        if self.busy or not self.ready:
+            return
+        try:
+            found = self.keeper.begin_regenerate(index, self.model_name, self.model_path, chat_settings)
+        except STORAGE_ERRORS as exc:
+            self.failed.emit(f"Could not regenerate the answer: {storage_problem(exc)}.")
+            return
+        if found:
+            history, user = found
+            self.last_prompt = user["text"]
+            # The backend holds the question and its answer: rebuild up to the question, then ask again.
+            self._start(history, params, lambda p, sp: self.backend.send(
+                user["text"], [Attachment(s) for s in user["images"]], p, self.bridge.sink, sp))
+
+    def _start(self, history: list[dict], params: dict, ask) -> None:
+        self.busy = True
+        self.busy_changed.emit()
+        params = dict(params)
+        system_prompt = params.pop("system_prompt", None)
+        try:
+            generation = GenerationParams(**params)
+        except (TypeError, ValueError) as exc:
+            self._on_event(DoneEvent("error", error=f"Invalid settings: {exc}"))
+            return
+        self.backend.set_history(history_messages(history))
+        ask(generation, system_prompt)
+
+    def stop(self) -> None:
+        """Stop the running answer; it ends within ~200 ms, keeping the question and any text so far."""
+        if self.busy:
+            self.backend.cancel()
+
+    @Slot(object)
+    def _on_event(self, event) -> None:
+        if self.closed:
+            return
+        if isinstance(event, TokenEvent):
+            self.token.emit(event.text)
+            self.keeper.token_arrived()
+        elif isinstance(event, ProgressEvent):
+            self.progress.emit(event)
+        elif isinstance(event, DoneEvent):
+            result = result_of(event)
+            if event.error:
+                self.failed.emit(event.error)
+            self.busy = False
+            self.finished.emit(result)  # the window ends the answer on screen first
+            self.keeper.finish(result, self.model_name)
+            if event.stats.notice and not event.error:
+                self.notice.emit(event.stats.notice)  # e.g. old turns dropped to fit the context
+            self.busy_changed.emit()
+            if self.reload_pending:
+                path, device, dtype, options = self.reload_pending
+                self.reload_pending = None
+                self.load(path, device, dtype, options)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    @property
+    def model_name(self) -> str:
+        return self.model_info.get("model_name", "Smolchat")
+
+    @property
+    def model_path(self) -> str:
+        return self.model_info.get("path", "")
+
+    def shutdown(self) -> bool:
+        """Cancel the answer, keep what arrived (marked cancelled), stop the backend within ~1 s.
+
+        Returns False when the backend's thread is still finishing a kernel (it dies with the process).
+        """
+        if self.closed:
+            return self._stopped  # the window's closeEvent already did it; main() asks again
+        self.closed = True
+        self.backend.cancel()
+        self.keeper.abandon()
+        self._stopped = bool(self.backend.close())
+        return self._stopped

@@ -1,0 +1,97 @@
+"""The main window's conversations (the sidebar: opening, renaming, deleting chats) and their settings."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Slot
+
+from app.conversations import STORAGE_ERRORS, storage_problem
+from app.formatting import model_summary
+from app.settings import load_settings
+
+# Settings a conversation keeps for itself (the rest are global).
+CHAT_KEYS = ("system_prompt", "overrides", "seed", "image_detail")
+
+
+class ChatsMixin:
+    """Methods of :class:`~app.main_window.MainWindow` for ``self.sidebar`` and ``self.keeper``."""
+
+    def chat_settings(self) -> dict:
+        return {key: getattr(self.settings, key) for key in CHAT_KEYS}
+
+    def refresh_sidebar(self) -> None:
+        self.sidebar.set_conversations(self.store.conversations(self.sidebar.search.text()), self.keeper.current_id)
+
+    @Slot(int)
+    def open_conversation(self, conversation_id: int | None) -> None:
+        if self._busy:
+            self.sidebar.select(self.keeper.current_id)
+            return
+        self._cancel_edit()
+        saved = self.keeper.open(conversation_id)
+        self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
+        for key in CHAT_KEYS:
+            if key in saved:
+                setattr(self.settings, key, saved[key])
+        if self.controller.ready:  # the last answer's "error" / stats belong to the chat just left
+            self.stats_label.setText(f"{model_summary(self.model_info)} · ready")
+        self.controller.conversation_opened()
+        self.refresh_sidebar()
+
+    @Slot()
+    def new_chat(self) -> None:
+        if not self._busy:
+            self.open_conversation(None)
+            self.composer.setFocus()
+
+    @Slot(int, str)
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        if title.strip():
+            self._storage("rename the chat", self.store.rename_conversation, conversation_id, title)
+        self.refresh_sidebar()
+
+    @Slot(int)
+    def delete_conversation(self, conversation_id: int) -> None:
+        conv = self.store.conversation(conversation_id)
+        if conv is None or (self._busy and conversation_id == self.keeper.current_id):
+            return
+        if not self._storage("delete the chat", self.store.delete_conversation, conversation_id):
+            return
+        if conversation_id == self.keeper.current_id:
+            self.open_conversation(None)
+        self.refresh_sidebar()
+        self.banner.show_info(f"Deleted “{conv.title or 'New chat'}”.", "Undo",
+                              lambda: self._storage("restore the chat", self.store.undelete_conversation,
+                                                    conversation_id) and self.open_conversation(conversation_id))
+
+    def _storage(self, what: str, write, *args) -> bool:
+        """Run one store write; a failure shows in the banner. True when it worked."""
+        try:
+            write(*args)
+        except STORAGE_ERRORS as exc:
+            self.banner.show_error(f"Could not {what}: {storage_problem(exc)}.")
+            return False
+        return True
+
+    # -- settings (global, and what each chat keeps) -------------------------------------------------
+    def open_settings_dialog(self):
+        from app.settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
+        dialog.applied.connect(self._apply_settings)
+        dialog.show()
+        return dialog
+
+    def _apply_settings(self, settings) -> None:
+        from app.settings import ENGINE_KEYS, save_settings
+        from app.theme import apply_theme
+
+        engine_changed = any(getattr(settings, k) != getattr(self.settings, k) for k in ENGINE_KEYS)
+        self.settings = settings
+        save_settings(settings, self.qsettings)
+        if self.keeper.current_id is not None:
+            self._storage("save this chat's settings", lambda: self.store.update_conversation(
+                self.keeper.current_id, settings=self.chat_settings()))
+        apply_theme(settings.theme)
+        self._count_pending_tokens()
+        if engine_changed:
+            self.controller.reload_when_idle(settings.device_arg(), settings.dtype_arg(), settings.load_options())

@@ -1,0 +1,124 @@
+"""Opening image files the one way the engine does (torch-free, so the app checks attachments with it).
+
+The app calls :func:`load_image` when an image is attached, so a file the engine could not read is
+refused with the engine's own message before Send, not after.
+
+Where we deviate from transformers on purpose (:func:`to_rgb`): transformers' ``load_image`` opens a
+file with ``.convert("RGB")``, which drops alpha (a transparent logo becomes whatever RGB sits under
+its transparent pixels, often black) and clips 16- and 32-bit pixels to 0..255 (a 16-bit gradient
+turns almost all white). We composite alpha over white for every source (path, bytes, clipboard,
+PIL), as ``convert_to_rgb`` does for PIL inputs, and scale high-bit-depth images to 8 bits.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from engine.api.errors import ImageError
+
+
+#: 16- and 32-bit integer and float modes Pillow opens (16-bit PNG/TIFF greyscale, 32-bit TIFF).
+HIGH_BIT_DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
+
+def to_8bit(image: Image.Image) -> Image.Image:
+    """A high-bit-depth image (:data:`HIGH_BIT_DEPTH_MODES`) scaled to 8-bit ``L``; others unchanged.
+
+    16-bit data (``I;16*``, and ``I`` within 0..65535) maps 0..65535 to 0..255; ``F`` within 0..1 maps
+    to 0..255; anything else is min-max scaled. ``convert("L")`` would clip instead.
+    """
+    if image.mode not in HIGH_BIT_DEPTH_MODES:
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if image.mode.startswith("I;16") or (image.mode == "I" and lo >= 0 and hi <= 65535):
+        scaled = values / 257.0
+    elif image.mode == "F" and lo >= 0 and hi <= 1:
+        scaled = values * 255.0
+    else:
+        scaled = (values - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(values)
+    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB with alpha composited over opaque white (transformers ``convert_to_rgb``), after scaling
+    high-bit-depth images to 8 bits (:func:`to_8bit`). RGBA, LA, PA and palette or L images with a
+    ``transparency`` entry are composited; RGB comes back as it is."""
+    image = to_8bit(image)
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
+    """Open and fully decode an image, upright.
+
+    Paths and bytes are decoded (``.load()`` forces the whole file to be read), rotated by their EXIF
+    orientation (as transformers' ``image_utils.load_image``) and turned into RGB by :func:`to_rgb`
+    (alpha over white, 16/32-bit scaled: see the module docstring for how this differs from
+    transformers). A PIL image keeps its mode (``preprocess`` applies the same :func:`to_rgb`) but is
+    still EXIF-transposed. Animated images (GIF, APNG, WebP) give their first frame
+    (:func:`frame_count` tells how many there are).
+
+    Raises:
+        ImageError: missing file, empty file, not an image, truncated or corrupt data.
+    """
+    if isinstance(source, Image.Image):
+        try:
+            if getattr(source, "n_frames", 1) > 1:
+                source.seek(0)
+            return ImageOps.exif_transpose(source)
+        except (OSError, ValueError) as exc:
+            raise ImageError(f"Cannot read image: {exc}") from exc
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        name, data = "<bytes>", bytes(source)
+        if not data:
+            raise ImageError("Image data is empty (0 bytes)")
+        stream = io.BytesIO(data)
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        name = str(path)
+        if not path.is_file():
+            raise ImageError(f"Image file not found: {name}")
+        if path.stat().st_size == 0:
+            raise ImageError(f"Image file is empty (0 bytes): {name}")
+        stream = path
+    else:
+        raise ImageError(f"Unsupported image source of type {type(source).__name__}")
+    try:
+        with Image.open(stream) as image:
+            image.load()
+            upright = ImageOps.exif_transpose(image)
+            return to_rgb(upright)
+    except UnidentifiedImageError as exc:
+        raise ImageError(f"Not a recognised image file: {name}") from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"Image is too large to open safely: {name}{_megapixels(exc)}") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(f"Image is truncated or corrupt: {name} ({exc})") from exc
+
+
+def frame_count(source: str | os.PathLike) -> int:
+    """Frames in an image file (animated GIF, APNG, WebP: more than 1), from its headers; 1 if unknown."""
+    try:
+        with Image.open(source) as image:
+            return int(getattr(image, "n_frames", 1))
+    except (OSError, SyntaxError, ValueError):
+        return 1
+
+
+def _megapixels(exc: BaseException) -> str:
+    """" (N megapixels)" from Pillow's DecompressionBombError message, or "" if it has no size."""
+    found = re.search(r"\((\d+) pixels\)", str(exc))
+    if not found:
+        return ""
+    mp = int(found.group(1)) / 1e6
+    return f" ({mp:.0f} megapixels)" if mp >= 10 else f" ({mp:.1f} megapixels)"

@@ -1,0 +1,334 @@
+"""``EngineService``: one engine thread that owns the loaded model and its conversation.
+
+Front ends (the app's local backend, the HTTP server) never call the engine from their own threads:
+they queue requests here and get results through callbacks that run on the engine thread. Qt-free and
+torch-free at import (the engine itself is imported on the engine thread, at the first load).
+
+- Requests run one at a time in the order they were queued.
+- :meth:`cancel` ends the running answer within ~200 ms, also during the vision tower or the prefill
+  (``ChatSession`` checks inside every vision layer and before every decoder layer), and answers every queued
+  generation with ``DoneEvent("cancelled")`` without running it.
+- :meth:`shutdown` cancels, stops the thread and returns within ``timeout``; the thread is a daemon,
+  so the process can exit even while torch finishes a kernel.
+- A failing request never stops the thread: a generation ends with ``DoneEvent("error")``, a load
+  reports its message, and the next request runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api.backend import Attachment, EventSink, HistoryMessage, LoadCallback, ModelInfo
+from engine.api.capabilities import Capabilities
+from engine.api.errors import is_engine_error
+from engine.api.events import DoneEvent, GenerationParams, GenerationStats
+from engine.api.hub import looks_like_repo_id
+
+log = logging.getLogger(__name__)
+
+#: ``loader(model, options) -> session``: builds a ChatSession-like object (tests pass slow or fake ones).
+Loader = Callable[[str, dict], Any]
+# Prompt tokens per prefill chunk on the CPU. ChatSession checks for a cancel before each decoder
+# layer, so a cancel waits for one layer of one chunk: 256 tokens cost the same per token as 512
+# (1.66 vs 1.71 ms/token for the 256M model on a 2-core CPU; 128: 2.25) at half the wait.
+CANCELLABLE_PREFILL_CHUNK_CPU = 256
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user: engine errors already name the file or numbers involved."""
+    message = str(exc) or type(exc).__name__
+    return message if is_engine_error(exc) else f"{type(exc).__name__}: {message}"
+
+
+def default_loader(model: str, options: dict) -> Any:
+    """A real :class:`engine.chat.ChatSession` (imports torch: engine thread only).
+
+    ``options``: ``device``, ``dtype``, ``weights``, ``cache_kind``, ``context_size`` (all optional).
+    """
+    from engine.cache import CacheConfig
+    from engine.chat import ChatSession
+
+    cache = None  # the engine's default cache unless the caller chose otherwise
+    if options.get("cache_kind") or options.get("context_size"):
+        kind = {"kind": options["cache_kind"]} if options.get("cache_kind") else {}
+        cache = CacheConfig(max_tokens=options.get("context_size") or None, **kind)
+    session = ChatSession.load(model, device=options.get("device"), dtype=options.get("dtype"), cache_config=cache,
+                               weights=options.get("weights"))
+    if session.device == "cpu":
+        session.prefill_chunk = min(session.prefill_chunk, CANCELLABLE_PREFILL_CHUNK_CPU)
+    return session
+
+
+@dataclass
+class _Request:
+    """One queued call: ``run(request)`` on the engine thread; ``sink`` set for generations."""
+
+    run: Callable[[_Request], None]
+    sink: EventSink | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+_STOP = object()
+
+
+def _key(message: HistoryMessage) -> tuple:
+    """What identifies a message for reuse: answers compare by stripped text, as the app stores them."""
+    text = message.text.strip() if message.role == "assistant" else message.text
+    return message.role, text, tuple(a.path for a in message.attachments)
+
+
+class EngineService:
+    """The engine thread and its request queue (see the module docstring)."""
+
+    def __init__(self, loader: Loader | None = None, name: str = "EngineService") -> None:
+        self._loader = loader or default_loader
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()  # guards _current, _pending and _session against cancel()
+        self._pending: list[_Request] = []  # queued generations (cancel answers them)
+        self._current: _Request | None = None
+        self._session: Any = None
+        self._info: ModelInfo | None = None
+        self._synced: list[tuple] = []  # keys of what the session's turns hold
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._info.capabilities if self._info else Capabilities()
+
+    @property
+    def alive(self) -> bool:
+        """The engine thread is still running (False after a completed :meth:`shutdown`)."""
+        return self._thread.is_alive()
+
+    # -- requests (any thread) -------------------------------------------------------------------
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        """Load ``model`` (replacing the current one); ``on_done(info, None)`` or ``(None, message)``."""
+        self._put(_Request(lambda r: self._load(model, dict(options), on_done)))
+
+    def set_history(self, messages: Sequence[HistoryMessage], system_prompt: str | None = None) -> None:
+        """Make the conversation hold ``messages``, keeping the prefix it already holds."""
+        self._put(_Request(lambda r: self._set_history(list(messages), system_prompt)))
+
+    def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
+             system_prompt: str | None = None) -> None:
+        paths = [a.path for a in attachments]
+        self._generate(sink, system_prompt, lambda s: s.send(text, images=paths, params=params),
+                       after=lambda: [("user", text, tuple(paths))])
+
+    def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        self._generate(sink, system_prompt, lambda s: s.regenerate(params), drop_answer=True)
+
+    def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
+             sink: EventSink, system_prompt: str | None = None) -> None:
+        paths = None if attachments is None else [a.path for a in attachments]
+        self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, paths, params), edit_at=turn_index,
+                       after=lambda: [("user", text, tuple(paths or ()))])
+
+    def count_tokens(self, attachment: Attachment, detail: str) -> int:
+        """Prompt tokens ``attachment`` will take at ``detail`` (-1: no model, or unreadable).
+
+        Runs on the calling thread, outside the queue, so it answers during a long answer: it reads
+        the image's header and does arithmetic on the loaded processor's settings, nothing more.
+        """
+        session = self._session
+        if session is None:
+            return -1
+        try:
+            return int(session.count_image_tokens(attachment.path, detail))
+        except Exception:  # noqa: BLE001 - the send itself reports unreadable images
+            log.debug("cannot count image tokens of %s", attachment.path, exc_info=True)
+            return -1
+
+    def check_checkpoint(self, path: str, on_done: Callable[[dict], None]) -> None:
+        """``on_done(report)``: :func:`engine.validate.check_checkpoint` as a dict (never raises)."""
+        def run(_request: _Request) -> None:
+            from engine.validate import check_checkpoint
+
+            on_done(check_checkpoint(path).to_dict())
+        self._put(_Request(run))
+
+    def reset(self) -> None:
+        """Forget the conversation (the model stays loaded)."""
+        self._put(_Request(lambda r: self._set_history([], None)))
+
+    def cancel(self) -> None:
+        """End the running answer soon and every queued one at once (thread-safe; no-op when idle)."""
+        with self._lock:
+            for request in self._pending:
+                request.cancelled.set()
+            if self._current is not None and self._current.sink is not None:
+                self._current.cancelled.set()
+                if self._session is not None:
+                    self._session.cancel()
+
+    def shutdown(self, timeout: float = 1.0) -> bool:
+        """Cancel, stop the engine thread and wait at most ``timeout`` s; True when it has ended.
+
+        Never blocks longer: a thread still inside a torch call is a daemon and dies with the process.
+        """
+        with self._lock:
+            self._closed = True
+        self.cancel()
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("the engine thread is still busy after %.1f s; leaving it to exit with the process", timeout)
+        return not self._thread.is_alive()
+
+    # -- the engine thread -----------------------------------------------------------------------
+    def _put(self, request: _Request) -> None:
+        with self._lock:
+            if self._closed:
+                if request.sink is not None:
+                    request.sink(DoneEvent("cancelled"))
+                return
+            if request.sink is not None:
+                self._pending.append(request)
+        self._queue.put(request)
+
+    def _loop(self) -> None:
+        while True:
+            request = self._queue.get()
+            if request is _STOP:
+                return
+            with self._lock:
+                if request in self._pending:
+                    self._pending.remove(request)
+                self._current = request
+            try:
+                if request.sink is not None and request.cancelled.is_set():
+                    request.sink(DoneEvent("cancelled"))
+                else:
+                    request.run(request)
+            except Exception:  # noqa: BLE001 - a bug in one request must not stop the service
+                log.exception("engine request failed")
+            finally:
+                with self._lock:
+                    self._current = None
+
+    def _load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+        try:
+            session = self._loader(model, options)
+        except Exception as exc:  # noqa: BLE001 - every failure goes to the caller
+            if is_engine_error(exc):
+                log.warning("loading %s failed: %s", model, describe_error(exc))
+            else:
+                log.error("loading %s failed", model, exc_info=exc)
+            on_done(None, describe_error(exc))
+            return
+        info = model_info(session, model)
+        with self._lock:
+            self._session, self._info, self._synced = session, info, []
+        on_done(info, None)
+
+    def _set_history(self, messages: list[HistoryMessage], system_prompt: str | None) -> None:
+        session = self._session
+        if session is None:
+            return
+        if system_prompt is not None:
+            session.system_prompt = system_prompt or None  # the cache keeps what still matches
+        wanted = [_key(m) for m in messages]
+        if len(session.turns) != len(self._synced):
+            self._synced = []  # the session dropped old turns to fit the context: rebuild
+        keep = 0
+        while keep < min(len(wanted), len(self._synced)) and wanted[keep] == self._synced[keep]:
+            keep += 1
+        if not messages:
+            session.reset()
+        del session.turns[keep:]
+        if keep < len(wanted):
+            from engine.chat import Turn  # engine thread only (imports torch)
+
+        for message in messages[keep:]:
+            paths = [a.path for a in message.attachments]
+            images = session.preprocess(paths) if paths and message.role == "user" else []
+            ids = None if message.token_ids is None else list(message.token_ids)
+            session.turns.append(Turn(message.role, message.text, images, token_ids=ids))
+        self._synced = wanted
+
+    def _generate(self, sink: EventSink, system_prompt: str | None, start: Callable[[Any], Any],
+                  after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None) -> None:
+        """Queue one answer: ``start(session)`` returns its event iterator (ChatSession.send & co)."""
+        def run(request: _Request) -> None:
+            self._run_answer(request, system_prompt, start, after, drop_answer, edit_at)
+        self._put(_Request(run, sink))
+
+    def _run_answer(self, request: _Request, system_prompt, start, after, drop_answer, edit_at) -> None:
+        sink, session = request.sink, self._session
+        done = None
+        try:
+            if session is None:
+                raise RuntimeError("No model is loaded yet.")
+            if system_prompt is not None:
+                session.system_prompt = system_prompt or None
+            session.progress = sink
+            events = start(session)
+            if request.cancelled.is_set():
+                session.cancel()  # send() cleared the session's flag when it started
+            pieces = []
+            for event in events:
+                if isinstance(event, DoneEvent):
+                    done = event
+                    continue
+                pieces.append(event.text)
+                sink(event)
+            self._track(session, after, drop_answer, edit_at, "".join(pieces))
+        except Exception as exc:  # noqa: BLE001 - reported in the DoneEvent; the service keeps serving
+            if is_engine_error(exc):
+                log.warning("generation failed: %s", describe_error(exc))
+            else:
+                log.error("generation failed", exc_info=exc)
+            done = DoneEvent("error", GenerationStats(), describe_error(exc))
+        finally:
+            if session is not None:
+                session.progress = None
+        sink(done or DoneEvent("error", GenerationStats(), "The engine stopped without a final event."))
+
+    def _track(self, session: Any, after, drop_answer: bool, edit_at: int | None, answer: str) -> None:
+        """Keep :attr:`_synced` describing ``session.turns`` after an answer (else: rebuild next time)."""
+        synced = list(self._synced)
+        if drop_answer:
+            while synced and synced[-1][0] == "assistant":
+                synced.pop()
+        if edit_at is not None:
+            del synced[edit_at:]
+        synced += (after() if after else []) + [("assistant", answer.strip(), ())]
+        self._synced = synced if len(synced) == len(session.turns) else []
+
+
+def model_info(session: Any, path: str) -> ModelInfo:
+    """What a front end shows of a loaded session (engine thread)."""
+    caps = session.model.capabilities() if hasattr(session, "model") else Capabilities()
+    return ModelInfo(name=str(session.model_name), path=path, capabilities=caps, device=str(session.device),
+                     dtype=str(session.dtype), weights=str(getattr(session, "weights", "")),
+                     folder=model_folder(path))
+
+
+def model_folder(path: str) -> str:
+    """The local folder of ``path`` (a folder, or a Hub id already in the HF cache); "" if unknown.
+
+    Front ends read the checkpoint's generation_config.json from it for their default settings.
+    """
+    if os.path.isdir(path):
+        return path
+    if looks_like_repo_id(path):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(path, local_files_only=True)
+        except Exception:  # noqa: BLE001 - only a hint for defaults
+            return ""
+    return ""

@@ -1,0 +1,110 @@
+"""The backends the window talks to: events cross from the engine thread to the UI thread as queued
+signals, in order; the fake backend behaves like the engine (cancel, errors, history); and
+``SMOLCHAT_BACKEND`` picks the backend."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, TokenEvent
+from app.backends import backend_from_env
+from app.backends.fake import FakeBackend
+from app.backends.local import LocalBackend
+from app.backends.qt import BackendBridge
+
+
+class Session:
+    """ChatSession's shape, answering with fixed words."""
+
+    model_name, device, dtype, weights = "Words", "cpu", "float32", "float32"
+
+    def __init__(self, words):
+        self.words, self.turns, self.system_prompt = words, [], None
+
+    def send(self, text, images=(), params=None):
+        return iter([TokenEvent(w, i) for i, w in enumerate(self.words)] + [DoneEvent("stop")])
+
+    def cancel(self):
+        pass
+
+    def reset(self):
+        self.turns.clear()
+
+    def count_image_tokens(self, image, detail="full"):
+        return {"full": 1088, "fast": 64}[detail]
+
+
+@pytest.fixture
+def bridge(qtbot):
+    bridge = BackendBridge()
+    received = []
+    bridge.event.connect(lambda e: received.append((e, threading.get_ident())))
+    bridge.loaded.connect(lambda info, message: received.append(((info, message), threading.get_ident())))
+    bridge.received = received
+    return bridge
+
+
+def done_events(bridge) -> list[DoneEvent]:
+    return [e for e, _ in bridge.received if isinstance(e, DoneEvent)]
+
+
+def test_local_backend_events_reach_the_ui_thread_in_order(qtbot, bridge):
+    backend = LocalBackend(lambda model, options: Session(["Hi", " there"]))
+    assert isinstance(backend, ChatBackend)
+    backend.load("/models/words", {"device": None}, bridge.on_loaded)
+    backend.send("hello", [], GenerationParams(max_new_tokens=4), bridge.sink)
+    qtbot.waitUntil(lambda: len(bridge.received) == 4, timeout=5000)
+    events = [e for e, _ in bridge.received]
+    info, message = events[0]
+    assert message is None and info.name == "Words" and info.path == "/models/words" and info.device == "cpu"
+    assert events[1:3] == [TokenEvent("Hi", 0), TokenEvent(" there", 1)]
+    assert isinstance(events[3], DoneEvent) and events[3].finish_reason == "stop"
+    assert {thread for _, thread in bridge.received} == {threading.get_ident()}  # delivered in the UI thread
+    assert backend.count_attachment_tokens(Attachment("/img/a.png"), "fast") == 64
+    assert backend.close()
+
+
+def test_fake_backend_cancel_before_the_queued_answer_starts(qtbot, bridge):
+    backend = FakeBackend(tokens=["t"] * 100)
+    gate = threading.Event()
+    backend._queue.put(lambda: gate.wait(5))  # keeps the fake's thread busy while we queue and cancel
+    backend.load("/models/fake", {}, bridge.on_loaded)
+    backend.send("go", [], GenerationParams(), bridge.sink)
+    backend.cancel()
+    gate.set()
+    qtbot.waitUntil(lambda: bool(done_events(bridge)), timeout=5000)
+    assert [e.finish_reason for e in done_events(bridge)] == ["cancelled"]
+    assert backend.calls == []  # cancelled before the engine was asked at all
+    # ... and the cancel does not poison the next answer.
+    backend.send("again", [], GenerationParams(), bridge.sink)
+    qtbot.waitUntil(lambda: len(done_events(bridge)) == 2, timeout=5000)
+    assert done_events(bridge)[-1].finish_reason == "stop"
+    assert backend.close()
+
+
+def test_fake_backend_follows_history_and_limits(qtbot, bridge):
+    backend = FakeBackend(tokens=list("abcdef"))
+    backend.load("/models/fake", {"weights": "int8", "device": None}, bridge.on_loaded)
+    backend.set_history([HistoryMessage("user", "q1", (Attachment("/img/a.png"),)), HistoryMessage("assistant", "a1")])
+    backend.send("q2", [], GenerationParams(max_new_tokens=3), bridge.sink, system_prompt="Be brief.")
+    qtbot.waitUntil(lambda: bool(done_events(bridge)), timeout=5000)
+    done = done_events(bridge)[-1]
+    assert done.finish_reason == "length" and done.stats.generated_tokens == 3
+    assert backend.calls[-1]["turns"] == [("user", "q1", 1), ("assistant", "a1", 0)]
+    assert backend.calls[-1]["system_prompt"] == "Be brief."
+    assert backend.options == {"weights": "int8"}
+    assert backend.calls[-1]["thread"] != threading.get_ident()
+    assert backend.close()
+
+
+def test_smolchat_backend_names_the_backend(monkeypatch):
+    monkeypatch.setenv("SMOLCHAT_BACKEND", "app.backends.fake:failing_backend")
+    backend = backend_from_env()
+    assert isinstance(backend, FakeBackend) and backend.fail
+    backend.close()
+    monkeypatch.delenv("SMOLCHAT_BACKEND")
+    local = backend_from_env()
+    assert isinstance(local, LocalBackend)
+    assert local.close()

@@ -1,0 +1,148 @@
+"""Stop and close while the real engine is still reading a photo (vision tower / prefill), on the tiny
+checkpoint slowed down (tests/slow_engine.py) as a large photo is on a slow CPU: Stop ends the answer
+within 200 ms, and closing the window exits at once, cleanly, with the question and the (cancelled)
+answer saved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image
+from PySide6.QtCore import Qt
+
+from app.store import Store
+from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
+from tests.slow_engine import slow_local_backend
+
+REPO = Path(__file__).resolve().parents[2]
+STOP_LATENCY_S = 0.2
+
+
+def big_photo(folder: Path) -> Path:
+    path = folder / "big.png"
+    Image.new("RGB", (1536, 1024), (40, 120, 200)).save(path)
+    return path
+
+
+def test_stop_while_reading_a_photo_ends_the_answer_within_200_ms(qtbot, tiny_checkpoint, tmp_path):  # noqa: F811
+    from app.main_window import MainWindow
+
+    win = MainWindow(str(tiny_checkpoint), backend=slow_local_backend())
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
+    win.add_files([str(big_photo(tmp_path))])
+    qtbot.keyClicks(win.composer, "What colour is this?")
+    progress = []
+    win.controller.progress.connect(progress.append)
+    qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: any(e.stage == "image" and e.done > 0 for e in progress), timeout=30_000)
+    assert "Reading the image" in win.stats_label.text()
+    with qtbot.waitSignal(win.answer_finished, timeout=5000) as finished:
+        t_stop = time.perf_counter()
+        qtbot.mouseClick(win.stop_button, Qt.MouseButton.LeftButton)
+    latency = time.perf_counter() - t_stop
+    assert finished.args[0]["finish_reason"] == "cancelled"
+    assert latency < STOP_LATENCY_S, f"the answer ended {latency * 1000:.0f} ms after Stop"
+    assert not win._busy and win.send_button.isVisible()
+    messages = win.keeper.messages()
+    assert [(m.role, m.status) for m in messages] == [("user", "done"), ("assistant", "cancelled")]
+    assert messages[0].text == "What colour is this?" and len(messages[0].images) == 1
+    win.close()
+
+
+CLOSE_MID_PREFILL = r"""
+import sys, time
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app import main as entry
+from app.main_window import MainWindow
+
+def drive():
+    win = next((w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)), None)
+    if win is None or not win.model_info:
+        QTimer.singleShot(50, drive)
+        return
+    win.add_files([sys.argv[2]])
+    win.composer.setPlainText("Describe this photo")
+    win.send_message()
+    QTimer.singleShot(1000, lambda: close(win))
+
+def close(win):
+    print("CLOSING", time.time(), "busy" if win._busy else "idle", flush=True)
+    win.close()
+    print("CLOSED", time.time(), flush=True)
+
+entry.create_app(sys.argv[:1])
+QTimer.singleShot(50, drive)
+sys.exit(entry.main(["--model", sys.argv[1]]))
+"""
+
+
+def test_closing_the_window_mid_prefill_exits_cleanly_and_keeps_the_conversation(tiny_checkpoint, tmp_path):  # noqa: F811
+    data = tmp_path / "data"
+    env = dict(os.environ, SMOLCHAT_DATA_DIR=str(data), PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
+               SMOLCHAT_BACKEND="tests.slow_engine:slow_local_backend", SMOLCHAT_SLOW_S="0.1")
+    proc = subprocess.Popen([sys.executable, "-c", CLOSE_MID_PREFILL, str(tiny_checkpoint), str(big_photo(tmp_path))],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+        ended = time.time()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    line = next((l for l in out.splitlines() if l.startswith("CLOSING ")), None)
+    closed = next((l for l in out.splitlines() if l.startswith("CLOSED ")), None)
+    assert line is not None and closed is not None, out
+    assert line.split()[2] == "busy", out  # closed while the engine was still reading the photo
+    assert proc.returncode == 0, out[-3000:]
+    t_close = float(line.split()[1])
+    # close() itself: cancel + engine thread stopped (0.02 s idle machine, 0.8 s with the 2 cores saturated).
+    assert float(closed.split()[1]) - t_close < 1.2, out
+    # Then interpreter teardown; torch's alone takes 0.6-0.9 s on a busy 2-core CPU (up to ~2.8 s
+    # saturated). Before EngineService the close blocked 10 s and the process died of SIGABRT.
+    assert ended - t_close < 3.0, f"exited {ended - t_close:.1f} s after close"
+
+    store = Store(data, recover=False)
+    try:
+        [conv] = store.conversations()
+        messages = store.messages(conv.id)
+    finally:
+        store.close()
+    assert [(m.role, m.status) for m in messages] == [("user", "done"), ("assistant", "cancelled")]
+    assert messages[0].text == "Describe this photo" and len(messages[0].images) == 1
+
+
+CLOSE_WHILE_LOADING = r"""
+import sys, time
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app import main as entry
+from app.main_window import MainWindow
+
+def close():
+    win = next(w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow))
+    print("CLOSING", time.time(), "loading" if win.controller.loading else "idle", flush=True)
+    win.close()
+
+entry.create_app(sys.argv[:1])
+QTimer.singleShot(1000, close)
+sys.exit(entry.main(["--model", "/models/huge"]))
+"""
+
+
+def test_closing_the_window_while_a_model_loads_exits_at_once(tmp_path):
+    env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
+               QT_QPA_PLATFORM="offscreen", SMOLCHAT_BACKEND="tests.slow_engine:stuck_loading_backend")
+    proc = subprocess.run([sys.executable, "-c", CLOSE_WHILE_LOADING], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=30)
+    ended = time.time()
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("CLOSING ")), None)
+    assert line is not None, proc.stdout + proc.stderr
+    assert line.split()[2] == "loading", line
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ended - float(line.split()[1]) < 2.5, f"exited {ended - float(line.split()[1]):.1f} s after close"

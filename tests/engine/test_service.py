@@ -1,0 +1,321 @@
+"""EngineService: queue order, cancel (queued, running, mid vision tower, mid prefill), shutdown, errors.
+
+The queue tests use a small scripted session; the cancellation tests run the real ChatSession on the
+tiny checkpoint, slowed down (a sleep per vision layer, per prefill chunk) so that a cancel lands in
+the middle of the vision tower or the prefill, as it does with real weights on a slow CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from PIL import Image
+
+from engine.api import Attachment, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
+from engine.api.errors import ImageError, ModelLoadError
+from engine.api.events import GenerationStats
+from engine.service import EngineService
+from tests.slow_engine import slow_loader
+
+STOP_LATENCY_S = 0.2
+
+
+class Recorder:
+    """An EventSink that keeps events with their arrival times, and signals the DoneEvent."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self.times: list[float] = []
+        self.done = threading.Event()
+
+    def __call__(self, event) -> None:
+        self.events.append(event)
+        self.times.append(time.perf_counter())
+        if isinstance(event, DoneEvent):
+            self.done.set()
+
+    @property
+    def final(self) -> DoneEvent:
+        assert self.done.wait(30), f"no DoneEvent; events so far: {self.events[-5:]}"
+        return self.events[-1]
+
+    def text(self) -> str:
+        return "".join(e.text for e in self.events if isinstance(e, TokenEvent))
+
+
+class ScriptedSession:
+    """ChatSession's shape: answers ``text`` back token by token, ``delay`` s apart, honouring cancel."""
+
+    model_name, device, dtype, weights = "Scripted", "cpu", "float32", "float32"
+
+    def __init__(self, delay: float = 0.0, fail_on: str = "") -> None:
+        self.delay, self.fail_on = delay, fail_on
+        self.turns: list = []
+        self.system_prompt = None
+        self.asked: list[str] = []
+        self.preprocessed: list = []
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def reset(self) -> None:
+        self.turns.clear()
+
+    def preprocess(self, images, detail="full"):
+        self.preprocessed += list(images)
+        return [f"tiles of {i}" for i in images]
+
+    def send(self, text, images=(), params=None):
+        if text == self.fail_on:
+            raise ImageError(f"cannot read {text}")
+        self._cancel.clear()
+        self.asked.append(text)
+        return self._stream(text)
+
+    def _stream(self, text):
+        from engine.chat import Turn
+
+        reason, answer = "stop", ""
+        self.turns.append(Turn("user", text))
+        for i, word in enumerate(text.split()):
+            if self._cancel.is_set():
+                reason = "cancelled"
+                break
+            time.sleep(self.delay)
+            answer += word + " "
+            yield TokenEvent(word + " ", i)
+        self.turns.append(Turn("assistant", answer))
+        yield DoneEvent(reason, GenerationStats())
+
+
+def scripted(session: ScriptedSession) -> EngineService:
+    service = EngineService(lambda model, options: session)
+    loaded = threading.Event()
+    service.load("scripted", {}, lambda info, message: loaded.set())
+    assert loaded.wait(5)
+    return service
+
+
+def test_requests_run_in_queue_order_on_the_engine_thread():
+    session = ScriptedSession()
+    service = scripted(session)
+    sinks = [Recorder() for _ in range(3)]
+    threads = []
+    for i, sink in enumerate(sinks):
+        service.send(f"answer {i}", [], GenerationParams(), lambda e, s=sink: (threads.append(threading.get_ident()),
+                                                                               s(e)))
+    assert [s.final.finish_reason for s in sinks] == ["stop"] * 3
+    assert session.asked == ["answer 0", "answer 1", "answer 2"]
+    assert [s.text() for s in sinks] == ["answer 0 ", "answer 1 ", "answer 2 "]
+    assert threading.get_ident() not in threads and len(set(threads)) == 1
+    assert service.shutdown()
+
+
+def test_cancel_ends_the_running_answer_and_every_queued_one_without_running_them():
+    session = ScriptedSession(delay=0.02)
+    service = scripted(session)
+    running, queued = Recorder(), Recorder()
+    service.send("a " * 500, [], GenerationParams(), running)
+    service.send("never asked", [], GenerationParams(), queued)
+    while not running.events:
+        time.sleep(0.005)
+    service.cancel()
+    assert running.final.finish_reason == "cancelled"
+    assert queued.final.finish_reason == "cancelled" and queued.events == [queued.final]
+    assert session.asked == ["a " * 500]
+    after = Recorder()  # a cancel never poisons the next request
+    service.send("next one", [], GenerationParams(), after)
+    assert after.final.finish_reason == "stop" and after.text() == "next one "
+    assert service.shutdown()
+
+
+def test_errors_become_done_error_and_the_service_keeps_serving():
+    session = ScriptedSession(fail_on="broken.png")
+    service = scripted(session)
+    failed, ok = Recorder(), Recorder()
+    service.send("broken.png", [], GenerationParams(), failed)
+    service.send("fine", [], GenerationParams(), ok)
+    assert failed.final.finish_reason == "error" and failed.final.error == "cannot read broken.png"
+    assert ok.final.finish_reason == "stop"
+
+    outcome = []
+    def bad_loader(model, options):
+        raise ModelLoadError(f"{model}: config.json is missing") if model == "/broken" else KeyError("bug")
+    service2 = EngineService(bad_loader)
+    done = threading.Semaphore(0)
+    for model in ("/broken", "/bug"):
+        service2.load(model, {}, lambda info, message: (outcome.append((info, message)), done.release()))
+    assert done.acquire(timeout=5) and done.acquire(timeout=5)
+    assert outcome == [(None, "/broken: config.json is missing"), (None, "KeyError: 'bug'")]
+    nothing = Recorder()
+    service2.send("hi", [], GenerationParams(), nothing)
+    assert nothing.final.error == "RuntimeError: No model is loaded yet."
+    assert service.shutdown() and service2.shutdown()
+
+
+def test_shutdown_while_idle_and_while_busy_returns_within_a_second():
+    idle = EngineService(lambda model, options: ScriptedSession())
+    t = time.perf_counter()
+    assert idle.shutdown(1.0)
+    assert time.perf_counter() - t < 0.5 and not idle.alive
+
+    # Busy in something that never checks for a cancel (like a model load): shutdown still returns.
+    release = threading.Event()
+    stuck = EngineService(lambda model, options: release.wait(10))
+    stuck.load("slow", {}, lambda info, message: None)
+    time.sleep(0.05)
+    t = time.perf_counter()
+    assert not stuck.shutdown(1.0)
+    assert time.perf_counter() - t < 1.3
+    late = Recorder()
+    stuck.send("after shutdown", [], GenerationParams(), late)
+    assert late.final.finish_reason == "cancelled"  # answered at once, never queued
+    release.set()
+
+    # Busy in an answer: the cancel ends it, the thread stops.
+    service = scripted(ScriptedSession(delay=0.02))
+    busy = Recorder()
+    service.send("w " * 1000, [], GenerationParams(), busy)
+    while not busy.events:
+        time.sleep(0.005)
+    t = time.perf_counter()
+    assert service.shutdown(1.0)
+    assert time.perf_counter() - t < 0.5 and busy.final.finish_reason == "cancelled"
+
+
+def test_set_history_keeps_the_common_prefix_and_follows_answers():
+    session = ScriptedSession()
+    service = scripted(session)
+    q1, a1 = HistoryMessage("user", "q1", (Attachment("/img/a.png"),)), HistoryMessage("assistant", "a1")
+    service.set_history([q1, a1], system_prompt="Be brief.")
+    first = Recorder()
+    service.send("q2", [], GenerationParams(), first)
+    assert first.final.finish_reason == "stop"
+    assert session.system_prompt == "Be brief." and session.preprocessed == ["/img/a.png"]
+    assert [(t.role, t.text) for t in session.turns] == [("user", "q1"), ("assistant", "a1"), ("user", "q2"),
+                                                         ("assistant", "q2 ")]
+    kept = list(session.turns)
+
+    # Continuing the same conversation keeps every turn object (no image is preprocessed again).
+    service.set_history([q1, a1, HistoryMessage("user", "q2"), HistoryMessage("assistant", "q2")])
+    second = Recorder()
+    service.send("q3", [], GenerationParams(), second)
+    assert second.final.finish_reason == "stop"
+    assert all(a is b for a, b in zip(session.turns[:4], kept)) and len(session.turns) == 6
+    assert session.preprocessed == ["/img/a.png"]
+
+    # Another conversation that shares only the first question: the rest is dropped.
+    service.set_history([q1])
+    third = Recorder()
+    service.send("other", [], GenerationParams(), third)
+    assert third.final.finish_reason == "stop"
+    assert session.turns[0] is kept[0] and [t.text for t in session.turns[1:]] == ["other", "other "]
+    service.reset()
+    service.send("fresh", [], GenerationParams(), last := Recorder())
+    assert last.final.finish_reason == "stop" and [t.text for t in session.turns] == ["fresh", "fresh "]
+    assert service.shutdown()
+
+
+def test_expected_errors_log_one_line_and_bugs_their_traceback(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="engine.service")
+    outcome = threading.Semaphore(0)
+    def loader(model, options):
+        raise ModelLoadError("model.safetensors has no tensor 'lm_head.weight'") if model == "/broken" else KeyError(7)
+    service = EngineService(loader)
+    for model in ("/broken", "/bug"):
+        service.load(model, {}, lambda info, message: outcome.release())
+    assert outcome.acquire(timeout=5) and outcome.acquire(timeout=5)
+    broken = [r for r in caplog.records if "/broken" in r.getMessage()]
+    assert [r.levelname for r in broken] == ["WARNING"] and broken[0].exc_info is None
+    bug = [r for r in caplog.records if "/bug" in r.getMessage()]
+    assert [r.levelname for r in bug] == ["ERROR"] and bug[0].exc_info is not None
+    assert service.shutdown()
+
+
+# -- the real ChatSession, slowed down ------------------------------------------------------------
+@pytest.fixture
+def slow_service(tiny_checkpoint):
+    """An EngineService on the tiny checkpoint with 20 ms per vision layer and per 16-token prefill chunk."""
+    service = EngineService(slow_loader)
+    loaded = threading.Event()
+    service.load(str(tiny_checkpoint), {}, lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    yield service
+    service.shutdown()
+
+
+@pytest.fixture
+def photo(tmp_path):
+    path = tmp_path / "photo.png"
+    Image.new("RGB", (1024, 768), (200, 90, 40)).save(path)
+    return path
+
+
+def cancel_at(service, photo, stage: str) -> tuple[Recorder, float]:
+    """Send ``photo``, cancel at the first ProgressEvent of ``stage``; returns the sink and cancel time."""
+    sink = Recorder()
+    service.send("What is in this photo?", [Attachment(str(photo))], GenerationParams(max_new_tokens=8), sink)
+    deadline = time.monotonic() + 30
+    while not any(isinstance(e, ProgressEvent) and e.stage == stage and 0 < e.done < e.total
+                  for e in list(sink.events)):
+        assert time.monotonic() < deadline and not sink.done.is_set(), sink.events[-3:]
+        time.sleep(0.002)
+    t_cancel = time.perf_counter()
+    service.cancel()
+    return sink, t_cancel
+
+
+@pytest.mark.parametrize("stage", ["image", "prefill"])
+def test_cancel_mid_vision_tower_or_prefill_ends_within_200_ms_keeping_the_question(slow_service, photo, stage):
+    sink, t_cancel = cancel_at(slow_service, photo, stage)
+    done = sink.final
+    latency = sink.times[-1] - t_cancel
+    assert done.finish_reason == "cancelled" and done.error is None
+    assert latency < STOP_LATENCY_S, f"stopped {latency * 1000:.0f} ms after cancel"
+    assert not any(isinstance(e, TokenEvent) for e in sink.events)
+    session = slow_service._session
+    assert [t.role for t in session.turns] == ["user", "assistant"]
+    assert session.turns[0].text == "What is in this photo?" and len(session.turns[0].images) == 1
+    # The conversation goes on: the next answer reuses what was prefilled before the cancel.
+    after = Recorder()
+    slow_service.set_history([HistoryMessage("user", "What is in this photo?", (Attachment(str(photo)),))])
+    slow_service.send("And now?", [], GenerationParams(max_new_tokens=2), after)
+    assert after.final.finish_reason in ("stop", "length")
+
+
+def test_progress_counts_tiles_then_prompt_tokens(slow_service, photo):
+    for _ in range(2):  # the second answer (same photo, after a reset) reports its tiles again
+        slow_service.reset()
+        sink = Recorder()
+        slow_service.send("Describe.", [Attachment(str(photo))], GenerationParams(max_new_tokens=1), sink)
+        assert sink.final.finish_reason in ("stop", "length")
+        progress = [e for e in sink.events if isinstance(e, ProgressEvent)]
+        stages = [e.stage for e in progress]
+        assert stages == sorted(stages, key=lambda s: s != "image")  # tiles first, then the prompt
+        tiles = [e for e in progress if e.stage == "image"]
+        prefill = [e for e in progress if e.stage == "prefill"]
+        assert tiles[0].done == 0 and tiles[-1].done == tiles[-1].total > 1
+        assert prefill[-1].done == prefill[-1].total == sink.final.stats.prompt_tokens
+
+
+def test_regenerate_and_edit_run_on_the_real_session(tiny_checkpoint):
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(tiny_checkpoint), {"device": "cpu"}, lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    params = GenerationParams(max_new_tokens=3, ignore_eos=True)
+    sinks = [Recorder() for _ in range(3)]
+    service.send("First question", [], params, sinks[0])
+    service.regenerate(params, sinks[1])
+    service.edit(0, "Edited question", None, params, sinks[2])
+    assert [s.final.finish_reason for s in sinks] == ["length"] * 3
+    assert sinks[1].final.stats.cached_tokens == sinks[1].final.stats.prompt_tokens - 1  # the prompt was reused
+    turns = service._session.turns
+    assert [(t.role, t.text if t.role == "user" else "") for t in turns] == [("user", "Edited question"),
+                                                                           ("assistant", "")]
+    assert service.shutdown()
