@@ -101,9 +101,10 @@ class Int4Linear(nn.Module):
     each group with its own scale and zero (asymmetric; gpt-fast / torchao ``int4wo``, like llama.cpp's
     Q4_1): ``W = (q - 8) * scale + zero`` for ``q`` in 0..15.
 
-    The matmul is ATen's ``_weight_int4pack_mm_for_cpu`` on the CPU and ``_weight_int4pack_mm`` on
-    CUDA, which unpack the weights in registers: an eighth of float32's weight
-    bytes move through memory. ``x [..., in]`` of any float dtype (computed in bfloat16),
+    The matmul is ATen's ``_weight_int4pack_mm`` on CUDA (``_weight_int4pack_mm_for_cpu`` if built
+    on the CPU), which unpack the weights in registers: an eighth of float32's weight bytes move
+    through memory. :func:`quantize_weights` uses :class:`~engine.layers.q4.Q4Linear` on the CPU
+    instead (the native decode step's format; the int4pack CPU kernel was slower than int8). ``x [..., in]`` of any float dtype (computed in bfloat16),
     returned in ``x.dtype``.
 
     Raises:
