@@ -254,11 +254,13 @@ static inline int64_t kv_row(const KV *kv, int64_t p) {
 }
 
 /* One query head over positions [0, T): float32 softmax of q.k / sqrt(D), then the weighted sum of v. */
+/* The newest position (T - 1) is read from k_new / v_new, this step's own vectors, so attention
+ * need not wait for the thread that writes them into the cache. */
 static void attend(const float *q, const float *kb, const float *vb, const KV *kv, int64_t T, int d,
-                   float *scores, float *out) {
+                   const float *k_new, const float *v_new, float *scores, float *out) {
     float scale = 1.0f / sqrtf((float)d), mx = -INFINITY;
     for (int64_t t = 0; t < T; t++) {
-        const float *k = kb + kv_row(kv, t) * kv->pos_stride;
+        const float *k = t == T - 1 ? k_new : kb + kv_row(kv, t) * kv->pos_stride;
         float s = 0.f;
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < d; i++) s += q[i] * k[i];
@@ -274,7 +276,7 @@ static void attend(const float *q, const float *kb, const float *vb, const KV *k
     float inv = 1.0f / sum;
     for (int i = 0; i < d; i++) out[i] = 0.f;
     for (int64_t t = 0; t < T; t++) {
-        const float *v = vb + kv_row(kv, t) * kv->pos_stride;
+        const float *v = t == T - 1 ? v_new : vb + kv_row(kv, t) * kv->pos_stride;
         float p = scores[t] * inv;
 #pragma omp simd
         for (int i = 0; i < d; i++) out[i] += p * v[i];
@@ -292,21 +294,28 @@ static void layer_step(const Model *m, int l, const KV *kv, int64_t pos, const f
     rmsnorm(s->x, L->in_norm, m->hidden, m->eps, xn);
     gemv(&L->qkv, xn, wk, s->qkv, 0, &ctr[0]);
     barrier(nt);
-    /* Rotate and store the new key, store the new value: one KV head per thread turn. */
-    for (int g = tid; g < G; g += nt) {
-        float *k = s->qkv + (int64_t)(H + g) * D, *v = s->qkv + (int64_t)(H + G + g) * D;
+    /* Every thread rotates every new key into its own buffer (xn is free again: the qkv GEMV has
+     * read it); KV head g's owner stores key and value in the cache. Attention reads the new
+     * position from these vectors and older ones from the cache, so no barrier sits between the
+     * cache write and attention (one fewer per layer). */
+    float *k_rot = xn;
+    for (int g = 0; g < G; g++) {
+        float *k = k_rot + (int64_t)g * D, *v = s->qkv + (int64_t)(H + G + g) * D;
+        memcpy(k, s->qkv + (int64_t)(H + g) * D, sizeof(float) * D);
         rope(k, cos, ssin, D);
-        int64_t off = l * kv->layer_stride + kv_row(kv, pos) * kv->pos_stride + g * kv->head_stride;
-        memcpy(kv->k + off, k, sizeof(float) * D);
-        memcpy(kv->v + off, v, sizeof(float) * D);
+        if (g % nt == tid) {
+            int64_t off = l * kv->layer_stride + kv_row(kv, pos) * kv->pos_stride + g * kv->head_stride;
+            memcpy(kv->k + off, k, sizeof(float) * D);
+            memcpy(kv->v + off, v, sizeof(float) * D);
+        }
     }
-    barrier(nt);
     for (int h = tid; h < H; h += nt) {
         int g = h / (H / G);
         float *q = s->qkv + (int64_t)h * D;
         rope(q, cos, ssin, D);
         int64_t base = l * kv->layer_stride + g * kv->head_stride;
-        attend(q, kv->k + base, kv->v + base, kv, pos + 1, D, scores, s->attn + (int64_t)h * D);
+        attend(q, kv->k + base, kv->v + base, kv, pos + 1, D, k_rot + (int64_t)g * D,
+               s->qkv + (int64_t)(H + G + g) * D, scores, s->attn + (int64_t)h * D);
     }
     barrier(nt);
     gemv(&L->o, s->attn, wk, s->x, 1, &ctr[1]);
