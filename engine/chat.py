@@ -487,6 +487,12 @@ class ChatSession:
             return None
         if params.speculative is None and self.model.device.type != "cpu":
             return None
+        ready = getattr(self.model, "native_decode_ready", None)
+        if params.speculative is None and ready is not None and ready(self.cache):
+            # The native CPU step (engine.native) decodes ~3-4x faster than the eager step that the
+            # verification's decode_all_logits still is: verifying k+1 positions now costs several
+            # decode steps, more than accepted drafts save.
+            return None
         return SpeculativeDecoder(self.model, self.cache, sampler)
 
     def _prefill(self, ids: list[int], keys: list, images: list[ProcessedImage], stats: GenerationStats

@@ -120,6 +120,12 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     source = path_or_repo_id if isinstance(path_or_repo_id, ModelSource) else resolve_source(path_or_repo_id)
     meta = source.metadata()
     dev = choose_device(device)
+    if dev.type == "cpu":
+        # Find or build the native CPU decode step while the weights load (a first-ever build takes
+        # a second or two on a background thread; decoding stays eager until it is ready).
+        from engine.native import start
+
+        start()
     model = model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))
     if weights == "int4" or (weights == "int8" and dev.type == "cpu"):
         from engine.layers.linear import quantize_weights

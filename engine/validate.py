@@ -74,6 +74,12 @@ class CheckReport:
                 "problems": list(self.problems), "info": dict(self.info)}
 
 
+def _cpu_decode_step() -> str:
+    from engine.native import describe
+
+    return describe(wait=True)
+
+
 def model_info(path_or_repo_id: str | Path) -> dict:
     """Metadata and capabilities of a checkpoint, read from its headers (no weights loaded).
 
@@ -98,6 +104,9 @@ def model_info(path_or_repo_id: str | Path) -> dict:
                  "rope_theta": t.rope_theta},
         "eos_token_ids": list(meta.eos_token_ids),
         "capabilities": probe.capabilities().to_dict(),
+        # Which batch-1 decode step a float32 / int8 / int4 model runs on this machine's CPU (finds
+        # or builds the native library once per machine: engine/native/build.py).
+        "cpu_decode_step": _cpu_decode_step(),
     }
     vision = getattr(meta, "vision", None)
     if vision is not None:

@@ -60,8 +60,27 @@ def mb(n: int) -> str:
     return f"{n / 1e6:.0f} MB"
 
 
-def run_pyinstaller(dist: Path, work: Path, clean: bool) -> Path:
+def build_native(work: Path) -> Path | None:
+    """Compile the native CPU decode step (engine/native) for the installer, so a user's machine
+    needs no compiler. Portable: it picks its AVX-512 / AVX2 / baseline kernels at run time. Without
+    a compiler here the app still works (it decodes eagerly); that is logged, not fatal."""
+    sys.path.insert(0, str(REPO))
+    from engine.native.build import LIBNAME, build_prebuilt
+
+    out = work.parent / "native" / LIBNAME
+    try:
+        build_prebuilt(out)
+    except RuntimeError as exc:
+        log(f"WARNING: no native CPU decode step in this build ({exc}); the app will decode eagerly")
+        return None
+    log(f"native CPU decode step: {out} ({out.stat().st_size // 1024} KB)")
+    return out
+
+
+def run_pyinstaller(dist: Path, work: Path, clean: bool, native: Path | None = None) -> Path:
     env = dict(os.environ)
+    if native is not None:
+        env["SMOLCHAT_NATIVE_PREBUILT"] = str(native)  # the spec bundles it into engine/native/
     # PyInstaller's own cache lives with its work folder: one git-ignored place, easy to keep in CI.
     env.setdefault("PYINSTALLER_CONFIG_DIR", str(work / "config"))
     cmd = [sys.executable, "-m", "PyInstaller", str(SPEC), "--noconfirm", "--log-level", "WARN",
@@ -183,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     dist, work = args.dist.resolve(), args.work.resolve()
 
     t0 = time.monotonic()
-    app_dir = run_pyinstaller(dist, work, args.clean)
+    app_dir = run_pyinstaller(dist, work, args.clean, build_native(work))
     if sys.platform.startswith("linux"):
         strip_libraries(app_dir)
     log(f"app folder {app_dir} ({mb(du(app_dir))}) in {time.monotonic() - t0:.0f} s")

@@ -15,12 +15,14 @@ from engine.layers.linear import (
 )
 from engine.layers.mlp import GatedMLP
 from engine.layers.norm import RMSNorm
+from engine.layers.q4 import Q4Linear
 from engine.layers.rope import RotaryEmbedding, apply_rotary
 
 __all__ = [
     "GatedMLP",
     "Int4Linear",
     "Int8Linear",
+    "Q4Linear",
     "RMSNorm",
     "RotaryEmbedding",
     "apply_rotary",

@@ -85,8 +85,17 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)
         self.register_buffer("bias", linear.bias.detach().float() if linear.bias is not None else None)
 
+    #: From this many rows on (a prefill chunk), the CPU dequantizes the weight and runs a float32
+    #: matmul: ``_weight_int8pack_mm`` is a GEMV kernel, and a 512-token prefill through it ran at
+    #: half the speed of float32 weights (bench/cpu_llamacpp.py), while the dequantized copy is one
+    #: layer's weight, made once per call, small next to a 512-row matmul.
+    DEQUANT_ROWS = 16
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
+        if x.device.type == "cpu" and x.numel() >= self.DEQUANT_ROWS * shape[-1]:
+            w = self.weight.float().mul_(self.scale.float()[:, None])
+            return torch.nn.functional.linear(x.float(), w, self.bias).to(x.dtype)
         y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight,
                                                 self.scale)
         y = y.view(*shape[:-1], self.out_features).to(x.dtype)
@@ -98,9 +107,10 @@ class Int4Linear(nn.Module):
     each group with its own scale and zero (asymmetric; gpt-fast / torchao ``int4wo``, like llama.cpp's
     Q4_1): ``W = (q - 8) * scale + zero`` for ``q`` in 0..15.
 
-    The matmul is ATen's ``_weight_int4pack_mm_for_cpu`` on the CPU and ``_weight_int4pack_mm`` on
-    CUDA, which unpack the weights in registers: an eighth of float32's weight
-    bytes move through memory. ``x [..., in]`` of any float dtype (computed in bfloat16),
+    The matmul is ATen's ``_weight_int4pack_mm`` on CUDA (``_weight_int4pack_mm_for_cpu`` if built
+    on the CPU), which unpack the weights in registers: an eighth of float32's weight bytes move
+    through memory. :func:`quantize_weights` uses :class:`~engine.layers.q4.Q4Linear` on the CPU
+    instead (the native decode step's format; the int4pack CPU kernel was slower than int8). ``x [..., in]`` of any float dtype (computed in bfloat16),
     returned in ``x.dtype``.
 
     Raises:
@@ -172,6 +182,12 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
     if not inplace:
         model = copy.deepcopy(model)
     layer_cls = QUANTIZED[kind]
+    if kind == "int4" and model.device.type == "cpu":
+        # Our own 4-bit blocks: the native CPU decode step streams them (ATen's int4pack CPU kernel
+        # was slower than int8 here).
+        from engine.layers.q4 import Q4Linear
+
+        layer_cls = Q4Linear
     for layer in model.decoder.layers:
         for parent in (layer.self_attn, layer.mlp):
             for name, child in list(parent.named_children()):
@@ -179,6 +195,7 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
                     setattr(parent, name, layer_cls(child))
     model.lm_head = layer_cls(model.lm_head)
     model._static = None
+    model._native = None
     return model
 
 
@@ -189,7 +206,11 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
 
 def weight_format(model: nn.Module) -> str | None:
     """``int8`` / ``int4`` when :func:`quantize_weights` was applied to ``model``, else ``None``."""
+    from engine.layers.q4 import Q4Linear
+
     head = getattr(model, "lm_head", None)
+    if isinstance(head, Q4Linear):
+        return "int4"
     return next((kind for kind, cls in QUANTIZED.items() if isinstance(head, cls)), None)
 
 

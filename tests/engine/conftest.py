@@ -51,6 +51,17 @@ def family_checkpoint(tmp_path_factory):
     return build
 
 
+@pytest.fixture(scope="session", autouse=True)
+def native_cpu_step_ready():
+    """Find or build the native CPU decode library before any test decodes.
+
+    Models start it at load and decode eagerly until it is ready (engine/native/build.py); a test
+    that compares two runs bit for bit must not see one run before and one after that moment."""
+    from engine.native import build
+
+    build.library(wait=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """2-layer SmolVLM-shaped model, float32 weights, real tokenizer and processor files."""

@@ -76,5 +76,10 @@ def test_chat_session_conversation_is_the_same_pipelined(components):
         assert session.cache.seq_len == len(session._cached_keys)
         turns.append(session.cache.seq_len)
         answers[pipelined] = turns
-    assert answers[True] == answers[False]
+    assert answers[True][:2] == answers[False][:2]
+    # After the cancel the pipelined stream has already fed the answer's last token to the cache (its
+    # step runs one ahead), so it may keep that token too. (On the CPU both sessions used to take the
+    # speculative path, which ignores `pipelined`; with the native decode step auto speculation is
+    # off and the pipelined stream really runs.)
+    assert answers[False][2] <= answers[True][2] <= answers[False][2] + 1
     assert answers[True][1][1] > 0  # the second turn reused the first turn's cache

@@ -13,6 +13,7 @@ from engine.api.events import GenerationParams, TokenEvent
 from engine.cache import CacheConfig
 from engine.registry import WEIGHTS_ENV, load_model
 from engine.layers.linear import Int4Linear, Int8Linear, is_quantized, quantize_int8, weight_format
+from engine.layers.q4 import Q4Linear
 
 
 def test_int8_linear_matches_its_dequantized_weights():
@@ -109,7 +110,8 @@ def test_int4_linear_matches_its_dequantized_weights():
 def test_int4_weights_through_load_model_and_the_session(tiny_checkpoint):
     model = load_model(tiny_checkpoint, device="cpu", dtype="float32", weights="int4")
     layer = model.decoder.layers[0]
-    assert isinstance(layer.self_attn.qkv_proj, Int4Linear) and isinstance(model.lm_head, Int4Linear)
+    # On the CPU, int4 is the native step's own 4-bit blocks (engine.layers.q4), not ATen's int4pack.
+    assert isinstance(layer.self_attn.qkv_proj, Q4Linear) and isinstance(model.lm_head, Q4Linear)
     assert weight_format(model) == "int4"
     fp32 = load_model(tiny_checkpoint, device="cpu", dtype="float32")
     ids = torch.randint(0, 49000, (1, 40), generator=torch.Generator().manual_seed(1))

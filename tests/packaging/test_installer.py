@@ -63,6 +63,12 @@ def test_the_deb_installs_launcher_desktop_entry_and_icons(installed_root):
     assert (installed_root / "opt/smolchat/_internal/resources/style.qss").is_file()
 
 
+def test_the_app_carries_the_native_cpu_decode_step(installed_root):
+    """Built at package time (packaging/build.py), so users need no compiler."""
+    native = installed_root / "opt/smolchat/_internal/engine/native"
+    assert (native / "libsmolcpu.so").is_file() and (native / "libsmolcpu.so.src").is_file()
+
+
 def test_the_app_leaves_out_what_it_does_not_use(installed_root):
     internal = installed_root / "opt/smolchat/_internal"
     present = {p.name for p in internal.iterdir()}

@@ -31,6 +31,7 @@ class LlamaLM:
     static_decode: bool | None = None
     _static = None
     _threads = None  # DecodeThreads, made at the first CPU decode step
+    _native = None  # NativeStep, or False when this model's layers are not ones it runs
 
     @property
     def device(self) -> torch.device:
@@ -79,15 +80,63 @@ class LlamaLM:
             from engine.device import DecodeThreads
 
             self._threads = DecodeThreads()
+        native = self._native_step(cache, input)
         n, prev = self._threads.pick(), torch.get_num_threads()
-        torch.set_num_threads(n)
         t = time.perf_counter()
-        try:
-            logits = self.lm_head(self.decoder(input, cache)[:, -1])
-        finally:
-            torch.set_num_threads(prev)
+        if native is not None:
+            logits = native.decode(input, cache, n)
+        else:
+            torch.set_num_threads(n)
+            try:
+                logits = self.lm_head(self.decoder(input, cache)[:, -1])
+            finally:
+                torch.set_num_threads(prev)
         self._threads.record(n, time.perf_counter() - t)
         return logits
+
+    def _native_step(self, cache: KVCache, input: torch.Tensor):
+        """The fused C decode step (:mod:`engine.native`) when its library is ready and it runs this
+        model, cache and input; else ``None`` (the eager step). Never waits for a build."""
+        if self._native is False:
+            return None
+        from engine.native import build
+
+        lib = build.library()
+        if lib is None:
+            return None
+        if self._native is None or self._native.lib is not lib:
+            from engine.native.step import NativeStep, Unsupported
+
+            try:
+                self._native = NativeStep(self, lib)
+            except Unsupported as exc:
+                import logging
+
+                logging.getLogger(__name__).info("native CPU decode step not used: %s", exc)
+                self._native = False
+                return None
+        return self._native if self._native.supports(cache, input) else None
+
+    def native_decode_ready(self, cache: KVCache) -> bool:
+        """Whether batch-1 ``decode`` into ``cache`` runs the native CPU step right now."""
+        if self.device.type != "cpu":
+            return False
+        probe = torch.zeros(1, 1, self.decoder.config.hidden_size, dtype=self.dtype)
+        return self._native_step(cache, probe) is not None
+
+    def cpu_decode_step(self) -> str:
+        """Which batch-1 decode step runs on the CPU now: ``native-avx512`` (``-avx2``, ``-generic``)
+        or ``eager`` (off the CPU, ``SMOLCHAT_NATIVE=0``, no library yet or at all, or a layer kind
+        the native step does not run)."""
+        if self.device.type != "cpu" or self.dtype != torch.float32:
+            return "eager"
+        from engine.native import build
+
+        probe = torch.zeros(1, 1, self.decoder.config.hidden_size)
+        cache = self.create_kv_cache(CacheConfig(kind="paged", max_tokens=16, num_blocks=1))
+        if self._native_step(cache, probe) is None:
+            return "eager"
+        return build.ISA_NAMES.get(self._native.lib.smol_isa(), "native")
 
     @torch.inference_mode()
     def warmup(self, cache: KVCache, prompt_tokens: int = 1100) -> None:

@@ -1,0 +1,377 @@
+/* One batch-1 decode step of a Llama decoder on the CPU, in one call (engine/native/step.py).
+ *
+ * Why: eager PyTorch spends ~11 ms of a ~38 ms step in ~6,300 ATen calls (docs/BENCHMARKS.md), and
+ * every matmul is a fork/join of the thread pool. Here the whole step is one OpenMP parallel region:
+ * the threads split each GEMV's output rows (and attention's heads) and meet at a barrier between
+ * dependent ops, as ggml-cpu does. Weights are read in place through raw pointers (float32, int8
+ * per-row, or 4-bit blocks: gemv.h), so nothing is copied or converted per token.
+ *
+ * Plain C with no torch headers: it builds in a second with the system compiler, and does not tie
+ * the build to a torch version. The structs mirror ctypes.Structure classes in step.py.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gemv.h"
+#include "gemv_vnni.h"
+
+#define SMOL_ABI 1
+
+enum { W_F32 = 0, W_I8 = 1, W_Q4 = 2 };
+
+typedef struct {
+    int32_t kind, rows, cols, pad;
+    const void *w;       /* f32 [rows, cols] | int8 [rows, cols] | uint8 [rows, cols / 2] */
+    const uint16_t *scale; /* i8: bf16 [rows]; q4: f16 [rows, cols / 32] */
+    const uint16_t *mins;  /* q4: f16 [rows, cols / 32] */
+    const float *bias;   /* NULL or float32 [rows] */
+} Lin;
+
+typedef struct {
+    const float *in_norm, *post_norm;
+    Lin qkv, o, gate_up, down;
+} Layer;
+
+typedef struct {
+    int32_t n_layers, hidden, n_heads, n_kv, head_dim, inter, vocab, pad;
+    float eps, pad2;
+    const float *final_norm;
+    const Layer *layers;
+    Lin lm_head;
+} Model;
+
+/* Where keys and values of position p, KV head g, layer l live:
+ *   k + l * layer_stride + row(p) * pos_stride + g * head_stride   (v likewise)
+ * with row(p) = p for the contiguous cache [L, B, H_kv, T, D] and
+ *      row(p) = block_table[p / block_size] * block_size + p % block_size for the paged arena
+ *      [2, L, num_blocks, block_size, H_kv, D] (vLLM's slot mapping). */
+typedef struct {
+    float *k, *v;
+    int64_t layer_stride, pos_stride, head_stride;
+    const int64_t *block_table; /* NULL: contiguous */
+    int64_t block_size;
+} KV;
+
+int smol_abi(void) { return SMOL_ABI; }
+
+/* 2 = AVX-512 kernels, 1 = AVX2+FMA clones, 0 = baseline. */
+int smol_isa(void) {
+    if (smol_use_avx512 < 0) smol_use_avx512 = detect_avx512();
+    if (smol_use_avx512) return 2;
+#ifdef SMOL_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
+}
+
+/* Integer-dot (VNNI) kernels for int8/4-bit on (1) or off (0): tests compare both with the
+ * float32-activation kernels; returns whether they are on (off on CPUs without AVX512-VNNI). */
+int smol_set_vnni(int on) {
+    smol_isa();
+    int have = 0;
+#ifdef SMOL_X86
+    have = __builtin_cpu_supports("avx512vnni") && smol_use_avx512;
+#endif
+    smol_use_vnni = on && have;
+    return smol_use_vnni;
+}
+
+int smol_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* ---- scratch ------------------------------------------------------------------------------- */
+/* Shared buffers (floats): x, qkv, attn, act, xsum;  per thread: xn, rows (GEMV partials), scores. */
+typedef struct {
+    float *x, *qkv, *attn, *act, *xsum;
+    float *xn, *rows, *scores;
+    int64_t per_thread;
+} Scratch;
+
+#define CHUNK 16 /* rows per grab: one grab is ~37 KB of float32 weights at hidden 576 */
+
+static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+static int64_t widest(const Model *m) {
+    int64_t w = m->hidden;
+    if (m->inter > w) w = m->inter;
+    if ((int64_t)m->n_heads * m->head_dim > w) w = (int64_t)m->n_heads * m->head_dim;
+    return w;
+}
+
+/* Per thread: xn, GEMV partials, attention scores, and the quantized GEMV input (QX: 2K bytes of
+ * int8, K/4 lane scales, K/32 block sums, rounded up). */
+static int64_t per_thread_floats(const Model *m, int64_t max_pos) {
+    int64_t w = round16(widest(m) + 128);
+    return w + 2 * CHUNK + round16(max_pos) + w / 2 + w / 2 + w / 8 + 64;
+}
+
+/* Floats of scratch smol_step needs for up to max_pos positions and max_threads threads. */
+int64_t smol_scratch_floats(const Model *m, int64_t max_pos, int64_t max_threads) {
+    int64_t qkv = (int64_t)(m->n_heads + 2 * m->n_kv) * m->head_dim;
+    int64_t shared = 2 * round16(m->hidden) + round16(qkv) + round16(widest(m)) + round16(m->inter) +
+                     round16(widest(m) / 32 + 1);
+    return shared + max_threads * per_thread_floats(m, max_pos) + 64;
+}
+
+static void carve(float *base, const Model *m, int64_t max_pos, Scratch *s) {
+    int64_t qkv = (int64_t)(m->n_heads + 2 * m->n_kv) * m->head_dim;
+    s->x = base;
+    s->qkv = s->x + 2 * round16(m->hidden);
+    s->attn = s->qkv + round16(qkv);
+    s->act = s->attn + round16(widest(m));
+    s->xsum = s->act + round16(m->inter);
+    s->xn = s->xsum + round16(widest(m) / 32 + 1);
+    s->per_thread = per_thread_floats(m, max_pos);
+    s->rows = s->xn + round16(widest(m));
+    s->scores = s->rows + 2 * CHUNK;
+}
+
+/* ---- ops run by every thread inside the parallel region ------------------------------------ */
+/* Guided hand-out of rows [*r0, *r1): big ranges first (half the remainder split between the
+ * threads), CHUNK at the end. A thread then streams one long contiguous range, which the hardware
+ * prefetcher follows, instead of jumping to a new 16-row chunk every few KB; the small tail
+ * ranges still let a thread that got a core late catch up. Returns 0 when no rows are left. */
+static inline int grab(int *counter, int rows, int nt, int *r0, int *r1) {
+    int c = __atomic_load_n(counter, __ATOMIC_RELAXED);
+    for (;;) {
+        if (c >= rows) return 0;
+        int size = (rows - c) / (2 * nt);
+        size = size < CHUNK ? CHUNK : (size + CHUNK - 1) / CHUNK * CHUNK;
+        int end = c + size < rows ? c + size : rows;
+        if (__atomic_compare_exchange_n(counter, &c, end, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            *r0 = c;
+            *r1 = end;
+            return 1;
+        }
+    }
+}
+
+static inline void barrier(int nt) {
+    if (nt == 1) return;
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+}
+
+static void rmsnorm(const float *x, const float *w, int n, float eps, float *out) {
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma omp simd
+    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+}
+
+/* A thread's working buffers: GEMV partials and the GEMV input as the weight kernels want it. */
+typedef struct {
+    float *tmp;  /* 2 * CHUNK partial results */
+    QX qx;       /* quantized input (VNNI kernels) and, for 4-bit, the float block sums */
+    int vnni;    /* this GEMV runs the integer-dot kernels */
+    int nt;      /* threads in the step */
+} Work;
+
+/* Prepare x for L's kernel (each thread its own copy: K floats of work, no barrier needed). */
+static void prepare(const Lin *L, const float *x, Work *wk) {
+    wk->vnni = smol_use_vnni && L->kind != W_F32 && L->cols % 32 == 0;
+    if (wk->vnni) {
+        if (L->kind == W_I8) qx_prepare_i8(x, L->cols, &wk->qx);
+        else qx_prepare_q4(x, L->cols, &wk->qx);
+    } else if (L->kind == W_Q4) {
+        for (int b = 0; b < L->cols / 32; b++) {
+            float s = 0.f;
+            for (int j = 0; j < 32; j++) s += x[b * 32 + j];
+            wk->qx.xsum[b] = s;
+        }
+    }
+}
+
+static void dot_rows(const Lin *L, const float *x, const Work *wk, int r0, int r1, float *out) {
+    if (L->kind == W_F32) f32_rows((const float *)L->w, L->cols, x, r0, r1, out);
+#ifdef SMOL_X86
+    else if (wk->vnni && L->kind == W_I8) i8_rows_vnni((const int8_t *)L->w, L->scale, L->cols, &wk->qx, r0, r1, out);
+    else if (wk->vnni) q4_rows_vnni((const uint8_t *)L->w, L->scale, L->mins, L->cols, &wk->qx, r0, r1, out);
+#endif
+    else if (L->kind == W_I8) i8_rows((const int8_t *)L->w, L->scale, L->cols, x, r0, r1, out);
+    else q4_rows((const uint8_t *)L->w, L->scale, L->mins, L->cols, x, wk->qx.xsum, r0, r1, out);
+    if (L->bias)
+        for (int r = r0; r < r1; r++) out[r - r0] += L->bias[r];
+}
+
+/* y[r] = (accumulate ? y[r] : 0) + W[r] . x for all rows, rows handed out CHUNK at a time. */
+static void gemv(const Lin *L, const float *x, Work *wk, float *y, int accumulate, int *counter) {
+    prepare(L, x, wk);
+    float *tmp = wk->tmp;
+    int g0, g1;
+    while (grab(counter, L->rows, wk->nt, &g0, &g1))
+        for (int r0 = g0; r0 < g1; r0 += CHUNK) {
+            int r1 = r0 + CHUNK < g1 ? r0 + CHUNK : g1;
+            dot_rows(L, x, wk, r0, r1, tmp);
+            if (accumulate)
+                for (int r = r0; r < r1; r++) y[r] += tmp[r - r0];
+            else
+                for (int r = r0; r < r1; r++) y[r] = tmp[r - r0];
+        }
+}
+
+/* act[i] = silu(gate[i]) * up[i] with gate = rows [0, I) and up = rows [I, 2I) of gate_up. */
+static void gate_up_silu(const Lin *L, const float *x, Work *wk, int inter, float *act, int *counter) {
+    prepare(L, x, wk);
+    float *tmp = wk->tmp;
+    int g0, g1;
+    while (grab(counter, inter, wk->nt, &g0, &g1))
+        for (int r0 = g0; r0 < g1; r0 += CHUNK) {
+            int r1 = r0 + CHUNK < g1 ? r0 + CHUNK : g1;
+            dot_rows(L, x, wk, r0, r1, tmp);
+            dot_rows(L, x, wk, inter + r0, inter + r1, tmp + CHUNK);
+            for (int r = r0; r < r1; r++) {
+                float g = tmp[r - r0];
+                act[r] = g / (1.0f + expf(-g)) * tmp[CHUNK + r - r0];
+            }
+        }
+}
+
+/* Rotate-half RoPE with the model's table: out = x * cos + roll(x, D/2) * signed_sin. */
+static void rope(float *x, const float *cos, const float *ssin, int d) {
+    float tmp[512];
+    int half = d / 2;
+    for (int i = 0; i < d; i++) tmp[i] = x[i] * cos[i] + x[(i + half) % d] * ssin[i];
+    memcpy(x, tmp, sizeof(float) * d);
+}
+
+static inline int64_t kv_row(const KV *kv, int64_t p) {
+    if (!kv->block_table) return p;
+    return kv->block_table[p / kv->block_size] * kv->block_size + p % kv->block_size;
+}
+
+/* One query head over positions [0, T): float32 softmax of q.k / sqrt(D), then the weighted sum of v. */
+/* The newest position (T - 1) is read from k_new / v_new, this step's own vectors, so attention
+ * need not wait for the thread that writes them into the cache. */
+static void attend(const float *q, const float *kb, const float *vb, const KV *kv, int64_t T, int d,
+                   const float *k_new, const float *v_new, float *scores, float *out) {
+    float scale = 1.0f / sqrtf((float)d), mx = -INFINITY;
+    for (int64_t t = 0; t < T; t++) {
+        const float *k = t == T - 1 ? k_new : kb + kv_row(kv, t) * kv->pos_stride;
+        float s = 0.f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < d; i++) s += q[i] * k[i];
+        s *= scale;
+        scores[t] = s;
+        if (s > mx) mx = s;
+    }
+    float sum = 0.f;
+    for (int64_t t = 0; t < T; t++) {
+        scores[t] = expf(scores[t] - mx);
+        sum += scores[t];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < d; i++) out[i] = 0.f;
+    for (int64_t t = 0; t < T; t++) {
+        const float *v = t == T - 1 ? v_new : vb + kv_row(kv, t) * kv->pos_stride;
+        float p = scores[t] * inv;
+#pragma omp simd
+        for (int i = 0; i < d; i++) out[i] += p * v[i];
+    }
+}
+
+/* Ops per layer that hand out work through a counter; one counter per op per step. */
+#define OPS_PER_LAYER 5
+
+/* Layer l at position pos: x += attn(norm(x)); x += mlp(norm(x)). */
+static void layer_step(const Model *m, int l, const KV *kv, int64_t pos, const float *cos, const float *ssin,
+                       Scratch *s, float *xn, Work *wk, float *scores, int *ctr, int tid, int nt) {
+    const Layer *L = &m->layers[l];
+    int H = m->n_heads, G = m->n_kv, D = m->head_dim;
+    rmsnorm(s->x, L->in_norm, m->hidden, m->eps, xn);
+    gemv(&L->qkv, xn, wk, s->qkv, 0, &ctr[0]);
+    barrier(nt);
+    /* Every thread rotates every new key into its own buffer (xn is free again: the qkv GEMV has
+     * read it); KV head g's owner stores key and value in the cache. Attention reads the new
+     * position from these vectors and older ones from the cache, so no barrier sits between the
+     * cache write and attention (one fewer per layer). */
+    float *k_rot = xn;
+    for (int g = 0; g < G; g++) {
+        float *k = k_rot + (int64_t)g * D, *v = s->qkv + (int64_t)(H + G + g) * D;
+        memcpy(k, s->qkv + (int64_t)(H + g) * D, sizeof(float) * D);
+        rope(k, cos, ssin, D);
+        if (g % nt == tid) {
+            int64_t off = l * kv->layer_stride + kv_row(kv, pos) * kv->pos_stride + g * kv->head_stride;
+            memcpy(kv->k + off, k, sizeof(float) * D);
+            memcpy(kv->v + off, v, sizeof(float) * D);
+        }
+    }
+    for (int h = tid; h < H; h += nt) {
+        int g = h / (H / G);
+        float *q = s->qkv + (int64_t)h * D;
+        rope(q, cos, ssin, D);
+        int64_t base = l * kv->layer_stride + g * kv->head_stride;
+        attend(q, kv->k + base, kv->v + base, kv, pos + 1, D, k_rot + (int64_t)g * D,
+               s->qkv + (int64_t)(H + G + g) * D, scores, s->attn + (int64_t)h * D);
+    }
+    barrier(nt);
+    gemv(&L->o, s->attn, wk, s->x, 1, &ctr[1]);
+    barrier(nt);
+    rmsnorm(s->x, L->post_norm, m->hidden, m->eps, xn);
+    gate_up_silu(&L->gate_up, xn, wk, m->inter, s->act, &ctr[2]);
+    barrier(nt);
+    gemv(&L->down, s->act, wk, s->x, 1, &ctr[3]);
+    barrier(nt);
+}
+
+/* Everything one thread does in a step (thread tid of nt); barriers separate dependent ops. */
+static void run_thread(const Model *m, const KV *kv, int64_t pos, const float *cos, const float *ssin,
+                       float *logits, Scratch *s, int *ctr, int n_ops, int64_t max_pos, int tid, int nt) {
+    float *mine = s->xn + tid * s->per_thread;
+    int64_t w = round16(widest(m) + 128);
+    Work wk;
+    wk.nt = nt;
+    wk.tmp = mine + w;
+    float *scores = wk.tmp + 2 * CHUNK;
+    wk.qx.q = (int8_t *)(scores + round16(max_pos)); /* 2w bytes = w/2 floats */
+    wk.qx.dv = scores + round16(max_pos) + w / 2;
+    wk.qx.xsum = wk.qx.dv + w / 2;
+    for (int l = 0; l < m->n_layers; l++)
+        layer_step(m, l, kv, pos, cos, ssin, s, mine, &wk, scores, ctr + l * OPS_PER_LAYER, tid, nt);
+    rmsnorm(s->x, m->final_norm, m->hidden, m->eps, mine);
+    gemv(&m->lm_head, mine, &wk, logits, 0, &ctr[n_ops - 1]);
+}
+
+/* The decode step: x_in [hidden] at position pos -> logits [vocab]; writes every layer's key and
+ * value at pos. cos/ssin are the RoPE table rows of pos. scratch holds smol_scratch_floats(m,
+ * pos + 1, nthreads) floats. Returns 0, or -1 for arguments this build cannot run. */
+int smol_step(const Model *m, const KV *kv, const float *x_in, int64_t pos, const float *cos, const float *ssin,
+              float *logits, int nthreads, float *scratch, int64_t max_pos) {
+    if (smol_use_avx512 < 0) smol_isa();
+    if (m->head_dim > 512 || m->hidden > 32768 || pos >= max_pos || nthreads < 1) return -1;
+    Scratch s;
+    carve(scratch, m, max_pos, &s);
+    memcpy(s.x, x_in, sizeof(float) * m->hidden);
+    int n_ops = m->n_layers * OPS_PER_LAYER + 1;
+    int *ctr = (int *)calloc((size_t)n_ops, sizeof(int));
+    if (!ctr) return -1;
+    if (nthreads == 1) {
+        /* No parallel region at all: entering one of size 1 after torch ran a team of 2 re-docks
+         * torch's idle pool thread, and on a busy machine the master then spins until that
+         * thread gets a core (profiled: as much time in libgomp's spin loop as in the kernels). */
+        run_thread(m, kv, pos, cos, ssin, logits, &s, ctr, n_ops, max_pos, 0, 1);
+    } else {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+        run_thread(m, kv, pos, cos, ssin, logits, &s, ctr, n_ops, max_pos, omp_get_thread_num(),
+                   omp_get_num_threads());
+#else
+        run_thread(m, kv, pos, cos, ssin, logits, &s, ctr, n_ops, max_pos, 0, 1);
+#endif
+    }
+    free(ctr);
+    return 0;
+}
