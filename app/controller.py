@@ -14,10 +14,10 @@ from dataclasses import asdict
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
 from app.backends.qt import BackendBridge
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
 from app.settings import generation_defaults
+from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
 
 log = logging.getLogger(__name__)
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from PySide6.QtGui import QIcon
 
 from app.paths import resource
 
 
-@lru_cache(maxsize=None)
+@cache
 def icon(name: str) -> QIcon:
     return QIcon(str(resource(f"icons/{name}.svg")))

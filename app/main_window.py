@@ -11,7 +11,6 @@ from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import QMainWindow
 
-from engine.api import ChatBackend
 from app.backends import backend_from_env
 from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT
@@ -26,6 +25,7 @@ from app.settings import last_model, load_settings, open_settings, set_last_mode
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
+from engine.api import ChatBackend
 
 
 class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):

@@ -9,7 +9,6 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.api import DownloadCancelled
 
-
 log = logging.getLogger(__name__)
 
 

@@ -101,8 +101,8 @@ def resolve_model(model: str | None) -> str:
 
 def run_engine(model: str, args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
-    from engine.chat import ChatSession
     from engine.api.events import DoneEvent, GenerationParams, TokenEvent
+    from engine.chat import ChatSession
 
     t_import = time.perf_counter()
     session = ChatSession.load(model, device=args.device, dtype=args.dtype)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-from engine.api import DETAILS, GenerationParams
 from app.paths import data_dir
+from engine.api import DETAILS, GenerationParams
 
 # The sampling values the settings dialog edits; their defaults are the engine's own.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")

@@ -31,8 +31,8 @@ def load_ours(ck: str, device: str, dtype: torch.dtype):
 
 
 def new_session(session, cache_kind: str, max_tokens: int | None):
-    from engine.chat import ChatSession
     from engine.cache import CacheConfig
+    from engine.chat import ChatSession
 
     session.cache.release()
     return ChatSession(session.model, session.tokenizer, session.processor,

@@ -256,8 +256,8 @@ def ttft_breakdown(args, ours, device: str, repeats: int = 3) -> dict:
     """Where our time to first token goes, phase by phase (synchronized; medians of ``repeats``):
     load_image + preprocess (host), prompt ids (tokenizer), vision (tiles to the device, SigLIP +
     connector, features into the prompt embeddings), prefill of the whole prompt."""
-    from engine.chat import Turn
     from engine.cache import CacheConfig
+    from engine.chat import Turn
 
     phases = {"preprocess": [], "prompt": [], "vision": [], "prefill": []}
     m = ours.model

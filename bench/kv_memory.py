@@ -55,8 +55,8 @@ def reserved_bytes(dtype: torch.dtype, tokens: list[int]) -> dict[str, list[int]
 
 def chat_rows(checkpoint: str, turns: int) -> tuple[list[str], list[list[str]]]:
     """A real ChatSession conversation; one row per turn (see the module docstring)."""
-    from engine.chat import ChatSession  # noqa: PLC0415
     from engine.api.events import DoneEvent, GenerationParams  # noqa: PLC0415
+    from engine.chat import ChatSession  # noqa: PLC0415
 
     images = sorted((REPO.parent / "shared" / "images").glob("*.png"))[:2]
     script = [("What is in this image?", [images[0]], "full"), ("Tell me more about it.", [], "full"),

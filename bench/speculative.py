@@ -35,11 +35,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.device import choose_device, choose_dtype  # noqa: E402
 from engine.api.events import GenerationParams  # noqa: E402
 from engine.cache import CacheConfig  # noqa: E402
-from engine.sampling import make_sampler  # noqa: E402
+from engine.device import choose_device, choose_dtype  # noqa: E402
 from engine.generate import token_stream  # noqa: E402
+from engine.sampling import make_sampler  # noqa: E402
 from engine.speculative import PromptLookupDrafter, SpeculativeDecoder  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -51,8 +51,8 @@ def build_model(args, device, dtype):
         from engine.registry import load_model
 
         return load_model(args.model, device, dtype)
-    from engine.registry import parse_metadata
     from engine.models.smolvlm import SmolVlmModel
+    from engine.registry import parse_metadata
     from engine.sources import ModelSource
     from tools.make_checkpoint import random_state_dict
 

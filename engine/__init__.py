@@ -12,11 +12,11 @@ from engine.api.errors import (
     DownloadError,
     EngineError,
     ImageError,
-    VideoError,
     ModelLoadError,
     PromptTooLongError,
     UnsupportedModelError,
     UnsupportedOperation,
+    VideoError,
 )
 from engine.api.events import (
     DoneEvent,

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import torch
 
+from engine.api.errors import InvalidLogitsError
 from engine.cache import KVCache
 from engine.models.base import GenerativeModel
-from engine.api.errors import InvalidLogitsError
 from engine.sampling import INVALID_TOKEN, TokenSampler
 from engine.speculative import SpeculativeDecoder
 

@@ -267,7 +267,8 @@ class Tokenizer:
         """Render the chat template as transformers does (image parts become what the template writes).
 
         Contents are normalized to what the template reads (:func:`content_is_list`): a list of
-        parts for SmolVLM's (``content[0]['type']``), one string for ChatML ones like SmolLM2's. The result is for display and comparison; to feed
+        parts for SmolVLM's (``content[0]['type']``), one string for ChatML ones like SmolLM2's. The result is
+        for display and comparison; to feed
         the model use :meth:`encode_chat`, which keeps user text away from special tokens.
 
         Raises:

@@ -20,8 +20,9 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "packaging" / "smolchat.spec"

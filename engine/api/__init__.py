@@ -28,13 +28,13 @@ from engine.api.errors import (
 )
 from engine.api.events import (
     DETAILS,
+    WEIGHT_FORMATS,
     DoneEvent,
     FinishReason,
     GenerationEvent,
     GenerationParams,
     GenerationStats,
     TokenEvent,
-    WEIGHT_FORMATS,
 )
 from engine.api.hub import looks_like_repo_id
 

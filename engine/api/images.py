@@ -22,7 +22,6 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from engine.api.errors import ImageError
 
-
 #: 16- and 32-bit integer and float modes Pillow opens (16-bit PNG/TIFF greyscale, 32-bit TIFF).
 HIGH_BIT_DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 

@@ -110,7 +110,8 @@ class Int4Linear(nn.Module):
     The matmul is ATen's ``_weight_int4pack_mm`` on CUDA (``_weight_int4pack_mm_for_cpu`` if built
     on the CPU), which unpack the weights in registers: an eighth of float32's weight bytes move
     through memory. :func:`quantize_weights` uses :class:`~engine.layers.q4.Q4Linear` on the CPU
-    instead (the native decode step's format; the int4pack CPU kernel was slower than int8). ``x [..., in]`` of any float dtype (computed in bfloat16),
+    instead (the native decode step's format; the int4pack CPU kernel was slower than int8).
+    ``x [..., in]`` of any float dtype (computed in bfloat16),
     returned in ``x.dtype``.
 
     Raises:

@@ -70,7 +70,8 @@ def _cpu_features() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
             flags = next((line for line in fh if line.startswith(("flags", "Features"))), "")
-        return " ".join(sorted(f for f in flags.split(":", 1)[-1].split() if f.startswith(("avx", "fma", "sse", "f16", "neon", "asimd"))))
+        prefixes = ("avx", "fma", "sse", "f16", "neon", "asimd")
+        return " ".join(sorted(f for f in flags.split(":", 1)[-1].split() if f.startswith(prefixes)))
     except OSError:
         return platform.machine()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QFrame
 

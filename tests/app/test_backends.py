@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, TokenEvent
 from app.backends import backend_from_env
 from app.backends.fake import FakeBackend
 from app.backends.local import LocalBackend
 from app.backends.qt import BackendBridge
+from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, TokenEvent
 
 
 class Session:

@@ -7,8 +7,8 @@ import json
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget
 
-from app.store import Store
 from app.backends.fake import FakeBackend
+from app.store import Store
 from tests.app.helpers import drop, file_mime
 
 
@@ -55,7 +55,7 @@ def test_open_conversation_restores_after_restart(qtbot, make_window, factory, p
     conv_id = win.keeper.current_id
     win.close()
 
-    again = make_window((FakeBackend()))
+    again = make_window(FakeBackend())
     assert again.keeper.current_id == conv_id
     messages = again.transcript.messages()
     assert [m["role"] for m in messages] == ["user", "assistant"]

@@ -10,8 +10,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub import errors as hf_errors
 
-from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
 from app.backends.fake import FakeBackend
+from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 
 REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"

@@ -9,9 +9,9 @@ from PySide6.QtCore import QMimeData, QSize, Qt
 from PySide6.QtGui import QImage, QPalette
 from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLineEdit, QListWidget
 
+from app.backends.fake import FakeBackend
 from app.markdown import CodeBlock, split_blocks
 from app.thumbnails import thumbnail
-from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
 
 
@@ -89,7 +89,7 @@ def test_markdown_blocks_and_code_copy(qtbot, make_window):
     assert split_blocks(answer)[1].language == "python" and split_blocks(answer)[1].text == "print('hi')"
     assert split_blocks("```\nunclosed")[0].text == "unclosed"
     words = answer.split(" ")
-    win = make_window((FakeBackend(tokens=[w if i == 0 else " " + w for i, w in enumerate(words)])))
+    win = make_window(FakeBackend(tokens=[w if i == 0 else " " + w for i, w in enumerate(words)]))
     win.composer.setPlainText("code please")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         win.send_message()

@@ -8,7 +8,6 @@ import sys
 from PySide6.QtCore import QObject, Signal
 
 
-
 class Source(QObject):
     token = Signal(str)
 

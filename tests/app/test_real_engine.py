@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from engine.chat import ChatSession
 from engine.api.events import DoneEvent, GenerationParams
+from engine.chat import ChatSession
 from tests.app.helpers import drop, file_mime
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 

@@ -40,7 +40,7 @@ def test_read_only_data_dir_falls_back(qtbot, make_window, tmp_path, monkeypatch
             import pytest
 
             pytest.skip("running as root: a read-only folder is still writable")
-        win = make_window((FakeBackend()))
+        win = make_window(FakeBackend())
         assert str(wanted) in win.storage_banner.message()
     finally:
         wanted.chmod(0o755)
@@ -131,7 +131,7 @@ def test_full_disk_while_copying_an_image_keeps_the_message_and_no_part_file(qtb
 def test_new_chat_resets_the_status_line_after_an_error(qtbot, make_window):
     from PySide6.QtWidgets import QLabel
 
-    win = make_window((FakeBackend(image_error="The image is unreadable.")))
+    win = make_window(FakeBackend(image_error="The image is unreadable."))
     stats = win.findChild(QLabel, "statusStats")
     ready = stats.text()
     _ask(qtbot, win)

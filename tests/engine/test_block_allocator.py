@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.cache.block_allocator import BlockAllocator, OutOfBlocksError
 from engine.api.errors import EngineError
+from engine.cache.block_allocator import BlockAllocator, OutOfBlocksError
 
 
 def test_module_does_not_import_torch():

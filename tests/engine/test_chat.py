@@ -7,10 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
-from engine.chat import ChatSession
 from engine.api.errors import ImageError, PromptTooLongError
 from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 from engine.cache import CacheConfig
+from engine.chat import ChatSession
 
 transformers = pytest.importorskip("transformers")
 

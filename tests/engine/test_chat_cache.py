@@ -13,10 +13,10 @@ import math
 import pytest
 import torch
 
-from engine.chat import ChatSession
 from engine.api.errors import ImageError, PromptTooLongError
 from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 from engine.cache import CacheConfig, ContiguousKVCache, PagedKVCache
+from engine.chat import ChatSession
 
 KINDS = ["paged", "contiguous"]
 

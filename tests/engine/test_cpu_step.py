@@ -192,8 +192,8 @@ def test_reports_which_step_runs(lib, tiny, tiny_checkpoint):
 
 def test_speculation_stays_off_while_the_native_step_decodes(lib, tiny_checkpoint, monkeypatch):
     """Auto speculation verifies drafts eagerly: slower than native decode steps, so it is off."""
-    from engine.chat import ChatSession
     from engine.api.events import GenerationParams
+    from engine.chat import ChatSession
 
     build.library(wait=True)
     session = ChatSession.load(str(tiny_checkpoint), device="cpu")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.embeddings import Embedder, content_mask
 from engine.cache import CacheConfig
+from engine.embeddings import Embedder, content_mask
 
 transformers = pytest.importorskip("transformers")
 

@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer as HfTokenizer
 
 from engine.api.errors import ModelLoadError
+from engine.cache import CacheConfig
 from engine.gguf import (
     CACHE_ENV,
     SUPPORTED_TYPES,
@@ -32,10 +33,8 @@ from engine.gguf import (
     GGUFTensorTypeError,
     llama_hf_name,
 )
-from engine.cache import CacheConfig
-from engine.registry import load_model
-from engine.registry import read_metadata
 from engine.models.smolvlm.processing import ImageProcessor
+from engine.registry import load_model, read_metadata
 from engine.sources import resolve_source
 from engine.tokenizer import Tokenizer
 

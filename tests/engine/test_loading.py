@@ -11,8 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.api.errors import ConfigError, ModelLoadError, UnsupportedModelError
 from engine.cache import CacheConfig
-from engine.registry import load_model
-from engine.registry import read_metadata
+from engine.registry import load_model, read_metadata
 from engine.sources import LocalDirSource
 from tools.make_checkpoint import write_checkpoint
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.chat import ChatSession
 from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 from engine.cache import CacheConfig
+from engine.chat import ChatSession
+from engine.generate import token_stream
 from engine.registry import load_components
 from engine.sampling import make_sampler
-from engine.generate import token_stream
 
 PROMPT = [1, 4093, 42, 1159, 314, 253, 1345, 49279, 198, 9519, 42]
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from engine.chat import ChatSession
 from engine.api.errors import EngineError
 from engine.api.events import GenerationParams, TokenEvent
 from engine.cache import CacheConfig
-from engine.registry import WEIGHTS_ENV, load_model
+from engine.chat import ChatSession
 from engine.layers.linear import Int4Linear, Int8Linear, is_quantized, quantize_int8, weight_format
 from engine.layers.q4 import Q4Linear
+from engine.registry import WEIGHTS_ENV, load_model
 
 
 def test_int8_linear_matches_its_dequantized_weights():

@@ -13,10 +13,10 @@ import torch
 
 from engine.api.events import GenerationParams
 from engine.cache import CacheConfig
+from engine.generate import token_stream
 from engine.models.smolvlm import SmolVlmModel
 from engine.sampling import make_sampler
 from engine.sources import LocalDirSource
-from engine.generate import token_stream
 from engine.speculative import PromptLookupDrafter, SpeculativeDecoder
 
 IMAGE, FAKE, GLOBAL = 49190, 49189, 49152

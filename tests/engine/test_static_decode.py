@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from engine.cache import CacheConfig
-from engine.models.smolvlm import SmolVlmModel
 from engine.models.llama.static_decode import bucket_for
+from engine.models.smolvlm import SmolVlmModel
 from engine.sources import LocalDirSource
 
 

@@ -18,10 +18,10 @@ _TRITON_PREIMPORTED = "triton" in sys.modules and os.environ.get("TRITON_INTERPR
 os.environ.setdefault("TRITON_INTERPRET", "1")
 triton = pytest.importorskip("triton")
 
-from tests.engine.test_static_decode import run_greedy  # noqa: E402
-from engine.models.smolvlm import SmolVlmModel  # noqa: E402
 from engine.models.llama.static_decode import StaticDecoder, triton_wanted  # noqa: E402
+from engine.models.smolvlm import SmolVlmModel  # noqa: E402
 from engine.sources import LocalDirSource  # noqa: E402
+from tests.engine.test_static_decode import run_greedy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

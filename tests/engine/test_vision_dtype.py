@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from engine import device as device_mod
-from engine.device import VISION_DTYPE_ENV, choose_vision_dtype
 from engine.api.errors import EngineError
+from engine.device import VISION_DTYPE_ENV, choose_vision_dtype
 from engine.models.smolvlm import SmolVlmModel
 from engine.sources import LocalDirSource
 

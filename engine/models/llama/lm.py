@@ -146,7 +146,8 @@ class LlamaLM:
         at long and short prompt shapes), the fused Triton decode kernels' compilation (or their load
         from Triton's disk cache) and one CUDA-graph capture per KV bucket, and again whenever the paged
         arena grew. This prefills ``prompt_tokens`` dummy tokens and a second long chunk after them
-        (growing the paged arena to what a photo question needs, no more: peak memory is a target), decodes once in every bucket up to there
+        (growing the paged arena to what a photo question needs, no more: peak memory is a target),
+        decodes once in every bucket up to there
         (capturing its graph on the arena the conversation will use), prefills a short follow-up chunk,
         then truncates the cache to 0. Tokens are id 0; nothing is kept but kernels and graphs.
         """

@@ -1,6 +1,7 @@
 """Fixed-shape decode step over a contiguous KV cache, replayed as a CUDA graph on CUDA.
 
-A batch-1 decode step of a 256M-parameter Llama decoder (SmolVLM-256M's) is ~1000 tiny kernels: launched one by one from Python the
+A batch-1 decode step of a 256M-parameter Llama decoder (SmolVLM-256M's) is ~1000 tiny kernels:
+launched one by one from Python the
 GPU idles between them (eager ~30-50 tok/s on an H200). The step below has no shape that depends on
 the position: the position lives in a device tensor, new keys/values are written with
 ``index_copy_`` at that position, and attention spans a fixed power-of-two bucket of cache slots
@@ -58,7 +59,8 @@ def bucket_for(length: int, capacity: int) -> int:
 
 
 class StaticDecoder:
-    """Decode steps of one Llama-decoder model (:class:`~engine.models.llama.lm.LlamaLM`) over a batch-1 :class:`ContiguousKVCache` or a
+    """Decode steps of one Llama-decoder model (:class:`~engine.models.llama.lm.LlamaLM`) over a batch-1
+    :class:`ContiguousKVCache` or a
     :class:`PagedKVCache`."""
 
     def __init__(self, model, use_graph: bool | None = None, compile: bool | None = None,
