@@ -103,9 +103,9 @@ class TokenSampler:
         multinomial over NaN fails with a device error. ``-inf`` alone is a masked token, not an error.
         """
         if self.greedy:
-            scores = self.penalized(logits, history)
-            token = torch.argmax(scores).view(1)
-            ok = torch.isfinite(scores.gather(0, token))
+            best, token = torch.max(self.penalized(logits, history), 0)  # one kernel: value and index
+            token = token.view(1)
+            ok = torch.isfinite(best).view(1)
         else:
             ok = (logits < float("inf")).all().view(1)  # False for NaN and +inf; -inf is a masked token
             safe = torch.where(ok, logits, torch.zeros((), dtype=logits.dtype, device=logits.device))

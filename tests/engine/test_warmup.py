@@ -18,7 +18,7 @@ def answer(session, text="Hello", n=12):
 @pytest.mark.parametrize("kind", ["paged", "contiguous"])
 def test_warmup_captures_every_bucket_and_changes_no_answer(tiny_checkpoint, kind):
     """Run the CUDA path's warm-up on the CPU (static decode step, eager): afterwards the cache is
-    empty, one step per KV bucket up to the warm-up's length has run, and answers are unchanged."""
+    empty, one step in the warm-up length's KV bucket has run, and answers are unchanged."""
     cold = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(kind=kind))
     expected = answer(cold)
     session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(kind=kind))
@@ -35,7 +35,7 @@ def test_warmup_captures_every_bucket_and_changes_no_answer(tiny_checkpoint, kin
     seconds = session.warmup()
     assert seconds > 0 and session.warmup_s == seconds
     assert session.cache.seq_len == 0 and session.turns == []
-    assert sorted(set(buckets)) == [256, 512, 1024, 2048]  # a 1356-token warm-up reaches bucket 2048
+    assert sorted(set(buckets)) == [2048]  # a 1356-token warm-up: the bucket a photo question reaches
     if kind == "paged":
         # Every block is free again, in an arena grown to 2048 tokens (128 blocks of 16) by the warm-up.
         assert not session.cache.block_table and session.cache.allocator.num_free == session.cache.num_blocks == 128

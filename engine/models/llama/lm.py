@@ -147,8 +147,8 @@ class LlamaLM:
         from Triton's disk cache) and one CUDA-graph capture per KV bucket, and again whenever the paged
         arena grew. This prefills ``prompt_tokens`` dummy tokens and a second long chunk after them
         (growing the paged arena to what a photo question needs, no more: peak memory is a target),
-        decodes once in every bucket up to there
-        (capturing its graph on the arena the conversation will use), prefills a short follow-up chunk,
+        decodes once in that length's bucket (capturing its graph on the arena the conversation will use),
+        prefills a short follow-up chunk,
         then truncates the cache to 0. Tokens are id 0; nothing is kept but kernels and graphs.
         """
         if cache.seq_len:
@@ -162,12 +162,10 @@ class LlamaLM:
         try:
             self.prefill(embeds[:, :first], cache, range(0, first))  # no past: causal fast path
             self.prefill(embeds[:, first:], cache, range(first, total))  # with past: masked path
-            one = self.embed(ids[:, :1])
-            length = cache.seq_len
-            while length > 16:
-                cache.truncate(length)
-                self.decode(one, cache)  # the bucket of position `length`: capture once
-                length //= 2
+            # One decode in the bucket a photo question reaches: compiles the fused kernels and captures
+            # that bucket's graph. Smaller buckets are captured when first used (tens of ms each): every
+            # captured graph keeps its own buffers, and peak memory is a target.
+            self.decode(self.embed(ids[:, :1]), cache)
             cache.truncate(min(cache.seq_len, 64))
             self.prefill(embeds[:, :14], cache, range(cache.seq_len, cache.seq_len + 14))  # a follow-up
         finally:
