@@ -33,6 +33,36 @@ class LlamaLM:
     _threads = None  # DecodeThreads, made at the first CPU decode step
     _native = None  # NativeStep, or False when this model's layers are not ones it runs
 
+    @classmethod
+    def _assign_checkpoint(cls, source, device, dtype, embed_key: str):
+        """Build ``cls`` on the ``meta`` device and assign ``source``'s tensors to it (strict names and
+        shapes, :func:`engine.validate.check_state`); a tied ``lm_head`` shares ``embed_key``'s tensor.
+        Returns ``(model, device, dtype)``, the model in eval mode without gradients; callers fuse,
+        convert and move it.
+
+        Raises:
+            ModelLoadError: a tensor is missing, mis-shaped, not float, or has no place in this model.
+        """
+        from engine.device import choose_dtype
+        from engine.validate import check_state
+
+        meta = source.metadata()
+        device = torch.device(device)
+        dtype = dtype or choose_dtype(device)
+        with torch.device("meta"):
+            model = cls(meta)
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        state = cls.map_checkpoint(source.tensors(), meta)
+        check_state(expected, state, str(source.folder))
+        # The memory-mapped checkpoint tensors are assigned as they are: fusing and conversion then
+        # write each final tensor once, and the device never holds fused and unfused copies.
+        model.load_state_dict(state, strict=True, assign=True)
+        if meta.tie_word_embeddings and state["lm_head.weight"] is state[embed_key]:
+            model.lm_head.weight = model.decoder.embed_tokens.weight  # one tensor, as the checkpoint has
+        model.eval()
+        model.requires_grad_(False)
+        return model, device, dtype
+
     @property
     def device(self) -> torch.device:
         return self.decoder.embed_tokens.weight.device

@@ -14,13 +14,12 @@ import torch
 from torch import nn
 
 from engine.api.errors import UnsupportedOperation
-from engine.device import choose_dtype, single_thread
+from engine.device import single_thread
 from engine.models.base import GenerativeModel
 from engine.models.config import ModelMetadata
 from engine.models.llama.decoder import LlamaDecoder
 from engine.models.llama.lm import LlamaLM
 from engine.sources import ModelSource
-from engine.validate import check_state
 
 
 class LlamaModel(LlamaLM, GenerativeModel, nn.Module):
@@ -61,19 +60,7 @@ class LlamaModel(LlamaLM, GenerativeModel, nn.Module):
             ModelLoadError: a tensor is missing, mis-shaped, not float, or has no place in this model
                 (:func:`engine.validate.check_state`).
         """
-        meta = source.metadata()
-        device = torch.device(device)
-        dtype = dtype or choose_dtype(device)
-        with torch.device("meta"):
-            model = cls(meta)
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        state = cls.map_checkpoint(source.tensors(), meta)
-        check_state(expected, state, str(source.folder))
-        model.load_state_dict(state, strict=True, assign=True)
-        if meta.tie_word_embeddings and state["lm_head.weight"] is state["model.embed_tokens.weight"]:
-            model.lm_head.weight = model.model.embed_tokens.weight  # one tensor, as the checkpoint has
-        model.eval()
-        model.requires_grad_(False)
+        model, device, dtype = cls._assign_checkpoint(source, device, dtype, "model.embed_tokens.weight")
         with single_thread():
             model.model.fuse(dtype)  # the fused weights are built in ``dtype`` straight from the checkpoint
             model.to(dtype)

@@ -14,7 +14,7 @@ from typing import Self
 import torch
 from torch import nn
 
-from engine.device import choose_dtype, choose_vision_dtype, single_thread
+from engine.device import choose_vision_dtype, single_thread
 from engine.models.base import GenerativeModel
 from engine.models.llama.decoder import LlamaDecoder
 from engine.models.llama.lm import LlamaLM
@@ -22,7 +22,6 @@ from engine.models.smolvlm.config import SmolVlmMetadata
 from engine.models.smolvlm.connector import Connector
 from engine.models.smolvlm.vision import VisionTransformer
 from engine.sources import ModelSource
-from engine.validate import check_state
 
 # Tiles per vision-tower call: bounds the [tiles, heads, 1024, 1024] attention scores on the CPU.
 # On a GPU 4 tiles (4096 tokens per matmul) already fill an H200 and keep activations (the
@@ -102,22 +101,7 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
                 both shapes), or the checkpoint holds tensors this model has no place for
                 (:func:`engine.validate.check_state`).
         """
-        meta = source.metadata()
-        device = torch.device(device)
-        dtype = dtype or choose_dtype(device)
-        with torch.device("meta"):
-            model = cls(meta)
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        state = cls.map_checkpoint(source.tensors(), meta)
-        check_state(expected, state, str(source.folder))
-        # Assign the memory-mapped checkpoint tensors as they are, build the fused q/k/v and gate/up
-        # weights from them directly in ``dtype`` (one conversion pass), convert the rest, and move
-        # each final tensor to the device once: the device never holds both fused and unfused copies.
-        model.load_state_dict(state, strict=True, assign=True)
-        if meta.tie_word_embeddings and state["lm_head.weight"] is state["model.text_model.embed_tokens.weight"]:
-            model.lm_head.weight = model.model.text_model.embed_tokens.weight
-        model.eval()
-        model.requires_grad_(False)
+        model, device, dtype = cls._assign_checkpoint(source, device, dtype, "model.text_model.embed_tokens.weight")
         vision_dtype = choose_vision_dtype(device, dtype)  # bf16 on AMX CPUs; see its docstring
         with single_thread():
             # Each part straight from the checkpoint's dtype to its own (no float32 round trip for a
