@@ -204,6 +204,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         set_last_model(info.get("path", ""), self.qsettings)
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
         self.transcript.set_placeholder(EMPTY_TEXT)
+        vision = info.get("capabilities", {}).get("vision", True)
+        self.composer.setPlaceholderText("Ask about an image…" if vision else "Ask a question…")
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

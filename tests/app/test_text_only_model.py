@@ -18,6 +18,9 @@ def test_model_info_says_whether_the_model_takes_images(make_window, window):
     win, _ = _text_only_window(make_window)
     assert win.model_info["capabilities"]["vision"] is False
     assert window.model_info["capabilities"]["vision"] is True
+    # The composer does not invite an image the model cannot read.
+    assert win.composer.placeholderText() == "Ask a question…"
+    assert window.composer.placeholderText() == "Ask about an image…"
 
 
 def test_dropping_an_image_on_a_text_only_model_shows_why(make_window, png):
