@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Migration N brings a database from version N-1 to N. Never edit a released step; add one.
 MIGRATIONS: dict[int, str] = {
@@ -43,6 +43,9 @@ MIGRATIONS: dict[int, str] = {
     """,
     # Soft delete, so that deleting a conversation can be undone.
     2: "ALTER TABLE conversations ADD COLUMN deleted REAL;",
+    # The token ids an answer was generated as: a reopened chat gives the model the same context as
+    # the live one did (re-tokenising the text can give other ids). JSON list of ints, NULL when unknown.
+    3: "ALTER TABLE messages ADD COLUMN token_ids TEXT;",
 }
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
