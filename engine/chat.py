@@ -7,6 +7,11 @@ hash of their tile), truncates the cache there and prefills only the rest, in ch
 a re-tokenization of their text, which need not give the same ids back), so a new turn, a
 regenerated answer or an edited message prefills only what actually changed.
 
+With the paged cache, the full blocks of every sequence the session held are also kept in the arena's
+prefix cache (:mod:`engine.cache.prefix`), keyed by a hash chain of the same keys: when the prompt
+switches to another conversation (an API client re-sending its own chat, the app reopening another
+chat), the longest run of its blocks found there is adopted instead of prefilled, images included.
+
 When a turn would not fit the context (the cache's capacity, at most ``max_position_embeddings``)
 with room for an answer, the oldest whole exchanges are dropped (a user message with its answers;
 never the system prompt, never part of an image) and the stats say so. A message that does not fit
@@ -42,6 +47,8 @@ from engine.api.events import (
     TokenEvent,
 )
 from engine.cache import CacheConfig, KVCache
+from engine.cache.paged import PagedKVCache
+from engine.cache.prefix import chain_digests
 from engine.cancellation import Cancelled, layer_cancel_points
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
@@ -128,6 +135,8 @@ class ChatSession:
         self.warmup_s: float | None = None
         self.turns: list[Turn] = []
         self._cached_keys: list = []  # what the cache holds, one key per position
+        # Prefix-cache digests of the first len(_digests) full blocks of _cached_keys (engine.cache.prefix).
+        self._digests: list[bytes] = []
         self._cancel = threading.Event()
         #: Called (on the generating thread) with progress through the vision tower and the prefill.
         self.progress: Callable[[ProgressEvent], None] | None = None
@@ -180,7 +189,7 @@ class ChatSession:
         """Forget the conversation (the cache is emptied)."""
         self.turns.clear()
         self.cache.reset()
-        self._cached_keys = []
+        self._keep_keys(0)
 
     # -- prompt ---------------------------------------------------------------------------------
     def _messages(self) -> list[dict]:
@@ -458,7 +467,8 @@ class ChatSession:
             # The cache and its keys must describe the same tokens, whatever failed.
             kept = min(self.cache.seq_len, len(self._cached_keys))
             self.cache.truncate(kept)
-            del self._cached_keys[kept:]
+            self._keep_keys(kept)
+            self._share_blocks()
             if reason == "error" and not answer_ids:
                 self.turns[:] = snapshot  # nothing was answered: the conversation is as before the call
             else:
@@ -502,6 +512,7 @@ class ChatSession:
         limit = min(len(self._cached_keys), len(ids) - 1)  # always prefill at least one token
         while common < limit and self._cached_keys[common] == keys[common]:
             common += 1
+        common = self._adopt_cached_prefix(keys, common)
         # Never start inside a tile's run of image tokens: back off to its first one.
         image_positions = [i for i, t in enumerate(ids) if t == self._image_id] if self._image_id is not None else []
         tile_of = [tile for tile, _ in slot_tiles(images)]  # per image-token position
@@ -510,7 +521,7 @@ class ChatSession:
             before = tile_of.index(tile_of[before])
             common = image_positions[before]
         self.cache.truncate(common)
-        self._cached_keys = self._cached_keys[:common]
+        self._keep_keys(common)
         stats.cached_tokens = common
         skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
         self._last_progress = None  # each answer reports its own first tile
@@ -543,6 +554,52 @@ class ChatSession:
         if elapsed > 0:
             stats.prefill_tokens_per_s = (len(ids) - common) / elapsed
         return logits
+
+    def _keep_keys(self, n: int) -> None:
+        """Keep the first ``n`` cache keys (the cache itself was truncated to ``n``) and their digests."""
+        del self._cached_keys[n:]
+        del self._digests[n // self.cache.block_size if isinstance(self.cache, PagedKVCache) else 0:]
+
+    def _full_block_digests(self, keys: Sequence, n_blocks: int) -> list[bytes]:
+        """Digests of the first ``n_blocks`` full blocks of ``keys``; those of blocks that ``keys``
+        shares with the cache's keys come from :attr:`_digests` (``keys`` may be the cache's own)."""
+        bs = self.cache.block_size
+        known = 0
+        while known < min(len(self._digests), n_blocks) and \
+                keys[known * bs:(known + 1) * bs] == self._cached_keys[known * bs:(known + 1) * bs]:
+            known += 1
+        parent = self._digests[known - 1] if known else b""
+        return self._digests[:known] + chain_digests(keys[known * bs:n_blocks * bs], bs, parent)
+
+    def _adopt_cached_prefix(self, keys: list, common: int) -> int:
+        """Start the cache with the longest run of the prompt's full blocks in the arena's prefix
+        cache when that covers more than ``common`` (the tokens this sequence already shares with the
+        prompt); returns the tokens now shared. The last prompt token is never adopted (its logits
+        are needed)."""
+        cache = self.cache
+        if not isinstance(cache, PagedKVCache) or not len(cache.prefix):
+            return common
+        bs = cache.block_size
+        n_blocks = (len(keys) - 1) // bs
+        if n_blocks * bs <= common:
+            return common
+        digests = self._full_block_digests(keys, n_blocks)
+        found = cache.prefix.match(digests)
+        if len(found) * bs <= common:
+            return common
+        cache.adopt_prefix(found)
+        self._cached_keys = list(keys[:len(found) * bs])
+        self._digests = digests[:len(found)]
+        return len(found) * bs
+
+    def _share_blocks(self) -> None:
+        """Register the sequence's full blocks in the arena's prefix cache (paged cache only)."""
+        cache = self.cache
+        if not isinstance(cache, PagedKVCache) or not cache.prefix.max_blocks:
+            return
+        n_blocks = len(self._cached_keys) // cache.block_size
+        self._digests = self._full_block_digests(self._cached_keys, n_blocks)
+        cache.prefix.insert(self._digests, cache.block_table[:n_blocks])
 
     def _tiles_done(self, done: int, total: int) -> None:
         """The vision tower's callback: a cancellation point, and progress when ``done`` moved."""

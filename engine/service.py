@@ -315,7 +315,8 @@ class EngineService:
         for message in messages[keep:]:
             user = message.role == "user"
             image_paths, video_paths = _split(message.attachments)
-            images = session.preprocess(image_paths) if image_paths and user else []
+            images = [img for a in message.attachments if a.kind != "video"
+                      for img in session.preprocess([a.path], a.detail or "full")] if image_paths and user else []
             videos = session.preprocess_videos(video_paths) if video_paths and user else []
             ids = None if message.token_ids is None else list(message.token_ids)
             session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos))

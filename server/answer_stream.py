@@ -51,6 +51,8 @@ class Outcome:
     stats: GenerationStats = field(default_factory=GenerationStats)
     completion_tokens: int = 0
     error: APIError | None = None
+    token_ids: list[int] = field(default_factory=list)
+    cut_at_stop: bool = False  # the text ends before its tokens do (a stop string matched)
 
 
 def stops_of(stop: str | list[str] | None) -> list[str]:
@@ -66,9 +68,11 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent, stops: list[str]
     while not isinstance(event, DoneEvent):
         if event.token_id >= 0:
             outcome.completion_tokens += 1
+            outcome.token_ids.append(event.token_id)
         text, stopped = matcher.feed(event.text)
         yield text, event
         if stopped:
+            outcome.cut_at_stop = True
             answer.cancel()
             while not isinstance(event, DoneEvent):  # the cancelled answer's last events, for its stats
                 event = await answer.next()

@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 from engine.service import EngineService
 from server.bridge import ClientDisconnected, EngineBridge
 from server.config import ServerConfig
+from server.conversation import AnswerIds
 from server.errors import APIError, error_body
 from server.media import MediaStore
 from server.metrics import Metrics
@@ -41,6 +42,7 @@ class ServerState:
     def __init__(self, config: ServerConfig, bridge: EngineBridge, media_dir: Path, shared: bool = False):
         self.config, self.bridge, self.shared = config, bridge, shared
         self.media = MediaStore(config, media_dir)
+        self.answers = AnswerIds()
         self.media_dir = media_dir
         self.metrics = Metrics(bridge)
         self.created = int(time.time())

@@ -129,7 +129,8 @@ class EngineBridge:
             stats = {"capacity": int(cache.capacity), "tokens": int(cache.seq_len)}
             allocator = getattr(cache, "allocator", None)
             if allocator is not None:
-                stats.update(blocks_total=allocator.num_blocks, blocks_free=allocator.num_free)
+                stats.update(blocks_total=allocator.num_blocks, blocks_free=allocator.num_free,
+                             blocks_cached=len(cache.prefix), blocks_evictable=cache.prefix.num_evictable)
             return stats
 
         def done(result, error) -> None:

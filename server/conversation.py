@@ -3,11 +3,17 @@
 An OpenAI client re-sends the whole conversation each turn. The earlier messages become the service's
 history (``set_history`` keeps the longest prefix its session already holds, KV cache included) and
 the last user message is ``send``; so a follow-up about the same photo prefills only the new question.
+
+Answers come back as text; :class:`AnswerIds` remembers the token ids this server generated each
+recent answer as, so that a re-sent conversation is the same token sequence the engine computed (the
+re-tokenized text can differ), and its blocks are found in the prefix cache even when another
+conversation ran in between.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from engine.api import Attachment, Capabilities, GenerationParams, HistoryMessage
@@ -30,12 +36,39 @@ class Turns:
     detail: str = "balanced"
 
 
+class AnswerIds:
+    """Text of a recent answer -> the token ids it was generated as (least recently used dropped).
+
+    Only answers whose text is exactly their tokens' text are kept (not those cut at a stop string).
+    """
+
+    def __init__(self, max_entries: int = 1024):
+        self.max_entries = max_entries
+        self._ids: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+
+    def remember(self, text: str, token_ids: list[int]) -> None:
+        if not text.strip() or not token_ids:
+            return
+        self._ids[text] = tuple(token_ids)
+        self._ids.move_to_end(text)
+        while len(self._ids) > self.max_entries:
+            self._ids.popitem(last=False)
+
+    def get(self, text: str) -> tuple[int, ...] | None:
+        ids = self._ids.get(text)
+        if ids is not None:
+            self._ids.move_to_end(text)
+        return ids
+
+
 def _url(value: ImageURL | str) -> tuple[str, str]:
     return (value, "auto") if isinstance(value, str) else (value.url, value.detail)
 
 
-async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, config: ServerConfig) -> Turns:
-    """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take."""
+async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, config: ServerConfig,
+                   answers: AnswerIds | None = None) -> Turns:
+    """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take.
+    Assistant messages found in ``answers`` carry the token ids they were generated as."""
     count = sum(1 for m in request.messages if isinstance(m.content, list)
                 for p in m.content if not isinstance(p, TextPart))
     if count > config.max_images:
@@ -64,13 +97,14 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
             else:
                 if not caps.vision:
                     raise APIError(400, "this model takes no images", "images_not_supported", param)
-                attachments.append(Attachment(await media.image(url, param)))
+                attachments.append(Attachment(await media.image(url, param), detail=DETAILS[detail]))
             details.append(DETAILS[detail])
         text = "\n".join(texts)
         if role == "system":
             system.append(text)
         else:
-            messages.append(HistoryMessage(role, text, tuple(attachments)))
+            ids = answers.get(text) if answers is not None and role == "assistant" else None
+            messages.append(HistoryMessage(role, text, tuple(attachments), ids))
     if not messages or messages[-1].role != "user":
         raise APIError(400, "the last message must be a user message", "invalid_messages", "messages")
     last = messages.pop()

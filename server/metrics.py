@@ -32,6 +32,11 @@ class Metrics:
         blocks_free.set_function(lambda: bridge.kv.get("blocks_free", 0))
         blocks = Gauge("smolchat_kv_blocks_total", "Blocks of the paged KV arena", registry=r)
         blocks.set_function(lambda: bridge.kv.get("blocks_total", 0))
+        cached = Gauge("smolchat_kv_blocks_cached", "Blocks kept by the prefix cache for later prompts", registry=r)
+        cached.set_function(lambda: bridge.kv.get("blocks_cached", 0))
+        evictable = Gauge("smolchat_kv_blocks_evictable",
+                          "Blocks only the prefix cache holds (given back when the arena runs out)", registry=r)
+        evictable.set_function(lambda: bridge.kv.get("blocks_evictable", 0))
         tokens = Gauge("smolchat_kv_tokens", "Tokens the KV cache holds (the kept conversation)", registry=r)
         tokens.set_function(lambda: bridge.kv.get("tokens", 0))
 

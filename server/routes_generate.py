@@ -73,12 +73,18 @@ def _finish(request: Request, outcome: Outcome, streamed: bool) -> None:
     state.bridge.refresh_kv()  # queued behind the answer: /metrics shows the cache after it
 
 
+def _remember(state, text: str, outcome: Outcome) -> None:
+    """Keep the answer's token ids for when the client sends it back as history (AnswerIds)."""
+    if not outcome.cut_at_stop:
+        state.answers.remember(text, outcome.token_ids)
+
+
 @router.post("/v1/chat/completions", summary="Chat completion (OpenAI-compatible), streamed or not")
 async def chat_completions(body: ChatRequest, request: Request):
     state = request.app.state.smolchat
     state.check_model(body.model)
     state.bridge.require_ready()
-    turns = await to_turns(body, state.media, state.bridge.capabilities, state.config)
+    turns = await to_turns(body, state.media, state.bridge.capabilities, state.config, state.answers)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = params_for(body, body.max_completion_tokens or body.max_tokens, state.bridge.capacity, state.config,
                         turns.detail, logprobs)
@@ -105,13 +111,16 @@ async def chat_completions(body: ChatRequest, request: Request):
         async def stream() -> AsyncIterator[str]:
             try:
                 yield chunk({"role": "assistant", "content": ""})
+                streamed = []
                 async for text, event in pieces(answer, first, stops, outcome):
+                    streamed.append(text)
                     lp = _chat_logprobs(event) if logprobs is not None else None
                     if text or lp:
                         yield chunk({"content": text}, logprobs=lp)
                 if outcome.error is not None:
                     yield sse(outcome.error.body())
                     return
+                _remember(state, "".join(streamed), outcome)
                 yield chunk({}, outcome.finish_reason)
                 if include_usage:
                     yield sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
@@ -133,6 +142,7 @@ async def chat_completions(body: ChatRequest, request: Request):
         _finish(request, outcome, False)
     if outcome.error is not None:
         raise outcome.error
+    _remember(state, "".join(texts), outcome)
     return {**base, "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
                          "logprobs": {"content": content_lp} if logprobs is not None else None,

@@ -24,10 +24,16 @@ from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 @dataclass(frozen=True, slots=True)
 class Attachment:
     """A file attached to a user message: ``kind`` "image", or "video" (models whose capabilities
-    say ``video``: SmolVLM2; its frames are sampled as transformers does)."""
+    say ``video``: SmolVLM2; its frames are sampled as transformers does).
+
+    ``detail`` is the image detail (:data:`engine.api.DETAILS`) an image of an earlier message was
+    read at, so that a conversation rebuilt from its history gives the model the tiles it saw live;
+    ``None``: "full" in a history, the answer's ``GenerationParams.image_detail`` when sent.
+    """
 
     path: str
     kind: Literal["image", "video"] = "image"
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,12 @@ class CacheConfig:
     conversation plus as much again for forks, which share their common prefix and only add the
     blocks they diverge in). Set both equal for a fixed arena. The paged cache holds one sequence, so
     it needs ``max_batch_size == 1``.
+
+    ``prefix_cache_tokens`` bounds the paged arena's automatic prefix cache
+    (:mod:`engine.cache.prefix`): full blocks of earlier sequences kept for a later prompt that
+    starts the same way (another chat switched back to, an API client re-sending a conversation).
+    ``None``: as many tokens as one sequence (``max_tokens``); 0 turns it off. Blocks it holds alone
+    are given back first when the arena, grown to ``max_num_blocks``, runs out.
     """
 
     kind: Literal["paged", "contiguous"] = "paged"
@@ -51,6 +57,7 @@ class CacheConfig:
     max_batch_size: int = 1
     num_blocks: int | None = None
     max_num_blocks: int | None = None
+    prefix_cache_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("paged", "contiguous"):
@@ -63,6 +70,8 @@ class CacheConfig:
             raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks}")
         if self.max_num_blocks is not None and self.max_num_blocks < (self.num_blocks or 1):
             raise ValueError(f"max_num_blocks must be >= num_blocks (and >= 1), got {self.max_num_blocks}")
+        if self.prefix_cache_tokens is not None and self.prefix_cache_tokens < 0:
+            raise ValueError(f"prefix_cache_tokens must be >= 0, got {self.prefix_cache_tokens}")
 
 
 class KVCache(abc.ABC):
@@ -178,4 +187,5 @@ def create_kv_cache(config: CacheConfig, shape: CacheShape, context: int, device
     if config.max_batch_size != 1:
         raise ValueError(f"the paged KV cache holds one sequence; got max_batch_size={config.max_batch_size}")
     return PagedKVCache(shape, max_tokens, device, dtype, block_size=config.block_size,
-                        num_blocks=config.num_blocks, max_num_blocks=config.max_num_blocks)
+                        num_blocks=config.num_blocks, max_num_blocks=config.max_num_blocks,
+                        prefix_cache_tokens=config.prefix_cache_tokens)

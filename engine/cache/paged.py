@@ -34,6 +34,7 @@ import torch
 
 from engine.cache.base import CacheShape, KVCache
 from engine.cache.block_allocator import BlockAllocator, OutOfBlocksError
+from engine.cache.prefix import PrefixBlockCache
 
 # The arena a new paged cache starts with holds this many tokens (rounded up to whole blocks).
 DEFAULT_INITIAL_TOKENS = 1024
@@ -73,11 +74,12 @@ class KVArena:
     ``kv`` is ``(2, num_layers, num_blocks, block_size, H_kv, D)`` (``kv[0]`` keys, ``kv[1]``
     values), left uninitialised: a slot is only read after it is written. :meth:`ensure_free` grows
     it geometrically (x2) up to ``max_num_blocks``; growth reallocates the tensor (briefly holding
-    old + new) and bumps :attr:`version`. Block ids never change.
+    old + new) and bumps :attr:`version`. Block ids never change. :attr:`prefix` is the automatic
+    prefix cache of the sequences on this arena (:mod:`engine.cache.prefix`, ``prefix_blocks`` at most).
     """
 
     def __init__(self, shape: CacheShape, block_size: int, num_blocks: int, max_num_blocks: int,
-                 device: torch.device, dtype: torch.dtype):
+                 device: torch.device, dtype: torch.dtype, prefix_blocks: int = 0):
         if not 1 <= num_blocks <= max_num_blocks:
             raise ValueError(f"the arena needs 1 <= num_blocks <= max_num_blocks, got {num_blocks} and {max_num_blocks}")
         self.shape = shape
@@ -86,6 +88,7 @@ class KVArena:
         self.allocator = BlockAllocator(num_blocks)
         self.version = 0
         self.kv = self._empty(num_blocks, device, dtype)
+        self.prefix = PrefixBlockCache(self.allocator, prefix_blocks)
 
     def _empty(self, num_blocks: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         # Zeros, not torch.empty: a fixed-shape (CUDA-graph) decode step reads whole blocks and masks
@@ -102,14 +105,21 @@ class KVArena:
 
     def ensure_free(self, needed: int) -> bool:
         """Make ``needed`` blocks free: reallocate once, doubling the block count as many times as
-        that takes (capped at ``max_num_blocks``).
-        Returns ``False``, changing nothing, when even the largest arena would not have them."""
+        that takes (capped at ``max_num_blocks``); past the cap, give back blocks only the prefix cache
+        holds, least recently used first.
+        Returns ``False`` when even the largest arena would not have them (the arena does not grow
+        then, though prefix-cache blocks may have been given back)."""
         deficit = needed - self.allocator.num_free
         if deficit <= 0:
             return True
         n = self.num_blocks
         if n + deficit > self.max_num_blocks:
-            return False
+            self.prefix.evict(needed - (self.max_num_blocks - n))
+            deficit = needed - self.allocator.num_free
+            if deficit <= 0:
+                return True
+            if n + deficit > self.max_num_blocks:
+                return False
         target = n
         while target < n + deficit:  # one reallocation, to the next doubling that is enough
             target *= 2
@@ -141,7 +151,10 @@ class PagedKVCache(KVCache):
             block_size)`` (one full-length sequence plus as much again for forks), and never less
             than ``num_blocks``. Must hold at least one full-length sequence.
         share_with: build an empty sequence on this other cache's arena (as :meth:`fork` does,
-            without sharing any tokens). ``num_blocks`` and ``max_num_blocks`` are then ignored.
+            without sharing any tokens). ``num_blocks``, ``max_num_blocks`` and
+            ``prefix_cache_tokens`` are then ignored.
+        prefix_cache_tokens: most tokens the arena's prefix cache keeps (:class:`~engine.cache.base.
+            CacheConfig`); ``None``: ``max_tokens``; 0: off.
 
     Raises:
         ValueError: the largest arena is smaller than ``max_tokens``; ``share_with`` has another layout.
@@ -149,7 +162,7 @@ class PagedKVCache(KVCache):
 
     def __init__(self, shape: CacheShape, max_tokens: int, device: torch.device, dtype: torch.dtype,
                  block_size: int = 16, num_blocks: int | None = None, *, max_num_blocks: int | None = None,
-                 share_with: PagedKVCache | None = None):
+                 share_with: PagedKVCache | None = None, prefix_cache_tokens: int | None = None):
         super().__init__(shape, max_tokens, device, dtype)
         self.block_size = block_size
         self.max_blocks_per_seq = math.ceil(max_tokens / block_size)
@@ -165,7 +178,9 @@ class PagedKVCache(KVCache):
                 raise ValueError(f"{max_num_blocks} blocks of {block_size} tokens cannot hold max_tokens={max_tokens}")
             if num_blocks is None:
                 num_blocks = min(math.ceil(DEFAULT_INITIAL_TOKENS / block_size), max_num_blocks)
-            self.arena = KVArena(shape, block_size, num_blocks, max_num_blocks, self.device, dtype)
+            prefix_tokens = max_tokens if prefix_cache_tokens is None else prefix_cache_tokens
+            self.arena = KVArena(shape, block_size, num_blocks, max_num_blocks, self.device, dtype,
+                                 prefix_blocks=prefix_tokens // block_size)
         self.block_table: list[int] = []
         # Device copy of block_table, preallocated at its largest size (static for CUDA graphs).
         self._block_table_buf = torch.zeros(self.max_blocks_per_seq, dtype=torch.long, device=self.device)
@@ -194,6 +209,30 @@ class PagedKVCache(KVCache):
     @property
     def num_blocks(self) -> int:
         return self.allocator.num_blocks
+
+    @property
+    def prefix(self) -> PrefixBlockCache:
+        """The arena's automatic prefix cache (shared with forks)."""
+        return self.arena.prefix
+
+    def adopt_prefix(self, block_ids: list[int]) -> None:
+        """Drop this sequence's tokens and start it with ``block_ids``, full blocks found in the prefix
+        cache: ``seq_len`` becomes ``len(block_ids) * block_size``. The blocks are shared (reference
+        count + 1), so a write into one of them after a :meth:`truncate` copies it first.
+
+        Raises:
+            RuntimeError: called between ``begin_forward`` and ``end_forward``.
+            ValueError: more blocks than one sequence may hold.
+        """
+        if self._pending:
+            raise RuntimeError("cannot adopt blocks during a forward pass")
+        if len(block_ids) > self.max_blocks_per_seq:
+            raise ValueError(f"{len(block_ids)} blocks exceed the {self.max_blocks_per_seq} one sequence may hold")
+        for block_id in block_ids:  # first, so that none of them is freed by the release below
+            self.allocator.incref(block_id)
+        self.truncate(0)
+        self.block_table = list(block_ids)
+        self._seq_len = len(block_ids) * self.block_size
 
     @property
     def bytes_per_block(self) -> int:

@@ -59,8 +59,10 @@ def test_32_concurrent_clients_complete_or_get_429_and_no_block_leaks(url):
     assert statuses.count(200) >= 8  # at least the queue's 8 places are served
     ask(url, "The reference question")  # the same conversation again: the same blocks in use
     after = kv(url)
-    used = lambda s: s["kv_blocks_total"] - s["kv_blocks_free"]  # noqa: E731
+    # Blocks in use are the kept conversation's plus those only the prefix cache holds (evictable).
+    used = lambda s: s["kv_blocks_total"] - s["kv_blocks_free"] - s["kv_blocks_evictable"]  # noqa: E731
     assert used(after) == used(before) == math.ceil(after["kv_tokens"] / 16), (before, after)
+    assert 0 < after["kv_blocks_evictable"] <= after["kv_blocks_cached"]  # the other clients' prompts
     assert httpx.get(f"{url}/health").status_code == 200
 
 
@@ -77,3 +79,23 @@ def test_the_follow_up_about_the_same_photo_reuses_the_image_prefill(url, images
     # The whole first turn (its 64 image tokens included) and the answer come from the cache.
     assert cached >= first.usage.prompt_tokens > 64, (cached, first.usage)
     assert second.usage.prompt_tokens - cached < 20
+
+
+def test_interleaved_conversations_each_find_their_photo_in_the_prefix_cache(url, images_dir, server):
+    """Two clients alternate: each one's follow-up reuses its own image prefill though the other
+    conversation ran in between (the session's own cache then holds the other chat)."""
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    chats, firsts = [], []
+    for name in ("rocket.jpg", "coffee.png"):
+        mime = "image/jpeg" if name.endswith("jpg") else "image/png"
+        photo = {"type": "image_url", "image_url": {"url": data_uri(images_dir / name, mime), "detail": "low"}}
+        messages = [{"role": "user", "content": [photo, {"type": "text", "text": "What is this?"}]}]
+        first = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+        messages.append(first.choices[0].message.model_dump(include={"role", "content"}))
+        chats.append(messages)
+        firsts.append(first)
+    for messages, first in zip(chats, firsts):
+        messages.append({"role": "user", "content": "And what colour is it?"})
+        second = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        assert cached > 64 and cached >= first.usage.prompt_tokens - 16, (cached, first.usage, server.output()[-3000:])
