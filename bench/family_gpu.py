@@ -12,7 +12,8 @@
    we resize with Pillow's LANCZOS like the image processor, so small differences are expected).
 3. ``ttft``: time to first token of a question about a 64-frame video (an 80 s clip) for each SmolVLM2
    model at its real shape in bfloat16: frame decoding + resizing, vision tower over 64 tiles, prefill of
-   the ~5.0k-token prompt (2.2B: 81 tokens per frame, ~6k tokens); median of 3 cold runs after a warm-up.
+   the ~5.0k-token prompt (2.2B: 81 tokens per frame, ~6k tokens); median of 3 cold runs after a warm-up;
+   peak GPU memory; and the same for transformers (processor + one generated token, SDPA).
 
 Checked on the CPU with tiny models (the ``"cuda"`` strings swapped for ``"cpu"``): the parity and ttft
 parts run end to end (2.2B tiny: ids equal, logits within 1.1e-5, 16 greedy tokens equal; a 64-frame
@@ -219,7 +220,47 @@ def part_video_processor(shared: Path, names, clip: Path) -> dict:
     return results
 
 
-def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3) -> dict:
+def transformers_ttft(folder: Path, clip: Path, repeats: int) -> dict:
+    """transformers on the same clip and question, bf16, SDPA attention: processor (PyAV decoding,
+    its torchvision video processor) + ``generate(max_new_tokens=1)``, timed like ours from the call
+    to the first token; median of ``repeats`` after a warm-up; peak memory of the whole run."""
+    try:
+        import transformers
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.bfloat16,
+                                                            attn_implementation="sdpa").to("cuda").eval()
+        proc = AutoProcessor.from_pretrained(folder)
+        messages = [{"role": "user", "content": [{"type": "video", "path": str(clip)},
+                                                 {"type": "text", "text": "Describe this video."}]}]
+        times, prompt = [], 0
+        for i in range(repeats + 1):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            inputs = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                              return_tensors="pt", do_sample_frames=True, video_load_backend="pyav")
+            inputs = {k: (v.to("cuda", torch.bfloat16) if v.is_floating_point() else v.to("cuda"))
+                      for k, v in inputs.items()}
+            with torch.inference_mode():
+                model.generate(**inputs, max_new_tokens=1, do_sample=False)
+            torch.cuda.synchronize()
+            if i:
+                times.append(time.perf_counter() - t)
+            prompt = int(inputs["input_ids"].shape[1])
+        out = {"transformers": transformers.__version__, "prompt_tokens": prompt, "runs_s": times,
+               "ttft_s_median": float(np.median(times)), "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
+        del model
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return out
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
+
+
+def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3,
+              reference: bool = True) -> dict:
     from engine.api.events import DoneEvent, GenerationParams
     from engine.chat import ChatSession
     from engine.models.smolvlm.processing import ImageProcessor
@@ -229,6 +270,8 @@ def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3) -> 
         log(f"ttft {name}")
         try:
             folder = checkpoint(shared, name, root)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
             session = ChatSession.load(str(folder), device="cuda", dtype="bfloat16")
             params = GenerationParams(max_new_tokens=8, ignore_eos=True, temperature=0.0)
             processor = ImageProcessor.from_pretrained(folder)
@@ -238,6 +281,7 @@ def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3) -> 
             runs = []
             for i in range(repeats + 1):  # the first is a warm-up (kernels, allocator)
                 session.reset()
+                session.cache.prefix.clear()  # each run reads the video: no blocks from the last one
                 done = None
                 for event in session.send("Describe this video.", videos=[clip], params=params):
                     if isinstance(event, DoneEvent):
@@ -254,6 +298,12 @@ def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3) -> 
             del session
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+            if reference:
+                results[name]["transformers"] = transformers_ttft(folder, clip, repeats)
+                ref = results[name]["transformers"]
+                if "ttft_s_median" in ref:
+                    results[name]["ttft_ratio_vs_transformers"] = results[name]["ttft_s_median"] / ref["ttft_s_median"]
+                    results[name]["peak_ratio_vs_transformers"] = results[name]["peak_gpu_mb"] / ref["peak_gpu_mb"]
         except Exception as exc:  # noqa: BLE001
             results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
         log(f"  {json.dumps({k: v for k, v in results[name].items() if k != 'trace'})}")

@@ -9,7 +9,9 @@ and asks, in one conversation:
    tokens (256);
 2. a follow-up question in text (about 14 new prompt tokens), 64 tokens;
 3. a question about a second photo, ``--new-tokens`` tokens;
-4. answer 1's question again in a fresh conversation: the steady state the other benches report.
+4. answer 1's question again in a fresh conversation, prefix cache emptied: the steady state the
+   other benches report;
+5. the same once more in a new conversation, its photo's blocks found in the prefix cache.
 
 For each answer: time to first token (wall, from the call) and decode tok/s. Then the command line:
 a fresh ``python -m engine generate`` process for a 44-token text prompt (512 tokens) and for the
@@ -89,6 +91,11 @@ def one_process(args) -> dict:
     out["answers"].append(ask(session, "And what colour is the largest thing in it?", [], 64))
     out["answers"].append(ask(session, "Now describe this one.", [args.image2 or args.image], args.new_tokens))
     session.reset()
+    prefix = getattr(session.cache, "prefix", None)
+    if prefix is not None:
+        prefix.clear()  # answer 4 is a full prefill's steady state, not a prefix-cache hit
+    out["answers"].append(ask(session, "Describe this image in detail.", [args.image], args.new_tokens))
+    session.reset()  # 5: the same photo in a new conversation: its blocks come from the prefix cache
     out["answers"].append(ask(session, "Describe this image in detail.", [args.image], args.new_tokens))
     if args.device == "cuda":
         import torch
