@@ -176,6 +176,22 @@ def long_clip(path: Path, seconds: int = 80, fps: int = 10) -> Path:
     return path
 
 
+def pyav_fetch(proc) -> None:
+    """Make ``proc``'s video processor decode with transformers' own PyAV reader (``load_video(...,
+    backend="pyav")``): its default wants torchcodec, or torchvision's video API that torchvision 0.26
+    removed, and neither is on the GPU machine. Frame sampling and resizing stay transformers'."""
+    from transformers.video_utils import load_video
+
+    vp = proc.video_processor
+
+    def fetch(urls, sample_indices_fn=None):
+        if isinstance(urls, list):
+            return list(zip(*[fetch(u, sample_indices_fn) for u in urls], strict=True))
+        return load_video(urls, backend="pyav", sample_indices_fn=sample_indices_fn)
+
+    vp.fetch_videos = fetch
+
+
 def part_video_processor(shared: Path, names, clip: Path) -> dict:
     try:
         import torchvision  # noqa: F401
@@ -195,11 +211,11 @@ def part_video_processor(shared: Path, names, clip: Path) -> dict:
             log(f"video_processor {key}")
             try:
                 proc = transformers.AutoProcessor.from_pretrained(folder)
+                pyav_fetch(proc)
                 messages = [{"role": "user", "content": [{"type": "video", "path": str(path)},
                                                          {"type": "text", "text": "Describe this video."}]}]
                 ref = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                               return_dict=True, return_tensors="pt", do_sample_frames=True,
-                                               video_load_backend="pyav")
+                                               return_dict=True, return_tensors="pt", do_sample_frames=True)
                 ours_video = ImageProcessor.from_pretrained(folder).preprocess_video(path)
                 msgs = [{"role": "user", "content": [{"type": "video"},
                                                      {"type": "text", "text": "Describe this video."}]}]
@@ -233,6 +249,7 @@ def transformers_ttft(folder: Path, clip: Path, repeats: int) -> dict:
         model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.bfloat16,
                                                             attn_implementation="sdpa").to("cuda").eval()
         proc = AutoProcessor.from_pretrained(folder)
+        pyav_fetch(proc)
         messages = [{"role": "user", "content": [{"type": "video", "path": str(clip)},
                                                  {"type": "text", "text": "Describe this video."}]}]
         times, prompt = [], 0
@@ -240,7 +257,7 @@ def transformers_ttft(folder: Path, clip: Path, repeats: int) -> dict:
             torch.cuda.synchronize()
             t = time.perf_counter()
             inputs = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
-                                              return_tensors="pt", do_sample_frames=True, video_load_backend="pyav")
+                                              return_tensors="pt", do_sample_frames=True)
             inputs = {k: (v.to("cuda", torch.bfloat16) if v.is_floating_point() else v.to("cuda"))
                       for k, v in inputs.items()}
             with torch.inference_mode():
