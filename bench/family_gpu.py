@@ -219,7 +219,7 @@ def part_video_processor(shared: Path, names, clip: Path) -> dict:
                 ours_video = ImageProcessor.from_pretrained(folder).preprocess_video(path)
                 msgs = [{"role": "user", "content": [{"type": "video"},
                                                      {"type": "text", "text": "Describe this video."}]}]
-                ours_ids = Tokenizer.from_pretrained(folder).encode_chat(msgs, [ours_video]).input_ids
+                ours_ids = Tokenizer.from_pretrained(folder).encode_chat(msgs, videos=[ours_video]).input_ids
                 ref_px = ref["pixel_values"][0].float().numpy()
                 ours_px = ours_video.tiles
                 entry = {"ids_equal": ours_ids == ref["input_ids"][0].tolist(),
