@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +28,19 @@ class ClientDisconnected(Exception):
 
 
 class Answer:
-    """One queued generation: ``await next()`` gives its TokenEvents, then its DoneEvent."""
+    """One queued generation: ``await next()`` gives its TokenEvents, then its DoneEvent.
+
+    The engine thread appends events to a deque and wakes the event loop only when the request is
+    waiting for one (one ``call_soon_threadsafe`` per wait, not per token): at 1,800 tok/s on a GPU,
+    a wake-up, a timer and a task per token cost the engine thread a fifth of its speed in GIL time.
+    Tokens that arrived meanwhile are taken without waiting (:meth:`ready` tells a stream to send
+    them as one chunk).
+    """
 
     def __init__(self, bridge: EngineBridge, loop: asyncio.AbstractEventLoop):
         self.bridge, self.loop = bridge, loop
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.events: deque = deque()
+        self._waiter: asyncio.Future | None = None
         self.handle: Any = None
         self.finished = False
         self.released = False
@@ -40,25 +49,44 @@ class Answer:
     def sink(self, event: Any) -> None:
         """Engine thread: forward tokens and the end (progress events are not part of the API)."""
         if isinstance(event, (TokenEvent, DoneEvent)):
-            try:
-                self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
-            except RuntimeError:  # the event loop has closed (server shutdown)
-                pass
+            self.events.append(event)
+            if self._waiter is not None:
+                try:
+                    self.loop.call_soon_threadsafe(self._wake)
+                except RuntimeError:  # the event loop has closed (server shutdown)
+                    pass
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def ready(self) -> int:
+        """Events that have arrived and not been taken yet."""
+        return len(self.events)
 
     async def next(self, is_disconnected: Callable[[], Any] | None = None) -> TokenEvent | DoneEvent:
         """The next event; raises :class:`ClientDisconnected` (after cancelling) when the client left."""
-        while True:
+        while not self.events:
+            self._waiter = self.loop.create_future()
+            if self.events:  # arrived between the check and the waiter: the sink saw no waiter
+                self._waiter = None
+                break
             try:
-                event = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
+                await asyncio.wait_for(self._waiter, DISCONNECT_POLL_S)
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
                 if is_disconnected is not None and await is_disconnected():
+                    self._waiter = None
                     self.cancel()
                     raise ClientDisconnected() from None
-                continue
-            if isinstance(event, DoneEvent):
-                self.finished = True
-                self.release()
-            return event
+            finally:
+                self._waiter = None
+        event = self.events.popleft()
+        if isinstance(event, DoneEvent):
+            self.finished = True
+            self.release()
+        return event
 
     def cancel(self) -> None:
         """Stop this answer (a no-op once it has finished); its place in the queue is given back."""

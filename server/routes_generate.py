@@ -111,12 +111,23 @@ async def chat_completions(body: ChatRequest, request: Request):
         async def stream() -> AsyncIterator[str]:
             try:
                 yield chunk({"role": "assistant", "content": ""})
-                streamed = []
+                streamed, held = [], []
                 async for text, event in pieces(answer, first, stops, outcome):
                     streamed.append(text)
                     lp = _chat_logprobs(event) if logprobs is not None else None
-                    if text or lp:
+                    if lp:
                         yield chunk({"content": text}, logprobs=lp)
+                        continue
+                    held.append(text)
+                    # Tokens that arrived meanwhile go out in one chunk (one JSON encode and one write
+                    # instead of one per token when the engine is faster than this loop).
+                    if answer.ready and isinstance(answer.events[0], TokenEvent):
+                        continue
+                    if "".join(held):
+                        yield chunk({"content": "".join(held)})
+                    held.clear()
+                if "".join(held):
+                    yield chunk({"content": "".join(held)})
                 if outcome.error is not None:
                     yield sse(outcome.error.body())
                     return

@@ -72,7 +72,8 @@ def test_an_error_during_the_stream_is_one_error_event_then_the_end(fake):
     last = json.loads(payloads[-1])
     assert set(last) == {"error"} and set(last["error"]) == {"message", "type", "param", "code"}
     assert "boom" in last["error"]["message"] and "[DONE]" not in payloads
-    assert [json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[1:-1]] == ["fail ", "after "]
+    # (tokens that arrive together may share a chunk)
+    assert "".join(json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[1:-1]) == "fail after "
     ok = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": "fake", "messages": [
         {"role": "user", "content": "still here"}]}, timeout=30)  # the server keeps serving
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "still here "
