@@ -108,3 +108,19 @@ def test_adopted_blocks_are_copied_before_a_write_into_them(parts):
     tokens, done = consume(s.send("Next.", (), params()))
     expected, _ = from_scratch(parts, first_turns, "Next.")
     assert tokens == expected and done.stats.cached_tokens >= back.stats.cached_tokens
+
+
+def test_the_same_photo_is_tiled_once_whatever_its_file_name(parts, images_dir, tmp_path):
+    s = session(parts)
+    data = (images_dir / "coffee.png").read_bytes()
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    a.write_bytes(data)
+    b.write_bytes(data)
+    first = s.preprocess([a], "balanced")[0]
+    assert s.preprocess([b], "balanced")[0] is first  # the server stores each request's copy anew
+    assert s.preprocess([data], "balanced")[0] is first
+    assert s.preprocess([a], "fast")[0] is not first  # another detail is other tiles
+    b.write_bytes((images_dir / "rocket.jpg").read_bytes())  # the file changed on disk: read anew
+    changed = s.preprocess([b], "balanced")[0]
+    assert changed is not first and changed.pixels.shape != first.pixels.shape or \
+        (changed.pixels != first.pixels).any()
