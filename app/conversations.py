@@ -12,8 +12,8 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from app.banner import Banner
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
-from app.paths import data_dir, data_dir_problem, use_temporary_data_dir
-from app.store import Message, Store
+from app.paths import data_dir, data_dir_problem, data_dir_read_only, use_temporary_data_dir
+from app.store import SCHEMA_VERSION, Message, NewerSchemaError, Store
 
 FLUSH_INTERVAL_S = 0.25
 FLUSH_TOKENS = 32
@@ -51,6 +51,8 @@ def engine_history(messages: list[Message]) -> list[dict]:
 
 
 def answer_footer(message: Message) -> str:
+    if message.status == "interrupted" and not message.text.strip():
+        return "unanswered — Smolchat closed before this answer started"
     if message.status == "interrupted":
         return "interrupted — Smolchat closed before this answer was complete"
     parts = [p for p in (finish_footer({"finish_reason": _reason(message.status), **message.stats}),
@@ -62,20 +64,47 @@ def _reason(status: str) -> str:
     return "stop" if status == "done" else status
 
 
-def open_store(chat_banner: Banner) -> tuple[Store, Banner]:
-    """The store in the data folder, or in a temporary one if that fails, and a lasting banner above
-    ``chat_banner`` that says so (the chat's banner is cleared on every send; this one must stay)."""
+def connect_store() -> tuple[Store, str]:
+    """The store in the data folder and what the user must know about it ("" when all is well).
+
+    A database of a newer Smolchat, or one in a folder that cannot be written, opens read-only (never
+    a silent new database, never a write to it). A folder or file that cannot be used at all (not a
+    database, a file in the way) is left as it is and a temporary folder serves this run."""
+    folder = data_dir()
+    read_only = data_dir_read_only()
     try:
-        store = Store(data_dir())
+        if read_only:
+            return Store(folder, read_only=f"the data folder cannot be written ({read_only})"), (
+                f"Your conversations in {folder} are shown read-only: the folder cannot be written "
+                f"({read_only}). Sending is off; make the folder writable, or start Smolchat with "
+                "SMOLCHAT_DATA_DIR set to another folder.")
+        return Store(folder), data_dir_problem()
+    except NewerSchemaError as exc:
+        why = (f"they were saved by a newer version of Smolchat (database schema {exc.version}; this one reads "
+               f"up to {SCHEMA_VERSION})")
+        try:
+            return Store(folder, read_only=why), (
+                f"Your conversations in {folder} are shown read-only: {why}. Nothing is changed on disk; "
+                "update Smolchat to continue them.")
+        except STORAGE_ERRORS as exc:
+            reason = f"{why}, and it could not be opened read-only: {exc}"
     except STORAGE_ERRORS as exc:
-        store = Store(use_temporary_data_dir(getattr(exc, "strerror", None) or str(exc)))
+        reason = getattr(exc, "strerror", None) or str(exc)
+    return Store(use_temporary_data_dir(reason)), data_dir_problem()
+
+
+def open_store(chat_banner: Banner, notices: list[str] = ()) -> tuple[Store, Banner]:
+    """The store (:func:`connect_store`) and a lasting banner above ``chat_banner`` that says what the
+    user must know about it and ``notices`` (settings that were ignored): the chat's banner is cleared
+    on every send; this one stays until dismissed."""
+    store, problem = connect_store()
     storage_banner = Banner()
     storage_banner.setAccessibleName("Data folder problem")
     layout = chat_banner.parentWidget().layout()
     layout.insertWidget(layout.indexOf(chat_banner), storage_banner)
-    problem = data_dir_problem()
-    if problem:
-        storage_banner.show_error(problem)
+    lines = [line for line in (problem, *notices) if line]
+    if lines:
+        storage_banner.show_error("\n".join(lines))
     return store, storage_banner
 
 
@@ -130,6 +159,28 @@ class ConversationKeeper(QObject):
 
     def messages(self) -> list[Message]:
         return self.store.messages(self.current_id) if self.current_id is not None else []
+
+    def unanswered(self) -> tuple[int, int | None] | None:
+        """``(question index, answer index or None)`` in the open chat's transcript when it ends with a
+        question whose answer never started (Smolchat closed during its prefill: no answer row, or an
+        empty one marked interrupted); None otherwise."""
+        messages = self.messages()
+        if messages and messages[-1].role == "user":
+            return len(messages) - 1, None
+        if (len(messages) >= 2 and messages[-2].role == "user" and messages[-1].status == "interrupted"
+                and not messages[-1].text.strip()):
+            return len(messages) - 2, len(messages) - 1
+        return None
+
+    def unreadable_lines(self) -> list[str]:
+        """One line when messages of the open chat had data that could not be read (else none)."""
+        ids = {m.id for m in self.messages()}
+        bad = sum(1 for kind, i in self.store.unreadable if kind == "message" and i in ids)
+        if not bad:
+            return []
+        which = "1 message of this chat has" if bad == 1 else f"{bad} messages of this chat have"
+        return [f"{which} stored data that could not be read (images, statistics or token ids): shown "
+                "with what could be read, and left unchanged on disk."]
 
     def engine_history(self) -> list[dict]:
         """What the engine should hold for the open conversation (see :func:`engine_history`)."""
@@ -225,10 +276,10 @@ class ConversationKeeper(QObject):
             return
         answer = self.transcript.last_assistant()
         reason = result.get("finish_reason", "error")
-        stats = {k: v for k, v in result.items() if k not in ("finish_reason",)}
+        stats = {k: v for k, v in result.items() if k not in ("finish_reason", "token_ids")}
         stats["model_name"] = model_name
         self._save("the answer", self.store.update_message, self._streaming_id, text=answer.text if answer else "",
-                   status="done" if reason == "stop" else reason, stats=stats)
+                   status="done" if reason == "stop" else reason, stats=stats, token_ids=result.get("token_ids"))
         self._streaming_id = None
 
     def abandon(self) -> None:

@@ -47,8 +47,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_manager = None
         self._editing: int | None = None
         self._token_counts: dict[tuple[str, str], int] = {}
+        self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
-        self.store, self.storage_banner = open_store(self.banner)
+        self.store, self.storage_banner = open_store(self.banner, [p + "; the default applies instead."
+                                                                  for p in self.settings.problems])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
@@ -114,10 +116,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if images and self.refuse_images():  # attached while a vision model was loaded
             return
         self.banner.dismiss()
-        if self.controller.send(text, images, self.chat_settings(), self.current_params(), self._editing):
+        if self.controller.send(text, self.kept_paths(), self.chat_settings(), self.current_params(), self._editing):
             self._editing = None
             self.composer.clear()
             self.attachments.clear()
+            self._kept.clear()
             self._answer_started()
 
     def _answer_started(self) -> None:

@@ -1,0 +1,248 @@
+"""Issue 18: nothing a user has on disk or types stops Smolchat from starting or makes every message fail.
+
+Each test builds the bad data by hand (settings file, database rows, folders), starts the window on the
+fake backend and checks that it starts, says in one line what it ignored, keeps everything else, and
+leaves what it could not read unchanged on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QPushButton
+
+from app.backends.fake import FakeBackend
+from app.store import SCHEMA_VERSION, Store
+
+
+def _ask(qtbot, win, text: str = "What colour is the cat?") -> dict:
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def _chat(data_dir, title: str = "old chat", settings: dict | None = None) -> tuple[int, list[int]]:
+    """A stored conversation: question, answer, question, answer. Returns (conversation id, message ids)."""
+    store = Store(data_dir)
+    conv = store.create_conversation(title, model="/models/fake", settings=settings)
+    ids = [store.add_message(conv.id, role, text).id for role, text in
+           (("user", "Hello?"), ("assistant", "Hi there."), ("user", "What is 2+2?"), ("assistant", "4."))]
+    store.close()
+    return conv.id, ids
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- the settings file --------------------------------------------------------------------------------
+def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_the_file(qtbot, make_window,
+                                                                                          data_dir):
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    ini.write_text("[sampling]\nseed=abc\ntemperature=nan\ntop_p=5\nmax_new_tokens=99999999999\ntop_k=40\n"
+                   "[engine]\ncontext_size=lots\ndevice=gpu9\n[models]\nknown=[{\"path\": 5}, 7]\n",
+                   encoding="utf-8")
+    fake = FakeBackend(tokens=["Fine", "."])
+    win = make_window(fake)
+
+    banner = win.storage_banner.message()
+    assert "ignored the seed must be a whole number from 0 to 18446744073709551615" in banner
+    assert "ignored temperature must be a finite number, got nan" in banner
+    assert "ignored top_p must be in (0, 1], got 5.0" in banner
+    assert "ignored max_new_tokens must be from 1 to 32768, got 99999999999" in banner
+    assert "ignored context_size 'lots'" in banner and "ignored device 'gpu9'" in banner
+    assert win.settings.seed is None and win.settings.overrides == {"top_k": 40}
+    assert _ask(qtbot, win)["finish_reason"] == "stop"  # the defaults apply: messages work
+    params = fake.calls[-1]["params"]
+    assert (params.temperature, params.top_p, params.top_k, params.seed) == (0.0, 1.0, 40, None)
+    win.model_manager or win.open_model_manager()  # a bad "known models" list must not abort the dialog
+    win.model_manager.close()
+    text = ini.read_text(encoding="utf-8")
+    assert "seed=abc" in text and "temperature=nan" in text and "context_size=lots" in text  # not overwritten
+
+
+def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
+    dialog = window.open_settings_dialog()
+    qtbot.addWidget(dialog)
+    error = dialog.findChild(QLabel, "seedError")
+    for typed in ("-1", "18446744073709551616", "1.5", "abc"):
+        dialog.seed.setText(typed)
+        dialog.accept()
+        assert dialog.isVisible(), typed  # refused: the dialog stays open
+        assert error.isVisible() and error.text() == (
+            "Not applied: The seed must be a whole number from 0 to 18446744073709551615, or empty for a "
+            f"random seed, got {typed!r}.")
+        assert window.settings.seed is None
+    dialog.seed.setText("18446744073709551615")
+    dialog.accept()
+    assert not dialog.isVisible() and window.settings.seed == 2**64 - 1
+    assert _ask(qtbot, window)["finish_reason"] == "stop"
+
+
+def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtbot, make_window, data_dir):
+    _chat(data_dir, settings={"seed": -1, "overrides": {"temperature": "hot", "top_k": 7},
+                              "image_detail": 3, "system_prompt": ["not", "text"]})
+    fake = FakeBackend(tokens=["Yes", "."])
+    win = make_window(fake)
+
+    message = win.banner.message()
+    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: ignored "
+                              "temperature must be a number, got 'hot'")
+    assert "the seed must be a whole number from 0 to 18446744073709551615, or empty for a random seed, got '-1'" \
+        in message and message.endswith("; the defaults apply instead.")
+    assert (win.settings.seed, win.settings.overrides, win.settings.image_detail) == (None, {"top_k": 7}, "full")
+    assert _ask(qtbot, win)["finish_reason"] == "stop"  # before: "Invalid settings: seed must be in [0, 2**64)"
+    assert fake.calls[-1]["params"].top_k == 7
+
+
+# -- the database -------------------------------------------------------------------------------------
+def test_a_database_of_a_newer_smolchat_opens_read_only_and_is_never_written(qtbot, make_window, data_dir):
+    conv_id, _ = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("ALTER TABLE messages ADD COLUMN reactions TEXT")  # what a newer version might add
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    before = _digest(data_dir / "smolchat.sqlite3")
+    win = make_window(FakeBackend())
+
+    assert win.storage_banner.message() == (
+        f"Your conversations in {data_dir} are shown read-only: they were saved by a newer version of Smolchat "
+        f"(database schema {SCHEMA_VERSION + 1}; this one reads up to {SCHEMA_VERSION}). Nothing is changed on "
+        "disk; update Smolchat to continue them.")
+    assert win.sidebar.titles() == ["old chat"] and win.keeper.current_id == conv_id
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    win.composer.setPlainText("And 3+3?")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message().startswith("Could not save the message: the conversations are read-only: they "
+                                           "were saved by a newer version of Smolchat")
+    assert win.composer.toPlainText() == "And 3+3?"  # nothing lost
+    win.delete_conversation(conv_id)
+    assert win.sidebar.titles() == ["old chat"]
+    win.close()
+    assert _digest(data_dir / "smolchat.sqlite3") == before
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    db.close()
+
+
+def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbot, make_window, data_dir):
+    conv_id, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET images = '{not json', stats = '[1,' , token_ids = '\"x\"' WHERE id = ?",
+               (ids[1],))
+    db.execute("UPDATE conversations SET settings = 'nope' WHERE id = ?", (conv_id,))
+    db.commit()
+    db.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    assert win.banner.message() == (
+        "1 message of this chat has stored data that could not be read (images, statistics or token ids): shown "
+        "with what could be read, and left unchanged on disk.")
+    assert _ask(qtbot, win, "And 3+3?")["finish_reason"] == "stop"
+    assert [m.text for m in fake.calls[-1]["history"]] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    assert db.execute("SELECT images, stats, token_ids FROM messages WHERE id = ?", (ids[1],)).fetchone() == (
+        "{not json", "[1,", '"x"')
+    db.close()
+
+
+def test_a_read_only_data_folder_shows_the_existing_chats_read_only(qtbot, make_window, data_dir, monkeypatch):
+    _chat(data_dir)
+    before = _digest(data_dir / "smolchat.sqlite3")
+
+    def read_only(path):  # as chmod 555 would for a user who is not root
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("app.paths._check_writable", read_only)
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    monkeypatch.setattr("app.paths._read_only", {})
+    win = make_window(FakeBackend())
+
+    assert win.storage_banner.message() == (
+        f"Your conversations in {data_dir} are shown read-only: the folder cannot be written (Permission denied). "
+        "Sending is off; make the folder writable, or start Smolchat with SMOLCHAT_DATA_DIR set to another folder.")
+    assert win.sidebar.titles() == ["old chat"]
+    assert [m["text"] for m in win.transcript.messages()][-1] == "4."
+    win.composer.setPlainText("Still there?")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message() == ("Could not save the message: the conversations are read-only: the data folder "
+                                    "cannot be written (Permission denied).")
+    assert win.composer.toPlainText() == "Still there?"
+    win.close()
+    assert _digest(data_dir / "smolchat.sqlite3") == before
+
+
+# -- a question whose answer never started ---------------------------------------------------------------
+def test_a_question_killed_during_its_prefill_is_marked_unanswered_with_resend(qtbot, make_window, data_dir):
+    conv_id, _ = _chat(data_dir)
+    store = Store(data_dir)
+    store.add_message(conv_id, "user", "And 3+3?")
+    store.add_message(conv_id, "assistant", "", status="streaming")  # the process died before any token
+    store.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+
+    footer = win.transcript.widgets()[-1].findChild(QLabel, "messageFooter")
+    assert footer.text() == "unanswered — Smolchat closed before this answer started"
+    assert win.banner.message() == ("Your last question was never answered: Smolchat closed before the answer "
+                                    "started. It is not part of the model's context until it is answered.")
+    resend = win.banner.findChild(QPushButton, "bannerAction")
+    assert resend.isVisible() and resend.text() == "Resend"
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.mouseClick(resend, Qt.MouseButton.LeftButton)
+    assert finished.args[0]["finish_reason"] == "stop"
+    assert [m.text for m in fake.calls[-1]["history"]] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    assert fake.calls[-1]["text"] == "And 3+3?"
+    assert [(m["role"], m["text"]) for m in win.transcript.messages()][-2:] == [("user", "And 3+3?"),
+                                                                                ("assistant", "6.")]
+    assert [m.text for m in Store(data_dir, recover=False).messages(conv_id)][-2:] == ["And 3+3?", "6."]
+
+
+def test_a_question_without_any_answer_row_is_resent_once(qtbot, make_window, data_dir):
+    conv_id, _ = _chat(data_dir)
+    store = Store(data_dir)
+    store.add_message(conv_id, "user", "And 3+3?")  # killed between saving the question and its answer
+    store.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+    assert win.banner.message().startswith("Your last question was never answered")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.resend_unanswered()
+    assert fake.calls[-1]["text"] == "And 3+3?"
+    texts = [m.text for m in Store(data_dir, recover=False).messages(conv_id)]
+    assert texts == ["Hello?", "Hi there.", "What is 2+2?", "4.", "And 3+3?", "6."]  # not twice
+
+
+# -- attachments -------------------------------------------------------------------------------------
+def test_an_attachment_changed_or_deleted_before_send_is_sent_as_attached(qtbot, window, fake_session, png):
+    from PIL import Image
+
+    window.add_files([str(png)])
+    attached = png.read_bytes()
+    Image.new("RGB", (10, 10), (0, 0, 255)).save(png)  # the user edits the file before pressing Send
+    _ask(qtbot, window, "What is this?")
+    [sent] = fake_session.calls[-1]["images"]
+    assert open(sent, "rb").read() == attached
+
+    window.add_files([str(png)])
+    png.unlink()  # ... or deletes it
+    assert _ask(qtbot, window, "And now?")["finish_reason"] == "stop"
+    assert len(fake_session.calls) == 2
+
+
+def test_an_error_about_an_attachment_names_the_users_file(qtbot, window, fake_session, png):
+    window.add_files([str(png)])
+    stored = window.kept_paths()[0]
+    assert stored != str(png.resolve())
+    fake_session.image_error = f"ImageError: cannot identify image file '{stored}'"
+    result = _ask(qtbot, window, "What is this?")
+    assert result["error"] == f"ImageError: cannot identify image file '{png.resolve()}'"
+    assert window.banner.message() == f"ImageError: cannot identify image file '{png.resolve()}'"
