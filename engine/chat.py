@@ -465,7 +465,7 @@ class ChatSession:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
                                        token_ids=list(answer_ids)))
-        yield DoneEvent(reason, stats, error)
+        yield DoneEvent(reason, stats, error, token_ids=tuple(answer_ids))
 
     def _logprobs(self, sampler, token: int) -> tuple:
         """``(logprob, top_logprobs)`` of ``token`` for its TokenEvent when the answer asked for them."""

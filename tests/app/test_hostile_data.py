@@ -8,7 +8,6 @@ leaves what it could not read unchanged on disk.
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 
 from PySide6.QtCore import Qt
