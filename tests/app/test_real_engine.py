@@ -64,15 +64,18 @@ def test_a_reopened_chat_gives_the_model_the_same_context_as_the_live_one(qtbot,
         qtbot.addWidget(win)
         win.show()
         qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
-        win.generation_params = {"max_new_tokens": 16, "ignore_eos": True}
+        # Sampled (seeded) from a random model: this answer does not survive decode + encode (checked below).
+        win.generation_params = {"max_new_tokens": 24, "ignore_eos": True, "temperature": 1.0, "seed": 2}
         return win
 
     live = window()
     first = _ask(qtbot, live, "Say something random.")
-    assert first["generated_tokens"] == 16
+    assert first["generated_tokens"] == 24
     answer_ids = list(_session(live).turns[-1].token_ids)
     [conv] = live.store.conversations()
     assert live.store.messages(conv.id)[-1].token_ids == answer_ids  # stored with the answer
+    tokenizer = _session(live).tokenizer
+    assert tokenizer.encode(tokenizer.decode(answer_ids)) != answer_ids  # the text alone would not give them back
     copy = tmp_path / "reopened"
     copy.mkdir()
     backup = sqlite3.connect(copy / "smolchat.sqlite3")
