@@ -245,3 +245,25 @@ def test_an_error_about_an_attachment_names_the_users_file(qtbot, window, fake_s
     result = _ask(qtbot, window, "What is this?")
     assert result["error"] == f"ImageError: cannot identify image file '{png.resolve()}'"
     assert window.banner.message() == f"ImageError: cannot identify image file '{png.resolve()}'"
+
+
+def test_a_model_manager_that_fails_to_build_leaves_no_running_thread_behind(tmp_path):
+    """The SIGABRT seen at startup: a QThread started in ModelManager.__init__ and destroyed while running
+    when the rest of __init__ raised. Run in a child process (an abort would end pytest too)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import gc, app.model_manager as mm\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "qt = QApplication([])\n"
+        "def broken(*a, **k): raise ValueError('unreadable list of models')\n"
+        "mm.known_models = broken\n"
+        "try:\n    mm.ModelManager()\nexcept ValueError as exc:\n    print('raised:', exc)\n"
+        "gc.collect()\nqt.processEvents()\nprint('alive')\n")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SMOLCHAT_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert (done.returncode, done.stdout) == (0, "raised: unreadable list of models\nalive\n"), done.stderr
