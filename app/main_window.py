@@ -21,7 +21,7 @@ from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
 from app.remote_models import RemoteModels
-from app.settings import last_model, load_settings, open_settings, set_last_model
+from app.settings import last_model, load_settings, open_settings, set_aside_unreadable_settings, set_last_model
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
@@ -42,6 +42,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.setWindowIcon(QIcon(str(resource("smolchat.svg"))))
         self.setAcceptDrops(True)
         self.resize(1080, 720)
+        set_aside = set_aside_unreadable_settings()  # before QSettings reads (and later rewrites) it
         self.qsettings = open_settings()
         self.settings = load_settings(self.qsettings)
         self.model_manager = None
@@ -49,8 +50,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._token_counts: dict[tuple[str, str], int] = {}
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
-        self.store, self.storage_banner = open_store(self.banner, [p + "; the default applies instead."
-                                                                  for p in self.settings.problems])
+        self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)

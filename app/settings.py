@@ -180,35 +180,66 @@ class AppSettings:
         return None if self.dtype == "auto" else self.dtype
 
 
+_set_aside: dict[Path, str] = {}  # settings file -> what set_aside_unreadable_settings said (once per run)
+
+
+def set_aside_unreadable_settings(path: str | Path | None = None) -> str:
+    """Move a settings file that is not text (binary garbage, another program's file) to
+    ``settings.ini.unreadable`` before QSettings reads it: QSettings would parse the garbage and write
+    its reading back over the file. Returns a line that says so ("" when the file is fine or absent);
+    later calls in the same run return the same line."""
+    path = Path(path) if path else data_dir() / "settings.ini"
+    if path not in _set_aside:
+        _set_aside[path] = _set_aside_once(path)
+    return _set_aside[path]
+
+
+def _set_aside_once(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+        data.decode("utf-8")
+        if b"\0" in data:
+            raise ValueError("NUL bytes")
+        return ""
+    except (OSError, ValueError):
+        if not path.is_file():
+            return ""  # absent (or a folder: QSettings then reads nothing and reports it)
+    aside = path.with_name(path.name + ".unreadable")
+    try:
+        path.replace(aside)
+    except OSError as exc:
+        return f"Settings file {path} is not text and could not be set aside ({exc.strerror}); the defaults apply."
+    return f"Settings file {path} is not text: it was kept as {aside.name} and the defaults apply."
+
+
 def load_settings(qs: QSettings | None = None) -> AppSettings:
     """The settings in the ini file; an invalid value is left out (its default applies) and named in
-    :attr:`AppSettings.problems`. Never raises for what the file holds."""
+    :attr:`AppSettings.problems` (one line for the file). Never raises for what the file holds."""
     qs = qs or open_settings()
     s = AppSettings()
-    where = f"Settings file {qs.fileName()}"
+    ignored: list[str] = []
     if qs.status() != QSettings.Status.NoError:
-        s.problems.append(f"{where}: could not be read in full ({qs.status().name}); the defaults apply "
-                          "for what it did not say")
+        s.problems.append(f"Settings file {qs.fileName()} could not be read ({qs.status().name}): the defaults apply.")
     prompt = qs.value("chat/system_prompt", "")
+    if isinstance(prompt, list):  # QSettings reads an unquoted "a, b" as a list: keep the user's words
+        prompt = ", ".join(map(str, prompt))
     s.system_prompt = prompt if isinstance(prompt, str) else ""
-    if not isinstance(prompt, str):  # QSettings reads "a, b" as a list: keep the user's words as written
-        s.system_prompt = ", ".join(map(str, prompt)) if isinstance(prompt, list) else ""
     for key in SAMPLING_KEYS:
         raw = qs.value(f"sampling/{key}")
         if raw not in (None, ""):
             try:
                 s.overrides[key] = sampling_value(key, raw)
             except ValueError as exc:
-                s.problems.append(f"{where}: ignored {exc}")
+                ignored.append(str(exc))
     try:
         s.seed = parse_seed(qs.value("sampling/seed"))
     except ValueError as exc:
-        s.problems.append(f"{where}: ignored {exc}")
-    s.image_detail = _choice(qs, "chat/image_detail", tuple(IMAGE_DETAILS), "full", s.problems)
-    s.device = _choice(qs, "engine/device", DEVICES, "auto", s.problems)
-    s.dtype = _choice(qs, "engine/dtype", DTYPES, "auto", s.problems)
-    s.cache_kind = _choice(qs, "engine/cache_kind", CACHE_KINDS, CACHE_KINDS[0], s.problems)
-    s.weights = _choice(qs, "engine/weights", WEIGHTS, WEIGHTS[0], s.problems)
+        ignored.append(str(exc))
+    s.image_detail = _choice(qs, "chat/image_detail", tuple(IMAGE_DETAILS), "full", ignored)
+    s.device = _choice(qs, "engine/device", DEVICES, "auto", ignored)
+    s.dtype = _choice(qs, "engine/dtype", DTYPES, "auto", ignored)
+    s.cache_kind = _choice(qs, "engine/cache_kind", CACHE_KINDS, CACHE_KINDS[0], ignored)
+    s.weights = _choice(qs, "engine/weights", WEIGHTS, WEIGHTS[0], ignored)
     raw = qs.value("engine/context_size", 0)
     try:
         s.context_size = int(str(raw or 0).strip())
@@ -216,9 +247,11 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
             raise ValueError
     except ValueError:
         s.context_size = 0
-        s.problems.append(f"{where}: ignored context_size {str(raw)[:40]!r} (a whole number of tokens from 0 "
-                          f"to {LIMITS['context_size'][1]}; 0: the model's own)")
-    s.theme = _choice(qs, "ui/theme", THEMES, "system", s.problems)
+        ignored.append(f"context_size {str(raw)[:40]!r} (a whole number of tokens from 0 to "
+                       f"{LIMITS['context_size'][1]}; 0: the model's own)")
+    s.theme = _choice(qs, "ui/theme", THEMES, "system", ignored)
+    if ignored:
+        s.problems.append(f"Settings file {qs.fileName()}: ignored {'; '.join(ignored)}. The defaults apply instead.")
     return s
 
 
@@ -241,14 +274,13 @@ def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
     qs.sync()
 
 
-def _choice(qs: QSettings, key: str, allowed: tuple[str, ...], default: str, problems: list[str]) -> str:
+def _choice(qs: QSettings, key: str, allowed: tuple[str, ...], default: str, ignored: list[str]) -> str:
     """``key``'s value if it is one of ``allowed``; else ``default`` (a set but invalid value is noted)."""
     value = qs.value(key)
     if isinstance(value, str) and value in allowed:
         return value
     if value not in (None, ""):
-        problems.append(f"Settings file {qs.fileName()}: ignored {key.split('/')[-1]} {str(value)[:40]!r} "
-                        f"(one of {', '.join(allowed)})")
+        ignored.append(f"{key.split('/')[-1]} {str(value)[:40]!r} (one of {', '.join(allowed)})")
     return default
 
 

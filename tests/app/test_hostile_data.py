@@ -49,12 +49,12 @@ def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_th
     fake = FakeBackend(tokens=["Fine", "."])
     win = make_window(fake)
 
-    banner = win.storage_banner.message()
-    assert "ignored the seed must be a whole number from 0 to 18446744073709551615" in banner
-    assert "ignored temperature must be a finite number, got nan" in banner
-    assert "ignored top_p must be in (0, 1], got 5.0" in banner
-    assert "ignored max_new_tokens must be from 1 to 32768, got 99999999999" in banner
-    assert "ignored context_size 'lots'" in banner and "ignored device 'gpu9'" in banner
+    assert win.storage_banner.message() == (
+        f"Settings file {ini}: ignored temperature must be a finite number, got nan; top_p must be in (0, 1], "
+        "got 5.0; max_new_tokens must be from 1 to 32768, got 99999999999; the seed must be a whole number from 0 "
+        "to 18446744073709551615, or empty for a random seed, got 'abc'; device 'gpu9' (one of auto, cuda, mps, "
+        "cpu); context_size 'lots' (a whole number of tokens from 0 to 131072; 0: the model's own). The defaults "
+        "apply instead.")
     assert win.settings.seed is None and win.settings.overrides == {"top_k": 40}
     assert _ask(qtbot, win)["finish_reason"] == "stop"  # the defaults apply: messages work
     params = fake.calls[-1]["params"]
@@ -63,6 +63,17 @@ def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_th
     win.model_manager.close()
     text = ini.read_text(encoding="utf-8")
     assert "seed=abc" in text and "temperature=nan" in text and "context_size=lots" in text  # not overwritten
+
+
+def test_a_settings_file_that_is_not_text_is_set_aside_not_overwritten(qtbot, make_window, data_dir):
+    data_dir.mkdir(parents=True)
+    garbage = bytes(range(256)) * 8  # NUL bytes, invalid UTF-8
+    (data_dir / "settings.ini").write_bytes(garbage)
+    win = make_window(FakeBackend(tokens=["ok"]))
+    assert win.storage_banner.message() == (f"Settings file {data_dir / 'settings.ini'} is not text: it was kept "
+                                            "as settings.ini.unreadable and the defaults apply.")
+    assert (data_dir / "settings.ini.unreadable").read_bytes() == garbage
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
 
 
 def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
