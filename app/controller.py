@@ -113,7 +113,7 @@ class ChatController(QObject):
     def conversation_opened(self) -> None:
         """The keeper shows another conversation: the backend follows (it reuses what it can)."""
         if self.ready:
-            self.backend.set_history(history_messages(self.keeper.engine_history()))
+            self.backend.set_history(history_messages(self.keeper.engine_history(self.model_path)))
 
     def count_tokens(self, path: str, detail: str) -> int:
         return self.backend.count_attachment_tokens(Attachment(path), detail)

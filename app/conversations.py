@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 import time
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
@@ -35,10 +36,12 @@ def title_from(text: str, images: list[str]) -> str:
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
 
 
-def engine_history(messages: list[Message]) -> list[dict]:
+def engine_history(messages: list[Message], model: str = "") -> list[dict]:
     """The turns the engine should see: each user message followed by a non-empty answer.
 
     (A question whose answer failed with no text never reached the engine's conversation.)
+    An answer's token ids go along only when ``model`` (a path or repo id) generated it: another
+    model's tokenizer would read them as other words.
     """
     history: list[dict] = []
     for i, message in enumerate(messages):
@@ -46,8 +49,18 @@ def engine_history(messages: list[Message]) -> list[dict]:
             continue
         answer = messages[i + 1] if i + 1 < len(messages) else None
         if answer is not None and answer.role == "assistant" and answer.text.strip():
-            history += [message.as_history(), answer.as_history()]
+            question = message.as_history()
+            question["images"] = [p for p in question["images"] if Path(p).is_file()]  # see missing_images()
+            reply = answer.as_history()
+            if answer.stats.get("model") != model:
+                reply.pop("token_ids", None)
+            history += [question, reply]
     return history
+
+
+def missing_images(messages: list[Message]) -> list[str]:
+    """Stored images of ``messages`` that are no longer on disk (their messages go to the model without them)."""
+    return [p for m in messages for p in m.images if not Path(p).is_file()]
 
 
 def answer_footer(message: Message) -> str:
@@ -88,9 +101,29 @@ def connect_store() -> tuple[Store, str]:
                 "update Smolchat to continue them.")
         except STORAGE_ERRORS as exc:
             reason = f"{why}, and it could not be opened read-only: {exc}"
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            reason = _database_problem(folder, exc)
+        else:  # another program (another Smolchat, a backup tool) is writing to it: read what is there
+            why = "another program holds the database locked"
+            try:
+                return Store(folder, read_only=why), (
+                    f"Your conversations in {folder} are shown read-only: {why} ({exc}). Sending is off; "
+                    "close the other program and restart Smolchat.")
+            except STORAGE_ERRORS as again:
+                reason = _database_problem(folder, again)
     except STORAGE_ERRORS as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
+        reason = _database_problem(folder, exc) if isinstance(exc, sqlite3.Error) else \
+            getattr(exc, "strerror", None) or str(exc)
     return Store(use_temporary_data_dir(reason)), data_dir_problem()
+
+
+def _database_problem(folder, exc: sqlite3.Error) -> str:
+    """Why the database file cannot be opened, naming it (the file, not the folder, is the problem)."""
+    database = folder / "smolchat.sqlite3"
+    if database.is_dir():
+        return f"{database} is a folder"
+    return f"{database}: {exc}; it is left as it is"
 
 
 def open_store(chat_banner: Banner, notices: list[str] = ()) -> tuple[Store, Banner]:
@@ -173,18 +206,25 @@ class ConversationKeeper(QObject):
         return None
 
     def unreadable_lines(self) -> list[str]:
-        """One line when messages of the open chat had data that could not be read (else none)."""
-        ids = {m.id for m in self.messages()}
+        """Lines for what the open chat holds but could not be read (damaged rows, images gone from disk)."""
+        messages = self.messages()
+        ids = {m.id for m in messages}
         bad = sum(1 for kind, i in self.store.unreadable if kind == "message" and i in ids)
-        if not bad:
-            return []
-        which = "1 message of this chat has" if bad == 1 else f"{bad} messages of this chat have"
-        return [f"{which} stored data that could not be read (images, statistics or token ids): shown "
-                "with what could be read, and left unchanged on disk."]
+        lines = []
+        if bad:
+            which = "1 message of this chat has" if bad == 1 else f"{bad} messages of this chat have"
+            lines.append(f"{which} stored data that could not be read (images, statistics or token ids): shown "
+                         "with what could be read, and left unchanged on disk.")
+        gone = missing_images(messages)
+        if gone:
+            which = "1 image of this chat is" if len(gone) == 1 else f"{len(gone)} images of this chat are"
+            lines.append(f"{which} missing from {self.store.images_dir} ({', '.join(Path(p).name for p in gone[:3])}"
+                         f"{', …' if len(gone) > 3 else ''}): the model sees those messages without them.")
+        return lines
 
-    def engine_history(self) -> list[dict]:
-        """What the engine should hold for the open conversation (see :func:`engine_history`)."""
-        return engine_history(self.messages())
+    def engine_history(self, model: str = "") -> list[dict]:
+        """What the engine should hold for the open conversation with ``model`` (see :func:`engine_history`)."""
+        return engine_history(self.messages(), model)
 
     def ensure_conversation(self, text: str, images: list[str], model: str, settings: dict) -> int:
         if self.current_id is None:
@@ -198,7 +238,7 @@ class ConversationKeeper(QObject):
               ) -> tuple[list[dict], list[str]]:
         """Save the user's message and an empty streaming answer; returns (engine history, stored images)."""
         conv_id = self.ensure_conversation(user_text, images, model, settings)
-        history = engine_history(self.store.messages(conv_id))
+        history = engine_history(self.store.messages(conv_id), model)
         stored = [self.store.store_image(p) for p in images]
         user = self.store.add_message(conv_id, "user", user_text, stored)
         try:
@@ -219,7 +259,7 @@ class ConversationKeeper(QObject):
         self.store.delete_messages_from(self.current_id, widgets[index].message_id)
         messages = self.store.messages(self.current_id)
         user = messages[-1]
-        history = engine_history(messages[:-1])
+        history = engine_history(messages[:-1], model)
         answer = self._save_answer(self.current_id, model_name, model, settings)
         self.transcript.remove_from(index)  # only once saved: a failed save keeps the old answer shown
         self._show_answer(answer.id, model_name)

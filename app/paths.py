@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -27,6 +28,8 @@ def requested_data_dir() -> Path:
 
 def _check_writable(path: Path) -> None:
     """Create ``path`` and prove a file can be written in it (raises OSError otherwise)."""
+    if path.is_symlink() and not path.exists():
+        raise OSError(errno.ELOOP, "it is a symbolic link that leads nowhere (a loop, or its target is missing)")
     path.mkdir(parents=True, exist_ok=True)
     fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
     os.close(fd)

@@ -67,6 +67,7 @@ class ReadOnlyStore(sqlite3.OperationalError):
     """A write to a store opened read-only; the message says why it is read-only."""
 
 
+OPEN_TIMEOUT_S = 2.0  # how long opening waits for another program's lock
 _COPIES = itertools.count()  # names the copies in flight within this process
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
 
@@ -122,16 +123,21 @@ class Store:
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)  # autocommit; explicit BEGIN for groups
         try:
             self.db.row_factory = sqlite3.Row
+            # At start a lock held by another program is waited for briefly (the window is not shown yet);
+            # the caller then opens the database read-only. Later writes wait up to 10 s.
+            self.db.execute(f"PRAGMA busy_timeout = {int(OPEN_TIMEOUT_S * 1000)}")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast enough per flush
             self.db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            if recover:
+                self.interrupted = self._mark_interrupted()
+                self._purge_deleted()
+            self.db.execute("PRAGMA busy_timeout = 10000")
         except BaseException:
             self.db.close()
             raise
         if recover:
-            self.interrupted = self._mark_interrupted()
-            self._purge_deleted()
             self._remove_partial_images()
 
     def _connect_read_only(self) -> sqlite3.Connection:

@@ -278,3 +278,52 @@ def test_a_model_manager_that_fails_to_build_leaves_no_running_thread_behind(tmp
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
                           cwd=Path(__file__).resolve().parents[2])
     assert (done.returncode, done.stdout) == (0, "raised: unreadable list of models\nalive\n"), done.stderr
+
+
+def test_a_stored_image_missing_from_disk_is_named_and_left_out_of_the_context(qtbot, make_window, data_dir, png):
+    store = Store(data_dir)
+    conv = store.create_conversation("photo chat", model="/models/fake")
+    kept = store.store_image(png)
+    store.add_message(conv.id, "user", "What is this?", [kept])
+    store.add_message(conv.id, "assistant", "An orange square.")
+    store.close()
+    (data_dir / "images" / kept.rsplit("/", 1)[1]).unlink()  # deleted by hand, or by a disk cleaner
+    fake = FakeBackend(tokens=["Yes", "."])
+    win = make_window(fake)
+
+    assert win.banner.message() == (f"1 image of this chat is missing from {data_dir / 'images'} "
+                                    f"({kept.rsplit('/', 1)[1]}): the model sees those messages without them.")
+    assert _ask(qtbot, win, "Sure?")["finish_reason"] == "stop"
+    assert [(m.text, m.attachments) for m in fake.calls[-1]["history"]] == [("What is this?", ()),
+                                                                          ("An orange square.", ())]
+
+
+def test_token_ids_go_to_the_engine_only_for_the_model_that_generated_them(data_dir):
+    from app.conversations import engine_history
+    from app.controller import history_messages
+
+    store = Store(data_dir)
+    conv = store.create_conversation("two models")
+    store.add_message(conv.id, "user", "Hi")
+    answer = store.add_message(conv.id, "assistant", "Hello.", stats={"model": "/models/a"})
+    store.update_message(answer.id, token_ids=[9, 8, 7])
+    messages = store.messages(conv.id)
+    assert history_messages(engine_history(messages, "/models/a"))[1].token_ids == (9, 8, 7)
+    assert history_messages(engine_history(messages, "/models/b"))[1].token_ids is None  # re-tokenized by b
+    store.close()
+
+
+def test_a_database_locked_by_another_program_opens_read_only(qtbot, make_window, data_dir):
+    _chat(data_dir)
+    other = sqlite3.connect(data_dir / "smolchat.sqlite3", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # e.g. a backup tool, or a stuck second copy of Smolchat
+    try:
+        win = make_window(FakeBackend())
+        assert win.storage_banner.message() == (
+            f"Your conversations in {data_dir} are shown read-only: another program holds the database locked "
+            "(database is locked). Sending is off; close the other program and restart Smolchat.")
+        assert win.sidebar.titles() == ["old chat"]  # before: a temporary folder, the chats hidden
+        assert [m["text"] for m in win.transcript.messages()][-1] == "4."
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
