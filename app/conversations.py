@@ -113,8 +113,12 @@ def connect_store() -> tuple[Store, str]:
             except STORAGE_ERRORS as again:
                 reason = _database_problem(folder, again)
     except STORAGE_ERRORS as exc:
-        reason = _database_problem(folder, exc) if isinstance(exc, sqlite3.Error) else \
-            getattr(exc, "strerror", None) or str(exc)
+        if isinstance(exc, sqlite3.Error):
+            reason = _database_problem(folder, exc)
+        else:  # e.g. "images" is a file: name what is in the way
+            reason = getattr(exc, "strerror", None) or str(exc)
+            if getattr(exc, "filename", None):
+                reason = f"{exc.filename}: {reason}"
     return Store(use_temporary_data_dir(reason)), data_dir_problem()
 
 

@@ -21,7 +21,14 @@ from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
 from app.remote_models import RemoteModels
-from app.settings import last_model, load_settings, open_settings, set_aside_unreadable_settings, set_last_model
+from app.settings import (
+    last_model,
+    load_settings,
+    open_settings,
+    set_aside_unreadable_settings,
+    set_last_model,
+    theme_from_environment,
+)
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
@@ -50,7 +57,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._token_counts: dict[tuple[str, str], int] = {}
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
-        self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems])
+        self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems,
+                                                                  theme_from_environment()[1]])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)

@@ -12,6 +12,7 @@ value can never make every later message fail. What could not be read is not rew
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -105,6 +106,19 @@ def chat_values(saved, where: str) -> tuple[dict, list[str]]:
             problems.append(f"{where}: ignored image_detail {str(saved['image_detail'])[:40]!r} "
                             f"(one of {', '.join(IMAGE_DETAILS)})")
     return out, problems
+
+
+THEME_ENV = "SMOLCHAT_THEME"
+
+
+def theme_from_environment() -> tuple[str | None, str]:
+    """``$SMOLCHAT_THEME`` when it is a theme (else None) and a line saying it was ignored ("" when fine)."""
+    value = os.environ.get(THEME_ENV, "").strip()
+    if not value:
+        return None, ""
+    if value in THEMES:
+        return value, ""
+    return None, f"${THEME_ENV}: ignored {value[:40]!r} (one of {', '.join(THEMES)}); the theme from Settings applies."
 
 
 def open_settings() -> QSettings:

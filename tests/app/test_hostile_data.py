@@ -299,8 +299,8 @@ def test_a_stored_image_missing_from_disk_is_named_and_left_out_of_the_context(q
 
 
 def test_token_ids_go_to_the_engine_only_for_the_model_that_generated_them(data_dir):
-    from app.conversations import engine_history
     from app.controller import history_messages
+    from app.conversations import engine_history
 
     store = Store(data_dir)
     conv = store.create_conversation("two models")
@@ -327,3 +327,20 @@ def test_a_database_locked_by_another_program_opens_read_only(qtbot, make_window
     finally:
         other.execute("ROLLBACK")
         other.close()
+
+
+def test_a_theme_variable_with_junk_is_ignored_and_said(qtbot, make_window, monkeypatch):
+    monkeypatch.setenv("SMOLCHAT_THEME", "purple")
+    win = make_window(FakeBackend())
+    assert win.storage_banner.message() == ("$SMOLCHAT_THEME: ignored 'purple' (one of system, light, dark); the "
+                                            "theme from Settings applies.")
+
+
+def test_a_file_where_the_images_folder_belongs_is_named(qtbot, make_window, data_dir):
+    data_dir.mkdir(parents=True)
+    (data_dir / "images").write_text("not a folder")
+    win = make_window(FakeBackend())
+    assert win.storage_banner.message().startswith(
+        f"The data folder {data_dir} cannot be used ({data_dir / 'images'}: File exists). Conversations will not "
+        "be kept after Smolchat closes")
+    assert (data_dir / "images").read_text() == "not a folder"
