@@ -66,7 +66,7 @@ def parse_seed(raw) -> int | None:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
     text = str(raw).strip()
-    if isinstance(raw, bool) or not text.isdigit() or int(text) > MAX_SEED:  # isdigit: no sign, no decimals
+    if isinstance(raw, bool) or not (text.isascii() and text.isdigit()) or int(text) > MAX_SEED:  # no sign, no "²"
         raise ValueError(f"the seed must be {SEED_RULE}, got {text[:40]!r}")
     return int(text)
 

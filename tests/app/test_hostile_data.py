@@ -80,7 +80,7 @@ def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
     dialog = window.open_settings_dialog()
     qtbot.addWidget(dialog)
     error = dialog.findChild(QLabel, "seedError")
-    for typed in ("-1", "18446744073709551616", "1.5", "abc"):
+    for typed in ("-1", "18446744073709551616", "1.5", "abc", "²"):
         dialog.seed.setText(typed)
         dialog.accept()
         assert dialog.isVisible(), typed  # refused: the dialog stays open
