@@ -117,7 +117,7 @@ class SettingsDialog(QDialog):
                               ("Repetition penalty", self.repetition_penalty),
                               ("Max new tokens", self.max_new_tokens), ("Seed", self.seed)):
             sampling.addRow(label, widget)
-        sampling.addRow("", self.seed_error)
+        sampling.addRow(self.seed_error)  # the whole row's width: the reason is a sentence
         reset = QPushButton("Use the model's defaults")
         reset.setObjectName("resetSampling")
         reset.setAccessibleName("Reset sampling to the model's defaults")
@@ -206,6 +206,10 @@ class SettingsDialog(QDialog):
         except ValueError as exc:
             self.seed_error.setText(f"Not applied: {str(exc)[0].upper()}{str(exc)[1:]}.")
             self.seed_error.show()
+            # A word-wrapped label in a form gets one line's height unless asked for more.
+            width = max(self.seed_error.width(), self.seed.width(), 200)
+            self.seed_error.setMinimumHeight(self.seed_error.heightForWidth(width))
+            self.adjustSize()
             self.seed.setFocus()
             self.seed.selectAll()
             return False
