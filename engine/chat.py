@@ -400,6 +400,9 @@ class ChatSession:
         if len(ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
+            system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
+            if system >= capacity // 2:  # a stored setting, not this message, is what fails every answer
+                alone = f"; the system prompt alone has {system} tokens: shorten it in Settings"
             raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}{alone}")
         return ids, keys, images, dropped
 

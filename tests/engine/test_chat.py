@@ -169,3 +169,12 @@ def test_done_event_carries_the_answer_ids_and_damaged_stored_ids_fall_back_to_t
     assert session._prompt()[0] == expected  # before: the ids went into the prompt (IndexError in the embedding)
     _, done, _ = run(session, "Again", n=4)
     assert done.finish_reason == "length" and done.error is None
+
+
+def test_a_system_prompt_too_long_for_the_context_is_named_as_the_cause(tiny_checkpoint):
+    """Issue 18: a huge system prompt (a stored setting) fails every answer: the error says it is the cause."""
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(max_tokens=256),
+                               system_prompt="word " * 400)
+    with pytest.raises(PromptTooLongError, match=r"^the prompt has 414 tokens but the context holds 256; the system "
+                       r"prompt alone has 401 tokens: shorten it in Settings$"):
+        run(session, "Hi", n=2)
