@@ -11,7 +11,7 @@ from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import QMainWindow
 
-from app.backends import backend_from_env
+from app.backends import backend_from_env, ignored_backend
 from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT
 from app.controller import ChatController
@@ -57,8 +57,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._token_counts: dict[tuple[str, str], int] = {}
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
+        ignored = ""
+        if backend is None:  # before the banner, which says if SMOLCHAT_BACKEND was ignored
+            backend = backend_from_env()
+            ignored = ignored_backend[0]
         self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems,
-                                                                  theme_from_environment()[1]])
+                                                                  theme_from_environment()[1], ignored])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
@@ -66,7 +70,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.remote_models = RemoteModels(self)
         self.model_picker.remote_models = self.remote_models
         # One backend for the controller: the local engine, or a server's model once one is chosen.
-        self.engines = EngineSwitch(backend or backend_from_env(), make_remote_backend)
+        self.engines = EngineSwitch(backend, make_remote_backend)
         self.controller = ChatController(self.engines, self.keeper)
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QLabel, QPushButton
 
 from app.backends.fake import FakeBackend
 from app.store import SCHEMA_VERSION, Store
+from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 
 
 def _ask(qtbot, win, text: str = "What colour is the cat?") -> dict:
@@ -344,3 +345,16 @@ def test_a_file_where_the_images_folder_belongs_is_named(qtbot, make_window, dat
         f"The data folder {data_dir} cannot be used ({data_dir / 'images'}: File exists). Conversations will not "
         "be kept after Smolchat closes")
     assert (data_dir / "images").read_text() == "not a folder"
+
+
+def test_a_backend_variable_naming_nothing_is_ignored_and_said(qtbot, monkeypatch, tiny_checkpoint):  # noqa: F811
+    from app.main_window import MainWindow
+
+    monkeypatch.setenv("SMOLCHAT_BACKEND", "nonsense:Backend")
+    win = MainWindow(str(tiny_checkpoint))  # before: ModuleNotFoundError, no window
+    qtbot.addWidget(win)
+    assert win.storage_banner.message() == ("$SMOLCHAT_BACKEND: ignored 'nonsense:Backend' (ModuleNotFoundError: No "
+                                            "module named 'nonsense'); using the local engine.")
+    qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
+    assert win.model_info["backend"] == "local"
+    win.close()
