@@ -80,8 +80,9 @@ def _reason(status: str) -> str:
 def connect_store() -> tuple[Store, str]:
     """The store in the data folder and what the user must know about it ("" when all is well).
 
-    A database of a newer Smolchat, or one in a folder that cannot be written, opens read-only (never
-    a silent new database, never a write to it). A folder or file that cannot be used at all (not a
+    A database of a newer Smolchat, one locked by another program for more than ``store.OPEN_TIMEOUT_S`` (2 s), or
+    one in a folder that cannot be written, opens read-only (never a silent new database, never a write
+    to it). A folder or file that cannot be used at all (not a
     database, a file in the way) is left as it is and a temporary folder serves this run."""
     folder = data_dir()
     read_only = data_dir_read_only()
@@ -199,8 +200,8 @@ class ConversationKeeper(QObject):
 
     def unanswered(self) -> tuple[int, int | None] | None:
         """``(question index, answer index or None)`` in the open chat's transcript when it ends with a
-        question whose answer never started (Smolchat closed during its prefill: no answer row, or an
-        empty one marked interrupted); None otherwise."""
+        question without an answer: an empty one marked interrupted (Smolchat closed during its
+        prefill), or none at all (closed between the two saves, or the answer was deleted); else None."""
         messages = self.messages()
         if messages and messages[-1].role == "user":
             return len(messages) - 1, None

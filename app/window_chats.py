@@ -47,8 +47,10 @@ class ChatsMixin:
 
     def _offer_resend(self, note: str = "") -> None:
         """The open chat ends with a question that was never answered: say so, with one-click Resend."""
-        self.banner.show_info(note or "Your last question was never answered: Smolchat closed before the answer "
-                              "started. It is not part of the model's context until it is answered.",
+        found = self.keeper.unanswered()
+        why = ("Your last question was never answered: Smolchat closed before the answer started."
+               if found and found[1] is not None else "Your last question has no answer.")
+        self.banner.show_info(note or f"{why} It is not part of the model's context until it is answered.",
                               "Resend", self.resend_unanswered)
 
     def resend_unanswered(self) -> None:

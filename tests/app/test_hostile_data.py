@@ -224,7 +224,8 @@ def test_a_question_without_any_answer_row_is_resent_once(qtbot, make_window, da
     store.close()
     fake = FakeBackend(tokens=["6", "."])
     win = make_window(fake)
-    assert win.banner.message().startswith("Your last question was never answered")
+    assert win.banner.message() == ("Your last question has no answer. It is not part of the model's context until "
+                                    "it is answered.")
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         win.resend_unanswered()
     assert fake.calls[-1]["text"] == "And 3+3?"
