@@ -21,6 +21,7 @@ from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
 from app.remote_models import RemoteModels
+from app.remote_settings import unreadable_servers
 from app.settings import (
     last_model,
     load_settings,
@@ -62,6 +63,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             backend = backend_from_env()
             ignored = ignored_backend[0]
         self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems,
+                                                                  unreadable_servers(self.qsettings),
                                                                   theme_from_environment()[1], ignored])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)

@@ -359,3 +359,18 @@ def test_a_backend_variable_naming_nothing_is_ignored_and_said(qtbot, monkeypatc
     qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
     assert win.model_info["backend"] == "local"
     win.close()
+
+
+def test_saved_servers_of_the_wrong_type_are_ignored_and_said(qtbot, make_window, data_dir):
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    ini.write_text('[remote]\nservers="[{\\"name\\": \\"gpu\\", \\"url\\": \\"http://gpu:8000/v1\\", \\"vision\\": '
+                   '\\"yes\\"}, {\\"name\\": 5, \\"url\\": [1]}, 7]"\n', encoding="utf-8")
+    win = make_window(FakeBackend())  # before: TypeError / ValueError from the servers list
+    assert win.storage_banner.message() == (f"Settings file {ini}: ignored 2 saved servers that could not be read "
+                                            "(remote/servers); the rest apply.")
+    from app.remote_settings import load_servers
+
+    assert load_servers(win.qsettings) == [{"name": "gpu", "url": "http://gpu:8000/v1", "vision": {}}]
+    ini.write_text("[remote]\nservers=5\n", encoding="utf-8")
+    assert load_servers(win.qsettings.__class__(str(ini), win.qsettings.Format.IniFormat)) == []
