@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -19,8 +17,10 @@ def create_app(argv: list[str]) -> QApplication:
     app.setWindowIcon(QIcon(str(resource("smolchat.svg"))))
     app.setStyle("Fusion")  # consistent across platforms; the style sheet follows the palette
     app.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
-    from app.settings import load_settings
+    from app.settings import load_settings, set_aside_unreadable_settings, theme_from_environment
     from app.theme import apply_theme
 
-    apply_theme(os.environ.get("SMOLCHAT_THEME") or load_settings().theme)  # follows the system by default
+    set_aside_unreadable_settings()  # before anything reads it: the window says what was done
+
+    apply_theme(theme_from_environment()[0] or load_settings().theme)  # follows the system by default
     return app

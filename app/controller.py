@@ -23,15 +23,22 @@ log = logging.getLogger(__name__)
 
 
 def history_messages(history: list[dict]) -> list[HistoryMessage]:
-    """The keeper's ``[{"role", "text", "images"}]`` as the backend's messages."""
+    """The keeper's ``[{"role", "text", "images", "token_ids"?}]`` as the backend's messages; an answer's
+    stored ``token_ids`` go with it, so the engine replays the ids it generated (not a re-tokenization)."""
+    def ids(m: dict) -> tuple[int, ...] | None:
+        token_ids = m.get("token_ids")
+        return tuple(token_ids) if m.get("role") == "assistant" and token_ids is not None else None
+
     return [HistoryMessage(m.get("role", "user"), m.get("text", ""),
-                           tuple(Attachment(p) for p in (m.get("images") or ()) if m.get("role") == "user"))
+                           tuple(Attachment(p) for p in (m.get("images") or ()) if m.get("role") == "user"), ids(m))
             for m in history]
 
 
 def result_of(done: DoneEvent) -> dict:
-    """A finished answer as the plain dict the window, footers and store use."""
-    return {"finish_reason": done.finish_reason, "error": done.error, **done.stats.to_dict()}
+    """A finished answer as the plain dict the window, footers and store use (``token_ids``: a list, or
+    None when the backend did not say)."""
+    return {"finish_reason": done.finish_reason, "error": done.error, **done.stats.to_dict(),
+            "token_ids": list(done.token_ids) if done.token_ids else None}
 
 
 class ChatController(QObject):
@@ -60,6 +67,8 @@ class ChatController(QObject):
         self.extra_params: dict = {}  # GenerationParams fields on top of the settings (tests, screenshots)
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
+        # Stored copy -> the user's file it was made from: errors name the file the user attached.
+        self.display_names: dict[str, str] = {}
 
     # -- models --------------------------------------------------------------------------------------
     def load(self, path: str, device: str | None, dtype: str | None, options: dict) -> bool:
@@ -104,7 +113,7 @@ class ChatController(QObject):
     def conversation_opened(self) -> None:
         """The keeper shows another conversation: the backend follows (it reuses what it can)."""
         if self.ready:
-            self.backend.set_history(history_messages(self.keeper.engine_history()))
+            self.backend.set_history(history_messages(self.keeper.engine_history(self.model_path)))
 
     def count_tokens(self, path: str, detail: str) -> int:
         return self.backend.count_attachment_tokens(Attachment(path), detail)
@@ -175,7 +184,8 @@ class ChatController(QObject):
             # Which engine and model answered (a conversation may switch engines between answers).
             result["engine"], result["model"] = self.model_info.get("backend", "local"), self.model_path
             if event.error:
-                self.failed.emit(event.error)
+                result["error"] = self.user_words(event.error)
+                self.failed.emit(result["error"])
             self.busy = False
             self.finished.emit(result)  # the window ends the answer on screen first
             self.keeper.finish(result, self.model_name)
@@ -188,6 +198,12 @@ class ChatController(QObject):
                 self.load(path, device, dtype, options)
 
     # -- helpers -------------------------------------------------------------------------------------
+    def user_words(self, message: str) -> str:
+        """``message`` naming the files the user attached instead of their copies in the image store."""
+        for stored, original in self.display_names.items():
+            message = message.replace(stored, original)
+        return message
+
     @property
     def model_name(self) -> str:
         return self.model_info.get("model_name", "Smolchat")

@@ -6,14 +6,15 @@ from __future__ import annotations
 import errno
 import sqlite3
 import time
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from app.banner import Banner
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
-from app.paths import data_dir, data_dir_problem, use_temporary_data_dir
-from app.store import Message, Store
+from app.paths import data_dir, data_dir_problem, data_dir_read_only, use_temporary_data_dir
+from app.store import SCHEMA_VERSION, Message, NewerSchemaError, Store
 
 FLUSH_INTERVAL_S = 0.25
 FLUSH_TOKENS = 32
@@ -35,10 +36,12 @@ def title_from(text: str, images: list[str]) -> str:
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
 
 
-def engine_history(messages: list[Message]) -> list[dict]:
+def engine_history(messages: list[Message], model: str = "") -> list[dict]:
     """The turns the engine should see: each user message followed by a non-empty answer.
 
     (A question whose answer failed with no text never reached the engine's conversation.)
+    An answer's token ids go along only when ``model`` (a path or repo id) generated it: another
+    model's tokenizer would read them as other words.
     """
     history: list[dict] = []
     for i, message in enumerate(messages):
@@ -46,11 +49,23 @@ def engine_history(messages: list[Message]) -> list[dict]:
             continue
         answer = messages[i + 1] if i + 1 < len(messages) else None
         if answer is not None and answer.role == "assistant" and answer.text.strip():
-            history += [message.as_history(), answer.as_history()]
+            question = message.as_history()
+            question["images"] = [p for p in question["images"] if Path(p).is_file()]  # see missing_images()
+            reply = answer.as_history()
+            if answer.stats.get("model") != model:
+                reply.pop("token_ids", None)
+            history += [question, reply]
     return history
 
 
+def missing_images(messages: list[Message]) -> list[str]:
+    """Stored images of ``messages`` that are no longer on disk (their messages go to the model without them)."""
+    return [p for m in messages for p in m.images if not Path(p).is_file()]
+
+
 def answer_footer(message: Message) -> str:
+    if message.status == "interrupted" and not message.text.strip():
+        return "unanswered — Smolchat closed before this answer started"
     if message.status == "interrupted":
         return "interrupted — Smolchat closed before this answer was complete"
     parts = [p for p in (finish_footer({"finish_reason": _reason(message.status), **message.stats}),
@@ -62,20 +77,72 @@ def _reason(status: str) -> str:
     return "stop" if status == "done" else status
 
 
-def open_store(chat_banner: Banner) -> tuple[Store, Banner]:
-    """The store in the data folder, or in a temporary one if that fails, and a lasting banner above
-    ``chat_banner`` that says so (the chat's banner is cleared on every send; this one must stay)."""
+def connect_store() -> tuple[Store, str]:
+    """The store in the data folder and what the user must know about it ("" when all is well).
+
+    A database of a newer Smolchat, one locked by another program for more than ``store.OPEN_TIMEOUT_S`` (2 s), or
+    one in a folder that cannot be written, opens read-only (never a silent new database, never a write
+    to it). A folder or file that cannot be used at all (not a
+    database, a file in the way) is left as it is and a temporary folder serves this run."""
+    folder = data_dir()
+    read_only = data_dir_read_only()
     try:
-        store = Store(data_dir())
+        if read_only:
+            return Store(folder, read_only=f"the data folder cannot be written ({read_only})"), (
+                f"Your conversations in {folder} are shown read-only: the folder cannot be written "
+                f"({read_only}). Sending is off; make the folder writable, or start Smolchat with "
+                "SMOLCHAT_DATA_DIR set to another folder.")
+        return Store(folder), data_dir_problem()
+    except NewerSchemaError as exc:
+        why = (f"they were saved by a newer version of Smolchat (database schema {exc.version}; this one reads "
+               f"up to {SCHEMA_VERSION})")
+        try:
+            return Store(folder, read_only=why), (
+                f"Your conversations in {folder} are shown read-only: {why}. Nothing is changed on disk; "
+                "update Smolchat to continue them.")
+        except STORAGE_ERRORS as exc:
+            reason = f"{why}, and it could not be opened read-only: {exc}"
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            reason = _database_problem(folder, exc)
+        else:  # another program (another Smolchat, a backup tool) is writing to it: read what is there
+            why = "another program holds the database locked"
+            try:
+                return Store(folder, read_only=why), (
+                    f"Your conversations in {folder} are shown read-only: {why} ({exc}). Sending is off; "
+                    "close the other program and restart Smolchat.")
+            except STORAGE_ERRORS as again:
+                reason = _database_problem(folder, again)
     except STORAGE_ERRORS as exc:
-        store = Store(use_temporary_data_dir(getattr(exc, "strerror", None) or str(exc)))
+        if isinstance(exc, sqlite3.Error):
+            reason = _database_problem(folder, exc)
+        else:  # e.g. "images" is a file: name what is in the way
+            reason = getattr(exc, "strerror", None) or str(exc)
+            if getattr(exc, "filename", None):
+                reason = f"{exc.filename}: {reason}"
+    return Store(use_temporary_data_dir(reason)), data_dir_problem()
+
+
+def _database_problem(folder, exc: sqlite3.Error) -> str:
+    """Why the database file cannot be opened, naming it (the file, not the folder, is the problem)."""
+    database = folder / "smolchat.sqlite3"
+    if database.is_dir():
+        return f"{database} is a folder"
+    return f"{database}: {exc}; it is left as it is"
+
+
+def open_store(chat_banner: Banner, notices: list[str] = ()) -> tuple[Store, Banner]:
+    """The store (:func:`connect_store`) and a lasting banner above ``chat_banner`` that says what the
+    user must know about it and ``notices`` (settings that were ignored): the chat's banner is cleared
+    on every send; this one stays until dismissed."""
+    store, problem = connect_store()
     storage_banner = Banner()
     storage_banner.setAccessibleName("Data folder problem")
     layout = chat_banner.parentWidget().layout()
     layout.insertWidget(layout.indexOf(chat_banner), storage_banner)
-    problem = data_dir_problem()
-    if problem:
-        storage_banner.show_error(problem)
+    lines = [line for line in (problem, *notices) if line]
+    if lines:
+        storage_banner.show_error("\n".join(lines))
     return store, storage_banner
 
 
@@ -131,9 +198,38 @@ class ConversationKeeper(QObject):
     def messages(self) -> list[Message]:
         return self.store.messages(self.current_id) if self.current_id is not None else []
 
-    def engine_history(self) -> list[dict]:
-        """What the engine should hold for the open conversation (see :func:`engine_history`)."""
-        return engine_history(self.messages())
+    def unanswered(self) -> tuple[int, int | None] | None:
+        """``(question index, answer index or None)`` in the open chat's transcript when it ends with a
+        question without an answer: an empty one marked interrupted (Smolchat closed during its
+        prefill), or none at all (closed between the two saves, or the answer was deleted); else None."""
+        messages = self.messages()
+        if messages and messages[-1].role == "user":
+            return len(messages) - 1, None
+        if (len(messages) >= 2 and messages[-2].role == "user" and messages[-1].status == "interrupted"
+                and not messages[-1].text.strip()):
+            return len(messages) - 2, len(messages) - 1
+        return None
+
+    def unreadable_lines(self) -> list[str]:
+        """Lines for what the open chat holds but could not be read (damaged rows, images gone from disk)."""
+        messages = self.messages()
+        ids = {m.id for m in messages}
+        bad = sum(1 for kind, i in self.store.unreadable if kind == "message" and i in ids)
+        lines = []
+        if bad:
+            which = "1 message of this chat has" if bad == 1 else f"{bad} messages of this chat have"
+            lines.append(f"{which} stored data that could not be read (images, statistics or token ids): shown "
+                         "with what could be read, and left unchanged on disk.")
+        gone = missing_images(messages)
+        if gone:
+            which = "1 image of this chat is" if len(gone) == 1 else f"{len(gone)} images of this chat are"
+            lines.append(f"{which} missing from {self.store.images_dir} ({', '.join(Path(p).name for p in gone[:3])}"
+                         f"{', …' if len(gone) > 3 else ''}): the model sees those messages without them.")
+        return lines
+
+    def engine_history(self, model: str = "") -> list[dict]:
+        """What the engine should hold for the open conversation with ``model`` (see :func:`engine_history`)."""
+        return engine_history(self.messages(), model)
 
     def ensure_conversation(self, text: str, images: list[str], model: str, settings: dict) -> int:
         if self.current_id is None:
@@ -147,7 +243,7 @@ class ConversationKeeper(QObject):
               ) -> tuple[list[dict], list[str]]:
         """Save the user's message and an empty streaming answer; returns (engine history, stored images)."""
         conv_id = self.ensure_conversation(user_text, images, model, settings)
-        history = engine_history(self.store.messages(conv_id))
+        history = engine_history(self.store.messages(conv_id), model)
         stored = [self.store.store_image(p) for p in images]
         user = self.store.add_message(conv_id, "user", user_text, stored)
         try:
@@ -168,7 +264,7 @@ class ConversationKeeper(QObject):
         self.store.delete_messages_from(self.current_id, widgets[index].message_id)
         messages = self.store.messages(self.current_id)
         user = messages[-1]
-        history = engine_history(messages[:-1])
+        history = engine_history(messages[:-1], model)
         answer = self._save_answer(self.current_id, model_name, model, settings)
         self.transcript.remove_from(index)  # only once saved: a failed save keeps the old answer shown
         self._show_answer(answer.id, model_name)
@@ -225,10 +321,10 @@ class ConversationKeeper(QObject):
             return
         answer = self.transcript.last_assistant()
         reason = result.get("finish_reason", "error")
-        stats = {k: v for k, v in result.items() if k not in ("finish_reason",)}
+        stats = {k: v for k, v in result.items() if k not in ("finish_reason", "token_ids")}
         stats["model_name"] = model_name
         self._save("the answer", self.store.update_message, self._streaming_id, text=answer.text if answer else "",
-                   status="done" if reason == "stop" else reason, stats=stats)
+                   status="done" if reason == "stop" else reason, stats=stats, token_ids=result.get("token_ids"))
         self._streaming_id = None
 
     def abandon(self) -> None:

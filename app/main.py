@@ -48,7 +48,10 @@ class StartupReport(QObject):
     def __init__(self, app: QApplication, window: MainWindow, out: Path):
         super().__init__(window)
         self.app, self.out = app, out
-        self.t0 = float(os.environ.get("SMOLCHAT_STARTUP_T0") or time.time())
+        try:
+            self.t0 = float(os.environ.get("SMOLCHAT_STARTUP_T0") or time.time())
+        except ValueError:  # not a time: measure from now rather than fail to start
+            self.t0 = time.time()
         self.times: dict = {"window_shown_s": None}
         QTimer.singleShot(0, self._window_shown)
         window.controller.model_loaded.connect(self._ready)

@@ -11,7 +11,7 @@ from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import QMainWindow
 
-from app.backends import backend_from_env
+from app.backends import backend_from_env, ignored_backend
 from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT
 from app.controller import ChatController
@@ -21,7 +21,15 @@ from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
 from app.remote_models import RemoteModels
-from app.settings import last_model, load_settings, open_settings, set_last_model
+from app.remote_settings import unreadable_servers
+from app.settings import (
+    last_model,
+    load_settings,
+    open_settings,
+    set_aside_unreadable_settings,
+    set_last_model,
+    theme_from_environment,
+)
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
@@ -42,13 +50,21 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.setWindowIcon(QIcon(str(resource("smolchat.svg"))))
         self.setAcceptDrops(True)
         self.resize(1080, 720)
+        set_aside = set_aside_unreadable_settings()  # before QSettings reads (and later rewrites) it
         self.qsettings = open_settings()
         self.settings = load_settings(self.qsettings)
         self.model_manager = None
         self._editing: int | None = None
         self._token_counts: dict[tuple[str, str], int] = {}
+        self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
-        self.store, self.storage_banner = open_store(self.banner)
+        ignored = ""
+        if backend is None:  # before the banner, which says if SMOLCHAT_BACKEND was ignored
+            backend = backend_from_env()
+            ignored = ignored_backend[0]
+        self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems,
+                                                                  unreadable_servers(self.qsettings),
+                                                                  theme_from_environment()[1], ignored])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.actions = build_menus(self)
@@ -56,7 +72,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.remote_models = RemoteModels(self)
         self.model_picker.remote_models = self.remote_models
         # One backend for the controller: the local engine, or a server's model once one is chosen.
-        self.engines = EngineSwitch(backend or backend_from_env(), make_remote_backend)
+        self.engines = EngineSwitch(backend, make_remote_backend)
         self.controller = ChatController(self.engines, self.keeper)
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
@@ -114,10 +130,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if images and self.refuse_images():  # attached while a vision model was loaded
             return
         self.banner.dismiss()
-        if self.controller.send(text, images, self.chat_settings(), self.current_params(), self._editing):
+        if self.controller.send(text, self.kept_paths(), self.chat_settings(), self.current_params(), self._editing):
             self._editing = None
             self.composer.clear()
             self.attachments.clear()
+            self._kept.clear()
             self._answer_started()
 
     def _answer_started(self) -> None:

@@ -138,7 +138,9 @@ class ModelManager(QDialog):
         self.setObjectName("modelManager")
         self.setWindowTitle("Models")
         self.resize(720, 620)
-        self._thread, self.tasks = start_tasks()
+        # Started last: if building the dialog fails (e.g. unreadable settings), no running thread is left
+        # to be destroyed with it (that aborts the whole process).
+        self._thread, self.tasks = start_tasks(start=False)
         self.download_requested.connect(self.tasks.download)
         self.validate_requested.connect(self.tasks.validate)
         self.tasks.progress.connect(self._on_progress)
@@ -200,6 +202,7 @@ class ModelManager(QDialog):
         layout.addLayout(buttons)
         layout.addWidget(self.report)
         self.refresh()
+        self._thread.start()
 
     # -- state -------------------------------------------------------------------------------------
     def refresh(self) -> None:

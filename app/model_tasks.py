@@ -62,11 +62,15 @@ class ModelTasks(QObject):
         self.validated.emit(validate_model(path))
 
 
-def start_tasks() -> tuple[QThread, ModelTasks]:
+def start_tasks(start: bool = True) -> tuple[QThread, ModelTasks]:
+    """The tasks object living in its own thread. ``start=False``: the caller starts the thread once it
+    is fully built (a QThread destroyed while running aborts the process; calls queued before it
+    starts are delivered when it does)."""
     thread = QThread()
     thread.setObjectName("ModelTasksThread")
     tasks = ModelTasks()
     tasks.moveToThread(thread)
     thread.finished.connect(tasks.deleteLater)
-    thread.start()
+    if start:
+        thread.start()
     return thread, tasks

@@ -26,7 +26,31 @@ def load_servers(qs: QSettings | None = None) -> list[dict]:
         servers = json.loads(str((qs or open_settings()).value(SERVERS_KEY, "[]") or "[]"))
     except ValueError:
         return []
-    return [s for s in servers if isinstance(s, dict) and s.get("name") and s.get("url")]
+    if not isinstance(servers, list):  # a hand-edited settings file: nothing usable, nothing to crash on
+        return []
+    out = []
+    for s in servers:
+        if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"] and isinstance(s.get("url"), str) \
+                and s["url"]:
+            vision = s.get("vision") if isinstance(s.get("vision"), dict) else {}
+            out.append({**s, "vision": {str(k): bool(v) for k, v in vision.items()}})
+    return out
+
+
+def unreadable_servers(qs: QSettings | None = None) -> str:
+    """One line when the saved servers list holds entries :func:`load_servers` had to ignore ("" otherwise)."""
+    qs = qs or open_settings()
+    raw = qs.value(SERVERS_KEY, "[]") or "[]"
+    try:
+        servers = json.loads(str(raw))
+    except ValueError:
+        servers = None
+    total = len(servers) if isinstance(servers, list) else 1
+    dropped = total - len(load_servers(qs))
+    if not dropped:
+        return ""
+    what = "1 saved server" if dropped == 1 else f"{dropped} saved servers"
+    return f"Settings file {qs.fileName()}: ignored {what} that could not be read ({SERVERS_KEY}); the rest apply."
 
 
 def save_servers(servers: list[dict], qs: QSettings | None = None) -> None:

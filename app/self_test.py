@@ -5,8 +5,10 @@ as SmolLM2, gets a text question instead: it takes no images), prints one JSON l
 (device, dtype, timings, tokens) on stdout and exits 0. Any failure prints ``{"ok": false, ...}``
 on stdout, a one-line message on stderr, and exits 1. Works from source and from the frozen build.
 
-Qt is not imported at all unless ``--gui`` also asks to build the main window (offscreen) and load
-the model through the app's engine thread.
+Without ``--model`` it tests the model the app last used (``models/last`` in settings.ini), else one
+found in the app's models folder or the Hugging Face cache. Qt's widgets are not imported unless
+``--gui`` also asks to build the main window (offscreen) and load the model through the app's engine
+thread (QtCore reads settings.ini).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      description="Answer one built-in question (about an image if the model "
                                                  "reads images) and print a JSON line.")
     parser.add_argument("--model", metavar="DIR_OR_REPO",
-                        help="model folder or Hub id (default: a model found in the app's models folder "
-                             "or the local Hugging Face cache; nothing is downloaded)")
+                        help="model folder or Hub id (default: the model the app last used, else one "
+                             "found in the app's models folder or the local Hugging Face cache; nothing is "
+                             "downloaded)")
     parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")
     parser.add_argument("--dtype", help="e.g. float32 or bfloat16 (default: chosen for the device)")
     parser.add_argument("--max-new-tokens", type=int, default=8)
@@ -60,6 +63,26 @@ def make_image():
     draw.rectangle((0, 180, 320, 240), fill=(40, 160, 60))
     draw.ellipse((110, 70, 210, 170), fill=(220, 30, 30), outline=(120, 0, 0), width=3)
     return image
+
+
+def last_used_model() -> str:
+    """The model the app last loaded (settings.ini ``models/last``), or "" when unknown or gone."""
+    try:
+        from app.settings import last_model
+
+        model = last_model()
+    except Exception:  # an unreadable settings file must not stop the self-test: look further
+        return ""
+    if not model:
+        return ""
+    if not looks_like_repo_id(model):
+        return model if Path(model).exists() else ""
+    try:  # a Hub id: only if it is in the local cache (the self-test never downloads)
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model, local_files_only=True)
+    except Exception:
+        return ""
 
 
 def candidate_models() -> list[Path]:
@@ -88,6 +111,9 @@ def resolve_model(model: str | None) -> str:
                 raise SelfTestError(f"no model at {model}: give a .gguf file, or a folder with config.json, "
                                     "tokenizer files and *.safetensors weights")
         return model
+    last = last_used_model()
+    if last:
+        return last
     found = candidate_models()
     if not found:
         from app.paths import models_dir

@@ -2,11 +2,17 @@
 
 Sampling values the user never changed are not stored: they follow the loaded model's
 generation_config.json, then the engine's defaults.
+
+Every value is checked where it enters (the settings file, a chat's settings in the database, the
+settings dialog, ``SMOLCHAT_THEME``) by the same rules as :class:`~engine.api.GenerationParams`: an invalid
+value is left out (the default applies) and :attr:`AppSettings.problems` says so in one line, so a bad
+value can never make every later message fail. What could not be read is not rewritten by loading.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -27,6 +33,92 @@ WEIGHTS = ("auto", "int8")  # engine.registry.WEIGHTS; int8 applies on the CPU o
 THEMES = ("system", "light", "dark")
 # AppSettings fields that need the model loaded again when they change.
 ENGINE_KEYS = ("device", "dtype", "cache_kind", "context_size", "weights")
+
+
+MAX_SEED = 2**64 - 1
+SEED_RULE = f"a whole number from 0 to {MAX_SEED}, or empty for a random seed"
+INT_KEYS = ("top_k", "max_new_tokens")
+# What the settings dialog's fields can hold (Qt spin boxes are 32-bit); larger stored values are refused.
+LIMITS = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000), "repetition_penalty": (0.5, 2.0),
+          "max_new_tokens": (1, 32768), "context_size": (0, 131072)}
+
+
+def sampling_value(key: str, raw):
+    """``raw`` (a number or its text) as a valid value of sampling setting ``key``.
+
+    Raises ValueError with a one-line reason (not a number, not finite, out of range)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"{key} must be a number, got {raw!r}")
+    try:
+        value = int(str(raw).strip()) if key in INT_KEYS else float(str(raw).strip())
+    except ValueError:
+        kind = "a whole number" if key in INT_KEYS else "a number"
+        raise ValueError(f"{key} must be {kind}, got {raw!r}") from None
+    GenerationParams(**{key: value})  # the engine's own rule: raises ValueError naming the key
+    low, high = LIMITS[key]
+    if not low <= value <= high:
+        raise ValueError(f"{key} must be from {low} to {high}, got {value}")
+    return value
+
+
+def parse_seed(raw) -> int | None:
+    """A seed from text or a number: None for empty (random); ValueError naming the rule otherwise."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not (text.isascii() and text.isdigit()) or int(text) > MAX_SEED:  # no sign, no "²"
+        raise ValueError(f"the seed must be {SEED_RULE}, got {text[:40]!r}")
+    return int(text)
+
+
+def chat_values(saved, where: str) -> tuple[dict, list[str]]:
+    """The valid per-chat settings in ``saved`` (system_prompt, overrides, seed, image_detail) and
+    one line per value left out. ``where`` names the source in those lines."""
+    out, problems = {}, []
+    if not isinstance(saved, dict):
+        return out, [f"{where}: ignored its settings (not a JSON object)"] if saved not in (None, "") else []
+    if "system_prompt" in saved:
+        if isinstance(saved["system_prompt"], str):
+            out["system_prompt"] = saved["system_prompt"]
+        else:
+            problems.append(f"{where}: ignored system_prompt (not text)")
+    if "overrides" in saved:
+        overrides = saved["overrides"] if isinstance(saved["overrides"], dict) else {}
+        if not isinstance(saved["overrides"], dict):
+            problems.append(f"{where}: ignored the sampling values (not a JSON object)")
+        out["overrides"] = {}
+        for key, raw in overrides.items():
+            if key not in SAMPLING_KEYS:
+                continue
+            try:
+                out["overrides"][key] = sampling_value(key, raw)
+            except ValueError as exc:
+                problems.append(f"{where}: ignored {exc}")
+    if "seed" in saved:
+        try:
+            out["seed"] = parse_seed(saved["seed"])
+        except ValueError as exc:
+            problems.append(f"{where}: ignored {exc}")
+    if "image_detail" in saved:
+        if saved["image_detail"] in IMAGE_DETAILS:
+            out["image_detail"] = saved["image_detail"]
+        else:
+            problems.append(f"{where}: ignored image_detail {str(saved['image_detail'])[:40]!r} "
+                            f"(one of {', '.join(IMAGE_DETAILS)})")
+    return out, problems
+
+
+THEME_ENV = "SMOLCHAT_THEME"
+
+
+def theme_from_environment() -> tuple[str | None, str]:
+    """``$SMOLCHAT_THEME`` when it is a theme (else None) and a line saying it was ignored ("" when fine)."""
+    value = os.environ.get(THEME_ENV, "").strip()
+    if not value:
+        return None, ""
+    if value in THEMES:
+        return value, ""
+    return None, f"${THEME_ENV}: ignored {value[:40]!r} (one of {', '.join(THEMES)}); the theme from Settings applies."
 
 
 def open_settings() -> QSettings:
@@ -66,6 +158,8 @@ class AppSettings:
     weights: str = "auto"
     context_size: int = 0  # 0: the model's own context length
     theme: str = "system"
+    # Values that were invalid where they came from and were left out, one line each (not saved).
+    problems: list[str] = field(default_factory=list, compare=False)
 
     def sampling(self, model_defaults: dict | None = None) -> dict:
         """Effective sampling values: user overrides, else the model's, else the engine's."""
@@ -100,29 +194,78 @@ class AppSettings:
         return None if self.dtype == "auto" else self.dtype
 
 
+_set_aside: dict[Path, str] = {}  # settings file -> what set_aside_unreadable_settings said (once per run)
+
+
+def set_aside_unreadable_settings(path: str | Path | None = None) -> str:
+    """Move a settings file that is not text (binary garbage, another program's file) to
+    ``settings.ini.unreadable`` before QSettings reads it: QSettings would parse the garbage and write
+    its reading back over the file. Returns a line that says so ("" when the file is fine or absent);
+    later calls in the same run return the same line."""
+    path = Path(path) if path else data_dir() / "settings.ini"
+    if path not in _set_aside:
+        _set_aside[path] = _set_aside_once(path)
+    return _set_aside[path]
+
+
+def _set_aside_once(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+        data.decode("utf-8")
+        if b"\0" in data:
+            raise ValueError("NUL bytes")
+        return ""
+    except (OSError, ValueError):
+        if not path.is_file():
+            return ""  # absent (or a folder: QSettings then reads nothing and reports it)
+    aside = path.with_name(path.name + ".unreadable")
+    try:
+        path.replace(aside)
+    except OSError as exc:
+        return f"Settings file {path} is not text and could not be set aside ({exc.strerror}); the defaults apply."
+    return f"Settings file {path} is not text: it was kept as {aside.name} and the defaults apply."
+
+
 def load_settings(qs: QSettings | None = None) -> AppSettings:
+    """The settings in the ini file; an invalid value is left out (its default applies) and named in
+    :attr:`AppSettings.problems` (one line for the file). Never raises for what the file holds."""
     qs = qs or open_settings()
     s = AppSettings()
-    s.system_prompt = str(qs.value("chat/system_prompt", "") or "")
+    ignored: list[str] = []
+    if qs.status() != QSettings.Status.NoError:
+        s.problems.append(f"Settings file {qs.fileName()} could not be read ({qs.status().name}): the defaults apply.")
+    prompt = qs.value("chat/system_prompt", "")
+    if isinstance(prompt, list):  # QSettings reads an unquoted "a, b" as a list: keep the user's words
+        prompt = ", ".join(map(str, prompt))
+    s.system_prompt = prompt if isinstance(prompt, str) else ""
     for key in SAMPLING_KEYS:
         raw = qs.value(f"sampling/{key}")
         if raw not in (None, ""):
             try:
-                s.overrides[key] = type(ENGINE_DEFAULTS[key])(raw)
-            except (TypeError, ValueError):
-                pass
-    seed = qs.value("sampling/seed")
-    s.seed = int(seed) if seed not in (None, "") else None
-    s.image_detail = _choice(qs.value("chat/image_detail"), tuple(IMAGE_DETAILS), "full")
-    s.device = _choice(qs.value("engine/device"), DEVICES, "auto")
-    s.dtype = _choice(qs.value("engine/dtype"), DTYPES, "auto")
-    s.cache_kind = _choice(qs.value("engine/cache_kind"), CACHE_KINDS, CACHE_KINDS[0])
-    s.weights = _choice(qs.value("engine/weights"), WEIGHTS, WEIGHTS[0])
+                s.overrides[key] = sampling_value(key, raw)
+            except ValueError as exc:
+                ignored.append(str(exc))
     try:
-        s.context_size = max(0, int(qs.value("engine/context_size", 0) or 0))
-    except (TypeError, ValueError):
+        s.seed = parse_seed(qs.value("sampling/seed"))
+    except ValueError as exc:
+        ignored.append(str(exc))
+    s.image_detail = _choice(qs, "chat/image_detail", tuple(IMAGE_DETAILS), "full", ignored)
+    s.device = _choice(qs, "engine/device", DEVICES, "auto", ignored)
+    s.dtype = _choice(qs, "engine/dtype", DTYPES, "auto", ignored)
+    s.cache_kind = _choice(qs, "engine/cache_kind", CACHE_KINDS, CACHE_KINDS[0], ignored)
+    s.weights = _choice(qs, "engine/weights", WEIGHTS, WEIGHTS[0], ignored)
+    raw = qs.value("engine/context_size", 0)
+    try:
+        s.context_size = int(str(raw or 0).strip())
+        if not LIMITS["context_size"][0] <= s.context_size <= LIMITS["context_size"][1]:
+            raise ValueError
+    except ValueError:
         s.context_size = 0
-    s.theme = _choice(qs.value("ui/theme"), THEMES, "system")
+        ignored.append(f"context_size {str(raw)[:40]!r} (a whole number of tokens from 0 to "
+                       f"{LIMITS['context_size'][1]}; 0: the model's own)")
+    s.theme = _choice(qs, "ui/theme", THEMES, "system", ignored)
+    if ignored:
+        s.problems.append(f"Settings file {qs.fileName()}: ignored {'; '.join(ignored)}. The defaults apply instead.")
     return s
 
 
@@ -134,7 +277,7 @@ def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
             qs.setValue(f"sampling/{key}", s.overrides[key])
         else:
             qs.remove(f"sampling/{key}")
-    qs.setValue("sampling/seed", "" if s.seed is None else s.seed)
+    qs.setValue("sampling/seed", "" if s.seed is None else str(s.seed))  # text: Qt ints are 64-bit signed
     qs.setValue("chat/image_detail", s.image_detail)
     qs.setValue("engine/device", s.device)
     qs.setValue("engine/dtype", s.dtype)
@@ -145,8 +288,14 @@ def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
     qs.sync()
 
 
-def _choice(value, allowed: tuple[str, ...], default: str) -> str:
-    return value if value in allowed else default
+def _choice(qs: QSettings, key: str, allowed: tuple[str, ...], default: str, ignored: list[str]) -> str:
+    """``key``'s value if it is one of ``allowed``; else ``default`` (a set but invalid value is noted)."""
+    value = qs.value(key)
+    if isinstance(value, str) and value in allowed:
+        return value
+    if value not in (None, ""):
+        ignored.append(f"{key.split('/')[-1]} {str(value)[:40]!r} (one of {', '.join(allowed)})")
+    return default
 
 
 # -- the user's models ----------------------------------------------------------------------------
@@ -157,7 +306,10 @@ def known_models(qs: QSettings | None = None) -> list[dict]:
         models = json.loads(str(qs.value("models/known", "[]") or "[]"))
     except ValueError:
         return []
-    return [m for m in models if isinstance(m, dict) and m.get("path")]
+    if not isinstance(models, list):
+        return []
+    return [{"name": str(m.get("name") or Path(m["path"]).name), "path": m["path"], "repo_id": str(m.get("repo_id") or "")}
+            for m in models if isinstance(m, dict) and isinstance(m.get("path"), str) and m["path"]]
 
 
 def add_known_model(path: str, name: str = "", repo_id: str = "", qs: QSettings | None = None) -> None:
@@ -175,7 +327,8 @@ def remove_known_model(path: str, qs: QSettings | None = None) -> None:
 
 
 def last_model(qs: QSettings | None = None) -> str:
-    return str((qs or open_settings()).value("models/last", "") or "")
+    value = (qs or open_settings()).value("models/last", "")
+    return value if isinstance(value, str) else ""  # a list (commas in an unquoted value) is not a path
 
 
 def set_last_model(path: str, qs: QSettings | None = None) -> None:

@@ -24,7 +24,18 @@ from PySide6.QtWidgets import (
 )
 
 from app.engines_settings import EnginesPanel
-from app.settings import CACHE_KINDS, DEVICES, DTYPES, IMAGE_DETAILS, SAMPLING_KEYS, THEMES, WEIGHTS, AppSettings
+from app.settings import (
+    CACHE_KINDS,
+    DEVICES,
+    DTYPES,
+    IMAGE_DETAILS,
+    SAMPLING_KEYS,
+    SEED_RULE,
+    THEMES,
+    WEIGHTS,
+    AppSettings,
+    parse_seed,
+)
 
 LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
           "contiguous": "Contiguous", "paged": "Paged", "system": "Follow the system", "light": "Light",
@@ -75,6 +86,14 @@ class SettingsDialog(QDialog):
         self.seed.setObjectName("seed")
         self.seed.setAccessibleName("Seed")
         self.seed.setPlaceholderText("random")
+        self.seed.setToolTip(f"The seed: {SEED_RULE}.")
+        self.seed.textChanged.connect(lambda _text: self.seed_error.hide())
+        # Why OK / Apply refused the seed (hidden while there is nothing to say).
+        self.seed_error = QLabel()
+        self.seed_error.setObjectName("seedError")
+        self.seed_error.setAccessibleName("Seed error")
+        self.seed_error.setWordWrap(True)
+        self.seed_error.hide()
         self.image_detail = _combo("imageDetail", "Image detail", IMAGE_DETAILS, settings.image_detail)
         self.device = _combo("device", "Device", DEVICES, settings.device)
         self.dtype = _combo("dtype", "Data type", DTYPES, settings.dtype)
@@ -98,6 +117,7 @@ class SettingsDialog(QDialog):
                               ("Repetition penalty", self.repetition_penalty),
                               ("Max new tokens", self.max_new_tokens), ("Seed", self.seed)):
             sampling.addRow(label, widget)
+        sampling.addRow(self.seed_error)  # the whole row's width: the reason is a sentence
         reset = QPushButton("Use the model's defaults")
         reset.setObjectName("resetSampling")
         reset.setAccessibleName("Reset sampling to the model's defaults")
@@ -160,6 +180,7 @@ class SettingsDialog(QDialog):
         self.seed.clear()
 
     def result_settings(self) -> AppSettings:
+        """The settings as edited. Raises ValueError (one line) for a seed that is not valid."""
         widgets = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                    "repetition_penalty": self.repetition_penalty, "max_new_tokens": self.max_new_tokens}
         baseline = AppSettings().sampling(self.model_defaults)
@@ -168,20 +189,35 @@ class SettingsDialog(QDialog):
             value = widgets[key].value()
             if abs(value - baseline[key]) > 1e-9:
                 overrides[key] = value
-        seed_text = self.seed.text().strip()
+        seed = parse_seed(self.seed.text())
         return replace(
             self.settings, system_prompt=self.system_prompt.toPlainText().strip(), overrides=overrides,
-            seed=int(seed_text) if seed_text.lstrip("-").isdigit() else None,
+            seed=seed, problems=[],
             image_detail=self.image_detail.currentData(), device=self.device.currentData(),
             dtype=self.dtype.currentData(), cache_kind=self.cache_kind.currentData(),
             weights=self.weights.currentData(),
             context_size=self.context_size.value(), theme=self.theme.currentData(),
         )
 
-    def apply(self) -> None:
-        self.settings = self.result_settings()
+    def apply(self) -> bool:
+        """Emit the edited settings; False (nothing applied, the dialog says why) for an invalid seed."""
+        try:
+            settings = self.result_settings()
+        except ValueError as exc:
+            self.seed_error.setText(f"Not applied: {str(exc)[0].upper()}{str(exc)[1:]}.")
+            self.seed_error.show()
+            # A word-wrapped label in a form gets one line's height unless asked for more.
+            width = max(self.seed_error.width(), self.seed.width(), 200)
+            self.seed_error.setMinimumHeight(self.seed_error.heightForWidth(width))
+            self.adjustSize()
+            self.seed.setFocus()
+            self.seed.selectAll()
+            return False
+        self.seed_error.hide()
+        self.settings = settings
         self.applied.emit(self.settings)
+        return True
 
     def accept(self) -> None:
-        self.apply()
-        super().accept()
+        if self.apply():
+            super().accept()

@@ -3,12 +3,19 @@
 The store is used from the UI thread only. Every write commits at once, so a killed process
 loses nothing that was written; an answer still marked ``streaming`` when the store is opened
 again was cut off by a crash and becomes ``interrupted``.
+
+What cannot be read never stops the app: a database written by a newer Smolchat, or one in a folder
+that cannot be written, opens read-only (:attr:`Store.read_only` says why; every write then raises
+:class:`ReadOnlyStore`); a message or chat whose JSON columns do not parse is shown with what did
+parse (:attr:`Store.unreadable` counts them) and is never rewritten.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import os
 import shutil
 import sqlite3
 import time
@@ -48,6 +55,20 @@ MIGRATIONS: dict[int, str] = {
     3: "ALTER TABLE messages ADD COLUMN token_ids TEXT;",
 }
 
+class NewerSchemaError(RuntimeError):
+    """The database was written by a newer Smolchat (its schema version, :attr:`version`, is above ours)."""
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class ReadOnlyStore(sqlite3.OperationalError):
+    """A write to a store opened read-only; the message says why it is read-only."""
+
+
+OPEN_TIMEOUT_S = 2.0  # how long opening waits for another program's lock
+_COPIES = itertools.count()  # names the copies in flight within this process
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
 
 
@@ -60,9 +81,13 @@ class Message:
     images: list[str] = field(default_factory=list)  # absolute paths in the image store
     stats: dict = field(default_factory=dict)
     status: str = "done"  # done | streaming | interrupted | cancelled | length | error
+    token_ids: list[int] | None = None  # an answer's ids as generated (None: unknown, re-tokenize the text)
 
     def as_history(self) -> dict:
-        return {"role": self.role, "text": self.text, "images": list(self.images)}
+        history = {"role": self.role, "text": self.text, "images": list(self.images)}
+        if self.token_ids is not None:
+            history["token_ids"] = list(self.token_ids)
+        return history
 
 
 @dataclass
@@ -78,26 +103,70 @@ class Conversation:
 class Store:
     """Conversations and messages in ``folder/smolchat.sqlite3``; images in ``folder/images``."""
 
-    def __init__(self, folder: str | Path, recover: bool = True) -> None:
-        """``recover=False`` opens without touching other writers' state (a read-only look)."""
+    def __init__(self, folder: str | Path, recover: bool = True, read_only: str = "") -> None:
+        """``recover=False`` opens without touching other writers' state (a read-only look).
+
+        ``read_only`` (a reason, in words) opens the existing database without ever writing to it.
+        Raises :class:`NewerSchemaError` for a database of a newer Smolchat (open it read-only),
+        ``sqlite3.Error`` for a file that is not a database, ``OSError`` for an unusable folder.
+        """
         self.folder = Path(folder)
         self.images_dir = self.folder / "images"
-        self.images_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / "smolchat.sqlite3"
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)  # autocommit; explicit BEGIN for groups
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast enough per flush
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        self.read_only = read_only
+        self.unreadable: set[tuple[str, int]] = set()  # ("message" | "conversation", id) whose JSON did not parse
         self.interrupted = 0
+        if read_only:
+            self.db = self._connect_read_only()
+            return
+        self.images_dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)  # autocommit; explicit BEGIN for groups
+        try:
+            self.db.row_factory = sqlite3.Row
+            # At start a lock held by another program is waited for briefly (the window is not shown yet);
+            # the caller then opens the database read-only. Later writes wait up to 10 s.
+            self.db.execute(f"PRAGMA busy_timeout = {int(OPEN_TIMEOUT_S * 1000)}")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast enough per flush
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+            if recover:
+                self.interrupted = self._mark_interrupted()
+                self._purge_deleted()
+            self.db.execute("PRAGMA busy_timeout = 10000")
+        except BaseException:
+            self.db.close()
+            raise
         if recover:
-            self.interrupted = self._mark_interrupted()
-            self._purge_deleted()
             self._remove_partial_images()
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """The database opened so that SQLite never writes (``mode=ro``; ``immutable=1`` where even the
+        WAL index cannot be created, e.g. a read-only folder). A missing file is not created."""
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no conversations database at {self.path}")
+        uri = self.path.resolve().as_uri()
+        for options in ("mode=ro", "mode=ro&immutable=1"):
+            db = sqlite3.connect(f"{uri}?{options}", uri=True, isolation_level=None, timeout=10)
+            db.row_factory = sqlite3.Row
+            try:
+                db.execute("SELECT count(*) FROM messages").fetchone()
+                db.execute("SELECT count(*) FROM conversations").fetchone()
+                return db
+            except sqlite3.Error:
+                db.close()
+                if options.endswith("immutable=1"):
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self.db.close()
+
+    def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        """Every write goes through here, so a read-only store refuses it with its reason."""
+        if self.read_only:
+            raise ReadOnlyStore(f"the conversations are read-only: {self.read_only}")
+        return self.db.execute(sql, args)
 
     # -- schema ----------------------------------------------------------------------------------
     @property
@@ -111,8 +180,8 @@ class Store:
             try:
                 current = self.version
                 if current > SCHEMA_VERSION:
-                    raise RuntimeError(
-                        f"{self.path} was written by a newer Smolchat (schema {current} > {SCHEMA_VERSION})")
+                    raise NewerSchemaError(
+                        f"{self.path} was written by a newer Smolchat (schema {current} > {SCHEMA_VERSION})", current)
                 if current == SCHEMA_VERSION:
                     self.db.execute("COMMIT")
                     return
@@ -125,17 +194,17 @@ class Store:
                 raise
 
     def _mark_interrupted(self) -> int:
-        cur = self.db.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
+        cur = self._write("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
         return cur.rowcount
 
     def _purge_deleted(self) -> None:
         """Conversations deleted in an earlier run can no longer be undone: remove them."""
-        self.db.execute("DELETE FROM conversations WHERE deleted IS NOT NULL")
+        self._write("DELETE FROM conversations WHERE deleted IS NOT NULL")
 
     # -- conversations ---------------------------------------------------------------------------
     def create_conversation(self, title: str = "", model: str = "", settings: dict | None = None) -> Conversation:
         now = time.time()
-        cur = self.db.execute(
+        cur = self._write(
             "INSERT INTO conversations (title, created, updated, model, settings) VALUES (?, ?, ?, ?, ?)",
             (title, now, now, model, json.dumps(settings or {})),
         )
@@ -162,25 +231,25 @@ class Store:
         return [self._conversation(r) for r in rows]
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
-        self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id))
+        self._write("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id))
 
     def update_conversation(self, conversation_id: int, *, model: str | None = None,
                             settings: dict | None = None) -> None:
         if model is not None:
-            self.db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+            self._write("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
         if settings is not None:
-            self.db.execute("UPDATE conversations SET settings = ? WHERE id = ?",
+            self._write("UPDATE conversations SET settings = ? WHERE id = ?",
                             (json.dumps(settings), conversation_id))
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Hide the conversation; :meth:`undelete_conversation` brings it back until the next start."""
-        self.db.execute("UPDATE conversations SET deleted = ? WHERE id = ?", (time.time(), conversation_id))
+        self._write("UPDATE conversations SET deleted = ? WHERE id = ?", (time.time(), conversation_id))
 
     def undelete_conversation(self, conversation_id: int) -> None:
-        self.db.execute("UPDATE conversations SET deleted = NULL WHERE id = ?", (conversation_id,))
+        self._write("UPDATE conversations SET deleted = NULL WHERE id = ?", (conversation_id,))
 
     def _touch(self, conversation_id: int) -> None:
-        self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+        self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
     # -- messages --------------------------------------------------------------------------------
     def messages(self, conversation_id: int) -> list[Message]:
@@ -195,7 +264,7 @@ class Store:
             "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conversation_id,)
         ).fetchone()[0]
         names = [Path(p).name for p in images]
-        cur = self.db.execute(
+        cur = self._write(
             """INSERT INTO messages (conversation_id, position, role, text, images, stats, status, created)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
             (conversation_id, position, role, text, json.dumps(names), json.dumps(stats or {}), status, time.time()),
@@ -208,7 +277,7 @@ class Store:
         return self._message(row) if row else None
 
     def update_message(self, message_id: int, *, text: str | None = None, status: str | None = None,
-                       stats: dict | None = None) -> None:
+                       stats: dict | None = None, token_ids: list[int] | tuple[int, ...] | None = None) -> None:
         """One small committed write; called every few hundred ms while an answer streams."""
         sets, args = [], []
         for column, value in (("text", text), ("status", status)):
@@ -218,34 +287,46 @@ class Store:
         if stats is not None:
             sets.append("stats = ?")
             args.append(json.dumps(stats))
+        if token_ids is not None:
+            sets.append("token_ids = ?")
+            args.append(json.dumps([int(t) for t in token_ids]))
         if sets:
-            self.db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
+            self._write(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
 
     def delete_message(self, message_id: int) -> None:
-        self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        self._write("DELETE FROM messages WHERE id = ?", (message_id,))
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Delete ``message_id`` and every later message of the conversation (edit / regenerate)."""
         row = self.db.execute("SELECT position FROM messages WHERE id = ?", (message_id,)).fetchone()
         if row is not None:
-            self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?",
+            self._write("DELETE FROM messages WHERE conversation_id = ? AND position >= ?",
                             (conversation_id, row[0]))
 
     # -- images ----------------------------------------------------------------------------------
     def store_image(self, path: str | Path) -> str:
-        """Copy ``path`` into the image store, named by its content hash; return the stored path."""
+        """Copy ``path`` into the image store, named by its content hash; return the stored path.
+
+        The file is read once (the copy is hashed, not the file again), so a file that changes while
+        it is copied is stored as one consistent version. A path already in the store is returned as is.
+        Raises OSError (e.g. a full disk; no partial file is left) or :class:`ReadOnlyStore`."""
+        if self.read_only:
+            raise ReadOnlyStore(f"the conversations are read-only: {self.read_only}")
         path = Path(path)
-        data = path.read_bytes()
+        if path.parent == self.images_dir and path.is_file() and not path.name.endswith(".part"):
+            return str(path)
         suffix = path.suffix.lower() if path.suffix.lower() in IMAGE_SUFFIXES else ".img"
-        target = self.images_dir / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"
-        if not target.exists():
-            tmp = target.with_suffix(".part")
-            try:
-                shutil.copyfile(path, tmp)
+        tmp = self.images_dir / f"incoming-{os.getpid()}-{next(_COPIES)}.part"
+        try:
+            shutil.copyfile(path, tmp)
+            target = self.images_dir / f"{hashlib.sha256(tmp.read_bytes()).hexdigest()[:32]}{suffix}"
+            if target.exists():
+                tmp.unlink()
+            else:
                 tmp.replace(target)
-            except BaseException:
-                tmp.unlink(missing_ok=True)  # a full disk must not leave half an image behind
-                raise
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk must not leave half an image behind
+            raise
         return str(target)
 
     def _remove_partial_images(self) -> None:
@@ -258,10 +339,35 @@ class Store:
 
     # -- rows ------------------------------------------------------------------------------------
     def _conversation(self, row: sqlite3.Row) -> Conversation:
-        return Conversation(row["id"], row["title"], row["created"], row["updated"], row["model"],
-                            json.loads(row["settings"] or "{}"))
+        settings = self._json(row["settings"], dict, ("conversation", row["id"]))
+        return Conversation(row["id"], str(row["title"] or ""), row["created"], row["updated"], str(row["model"] or ""),
+                            {} if settings is None else settings)
 
     def _message(self, row: sqlite3.Row) -> Message:
-        images = [str(self.images_dir / name) for name in json.loads(row["images"] or "[]")]
-        return Message(row["id"], row["conversation_id"], row["role"], row["text"], images,
-                       json.loads(row["stats"] or "{}"), row["status"])
+        key = ("message", row["id"])
+        names = self._json(row["images"], list, key) or []
+        images = [str(self.images_dir / Path(name).name) for name in names if isinstance(name, str) and name]
+        if len(images) != len(names):
+            self.unreadable.add(key)
+        stats = self._json(row["stats"], dict, key) or {}
+        raw_ids = row["token_ids"] if "token_ids" in row.keys() else None  # absent before schema 3
+        token_ids = self._json(raw_ids, list, key) if raw_ids is not None else None
+        if token_ids is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
+            self.unreadable.add(key)
+            token_ids = None  # unusable ids: the text is re-tokenized instead
+        return Message(row["id"], row["conversation_id"], str(row["role"]), str(row["text"] or ""), images,
+                       stats, str(row["status"]), token_ids)
+
+    def _json(self, raw, kind: type, key: tuple[str, int]):
+        """``raw`` parsed as a JSON ``kind``; None (and ``key`` noted in :attr:`unreadable`) when it is not one.
+        The row is never rewritten: what could not be read stays on disk as it was."""
+        if raw in (None, ""):
+            return None
+        try:
+            value = json.loads(raw)
+        except (TypeError, ValueError):
+            value = None
+        if not isinstance(value, kind):
+            self.unreadable.add(key)
+            return None
+        return value

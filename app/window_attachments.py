@@ -6,7 +6,7 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
-from app.conversations import storage_problem
+from app.conversations import STORAGE_ERRORS, storage_problem
 from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.mime import carries_images, image_from_mime, local_files
@@ -21,17 +21,38 @@ class AttachmentsMixin:
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
         """Attach image files; a file that is not a readable image shows an error instead, and so
-        does any image while the loaded model is text-only."""
+        does any image while the loaded model is text-only.
+
+        Each image is copied into the image store now, so what is sent is the file as it was when it
+        was attached, even if it changes or is deleted before Send (:meth:`kept_paths`); errors about
+        that copy name the user's file (``controller.display_names``)."""
         if paths and self.refuse_images():
             return
         problems = []
         for path in paths:
             try:
-                self.attachments.add(str(validate_image(path)))
+                original = str(validate_image(path))
             except InvalidImageError as exc:
                 problems.append(str(exc))
+                continue
+            if self.attachments.add(original):
+                self._keep_copy(original)
         if problems:
             self.banner.show_error(" ".join(problems))
+
+    def _keep_copy(self, original: str) -> None:
+        """Copy ``original`` into the store; if that fails (full disk, read-only store) it is read at Send,
+        where the failure is reported."""
+        try:
+            stored = self.store.store_image(original)
+        except STORAGE_ERRORS:
+            return
+        self._kept[original] = stored
+        self.controller.display_names[stored] = original
+
+    def kept_paths(self) -> list[str]:
+        """The pending attachments as sent: the copies made when they were attached, where there are some."""
+        return [self._kept.get(p, p) for p in self.attachments.paths()]
 
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:

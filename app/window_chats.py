@@ -6,7 +6,7 @@ from PySide6.QtCore import Slot
 
 from app.conversations import STORAGE_ERRORS, storage_problem
 from app.formatting import model_summary
-from app.settings import load_settings
+from app.settings import chat_values, load_settings
 
 # Settings a conversation keeps for itself (the rest are global).
 CHAT_KEYS = ("system_prompt", "overrides", "seed", "image_detail")
@@ -29,13 +29,50 @@ class ChatsMixin:
         self._cancel_edit()
         saved = self.keeper.open(conversation_id)
         self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
+        title = self.store.conversation(conversation_id).title if saved else ""
+        values, problems = chat_values(saved, f"Chat “{title or 'New chat'}”")
         for key in CHAT_KEYS:
-            if key in saved:
-                setattr(self.settings, key, saved[key])
+            if key in values:
+                setattr(self.settings, key, values[key])
+        lines = [" · ".join(problems) + "; the defaults apply instead."] if problems else []
+        lines += self.keeper.unreadable_lines()
+        if lines:  # what this chat could not use, said when it is opened
+            self.banner.show_error("\n".join(lines))
+        elif self.keeper.unanswered() is not None:
+            self._offer_resend()
         if self.controller.ready:  # the last answer's "error" / stats belong to the chat just left
             self.stats_label.setText(f"{model_summary(self.model_info)} · ready")
         self.controller.conversation_opened()
         self.refresh_sidebar()
+
+    def _offer_resend(self, note: str = "") -> None:
+        """The open chat ends with a question that was never answered: say so, with one-click Resend."""
+        found = self.keeper.unanswered()
+        why = ("Your last question was never answered: Smolchat closed before the answer started."
+               if found and found[1] is not None else "Your last question has no answer.")
+        self.banner.show_info(note or f"{why} It is not part of the model's context until it is answered.",
+                              "Resend", self.resend_unanswered)
+
+    def resend_unanswered(self) -> None:
+        """Ask the open chat's unanswered last question again (its text and images, as stored)."""
+        found = self.keeper.unanswered()
+        if found is None or self._busy:
+            return
+        if not self.controller.ready:
+            self._offer_resend("The model is not loaded yet: Resend when it is ready.")
+            return
+        question, answer = found
+        if answer is not None:  # an empty interrupted answer: answer the question again in its place
+            self._on_message_action("regenerate", answer)
+            return
+        widget = self.transcript.widgets()[question]  # no answer row: send the question again, replacing it
+        self._editing = question
+        if self.controller.send(widget.text, list(widget.images), self.chat_settings(), self.current_params(),
+                                question):
+            self._editing = None
+            self._answer_started()
+        else:
+            self._editing = None
 
     @Slot()
     def new_chat(self) -> None:

@@ -229,16 +229,20 @@ class ChatSession:
         assistant message's text sits in the chunk that starts after the last special token of the
         prompt it answered (``...<end_of_utterance>`` + ``"\nAssistant:"``) and ends at the next
         special token; that chunk becomes the generation prompt's tail plus the generated ids. A turn
-        is left as text when this layout does not hold or its ids contain ``<image>`` (no tile).
+        is left as text when this layout does not hold, its ids contain ``<image>`` (no tile) or an id
+        outside the vocabulary (stored ids that are damaged or another model's).
         """
         special = self.tokenizer.special_ids
         offset = len(messages) - len(self.turns)  # the system message, if any
+        vocab = self.tokenizer.vocab_size
         swaps = []
         for j, turn in enumerate(self.turns):
             if turn.role != "assistant" or turn.token_ids is None:
                 continue
             if self._image_id is not None and self._image_id in turn.token_ids:
                 continue
+            if not all(isinstance(t, int) and 0 <= t < vocab for t in turn.token_ids):
+                continue  # ids no tokenizer of this model made (damaged, or another model's): use the text
             asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
             start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
             end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
@@ -432,6 +436,9 @@ class ChatSession:
         if len(ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
+            system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
+            if system >= capacity // 2:  # a stored setting, not this message, is what fails every answer
+                alone = f"; the system prompt alone has {system} tokens: shorten it in Settings"
             raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}{alone}")
         return ids, keys, images, dropped
 
@@ -502,7 +509,7 @@ class ChatSession:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
                                        token_ids=list(answer_ids)))
-        yield DoneEvent(reason, stats, error)
+        yield DoneEvent(reason, stats, error, token_ids=tuple(answer_ids))
 
     def _logprobs(self, sampler, token: int) -> tuple:
         """``(logprob, top_logprobs)`` of ``token`` for its TokenEvent when the answer asked for them."""

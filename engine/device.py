@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 import torch
@@ -120,9 +121,14 @@ class DecodeThreads:
     """
 
     def __init__(self, max_threads: int | None = None, probe: int = 3, period: int = 32):
-        pinned = os.environ.get("SMOLCHAT_DECODE_THREADS", "auto")
+        pinned = os.environ.get("SMOLCHAT_DECODE_THREADS", "auto").strip()
         self.max = max_threads or torch.get_num_threads()
-        self.choices = [int(pinned)] if pinned.isdigit() else sorted({1, self.max})
+        valid = pinned.isdigit() and int(pinned) >= 1  # 0 would make every decode step fail
+        if not valid and pinned.lower() not in ("", "auto"):
+            logging.getLogger(__name__).warning(
+                "$SMOLCHAT_DECODE_THREADS: ignored %r (use auto or a number of threads >= 1); tuning instead",
+                pinned[:40])
+        self.choices = [int(pinned)] if valid else sorted({1, self.max})
         self.probe, self.period = probe, max(period, probe * len(self.choices) + 1)
         self.best = self.choices[-1]
         self.samples: dict[int, list[float]] = {c: [] for c in self.choices}

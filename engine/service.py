@@ -314,13 +314,30 @@ class EngineService:
 
         for message in messages[keep:]:
             user = message.role == "user"
-            image_paths, video_paths = _split(message.attachments)
-            images = [img for a in message.attachments if a.kind != "video"
-                      for img in session.preprocess([a.path], a.detail or "full")] if image_paths and user else []
-            videos = session.preprocess_videos(video_paths) if video_paths and user else []
+            _, video_paths = _split(message.attachments)
+            images = []
+            for a in message.attachments if user else ():
+                if a.kind != "video":  # each image at the detail it was read at live
+                    images += self._readable(lambda p, d=a.detail or "full": session.preprocess(p, d), [a.path])
+            videos = self._readable(session.preprocess_videos, video_paths) if video_paths and user else []
             ids = None if message.token_ids is None else list(message.token_ids)
             session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos))
         self._synced = wanted
+
+    @staticmethod
+    def _readable(preprocess: Callable[[list[str]], list], paths: list[str]) -> list:
+        """The media of an earlier message that can still be read: a stored image deleted since (or a
+        damaged file) is left out of the context with a warning, instead of failing the whole history
+        and leaving the conversation half rebuilt (the front end says which files are missing)."""
+        out = []
+        for path in paths:
+            try:
+                out += preprocess([path])
+            except Exception as exc:  # noqa: BLE001 - ImageError / VideoError / OSError alike
+                if not is_engine_error(exc) and not isinstance(exc, OSError):
+                    raise
+                log.warning("left out of the conversation's context: %s", describe_error(exc))
+        return out
 
     def _generate(self, sink: EventSink, system_prompt: str | None, start: Callable[[Any], Any],
                   after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None

@@ -135,12 +135,16 @@ class TokenEvent:
 @dataclass(frozen=True, slots=True)
 class DoneEvent:
     """The last event of a generation. ``error_type`` names the exception behind an ``"error"``
-    (e.g. ``"PromptTooLongError"``) so a front end can tell the user's mistake from a bug."""
+    (e.g. ``"PromptTooLongError"``) so a front end can tell the user's mistake from a bug.
+    ``token_ids`` are the answer's ids as generated (end-of-utterance excluded; empty when unknown,
+    e.g. a remote server's answer): stored with the answer, they come back as
+    ``HistoryMessage.token_ids`` so a reopened chat gives the model the same context as the live one."""
 
     finish_reason: FinishReason
     stats: GenerationStats = field(default_factory=GenerationStats)
     error: str | None = None
     error_type: str = ""
+    token_ids: tuple[int, ...] = ()
 
 
 GenerationEvent = TokenEvent | DoneEvent

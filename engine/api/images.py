@@ -86,6 +86,10 @@ def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
         path = Path(source)
         name = str(path)
         if not path.is_file():
+            if path.is_dir():
+                raise ImageError(f"{name} is a folder, not an image file")
+            if path.exists():  # a pipe, socket or device: reading it could block forever
+                raise ImageError(f"{name} is not a regular file (a pipe or a device), not an image file")
             raise ImageError(f"Image file not found: {name}")
         if path.stat().st_size == 0:
             raise ImageError(f"Image file is empty (0 bytes): {name}")

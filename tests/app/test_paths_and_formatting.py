@@ -89,3 +89,15 @@ def test_huge_image_is_called_too_large_not_broken(tmp_path, monkeypatch):
     with pytest.raises(InvalidImageError) as info:
         validate_image(big)
     assert str(info.value) == f"Image is too large to open safely: {big} (6.0 megapixels)"
+
+
+def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
+    """Issue 18: a named pipe or a folder given as an image is said to be one (not "not found")."""
+    import os
+
+    pipe = tmp_path / "photo.png"
+    os.mkfifo(pipe)
+    with pytest.raises(InvalidImageError, match=r"photo.png is not a regular file \(a pipe or a device\), not an image"):
+        validate_image(pipe)
+    with pytest.raises(InvalidImageError, match=r"is a folder, not an image file"):
+        validate_image(tmp_path)

@@ -152,3 +152,29 @@ def test_without_a_processor_text_works_and_images_are_refused_before_any_work(s
         plain.count_image_tokens(images_dir / "coffee.png")
     tokens, done, _ = run(plain, "And now?", n=3)
     assert done.stats.cached_tokens > 0
+
+
+def test_done_event_carries_the_answer_ids_and_damaged_stored_ids_fall_back_to_the_text(session):
+    """Issue 18: the DoneEvent names the ids the answer was generated as (what the app stores); ids a
+    model cannot have generated (out of its vocabulary: a damaged row) are not replayed, the text is."""
+    from engine.chat import Turn
+
+    ids, done, _ = run(session, "Hello", n=6)
+    assert list(done.token_ids) == ids == session.turns[-1].token_ids
+    text = session.turns[-1].text
+    as_text = [Turn("user", "Hello"), Turn("assistant", text)]
+    session.turns[:] = as_text
+    expected = session._prompt()[0]
+    session.turns[:] = [Turn("user", "Hello"), Turn("assistant", text, token_ids=[99_999_999, -3])]
+    assert session._prompt()[0] == expected  # before: the ids went into the prompt (IndexError in the embedding)
+    _, done, _ = run(session, "Again", n=4)
+    assert done.finish_reason == "length" and done.error is None
+
+
+def test_a_system_prompt_too_long_for_the_context_is_named_as_the_cause(tiny_checkpoint):
+    """Issue 18: a huge system prompt (a stored setting) fails every answer: the error says it is the cause."""
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(max_tokens=256),
+                               system_prompt="word " * 400)
+    with pytest.raises(PromptTooLongError, match=r"^the prompt has 414 tokens but the context holds 256; the system "
+                       r"prompt alone has 401 tokens: shorten it in Settings$"):
+        run(session, "Hi", n=2)

@@ -7,6 +7,7 @@ the middle of the vision tower or the prefill, as it does with real weights on a
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -347,4 +348,28 @@ def test_video_attachments_reach_the_session_as_videos(family_checkpoint, shared
     service.send("And?", [], params, again)
     assert again.final.stats.video_frames == 6
     assert service._session.turns[0].videos[0].tile_digests == turn.videos[0].tile_digests
+    assert service.shutdown()
+
+
+def test_an_unreadable_image_of_an_earlier_message_is_left_out_not_the_whole_history(caplog):
+    """Issue 18: a stored image deleted since must not fail set_history half-way (the next answer then ran on
+    a conversation cut short, silently): that image is left out, with a warning, and the rest is kept."""
+
+    class MissingImage(ScriptedSession):
+        def preprocess(self, images, detail="full"):
+            if any("gone" in i for i in images):
+                raise ImageError(f"Image file not found: {images[0]}")
+            return super().preprocess(images, detail)
+
+    session = MissingImage()
+    service = scripted(session)
+    history = [HistoryMessage("user", "q1", (Attachment("/img/gone.png"), Attachment("/img/b.png"))),
+               HistoryMessage("assistant", "a1"), HistoryMessage("user", "q2"), HistoryMessage("assistant", "a2")]
+    with caplog.at_level(logging.WARNING, logger="engine.service"):
+        service.set_history(history)
+        service.send("q3", [], GenerationParams(), done := Recorder())
+        assert done.final.finish_reason == "stop"
+    assert [(t.role, t.text, t.images) for t in session.turns[:4]] == [
+        ("user", "q1", ["tiles of /img/b.png"]), ("assistant", "a1", []), ("user", "q2", []), ("assistant", "a2", [])]
+    assert "left out of the conversation's context: Image file not found: /img/gone.png" in caplog.messages
     assert service.shutdown()

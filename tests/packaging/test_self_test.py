@@ -117,3 +117,21 @@ def test_frozen_paths(tmp_path, monkeypatch):
     assert paths.data_dir() == tmp_path / "home" / ".local" / "share" / "Smolchat"
     assert paths.models_dir() == paths.data_dir() / "models"
     assert install not in paths.models_dir().parents
+
+
+def test_without_model_it_uses_the_model_the_app_last_used(tiny_checkpoint, tmp_path, monkeypatch):
+    """Issue 18: ``smolchat --self-test`` tests the model the app last loaded, not the first one found."""
+    from app.settings import open_settings, set_last_model
+
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / "aaa-other").symlink_to(tiny_checkpoint, target_is_directory=True)  # found first otherwise
+    last = tmp_path / "elsewhere" / "my-model"
+    last.parent.mkdir()
+    last.symlink_to(tiny_checkpoint, target_is_directory=True)
+    monkeypatch.setenv("SMOLCHAT_DATA_DIR", str(data))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    set_last_model(str(last), open_settings())
+    assert self_test.resolve_model(None) == str(last)
+    last.unlink()  # gone since: fall back to the models folder
+    assert self_test.resolve_model(None) == str(data / "models" / "aaa-other")

@@ -1,0 +1,376 @@
+"""Issue 18: nothing a user has on disk or types stops Smolchat from starting or makes every message fail.
+
+Each test builds the bad data by hand (settings file, database rows, folders), starts the window on the
+fake backend and checks that it starts, says in one line what it ignored, keeps everything else, and
+leaves what it could not read unchanged on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QPushButton
+
+from app.backends.fake import FakeBackend
+from app.store import SCHEMA_VERSION, Store
+from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
+
+
+def _ask(qtbot, win, text: str = "What colour is the cat?") -> dict:
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def _chat(data_dir, title: str = "old chat", settings: dict | None = None) -> tuple[int, list[int]]:
+    """A stored conversation: question, answer, question, answer. Returns (conversation id, message ids)."""
+    store = Store(data_dir)
+    conv = store.create_conversation(title, model="/models/fake", settings=settings)
+    ids = [store.add_message(conv.id, role, text).id for role, text in
+           (("user", "Hello?"), ("assistant", "Hi there."), ("user", "What is 2+2?"), ("assistant", "4."))]
+    store.close()
+    return conv.id, ids
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- the settings file --------------------------------------------------------------------------------
+def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_the_file(qtbot, make_window,
+                                                                                          data_dir):
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    ini.write_text("[sampling]\nseed=abc\ntemperature=nan\ntop_p=5\nmax_new_tokens=99999999999\ntop_k=40\n"
+                   "[engine]\ncontext_size=lots\ndevice=gpu9\n[models]\nknown=[{\"path\": 5}, 7]\n",
+                   encoding="utf-8")
+    fake = FakeBackend(tokens=["Fine", "."])
+    win = make_window(fake)
+
+    assert win.storage_banner.message() == (
+        f"Settings file {ini}: ignored temperature must be a finite number, got nan; top_p must be in (0, 1], "
+        "got 5.0; max_new_tokens must be from 1 to 32768, got 99999999999; the seed must be a whole number from 0 "
+        "to 18446744073709551615, or empty for a random seed, got 'abc'; device 'gpu9' (one of auto, cuda, mps, "
+        "cpu); context_size 'lots' (a whole number of tokens from 0 to 131072; 0: the model's own). The defaults "
+        "apply instead.")
+    assert win.settings.seed is None and win.settings.overrides == {"top_k": 40}
+    assert _ask(qtbot, win)["finish_reason"] == "stop"  # the defaults apply: messages work
+    params = fake.calls[-1]["params"]
+    assert (params.temperature, params.top_p, params.top_k, params.seed) == (0.0, 1.0, 40, None)
+    win.model_manager or win.open_model_manager()  # a bad "known models" list must not abort the dialog
+    win.model_manager.close()
+    text = ini.read_text(encoding="utf-8")
+    assert "seed=abc" in text and "temperature=nan" in text and "context_size=lots" in text  # not overwritten
+
+
+def test_a_settings_file_that_is_not_text_is_set_aside_not_overwritten(qtbot, make_window, data_dir):
+    data_dir.mkdir(parents=True)
+    garbage = bytes(range(256)) * 8  # NUL bytes, invalid UTF-8
+    (data_dir / "settings.ini").write_bytes(garbage)
+    win = make_window(FakeBackend(tokens=["ok"]))
+    assert win.storage_banner.message() == (f"Settings file {data_dir / 'settings.ini'} is not text: it was kept "
+                                            "as settings.ini.unreadable and the defaults apply.")
+    assert (data_dir / "settings.ini.unreadable").read_bytes() == garbage
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
+
+
+def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
+    dialog = window.open_settings_dialog()
+    qtbot.addWidget(dialog)
+    error = dialog.findChild(QLabel, "seedError")
+    for typed in ("-1", "18446744073709551616", "1.5", "abc", "²"):
+        dialog.seed.setText(typed)
+        dialog.accept()
+        assert dialog.isVisible(), typed  # refused: the dialog stays open
+        assert error.isVisible() and error.text() == (
+            "Not applied: The seed must be a whole number from 0 to 18446744073709551615, or empty for a "
+            f"random seed, got {typed!r}.")
+        assert window.settings.seed is None
+    dialog.seed.setText("18446744073709551615")
+    dialog.accept()
+    assert not dialog.isVisible() and window.settings.seed == 2**64 - 1
+    assert _ask(qtbot, window)["finish_reason"] == "stop"
+
+
+def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtbot, make_window, data_dir):
+    _chat(data_dir, settings={"seed": -1, "overrides": {"temperature": "hot", "top_k": 7},
+                              "image_detail": 3, "system_prompt": ["not", "text"]})
+    fake = FakeBackend(tokens=["Yes", "."])
+    win = make_window(fake)
+
+    message = win.banner.message()
+    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: ignored "
+                              "temperature must be a number, got 'hot'")
+    assert "the seed must be a whole number from 0 to 18446744073709551615, or empty for a random seed, got '-1'" \
+        in message and message.endswith("; the defaults apply instead.")
+    assert (win.settings.seed, win.settings.overrides, win.settings.image_detail) == (None, {"top_k": 7}, "full")
+    assert _ask(qtbot, win)["finish_reason"] == "stop"  # before: "Invalid settings: seed must be in [0, 2**64)"
+    assert fake.calls[-1]["params"].top_k == 7
+
+
+# -- the database -------------------------------------------------------------------------------------
+def test_a_database_of_a_newer_smolchat_opens_read_only_and_is_never_written(qtbot, make_window, data_dir):
+    conv_id, _ = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("ALTER TABLE messages ADD COLUMN reactions TEXT")  # what a newer version might add
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    before = _digest(data_dir / "smolchat.sqlite3")
+    win = make_window(FakeBackend())
+
+    assert win.storage_banner.message() == (
+        f"Your conversations in {data_dir} are shown read-only: they were saved by a newer version of Smolchat "
+        f"(database schema {SCHEMA_VERSION + 1}; this one reads up to {SCHEMA_VERSION}). Nothing is changed on "
+        "disk; update Smolchat to continue them.")
+    assert win.sidebar.titles() == ["old chat"] and win.keeper.current_id == conv_id
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    win.composer.setPlainText("And 3+3?")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message().startswith("Could not save the message: the conversations are read-only: they "
+                                           "were saved by a newer version of Smolchat")
+    assert win.composer.toPlainText() == "And 3+3?"  # nothing lost
+    win.delete_conversation(conv_id)
+    assert win.sidebar.titles() == ["old chat"]
+    win.close()
+    assert _digest(data_dir / "smolchat.sqlite3") == before
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    db.close()
+
+
+def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbot, make_window, data_dir):
+    conv_id, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET images = '{not json', stats = '[1,' , token_ids = '\"x\"' WHERE id = ?",
+               (ids[1],))
+    db.execute("UPDATE conversations SET settings = 'nope' WHERE id = ?", (conv_id,))
+    db.commit()
+    db.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    assert win.banner.message() == (
+        "1 message of this chat has stored data that could not be read (images, statistics or token ids): shown "
+        "with what could be read, and left unchanged on disk.")
+    assert _ask(qtbot, win, "And 3+3?")["finish_reason"] == "stop"
+    assert [m.text for m in fake.calls[-1]["history"]] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    assert db.execute("SELECT images, stats, token_ids FROM messages WHERE id = ?", (ids[1],)).fetchone() == (
+        "{not json", "[1,", '"x"')
+    db.close()
+
+
+def test_a_read_only_data_folder_shows_the_existing_chats_read_only(qtbot, make_window, data_dir, monkeypatch):
+    _chat(data_dir)
+    before = _digest(data_dir / "smolchat.sqlite3")
+
+    def read_only(path):  # as chmod 555 would for a user who is not root
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("app.paths._check_writable", read_only)
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    monkeypatch.setattr("app.paths._read_only", {})
+    win = make_window(FakeBackend())
+
+    assert win.storage_banner.message() == (
+        f"Your conversations in {data_dir} are shown read-only: the folder cannot be written (Permission denied). "
+        "Sending is off; make the folder writable, or start Smolchat with SMOLCHAT_DATA_DIR set to another folder.")
+    assert win.sidebar.titles() == ["old chat"]
+    assert [m["text"] for m in win.transcript.messages()][-1] == "4."
+    win.composer.setPlainText("Still there?")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message() == ("Could not save the message: the conversations are read-only: the data folder "
+                                    "cannot be written (Permission denied).")
+    assert win.composer.toPlainText() == "Still there?"
+    win.close()
+    assert _digest(data_dir / "smolchat.sqlite3") == before
+
+
+# -- a question whose answer never started ---------------------------------------------------------------
+def test_a_question_killed_during_its_prefill_is_marked_unanswered_with_resend(qtbot, make_window, data_dir):
+    conv_id, _ = _chat(data_dir)
+    store = Store(data_dir)
+    store.add_message(conv_id, "user", "And 3+3?")
+    store.add_message(conv_id, "assistant", "", status="streaming")  # the process died before any token
+    store.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+
+    footer = win.transcript.widgets()[-1].findChild(QLabel, "messageFooter")
+    assert footer.text() == "unanswered — Smolchat closed before this answer started"
+    assert win.banner.message() == ("Your last question was never answered: Smolchat closed before the answer "
+                                    "started. It is not part of the model's context until it is answered.")
+    resend = win.banner.findChild(QPushButton, "bannerAction")
+    assert resend.isVisible() and resend.text() == "Resend"
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.mouseClick(resend, Qt.MouseButton.LeftButton)
+    assert finished.args[0]["finish_reason"] == "stop"
+    assert [m.text for m in fake.calls[-1]["history"]] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    assert fake.calls[-1]["text"] == "And 3+3?"
+    assert [(m["role"], m["text"]) for m in win.transcript.messages()][-2:] == [("user", "And 3+3?"),
+                                                                                ("assistant", "6.")]
+    assert [m.text for m in Store(data_dir, recover=False).messages(conv_id)][-2:] == ["And 3+3?", "6."]
+
+
+def test_a_question_without_any_answer_row_is_resent_once(qtbot, make_window, data_dir):
+    conv_id, _ = _chat(data_dir)
+    store = Store(data_dir)
+    store.add_message(conv_id, "user", "And 3+3?")  # killed between saving the question and its answer
+    store.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+    assert win.banner.message() == ("Your last question has no answer. It is not part of the model's context until "
+                                    "it is answered.")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.resend_unanswered()
+    assert fake.calls[-1]["text"] == "And 3+3?"
+    texts = [m.text for m in Store(data_dir, recover=False).messages(conv_id)]
+    assert texts == ["Hello?", "Hi there.", "What is 2+2?", "4.", "And 3+3?", "6."]  # not twice
+
+
+# -- attachments -------------------------------------------------------------------------------------
+def test_an_attachment_changed_or_deleted_before_send_is_sent_as_attached(qtbot, window, fake_session, png):
+    from PIL import Image
+
+    window.add_files([str(png)])
+    attached = png.read_bytes()
+    Image.new("RGB", (10, 10), (0, 0, 255)).save(png)  # the user edits the file before pressing Send
+    _ask(qtbot, window, "What is this?")
+    [sent] = fake_session.calls[-1]["images"]
+    assert open(sent, "rb").read() == attached
+
+    window.add_files([str(png)])
+    png.unlink()  # ... or deletes it
+    assert _ask(qtbot, window, "And now?")["finish_reason"] == "stop"
+    assert len(fake_session.calls) == 2
+
+
+def test_an_error_about_an_attachment_names_the_users_file(qtbot, window, fake_session, png):
+    window.add_files([str(png)])
+    stored = window.kept_paths()[0]
+    assert stored != str(png.resolve())
+    fake_session.image_error = f"ImageError: cannot identify image file '{stored}'"
+    result = _ask(qtbot, window, "What is this?")
+    assert result["error"] == f"ImageError: cannot identify image file '{png.resolve()}'"
+    assert window.banner.message() == f"ImageError: cannot identify image file '{png.resolve()}'"
+
+
+def test_a_model_manager_that_fails_to_build_leaves_no_running_thread_behind(tmp_path):
+    """The SIGABRT seen at startup: a QThread started in ModelManager.__init__ and destroyed while running
+    when the rest of __init__ raised. Run in a child process (an abort would end pytest too)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import gc, app.model_manager as mm\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "qt = QApplication([])\n"
+        "def broken(*a, **k): raise ValueError('unreadable list of models')\n"
+        "mm.known_models = broken\n"
+        "try:\n    mm.ModelManager()\nexcept ValueError as exc:\n    print('raised:', exc)\n"
+        "gc.collect()\nqt.processEvents()\nprint('alive')\n")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SMOLCHAT_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert (done.returncode, done.stdout) == (0, "raised: unreadable list of models\nalive\n"), done.stderr
+
+
+def test_a_stored_image_missing_from_disk_is_named_and_left_out_of_the_context(qtbot, make_window, data_dir, png):
+    store = Store(data_dir)
+    conv = store.create_conversation("photo chat", model="/models/fake")
+    kept = store.store_image(png)
+    store.add_message(conv.id, "user", "What is this?", [kept])
+    store.add_message(conv.id, "assistant", "An orange square.")
+    store.close()
+    (data_dir / "images" / kept.rsplit("/", 1)[1]).unlink()  # deleted by hand, or by a disk cleaner
+    fake = FakeBackend(tokens=["Yes", "."])
+    win = make_window(fake)
+
+    assert win.banner.message() == (f"1 image of this chat is missing from {data_dir / 'images'} "
+                                    f"({kept.rsplit('/', 1)[1]}): the model sees those messages without them.")
+    assert _ask(qtbot, win, "Sure?")["finish_reason"] == "stop"
+    assert [(m.text, m.attachments) for m in fake.calls[-1]["history"]] == [("What is this?", ()),
+                                                                          ("An orange square.", ())]
+
+
+def test_token_ids_go_to_the_engine_only_for_the_model_that_generated_them(data_dir):
+    from app.controller import history_messages
+    from app.conversations import engine_history
+
+    store = Store(data_dir)
+    conv = store.create_conversation("two models")
+    store.add_message(conv.id, "user", "Hi")
+    answer = store.add_message(conv.id, "assistant", "Hello.", stats={"model": "/models/a"})
+    store.update_message(answer.id, token_ids=[9, 8, 7])
+    messages = store.messages(conv.id)
+    assert history_messages(engine_history(messages, "/models/a"))[1].token_ids == (9, 8, 7)
+    assert history_messages(engine_history(messages, "/models/b"))[1].token_ids is None  # re-tokenized by b
+    store.close()
+
+
+def test_a_database_locked_by_another_program_opens_read_only(qtbot, make_window, data_dir):
+    _chat(data_dir)
+    other = sqlite3.connect(data_dir / "smolchat.sqlite3", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # e.g. a backup tool, or a stuck second copy of Smolchat
+    try:
+        win = make_window(FakeBackend())
+        assert win.storage_banner.message() == (
+            f"Your conversations in {data_dir} are shown read-only: another program holds the database locked "
+            "(database is locked). Sending is off; close the other program and restart Smolchat.")
+        assert win.sidebar.titles() == ["old chat"]  # before: a temporary folder, the chats hidden
+        assert [m["text"] for m in win.transcript.messages()][-1] == "4."
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def test_a_theme_variable_with_junk_is_ignored_and_said(qtbot, make_window, monkeypatch):
+    monkeypatch.setenv("SMOLCHAT_THEME", "purple")
+    win = make_window(FakeBackend())
+    assert win.storage_banner.message() == ("$SMOLCHAT_THEME: ignored 'purple' (one of system, light, dark); the "
+                                            "theme from Settings applies.")
+
+
+def test_a_file_where_the_images_folder_belongs_is_named(qtbot, make_window, data_dir):
+    data_dir.mkdir(parents=True)
+    (data_dir / "images").write_text("not a folder")
+    win = make_window(FakeBackend())
+    assert win.storage_banner.message().startswith(
+        f"The data folder {data_dir} cannot be used ({data_dir / 'images'}: File exists). Conversations will not "
+        "be kept after Smolchat closes")
+    assert (data_dir / "images").read_text() == "not a folder"
+
+
+def test_a_backend_variable_naming_nothing_is_ignored_and_said(qtbot, monkeypatch, tiny_checkpoint):  # noqa: F811
+    from app.main_window import MainWindow
+
+    monkeypatch.setenv("SMOLCHAT_BACKEND", "nonsense:Backend")
+    win = MainWindow(str(tiny_checkpoint))  # before: ModuleNotFoundError, no window
+    qtbot.addWidget(win)
+    assert win.storage_banner.message() == ("$SMOLCHAT_BACKEND: ignored 'nonsense:Backend' (ModuleNotFoundError: No "
+                                            "module named 'nonsense'); using the local engine.")
+    qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
+    assert win.model_info["backend"] == "local"
+    win.close()
+
+
+def test_saved_servers_of_the_wrong_type_are_ignored_and_said(qtbot, make_window, data_dir):
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    ini.write_text('[remote]\nservers="[{\\"name\\": \\"gpu\\", \\"url\\": \\"http://gpu:8000/v1\\", \\"vision\\": '
+                   '\\"yes\\"}, {\\"name\\": 5, \\"url\\": [1]}, 7]"\n', encoding="utf-8")
+    win = make_window(FakeBackend())  # before: TypeError / ValueError from the servers list
+    assert win.storage_banner.message() == (f"Settings file {ini}: ignored 2 saved servers that could not be read "
+                                            "(remote/servers); the rest apply.")
+    from app.remote_settings import load_servers
+
+    assert load_servers(win.qsettings) == [{"name": "gpu", "url": "http://gpu:8000/v1", "vision": {}}]
+    ini.write_text("[remote]\nservers=5\n", encoding="utf-8")
+    assert load_servers(win.qsettings.__class__(str(ini), win.qsettings.Format.IniFormat)) == []
