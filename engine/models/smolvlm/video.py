@@ -18,7 +18,11 @@ Where we differ from transformers on purpose:
   ``index``; for variable frame rate the frame the prompt's timestamp names, not the index-th frame);
 - the display rotation of phone videos is applied (frames come out upright, as players show them,
   like EXIF orientation for photos);
-- files whose container lacks a frame count get one from the stream or container duration.
+- files whose container lacks a frame count get one from the stream or container duration;
+- animated WebP and APNG, which FFmpeg's demuxers do not decode as a stream of pictures, are read
+  with Pillow (:func:`_read_animation`): each frame lasts its own ``duration``, and the file counts
+  as a video of ``n_frames`` frames at ``n_frames / total duration`` fps (a GIF goes through PyAV);
+- ``check()``, when given, is called before every decoded frame: the engine's cancellation point.
 
 Resizing (:func:`resize_frame`) follows ``SmolVLMVideoProcessor.resize``: longest edge to
 ``video_sampling.video_size.longest_edge`` (short edge ``int()``-truncated and rounded up to even,
@@ -172,12 +176,75 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
+ANIMATION_SUFFIXES = (".webp", ".png", ".apng")
+"""Animated images read with Pillow, not PyAV (FFmpeg reads no animated WebP/APNG as a video stream)."""
+
+
+def _animation(path: str | os.PathLike) -> list[float] | None:
+    """The start time (seconds) of each frame of an animated WebP/APNG, plus its end as the last
+    item; ``None`` for any other file (PyAV reads it)."""
+    if Path(path).suffix.lower() not in ANIMATION_SUFFIXES or not Path(path).is_file():
+        return None
+    try:
+        with Image.open(path) as image:
+            n = int(getattr(image, "n_frames", 1))
+            if n < 2:
+                return None
+            times = [0.0]
+            for i in range(n):
+                image.seek(i)
+                image.load()  # WebP sets this frame's duration when it decodes it
+                # Browsers show a 0 ms (or missing) frame duration as 100 ms.
+                ms = float(image.info.get("duration") or 0) or 100.0
+                times.append(times[-1] + ms / 1000.0)
+            return times
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _animation_info(times: list[float], path) -> VideoInfo:
+    with Image.open(path) as image:
+        width, height = image.size
+    if width * height > MAX_FRAME_PIXELS:
+        raise VideoError(f"Video frames are too large to decode safely: {path} ({width}x{height})")
+    total = len(times) - 1
+    return VideoInfo(total_frames=total, fps=total / times[-1], duration=times[-1], width=width, height=height)
+
+
+def _read_animation(path, times: list[float], indices: list[int], resize, check) -> tuple[list, list, list, int]:
+    """Frames of an animated image at the sampled indices' times (the frame shown then)."""
+    from engine.api.images import to_rgb
+
+    info = _animation_info(times, path)
+    out, kept, shown, decoded = [], [], [], 0
+    try:
+        with Image.open(path) as image:
+            for index in indices:
+                if check is not None:
+                    check()
+                target = index / info.fps
+                frame = max(i for i in range(info.total_frames) if times[i] <= target + 1e-9)
+                image.seek(frame)
+                decoded += 1
+                picture = to_rgb(image.convert("RGBA"))
+                out.append(resize(picture) if resize is not None else np.asarray(picture))
+                kept.append(index)
+                shown.append(times[frame])
+    except (OSError, SyntaxError, ValueError) as exc:
+        if not out:
+            raise VideoError(f"Cannot decode video {path}: {_short(exc)}") from None
+    return out, kept, shown, decoded
+
+
 def probe(path: str | os.PathLike) -> VideoInfo:
     """Read a video's metadata from its headers (no decoding).
 
     Raises:
         VideoError: the file is missing, empty, not a video, has no video stream, or no frame rate.
     """
+    times = _animation(path)
+    if times is not None:
+        return _animation_info(times, path)
     container = _open(path)
     try:
         return _info(container, path)
@@ -230,7 +297,7 @@ def _upright(image: Image.Image, rotation: float) -> Image.Image:
 
 
 def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
-               resize=None) -> VideoFrames:
+               resize=None, check=None) -> VideoFrames:
     """Sample frames from a video file as transformers' SmolVLM video processor does.
 
     Args:
@@ -239,6 +306,7 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
         resize: ``PIL.Image -> np.ndarray`` applied to each upright RGB frame as soon as it is
             decoded (so a 64-frame 8K video never sits in memory at full size); default: keep the
             frame as a ``uint8 [H, W, 3]`` array.
+        check: called before every decoded frame; raise from it to stop (the engine's cancel).
 
     Raises:
         ValueError: ``fps`` or ``max_frames`` out of range.
@@ -250,6 +318,13 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
         raise ValueError(f"fps must be a positive number, got {fps}")
     if max_frames < 1:
         raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    times = _animation(path)
+    if times is not None:
+        info = _animation_info(times, path)
+        indices = [int(i) for i in sample_indices(info.total_frames, info.fps, info.duration, fps, max_frames)]
+        frames, kept, shown, decoded = _read_animation(path, times, indices, resize, check)
+        return VideoFrames(frames=frames, indices=kept, timestamps=[i / info.fps for i in kept], info=info,
+                           decoded_frames=decoded, frame_times=shown)
     container = _open(path)
     try:
         info = _info(container, path)
@@ -263,7 +338,7 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
             seekable = False
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
-        frames, kept, times, decoded = _decode_at(container, stream, info, indices, resize, seekable)
+        frames, kept, times, decoded = _decode_at(container, stream, info, indices, resize, seekable, check)
     except av.FFmpegError as exc:
         raise VideoError(f"Cannot decode video {path}: {_short(exc)}") from None
     except MemoryError:
@@ -281,7 +356,7 @@ def tolerance(fps: float) -> float:
     return min(TIME_TOLERANCE_S, 0.5 / fps)
 
 
-def _decode_at(container, stream, info: VideoInfo, indices: list[int], resize, seekable: bool = True):
+def _decode_at(container, stream, info: VideoInfo, indices: list[int], resize, seekable: bool = True, check=None):
     """Decode the frame shown at ``info.start + index / fps`` for each index (sorted ascending):
     the last frame whose time is at most :func:`tolerance` after it."""
     tb = stream.time_base or Fraction(1, 1)
@@ -315,6 +390,8 @@ def _decode_at(container, stream, info: VideoInfo, indices: list[int], resize, s
             else:
                 chosen = prev
         while chosen is None:
+            if check is not None:
+                check()  # between frames: a cancel never waits for a whole seek-and-decode run
             try:
                 frame = next(it)
             except StopIteration:
@@ -383,14 +460,14 @@ def planned_prompt(processor: ImageProcessor, source: str | os.PathLike, fps: fl
 
 
 def preprocess_video(processor: ImageProcessor, source: str | os.PathLike, fps: float | None = None,
-                     max_frames: int | None = None) -> ProcessedVideo:
+                     max_frames: int | None = None, check=None) -> ProcessedVideo:
     """:meth:`ImageProcessor.preprocess_video`."""
     fps, max_frames = _sampling(processor, fps, max_frames)
     sampling = processor.video_sampling
     square = processor.max_image_size
     edge = int((sampling.get("video_size") or {}).get("longest_edge", square))
     resize = functools.partial(resize_frame, longest_edge=edge, square=square, resample=processor.resample)
-    video = read_video(source, fps=fps, max_frames=max_frames, resize=resize)
+    video = read_video(source, fps=fps, max_frames=max_frames, resize=resize, check=check)
     pixels = np.stack(video.frames).transpose(0, 3, 1, 2).copy()  # [N, 3, M, M]
     out = ProcessedVideo(pixels=pixels, lut=processor.lut(pixels.shape[1]), rows=0, cols=0,
                          image_seq_len=processor.image_seq_len, timestamps=tuple(video.timestamps),
