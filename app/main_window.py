@@ -111,7 +111,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
             return
-        if images and self.refuse_images():  # attached while a vision model was loaded
+        if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
             return
         self.banner.dismiss()
         if self.controller.send(text, images, self.chat_settings(), self.current_params(), self._editing):

@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 
 from app.paths import data_dir
+from app.video_attachments import DEFAULT_FPS, DEFAULT_MAX_FRAMES, clamp_fps, clamp_max_frames
 from engine.api import DETAILS, GenerationParams
 
 # The sampling values the settings dialog edits; their defaults are the engine's own.
@@ -66,6 +67,8 @@ class AppSettings:
     weights: str = "auto"
     context_size: int = 0  # 0: the model's own context length
     theme: str = "system"
+    video_max_frames: int = DEFAULT_MAX_FRAMES  # at most this many frames of a video (1..64)
+    video_fps: float = DEFAULT_FPS  # frames sampled per second of video
 
     def sampling(self, model_defaults: dict | None = None) -> dict:
         """Effective sampling values: user overrides, else the model's, else the engine's."""
@@ -80,6 +83,8 @@ class AppSettings:
         params["seed"] = self.seed
         params["image_detail"] = self.image_detail
         params["system_prompt"] = self.system_prompt
+        params["video_max_frames"] = clamp_max_frames(self.video_max_frames)
+        params["video_fps"] = clamp_fps(self.video_fps)
         return params
 
     def load_options(self) -> dict:
@@ -123,6 +128,8 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     except (TypeError, ValueError):
         s.context_size = 0
     s.theme = _choice(qs.value("ui/theme"), THEMES, "system")
+    s.video_max_frames = clamp_max_frames(qs.value("chat/video_max_frames", DEFAULT_MAX_FRAMES))
+    s.video_fps = clamp_fps(qs.value("chat/video_fps", DEFAULT_FPS))
     return s
 
 
@@ -142,6 +149,8 @@ def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
     qs.setValue("engine/weights", s.weights)
     qs.setValue("engine/context_size", s.context_size)
     qs.setValue("ui/theme", s.theme)
+    qs.setValue("chat/video_max_frames", clamp_max_frames(s.video_max_frames))
+    qs.setValue("chat/video_fps", clamp_fps(s.video_fps))
     qs.sync()
 
 

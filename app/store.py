@@ -49,6 +49,8 @@ MIGRATIONS: dict[int, str] = {
 }
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+# Videos share the store (and a message's ``images`` list): the suffix says which a file is.
+MEDIA_SUFFIXES = IMAGE_SUFFIXES | {".mp4", ".webm", ".mov", ".mkv", ".m4v", ".apng"}
 
 
 @dataclass
@@ -233,11 +235,16 @@ class Store:
 
     # -- images ----------------------------------------------------------------------------------
     def store_image(self, path: str | Path) -> str:
-        """Copy ``path`` into the image store, named by its content hash; return the stored path."""
+        """Copy ``path`` (an image or a video) into the store, named by its content hash and keeping its
+        suffix; return the stored path. The copy streams (a video may be gigabytes) and is renamed
+        into place only when complete."""
         path = Path(path)
-        data = path.read_bytes()
-        suffix = path.suffix.lower() if path.suffix.lower() in IMAGE_SUFFIXES else ".img"
-        target = self.images_dir / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"
+        digest = hashlib.sha256()
+        with path.open("rb") as source:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                digest.update(block)
+        suffix = path.suffix.lower() if path.suffix.lower() in MEDIA_SUFFIXES else ".img"
+        target = self.images_dir / f"{digest.hexdigest()[:32]}{suffix}"
         if not target.exists():
             tmp = target.with_suffix(".part")
             try:
