@@ -8,6 +8,7 @@ hands back a ``QImage``; :class:`Filmstrip` is the label that shows it with its 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from PIL import Image
@@ -17,35 +18,44 @@ from PySide6.QtWidgets import QFrame, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.video_attachments import VideoPlan
 
-STRIP_FRAMES = 4
-"""Frames a filmstrip shows (fewer for a clip with fewer frames)."""
+MAX_CELLS = 4
+"""Frames a filmstrip shows at most (fewer for a clip with fewer frames, or a narrow box)."""
+GAP = 2
 
 
-def filmstrip_image(path: str, frame_height: int, frames: int = STRIP_FRAMES) -> Image.Image:
-    """Up to ``frames`` frames of ``path`` spread over its length, each scaled to ``frame_height``
-    pixels high, side by side with 2-px gaps (RGB).
+def strip_cells(width: int, height: int) -> int:
+    """How many frames a ``width x height`` filmstrip shows: about one per square cell, 2 to 4."""
+    return max(2, min(MAX_CELLS, math.ceil(width / max(height, 1))))
+
+
+def cover(image: Image.Image, width: int, height: int) -> Image.Image:
+    """``image`` scaled to cover ``width x height`` and centre-cropped to it (RGB)."""
+    scale = max(width / image.width, height / image.height)
+    w, h = max(width, round(image.width * scale)), max(height, round(image.height * scale))
+    image = image.convert("RGB").resize((w, h), Image.Resampling.BILINEAR)
+    x, y = (w - width) // 2, (h - height) // 2
+    return image.crop((x, y, x + width, y + height))
+
+
+def filmstrip_image(path: str, width: int, height: int) -> Image.Image:
+    """Frames of ``path`` spread over its length (:func:`strip_cells` of them), each cropped to a
+    cell of a ``width x height`` strip, side by side with 2-px gaps (RGB; narrower when the clip
+    has fewer frames).
 
     Raises:
-        VideoError: the engine's one-line message when no frame can be decoded.
+        VideoError: the engine's one-line message when the file or its frames cannot be read.
     """
     from engine.api.videos import probe, read_video
 
+    cells = strip_cells(width, height)
+    cell_width = max(1, (width - GAP * (cells - 1)) // cells)
     info = probe(path)
-    fps = frames / max(info.duration, 1e-3)  # ~``frames`` samples over the whole clip
-
-    def shrink(image: Image.Image) -> Image.Image:
-        width = max(1, round(image.width * frame_height / max(image.height, 1)))
-        image.draft("RGB", (width, frame_height))  # a no-op for video frames, cheap for JPEG-like sources
-        return image.resize((width, frame_height), Image.Resampling.BILINEAR)
-
-    video = read_video(path, fps=fps, max_frames=frames, resize=shrink)
+    fps = cells / max(info.duration, 1e-3)  # ~``cells`` samples over the whole clip
+    video = read_video(path, fps=fps, max_frames=cells, resize=lambda image: cover(image, cell_width, height))
     pictures = video.frames
-    gap = 2
-    strip = Image.new("RGB", (sum(p.width for p in pictures) + gap * (len(pictures) - 1), frame_height), (16, 16, 16))
-    x = 0
-    for picture in pictures:
-        strip.paste(picture, (x, 0))
-        x += picture.width + gap
+    strip = Image.new("RGB", (cell_width * len(pictures) + GAP * (len(pictures) - 1), height), (16, 16, 16))
+    for i, picture in enumerate(pictures):
+        strip.paste(picture, (i * (cell_width + GAP), 0))
     return strip
 
 
@@ -56,21 +66,21 @@ def to_qimage(image: Image.Image) -> QImage:
 
 
 class _Job(QRunnable):
-    def __init__(self, loader: FilmstripLoader, key: tuple[str, int]) -> None:
+    def __init__(self, loader: FilmstripLoader, key: tuple[str, int, int]) -> None:
         super().__init__()
         self.loader, self.key = loader, key
 
     def run(self) -> None:  # a pool thread: no widgets, no QPixmap
-        path, height = self.key
+        path, width, height = self.key
         try:
-            image, error = filmstrip_image(path, height), ""
+            image, error = filmstrip_image(path, width, height), ""
         except Exception as exc:  # noqa: BLE001 - every failure becomes the chip's one-line error
             image, error = None, " ".join(str(exc).split()) or type(exc).__name__
         self.loader.finished.emit(self.key, to_qimage(image) if image is not None else QImage(), error)
 
 
 class FilmstripLoader(QObject):
-    """Decodes filmstrips on a thread pool, once per (path, height); results are cached.
+    """Decodes filmstrips on a thread pool, once per (path, width, height); results are cached.
 
     ``ready(key, QImage, error)`` arrives on the UI thread; a null image comes with the error.
     """
@@ -82,13 +92,14 @@ class FilmstripLoader(QObject):
         super().__init__(parent)
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(2)
-        self._cache: dict[tuple[str, int], tuple[QImage, str]] = {}
-        self._queued: set[tuple[str, int]] = set()
+        self._cache: dict[tuple[str, int, int], tuple[QImage, str]] = {}
+        self._queued: set[tuple[str, int, int]] = set()
         self.finished.connect(self._finished, Qt.ConnectionType.QueuedConnection)
 
-    def request(self, path: str, height: int) -> tuple[QImage, str] | None:
-        """The cached ``(image, error)`` for ``(path, height)``, or None after queueing its decode."""
-        key = (path, height)
+    def request(self, path: str, width: int, height: int) -> tuple[QImage, str] | None:
+        """The cached ``(image, error)`` for a ``width x height`` strip (device pixels) of ``path``,
+        or None after queueing its decode."""
+        key = (path, width, height)
         if key in self._cache:
             return self._cache[key]
         if key not in self._queued:
@@ -138,10 +149,10 @@ class Filmstrip(QLabel):
         self.setAccessibleName(f"Video {Path(path).name}")
         self._image = QImage()
         dpr = self.devicePixelRatioF()
-        self._height = round(box.height() * dpr)
+        self._key = (path, round(box.width() * dpr), round(box.height() * dpr))
         strips = loader()
         strips.ready.connect(self._ready)
-        cached = strips.request(path, self._height)
+        cached = strips.request(*self._key)
         if cached is not None:
             self._apply(*cached)
         self._render()
@@ -152,7 +163,7 @@ class Filmstrip(QLabel):
 
     @Slot(object, QImage, str)
     def _ready(self, key, image: QImage, error: str) -> None:
-        if key == (self.path, self._height):
+        if key == self._key:
             self._apply(image, error)
             self._render()
 

@@ -205,7 +205,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
         self.transcript.set_placeholder(EMPTY_TEXT)
         vision = info.get("capabilities", {}).get("vision", True)
-        self.composer.setPlaceholderText("Ask about an image…" if vision else "Ask a question…")
+        video = info.get("capabilities", {}).get("video", False)
+        self.composer.setPlaceholderText("Ask about an image or a video…" if video else
+                                         "Ask about an image…" if vision else "Ask a question…")
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

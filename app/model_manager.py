@@ -127,8 +127,9 @@ class ModelManager(QDialog):
         self._pending_checks: dict[str, str] = {}  # folder -> repo_id ("" for a folder the user added)
         self.last_report: dict = {}
 
-        intro = QLabel("Download a SmolVLM checkpoint into the Hugging Face cache, or add a model folder or "
-                       "a GGUF file you already have. Everything stays on this computer.")
+        intro = QLabel("Download a SmolVLM checkpoint (SmolVLM2 also answers questions about videos) into the "
+                       "Hugging Face cache, type any Hub repo id, or add a model folder or a GGUF file you already "
+                       "have. Each is checked before use. Everything stays on this computer.")
         intro.setWordWrap(True)
         intro.setObjectName("managerIntro")
         self.rows: dict[str, CatalogRow] = {}

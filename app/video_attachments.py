@@ -118,13 +118,17 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan | None], tokens_per_frame: int) -> str:
+def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan | None], tokens_per_frame: int,
+                          takes_video: bool = True) -> str:
     """The composer's budget line: ``"1 video · 12 frames · 768 image tokens"``,
-    ``"1 image · 1 video · 12 frames · 1,088 image tokens"``.
+    ``"1 image · 1 video · 12 frames · 1,088 image tokens"``, ``"1 video · this model takes no videos"``.
 
     ``image_counts``: tokens of each image (None: not counted yet, -1: unknown); ``plans``: each
     video's plan (None: unreadable); ``tokens_per_frame``: the model's tokens per frame (0: unknown).
     """
+    if plans and not takes_video:
+        label = "1 video" if len(plans) == 1 else f"{len(plans)} videos"
+        return f"{label} · this model takes no videos"
     parts = []
     if image_counts:
         parts.append("1 image" if len(image_counts) == 1 else f"{len(image_counts)} images")

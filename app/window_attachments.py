@@ -165,7 +165,8 @@ class AttachmentsMixin:
                 chip.set_plan(None)
         self._video_problems()  # mark the chips for the model now loaded
         per_frame = int((self.model_info.get("capabilities") or {}).get("image_tokens_per_tile") or 0)
-        self.pending_label.setText(pending_media_summary(counts, [c.plan for c in chips], per_frame))
+        self.pending_label.setText(pending_media_summary(counts, [c.plan for c in chips], per_frame,
+                                                         takes_video=self.takes_video() or not self.model_info))
 
     # -- drag and drop onto the whole window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

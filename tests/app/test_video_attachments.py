@@ -43,6 +43,7 @@ def _wait_strip(qtbot, chip):
 
 def test_dropped_video_gets_a_filmstrip_chip_with_duration_frames_and_budget(qtbot, make_window, video_model, clip):
     win = make_window(video_model)
+    assert win.composer.placeholderText() == "Ask about an image or a video…"
     assert drop(win.composer, file_mime(clip))
     chip = win.attachments.chip(str(clip.resolve()))
     assert isinstance(chip, VideoChip)
@@ -50,8 +51,11 @@ def test_dropped_video_gets_a_filmstrip_chip_with_duration_frames_and_budget(qtb
     assert win.pending_label.text() == "1 video · 12 frames · 768 image tokens"  # 12 x 64 tokens per frame
     strip = _wait_strip(qtbot, chip)
     assert strip.error == ""
-    # Four frames of the 48x64 clip scaled to the chip's 64 px height (85 px wide) with 2-px gaps.
-    assert (strip._image.width(), strip._image.height()) == (4 * 85 + 3 * 2, 64)
+    # Three frames in the 168x64 chip: 54x64 cells with 2-px gaps, frames 0, 11 and 23 of the clip
+    # (grey 4 i: 0, 44, 92; within YUV rounding).
+    assert (strip._image.width(), strip._image.height()) == (3 * 54 + 2 * 2, 64)
+    greys = [strip._image.pixelColor(27 + 56 * i, 32).red() for i in range(3)]
+    assert greys == pytest.approx([0, 44, 92], abs=10) and greys[0] < greys[1] < greys[2]
     assert chip.problem == "" and win.banner.isHidden()
 
 
@@ -124,6 +128,7 @@ def test_model_without_video_says_so_before_sending(qtbot, make_window, fake_ses
     reason = "FakeVLM-256M cannot take videos: remove the video, or load a SmolVLM2 model to ask about it."
     assert chip.problem == reason and not chip.badge.isHidden()
     assert win.banner.message() == reason
+    assert win.pending_label.text() == "1 video · this model takes no videos"
     win.banner.dismiss()
     win.send_message()
     assert win.banner.message() == reason  # said again, and nothing was sent or stored
@@ -135,6 +140,7 @@ def test_model_without_video_says_so_before_sending(qtbot, make_window, fake_ses
     win.load_model("/models/fake2")
     qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/fake2", timeout=5000)
     assert chip.problem == "" and chip.badge.isHidden()
+    assert win.pending_label.text() == "1 video · 12 frames · 768 image tokens"
 
 
 def _gif(path: Path, frames: int = 6) -> Path:
@@ -218,7 +224,7 @@ def test_8k_clip_previews_at_chip_size(qtbot, make_window, video_model, tmp_path
     chip = win.attachments.video_chips()[0]
     assert chip.plan.caption == "0:02 · 2 frames"
     strip = _wait_strip(qtbot, chip)
-    assert strip.error == "" and (strip._image.width(), strip._image.height()) == (2 * 114 + 2, 64)
+    assert strip.error == "" and (strip._image.width(), strip._image.height()) == (2 * 54 + 2, 64)
 
 
 def test_three_hour_clip_plans_64_frames_and_previews_by_seeking(qtbot, make_window, video_model, tmp_path):
@@ -238,11 +244,16 @@ def test_three_hour_clip_plans_64_frames_and_previews_by_seeking(qtbot, make_win
 
 def test_rotated_phone_clip_previews_upright(qtbot, make_window, video_model, tmp_path):
     frame = solid(32, 64)
+    frame[:8] = 255  # a white bar along the top of the stored (landscape) picture
     path = write_video(tmp_path / "phone.mp4", [frame] * 20, rate=10, rotation=90)
     win = make_window(video_model)
     drop(win, file_mime(path))
     strip = _wait_strip(qtbot, win.attachments.video_chips()[0])
-    assert (strip._image.width(), strip._image.height()) == (4 * 32 + 3 * 2, 64)  # four portrait 32x64 frames
+    assert (strip._image.width(), strip._image.height()) == (3 * 54 + 2 * 2, 64)
+    # Upright (turned 90 degrees counter-clockwise) the bar runs down the left edge of each 54x64 cell;
+    # a frame left on its side would show it across the top instead.
+    assert strip._image.pixelColor(3, 32).red() > 200 and strip._image.pixelColor(40, 32).red() < 50
+    assert strip._image.pixelColor(27, 2).red() < 50
 
 
 def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, video_model, clip, tmp_path):
