@@ -291,3 +291,11 @@ def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, vi
     assert f"[video: {copied.name}](chat_images/{copied.name})" in md.read_text()
     assert copied.read_bytes() == clip.read_bytes()
     assert stored in export_json(again.store, conv_id, tmp_path / "out" / "chat.json").read_text()
+
+
+def test_a_chat_started_with_only_a_video_is_titled_video():
+    from app.conversations import title_from
+
+    assert title_from("", ["/data/abc.mp4"]) == "Video"
+    assert title_from("", ["/data/abc.mp4", "/data/def.webm"]) == "2 videos"
+    assert title_from("", ["/data/abc.mp4", "/data/photo.png"]) == "2 images"
