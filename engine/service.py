@@ -340,6 +340,7 @@ class EngineService:
             if system_prompt is not None:
                 session.system_prompt = system_prompt or None
             session.progress = sink
+            turns_before = list(session.turns)
             events = start(session)
             if request.cancelled.is_set():
                 session.cancel()  # send() cleared the session's flag when it started
@@ -350,7 +351,11 @@ class EngineService:
                     continue
                 pieces.append(event.text)
                 sink(event)
-            self._track(session, after, drop_answer, edit_at, "".join(pieces))
+            unchanged = len(session.turns) == len(turns_before) and all(
+                a is b for a, b in zip(session.turns, turns_before))
+            if not (done is not None and done.finish_reason == "cancelled" and unchanged):
+                # (cancelled while its video frames were sampled: no turn was added, nothing to track)
+                self._track(session, after, drop_answer, edit_at, "".join(pieces))
         except Exception as exc:  # noqa: BLE001 - reported in the DoneEvent; the service keeps serving
             if is_engine_error(exc):
                 log.warning("generation failed: %s", describe_error(exc))

@@ -84,3 +84,62 @@ def test_animated_webp_is_a_video_of_its_frames(tmp_path):
     assert video.frame_times == [0.0, 0.5, 1.0, 2.0]
     assert all(f.shape == (32, 48, 3) and f.dtype == np.uint8 for f in video.frames)
 
+
+
+def test_service_after_a_cancel_during_sampling_keeps_the_synced_history(family_checkpoint, tmp_path, monkeypatch):
+    """The next answer after a Stop during sampling reuses the conversation: no earlier video is
+    decoded again (before, the service lost track and rebuilt every turn)."""
+    import threading
+
+    from engine.api import Attachment, HistoryMessage
+    from engine.service import EngineService
+
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
+                 lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    first = Attachment(str(write_video(tmp_path / "a.mp4", [solid(32, 32, 9 * i) for i in range(3)], rate=1)),
+                       "video")
+    second = Attachment(str(write_video(tmp_path / "b.mp4", [solid(32, 32, 5 * i) for i in range(30)], rate=1)),
+                        "video")
+    params = GenerationParams(max_new_tokens=2, ignore_eos=True)
+    done = threading.Event()
+    results = []
+
+    def sink(event):
+        if isinstance(event, DoneEvent):
+            results.append(event)
+            done.set()
+
+    service.send("What is it?", [first], params, sink)
+    assert done.wait(60) and results[-1].finish_reason == "length"
+    answer = service._session.turns[-1].text
+    decoded = []
+    real_resize = video_module.resize_frame
+
+    def resize_then_stop(image, **kwargs):
+        decoded.append(1)
+        if len(decoded) == 1:
+            service.cancel()
+        return real_resize(image, **kwargs)
+
+    monkeypatch.setattr(video_module, "resize_frame", resize_then_stop)
+    done.clear()
+    service.send("And this one?", [second], params, sink)
+    assert done.wait(60) and results[-1].finish_reason == "cancelled" and len(decoded) == 1
+    monkeypatch.setattr(video_module, "resize_frame", real_resize)
+    rebuilt = []
+    real_pre = service._session.preprocess_videos
+
+    def counting(videos, params=None, cancellable=False):
+        rebuilt.extend([] if cancellable else videos)  # history rebuilds are not cancellable
+        return real_pre(videos, params, cancellable)
+
+    monkeypatch.setattr(service._session, "preprocess_videos", counting)
+    done.clear()
+    service.set_history([HistoryMessage("user", "What is it?", (first,)), HistoryMessage("assistant", answer)])
+    service.send("Once more?", [], params, sink)
+    assert done.wait(60) and results[-1].finish_reason == "length"
+    assert rebuilt == []  # the first video was not decoded again
+    assert service.shutdown()
