@@ -105,6 +105,9 @@ class EngineService:
         self._session: Any = None
         self._info: ModelInfo | None = None
         self._synced: list[tuple] = []  # keys of what the session's turns hold
+        # The last answer's params: videos of a rebuilt history are sampled with its video_fps and
+        # video_max_frames (the front end's settings), not the checkpoint's defaults.
+        self._video_params: GenerationParams | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -138,6 +141,7 @@ class EngineService:
         paths = [a.path for a in attachments]
         images, videos = _split(attachments)
         more = {"videos": videos} if videos else {}  # sessions without video support take no such keyword
+        self._video_params = params
         return self._generate(sink, system_prompt, lambda s: s.send(text, images=images, params=params, **more),
                        after=lambda: [("user", text, tuple(paths))])
 
@@ -316,7 +320,7 @@ class EngineService:
             user = message.role == "user"
             image_paths, video_paths = _split(message.attachments)
             images = session.preprocess(image_paths) if image_paths and user else []
-            videos = session.preprocess_videos(video_paths) if video_paths and user else []
+            videos = session.preprocess_videos(video_paths, self._video_params) if video_paths and user else []
             ids = None if message.token_ids is None else list(message.token_ids)
             session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos))
         self._synced = wanted

@@ -143,3 +143,35 @@ def test_service_after_a_cancel_during_sampling_keeps_the_synced_history(family_
     assert done.wait(60) and results[-1].finish_reason == "length"
     assert rebuilt == []  # the first video was not decoded again
     assert service.shutdown()
+
+
+def test_rebuilt_history_samples_videos_with_the_last_answers_settings(family_checkpoint, tmp_path):
+    import threading
+
+    from engine.api import Attachment, HistoryMessage
+    from engine.service import EngineService
+
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
+                 lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    clip = Attachment(str(write_video(tmp_path / "c.mp4", [solid(32, 32, 5 * i) for i in range(20)], rate=1)), "video")
+    done = threading.Event()
+    results = []
+
+    def sink(event):
+        if isinstance(event, DoneEvent):
+            results.append(event)
+            done.set()
+
+    params = GenerationParams(max_new_tokens=2, ignore_eos=True, video_max_frames=3)
+    service.send("What is it?", [clip], params, sink)
+    assert done.wait(60) and results[-1].stats.video_frames == 3
+    done.clear()
+    # Another chat that holds the same video (a reopened conversation): rebuilt, at 3 frames still.
+    service.set_history([HistoryMessage("user", "Tell me about it", (clip,)), HistoryMessage("assistant", "Grey.")])
+    service.send("More?", [], params, sink)
+    assert done.wait(60) and results[-1].stats.video_frames == 3
+    assert service._session.turns[0].videos[0].num_frames == 3
+    assert service.shutdown()
