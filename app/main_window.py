@@ -143,8 +143,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             message = self.transcript.widgets()[index]
             self.composer.setPlainText(message.text)
             self.attachments.clear()
-            for path in message.images:
-                self.attachments.add(path)
+            self.reattach(message.images)
             self._editing = index
             self.banner.show_info("Editing a message: sending replaces it and everything after it.",
                                   "Cancel edit", self._cancel_edit)

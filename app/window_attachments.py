@@ -16,6 +16,7 @@ from app.paths import pasted_images_dir
 from app.video_attachments import (
     VIDEO_FILTER,
     InvalidVideoError,
+    VideoPlan,
     is_animated_image,
     is_video_file,
     pending_media_summary,
@@ -66,6 +67,20 @@ class AttachmentsMixin:
             self.banner.show_error(" ".join(problems))
         elif notes:
             self.banner.show_info(" ".join(notes))
+
+    def reattach(self, paths: list[str]) -> None:
+        """Put a stored message's images and videos back as pending attachments (editing it)."""
+        for path in paths:
+            if not is_video_file(path):
+                self.attachments.add(path)
+                continue
+            try:
+                plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
+            except InvalidVideoError:
+                plan = None  # gone or damaged since: the chip says so when its filmstrip fails
+            if self.attachments.add(path, video_plan=plan or VideoPlan(0.0, 0, 0, 0)):
+                self.attachments.chip(path).strip.failed.connect(self._video_unreadable)
+        self._count_pending_tokens()
 
     @Slot(str)
     def _video_unreadable(self, error: str) -> None:

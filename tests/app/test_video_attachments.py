@@ -286,6 +286,13 @@ def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, vi
     assert [(m.role, [(a.path, a.kind) for a in m.attachments]) for m in history] == [
         ("user", [(stored, "video")]), ("assistant", [])]
 
+    # Editing that message puts the video back as a video chip, with its plan.
+    again._on_message_action("edit", 0)
+    chip = again.attachments.chip(stored)
+    assert isinstance(chip, VideoChip) and chip.plan.caption == "0:12 · 12 frames"
+    assert again.pending_label.text() == "1 video · 12 frames · 768 image tokens"
+    again._cancel_edit()
+
     md = export_markdown(again.store, conv_id, tmp_path / "out" / "chat.md")
     copied = tmp_path / "out" / "chat_images" / Path(stored).name
     assert f"[video: {copied.name}](chat_images/{copied.name})" in md.read_text()
