@@ -1,4 +1,4 @@
-"""The strip of images waiting to be sent with the next message."""
+"""The strip of images and videos waiting to be sent with the next message."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ class AttachmentChip(QFrame):
     """One pending image: a square thumbnail with a remove button in its corner."""
 
     remove_requested = Signal(str)
+    kind = "image"
 
     def __init__(self, path: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -45,7 +46,7 @@ class AttachmentStrip(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("attachments")
-        self._chips: list[AttachmentChip] = []
+        self._chips: list = []  # AttachmentChip, or app.filmstrip.VideoChip for a video
         self._layout = QHBoxLayout(self)
         self._layout.setContentsMargins(4, 4, 4, 0)
         self._layout.setSpacing(6)
@@ -55,12 +56,27 @@ class AttachmentStrip(QWidget):
     def paths(self) -> list[str]:
         return [chip.path for chip in self._chips]
 
+    def chips(self) -> list:
+        return list(self._chips)
+
+    def video_chips(self) -> list:
+        return [chip for chip in self._chips if chip.kind == "video"]
+
+    def chip(self, path: str):
+        return next((chip for chip in self._chips if chip.path == path), None)
+
     @Slot(str)
-    def add(self, path: str) -> bool:
-        """Add ``path`` unless it is already pending; True when added."""
+    def add(self, path: str, video_plan=None) -> bool:
+        """Add ``path`` unless it is already pending; True when added. With ``video_plan``
+        (:class:`app.video_attachments.VideoPlan`) it is a video and shows a filmstrip."""
         if path in self.paths():
             return False
-        chip = AttachmentChip(path, self)
+        if video_plan is not None:
+            from app.filmstrip import VideoChip
+
+            chip = VideoChip(path, video_plan, self)
+        else:
+            chip = AttachmentChip(path, self)
         chip.remove_requested.connect(self.remove)
         self._chips.append(chip)
         self._layout.insertWidget(len(self._chips) - 1, chip)

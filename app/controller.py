@@ -17,20 +17,26 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.backends.qt import BackendBridge
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
 from app.settings import generation_defaults
+from app.video_attachments import attachments_for
 from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
 
 log = logging.getLogger(__name__)
 
 
-def history_messages(history: list[dict]) -> list[HistoryMessage]:
-    """The keeper's ``[{"role", "text", "images", "token_ids"?}]`` as the backend's messages; an answer's
-    stored ``token_ids`` go with it, so the engine replays the ids it generated (not a re-tokenization)."""
+def history_messages(history: list[dict], takes_video: bool = False, detail: str | None = None) -> list[HistoryMessage]:
+    """The keeper's ``[{"role", "text", "images", "token_ids"?}]`` as the backend's messages.
+
+    ``images`` holds videos too: each becomes an attachment of its kind
+    (:func:`app.video_attachments.attachment_kind`); images are read at ``detail`` (the image detail
+    of the answers, so a rebuilt conversation has the tiles the live one had). An answer's stored
+    ``token_ids`` go with it, so the engine replays the ids it generated (not a re-tokenization)."""
     def ids(m: dict) -> tuple[int, ...] | None:
         token_ids = m.get("token_ids")
         return tuple(token_ids) if m.get("role") == "assistant" and token_ids is not None else None
 
     return [HistoryMessage(m.get("role", "user"), m.get("text", ""),
-                           tuple(Attachment(p) for p in (m.get("images") or ()) if m.get("role") == "user"), ids(m))
+                           tuple(attachments_for(list(m.get("images") or ()), takes_video, detail)
+                                 if m.get("role") == "user" else ()), ids(m))
             for m in history]
 
 
@@ -65,6 +71,7 @@ class ChatController(QObject):
         self.busy = self.ready = self.loading = self.closed = False
         self._stopped = True  # the backend's thread ended at shutdown
         self.extra_params: dict = {}  # GenerationParams fields on top of the settings (tests, screenshots)
+        self.image_detail = "full"  # of the last answer: the detail a reopened chat's images are read at
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
         # Stored copy -> the user's file it was made from: errors name the file the user attached.
@@ -113,7 +120,8 @@ class ChatController(QObject):
     def conversation_opened(self) -> None:
         """The keeper shows another conversation: the backend follows (it reuses what it can)."""
         if self.ready:
-            self.backend.set_history(history_messages(self.keeper.engine_history(self.model_path)))
+            self.backend.set_history(history_messages(self.keeper.engine_history(self.model_path), self.takes_video,
+                                                      self.image_detail))
 
     def count_tokens(self, path: str, detail: str) -> int:
         return self.backend.count_attachment_tokens(Attachment(path), detail)
@@ -132,8 +140,8 @@ class ChatController(QObject):
             self.failed.emit(f"Could not save the message: {storage_problem(exc)}.")
             return False
         self.last_prompt = text
-        self._start(history, params, lambda p, sp: self.backend.send(text, [Attachment(s) for s in stored], p,
-                                                                    self.bridge.sink, sp))
+        attachments = attachments_for(stored, self.takes_video)
+        self._start(history, params, lambda p, sp: self.backend.send(text, attachments, p, self.bridge.sink, sp))
         return True
 
     def regenerate(self, index: int, chat_settings: dict, params: dict) -> None:
@@ -150,7 +158,7 @@ class ChatController(QObject):
             self.last_prompt = user["text"]
             # The backend holds the question and its answer: rebuild up to the question, then ask again.
             self._start(history, params, lambda p, sp: self.backend.send(
-                user["text"], [Attachment(s) for s in user["images"]], p, self.bridge.sink, sp))
+                user["text"], attachments_for(user["images"], self.takes_video), p, self.bridge.sink, sp))
 
     def _start(self, history: list[dict], params: dict, ask) -> None:
         self.busy = True
@@ -162,7 +170,8 @@ class ChatController(QObject):
         except (TypeError, ValueError) as exc:
             self._on_event(DoneEvent("error", error=f"Invalid settings: {exc}"))
             return
-        self.backend.set_history(history_messages(history))
+        self.image_detail = generation.image_detail
+        self.backend.set_history(history_messages(history, self.takes_video, self.image_detail))
         ask(generation, system_prompt)
 
     def stop(self) -> None:
@@ -207,6 +216,11 @@ class ChatController(QObject):
     @property
     def model_name(self) -> str:
         return self.model_info.get("model_name", "Smolchat")
+
+    @property
+    def takes_video(self) -> bool:
+        """The loaded model takes videos (capabilities ``video``): animated images go as videos."""
+        return bool((self.model_info.get("capabilities") or {}).get("video"))
 
     @property
     def model_path(self) -> str:

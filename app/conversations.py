@@ -15,6 +15,7 @@ from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
 from app.paths import data_dir, data_dir_problem, data_dir_read_only, use_temporary_data_dir
 from app.store import SCHEMA_VERSION, Message, NewerSchemaError, Store
+from app.video_attachments import VIDEO_SUFFIXES
 
 FLUSH_INTERVAL_S = 0.25
 FLUSH_TOKENS = 32
@@ -32,6 +33,8 @@ def storage_problem(exc: BaseException) -> str:
 def title_from(text: str, images: list[str]) -> str:
     line = " ".join(text.split())
     if not line:
+        if images and all(Path(p).suffix.lower() in VIDEO_SUFFIXES for p in images):  # a question-less video
+            return "Video" if len(images) == 1 else f"{len(images)} videos"
         return "Image" if len(images) == 1 else f"{len(images)} images" if images else "New chat"
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
 

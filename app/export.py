@@ -1,4 +1,4 @@
-"""Export a conversation to Markdown (images copied into a folder beside it) or JSON."""
+"""Export a conversation to Markdown (images and videos copied into a folder beside it) or JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog
 
 from app.store import Store
+from app.video_attachments import is_video_file
 
 
 def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Path:
@@ -28,7 +29,10 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
             target = images_dir / Path(image).name
             if not target.exists():
                 shutil.copyfile(image, target)
-            lines += [f"![image]({images_dir.name}/{target.name})", ""]
+            if is_video_file(target):  # Markdown has no video syntax: a link to the copied file
+                lines += [f"[video: {target.name}]({images_dir.name}/{target.name})", ""]
+            else:
+                lines += [f"![image]({images_dir.name}/{target.name})", ""]
         if message.text:
             lines += [message.text, ""]
         if message.status not in ("done", "streaming"):

@@ -127,7 +127,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
             return
-        if images and self.refuse_images():  # attached while a vision model was loaded
+        if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
             return
         self.banner.dismiss()
         if self.controller.send(text, self.kept_paths(), self.chat_settings(), self.current_params(), self._editing):
@@ -160,8 +160,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             message = self.transcript.widgets()[index]
             self.composer.setPlainText(message.text)
             self.attachments.clear()
-            for path in message.images:
-                self.attachments.add(path)
+            self.reattach(message.images)
             self._editing = index
             self.banner.show_info("Editing a message: sending replaces it and everything after it.",
                                   "Cancel edit", self._cancel_edit)
@@ -222,7 +221,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
         self.transcript.set_placeholder(EMPTY_TEXT)
         vision = info.get("capabilities", {}).get("vision", True)
-        self.composer.setPlaceholderText("Ask about an image…" if vision else "Ask a question…")
+        video = info.get("capabilities", {}).get("video", False)
+        self.composer.setPlaceholderText("Ask about an image or a video…" if video else
+                                         "Ask about an image…" if vision else "Ask a question…")
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

@@ -12,13 +12,16 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
+from app.filmstrip import message_video
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
 from app.thumbnails import thumbnail
+from app.video_attachments import is_video_file
 
 BUBBLE_MAX_WIDTH = 560
 IMAGE_BOX = QSize(240, 180)
+VIDEO_BOX = QSize(260, 96)
 ACTIONS = {
     "copy": ("copy", "Copy text"),
     "edit": ("edit", "Edit and resend"),
@@ -114,7 +117,10 @@ class UserMessage(QWidget):
             row.setSpacing(6)
             box = IMAGE_BOX if len(images) == 1 else QSize(120, 120)
             for path in images:
-                row.addWidget(ClickableImage(path, box, len(images) > 1))
+                if is_video_file(path):  # a filmstrip; a click plays it
+                    row.addWidget(message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height())))
+                else:
+                    row.addWidget(ClickableImage(path, box, len(images) > 1))
             row.addStretch(1)
             inner.addLayout(row)
         if text:

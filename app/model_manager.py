@@ -1,4 +1,5 @@
-"""The model manager: download known SmolVLM checkpoints, add or check a local folder, pick one.
+"""The model manager: download SmolVLM-family checkpoints (or any Hub repo id), add or check a local
+folder or GGUF file, pick one. The catalog (sizes, what each can do) is :mod:`app.catalog`.
 
 A model becomes usable (listed under "Your models" and in the model picker) only after its files
 are complete and pass :func:`app.model_check.validate_model`, so a cancelled or failed download
@@ -7,8 +8,6 @@ never leaves something half-installed that the app would try to load.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QDialog,
@@ -16,6 +15,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
@@ -25,36 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.catalog import CATALOG, CatalogEntry, cached_snapshot, classify
 from app.icons import icon
 from app.model_tasks import start_tasks
 from app.settings import add_known_model, known_models, remove_known_model
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    repo_id: str
-    label: str
-    size_gb: float  # download size (bfloat16 safetensors + tokenizer), approximate
-    note: str
-    video: bool = False  # SmolVLM2 (model_type smolvlm) also answers questions about videos
-
-    @property
-    def abilities(self) -> str:
-        """What it can do, in words: ``images`` or ``images, video``."""
-        return "images, video" if self.video else "images"
-
-
-CATALOG = [
-    CatalogEntry("HuggingFaceTB/SmolVLM-256M-Instruct", "SmolVLM 256M", 0.5, "Smallest and fastest; fine on a CPU"),
-    CatalogEntry("HuggingFaceTB/SmolVLM-500M-Instruct", "SmolVLM 500M", 1.0, "Better answers, still light"),
-    CatalogEntry("HuggingFaceTB/SmolVLM-Instruct", "SmolVLM 2.2B", 4.5, "Best SmolVLM quality; wants a GPU"),
-    CatalogEntry("HuggingFaceTB/SmolVLM2-256M-Video-Instruct", "SmolVLM2 256M (video)", 0.5, "SmolVLM2, smallest",
-                 video=True),
-    CatalogEntry("HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "SmolVLM2 500M (video)", 1.0, "SmolVLM2, balanced",
-                 video=True),
-    CatalogEntry("HuggingFaceTB/SmolVLM2-2.2B-Instruct", "SmolVLM2 2.2B", 4.5, "SmolVLM2, largest; wants a GPU",
-                 video=True),
-]
 
 
 def _gb(n: float) -> str:
@@ -69,8 +43,10 @@ class CatalogRow(QFrame):
         self.entry = entry
         self.setObjectName("catalogRow")
         self.setAccessibleName(entry.label)
-        title = QLabel(f"<b>{entry.label}</b> <span style='color:gray'>· {entry.repo_id} · ≈{entry.size_gb:g} GB"
-                       f" · {entry.abilities}</span>")
+        facts = [entry.repo_id] if entry.label != entry.repo_id else []
+        facts += [f"≈{entry.size_gb:g} GB"] if entry.size_gb > 0 else ["size unknown"]
+        facts += [entry.abilities] if entry.abilities else []
+        title = QLabel(f"<b>{entry.label}</b> <span style='color:gray'>· {' · '.join(facts)}</span>")
         title.setObjectName("catalogTitle")
         self.status = QLabel(entry.note)
         self.status.setObjectName("catalogStatus")
@@ -103,14 +79,17 @@ class CatalogRow(QFrame):
         for button in (self.download_button, self.cancel_button, self.use_button):
             row.addWidget(button, 0, Qt.AlignmentFlag.AlignVCenter)
         self.path = ""
+        self.cached = ""  # its folder in the Hugging Face cache, found there but not checked yet
         self.last_progress = (0.0, 0.0)
 
     def set_state(self, state: str, message: str = "") -> None:
-        """``idle`` | ``downloading`` | ``checking`` | ``installed`` | ``failed``."""
+        """``idle`` | ``downloaded`` (in the cache, not checked) | ``downloading`` | ``checking`` |
+        ``installed`` | ``failed``."""
+        self.state = state
         self.progress.setVisible(state in ("downloading", "checking"))
-        self.download_button.setVisible(state in ("idle", "failed"))
+        self.download_button.setVisible(state in ("idle", "failed", "downloaded"))
         self.download_button.setText("Resume download" if state == "failed" and "cancel" in message.lower()
-                                     else "Download")
+                                     else "Check and add" if state == "downloaded" else "Download")
         self.cancel_button.setVisible(state == "downloading")
         self.use_button.setVisible(state == "installed")
         self.status.setText(message or self.entry.note)
@@ -150,20 +129,28 @@ class ModelManager(QDialog):
         self._pending_checks: dict[str, str] = {}  # folder -> repo_id ("" for a folder the user added)
         self.last_report: dict = {}
 
-        intro = QLabel("Download a SmolVLM checkpoint into the Hugging Face cache, or add a model folder or "
-                       "a GGUF file you already have. Everything stays on this computer.")
+        intro = QLabel("Download a SmolVLM checkpoint (SmolVLM2 also answers questions about videos) into the "
+                       "Hugging Face cache, type any Hub repo id, or add a model folder or a GGUF file you already "
+                       "have. Each is checked before use. Everything stays on this computer.")
         intro.setWordWrap(True)
         intro.setObjectName("managerIntro")
         self.rows: dict[str, CatalogRow] = {}
-        catalog = QVBoxLayout()
+        self.catalog = catalog = QVBoxLayout()
         catalog.setSpacing(4)
         for entry in CATALOG:
-            row = CatalogRow(entry)
-            row.download_button.clicked.connect(lambda _=False, r=entry.repo_id: self.start_download(r))
-            row.cancel_button.clicked.connect(lambda _=False, r=entry.repo_id: self.cancel_download(r))
-            row.use_button.clicked.connect(lambda _=False, r=row: self._use(r.path))
-            self.rows[entry.repo_id] = row
-            catalog.addWidget(row)
+            self._add_row(entry)
+        self.add_input = QLineEdit()
+        self.add_input.setObjectName("addModelInput")
+        self.add_input.setAccessibleName("Hub repo id, model folder or GGUF file")
+        self.add_input.setPlaceholderText("Any Hub repo id (owner/name), model folder or .gguf file")
+        self.add_input.returnPressed.connect(self.add_typed)
+        add_typed = QPushButton("Add")
+        add_typed.setObjectName("addTypedButton")
+        add_typed.setAccessibleName("Add the typed model")
+        add_typed.clicked.connect(self.add_typed)
+        typed = QHBoxLayout()
+        typed.addWidget(self.add_input, 1)
+        typed.addWidget(add_typed)
 
         self.local_list = QListWidget()
         self.local_list.setObjectName("localModels")
@@ -197,12 +184,37 @@ class ModelManager(QDialog):
         layout.addWidget(intro)
         layout.addWidget(_heading("Available checkpoints"))
         layout.addLayout(catalog)
+        layout.addLayout(typed)
         layout.addWidget(_heading("Your models"))
         layout.addWidget(self.local_list, 1)
         layout.addLayout(buttons)
         layout.addWidget(self.report)
         self.refresh()
         self._thread.start()
+
+    def _add_row(self, entry: CatalogEntry) -> CatalogRow:
+        row = CatalogRow(entry)
+        row.download_button.clicked.connect(lambda _=False, r=entry.repo_id: self.start_download(r))
+        row.cancel_button.clicked.connect(lambda _=False, r=entry.repo_id: self.cancel_download(r))
+        row.use_button.clicked.connect(lambda _=False, r=row: self._use(r.path))
+        self.rows[entry.repo_id] = row
+        self.catalog.addWidget(row)
+        return row
+
+    def add_typed(self) -> None:
+        """Add what was typed: a folder or GGUF file is checked and listed; a Hub repo id gets a row
+        and downloads (then is checked); anything else gets a one-line reason in the report."""
+        kind, value = classify(self.add_input.text())
+        if kind == "invalid":
+            self.report.setPlainText(f"✘ {value}")
+            return
+        self.add_input.clear()
+        if kind in ("folder", "gguf"):
+            self.check_folder(value, register=True)
+            return
+        row = self.rows.get(value) or self._add_row(CatalogEntry(value, value, 0.0, "From the Hugging Face Hub"))
+        row.set_state("idle")
+        self.start_download(value)
 
     # -- state -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -219,12 +231,20 @@ class ModelManager(QDialog):
             if repo_id in by_repo:
                 row.path = by_repo[repo_id]["path"]
                 row.set_state("installed", f"Installed · {row.path}")
-            elif row.download_button.text() != "Resume download":
+            elif getattr(row, "state", "") == "failed":
+                continue  # keep saying why (and "Resume download")
+            elif row.cached or cached_snapshot(repo_id):
+                row.cached = row.cached or cached_snapshot(repo_id)
+                row.set_state("downloaded", f"Downloaded (in the Hugging Face cache), not checked yet · {row.cached}")
+            else:
                 row.set_state("idle")
 
     # -- downloads ---------------------------------------------------------------------------------
     def start_download(self, repo_id: str) -> None:
         row = self.rows[repo_id]
+        if getattr(row, "state", "") == "downloaded" and row.cached:  # on disk already: check it
+            self._on_downloaded(repo_id, row.cached)
+            return
         row.set_state("downloading", "Downloading…")
         row.progress.setValue(0)
         row.progress.setFormat("starting…")
@@ -277,6 +297,12 @@ class ModelManager(QDialog):
         path = report["path"]
         where = "File" if path.lower().endswith(".gguf") else "Folder"
         lines = [("✔ " if report["ok"] else "✘ ") + (report["summary"] or path), f"{where}: {path}"]
+        caps = (report.get("info") or {}).get("capabilities") or {}
+        if report["ok"] and caps:
+            lines.append("Can do: " + ("images, video" if caps.get("video") else "images" if caps.get("vision")
+                                       else "text only (no images)"))
+        if report["problems"]:
+            lines.append("Why it cannot be used:" if not report["ok"] else "Notes:")
         lines += [f"• {p}" for p in report["problems"]]
         self.report.setPlainText("\n".join(lines))
         if path not in self._pending_checks:
@@ -285,8 +311,9 @@ class ModelManager(QDialog):
         if report["ok"]:
             add_known_model(path, report["name"] or path.rstrip("/").split("/")[-1], repo_id)
         elif repo_id:
-            self.rows[repo_id].set_state("failed", "The downloaded files failed the check (see the report); "
-                                                   "download again to repair them.")
+            self.rows[repo_id].cached = ""
+            first = report["problems"][0] if report["problems"] else report["summary"]
+            self.rows[repo_id].set_state("failed", f"Cannot be used: {first}")
         self.refresh()
 
     def _selected_path(self) -> str:

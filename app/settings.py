@@ -19,6 +19,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 
 from app.paths import data_dir
+from app.video_attachments import DEFAULT_FPS, DEFAULT_MAX_FRAMES, clamp_fps, clamp_max_frames
 from engine.api import DETAILS, GenerationParams
 
 # The sampling values the settings dialog edits; their defaults are the engine's own.
@@ -158,6 +159,8 @@ class AppSettings:
     weights: str = "auto"
     context_size: int = 0  # 0: the model's own context length
     theme: str = "system"
+    video_max_frames: int = DEFAULT_MAX_FRAMES  # at most this many frames of a video (1..64)
+    video_fps: float = DEFAULT_FPS  # frames sampled per second of video
     # Values that were invalid where they came from and were left out, one line each (not saved).
     problems: list[str] = field(default_factory=list, compare=False)
 
@@ -174,6 +177,8 @@ class AppSettings:
         params["seed"] = self.seed
         params["image_detail"] = self.image_detail
         params["system_prompt"] = self.system_prompt
+        params["video_max_frames"] = clamp_max_frames(self.video_max_frames)
+        params["video_fps"] = clamp_fps(self.video_fps)
         return params
 
     def load_options(self) -> dict:
@@ -264,6 +269,8 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         ignored.append(f"context_size {str(raw)[:40]!r} (a whole number of tokens from 0 to "
                        f"{LIMITS['context_size'][1]}; 0: the model's own)")
     s.theme = _choice(qs, "ui/theme", THEMES, "system", ignored)
+    s.video_max_frames = clamp_max_frames(qs.value("chat/video_max_frames", DEFAULT_MAX_FRAMES))
+    s.video_fps = clamp_fps(qs.value("chat/video_fps", DEFAULT_FPS))
     if ignored:
         s.problems.append(f"Settings file {qs.fileName()}: ignored {'; '.join(ignored)}. The defaults apply instead.")
     return s
@@ -285,6 +292,8 @@ def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
     qs.setValue("engine/weights", s.weights)
     qs.setValue("engine/context_size", s.context_size)
     qs.setValue("ui/theme", s.theme)
+    qs.setValue("chat/video_max_frames", clamp_max_frames(s.video_max_frames))
+    qs.setValue("chat/video_fps", clamp_fps(s.video_fps))
     qs.sync()
 
 

@@ -36,6 +36,7 @@ from app.settings import (
     AppSettings,
     parse_seed,
 )
+from app.video_attachments import FPS_RANGE, MAX_FRAMES_LIMIT
 
 LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
           "contiguous": "Contiguous", "paged": "Paged", "system": "Follow the system", "light": "Light",
@@ -108,10 +109,19 @@ class SettingsDialog(QDialog):
         self.context_size.setSingleStep(1024)
         self.context_size.setSpecialValueText("Model's own")
         self.theme = _combo("theme", "Theme", THEMES, settings.theme)
+        self.video_max_frames = self._int("videoMaxFrames", "Video: at most this many frames", 1, MAX_FRAMES_LIMIT,
+                                          settings.video_max_frames)
+        self.video_max_frames.setToolTip("Frames sampled from a video for SmolVLM2 models (1-64). Each frame costs "
+                                         "the model's tokens per image tile: 64 on the 256M and 500M.")
+        self.video_fps = self._double("videoFps", "Video: frames per second", FPS_RANGE[0], FPS_RANGE[1], 0.5,
+                                      settings.video_fps)
+        self.video_fps.setSuffix(" fps")
 
         chat = QFormLayout()
         chat.addRow("System prompt", self.system_prompt)
         chat.addRow("Image detail", self.image_detail)
+        chat.addRow("Video frames (max)", self.video_max_frames)
+        chat.addRow("Video sampling", self.video_fps)
         sampling = QFormLayout()
         for label, widget in (("Temperature", self.temperature), ("Top-p", self.top_p), ("Top-k", self.top_k),
                               ("Repetition penalty", self.repetition_penalty),
@@ -197,6 +207,7 @@ class SettingsDialog(QDialog):
             dtype=self.dtype.currentData(), cache_kind=self.cache_kind.currentData(),
             weights=self.weights.currentData(),
             context_size=self.context_size.value(), theme=self.theme.currentData(),
+            video_max_frames=self.video_max_frames.value(), video_fps=round(self.video_fps.value(), 2),
         )
 
     def apply(self) -> bool:

@@ -16,7 +16,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -70,6 +69,8 @@ class ReadOnlyStore(sqlite3.OperationalError):
 OPEN_TIMEOUT_S = 2.0  # how long opening waits for another program's lock
 _COPIES = itertools.count()  # names the copies in flight within this process
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+# Videos share the store (and a message's ``images`` list): the suffix says which a file is.
+MEDIA_SUFFIXES = IMAGE_SUFFIXES | {".mp4", ".webm", ".mov", ".mkv", ".m4v", ".apng"}
 
 
 @dataclass
@@ -305,21 +306,27 @@ class Store:
 
     # -- images ----------------------------------------------------------------------------------
     def store_image(self, path: str | Path) -> str:
-        """Copy ``path`` into the image store, named by its content hash; return the stored path.
+        """Copy ``path`` (an image or a video) into the store, named by its content hash and keeping its
+        suffix; return the stored path.
 
-        The file is read once (the copy is hashed, not the file again), so a file that changes while
-        it is copied is stored as one consistent version. A path already in the store is returned as is.
-        Raises OSError (e.g. a full disk; no partial file is left) or :class:`ReadOnlyStore`."""
+        The file is read once, streamed into a temporary copy while it is hashed (a video may be
+        gigabytes), so a file that changes while it is copied is stored as one consistent version;
+        the copy is renamed into place only when complete. A path already in the store is returned
+        as is. Raises OSError (e.g. a full disk; no partial file is left) or :class:`ReadOnlyStore`."""
         if self.read_only:
             raise ReadOnlyStore(f"the conversations are read-only: {self.read_only}")
         path = Path(path)
         if path.parent == self.images_dir and path.is_file() and not path.name.endswith(".part"):
             return str(path)
-        suffix = path.suffix.lower() if path.suffix.lower() in IMAGE_SUFFIXES else ".img"
+        suffix = path.suffix.lower() if path.suffix.lower() in MEDIA_SUFFIXES else ".img"
         tmp = self.images_dir / f"incoming-{os.getpid()}-{next(_COPIES)}.part"
+        digest = hashlib.sha256()
         try:
-            shutil.copyfile(path, tmp)
-            target = self.images_dir / f"{hashlib.sha256(tmp.read_bytes()).hexdigest()[:32]}{suffix}"
+            with path.open("rb") as source, tmp.open("wb") as sink:
+                for block in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(block)
+                    sink.write(block)
+            target = self.images_dir / f"{digest.hexdigest()[:32]}{suffix}"
             if target.exists():
                 tmp.unlink()
             else:

@@ -1,6 +1,8 @@
-"""The main window's attachments: files, pasted or dropped images, and what they cost in tokens."""
+"""The main window's attachments: files, pasted or dropped images and videos, and what they cost in tokens."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
@@ -11,8 +13,18 @@ from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.mime import carries_images, image_from_mime, local_files
 from app.paths import pasted_images_dir
+from app.video_attachments import (
+    VIDEO_FILTER,
+    InvalidVideoError,
+    VideoPlan,
+    is_animated_image,
+    is_video_file,
+    pending_media_summary,
+    plan_video,
+)
 
-IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
+IMAGE_FILTER = ("Images and videos (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv *.m4v);;"
+                "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER + ";;All files (*)")
 
 
 class AttachmentsMixin:
@@ -20,16 +32,32 @@ class AttachmentsMixin:
 
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
-        """Attach image files; a file that is not a readable image shows an error instead, and so
-        does any image while the loaded model is text-only.
+        """Attach image and video files; a file that is not a readable image or video shows an
+        error instead, and so does any image while the loaded model is text-only. A video is
+        attached even when the model takes none: its chip is marked and Send says why.
 
         Each image is copied into the image store now, so what is sent is the file as it was when it
         was attached, even if it changes or is deleted before Send (:meth:`kept_paths`); errors about
-        that copy name the user's file (``controller.display_names``)."""
-        if paths and self.refuse_images():
-            return
-        problems = []
-        for path in paths:
+        that copy name the user's file (``controller.display_names``). Videos (possibly gigabytes)
+        are read when the answer starts."""
+        videos = [p for p in paths if is_video_file(p) or (self.takes_video() and is_animated_image(p))]
+        images = [p for p in paths if p not in videos]
+        if images and self.refuse_images():
+            images = []
+        problems, notes = [], []
+        for path in videos:
+            try:
+                plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
+            except InvalidVideoError as exc:
+                problems.append(str(exc))
+                continue
+            resolved = str(Path(path).resolve())
+            if self.attachments.add(resolved, video_plan=plan):
+                chip = self.attachments.chip(resolved)
+                chip.strip.failed.connect(self._video_unreadable)
+                if chip.error:  # decoded (and cached) before
+                    problems.append(chip.error)
+        for path in images:
             try:
                 original = str(validate_image(path))
             except InvalidImageError as exc:
@@ -37,8 +65,67 @@ class AttachmentsMixin:
                 continue
             if self.attachments.add(original):
                 self._keep_copy(original)
+            if is_animated_image(path):
+                notes.append(f"Only the first frame of {Path(path).name} is used: {self.model_info.get('model_name')}"
+                             " takes no videos. Load a SmolVLM2 model to ask about the animation.")
+        if videos and not problems:
+            problems += self._video_problems()
         if problems:
             self.banner.show_error(" ".join(problems))
+        elif notes:
+            self.banner.show_info(" ".join(notes))
+
+    def reattach(self, paths: list[str]) -> None:
+        """Put a stored message's images and videos back as pending attachments (editing it)."""
+        for path in paths:
+            if not is_video_file(path):
+                self.attachments.add(path)
+                continue
+            try:
+                plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
+            except InvalidVideoError:
+                plan = None  # gone or damaged since: the chip says so when its filmstrip fails
+            if self.attachments.add(path, video_plan=plan or VideoPlan(0.0, 0, 0, 0)):
+                self.attachments.chip(path).strip.failed.connect(self._video_unreadable)
+        self._count_pending_tokens()
+
+    @Slot(str)
+    def _video_unreadable(self, error: str) -> None:
+        """A pending video's frames could not be decoded: say so now, not after Send."""
+        self._video_problems()
+        self.banner.show_error(error)
+
+    def takes_video(self) -> bool:
+        """The loaded model takes videos (its capabilities say ``video``)."""
+        return bool((self.model_info.get("capabilities") or {}).get("video"))
+
+    def _video_problems(self) -> list[str]:
+        """Why the pending videos cannot be sent (each chip marked), or [] when they can."""
+        chips = self.attachments.video_chips()
+        if not chips or not self.model_info:
+            return []
+        name = self.model_info.get("model_name") or "This model"
+        if not self.takes_video():
+            reason = f"{name} cannot take videos: remove the video, or load a SmolVLM2 model to ask about it."
+        else:
+            reason = ""
+        problems = []
+        for chip in chips:
+            chip.set_problem(chip.error or reason)
+            if chip.error:
+                problems.append(chip.error)
+        return problems or ([reason] if reason else [])
+
+    def refuse_attachments(self) -> bool:
+        """Show why and return True when the pending attachments cannot be sent to the loaded
+        model (images to a text-only model, videos to a model without video, unreadable videos)."""
+        if any(chip.kind == "image" for chip in self.attachments.chips()) and self.refuse_images():
+            return True
+        problems = self._video_problems()
+        if problems:
+            self.banner.show_error(" ".join(problems))
+            return True
+        return False
 
     def _keep_copy(self, original: str) -> None:
         """Copy ``original`` into the store; if that fails (full disk, read-only store) it is read at Send,
@@ -89,7 +176,7 @@ class AttachmentsMixin:
 
     @Slot()
     def _pick_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images", "", IMAGE_FILTER)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images or videos", "", IMAGE_FILTER)
         if paths:
             self.add_files(paths)
 
@@ -97,12 +184,25 @@ class AttachmentsMixin:
     def _count_pending_tokens(self) -> None:
         """Show what the pending attachments will cost (the backend reads image headers only)."""
         detail = self.settings.image_detail
+        images = [chip.path for chip in self.attachments.chips() if chip.kind == "image"]
         if self.controller.ready:
-            for path in self.attachments.paths():
+            for path in images:
                 if (path, detail) not in self._token_counts:
                     self._token_counts[(path, detail)] = self.controller.count_tokens(path, detail)
-        counts = [self._token_counts.get((p, detail)) for p in self.attachments.paths()]
-        self.pending_label.setText(pending_summary(counts))
+        counts = [self._token_counts.get((p, detail)) for p in images]
+        chips = self.attachments.video_chips()
+        if not chips:
+            self.pending_label.setText(pending_summary(counts))
+            return
+        for chip in chips:  # the settings' fps and max frames may have changed
+            try:
+                chip.set_plan(plan_video(chip.path, self.settings.video_fps, self.settings.video_max_frames))
+            except InvalidVideoError:
+                chip.set_plan(None)
+        self._video_problems()  # mark the chips for the model now loaded
+        per_frame = int((self.model_info.get("capabilities") or {}).get("image_tokens_per_tile") or 0)
+        self.pending_label.setText(pending_media_summary(counts, [c.plan for c in chips], per_frame,
+                                                         takes_video=self.takes_video() or not self.model_info))
 
     # -- drag and drop onto the whole window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

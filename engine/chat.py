@@ -305,19 +305,38 @@ class ChatSession:
             self._processed.popitem(last=False)
         return out
 
-    def preprocess_videos(self, videos: Sequence[str | Path], params: GenerationParams | None = None) -> list:
+    def preprocess_videos(self, videos: Sequence[str | Path], params: GenerationParams | None = None,
+                          cancellable: bool = False) -> list:
         """Sample and resize the frames of video files (``params.video_fps`` / ``video_max_frames``
         override the checkpoint's ``video_sampling``).
+
+        With ``cancellable``, :meth:`cancel` stops the sampling between two decoded frames.
 
         Raises:
             UnsupportedOperation: the model takes no videos (only SmolVLM2 checkpoints do).
             VideoError: a video cannot be read.
+            Cancelled: ``cancellable`` and :meth:`cancel` was called.
         """
         if not videos:
             return []
         self._require_video()
         params = params or GenerationParams()
-        return [self.processor.preprocess_video(v, params.video_fps, params.video_max_frames) for v in videos]
+        check = self._frame_cancel_point if cancellable else None
+        return [self.processor.preprocess_video(v, params.video_fps, params.video_max_frames, check=check)
+                for v in videos]
+
+    def _frame_cancel_point(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+
+    def _sample_for_turn(self, videos: Sequence[str | Path], params: GenerationParams) -> list | None:
+        """The videos of a new user turn, sampled on this (the engine) thread so that :meth:`cancel`
+        stops it between frames; ``None`` when it was cancelled (the turn is not added)."""
+        self._cancel.clear()  # a cancel of an earlier answer must not stop this one
+        try:
+            return self.preprocess_videos(videos, params, cancellable=True)
+        except Cancelled:
+            return None
 
     def _require_video(self) -> None:
         if not (self.model.supports_video() and getattr(self.processor, "takes_video", False)):
@@ -349,11 +368,16 @@ class ChatSession:
             VideoError: a video cannot be read (one line naming it).
             UnsupportedOperation: videos given to a model that takes none.
             PromptTooLongError: the conversation does not fit the context.
+
+        :meth:`cancel` while the video frames are sampled (between two frames) ends the call with a
+        single ``DoneEvent("cancelled")`` and leaves the conversation unchanged.
         """
         params = params or GenerationParams()
         t0 = time.perf_counter()
         processed = self.preprocess(images, params.image_detail)
-        clips = self.preprocess_videos(videos, params)
+        clips = self._sample_for_turn(videos, params)
+        if clips is None:
+            return self._cancelled_before_start()
         snapshot = list(self.turns)
         self.turns.append(Turn("user", text, processed, videos=clips))
         return self._start(snapshot, params, t0)
@@ -396,11 +420,18 @@ class ChatSession:
             roles = [t.role for t in self.turns]
             raise ValueError(f"turn {turn_index} is not a user turn of this conversation (turns: {roles})")
         processed = self.turns[turn_index].images if images is None else self.preprocess(images, params.image_detail)
-        clips = self.turns[turn_index].videos if videos is None else self.preprocess_videos(videos, params)
+        clips = self.turns[turn_index].videos if videos is None else self._sample_for_turn(videos, params)
+        if clips is None:
+            return self._cancelled_before_start()
         snapshot = list(self.turns)
         del self.turns[turn_index:]
         self.turns.append(Turn("user", text, list(processed), videos=list(clips)))
         return self._start(snapshot, params, t0)
+
+    def _cancelled_before_start(self) -> Iterator[GenerationEvent]:
+        """The answer of a call cancelled while its video frames were sampled: one ``DoneEvent``
+        ("cancelled"), the conversation unchanged."""
+        yield DoneEvent("cancelled", GenerationStats())
 
     def _start(self, snapshot: list[Turn], params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
         """Fit the prompt to the context and return the answer's generator; on any error restore

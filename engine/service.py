@@ -89,7 +89,7 @@ def _split(attachments: Sequence[Attachment]) -> tuple[list[str], list[str]]:
 def _key(message: HistoryMessage) -> tuple:
     """What identifies a message for reuse: answers compare by stripped text, as the app stores them."""
     text = message.text.strip() if message.role == "assistant" else message.text
-    return message.role, text, tuple(a.path for a in message.attachments)
+    return message.role, text, tuple((a.path, a.kind, a.detail) for a in message.attachments)
 
 
 class EngineService:
@@ -105,6 +105,9 @@ class EngineService:
         self._session: Any = None
         self._info: ModelInfo | None = None
         self._synced: list[tuple] = []  # keys of what the session's turns hold
+        # The last answer's params: videos of a rebuilt history are sampled with its video_fps and
+        # video_max_frames (the front end's settings), not the checkpoint's defaults.
+        self._video_params: GenerationParams | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -138,6 +141,7 @@ class EngineService:
         paths = [a.path for a in attachments]
         images, videos = _split(attachments)
         more = {"videos": videos} if videos else {}  # sessions without video support take no such keyword
+        self._video_params = params
         return self._generate(sink, system_prompt, lambda s: s.send(text, images=images, params=params, **more),
                        after=lambda: [("user", text, tuple(paths))])
 
@@ -319,7 +323,8 @@ class EngineService:
             for a in message.attachments if user else ():
                 if a.kind != "video":  # each image at the detail it was read at live
                     images += self._readable(lambda p, d=a.detail or "full": session.preprocess(p, d), [a.path])
-            videos = self._readable(session.preprocess_videos, video_paths) if video_paths and user else []
+            videos = self._readable(lambda p: session.preprocess_videos(p, self._video_params),
+                                    video_paths) if video_paths and user else []
             ids = None if message.token_ids is None else list(message.token_ids)
             session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos))
         self._synced = wanted
@@ -358,6 +363,7 @@ class EngineService:
             if system_prompt is not None:
                 session.system_prompt = system_prompt or None
             session.progress = sink
+            turns_before = list(session.turns)
             events = start(session)
             if request.cancelled.is_set():
                 session.cancel()  # send() cleared the session's flag when it started
@@ -368,7 +374,11 @@ class EngineService:
                     continue
                 pieces.append(event.text)
                 sink(event)
-            self._track(session, after, drop_answer, edit_at, "".join(pieces))
+            unchanged = len(session.turns) == len(turns_before) and all(
+                a is b for a, b in zip(session.turns, turns_before))
+            if not (done is not None and done.finish_reason == "cancelled" and unchanged):
+                # (cancelled while its video frames were sampled: no turn was added, nothing to track)
+                self._track(session, after, drop_answer, edit_at, "".join(pieces))
         except Exception as exc:  # noqa: BLE001 - reported in the DoneEvent; the service keeps serving
             if is_engine_error(exc):
                 log.warning("generation failed: %s", describe_error(exc))

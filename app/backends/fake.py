@@ -36,13 +36,15 @@ class FakeBackend:
     """
 
     def __init__(self, tokens: list[str] | None = None, delay: float = 0.0, model_name: str = "FakeVLM-256M",
-                 image_error: str | None = None, fail: str | None = None, vision: bool = True) -> None:
+                 image_error: str | None = None, fail: str | None = None, vision: bool = True,
+                 video: bool = False) -> None:
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
         self.model_name = model_name
         self.image_error = image_error
         self.fail = fail
         self.vision = vision  # False: a text-only model (capabilities.vision false)
+        self.video = video  # True: takes videos, as a SmolVLM2 model (capabilities.video)
         self.calls: list[dict] = []
         self.loads: list[tuple[str, dict, int]] = []
         self.history: list[HistoryMessage] = []
@@ -136,7 +138,7 @@ class FakeBackend:
             on_done(None, self.fail)
             return
         self._info = ModelInfo(name=self.model_name, path=model, device="cpu", dtype="float32",
-                               capabilities=Capabilities(vision=self.vision, max_context=8192,
+                               capabilities=Capabilities(vision=self.vision, video=self.video, max_context=8192,
                                                          image_tokens_per_tile=64 if self.vision else 0))
         self.history = []
         on_done(self._info, None)
@@ -144,6 +146,7 @@ class FakeBackend:
     def _answer(self, kind: str, text: str, attachments: list[Attachment], params: GenerationParams, sink: EventSink,
                 system_prompt: str | None) -> None:
         self.calls.append({"kind": kind, "text": text, "images": [a.path for a in attachments], "params": params,
+                           "kinds": [a.kind for a in attachments],
                            "history": list(self.history), "system_prompt": system_prompt,
                            "turns": [(m.role, m.text, len(m.attachments)) for m in self.history],
                            "thread": threading.get_ident()})

@@ -54,9 +54,10 @@ def manager(make_window):
     return win.open_model_manager()
 
 
-def test_catalog_lists_the_six_checkpoints_with_sizes(manager):
-    assert len(manager.rows) == 6
+def test_catalog_lists_the_smolvlm_family_with_sizes(manager):
+    assert len(manager.rows) == 7
     assert "HuggingFaceTB/SmolVLM2-2.2B-Instruct" in manager.rows
+    assert manager.rows["HuggingFaceTB/SmolLM2-135M-Instruct"].entry.abilities == "text only"
     assert all(row.entry.size_gb > 0 for row in manager.rows.values())
 
 

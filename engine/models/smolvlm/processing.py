@@ -450,11 +450,12 @@ class ImageProcessor:
         return self.video_sampling is not None
 
     def preprocess_video(self, source: str | os.PathLike, fps: float | None = None,
-                         max_frames: int | None = None):
+                         max_frames: int | None = None, check=None):
         """Sample, decode and resize a video's frames (:func:`engine.models.smolvlm.video.read_video`)
         into a :class:`~engine.models.smolvlm.video.ProcessedVideo`: one ``M x M`` tile per frame.
 
-        ``fps`` and ``max_frames`` default to the checkpoint's ``video_sampling``.
+        ``fps`` and ``max_frames`` default to the checkpoint's ``video_sampling``. ``check()`` is
+        called before each decoded frame (a cancellation point: it raises to stop).
 
         Raises:
             VideoError: the file cannot be read, or the checkpoint takes no videos.
@@ -462,7 +463,7 @@ class ImageProcessor:
         """
         from engine.models.smolvlm.video import preprocess_video
 
-        return preprocess_video(self, source, fps, max_frames)
+        return preprocess_video(self, source, fps, max_frames, check=check)
 
     def __call__(self, image: str | os.PathLike | bytes | Image.Image, detail: Detail = "full") -> ProcessedImage:
         """``preprocess(load_image(image), detail)``."""

@@ -1,0 +1,308 @@
+"""Videos in the window (issue 13): drop, paste or pick one; a filmstrip chip with its duration and the
+frames the model will see; the token budget; the max-frames setting; a model without video refuses
+before sending; bad files give one line; a sent video is stored, shown, reopened and exported."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from PySide6.QtWidgets import QApplication, QFileDialog
+
+from app.backends.fake import FakeBackend
+from app.filmstrip import VideoChip, VideoThumbnail
+from app.settings import load_settings, open_settings, save_settings
+from tests.app.helpers import drop, file_mime
+from tests.engine.videos import solid, write_audio_only, write_video
+
+pytest.importorskip("av")
+
+
+def _clip(path: Path, seconds: int, rate: int = 2, size=(48, 64), **kw) -> Path:
+    """A clip whose frame i is grey level 4 i (so each sampled frame differs)."""
+    h, w = size
+    return write_video(path, (solid(h, w, (4 * i) % 256) for i in range(seconds * rate)), rate=rate, **kw)
+
+
+@pytest.fixture
+def video_model():
+    return FakeBackend(tokens=["A", " square", "."], model_name="FakeVLM2-256M", video=True)
+
+
+@pytest.fixture
+def clip(tmp_path):
+    return _clip(tmp_path / "walk.mp4", 12)
+
+
+def _wait_strip(qtbot, chip):
+    qtbot.waitUntil(lambda: chip.strip.loaded, timeout=20000)
+    return chip.strip
+
+
+def test_dropped_video_gets_a_filmstrip_chip_with_duration_frames_and_budget(qtbot, make_window, video_model, clip):
+    win = make_window(video_model)
+    assert win.composer.placeholderText() == "Ask about an image or a video…"
+    assert drop(win.composer, file_mime(clip))
+    chip = win.attachments.chip(str(clip.resolve()))
+    assert isinstance(chip, VideoChip)
+    assert chip.plan.caption == "0:12 · 12 frames"  # 1 fps over 12 s
+    assert win.pending_label.text() == "1 video · 12 frames · 768 image tokens"  # 12 x 64 tokens per frame
+    strip = _wait_strip(qtbot, chip)
+    assert strip.error == ""
+    # Three frames in the 168x64 chip: 54x64 cells with 2-px gaps, frames 0, 11 and 23 of the clip
+    # (grey 4 i: 0, 44, 92; within YUV rounding).
+    assert (strip._image.width(), strip._image.height()) == (3 * 54 + 2 * 2, 64)
+    greys = [strip._image.pixelColor(27 + 56 * i, 32).red() for i in range(3)]
+    assert greys == pytest.approx([0, 44, 92], abs=10) and greys[0] < greys[1] < greys[2]
+    assert chip.problem == "" and win.banner.isHidden()
+
+
+def test_picked_video_through_the_file_dialog(make_window, video_model, clip, monkeypatch):
+    win = make_window(video_model)
+    seen = {}
+
+    def pick(parent, caption, folder, filters):
+        seen["filters"] = filters
+        return [str(clip)], filters.split(";;")[0]
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(pick))
+    win.attach_button.click()
+    assert win.attachments.paths() == [str(clip.resolve())]
+    assert "*.mp4 *.webm *.mov *.mkv" in seen["filters"].split(";;")[0]
+
+
+def test_pasted_video_file(make_window, video_model, clip):
+    win = make_window(video_model)
+    QApplication.clipboard().setMimeData(file_mime(clip))
+    win.composer.paste()
+    assert isinstance(win.attachments.chip(str(clip.resolve())), VideoChip)
+
+
+def test_max_frames_setting_changes_the_budget_and_reaches_the_engine(qtbot, make_window, video_model, clip):
+    win = make_window(video_model)
+    drop(win, file_mime(clip))
+    win._apply_settings(replace(win.settings, video_max_frames=5, video_fps=2.0))
+    assert win.attachments.video_chips()[0].plan.caption == "0:12 · 5 frames"
+    assert win.pending_label.text() == "1 video · 5 frames · 320 image tokens"
+    qtbot.keyClicks(win.composer, "Where is it going?")
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    call = video_model.calls[-1]
+    assert call["kinds"] == ["video"]
+    assert (call["params"].video_max_frames, call["params"].video_fps) == (5, 2.0)
+
+
+def test_max_frames_setting_is_validated_and_kept():
+    qs = open_settings()
+    for raw, expected in ((500, 64), (0, 1), ("lots", 64), (12, 12)):
+        qs.setValue("chat/video_max_frames", raw)
+        assert load_settings(qs).video_max_frames == expected
+    settings = load_settings(qs)
+    save_settings(replace(settings, video_max_frames=7, video_fps=0.5), qs)
+    again = load_settings(qs)
+    assert (again.video_max_frames, again.video_fps) == (7, 0.5)
+    assert again.generation_params()["video_max_frames"] == 7
+
+
+def test_settings_dialog_edits_max_frames_within_1_to_64(make_window, video_model):
+    win = make_window(video_model)
+    dialog = win.open_settings_dialog()
+    assert (dialog.video_max_frames.minimum(), dialog.video_max_frames.maximum()) == (1, 64)
+    assert dialog.video_max_frames.value() == 64
+    dialog.video_max_frames.setValue(99)  # clamped by the spin box
+    dialog.apply()
+    assert win.settings.video_max_frames == 64
+    dialog.video_max_frames.setValue(8)
+    dialog.apply()
+    assert win.settings.video_max_frames == 8 and load_settings(win.qsettings).video_max_frames == 8
+    dialog.close()
+
+
+def test_model_without_video_says_so_before_sending(qtbot, make_window, fake_session, clip):
+    win = make_window(fake_session)  # FakeVLM-256M: images only
+    qtbot.keyClicks(win.composer, "What happens?")
+    drop(win.composer, file_mime(clip))
+    chip = win.attachments.video_chips()[0]
+    reason = "FakeVLM-256M cannot take videos: remove the video, or load a SmolVLM2 model to ask about it."
+    assert chip.problem == reason and not chip.badge.isHidden()
+    assert win.banner.message() == reason
+    assert win.pending_label.text() == "1 video · this model takes no videos"
+    win.banner.dismiss()
+    win.send_message()
+    assert win.banner.message() == reason  # said again, and nothing was sent or stored
+    assert fake_session.calls == []
+    assert win.store.conversations() == []
+    assert win.composer.toPlainText() == "What happens?" and win.attachments.paths() == [str(clip.resolve())]
+    # Loading a model that takes videos clears the mark.
+    fake_session.video = True
+    win.load_model("/models/fake2")
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/fake2", timeout=5000)
+    assert chip.problem == "" and chip.badge.isHidden()
+    assert win.pending_label.text() == "1 video · 12 frames · 768 image tokens"
+
+
+def _gif(path: Path, frames: int = 6) -> Path:
+    pictures = [Image.new("RGB", (40, 30), (40 * i, 0, 0)) for i in range(frames)]
+    pictures[0].save(path, save_all=True, append_images=pictures[1:], duration=500, loop=0)
+    return path
+
+
+def test_animated_gif_is_a_video_to_smolvlm2(qtbot, make_window, video_model, tmp_path):
+    gif = _gif(tmp_path / "spin.gif")
+    win = make_window(video_model)
+    drop(win, file_mime(gif))
+    chip = win.attachments.chip(str(gif.resolve()))
+    assert isinstance(chip, VideoChip) and chip.plan.caption == "0:03 · 3 frames"
+    assert _wait_strip(qtbot, chip).error == ""
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    assert video_model.calls[-1]["kinds"] == ["video"]
+
+
+def test_animated_gif_stays_an_image_for_an_image_model(qtbot, make_window, fake_session, tmp_path):
+    gif = _gif(tmp_path / "spin.gif")
+    win = make_window(fake_session)
+    drop(win, file_mime(gif))
+    assert not isinstance(win.attachments.chip(str(gif.resolve())), VideoChip)
+    assert win.banner.message() == ("Only the first frame of spin.gif is used: FakeVLM-256M takes no videos. "
+                                    "Load a SmolVLM2 model to ask about the animation.")
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    assert fake_session.calls[-1]["kinds"] == ["image"]
+
+
+def _bad_files(tmp_path, clip):
+    empty = tmp_path / "empty.mp4"
+    empty.write_bytes(b"")
+    text = tmp_path / "notes.mp4"
+    text.write_text("not a video at all\n" * 50)
+    audio = write_audio_only(tmp_path / "voice.mp4")
+    cut = tmp_path / "cut.mp4"  # the index (moov) sits at the end: cut in half, nothing is left to read
+    cut.write_bytes(clip.read_bytes()[: clip.stat().st_size // 2])
+    return [(empty, f"Video file is empty (0 bytes): {empty}"),
+            (text, f"Not a recognised video file: {text} ("),
+            (audio, f"No video stream in {audio} (streams: audio)"),
+            (cut, f"Not a recognised video file: {cut} (")]
+
+
+def test_bad_video_files_give_one_line_and_no_chip(qtbot, make_window, video_model, clip, tmp_path):
+    win = make_window(video_model)
+    qtbot.keyClicks(win.composer, "Keep this text")
+    for path, message in _bad_files(tmp_path, clip):
+        drop(win.composer, file_mime(path))
+        assert win.attachments.paths() == []
+        assert win.banner.message().startswith(message) and "\n" not in win.banner.message()
+    assert win.composer.toPlainText() == "Keep this text"
+    assert win.store.conversations() == []
+
+
+def test_header_fine_but_frames_unreadable_marks_the_chip_and_refuses_send(qtbot, make_window, video_model, tmp_path):
+    """The index is read but every frame's data is gone: the filmstrip decode says so on the chip."""
+    src = _clip(tmp_path / "fast.mp4", 4, container_options={"movflags": "faststart"})
+    data = src.read_bytes()
+    moov_end = data.index(b"mdat") + 4  # everything up to the start of the frame data
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(data[:moov_end])
+    win = make_window(video_model)
+    drop(win, file_mime(broken))
+    chip = win.attachments.video_chips()[0]
+    _wait_strip(qtbot, chip)
+    assert chip.error == f"No frame could be decoded from {broken} (truncated or corrupt?)"
+    qtbot.waitUntil(lambda: chip.problem == chip.error, timeout=2000)
+    assert win.banner.message() == chip.error
+    win.send_message()
+    assert video_model.calls == [] and win.store.conversations() == []
+
+
+def test_8k_clip_previews_at_chip_size(qtbot, make_window, video_model, tmp_path):
+    big = solid(4320, 7680, 90)
+    path = write_video(tmp_path / "8k.mp4", [big, big], rate=1)
+    win = make_window(video_model)
+    drop(win, file_mime(path))
+    chip = win.attachments.video_chips()[0]
+    assert chip.plan.caption == "0:02 · 2 frames"
+    strip = _wait_strip(qtbot, chip)
+    assert strip.error == "" and (strip._image.width(), strip._image.height()) == (2 * 54 + 2, 64)
+
+
+def test_three_hour_clip_plans_64_frames_and_previews_by_seeking(qtbot, make_window, video_model, tmp_path):
+    total = 3 * 3600
+    path = write_video(tmp_path / "long.mp4", (solid(16, 16, 7) for _ in range(total)), rate=1, gop=60)
+    win = make_window(video_model)
+    drop(win, file_mime(path))
+    chip = win.attachments.video_chips()[0]
+    assert chip.plan.caption == "3:00:00 · 64 frames"
+    assert win.pending_label.text() == "1 video · 64 frames · 4,096 image tokens"
+    from engine.api.videos import read_video
+
+    preview = read_video(path, fps=4 / total, max_frames=4)  # what the filmstrip decodes
+    assert len(preview.frames) == 4 and preview.decoded_frames <= 4 * 60  # keyframe runs, not 10,800 frames
+    assert _wait_strip(qtbot, chip).error == ""
+
+
+def test_rotated_phone_clip_previews_upright(qtbot, make_window, video_model, tmp_path):
+    frame = solid(32, 64)
+    frame[:8] = 255  # a white bar along the top of the stored (landscape) picture
+    path = write_video(tmp_path / "phone.mp4", [frame] * 20, rate=10, rotation=90)
+    win = make_window(video_model)
+    drop(win, file_mime(path))
+    strip = _wait_strip(qtbot, win.attachments.video_chips()[0])
+    assert (strip._image.width(), strip._image.height()) == (3 * 54 + 2 * 2, 64)
+    # Upright (turned 90 degrees counter-clockwise) the bar runs down the left edge of each 54x64 cell;
+    # a frame left on its side would show it across the top instead.
+    assert strip._image.pixelColor(3, 32).red() > 200 and strip._image.pixelColor(40, 32).red() < 50
+    assert strip._image.pixelColor(27, 2).red() < 50
+
+
+def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, video_model, clip, tmp_path):
+    from app.export import export_json, export_markdown
+    from app.messages import UserMessage
+
+    win = make_window(video_model)
+    drop(win, file_mime(clip))
+    qtbot.keyClicks(win.composer, "Describe the clip")
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    stored = video_model.calls[-1]["images"][0]
+    assert Path(stored).parent == win.store.images_dir and stored.endswith(".mp4")
+    assert Path(stored).read_bytes() == clip.read_bytes()
+    conv_id = win.keeper.current_id
+    win.close()
+
+    backend = FakeBackend(model_name="FakeVLM2-256M", video=True)
+    again = make_window(backend)  # a restart
+    again.open_conversation(conv_id)
+    user = next(w for w in again.transcript.widgets() if isinstance(w, UserMessage))
+    video = user.findChild(VideoThumbnail, "messageVideo")
+    assert video is not None and video.path == stored and video.caption == "0:12"
+    qtbot.waitUntil(lambda: video.loaded, timeout=20000)
+    assert video.error == ""
+    again.composer.setPlainText("And then?")
+    again.send_message()
+    qtbot.waitUntil(lambda: not again._busy, timeout=5000)
+    history = backend.calls[-1]["history"]  # the reopened chat, as the engine gets it
+    assert [(m.role, [(a.path, a.kind) for a in m.attachments]) for m in history] == [
+        ("user", [(stored, "video")]), ("assistant", [])]
+
+    # Editing that message puts the video back as a video chip, with its plan.
+    again._on_message_action("edit", 0)
+    chip = again.attachments.chip(stored)
+    assert isinstance(chip, VideoChip) and chip.plan.caption == "0:12 · 12 frames"
+    assert again.pending_label.text() == "1 video · 12 frames · 768 image tokens"
+    again._cancel_edit()
+
+    md = export_markdown(again.store, conv_id, tmp_path / "out" / "chat.md")
+    copied = tmp_path / "out" / "chat_images" / Path(stored).name
+    assert f"[video: {copied.name}](chat_images/{copied.name})" in md.read_text()
+    assert copied.read_bytes() == clip.read_bytes()
+    assert stored in export_json(again.store, conv_id, tmp_path / "out" / "chat.json").read_text()
+
+
+def test_a_chat_started_with_only_a_video_is_titled_video():
+    from app.conversations import title_from
+
+    assert title_from("", ["/data/abc.mp4"]) == "Video"
+    assert title_from("", ["/data/abc.mp4", "/data/def.webm"]) == "2 videos"
+    assert title_from("", ["/data/abc.mp4", "/data/photo.png"]) == "2 images"

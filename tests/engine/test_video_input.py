@@ -1,0 +1,177 @@
+"""Videos as the app attaches them: Stop between frames, and animated WebP read as a video."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from engine.api.events import DoneEvent, GenerationParams
+from engine.models.smolvlm import video as video_module
+from engine.models.smolvlm.video import probe, read_video, sample_indices
+from tests.engine.videos import solid, write_video
+
+pytest.importorskip("av")
+
+
+class Stop(Exception):
+    pass
+
+
+def test_check_runs_before_every_decoded_frame_and_stops_the_sampling(tmp_path):
+    path = write_video(tmp_path / "clip.mp4", [solid(32, 32, 10 * i) for i in range(20)], rate=10)
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 4:
+            raise Stop()
+
+    with pytest.raises(Stop):
+        read_video(path, fps=10, max_frames=20, check=check)
+    assert len(calls) == 4  # it stopped at the fourth frame, not after all twenty
+
+    counted = []
+    video = read_video(path, fps=10, max_frames=20, check=lambda: counted.append(1))
+    assert video.decoded_frames <= len(counted) <= video.decoded_frames + 1  # one per frame (+1: end of stream)
+
+
+def test_cancel_while_sampling_ends_the_answer_and_keeps_the_conversation(family_checkpoint, tmp_path, monkeypatch):
+    """Stop pressed while the frames are decoded: the sampling stops between two frames, the answer
+    ends "cancelled" and no turn is added."""
+    from engine.chat import ChatSession
+
+    session = ChatSession.load(family_checkpoint("SmolVLM2-256M-Video-Instruct"), device="cpu", dtype="float32")
+    path = write_video(tmp_path / "clip.mp4", [solid(32, 32, 5 * i) for i in range(40)], rate=1)
+    resized = []
+    real_resize = video_module.resize_frame
+
+    def resize_then_stop(image, **kwargs):
+        resized.append(1)
+        if len(resized) == 2:
+            session.cancel()  # the Stop button, pressed while the second frame is being resized
+        return real_resize(image, **kwargs)
+
+    monkeypatch.setattr(video_module, "resize_frame", resize_then_stop)
+    events = list(session.send("What happens?", params=GenerationParams(max_new_tokens=3), videos=[path]))
+    assert len(events) == 1 and isinstance(events[0], DoneEvent) and events[0].finish_reason == "cancelled"
+    assert len(resized) == 2  # the 38 other sampled frames were never decoded
+    assert session.turns == []
+
+    # The next answer is not stopped by that old cancel.
+    monkeypatch.setattr(video_module, "resize_frame", real_resize)
+    done = list(session.send("What happens?", params=GenerationParams(max_new_tokens=2, ignore_eos=True,
+                                                                        video_max_frames=4), videos=[path]))[-1]
+    assert done.finish_reason == "length" and done.stats.video_frames == 4
+
+
+def _animated_webp(path, durations_ms):
+    frames = [Image.new("RGB", (48, 32), (40 * i, 255 - 40 * i, 0)) for i in range(len(durations_ms))]
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=durations_ms, loop=0, lossless=True)
+    return path
+
+
+def test_animated_webp_is_a_video_of_its_frames(tmp_path):
+    """FFmpeg reads no animated WebP as frames; Pillow does: each frame lasts its own duration."""
+    path = _animated_webp(tmp_path / "anim.webp", [500, 500, 1000, 1000, 500])  # 3.5 s, 5 frames
+    info = probe(path)
+    assert (info.total_frames, info.duration, info.width, info.height) == (5, 3.5, 48, 32)
+    video = read_video(path)
+    assert video.indices == sample_indices(5, 5 / 3.5, 3.5).tolist() == [0, 1, 2, 4]
+    # index i is shown at i / fps = 0, 0.7, 1.4, 2.8 s: frames 0, 1, 2 and 3 (1.0-2.0 s is 2, 2.0-3.0 s is 3)
+    shown = [int(round(f[0, 0, 0] / 40)) for f in video.frames]
+    assert shown == [0, 1, 2, 3]
+    assert video.frame_times == [0.0, 0.5, 1.0, 2.0]
+    assert all(f.shape == (32, 48, 3) and f.dtype == np.uint8 for f in video.frames)
+
+
+
+def test_service_after_a_cancel_during_sampling_keeps_the_synced_history(family_checkpoint, tmp_path, monkeypatch):
+    """The next answer after a Stop during sampling reuses the conversation: no earlier video is
+    decoded again (before, the service lost track and rebuilt every turn)."""
+    import threading
+
+    from engine.api import Attachment, HistoryMessage
+    from engine.service import EngineService
+
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
+                 lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    first = Attachment(str(write_video(tmp_path / "a.mp4", [solid(32, 32, 9 * i) for i in range(3)], rate=1)),
+                       "video")
+    second = Attachment(str(write_video(tmp_path / "b.mp4", [solid(32, 32, 5 * i) for i in range(30)], rate=1)),
+                        "video")
+    params = GenerationParams(max_new_tokens=2, ignore_eos=True)
+    done = threading.Event()
+    results = []
+
+    def sink(event):
+        if isinstance(event, DoneEvent):
+            results.append(event)
+            done.set()
+
+    service.send("What is it?", [first], params, sink)
+    assert done.wait(60) and results[-1].finish_reason == "length"
+    answer = service._session.turns[-1].text
+    decoded = []
+    real_resize = video_module.resize_frame
+
+    def resize_then_stop(image, **kwargs):
+        decoded.append(1)
+        if len(decoded) == 1:
+            service.cancel()
+        return real_resize(image, **kwargs)
+
+    monkeypatch.setattr(video_module, "resize_frame", resize_then_stop)
+    done.clear()
+    service.send("And this one?", [second], params, sink)
+    assert done.wait(60) and results[-1].finish_reason == "cancelled" and len(decoded) == 1
+    monkeypatch.setattr(video_module, "resize_frame", real_resize)
+    rebuilt = []
+    real_pre = service._session.preprocess_videos
+
+    def counting(videos, params=None, cancellable=False):
+        rebuilt.extend([] if cancellable else videos)  # history rebuilds are not cancellable
+        return real_pre(videos, params, cancellable)
+
+    monkeypatch.setattr(service._session, "preprocess_videos", counting)
+    done.clear()
+    service.set_history([HistoryMessage("user", "What is it?", (first,)), HistoryMessage("assistant", answer)])
+    service.send("Once more?", [], params, sink)
+    assert done.wait(60) and results[-1].finish_reason == "length"
+    assert rebuilt == []  # the first video was not decoded again
+    assert service.shutdown()
+
+
+def test_rebuilt_history_samples_videos_with_the_last_answers_settings(family_checkpoint, tmp_path):
+    import threading
+
+    from engine.api import Attachment, HistoryMessage
+    from engine.service import EngineService
+
+    service = EngineService()
+    loaded = threading.Event()
+    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
+                 lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    clip = Attachment(str(write_video(tmp_path / "c.mp4", [solid(32, 32, 5 * i) for i in range(20)], rate=1)), "video")
+    done = threading.Event()
+    results = []
+
+    def sink(event):
+        if isinstance(event, DoneEvent):
+            results.append(event)
+            done.set()
+
+    params = GenerationParams(max_new_tokens=2, ignore_eos=True, video_max_frames=3)
+    service.send("What is it?", [clip], params, sink)
+    assert done.wait(60) and results[-1].stats.video_frames == 3
+    done.clear()
+    # Another chat that holds the same video (a reopened conversation): rebuilt, at 3 frames still.
+    service.set_history([HistoryMessage("user", "Tell me about it", (clip,)), HistoryMessage("assistant", "Grey.")])
+    service.send("More?", [], params, sink)
+    assert done.wait(60) and results[-1].stats.video_frames == 3
+    assert service._session.turns[0].videos[0].num_frames == 3
+    assert service.shutdown()
