@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 DARK = {
     QPalette.ColorRole.Window: "#1f2126",
@@ -67,6 +67,34 @@ def apply_theme(theme: str = "system") -> bool:
         QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_theme(_state["theme"]))
         _state["connected"] = True
     dark = is_dark(theme)
-    app.setPalette(palette(dark))
     app.setProperty("smolchatDark", dark)
+    # With an application style sheet, widgets that were already polished keep the palette they were
+    # polished with (QStyleSheetStyle stores a resolved copy on each widget it styles, and children
+    # inherit that): setting the palette alone left existing widgets in the old theme, new ones in the
+    # new, and Settings' labels dark on dark (issue 19). Without the sheet the new palette reaches every
+    # widget; setting the sheet again then polishes them all against it, at once.
+    sheet = app.styleSheet()
+    if sheet:
+        app.setStyleSheet("")
+    app.setPalette(palette(dark))
+    _repropagate(app)
+    if sheet:
+        app.setStyleSheet(sheet)
     return dark
+
+
+def _repropagate(app: QApplication) -> None:
+    """Make every widget take its palette again from its parent, parents first.
+
+    QApplication.setPalette tells the widgets in no particular order, so a child could resolve
+    against its parent's old palette before the parent itself changed and keep it (seen in Settings:
+    the dialog dark, its group boxes and labels still light). Widgets with a palette of their own
+    (WA_SetPalette) are left alone.
+    """
+    empty = QPalette()
+    pending = list(app.topLevelWidgets())
+    while pending:
+        widget = pending.pop(0)
+        if not widget.testAttribute(Qt.WidgetAttribute.WA_SetPalette):
+            widget.setPalette(empty)
+        pending.extend(w for w in widget.children() if isinstance(w, QWidget))
