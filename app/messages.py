@@ -10,11 +10,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QMouseEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
+from app.text_fit import FittingLabel
 from app.thumbnails import thumbnail
 
 BUBBLE_MAX_WIDTH = 560
@@ -25,16 +26,6 @@ ACTIONS = {
     "regenerate": ("regenerate", "Regenerate answer"),
     "delete": ("delete", "Delete message"),
 }
-
-
-def _text_label(text: str, object_name: str) -> QLabel:
-    label = QLabel(text)
-    label.setObjectName(object_name)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(True)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
-    return label
 
 
 class ActionRow(QWidget):
@@ -117,8 +108,8 @@ class UserMessage(QWidget):
                 row.addWidget(ClickableImage(path, box, len(images) > 1))
             row.addStretch(1)
             inner.addLayout(row)
-        if text:
-            label = _text_label(text, "userText")
+        if text:  # as wide as the sentence needs, up to the bubble's width (not Qt's narrow guess)
+            label = FittingLabel(text, "userText", BUBBLE_MAX_WIDTH - 28)
             if images:
                 label.setContentsMargins(8, 0, 8, 4)
             inner.addWidget(label)
@@ -183,7 +174,12 @@ class AssistantMessage(QWidget):
         self.actions_row.hide()
         right = QVBoxLayout()
         right.setSpacing(2)
-        right.addWidget(bubble)
+        # Held left by a stretch after it: alone in the column, a box layout centres a bubble narrower
+        # than the column (its maximum width), and the answer floated right, away from its avatar (issue 19).
+        row = QHBoxLayout()
+        row.addWidget(bubble, 1)
+        row.addStretch(0)
+        right.addLayout(row)
         right.addWidget(self.actions_row)
         outer = QHBoxLayout(self)
         outer.setContentsMargins(0, 0, 40, 0)
