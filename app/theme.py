@@ -68,33 +68,31 @@ def apply_theme(theme: str = "system") -> bool:
         _state["connected"] = True
     dark = is_dark(theme)
     app.setProperty("smolchatDark", dark)
-    # With an application style sheet, widgets that were already polished keep the palette they were
-    # polished with (QStyleSheetStyle stores a resolved copy on each widget it styles, and children
-    # inherit that): setting the palette alone left existing widgets in the old theme, new ones in the
-    # new, and Settings' labels dark on dark (issue 19). Without the sheet the new palette reaches every
-    # widget; setting the sheet again then polishes them all against it, at once.
-    sheet = app.styleSheet()
-    if sheet:
-        app.setStyleSheet("")
+    # Setting the palette alone left existing widgets in the old theme, new ones in the new, and
+    # Settings' labels dark on dark (issue 19): see _repropagate.
     app.setPalette(palette(dark))
     _repropagate(app)
-    if sheet:
-        app.setStyleSheet(sheet)
     return dark
 
 
 def _repropagate(app: QApplication) -> None:
-    """Make every widget take its palette again from its parent, parents first.
+    """Polish every widget again against the new palette, parents before children.
 
-    QApplication.setPalette tells the widgets in no particular order, so a child could resolve
-    against its parent's old palette before the parent itself changed and keep it (seen in Settings:
-    the dialog dark, its group boxes and labels still light). Widgets with a palette of their own
-    (WA_SetPalette) are left alone.
+    Two things kept old colours: QApplication.setPalette tells the widgets in no particular order, so a
+    child could resolve against its parent's old palette before the parent changed (Settings: the dialog
+    dark, its group boxes and labels still light); and the style sheet's colours (``palette(base)``...)
+    are stored on each widget it styles when it polishes it. So each widget is unpolished (the sheet
+    gives back the palette it replaced), takes its parent's palette again unless it has one of its own
+    (WA_SetPalette), and is polished against it. (Setting the whole sheet again did the same but crashed
+    Qt when widgets awaiting deletion were around.)
     """
     empty = QPalette()
     pending = list(app.topLevelWidgets())
     while pending:
         widget = pending.pop(0)
+        style = widget.style()
+        style.unpolish(widget)  # the style sheet's colours of this widget, from the new palette
         if not widget.testAttribute(Qt.WidgetAttribute.WA_SetPalette):
             widget.setPalette(empty)
+        style.polish(widget)
         pending.extend(w for w in widget.children() if isinstance(w, QWidget))

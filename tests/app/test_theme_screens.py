@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QImage, QPalette
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QFrame, QLabel, QWidget
 
@@ -60,6 +60,7 @@ def app_style(qapp):
     from app.paths import resource
     from app.theme import apply_theme
 
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # earlier tests' windows, gone first
     old = qapp.styleSheet()
     qapp.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
     yield
