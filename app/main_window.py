@@ -22,6 +22,7 @@ from app.menus import build_menus
 from app.paths import resource
 from app.remote_models import RemoteModels
 from app.settings import last_model, load_settings, open_settings, set_last_model
+from app.wait_estimate import record_answer
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
@@ -75,6 +76,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         c.model_loaded.connect(self._on_model_loaded)
         c.model_load_failed.connect(self._on_model_load_failed)
         c.token.connect(self.transcript.append_token)
+        c.progress.connect(self.transcript.show_progress)
         c.progress.connect(self._on_progress)
         c.finished.connect(self._on_finished)
         c.busy_changed.connect(self._update_actions)
@@ -226,6 +228,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
 
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:
+        record_answer(self.qsettings, self.model_info, result)  # this machine's speed, for the next estimate
         answer = self.transcript.last_assistant()
         self.transcript.end_answer(result.get("finish_reason", "error"),
                                    " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))

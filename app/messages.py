@@ -17,6 +17,7 @@ from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
 from app.text_fit import FittingLabel
 from app.thumbnails import thumbnail
+from app.wait_progress import WaitProgress
 
 BUBBLE_MAX_WIDTH = 560
 IMAGE_BOX = QSize(240, 180)
@@ -155,13 +156,16 @@ class AssistantMessage(QWidget):
         self._stream = RichText("assistantText")
         self._stream.setPlainText("…")
         self._blocks: list[QWidget] = []
-        self._footer = QLabel("Thinking…")
+        self._footer = QLabel("")
         self._footer.setObjectName("messageFooter")
         self._footer.setWordWrap(True)
+        self._footer.hide()
+        self.waiting = WaitProgress()  # until the first word: what the engine reads, how far it is
         self._column = QVBoxLayout()
         self._column.setSpacing(6)
         self._column.addWidget(name)
         self._column.addWidget(self._stream)
+        self._column.addWidget(self.waiting)
         self._column.addWidget(self._footer)
         bubble = QFrame()
         bubble.setObjectName("assistantBubble")
@@ -193,8 +197,7 @@ class AssistantMessage(QWidget):
         if not piece:
             return
         if not self.text:
-            self._footer.setText("")
-            self._footer.hide()
+            self.waiting.hide()
             self._stream.clear()
         self.text += piece
         self._stream.append_plain(piece)
@@ -203,9 +206,15 @@ class AssistantMessage(QWidget):
         """Show a stored answer at once (restoring a conversation)."""
         self.text = text
         self._stream.setPlainText(text)
-        self._footer.hide()
+        self.waiting.hide()
+
+    def show_progress(self, event) -> None:
+        """The engine's progress before the first word (an ``engine.api.ProgressEvent``)."""
+        if not self.text and self.status == "streaming":
+            self.waiting.set_event(event)
 
     def finish(self, finish_reason: str, footer: str = "") -> None:
+        self.waiting.hide()
         self.finish_reason = finish_reason
         self.status = finish_reason if finish_reason != "stop" else "done"
         if not self.text:
