@@ -11,6 +11,7 @@ from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.mime import carries_images, image_from_mime, local_files
 from app.paths import pasted_images_dir
+from app.wait_estimate import estimate_seconds, estimate_text
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
 
@@ -81,7 +82,10 @@ class AttachmentsMixin:
                 if (path, detail) not in self._token_counts:
                     self._token_counts[(path, detail)] = self.controller.count_tokens(path, detail)
         counts = [self._token_counts.get((p, detail)) for p in self.attachments.paths()]
-        self.pending_label.setText(pending_summary(counts))
+        known = [c for c in counts if c is not None and c >= 0]
+        wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, sum(known))) \
+            if known and len(known) == len(counts) else ""
+        self.pending_label.setText(" · ".join(p for p in (pending_summary(counts), wait) if p))
 
     # -- drag and drop onto the whole window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
