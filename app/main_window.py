@@ -224,7 +224,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
 
     @Slot(object)
     def _on_progress(self, event) -> None:
-        self.stats_label.setText(f"{model_summary(self.model_info)} · {progress_summary(event)}")
+        done = event.stage == "prefill" and event.done >= event.total  # the prompt is read: words come next
+        self.stats_label.setText(f"{model_summary(self.model_info)} · {'generating…' if done else progress_summary(event)}")
 
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:

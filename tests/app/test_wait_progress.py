@@ -29,9 +29,10 @@ def test_pending_answer_reads_each_image_tile_by_tile_then_the_question(qtbot, m
     drop(win.composer, file_mime(*_photos(tmp_path, 2)))
     qtbot.waitUntil(lambda: len(win.attachments.paths()) == 2, timeout=5000)
     win.composer.setPlainText("Compare them")
-    seen = []
+    seen, status = [], []
 
     def snapshot(_event):  # connected after the window's own slots: sees the bubble as updated
+        status.append(win.stats_label.text())
         waiting = win.transcript.last_assistant().waiting
         seen.append((waiting.text(), waiting.bar.value(), waiting.bar.maximum(), waiting.isVisibleTo(win)))
     win.controller.progress.connect(snapshot)
@@ -43,6 +44,8 @@ def test_pending_answer_reads_each_image_tile_by_tile_then_the_question(qtbot, m
     assert seen[-1] == ("Reading your question (2,218 tokens)", 2218, 2218, True)
     texts = [s[0] for s in seen]
     assert texts.index("Reading image 2 of 2 — tile 1 of 17") > texts.index("Reading image 1 of 2 — tile 17 of 17")
+    assert "FakeVLM-256M · cpu · float32 · Reading image 1 of 2 — tile 5 of 17" in status
+    assert status[-1] == "FakeVLM-256M · cpu · float32 · generating…"  # the prompt is read: no stale progress
     answer = win.transcript.last_assistant()
     assert answer.text == "A cat." and not answer.waiting.isVisibleTo(win)
 
