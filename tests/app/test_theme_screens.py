@@ -199,8 +199,8 @@ def test_banner_icon_matches_its_kind(qtbot, window, app_style, kind, color):
     _settle(qtbot)
     icon = window.banner.findChild(QLabel, "bannerIcon")
     image = icon.grab().toImage()
+    assert image.pixelColor(4, icon.height() // 2).name() == color  # inside the disc, beside the mark
     assert window.banner.tone() == kind
-    assert image.pixelColor(4, icon.height() // 2) == QColor(color)  # inside the disc, beside the mark
 
 
 def test_shortcut_sheet_lists_each_key_once(window):
