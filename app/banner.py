@@ -1,4 +1,9 @@
-"""A dismissible inline message shown at the top of the chat (errors the user should read)."""
+"""A dismissible inline message shown at the top of the chat: an error, a notice or a success.
+
+Each kind has its own mark and colour (:data:`TONES`); the icon carries the ``tone`` property itself
+because a style-sheet rule on a child (``#errorBanner[tone="info"] #bannerIcon``) is not re-evaluated
+when only the parent is re-polished, which left notices with the red error mark (issue 19).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,9 @@ from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+
+#: kind -> (mark, accessible name); colours are in resources/style.qss (``#bannerIcon[tone=...]``).
+TONES = {"error": ("!", "Error message"), "info": ("i", "Notice"), "success": ("✓", "Done")}
 
 
 class Banner(QFrame):
@@ -48,24 +56,34 @@ class Banner(QFrame):
 
     @Slot(str)
     def show_error(self, text: str) -> None:
-        self._show(text, "error", "!", "Error message")
+        self._show(text, "error")
+
+    def show_success(self, text: str) -> None:
+        """Something the user asked for worked (e.g. an export)."""
+        self._show(text, "success")
+
+    def tone(self) -> str:
+        """The kind of message showing: "error", "info" or "success" ("" when hidden)."""
+        return str(self.property("tone") or "") if not self.isHidden() else ""
 
     def show_info(self, text: str, action: str = "", callback: Callable[[], None] | None = None) -> None:
         """A neutral message, optionally with one button (e.g. "Undo")."""
-        self._show(text, "info", "i", "Notice")
+        self._show(text, "info")
         if action and callback:
             self._action.setText(action)
             self._action.setAccessibleName(action)
             self._callback = callback
             self._action.show()
 
-    def _show(self, text: str, tone: str, mark: str, name: str) -> None:
+    def _show(self, text: str, tone: str) -> None:
+        mark, name = TONES[tone]
         self._message.setText(text)
         self._icon.setText(mark)
         self.setAccessibleName(name)
-        self.setProperty("tone", tone)
-        self.style().unpolish(self)
-        self.style().polish(self)
+        for widget in (self, self._icon):  # each re-polished: its own rules depend on the tone
+            widget.setProperty("tone", tone)
+            widget.style().unpolish(widget)
+            widget.style().polish(widget)
         self._action.hide()
         self._callback = None
         self.show()

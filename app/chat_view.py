@@ -99,6 +99,12 @@ class ChatView(QScrollArea):
         if self._current is not None:
             self._current.append(piece)
 
+    @Slot(object)
+    def show_progress(self, event) -> None:
+        """Progress before the first word of the streaming answer (an ``engine.api.ProgressEvent``)."""
+        if self._current is not None:
+            self._current.show_progress(event)
+
     def end_answer(self, finish_reason: str, footer: str = "") -> None:
         if self._current is not None:
             self._current.finish(finish_reason, footer)

@@ -28,7 +28,7 @@ class Composer(QPlainTextEdit):
         self.setAccessibleName("Message")
         self.setPlaceholderText("Ask about an image…")
         self.setTabChangesFocus(True)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # see _fit_height
         self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self._fit_height()
 
@@ -83,7 +83,13 @@ class Composer(QPlainTextEdit):
 
     def _fit_height(self) -> None:
         line = self.fontMetrics().lineSpacing()
-        lines = max(MIN_LINES, min(MAX_LINES, round(self.document().size().height())))
+        needed = round(self.document().size().height())  # laid-out lines (wrapped lines count)
+        # A scroll bar only when the text is taller than the editor may grow: otherwise its handle sat
+        # beside Send as a stray grey pill whenever wrapping made the line count flicker (issue 19).
+        policy = Qt.ScrollBarPolicy.ScrollBarAsNeeded if needed > MAX_LINES else Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        if self.verticalScrollBarPolicy() != policy:
+            self.setVerticalScrollBarPolicy(policy)
+        lines = max(MIN_LINES, min(MAX_LINES, needed))
         margins = self.contentsMargins().top() + self.contentsMargins().bottom()
         padding = 2 * round(self.document().documentMargin()) + margins + 4
         self.setFixedHeight(lines * line + padding)

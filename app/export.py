@@ -77,5 +77,5 @@ def export_dialog(window, kind: str) -> Path | None:
     except (OSError, sqlite3.Error) as exc:
         window.banner.show_error(f"Could not export the chat: {exc}")
         return None
-    window.banner.show_info(f"Exported to {out}")
+    window.banner.show_success(f"Exported to {out}")
     return out

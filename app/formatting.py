@@ -56,6 +56,25 @@ def finish_footer(result: dict) -> str:
 
 
 def progress_summary(event) -> str:
-    """What the engine is doing before the first token (an ``engine.api.ProgressEvent``)."""
-    what = "Reading the image" if event.stage == "image" else "Reading the prompt"
-    return f"{what}… {event.done}/{event.total}"
+    """What the engine is doing before the first token (an ``engine.api.ProgressEvent``), for the status bar."""
+    return describe_progress(event)[0]
+
+
+def describe_progress(event) -> tuple[str, int, int]:
+    """``(text, done, total)`` for a ProgressEvent: the words to show and the bar's position.
+
+    The bar follows the stage's own count (tiles over every image read, or prompt tokens); the text
+    names the tile being read now (``tile + 1``, at most ``tiles``).
+    """
+    total = max(0, int(event.total))
+    done = min(max(0, int(event.done)), total)
+    if event.stage == "prefill":
+        return f"Reading your question ({total:,} tokens)", done, total
+    media = getattr(event, "media", "image")
+    part = "frame" if media == "video" else "tile"
+    count = getattr(event, "count", 0)
+    if count:
+        current = min(event.tile + 1, event.tiles)
+        return f"Reading {media} {event.index + 1} of {count} — {part} {current} of {event.tiles}", done, total
+    return f"Reading the {media} — {part} {min(done + 1, total)} of {total}", done, total
+

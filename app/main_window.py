@@ -30,6 +30,7 @@ from app.settings import (
     set_last_model,
     theme_from_environment,
 )
+from app.wait_estimate import record_answer
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import build_ui
@@ -91,6 +92,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         c.model_loaded.connect(self._on_model_loaded)
         c.model_load_failed.connect(self._on_model_load_failed)
         c.token.connect(self.transcript.append_token)
+        c.progress.connect(self.transcript.show_progress)
         c.progress.connect(self._on_progress)
         c.finished.connect(self._on_finished)
         c.busy_changed.connect(self._update_actions)
@@ -240,10 +242,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
 
     @Slot(object)
     def _on_progress(self, event) -> None:
-        self.stats_label.setText(f"{model_summary(self.model_info)} · {progress_summary(event)}")
+        done = event.stage == "prefill" and event.done >= event.total  # the prompt is read: words come next
+        self.stats_label.setText(f"{model_summary(self.model_info)} · {'generating…' if done else progress_summary(event)}")
 
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:
+        record_answer(self.qsettings, self.model_info, result)  # this machine's speed, for the next estimate
         answer = self.transcript.last_assistant()
         self.transcript.end_answer(result.get("finish_reason", "error"),
                                    " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))

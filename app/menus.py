@@ -13,7 +13,6 @@ WIDGET_SHORTCUTS = [
     ("Shift+Enter", "New line in the message"),
     ("Esc", "Stop the answer"),
     ("Ctrl+V", "Paste text or an image into the message"),
-    ("F2", "Rename the selected chat"),
     ("Del", "Delete the selected chat"),
 ]
 
@@ -56,9 +55,11 @@ def build_menus(window) -> dict[str, QAction]:
 
 
 def shortcut_rows(window) -> list[tuple[str, str]]:
+    """``(key, what it does)`` for every shortcut, each key once (a menu action wins over a widget's)."""
     rows = [(a.shortcut().toString(QKeySequence.SequenceFormat.NativeText), a.text().replace("&", "").rstrip("…"))
             for a in window.actions.values() if not a.shortcut().isEmpty()]
-    return rows + WIDGET_SHORTCUTS
+    keys = {key for key, _ in rows}
+    return rows + [(key, what) for key, what in WIDGET_SHORTCUTS if key not in keys]
 
 
 def shortcuts_dialog(window) -> QDialog:

@@ -10,14 +10,16 @@ from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QMouseEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.filmstrip import message_video
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
+from app.text_fit import FittingLabel
 from app.thumbnails import thumbnail
 from app.video_attachments import is_video_file
+from app.wait_progress import WaitProgress
 
 BUBBLE_MAX_WIDTH = 560
 IMAGE_BOX = QSize(240, 180)
@@ -28,16 +30,6 @@ ACTIONS = {
     "regenerate": ("regenerate", "Regenerate answer"),
     "delete": ("delete", "Delete message"),
 }
-
-
-def _text_label(text: str, object_name: str) -> QLabel:
-    label = QLabel(text)
-    label.setObjectName(object_name)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(True)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
-    return label
 
 
 class ActionRow(QWidget):
@@ -123,8 +115,8 @@ class UserMessage(QWidget):
                     row.addWidget(ClickableImage(path, box, len(images) > 1))
             row.addStretch(1)
             inner.addLayout(row)
-        if text:
-            label = _text_label(text, "userText")
+        if text:  # as wide as the sentence needs, up to the bubble's width (not Qt's narrow guess)
+            label = FittingLabel(text, "userText", BUBBLE_MAX_WIDTH - 28)
             if images:
                 label.setContentsMargins(8, 0, 8, 4)
             inner.addWidget(label)
@@ -170,13 +162,16 @@ class AssistantMessage(QWidget):
         self._stream = RichText("assistantText")
         self._stream.setPlainText("…")
         self._blocks: list[QWidget] = []
-        self._footer = QLabel("Thinking…")
+        self._footer = QLabel("")
         self._footer.setObjectName("messageFooter")
         self._footer.setWordWrap(True)
+        self._footer.hide()
+        self.waiting = WaitProgress()  # until the first word: what the engine reads, how far it is
         self._column = QVBoxLayout()
         self._column.setSpacing(6)
         self._column.addWidget(name)
         self._column.addWidget(self._stream)
+        self._column.addWidget(self.waiting)
         self._column.addWidget(self._footer)
         bubble = QFrame()
         bubble.setObjectName("assistantBubble")
@@ -189,7 +184,12 @@ class AssistantMessage(QWidget):
         self.actions_row.hide()
         right = QVBoxLayout()
         right.setSpacing(2)
-        right.addWidget(bubble)
+        # Held left by a stretch after it: alone in the column, a box layout centres a bubble narrower
+        # than the column (its maximum width), and the answer floated right, away from its avatar (issue 19).
+        row = QHBoxLayout()
+        row.addWidget(bubble, 1)
+        row.addStretch(0)
+        right.addLayout(row)
         right.addWidget(self.actions_row)
         outer = QHBoxLayout(self)
         outer.setContentsMargins(0, 0, 40, 0)
@@ -203,8 +203,7 @@ class AssistantMessage(QWidget):
         if not piece:
             return
         if not self.text:
-            self._footer.setText("")
-            self._footer.hide()
+            self.waiting.hide()
             self._stream.clear()
         self.text += piece
         self._stream.append_plain(piece)
@@ -213,9 +212,15 @@ class AssistantMessage(QWidget):
         """Show a stored answer at once (restoring a conversation)."""
         self.text = text
         self._stream.setPlainText(text)
-        self._footer.hide()
+        self.waiting.hide()
+
+    def show_progress(self, event) -> None:
+        """The engine's progress before the first word (an ``engine.api.ProgressEvent``)."""
+        if not self.text and self.status == "streaming":
+            self.waiting.set_event(event)
 
     def finish(self, finish_reason: str, footer: str = "") -> None:
+        self.waiting.hide()
         self.finish_reason = finish_reason
         self.status = finish_reason if finish_reason != "stop" else "done"
         if not self.text:

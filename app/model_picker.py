@@ -30,6 +30,9 @@ class ModelPicker(QPushButton):
         self._menu.aboutToShow.connect(self._fill_menu)
         self.setMenu(self._menu)
         self.remote_models = None  # app.remote_models.RemoteModels, set by the window
+        # Local models loaded in this session that the user never added (``--model PATH``, the last
+        # model of an earlier run): listed too, or switching away lost the way back (issue 19).
+        self._loaded: list[dict] = []
         self.set_none()
 
     def set_none(self) -> None:
@@ -42,6 +45,14 @@ class ModelPicker(QPushButton):
     def set_model(self, name: str, path: str) -> None:
         self.setText(name)
         self.setToolTip(f"{path}\nClick to switch model")
+        if path and not path.startswith("remote:") and all(m["path"] != path for m in self._loaded):
+            self._loaded.append({"name": name or path.rstrip("/").split("/")[-1], "path": path})
+
+    def local_models(self) -> list[dict]:
+        """The user's models (Settings' list), then others loaded in this session: ``[{"name", "path"}]``."""
+        known = known_models()
+        paths = {m["path"] for m in known}
+        return known + [m for m in self._loaded if m["path"] not in paths]
 
     def model_actions(self) -> list:
         self._fill_menu()
@@ -50,7 +61,7 @@ class ModelPicker(QPushButton):
     @Slot()
     def _fill_menu(self) -> None:
         self._menu.clear()
-        local = known_models()
+        local = self.local_models()
         remote = self.remote_models.lists if self.remote_models is not None else {}
         if remote:
             self._menu.addSection("On this computer")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 DARK = {
     QPalette.ColorRole.Window: "#1f2126",
@@ -67,6 +67,32 @@ def apply_theme(theme: str = "system") -> bool:
         QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_theme(_state["theme"]))
         _state["connected"] = True
     dark = is_dark(theme)
-    app.setPalette(palette(dark))
     app.setProperty("smolchatDark", dark)
+    # Setting the palette alone left existing widgets in the old theme, new ones in the new, and
+    # Settings' labels dark on dark (issue 19): see _repropagate.
+    app.setPalette(palette(dark))
+    _repropagate(app)
     return dark
+
+
+def _repropagate(app: QApplication) -> None:
+    """Polish every widget again against the new palette, parents before children.
+
+    Two things kept old colours: QApplication.setPalette tells the widgets in no particular order, so a
+    child could resolve against its parent's old palette before the parent changed (Settings: the dialog
+    dark, its group boxes and labels still light); and the style sheet's colours (``palette(base)``...)
+    are stored on each widget it styles when it polishes it. So each widget is unpolished (the sheet
+    gives back the palette it replaced), takes its parent's palette again unless it has one of its own
+    (WA_SetPalette), and is polished against it. (Setting the whole sheet again did the same but crashed
+    Qt when widgets awaiting deletion were around.)
+    """
+    empty = QPalette()
+    pending = list(app.topLevelWidgets())
+    while pending:
+        widget = pending.pop(0)
+        style = widget.style()
+        style.unpolish(widget)  # the style sheet's colours of this widget, from the new palette
+        if not widget.testAttribute(Qt.WidgetAttribute.WA_SetPalette):
+            widget.setPalette(empty)
+        style.polish(widget)
+        pending.extend(w for w in widget.children() if isinstance(w, QWidget))

@@ -22,6 +22,7 @@ from app.video_attachments import (
     pending_media_summary,
     plan_video,
 )
+from app.wait_estimate import estimate_seconds, estimate_text
 
 IMAGE_FILTER = ("Images and videos (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv *.m4v);;"
                 "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER + ";;All files (*)")
@@ -191,18 +192,25 @@ class AttachmentsMixin:
                     self._token_counts[(path, detail)] = self.controller.count_tokens(path, detail)
         counts = [self._token_counts.get((p, detail)) for p in images]
         chips = self.attachments.video_chips()
-        if not chips:
-            self.pending_label.setText(pending_summary(counts))
-            return
-        for chip in chips:  # the settings' fps and max frames may have changed
-            try:
-                chip.set_plan(plan_video(chip.path, self.settings.video_fps, self.settings.video_max_frames))
-            except InvalidVideoError:
-                chip.set_plan(None)
-        self._video_problems()  # mark the chips for the model now loaded
-        per_frame = int((self.model_info.get("capabilities") or {}).get("image_tokens_per_tile") or 0)
-        self.pending_label.setText(pending_media_summary(counts, [c.plan for c in chips], per_frame,
-                                                         takes_video=self.takes_video() or not self.model_info))
+        video_tokens = 0
+        if chips:
+            for chip in chips:  # the settings' fps and max frames may have changed
+                try:
+                    chip.set_plan(plan_video(chip.path, self.settings.video_fps, self.settings.video_max_frames))
+                except InvalidVideoError:
+                    chip.set_plan(None)
+            self._video_problems()  # mark the chips for the model now loaded
+            per_frame = int((self.model_info.get("capabilities") or {}).get("image_tokens_per_tile") or 0)
+            summary = pending_media_summary(counts, [c.plan for c in chips], per_frame,
+                                            takes_video=self.takes_video() or not self.model_info)
+            video_tokens = sum(c.plan.frames * per_frame for c in chips if c.plan is not None)
+        else:
+            summary = pending_summary(counts)
+        known = [c for c in counts if c is not None and c >= 0]
+        tokens = sum(known) + video_tokens
+        wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens)) \
+            if tokens and len(known) == len(counts) else ""
+        self.pending_label.setText(" · ".join(p for p in (summary, wait) if p))
 
     # -- drag and drop onto the whole window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

@@ -146,6 +146,7 @@ class ChatSession:
         #: Called (on the generating thread) with progress through the vision tower and the prefill.
         self.progress: Callable[[ProgressEvent], None] | None = None
         self._last_progress: ProgressEvent | None = None
+        self._reading: list[tuple[str, int]] = []  # (media kind, tiles) of each image this answer reads
 
     @classmethod
     def load(cls, path_or_repo_id: str | Path, device: str | None = None, dtype: str | None = None,
@@ -591,6 +592,7 @@ class ChatSession:
         skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
         self._last_progress = None  # each answer reports its own first tile
         tiles = []
+        self._reading = []
         vision_dtype = getattr(self.model, "vision_dtype", None)
         for img in images:
             if skip >= img.num_tiles:
@@ -599,6 +601,7 @@ class ChatSession:
             # Normalized on the model's device from uint8 (a quarter of the bytes to copy), straight
             # into the vision tower's dtype: one [n, 3, M, M] tensor per image.
             tiles.append(img.tiles_tensor(self.model.device, vision_dtype)[skip:])
+            self._reading.append(("video" if getattr(img, "num_frames", 0) else "image", img.num_tiles - skip))
             skip = 0
         new_ids = torch.tensor([ids[common:]])
         # Only a vision model gets the tower's callback (a text-only model's embed_multimodal needs none).
@@ -668,12 +671,25 @@ class ChatSession:
 
     def _tiles_done(self, done: int, total: int) -> None:
         """The vision tower's callback: a cancellation point, and progress when ``done`` moved."""
-        event = ProgressEvent("image", done, total)
+        event = self._image_progress(done, total)
         if event != self._last_progress:
             self._last_progress = event
             self._checkpoint(event)
         elif self._cancel.is_set():
             raise Cancelled()
+
+    def _image_progress(self, done: int, total: int) -> ProgressEvent:
+        """``done``/``total`` tiles over all images read, as "image ``index`` of ``count``, tile ``tile``
+        of ``tiles``": the image being read is the first one not finished (the last one once all are)."""
+        spans = self._reading
+        if sum(n for _, n in spans) != total:  # padding tiles were dropped: no per-image breakdown
+            return ProgressEvent("image", done, total)
+        start = 0
+        for index, (media, n) in enumerate(spans):
+            if done < start + n or index == len(spans) - 1:
+                return ProgressEvent("image", done, total, index, len(spans), done - start, n, media)
+            start += n
+        return ProgressEvent("image", done, total)  # no tiles at all (not called then)
 
     def _checkpoint(self, event: ProgressEvent) -> None:
         """A cancellation point before the first token: raise :class:`Cancelled`, else report ``event``."""

@@ -21,11 +21,15 @@ from engine.api import (
     GenerationStats,
     HistoryMessage,
     ModelInfo,
+    ProgressEvent,
     TokenEvent,
 )
 from engine.api.backend import EventSink, LoadCallback
 
 PER_IMAGE = {"full": 1088, "balanced": 320, "fast": 64}
+TOKENS_PER_TILE = 64  # SmolVLM-256M: a 1088-token image is 17 tiles
+TEXT_PROMPT_TOKENS = 42  # the prompt's tokens besides its images
+PREFILL_CHUNK = 512  # prompt tokens per reported prefill step (the engine's CPU chunk)
 
 
 class FakeBackend:
@@ -33,11 +37,14 @@ class FakeBackend:
 
     ``fail`` makes every load fail with that message; ``image_error`` makes every send
     end in ``DoneEvent("error", error=image_error)`` before any token, as the engine does.
+    Before the first token it reports progress as the engine does (:meth:`_read_prompt`): each
+    attached image's tiles, then the prompt in chunks, ``progress_delay`` seconds per step.
     """
 
     def __init__(self, tokens: list[str] | None = None, delay: float = 0.0, model_name: str = "FakeVLM-256M",
                  image_error: str | None = None, fail: str | None = None, vision: bool = True,
-                 video: bool = False) -> None:
+                 video: bool = False, progress_delay: float = 0.0) -> None:
+        self.progress_delay = progress_delay
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
         self.model_name = model_name
@@ -157,6 +164,11 @@ class FakeBackend:
             sink(DoneEvent("error", GenerationStats(), self.image_error))
             return
         start, produced, reason = time.perf_counter(), 0, "stop"
+        prompt_tokens = self._read_prompt(attachments, params, sink)
+        if prompt_tokens is None:  # cancelled before the first token
+            self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", "")]
+            sink(DoneEvent("cancelled", GenerationStats(total_s=time.perf_counter() - start)))
+            return
         for i, piece in enumerate(self.tokens):
             if self._cancel.is_set():
                 reason = "cancelled"
@@ -173,8 +185,31 @@ class FakeBackend:
             reason = "cancelled" if self._cancel.is_set() else reason
         answer = "".join(self.tokens[:produced]).strip()
         self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", answer)]
-        sink(DoneEvent(reason, GenerationStats(prompt_tokens=42, generated_tokens=produced, ttft_s=0.125,
+        sink(DoneEvent(reason, GenerationStats(prompt_tokens=prompt_tokens, generated_tokens=produced, ttft_s=0.125,
                                                decode_tokens_per_s=25.0, total_s=time.perf_counter() - start)))
+
+    def _read_prompt(self, attachments: list[Attachment], params: GenerationParams, sink: EventSink) -> int | None:
+        """Report the vision tower's tiles and the prefill's chunks as the engine would; the prompt's
+        token count, or None when cancelled meanwhile."""
+        per_image = PER_IMAGE.get(params.image_detail, 64)
+        tiles = [per_image // TOKENS_PER_TILE for _ in attachments]
+        steps = []
+        done = 0
+        for index, count in enumerate(tiles):
+            steps += [ProgressEvent("image", done + t, sum(tiles), index, len(tiles), t, count) for t in range(count)]
+            done += count
+        if tiles:
+            steps.append(ProgressEvent("image", done, done, len(tiles) - 1, len(tiles), tiles[-1], tiles[-1]))
+        total = TEXT_PROMPT_TOKENS + per_image * len(attachments)
+        steps += [ProgressEvent("prefill", s, total) for s in range(0, total, PREFILL_CHUNK)]
+        steps.append(ProgressEvent("prefill", total, total))
+        for event in steps:
+            if self._cancel.is_set():
+                return None
+            sink(event)
+            if self.progress_delay:
+                time.sleep(self.progress_delay)
+        return total
 
 
 def slow_backend() -> FakeBackend:

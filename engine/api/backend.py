@@ -51,13 +51,25 @@ class HistoryMessage:
 
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
-    """Work before the first token: ``stage`` "image" (vision tower: ``done``/``total`` tiles of
-    image ``index``) or "prefill" (``done``/``total`` prompt tokens)."""
+    """Work before the first token.
+
+    ``stage`` "image" (the vision tower): ``done``/``total`` tiles over every image this answer reads
+    (images already in the KV cache are not read again); ``index`` (0-based) is the one being read of
+    ``count`` such images, a ``media`` "image" or "video" (its frames are its tiles), of which ``tile``
+    of ``tiles`` are done. ``count`` is 0 when the breakdown is not known (then only ``done``/``total``).
+
+    ``stage`` "prefill" (the decoder reading the prompt): ``done``/``total`` prompt tokens of those not
+    already cached.
+    """
 
     stage: Literal["image", "prefill"]
     done: int
     total: int
     index: int = 0
+    count: int = 0
+    tile: int = 0
+    tiles: int = 0
+    media: Literal["image", "video"] = "image"
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,8 @@ def test_drop_image_ask_and_stream_answer(qtbot, window, fake_session, png, data
     assert window.send_button.isEnabled() is True
     stats = window.findChild(QLabel, "statusStats").text()
     assert "FakeVLM-256M" in stats and "cpu" in stats
-    assert "TTFT 0.12 s" in stats and "25.0 tok/s" in stats and "42 prompt / 0 cached / 5 generated tokens" in stats
+    # 1130 prompt tokens: the fake's 42 for the text plus its 1088 for the image
+    assert "TTFT 0.12 s" in stats and "25.0 tok/s" in stats and "1130 prompt / 0 cached / 5 generated tokens" in stats
 
 
 def test_stop_ends_a_long_answer_early(qtbot, make_window):

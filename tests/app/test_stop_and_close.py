@@ -41,7 +41,10 @@ def test_stop_while_reading_a_photo_ends_the_answer_within_200_ms(qtbot, tiny_ch
     win.controller.progress.connect(progress.append)
     qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(e.stage == "image" and e.done > 0 for e in progress), timeout=30_000)
-    assert "Reading the image" in win.stats_label.text()
+    assert "Reading image 1 of 1 — tile " in win.stats_label.text()
+    waiting = win.transcript.last_assistant().waiting  # the real engine's progress, in the pending answer
+    assert waiting.text().startswith("Reading image 1 of 1 — tile ") and waiting.text().endswith(" of 13")
+    assert waiting.bar.maximum() == 13 and 0 < waiting.bar.value() <= 13
     with qtbot.waitSignal(win.answer_finished, timeout=5000) as finished:
         t_stop = time.perf_counter()
         qtbot.mouseClick(win.stop_button, Qt.MouseButton.LeftButton)

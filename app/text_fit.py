@@ -1,0 +1,45 @@
+"""A word-wrapped label that asks for its text's natural width, not Qt's narrow word-wrap guess.
+
+QLabel with word wrap reports a size hint from a heuristic that ignores the room available, so a
+long sentence in a user bubble wrapped into a tall, narrow column (issue 19). :class:`FittingLabel`
+asks for the width its longest line needs (capped at ``max_width`` pixels) and lets the layout shrink it
+in a narrow window; the height then follows from ``heightForWidth``.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+
+#: The narrowest a label shrinks to in a tight window (pixels), unless its text is shorter.
+MIN_WRAP_WIDTH = 120
+
+
+class FittingLabel(QLabel):
+    """Plain, selectable, word-wrapped text as wide as its longest line, up to ``max_width`` px."""
+
+    def __init__(self, text: str, object_name: str, max_width: int, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setObjectName(object_name)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setWordWrap(True)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self.max_width = max_width
+
+    def natural_width(self) -> int:
+        """Pixels the text needs unwrapped (its longest line), contents margins included, at most ``max_width``."""
+        metrics = self.fontMetrics()
+        longest = max((metrics.horizontalAdvance(line) for line in self.text().split("\n")), default=0)
+        margins = self.contentsMargins()
+        return min(self.max_width, longest + 2 + margins.left() + margins.right())
+
+    def sizeHint(self) -> QSize:
+        width = self.natural_width()
+        return QSize(width, self.heightForWidth(width))
+
+    def minimumSizeHint(self) -> QSize:
+        width = min(self.natural_width(), MIN_WRAP_WIDTH)
+        return QSize(width, self.heightForWidth(width))
