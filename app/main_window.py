@@ -135,6 +135,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             return
         if action == "delete":
             self._storage("delete the message", self.keeper.delete_message, index)
+        elif action in ("previous_version", "next_version"):
+            self._storage("switch versions", self.controller.switch_version, index,
+                          -1 if action == "previous_version" else 1)
         elif action == "regenerate":
             self.controller.regenerate(index, self.chat_settings(), self.current_params())
             if self._busy:
@@ -146,7 +149,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             for path in message.images:
                 self.attachments.add(path)
             self._editing = index
-            self.banner.show_info("Editing a message: sending replaces it and everything after it.",
+            self.banner.show_info("Editing a message: sending adds a new version of it; ‹ › switches back.",
                                   "Cancel edit", self._cancel_edit)
             self.composer.setFocus()
 

@@ -10,8 +10,9 @@ Versions (schema 4): a conversation is a tree of messages. Each message names th
 Among siblings exactly one is ``selected``; the conversation shown (and given to the model) is the
 *active branch*: from the selected first message, always down to the selected child. Siblings are
 numbered by creation (id order): "2 / 3" is the second of three. ``position`` is the depth in the
-branch when the message was written (informational: the tree is ``parent_id``). Deleting one message hands its children to its parent;
-:meth:`Store.delete_messages_from` removes a message with its whole subtree.
+branch when the message was written (informational: the tree is ``parent_id``). Deleting one
+message hands its children to its parent; :meth:`Store.delete_messages_from` removes a message with
+its whole subtree.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""Answer versions in the window: regenerate and edit keep every version; "‹ n / m ›" switches branches,
+each with its own later messages, and the backend is given exactly that branch's history."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.backends.fake import FakeBackend
+
+
+def ask(qtbot, win, text: str) -> dict:
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def shown(win) -> list[str]:
+    return [m["text"] for m in win.transcript.messages()]
+
+
+def switchers(win) -> list[str]:
+    return [w.actions_row.versions.text() for w in win.transcript.widgets()]
+
+
+def click(qtbot, win, index: int, name: str) -> None:
+    switcher = win.transcript.widgets()[index].actions_row.versions
+    qtbot.mouseClick(getattr(switcher, name), Qt.MouseButton.LeftButton)
+
+
+def test_regenerate_keeps_the_old_answer_and_its_branch(qtbot, make_window, data_dir):
+    fake = FakeBackend(tokens=["Orange", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What colour?")
+    ask(qtbot, win, "Why?")
+    fake.tokens = ["Ginger", "!"]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    assert shown(win) == ["What colour?", "Ginger!"]
+    assert switchers(win) == ["", "‹ 2 / 2 ›"]
+    ask(qtbot, win, "Sure?")  # continues the new branch
+    assert shown(win) == ["What colour?", "Ginger!", "Sure?", "Ginger!"]
+
+    click(qtbot, win, 1, "previous")  # back to the first answer, with its own follow-up
+    assert shown(win) == ["What colour?", "Orange.", "Why?", "Orange."]
+    assert switchers(win) == ["", "‹ 1 / 2 ›", "", ""]
+    assert not win.transcript.widgets()[1].actions_row.versions.previous.isEnabled()
+    fake.tokens = ["Because", "."]
+    ask(qtbot, win, "Really?")  # the model is given exactly this branch's history
+    assert fake.calls[-1]["turns"] == [("user", "What colour?", 0), ("assistant", "Orange.", 0),
+                                       ("user", "Why?", 0), ("assistant", "Orange.", 0)]
+
+    click(qtbot, win, 1, "next")
+    assert shown(win) == ["What colour?", "Ginger!", "Sure?", "Ginger!"]
+    ask(qtbot, win, "Ok?")
+    assert [t[1] for t in fake.calls[-1]["turns"]] == ["What colour?", "Ginger!", "Sure?", "Ginger!"]
+    conv_id = win.keeper.current_id
+    win.close()
+
+    again = make_window(FakeBackend())  # restored after a restart: the branch last shown
+    assert again.keeper.current_id == conv_id
+    assert shown(again) == ["What colour?", "Ginger!", "Sure?", "Ginger!", "Ok?", "Because."]
+    assert switchers(again)[:2] == ["", "‹ 2 / 2 ›"]
+    click(qtbot, again, 1, "previous")
+    assert shown(again) == ["What colour?", "Orange.", "Why?", "Orange.", "Really?", "Because."]
+
+
+def test_an_edited_question_is_a_new_version_beside_the_old_one(qtbot, make_window):
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "first question")
+    ask(qtbot, win, "second question")
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("edited question")
+    fake.tokens = ["B", "."]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert shown(win) == ["edited question", "B."]
+    assert switchers(win) == ["‹ 2 / 2 ›", ""]
+    assert fake.calls[-1]["turns"] == [] and fake.calls[-1]["text"] == "edited question"
+
+    click(qtbot, win, 0, "previous")
+    assert shown(win) == ["first question", "A.", "second question", "A."]
+    assert [(m.role, m.text) for m in fake.history] == [("user", "first question"), ("assistant", "A."),
+                                                         ("user", "second question"), ("assistant", "A.")]
+    # Deleting one message closes its branch up (its answer now opens the chat, beside the other version).
+    win.transcript.widgets()[0].actions_row.button("delete").click()
+    assert shown(win) == ["A.", "second question", "A."]
+    assert switchers(win)[0] == "‹ 1 / 2 ›"  # numbered by age: this answer is older than the edit
