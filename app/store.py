@@ -369,4 +369,4 @@ class Store:
     def _message(self, row: sqlite3.Row) -> Message:
         images = [str(self.images_dir / name) for name in json.loads(row["images"] or "[]")]
         return Message(row["id"], row["conversation_id"], row["role"], row["text"], images,
-                       json.loads(row["stats"] or "{}"), row["status"])
+                       json.loads(row["stats"] or "{}"), row["status"], row["parent_id"])

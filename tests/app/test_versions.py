@@ -87,3 +87,28 @@ def test_an_edited_question_is_a_new_version_beside_the_old_one(qtbot, make_wind
     win.transcript.widgets()[0].actions_row.button("delete").click()
     assert shown(win) == ["A.", "second question", "A."]
     assert switchers(win)[0] == "‹ 1 / 2 ›"  # numbered by age: this answer is older than the edit
+
+
+def test_export_gives_the_shown_branch_and_offers_the_other_versions(qtbot, make_window, tmp_path):
+    import json
+
+    from app.export import export_json, export_markdown
+
+    fake = FakeBackend(tokens=["Orange", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What colour?")
+    ask(qtbot, win, "Why?")
+    fake.tokens = ["Ginger", "!"]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    conv = win.keeper.current_id
+    text = export_markdown(win.store, conv, tmp_path / "chat.md").read_text()
+    assert "Ginger!" in text and "Why?" not in text  # the other branch's follow-up is not in this one
+    assert "*Version 2 of 2*\n\nGinger!\n" in text
+    assert "<details><summary>Other versions</summary>\n\n**Version 1**\n\nOrange.\n\n</details>" in text
+    data = json.loads(export_json(win.store, conv, tmp_path / "chat.json").read_text())
+    assert [(m["text"], m["version"], m["versions"]) for m in data["messages"]] == [
+        ("What colour?", 1, 1), ("Ginger!", 2, 2)]
+    assert [m["text"] for m in data["all_messages"]] == ["What colour?", "Orange.", "Why?", "Orange.", "Ginger!"]
+    by_id = {m["id"]: m for m in data["all_messages"]}
+    assert by_id[data["messages"][1]["parent_id"]]["text"] == "What colour?"
