@@ -5,7 +5,9 @@ in the KV cache (one key per position: the token id, and for image tokens the id
 hash of their tile), truncates the cache there and prefills only the rest, in chunks of
 ``prefill_chunk`` tokens. Assistant turns are replayed with the exact ids the model generated (not
 a re-tokenization of their text, which need not give the same ids back), so a new turn, a
-regenerated answer or an edited message prefills only what actually changed.
+regenerated answer or an edited message prefills only what actually changed. The tail a new
+branch leaves behind is kept too (:mod:`engine.branches`: copy-on-write forks of the paged cache), so
+going back to an earlier answer version prefills only what neither cache holds.
 
 When a turn would not fit the context (the cache's capacity, at most ``max_position_embeddings``)
 with room for an answer, the oldest whole exchanges are dropped (a user message with its answers;
@@ -41,6 +43,7 @@ from engine.api.events import (
     GenerationStats,
     TokenEvent,
 )
+from engine.branches import Branches
 from engine.cache import CacheConfig, KVCache
 from engine.cancellation import Cancelled, layer_cancel_points
 from engine.generate import token_stream
@@ -128,6 +131,7 @@ class ChatSession:
         self.warmup_s: float | None = None
         self.turns: list[Turn] = []
         self._cached_keys: list = []  # what the cache holds, one key per position
+        self.branches = Branches()  # other branches' caches (answer versions): see engine.branches
         self._cancel = threading.Event()
         #: Called (on the generating thread) with progress through the vision tower and the prefill.
         self.progress: Callable[[ProgressEvent], None] | None = None
@@ -179,6 +183,7 @@ class ChatSession:
     def reset(self) -> None:
         """Forget the conversation (the cache is emptied)."""
         self.turns.clear()
+        self.branches.clear()
         self.cache.reset()
         self._cached_keys = []
 
@@ -498,10 +503,9 @@ class ChatSession:
     def _prefill(self, ids: list[int], keys: list, images: list[ProcessedImage], stats: GenerationStats
                  ) -> torch.Tensor:
         """Reuse the cached prefix, prefill the rest in chunks; logits of the last prompt token ``[1, V]``."""
-        common = 0
-        limit = min(len(self._cached_keys), len(ids) - 1)  # always prefill at least one token
-        while common < limit and self._cached_keys[common] == keys[common]:
-            common += 1
+        # The cache (this branch's, or a kept one of another branch) sharing the most of the prompt.
+        self.cache, self._cached_keys, common = self.branches.choose(
+            self.cache, self._cached_keys, keys, len(ids) - 1)  # always prefill at least one token
         # Never start inside a tile's run of image tokens: back off to its first one.
         image_positions = [i for i, t in enumerate(ids) if t == self._image_id] if self._image_id is not None else []
         tile_of = [tile for tile, _ in slot_tiles(images)]  # per image-token position
@@ -511,6 +515,7 @@ class ChatSession:
             common = image_positions[before]
         self.cache.truncate(common)
         self._cached_keys = self._cached_keys[:common]
+        self.branches.make_room(self.cache)
         stats.cached_tokens = common
         skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
         self._last_progress = None  # each answer reports its own first tile
