@@ -7,25 +7,34 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
 from app.conversations import storage_problem
+from app.documents import DocumentIntake
 from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.mime import carries_images, image_from_mime, local_files
 from app.paths import pasted_images_dir
 
-IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
+IMAGE_FILTER = "Images and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.pdf);;All files (*)"
 
 
 class AttachmentsMixin:
     """Methods of :class:`~app.main_window.MainWindow` for its pending attachments (``self.attachments``)."""
 
+    @property
+    def documents(self) -> DocumentIntake:
+        """Folders, PDFs and several files at once (:mod:`app.documents`), made at first use."""
+        if getattr(self, "_documents", None) is None:
+            self._documents = DocumentIntake(self)
+        return self._documents
+
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
-        """Attach image files; a file that is not a readable image shows an error instead, and so
-        does any image while the loaded model is text-only."""
+        """Attach image files, PDFs (their pages, rendered in the background) and folders' images; a file
+        that is not a readable image shows an error instead, and so does any image while the loaded
+        model is text-only."""
         if paths and self.refuse_images():
             return
         problems = []
-        for path in paths:
+        for path in self.documents.take(paths):
             try:
                 self.attachments.add(str(validate_image(path)))
             except InvalidImageError as exc:
@@ -68,7 +77,7 @@ class AttachmentsMixin:
 
     @Slot()
     def _pick_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images", "", IMAGE_FILTER)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images or PDFs", "", IMAGE_FILTER)
         if paths:
             self.add_files(paths)
 

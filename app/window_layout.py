@@ -52,7 +52,7 @@ def build_ui(window) -> None:
     window.transcript = ChatView()
     window.attachments = AttachmentStrip()
     window.composer = Composer()
-    window.attach_button = tool_button("attachButton", "attach", "Attach images (or drop / paste them)")
+    window.attach_button = tool_button("attachButton", "attach", "Attach images or PDFs (or drop / paste them, or a folder)")
     window.stop_button = tool_button("stopButton", "stop", "Stop the answer (Esc)")
     window.send_button = tool_button("sendButton", "send", "Send (Enter)")
 
