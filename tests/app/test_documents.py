@@ -150,3 +150,11 @@ def test_the_file_dialog_takes_several_images_and_pdfs(qtbot, window, tmp_path, 
     qtbot.mouseClick(window.attach_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(window.attachments.paths()) == 4, timeout=10_000)
     assert names(window)[:2] == ["a.png", "b.png"] and "*.pdf" in seen["filters"].split(";;")[0]
+
+
+def test_a_pasted_pdf_file_is_attached_page_by_page(qtbot, window, tmp_path, qapp):
+    qapp.clipboard().setMimeData(file_mime(make_pdf(tmp_path / "copied.pdf", 2)))
+    window.composer.setFocus()
+    window.composer.paste()
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 2, timeout=10_000)
+    assert window.composer.toPlainText() == "" and names(window)[0].startswith("copied-page1-")
