@@ -69,7 +69,7 @@ def build_ui(window) -> None:
     frame_layout.setSpacing(4)
     frame_layout.addWidget(window.attachments)
     frame_layout.addLayout(row)
-    hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images")
+    hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images, PDFs or a folder")
     hint.setObjectName("composerHint")
     bottom = QVBoxLayout()
     bottom.setContentsMargins(20, 0, 20, 10)
