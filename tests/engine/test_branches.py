@@ -16,8 +16,8 @@ def parts(tiny_checkpoint):
     return s.model, s.tokenizer, s.processor
 
 
-def params(n=24) -> GenerationParams:
-    return GenerationParams(max_new_tokens=n, ignore_eos=True, image_detail="fast")
+def params(n=24, detail="fast") -> GenerationParams:
+    return GenerationParams(max_new_tokens=n, ignore_eos=True, image_detail=detail)
 
 
 def run(session, text, images=()):
@@ -80,3 +80,38 @@ def test_kept_branches_give_way_to_the_current_conversation(parts):
     arena = session.cache.arena
     assert arena.max_num_blocks - arena.allocator.num_used >= \
         session.cache.max_blocks_per_seq - len(session.cache.block_table)
+
+
+def test_the_service_switching_histories_reuses_the_other_branch(parts, images_dir):
+    """As the app switches versions: set_history with each branch's messages (answers as text), then send."""
+    import threading
+
+    from engine.api.backend import Attachment, HistoryMessage
+    from engine.service import EngineService
+
+    session = ChatSession(*parts, cache_config=CacheConfig(kind="paged"))
+    service = EngineService(lambda model, options: session)
+    loaded = threading.Event()
+    service.load("tiny", {}, lambda info, message: loaded.set())
+    assert loaded.wait(30)
+
+    def send(history, text, images=()):
+        events, done = [], threading.Event()
+        service.set_history(history)
+        # "full": the detail set_history preprocesses a rebuilt history's images at.
+        service.send(text, [Attachment(str(p)) for p in images], params(8, "full"), lambda e: (events.append(e),
+                     isinstance(e, DoneEvent) and done.set()))
+        assert done.wait(60)
+        return "".join(e.text for e in events if isinstance(e, TokenEvent)).strip(), events[-1].stats
+
+    coffee = images_dir / "coffee.png"
+    a1, _ = send([], "What is in this image?", [coffee])
+    question = HistoryMessage("user", "What is in this image?", (Attachment(str(coffee)),))
+    branch_a = [question, HistoryMessage("assistant", a1)]
+    _, a2 = send(branch_a, "Tell me more.")
+    send([], "Describe the picture.", [coffee])  # an edited first question: another branch
+    _, back = send(branch_a, "Tell me more.")  # back to A: its whole prompt is still cached
+    try:
+        assert back.prompt_tokens == a2.prompt_tokens and back.cached_tokens == a2.prompt_tokens - 1
+    finally:
+        service.shutdown()
