@@ -15,10 +15,11 @@ through queued signals.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from app import pdf_pages
@@ -122,6 +123,10 @@ class DocumentIntake(QObject):
         self.window = window
         self.picker: PagePicker | None = None
         self.working = 0  # PDFs being opened or rendered
+        # Set when the app quits: a long rendering stops at the next page instead of holding up the exit.
+        self._stop = threading.Event()
+        QCoreApplication.instance().aboutToQuit.connect(self._stop.set)
+        window.destroyed.connect(lambda *_: self._stop.set())
         self._probed.connect(self._on_probed, Qt.ConnectionType.QueuedConnection)
         self._rendered.connect(self._on_rendered, Qt.ConnectionType.QueuedConnection)
         self._progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
@@ -209,10 +214,14 @@ class DocumentIntake(QObject):
         self.working += 1
         folder = pages_dir()
 
+        def progress(done: int, total: int) -> None:
+            if self._stop.is_set():
+                raise pdf_pages.DocumentError("stopped: Smolchat is closing")
+            self._progress.emit(path, done, total)
+
         def job() -> None:
             try:
-                pngs = pdf_pages.render_pages(path, list(pages), folder,
-                                              lambda done, total: self._progress.emit(path, done, total))
+                pngs = pdf_pages.render_pages(path, list(pages), folder, progress)
                 self._rendered.emit(path, pngs, "")
             except pdf_pages.DocumentError as exc:
                 self._rendered.emit(path, None, str(exc))
