@@ -136,6 +136,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if action == "delete":
             self._storage("delete the message", self.keeper.delete_message, index)
         elif action in ("previous_version", "next_version"):
+            self._cancel_edit()  # the message being edited may no longer be shown
             if self._storage("switch versions", self.controller.switch_version, index,
                              -1 if action == "previous_version" else 1) and self.controller.ready:
                 self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
