@@ -158,3 +158,15 @@ def test_a_pasted_pdf_file_is_attached_page_by_page(qtbot, window, tmp_path, qap
     window.composer.paste()
     qtbot.waitUntil(lambda: len(window.attachments.paths()) == 2, timeout=10_000)
     assert window.composer.toPlainText() == "" and names(window)[0].startswith("copied-page1-")
+
+
+def test_a_white_page_keeps_a_visible_edge_in_its_thumbnail(qapp, tmp_path):
+    from PySide6.QtCore import QSize
+
+    from app.thumbnails import thumbnail
+
+    page = tmp_path / "page.png"
+    Image.new("RGB", (600, 800), "white").save(page)
+    image = thumbnail(str(page), QSize(64, 64), square=True, radius=8).toImage()
+    edge, centre = image.pixelColor(0, 32), image.pixelColor(32, 32)
+    assert centre.name() == "#ffffff" and edge.alpha() > 0 and edge.red() < 230
