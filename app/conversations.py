@@ -195,6 +195,8 @@ class ConversationKeeper(QObject):
             answer = self._save_answer(conv_id, model_name, model, settings, user.id)
         except STORAGE_ERRORS:
             self._forget(user.id)  # the composer keeps the text: resending must not duplicate it
+            if replace_index is not None:  # the version on screen stays the selected one
+                self._forget_errors(self.store.select, widgets[replace_index].message_id)
             raise
         if replace_index is not None:
             self.transcript.remove_from(replace_index)  # only once saved: a failed save keeps it shown
@@ -225,8 +227,13 @@ class ConversationKeeper(QObject):
                                       stats={"model_name": model_name}, parent_id=parent)
 
     def _forget(self, message_id: int) -> None:
+        self._forget_errors(self.store.delete_message, message_id)
+
+    @staticmethod
+    def _forget_errors(write, *args) -> None:
+        """Undo work after a failed save: the first error is the one reported."""
         try:
-            self.store.delete_message(message_id)
+            write(*args)
         except STORAGE_ERRORS:
             pass
 

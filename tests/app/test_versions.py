@@ -81,8 +81,8 @@ def test_an_edited_question_is_a_new_version_beside_the_old_one(qtbot, make_wind
 
     click(qtbot, win, 0, "previous")
     assert shown(win) == ["first question", "A.", "second question", "A."]
-    assert [(m.role, m.text) for m in fake.history] == [("user", "first question"), ("assistant", "A."),
-                                                         ("user", "second question"), ("assistant", "A.")]
+    branch = [("user", "first question"), ("assistant", "A."), ("user", "second question"), ("assistant", "A.")]
+    qtbot.waitUntil(lambda: [(m.role, m.text) for m in fake.history] == branch, timeout=5000)  # its own thread
     # Deleting one message closes its branch up (its answer now opens the chat, beside the other version).
     win.transcript.widgets()[0].actions_row.button("delete").click()
     assert shown(win) == ["A.", "second question", "A."]
@@ -112,3 +112,29 @@ def test_export_gives_the_shown_branch_and_offers_the_other_versions(qtbot, make
     assert [m["text"] for m in data["all_messages"]] == ["What colour?", "Orange.", "Why?", "Orange.", "Ginger!"]
     by_id = {m["id"]: m for m in data["all_messages"]}
     assert by_id[data["messages"][1]["parent_id"]]["text"] == "What colour?"
+
+
+def test_a_failed_edit_keeps_the_version_on_screen_selected(qtbot, make_window, monkeypatch):
+    import sqlite3
+
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "v1")
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("v2")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    click(qtbot, win, 0, "previous")  # back to v1: shown and selected
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("v3")
+    real = win.store.add_message
+
+    def answer_fails(conv_id, role, *args, **kwargs):
+        if role == "assistant":
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(conv_id, role, *args, **kwargs)
+    monkeypatch.setattr(win.store, "add_message", answer_fails)
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert "Could not save the message" in win.banner.message() and win.composer.toPlainText() == "v3"
+    assert shown(win) == ["v1", "A."] and switchers(win) == ["‹ 1 / 2 ›", ""]
+    assert [m.text for m in win.store.messages(win.keeper.current_id)] == ["v1", "A."]  # v2 is not selected instead
