@@ -68,6 +68,12 @@ class Branches:
         while self.spares and arena.max_num_blocks - arena.allocator.num_used < need:
             self.spares.pop()[0].release()
 
+    def blocks_beside(self, cache: KVCache) -> int:
+        """Arena blocks only the kept branches hold (not shared with ``cache``): their memory cost."""
+        current = set(getattr(cache, "block_table", ()))
+        kept = {b for spare, _keys in self.spares for b in getattr(spare, "block_table", ())}
+        return len(kept - current)
+
     def clear(self) -> None:
         while self.spares:
             self.spares.pop()[0].release()

@@ -130,6 +130,8 @@ class EngineBridge:
             allocator = getattr(cache, "allocator", None)
             if allocator is not None:
                 stats.update(blocks_total=allocator.num_blocks, blocks_free=allocator.num_free)
+                branches = getattr(session, "branches", None)  # other conversations kept cached (engine.branches)
+                stats["branch_blocks"] = branches.blocks_beside(cache) if branches is not None else 0
             return stats
 
         def done(result, error) -> None:

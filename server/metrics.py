@@ -32,6 +32,9 @@ class Metrics:
         blocks_free.set_function(lambda: bridge.kv.get("blocks_free", 0))
         blocks = Gauge("smolchat_kv_blocks_total", "Blocks of the paged KV arena", registry=r)
         blocks.set_function(lambda: bridge.kv.get("blocks_total", 0))
+        kept = Gauge("smolchat_kv_branch_blocks", "Blocks held only by kept branches: other conversations' "
+                     "caches, reused when they come back (engine.branches)", registry=r)
+        kept.set_function(lambda: bridge.kv.get("branch_blocks", 0))
         tokens = Gauge("smolchat_kv_tokens", "Tokens the KV cache holds (the kept conversation)", registry=r)
         tokens.set_function(lambda: bridge.kv.get("tokens", 0))
 

@@ -115,3 +115,14 @@ def test_the_service_switching_histories_reuses_the_other_branch(parts, images_d
         assert back.prompt_tokens == a2.prompt_tokens and back.cached_tokens == a2.prompt_tokens - 1
     finally:
         service.shutdown()
+
+
+def test_the_blocks_kept_for_other_branches_are_counted(parts):
+    session = ChatSession(*parts, cache_config=CacheConfig(kind="paged"))
+    run(session, "A first question with some words in it, to fill a block or two of the cache.")
+    session.turns = []
+    run(session, "Something else.")
+    cache, branches = session.cache, session.branches
+    [(spare, _keys)] = branches.spares
+    assert branches.blocks_beside(cache) == len(set(spare.block_table) - set(cache.block_table)) > 0
+    assert cache.allocator.num_used == len(set(spare.block_table) | set(cache.block_table))

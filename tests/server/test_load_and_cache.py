@@ -60,7 +60,8 @@ def test_32_concurrent_clients_complete_or_get_429_and_no_block_leaks(url):
     ask(url, "The reference question")  # the same conversation again: the same blocks in use
     after = kv(url)
     used = lambda s: s["kv_blocks_total"] - s["kv_blocks_free"]  # noqa: E731
-    assert used(after) == used(before) == math.ceil(after["kv_tokens"] / 16), (before, after)
+    # The conversation's blocks, plus those of at most two other clients' conversations kept cached.
+    assert used(after) == used(before) == math.ceil(after["kv_tokens"] / 16) + after["kv_branch_blocks"], (before, after)
     assert httpx.get(f"{url}/health").status_code == 200
 
 
