@@ -123,19 +123,26 @@ class ChatController(QObject):
             self.backend.set_history(history_messages(self.keeper.engine_history(self.model_path), self.takes_video,
                                                       self.image_detail))
 
+    def switch_version(self, index: int, step: int) -> bool:
+        """Show another version of message ``index`` (see ConversationKeeper.switch_version) and give the
+        backend exactly that branch's history (it keeps the prefix both branches share)."""
+        if self.busy or not self.keeper.switch_version(index, step):
+            return False
+        self.conversation_opened()
+        return True
+
     def count_tokens(self, path: str, detail: str) -> int:
         return self.backend.count_attachment_tokens(Attachment(path), detail)
 
     # -- answers -------------------------------------------------------------------------------------
     def send(self, text: str, images: list[str], chat_settings: dict, params: dict, edit_index: int | None) -> bool:
-        """Store the user's message (replacing message ``edit_index`` and what follows) and ask for an
-        answer. False (nothing sent) when idle conditions fail or storage fails."""
+        """Store the user's message (as a new version of message ``edit_index``, whose old version and
+        branch are kept) and ask for an answer. False (nothing sent) when idle conditions fail or storage fails."""
         if self.busy or not self.ready or not (text or images):
             return False
         try:
-            if edit_index is not None:
-                self.keeper.truncate_from(edit_index)
-            history, stored = self.keeper.begin(text, images, self.model_name, self.model_path, chat_settings)
+            history, stored = self.keeper.begin(text, images, self.model_name, self.model_path, chat_settings,
+                                                replace_index=edit_index)
         except STORAGE_ERRORS as exc:  # the composer keeps the text and images
             self.failed.emit(f"Could not save the message: {storage_problem(exc)}.")
             return False
@@ -145,7 +152,7 @@ class ChatController(QObject):
         return True
 
     def regenerate(self, index: int, chat_settings: dict, params: dict) -> None:
-        """Replace answer ``index`` (and what follows) with a new answer to the same question."""
+        """A new version of answer ``index`` (the old one and its branch are kept) to the same question."""
         if self.busy or not self.ready:
             return
         try:

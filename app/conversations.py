@@ -187,7 +187,12 @@ class ConversationKeeper(QObject):
         self.qsettings.setValue("conversations/last", self.current_id or "")
         if conv is None:
             return {}
-        for message in self.store.messages(conv.id):
+        self._render(self.store.messages(conv.id))
+        return conv.settings
+
+    def _render(self, messages: list[Message]) -> None:
+        """Append stored ``messages`` to the transcript, then show every message's versions."""
+        for message in messages:
             if message.role == "user":
                 widget = self.transcript.add_user_message(message.text, message.images)
             else:
@@ -196,7 +201,32 @@ class ConversationKeeper(QObject):
                                                            answer_footer(message))
                 widget.status = message.status
             widget.message_id = message.id
-        return conv.settings
+        self.show_versions()
+
+    def show_versions(self) -> None:
+        """Set each shown message's "‹ n / m ›" switcher from the store."""
+        if self.current_id is None:
+            return
+        versions = self.store.versions(self.current_id)
+        for widget in self.transcript.widgets():
+            widget.actions_row.versions.set_versions(*versions.get(getattr(widget, "message_id", None), (1, 1)))
+
+    def switch_version(self, index: int, step: int) -> bool:
+        """Show the previous (``step`` -1) or next (+1) version of message ``index`` with the branch that
+        continues it; False when there is none. The caller gives the backend the new history."""
+        widgets = self.transcript.widgets()
+        if self.current_id is None or not 0 <= index < len(widgets):
+            return False
+        siblings = [m.id for m in self.store.siblings(widgets[index].message_id)]
+        if widgets[index].message_id not in siblings:
+            return False
+        target = siblings.index(widgets[index].message_id) + step
+        if not 0 <= target < len(siblings):
+            return False
+        self.store.select(siblings[target])
+        self.transcript.remove_from(index)
+        self._render(self.store.messages(self.current_id)[index:])
+        return True
 
     def messages(self) -> list[Message]:
         return self.store.messages(self.current_id) if self.current_id is not None else []
@@ -242,45 +272,67 @@ class ConversationKeeper(QObject):
         return self.current_id
 
     # -- the answer being streamed -----------------------------------------------------------------
-    def begin(self, user_text: str, images: list[str], model_name: str, model: str, settings: dict
-              ) -> tuple[list[dict], list[str]]:
-        """Save the user's message and an empty streaming answer; returns (engine history, stored images)."""
+    def begin(self, user_text: str, images: list[str], model_name: str, model: str, settings: dict,
+              replace_index: int | None = None) -> tuple[list[dict], list[str]]:
+        """Save the user's message and an empty streaming answer; returns (engine history, stored images).
+
+        ``replace_index``: the message is a new version of user message ``replace_index`` (an edit):
+        it follows the same message, the old version and its branch stay in the store, and the
+        transcript shows the new branch from there."""
         conv_id = self.ensure_conversation(user_text, images, model, settings)
-        history = engine_history(self.store.messages(conv_id), model)
+        messages = self.store.messages(conv_id)
+        widgets = self.transcript.widgets()
+        if replace_index is not None and 0 <= replace_index < len(widgets) and replace_index < len(messages):
+            messages = messages[:replace_index]
+        else:
+            replace_index = None
+        parent = messages[-1].id if messages else None
+        history = engine_history(messages, model)
         stored = [self.store.store_image(p) for p in images]
-        user = self.store.add_message(conv_id, "user", user_text, stored)
+        user = self.store.add_message(conv_id, "user", user_text, stored, parent_id=parent)
         try:
-            answer = self._save_answer(conv_id, model_name, model, settings)
+            answer = self._save_answer(conv_id, model_name, model, settings, user.id)
         except STORAGE_ERRORS:
             self._forget(user.id)  # the composer keeps the text: resending must not duplicate it
+            if replace_index is not None:  # the version on screen stays the selected one
+                self._forget_errors(self.store.select, widgets[replace_index].message_id)
             raise
+        if replace_index is not None:
+            self.transcript.remove_from(replace_index)  # only once saved: a failed save keeps it shown
         self.transcript.add_user_message(user_text, stored).message_id = user.id
         self._show_answer(answer.id, model_name)
+        self.show_versions()
         return history, stored
 
     def begin_regenerate(self, index: int, model_name: str, model: str, settings: dict
                          ) -> tuple[list[dict], dict] | None:
-        """Drop answer ``index`` and what follows; returns (history, the user message to resend)."""
+        """Start a new version of answer ``index`` (the old one stays, one "‹ ›" step away); returns
+        (history, the user message to resend)."""
         widgets = self.transcript.widgets()
         if not (0 < index < len(widgets)) or widgets[index - 1].role != "user":
             return None
-        self.store.delete_messages_from(self.current_id, widgets[index].message_id)
         messages = self.store.messages(self.current_id)
-        user = messages[-1]
-        history = engine_history(messages[:-1], model)
-        answer = self._save_answer(self.current_id, model_name, model, settings)
+        user = messages[index - 1]
+        history = engine_history(messages[:index - 1], model)
+        answer = self._save_answer(self.current_id, model_name, model, settings, user.id)
         self.transcript.remove_from(index)  # only once saved: a failed save keeps the old answer shown
         self._show_answer(answer.id, model_name)
+        self.show_versions()
         return history, user.as_history()
 
-    def _save_answer(self, conv_id: int, model_name: str, model: str, settings: dict) -> Message:
+    def _save_answer(self, conv_id: int, model_name: str, model: str, settings: dict, parent: int) -> Message:
         self.store.update_conversation(conv_id, model=model, settings=settings)
         return self.store.add_message(conv_id, "assistant", "", status="streaming",
-                                      stats={"model_name": model_name})
+                                      stats={"model_name": model_name}, parent_id=parent)
 
     def _forget(self, message_id: int) -> None:
+        self._forget_errors(self.store.delete_message, message_id)
+
+    @staticmethod
+    def _forget_errors(write, *args) -> None:
+        """Undo work after a failed save: the first error is the one reported."""
         try:
-            self.store.delete_message(message_id)
+            write(*args)
         except STORAGE_ERRORS:
             pass
 
@@ -342,10 +394,6 @@ class ConversationKeeper(QObject):
     def delete_message(self, index: int) -> None:
         widget = self.transcript.widgets()[index]
         self.store.delete_message(widget.message_id)
-        self.transcript.remove_at(index)
-
-    def truncate_from(self, index: int) -> None:
-        widgets = self.transcript.widgets()
-        if 0 <= index < len(widgets):
-            self.store.delete_messages_from(self.current_id, widgets[index].message_id)
-            self.transcript.remove_from(index)
+        # The branch closes up; if the shown version went, another one (and its branch) takes its place.
+        self.transcript.remove_from(index)
+        self._render(self.store.messages(self.current_id)[index:])

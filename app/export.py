@@ -1,4 +1,9 @@
-"""Export a conversation to Markdown (images and videos copied into a folder beside it) or JSON."""
+"""Export a conversation to Markdown (images and videos copied into a folder beside it) or JSON.
+
+Both give the branch shown in the window (the active versions). Markdown marks a message that has
+other versions ("Version 2 of 3") and lists those versions' text in a folded ``<details>`` block;
+JSON also carries every version of every message with its ``parent_id`` (the whole tree).
+"""
 
 from __future__ import annotations
 
@@ -21,9 +26,13 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
     lines = [f"# {conv.title or 'Smolchat conversation'}", ""]
     if conv.settings.get("system_prompt"):
         lines += [f"> System prompt: {conv.settings['system_prompt']}", ""]
+    versions = store.versions(conversation_id)
     for message in store.messages(conversation_id):
         who = "You" if message.role == "user" else message.stats.get("model_name") or "Assistant"
         lines += [f"## {who}", ""]
+        number, count = versions.get(message.id, (1, 1))
+        if count > 1:
+            lines += [f"*Version {number} of {count}*", ""]
         for image in message.images:
             images_dir.mkdir(parents=True, exist_ok=True)
             target = images_dir / Path(image).name
@@ -37,24 +46,42 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
             lines += [message.text, ""]
         if message.status not in ("done", "streaming"):
             lines += [f"*({message.status})*", ""]
+        if count > 1:
+            lines += _other_versions(store, message)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 
+def _other_versions(store: Store, message) -> list[str]:
+    """A folded Markdown block with the text of ``message``'s other versions (not their branches)."""
+    lines = ["<details><summary>Other versions</summary>", ""]
+    for number, other in enumerate(store.siblings(message.id), 1):
+        if other.id != message.id:
+            lines += [f"**Version {number}**" + (f" *({other.status})*" if other.status != "done" else ""), "",
+                      other.text or "*(no text)*", ""]
+    return lines + ["</details>", ""]
+
+
 def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
-    """Everything about the conversation as one JSON document (image paths are absolute)."""
+    """Everything about the conversation as one JSON document (image paths are absolute): ``messages`` is
+    the branch shown, ``all_messages`` every version (``parent_id`` links them)."""
     conv = store.conversation(conversation_id)
+    versions = store.versions(conversation_id)
+
+    def entry(m) -> dict:
+        number, count = versions.get(m.id, (1, 1))
+        return {"id": m.id, "parent_id": m.parent_id, "version": number, "versions": count, "role": m.role,
+                "text": m.text, "images": m.images, "status": m.status, "stats": m.stats}
+
     data = {
         "format": "smolchat-conversation",
-        "version": 1,
+        "version": 2,  # 2: ids, versions and "all_messages" (every version, a tree by parent_id)
         "title": conv.title,
         "created": conv.created,
         "model": conv.model,
         "settings": conv.settings,
-        "messages": [
-            {"role": m.role, "text": m.text, "images": m.images, "status": m.status, "stats": m.stats}
-            for m in store.messages(conversation_id)
-        ],
+        "messages": [entry(m) for m in store.messages(conversation_id)],  # the branch shown
+        "all_messages": [entry(m) for m in store.all_messages(conversation_id)],
     }
     Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     return Path(path)

@@ -154,6 +154,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             return
         if action == "delete":
             self._storage("delete the message", self.keeper.delete_message, index)
+        elif action in ("previous_version", "next_version"):
+            self._cancel_edit()  # the message being edited may no longer be shown
+            if self._storage("switch versions", self.controller.switch_version, index,
+                             -1 if action == "previous_version" else 1) and self.controller.ready:
+                self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
         elif action == "regenerate":
             self.controller.regenerate(index, self.chat_settings(), self.current_params())
             if self._busy:
@@ -164,7 +169,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             self.attachments.clear()
             self.reattach(message.images)
             self._editing = index
-            self.banner.show_info("Editing a message: sending replaces it and everything after it.",
+            self.banner.show_info("Editing a message: sending adds a new version of it; ‹ › switches back.",
                                   "Cancel edit", self._cancel_edit)
             self.composer.setFocus()
 

@@ -1,7 +1,8 @@
 """Message widgets of the transcript: the user's bubble and the assistant's streamed answer.
 
-Each message has a row of actions (copy; edit for the user, regenerate for the assistant; delete)
-that it only announces through ``action_requested(str)``: the window decides what they do.
+Each message has a row of actions (copy; edit for the user, regenerate for the assistant; delete;
+``previous_version`` / ``next_version`` from its version switcher) that it only announces through
+``action_requested(str)``: the window decides what they do.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
 from app.text_fit import FittingLabel
 from app.thumbnails import thumbnail
+from app.versions import VersionSwitcher
 from app.video_attachments import is_video_file
 from app.wait_progress import WaitProgress
 
@@ -45,6 +47,9 @@ class ActionRow(QWidget):
         row.setSpacing(2)
         if align_right:
             row.addStretch(1)
+        self.versions = VersionSwitcher()  # "‹ 2 / 3 ›" once the message has other versions
+        self.versions.step.connect(lambda step: self.triggered.emit("previous_version" if step < 0 else "next_version"))
+        row.addWidget(self.versions)
         for name in names:
             icon_name, tip = ACTIONS[name]
             button = QToolButton()

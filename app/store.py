@@ -8,6 +8,16 @@ What cannot be read never stops the app: a database written by a newer Smolchat,
 that cannot be written, opens read-only (:attr:`Store.read_only` says why; every write then raises
 :class:`ReadOnlyStore`); a message or chat whose JSON columns do not parse is shown with what did
 parse (:attr:`Store.unreadable` counts them) and is never rewritten.
+
+Versions (schema 4): a conversation is a tree of messages. Each message names the message it follows
+(``parent_id``; NULL for a first message), so regenerating an answer or editing a question adds a
+*sibling* (same parent) instead of replacing anything, and each sibling continues its own branch.
+Among siblings exactly one is ``selected``; the conversation shown (and given to the model) is the
+*active branch*: from the selected first message, always down to the selected child. Siblings are
+numbered by creation (id order): "2 / 3" is the second of three. ``position`` is the depth in the
+branch when the message was written (informational: the tree is ``parent_id``). Deleting one
+message hands its children to its parent; :meth:`Store.delete_messages_from` removes a message with
+its whole subtree.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Migration N brings a database from version N-1 to N. Never edit a released step; add one.
 MIGRATIONS: dict[int, str] = {
@@ -52,6 +62,17 @@ MIGRATIONS: dict[int, str] = {
     # The token ids an answer was generated as: a reopened chat gives the model the same context as
     # the live one did (re-tokenising the text can give other ids). JSON list of ints, NULL when unknown.
     3: "ALTER TABLE messages ADD COLUMN token_ids TEXT;",
+    # Answer versions (see the module docstring): each message follows its parent; one selected
+    # sibling per parent. A version-3 conversation is linear: each message follows the one before.
+    4: """
+        ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+        ALTER TABLE messages ADD COLUMN selected INTEGER NOT NULL DEFAULT 1;
+        UPDATE messages SET parent_id = (
+            SELECT p.id FROM messages p WHERE p.conversation_id = messages.conversation_id
+            AND (p.position < messages.position OR (p.position = messages.position AND p.id < messages.id))
+            ORDER BY p.position DESC, p.id DESC LIMIT 1);
+        CREATE INDEX messages_by_parent ON messages(conversation_id, parent_id);
+    """,
 }
 
 class NewerSchemaError(RuntimeError):
@@ -68,6 +89,9 @@ class ReadOnlyStore(sqlite3.OperationalError):
 
 OPEN_TIMEOUT_S = 2.0  # how long opening waits for another program's lock
 _COPIES = itertools.count()  # names the copies in flight within this process
+
+_LAST = object()  # add_message's default parent: the last message of the active branch
+
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
 # Videos share the store (and a message's ``images`` list): the suffix says which a file is.
 MEDIA_SUFFIXES = IMAGE_SUFFIXES | {".mp4", ".webm", ".mov", ".mkv", ".m4v", ".apng"}
@@ -83,6 +107,7 @@ class Message:
     stats: dict = field(default_factory=dict)
     status: str = "done"  # done | streaming | interrupted | cancelled | length | error
     token_ids: list[int] | None = None  # an answer's ids as generated (None: unknown, re-tokenize the text)
+    parent_id: int | None = None  # the message this one follows (None: the conversation's first)
 
     def as_history(self) -> dict:
         history = {"role": self.role, "text": self.text, "images": list(self.images)}
@@ -252,24 +277,72 @@ class Store:
     def _touch(self, conversation_id: int) -> None:
         self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
-    # -- messages --------------------------------------------------------------------------------
+    # -- messages (a tree of versions: see the module docstring) ---------------------------------
     def messages(self, conversation_id: int) -> list[Message]:
-        rows = self.db.execute(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY position, id", (conversation_id,)
-        )
+        """The active branch, first message first."""
+        children = self._children(conversation_id)
+        branch: list[Message] = []
+        parent = None
+        while children.get(parent):
+            kids = children[parent]
+            pick = next((m for m, selected in kids if selected), kids[-1][0])
+            branch.append(pick)
+            parent = pick.id
+        return branch
+
+    def all_messages(self, conversation_id: int) -> list[Message]:
+        """Every version of every message, in creation order (export)."""
+        rows = self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         return [self._message(r) for r in rows]
 
+    def siblings(self, message_id: int) -> list[Message]:
+        """The versions of ``message_id`` (itself included), oldest first."""
+        row = self.db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            return []
+        rows = self.db.execute("SELECT * FROM messages WHERE conversation_id = ? AND parent_id IS ? ORDER BY id",
+                               (row[0], row[1]))
+        return [self._message(r) for r in rows]
+
+    def versions(self, conversation_id: int) -> dict[int, tuple[int, int]]:
+        """``{message id: (number, count)}`` for every message: it is version ``number`` (1-based) of ``count``."""
+        out: dict[int, tuple[int, int]] = {}
+        for kids in self._children(conversation_id).values():
+            for number, (message, _selected) in enumerate(kids, 1):
+                out[message.id] = (number, len(kids))
+        return out
+
+    def select(self, message_id: int) -> None:
+        """Make ``message_id`` the shown version among its siblings (its branch becomes the active one)."""
+        row = self.db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is not None:
+            self._write("UPDATE messages SET selected = (id = ?) WHERE conversation_id = ? AND parent_id IS ?",
+                    (message_id, row[0], row[1]))
+
     def add_message(self, conversation_id: int, role: str, text: str = "", images: list[str] = (),
-                    status: str = "done", stats: dict | None = None) -> Message:
-        position = self.db.execute(
-            "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conversation_id,)
-        ).fetchone()[0]
+                    status: str = "done", stats: dict | None = None, parent_id=_LAST) -> Message:
+        """Add a message after ``parent_id`` (default: the active branch's last message; None: a new
+        first message) as the selected version among its siblings."""
+        if parent_id is _LAST:
+            branch = self.messages(conversation_id)
+            parent_id = branch[-1].id if branch else None
+        position = 0 if parent_id is None else \
+            self.db.execute("SELECT position + 1 FROM messages WHERE id = ?", (parent_id,)).fetchone()[0]
         names = [Path(p).name for p in images]
-        cur = self._write(
-            """INSERT INTO messages (conversation_id, position, role, text, images, stats, status, created)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-            (conversation_id, position, role, text, json.dumps(names), json.dumps(stats or {}), status, time.time()),
-        )
+        self._write("BEGIN")  # a read-only store refuses here, before anything changes
+        try:
+            self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
+                            (conversation_id, parent_id))
+            cur = self.db.execute(
+                """INSERT INTO messages (conversation_id, position, role, text, images, stats, status, created,
+                   parent_id, selected) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)""",
+                (conversation_id, position, role, text, json.dumps(names), json.dumps(stats or {}), status,
+                 time.time(), parent_id),
+            )
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
@@ -295,14 +368,47 @@ class Store:
             self._write(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
 
     def delete_message(self, message_id: int) -> None:
-        self._write("DELETE FROM messages WHERE id = ?", (message_id,))
+        """Delete one message; its children follow its parent instead (the branch closes up)."""
+        row = self.db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            return
+        self._write("BEGIN")
+        try:
+            if row["selected"]:  # the shown branch goes on through this message's selected child
+                self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
+                                (row["conversation_id"], row["parent_id"]))
+            else:
+                self.db.execute("UPDATE messages SET selected = 0 WHERE parent_id = ?", (message_id,))
+            self.db.execute("UPDATE messages SET parent_id = ? WHERE parent_id = ?",
+                            (row["parent_id"], message_id))
+            self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            self._reselect(row["conversation_id"], row["parent_id"])
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
-        """Delete ``message_id`` and every later message of the conversation (edit / regenerate)."""
-        row = self.db.execute("SELECT position FROM messages WHERE id = ?", (message_id,)).fetchone()
+        """Delete ``message_id`` and everything that follows it, in every branch."""
+        row = self.db.execute("SELECT parent_id FROM messages WHERE id = ? AND conversation_id = ?",
+                              (message_id, conversation_id)).fetchone()
         if row is not None:
-            self._write("DELETE FROM messages WHERE conversation_id = ? AND position >= ?",
-                            (conversation_id, row[0]))
+            self._write("DELETE FROM messages WHERE id = ?", (message_id,))  # ON DELETE CASCADE: the subtree
+            self._reselect(conversation_id, row[0])
+
+    def _reselect(self, conversation_id: int, parent_id: int | None) -> None:
+        """After a deletion: if no sibling under ``parent_id`` is selected, select the newest."""
+        if self.db.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND parent_id IS ? AND selected",
+                           (conversation_id, parent_id)).fetchone() is None:
+            self.db.execute("""UPDATE messages SET selected = 1 WHERE id = (SELECT MAX(id) FROM messages
+                               WHERE conversation_id = ? AND parent_id IS ?)""", (conversation_id, parent_id))
+
+    def _children(self, conversation_id: int) -> dict[int | None, list[tuple[Message, bool]]]:
+        """``{parent id: [(message, selected)...]}`` oldest first, for one conversation."""
+        children: dict[int | None, list[tuple[Message, bool]]] = {}
+        for row in self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)):
+            children.setdefault(row["parent_id"], []).append((self._message(row), bool(row["selected"])))
+        return children
 
     # -- images ----------------------------------------------------------------------------------
     def store_image(self, path: str | Path) -> str:
@@ -362,8 +468,9 @@ class Store:
         if token_ids is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
             self.unreadable.add(key)
             token_ids = None  # unusable ids: the text is re-tokenized instead
+        parent_id = row["parent_id"] if "parent_id" in row.keys() else None  # absent before schema 4
         return Message(row["id"], row["conversation_id"], str(row["role"]), str(row["text"] or ""), images,
-                       stats, str(row["status"]), token_ids)
+                       stats, str(row["status"]), token_ids, parent_id)
 
     def _json(self, raw, kind: type, key: tuple[str, int]):
         """``raw`` parsed as a JSON ``kind``; None (and ``key`` noted in :attr:`unreadable`) when it is not one.

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QImage, QImageReader, QPainter, QPainterPath, QPixmap
+from PySide6.QtGui import QColor, QImage, QImageReader, QPainter, QPainterPath, QPen, QPixmap
+
+# A faint outline, so a white page (a scanned document) still has an edge on a white or dark background.
+OUTLINE = QColor(128, 128, 128, 110)
 
 
 def _read_scaled(path: str, box: QSize, crop_square: bool) -> QImage:
@@ -30,6 +33,10 @@ def _rounded(image: QImage, radius: float, dpr: float) -> QPixmap:
     clip.addRoundedRect(QRectF(pixmap.rect()), radius * dpr, radius * dpr)
     painter.setClipPath(clip)
     painter.drawImage(0, 0, image)
+    painter.setClipping(False)
+    painter.setPen(QPen(OUTLINE, dpr))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawRoundedRect(QRectF(pixmap.rect()).adjusted(dpr / 2, dpr / 2, -dpr / 2, -dpr / 2), radius * dpr, radius * dpr)
     painter.end()
     pixmap.setDevicePixelRatio(dpr)
     return pixmap

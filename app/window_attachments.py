@@ -9,6 +9,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
 from app.conversations import STORAGE_ERRORS, storage_problem
+from app.documents import DocumentIntake
 from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.mime import carries_images, image_from_mime, local_files
@@ -24,27 +25,37 @@ from app.video_attachments import (
 )
 from app.wait_estimate import estimate_seconds, estimate_text
 
-IMAGE_FILTER = ("Images and videos (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv *.m4v);;"
-                "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER + ";;All files (*)")
+IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv "
+                "*.m4v *.pdf);;Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER +
+                ";;PDF documents (*.pdf);;All files (*)")
 
 
 class AttachmentsMixin:
     """Methods of :class:`~app.main_window.MainWindow` for its pending attachments (``self.attachments``)."""
 
+    @property
+    def documents(self) -> DocumentIntake:
+        """Folders, PDFs and several files at once (:mod:`app.documents`), made at first use."""
+        if getattr(self, "_documents", None) is None:
+            self._documents = DocumentIntake(self)
+        return self._documents
+
     @Slot(list)
     def add_files(self, paths: list[str]) -> None:
-        """Attach image and video files; a file that is not a readable image or video shows an
-        error instead, and so does any image while the loaded model is text-only. A video is
-        attached even when the model takes none: its chip is marked and Send says why.
+        """Attach image and video files, PDFs (their pages, rendered in the background) and folders'
+        images; a file that is not a readable image or video shows an error instead, and so does any
+        image or PDF while the loaded model is text-only. A video is attached even when the model
+        takes none: its chip is marked and Send says why.
 
         Each image is copied into the image store now, so what is sent is the file as it was when it
         was attached, even if it changes or is deleted before Send (:meth:`kept_paths`); errors about
         that copy name the user's file (``controller.display_names``). Videos (possibly gigabytes)
         are read when the answer starts."""
         videos = [p for p in paths if is_video_file(p) or (self.takes_video() and is_animated_image(p))]
-        images = [p for p in paths if p not in videos]
-        if images and self.refuse_images():
-            images = []
+        others = [p for p in paths if p not in videos]
+        if others and self.refuse_images():
+            others = []
+        images = self.documents.take(others) if others else []
         problems, notes = [], []
         for path in videos:
             try:
@@ -177,7 +188,7 @@ class AttachmentsMixin:
 
     @Slot()
     def _pick_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images or videos", "", IMAGE_FILTER)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images, videos or PDFs", "", IMAGE_FILTER)
         if paths:
             self.add_files(paths)
 

@@ -52,7 +52,7 @@ def build_ui(window) -> None:
     window.transcript = ChatView()
     window.attachments = AttachmentStrip()
     window.composer = Composer()
-    window.attach_button = tool_button("attachButton", "attach", "Attach images (or drop / paste them)")
+    window.attach_button = tool_button("attachButton", "attach", "Attach images or PDFs (or drop / paste them, or a folder)")
     window.stop_button = tool_button("stopButton", "stop", "Stop the answer (Esc)")
     window.send_button = tool_button("sendButton", "send", "Send (Enter)")
 
@@ -69,7 +69,7 @@ def build_ui(window) -> None:
     frame_layout.setSpacing(4)
     frame_layout.addWidget(window.attachments)
     frame_layout.addLayout(row)
-    hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images or videos")
+    hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images, videos, PDFs or a folder")
     hint.setObjectName("composerHint")
     bottom = QVBoxLayout()
     bottom.setContentsMargins(20, 0, 20, 10)

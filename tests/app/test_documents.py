@@ -1,0 +1,172 @@
+"""PDFs (pages rendered off the UI thread, a page picker for long ones), folders and several files at once."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PIL import Image
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from app import pdf_pages
+from tests.app.helpers import drop, file_mime
+
+
+def make_pdf(path, pages: int, size=(200, 300)):
+    """A real PDF of ``pages`` pages (Pillow's PDF writer), each a different grey."""
+    images = [Image.new("RGB", size, (10 * i, 10 * i, 10 * i)) for i in range(pages)]
+    images[0].save(path, "PDF", save_all=True, append_images=images[1:])
+    return path
+
+
+def encrypted_pdf(path):
+    """A one-page PDF with a Standard security handler whose password is not empty."""
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] >>",
+            b"<< /Filter /Standard /V 1 /R 2 /O <" + b"11" * 32 + b"> /U <" + b"22" * 32 + b"> /P -4 >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 5\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += (b"trailer\n<< /Size 5 /Root 1 0 R /Encrypt 4 0 R /ID [<" + b"00" * 16 + b"> <" + b"00" * 16
+            + b">] >>\nstartxref\n%d\n%%%%EOF\n" % xref)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def empty_pdf(path):
+    import pypdfium2 as pdfium
+
+    pdfium.PdfDocument.new().save(str(path))
+    return path
+
+
+def names(win) -> list[str]:
+    return [p.rsplit("/", 1)[-1] for p in win.attachments.paths()]
+
+
+def test_pdf_pages_are_rendered_off_the_ui_thread_and_attached(qtbot, window, fake_session, tmp_path, monkeypatch):
+    threads = []
+    render = pdf_pages.render_pages
+    monkeypatch.setattr(pdf_pages, "render_pages",
+                        lambda *a, **k: threads.append(threading.get_ident()) or render(*a, **k))
+    pdf = make_pdf(tmp_path / "scan.pdf", 3)
+    assert drop(window.composer, file_mime(pdf))
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 3, timeout=10_000)
+    assert threads and threads[0] != threading.get_ident()
+    assert [n.split("-")[:2] for n in names(window)] == [["scan", "page1"], ["scan", "page2"], ["scan", "page3"]]
+    with Image.open(window.attachments.paths()[1]) as page:  # 200 x 300 pt at the 4x cap
+        assert page.size == (800, 1200) and page.getpixel((400, 600)) == (10, 10, 10)
+    assert window.pending_label.text() == "3 images · 3,264 image tokens"  # 1,088 a page at full detail
+    window.composer.setPlainText("Summarise the scan")
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert len(fake_session.calls[-1]["images"]) == 3
+
+
+def test_a_long_pdf_opens_the_page_picker_with_the_pages_that_fit(qtbot, window, tmp_path):
+    window.generation_params = {"max_new_tokens": 512}
+    window.add_files([str(make_pdf(tmp_path / "manual.pdf", 12))])
+    qtbot.waitUntil(lambda: window.documents.picker is not None and window.documents.picker.isVisible(),
+                    timeout=10_000)
+    picker = window.documents.picker
+    budget = 8192 - 512 - 256  # the fake's context, the answer's room, the text's margin
+    assert (picker.first.value(), picker.last.value()) == (1, budget // 1088) == (1, 6)
+    assert picker.cost_label.text() == "6 pages · 6,528 image tokens of 7,424 available"
+    picker.last.setValue(8)
+    assert picker.cost_label.text().startswith("8 pages · 8,704 image tokens of 7,424 available — too many")
+    assert not picker.attach_button.isEnabled()
+    picker.first.setValue(3)
+    picker.last.setValue(5)
+    assert picker.cost_label.text() == "3 pages · 3,264 image tokens of 7,424 available"
+    qtbot.mouseClick(picker.attach_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 3, timeout=10_000)
+    assert [n.split("-")[1] for n in names(window)] == ["page3", "page4", "page5"]
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("broken", "broken.pdf is damaged: PDFium cannot read it."),
+    ("encrypted", "encrypted.pdf is password-protected: Smolchat cannot open encrypted PDFs. "
+                  "Save a copy without the password."),
+    ("empty", "empty.pdf has no pages."),
+    ("text", "text.pdf is not a PDF file."),
+])
+def test_unreadable_pdfs_give_one_line_and_attach_nothing(qtbot, window, tmp_path, kind, message):
+    path = tmp_path / f"{kind}.pdf"
+    if kind == "broken":
+        make_pdf(path, 2)
+        path.write_bytes(path.read_bytes()[:300])  # cut short: no xref, no pages left
+        path.write_bytes(path.read_bytes() + b"\n/Type /Page garbage")
+    elif kind == "encrypted":
+        encrypted_pdf(path)
+    elif kind == "empty":
+        empty_pdf(path)
+    else:
+        path.write_text("just text")
+    window.add_files([str(path)])
+    qtbot.waitUntil(lambda: window.banner.message() == message, timeout=10_000)
+    assert window.attachments.paths() == [] and window.documents.working == 0
+
+
+def test_a_dropped_folder_attaches_its_images_and_pdfs_sorted(qtbot, window, tmp_path):
+    folder = tmp_path / "holiday"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("b.png", "a.jpg", "sub/c.png"):
+        Image.new("RGB", (32, 32), "red").save(folder / name)
+    (folder / "notes.txt").write_text("not an image")
+    make_pdf(folder / "c-ticket.pdf", 1)
+    assert drop(window, file_mime(folder))
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 3, timeout=10_000)
+    assert names(window)[:2] == ["a.jpg", "b.png"] and names(window)[2].startswith("c-ticket-page1-")
+
+
+def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, window, tmp_path):
+    window.generation_params = {"max_new_tokens": 512}
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for i in range(10):
+        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    window.add_files([str(folder)])
+    assert names(window) == [f"scan{i:02}.png" for i in range(6)]
+    assert window.banner.message() == ("Attached 6 of 10 images: the rest would not fit the model's context "
+                                       "(1,088 tokens an image at full detail, 7,424 available). "
+                                       "Lower the image detail in Settings to fit more.")
+
+
+def test_the_file_dialog_takes_several_images_and_pdfs(qtbot, window, tmp_path, monkeypatch):
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    for p in (a, b):
+        Image.new("RGB", (20, 20), "blue").save(p)
+    pdf = make_pdf(tmp_path / "doc.pdf", 2)
+    seen = {}
+
+    def pick(parent, caption, folder, filters):
+        seen["filters"] = filters
+        return [str(a), str(b), str(pdf)], ""
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", pick)
+    qtbot.mouseClick(window.attach_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 4, timeout=10_000)
+    assert names(window)[:2] == ["a.png", "b.png"] and "*.pdf" in seen["filters"].split(";;")[0]
+
+
+def test_a_pasted_pdf_file_is_attached_page_by_page(qtbot, window, tmp_path, qapp):
+    qapp.clipboard().setMimeData(file_mime(make_pdf(tmp_path / "copied.pdf", 2)))
+    window.composer.setFocus()
+    window.composer.paste()
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 2, timeout=10_000)
+    assert window.composer.toPlainText() == "" and names(window)[0].startswith("copied-page1-")
+
+
+def test_a_white_page_keeps_a_visible_edge_in_its_thumbnail(qapp, tmp_path):
+    from PySide6.QtCore import QSize
+
+    from app.thumbnails import thumbnail
+
+    page = tmp_path / "page.png"
+    Image.new("RGB", (600, 800), "white").save(page)
+    image = thumbnail(str(page), QSize(64, 64), square=True, radius=8).toImage()
+    edge, centre = image.pixelColor(0, 32), image.pixelColor(32, 32)
+    assert centre.name() == "#ffffff" and edge.alpha() > 0 and edge.red() < 230

@@ -1,0 +1,140 @@
+"""Answer versions in the window: regenerate and edit keep every version; "‹ n / m ›" switches branches,
+each with its own later messages, and the backend is given exactly that branch's history."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.backends.fake import FakeBackend
+
+
+def ask(qtbot, win, text: str) -> dict:
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def shown(win) -> list[str]:
+    return [m["text"] for m in win.transcript.messages()]
+
+
+def switchers(win) -> list[str]:
+    return [w.actions_row.versions.text() for w in win.transcript.widgets()]
+
+
+def click(qtbot, win, index: int, name: str) -> None:
+    switcher = win.transcript.widgets()[index].actions_row.versions
+    qtbot.mouseClick(getattr(switcher, name), Qt.MouseButton.LeftButton)
+
+
+def test_regenerate_keeps_the_old_answer_and_its_branch(qtbot, make_window, data_dir):
+    fake = FakeBackend(tokens=["Orange", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What colour?")
+    ask(qtbot, win, "Why?")
+    fake.tokens = ["Ginger", "!"]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    assert shown(win) == ["What colour?", "Ginger!"]
+    assert switchers(win) == ["", "‹ 2 / 2 ›"]
+    ask(qtbot, win, "Sure?")  # continues the new branch
+    assert shown(win) == ["What colour?", "Ginger!", "Sure?", "Ginger!"]
+
+    click(qtbot, win, 1, "previous")  # back to the first answer, with its own follow-up
+    assert shown(win) == ["What colour?", "Orange.", "Why?", "Orange."]
+    assert switchers(win) == ["", "‹ 1 / 2 ›", "", ""]
+    assert not win.transcript.widgets()[1].actions_row.versions.previous.isEnabled()
+    fake.tokens = ["Because", "."]
+    ask(qtbot, win, "Really?")  # the model is given exactly this branch's history
+    assert fake.calls[-1]["turns"] == [("user", "What colour?", 0), ("assistant", "Orange.", 0),
+                                       ("user", "Why?", 0), ("assistant", "Orange.", 0)]
+
+    click(qtbot, win, 1, "next")
+    assert shown(win) == ["What colour?", "Ginger!", "Sure?", "Ginger!"]
+    ask(qtbot, win, "Ok?")
+    assert [t[1] for t in fake.calls[-1]["turns"]] == ["What colour?", "Ginger!", "Sure?", "Ginger!"]
+    conv_id = win.keeper.current_id
+    win.close()
+
+    again = make_window(FakeBackend())  # restored after a restart: the branch last shown
+    assert again.keeper.current_id == conv_id
+    assert shown(again) == ["What colour?", "Ginger!", "Sure?", "Ginger!", "Ok?", "Because."]
+    assert switchers(again)[:2] == ["", "‹ 2 / 2 ›"]
+    click(qtbot, again, 1, "previous")
+    assert shown(again) == ["What colour?", "Orange.", "Why?", "Orange.", "Really?", "Because."]
+
+
+def test_an_edited_question_is_a_new_version_beside_the_old_one(qtbot, make_window):
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "first question")
+    ask(qtbot, win, "second question")
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("edited question")
+    fake.tokens = ["B", "."]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert shown(win) == ["edited question", "B."]
+    assert switchers(win) == ["‹ 2 / 2 ›", ""]
+    assert fake.calls[-1]["turns"] == [] and fake.calls[-1]["text"] == "edited question"
+
+    click(qtbot, win, 0, "previous")
+    assert shown(win) == ["first question", "A.", "second question", "A."]
+    branch = [("user", "first question"), ("assistant", "A."), ("user", "second question"), ("assistant", "A.")]
+    qtbot.waitUntil(lambda: [(m.role, m.text) for m in fake.history] == branch, timeout=5000)  # its own thread
+    # Deleting one message closes its branch up (its answer now opens the chat, beside the other version).
+    win.transcript.widgets()[0].actions_row.button("delete").click()
+    assert shown(win) == ["A.", "second question", "A."]
+    assert switchers(win)[0] == "‹ 1 / 2 ›"  # numbered by age: this answer is older than the edit
+
+
+def test_export_gives_the_shown_branch_and_offers_the_other_versions(qtbot, make_window, tmp_path):
+    import json
+
+    from app.export import export_json, export_markdown
+
+    fake = FakeBackend(tokens=["Orange", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What colour?")
+    ask(qtbot, win, "Why?")
+    fake.tokens = ["Ginger", "!"]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    conv = win.keeper.current_id
+    text = export_markdown(win.store, conv, tmp_path / "chat.md").read_text()
+    assert "Ginger!" in text and "Why?" not in text  # the other branch's follow-up is not in this one
+    assert "*Version 2 of 2*\n\nGinger!\n" in text
+    assert "<details><summary>Other versions</summary>\n\n**Version 1**\n\nOrange.\n\n</details>" in text
+    data = json.loads(export_json(win.store, conv, tmp_path / "chat.json").read_text())
+    assert [(m["text"], m["version"], m["versions"]) for m in data["messages"]] == [
+        ("What colour?", 1, 1), ("Ginger!", 2, 2)]
+    assert [m["text"] for m in data["all_messages"]] == ["What colour?", "Orange.", "Why?", "Orange.", "Ginger!"]
+    by_id = {m["id"]: m for m in data["all_messages"]}
+    assert by_id[data["messages"][1]["parent_id"]]["text"] == "What colour?"
+
+
+def test_a_failed_edit_keeps_the_version_on_screen_selected(qtbot, make_window, monkeypatch):
+    import sqlite3
+
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "v1")
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("v2")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    click(qtbot, win, 0, "previous")  # back to v1: shown and selected
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("v3")
+    real = win.store.add_message
+
+    def answer_fails(conv_id, role, *args, **kwargs):
+        if role == "assistant":
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(conv_id, role, *args, **kwargs)
+    monkeypatch.setattr(win.store, "add_message", answer_fails)
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert "Could not save the message" in win.banner.message() and win.composer.toPlainText() == "v3"
+    assert shown(win) == ["v1", "A."] and switchers(win) == ["‹ 1 / 2 ›", ""]
+    assert [m.text for m in win.store.messages(win.keeper.current_id)] == ["v1", "A."]  # v2 is not selected instead
