@@ -69,6 +69,9 @@ def test_stop_while_frames_are_sampled(qtbot, smolvlm2_window, tmp_path, monkeyp
         release.set()
     result = finished.args[0]
     assert result["finish_reason"] == "cancelled"
-    assert len(resized) == 1  # 63 more sampled frames were never decoded
+    # Frames are converted on CONVERT_THREADS workers while decoding goes on, with at most twice
+    # that many waiting: those may have been handed over before the Stop, not the other ~60.
+    from engine.api.videos import CONVERT_THREADS
+    assert 1 <= len(resized) <= 2 * CONVERT_THREADS + 1 < 64
     assert result.get("prompt_tokens", 0) == 0  # nothing was prefilled
     assert win.transcript.messages()[0]["text"] == "What happens?"  # the question is kept
