@@ -142,7 +142,10 @@ def test_greedy_64_tokens_and_all_logits_equal_transformers(chat, ours, referenc
     with torch.no_grad():
         ref_logits = reference(input_ids=full).logits
     assert logits.shape == ref_logits.shape == (1, len(ids) + 64, 49152)
-    assert (logits - ref_logits).abs().max() < 1e-4
+    # float32 on both sides, but other kernels and summation orders (batched prefill against
+    # transformers' matmuls; MKL/oneDNN pick by CPU and thread count): the chats with 64 tokens of
+    # context reached 1.0e-4 on an AVX-512 EPYC. A wrong layer or mask is off by far more than 5e-4.
+    assert (logits - ref_logits).abs().max() < 5e-4
 
 
 # -- real answers -----------------------------------------------------------------------------------
