@@ -480,9 +480,18 @@ class ChatSession:
                                 image_tokens=sum(img.num_image_tokens for img in images),
                                 video_frames=sum(getattr(img, "num_frames", 0) for img in images),
                                 dropped_turns=dropped)
+        notices = []
         if dropped:
-            stats.notice = (f"The conversation no longer fits the {self.cache.capacity}-token context: "
-                            f"the {dropped} oldest messages were dropped.")
+            notices.append(f"The conversation no longer fits the {self.cache.capacity}-token context: "
+                           f"the {dropped} oldest messages were dropped.")
+        new_videos = self.turns[-1].videos if self.turns and self.turns[-1].role == "user" else []
+        for video in new_videos:  # a file that ended early: the chip promised more frames than were read
+            planned = getattr(video, "planned_frames", 0)
+            if planned > video.num_frames:
+                notices.append(f"Only {video.num_frames} of the {planned} frames of {video.name or 'the video'} "
+                               "could be read (the file ends early: truncated or damaged); the answer is about those.")
+        if notices:
+            stats.notice = " ".join(notices)
         answer_ids: list[int] = []
         reason = "error"
         error = None

@@ -92,6 +92,12 @@ def _key(message: HistoryMessage) -> tuple:
     return message.role, text, tuple((a.path, a.kind, a.detail) for a in message.attachments)
 
 
+def _sent_key(text: str, attachments: Sequence[Attachment], detail: str) -> tuple:
+    """:func:`_key` of a message sent with ``attachments``: its images were read at ``detail``."""
+    kept = tuple(Attachment(a.path, a.kind, None if a.kind == "video" else (a.detail or detail)) for a in attachments)
+    return _key(HistoryMessage("user", text, kept))
+
+
 class EngineService:
     """The engine thread and its request queue (see the module docstring)."""
 
@@ -138,23 +144,21 @@ class EngineService:
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> _Request:
         """Add a user message and stream the answer into ``sink``; returns a handle for :meth:`cancel_request`."""
-        paths = [a.path for a in attachments]
         images, videos = _split(attachments)
         more = {"videos": videos} if videos else {}  # sessions without video support take no such keyword
         self._video_params = params
         return self._generate(sink, system_prompt, lambda s: s.send(text, images=images, params=params, **more),
-                       after=lambda: [("user", text, tuple(paths))])
+                       after=lambda: [_sent_key(text, attachments, params.image_detail)])
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> _Request:
         return self._generate(sink, system_prompt, lambda s: s.regenerate(params), drop_answer=True)
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> _Request:
-        paths = None if attachments is None else [a.path for a in attachments]
         images, videos = (None, None) if attachments is None else _split(attachments)
         more = {"videos": videos} if videos else {}
         return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, images, params, **more),
-                       edit_at=turn_index, after=lambda: [("user", text, tuple(paths or ()))])
+                       edit_at=turn_index, after=lambda: [_sent_key(text, attachments or (), params.image_detail)])
 
     def complete(self, prompt: str, params: GenerationParams, sink: EventSink) -> _Request:
         """Continue the raw text ``prompt`` (no chat template) and stream into ``sink``.

@@ -114,8 +114,8 @@ def frame_count(source: str | os.PathLike) -> int:
     try:
         with Image.open(source) as image:
             return int(getattr(image, "n_frames", 1))
-    except (OSError, SyntaxError, ValueError):
-        return 1
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return 1  # not an animation as far as the headers tell; load_image says what is wrong
 
 
 def _megapixels(exc: BaseException) -> str:

@@ -87,6 +87,8 @@ class VideoFrames:
         timestamps: ``index / fps`` seconds of each frame (transformers' ``VideoMetadata.timestamps``).
         info: the container's metadata.
         decoded_frames: how many frames were decoded to get these (the cost of seeking).
+        planned_frames: how many frames the sampling asked for (more than ``frames`` when the file
+            ended early: truncated or damaged).
     """
 
     frames: list[np.ndarray]
@@ -95,6 +97,7 @@ class VideoFrames:
     info: VideoInfo
     decoded_frames: int = 0
     frame_times: list[float] = field(default_factory=list)  # the decoded frames' own times (seconds)
+    planned_frames: int = 0
 
     @property
     def duration(self) -> float:
@@ -283,7 +286,7 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
         indices = [int(i) for i in sample_indices(info.total_frames, info.fps, info.duration, fps, max_frames)]
         frames, kept, shown, decoded = _read_animation(path, times, indices, resize, check)
         return VideoFrames(frames=frames, indices=kept, timestamps=[i / info.fps for i in kept], info=info,
-                           decoded_frames=decoded, frame_times=shown)
+                           decoded_frames=decoded, frame_times=shown, planned_frames=len(indices))
     container = _open(path)
     try:
         info = _info(container, path)
@@ -307,7 +310,7 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
     if not frames:
         raise VideoError(f"No frame could be decoded from {path} (truncated or corrupt?)")
     return VideoFrames(frames=frames, indices=kept, timestamps=[i / info.fps for i in kept], info=info,
-                       decoded_frames=decoded, frame_times=times)
+                       decoded_frames=decoded, frame_times=times, planned_frames=len(indices))
 
 
 def tolerance(fps: float) -> float:

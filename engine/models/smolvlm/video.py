@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -82,6 +83,8 @@ class ProcessedVideo(ProcessedImage):
     timestamps: tuple[float, ...] = ()
     duration: float | None = None
     indices: tuple[int, ...] = ()
+    planned_frames: int = 0  # what the sampling asked for; more than num_frames for a truncated file
+    name: str = ""  # the file's name, for messages
     #: What the chat template writes for a video part, and :attr:`prompt` replaces.
     video_token: ClassVar[str] = VIDEO_TOKEN
 
@@ -129,6 +132,7 @@ def preprocess_video(processor: ImageProcessor, source: str | os.PathLike, fps: 
     pixels = np.stack(video.frames)  # [N, 3, M, M]
     out = ProcessedVideo(pixels=pixels, lut=processor.lut(pixels.shape[1]), rows=0, cols=0,
                          image_seq_len=processor.image_seq_len, timestamps=tuple(video.timestamps),
-                         duration=video.duration, indices=tuple(video.indices))
+                         duration=video.duration, indices=tuple(video.indices),
+                         planned_frames=video.planned_frames, name=Path(source).name)
     out.hash_tiles()
     return out
