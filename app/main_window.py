@@ -180,7 +180,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
 
     def _update_actions(self) -> None:
         busy, has_input = self._busy, bool(self.composer.toPlainText().strip() or self.attachments.paths())
-        self.send_button.setEnabled(self.controller.ready and not busy and has_input)
+        writable = not self.store.read_only  # a read-only store: the banner says why; nothing to send into
+        self.send_button.setEnabled(self.controller.ready and not busy and has_input and writable)
+        self.send_button.setToolTip("" if writable else f"Sending is off: {self.store.read_only}")
         self.stop_button.setEnabled(busy)
         self.stop_button.setVisible(busy)  # Stop takes Send's place while answering
         self.send_button.setVisible(not busy)

@@ -130,8 +130,9 @@ def test_a_database_of_a_newer_smolchat_opens_read_only_and_is_never_written(qtb
     assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
     win.composer.setPlainText("And 3+3?")
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    assert win.banner.message().startswith("Could not save the message: the conversations are read-only: they "
-                                           "were saved by a newer version of Smolchat")
+    # Send is off (the banner above says why), so Enter sends nothing and the text stays.
+    assert not win.send_button.isEnabled()
+    assert win.send_button.toolTip().startswith("Sending is off: they were saved by a newer version of Smolchat")
     assert win.composer.toPlainText() == "And 3+3?"  # nothing lost
     win.delete_conversation(conv_id)
     assert win.sidebar.titles() == ["old chat"]
@@ -184,8 +185,8 @@ def test_a_read_only_data_folder_shows_the_existing_chats_read_only(qtbot, make_
     assert [m["text"] for m in win.transcript.messages()][-1] == "4."
     win.composer.setPlainText("Still there?")
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    assert win.banner.message() == ("Could not save the message: the conversations are read-only: the data folder "
-                                    "cannot be written (Permission denied).")
+    assert not win.send_button.isEnabled()
+    assert win.send_button.toolTip() == "Sending is off: the data folder cannot be written (Permission denied)"
     assert win.composer.toPlainText() == "Still there?"
     win.close()
     assert _digest(data_dir / "smolchat.sqlite3") == before

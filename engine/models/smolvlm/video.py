@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
