@@ -26,6 +26,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -415,7 +416,7 @@ class Store:
         """Copy ``path`` (an image or a video) into the store, named by its content hash and keeping its
         suffix; return the stored path.
 
-        The file is read once, streamed into a temporary copy while it is hashed (a video may be
+        The file is read once, into a temporary copy that is then hashed in blocks (a video may be
         gigabytes), so a file that changes while it is copied is stored as one consistent version;
         the copy is renamed into place only when complete. A path already in the store is returned
         as is. Raises OSError (e.g. a full disk; no partial file is left) or :class:`ReadOnlyStore`."""
@@ -428,10 +429,10 @@ class Store:
         tmp = self.images_dir / f"incoming-{os.getpid()}-{next(_COPIES)}.part"
         digest = hashlib.sha256()
         try:
-            with path.open("rb") as source, tmp.open("wb") as sink:
-                for block in iter(lambda: source.read(1 << 20), b""):
+            shutil.copyfile(path, tmp)
+            with tmp.open("rb") as copy:  # the copy is hashed, in blocks: what is stored is what is named
+                for block in iter(lambda: copy.read(1 << 20), b""):
                     digest.update(block)
-                    sink.write(block)
             target = self.images_dir / f"{digest.hexdigest()[:32]}{suffix}"
             if target.exists():
                 tmp.unlink()
