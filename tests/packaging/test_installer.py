@@ -102,12 +102,19 @@ def test_the_installed_app_answers_an_image_question(installed_root, tiny_checkp
     assert result["gui"]["platform"] == "offscreen"
     print("installed self-test:", lines[-1])
 
-    # Without a model: a clear message and a non-zero exit, not a traceback.
+    # Without --model: the model the app last loaded (the GUI run above loaded it).
+    proc = subprocess.run(["smolchat", "--self-test", "--max-new-tokens", "2"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"] is True
+
+    # With no model at all (a new user's data folder): a clear message and a non-zero exit, not a traceback.
+    env["SMOLCHAT_DATA_DIR"] = str(tmp_path / "fresh")
     proc = subprocess.run(["smolchat", "--self-test"], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("smolchat self-test failed: no model found"), proc.stderr
-    assert str(tmp_path / "data" / "models") in proc.stderr
+    assert str(tmp_path / "fresh" / "models") in proc.stderr
 
     # Nothing was written inside the install folder (caches, bytecode, data all go elsewhere).
     assert _files(installed_root) == before
