@@ -67,7 +67,7 @@ class PrefixBlockCache:
         self.max_blocks = max_blocks
         self._blocks: OrderedDict[Digest, int] = OrderedDict()  # least recently used first
         self._digest_of: dict[int, Digest] = {}
-        self.hits = 0  # blocks adopted by lookups (for /metrics and tests)
+        self.hits = 0  # blocks found by lookups (for tests and debugging)
 
     def __len__(self) -> int:
         return len(self._blocks)
