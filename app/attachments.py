@@ -12,6 +12,19 @@ from app.thumbnails import thumbnail
 CHIP_SIZE = QSize(64, 64)
 
 
+def add_remove_button(chip: QWidget, path: str) -> QToolButton:
+    """The "✕" in the top-right corner of an attachment chip; it emits ``chip.remove_requested(path)``."""
+    remove = QToolButton(chip)
+    remove.setObjectName("removeAttachment")
+    remove.setText("✕")
+    remove.setToolTip(f"Remove {Path(path).name}")
+    remove.setAccessibleName(f"Remove {Path(path).name}")
+    remove.setCursor(Qt.CursorShape.PointingHandCursor)
+    remove.setGeometry(chip.width() - 24, 0, 22, 22)
+    remove.clicked.connect(lambda: chip.remove_requested.emit(path))
+    return remove
+
+
 class AttachmentChip(QFrame):
     """One pending image: a square thumbnail with a remove button in its corner."""
 
@@ -28,14 +41,7 @@ class AttachmentChip(QFrame):
         image.setObjectName("attachmentThumb")
         image.setGeometry(4, 4, CHIP_SIZE.width(), CHIP_SIZE.height())
         image.setPixmap(thumbnail(path, CHIP_SIZE, square=True, radius=8, dpr=self.devicePixelRatioF()))
-        remove = QToolButton(self)
-        remove.setObjectName("removeAttachment")
-        remove.setText("✕")
-        remove.setToolTip(f"Remove {Path(path).name}")
-        remove.setAccessibleName(f"Remove {Path(path).name}")
-        remove.setCursor(Qt.CursorShape.PointingHandCursor)
-        remove.setGeometry(self.width() - 24, 0, 22, 22)
-        remove.clicked.connect(lambda: self.remove_requested.emit(self.path))
+        add_remove_button(self, path)
 
 
 class AttachmentStrip(QWidget):

@@ -14,8 +14,9 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtCore import QObject, QRunnable, QSize, Qt, QThreadPool, QUrl, Signal, Slot
 from PySide6.QtGui import QColor, QDesktopServices, QImage, QMouseEvent, QPainter, QPainterPath, QPixmap
-from PySide6.QtWidgets import QFrame, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 
+from app.attachments import add_remove_button
 from app.video_attachments import VideoPlan
 
 MAX_CELLS = 4
@@ -234,14 +235,7 @@ class VideoChip(QFrame):
                                  "font-size: 10px; font-weight: bold;")
         self.badge.move(8, 8)
         self.badge.hide()
-        remove = QToolButton(self)
-        remove.setObjectName("removeAttachment")
-        remove.setText("✕")
-        remove.setToolTip(f"Remove {Path(path).name}")
-        remove.setAccessibleName(f"Remove {Path(path).name}")
-        remove.setCursor(Qt.CursorShape.PointingHandCursor)
-        remove.setGeometry(self.width() - 24, 0, 22, 22)
-        remove.clicked.connect(lambda: self.remove_requested.emit(self.path))
+        add_remove_button(self, path)
         self._tooltip()
 
     @property
