@@ -14,6 +14,8 @@
    model at its real shape in bfloat16: frame decoding + resizing, vision tower over 64 tiles, prefill of
    the ~5.0k-token prompt (2.2B: 81 tokens per frame, ~6k tokens); median of 3 cold runs after a warm-up;
    peak GPU memory; and the same for transformers (processor + one generated token, SDPA).
+4. ``decode`` (``--only decode``): decode tok/s of every family model as the app runs it, and the
+   fraction of its text weights' bandwidth bound (one read of every decoder + lm_head weight a token).
 
 Checked on the CPU with tiny models (the ``"cuda"`` strings swapped for ``"cpu"``): the parity and ttft
 parts run end to end (2.2B tiny: ids equal, logits within 1.1e-5, 16 greedy tokens equal; a 64-frame
@@ -276,6 +278,47 @@ def transformers_ttft(folder: Path, clip: Path, repeats: int) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
 
 
+H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e (NVIDIA's H200 datasheet)
+
+
+def part_decode(shared: Path, names, root: Path, new_tokens: int = 256) -> dict:
+    """Decode tok/s of each model at its real shape, bf16, after a 60-token text prompt, as the app
+    runs it (ChatSession with the warm-up; median of 3 answers), and the fraction of the bound set by
+    reading every text weight once per token (decoder + lm_head bytes / HBM bandwidth)."""
+    from engine.api.events import DoneEvent, GenerationParams
+    from engine.chat import ChatSession
+
+    results = {}
+    prompt = ("Write a long, careful description of a harbour at dawn: the boats, the water, the light on "
+              "the cranes, the gulls, the people starting work, and the sounds of the town waking up.")
+    for name in names:
+        log(f"decode {name}")
+        try:
+            folder = checkpoint(shared, name, root)
+            session = ChatSession.load(str(folder), device="cuda", dtype="bfloat16")
+            model = session.model
+            text = [p for n, p in model.named_parameters() if not n.startswith(("vision_model", "connector"))]
+            text_bytes = sum(p.numel() * p.element_size() for p in text)
+            rates = []
+            for _ in range(4):  # the first is a warm-up
+                session.reset()
+                done = [e for e in session.send(prompt, params=GenerationParams(max_new_tokens=new_tokens,
+                                                                                 ignore_eos=True))
+                        if isinstance(e, DoneEvent)][-1]
+                rates.append(done.stats.decode_tokens_per_s)
+            rate = float(np.median(rates[1:]))
+            bound = H200_BANDWIDTH / text_bytes
+            results[name] = {"decode_tok_s": rate, "runs": rates[1:], "text_weight_bytes": text_bytes,
+                             "bandwidth_bound_tok_s": bound, "fraction_of_bound": rate / bound,
+                             "prompt_tokens": done.stats.prompt_tokens}
+            del session, model
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001
+            results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
+        log(f"  {json.dumps({k: v for k, v in results[name].items() if k != 'trace'})}")
+    return results
+
+
 def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3,
               reference: bool = True) -> dict:
     from engine.api.events import DoneEvent, GenerationParams
@@ -351,6 +394,8 @@ def main(argv=None) -> int:
         report["video_processor"] = part_video_processor(shared, names, clip)
     if "ttft" in parts:
         report["ttft"] = part_ttft(shared, names, root, clip)
+    if "decode" in parts:
+        report["decode"] = part_decode(shared, names, root)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     log(f"wrote {args.out}")
