@@ -75,6 +75,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         # One backend for the controller: the local engine, or a server's model once one is chosen.
         self.engines = EngineSwitch(backend, make_remote_backend)
         self.controller = ChatController(self.engines, self.keeper)
+        self.controller.image_detail = self.settings.image_detail  # what a reopened chat's images are read at
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
         self._update_actions()
