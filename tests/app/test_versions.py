@@ -28,7 +28,9 @@ def click(qtbot, win, index: int, name: str) -> None:
     qtbot.mouseClick(getattr(switcher, name), Qt.MouseButton.LeftButton)
 
 
-def test_regenerate_keeps_the_old_answer_and_its_branch(qtbot, make_window, data_dir):
+def regenerated(qtbot, make_window):
+    """A chat "What colour?" / "Orange." / "Why?" / "Orange." whose first answer was regenerated as "Ginger!";
+    returns the window and its fake backend."""
     fake = FakeBackend(tokens=["Orange", "."])
     win = make_window(fake)
     ask(qtbot, win, "What colour?")
@@ -36,6 +38,11 @@ def test_regenerate_keeps_the_old_answer_and_its_branch(qtbot, make_window, data
     fake.tokens = ["Ginger", "!"]
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    return win, fake
+
+
+def test_regenerate_keeps_the_old_answer_and_its_branch(qtbot, make_window, data_dir):
+    win, fake = regenerated(qtbot, make_window)
     assert shown(win) == ["What colour?", "Ginger!"]
     assert switchers(win) == ["", "‹ 2 / 2 ›"]
     ask(qtbot, win, "Sure?")  # continues the new branch
@@ -94,13 +101,7 @@ def test_export_gives_the_shown_branch_and_offers_the_other_versions(qtbot, make
 
     from app.export import export_json, export_markdown
 
-    fake = FakeBackend(tokens=["Orange", "."])
-    win = make_window(fake)
-    ask(qtbot, win, "What colour?")
-    ask(qtbot, win, "Why?")
-    fake.tokens = ["Ginger", "!"]
-    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
-        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    win, _ = regenerated(qtbot, make_window)
     conv = win.keeper.current_id
     text = export_markdown(win.store, conv, tmp_path / "chat.md").read_text()
     assert "Ginger!" in text and "Why?" not in text  # the other branch's follow-up is not in this one

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -67,6 +69,25 @@ def test_cancel_while_sampling_ends_the_answer_and_keeps_the_conversation(family
     assert done.finish_reason == "length" and done.stats.video_frames == 4
 
 
+def _load(service, family_checkpoint) -> None:
+    """Load the tiny SmolVLM2 into ``service`` and wait for it."""
+    loaded = threading.Event()
+    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
+                 lambda info, message: loaded.set())
+    assert loaded.wait(60)
+
+
+def _done_sink():
+    """``(sink, done, results)``: a service sink that keeps each DoneEvent in ``results`` and sets ``done``."""
+    done, results = threading.Event(), []
+
+    def sink(event):
+        if isinstance(event, DoneEvent):
+            results.append(event)
+            done.set()
+    return sink, done, results
+
+
 def _animated_webp(path, durations_ms):
     frames = [Image.new("RGB", (48, 32), (40 * i, 255 - 40 * i, 0)) for i in range(len(durations_ms))]
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=durations_ms, loop=0, lossless=True)
@@ -91,28 +112,19 @@ def test_animated_webp_is_a_video_of_its_frames(tmp_path):
 def test_service_after_a_cancel_during_sampling_keeps_the_synced_history(family_checkpoint, tmp_path, monkeypatch):
     """The next answer after a Stop during sampling reuses the conversation: no earlier video is
     decoded again (before, the service lost track and rebuilt every turn)."""
-    import threading
+
 
     from engine.api import Attachment, HistoryMessage
     from engine.service import EngineService
 
     service = EngineService()
-    loaded = threading.Event()
-    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
-                 lambda info, message: loaded.set())
-    assert loaded.wait(60)
+    _load(service, family_checkpoint)
     first = Attachment(str(write_video(tmp_path / "a.mp4", [solid(32, 32, 9 * i) for i in range(3)], rate=1)),
                        "video")
     second = Attachment(str(write_video(tmp_path / "b.mp4", [solid(32, 32, 5 * i) for i in range(30)], rate=1)),
                         "video")
     params = GenerationParams(max_new_tokens=2, ignore_eos=True)
-    done = threading.Event()
-    results = []
-
-    def sink(event):
-        if isinstance(event, DoneEvent):
-            results.append(event)
-            done.set()
+    sink, done, results = _done_sink()
 
     service.send("What is it?", [first], params, sink)
     assert done.wait(60) and results[-1].finish_reason == "length"
@@ -150,24 +162,15 @@ def test_service_after_a_cancel_during_sampling_keeps_the_synced_history(family_
 
 
 def test_rebuilt_history_samples_videos_with_the_last_answers_settings(family_checkpoint, tmp_path):
-    import threading
+
 
     from engine.api import Attachment, HistoryMessage
     from engine.service import EngineService
 
     service = EngineService()
-    loaded = threading.Event()
-    service.load(str(family_checkpoint("SmolVLM2-256M-Video-Instruct")), {"device": "cpu", "dtype": "float32"},
-                 lambda info, message: loaded.set())
-    assert loaded.wait(60)
+    _load(service, family_checkpoint)
     clip = Attachment(str(write_video(tmp_path / "c.mp4", [solid(32, 32, 5 * i) for i in range(20)], rate=1)), "video")
-    done = threading.Event()
-    results = []
-
-    def sink(event):
-        if isinstance(event, DoneEvent):
-            results.append(event)
-            done.set()
+    sink, done, results = _done_sink()
 
     params = GenerationParams(max_new_tokens=2, ignore_eos=True, video_max_frames=3)
     service.send("What is it?", [clip], params, sink)
@@ -183,8 +186,6 @@ def test_rebuilt_history_samples_videos_with_the_last_answers_settings(family_ch
 
 def test_a_truncated_video_answers_with_a_notice_of_the_frames_it_lost(family_checkpoint, tmp_path):
     """The chip promised the frames the headers plan; a file cut short gives fewer: the answer says so."""
-    import av
-
     from engine.chat import ChatSession
 
     frames = [solid(64, 48, 4 * i) for i in range(60)]
@@ -192,8 +193,6 @@ def test_a_truncated_video_answers_with_a_notice_of_the_frames_it_lost(family_ch
     data = whole.read_bytes()
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(data[: len(data) // 2])
-    with av.open(str(whole)):
-        pass
     session = ChatSession.load(family_checkpoint("SmolVLM2-256M-Video-Instruct"), device="cpu", dtype="float32")
     done = list(session.send("What happens?", params=GenerationParams(max_new_tokens=2, ignore_eos=True),
                              videos=[cut]))[-1]
