@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
@@ -25,11 +26,23 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: in
         v = v.repeat_interleave(groups, dim=1)
     if past == 0:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    # Query i sits at absolute position past+i and sees keys 0..past+i (bottom-right aligned mask).
-    key_pos = torch.arange(past + n, device=q.device)
-    query_pos = torch.arange(past, past + n, device=q.device)
-    mask = key_pos[None, :] <= query_pos[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right_mask(n, past, q.device))
+
+
+def bottom_right_mask(n: int, past: int, device: torch.device, lazy: bool | None = None):
+    """Mask of ``n`` queries at positions ``[past, past+n)`` over ``past+n`` keys: query ``i`` sees keys
+    ``0..past+i`` (causal, aligned to the bottom right).
+
+    ``lazy`` (default: on CUDA) gives torch's ``causal_lower_right`` bias, which SDPA runs in the
+    memory-efficient kernel without building the mask. A boolean ``[n, past+n]`` tensor would be sent to
+    cuDNN attention on Hopper, which builds an execution plan for every new (n, past) shape: ~2 ms per
+    layer, 66 ms of the 108 ms prefill of a 12-token follow-up on the H200 (18 ms once the plans exist).
+    Both forms give the same attention (tests/engine/test_attention_mask.py)."""
+    if lazy if lazy is not None else device.type == "cuda":
+        return causal_lower_right(n, past + n)
+    key_pos = torch.arange(past + n, device=device)
+    query_pos = torch.arange(past, past + n, device=device)
+    return key_pos[None, :] <= query_pos[:, None]
 
 
 def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

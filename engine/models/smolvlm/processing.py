@@ -235,6 +235,9 @@ class ImageProcessor:
         #: ``video_sampling`` of preprocessor_config.json (SmolVLM2: ``fps``, ``max_frames``,
         #: ``video_size.longest_edge``); ``None``: the checkpoint takes no videos.
         self.video_sampling = dict(video_sampling) if video_sampling else None
+        #: A torch device to resize images on (:mod:`engine.models.smolvlm.resample`, byte-identical
+        #: to Pillow); ``None``: Pillow on the host. ``load_components`` sets it for a CUDA model.
+        self.resize_device = None
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike) -> ImageProcessor:
@@ -394,6 +397,11 @@ class ImageProcessor:
         m = self.max_image_size
         try:
             rgb = self._to_rgb(image)
+            if self.resize_device is not None:
+                tiles = self._tiles_on_device(rgb, detail)
+                if tiles is not None:
+                    pixels, rows, cols = tiles
+                    return self._processed(pixels, rows, cols)
             if self.do_resize:
                 edge = self._stage1_edge(rgb.width, rgb.height, detail)
                 rgb = self._resize(rgb, *self.stage1_size(rgb.width, rgb.height, edge))
@@ -421,10 +429,45 @@ class ImageProcessor:
                 pixels[-1] = np.asarray(global_tile.result()).transpose(2, 0, 1)
         except OSError as exc:
             raise ImageError(f"Cannot decode image: {exc}") from exc
+        return self._processed(pixels, rows, cols)
+
+    def _processed(self, pixels: np.ndarray, rows: int, cols: int) -> ProcessedImage:
         image = ProcessedImage(pixels=pixels, lut=self.lut(pixels.shape[1]), rows=rows, cols=cols,
                                image_seq_len=self.image_seq_len)
         image.hash_tiles()
         return image
+
+    def _tiles_on_device(self, rgb: Image.Image, detail: Detail) -> tuple[np.ndarray, int, int] | None:
+        """:meth:`preprocess`'s resizes and crops on :attr:`resize_device`: ``(pixels uint8 [N, 3, M, M]
+        on the host, rows, cols)``, the same bytes as the Pillow path. ``None`` (use Pillow) for a
+        filter :mod:`~engine.models.smolvlm.resample` does not reproduce or when the device is out of
+        memory. Raises OSError for an image whose data cannot be decoded."""
+        import torch
+
+        from engine.models.smolvlm import resample
+
+        if not resample.supports(self.resample):
+            return None
+        m = self.max_image_size
+        try:
+            x = torch.from_numpy(np.asarray(rgb)).to(self.resize_device)  # [H, W, 3] uint8
+            if self.do_resize:
+                edge = self._stage1_edge(rgb.width, rgb.height, detail)
+                x = resample.resize(x, *self.stage1_size(rgb.width, rgb.height, edge), self.resample)
+            rows = cols = 0
+            if self.do_image_splitting and detail != "fast":
+                x = resample.resize(x, *self.stage2_size(x.shape[1], x.shape[0]), self.resample)
+                if x.shape[0] > m or x.shape[1] > m:
+                    rows, cols = x.shape[0] // m, x.shape[1] // m
+                    crops = x.view(rows, m, cols, m, 3).permute(0, 2, 4, 1, 3).reshape(rows * cols, 3, m, m)
+                    tiles = torch.cat([crops, resample.resize(x, m, m, self.resample).permute(2, 0, 1)[None]])
+                else:
+                    tiles = x.permute(2, 0, 1)[None]
+            else:
+                tiles = resample.resize(x, m, m, self.resample).permute(2, 0, 1)[None]
+            return tiles.contiguous().cpu().numpy(), rows, cols
+        except torch.OutOfMemoryError:
+            return None
 
     def lut(self, channels: int = 3) -> np.ndarray:
         """``float32 [channels, 256]``: ``rescale`` (float64 multiply, then float32) and ``normalize``
