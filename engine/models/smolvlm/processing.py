@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -450,7 +451,11 @@ class ImageProcessor:
             return None
         m = self.max_image_size
         try:
-            x = torch.from_numpy(np.asarray(rgb)).to(self.resize_device)  # [H, W, 3] uint8
+            with warnings.catch_warnings():
+                # Pillow's array is read-only, and nothing here writes to it: no copy needed.
+                warnings.simplefilter("ignore", UserWarning)
+                x = torch.from_numpy(np.asarray(rgb))
+            x = x.to(self.resize_device)  # [H, W, 3] uint8
             if self.do_resize:
                 edge = self._stage1_edge(rgb.width, rgb.height, detail)
                 x = resample.resize(x, *self.stage1_size(rgb.width, rgb.height, edge), self.resample)
