@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import os
 import subprocess
 import sys
 import threading
@@ -141,3 +142,27 @@ def test_media_is_stored_once_by_content_and_trimmed_least_recently_used(tmp_pat
     image(uris[3])
     names = sorted(p.name for p in (tmp_path / "media").iterdir())
     assert len(names) == 3 and first.rsplit("/", 1)[1] in names  # uris[1], the least recently used, went
+
+
+def test_a_re_sent_image_url_is_not_decoded_again_and_a_trimmed_file_comes_back(tmp_path, monkeypatch):
+    import asyncio
+    import base64
+
+    from server import media
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(max_stored_media=1), tmp_path / "media")
+    image = lambda uri: asyncio.run(store.image(uri, "x"))  # noqa: E731
+    raw = base64.b64encode(png_bytes(color=(9, 0, 0))).decode()
+    first = image("data:image/png;base64," + raw)
+    assert image(raw) == first  # raw base64 of the same bytes: the same file
+
+    decoded = []
+    real = media.split_data
+    monkeypatch.setattr(media, "split_data", lambda url, param: decoded.append(url) or real(url, param))
+    assert image("data:image/png;base64," + raw) == first
+    assert decoded == []  # the string was seen: no base64 decoding, no hashing
+    other = image("data:image/png;base64," + base64.b64encode(png_bytes(color=(1, 2, 3))).decode())
+    assert not os.path.exists(first)  # trimmed (one file kept)
+    assert image(raw) == first and os.path.exists(first)  # stored again, not a dangling path
+    assert len(decoded) == 2 and os.path.exists(first) and not os.path.exists(other)
