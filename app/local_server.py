@@ -99,10 +99,47 @@ class LocalServer(QObject):
             self.changed.emit("")
 
 
-class LocalServerDialog(QDialog):
-    """Model ▸ Local server…: the switch, port, key and the URL with a copy button."""
+# The key is kept in the system keyring (never in the settings file), under its own service name so
+# that no remote server's name can collide with it.
+KEY_SERVICE = "smolchat-local-server"
+KEY_NAME = "api-key"
+_KEYS = None
 
-    def __init__(self, server: LocalServer, service, port: int, key: str, parent: QWidget | None = None) -> None:
+
+_IO = None
+
+
+def _keyring_io():
+    """One thread for keyring reads and writes, in order: the keyring may be slow (D-Bus, an unlock
+    prompt) and is never used on the UI thread."""
+    global _IO
+    if _IO is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _IO = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smolchat-keyring")
+    return _IO
+
+
+def keys():
+    """The :class:`~app.remote_settings.KeyStore` of the local server's key (made on first use)."""
+    global _KEYS
+    if _KEYS is None:
+        from app.remote_settings import KeyStore
+
+        _KEYS = KeyStore(KEY_SERVICE)
+    return _KEYS
+
+
+class LocalServerDialog(QDialog):
+    """Model ▸ Local server…: the switch, port, key and the URL with a copy button.
+
+    ``key`` ``None`` means the key is still being read from the keyring (off the UI thread): the key
+    field and the switch wait for :attr:`key_loaded`."""
+
+    key_loaded = Signal(str)
+
+    def __init__(self, server: LocalServer, service, port: int, key: str | None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("localServerDialog")
         self.setWindowTitle("Local server")
@@ -114,10 +151,17 @@ class LocalServerDialog(QDialog):
         self.port.setObjectName("serverPort")
         self.port.setRange(1024, 65535)
         self.port.setValue(port)
-        self.key = QLineEdit(key)
+        self.key = QLineEdit(key or "")
         self.key.setObjectName("serverKey")
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.setPlaceholderText("optional: clients then send 'Authorization: Bearer KEY'")
+        store = keys()
+        self.key_note = QLabel("The key is kept in the system keyring." if store.persistent
+                               else f"Note: {store.problem}: the key is kept until Smolchat quits.")
+        self.key_note.setObjectName("serverKeyNote")
+        self.key_note.setWordWrap(True)
+        self._key_ready = key is not None
+        self.key_loaded.connect(self._key_read)
         self.url = QLabel(server.url or "Not running")
         self.url.setObjectName("serverUrl")
         self.url.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -134,6 +178,7 @@ class LocalServerDialog(QDialog):
         form.addRow(self.switch)
         form.addRow("Port", self.port)
         form.addRow("API key", self.key)
+        form.addRow(self.key_note)
         form.addRow("URL", row)
         form.addRow(self.message)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
@@ -151,11 +196,22 @@ class LocalServerDialog(QDialog):
         else:
             self.server.stop()
 
+    def _key_read(self, key: str) -> None:
+        if not self.key.text():  # what the user typed meanwhile wins
+            self.key.setText(key)
+        self._key_ready = True
+        self._show(self.server.url)
+
     def _show(self, url: str) -> None:
         self.url.setText(url or "Not running")
         self.copy.setEnabled(bool(url))
         self.port.setEnabled(not url)
-        self.key.setEnabled(not url)
+        self.key.setEnabled(not url and self._key_ready)
+        self.switch.setEnabled(self._key_ready)
+        if not self._key_ready:
+            self.key.setPlaceholderText("reading the system keyring…")
+        else:
+            self.key.setPlaceholderText("optional: clients then send 'Authorization: Bearer KEY'")
 
     def _failed(self, message: str) -> None:
         self.message.setText(message)
@@ -194,12 +250,32 @@ def open_dialog(window) -> LocalServerDialog:
         port = int(qs.value("server/port", DEFAULT_PORT) or DEFAULT_PORT)
     except (TypeError, ValueError):
         port = DEFAULT_PORT
-    dialog = LocalServerDialog(window.local_server, service, port, str(qs.value("server/key", "") or ""), window)
+    store = keys()
+    legacy = str(qs.value("server/key", "") or "")  # where versions before the keyring kept it
+    dialog = LocalServerDialog(window.local_server, service, port, None, window)
+    saved = {"key": legacy or None}
+    if legacy:
+        qs.remove("server/key")
+        qs.sync()
+        dialog.key_loaded.emit(legacy)
+        _keyring_io().submit(store.set, KEY_NAME, legacy)
+    else:
+        def read() -> None:
+            key = store.get(KEY_NAME)
+            saved["key"] = key
+            try:
+                dialog.key_loaded.emit(key)
+            except RuntimeError:  # the dialog was closed and deleted meanwhile
+                pass
+        _keyring_io().submit(read)
 
     def save() -> None:
         qs.setValue("server/port", dialog.port.value())
-        qs.setValue("server/key", dialog.key.text().strip())
         qs.sync()
+        key = dialog.key.text().strip()
+        if dialog._key_ready and key != saved["key"]:
+            saved["key"] = key
+            _keyring_io().submit(store.set, KEY_NAME, key)
     dialog.switch.toggled.connect(save)
     dialog.finished.connect(lambda _result: save())
     dialog.show()

@@ -78,9 +78,10 @@ def remove_server(name: str, qs: QSettings | None = None) -> None:
 
 
 class KeyStore:
-    """API keys by server name: the system keyring, else memory for this session only."""
+    """API keys by server name: the system keyring (under ``service``), else memory for this session only."""
 
-    def __init__(self) -> None:
+    def __init__(self, service: str = KEYRING_SERVICE) -> None:
+        self.service = service
         self._session: dict[str, str] = {}
         self.problem = ""  # why keys are session-only ("" when the keyring works)
         try:
@@ -103,7 +104,7 @@ class KeyStore:
         try:
             import keyring
 
-            return keyring.get_password(KEYRING_SERVICE, name) or ""
+            return keyring.get_password(self.service, name) or ""
         except Exception as exc:
             log.warning("keyring lookup for %s failed: %s", name, exc)
             return ""
@@ -117,7 +118,7 @@ class KeyStore:
             try:
                 import keyring
 
-                keyring.set_password(KEYRING_SERVICE, name, key)
+                keyring.set_password(self.service, name, key)
                 self._session.pop(name, None)
                 return True
             except Exception as exc:
@@ -131,7 +132,7 @@ class KeyStore:
             try:
                 import keyring
 
-                keyring.delete_password(KEYRING_SERVICE, name)
+                keyring.delete_password(self.service, name)
             except Exception:  # nothing stored: fine
                 pass
 

@@ -121,3 +121,69 @@ def test_window_and_server_answers_each_run_on_their_own_conversation():
         owner = turns[-1][:3]
         assert turns[:2] == [f"{owner} q1", f"{owner} a1"], turns
     backend.close()
+
+
+class _MemoryKeyring:
+    """A keyring backend in memory (the test machine has none)."""
+
+    def __init__(self):
+        import keyring.backend
+
+        class Memory(keyring.backend.KeyringBackend):
+            priority = 1
+            store: dict = {}
+
+            def get_password(self, service, user):
+                return self.store.get((service, user))
+
+            def set_password(self, service, user, password):
+                self.store[(service, user)] = password
+
+            def delete_password(self, service, user):
+                self.store.pop((service, user), None)
+        self.backend = Memory()
+
+
+@pytest.fixture
+def memory_keyring(monkeypatch):
+    import keyring
+
+    from app import local_server
+
+    memory = _MemoryKeyring().backend
+    memory.store.clear()
+    previous = keyring.get_keyring()
+    keyring.set_keyring(memory)
+    monkeypatch.setattr(local_server, "_KEYS", None)
+    yield memory.store
+    keyring.set_keyring(previous)
+
+
+def _wait_keyring(qtbot):
+    from app import local_server
+
+    local_server._keyring_io().submit(lambda: None).result(5)  # every queued read and write is done
+    qtbot.wait(50)  # and the read's signal delivered
+
+
+def test_the_servers_key_is_kept_in_the_keyring_not_in_the_settings(qtbot, window, memory_keyring):
+    win, _ = window
+    win.qsettings.setValue("server/key", "old-plain-key")  # as versions before the keyring kept it
+    dialog = win.open_local_server()
+    _wait_keyring(qtbot)
+    assert dialog.key.text() == "old-plain-key" and dialog.switch.isEnabled()
+    assert win.qsettings.value("server/key") is None  # moved out of the settings file
+    assert memory_keyring == {("smolchat-local-server", "api-key"): "old-plain-key"}
+    assert "system keyring" in dialog.key_note.text()
+
+    dialog.key.setText("n3w")
+    dialog.close()
+    _wait_keyring(qtbot)
+    assert memory_keyring == {("smolchat-local-server", "api-key"): "n3w"}
+    win.qsettings.sync()
+    assert "n3w" not in open(win.qsettings.fileName(), encoding="utf-8", errors="replace").read()
+
+    again = win.open_local_server()
+    _wait_keyring(qtbot)
+    assert again.key.text() == "n3w"  # read back from the keyring
+    again.close()
