@@ -16,7 +16,7 @@ from engine.models.smolvlm.processing import ImageProcessor, load_image
 FILTERS = [Image.Resampling.LANCZOS, Image.Resampling.BICUBIC, Image.Resampling.BILINEAR]
 
 # (in w, in h, out w, out h): enlarging, shrinking by 4 (a global tile), one axis only, 1 pixel, both
-# directions at once, and a height shrinking more than twice the width (Pillow then goes vertical first).
+# directions at once, and a height shrinking more than twice the width (Pillow 13+ then goes vertical first).
 SIZES = [(600, 400, 2048, 1366), (2048, 1536, 512, 512), (2048, 1366, 2048, 1536), (1, 1, 5, 3),
          (7, 3, 1, 1), (10, 10, 11, 9), (100, 100, 110, 90), (300, 1600, 290, 400), (513, 511, 512, 512)]
 

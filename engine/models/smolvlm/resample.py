@@ -13,8 +13,8 @@ time to the first token. This module reproduces ``libImaging/Resample.c`` (Pillo
   from zero;
 * ``ImagingResampleHorizontal_8bpc`` / ``Vertical``: per output byte, ``2**21 + sum(byte * weight)``
   in int32, shifted right by 22 and clipped to 0..255; one pass per changed axis, each on the
-  previous pass's bytes, horizontal first unless the height shrinks by more than twice what the
-  width does (``ImagingResampleInner``).
+  previous pass's bytes, horizontal first, except that Pillow 13+ goes vertical first when the
+  height shrinks by more than twice what the width does (``ImagingResampleInner``).
 
 The weights are computed on the host in float64 as Pillow does (numpy's ``sin`` may differ from the C
 library's in the last bit, which moves a fixed-point weight only if its scaled value lies within
@@ -28,11 +28,15 @@ import functools
 import math
 
 import numpy as np
+import PIL
 import torch
 from PIL import Image
 
 PRECISION_BITS = 32 - 8 - 2
 """Fixed-point bits of the 8-bit resampling weights (``Resample.c``)."""
+
+VERTICAL_FIRST_RULE = int(PIL.__version__.split(".")[0]) >= 13
+"""Whether the installed Pillow runs a strongly height-shrinking resize's vertical pass first (13+)."""
 
 # Elements per int32 working chunk of a pass (64 MB): bounds the device memory a huge photo takes.
 CHUNK_ELEMENTS = 1 << 24
@@ -150,10 +154,10 @@ def resize(image: torch.Tensor, width: int, height: int, resample: int = Image.R
     if (image.shape[1], image.shape[0]) == (width, height):
         return image
     in_h, in_w = image.shape[0], image.shape[1]
-    # Pillow's order (11+): horizontal first, unless the height shrinks by more than twice what the
-    # width does. The order changes the bytes (each pass rounds to 8 bits).
+    # Pillow's order: horizontal first; from Pillow 13 on, vertical first when the height shrinks by
+    # more than twice what the width does. The order changes the bytes (each pass rounds to 8 bits).
     passes = [(1, width), (0, height)]
-    if in_h - height > 0 and in_h - height > (in_w - width) * 2:
+    if VERTICAL_FIRST_RULE and in_h - height > 0 and in_h - height > (in_w - width) * 2:
         passes.reverse()
     for dim, size in passes:
         if image.shape[dim] != size:
