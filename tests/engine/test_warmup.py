@@ -41,3 +41,25 @@ def test_warmup_captures_every_bucket_and_changes_no_answer(tiny_checkpoint, kin
         assert not session.cache.block_table and session.cache.allocator.num_free == session.cache.num_blocks == 128
     assert answer(session) == expected
     session.model.static_decode, session.model._static = None, None
+
+
+def test_the_warm_up_photo_question_leaves_nothing_behind(tiny_checkpoint, images_dir):
+    """The synthetic photo question of the CUDA warm-up, run on the CPU: afterwards no turn, no cached
+    token, no prefix-cache block and no cached tiles remain, and a real photo question answers (token
+    ids and cached-token count) exactly as in a session that never warmed up."""
+    from engine.api.events import DoneEvent
+
+    def photo_answer(session):
+        params = GenerationParams(max_new_tokens=8, ignore_eos=True, speculative=False)
+        events = list(session.send("What is in it?", images=[images_dir / "chelsea.png"], params=params))
+        done = next(e for e in events if isinstance(e, DoneEvent))
+        return [e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0], done.stats.cached_tokens
+
+    cold = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    expected = photo_answer(cold)
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    session._warm_photo_question()
+    assert session.turns == [] and session.cache.seq_len == 0 and session._cached_keys == []
+    assert len(session.cache.prefix) == 0 and not session._processed
+    assert session.cache.allocator.num_free == session.cache.num_blocks
+    assert photo_answer(session) == expected and expected[1] == 0
