@@ -35,7 +35,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("cpu_step.c", "gemv.h")
+SOURCES = ("cpu_step.c", "gemv.h", "gemv_vnni.h", "gemv_avx2.h")
 ABI = 1
 FLAGS = ["-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno"]
 LIBNAME = "libsmolcpu" + {"win32": ".dll", "darwin": ".dylib"}.get(sys.platform, ".so")

@@ -18,6 +18,7 @@
 
 #include "gemv.h"
 #include "gemv_vnni.h"
+#include "gemv_avx2.h"
 
 #define SMOL_ABI 1
 
@@ -60,7 +61,13 @@ int smol_abi(void) { return SMOL_ABI; }
 
 /* 2 = AVX-512 kernels, 1 = AVX2+FMA clones, 0 = baseline. */
 int smol_isa(void) {
-    if (smol_use_avx512 < 0) smol_use_avx512 = detect_avx512();
+    if (smol_use_avx512 < 0) {
+        smol_use_avx512 = detect_avx512();
+#ifdef SMOL_X86
+        smol_use_avx2i = !smol_use_vnni && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+#endif
+    }
     if (smol_use_avx512) return 2;
 #ifdef SMOL_X86
     __builtin_cpu_init();
@@ -69,16 +76,19 @@ int smol_isa(void) {
     return 0;
 }
 
-/* Integer-dot (VNNI) kernels for int8/4-bit on (1) or off (0): tests compare both with the
- * float32-activation kernels; returns whether they are on (off on CPUs without AVX512-VNNI). */
-int smol_set_vnni(int on) {
+/* Integer-dot kernels for int8/4-bit on (1) or off (0): AVX512-VNNI where the CPU has it, else
+ * AVX2's vpmaddubsw (gemv_avx2.h). Tests compare them with the float32-activation kernels.
+ * Returns 2 (VNNI on), 1 (AVX2 on) or 0 (off, or a CPU with neither). */
+int smol_set_intdot(int on) {
     smol_isa();
-    int have = 0;
+    int vnni = 0, avx2 = 0;
 #ifdef SMOL_X86
-    have = __builtin_cpu_supports("avx512vnni") && smol_use_avx512;
+    vnni = __builtin_cpu_supports("avx512vnni") && smol_use_avx512;
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
-    smol_use_vnni = on && have;
-    return smol_use_vnni;
+    smol_use_vnni = on && vnni;
+    smol_use_avx2i = on && avx2 && !vnni;
+    return smol_use_vnni ? 2 : smol_use_avx2i ? 1 : 0;
 }
 
 int smol_openmp(void) {
@@ -175,17 +185,24 @@ static void rmsnorm(const float *x, const float *w, int n, float eps, float *out
 /* A thread's working buffers: GEMV partials and the GEMV input as the weight kernels want it. */
 typedef struct {
     float *tmp;  /* 2 * CHUNK partial results */
-    QX qx;       /* quantized input (VNNI kernels) and, for 4-bit, the float block sums */
-    int vnni;    /* this GEMV runs the integer-dot kernels */
+    QX qx;       /* quantized input (integer-dot kernels) and, for 4-bit, the float block sums */
+    int vnni;    /* this GEMV runs the AVX512-VNNI integer-dot kernels */
+    int avx2i;   /* this GEMV runs the AVX2 integer-dot kernels */
     int nt;      /* threads in the step */
 } Work;
 
 /* Prepare x for L's kernel (each thread its own copy: K floats of work, no barrier needed). */
 static void prepare(const Lin *L, const float *x, Work *wk) {
     wk->vnni = smol_use_vnni && L->kind != W_F32 && L->cols % 32 == 0;
+    wk->avx2i = !wk->vnni && smol_use_avx2i && L->kind != W_F32 && L->cols % 32 == 0 && L->cols <= 16384;
     if (wk->vnni) {
         if (L->kind == W_I8) qx_prepare_i8(x, L->cols, &wk->qx);
         else qx_prepare_q4(x, L->cols, &wk->qx);
+#ifdef SMOL_X86
+    } else if (wk->avx2i) {
+        if (L->kind == W_I8) qx_prepare_i8_avx2(x, L->cols, &wk->qx);
+        else qx_prepare_q4_avx2(x, L->cols, &wk->qx);
+#endif
     } else if (L->kind == W_Q4) {
         for (int b = 0; b < L->cols / 32; b++) {
             float s = 0.f;
@@ -200,6 +217,8 @@ static void dot_rows(const Lin *L, const float *x, const Work *wk, int r0, int r
 #ifdef SMOL_X86
     else if (wk->vnni && L->kind == W_I8) i8_rows_vnni((const int8_t *)L->w, L->scale, L->cols, &wk->qx, r0, r1, out);
     else if (wk->vnni) q4_rows_vnni((const uint8_t *)L->w, L->scale, L->mins, L->cols, &wk->qx, r0, r1, out);
+    else if (wk->avx2i && L->kind == W_I8) i8_rows_avx2((const int8_t *)L->w, L->scale, L->cols, &wk->qx, r0, r1, out);
+    else if (wk->avx2i) q4_rows_avx2((const uint8_t *)L->w, L->scale, L->mins, L->cols, &wk->qx, r0, r1, out);
 #endif
     else if (L->kind == W_I8) i8_rows((const int8_t *)L->w, L->scale, L->cols, x, r0, r1, out);
     else q4_rows((const uint8_t *)L->w, L->scale, L->mins, L->cols, x, wk->qx.xsum, r0, r1, out);

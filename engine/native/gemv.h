@@ -238,6 +238,7 @@ AVX512 static void q4_rows_avx512(const uint8_t *W, const uint16_t *scale, const
 /* ---- dispatch ------------------------------------------------------------------------------ */
 static int smol_use_avx512 = -1; /* set once by smol_isa() */
 static int smol_use_vnni = 0;     /* AVX512-VNNI: the integer-dot kernels of gemv_vnni.h */
+static int smol_use_avx2i = 0;    /* AVX2 without VNNI: the integer-dot kernels of gemv_avx2.h */
 
 static int detect_avx512(void) {
 #ifdef SMOL_X86
