@@ -28,6 +28,7 @@ same points.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -193,6 +194,8 @@ class ChatSession:
             for _ in self.send("Describe this photo.", images=[photo],
                                params=GenerationParams(max_new_tokens=2, ignore_eos=True)):
                 pass
+        except Exception as exc:  # noqa: BLE001 - e.g. a context too small for a photo: load anyway
+            logging.getLogger(__name__).info("warm-up photo question skipped: %s", exc)
         finally:
             self.reset()
             self._processed.clear()

@@ -89,8 +89,11 @@ class MediaStore:
     def _remember(self, url: str, path: str) -> None:
         if len(url) > SEEN_URL_CHARS // 4:
             return
+        if url in self._seen:  # two requests with the same new photo, decoded side by side
+            self._seen.move_to_end(url)
+        else:
+            self._seen_chars += len(url)
         self._seen[url] = path
-        self._seen_chars += len(url)
         while self._seen_chars > SEEN_URL_CHARS:
             self._forget(next(iter(self._seen)))
 

@@ -63,3 +63,12 @@ def test_the_warm_up_photo_question_leaves_nothing_behind(tiny_checkpoint, image
     assert len(session.cache.prefix) == 0 and not session._processed
     assert session.cache.allocator.num_free == session.cache.num_blocks
     assert photo_answer(session) == expected and expected[1] == 0
+
+
+def test_a_context_too_small_for_the_warm_up_photo_still_loads(tiny_checkpoint):
+    """The photo question needs ~870 tokens; a 256-token context refuses it, and the session is
+    still usable and empty afterwards (the warm-up is an optimisation, never a reason to fail)."""
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(max_tokens=256))
+    session._warm_photo_question()
+    assert session.turns == [] and session.cache.seq_len == 0
+    assert len(answer(session, n=4)) == 4

@@ -166,3 +166,20 @@ def test_a_re_sent_image_url_is_not_decoded_again_and_a_trimmed_file_comes_back(
     assert not os.path.exists(first)  # trimmed (one file kept)
     assert image(raw) == first and os.path.exists(first)  # stored again, not a dangling path
     assert len(decoded) == 2 and os.path.exists(first) and not os.path.exists(other)
+
+
+def test_remembered_image_urls_stay_within_their_budget(tmp_path, monkeypatch):
+    from server import media
+    from server.media import MediaStore
+
+    monkeypatch.setattr(media, "SEEN_URL_CHARS", 100)
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    store._remember("a" * 20, "/x/a")
+    store._remember("a" * 20, "/x/a")  # the same new photo decoded by two requests side by side
+    assert store._seen_chars == 20
+    for i in range(5):
+        store._remember(str(i) * 24, f"/x/{i}")
+    assert store._seen_chars <= 100 and "a" * 20 not in store._seen  # the oldest went first
+    assert store._seen_chars == sum(len(u) for u in store._seen)
+    store._remember("z" * 26, "/x/z")  # more than a quarter of the budget: not remembered
+    assert "z" * 26 not in store._seen
