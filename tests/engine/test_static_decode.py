@@ -64,3 +64,32 @@ def test_paged_static_decode_never_reads_garbage_rows(tiny_checkpoint, monkeypat
     tokens, logits = greedy(model, ids, 30, static=True, kind="paged")
     assert torch.isfinite(logits).all()
     assert tokens == ref_tokens
+
+
+@pytest.mark.parametrize("kind", ["paged", "contiguous"])
+def test_a_short_prefill_after_cached_tokens_runs_as_decode_steps(tiny_checkpoint, kind):
+    """A follow-up of <= short_prefill_tokens tokens goes through the static decoder, one step per
+    token (graphs on CUDA; the same step eagerly here), and gives the eager prefill's logits and cache."""
+    from engine.models.llama.static_decode import StaticDecoder
+    from engine.registry import load_model
+
+    model = load_model(tiny_checkpoint, device="cpu", dtype="float32")
+    ids = torch.randint(0, 1000, (1, 40), generator=torch.Generator().manual_seed(5))
+    results = []
+    for static in (False, True):
+        model.static_decode = static
+        model._static = StaticDecoder(model, use_graph=False) if static else None
+        steps = []
+        if static:
+            step = model._static.step
+            model._static.step = lambda kv, bucket: steps.append(bucket) or step(kv, bucket)
+        cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=128, block_size=4))
+        model.prefill(model.embed(ids[:, :30]), cache, range(0, 30))  # the first prefill: always eager
+        assert steps == []
+        logits = model.prefill(model.embed(ids[:, 30:]), cache, range(30, 40))  # a 10-token follow-up
+        assert cache.seq_len == 40 and len(steps) == (10 if static else 0)
+        after = model.decode(model.embed(ids[:, :1]), cache)  # reads every cached position
+        results.append((logits, after))
+    model.static_decode, model._static = None, None
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)
