@@ -3,7 +3,9 @@ and the follow-up's TTFT with prefix caching.
 
     python bench/server.py --model CHECKPOINT [--image PHOTO] [--max-tokens 64] [--runs 3] [--detail high]
 
-In process: ``ChatSession.send`` (a fresh system prompt per run, so nothing is cached). Through HTTP:
+In process: ``ChatSession.send`` (a fresh system prompt and a fresh photo per run, so nothing is
+cached: each first turn is a new photo's, tiling included; ``--same-photo`` sends the file itself
+every run, whose tiles are then cached on both sides after run 0). Through HTTP:
 the same request, streamed, to ``python -m engine serve`` in a subprocess on 127.0.0.1, timed by the
 client (TTFT = request sent -> first content delta; tok/s over the deltas after the first). Both use
 greedy decoding with ``ignore_eos``. The follow-up re-sends the conversation plus a new question, as
@@ -19,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,14 +41,31 @@ def cpu_s(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def in_process(session, args, run: int) -> dict:
+def fresh_photo(args, run: int, side: int) -> bytes:
+    """The photo with one pixel changed, as PNG bytes: new content for every turn that starts a
+    conversation, so neither side finds its tiles or blocks cached (as with a user's new photo),
+    unless ``--same-photo`` (every run sends the file as it is)."""
+    if args.same_photo:
+        return Path(args.image).read_bytes()
+    import io
+
+    from PIL import Image
+
+    image = Image.open(args.image).convert("RGB")
+    image.putpixel((0, 0), (run % 256, side, 7))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def in_process(session, args, run: int, photo: str) -> dict:
     from engine.api import GenerationParams, TokenEvent
 
     params = GenerationParams(max_new_tokens=args.max_tokens, ignore_eos=True, image_detail=DETAILS[args.detail])
     session.reset()
     session.system_prompt = f"Benchmark run {run}."
     c0, t0, first, n = cpu_s(), time.perf_counter(), None, 0
-    for event in session.send("Describe this photo.", images=[args.image], params=params):
+    for event in session.send("Describe this photo.", images=[photo], params=params):
         if isinstance(event, TokenEvent) and event.token_id >= 0:
             n += 1
             first = first or time.perf_counter()
@@ -82,12 +102,15 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
         from engine.service import default_loader
 
         session = default_loader(args.model, {})
-        mime = "image/jpeg" if args.image.lower().endswith((".jpg", ".jpeg")) else "image/png"
-        photo = f"data:{mime};base64,{base64.b64encode(Path(args.image).read_bytes()).decode()}"
+        mime = "image/jpeg" if args.same_photo and args.image.lower().endswith((".jpg", ".jpeg")) else "image/png"
         local, firsts, follows = [], [], []
+        work = Path(tempfile.mkdtemp(prefix="smolchat-bench-"))
         with httpx.Client(timeout=600) as client:
             for run in range(args.runs + 1):  # run 0 warms up
-                here = in_process(session, args, run)
+                mine = work / f"run{run}.png"
+                mine.write_bytes(fresh_photo(args, run, 0))
+                photo = f"data:{mime};base64,{base64.b64encode(fresh_photo(args, run, 1)).decode()}"
+                here = in_process(session, args, run, str(mine))
                 messages = [{"role": "system", "content": f"Benchmark run {run}."},
                             {"role": "user", "content": [
                                 {"type": "image_url", "image_url": {"url": photo, "detail": args.detail}},
@@ -130,11 +153,12 @@ def stream(client, url: str, model: str, messages: list, max_tokens: int) -> tup
             "prompt": usage.get("prompt_tokens", 0)}, "".join(text)
 
 
-def handling_ms(args, repeat: int = 20) -> float:
+def handling_ms(args, repeat: int = 20) -> tuple[float, float]:
     """The server's own work on the request before it reaches the engine queue, timed without HTTP or
-    the engine: parse the JSON body, decode and check the image, store it (median of ``repeat``)."""
+    the engine: parse the JSON body, decode and check the image, store it. Returns the medians of
+    ``repeat`` for a photo the server has not seen (a fresh store each time) and for one re-sent in
+    a later turn of the conversation (found by its data URI, not decoded again), in ms."""
     import asyncio
-    import tempfile
 
     from server.config import ServerConfig
     from server.media import MediaStore
@@ -144,15 +168,16 @@ def handling_ms(args, repeat: int = 20) -> float:
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo}"}},
         {"type": "text", "text": "Describe this photo."}]}]})
-    times = []
+    new, again = [], []
     with tempfile.TemporaryDirectory() as folder:
-        store = MediaStore(ServerConfig(), Path(folder))
-        for _ in range(repeat):
-            t = time.perf_counter()
-            request = ChatRequest.model_validate_json(body)
-            asyncio.run(store.image(request.messages[0].content[0].image_url.url, "x"))
-            times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
+        resent = MediaStore(ServerConfig(), Path(folder) / "resent")
+        for i in range(repeat):
+            for store, times in ((MediaStore(ServerConfig(), Path(folder) / str(i)), new), (resent, again)):
+                t = time.perf_counter()
+                request = ChatRequest.model_validate_json(body)
+                asyncio.run(store.image(request.messages[0].content[0].image_url.url, "x"))
+                times.append(time.perf_counter() - t)
+    return statistics.median(new) * 1000, statistics.median(again[1:]) * 1000
 
 
 def main() -> int:
@@ -163,6 +188,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--detail", choices=list(DETAILS), default="auto")
     ap.add_argument("--port", type=int, default=18765)
+    ap.add_argument("--same-photo", action="store_true", help="send the file itself every run (its tiles are "
+                    "then cached after the first run on both sides: the first turns are cheaper than a new photo's)")
     ap.add_argument("--verbose", action="store_true", help="print every run")
     args = ap.parse_args()
     local, firsts, follows = measure(args)
@@ -184,7 +211,9 @@ def main() -> int:
     cpu_ratio = statistics.median(h["cpu"] / i["cpu"] for i, h in zip(local, firsts))
     print(f"CPU time per answer: in process {med(local, 'cpu'):.2f} s, server process {med(firsts, 'cpu'):.2f} s, "
           f"overhead {(cpu_ratio - 1) * 100:+.1f}% (paired median)")
-    print(f"request handling before the engine (JSON + base64 + image check + store): {handling_ms(args):.1f} ms")
+    new, again = handling_ms(args)
+    print(f"request handling before the engine (JSON + base64 + image check + store): {new:.1f} ms for a new "
+          f"photo, {again:.1f} ms for one re-sent")
     print(f"follow-up TTFT (prefix cached: {follows[-1]['cached']} of {follows[-1]['prompt']} prompt tokens) "
           f"{ft * 1000:.1f} ms = {ft / ht:.2f}x the first turn's; in process {med(local, 'follow_ttft') * 1000:.1f} ms "
           f"= {med(local, 'follow_ttft') / lt:.2f}x")

@@ -8,7 +8,7 @@ time to the first token. This module reproduces ``libImaging/Resample.c`` (Pillo
   ``scale = in_size / out_size``, ``filterscale = max(scale, 1)``, ``support = filter_support *
   filterscale``, ``center = (xx + 0.5) * scale``, taps ``xmin = int(center - support + 0.5)``
   (clamped to 0) to ``int(center + support + 0.5)`` (clamped to ``in_size``), weights
-  ``filter((x + xmin - center + 0.5) / filterscale)`` divided by their sum;
+  ``filter((x + xmin - center + 0.5) * (1 / filterscale))`` divided by their sum;
 * ``normalize_coeffs_8bpc``: weights to fixed point, ``PRECISION_BITS = 22`` bits, rounded half away
   from zero;
 * ``ImagingResampleHorizontal_8bpc`` / ``Vertical``: per output byte, ``2**21 + sum(byte * weight)``
