@@ -209,7 +209,7 @@ class LocalServerDialog(QDialog):
         self.key.setEnabled(not url and self._key_ready)
         self.switch.setEnabled(self._key_ready)
         if not self._key_ready:
-            self.key.setPlaceholderText("reading the system keyring…")
+            self.key.setPlaceholderText("reading the saved key…")
         else:
             self.key.setPlaceholderText("optional: clients then send 'Authorization: Bearer KEY'")
 
