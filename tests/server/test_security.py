@@ -201,3 +201,36 @@ def test_line_wrapped_base64_is_the_same_photo_and_broken_base64_is_refused(tmp_
     with pytest.raises(APIError) as err:
         asyncio.run(store.image("data:image/png;base64," + raw[:-3] + "!!!", "x"))
     assert err.value.status == 400 and err.value.code == "invalid_base64"
+
+
+def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatch):
+    """While one request's photo is decoded and checked (slow for a 12 MP JPEG), the loop keeps
+    serving: other requests' tokens still stream."""
+    import asyncio
+    import base64
+
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    check = store._check_image
+
+    def slow_check(data, param):
+        time.sleep(0.3)
+        return check(data, param)
+    monkeypatch.setattr(store, "_check_image", slow_check)
+    uri = "data:image/png;base64," + base64.b64encode(png_bytes(color=(8, 8, 8))).decode()
+
+    async def scenario():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+        task = asyncio.create_task(ticker())
+        path = await store.image(uri, "x")
+        task.cancel()
+        return path, ticks
+    path, ticks = asyncio.run(scenario())
+    assert os.path.exists(path) and ticks >= 10  # ~30 ticks in 0.3 s; 0 if the check held the loop
