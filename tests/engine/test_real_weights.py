@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.api.events import DoneEvent, GenerationParams
+from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 from engine.cache import CacheConfig
 from engine.chat import ChatSession
 from engine.gguf import CACHE_ENV
@@ -165,6 +165,22 @@ def test_cli_answers_paris(smollm2_gguf):
     assert "".join(x["text"] for x in lines if x["type"] == "token") == "The capital of France is Paris."
     assert lines[-1]["type"] == "done" and lines[-1]["finish_reason"] == "stop"
     assert lines[-1]["generated_tokens"] == 7 and lines[-1]["prompt_tokens"] == 37
+
+
+def test_int8_answers_paris_through_the_integer_dot_decode(smollm2_gguf):
+    """The native step's int8 kernels with activations quantized to int8 blocks (AVX512-VNNI, or
+    AVX2 on CPUs without it) on real weights: the same answer as float32."""
+    from engine.native import build
+
+    lib = build.library(wait=True)
+    if lib is None or lib.smol_set_intdot(1) == 0:
+        pytest.skip("no native library or no integer-dot kernels on this CPU")
+    quantized = ChatSession.load(smollm2_gguf, device="cpu", dtype="float32", weights="int8")
+    assert quantized.model.cpu_decode_step().startswith("native")
+    params = GenerationParams(max_new_tokens=16, speculative=False)
+    text = "".join(e.text for e in quantized.send("What is the capital of France?", params=params)
+                   if isinstance(e, TokenEvent))
+    assert text == "The capital of France is Paris."
 
 
 def test_second_turn_uses_the_first(session):
