@@ -99,3 +99,22 @@ def test_interleaved_conversations_each_find_their_photo_in_the_prefix_cache(url
         second = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
         cached = second.usage.prompt_tokens_details.cached_tokens
         assert cached > 64 and cached >= first.usage.prompt_tokens - 16, (cached, first.usage, server.output()[-3000:])
+
+
+def test_the_engine_thread_yields_once_to_the_waiting_event_loop(monkeypatch):
+    """After an answer's first event the engine thread pauses once (the woken event loop would
+    otherwise wait up to the 5 ms GIL switch interval to send the headers); later tokens do not."""
+    from engine.api import TokenEvent
+    from server import bridge
+
+    slept = []
+    monkeypatch.setattr(bridge.time, "sleep", lambda s: slept.append(s))
+    loop = asyncio.new_event_loop()
+    try:
+        answer = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
+        answer._waiter = loop.create_future()  # a request awaiting its first event
+        for i in range(3):
+            answer.sink(TokenEvent("x", i))
+        assert slept == [bridge.FIRST_EVENT_YIELD_S] and answer.ready == 3
+    finally:
+        loop.close()
