@@ -46,32 +46,14 @@ def test_key_is_never_written_to_the_settings_file(qtbot, dialog, data_dir, wind
 
 
 def test_keyring_is_used_when_there_is_one(monkeypatch):
-    import keyring
-    from keyring.backend import KeyringBackend
+    from tests.keyring_memory import memory_keyring
 
-    class Memory(KeyringBackend):
-        priority = 1
-        store: dict = {}
-
-        def get_password(self, service, user):
-            return self.store.get((service, user))
-
-        def set_password(self, service, user, password):
-            self.store[(service, user)] = password
-
-        def delete_password(self, service, user):
-            self.store.pop((service, user), None)
-
-    previous = keyring.get_keyring()
-    keyring.set_keyring(Memory())
-    try:
+    with memory_keyring() as store:
         keys = remote_settings.KeyStore()
         assert keys.persistent and keys.set("box", "k1") is True
-        assert Memory.store == {("smolchat", "box"): "k1"} and keys.get("box") == "k1"
+        assert store == {("smolchat", "box"): "k1"} and keys.get("box") == "k1"
         keys.delete("box")
-        assert Memory.store == {}
-    finally:
-        keyring.set_keyring(previous)
+        assert store == {}
 
 
 @pytest.mark.parametrize("case", ["ok", "401", "refused", "404"])

@@ -123,40 +123,14 @@ def test_window_and_server_answers_each_run_on_their_own_conversation():
     backend.close()
 
 
-class _MemoryKeyring:
-    """A keyring backend in memory (the test machine has none)."""
-
-    def __init__(self):
-        import keyring.backend
-
-        class Memory(keyring.backend.KeyringBackend):
-            priority = 1
-            store: dict = {}
-
-            def get_password(self, service, user):
-                return self.store.get((service, user))
-
-            def set_password(self, service, user, password):
-                self.store[(service, user)] = password
-
-            def delete_password(self, service, user):
-                self.store.pop((service, user), None)
-        self.backend = Memory()
-
-
 @pytest.fixture
 def memory_keyring(monkeypatch):
-    import keyring
-
     from app import local_server
+    from tests.keyring_memory import memory_keyring
 
-    memory = _MemoryKeyring().backend
-    memory.store.clear()
-    previous = keyring.get_keyring()
-    keyring.set_keyring(memory)
-    monkeypatch.setattr(local_server, "_KEYS", None)
-    yield memory.store
-    keyring.set_keyring(previous)
+    monkeypatch.setattr(local_server, "_KEYS", None)  # a KeyStore made under the memory backend
+    with memory_keyring() as store:
+        yield store
 
 
 def _wait_keyring(qtbot):

@@ -205,32 +205,32 @@ def test_line_wrapped_base64_is_the_same_photo_and_broken_base64_is_refused(tmp_
 
 def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatch):
     """While one request's photo is decoded and checked (slow for a 12 MP JPEG), the loop keeps
-    serving: other requests' tokens still stream."""
+    serving: the check here only finishes once a coroutine on the loop has run meanwhile, which
+    cannot happen if the check holds the loop."""
     import asyncio
     import base64
+    import threading
 
     from server.media import MediaStore
 
     store = MediaStore(ServerConfig(), tmp_path / "media")
     check = store._check_image
+    started, loop_ran = threading.Event(), threading.Event()
 
-    def slow_check(data, param):
-        time.sleep(0.3)
+    def check_needing_the_loop(data, param):
+        started.set()
+        assert loop_ran.wait(10), "the event loop did not run while the image was checked"
         return check(data, param)
-    monkeypatch.setattr(store, "_check_image", slow_check)
+    monkeypatch.setattr(store, "_check_image", check_needing_the_loop)
     uri = "data:image/png;base64," + base64.b64encode(png_bytes(color=(8, 8, 8))).decode()
 
     async def scenario():
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-        task = asyncio.create_task(ticker())
+        async def other_request():
+            while not started.is_set():  # runs on the loop during the check, or never
+                await asyncio.sleep(0.001)
+            loop_ran.set()
+        task = asyncio.create_task(other_request())
         path = await store.image(uri, "x")
-        task.cancel()
-        return path, ticks
-    path, ticks = asyncio.run(scenario())
-    assert os.path.exists(path) and ticks >= 10  # ~30 ticks in 0.3 s; 0 if the check held the loop
+        await task
+        return path
+    assert os.path.exists(asyncio.run(scenario()))
