@@ -34,39 +34,21 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from bench.common import machine, median  # noqa: E402
+from bench.cpu_llamacpp import convert, float32_checkpoint, llama_paths  # noqa: E402
 
 PROMPT = "Describe this image."
 
 
-def checkpoint(args) -> Path:
-    ck = Path(args.gguf_dir) / "checkpoint-f32"
-    if not (ck / "config.json").is_file():
-        from tools.make_checkpoint import write_checkpoint
-
-        write_checkpoint(REPO.parent / "shared" / "models" / "SmolVLM-256M-Instruct", ck, tiny=False,
-                         dtype="float32", seed=0)
-    return ck
-
-
 def ggufs(args, ck: Path) -> tuple[Path, Path]:
     """(text F32 GGUF, mmproj F32 GGUF), converted once into ``--gguf-dir``."""
-    from tools.build_llama_cpp import cache_root
-
-    tree = cache_root() / "llama.cpp"
+    _, tree = llama_paths(args)
     out = Path(args.gguf_dir)
-    text, mmproj = out / "text-f32.gguf", out / "mmproj-f32.gguf"
-    for path, extra in ((text, []), (mmproj, ["--mmproj"])):
-        if not path.is_file():
-            subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(ck), "--outtype", "f32",
-                            "--outfile", str(path), *extra], check=True, capture_output=True)
-    return text, mmproj
+    return convert(tree, ck, out / "text-f32.gguf"), convert(tree, ck, out / "mmproj-f32.gguf", "--mmproj")
 
 
 def llama_mtmd(args, text: Path, mmproj: Path) -> dict:
     """One ``llama-mtmd-cli`` run: its logged image and prompt times (s) and image token count."""
-    from tools.build_llama_cpp import cache_root
-
-    cli = cache_root() / "llama.cpp" / "build" / "bin" / "llama-mtmd-cli"
+    cli = llama_paths(args)[0] / "llama-mtmd-cli"
     cmd = [str(cli), "-m", str(text), "--mmproj", str(mmproj), "--image", args.image, "-p", PROMPT,
            "-n", "1", "-t", str(args.threads), "--temp", "0", "-c", "4096"]
     t = time.perf_counter()
@@ -116,7 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "cpu-image-ttft.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    ck = checkpoint(args)
+    ck = float32_checkpoint(Path(args.gguf_dir) / "checkpoint-f32")
     text, mmproj = ggufs(args, ck)
     from engine.chat import ChatSession
 

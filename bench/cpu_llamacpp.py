@@ -50,15 +50,31 @@ def llama_paths(args) -> tuple[Path, Path]:
     return root / "build" / "bin", root
 
 
+def float32_checkpoint(ck: Path) -> Path:
+    """``ck``, written once (random float32 weights at SmolVLM-256M's shape) if it has no config."""
+    if not (ck / "config.json").is_file():
+        from tools.make_checkpoint import write_checkpoint
+
+        write_checkpoint(REPO.parent / "shared" / "models" / "SmolVLM-256M-Instruct", ck, tiny=False,
+                         dtype="float32", seed=0)
+    return ck
+
+
+def convert(tree: Path, ck: Path, out: Path, *extra: str) -> Path:
+    """``ck`` as an F32 GGUF at ``out`` (llama.cpp's ``convert_hf_to_gguf.py``), unless it exists."""
+    if not out.is_file():
+        subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(ck), "--outtype", "f32",
+                        "--outfile", str(out), *extra], check=True, capture_output=True)
+    return out
+
+
 def make_ggufs(args, ck: Path) -> dict[str, Path]:
     """The checkpoint as f32 / Q8_0 / Q4_K_M GGUFs (made once, cached in ``--gguf-dir``)."""
     bin_dir, tree = llama_paths(args)
     out = Path(args.gguf_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {kind: out / f"text-{kind}.gguf" for _, _, kind in PAIRS}
-    if not files["f32"].is_file():
-        subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(ck), "--outtype", "f32",
-                        "--outfile", str(files["f32"])], check=True, capture_output=True)
+    convert(tree, ck, files["f32"])
     for kind in ("q8_0", "q4_k_m"):
         if not files[kind].is_file():
             subprocess.run([str(bin_dir / "llama-quantize"), str(files["f32"]), str(files[kind]), kind.upper()],
@@ -101,12 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "cpu-llamacpp.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    ck = Path(args.checkpoint) if args.checkpoint else Path(args.gguf_dir) / "checkpoint-f32"
-    if not (ck / "config.json").is_file():
-        from tools.make_checkpoint import write_checkpoint
-
-        write_checkpoint(REPO.parent / "shared" / "models" / "SmolVLM-256M-Instruct", ck, tiny=False,
-                         dtype="float32", seed=0)
+    ck = float32_checkpoint(Path(args.checkpoint) if args.checkpoint else Path(args.gguf_dir) / "checkpoint-f32")
     ggufs = make_ggufs(args, ck)
     from engine.layers.linear import quantize_weights
     from engine.native import build
