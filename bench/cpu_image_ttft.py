@@ -7,7 +7,8 @@ text GGUF and an F32 ``--mmproj`` GGUF. One question, "Describe this image.", on
 - ours: ``ChatSession`` as the app uses it, a fresh conversation with empty caches each round
   (tiles, prefix blocks), ``--detail`` (default ``full``, the reference preprocessing); the figure
   is the wall time from the call to the first token (image decoding and tiling, the vision tower,
-  the prefill).
+  the prefill). The vision tower runs as the engine picks for this CPU (``vision_precision`` in the
+  JSON: int8 GEMMs on AVX2-only CPUs; ``SMOLCHAT_VISION_DTYPE=float32`` measures float32).
 - llama.cpp: ``llama-mtmd-cli -n 1``; the figure is its process time from the first image chunk's
   encoding (its log's timestamp) to the exit: every chunk's encode and its decode into the language
   model, the text, one new token and the exit; its model load is left out.
@@ -101,11 +102,15 @@ def main(argv=None) -> int:
     ck = float32_checkpoint(Path(args.gguf_dir) / "checkpoint-f32")
     text, mmproj = ggufs(args, ck)
     from engine.chat import ChatSession
+    from engine.device import describe_vision
+    from engine.native import build as native_build
 
     session = ChatSession.load(str(ck), device="cpu", dtype="float32")
+    native_build.library(wait=True)  # the first-ever build is not what a round measures
     flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
     res = {"machine": machine("cpu"), "cpu_flags": [f for f in flags if f.startswith(("avx", "fma", "amx"))],
-           "vision_dtype": str(session.model.vision_dtype).removeprefix("torch."), "image": args.image,
+           "vision_dtype": str(session.model.vision_dtype).removeprefix("torch."),
+           "vision_precision": describe_vision(torch.device("cpu"), torch.float32), "image": args.image,
            "detail": args.detail, "threads": args.threads, "rounds": []}
     for r in range(args.rounds):
         rnd = {"round": r, "load_start": open("/proc/loadavg").read().split()[:3],

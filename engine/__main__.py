@@ -233,6 +233,7 @@ def _info(args: argparse.Namespace) -> int:
     if v is not None:
         print(f"  vision        {v['layers']} layers, hidden {v['hidden_size']}, {v['image_size']} px tiles, "
               f"patch {v['patch_size']}, {v['image_tokens_per_tile']} tokens per tile")
+        print(f"  cpu vision    {v['cpu_precision']}")
     print(f"  eos ids       {info['eos_token_ids']}")
     print(f"  cpu decode    {info['cpu_decode_step']}")
     for k, val in info["capabilities"].items():

@@ -66,30 +66,83 @@ def cpu_has_amx() -> bool:
     return bool(probe and probe())
 
 
-def choose_vision_dtype(device: torch.device, dtype: torch.dtype, preference: str | None = None) -> torch.dtype:
-    """dtype of the vision tower and connector; the text model keeps ``dtype``.
+#: ``SMOLCHAT_VISION_DTYPE`` values beyond the dtype names: float32 activations through int8 GEMMs.
+VISION_INT8 = "int8"
 
-    ``preference`` (default: ``$SMOLCHAT_VISION_DTYPE``, else ``auto``) is ``auto`` or a dtype name.
-    ``auto`` is bfloat16 for a float32 model on a CPU with AMX, else ``dtype``. The vision tower is
-    compute-bound (a 17-tile photo is ~3 TFLOP through 12 SigLIP layers): on this project's
-    Sapphire Rapids box bf16 matmuls at the vision MLP shape ran at 728 GFLOP/s against 126 in
-    float32, and a 17-tile photo reaches its first token in 6.3 s against 23.4 s for transformers
-    in float32 (docs/BENCHMARKS.md). The checkpoint's weights are bf16, so nothing is rounded that the model
-    was not trained with; activations are. Without AMX, bf16 on the CPU is emulated: no gain.
+
+def _vision_preference(preference: str | None) -> tuple[str, str]:
+    """(normalized preference, where it came from for error messages)."""
+    from_env = not preference and bool(os.environ.get(VISION_DTYPE_ENV, "").strip())
+    preference = (preference or os.environ.get(VISION_DTYPE_ENV, "")).strip().lower() or "auto"
+    where = f"${VISION_DTYPE_ENV}" if from_env else "vision dtype"
+    if preference not in ("auto", VISION_INT8) and preference not in DTYPES:
+        raise EngineError(f"{where}: unknown value {preference!r} (use auto, float32, bfloat16, float16 or int8)")
+    return preference, where
+
+
+def cpu_capability() -> str:
+    """ATen's CPU kernel level here: ``AVX512``, ``AVX2``, ``DEFAULT`` (or another arch's name)."""
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def choose_vision_dtype(device: torch.device, dtype: torch.dtype, preference: str | None = None) -> torch.dtype:
+    """dtype of the vision tower's activations and connector; the text model keeps ``dtype``.
+
+    ``preference`` (default: ``$SMOLCHAT_VISION_DTYPE``, else ``auto``) is ``auto``, a dtype name or
+    ``int8`` (float32 activations: see :func:`choose_vision_int8`). ``auto`` is bfloat16 for a
+    float32 model on a CPU with AMX, else ``dtype``. The vision tower is compute-bound (a 17-tile
+    photo is ~3 TFLOP through 12 SigLIP layers): on this project's Sapphire Rapids box bf16 matmuls
+    at the vision MLP shape ran at 728 GFLOP/s against 126 in float32, and a 17-tile photo reaches
+    its first token in 6.3 s against 23.4 s for transformers in float32 (docs/BENCHMARKS.md). The
+    checkpoint's weights are bf16, so nothing is rounded that the model was not trained with;
+    activations are. Without AMX, bf16 on the CPU is emulated: no gain.
 
     Raises:
         EngineError: the name is unknown.
     """
-    from_env = not preference and bool(os.environ.get(VISION_DTYPE_ENV, "").strip())
-    preference = (preference or os.environ.get(VISION_DTYPE_ENV, "")).strip().lower() or "auto"
+    preference, _ = _vision_preference(preference)
+    if preference == VISION_INT8:
+        return torch.float32
     if preference != "auto":
-        if preference not in DTYPES:
-            where = f"${VISION_DTYPE_ENV}" if from_env else "vision dtype"
-            raise EngineError(f"{where}: unknown value {preference!r} (use auto, float32, bfloat16 or float16)")
         return DTYPES[preference]
     if device.type == "cpu" and dtype == torch.float32 and cpu_has_amx():
         return torch.bfloat16
     return dtype
+
+
+def choose_vision_int8(device: torch.device, dtype: torch.dtype, preference: str | None = None) -> bool:
+    """Whether the vision encoder's linears run as dynamic int8 GEMMs (``engine.layers.int8_gemm``).
+
+    ``auto``: yes for a float32 model on a CPU whose best kernels are AVX2 (no AVX-512, no AMX), with
+    the native library allowed (``SMOLCHAT_NATIVE``): there float32 sgemm is the ceiling and the
+    int8 kernel runs the vision linears ~2.1x faster (docs/BENCHMARKS.md). AMX CPUs get bf16
+    (:func:`choose_vision_dtype`); AVX-512 CPUs keep float32, where the AVX2 kernel was not measured
+    to win. ``int8`` asks for it on any CPU; other names turn it off.
+
+    Raises:
+        EngineError: the name is unknown, or ``int8`` was asked for on a GPU (a CPU kernel).
+    """
+    from engine.native import build as native_build
+
+    preference, where = _vision_preference(preference)
+    if preference == VISION_INT8:
+        if device.type != "cpu":
+            raise EngineError(f"{where}: int8 is for the CPU; on {device.type} use auto, bfloat16 or float16")
+        return True
+    if preference != "auto":
+        return False
+    return (device.type == "cpu" and dtype == torch.float32 and not cpu_has_amx()
+            and cpu_capability() == "AVX2" and native_build.enabled())
+
+
+def describe_vision(device: torch.device, dtype: torch.dtype) -> str:
+    """What the vision tower runs as on ``device`` for a ``dtype`` model, for ``info``:
+    ``int8 GEMM (AVX2)``, ``bfloat16 (AMX)``, or the dtype's name."""
+    if choose_vision_int8(device, dtype):
+        return f"int8 GEMM ({cpu_capability()})"
+    vision = choose_vision_dtype(device, dtype)
+    name = str(vision).removeprefix("torch.")
+    return f"{name} (AMX)" if vision == torch.bfloat16 and device.type == "cpu" and cpu_has_amx() else name
 
 
 @contextlib.contextmanager

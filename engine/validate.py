@@ -86,6 +86,7 @@ def model_info(path_or_repo_id: str | Path) -> dict:
     Raises:
         ModelLoadError: (and subclasses) the folder or config is unusable.
     """
+    from engine.device import describe_vision
     from engine.registry import model_class
     from engine.sources import resolve_source
 
@@ -112,7 +113,9 @@ def model_info(path_or_repo_id: str | Path) -> dict:
     if vision is not None:
         info["vision"] = {"hidden_size": vision.hidden_size, "layers": vision.num_hidden_layers,
                           "image_size": vision.image_size, "patch_size": vision.patch_size,
-                          "image_tokens_per_tile": meta.image_seq_len}
+                          "image_tokens_per_tile": meta.image_seq_len,
+                          # what a float32 model's vision tower runs as on this machine's CPU
+                          "cpu_precision": describe_vision(torch.device("cpu"), torch.float32)}
     return info
 
 

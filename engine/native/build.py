@@ -35,8 +35,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("cpu_step.c", "gemv.h", "gemv_vnni.h", "gemv_avx2.h")
-ABI = 1
+SOURCES = ("cpu_step.c", "gemv.h", "gemv_vnni.h", "gemv_avx2.h", "gemm_avx2.h")
+ABI = 2
 FLAGS = ["-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno"]
 LIBNAME = "libsmolcpu" + {"win32": ".dll", "darwin": ".dylib"}.get(sys.platform, ".so")
 ENV_SWITCH = "SMOLCHAT_NATIVE"
@@ -134,6 +134,10 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.smol_isa.restype = ctypes.c_int
     lib.smol_scratch_floats.restype = ctypes.c_int64
     lib.smol_scratch_floats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.smol_gemm_q8.restype = ctypes.c_int
+    lib.smol_gemm_q8.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     lib.smol_step.restype = ctypes.c_int
     lib.smol_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,

@@ -19,8 +19,9 @@
 #include "gemv.h"
 #include "gemv_vnni.h"
 #include "gemv_avx2.h"
+#include "gemm_avx2.h"
 
-#define SMOL_ABI 1
+#define SMOL_ABI 2
 
 enum { W_F32 = 0, W_I8 = 1, W_Q4 = 2 };
 
@@ -89,6 +90,24 @@ int smol_set_intdot(int on) {
     smol_use_vnni = on && vnni;
     smol_use_avx2i = on && avx2 && !vnni;
     return smol_use_vnni ? 2 : smol_use_avx2i ? 1 : 0;
+}
+
+/* y[M, N] = act(the vision tower's int8 GEMM) (gemm_avx2.h) with nthreads OpenMP threads; u (M * K bytes)
+ * and d (M floats) are scratch. Returns 0, or -1 on a CPU without AVX2 + FMA (the caller's
+ * float32 path runs instead). */
+int smol_gemm_q8(const float *x, int64_t M, int64_t K, const int8_t *wq, const float *wscale,
+                 const int32_t *wsum, const float *bias, int64_t N, float *y, uint8_t *u, float *d, int act,
+                 int nthreads) {
+#ifdef SMOL_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        q8_gemm_avx2(x, M, K, wq, wscale, wsum, bias, N, y, u, d, act, nthreads);
+        return 0;
+    }
+#endif
+    (void)x, (void)M, (void)K, (void)wq, (void)wscale, (void)wsum, (void)bias, (void)N, (void)y, (void)u,
+        (void)d, (void)act, (void)nthreads;
+    return -1;
 }
 
 int smol_openmp(void) {

@@ -40,8 +40,9 @@ def test_explicit_choice_wins_and_bad_names_are_clear(monkeypatch):
     monkeypatch.setenv(VISION_DTYPE_ENV, "float8")
     with pytest.raises(EngineError, match=r"\$SMOLCHAT_VISION_DTYPE: unknown value 'float8' \(use auto, "):
         choose_vision_dtype(CPU, torch.float32)
-    with pytest.raises(EngineError, match=r"^vision dtype: unknown value 'int8'"):
-        choose_vision_dtype(CPU, torch.float32, "int8")
+    with pytest.raises(EngineError, match=r"^vision dtype: unknown value 'int4'"):
+        choose_vision_dtype(CPU, torch.float32, "int4")
+    assert choose_vision_dtype(CPU, torch.float32, "int8") == torch.float32  # int8 GEMMs, float32 activations
 
 
 def test_bf16_vision_features_stay_close_to_the_float32_reference(monkeypatch, tiny_checkpoint):

@@ -14,7 +14,7 @@ from typing import Self
 import torch
 from torch import nn
 
-from engine.device import choose_vision_dtype, single_thread
+from engine.device import choose_vision_dtype, choose_vision_int8, single_thread
 from engine.models.base import GenerativeModel
 from engine.models.llama.decoder import LlamaDecoder
 from engine.models.llama.lm import LlamaLM
@@ -112,6 +112,13 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
             model.lm_head.to(dtype)
             model.model.vision_model.to(vision_dtype)
             model.model.connector.to(vision_dtype)
+        if choose_vision_int8(device, dtype):
+            # The encoder's linears as int8 GEMMs on AVX2 CPUs (~2.1x their float32 speed); the
+            # native library they call is found or built in the background from here on.
+            from engine.native import build as native_build
+
+            native_build.start()
+            model.model.vision_model.quantize_int8()
         model.to(device)
         return model
 

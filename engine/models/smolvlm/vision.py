@@ -54,6 +54,15 @@ class VisionAttention(nn.Module):
         self.qkv_proj = fuse_linears(self.q_proj, self.k_proj, self.v_proj, dtype=dtype)
         del self.q_proj, self.k_proj, self.v_proj
 
+    def quantize_int8(self) -> None:
+        """Projections as dynamic int8 GEMMs (``engine.layers.int8_gemm``; after :meth:`fuse`)."""
+        from engine.layers.int8_gemm import Int8GemmLinear, supported
+
+        for name in ("qkv_proj", "out_proj"):
+            lin = getattr(self, name)
+            if isinstance(lin, nn.Linear) and supported(lin):
+                setattr(self, name, Int8GemmLinear(lin))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, t, d = x.shape
         if self.qkv_proj is not None:
@@ -79,9 +88,23 @@ class VisionMLP(nn.Module):
         self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"
         self.fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.fc1_applies_gelu = False
+
+    def quantize_int8(self) -> None:
+        """``fc1`` and ``fc2`` as dynamic int8 GEMMs (``engine.layers.int8_gemm``), the tanh GELU
+        computed inside ``fc1``'s kernel while its output tile is in registers."""
+        from engine.layers.int8_gemm import Int8GemmLinear, supported
+
+        if supported(self.fc1):
+            fused = self.approximate == "tanh"
+            self.fc1 = Int8GemmLinear(self.fc1, activation="gelu_tanh" if fused else None)
+            self.fc1_applies_gelu = fused
+        if supported(self.fc2):
+            self.fc2 = Int8GemmLinear(self.fc2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+        h = self.fc1(x)
+        return self.fc2(h if self.fc1_applies_gelu else F.gelu(h, approximate=self.approximate))
 
 
 class VisionEncoderLayer(nn.Module):
@@ -137,3 +160,10 @@ class VisionTransformer(nn.Module):
     def fuse(self, dtype: torch.dtype | None = None) -> None:
         for layer in self.encoder.layers:
             layer.self_attn.fuse(dtype)
+
+    def quantize_int8(self) -> None:
+        """The encoder's linears as dynamic int8 GEMMs for AVX2 CPUs (``engine.device.choose_vision_int8``;
+        float32 activations in and out). The patch embedding stays float32."""
+        for layer in self.encoder.layers:
+            layer.self_attn.quantize_int8()
+            layer.mlp.quantize_int8()
