@@ -18,6 +18,10 @@ import re
 from collections import OrderedDict
 from pathlib import Path
 
+from PIL import Image
+
+from engine.api.errors import ImageError
+from engine.api.images import hand_over, load_image
 from server.config import ServerConfig
 from server.errors import APIError
 
@@ -116,11 +120,14 @@ class MediaStore:
             raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
                            "unsupported_image_format", param)
         self._check_size(data, param)
-        known = self._known(data)
+        digest = hashlib.sha256(data).hexdigest()[:40]
+        known = self._known(digest)
         if known is not None:  # checked when it first came: a client re-sends its photos every turn
             return known
-        fmt = await asyncio.to_thread(self._check_image, data, param)
-        return self._store(data, "." + fmt.lower())
+        fmt, pixels = await asyncio.to_thread(self._check_image, data, param)
+        path = self._store(data, digest, "." + fmt.lower())
+        hand_over(path, pixels)  # the engine reads these pixels instead of decoding the file again
+        return path
 
     async def video(self, url: str, param: str) -> str:
         """The stored path of a video (MP4, WebM, MOV, MKV), checked for type and size only."""
@@ -131,7 +138,7 @@ class MediaStore:
             raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send a data:video/mp4 "
                            "(or webm, quicktime, x-matroska) URI", "unsupported_video_format", param)
         self._check_size(data, param)
-        return self._store(data, VIDEO_TYPES[mime])
+        return self._store(data, hashlib.sha256(data).hexdigest()[:40], VIDEO_TYPES[mime])
 
     def _check_size(self, data: bytes, param: str) -> None:
         if not data:
@@ -140,9 +147,10 @@ class MediaStore:
             raise APIError(413, f"media of {len(data)} bytes exceeds the limit of {self.config.max_media_bytes}",
                            "media_too_large", param)
 
-    def _check_image(self, data: bytes, param: str) -> str:
-        """Read the header (format, size: 413 beyond the pixel limit) and decode it once (400 if broken)."""
-        from PIL import Image, UnidentifiedImageError
+    def _check_image(self, data: bytes, param: str) -> tuple[str, Image.Image]:
+        """Read the header (format, size: 413 beyond the pixel limit) and decode it the engine's way
+        (400 if broken): ``(format, the decoded RGB image)``, which the engine then uses as it is."""
+        from PIL import UnidentifiedImageError
 
         try:
             with Image.open(io.BytesIO(data)) as img:
@@ -153,7 +161,6 @@ class MediaStore:
                 if w * h > self.config.max_image_pixels:
                     raise APIError(413, f"the image has {w}x{h} pixels, more than the limit of "
                                    f"{self.config.max_image_pixels}", "image_too_large", param)
-                img.load()
         except APIError:
             raise
         except UnidentifiedImageError:
@@ -161,7 +168,10 @@ class MediaStore:
                            "unsupported_image_format", param) from None
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
-        return fmt
+        try:
+            return fmt, load_image(data)
+        except ImageError as exc:
+            raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
 
     async def _fetch(self, url: str, param: str) -> tuple[str, bytes]:
         """GET an http(s) URL within the size and time limits (only with ``allow_remote_media``)."""
@@ -191,17 +201,17 @@ class MediaStore:
                            param) from None
         return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
 
-    def _known(self, data: bytes) -> str | None:
-        """The stored path of ``data`` if it was accepted before (its use time refreshed), else None."""
-        digest = hashlib.sha256(data).hexdigest()[:40]
+    def _known(self, digest: str) -> str | None:
+        """The stored path of the bytes with this digest if they were accepted before (its use time
+        refreshed), else None."""
         for path in self.folder.glob(digest + ".*"):
             if path.suffix != ".part":
                 path.touch()
                 return str(path)
         return None
 
-    def _store(self, data: bytes, suffix: str) -> str:
-        path = self.folder / (hashlib.sha256(data).hexdigest()[:40] + suffix)
+    def _store(self, data: bytes, digest: str, suffix: str) -> str:
+        path = self.folder / (digest + suffix)
         if not path.exists():
             tmp = path.with_suffix(".part")
             tmp.write_bytes(data)

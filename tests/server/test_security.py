@@ -168,6 +168,52 @@ def test_a_re_sent_image_url_is_not_decoded_again_and_a_trimmed_file_comes_back(
     assert len(decoded) == 2 and os.path.exists(first) and not os.path.exists(other)
 
 
+def test_a_new_photo_is_decoded_once_the_engine_takes_the_servers_pixels(tmp_path, monkeypatch):
+    import asyncio
+    import base64
+
+    import numpy as np
+    from PIL import Image
+
+    from engine.api import images
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = png_bytes(noise=True)
+    opened = []
+    real_open = Image.open
+    monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(fp) or real_open(fp, *a, **k))
+    path = asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
+    assert len(opened) == 2  # the header check and the one full decode, both of the request's bytes
+    handed = images._HANDED[images._handed_key(path)]
+    got = images.load_image(path)  # what the engine calls for the stored file
+    assert got is handed and len(opened) == 2  # not decoded again
+    again = images.load_image(path)  # taken once: a second read decodes the file
+    assert again is not handed and len(opened) == 3
+    assert np.array_equal(np.asarray(again), np.asarray(got)) and got.mode == "RGB"
+
+
+def test_handed_pixels_are_not_used_for_a_changed_file_and_stay_few(tmp_path):
+    import os
+
+    from PIL import Image
+
+    from engine.api import images
+
+    path = tmp_path / "a.png"
+    path.write_bytes(png_bytes(color=(1, 2, 3)))
+    images.hand_over(path, Image.new("RGB", (32, 24), (9, 9, 9)))
+    path.write_bytes(png_bytes(color=(4, 5, 6), size=(33, 24)))  # rewritten: another size
+    os.utime(path, ns=(1, 1))
+    assert images.load_image(path).getpixel((0, 0)) == (4, 5, 6)
+    for i in range(images.HANDED_MAX + 2):
+        p = tmp_path / f"{i}.png"
+        p.write_bytes(png_bytes(color=(i, 0, 0)))
+        images.hand_over(p, Image.new("RGB", (32, 24), (i, 0, 0)))
+    assert len(images._HANDED) <= images.HANDED_MAX  # the oldest dropped
+    images._HANDED.clear()
+
+
 def test_remembered_image_urls_stay_within_their_budget(tmp_path, monkeypatch):
     from server import media
     from server.media import MediaStore
