@@ -2,7 +2,8 @@
 
 The same random float32 weights at SmolVLM-256M's shape on both sides: the checkpoint of
 ``bench/cpu_llamacpp.py`` (made once), converted by llama.cpp's ``convert_hf_to_gguf.py`` into an F32
-text GGUF and an F32 ``--mmproj`` GGUF. One question, "Describe this image.", one new token.
+text GGUF and an F32 ``--mmproj`` GGUF (``--mmproj-type q8_0``: llama.cpp's int8 projector). One
+question, "Describe this image.", one new token.
 
 - ours: ``ChatSession`` as the app uses it, a fresh conversation with empty caches each round
   (tiles, prefix blocks), ``--detail`` (default ``full``, the reference preprocessing); the figure
@@ -41,10 +42,11 @@ PROMPT = "Describe this image."
 
 
 def ggufs(args, ck: Path) -> tuple[Path, Path]:
-    """(text F32 GGUF, mmproj F32 GGUF), converted once into ``--gguf-dir``."""
+    """(text F32 GGUF, mmproj GGUF of ``--mmproj-type``), converted once into ``--gguf-dir``."""
     _, tree = llama_paths(args)
     out = Path(args.gguf_dir)
-    return convert(tree, ck, out / "text-f32.gguf"), convert(tree, ck, out / "mmproj-f32.gguf", "--mmproj")
+    return (convert(tree, ck, out / "text-f32.gguf"),
+            convert(tree, ck, out / f"mmproj-{args.mmproj_type}.gguf", "--mmproj", outtype=args.mmproj_type))
 
 
 def llama_mtmd(args, text: Path, mmproj: Path) -> dict:
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--detail", default="full", choices=["full", "balanced", "fast"])
     ap.add_argument("--gguf-dir", default=str(Path.home() / ".cache" / "smolchat-bench" / "gguf-256m-random"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--mmproj-type", default="f32", choices=["f32", "f16", "q8_0"],
+                    help="llama.cpp's vision projector precision (q8_0: its int8 option)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "cpu-image-ttft.json"))
     args = ap.parse_args(argv)
@@ -111,7 +115,7 @@ def main(argv=None) -> int:
     res = {"machine": machine("cpu"), "cpu_flags": [f for f in flags if f.startswith(("avx", "fma", "amx"))],
            "vision_dtype": str(session.model.vision_dtype).removeprefix("torch."),
            "vision_precision": describe_vision(torch.device("cpu"), torch.float32), "image": args.image,
-           "detail": args.detail, "threads": args.threads, "rounds": []}
+           "detail": args.detail, "threads": args.threads, "llama_cpp_mmproj": args.mmproj_type, "rounds": []}
     for r in range(args.rounds):
         rnd = {"round": r, "load_start": open("/proc/loadavg").read().split()[:3],
                "ours": ours(session, args), "llama.cpp": llama_mtmd(args, text, mmproj)}

@@ -60,10 +60,11 @@ def float32_checkpoint(ck: Path) -> Path:
     return ck
 
 
-def convert(tree: Path, ck: Path, out: Path, *extra: str) -> Path:
-    """``ck`` as an F32 GGUF at ``out`` (llama.cpp's ``convert_hf_to_gguf.py``), unless it exists."""
+def convert(tree: Path, ck: Path, out: Path, *extra: str, outtype: str = "f32") -> Path:
+    """``ck`` as an ``outtype`` (f32, q8_0, ...) GGUF at ``out`` (llama.cpp's ``convert_hf_to_gguf.py``),
+    unless it exists."""
     if not out.is_file():
-        subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(ck), "--outtype", "f32",
+        subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(ck), "--outtype", outtype,
                         "--outfile", str(out), *extra], check=True, capture_output=True)
     return out
 

@@ -209,3 +209,12 @@ def test_smolvlm_with_int8_vision_stays_close_to_float32(monkeypatch, lib, tiny_
     assert 1e-3 < rel < 0.05, rel
     assert cos > 0.998, float(cos)
     assert int8_gemm.native_build.library() is lib  # the kernel ran, not the fallback
+
+
+def test_info_states_what_the_vision_tower_runs_as(monkeypatch, tiny_checkpoint):
+    from engine.validate import model_info
+
+    monkeypatch.setenv(VISION_DTYPE_ENV, "int8")
+    assert model_info(tiny_checkpoint)["vision"]["cpu_precision"] == f"int8 GEMM ({device_mod.cpu_capability()})"
+    monkeypatch.setenv(VISION_DTYPE_ENV, "float32")
+    assert model_info(tiny_checkpoint)["vision"]["cpu_precision"] == "float32"
