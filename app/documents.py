@@ -142,7 +142,7 @@ class DocumentIntake(QObject):
         return max(0, context - answer - TEXT_MARGIN - sum(self._costs(self.window.attachments.paths())))
 
     def _costs(self, paths: list[str]) -> list[int]:
-        detail = self.window.settings.image_detail
+        detail = self.window.message_detail()
         return [max(0, self.window.controller.count_tokens(p, detail)) if self.window.controller.ready else 0
                 for p in paths]
 
@@ -174,7 +174,7 @@ class DocumentIntake(QObject):
             total += cost
         if len(taken) == len(images):
             return images, ""
-        detail = self.window.settings.image_detail
+        detail = self.window.detail_in_use(self.window.message_detail())
         return taken, (f"Attached {len(taken)} of {len(images)} images: the rest would not fit the model's "
                        f"context ({max(costs):,} tokens an image at {detail} detail, {budget:,} available). "
                        "Lower the image detail in Settings to fit more.")
@@ -200,7 +200,7 @@ class DocumentIntake(QObject):
         if info is None:
             self.window.banner.show_error(error)
             return
-        detail = self.window.settings.image_detail
+        detail = self.window.detail_in_use(self.window.message_detail())
         cost = self._costs([info.first_page])[0]
         budget = self.budget()
         if info.pages <= pages_that_fit(cost, budget, info.pages):

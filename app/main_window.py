@@ -76,6 +76,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.engines = EngineSwitch(backend, make_remote_backend)
         self.controller = ChatController(self.engines, self.keeper)
         self.controller.image_detail = self.settings.image_detail  # what a reopened chat's images are read at
+        self.reset_message_detail()
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
         self._update_actions()
@@ -133,11 +134,16 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
             return
         self.banner.dismiss()
-        if self.controller.send(text, self.kept_paths(), self.chat_settings(), self.current_params(), self._editing):
+        params = self.current_params()
+        if images:
+            params["image_detail"] = self.message_detail()  # the status bar's choice for this message
+        if self.controller.send(text, self.kept_paths(), self.chat_settings(), params, self._editing):
             self._editing = None
             self.composer.clear()
             self.attachments.clear()
             self._kept.clear()
+            self.reset_message_detail()
+            self._count_pending_tokens()
             self._answer_started()
 
     def _answer_started(self) -> None:

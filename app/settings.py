@@ -25,7 +25,12 @@ from engine.api import DETAILS, GenerationParams
 # The sampling values the settings dialog edits; their defaults are the engine's own.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 ENGINE_DEFAULTS = {f.name: f.default for f in fields(GenerationParams) if f.name in SAMPLING_KEYS}
-_DETAIL_LABELS = {"full": "Reference (full tiles)", "balanced": "Balanced", "fast": "Fast (one tile)"}
+_DETAIL_LABELS = {"auto": "Automatic (full on a GPU, balanced on a CPU)", "full": "Reference (full tiles)",
+                  "balanced": "Balanced", "fast": "Fast (one tile)"}
+#: Settings' image detail until the user picks one: full tiles on a GPU, the image's own size on a CPU.
+DEFAULT_IMAGE_DETAIL = "auto"
+#: The composer's per-message choice (short: it sits in the status bar beside the token count).
+MESSAGE_DETAILS = {"auto": "Auto detail", "full": "Full detail", "balanced": "Balanced detail", "fast": "Fast detail"}
 IMAGE_DETAILS = {detail: _DETAIL_LABELS.get(detail, detail.capitalize()) for detail in DETAILS}
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -152,7 +157,7 @@ class AppSettings:
     system_prompt: str = ""
     overrides: dict = field(default_factory=dict)
     seed: int | None = None
-    image_detail: str = "full"
+    image_detail: str = field(default_factory=lambda: DEFAULT_IMAGE_DETAIL)
     device: str = "auto"
     dtype: str = "auto"
     cache_kind: str = "paged"
@@ -254,7 +259,7 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         s.seed = parse_seed(qs.value("sampling/seed"))
     except ValueError as exc:
         ignored.append(str(exc))
-    s.image_detail = _choice(qs, "chat/image_detail", tuple(IMAGE_DETAILS), "full", ignored)
+    s.image_detail = _choice(qs, "chat/image_detail", tuple(IMAGE_DETAILS), DEFAULT_IMAGE_DETAIL, ignored)
     s.device = _choice(qs, "engine/device", DEVICES, "auto", ignored)
     s.dtype = _choice(qs, "engine/dtype", DTYPES, "auto", ignored)
     s.cache_kind = _choice(qs, "engine/cache_kind", CACHE_KINDS, CACHE_KINDS[0], ignored)

@@ -24,6 +24,7 @@ from app.video_attachments import (
     plan_video,
 )
 from app.wait_estimate import estimate_seconds, estimate_text
+from engine.api import resolve_detail
 
 IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv "
                 "*.m4v *.pdf);;Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER +
@@ -192,11 +193,30 @@ class AttachmentsMixin:
         if paths:
             self.add_files(paths)
 
+    def message_detail(self) -> str:
+        """The image detail the message being written is sent at (the status bar's choice)."""
+        return self.detail_combo.currentData() or self.settings.image_detail
+
+    def reset_message_detail(self) -> None:
+        """Back to Settings' image detail (after a send, or when Settings change)."""
+        index = self.detail_combo.findData(self.settings.image_detail)
+        self.detail_combo.blockSignals(True)
+        self.detail_combo.setCurrentIndex(max(index, 0))
+        self.detail_combo.blockSignals(False)
+
+    def detail_in_use(self, detail: str) -> str:
+        """What ``detail`` means with the loaded model: ``auto`` is full on a GPU or a server, balanced on a CPU."""
+        info = self.model_info
+        remote = str(info.get("backend") or "").startswith("remote:")
+        return resolve_detail(detail, "remote" if remote else str(info.get("device") or "cpu"))
+
     @Slot()
     def _count_pending_tokens(self) -> None:
-        """Show what the pending attachments will cost (the backend reads image headers only)."""
-        detail = self.settings.image_detail
+        """Show what the pending attachments will cost (the backend reads image headers only), and at
+        which image detail."""
+        detail = self.message_detail()
         images = [chip.path for chip in self.attachments.chips() if chip.kind == "image"]
+        self.detail_combo.setVisible(bool(images))
         if self.controller.ready:
             for path in images:
                 if (path, detail) not in self._token_counts:
@@ -217,6 +237,8 @@ class AttachmentsMixin:
             video_tokens = sum(c.plan.frames * per_frame for c in chips if c.plan is not None)
         else:
             summary = pending_summary(counts)
+        if images and summary:
+            summary += f" ({self.detail_in_use(detail)})"
         known = [c for c in counts if c is not None and c >= 0]
         tokens = sum(known) + video_tokens
         wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens)) \

@@ -130,6 +130,7 @@ class ChatsMixin:
             self._storage("save this chat's settings", lambda: self.store.update_conversation(
                 self.keeper.current_id, settings=self.chat_settings()))
         apply_theme(settings.theme)
+        self.reset_message_detail()
         self._count_pending_tokens()
         if engine_changed:
             self.controller.reload_when_idle(settings.device_arg(), settings.dtype_arg(), settings.load_options())

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSplitter, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.attachments import AttachmentStrip
 from app.banner import Banner
@@ -14,6 +23,7 @@ from app.conversation_list import ConversationList
 from app.icons import icon
 from app.model_picker import ModelPicker
 from app.paths import resource
+from app.settings import MESSAGE_DETAILS
 
 
 def tool_button(name: str, icon_name: str, tip: str) -> QToolButton:
@@ -101,11 +111,23 @@ def build_ui(window) -> None:
     window.pending_label = QLabel()
     window.pending_label.setObjectName("pendingTokens")
     window.pending_label.setAccessibleName("Image tokens of the attachments")
+    # The image detail of the message being written: Settings' choice until the user picks another
+    # for this message (shown only while images are attached; back to Settings' after sending).
+    window.detail_combo = QComboBox()
+    window.detail_combo.setObjectName("messageDetail")
+    window.detail_combo.setAccessibleName("Image detail of this message")
+    window.detail_combo.setToolTip("How finely this message's images are read: more tiles see more, and take "
+                                   "longer. Settings ▸ Image detail is the default.")
+    for key, label in MESSAGE_DETAILS.items():
+        window.detail_combo.addItem(label, key)
+    window.detail_combo.setVisible(False)
     window.statusBar().addWidget(window.stats_label, 1)
+    window.statusBar().addPermanentWidget(window.detail_combo)
     window.statusBar().addPermanentWidget(window.pending_label)
     window.statusBar().setSizeGripEnabled(False)
 
     window.composer.submitted.connect(window.send_message)
+    window.detail_combo.currentIndexChanged.connect(window._count_pending_tokens)
     window.composer.textChanged.connect(window._update_actions)
     window.composer.files_added.connect(window.add_files)
     window.composer.image_pasted.connect(window.add_image_data)

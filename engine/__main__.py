@@ -39,7 +39,9 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--image-detail", choices=list(DETAILS), default="full")
+    gen.add_argument("--image-detail", choices=list(DETAILS), default="full",
+                     help="full (the reference tiling, default), balanced (never upscaled), fast (one tile), "
+                          "auto (full on a GPU, balanced on a CPU)")
     gen.add_argument("--video", action="append", default=[],
                      help="video file (SmolVLM2 models; repeat for several): frames sampled as transformers does")
     gen.add_argument("--max-frames", type=int, default=None,
@@ -65,7 +67,8 @@ def _build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
     emb.add_argument("--pooling", choices=["mean", "last"], default="mean",
                      help="mean over content tokens (default) or the last content token")
-    emb.add_argument("--image-detail", choices=list(DETAILS), default="full")
+    emb.add_argument("--image-detail", choices=list(DETAILS), default="full",
+                     help="as for generate (default full)")
     emb.add_argument("--device", default=None)
     emb.add_argument("--dtype", default=None)
     emb.add_argument("--json", action="store_true", help='{"dim": H, "pooling": ..., "embedding": [...]}')

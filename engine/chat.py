@@ -48,6 +48,7 @@ from engine.api.events import (
     GenerationParams,
     GenerationStats,
     TokenEvent,
+    resolve_detail,
 )
 from engine.cache import CacheConfig, KVCache
 from engine.cache.paged import PagedKVCache
@@ -295,7 +296,7 @@ class ChatSession:
         from engine.models.smolvlm.processing import image_size
 
         self._require_vision(1)
-        return self.processor.count_image_tokens(*image_size(image), detail)
+        return self.processor.count_image_tokens(*image_size(image), resolve_detail(detail, self.model.device.type))
 
     def _require_vision(self, n: int) -> None:
         if n and self.processor is None:
@@ -311,6 +312,7 @@ class ChatSession:
             ImageError: an image cannot be read.
         """
         self._require_vision(len(images))
+        detail = resolve_detail(detail, self.model.device.type)
         return [self._preprocess_one(img, detail) for img in images]
 
     def _preprocess_one(self, image: ImageInput, detail: str) -> ProcessedImage:

@@ -30,6 +30,7 @@ from typing import Literal
 
 import torch
 
+from engine.api.events import resolve_detail
 from engine.cache import CacheConfig
 from engine.models.base import GenerativeModel
 from engine.tokenizer import Tokenizer
@@ -92,7 +93,8 @@ class Embedder:
 
             raise UnsupportedOperation(f"{self.model.metadata.name or type(self.model).__name__} is a text-only "
                                        f"model: it takes no images (got {len(images)})")
-        processed = [self.processor(img, detail=image_detail) for img in images]
+        detail = resolve_detail(image_detail, self.model.device.type)
+        processed = [self.processor(img, detail=detail) for img in images]
 
         def turn(t: str) -> list[dict]:
             return [{"role": "user", "content": [{"type": "image"}] * len(processed) + [{"type": "text", "text": t}]}]

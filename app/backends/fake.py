@@ -23,6 +23,7 @@ from engine.api import (
     ModelInfo,
     ProgressEvent,
     TokenEvent,
+    resolve_detail,
 )
 from engine.api.backend import EventSink, LoadCallback
 
@@ -124,7 +125,7 @@ class FakeBackend:
         self._cancel.set()
 
     def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
-        return PER_IMAGE.get(detail, -1)
+        return PER_IMAGE.get(resolve_detail(detail, "cpu"), -1)
 
     def close(self) -> bool:
         self.closed = True
@@ -191,7 +192,7 @@ class FakeBackend:
     def _read_prompt(self, attachments: list[Attachment], params: GenerationParams, sink: EventSink) -> int | None:
         """Report the vision tower's tiles and the prefill's chunks as the engine would; the prompt's
         token count, or None when cancelled meanwhile."""
-        per_image = PER_IMAGE.get(params.image_detail, 64)
+        per_image = PER_IMAGE.get(resolve_detail(params.image_detail, "cpu"), 64)
         tiles = [per_image // TOKENS_PER_TILE for _ in attachments]
         steps = []
         done = 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from engine.api import ImageError
+from engine.api import ImageError, resolve_detail
 
 #: SmolVLM-256M/500M's processor sizes (preprocessor_config.json): stage-1 longest edge and tile side.
 LONGEST_EDGE = 2048
@@ -36,6 +36,7 @@ def target_size(width: int, height: int, detail: str, longest_edge: int = LONGES
     """``(width, height)`` to send: the engine's stage-1 size for ``detail`` ("fast": one tile),
     capped at the image's own size."""
     proc = _processor(longest_edge, tile)
+    detail = resolve_detail(detail, "remote")  # a server's hardware is not known here: send the reference size
     edge = tile if detail == "fast" else proc._stage1_edge(width, height, detail)
     if max(width, height) <= edge:
         return width, height

@@ -35,6 +35,7 @@ from engine.api.events import (
     GenerationParams,
     GenerationStats,
     TokenEvent,
+    resolve_detail,
 )
 from engine.api.hub import looks_like_repo_id
 
@@ -55,6 +56,7 @@ __all__ = [
     "HistoryMessage",
     "ImageError",
     "VideoError",
+    "resolve_detail",
     "InvalidLogitsError",
     "ModelInfo",
     "ModelLoadError",

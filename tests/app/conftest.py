@@ -20,6 +20,15 @@ def data_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _full_image_detail(monkeypatch):
+    """The app tests' token counts are the fake's at full detail (1,088 an image); the "auto" default
+    (balanced on the fake's CPU) has its own tests in test_image_detail.py."""
+    from app import settings
+
+    monkeypatch.setattr(settings, "DEFAULT_IMAGE_DETAIL", "full")
+
+
+@pytest.fixture(autouse=True)
 def _close_windows(qapp):
     """Close every window and check its backend stopped, so no engine thread outlives its test."""
     yield

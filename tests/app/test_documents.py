@@ -60,7 +60,7 @@ def test_pdf_pages_are_rendered_off_the_ui_thread_and_attached(qtbot, window, fa
     assert [n.split("-")[:2] for n in names(window)] == [["scan", "page1"], ["scan", "page2"], ["scan", "page3"]]
     with Image.open(window.attachments.paths()[1]) as page:  # 200 x 300 pt at the 4x cap
         assert page.size == (800, 1200) and page.getpixel((400, 600)) == (10, 10, 10)
-    assert window.pending_label.text() == "3 images · 3,264 image tokens"  # 1,088 a page at full detail
+    assert window.pending_label.text() == "3 images · 3,264 image tokens (full)"  # 1,088 a page at full detail
     window.composer.setPlainText("Summarise the scan")
     with qtbot.waitSignal(window.answer_finished, timeout=10_000):
         qtbot.keyClick(window.composer, Qt.Key.Key_Return)

@@ -104,7 +104,7 @@ def test_markdown_blocks_and_code_copy(qtbot, make_window):
 def test_status_bar_shows_image_tokens_of_pending_attachments(qtbot, window, png):
     drop(window.composer, file_mime(png))
     qtbot.waitUntil(lambda: "1,088" in window.pending_label.text(), timeout=5000)
-    assert window.pending_label.text() == "1 image · 1,088 image tokens"
+    assert window.pending_label.text() == "1 image · 1,088 image tokens (full)"
     window.attachments.clear()
     assert window.pending_label.text() == ""
 

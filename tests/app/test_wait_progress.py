@@ -89,12 +89,12 @@ def test_the_wait_is_estimated_beside_the_token_budget_once_measured(qtbot, make
     [photo] = _photos(tmp_path, 1)
     drop(win.composer, file_mime(photo))
     qtbot.waitUntil(lambda: "1,088" in win.pending_label.text(), timeout=5000)
-    assert win.pending_label.text() == "1 image · 1,088 image tokens"  # nothing measured yet: no guess
+    assert win.pending_label.text() == "1 image · 1,088 image tokens (full)"  # nothing measured yet: no guess
     win.qsettings.setValue(speed_key(win.model_info), (1088 + 40) / 25)  # 45.12 prompt tokens/s
     win.attachments.clear()
     drop(win.composer, file_mime(photo))
     qtbot.waitUntil(lambda: "1,088" in win.pending_label.text(), timeout=5000)
-    assert win.pending_label.text() == "1 image · 1,088 image tokens · ≈ 25 s on this machine"
+    assert win.pending_label.text() == "1 image · 1,088 image tokens (full) · ≈ 25 s on this machine"
 
 
 def test_real_answers_measure_the_speed(qtbot, make_window, tmp_path):

@@ -178,3 +178,14 @@ def test_a_system_prompt_too_long_for_the_context_is_named_as_the_cause(tiny_che
     with pytest.raises(PromptTooLongError, match=r"^the prompt has 414 tokens but the context holds 256; the system "
                        r"prompt alone has 401 tokens: shorten it in Settings$"):
         run(session, "Hi", n=2)
+
+
+def test_engine_counts_auto_as_balanced_on_the_cpu(tiny_checkpoint, shared_dir):
+    from engine.chat import ChatSession
+
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    photo = shared_dir / "images" / "astronaut.png"
+    balanced = session.count_image_tokens(photo, "balanced")
+    assert session.count_image_tokens(photo, "auto") == balanced != session.count_image_tokens(photo, "full")
+    assert [p.num_tiles for p in session.preprocess([photo], "auto")] == \
+        [p.num_tiles for p in session.preprocess([photo], "balanced")]
