@@ -137,8 +137,13 @@ def choose_vision_int8(device: torch.device, dtype: torch.dtype, preference: str
 
 def describe_vision(device: torch.device, dtype: torch.dtype) -> str:
     """What the vision tower runs as on ``device`` for a ``dtype`` model, for ``info``:
-    ``int8 GEMM (AVX2)``, ``bfloat16 (AMX)``, or the dtype's name."""
+    ``int8 GEMM (AVX2)``, ``bfloat16 (AMX)``, or the dtype's name (int8 with the native library
+    off says that its matmuls run in float32)."""
     if choose_vision_int8(device, dtype):
+        from engine.native import build as native_build
+
+        if not native_build.enabled():  # asked for int8 with the native library off: the float32 fallback
+            return "int8 weights, float32 matmuls (SMOLCHAT_NATIVE=0)"
         return f"int8 GEMM ({cpu_capability()})"
     vision = choose_vision_dtype(device, dtype)
     name = str(vision).removeprefix("torch.")

@@ -166,7 +166,10 @@ class MediaStore:
         except UnidentifiedImageError:
             raise APIError(400, "the data is not an image this server reads (PNG, JPEG, WebP, GIF, BMP, TIFF)",
                            "unsupported_image_format", param) from None
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        except Image.DecompressionBombError as exc:  # Pillow refuses to open it at all: far over the limit
+            raise APIError(413, f"the image is too large to open ({exc}); the limit is "
+                           f"{self.config.max_image_pixels} pixels", "image_too_large", param) from None
+        except (OSError, ValueError, SyntaxError) as exc:
             raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
         try:
             return fmt, load_image(data)

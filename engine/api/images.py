@@ -16,6 +16,7 @@ import io
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -63,9 +64,14 @@ def to_rgb(image: Image.Image) -> Image.Image:
 # broken one with a 400 before queueing it, then stores the bytes in a file for the engine. The
 # engine's next load_image of that file takes these pixels instead of decoding the file again (a
 # 600x400 JPEG: ~3 ms; a 12 MP one: ~0.1 s, all of it on the way to the first token).
-# Keyed by (path, size, mtime_ns); taken once; a few at most, oldest dropped.
-_HANDED: OrderedDict[tuple[str, int, int], Image.Image] = OrderedDict()
+# Keyed by (path, inode, size): the server's files are named by their content and written by an
+# atomic rename (a new inode), and re-sending a photo only touches its time. Taken once; at most
+# HANDED_MAX images and HANDED_MAX_PIXELS pixels, and none older than HANDED_TTL_S (a request that
+# fails after its photo was checked never takes it), oldest dropped first.
+_HANDED: OrderedDict[tuple[str, int, int], tuple[Image.Image, float]] = OrderedDict()
 HANDED_MAX = 4
+HANDED_MAX_PIXELS = 48_000_000
+HANDED_TTL_S = 60.0
 _handed_lock = threading.Lock()
 
 
@@ -74,22 +80,29 @@ def _handed_key(path: str | os.PathLike) -> tuple[str, int, int] | None:
         st = os.stat(path)
     except OSError:
         return None
-    return os.path.realpath(path), st.st_size, st.st_mtime_ns
+    return os.path.realpath(path), st.st_ino, st.st_size
+
+
+def _drop_stale_handed(now: float) -> None:
+    """Oldest first: past their time, then beyond the count or the pixel budget (lock held)."""
+    while _HANDED and (now - next(iter(_HANDED.values()))[1] > HANDED_TTL_S or len(_HANDED) > HANDED_MAX
+                       or sum(im.width * im.height for im, _ in _HANDED.values()) > HANDED_MAX_PIXELS):
+        _HANDED.popitem(last=False)
 
 
 def hand_over(path: str | os.PathLike, image: Image.Image) -> None:
     """Give :func:`load_image`'s result for the bytes now in ``path`` to the next ``load_image(path)``.
 
     ``image`` must be what ``load_image`` returned for those bytes (RGB, upright); the caller stops
-    using it. A later change to the file (size or modification time) makes the entry unused."""
+    using it. A file replaced since (another inode or size) does not get it."""
     key = _handed_key(path)
-    if key is None:
+    if key is None or image.width * image.height > HANDED_MAX_PIXELS:
         return
+    now = time.monotonic()
     with _handed_lock:
-        _HANDED[key] = image
+        _HANDED[key] = (image, now)
         _HANDED.move_to_end(key)
-        while len(_HANDED) > HANDED_MAX:
-            _HANDED.popitem(last=False)
+        _drop_stale_handed(now)
 
 
 def _take_handed(path: Path) -> Image.Image | None:
@@ -97,7 +110,9 @@ def _take_handed(path: Path) -> Image.Image | None:
         return None
     key = _handed_key(path)
     with _handed_lock:
-        return _HANDED.pop(key, None) if key is not None else None
+        _drop_stale_handed(time.monotonic())
+        entry = _HANDED.pop(key, None) if key is not None else None
+    return entry[0] if entry is not None else None
 
 
 def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:

@@ -107,6 +107,8 @@ def test_without_the_library_it_multiplies_by_the_dequantized_weights(monkeypatc
     with torch.no_grad():
         want = nn.functional.linear(x, layer.dequantized(), lin.bias)
         assert torch.allclose(layer(x), want, atol=1e-6)
+        kept = layer._dequantized
+        assert kept is not None and torch.allclose(layer(x), want, atol=1e-6) and layer._dequantized is kept
 
 
 def test_gelu_inside_the_kernel_matches_torch(lib):
@@ -209,6 +211,7 @@ def test_smolvlm_with_int8_vision_stays_close_to_float32(monkeypatch, lib, tiny_
     assert 1e-3 < rel < 0.05, rel
     assert cos > 0.998, float(cos)
     assert int8_gemm.native_build.library() is lib  # the kernel ran, not the fallback
+    assert layer.mlp.fc1._dequantized is None  # so no float32 copy of the weights is held
 
 
 def test_info_states_what_the_vision_tower_runs_as(monkeypatch, tiny_checkpoint):
@@ -216,5 +219,7 @@ def test_info_states_what_the_vision_tower_runs_as(monkeypatch, tiny_checkpoint)
 
     monkeypatch.setenv(VISION_DTYPE_ENV, "int8")
     assert model_info(tiny_checkpoint)["vision"]["cpu_precision"] == f"int8 GEMM ({device_mod.cpu_capability()})"
+    monkeypatch.setenv(native_build.ENV_SWITCH, "0")
+    assert model_info(tiny_checkpoint)["vision"]["cpu_precision"] == "int8 weights, float32 matmuls (SMOLCHAT_NATIVE=0)"
     monkeypatch.setenv(VISION_DTYPE_ENV, "float32")
     assert model_info(tiny_checkpoint)["vision"]["cpu_precision"] == "float32"

@@ -185,7 +185,8 @@ def test_a_new_photo_is_decoded_once_the_engine_takes_the_servers_pixels(tmp_pat
     monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(fp) or real_open(fp, *a, **k))
     path = asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
     assert len(opened) == 2  # the header check and the one full decode, both of the request's bytes
-    handed = images._HANDED[images._handed_key(path)]
+    handed = images._HANDED[images._handed_key(path)][0]
+    os.utime(path)  # the same photo re-sent meanwhile touches the file: the pixels still apply
     got = images.load_image(path)  # what the engine calls for the stored file
     assert got is handed and len(opened) == 2  # not decoded again
     again = images.load_image(path)  # taken once: a second read decodes the file
@@ -210,8 +211,37 @@ def test_handed_pixels_are_not_used_for_a_changed_file_and_stay_few(tmp_path):
         p = tmp_path / f"{i}.png"
         p.write_bytes(png_bytes(color=(i, 0, 0)))
         images.hand_over(p, Image.new("RGB", (32, 24), (i, 0, 0)))
-    assert len(images._HANDED) <= images.HANDED_MAX  # the oldest dropped
+    assert len(images._HANDED) == images.HANDED_MAX  # the oldest dropped
+    assert images._take_handed(tmp_path / "0.png") is None and images._take_handed(tmp_path / "5.png") is not None
     images._HANDED.clear()
+
+
+def test_handed_pixels_stay_within_a_pixel_budget_and_expire(tmp_path, monkeypatch):
+    """A request that fails after its photo was checked (n=2, a full queue) never takes the pixels:
+    they must not stay in memory (36 MP photos held ~0.5 GB before the budget)."""
+    from PIL import Image
+
+    from engine.api import images
+
+    monkeypatch.setattr(images, "HANDED_MAX_PIXELS", 3000)
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"{i}.png"
+        p.write_bytes(png_bytes(color=(i, 0, 0)))
+        paths.append(p)
+        images.hand_over(p, Image.new("RGB", (40, 30), (i, 0, 0)))  # 1,200 pixels each
+    assert len(images._HANDED) == 2  # 3,600 > 3,000: the oldest went
+    images.hand_over(tmp_path / "big.png", Image.new("RGB", (60, 60)))  # alone over the budget: not kept
+    assert len(images._HANDED) == 2
+    clock = [1000.0]
+    monkeypatch.setattr(images.time, "monotonic", lambda: clock[0])
+    images._HANDED.clear()
+    images.hand_over(paths[0], Image.new("RGB", (4, 4)))
+    clock[0] += images.HANDED_TTL_S + 1
+    images.hand_over(paths[1], Image.new("RGB", (4, 4)))  # any later call drops what is past its time
+    assert images._handed_key(paths[0]) not in images._HANDED and len(images._HANDED) == 1
+    assert images._take_handed(paths[1]) is not None
+    assert not images._HANDED
 
 
 def test_remembered_image_urls_stay_within_their_budget(tmp_path, monkeypatch):
@@ -280,3 +310,24 @@ def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatc
         await task
         return path
     assert os.path.exists(asyncio.run(scenario()))
+
+
+def test_an_image_too_large_for_pillow_to_open_is_a_413(tmp_path):
+    """A header claiming 100000 x 100000 pixels: Pillow refuses to open it (a decompression bomb)
+    before the server's own pixel check; it is still the documented 413, not a 400."""
+    import asyncio
+    import base64
+    import struct
+    import zlib
+
+    from server.errors import APIError
+    from server.media import MediaStore
+
+    data = bytearray(png_bytes())  # a real PNG whose IHDR (bytes 12-28, CRC after) now says 100000 x 100000
+    data[16:24] = struct.pack(">II", 100_000, 100_000)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    data = bytes(data)
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as err:
+        asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
+    assert err.value.status == 413 and err.value.code == "image_too_large"
