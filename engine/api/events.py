@@ -22,6 +22,8 @@ def resolve_detail(detail: str, device: str) -> str:
     if detail != "auto":
         return detail
     return "balanced" if device == "cpu" else "full"
+
+
 #: The most alternatives ``GenerationParams.logprobs`` may ask for (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
 #: Weight formats a model can be loaded with: ``auto`` keeps the run dtype; ``int8`` (CPU) and ``int4``
