@@ -40,6 +40,17 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
                         max_images=args.max_images, load_options=options)
 
 
+def free_port(host: str) -> int:
+    """A TCP port free on ``host`` now (the OS picks it; another program could take it before
+    uvicorn binds, which then fails with its own error)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run until interrupted. Raises ValueError for unsafe settings (the CLI prints it, exit 2)."""
     import uvicorn
@@ -48,6 +59,8 @@ def serve(args: argparse.Namespace) -> int:
 
     config = config_from(args)
     config.check()
+    if config.port == 0:  # "any free port": pick it now, so the address printed is the one served
+        config.port = free_port(config.host)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
     print(f"Smolchat server: http://{config.host}:{config.port}/v1 (docs at /docs)"

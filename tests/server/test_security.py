@@ -331,3 +331,22 @@ def test_an_image_too_large_for_pillow_to_open_is_a_413(tmp_path):
     with pytest.raises(APIError) as err:
         asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
     assert err.value.status == 413 and err.value.code == "image_too_large"
+
+
+def test_port_0_serves_on_the_free_port_it_prints(tiny_checkpoint):
+    import re
+
+    from tests.server.helpers import ServerProcess, wait_ready
+
+    proc = ServerProcess(tiny_checkpoint, "--port", "0")  # the last --port wins
+    try:
+        deadline = time.monotonic() + 60
+        while not re.search(r"http://127\.0\.0\.1:(\d+)/v1", proc.output()) and time.monotonic() < deadline:
+            assert proc.proc.poll() is None, proc.output()
+            time.sleep(0.1)
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/v1", proc.output()).group(1))
+        assert port != 0
+        wait_ready(f"http://127.0.0.1:{port}", proc=proc.proc)
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    finally:
+        proc.stop()
