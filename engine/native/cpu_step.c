@@ -99,8 +99,7 @@ int smol_gemm_q8(const float *x, int64_t M, int64_t K, const int8_t *wq, const f
                  const int32_t *wsum, const float *bias, int64_t N, float *y, uint8_t *u, float *d, int act,
                  int nthreads) {
 #ifdef SMOL_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (smol_isa() >= 1) { /* AVX2 + FMA (AVX-512 CPUs have both) */
         q8_gemm_avx2(x, M, K, wq, wscale, wsum, bias, N, y, u, d, act, nthreads);
         return 0;
     }

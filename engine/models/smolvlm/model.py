@@ -113,11 +113,8 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
             model.model.vision_model.to(vision_dtype)
             model.model.connector.to(vision_dtype)
         if choose_vision_int8(device, dtype):
-            # The encoder's linears as int8 GEMMs on AVX2 CPUs (~2.1x their float32 speed); the
-            # native library they call is found or built in the background from here on.
-            from engine.native import build as native_build
-
-            native_build.start()
+            # The encoder's linears as int8 GEMMs on AVX2 CPUs (~2.1x their float32 speed), in the
+            # native library that load_model starts finding or building before the weights load.
             model.model.vision_model.quantize_int8()
         model.to(device)
         return model
