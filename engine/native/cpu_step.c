@@ -290,20 +290,38 @@ static inline int64_t kv_row(const KV *kv, int64_t p) {
     return kv->block_table[p / kv->block_size] * kv->block_size + p % kv->block_size;
 }
 
+/* Positions [t0, t0 + run) sit in consecutive cache rows starting at the returned row: a paged
+ * cache's block holds block_size of them. Looking the row up once per run instead of once per
+ * position keeps a division out of attention's inner loops (profiled at ~4% of a step). */
+static inline int64_t kv_run(const KV *kv, int64_t t0, int64_t T, int64_t *run) {
+    if (!kv->block_table) {
+        *run = T - t0;
+        return t0;
+    }
+    int64_t in_block = t0 % kv->block_size, n = kv->block_size - in_block;
+    *run = n < T - t0 ? n : T - t0;
+    return kv->block_table[t0 / kv->block_size] * kv->block_size + in_block;
+}
+
 /* One query head over positions [0, T): float32 softmax of q.k / sqrt(D), then the weighted sum of v. */
 /* The newest position (T - 1) is read from k_new / v_new, this step's own vectors, so attention
- * need not wait for the thread that writes them into the cache. */
+ * need not wait for the thread that writes them into the cache. Cloned like the GEMV kernels: the
+ * baseline build is SSE, 4 floats an instruction. */
+SMOL_CLONES
 static void attend(const float *q, const float *kb, const float *vb, const KV *kv, int64_t T, int d,
                    const float *k_new, const float *v_new, float *scores, float *out) {
     float scale = 1.0f / sqrtf((float)d), mx = -INFINITY;
-    for (int64_t t = 0; t < T; t++) {
-        const float *k = t == T - 1 ? k_new : kb + kv_row(kv, t) * kv->pos_stride;
-        float s = 0.f;
+    for (int64_t t0 = 0, run; t0 < T; t0 += run) {
+        const float *k = kb + kv_run(kv, t0, T, &run) * kv->pos_stride;
+        for (int64_t j = 0; j < run; j++, k += kv->pos_stride) {
+            const float *kr = t0 + j == T - 1 ? k_new : k;
+            float s = 0.f;
 #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < d; i++) s += q[i] * k[i];
-        s *= scale;
-        scores[t] = s;
-        if (s > mx) mx = s;
+            for (int i = 0; i < d; i++) s += q[i] * kr[i];
+            s *= scale;
+            scores[t0 + j] = s;
+            if (s > mx) mx = s;
+        }
     }
     float sum = 0.f;
     for (int64_t t = 0; t < T; t++) {
@@ -312,11 +330,14 @@ static void attend(const float *q, const float *kb, const float *vb, const KV *k
     }
     float inv = 1.0f / sum;
     for (int i = 0; i < d; i++) out[i] = 0.f;
-    for (int64_t t = 0; t < T; t++) {
-        const float *v = t == T - 1 ? v_new : vb + kv_row(kv, t) * kv->pos_stride;
-        float p = scores[t] * inv;
+    for (int64_t t0 = 0, run; t0 < T; t0 += run) {
+        const float *v = vb + kv_run(kv, t0, T, &run) * kv->pos_stride;
+        for (int64_t j = 0; j < run; j++, v += kv->pos_stride) {
+            const float *vr = t0 + j == T - 1 ? v_new : v;
+            float p = scores[t0 + j] * inv;
 #pragma omp simd
-        for (int i = 0; i < d; i++) out[i] += p * v[i];
+            for (int i = 0; i < d; i++) out[i] += p * vr[i];
+        }
     }
 }
 
