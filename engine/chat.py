@@ -27,6 +27,7 @@ same points.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -77,6 +78,8 @@ WARMUP_PHOTO_ENV = "SMOLCHAT_WARMUP_PHOTO"
 PROCESSED_CACHE_BYTES = 128 * 2**20
 # Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
 ANSWER_ROOM_FRACTION = 0.25
+#: On CUDA a prefill of at most this many new tokens runs without per-layer cancel points (see _prefill).
+SHORT_PREFILL = 64
 
 
 @dataclass
@@ -84,13 +87,16 @@ class Turn:
     """One message of the conversation. ``images`` are preprocessed tiles and ``videos`` sampled
     frames (user turns only; in the prompt the videos come first, then the images, then the text);
     ``token_ids`` are the ids an assistant turn was generated as (stop token excluded), replayed
-    as they are in later prompts. ``None`` (e.g. a turn written by hand) means: tokenize ``text``."""
+    as they are in later prompts. ``None`` (e.g. a turn written by hand) means: tokenize ``text``.
+    ``prompt_ids`` (assistant turns this session generated) are the plain encoding of the conversation
+    the turn answered, kept so that later prompts need not encode that prefix again to replay it."""
 
     role: str
     text: str
     images: list[ProcessedImage] = field(default_factory=list)
     token_ids: list[int] | None = None
     videos: list = field(default_factory=list)  # ProcessedVideo (engine.models.smolvlm.video)
+    prompt_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def media(self) -> list[ProcessedImage]:
@@ -146,6 +152,7 @@ class ChatSession:
         # Prefix-cache digests of the first len(_digests) full blocks of _cached_keys (engine.cache.prefix).
         self._digests: list[bytes] = []
         self._processed: OrderedDict[tuple[bytes, str], ProcessedImage] = OrderedDict()
+        self._plain_prompt: list[int] | None = None  # the last prompt's plain encoding (Turn.prompt_ids)
         self._cancel = threading.Event()
         #: Called (on the generating thread) with progress through the vision tower and the prefill.
         self.progress: Callable[[ProgressEvent], None] | None = None
@@ -244,7 +251,9 @@ class ChatSession:
         and videos in prompt order."""
         images = [m for t in self.turns for m in t.media]
         messages = self._messages()
-        ids = self._replay_answers(self._encode(messages, self.turns).input_ids, messages)
+        plain = self._encode(messages, self.turns).input_ids
+        self._plain_prompt = list(plain)  # what the answer to this prompt keeps as its prompt_ids
+        ids = self._replay_answers(plain, messages)
         slots = iter(slot_tiles(images))
         keys = []
         for tok in ids:
@@ -274,7 +283,9 @@ class ChatSession:
                 continue
             if not all(isinstance(t, int) and 0 <= t < vocab for t in turn.token_ids):
                 continue  # ids no tokenizer of this model made (damaged, or another model's): use the text
-            asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
+            # The plain encoding of the conversation up to this turn: kept from when it was generated,
+            # or encoded again. A kept one from another system prompt fails the prefix check below.
+            asked = turn.prompt_ids or self._encode(messages[:j + offset], self.turns[:j]).input_ids
             start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
             end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
             if end is None or ids[:start] != asked[:start]:
@@ -580,7 +591,7 @@ class ChatSession:
             else:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
-                                       token_ids=list(answer_ids)))
+                                       token_ids=list(answer_ids), prompt_ids=self._plain_prompt))
         yield DoneEvent(reason, stats, error, token_ids=tuple(answer_ids))
 
     def _logprobs(self, sampler, token: int) -> tuple:
@@ -650,7 +661,11 @@ class ChatSession:
         t = time.perf_counter()
         logits = None
         total = embeds.shape[1]
-        with layer_cancel_points(self.model, self._cancel):  # a cancel waits for one layer, not a chunk
+        # A cancel waits for one layer, not a chunk. On CUDA a follow-up's few tokens are one replayed
+        # graph (no layer runs as a module, so no hook would fire) of about a millisecond.
+        short = total <= SHORT_PREFILL and self.model.device.type == "cuda"
+        points = contextlib.nullcontext() if short else layer_cancel_points(self.model, self._cancel)
+        with points:
             for start in range(0, total, self.prefill_chunk):
                 self._checkpoint(ProgressEvent("prefill", start, total))
                 chunk = embeds[:, start:start + self.prefill_chunk]
