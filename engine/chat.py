@@ -283,14 +283,16 @@ class ChatSession:
                 continue
             if not all(isinstance(t, int) and 0 <= t < vocab for t in turn.token_ids):
                 continue  # ids no tokenizer of this model made (damaged, or another model's): use the text
-            # The plain encoding of the conversation up to this turn: kept from when it was generated,
-            # or encoded again. A kept one from another system prompt fails the prefix check below.
-            asked = turn.prompt_ids or self._encode(messages[:j + offset], self.turns[:j]).input_ids
-            start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
-            end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
-            if end is None or ids[:start] != asked[:start]:
-                continue
-            swaps.append((start, end, asked[start:] + list(turn.token_ids)))
+            # The plain encoding of the conversation up to this turn: kept from when it was generated
+            # (encoded again when it no longer matches, e.g. after a system prompt change).
+            for asked in (turn.prompt_ids, None):
+                if asked is None:
+                    asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
+                start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
+                end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
+                if end is not None and ids[:start] == asked[:start]:
+                    swaps.append((start, end, asked[start:] + list(turn.token_ids)))
+                    break
         for start, end, replacement in reversed(swaps):  # back to front: earlier offsets stay valid
             ids[start:end] = replacement
         return ids

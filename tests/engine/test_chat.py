@@ -189,3 +189,37 @@ def test_engine_counts_auto_as_balanced_on_the_cpu(tiny_checkpoint, shared_dir):
     assert session.count_image_tokens(photo, "auto") == balanced != session.count_image_tokens(photo, "full")
     assert [p.num_tiles for p in session.preprocess([photo], "auto")] == \
         [p.num_tiles for p in session.preprocess([photo], "balanced")]
+
+
+def test_a_kept_prompt_encoding_gives_the_same_prompt_and_a_stale_one_is_not_used(session, images_dir, monkeypatch):
+    """An answer keeps the plain encoding of the conversation it answered (Turn.prompt_ids), so the
+    next prompt encodes the conversation once instead of twice. The prompt is the same as with the
+    encoding redone; after a system prompt change the kept ones no longer match and are redone."""
+    run(session, "Describe.", [images_dir / "coffee.png"], n=6)
+    run(session, "Shorter please.", n=4)
+    answers = [t for t in session.turns if t.role == "assistant"]
+    assert len(answers) == 2 and all(t.prompt_ids for t in answers)
+    session.turns.append(type(answers[0])("user", "And the colours?"))
+    encodes = []
+    real = session._encode
+    monkeypatch.setattr(session, "_encode", lambda *a: encodes.append(1) or real(*a))
+    kept = session._prompt()[0]
+    assert len(encodes) == 1  # the whole conversation, once
+    saved = [t.prompt_ids for t in answers]
+    for t in answers:
+        t.prompt_ids = None
+    encodes.clear()
+    redone = session._prompt()[0]
+    assert len(encodes) == 3 and redone == kept
+    # Generated ids replayed: the first answer's ids sit in the prompt as generated.
+    start = len(saved[0])
+    assert redone[start:start + len(answers[0].token_ids)] == answers[0].token_ids
+    for t, ids in zip(answers, saved):
+        t.prompt_ids = ids
+    session.system_prompt = "Be brief."
+    encodes.clear()
+    with_stale = session._prompt()[0]
+    assert len(encodes) == 3  # both kept encodings were checked, found stale, and redone
+    for t in answers:
+        t.prompt_ids = None
+    assert with_stale == session._prompt()[0]
