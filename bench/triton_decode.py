@@ -66,7 +66,7 @@ def step_profile(m, top: int = 16) -> dict:
     The last one: a graph captured before a paged arena grew still points at the old arena, which
     is freed (the engine never replays it: its key holds the old address). Replaying it here did
     write out of bounds in run 3 of the H200 bench."""
-    graph, _ = list(m._static.graphs.values())[-1]
+    graph, _ = [v for k, v in m._static.graphs.items() if k[0][0] == "decode"][-1]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(20):
         graph.replay()
@@ -181,7 +181,7 @@ def host_breakdown(m, ids, kind: str, n: int = 80) -> dict:
     for _ in range(n):
         tok = int(m.decode(m.embed(torch.tensor([[tok]], device=m.device)), cache).argmax(-1))
     loop_us = (time.perf_counter() - t) / n * 1e6
-    graph, _ = list(m._static.graphs.values())[-1]
+    graph, _ = [v for k, v in m._static.graphs.items() if k[0][0] == "decode"][-1]
     sync(m)
     t = time.perf_counter()
     for _ in range(n):

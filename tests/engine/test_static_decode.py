@@ -67,29 +67,38 @@ def test_paged_static_decode_never_reads_garbage_rows(tiny_checkpoint, monkeypat
 
 
 @pytest.mark.parametrize("kind", ["paged", "contiguous"])
-def test_a_short_prefill_after_cached_tokens_runs_as_decode_steps(tiny_checkpoint, kind):
-    """A follow-up of <= short_prefill_tokens tokens goes through the static decoder, one step per
-    token (graphs on CUDA; the same step eagerly here), and gives the eager prefill's logits and cache."""
-    from engine.models.llama.static_decode import StaticDecoder
+@pytest.mark.parametrize("follow_up", [1, 10, 32, 45])
+def test_a_short_prefill_after_cached_tokens_runs_as_fixed_shape_steps(tiny_checkpoint, kind, follow_up):
+    """A follow-up of <= short_prefill_tokens tokens goes through the static decoder's 32-row prefill
+    step, one step per 32 tokens (graphs on CUDA; the same step eagerly here; shorter chunks padded),
+    and gives the eager prefill's logits and cache, across a paged block boundary and a KV bucket one."""
+    from engine.models.llama.static_decode import PREFILL_ROWS, StaticDecoder
     from engine.registry import load_model
 
     model = load_model(tiny_checkpoint, device="cpu", dtype="float32")
-    ids = torch.randint(0, 1000, (1, 40), generator=torch.Generator().manual_seed(5))
+    past = 240  # + 32 or 45 crosses the 256-slot bucket
+    ids = torch.randint(0, 1000, (1, past + follow_up), generator=torch.Generator().manual_seed(5))
     results = []
     for static in (False, True):
         model.static_decode = static
         model._static = StaticDecoder(model, use_graph=False) if static else None
         steps = []
         if static:
-            step = model._static.step
-            model._static.step = lambda kv, bucket: steps.append(bucket) or step(kv, bucket)
-        cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=128, block_size=4))
-        model.prefill(model.embed(ids[:, :30]), cache, range(0, 30))  # the first prefill: always eager
+            rows_step, decode_step = model._static._rows_step, model._static.step
+            model._static._rows_step = lambda kv, bucket: steps.append(("rows", bucket)) or rows_step(kv, bucket)
+            model._static.step = lambda kv, bucket: steps.append(("decode", bucket)) or decode_step(kv, bucket)
+        cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=past + 64, block_size=4))
+        model.prefill(model.embed(ids[:, :past]), cache, range(0, past))  # the first prefill: always eager
         assert steps == []
-        logits = model.prefill(model.embed(ids[:, 30:]), cache, range(30, 40))  # a 10-token follow-up
-        assert cache.seq_len == 40 and len(steps) == (10 if static else 0)
+        logits = model.prefill(model.embed(ids[:, past:]), cache, range(past, past + follow_up))
+        assert cache.seq_len == past + follow_up
+        if static:
+            chunks = -(-follow_up // PREFILL_ROWS)
+            buckets = [bucket_for(past + min((i + 1) * PREFILL_ROWS, follow_up), cache.capacity) for i in range(chunks)]
+            assert steps == [("rows", b) for b in buckets]
         after = model.decode(model.embed(ids[:, :1]), cache)  # reads every cached position
-        results.append((logits, after))
+        results.append((logits, after, cache.seq_len))
     model.static_decode, model._static = None, None
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)
+    assert results[1][2] == results[0][2]

@@ -18,6 +18,7 @@ _TRITON_PREIMPORTED = "triton" in sys.modules and os.environ.get("TRITON_INTERPR
 os.environ.setdefault("TRITON_INTERPRET", "1")
 triton = pytest.importorskip("triton")
 
+from engine.cache import CacheConfig  # noqa: E402
 from engine.models.llama.static_decode import StaticDecoder, triton_wanted  # noqa: E402
 from engine.models.smolvlm import SmolVlmModel  # noqa: E402
 from engine.sources import LocalDirSource  # noqa: E402
@@ -105,3 +106,63 @@ def test_triton_is_off_on_cpu_and_by_env(monkeypatch):
     assert not triton_wanted(torch.device("cpu"))
     monkeypatch.setenv("SMOLCHAT_TRITON", "0")
     assert not triton_wanted(torch.device("cuda"))
+
+
+@pytest.fixture(scope="module")
+def wide_head_checkpoint(tmp_path_factory):
+    """A 2-layer text-only Llama (SmolLM2's files) with head_dim 32, float32: the short-prefill
+    kernels tile half a head in 16 columns (``tl.dot``'s least), which the tiny model's 16 is not."""
+    import json
+    import shutil
+
+    from tests.engine.conftest import _llama_config_dir
+    from tools.make_checkpoint import write_checkpoint
+
+    src = _llama_config_dir()
+    cfg_dir = tmp_path_factory.mktemp("wide-head-config")
+    for f in src.iterdir():
+        if f.is_file() and f.suffix in (".json", ".jinja"):
+            shutil.copy(f, cfg_dir / f.name)
+    config = json.loads((src / "config.json").read_text())
+    config.update(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+                  num_hidden_layers=2, head_dim=32)
+    (cfg_dir / "config.json").write_text(json.dumps(config))
+    out = tmp_path_factory.mktemp("wide-head")
+    write_checkpoint(cfg_dir, out, dtype="float32", seed=4)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "paged"])
+@pytest.mark.parametrize("past,follow_up,room", [(240, 1, 64), (240, 20, 64), (240, 45, 64), (8, 12, 0)])
+def test_triton_short_prefill_matches_eager(kernels, wide_head_checkpoint, kind, past, follow_up, room):
+    """The Triton short-prefill step (32 query rows; padded rows repeat the last) against the eager
+    prefill: the last position's logits, and the cache it leaves (read back by a decode step). After
+    240 tokens: across the 256 bucket and paged block boundaries, in one chunk (1, 20) and two (45),
+    its attention split in 10 chunks and merged; after 8, a 20-slot cache: one chunk, no merge."""
+    from engine.models.llama.static_decode import PREFILL_ROWS
+    from engine.registry import load_model
+
+    model = load_model(wide_head_checkpoint, device="cpu", dtype="float32")
+    ids = torch.randint(0, 49000, (1, past + follow_up), generator=torch.Generator().manual_seed(6))
+    results = []
+    for static in (False, True):
+        model.static_decode = static
+        model._static = StaticDecoder(model, use_graph=False, use_triton=True) if static else None
+        calls = []
+        if static:
+            assert model._static.triton.rows_supported()
+            rows = model._static.triton.rows
+            model._static.triton.rows = lambda kv, bucket: calls.append(bucket) or rows(kv, bucket)
+        cache = model.create_kv_cache(CacheConfig(kind=kind, max_tokens=past + follow_up + room, block_size=16))
+        model.prefill(model.embed(ids[:, :past]), cache, range(0, past))
+        logits = model.prefill(model.embed(ids[:, past:]), cache, range(past, past + follow_up))
+        assert len(calls) == (-(-follow_up // PREFILL_ROWS) if static else 0)
+        if room:
+            after = model.decode(model.embed(ids[:, :1]), cache)  # reads every cached position
+        else:  # a full cache: compare what it holds
+            after = cache.k[:, :, :, :cache.seq_len] if kind == "contiguous" else cache.kv.clone()
+        results.append((logits, after))
+    model.static_decode, model._static = None, None
+    print(f"{kind} {follow_up}: max |logit diff| {(results[1][0] - results[0][0]).abs().max().item():.2e}")
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)

@@ -91,9 +91,9 @@ class LlamaLM:
             self._static = StaticDecoder(self)
         return self._static
 
-    #: A prefill of at most this many tokens after cached ones (a follow-up question) runs as that
-    #: many steps of the static decoder (CUDA graph replays) when the model decodes through one.
-    short_prefill_tokens: int = 24
+    #: A prefill of at most this many tokens after cached ones (a follow-up question) runs as fixed-shape
+    #: steps of the static decoder (CUDA graph replays) when the model decodes through one.
+    short_prefill_tokens: int = 64
 
     @torch.inference_mode()
     def prefill(self, input: torch.Tensor, cache: KVCache, pos: range) -> torch.Tensor:
@@ -101,17 +101,16 @@ class LlamaLM:
         position ``[1, V]``; every position's keys and values are written to ``cache``.
 
         A short prefill after cached tokens (``S <= short_prefill_tokens``, e.g. a follow-up question)
-        runs as ``S`` decode steps where :meth:`decode` replays CUDA graphs: an eager prefill of 20
-        tokens is ~700 kernel launches, ~20 ms on the H200 host, against ~0.5 ms per replayed step.
+        runs as ``ceil(S / 32)`` fixed-shape steps of 32 query rows
+        (:meth:`StaticDecoder.prefill <engine.models.llama.static_decode.StaticDecoder.prefill>`) where
+        :meth:`decode` replays CUDA graphs: an eager prefill of 20 tokens is ~700 kernel launches, ~16 ms
+        of H200 host time, and 20 replayed decode steps ~11 ms.
         """
         check_prefill_positions(pos, input.shape[1], cache.seq_len)
         n = input.shape[1]
         static = self._static_decoder() if 0 < n <= self.short_prefill_tokens and cache.seq_len else None
         if static is not None and static.supports(cache, input):
-            x = input.to(device=self.device, dtype=self.dtype)
-            for i in range(n):
-                logits = static.decode(x[:, i:i + 1], cache)
-            return logits
+            return static.prefill(input.to(device=self.device, dtype=self.dtype), cache)
         hidden = self.decoder(input, cache)
         return self.lm_head(hidden[:, -1])
 
@@ -196,7 +195,8 @@ class LlamaLM:
         arena grew. This prefills ``prompt_tokens`` dummy tokens and a second long chunk after them
         (growing the paged arena to what a photo question needs, no more: peak memory is a target),
         decodes once in that length's bucket (capturing its graph on the arena the conversation will use),
-        prefills a follow-up chunk just longer than :attr:`short_prefill_tokens`,
+        prefills a short follow-up there (the short-prefill step's graph) and a follow-up chunk just
+        longer than :attr:`short_prefill_tokens`,
         then truncates the cache to 0. Tokens are id 0; nothing is kept but kernels and graphs.
         """
         if cache.seq_len:
@@ -214,8 +214,10 @@ class LlamaLM:
             # that bucket's graph. Smaller buckets are captured when first used (tens of ms each): every
             # captured graph keeps its own buffers, and peak memory is a target.
             self.decode(self.embed(ids[:, :1]), cache)
+            # A follow-up question in that bucket: the short-prefill step's graph.
+            self.prefill(embeds[:, :8], cache, range(cache.seq_len, cache.seq_len + 8))
             cache.truncate(min(cache.seq_len, 64))
-            # A follow-up longer than the decode-step path takes (shorter ones replay decode graphs).
+            # A follow-up longer than the static step takes (shorter ones replay its graphs).
             n = self.short_prefill_tokens + 8
             self.prefill(embeds[:, :n], cache, range(cache.seq_len, cache.seq_len + n))
         finally:

@@ -15,8 +15,14 @@ outside the graph, the gather index only when the block table changes (every ``b
 tokens). Positions past the sequence point at slot 0's row of position 0 (always written, so
 finite) and are masked. A grown arena is a new tensor, so it gets new captures.
 
-The same step runs eagerly on any device (``use_graph=False``), which is how the CPU tests check it
-against the ordinary decode path.
+A short prefill after cached tokens (a follow-up question) runs the same way as one fixed-shape step
+of :data:`PREFILL_ROWS` query rows (:meth:`StaticDecoder.prefill`): row ``t`` sits at position
+``pos + t`` and attends to the bucket's slots ``<= pos + t``, and rows past the prompt repeat its last
+token at its last position, so they write the very keys/values that row writes and their outputs are
+dropped. One replay instead of a decode step per token, or ~700 eager kernel launches.
+
+The same steps run eagerly on any device (``use_graph=False``), which is how the CPU tests check them
+against the ordinary decode and prefill paths.
 
 On CUDA, when Triton imports, the step is instead five fused Triton kernels a layer
 (:mod:`engine.models.llama.triton_decode`), captured the same way. ``SMOLCHAT_TRITON=0`` keeps
@@ -37,6 +43,10 @@ from engine.cache.base import KVCache
 from engine.layers import apply_rotary
 
 MIN_BUCKET = 256
+#: Query rows of the short-prefill step: a prefill of at most this many tokens after cached ones is
+#: one replay (longer ones are several). A follow-up question is ~10-40 tokens, and at batch 32 the
+#: step's GEMMs still read each weight once, so a padded row costs little.
+PREFILL_ROWS = 32
 
 
 def triton_wanted(device: torch.device) -> bool:
@@ -81,8 +91,19 @@ class StaticDecoder:
         self.write_slot = torch.zeros(1, dtype=torch.long, device=dev)
         self.gather = torch.zeros(cfg.max_position_embeddings, dtype=torch.long, device=dev)
         self._gather_key: tuple | None = None
+        # The short-prefill step's rows: inputs, positions, cache rows written, and the last real row.
+        self.rows = PREFILL_ROWS
+        self.x_rows = torch.zeros(1, self.rows, cfg.hidden_size, device=dev, dtype=dt)
+        self.pos_rows = torch.zeros(self.rows, dtype=torch.long, device=dev)
+        self.slot_rows = torch.zeros(self.rows, dtype=torch.long, device=dev)
+        self.last_row = torch.zeros(1, dtype=torch.long, device=dev)
+        self.rows_triton = True  # False once the Triton short-prefill step failed to build or capture
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.use_graph else None
+        # Every capture (and its warm-up run) on one stream: cuBLAS keeps a workspace per stream (32 MiB
+        # on Hopper), and torch.cuda.graph's default, a new stream per capture, gave each captured
+        # graph its own (measured: +37 MiB allocated per short-prefill graph).
+        self.capture_stream = torch.cuda.Stream(device=dev) if self.use_graph else None
         self.triton = None
         if triton_wanted(dev) if use_triton is None else use_triton:
             from engine.models.llama.triton_decode import TritonStep
@@ -102,31 +123,37 @@ class StaticDecoder:
 
     def _sync_paged(self, cache: PagedKVCache) -> None:
         """Copy this step's write slot, and the gather index if the block table changed."""
-        md = cache.metadata
-        self.write_slot.copy_(md.slot_mapping)
+        self.write_slot.copy_(cache.metadata.slot_mapping)
+        self._sync_gather(cache)
+
+    def _sync_gather(self, cache: PagedKVCache) -> None:
+        """Refresh the gather index (arena slot of every logical position) if the block table changed."""
         key = (tuple(cache.block_table), cache.arena_version)
         if key != self._gather_key:
             bs = cache.block_size
-            table = md.block_table
+            table = cache.metadata.block_table
             per_pos = (table[:, None] * bs + torch.arange(bs, device=table.device)).flatten()
             self.gather.fill_(table[0] * bs)  # position 0's row: written, finite, masked
             self.gather[: per_pos.numel()].copy_(per_pos)
             self._gather_key = key
 
-    def _kv(self, kv: tuple[torch.Tensor, ...], layer: int, k: torch.Tensor, v: torch.Tensor, bucket: int
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``k``/``v [1, H_kv, 1, D]`` at ``pos`` of ``layer``; return its keys/values
-        ``[1, H_kv, bucket, D]`` (contiguous: a slice; paged: gathered from the arena)."""
+    def _kv(self, kv: tuple[torch.Tensor, ...], layer: int, k: torch.Tensor, v: torch.Tensor, bucket: int,
+            rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k``/``v [1, H_kv, R, D]`` (R = 1, or :data:`PREFILL_ROWS` with ``rows``) at their
+        positions of ``layer``; return its keys/values ``[1, H_kv, bucket, D]`` (contiguous: a slice;
+        paged: gathered from the arena). ``rows``: the (positions, arena slots) of the R rows; default
+        the decode step's ``pos`` and ``write_slot``."""
+        pos, slot = rows if rows is not None else (self.pos, self.write_slot)
         if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
             kc, vc = kv
-            kc[layer, :1].index_copy_(2, self.pos, k)
-            vc[layer, :1].index_copy_(2, self.pos, v)
+            kc[layer, :1].index_copy_(2, pos, k)
+            vc[layer, :1].index_copy_(2, pos, v)
             return kc[layer, :1, :, :bucket], vc[layer, :1, :, :bucket]
         arena = kv[0]  # [2, L, num_blocks, block_size, H_kv, D]
         out = []
         for cache, new in ((arena[0, layer], k), (arena[1, layer], v)):
             flat = cache.view(-1, self.hkv, self.d)  # [num_blocks * block_size, H_kv, D]
-            flat.index_copy_(0, self.write_slot, new[0].transpose(0, 1))
+            flat.index_copy_(0, slot, new[0].transpose(0, 1))
             out.append(flat.index_select(0, self.gather[:bucket]).transpose(0, 1).unsqueeze(0))
         return out[0], out[1]
 
@@ -151,6 +178,107 @@ class StaticDecoder:
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.model.lm_head(text.norm(x)[:, -1])
 
+    def _rows_step(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+        """``self.x_rows [1, R, hidden]`` at positions ``self.pos_rows`` -> logits ``[1, V]`` of row
+        ``self.last_row``; writes every row's layer keys/values (rows past the prompt repeat its last
+        row, position and slot included, so they write the same values to the same place). The fused
+        Triton kernels where the decode step uses them and they take the model's shape, else PyTorch."""
+        if self.triton is not None and self.rows_triton and self.triton.rows_supported():
+            return self.triton.rows(kv, bucket)
+        return self._rows_step_torch(kv, bucket)
+
+    def _rows_step_torch(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+        text = self.model.decoder
+        h, hkv, d, r = self.h, self.hkv, self.d, self.rows
+        g = h // hkv
+        pos = self.pos_rows
+        cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)  # [R, D]
+        zero = torch.zeros((), device=pos.device, dtype=self.x_rows.dtype)
+        # Row t sees slots <= its position: causal within the chunk, everything cached before it.
+        bias = torch.where(self.slots[:bucket][None, :] <= pos[:, None], zero, float("-inf"))  # [R, bucket]
+        bias = bias.repeat(g, 1).view(1, 1, g * r, bucket)
+        rows = (pos, self.slot_rows if len(kv) == 1 else pos)
+        x = self.x_rows
+        for i, layer in enumerate(text.layers):
+            attn = layer.self_attn
+            qkv = attn.qkv_proj(layer.input_layernorm(x)).view(1, r, h + 2 * hkv, d).transpose(1, 2)
+            qk = apply_rotary(qkv[:, :h + hkv], cos, sin)
+            keys, values = self._kv(kv, i, qk[:, h:], qkv[:, h + hkv:], bucket, rows)
+            # The G query heads of a KV head times R rows are the "query rows" of one SDPA call.
+            q = qk[:, :h].reshape(1, hkv, g * r, d)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)  # [1, H_kv, G*R, D]
+            o = o.view(1, hkv, g, r, d).permute(0, 3, 1, 2, 4).reshape(1, r, h * d)
+            x = x + attn.o_proj(o)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        last = x.index_select(1, self.last_row)  # [1, 1, hidden]
+        return self.model.lm_head(text.norm(last)[:, -1])
+
+    def prefill(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """``input [1, S, H]`` at positions ``[cache.seq_len, +S)``, after cached ones -> logits of the
+        last position ``[1, V]``; every position's keys and values are written to ``cache``. Runs
+        ``ceil(S / PREFILL_ROWS)`` steps of :meth:`_rows_step` (CUDA graph replays on CUDA).
+
+        Raises:
+            ValueError: ``S`` is 0.
+        """
+        n = input.shape[1]
+        if n < 1:
+            raise ValueError("prefill needs at least one position")
+        for c0 in range(0, n, self.rows):
+            logits = self._prefill_chunk(input[:, c0:c0 + self.rows], cache)
+        return logits
+
+    def _prefill_chunk(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        n, r, start = x.shape[1], self.rows, cache.seq_len
+        cache.begin_forward(n)
+        try:
+            bucket = bucket_for(start + n, cache.capacity)
+            self.x_rows[:, :n].copy_(x)
+            self.pos_rows[:n].copy_(self.slots[start:start + n])
+            if n < r:
+                self.x_rows[:, n:].copy_(x[:, -1:].expand(1, r - n, x.shape[2]))
+                self.pos_rows[n:].fill_(start + n - 1)
+            self.last_row.fill_(n - 1)
+            if isinstance(cache, PagedKVCache):
+                slots = cache.metadata.slot_mapping
+                self.slot_rows[:n].copy_(slots)
+                if n < r:
+                    self.slot_rows[n:].copy_(slots[-1:].expand(r - n))
+                self._sync_gather(cache)
+                kv = (cache.kv,)
+            else:
+                kv = (cache.k, cache.v)
+            try:
+                logits = self._run(("rows", bucket), kv, bucket, self._rows_step)
+            except Exception as exc:  # noqa: BLE001
+                if self.triton is None or not self.rows_triton or not self.use_graph:
+                    raise
+                # As for decode: a Triton that cannot build or capture these kernels here. The
+                # PyTorch step rewrites the same positions' keys/values.
+                warnings.warn(f"Triton short-prefill step failed ({exc!r:.200}); using the PyTorch step",
+                              RuntimeWarning, stacklevel=2)
+                self.rows_triton = False
+                self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] != "rows"}
+                logits = self._run(("rows", bucket), kv, bucket, self._rows_step)
+        except BaseException:
+            cache.abort_forward()
+            raise
+        cache.end_forward()
+        return logits
+
+    def _run(self, kind: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step) -> torch.Tensor:
+        """``step(kv, bucket)``: eagerly, or by replaying its graph for these cache tensors (captured
+        on first use)."""
+        if not self.use_graph:
+            return step(kv, bucket)
+        key = (kind, tuple((t.data_ptr(), tuple(t.shape)) for t in kv))
+        entry = self.graphs.get(key)
+        if entry is None:
+            return self._capture(key, kv, bucket, step)
+        graph, out = entry
+        graph.replay()
+        return out.clone()
+
     def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
         start = cache.seq_len
         cache.begin_forward(1)
@@ -163,42 +291,32 @@ class StaticDecoder:
                 kv = (cache.kv,)
             else:
                 kv = (cache.k, cache.v)
-            if not self.use_graph:
-                logits = self.step(kv, bucket)
-            else:
-                key = (tuple((t.data_ptr(), tuple(t.shape)) for t in kv), bucket)
-                entry = self.graphs.get(key)
-                if entry is None:
-                    try:
-                        logits = self._capture(key, kv, bucket)
-                    except Exception as exc:  # noqa: BLE001
-                        if self.triton is None:
-                            raise
-                        # A Triton that cannot build or capture these kernels here: keep decoding
-                        # with the PyTorch step (it rewrites the same position's keys/values).
-                        warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
-                                      RuntimeWarning, stacklevel=2)
-                        self.triton = None
-                        self.step = self._step
-                        self.graphs.clear()
-                        logits = self._capture(key, kv, bucket)
-                else:
-                    graph, out = entry
-                    graph.replay()
-                    logits = out.clone()
+            try:
+                logits = self._run(("decode", bucket), kv, bucket, self.step)
+            except Exception as exc:  # noqa: BLE001
+                if self.triton is None or not self.use_graph:
+                    raise
+                # A Triton that cannot build or capture these kernels here: keep decoding with the
+                # PyTorch step (it rewrites the same position's keys/values).
+                warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
+                              RuntimeWarning, stacklevel=2)
+                self.triton = None
+                self.step = self._step
+                self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] != "decode"}
+                logits = self._run(("decode", bucket), kv, bucket, self.step)
         except BaseException:
             cache.abort_forward()
             raise
         cache.end_forward()
         return logits
 
-    def _capture(self, key: tuple, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+    def _capture(self, key: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step) -> torch.Tensor:
         """Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture ``key``'s graph.
         Capture does not run the kernels: this step's result is the warm-up's."""
-        side = torch.cuda.Stream()
+        side = self.capture_stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            logits = self.step(kv, bucket)
+            logits = step(kv, bucket)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         # A CUDA graph freed while another is being captured invalidates that capture ("operation
@@ -210,8 +328,8 @@ class StaticDecoder:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = self.step(kv, bucket)
+            with torch.cuda.graph(graph, pool=self.pool, stream=side):
+                out = step(kv, bucket)
         finally:
             if enabled:
                 gc.enable()

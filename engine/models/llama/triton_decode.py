@@ -310,12 +310,241 @@ def norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
     tl.store(out_ptr + n, (act * up).to(dt), mask=nm)
 
 
+@triton.jit
+def _rows_x(x_ptr, nw_ptr, k0, NORM: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Columns ``[k0, k0 + BLOCK_K)`` of ``x [ROWS, K]`` as the left ``tl.dot`` operand, times the
+    RMSNorm weight ``nw`` when ``NORM`` (rounded to ``x``'s dtype), and the sum of their squares per
+    row (fp32 ``[ROWS]``, 0 without ``NORM``). RMSNorm's ``rsqrt(mean(x**2) + eps)`` is one scalar
+    per row, applied to the dot's result instead (:func:`_rows_rstd`): one pass over ``x``, not two."""
+    dt = x_ptr.dtype.element_ty
+    rr = tl.arange(0, ROWS)
+    kk = k0 + tl.arange(0, BLOCK_K)
+    km = kk < K
+    x = tl.load(x_ptr + rr[:, None] * K + kk[None, :], mask=km[None, :], other=0.0)
+    if NORM:
+        xf = x.to(tl.float32)
+        nw = tl.load(nw_ptr + kk, mask=km, other=0.0).to(tl.float32)
+        return (xf * nw[None, :]).to(dt), tl.sum(xf * xf, axis=1)
+    return x, tl.zeros([ROWS], dtype=tl.float32)
+
+
+@triton.jit
+def _rows_rstd(ss, eps, K: tl.constexpr):
+    """RMSNorm's per-row scale ``rsqrt(mean(x**2) + eps)`` from the sums of squares (Zhang & Sennrich 2019)."""
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit
+def _rows_w(w_ptr, cols, k0, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Rows ``cols`` of a row-major ``[*, K]`` weight, columns ``[k0, k0 + BLOCK_K)``, transposed
+    (``[BLOCK_K, len(cols)]``): the right ``tl.dot`` operand."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(w_ptr + cols[None, :] * K + kk[:, None], mask=(kk < K)[:, None], other=0.0)
+
+
+@triton.jit
+def rows_qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
+                         q_ptr, k_ptr, v_ptr, stride_kv_pos, stride_kv_head, eps,
+                         HIDDEN: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                         ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+                         PREC: tl.constexpr, PDL: tl.constexpr):
+    """:func:`qkv_rope_kernel` for ``ROWS`` query positions at once (the short-prefill step): RMSNorm,
+    the fused q/k/v projection as a ``[ROWS, HIDDEN] x [HIDDEN, BLOCK_R]`` ``tl.dot`` per output
+    tile (tensor cores; the weights are read once for all rows), RoPE at each row's position, and
+    each row's key/value written to its cache slot.
+
+    Grid ``(H + 2*H_kv, (D/2) / BLOCK_R)`` as for :func:`qkv_rope_kernel`. ``x [ROWS, HIDDEN]``,
+    ``pos``/``slot`` int64 ``[ROWS]``, ``q [ROWS, H*D]``; rows that repeat another row's position
+    and slot write the same values there.
+    """
+    head = tl.program_id(0)
+    part = tl.program_id(1)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    HALF: tl.constexpr = D // 2
+    dt = x_ptr.dtype.element_ty
+    r = part * BLOCK_R + tl.arange(0, BLOCK_R)
+    rr = tl.arange(0, ROWS)
+    lo = tl.zeros([ROWS, BLOCK_R], dtype=tl.float32)
+    hi = tl.zeros([ROWS, BLOCK_R], dtype=tl.float32)
+    ss = tl.zeros([ROWS], dtype=tl.float32)
+    for k0 in range(0, HIDDEN, BLOCK_K):
+        x, sq = _rows_x(x_ptr, nw_ptr, k0, True, HIDDEN, ROWS, BLOCK_K)
+        ss += sq
+        lo += tl.dot(x, _rows_w(w_ptr, head * D + r, k0, HIDDEN, BLOCK_K), input_precision=PREC)
+        hi += tl.dot(x, _rows_w(w_ptr, head * D + HALF + r, k0, HIDDEN, BLOCK_K), input_precision=PREC)
+    rstd = _rows_rstd(ss, eps, HIDDEN)[:, None]
+    lo = (lo * rstd).to(dt).to(tl.float32)
+    hi = (hi * rstd).to(dt).to(tl.float32)
+    if head < H + HKV:  # queries and keys are rotated: x*cos + rotate_half(x)*sin
+        p = tl.load(pos_ptr + rr)[:, None] * D
+        c_lo = tl.load(cos_ptr + p + r[None, :]).to(tl.float32)
+        c_hi = tl.load(cos_ptr + p + HALF + r[None, :]).to(tl.float32)
+        s_lo = tl.load(sin_ptr + p + r[None, :]).to(tl.float32)
+        s_hi = tl.load(sin_ptr + p + HALF + r[None, :]).to(tl.float32)
+        lo, hi = lo * c_lo + hi * s_lo, hi * c_hi + lo * s_hi
+    if head < H:
+        base = q_ptr + rr[:, None] * (H * D) + head * D + r[None, :]
+        tl.store(base, lo.to(dt))
+        tl.store(base + HALF, hi.to(dt))
+    else:
+        slot = tl.load(slot_ptr + rr)[:, None] * stride_kv_pos
+        if head < H + HKV:
+            base = k_ptr + slot + (head - H) * stride_kv_head + r[None, :]
+        else:
+            base = v_ptr + slot + (head - H - HKV) * stride_kv_head + r[None, :]
+        tl.store(base, lo.to(dt))
+        tl.store(base + HALF, hi.to(dt))
+
+
+@triton.jit
+def rows_attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, o_ptr,
+                     stride_kv_pos, stride_kv_head, chunk, num_splits, scale,
+                     H: tl.constexpr, D: tl.constexpr, G: tl.constexpr, ROWS: tl.constexpr,
+                     BLOCK_Q: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr):
+    """Attention of ``ROWS`` query positions (the short-prefill step) over one chunk of the cache.
+
+    Query row ``i = r*G + g`` is head ``kvh*G + g`` of position ``pos[r]`` and sees cache positions
+    ``<= pos[r]``: causal within the rows, every cached one before them. Grid ``(H_kv, num_splits,
+    ceil(ROWS*G / BLOCK_Q))``: program ``(kvh, s, b)`` reads chunk ``s`` of KV head ``kvh`` once for
+    its ``BLOCK_Q`` query rows (the scores are one ``[BLOCK_Q, BLOCK_T]`` ``tl.dot`` a tile) and
+    stores that chunk's partial softmax (FlashDecoding, as :func:`attn_kernel`) for
+    :func:`rows_attn_merge_kernel`; with one split it writes the output itself.
+
+    ``q``/``o [ROWS, H*D]``; scratch ``m``/``l [num_splits, ROWS*H]``, ``acc [num_splits, ROWS*H, D]``
+    (fp32); ``pos`` int64 ``[ROWS]``, non-decreasing. A row with no position in a tile or a chunk
+    keeps ``m = -inf, l = 0, acc = 0``: the online softmax guards its ``exp`` against ``-inf - -inf``.
+    """
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    dt = o_ptr.dtype.element_ty
+    i = tl.program_id(2) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    im = i < ROWS * G
+    r = tl.minimum(i // G, ROWS - 1)
+    rh = r * H + kvh * G + i % G  # [BLOCK_Q] (position row, head) index
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + rh[:, None] * D + d[None, :], mask=im[:, None], other=0.0)
+    p = tl.load(pos_ptr + r).to(tl.int32)
+    last = tl.load(pos_ptr + ROWS - 1).to(tl.int32)
+    m = tl.full([BLOCK_Q], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([BLOCK_Q], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_Q, D], dtype=tl.float32)
+    start = split * chunk
+    end = tl.minimum(start + chunk, last + 1)
+    kbase = k_ptr + kvh * stride_kv_head
+    vbase = v_ptr + kvh * stride_kv_head
+    for t0 in range(start, end, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        tm = t < end
+        rows = tl.load(idx_ptr + t, mask=tm, other=0)
+        off = rows[:, None] * stride_kv_pos + d[None, :]
+        k = tl.load(kbase + off, mask=tm[:, None], other=0.0)
+        v = tl.load(vbase + off, mask=tm[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BLOCK_Q, BLOCK_T] fp32
+        s = tl.where(tm[None, :] & (t[None, :] <= p[:, None]), s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_ok = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing here yet
+        alpha = tl.exp(m - m_ok)
+        pr = tl.exp(s - m_ok[:, None])
+        l = l * alpha + tl.sum(pr, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(pr.to(v.dtype), v, input_precision=PREC)
+        m = m_new
+    if num_splits == 1:  # one chunk holds every position: position 0 is in it, so l > 0
+        tl.store(o_ptr + rh[:, None] * D + d[None, :], (acc / l[:, None]).to(dt), mask=im[:, None])
+    else:
+        at = split * (ROWS * H) + rh
+        tl.store(m_ptr + at, m, mask=im)
+        tl.store(l_ptr + at, l, mask=im)
+        tl.store(acc_ptr + at[:, None] * D + d[None, :], acc, mask=im[:, None])
+
+
+@triton.jit
+def rows_attn_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, num_splits,
+                           RH: tl.constexpr, D: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr):
+    """Combine :func:`rows_attn_kernel`'s chunks: ``o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s``
+    with ``M = max_s m_s``. Grid ``(RH,)`` = ``ROWS * H``, one (position, head) each; ``SP`` a power
+    of two >= ``num_splits``. Chunk 0 holds position 0, so ``M`` is finite."""
+    rh = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    dt = o_ptr.dtype.element_ty
+    sp = tl.arange(0, SP)
+    sm = sp < num_splits
+    d = tl.arange(0, D)
+    ms = tl.load(m_ptr + sp * RH + rh, mask=sm, other=float("-inf"))
+    w = tl.exp(ms - tl.max(ms, axis=0))
+    lsum = tl.sum(tl.load(l_ptr + sp * RH + rh, mask=sm, other=0.0) * w, axis=0)
+    part = tl.load(acc_ptr + (sp * RH + rh)[:, None] * D + d[None, :], mask=sm[:, None], other=0.0)
+    tl.store(o_ptr + rh * D + d, (tl.sum(part * w[:, None], axis=0) / lsum).to(dt))
+
+
+@triton.jit
+def rows_gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr, N: tl.constexpr, K: tl.constexpr,
+                              ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              PREC: tl.constexpr, PDL: tl.constexpr):
+    """:func:`gemv_residual_kernel` for ``ROWS`` rows: ``out[r, n] = res[r, n] + (v[r] @ W.T)[n]``.
+
+    Grid ``(N / BLOCK_N,)``. ``v [ROWS, K]``, ``W [N, K]``, ``res``/``out [ROWS, N]`` (may alias)."""
+    pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    dt = out_ptr.dtype.element_ty
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rr = tl.arange(0, ROWS)
+    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        v, _ = _rows_x(v_ptr, v_ptr, k0, False, K, ROWS, BLOCK_K)
+        acc += tl.dot(v, _rows_w(w_ptr, n, k0, K, BLOCK_K), input_precision=PREC)
+    y = acc.to(dt).to(tl.float32)
+    at = rr[:, None] * N + n[None, :]
+    r = tl.load(res_ptr + at).to(tl.float32)
+    tl.store(out_ptr + at, (r + y).to(dt))
+
+
+@triton.jit
+def rows_norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
+                             HIDDEN: tl.constexpr, INTER: tl.constexpr, ROWS: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             PREC: tl.constexpr, PDL: tl.constexpr):
+    """:func:`norm_gate_up_kernel` for ``ROWS`` rows. Grid ``(INTER / BLOCK_N,)``; ``x [ROWS, HIDDEN]``,
+    ``out [ROWS, INTER]``."""
+    pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    dt = x_ptr.dtype.element_ty
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rr = tl.arange(0, ROWS)
+    gate = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    up = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    ss = tl.zeros([ROWS], dtype=tl.float32)
+    for k0 in range(0, HIDDEN, BLOCK_K):
+        x, sq = _rows_x(x_ptr, nw_ptr, k0, True, HIDDEN, ROWS, BLOCK_K)
+        ss += sq
+        gate += tl.dot(x, _rows_w(w_ptr, n, k0, HIDDEN, BLOCK_K), input_precision=PREC)
+        up += tl.dot(x, _rows_w(w_ptr, INTER + n, k0, HIDDEN, BLOCK_K), input_precision=PREC)
+    rstd = _rows_rstd(ss, eps, HIDDEN)[:, None]
+    gate = (gate * rstd).to(dt).to(tl.float32)
+    up = (up * rstd).to(dt).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
+    tl.store(out_ptr + rr[:, None] * INTER + n[None, :], (act * up).to(dt))
+
+
 def split_k(k: int) -> tuple[int, int]:
     """``k`` as ``(KM, KT)``: the largest power of two <= k, and the rest padded to a power of two
     (0 if none); e.g. 576 -> (512, 64), 1536 -> (1024, 512), 64 -> (64, 0)."""
     km = 1 << (k.bit_length() - 1)
     return km, (triton.next_power_of_2(k - km) if k > km else 0)
 
+
+#: Most chunks the short-prefill step's attention splits the cache into (its merge reads them all).
+ROWS_MAX_SPLITS = 64
 
 #: Launch parameters; ``TritonStep(config=...)`` overrides them (the GPU bench sweeps a few).
 #: ``pdl``: programmatic dependent launch, used only where Triton has it and the device is CUDA.
@@ -326,6 +555,8 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
     "gu_block_n": 4, "gu_warps": 4,
     "down_block_n": 4, "down_warps": 4,
     "pdl": True,
+    # The short-prefill step (rows_* kernels): output columns per program and the K tile.
+    "rows_block_n": 32, "rows_block_k": 256, "rows_warps": 4, "rows_block_q": 64, "rows_attn_warps": 4,
 }
 
 
@@ -374,6 +605,87 @@ class TritonStep:
         self.cnt = torch.zeros(self.hkv, device=dev, dtype=torch.int32)
         self.mlp = torch.zeros(self.inter, device=dev, dtype=dt)
         self.res = torch.zeros(self.hidden, device=dev, dtype=dt)
+        self._rows: dict | None = None  # the short-prefill step's buffers, made at its first use
+
+    def rows_supported(self) -> bool:
+        """Whether the short-prefill kernels take this shape (``tl.dot`` tiles of 16: output columns
+        in whole ``rows_block_n`` tiles, half a head in whole 16-column tiles)."""
+        bn = self.cfg["rows_block_n"]
+        return self.d >= 32 and (self.d // 2) % 16 == 0 and self.hidden % bn == 0 and self.inter % bn == 0
+
+    def rows(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
+        """The short-prefill step: ``decoder.x_rows [1, R, hidden]`` at ``decoder.pos_rows`` -> logits
+        ``[1, V]`` of row ``decoder.last_row``; writes every row's keys/values (see
+        :meth:`StaticDecoder.prefill <engine.models.llama.static_decode.StaticDecoder.prefill>`).
+        Five kernels a layer, like the decode step, with ``tl.dot`` over the R rows in the GEMVs' place.
+
+        Raises:
+            ValueError: a shape the kernels do not take (:meth:`rows_supported`).
+        """
+        if not self.rows_supported():
+            raise ValueError("the short-prefill kernels need head_dim >= 32 and hidden/intermediate sizes "
+                             "in whole 16-column tiles")
+        dec, c = self.dec, self.cfg
+        h, hkv, d, hidden, inter = self.h, self.hkv, self.d, self.hidden, self.inter
+        r = dec.rows
+        dev, dt = dec.x_rows.device, dec.x_rows.dtype
+        if self._rows is None:
+            self._rows = {"q": torch.zeros(r, h * d, device=dev, dtype=dt),
+                          "o": torch.zeros(r, h * d, device=dev, dtype=dt),
+                          "m": torch.zeros(ROWS_MAX_SPLITS, r * h, device=dev, dtype=torch.float32),
+                          "l": torch.zeros(ROWS_MAX_SPLITS, r * h, device=dev, dtype=torch.float32),
+                          "acc": torch.zeros(ROWS_MAX_SPLITS, r * h, d, device=dev, dtype=torch.float32),
+                          "mlp": torch.zeros(r, inter, device=dev, dtype=dt),
+                          "res": torch.zeros(r, hidden, device=dev, dtype=dt)}
+        b = self._rows
+        if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
+            kc, vc = kv
+            caches = [(kc[i, 0], vc[i, 0]) for i in range(len(self.layers))]
+            stride_pos, stride_head = kc.stride(3), kc.stride(2)
+            slot, idx = dec.pos_rows, dec.slots
+        else:  # paged [2, L, num_blocks, block_size, H_kv, D]
+            arena = kv[0]
+            caches = [(arena[0, i], arena[1, i]) for i in range(len(self.layers))]
+            stride_pos, stride_head = arena.stride(3), arena.stride(4)
+            slot, idx = dec.slot_rows, dec.gather
+        # Chunks of one tile, at most ROWS_MAX_SPLITS: each program already does R*G query rows.
+        bt = c["attn_block_t"]
+        chunk = max(bt, math.ceil(bucket / ROWS_MAX_SPLITS / bt) * bt)
+        num_splits = math.ceil(bucket / chunk)
+        g = h // hkv
+        qb = max(16, min(c["rows_block_q"], triton.next_power_of_2(r * g)))
+        bn, bk, warps = c["rows_block_n"], c["rows_block_k"], c["rows_warps"]
+        # Without programmatic dependent launch: these kernels fill the GPU, and dependents launched
+        # early only sit on its SMs waiting (measured: a 20-token step 2.2 ms without, 3.1 ms with).
+        launch, pdl, prec = {}, False, self.prec
+        x_in, res = dec.x_rows.view(r, hidden), b["res"]
+        for i, (nw1, w_qkv, w_o, nw2, w_gu, w_down) in enumerate(self.layers):
+            kcache, vcache = caches[i]
+            x = x_in if i == 0 else res
+            rows_qkv_rope_kernel[(h + 2 * hkv, d // 2 // 16)](
+                x, nw1, w_qkv, dec.cos, dec.sin, dec.pos_rows, slot, b["q"], kcache, vcache,
+                stride_pos, stride_head, self.eps, HIDDEN=hidden, H=h, HKV=hkv, D=d, ROWS=r, BLOCK_R=16,
+                BLOCK_K=bk, PREC=prec, PDL=pdl, num_warps=warps, **launch)
+            rows_attn_kernel[(hkv, num_splits, triton.cdiv(r * g, qb))](
+                b["q"], kcache, vcache, idx, dec.pos_rows, b["m"], b["l"], b["acc"], b["o"],
+                stride_pos, stride_head, chunk, num_splits, d ** -0.5, H=h, D=d, G=g, ROWS=r, BLOCK_Q=qb,
+                BLOCK_T=c["attn_block_t"], PREC=prec, PDL=pdl, num_warps=c["rows_attn_warps"], **launch)
+            if num_splits > 1:
+                rows_attn_merge_kernel[(r * h,)](
+                    b["m"], b["l"], b["acc"], b["o"], num_splits, RH=r * h, D=d,
+                    SP=triton.next_power_of_2(num_splits), PDL=pdl, num_warps=1, **launch)
+            rows_gemv_residual_kernel[(hidden // bn,)](
+                b["o"], w_o, x, res, N=hidden, K=h * d, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec, PDL=pdl,
+                num_warps=warps, **launch)
+            rows_norm_gate_up_kernel[(inter // bn,)](
+                res, nw2, w_gu, b["mlp"], self.eps, HIDDEN=hidden, INTER=inter, ROWS=r, BLOCK_N=bn, BLOCK_K=bk,
+                PREC=prec, PDL=pdl, num_warps=warps, **launch)
+            rows_gemv_residual_kernel[(hidden // bn,)](
+                b["mlp"], w_down, res, res, N=hidden, K=inter, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec,
+                PDL=pdl, num_warps=warps, **launch)
+        text = dec.model.decoder
+        last = res.index_select(0, dec.last_row).view(1, 1, hidden)
+        return dec.model.lm_head(text.norm(last)[:, -1])
 
     def splits(self, bucket: int) -> tuple[int, int]:
         """``(num_splits, chunk)`` for a KV bucket: chunks of at least ``attn_min_chunk`` positions,
