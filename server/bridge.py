@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from server.errors import APIError
 
 log = logging.getLogger(__name__)
 DISCONNECT_POLL_S = 0.25  # how often a waiting request checks whether its client is still there
-FIRST_EVENT_YIELD_S = 0.0002  # the engine thread's pause after an answer's first event (see Answer.sink)
+FIRST_EVENT_HOLD_S = 0.005  # the longest the engine thread waits for a stream's first chunk (see Answer.sink)
 
 
 class ClientDisconnected(Exception):
@@ -45,7 +46,9 @@ class Answer:
         self.handle: Any = None
         self.finished = False
         self.released = False
-        self._yielded = False
+        self._held = False
+        # Set by the request once its first chunk is on the wire (or it needs no hurry, or it ended).
+        self._first_sent = threading.Event()
         self.started = time.perf_counter()
 
     def sink(self, event: Any) -> None:
@@ -57,13 +60,16 @@ class Answer:
                     self.loop.call_soon_threadsafe(self._wake)
                 except RuntimeError:  # the event loop has closed (server shutdown)
                     return
-                if not self._yielded:
-                    # The request waits for this first event to send its headers, but the engine
-                    # thread goes on decoding with the GIL, which the woken event loop then waited
-                    # for up to Python's 5 ms switch interval (4-6 ms of a follow-up's time to the
-                    # first token, traced). One short sleep lets the loop take it now.
-                    self._yielded = True
-                    time.sleep(FIRST_EVENT_YIELD_S)
+                if not self._held:
+                    # The request waits for this first event to send its headers and first chunk,
+                    # but the engine thread goes on decoding with the GIL. Whenever the event loop
+                    # lets the GIL go on its way (a socket write, os.urandom for the response id)
+                    # it then waits up to Python's 5 ms switch interval to get it back: a
+                    # follow-up's time to the first token through HTTP was 8-20 ms for ~4 ms of
+                    # engine work (traced). So the engine thread waits, without the GIL, until the
+                    # first chunk is sent (about 0.3 ms), delaying the second token by as much.
+                    self._held = True
+                    self._first_sent.wait(FIRST_EVENT_HOLD_S)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -97,6 +103,11 @@ class Answer:
             self.release()
         return event
 
+    def first_sent(self) -> None:
+        """The request has sent its first chunk (or will send nothing soon): the engine thread,
+        held after the first event (:meth:`sink`), goes on. Idempotent and cheap."""
+        self._first_sent.set()
+
     def cancel(self) -> None:
         """Stop this answer (a no-op once it has finished); its place in the queue is given back."""
         if not self.finished and self.handle is not None:
@@ -104,6 +115,7 @@ class Answer:
         self.release()
 
     def release(self) -> None:
+        self._first_sent.set()
         if not self.released:
             self.released = True
             self.bridge.in_flight -= 1

@@ -117,6 +117,7 @@ async def chat_completions(body: ChatRequest, request: Request):
                     lp = _chat_logprobs(event) if logprobs is not None else None
                     if lp:
                         yield chunk({"content": text}, logprobs=lp)
+                        answer.first_sent()
                         continue
                     held.append(text)
                     # Tokens that arrived meanwhile go out in one chunk (one JSON encode and one write
@@ -126,6 +127,7 @@ async def chat_completions(body: ChatRequest, request: Request):
                     if "".join(held):
                         yield chunk({"content": "".join(held)})
                     held.clear()
+                    answer.first_sent()  # written (or nothing to write yet): the engine thread goes on
                 if "".join(held):
                     yield chunk({"content": "".join(held)})
                 if outcome.error is not None:
@@ -142,6 +144,7 @@ async def chat_completions(body: ChatRequest, request: Request):
         return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     texts, content_lp = [], []
+    answer.first_sent()  # nothing goes out before the end: no reason to hold the engine thread
     try:
         async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
             texts.append(text)
@@ -191,6 +194,7 @@ async def completions(body: CompletionRequest, request: Request):
                     lp = _text_logprobs([event]) if body.logprobs is not None and event is not None else None
                     if text or lp:
                         yield chunk(text, logprobs=lp)
+                    answer.first_sent()
                 if outcome.error is not None:
                     yield sse(outcome.error.body())
                     return
@@ -204,6 +208,7 @@ async def completions(body: CompletionRequest, request: Request):
         return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     texts, events = [], []
+    answer.first_sent()
     try:
         async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
             texts.append(text)

@@ -101,20 +101,44 @@ def test_interleaved_conversations_each_find_their_photo_in_the_prefix_cache(url
         assert cached > 64 and cached >= first.usage.prompt_tokens - 16, (cached, first.usage, server.output()[-3000:])
 
 
-def test_the_engine_thread_yields_once_to_the_waiting_event_loop(monkeypatch):
-    """After an answer's first event the engine thread pauses once (the woken event loop would
-    otherwise wait up to the 5 ms GIL switch interval to send the headers); later tokens do not."""
+def test_the_engine_thread_waits_for_the_first_chunk_once_and_never_past_its_bound():
+    """After an answer's first event the engine thread waits (without the GIL) until the request
+    says its first chunk is sent, at most FIRST_EVENT_HOLD_S; later tokens, and answers whose
+    request is not waiting, do not wait."""
+    import threading
+    import time
+
     from engine.api import TokenEvent
     from server import bridge
 
-    slept = []
-    monkeypatch.setattr(bridge.time, "sleep", lambda s: slept.append(s))
     loop = asyncio.new_event_loop()
     try:
         answer = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
         answer._waiter = loop.create_future()  # a request awaiting its first event
-        for i in range(3):
+        threading.Timer(0.001, answer.first_sent).start()  # the request sends its first chunk
+        t = time.perf_counter()
+        answer.sink(TokenEvent("x", 0))
+        waited = time.perf_counter() - t
+        assert 0.0005 < waited < bridge.FIRST_EVENT_HOLD_S * 4, waited
+        t = time.perf_counter()
+        for i in range(1, 3):
             answer.sink(TokenEvent("x", i))
-        assert slept == [bridge.FIRST_EVENT_YIELD_S] and answer.ready == 3
+        assert time.perf_counter() - t < 0.0005 and answer.ready == 3
+
+        # Nobody says the chunk went out (a stuck loop): the bound holds.
+        held = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
+        held._waiter = loop.create_future()
+        t = time.perf_counter()
+        held.sink(TokenEvent("x", 0))
+        assert bridge.FIRST_EVENT_HOLD_S * 0.9 < time.perf_counter() - t < bridge.FIRST_EVENT_HOLD_S * 10
+
+        # A request that has ended (released) never holds the engine thread.
+        gone = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
+        gone.bridge.in_flight = 1
+        gone.release()
+        gone._waiter = loop.create_future()
+        t = time.perf_counter()
+        gone.sink(TokenEvent("x", 0))
+        assert time.perf_counter() - t < bridge.FIRST_EVENT_HOLD_S * 0.5
     finally:
         loop.close()
