@@ -173,12 +173,19 @@ class DecodeThreads:
     A batch-1 decode step is ~200 small matmuls, each a fork/join of the thread pool. On an idle
     machine two threads stream weights ~1.7x faster than one; when another process holds a core,
     every join waits for a descheduled thread and the same step runs >10x slower than on one thread
-    (measured on this project's 2-core CI box: 0.4 vs 4.6 tok/s). So every ``period`` steps the
-    tuner times ``probe`` steps at each candidate count and keeps the fastest (its best step, which
-    ignores one-off stalls). ``SMOLCHAT_DECODE_THREADS=N`` pins the count instead.
+    (measured on this project's 2-core CI box: 0.4 vs 4.6 tok/s). So the tuner times ``probe`` steps
+    at each candidate count and keeps the fastest (its best step, which ignores one-off stalls).
+    ``SMOLCHAT_DECODE_THREADS=N`` pins the count instead.
+
+    A probe's steps on fewer threads are slower on an idle machine: probing every 32 steps cost ~9%
+    of float32 decode on the 2-core Xeon (3 of every 32 steps on one thread, ~2x as long). So the
+    period doubles after each probe that keeps the choice, up to ``max_period`` steps, and falls back
+    to ``period`` when the choice changes; and two steps in a row of the chosen count slower than
+    ``slowdown`` times its probed best (another process took a core) start a probe at once.
     """
 
-    def __init__(self, max_threads: int | None = None, probe: int = 3, period: int = 32):
+    def __init__(self, max_threads: int | None = None, probe: int = 3, period: int = 32, max_period: int = 256,
+                 slowdown: float = 2.0):
         pinned = os.environ.get("SMOLCHAT_DECODE_THREADS", "auto").strip()
         self.max = max_threads or torch.get_num_threads()
         valid = pinned.isdigit() and int(pinned) >= 1  # 0 would make every decode step fail
@@ -187,24 +194,37 @@ class DecodeThreads:
                 "$SMOLCHAT_DECODE_THREADS: ignored %r (use auto or a number of threads >= 1); tuning instead",
                 pinned[:40])
         self.choices = [int(pinned)] if valid else sorted({1, self.max})
-        self.probe, self.period = probe, max(period, probe * len(self.choices) + 1)
+        self.probe = probe
+        self.min_period = max(period, probe * len(self.choices) + 1)
+        self.period, self.max_period = self.min_period, max(max_period, self.min_period)
+        self.slowdown = slowdown
         self.best = self.choices[-1]
+        self.baseline: float | None = None  # the best count's fastest probed step (s)
         self.samples: dict[int, list[float]] = {c: [] for c in self.choices}
+        self.phase = 0  # steps since the last probe began
+        self.slow = 0  # consecutive steps over slowdown x baseline
         self.step = 0
 
+    def _probing(self) -> bool:
+        return len(self.choices) > 1 and self.phase < self.probe * len(self.choices)
+
     def pick(self) -> int:
-        phase = self.step % self.period
-        if len(self.choices) > 1 and phase < self.probe * len(self.choices):
-            return self.choices[phase // self.probe]
-        return self.best
+        return self.choices[self.phase // self.probe] if self._probing() else self.best
 
     def record(self, threads: int, seconds: float) -> None:
-        phase = self.step % self.period
-        n = self.probe * len(self.choices)
-        if len(self.choices) > 1 and phase < n:
-            if phase % self.probe == 0:
+        if self._probing():
+            if self.phase % self.probe == 0:
                 self.samples[threads] = []
             self.samples[threads].append(seconds)
-            if phase == n - 1:
-                self.best = min(self.choices, key=lambda c: min(self.samples[c]))
+            if self.phase == self.probe * len(self.choices) - 1:
+                best = min(self.choices, key=lambda c: min(self.samples[c]))
+                self.period = min(self.period * 2, self.max_period) if best == self.best else self.min_period
+                self.best, self.baseline, self.slow = best, min(self.samples[best]), 0
+        elif self.baseline is not None and threads == self.best:
+            self.slow = self.slow + 1 if seconds > self.slowdown * self.baseline else 0
+            if self.slow >= 2:  # probe from the next step on
+                self.phase, self.period, self.slow = -1, self.min_period, 0
+        self.phase += 1
+        if self.phase >= self.period:
+            self.phase = 0
         self.step += 1
