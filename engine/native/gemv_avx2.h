@@ -66,6 +66,7 @@ AVX2I static void i8_rows_avx2(const int8_t *W, const uint16_t *scale, int K, co
         __m256 a0 = _mm256_setzero_ps(), a1 = a0;
         int b = 0;
         for (; b + 2 <= nb; b += 2) {
+            smol_prefetch(w + b * 32);
             a0 = _mm256_fmadd_ps(i8_dot32(_mm256_loadu_si256((const __m256i *)(w + b * 32)),
                                           _mm256_loadu_si256((const __m256i *)(qx->q + b * 32))),
                                  _mm256_broadcast_ss(qx->dv + b), a0);
@@ -113,6 +114,7 @@ AVX2I static void q4_rows_avx2(const uint8_t *W, const uint16_t *scale, const ui
         sd[nb] = 0.f; /* the missing partner of an odd last block */
         __m256 acc = _mm256_setzero_ps();
         for (int g = 0; g <= np; g++) {
+            if (!(g & 1)) smol_prefetch(w + g * 32);  /* one per 64-byte line */
             __m256i p;
             if (g < np) p = _mm256_loadu_si256((const __m256i *)(w + g * 32));
             else if (nb % 2) p = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(w + g * 32)), 0);

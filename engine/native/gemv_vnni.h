@@ -84,6 +84,10 @@ VNNI static void i8_rows_vnni(const int8_t *W, const uint16_t *scale, int K, con
             const int8_t *w0 = W + (size_t)r * K;
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int c = 0; c < nc; c++) {
+                smol_prefetch(w0 + c * 64);
+                smol_prefetch(w0 + K + c * 64);
+                smol_prefetch(w0 + 2 * K + c * 64);
+                smol_prefetch(w0 + 3 * K + c * 64);
                 __m512i xq = _mm512_loadu_si512(qx->q + c * 64);
                 __m512 dv = _mm512_loadu_ps(qx->dv + c * 16);
                 I8_CHUNK(w0 + c * 64, a0);
@@ -101,6 +105,8 @@ VNNI static void i8_rows_vnni(const int8_t *W, const uint16_t *scale, int K, con
         const int8_t *w0 = W + (size_t)r * K, *w1 = two ? w0 + K : w0;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0;
         for (int c = 0; c < nc; c++) {
+            smol_prefetch(w0 + c * 64);
+            smol_prefetch(w1 + c * 64);
             __m512i xq = _mm512_loadu_si512(qx->q + c * 64);
             __m512 dv = _mm512_loadu_ps(qx->dv + c * 16);
             __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
@@ -147,8 +153,10 @@ VNNI static void q4_rows_vnni(const uint8_t *W, const uint16_t *scale, const uin
         const uint8_t *w = W + (size_t)r * (K / 2);
         const uint16_t *sc = scale + (size_t)r * nb, *mn = mins + (size_t)r * nb;
         __m512 acc = _mm512_setzero_ps();
-        for (int g = 0; g < ng; g++)
+        for (int g = 0; g < ng; g++) {
+            smol_prefetch(w + g * 64);
             acc = q4_group(acc, w + g * 64, sc + g * 4, qx->q + g * 128, qx->dv + g * 16, ~(__mmask64)0, 0xf);
+        }
         if (rem)
             acc = q4_group(acc, w + ng * 64, sc + ng * 4, qx->q + ng * 128, qx->dv + ng * 16, mt,
                            (__mmask8)((1u << rem) - 1));
