@@ -51,7 +51,24 @@ class Q4Linear(nn.Module):
         self.register_buffer("bias", linear.bias.detach().float() if linear.bias is not None else None)
 
     def dequantized(self) -> torch.Tensor:
-        """The float32 ``[out, in]`` weights this layer multiplies by (tests, quality checks, eager)."""
+        """The float32 ``[out, in]`` weights this layer multiplies by (tests, quality checks, eager).
+
+        On the CPU with the native library loaded, one C pass (``smol_dequant_q4``, the same
+        float32 arithmetic); else these tensor ops."""
+        if self.qweight.device.type == "cpu":
+            from engine.native import build
+
+            lib = build.library()
+            if lib is not None:
+                out = torch.empty(self.out_features, self.in_features, dtype=torch.float32)
+                lib.smol_dequant_q4(self.qweight.data_ptr(), self.scales.data_ptr(), self.mins.data_ptr(),
+                                    self.out_features, self.in_features, out.data_ptr(),
+                                    max(1, torch.get_num_threads()))
+                return out
+        return self.dequantized_eager()
+
+    def dequantized_eager(self) -> torch.Tensor:
+        """:meth:`dequantized` in tensor ops (any device; the reference for the native pass)."""
         n, k = self.out_features, self.in_features
         packed = self.qweight.view(n, k // BLOCK, 16)
         q = torch.cat([packed & 15, packed >> 4], dim=-1).float()  # [n, blocks, 32] in input order

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("cpu_step.c", "gemv.h", "gemv_vnni.h", "gemv_avx2.h", "gemm_avx2.h")
-ABI = 2
+ABI = 3
 FLAGS = ["-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno"]
 LIBNAME = "libsmolcpu" + {"win32": ".dll", "darwin": ".dylib"}.get(sys.platform, ".so")
 ENV_SWITCH = "SMOLCHAT_NATIVE"
@@ -138,6 +138,9 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.smol_gemm_q8.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.smol_dequant_q4.restype = ctypes.c_int
+    lib.smol_dequant_q4.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     lib.smol_step.restype = ctypes.c_int
     lib.smol_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,

@@ -21,7 +21,7 @@
 #include "gemv_avx2.h"
 #include "gemm_avx2.h"
 
-#define SMOL_ABI 2
+#define SMOL_ABI 3
 
 enum { W_F32 = 0, W_I8 = 1, W_Q4 = 2 };
 
@@ -107,6 +107,46 @@ int smol_gemm_q8(const float *x, int64_t M, int64_t K, const int8_t *wq, const f
     (void)x, (void)M, (void)K, (void)wq, (void)wscale, (void)wsum, (void)bias, (void)N, (void)y, (void)u,
         (void)d, (void)act, (void)nthreads;
     return -1;
+}
+
+/* out[r, :] = the float32 weights of 4-bit rows [0, rows) (engine.layers.q4's layout: per block of
+ * 32, 16 bytes with q[j] in the low nibble of byte j and q[j + 16] in the high one, and float16
+ * scale and min; w = q * scale + min, multiplied then added, no fused multiply-add, as the eager
+ * dequantize does). nthreads OpenMP threads split the rows. The eager dequantize (nibble masks, a
+ * concatenation, float copies) made 4-bit prefill ~40% slower than float32's; this is one pass
+ * that writes each float once. Returns 0. */
+__attribute__((optimize("fp-contract=off")))
+SMOL_CLONES
+static void dequant_q4_rows(const uint8_t *qw, const uint16_t *scales, const uint16_t *mins, int64_t r0, int64_t r1,
+                            int64_t cols, float *out) {
+    int64_t nb = cols / 32;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *q = qw + r * (cols / 2) + b * 16;
+            float s = f16_to_f32(scales[r * nb + b]), mn = f16_to_f32(mins[r * nb + b]);
+            float *o = out + r * cols + b * 32;
+#pragma omp simd
+            for (int j = 0; j < 16; j++) {
+                float lo = (float)(q[j] & 15) * s, hi = (float)(q[j] >> 4) * s;
+                o[j] = lo + mn;
+                o[j + 16] = hi + mn;
+            }
+        }
+}
+
+int smol_dequant_q4(const uint8_t *qw, const uint16_t *scales, const uint16_t *mins, int64_t rows, int64_t cols,
+                    float *out, int nthreads) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads > 0 ? nthreads : 1)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        dequant_q4_rows(qw, scales, mins, rows * t / nt, rows * (t + 1) / nt, cols, out);
+    }
+#else
+    (void)nthreads;
+    dequant_q4_rows(qw, scales, mins, 0, rows, cols, out);
+#endif
+    return 0;
 }
 
 int smol_openmp(void) {

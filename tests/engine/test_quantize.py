@@ -128,3 +128,23 @@ def test_int4_weights_through_load_model_and_the_session(tiny_checkpoint):
     assert session.weights == "int4"
     events = list(session.send("Hi", params=GenerationParams(max_new_tokens=4, ignore_eos=True)))
     assert len([e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]) == 4
+
+
+def test_native_4bit_dequantize_gives_the_eager_weights_bit_for_bit():
+    """smol_dequant_q4 (one C pass, used by prefill on the CPU) against the tensor-op dequantize:
+    the same float32 arithmetic, so the same bits, for odd row counts and several thread counts."""
+    from engine.native import build
+
+    lib = build.library(wait=True)
+    if lib is None:
+        pytest.skip(f"no native library here: {build.last_error()}")
+    torch.manual_seed(1)
+    for rows, cols in ((1, 32), (7, 96), (61, 576), (130, 1536)):
+        q = Q4Linear(nn.Linear(cols, rows, bias=False))
+        eager = q.dequantized_eager()
+        for threads in (1, 2, 3):
+            out = torch.full((rows, cols), float("nan"))
+            assert lib.smol_dequant_q4(q.qweight.data_ptr(), q.scales.data_ptr(), q.mins.data_ptr(), rows, cols,
+                                       out.data_ptr(), threads) == 0
+            assert torch.equal(out, eager), (rows, cols, threads)
+        assert torch.equal(q.dequantized(), eager)  # what forward uses, through the loaded library
