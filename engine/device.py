@@ -177,8 +177,8 @@ class DecodeThreads:
     at each candidate count and keeps the fastest (its best step, which ignores one-off stalls).
     ``SMOLCHAT_DECODE_THREADS=N`` pins the count instead.
 
-    A probe's steps on fewer threads are slower on an idle machine: probing every 32 steps cost ~9%
-    of float32 decode on the 2-core Xeon (3 of every 32 steps on one thread, ~2x as long). So the
+    A probe's steps on fewer threads are slower on an idle machine: probing every 32 steps (3 of them
+    on one thread, ~2x as long) cost ~4.5% of float32 decode on the 2-core Xeon. So the
     period doubles after each probe that keeps the choice, up to ``max_period`` steps, and falls back
     to ``period`` when the choice changes; and two steps in a row of the chosen count slower than
     ``slowdown`` times its probed best (another process took a core) start a probe at once.

@@ -52,11 +52,15 @@ def _text_logprobs(events: list[TokenEvent]) -> dict:
             "top_logprobs": [dict(e.top_logprobs) for e in events], "text_offset": offsets}
 
 
-async def _start(request: Request, model: str, submit: Callable[[Answer], object]) -> tuple[Answer, object]:
-    """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event."""
+async def _start(request: Request, model: str, submit: Callable[[Answer], object],
+                 stream: bool) -> tuple[Answer, object]:
+    """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event. A
+    non-streamed answer sends nothing before its end: the engine thread is never held for it."""
     state = request.app.state.smolchat
     state.check_model(model)
     answer = state.bridge.admit()
+    if not stream:
+        answer.first_sent()
     try:
         answer.handle = submit(answer)
         return answer, await first_event(answer, request.is_disconnected)
@@ -97,7 +101,7 @@ async def chat_completions(body: ChatRequest, request: Request):
             service.set_history(turns.history, system_prompt=turns.system)
             return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system)
 
-    answer, first = await _start(request, body.model, submit)
+    answer, first = await _start(request, body.model, submit, body.stream)
     cid, created, stops, outcome = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "created": created, "model": state.model_id, "system_fingerprint": state.fingerprint}
 
@@ -144,7 +148,6 @@ async def chat_completions(body: ChatRequest, request: Request):
         return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     texts, content_lp = [], []
-    answer.first_sent()  # nothing goes out before the end: no reason to hold the engine thread
     try:
         async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
             texts.append(text)
@@ -174,7 +177,8 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
     params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs)
     service = state.bridge.service
-    answer, first = await _start(request, body.model, lambda a: service.complete(prompt, params, a.sink))
+    answer, first = await _start(request, body.model, lambda a: service.complete(prompt, params, a.sink),
+                                 body.stream)
     cid, created, stops, outcome = f"cmpl-{uuid.uuid4().hex}", int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_id,
             "system_fingerprint": state.fingerprint}
@@ -208,7 +212,6 @@ async def completions(body: CompletionRequest, request: Request):
         return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     texts, events = [], []
-    answer.first_sent()
     try:
         async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
             texts.append(text)

@@ -385,10 +385,11 @@ static void attend(const float *q, const float *kb, const float *vb, const KV *k
 #define AVX512F __attribute__((target("avx512f,avx512dq,fma")))
 
 /* e^x in 16 lanes for x <= 0 (softmax after the max is subtracted): x = n ln2 + r with |r| <= ln2/2
- * (Cody-Waite, ln2 split in two), e^r by its Taylor series to r^6 (truncation < 1.3e-7 relative),
- * then the exponent by vscalefps. Below -87.3 (e^x under float's normal range) it returns ~0. */
+ * (Cody-Waite, ln2 split in two), e^r by its Taylor series to r^6 (truncation < 2e-7 relative),
+ * then the exponent by vscalefps. Below -87.3 (e^x under float's normal range) it returns ~0. A NaN
+ * stays NaN (vmaxps returns its second operand when either is NaN), as libm's expf keeps it. */
 AVX512F static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
@@ -403,8 +404,9 @@ AVX512F static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* attend() for head_dim a multiple of 16 up to 256, in zmm registers: q (pre-scaled) and the output
- * stay in registers across positions, and the softmax's exponentials run 16 at a time. The
+/* attend() for head_dim a multiple of 16 up to 256, 16 floats an instruction: q (pre-scaled) and the
+ * output are vectors held across positions (in registers at head_dim 64, the usual size), and the
+ * softmax's exponentials run 16 at a time. The
  * compiler's version reduced and stored per 16 floats and called libm's expf per position:
  * ~7% of an int8 decode step at 58-186 positions (perf), most of it for ~2 MFLOP a token. */
 AVX512F static void attend_avx512(const float *q, const float *kb, const float *vb, const KV *kv, int64_t T,

@@ -105,6 +105,15 @@ def test_avx512_attention_matches_the_portable_one(lib, any_tiny):
         assert not torch.equal(fast, portable)  # the AVX-512 attention really ran
         torch.testing.assert_close(fast, eager, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(portable, eager, rtol=1e-4, atol=1e-4)
+        # A NaN query (a diverging model) stays NaN through the softmax, as in the portable path,
+        # so the logits say so instead of averaging the values into finite numbers.
+        broken = copy.deepcopy(any_tiny)
+        with torch.no_grad():
+            broken.decoder.layers[0].self_attn.qkv_proj.weight[0] = float("nan")
+        for on in (1, 0):
+            lib.smol_set_attn(on)
+            logits, _, _ = run(broken, True, "paged", steps=2)
+            assert torch.isnan(logits).all(), on
     finally:
         lib.smol_set_attn(1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -77,3 +78,32 @@ def test_an_error_during_the_stream_is_one_error_event_then_the_end(fake):
     ok = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": "fake", "messages": [
         {"role": "user", "content": "still here"}]}, timeout=30)  # the server keeps serving
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "still here "
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_engine_thread_is_held_only_until_the_first_chunk_is_sent(monkeypatch, stream):
+    """After an answer's first token the engine thread waits for the request to send its first chunk
+    (server.bridge.Answer.first_sent), at most FIRST_EVENT_HOLD_S. With the bound set to 1 s, every
+    route lets it go at once (the answer takes its 3 tokens x 50 ms); a route that never did would
+    hold each answer for the whole second, which the control run shows. (Chat completions: the
+    scripted engine has no tokenizer for /v1/completions, whose routes call first_sent alike.)"""
+    from server import bridge
+
+    monkeypatch.setattr(bridge, "FIRST_EVENT_HOLD_S", 1.0)
+    srv = ThreadServer(create_app(ServerConfig(model="fake", max_queue=2), loader=fake_loader(FakeSession(0.05))))
+    endpoint, body = "chat/completions", {"messages": [{"role": "user", "content": "one two three"}]}
+
+    def timed() -> float:
+        t = time.perf_counter()
+        with httpx.stream("POST", f"{srv.url}/v1/{endpoint}", json={"model": "fake", "stream": stream, **body},
+                          timeout=30) as response:
+            assert response.status_code == 200
+            response.read()
+        return time.perf_counter() - t
+
+    try:
+        assert timed() < 0.8
+        monkeypatch.setattr(bridge.Answer, "first_sent", lambda self: None)  # control: nobody lets it go
+        assert timed() > 0.95
+    finally:
+        srv.stop()

@@ -39,9 +39,10 @@ VERTICAL_FIRST_RULE = int(PIL.__version__.split(".")[0]) >= 13
 """Whether the installed Pillow runs a strongly height-shrinking resize's vertical pass first (13+)."""
 
 # Elements per int32 working chunk of a pass (16 MB). The accumulator, one tap's term and its uint8
-# gather are live together, ~9 bytes an element: at 1 << 24 the tiling of any photo enlarged to
-# 2048 pixels held ~130 MB of device memory, the engine's peak (peak GPU memory is a target),
-# while 4x the chunks cost about a millisecond of kernel launches on an H200.
+# gather are live together, ~9 bytes an element: at 1 << 24 a pass over a photo enlarged to 2048
+# pixels held ~75 MB of device memory at once (up to ~150 MB for larger ones), part of the engine's
+# peak (a target); at 1 << 22 the H200 peak of a first photo answer fell by 20 MiB, and 4x the
+# chunks cost about a millisecond of kernel launches.
 CHUNK_ELEMENTS = 1 << 22
 
 
