@@ -6,6 +6,7 @@ top-k -> top-p -> min-p), then a token is drawn. ``temperature == 0`` is greedy 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -118,6 +119,15 @@ class TokenSampler:
 
     def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
         """The next token id. Raises :class:`InvalidLogitsError` for NaN or infinite logits."""
+        if self.greedy and logits.device.type == "cpu" and logits.dtype == torch.float32:
+            # NumPy's argmax, one pass on this thread, where sample_checked's tensor ops (a max that
+            # forks the intra-op pool, isfinite, where, the read back) cost ~0.2 ms of a 4-7 ms CPU
+            # decode step. The same token: both take the first of equal maxima, and NaN or +inf wins.
+            values = self.penalized(logits, history).numpy()
+            token = int(values.argmax())
+            if not math.isfinite(values[token]):
+                raise InvalidLogitsError("the model produced invalid numbers (NaN or infinity) in its logits")
+            return token
         token = int(self.sample(logits, history))
         if token == INVALID_TOKEN:
             raise InvalidLogitsError("the model produced invalid numbers (NaN or infinity) in its logits")

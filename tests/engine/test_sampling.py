@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine.api.events import GenerationParams
-from engine.sampling import apply_repetition_penalty, filter_logits, make_sampler
+from engine.sampling import TokenSampler, apply_repetition_penalty, filter_logits, make_sampler
 
 
 def test_greedy_is_argmax():
@@ -59,3 +59,30 @@ def test_bad_params_rejected():
 def test_non_finite_values_and_overflowing_seeds_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GenerationParams(**kwargs)
+
+
+def test_cpu_greedy_fast_path_picks_what_the_tensor_path_picks():
+    """TokenSampler.__call__ on float32 CPU logits (NumPy's argmax) against sample_checked (tensor
+    ops, what every other device runs): ties, a repetition penalty, NaN and +inf, a view."""
+    from engine.api.errors import InvalidLogitsError
+    from engine.sampling import INVALID_TOKEN
+
+    g = torch.Generator().manual_seed(0)
+    for penalty in (1.0, 1.3):
+        sampler = TokenSampler(GenerationParams(temperature=0.0, repetition_penalty=penalty))
+        for _ in range(50):
+            logits = torch.randn(300, generator=g).round(decimals=1)  # many ties
+            history = torch.randint(0, 300, (20,), generator=g).tolist()
+            assert sampler(logits, history) == int(sampler.sample(logits, history))
+        rows = torch.randn(2, 300, generator=g)
+        assert sampler(rows[1], []) == int(rows[1].argmax())  # a view into a batch's logits
+    sampler = TokenSampler(GenerationParams(temperature=0.0))
+    for bad in (float("nan"), float("inf")):
+        logits = torch.randn(50, generator=g)
+        logits[7] = bad
+        assert int(sampler.sample(logits, [])) == INVALID_TOKEN
+        with pytest.raises(InvalidLogitsError):
+            sampler(logits, [])
+    masked = torch.full((50,), float("-inf"))
+    masked[3] = 0.0
+    assert sampler(masked, []) == 3  # -inf alone is a masked token, not an error
