@@ -19,6 +19,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("SMOLCHAT_VISION_DTYPE", "float32")
 
 
+def _no_cuda() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+# The fused Triton kernels' tests (tests/engine/test_triton_decode.py) run in Triton's CPU
+# interpreter, which Triton reads once, at its first import. In a full run another test imports
+# Triton first (transformers, torch's compiler), and all 14 of them skipped. Set here, before any
+# test module is imported, on machines without a CUDA GPU (on one the kernels run for real).
+if _no_cuda():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     path = Path(os.environ.get("SMOLCHAT_SHARED", REPO_ROOT.parent / "shared"))
