@@ -39,9 +39,9 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--image-detail", choices=list(DETAILS), default="full",
-                     help="full (the reference tiling, default), balanced (never upscaled), fast (one tile), "
-                          "auto (full on a GPU, balanced on a CPU)")
+    gen.add_argument("--image-detail", choices=list(DETAILS), default="auto",
+                     help="auto (default, as in the app and the server: full on a GPU, balanced on a CPU), "
+                          "full (the reference tiling), balanced (never upscaled), fast (one tile)")
     gen.add_argument("--video", action="append", default=[],
                      help="video file (SmolVLM2 models; repeat for several): frames sampled as transformers does")
     gen.add_argument("--max-frames", type=int, default=None,
@@ -68,7 +68,7 @@ def _build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--pooling", choices=["mean", "last"], default="mean",
                      help="mean over content tokens (default) or the last content token")
     emb.add_argument("--image-detail", choices=list(DETAILS), default="full",
-                     help="as for generate (default full)")
+                     help="as for generate, but full by default: the same vector on every device")
     emb.add_argument("--device", default=None)
     emb.add_argument("--dtype", default=None)
     emb.add_argument("--json", action="store_true", help='{"dim": H, "pooling": ..., "embedding": [...]}')
@@ -163,9 +163,13 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
             else:
                 s = event.stats
                 out.write("\n")
-                print(f"[{event.finish_reason}] prompt {s.prompt_tokens} tokens ({s.cached_tokens} cached), "
-                      f"generated {s.generated_tokens}, TTFT {s.ttft_s:.3f} s, "
-                      f"prefill {s.prefill_tokens_per_s:.1f} tok/s, decode {s.decode_tokens_per_s:.1f} tok/s",
+                # TTFT includes reading the images and the vision tower; the prefill rate is the
+                # decoder's alone, so a photo's TTFT is not prompt tokens / that rate.
+                images = f", {s.image_tokens} of them image tokens" if s.image_tokens else ""
+                print(f"[{event.finish_reason}] prompt {s.prompt_tokens} tokens ({s.cached_tokens} cached{images}), "
+                      f"generated {s.generated_tokens}, TTFT {s.ttft_s:.3f} s"
+                      f"{' (images and vision tower included)' if s.image_tokens else ''}, "
+                      f"decoder prefill {s.prefill_tokens_per_s:.1f} tok/s, decode {s.decode_tokens_per_s:.1f} tok/s",
                       file=sys.stderr)
             out.flush()
             if event.finish_reason == "error":
