@@ -62,8 +62,11 @@ class LocalServer(QObject):
 
         config = ServerConfig(model=service.info.path, model_id=service.info.name, port=port,
                               api_key=api_key or None)
+        from server.runner import Server
+
         app = create_app(config, service=service)
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self._server = Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"),
+                              app.state.smolchat.bridge)
         self._error = ""
         self._thread = threading.Thread(target=self._run, name="smolchat-local-server", daemon=True)
         self._thread.start()
@@ -87,9 +90,11 @@ class LocalServer(QObject):
             self.failed.emit(f"The server could not start on port {self._port} (is it in use?) {self._error}".strip())
 
     def stop(self) -> None:
-        """Stop serving (in-flight answers are cancelled by their disconnect); returns within ~3 s."""
+        """Stop serving: in-flight answers are cancelled and their streams end with a finish chunk;
+        returns within ~3 s."""
         self._poll.stop()
         if self._server is not None:
+            self._server.end_answers()
             self._server.should_exit = True
             if self._thread is not None:
                 self._thread.join(3)

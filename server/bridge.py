@@ -116,6 +116,7 @@ class Answer:
 
     def release(self) -> None:
         self._first_sent.set()
+        self.bridge.answers.discard(self)
         if not self.released:
             self.released = True
             self.bridge.in_flight -= 1
@@ -128,6 +129,7 @@ class EngineBridge:
         self.service, self.max_queue = service, max_queue
         self.state, self.message = "loading", ""
         self.in_flight = 0
+        self.answers: set[Answer] = set()  # admitted and not yet released
         self.capacity = 0
         self.kv: dict[str, int] = {}
         self.model_path = ""
@@ -169,7 +171,15 @@ class EngineBridge:
         if self.in_flight >= self.max_queue:
             raise APIError(429, f"{self.in_flight} requests are already queued; try again shortly", "queue_full")
         self.in_flight += 1
-        return Answer(self, asyncio.get_running_loop())
+        answer = Answer(self, asyncio.get_running_loop())
+        self.answers.add(answer)
+        return answer
+
+    def cancel_all(self) -> None:
+        """Cancel every admitted answer (the server is stopping): queued ones never start, running
+        ones stop at their next token, and each stream then ends with its finish chunk."""
+        for answer in list(self.answers):
+            answer.cancel()
 
     def refresh_kv(self) -> None:
         """Read the KV cache's size and free blocks on the engine thread (for /metrics and the context)."""

@@ -62,10 +62,13 @@ def serve(args: argparse.Namespace) -> int:
     if config.port == 0:  # "any free port": pick it now, so the address printed is the one served
         config.port = free_port(config.host)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from server.runner import Server
+
     app = create_app(config)
     print(f"Smolchat server: http://{config.host}:{config.port}/v1 (docs at /docs)"
           + (" - API key required" if config.api_key else ""), flush=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level, timeout_graceful_shutdown=3)
+    Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.log_level,
+                          timeout_graceful_shutdown=3), app.state.smolchat.bridge).run()
     return 0
 
 

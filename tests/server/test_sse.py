@@ -107,3 +107,39 @@ def test_the_engine_thread_is_held_only_until_the_first_chunk_is_sent(monkeypatc
         assert timed() > 0.95
     finally:
         srv.stop()
+
+
+def test_stopping_the_server_mid_stream_ends_the_stream_properly(tiny_checkpoint):
+    """Ctrl-C (SIGINT) while an answer streams: the stream still ends with a finish chunk and
+    [DONE], the process exits within seconds, and the log has no traceback (uvicorn's own shutdown
+    waited 3 s, cancelled the response task and cut the stream)."""
+    import signal
+
+    from tests.server.helpers import ServerProcess, wait_ready
+
+    proc = ServerProcess(tiny_checkpoint)
+    try:
+        wait_ready(proc.url, proc=proc.proc)
+        body = {"model": "tiny-f32", "stream": True, "max_tokens": 4000, "ignore_eos": True, "temperature": 0,
+                "messages": [{"role": "user", "content": "Count."}]}
+        payloads = []
+        with httpx.stream("POST", f"{proc.url}/v1/chat/completions", json=body, timeout=30) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            for line in lines:
+                if line:
+                    payloads.append(line[len("data: "):])
+                if len(payloads) == 3:  # the role chunk and two of content: generating now
+                    stopped = time.monotonic()
+                    proc.proc.send_signal(signal.SIGINT)
+                    break
+            payloads += [line[len("data: "):] for line in lines if line]
+        assert payloads[-1] == "[DONE]", payloads[-3:]
+        chunks = [json.loads(p) for p in payloads[:-1]]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+        assert len(chunks) < 2000  # it stopped long before its 4000 tokens
+        proc.proc.wait(5)
+        assert time.monotonic() - stopped < 4.0
+        assert "Traceback" not in proc.output() and "CancelledError" not in proc.output(), proc.output()[-2000:]
+    finally:
+        proc.stop()

@@ -1,0 +1,45 @@
+"""uvicorn's server with a shutdown that ends the answers being streamed first.
+
+uvicorn's own shutdown waits up to its graceful timeout for open responses to finish, then cancels
+their tasks: a client streaming a long answer when the server stops got neither a finish chunk nor
+``data: [DONE]``, and the log two ``CancelledError`` tracebacks. Here an exit first cancels every
+admitted answer on the event loop; each stream then closes the normal way (its last chunk with a
+finish reason, ``[DONE]``), and the shutdown takes as long as one decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+
+from server.bridge import EngineBridge
+
+
+class Server(uvicorn.Server):
+    """``uvicorn.Server`` for an app whose answers go through ``bridge``."""
+
+    def __init__(self, config: uvicorn.Config, bridge: EngineBridge):
+        super().__init__(config)
+        self.bridge = bridge
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def end_answers(self) -> None:
+        """Cancel every admitted answer, from any thread (a signal handler included: the work runs
+        on the event loop, never inside a lock the interrupted code may hold)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self.bridge.cancel_all)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.end_answers()
+        super().handle_exit(sig, frame)
