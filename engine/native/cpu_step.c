@@ -406,9 +406,8 @@ AVX512F static inline __m512 exp512(__m512 x) {
 
 /* attend() for head_dim a multiple of 16 up to 256, 16 floats an instruction: q (pre-scaled) and the
  * output are vectors held across positions (in registers at head_dim 64, the usual size), and the
- * softmax's exponentials run 16 at a time. The
- * compiler's version reduced and stored per 16 floats and called libm's expf per position:
- * ~7% of an int8 decode step at 58-186 positions (perf), most of it for ~2 MFLOP a token. */
+ * softmax's exponentials run 16 at a time. The compiler's version reduced and stored per 16 floats
+ * and called libm's expf per position: ~7% of an int8 decode step at 58-186 positions (perf). */
 AVX512F static void attend_avx512(const float *q, const float *kb, const float *vb, const KV *kv, int64_t T,
                                   int d, const float *k_new, const float *v_new, float *scores, float *out) {
     int nv = d / 16;
