@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import threading
 import time
 
 import httpx
@@ -101,45 +102,54 @@ def test_interleaved_conversations_each_find_their_photo_in_the_prefix_cache(url
         assert cached > 64 and cached >= first.usage.prompt_tokens - 16, (cached, first.usage, server.output()[-3000:])
 
 
+class RecordingEvent(threading.Event):
+    """A threading.Event that records each ``wait``: ``(timeout, whether it was set)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.waits: list[tuple[float | None, bool]] = []
+
+    def wait(self, timeout=None):
+        result = super().wait(timeout)
+        self.waits.append((timeout, result))
+        return result
+
+
 def test_the_engine_thread_waits_for_the_first_chunk_once_and_never_past_its_bound():
     """After an answer's first event the engine thread waits (without the GIL) until the request
-    says its first chunk is sent, at most FIRST_EVENT_HOLD_S; later tokens, and answers whose
-    request is not waiting, do not wait."""
-    import threading
-    import time
-
+    says its first chunk is sent, at most FIRST_EVENT_HOLD_S; later tokens, answers whose request
+    is not waiting, and ended ones do not wait for anything."""
     from engine.api import TokenEvent
     from server import bridge
 
+    def answer(waiting: bool = True) -> bridge.Answer:
+        a = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
+        a._first_sent = RecordingEvent()
+        if waiting:
+            a._waiter = loop.create_future()  # a request awaiting its first event
+        return a
+
     loop = asyncio.new_event_loop()
     try:
-        answer = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
-        answer._waiter = loop.create_future()  # a request awaiting its first event
-        threading.Timer(0.001, answer.first_sent).start()  # the request sends its first chunk
-        t = time.perf_counter()
-        answer.sink(TokenEvent("x", 0))
-        waited = time.perf_counter() - t
-        assert 0.0005 < waited < bridge.FIRST_EVENT_HOLD_S * 4, waited
+        sent = answer()
+        threading.Timer(0.001, sent.first_sent).start()  # the request sends its first chunk
+        for i in range(3):
+            sent.sink(TokenEvent("x", i))
+        assert sent._first_sent.waits == [(bridge.FIRST_EVENT_HOLD_S, True)] and sent.ready == 3
 
-        # Nobody says the chunk went out (a stuck loop): the bound holds, once; the next tokens
-        # would each wait the whole bound again if they waited at all.
-        held = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
-        held._waiter = loop.create_future()
-        t = time.perf_counter()
-        held.sink(TokenEvent("x", 0))
-        assert bridge.FIRST_EVENT_HOLD_S * 0.9 < time.perf_counter() - t < bridge.FIRST_EVENT_HOLD_S * 10
-        t = time.perf_counter()
-        for i in range(1, 3):
-            held.sink(TokenEvent("x", i))
-        assert time.perf_counter() - t < bridge.FIRST_EVENT_HOLD_S and held.ready == 3
+        stuck = answer()  # nobody says the chunk went out: the bound ends the wait, once
+        for i in range(3):
+            stuck.sink(TokenEvent("x", i))
+        assert stuck._first_sent.waits == [(bridge.FIRST_EVENT_HOLD_S, False)] and stuck.ready == 3
 
-        # A request that has ended (released) never holds the engine thread.
-        gone = bridge.Answer(bridge.EngineBridge(service=None, max_queue=1), loop)
+        gone = answer()  # a request that has ended: the event is set, nothing is waited for
         gone.bridge.in_flight = 1
         gone.release()
-        gone._waiter = loop.create_future()
-        t = time.perf_counter()
         gone.sink(TokenEvent("x", 0))
-        assert time.perf_counter() - t < bridge.FIRST_EVENT_HOLD_S * 0.5
+        assert gone._first_sent.waits == [(bridge.FIRST_EVENT_HOLD_S, True)]
+
+        idle = answer(waiting=False)  # the request is not waiting yet: no wake-up, no hold
+        idle.sink(TokenEvent("x", 0))
+        assert idle._first_sent.waits == [] and idle.ready == 1
     finally:
         loop.close()
