@@ -174,6 +174,20 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
 
 
 @triton.jit
+def _kv_tile(kbase, vbase, idx_ptr, t0, end, stride_kv_pos, d, BLOCK_T: tl.constexpr):
+    """One tile of a KV head's cache for the attention kernels: positions ``t = t0 + [0, BLOCK_T)``,
+    the mask ``t < end``, and their keys and values ``[BLOCK_T, D]`` (zeros past ``end``), each
+    position's row looked up in ``idx_ptr`` (contiguous or paged)."""
+    t = t0 + tl.arange(0, BLOCK_T)
+    tm = t < end
+    rows = tl.load(idx_ptr + t, mask=tm, other=0)
+    off = rows[:, None] * stride_kv_pos + d[None, :]
+    k = tl.load(kbase + off, mask=tm[:, None], other=0.0)
+    v = tl.load(vbase + off, mask=tm[:, None], other=0.0)
+    return t, tm, k, v
+
+
+@triton.jit
 def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, o_ptr,
                 stride_kv_pos, stride_kv_head, chunk, num_splits, scale,
                 H: tl.constexpr, D: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
@@ -217,12 +231,7 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
     kbase = k_ptr + kvh * stride_kv_head
     vbase = v_ptr + kvh * stride_kv_head
     for t0 in range(start, end, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        tm = t < end
-        rows = tl.load(idx_ptr + t, mask=tm, other=0)
-        off = rows[:, None] * stride_kv_pos + d[None, :]
-        k = tl.load(kbase + off, mask=tm[:, None], other=0.0)  # [BLOCK_T, D]
-        v = tl.load(vbase + off, mask=tm[:, None], other=0.0)
+        _, tm, k, v = _kv_tile(kbase, vbase, idx_ptr, t0, end, stride_kv_pos, d, BLOCK_T)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BLOCK_H, BLOCK_T] fp32
         s = tl.where(tm[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: every tile visited holds a position <= pos
@@ -438,12 +447,7 @@ def rows_attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
     kbase = k_ptr + kvh * stride_kv_head
     vbase = v_ptr + kvh * stride_kv_head
     for t0 in range(start, end, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        tm = t < end
-        rows = tl.load(idx_ptr + t, mask=tm, other=0)
-        off = rows[:, None] * stride_kv_pos + d[None, :]
-        k = tl.load(kbase + off, mask=tm[:, None], other=0.0)
-        v = tl.load(vbase + off, mask=tm[:, None], other=0.0)
+        t, tm, k, v = _kv_tile(kbase, vbase, idx_ptr, t0, end, stride_kv_pos, d, BLOCK_T)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BLOCK_Q, BLOCK_T] fp32
         s = tl.where(tm[None, :] & (t[None, :] <= p[:, None]), s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
