@@ -285,7 +285,7 @@ class ChatSession:
                 continue  # ids no tokenizer of this model made (damaged, or another model's): use the text
             # The plain encoding of the conversation up to this turn: kept from when it was generated
             # (encoded again when it no longer matches, e.g. after a system prompt change).
-            for asked in (turn.prompt_ids, None):
+            for asked in (turn.prompt_ids, None) if turn.prompt_ids is not None else (None,):
                 if asked is None:
                     asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
                 start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
