@@ -48,24 +48,40 @@ class PagedForwardMetadata:
     Attributes:
         past: tokens cached before this step (the new positions are ``[past, past + num_new)``).
         num_new: positions this step writes.
-        slot_mapping: ``[num_new]`` int64 on the cache device, flat arena slot of each new position.
         block_table: ``[ceil((past + num_new) / block_size)]`` int64 on the cache device, the
             physical block of each logical block. It is a prefix view of a buffer preallocated at
             ``max_blocks_per_seq`` entries, so a CUDA-graph decode could later capture the full
             buffer (plus a device ``seq_len`` to mask with) instead of this variable-length slice.
+        block_size: positions per block.
         arena_version: :attr:`KVArena.version` when the step was built; a graph captured against
             the arena tensor is stale once the arena's version moves on (it grew and moved).
         first_block: when the block table is a run of consecutive block ids (the usual case for
             one conversation: blocks are handed out in order), its first id, so the sequence is
             one slice of the flat arena and attention reads it in place; else ``None`` (gather).
+        slot_mapping: ``[num_new]`` int64 on the cache device, flat arena slot of each new position
+            (``block_table[p // block_size] * block_size + p % block_size``). Computed on first
+            use: a decode step whose CUDA graph finds its slot on the device itself never launches
+            these kernels (each launch is host time the GPU waits for, every token).
     """
 
     past: int
     num_new: int
-    slot_mapping: torch.Tensor
     block_table: torch.Tensor
+    block_size: int
     arena_version: int = 0
     first_block: int | None = None
+    _slots: torch.Tensor | None = None
+
+    @property
+    def slot_mapping(self) -> torch.Tensor:
+        if self._slots is None:
+            bs, past, table = self.block_size, self.past, self.block_table
+            if self.num_new == 1:  # a decode step: two small kernels instead of six
+                self._slots = table[past // bs:past // bs + 1] * bs + past % bs  # [1] int64
+            else:
+                pos = torch.arange(past, past + self.num_new, device=table.device)
+                self._slots = table[pos // bs] * bs + pos % bs  # [n] int64
+        return self._slots
 
 
 class KVArena:
@@ -286,14 +302,7 @@ class PagedKVCache(KVCache):
             first = self.block_table[0] if nb else 0
             self._first_block = first if self.block_table == list(range(first, first + nb)) else None
         table = self._block_table_buf[:nb]
-        if total_tokens - past == 1:
-            # A decode step: two small kernels instead of six (arange, div, gather, mul, mod, add).
-            # At batch 1 on a GPU each launch is host time the GPU waits for, every token.
-            slots = table[past // bs:past // bs + 1] * bs + past % bs  # [1] int64
-        else:
-            pos = torch.arange(past, total_tokens, device=self.device)
-            slots = table[pos // bs] * bs + pos % bs  # [n] int64
-        self._metadata = PagedForwardMetadata(past, total_tokens - past, slots, table, self.arena.version,
+        self._metadata = PagedForwardMetadata(past, total_tokens - past, table, bs, self.arena.version,
                                               self._first_block)
 
     def _copy_on_write(self, index: int) -> None:
