@@ -76,19 +76,33 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
     answer stops on this token (end of utterance, cancel), one extra step was computed and the
     cache holds it, which callers truncate anyway. Tokens are identical to :func:`token_stream`'s.
     On the CPU everything is synchronous: same tokens, no overlap.
+
+    Where the model has a token step (``supports_token_decode``: CUDA graphs), each step is fed the
+    token id on the device and takes the greedy argmax in its own graph. Greedy decoding without a
+    repetition penalty then launches one graph replay and one copy per token: the host work of
+    the separate embedding, sampling kernels and slot bookkeeping (~0.2 ms a token on an H200
+    host, measured; more than the GPU step) no longer sets the pace.
     """
     cuda = logits.device.type == "cuda"
     host = torch.empty(1, dtype=torch.long, pin_memory=cuda)
     ready = torch.cuda.Event() if cuda else None
+    token_step = getattr(model, "supports_token_decode", None)
+    token_step = bool(token_step and token_step(cache))
+    # The graph's argmax is the sampler's token exactly when the sampler is plain greedy.
+    device_greedy = token_step and type(sampler) is TokenSampler and sampler.greedy \
+        and sampler.params.repetition_penalty == 1.0
     produced = 0
+    token, reported = sampler.sample_checked(logits[0], history)  # [1] int64 each, on the device
     while True:
-        token, reported = sampler.sample_checked(logits[0], history)  # [1] int64 each, on the device
         host.copy_(reported, non_blocking=cuda)
         if ready is not None:
             ready.record()
         more = produced + 1 < max_tokens and cache.seq_len + 1 < cache.capacity
-        if more:
-            logits = model.decode(model.embed(token.view(1, 1)), cache)  # queued behind the copy
+        if more:  # queued behind the copy
+            if token_step:
+                logits, argmax, step_reported = model.decode_token(token, cache)
+            else:
+                logits = model.decode(model.embed(token.view(1, 1)), cache)
         if ready is not None:
             ready.synchronize()  # the token only, not the step launched after it
         value = int(host[0])
@@ -99,6 +113,10 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
         yield value
         if not more:
             return
+        if device_greedy:
+            token, reported = None, step_reported  # the next step reads its input where this one left it
+        else:
+            token, reported = sampler.sample_checked(logits[0], history)
 
 
 def _invalid(n: int) -> str:

@@ -71,3 +71,33 @@ def test_sampler_reports_invalid_logits_without_a_host_sync(temperature):
     assert int(token) == int(reported) != INVALID_TOKEN
     with pytest.raises(InvalidLogitsError):
         sampler(logits, [])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("sampling", [False, True])
+def test_invalid_logits_in_the_token_step(tiny_checkpoint, monkeypatch, value, sampling):
+    """The same error when the decode step takes its argmax on the device (the token step of the
+    static decoder, eager on the CPU): greedy reads the graph's reported token, not the logits."""
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    session.pipelined = True
+    model = session.model
+    model.static_decode = True
+    static = model._static_decoder()
+    original, calls = static.step, []
+
+    def step(kv, bucket):
+        logits = original(kv, bucket)
+        calls.append(1)
+        if len(calls) == 2:
+            logits[0, 123] = value
+        return logits
+
+    monkeypatch.setattr(static, "step", step)
+    params = GenerationParams(max_new_tokens=8, ignore_eos=True, speculative=False,
+                              temperature=0.8 if sampling else 0.0, seed=1)
+    events = list(session.send("Hello", params=params))
+    done = events[-1]
+    assert calls, "the token step did not run"
+    assert isinstance(done, DoneEvent) and done.finish_reason == "error"
+    assert "InvalidLogitsError: the model produced invalid numbers (NaN or infinity) at token 3" == done.error
+    assert len([e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]) == 2

@@ -11,7 +11,7 @@ from engine.cache import CacheConfig
 from engine.chat import ChatSession
 from engine.generate import token_stream
 from engine.registry import load_components
-from engine.sampling import make_sampler
+from engine.sampling import TokenSampler, make_sampler
 
 PROMPT = [1, 4093, 42, 1159, 314, 253, 1345, 49279, 198, 9519, 42]
 
@@ -83,3 +83,67 @@ def test_chat_session_conversation_is_the_same_pipelined(components):
     # off and the pipelined stream really runs.)
     assert answers[False][2] <= answers[True][2] <= answers[False][2] + 1
     assert answers[True][1][1] > 0  # the second turn reused the first turn's cache
+
+
+@pytest.fixture(scope="module")
+def static_components(tiny_checkpoint):
+    """The tiny model decoding through the static decoder (eager on the CPU): the token step path."""
+    parts = load_components(tiny_checkpoint, device="cpu", dtype="float32")
+    parts[0].static_decode = True
+    return parts
+
+
+@pytest.mark.parametrize("kind", ["paged", "contiguous"])
+@pytest.mark.parametrize("params", [GenerationParams(temperature=0.0),
+                                    GenerationParams(temperature=0.9, top_p=0.9, seed=7),
+                                    GenerationParams(temperature=0.0, repetition_penalty=1.3)],
+                         ids=["greedy", "sampled", "penalty"])
+def test_token_step_gives_the_plain_streams_tokens(components, static_components, kind, params):
+    model = static_components[0]
+    assert model.supports_token_decode(model.create_kv_cache(CacheConfig(kind=kind, max_tokens=64)))
+    plain, plain_len = stream(components[0], kind, params, 40, pipelined=False)
+    piped, piped_len = stream(model, kind, params, 40, pipelined=True)
+    assert piped == plain and len(piped) == 40
+    assert piped_len == plain_len == len(PROMPT) + 39
+
+
+def test_device_greedy_samples_only_the_first_token_on_the_host(static_components, monkeypatch):
+    model = static_components[0]
+    calls = []
+    original = TokenSampler.sample_checked
+
+    def counted(self, logits, history):
+        calls.append(len(history))
+        return original(self, logits, history)
+
+    monkeypatch.setattr(TokenSampler, "sample_checked", counted)
+    tokens, _ = stream(model, "paged", GenerationParams(), 12, pipelined=True)
+    assert len(tokens) == 12
+    assert calls == [len(PROMPT)]  # the prefill's token; every later argmax came from the step's graph
+
+
+def test_decode_token_continues_only_its_own_steps(static_components):
+    model = static_components[0]
+
+    def prefilled():
+        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
+        model.prefill(model.embed(torch.tensor([PROMPT])), cache, range(0, len(PROMPT)))
+        return cache
+
+    cache = prefilled()
+    with pytest.raises(ValueError, match="continues a previous decode_token"):
+        model.decode_token(None, cache)
+    _, first, _ = model.decode_token(torch.tensor([5]), cache)
+    fed = int(first)
+    logits, argmax, reported = model.decode_token(None, cache)  # fed `fed` on the device
+    logits = logits.clone()
+    assert cache.seq_len == len(PROMPT) + 2
+    assert int(argmax) == int(reported) == int(logits.argmax(-1))
+    # The same two steps through the plain decode path.
+    ref = prefilled()
+    model.decode(model.embed(torch.tensor([[5]])), ref)
+    want = model.decode(model.embed(torch.tensor([[fed]])), ref)
+    assert (logits - want).abs().max() < 1e-5
+    model.decode(model.embed(torch.tensor([[int(argmax)]])), cache)  # a plain step in between
+    with pytest.raises(ValueError, match="continues a previous decode_token"):
+        model.decode_token(None, cache)

@@ -94,6 +94,52 @@ def test_triton_step_single_split(kernels, model):
     assert (logits - ref_logits).abs().max() < 1e-3
 
 
+def test_triton_token_step_gives_greedy_tokens(kernels, model):
+    """decode_token through the Triton step (embedding, argmax and position advance on the device):
+    the eager decode's greedy tokens, across the 256 bucket boundary."""
+    from engine.api.events import GenerationParams
+    from engine.generate import token_stream
+    from engine.sampling import make_sampler
+
+    ids = torch.randint(0, 49000, (1, 250), generator=torch.Generator().manual_seed(6))
+    ref_tokens, _, _ = greedy(model, ids, 12, "paged", None)
+    model.static_decode = True
+    model._static = StaticDecoder(model, use_graph=False, use_triton=True)
+    try:
+        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=300, num_blocks=4))
+        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+        tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 12,
+                                   pipelined=True))
+        assert tokens == ref_tokens
+    finally:
+        model._static = None
+        model.static_decode = None
+
+
+def test_argmax_kernel_takes_the_first_maximum_and_flags_invalid_logits(kernels):
+    """The token step's tail against torch.max: ties (the lower index wins, also across blocks and
+    lanes), a NaN or +inf winner (reported invalid), every token masked to -inf (index 0, invalid)."""
+    from engine.sampling import INVALID_TOKEN
+
+    v = 10_000  # 3 blocks of 4096, the last one partial
+    base = torch.randn(v, generator=torch.Generator().manual_seed(7))
+    cases = {"plain": base.clone(), "tie across blocks": base.clone(), "tie in a block": base.clone(),
+             "nan": base.clone(), "inf": base.clone(), "all masked": torch.full((v,), float("-inf"))}
+    cases["tie across blocks"][[9_000, 100, 5_000]] = 50.0
+    cases["tie in a block"][[4_097, 4_096 + 4_095]] = 50.0
+    cases["nan"][321] = float("nan")
+    cases["inf"][4_444] = float("inf")
+    for name, logits in cases.items():
+        token, argmax, reported, pos = (torch.zeros(1, dtype=torch.long) for _ in range(4))
+        pos.fill_(41)
+        kernels.argmax_kernel[(1,)](logits.view(1, v), token, argmax, reported, pos, V=v, BLOCK=4096,
+                                    INVALID=INVALID_TOKEN, PDL=False)
+        best, want = torch.max(logits, 0)
+        assert int(token) == int(argmax) == int(want), name
+        assert int(reported) == (int(want) if torch.isfinite(best) else INVALID_TOKEN), name
+        assert int(pos) == 42
+
+
 def test_split_sizes(kernels, model):
     step = StaticDecoder(model, use_graph=False, use_triton=True).triton
     for bucket in (1, 7, 256, 300, 512, 8192):

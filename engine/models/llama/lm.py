@@ -141,6 +141,30 @@ class LlamaLM:
         self._threads.record(n, time.perf_counter() - t)
         return logits
 
+    def supports_token_decode(self, cache: KVCache) -> bool:
+        """Whether :meth:`decode_token` runs for ``cache``: batch-1 decode through the static decoder
+        (CUDA graphs; by default on CUDA only)."""
+        static = self._static_decoder()
+        return static is not None and static.supports(cache, torch.empty(1, 1))
+
+    @torch.inference_mode()
+    def decode_token(self, token: torch.Tensor | None, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decode step of token id ``token [1] int64`` on the device, with the embedding and the
+        argmax in the step's CUDA graph (``None``: the previous ``decode_token``'s argmax, still on
+        the device). Returns ``(logits [1, V], argmax [1] int64, reported [1] int64)``, the graph's
+        buffers, overwritten by the next step; ``reported`` is the argmax or ``INVALID_TOKEN`` for
+        NaN/inf logits. Only where :meth:`supports_token_decode`
+        (:meth:`StaticDecoder.decode_token <engine.models.llama.static_decode.StaticDecoder.decode_token>`).
+
+        Raises:
+            ValueError: ``token`` is ``None`` and the last step was not a ``decode_token`` on ``cache``;
+                or the model does not decode through the static decoder.
+        """
+        static = self._static_decoder()
+        if static is None:
+            raise ValueError("decode_token needs the static decoder (CUDA graphs)")
+        return static.decode_token(token, cache)
+
     def _native_step(self, cache: KVCache, input: torch.Tensor):
         """The fused C decode step (:mod:`engine.native`) when its library is ready and it runs this
         model, cache and input; else ``None`` (the eager step). Never waits for a build."""
@@ -213,7 +237,10 @@ class LlamaLM:
             # One decode in the bucket a photo question reaches: compiles the fused kernels and captures
             # that bucket's graph. Smaller buckets are captured when first used (tens of ms each): every
             # captured graph keeps its own buffers, and peak memory is a target.
-            self.decode(self.embed(ids[:, :1]), cache)
+            if self.supports_token_decode(cache):  # what the token loop replays (engine.generate)
+                self.decode_token(ids[0, :1], cache)
+            else:
+                self.decode(self.embed(ids[:, :1]), cache)
             # A follow-up question in that bucket: the short-prefill step's graph.
             self.prefill(embeds[:, :8], cache, range(cache.seq_len, cache.seq_len + 8))
             cache.truncate(min(cache.seq_len, 64))

@@ -91,6 +91,13 @@ class StaticDecoder:
         self.write_slot = torch.zeros(1, dtype=torch.long, device=dev)
         self.gather = torch.zeros(cfg.max_position_embeddings, dtype=torch.long, device=dev)
         self._gather_key: tuple | None = None
+        # The token step (decode_token): its input id, and what its graph leaves for the host: the
+        # argmax and the argmax or INVALID_TOKEN. ``_token_next`` is (cache, position) the device's
+        # ``pos`` and ``token`` are set for after a token step, so consecutive steps upload nothing.
+        self.token = torch.zeros(1, dtype=torch.long, device=dev)
+        self.argmax = torch.zeros(1, dtype=torch.long, device=dev)
+        self.reported = torch.zeros(1, dtype=torch.long, device=dev)
+        self._token_next: tuple | None = None
         # The short-prefill step's rows: inputs, positions, cache rows written, and the last real row.
         self.rows = PREFILL_ROWS
         self.x_rows = torch.zeros(1, self.rows, cfg.hidden_size, device=dev, dtype=dt)
@@ -266,9 +273,10 @@ class StaticDecoder:
         cache.end_forward()
         return logits
 
-    def _run(self, kind: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step) -> torch.Tensor:
+    def _run(self, kind: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step, clone: bool = True):
         """``step(kv, bucket)``: eagerly, or by replaying its graph for these cache tensors (captured
-        on first use)."""
+        on first use). ``clone=False`` returns the graph's own output tensors, which the next replay
+        overwrites."""
         if not self.use_graph:
             return step(kv, bucket)
         key = (kind, tuple((t.data_ptr(), tuple(t.shape)) for t in kv))
@@ -277,9 +285,91 @@ class StaticDecoder:
             return self._capture(key, kv, bucket, step)
         graph, out = entry
         graph.replay()
-        return out.clone()
+        return out.clone() if clone else out
+
+    def _token_step(self, kv: tuple[torch.Tensor, ...], bucket: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decode step fed and followed on the device: embeds ``self.token`` at ``self.pos`` (paged:
+        its arena slot read from the gather index), runs :attr:`step`, takes the argmax of the logits
+        into ``self.token`` (the next step's input) and ``self.argmax``, writes the argmax or
+        :data:`~engine.sampling.INVALID_TOKEN` (NaN or +inf logits) into ``self.reported`` and
+        advances ``self.pos``. Returns ``(logits [1, V], argmax [1], reported [1])``."""
+        from engine.sampling import INVALID_TOKEN
+
+        if self.triton is not None:  # one kernel each for the head and the tail instead of ~15
+            self.triton.embed_token(paged=len(kv) == 1)
+            logits = self.step(kv, bucket)
+            self.triton.argmax_token(logits)
+            return logits, self.argmax, self.reported
+        self.x.copy_(self.model.decoder.embed_tokens(self.token.view(1, 1)))
+        if len(kv) == 1:
+            torch.index_select(self.gather, 0, self.pos, out=self.write_slot)
+        logits = self.step(kv, bucket)
+        # Greedy's token, as TokenSampler.sample_checked takes it: the first of equal maxima of the
+        # float32 logits; a NaN or +inf wins an argmax, so a finite winner means finite logits.
+        best, index = torch.max(logits[0].float(), 0)
+        self.argmax.copy_(index.view(1))
+        self.token.copy_(index.view(1))
+        self.reported.copy_(torch.where(torch.isfinite(best), index, INVALID_TOKEN).view(1))
+        self.pos.add_(1)
+        return logits, self.argmax, self.reported
+
+    def decode_token(self, token: torch.Tensor | None, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decode step of token id ``token [1] int64`` (on the model's device) at position
+        ``cache.seq_len``, its argmax taken in the same CUDA graph. ``token=None`` feeds the argmax of
+        the previous ``decode_token`` on this cache, already on the device: a greedy loop then does
+        one graph replay per token and nothing else on the GPU.
+
+        Returns ``(logits [1, V], argmax [1] int64, reported [1] int64)``, where ``reported`` is the
+        argmax or :data:`~engine.sampling.INVALID_TOKEN` for NaN/inf logits. They are the graph's
+        own buffers: the next step overwrites them (copy them, or enqueue a copy, before it).
+
+        Raises:
+            ValueError: ``token`` is ``None`` but the previous step was not a ``decode_token`` on
+                ``cache`` ending at ``cache.seq_len``.
+        """
+        start = cache.seq_len
+        follows = self._token_next == (id(cache), start)
+        if token is None and not follows:
+            raise ValueError("decode_token(None) continues a previous decode_token on the same cache")
+        self._token_next = None
+        cache.begin_forward(1)
+        try:
+            bucket = bucket_for(start + 1, cache.capacity)
+            if token is not None:
+                self.token.copy_(token.view(1))
+            if not follows:
+                self.pos.fill_(start)
+            if isinstance(cache, PagedKVCache):
+                self._sync_gather(cache)
+                kv = (cache.kv,)
+            else:
+                kv = (cache.k, cache.v)
+            try:
+                out = self._run(("token", bucket), kv, bucket, self._token_step, clone=False)
+            except Exception as exc:  # noqa: BLE001
+                if self.triton is None or not self.use_graph:
+                    raise
+                warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
+                              RuntimeWarning, stacklevel=2)
+                self._drop_triton()
+                self.pos.fill_(start)
+                out = self._run(("token", bucket), kv, bucket, self._token_step, clone=False)
+        except BaseException:
+            cache.abort_forward()
+            raise
+        cache.end_forward()
+        self._token_next = (id(cache), start + 1)
+        return out
+
+    def _drop_triton(self) -> None:
+        """Decode with the PyTorch step from now on (a Triton that cannot build or capture these
+        kernels here); it rewrites the same positions' keys/values."""
+        self.triton = None
+        self.step = self._step
+        self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] not in ("decode", "token")}
 
     def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        self._token_next = None  # pos is set here, and not advanced
         start = cache.seq_len
         cache.begin_forward(1)
         try:
@@ -300,9 +390,7 @@ class StaticDecoder:
                 # PyTorch step (it rewrites the same position's keys/values).
                 warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
                               RuntimeWarning, stacklevel=2)
-                self.triton = None
-                self.step = self._step
-                self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] != "decode"}
+                self._drop_triton()
                 logits = self._run(("decode", bucket), kv, bucket, self.step)
         except BaseException:
             cache.abort_forward()

@@ -540,6 +540,51 @@ def rows_norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
     tl.store(out_ptr + rr[:, None] * INTER + n[None, :], (act * up).to(dt))
 
 
+@triton.jit
+def embed_kernel(token_ptr, emb_ptr, x_ptr, pos_ptr, gather_ptr, slot_ptr,
+                 HIDDEN: tl.constexpr, BLOCK: tl.constexpr, PAGED: tl.constexpr, PDL: tl.constexpr):
+    """The token step's head: ``x = emb[token]`` (``[HIDDEN]``, activation dtype), and for a paged
+    cache the arena slot of the position, ``slot = gather[pos]``. One program."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    tok = tl.load(token_ptr)
+    for k0 in range(0, HIDDEN, BLOCK):
+        k = k0 + tl.arange(0, BLOCK)
+        tl.store(x_ptr + k, tl.load(emb_ptr + tok * HIDDEN + k, mask=k < HIDDEN), mask=k < HIDDEN)
+    if PAGED:
+        tl.store(slot_ptr, tl.load(gather_ptr + tl.load(pos_ptr)))
+
+
+@triton.jit
+def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: tl.constexpr,
+                  BLOCK: tl.constexpr, INVALID: tl.constexpr, PDL: tl.constexpr):
+    """The token step's tail: the argmax of ``logits [V]`` (the first of equal maxima, as
+    ``torch.max``; NaN counts as +inf, so it wins as in torch) into ``token`` (the next step's input)
+    and ``argmax``, the argmax or ``INVALID`` (the winner is NaN or +inf) into ``reported``, and
+    ``pos += 1``. One program."""
+    if PDL:
+        gdc_wait()
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    best_i = tl.full([BLOCK], V, tl.int32)
+    for v0 in range(0, V, BLOCK):
+        i = v0 + tl.arange(0, BLOCK)
+        x = tl.load(logits_ptr + i, mask=i < V, other=float("-inf")).to(tl.float32)
+        x = tl.where(x != x, float("inf"), x)
+        take = x > best  # strictly: an earlier block's equal maximum keeps its lower index
+        best_i = tl.where(take, i, best_i)
+        best = tl.where(take, x, best)
+    m = tl.max(best, axis=0)
+    # -inf everywhere (every token masked) still picks index 0, as torch.max does.
+    idx = tl.min(tl.where((best == m) & (best_i < V), best_i, V), axis=0)
+    idx = tl.where(idx == V, 0, idx).to(tl.int64)
+    tl.store(token_ptr, idx)
+    tl.store(argmax_ptr, idx)
+    finite = (m < float("inf")) & (m > float("-inf"))
+    tl.store(reported_ptr, tl.where(finite, idx, INVALID))
+    tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+
+
 def split_k(k: int) -> tuple[int, int]:
     """``k`` as ``(KM, KT)``: the largest power of two <= k, and the rest padded to a power of two
     (0 if none); e.g. 576 -> (512, 64), 1536 -> (1024, 512), 64 -> (64, 0)."""
@@ -690,6 +735,26 @@ class TritonStep:
         text = dec.model.decoder
         last = res.index_select(0, dec.last_row).view(1, 1, hidden)
         return dec.model.lm_head(text.norm(last)[:, -1])
+
+    def embed_token(self, paged: bool) -> None:
+        """``decoder.x = emb[decoder.token]`` and, ``paged``, ``decoder.write_slot =
+        decoder.gather[decoder.pos]``: the token step's head as one kernel."""
+        dec = self.dec
+        emb = dec.model.decoder.embed_tokens.weight
+        embed_kernel[(1,)](dec.token, emb, dec.x, dec.pos, dec.gather, dec.write_slot, HIDDEN=self.hidden,
+                           BLOCK=min(1024, triton.next_power_of_2(self.hidden)), PAGED=paged, PDL=False,
+                           num_warps=4)
+
+    def argmax_token(self, logits: torch.Tensor) -> None:
+        """The token step's tail as one kernel (:func:`argmax_kernel`): ``logits [1, V]``' argmax into
+        ``decoder.token`` and ``decoder.argmax``, the argmax or ``INVALID_TOKEN`` into
+        ``decoder.reported``, and ``decoder.pos += 1``."""
+        from engine.sampling import INVALID_TOKEN
+
+        dec = self.dec
+        v = logits.shape[-1]
+        argmax_kernel[(1,)](logits, dec.token, dec.argmax, dec.reported, dec.pos, V=v, BLOCK=4096,
+                            INVALID=INVALID_TOKEN, PDL=False, num_warps=16)
 
     def splits(self, bucket: int) -> tuple[int, int]:
         """``(num_splits, chunk)`` for a KV bucket: chunks of at least ``attn_min_chunk`` positions,
