@@ -116,6 +116,42 @@ def test_triton_token_step_gives_greedy_tokens(kernels, model):
         model.static_decode = None
 
 
+def test_token_step_survives_a_failed_capture(kernels, model, monkeypatch):
+    """A Triton step whose graph capture fails after its warm-up run (which already fed its argmax
+    back and advanced the position): the step is redone with the PyTorch step from the same input,
+    and the answer keeps the eager decode's greedy tokens. Captures are simulated (no CUDA here)."""
+    from engine.api.events import GenerationParams
+    from engine.generate import token_stream
+    from engine.sampling import make_sampler
+
+    ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(8))
+    ref_tokens, _, _ = greedy(model, ids, 10, "paged", None)
+    failures = []
+
+    def capture(self, key, kv, bucket, step):
+        out = step(kv, bucket)  # the warm-up run a real capture starts with
+        if key[0][0] == "token" and self.triton is not None:
+            failures.append(key)
+            raise RuntimeError("simulated capture failure")
+        return out  # no graph kept: the next call "captures" again
+
+    monkeypatch.setattr(StaticDecoder, "_capture", capture)
+    model.static_decode = True
+    model._static = StaticDecoder(model, use_graph=False, use_triton=True)
+    model._static.use_graph = True
+    try:
+        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
+        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+        with pytest.warns(RuntimeWarning, match="Triton decode step failed"):
+            tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 10,
+                                       pipelined=True))
+        assert len(failures) == 1 and model._static.triton is None
+        assert tokens == ref_tokens
+    finally:
+        model._static = None
+        model.static_decode = None
+
+
 def test_argmax_kernel_takes_the_first_maximum_and_flags_invalid_logits(kernels):
     """The token step's tail against torch.max: ties (the lower index wins, also across blocks and
     lanes), a NaN or +inf winner (reported invalid), every token masked to -inf (index 0, invalid)."""

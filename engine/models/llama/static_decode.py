@@ -279,13 +279,17 @@ class StaticDecoder:
         overwrites."""
         if not self.use_graph:
             return step(kv, bucket)
-        key = (kind, tuple((t.data_ptr(), tuple(t.shape)) for t in kv))
+        key = self._graph_key(kind, kv)
         entry = self.graphs.get(key)
         if entry is None:
             return self._capture(key, kv, bucket, step)
         graph, out = entry
         graph.replay()
         return out.clone() if clone else out
+
+    @staticmethod
+    def _graph_key(kind: tuple, kv: tuple[torch.Tensor, ...]) -> tuple:
+        return kind, tuple((t.data_ptr(), tuple(t.shape)) for t in kv)
 
     def _token_step(self, kv: tuple[torch.Tensor, ...], bucket: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decode step fed and followed on the device: embeds ``self.token`` at ``self.pos`` (paged:
@@ -344,6 +348,10 @@ class StaticDecoder:
                 kv = (cache.kv,)
             else:
                 kv = (cache.k, cache.v)
+            # A capture runs the step once before it records it, and that run feeds its argmax back
+            # into ``token``: if the capture then fails, the retry needs this step's input again.
+            capturing = self.use_graph and self._graph_key(("token", bucket), kv) not in self.graphs
+            fed = self.token.clone() if capturing else None
             try:
                 out = self._run(("token", bucket), kv, bucket, self._token_step, clone=False)
             except Exception as exc:  # noqa: BLE001
@@ -353,6 +361,8 @@ class StaticDecoder:
                               RuntimeWarning, stacklevel=2)
                 self._drop_triton()
                 self.pos.fill_(start)
+                if fed is not None:
+                    self.token.copy_(fed)
                 out = self._run(("token", bucket), kv, bucket, self._token_step, clone=False)
         except BaseException:
             cache.abort_forward()
