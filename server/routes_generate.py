@@ -22,9 +22,10 @@ from server.answer_stream import Outcome, first_event, pieces, stops_of, usage
 from server.bridge import Answer
 from server.conversation import params_for, to_turns
 from server.errors import APIError
+from server.json_body import JSONBodyRoute
 from server.schemas import ChatRequest, CompletionRequest
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies parsed by pydantic-core (json_body)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
