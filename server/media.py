@@ -162,9 +162,12 @@ class MediaStore:
         staged = asyncio.ensure_future(asyncio.to_thread(self._write_part, data, digest))
         try:
             part = await asyncio.shield(staged)
-        except BaseException:  # the write failed, or the request was cancelled (the client left)
-            checked.add_done_callback(_consume)
+        except BaseException as exc:  # the write failed, or the request was cancelled (the client left)
             staged.add_done_callback(_drop_part)  # once written, if it was
+            if isinstance(exc, Exception):  # the write failed: a broken image still gets its 400, as before
+                await checked
+            else:
+                checked.add_done_callback(_consume)
             raise
         try:
             fmt, pixels = await checked

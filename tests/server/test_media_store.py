@@ -79,3 +79,17 @@ def test_the_same_bytes_under_another_url_find_the_stored_file(tmp_path):
     raw = base64.b64encode(data).decode()  # raw base64: another string, the same bytes
     assert asyncio.run(store.image(raw, "x")) == first
     assert [p.name for p in (tmp_path / "media").iterdir()] == [Path(first).name]
+
+
+def test_a_broken_image_gets_its_400_even_when_the_write_fails(tmp_path, monkeypatch):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+
+    def full_disk(data: bytes, digest: str) -> Path:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(store, "_write_part", full_disk)
+    noisy = png_bytes(noise=True)
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.image(uri(noisy[:len(noisy) // 2]), "x"))
+    assert (refused.value.status, refused.value.code) == (400, "invalid_image")
+    with pytest.raises(OSError, match="No space left"):  # a good image: the write's error itself
+        asyncio.run(store.image(uri(png_bytes()), "x"))
