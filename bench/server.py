@@ -155,26 +155,28 @@ def stream(client, url: str, model: str, messages: list, max_tokens: int) -> tup
 
 def handling_ms(args, repeat: int = 20) -> tuple[float, float]:
     """The server's own work on the request before it reaches the engine queue, timed without HTTP or
-    the engine: parse the JSON body, decode and check the image, store it. Returns the medians of
+    the engine: parse the JSON body as the server does (server.json_body, then the model's
+    validation), decode and check the image, store it. Returns the medians of
     ``repeat`` for a photo the server has not seen (a fresh store each time) and for one re-sent in
     a later turn of the conversation (found by its data URI, not decoded again), in ms."""
     import asyncio
 
     from server.config import ServerConfig
+    from server.json_body import parse_json
     from server.media import MediaStore
     from server.schemas import ChatRequest
 
     photo = base64.b64encode(Path(args.image).read_bytes()).decode()
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo}"}},
-        {"type": "text", "text": "Describe this photo."}]}]})
+        {"type": "text", "text": "Describe this photo."}]}]}).encode()
     new, again = [], []
     with tempfile.TemporaryDirectory() as folder:
         resent = MediaStore(ServerConfig(), Path(folder) / "resent")
         for i in range(repeat):
             for store, times in ((MediaStore(ServerConfig(), Path(folder) / str(i)), new), (resent, again)):
                 t = time.perf_counter()
-                request = ChatRequest.model_validate_json(body)
+                request = ChatRequest.model_validate(parse_json(body))
                 asyncio.run(store.image(request.messages[0].content[0].image_url.url, "x"))
                 times.append(time.perf_counter() - t)
     return statistics.median(new) * 1000, statistics.median(again[1:]) * 1000

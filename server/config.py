@@ -32,7 +32,8 @@ class ServerConfig:
         max_queue: generations waiting or running before new ones get 429.
         max_body_bytes, max_images, max_image_pixels, max_media_bytes: 413 beyond these.
         remote_timeout_s: total time for fetching one remote image.
-        max_stored_media: media files kept on disk (least recently used ones go first).
+        max_stored_media: media files kept on disk (least recently used ones go first, down to an
+            eighth below this number once it is exceeded, so the folder is listed seldom).
         default_max_tokens: answer length when a request gives none.
     """
 

@@ -22,9 +22,10 @@ from server.answer_stream import Outcome, first_event, pieces, stops_of, usage
 from server.bridge import Answer
 from server.conversation import params_for, to_turns
 from server.errors import APIError
+from server.json_body import JSONBodyRoute
 from server.schemas import ChatRequest, CompletionRequest
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies parsed by pydantic-core (json_body)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -113,14 +114,17 @@ async def chat_completions(body: ChatRequest, request: Request):
                         "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
 
         async def stream() -> AsyncIterator[str]:
+            # The role chunk goes out with the first text (or the end) in one write: one send and
+            # one wake-up of the client fewer on the way to its first token.
+            role = chunk({"role": "assistant", "content": ""})
             try:
-                yield chunk({"role": "assistant", "content": ""})
                 streamed, held = [], []
                 async for text, event in pieces(answer, first, stops, outcome):
                     streamed.append(text)
                     lp = _chat_logprobs(event) if logprobs is not None else None
                     if lp:
-                        yield chunk({"content": text}, logprobs=lp)
+                        yield role + chunk({"content": text}, logprobs=lp)
+                        role = ""
                         answer.first_sent()
                         continue
                     held.append(text)
@@ -129,19 +133,21 @@ async def chat_completions(body: ChatRequest, request: Request):
                     if answer.ready and isinstance(answer.events[0], TokenEvent):
                         continue
                     if "".join(held):
-                        yield chunk({"content": "".join(held)})
+                        yield role + chunk({"content": "".join(held)})
+                        role = ""
                     held.clear()
                     answer.first_sent()  # written (or nothing to write yet): the engine thread goes on
                 if "".join(held):
-                    yield chunk({"content": "".join(held)})
+                    yield role + chunk({"content": "".join(held)})
+                    role = ""
                 if outcome.error is not None:
-                    yield sse(outcome.error.body())
+                    yield role + sse(outcome.error.body())
                     return
                 _remember(state, "".join(streamed), outcome)
-                yield chunk({}, outcome.finish_reason)
-                if include_usage:
-                    yield sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
-                yield "data: [DONE]\n\n"
+                # The finish chunk, the usage and [DONE] in one write, too.
+                yield role + chunk({}, outcome.finish_reason) + (sse({
+                    **base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
+                    if include_usage else "") + "data: [DONE]\n\n"
             finally:
                 answer.cancel()  # a no-op when it finished; else the client left: stop generating
                 _finish(request, outcome, True)
@@ -202,10 +208,8 @@ async def completions(body: CompletionRequest, request: Request):
                 if outcome.error is not None:
                     yield sse(outcome.error.body())
                     return
-                yield chunk("", outcome.finish_reason)
-                if include_usage:
-                    yield sse({**base, "choices": [], "usage": usage(outcome)})
-                yield "data: [DONE]\n\n"
+                yield chunk("", outcome.finish_reason) + (sse({**base, "choices": [], "usage": usage(outcome)})
+                                                          if include_usage else "") + "data: [DONE]\n\n"
             finally:
                 answer.cancel()
                 _finish(request, outcome, True)

@@ -16,9 +16,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from server.errors import APIError, from_engine
+from server.json_body import JSONBodyRoute
 from server.schemas import EmbeddingItem, EmbeddingRequest, ImageURL
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies parsed by pydantic-core (json_body)
 
 
 def _modalities(caps) -> list[str]:

@@ -255,10 +255,33 @@ def test_remembered_image_urls_stay_within_their_budget(tmp_path, monkeypatch):
     assert store._seen_chars == 20
     for i in range(5):
         store._remember(str(i) * 24, f"/x/{i}")
-    assert store._seen_chars <= 100 and "a" * 20 not in store._seen  # the oldest went first
-    assert store._seen_chars == sum(len(u) for u in store._seen)
+    urls = [url for url, _ in store._seen.values()]
+    assert store._seen_chars <= 100 and "a" * 20 not in urls  # the oldest went first
+    assert store._seen_chars == sum(len(u) for u in urls)
     store._remember("z" * 26, "/x/z")  # more than a quarter of the budget: not remembered
-    assert "z" * 26 not in store._seen
+    assert "z" * 26 not in [url for url, _ in store._seen.values()]
+
+
+def test_image_urls_with_the_same_memo_key_each_find_their_own_file(tmp_path, monkeypatch):
+    """The memo's key reads only some characters of a URL: one that shares it with another
+    accepted URL is decoded and stored as its own photo, never given the other's file."""
+    import asyncio
+    import base64
+
+    from server import media
+    from server.media import MediaStore
+
+    red, blue = ("data:image/png;base64," + base64.b64encode(png_bytes(color=c)).decode()
+                 for c in ((200, 0, 0), (0, 0, 200)))
+    monkeypatch.setattr(media, "_url_key", lambda url: url[:22])  # "data:image/png;base64,": one key for both
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    first, second = asyncio.run(store.image(red, "x")), asyncio.run(store.image(blue, "x"))
+    assert first != second
+    decoded = []
+    real = media.split_data
+    monkeypatch.setattr(media, "split_data", lambda url, param: decoded.append(url) or real(url, param))
+    assert asyncio.run(store.image(blue, "x")) == second and decoded == []  # the latest of the two is remembered
+    assert asyncio.run(store.image(red, "x")) == first and decoded == [red]  # the other is decoded, not mistaken
 
 
 def test_line_wrapped_base64_is_the_same_photo_and_broken_base64_is_refused(tmp_path):

@@ -152,3 +152,49 @@ def test_stopping_the_server_mid_stream_ends_the_stream_properly(tiny_checkpoint
         assert "Traceback" not in proc.output() and "CancelledError" not in proc.output(), proc.output()[-2000:]
     finally:
         proc.stop()
+
+
+async def _asgi_writes(body: dict) -> list[bytes]:
+    """The body messages the app sends for one request, driven through ASGI itself (over HTTP
+    they could be merged or split on the way), on a scripted engine."""
+    import asyncio
+
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(FakeSession()))
+    async with app.router.lifespan_context(app):
+        while app.state.smolchat.bridge.state != "ready":
+            await asyncio.sleep(0.01)
+        raw, done, writes = json.dumps(body).encode(), asyncio.Event(), []
+
+        async def receive() -> dict:
+            if not done.is_set():
+                done.set()
+                return {"type": "http.request", "body": raw, "more_body": False}
+            await asyncio.Event().wait()  # the client stays: the app cancels this wait when it is done
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                writes.append(message["body"])
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
+                 "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 80)}
+        await app(scope, receive, send)
+    return writes
+
+
+def test_the_role_goes_out_with_the_first_text_and_the_end_in_one_write():
+    """One write (one send, one wake-up of the client) for the role and the first text, and one
+    for the finish chunk, the usage and [DONE]; the events themselves are as the contract says."""
+    import asyncio
+
+    writes = asyncio.run(_asgi_writes({"model": "fake", "stream": True, "stream_options": {"include_usage": True},
+                                       "messages": [{"role": "user", "content": "one two"}]}))
+    split = [[json.loads(e[len("data: "):]) if e != "data: [DONE]" else e for e in w.decode().split("\n\n") if e]
+             for w in writes]
+    assert [len(events) for events in split] == [2, 1, 3]
+    (role, first), (second,), (finish, use, done) = split
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert first["choices"][0]["delta"] == {"content": "one "} and second["choices"][0]["delta"] == {"content": "two "}
+    assert finish["choices"][0]["finish_reason"] == "stop" and use["choices"] == [] and done == "data: [DONE]"
+    assert use["usage"]["completion_tokens"] == 2

@@ -1,0 +1,64 @@
+"""Request bodies parsed by pydantic-core (server.json_body): the same values and errors as json.loads."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server import ServerConfig, create_app, json_body
+from server.json_body import parse_json
+from tests.server.fakes import FakeSession, fake_loader
+
+# Bodies both parsers accept, and bodies only the standard library accepts (a byte-order mark,
+# UTF-16, a lone surrogate, nesting deeper than pydantic-core's limit of 200 levels).
+SAME = [b'{"a": NaN, "b": Infinity, "c": -Infinity}', b'{"a": 1, "a": 2}', b'{"x": 123456789012345678901234567890}',
+        b'{"f": 0.1, "g": 1e400, "h": 5e-324, "i": -0.0, "j": 1.0, "k": 10}', b'"\\u00e9\\/\\n"',
+        '{"k": "\u00e9\u4e2d\U0001f600"}'.encode(), b'  {"a": [true, false, null]}  ']
+STDLIB_ONLY = [b'"\\ud800"', b'\xef\xbb\xbf{"a": 1}', '{"a": 1}'.encode("utf-16"), b"[" * 300 + b"]" * 300]
+
+
+@pytest.mark.parametrize("body", SAME + STDLIB_ONLY)
+def test_parse_json_gives_what_json_loads_gives(body):
+    assert repr(parse_json(body)) == repr(json.loads(body))  # repr: NaN != NaN, and -0.0 == 0.0
+
+
+@pytest.mark.parametrize("body", [b'{"model": "m", "messages": [', b"{} x", b"", b"{'a': 1}"])
+def test_invalid_json_raises_the_standard_librarys_error(body):
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(body)
+    with pytest.raises(json.JSONDecodeError) as got:
+        parse_json(body)
+    assert (got.value.msg, got.value.pos) == (expected.value.msg, expected.value.pos)
+
+
+def test_invalid_utf8_raises_as_json_loads_does():
+    with pytest.raises(UnicodeDecodeError):
+        parse_json(b'{"s": "\xff"}')
+
+
+def test_the_routes_parse_bodies_once_with_pydantic_core(monkeypatch):
+    calls = []
+    real = json_body.from_json
+    monkeypatch.setattr(json_body, "from_json", lambda data: calls.append(len(data)) or real(data))
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(FakeSession()))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 20
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        body = json.dumps({"model": "fake", "messages": [{"role": "user", "content": "hello there"}]}).encode()
+        ok = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "hello there "  # the fake echoes words
+        assert calls == [len(body)]
+        bad = client.post("/v1/chat/completions", content=b'{"model": "fake", "messages": [',
+                          headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["error"] == {
+            "message": "the body is not valid JSON: Expecting value", "type": "invalid_request_error",
+            "param": None, "code": "invalid_json"}
+        nan = client.post("/v1/chat/completions", headers={"content-type": "application/json"},
+                          content=b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}')
+        assert nan.status_code == 400 and nan.json()["error"]["param"] == "temperature"
+        assert len(calls) == 3

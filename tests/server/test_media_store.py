@@ -1,0 +1,95 @@
+"""MediaStore's new-photo path: checked while it is hashed and written, no temporary file left behind,
+and the folder listed only when it may hold too many files."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from pathlib import Path
+
+import pytest
+
+from server.config import ServerConfig
+from server.errors import APIError
+from server.media import MediaStore
+from tests.server.helpers import png_bytes
+
+
+def uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def test_a_broken_image_is_refused_and_leaves_no_file(tmp_path):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    noisy = png_bytes(noise=True)
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.image(uri(noisy[:len(noisy) // 2]), "messages[0].content[0]"))
+    assert (refused.value.status, refused.value.code) == (400, "invalid_image")
+    assert refused.value.param == "messages[0].content[0]"
+    assert list((tmp_path / "media").iterdir()) == []  # its bytes were written meanwhile, and deleted
+
+
+def test_a_request_that_goes_away_while_its_photo_is_written_leaves_no_file(tmp_path, monkeypatch):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    release, written = threading.Event(), threading.Event()
+    real = store._write_part
+
+    def slow_write(data: bytes, digest: str) -> Path:
+        release.wait(10)
+        out = real(data, digest)
+        written.set()
+        return out
+    monkeypatch.setattr(store, "_write_part", slow_write)
+
+    async def go() -> None:
+        task = asyncio.ensure_future(store.image(uri(png_bytes(color=(3, 4, 5))), "x"))
+        await asyncio.sleep(0.05)  # on its way: decoding, and writing (held)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+        assert await asyncio.to_thread(written.wait, 10)
+        await asyncio.sleep(0.05)  # the clean-up runs as the write's callback
+    asyncio.run(go())
+    assert list((tmp_path / "media").iterdir()) == []
+
+
+def test_the_folder_is_listed_only_when_it_may_be_too_full_and_trimmed_below_the_limit(tmp_path, monkeypatch):
+    folder = tmp_path / "media"
+    store = MediaStore(ServerConfig(max_stored_media=16), folder)
+    listings = []
+    real = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda self: listings.append(self) or real(self))
+    paths = [asyncio.run(store.image(uri(png_bytes(color=(i, 0, 0))), "x")) for i in range(16)]
+    assert listings == [] and len(list(real(folder))) == 16  # at the limit: never listed
+    newest = asyncio.run(store.image(uri(png_bytes(color=(99, 0, 0))), "x"))
+    assert listings == [folder]  # over it: listed once, and trimmed an eighth below it
+    kept = {str(p) for p in real(folder)}
+    assert len(kept) == 14 and newest in kept and not kept & set(paths[:3])
+    for i in range(2):
+        asyncio.run(store.image(uri(png_bytes(color=(i, 9, 0))), "x"))
+    assert listings == [folder] and len(list(real(folder))) == 16  # back at the limit, not listed again
+
+
+def test_the_same_bytes_under_another_url_find_the_stored_file(tmp_path):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = png_bytes(color=(7, 7, 7))
+    first = asyncio.run(store.image(uri(data), "x"))
+    raw = base64.b64encode(data).decode()  # raw base64: another string, the same bytes
+    assert asyncio.run(store.image(raw, "x")) == first
+    assert [p.name for p in (tmp_path / "media").iterdir()] == [Path(first).name]
+
+
+def test_a_broken_image_gets_its_400_even_when_the_write_fails(tmp_path, monkeypatch):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+
+    def full_disk(data: bytes, digest: str) -> Path:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(store, "_write_part", full_disk)
+    noisy = png_bytes(noise=True)
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.image(uri(noisy[:len(noisy) // 2]), "x"))
+    assert (refused.value.status, refused.value.code) == (400, "invalid_image")
+    with pytest.raises(OSError, match="No space left"):  # a good image: the write's error itself
+        asyncio.run(store.image(uri(png_bytes()), "x"))
