@@ -257,15 +257,24 @@ class Tokenizer:
         table, characters outside it (only in added tokens) contribute their own UTF-8.
         """
         if self._token_bytes is None:
-            table = []
-            for i in range(self.vocab_size):
-                token = self._tok.id_to_token(i) or ""
-                if i in self.special_ids:
-                    table.append(token.encode("utf-8"))
-                else:
-                    table.append(b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode() for c in token))
-            self._token_bytes = table
+            self._token_bytes = self._byte_table()
         return self._token_bytes[idx]
+
+    def _byte_table(self) -> list[bytes]:
+        """Every id's bytes (see :meth:`token_bytes`). One ``str.translate`` per token (C), instead of
+        a join over its characters in Python: built at the first streamed token, it took 0.44 s of
+        the H200's load-time warm-up for a 49k vocabulary. Each character becomes a latin-1
+        character standing for its byte(s): a table character its byte, any other its UTF-8 bytes."""
+        tokens = [""] * self.vocab_size
+        for token, i in self._tok.get_vocab(with_added_tokens=True).items():
+            if 0 <= i < self.vocab_size:
+                tokens[i] = token
+        chars = set("".join(tokens))
+        to_latin1 = {ord(c): chr(_CHAR_TO_BYTE[c]) if c in _CHAR_TO_BYTE else c.encode("utf-8").decode("latin-1")
+                     for c in chars}
+        special = self.special_ids
+        return [t.encode("utf-8") if i in special else t.translate(to_latin1).encode("latin-1")
+                for i, t in enumerate(tokens)]
 
     # -- chat ---------------------------------------------------------------------------------------
 

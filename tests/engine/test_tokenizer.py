@@ -186,6 +186,14 @@ def test_streaming_random_ids_equal_full_decode(tokenizer):
     assert "".join(stream.add(t) for t in ids) + stream.flush() == tokenizer.decode(ids)
 
 
+def test_streaming_every_id_equals_full_decode(tokenizer):
+    # The whole vocabulary once, in order and shuffled: every entry of the byte table is checked.
+    ids = list(range(tokenizer.vocab_size))
+    for order in (ids, random.Random(1).sample(ids, len(ids))):
+        stream = StreamingDetokenizer(tokenizer)
+        assert "".join(stream.add(t) for t in order) + stream.flush() == tokenizer.decode(order)
+
+
 def test_streaming_detokenizer_holds_partial_character(tokenizer):
     ids = tokenizer.encode("🚀")
     assert len(ids) > 1  # byte-level BPE spells this emoji with several tokens
