@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import warnings
 
 import torch
@@ -58,6 +59,25 @@ def triton_wanted(device: torch.device) -> bool:
     except Exception:  # noqa: BLE001  (ImportError, or a broken install)
         return False
     return True
+
+
+def start_triton_key(device: torch.device) -> None:
+    """Have Triton hash its compiler and ``libtriton`` (its kernel-cache key, computed once per
+    process: ~0.4 s on the H200 host) on a background thread, so it overlaps the weights' load
+    instead of delaying the warm-up's first kernel. hashlib releases the GIL while it hashes.
+    Does nothing off CUDA or with ``SMOLCHAT_TRITON=0``; any failure is left to the first kernel."""
+    if device.type != "cuda" or os.environ.get("SMOLCHAT_TRITON", "1") in ("0", "false", "no", "off"):
+        return
+
+    def run() -> None:
+        try:
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+        except Exception:  # noqa: BLE001  (no Triton, or another layout: the kernels compute it later)
+            pass
+
+    threading.Thread(target=run, name="smolchat-triton-key", daemon=True).start()
 
 
 def bucket_for(length: int, capacity: int) -> int:
@@ -423,11 +443,18 @@ class StaticDecoder:
         # it stays off until the capture ends. (A gc.collect() first made every capture slower: in
         # the H200 bench, which recaptures per session, contiguous decode fell from 1554 to 377
         # tok/s. What is unreachable is collected later, outside a capture.)
+        # capture_begin/capture_end rather than torch.cuda.graph: its entry synchronizes the device
+        # and empties the allocator's and the pinned host memory's caches (each later allocation
+        # then goes back to the driver), which made up most of the load-time warm-up's capture time.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            with torch.cuda.graph(graph, pool=self.pool, stream=side):
-                out = step(kv, bucket)
+            with torch.cuda.stream(side):
+                graph.capture_begin(pool=self.pool)
+                try:
+                    out = step(kv, bucket)
+                finally:
+                    graph.capture_end()
         finally:
             if enabled:
                 gc.enable()
