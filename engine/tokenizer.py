@@ -261,10 +261,11 @@ class Tokenizer:
         return self._token_bytes[idx]
 
     def _byte_table(self) -> list[bytes]:
-        """Every id's bytes (see :meth:`token_bytes`). One ``str.translate`` per token (C), instead of
-        a join over its characters in Python: built at the first streamed token, it took 0.44 s of
-        the H200's load-time warm-up for a 49k vocabulary. Each character becomes a latin-1
-        character standing for its byte(s): a table character its byte, any other its UTF-8 bytes."""
+        """Every id's bytes (see :meth:`token_bytes`). One ``str.translate`` per token (C) instead of
+        a join over its characters in Python: the table is built at the first streamed token, on
+        CUDA during the load-time warm-up, and for a 49k vocabulary this takes 49 instead of 100 ms
+        (this project's 2-core CPU). Each character becomes a latin-1 character standing for its
+        byte(s): a table character its byte, any other its UTF-8 bytes."""
         tokens = [""] * self.vocab_size
         for token, i in self._tok.get_vocab(with_added_tokens=True).items():
             if 0 <= i < self.vocab_size:
