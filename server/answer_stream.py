@@ -85,7 +85,15 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent, stops: list[str]
     outcome.stats = event.stats
     if event.finish_reason == "error":
         outcome.error = from_engine(event.error_type, event.error)
+    elif event.finish_reason == "cancelled" and answer.shut_down:
+        outcome.error = shutting_down(cut=True)
     outcome.finish_reason = "length" if event.finish_reason == "length" else "stop"
+
+
+def shutting_down(cut: bool) -> APIError:
+    """503 for an answer the server's stop cancelled: cut off (``cut``) or never started."""
+    what = "before this answer was finished" if cut else "before this request was answered"
+    return APIError(503, f"the server is shutting down: it stopped {what}", "server_shutting_down")
 
 
 async def first_event(answer: Answer, is_disconnected: Callable[[], Any]) -> TokenEvent | DoneEvent:
@@ -94,6 +102,8 @@ async def first_event(answer: Answer, is_disconnected: Callable[[], Any]) -> Tok
     event = await answer.next(is_disconnected)
     if isinstance(event, DoneEvent) and event.finish_reason == "error":
         raise from_engine(event.error_type, event.error)
+    if isinstance(event, DoneEvent) and event.finish_reason == "cancelled" and answer.shut_down:
+        raise shutting_down(cut=False)
     return event
 
 

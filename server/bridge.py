@@ -42,6 +42,7 @@ class Answer:
     def __init__(self, bridge: EngineBridge, loop: asyncio.AbstractEventLoop):
         self.bridge, self.loop = bridge, loop
         self.events: deque = deque()
+        self.shut_down = False  # cancelled because the server is stopping (EngineBridge.cancel_all)
         self._waiter: asyncio.Future | None = None
         self.handle: Any = None
         self.finished = False
@@ -177,8 +178,11 @@ class EngineBridge:
 
     def cancel_all(self) -> None:
         """Cancel every admitted answer (the server is stopping): queued ones never start, running
-        ones stop at their next token, and each stream then ends with its finish chunk."""
+        ones stop at their next token. Each is marked :attr:`Answer.shut_down`, so its request ends
+        with a 503 ``server_shutting_down`` error (as the response, or as a stream's last event)
+        rather than as an answer that looks finished."""
         for answer in list(self.answers):
+            answer.shut_down = True
             answer.cancel()
 
     def refresh_kv(self) -> None:

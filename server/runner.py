@@ -3,8 +3,9 @@
 uvicorn's own shutdown waits up to its graceful timeout for open responses to finish, then cancels
 their tasks: a client streaming a long answer when the server stops got neither a finish chunk nor
 ``data: [DONE]``, and the log two ``CancelledError`` tracebacks. Here an exit first cancels every
-admitted answer on the event loop; each stream then closes the normal way (its last chunk with a
-finish reason, ``[DONE]``), and the shutdown takes as long as one decode step.
+admitted answer on the event loop; each stream then ends with one 503 ``server_shutting_down``
+error event, a request still queued gets that 503 as its response (so no client takes a cut answer
+for a finished one), and the shutdown takes as long as one decode step.
 """
 
 from __future__ import annotations

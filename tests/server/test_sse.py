@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -121,10 +122,13 @@ def test_the_engine_thread_is_held_only_until_the_first_chunk_is_sent(monkeypatc
 
 
 def test_stopping_the_server_mid_stream_ends_the_stream_properly(tiny_checkpoint):
-    """Ctrl-C (SIGINT) while an answer streams: the stream still ends with a finish chunk and
-    [DONE], the process exits within seconds, and the log has no traceback (uvicorn's own shutdown
-    waited 3 s, cancelled the response task and cut the stream)."""
+    """Ctrl-C (SIGINT) while an answer streams and another waits in the queue: the stream ends with
+    one 503 ``server_shutting_down`` error event (not a finish chunk that would pass the cut answer
+    off as complete), the queued request gets a 503 response, the process exits within seconds, and
+    the log has no traceback (uvicorn's own shutdown waited 3 s, cancelled the response task and cut
+    the stream)."""
     import signal
+    import threading
 
     from tests.server.helpers import ServerProcess, wait_ready
 
@@ -133,6 +137,12 @@ def test_stopping_the_server_mid_stream_ends_the_stream_properly(tiny_checkpoint
         wait_ready(proc.url, proc=proc.proc)
         body = {"model": "tiny-f32", "stream": True, "max_tokens": 4000, "ignore_eos": True, "temperature": 0,
                 "messages": [{"role": "user", "content": "Count."}]}
+        queued: list = []
+
+        def ask_behind() -> None:  # admitted behind the stream: it waits in the engine's queue
+            queued.append(httpx.post(f"{proc.url}/v1/chat/completions", json=dict(body, stream=False), timeout=30))
+
+        behind = threading.Thread(target=ask_behind)
         payloads = []
         with httpx.stream("POST", f"{proc.url}/v1/chat/completions", json=body, timeout=30) as response:
             assert response.status_code == 200
@@ -141,13 +151,22 @@ def test_stopping_the_server_mid_stream_ends_the_stream_properly(tiny_checkpoint
                 if line:
                     payloads.append(line[len("data: "):])
                 if len(payloads) == 3:  # the role chunk and two of content: generating now
+                    behind.start()
+                    deadline = time.monotonic() + 10
+                    while 'smolchat_queue_length 2.0' not in httpx.get(f"{proc.url}/metrics").text:
+                        assert time.monotonic() < deadline, "the second request was never admitted"
+                        time.sleep(0.05)
                     proc.proc.send_signal(signal.SIGINT)
                     break
             payloads += [line[len("data: "):] for line in lines if line]
-        assert payloads[-1] == "[DONE]", payloads[-3:]
-        chunks = [json.loads(p) for p in payloads[:-1]]
-        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-        assert len(chunks) < 2000  # it stopped long before its 4000 tokens
+        last = json.loads(payloads[-1])
+        assert last["error"]["code"] == "server_shutting_down", payloads[-3:]
+        assert "[DONE]" not in payloads
+        assert all("error" not in json.loads(p) for p in payloads[:-1])
+        assert len(payloads) < 2000  # it stopped long before its 4000 tokens
+        behind.join(30)
+        assert queued and queued[0].status_code == 503, queued
+        assert queued[0].json()["error"]["code"] == "server_shutting_down"
         proc.proc.wait(10)  # it exits (uvicorn's own shutdown also waited 3 s, then cut the stream)
         assert "Traceback" not in proc.output() and "CancelledError" not in proc.output(), proc.output()[-2000:]
     finally:
