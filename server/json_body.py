@@ -10,8 +10,9 @@ unchanged.
 Where ``from_json`` refuses a body (a syntax error, a byte-order mark, UTF-16, a lone surrogate,
 nesting deeper than its limit) the standard library parses it again: either it accepts what
 ``from_json`` did not and the request goes on exactly as before, or its ``JSONDecodeError`` gives
-the 400 ``invalid_json`` answer, message included, as before. Where both accept a body they give
-the same value (``NaN`` and ``Infinity`` included, which the models then refuse).
+the 400 ``invalid_json`` answer, message included, as before. A lone surrogate, which only the
+standard library accepts, is refused as invalid JSON too: it is not Unicode text. Where both accept
+a body they give the same value (``NaN`` and ``Infinity`` included, which the models then refuse).
 """
 
 from __future__ import annotations
@@ -29,13 +30,23 @@ def parse_json(body: bytes) -> Any:
     """The JSON value of ``body``, as ``json.loads(body)`` gives it.
 
     Raises:
-        json.JSONDecodeError: the body is not JSON (the standard library's error and message).
+        json.JSONDecodeError: the body is not JSON (the standard library's error and message), or a
+            string in it holds a lone UTF-16 surrogate.
         UnicodeDecodeError: the body is not in a Unicode encoding ``json.loads`` detects.
     """
     try:
         return from_json(body)
     except ValueError:  # refused: the standard library decides (and words the error)
-        return json.loads(body)
+        value = json.loads(body)
+    # json.loads accepts an escaped lone UTF-16 surrogate ("\ud800"), which is not Unicode text: the
+    # tokenizer would fail on it inside the engine (a 500). Refused here as invalid JSON (a 400).
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
+        raise json.JSONDecodeError(f"a string holds a lone UTF-16 surrogate ({bad}), which is not Unicode text",
+                                   "", 0) from None
+    return value
 
 
 class JSONBodyRequest(Request):

@@ -12,12 +12,12 @@ from server import ServerConfig, create_app, json_body
 from server.json_body import parse_json
 from tests.server.fakes import FakeSession, fake_loader
 
-# Bodies both parsers accept, and bodies only the standard library accepts (a byte-order mark,
-# UTF-16, a lone surrogate, nesting deeper than pydantic-core's limit of 200 levels).
+# Bodies both parsers accept, and bodies the standard library accepts where pydantic-core may not (an
+# escaped surrogate pair, a byte-order mark, UTF-16, nesting deeper than pydantic-core's 200 levels).
 SAME = [b'{"a": NaN, "b": Infinity, "c": -Infinity}', b'{"a": 1, "a": 2}', b'{"x": 123456789012345678901234567890}',
         b'{"f": 0.1, "g": 1e400, "h": 5e-324, "i": -0.0, "j": 1.0, "k": 10}', b'"\\u00e9\\/\\n"',
         '{"k": "\u00e9\u4e2d\U0001f600"}'.encode(), b'  {"a": [true, false, null]}  ']
-STDLIB_ONLY = [b'"\\ud800"', b'\xef\xbb\xbf{"a": 1}', '{"a": 1}'.encode("utf-16"), b"[" * 300 + b"]" * 300]
+STDLIB_ONLY = [b'"\\ud83d\\ude00"', b'\xef\xbb\xbf{"a": 1}', '{"a": 1}'.encode("utf-16"), b"[" * 300 + b"]" * 300]
 
 
 @pytest.mark.parametrize("body", SAME + STDLIB_ONLY)
@@ -32,6 +32,28 @@ def test_invalid_json_raises_the_standard_librarys_error(body):
     with pytest.raises(json.JSONDecodeError) as got:
         parse_json(body)
     assert (got.value.msg, got.value.pos) == (expected.value.msg, expected.value.pos)
+
+
+@pytest.mark.parametrize("body", [b'"\\ud800"', b'{"messages": [{"content": "hi \\udfff"}]}'])
+def test_a_lone_surrogate_is_invalid_json(body):
+    """json.loads accepts it, but it is not Unicode text (the tokenizer failed on it: a 500)."""
+    with pytest.raises(json.JSONDecodeError, match="lone UTF-16 surrogate"):
+        parse_json(body)
+
+
+def test_a_lone_surrogate_in_a_request_is_a_400():
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(FakeSession()))
+    with TestClient(app) as client:
+        while app.state.smolchat.bridge.state != "ready":
+            time.sleep(0.01)
+        for path, body in (("/v1/chat/completions", b'{"model": "fake", "messages": [{"role": "user", "content": "hi \\ud800"}]}'),
+                           ("/v1/completions", b'{"model": "fake", "prompt": "\\ud800"}'),
+                           ("/v1/embeddings", b'{"model": "fake", "input": "\\ud800"}')):
+            r = client.post(path, content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 400, (path, r.text)
+            assert r.json()["error"]["code"] == "invalid_json" and "surrogate" in r.json()["error"]["message"]
+        ok = client.post("/v1/chat/completions", json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]})
+        assert ok.status_code == 200
 
 
 def test_invalid_utf8_raises_as_json_loads_does():
