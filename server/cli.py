@@ -11,11 +11,22 @@ from server.config import MB, ServerConfig
 KEY_ENV = "SMOLCHAT_API_KEY"  # lets a key stay out of the process list (ps shows arguments)
 
 
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0-65535 (0 asks for any free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {value}")
+    return value
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", required=True, help="checkpoint folder, Hub repository id or GGUF file")
     ap.add_argument("--model-name", default="", help="the id clients use (default: the folder's name)")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--port", type=port_number, default=8080, help="TCP port (0: any free one)")
     ap.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (or set ${KEY_ENV})")
     ap.add_argument("--insecure-no-key", action="store_true", help="allow a non-loopback --host without a key")
     ap.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeat)")
@@ -73,6 +84,17 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``smolchat serve``: exit 0 when stopped, 2 with one ``error:`` line for unsafe or unusable
+    settings, 130 on Ctrl-C before the server takes over the signal (as ``python -m engine serve``)."""
+    import sys
+
     ap = argparse.ArgumentParser(prog="smolchat serve", description="Smolchat's OpenAI-compatible local server")
     add_arguments(ap)
-    return serve(ap.parse_args(argv))
+    args = ap.parse_args(argv)
+    try:
+        return serve(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -52,16 +52,21 @@ def wait_ready(url: str, timeout: float = 90.0, proc: subprocess.Popen | None = 
     raise TimeoutError(f"{url} not ready after {timeout} s")
 
 
-class ServerProcess:
-    """``python -m engine serve`` in a subprocess on a free loopback port."""
+#: ``smolchat serve`` (the app's entry point: ``app.main`` hands ``serve`` to ``server.cli``).
+SMOLCHAT_SERVE = ("-c", "import sys; from app.main import main; sys.exit(main(sys.argv[1:]))", "serve")
 
-    def __init__(self, model: Path, *args: str, env: dict | None = None):
+
+class ServerProcess:
+    """``python -m engine serve`` (or ``entry``: the arguments after the interpreter that start a
+    server, e.g. :data:`SMOLCHAT_SERVE`) in a subprocess on a free loopback port."""
+
+    def __init__(self, model: Path, *args: str, env: dict | None = None, entry: tuple = ("-m", "engine", "serve")):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: a pipe nobody reads would block the server once it fills.
         self.log = tempfile.NamedTemporaryFile("w+", prefix="smolchat-server-", suffix=".log")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine", "serve", "--model", str(model), "--port", str(self.port),
+            [sys.executable, *entry, "--model", str(model), "--port", str(self.port),
              "--log-level", "warning", *args],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})

@@ -1,0 +1,40 @@
+"""``smolchat serve`` (the app's entry point) and ``python -m engine serve``: settings the server
+cannot use end with one ``error:`` line and exit 2, Ctrl-C with exit 130; never a traceback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.server.helpers import REPO, SMOLCHAT_SERVE, ServerProcess, wait_ready
+
+ENTRIES = {"smolchat serve": SMOLCHAT_SERVE, "python -m engine serve": ("-m", "engine", "serve")}
+
+
+@pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
+@pytest.mark.parametrize("args,message", [
+    (["--port", "99999"], "a port is 0-65535, got 99999"),
+    (["--port", "http"], "not a port number: 'http'"),
+    (["--host", "0.0.0.0"], "--host 0.0.0.0 lets other machines in"),
+], ids=["port out of range", "port not a number", "open host without a key"])
+def test_unusable_settings_are_one_error_line(tiny_checkpoint, entry, args, message):
+    proc = subprocess.run([sys.executable, *entry, "--model", str(tiny_checkpoint), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
+def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry):
+    server = ServerProcess(tiny_checkpoint, entry=entry)
+    try:
+        wait_ready(server.url, proc=server.proc)
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(20) == 130
+        assert "Traceback" not in server.output(), server.output()[-2000:]
+    finally:
+        server.stop()
