@@ -136,6 +136,12 @@ def _install_errors(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             return _json_error(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                                "invalid_json")
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if tuple(first.get("loc", ())) == ("body",) and media != "application/json":
+            # FastAPI reads a body only as JSON when it is labelled so (curl -d sends a form): say that,
+            # rather than pydantic's "Input should be a valid dictionary" about an empty location.
+            return _json_error(400, "send the request body as JSON with 'Content-Type: application/json' "
+                                    f"(got {media or 'no Content-Type'})", "invalid_json")
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         message = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
                             for e in errors[:5])

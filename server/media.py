@@ -73,6 +73,11 @@ def split_data(url: str, param: str) -> tuple[str | None, bytes | None]:
     scheme = url.split(":", 1)[0].lower() if ":" in url[:12] else ""
     if scheme in ("http", "https"):
         return None, None
+    if scheme == "data":  # a data: URI whose header the pattern above does not take
+        header = url[:url.find(",")] if "," in url[:200] else url[:40] + "..."
+        raise APIError(400, f"unsupported data URI header {header!r}: send base64 data as "
+                            "'data:<type>/<subtype>;base64,<data>', e.g. data:image/png;base64,...",
+                       "invalid_data_uri", param)
     if scheme:
         raise APIError(400, f"unsupported URL scheme {scheme!r}: use a data: URI or base64", "invalid_url", param)
     return "", _b64(url, param)

@@ -47,6 +47,8 @@ CASES = {
     "raw base64 of an SVG": ({"model": MODEL, "messages": [user(image(SVG.split(",")[1]), TEXT)]}, 400,
                              "unsupported_image_format"),
     "file URL": ({"model": MODEL, "messages": [user(image("file:///etc/passwd"), TEXT)]}, 400, "invalid_url"),
+    "data URI not in base64": ({"model": MODEL, "messages": [user(image(
+        'data:image/svg+xml;utf8,<svg xmlns="http://www.w3.org/2000/svg"/>'), TEXT)]}, 400, "invalid_data_uri"),
     "remote URL while off": ({"model": MODEL, "messages": [user(image("http://127.0.0.1:9/x.png"), TEXT)]}, 400,
                              "remote_media_disabled"),
     "image in a system message": ({"model": MODEL, "messages": [{"role": "system", "content": [image(PNG)]},
@@ -87,6 +89,15 @@ def test_invalid_json_and_nan_and_a_50_mb_body(url):
     assert nan.status_code == 400 and nan.json()["error"]["param"] == "temperature"
     huge = post(json.dumps({"model": MODEL, "messages": [user(TEXT)], "pad": "x" * (50 * 1024 * 1024)}).encode())
     assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_body_not_labelled_json_is_told_so(url):
+    """curl -d sends a form content type: the error names the Content-Type, for a body and for none."""
+    body = json.dumps({"model": MODEL, "messages": [user(TEXT)]})
+    for headers, content in (({"content-type": "application/x-www-form-urlencoded"}, body), ({}, b"")):
+        r = httpx.post(f"{url}/v1/chat/completions", content=content, headers=headers, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
+        assert "Content-Type: application/json" in r.json()["error"]["message"]
 
 
 def test_disconnect_after_the_first_chunk_cancels_the_answer(url):
