@@ -109,9 +109,13 @@ async def chat_completions(body: ChatRequest, request: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
+        # With include_usage, OpenAI's chunks carry "usage": null until the usage chunk.
+        no_usage = {"usage": None} if include_usage else {}
+
         def chunk(delta: dict, finish: str | None = None, logprobs: dict | None = None) -> str:
             return sse({**base, "object": "chat.completion.chunk",
-                        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
+                        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+                        **no_usage})
 
         async def stream() -> AsyncIterator[str]:
             # The role chunk goes out with the first text (or the end) in one write: one send and
@@ -193,8 +197,11 @@ async def completions(body: CompletionRequest, request: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
+        no_usage = {"usage": None} if include_usage else {}  # as for chat chunks
+
         def chunk(text: str, finish: str | None = None, logprobs: dict | None = None) -> str:
-            return sse({**base, "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
+            return sse({**base, "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+                        **no_usage})
 
         async def stream() -> AsyncIterator[str]:
             try:

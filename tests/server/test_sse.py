@@ -43,6 +43,7 @@ def test_every_rule_of_the_stream_contract(url, include_usage):
     usage_chunks = [c for c in chunks if not c["choices"]]
     if include_usage:
         assert usage_chunks == [chunks[-1]] and chunks[-1]["usage"]["completion_tokens"] >= 1
+        assert all(c["usage"] is None for c in with_choices)  # OpenAI's "usage": null until then
     else:
         assert usage_chunks == [] and all("usage" not in c for c in chunks)
 
