@@ -63,7 +63,8 @@ def free_port(host: str) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run until interrupted. Raises ValueError for unsafe settings (the CLI prints it, exit 2)."""
+    """Run until interrupted. Raises ValueError for unsafe settings and for a model that fails to load
+    (the server stops then; the CLI prints it, exit 2)."""
     import uvicorn
 
     from server.app import create_app
@@ -78,8 +79,11 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(config)
     print(f"Smolchat server: http://{config.host}:{config.port}/v1 (docs at /docs)"
           + (" - API key required" if config.api_key else ""), flush=True)
-    Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.log_level,
-                          timeout_graceful_shutdown=3), app.state.smolchat.bridge).run()
+    server = Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.log_level,
+                                   timeout_graceful_shutdown=3), app.state.smolchat.bridge, exit_if_load_fails=True)
+    server.run()
+    if server.load_error is not None:
+        raise ValueError(f"the model failed to load: {server.load_error}")
     return 0
 
 

@@ -21,10 +21,20 @@ from server.bridge import EngineBridge
 class Server(uvicorn.Server):
     """``uvicorn.Server`` for an app whose answers go through ``bridge``."""
 
-    def __init__(self, config: uvicorn.Config, bridge: EngineBridge):
+    def __init__(self, config: uvicorn.Config, bridge: EngineBridge, exit_if_load_fails: bool = False):
         super().__init__(config)
         self.bridge = bridge
         self._loop: asyncio.AbstractEventLoop | None = None
+        # ``smolchat serve``: a model that cannot load stops the server (load_error says why) rather
+        # than serving 503s forever; the app's switch shares a model the window already loaded.
+        self.exit_if_load_fails = exit_if_load_fails
+        self.load_error: str | None = None
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.exit_if_load_fails and self.bridge.state == "failed":
+            self.load_error = self.bridge.message
+            return True
+        return await super().on_tick(counter)
 
     async def startup(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()

@@ -38,3 +38,13 @@ def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry):
         assert "Traceback" not in server.output(), server.output()[-2000:]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
+def test_a_model_that_cannot_load_stops_the_server(tmp_path, entry):
+    """Instead of serving 503s forever: one error line naming the failure, exit 2."""
+    proc = subprocess.run([sys.executable, *entry, "--model", str(tmp_path / "no-such-model"), "--port", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
+    assert "error: the model failed to load:" in proc.stderr and "no-such-model" in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
