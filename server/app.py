@@ -121,7 +121,7 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
         _count(request, exc.status)
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(ClientDisconnected)
     async def gone(request: Request, exc: ClientDisconnected):

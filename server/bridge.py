@@ -170,7 +170,9 @@ class EngineBridge:
         """A place in the queue, or APIError 429 when ``max_queue`` answers are waiting or running."""
         self.require_ready()
         if self.in_flight >= self.max_queue:
-            raise APIError(429, f"{self.in_flight} requests are already queued; try again shortly", "queue_full")
+            raise APIError(429, f"the server is busy: {self.in_flight} of its {self.max_queue} places for "
+                                "requests waiting or running are taken; try again shortly", "queue_full",
+                           headers={"Retry-After": "1"})
         self.in_flight += 1
         answer = Answer(self, asyncio.get_running_loop())
         self.answers.add(answer)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-         413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
+         405: "invalid_request_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
          500: "server_error", 503: "service_unavailable"}
 # Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
 CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": "invalid_image",
@@ -15,9 +15,11 @@ CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": 
 class APIError(Exception):
     """An error answer; raised anywhere in a handler, turned into JSON by the app's handler."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
+        self.headers = headers  # response headers, e.g. a 429's Retry-After
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.code, self.param)

@@ -90,6 +90,8 @@ async def chat_completions(body: ChatRequest, request: Request):
     state.check_model(body.model)
     state.bridge.require_ready()
     turns = await to_turns(body, state.media, state.bridge.capabilities, state.config, state.answers)
+    if body.top_logprobs is not None and not body.logprobs:  # as OpenAI answers it
+        raise APIError(400, "top_logprobs needs logprobs: true", "invalid_value", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = params_for(body, body.max_completion_tokens or body.max_tokens, state.bridge.capacity, state.config,
                         turns.detail, logprobs)

@@ -26,17 +26,27 @@ def _modalities(caps) -> list[str]:
     return ["text"] + (["image"] if caps.vision else []) + (["video"] if caps.video else [])
 
 
-@router.get("/v1/models", summary="The served model, its input modalities and context length")
-async def models(request: Request):
-    state = request.app.state.smolchat
+def _model_entry(state) -> dict:
     caps, context = state.bridge.capabilities, state.context_length()
-    return {"object": "list", "data": [{
+    return {
         "id": state.model_id, "object": "model", "created": state.created, "owned_by": "smolchat",
         "context_length": context, "max_model_len": context,
         "architecture": {"input_modalities": _modalities(caps), "output_modalities": ["text"]},
         "meta": {"n_ctx": context, "n_ctx_train": caps.max_context, "capabilities": caps.to_dict(),
                  "status": state.bridge.state},
-    }]}
+    }
+
+
+@router.get("/v1/models", summary="The served model, its input modalities and context length")
+async def models(request: Request):
+    return {"object": "list", "data": [_model_entry(request.app.state.smolchat)]}
+
+
+@router.get("/v1/models/{model:path}", summary="One model by id (the OpenAI client's models.retrieve)")
+async def model(model: str, request: Request):
+    state = request.app.state.smolchat
+    state.check_model(model)  # 404 for another id
+    return _model_entry(state)
 
 
 @router.get("/v1/model/info", summary="LiteLLM-style model info (supports_vision, max_input_tokens, ...)")

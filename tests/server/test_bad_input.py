@@ -47,6 +47,8 @@ CASES = {
     "raw base64 of an SVG": ({"model": MODEL, "messages": [user(image(SVG.split(",")[1]), TEXT)]}, 400,
                              "unsupported_image_format"),
     "file URL": ({"model": MODEL, "messages": [user(image("file:///etc/passwd"), TEXT)]}, 400, "invalid_url"),
+    "top_logprobs without logprobs": ({"model": MODEL, "messages": [user(TEXT)], "top_logprobs": 2}, 400,
+                                      "invalid_value"),
     "data URI not in base64": ({"model": MODEL, "messages": [user(image(
         'data:image/svg+xml;utf8,<svg xmlns="http://www.w3.org/2000/svg"/>'), TEXT)]}, 400, "invalid_data_uri"),
     "remote URL while off": ({"model": MODEL, "messages": [user(image("http://127.0.0.1:9/x.png"), TEXT)]}, 400,
@@ -168,6 +170,7 @@ def test_queue_limit_429_and_a_disconnect_frees_its_answer(keyed):
             time.sleep(0.05)
         third = httpx.post(f"{srv.url}/v1/chat/completions", json={**body, "max_tokens": 1}, headers=headers)
         assert third.status_code == 429 and third.json()["error"]["type"] == "rate_limit_error"
+        assert third.headers["retry-after"] == "1"
     waiter.join(10)  # the first client left: its answer is cancelled, the queued one runs at once
     assert queued[0].status_code == 200 and queued[0].json()["usage"]["completion_tokens"] == 3
     assert session.running == 0

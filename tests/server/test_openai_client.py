@@ -30,6 +30,10 @@ def test_models_lists_the_served_model_with_its_modalities(client):
     assert [m.id for m in models] == [MODEL]
     extra = models[0].model_extra
     assert extra["architecture"]["input_modalities"] == ["text", "image"] and extra["context_length"] > 0
+    one = client.models.retrieve(MODEL)  # GET /v1/models/{id}
+    assert one.id == MODEL and one.model_extra["context_length"] == extra["context_length"]
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("another-model")
 
 
 def test_chat_with_an_image_data_uri_streamed_and_not(client, photo):
