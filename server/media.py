@@ -31,8 +31,8 @@ IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "i
                "image/gif": "GIF", "image/bmp": "BMP", "image/x-ms-bmp": "BMP", "image/tiff": "TIFF"}
 IMAGE_FORMATS = set(IMAGE_TYPES.values())
 VIDEO_TYPES = {"video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".mov", "video/x-matroska": ".mkv"}
-# The suffixes of stored files: "." + an image format (the file's real one), or a video's.
-STORED_SUFFIXES = tuple(sorted({"." + fmt.lower() for fmt in IMAGE_FORMATS} | set(VIDEO_TYPES.values())))
+# The suffixes of stored images: "." + an image format (the file's real one); videos keep VIDEO_TYPES' own.
+IMAGE_SUFFIXES = tuple(sorted("." + fmt.lower() for fmt in IMAGE_FORMATS))
 DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}  # OpenAI's detail -> engine.api.events.DETAILS
 _DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
                        re.IGNORECASE)
@@ -284,11 +284,12 @@ class MediaStore:
                            param) from None
         return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
 
-    def _known(self, digest: str) -> str | None:
-        """The stored path of the bytes with this digest if they were accepted before (its use time
-        refreshed), else None. A stat per suffix a stored file can have, not a listing of the
-        folder (a glob read all ~500 names of a full one)."""
-        for suffix in STORED_SUFFIXES:
+    def _known(self, digest: str, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> str | None:
+        """The stored path of the bytes with this digest if they were accepted before as what
+        ``suffixes`` name (default: an image; the same bytes sent as a video were only checked for
+        size, and are no image), its use time refreshed; else None. A stat per suffix, not a listing
+        of the folder (a glob read all ~500 names of a full one)."""
+        for suffix in suffixes:
             path = self.folder / (digest + suffix)
             try:
                 os.utime(path)

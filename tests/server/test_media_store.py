@@ -93,3 +93,17 @@ def test_a_broken_image_gets_its_400_even_when_the_write_fails(tmp_path, monkeyp
     assert (refused.value.status, refused.value.code) == (400, "invalid_image")
     with pytest.raises(OSError, match="No space left"):  # a good image: the write's error itself
         asyncio.run(store.image(uri(png_bytes()), "x"))
+
+
+def test_bytes_stored_as_a_video_are_still_checked_as_an_image(tmp_path):
+    """Found by a trial: bytes first sent as a video (checked for type and size only) and then as an
+    image were taken as a known image, and the engine failed on the .mp4 path (its message naming the
+    server's temporary folder). They are checked as an image: a 400 from the server."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = b"\x00\x00\x00"
+    video = asyncio.run(store.video("data:video/mp4;base64," + base64.b64encode(data).decode(), "v"))
+    assert video.endswith(".mp4")
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.image(uri(data), "input[0].image_url"))
+    assert refused.value.status == 400 and refused.value.code in ("invalid_image", "unsupported_image_format")
+    assert "smolchat" not in refused.value.message and ".mp4" not in refused.value.message
