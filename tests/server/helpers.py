@@ -52,6 +52,12 @@ def wait_ready(url: str, timeout: float = 90.0, proc: subprocess.Popen | None = 
     raise TimeoutError(f"{url} not ready after {timeout} s")
 
 
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 #: ``smolchat serve`` (the app's entry point: ``app.main`` hands ``serve`` to ``server.cli``).
 SMOLCHAT_SERVE = ("-c", "import sys; from app.main import main; sys.exit(main(sys.argv[1:]))", "serve")
 
@@ -60,7 +66,8 @@ class ServerProcess:
     """``python -m engine serve`` (or ``entry``: the arguments after the interpreter that start a
     server, e.g. :data:`SMOLCHAT_SERVE`) in a subprocess on a free loopback port."""
 
-    def __init__(self, model: Path, *args: str, env: dict | None = None, entry: tuple = ("-m", "engine", "serve")):
+    def __init__(self, model: Path, *args: str, env: dict | None = None, entry: tuple = ("-m", "engine", "serve"),
+                 default_sigint: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: a pipe nobody reads would block the server once it fills.
@@ -69,7 +76,10 @@ class ServerProcess:
             [sys.executable, *entry, "--model", str(model), "--port", str(self.port),
              "--log-level", "warning", *args],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+            # A process started from a background job inherits SIGINT ignored; a terminal's does not.
+            # default_sigint gives the server a terminal's, whatever started the tests.
+            preexec_fn=_default_sigint if default_sigint else None)
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")

@@ -30,7 +30,7 @@ def test_unusable_settings_are_one_error_line(tiny_checkpoint, entry, args, mess
 
 @pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
 def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry):
-    server = ServerProcess(tiny_checkpoint, entry=entry)
+    server = ServerProcess(tiny_checkpoint, entry=entry, default_sigint=True)  # as from a terminal
     try:
         wait_ready(server.url, proc=server.proc)
         server.proc.send_signal(signal.SIGINT)
