@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from bench.triton_decode import step_profile  # noqa: E402
 from engine.api.events import GenerationParams  # noqa: E402
 from engine.cache import CacheConfig  # noqa: E402
 from engine.generate import token_stream  # noqa: E402
@@ -56,29 +57,6 @@ def loop(m, prompt: torch.Tensor, n: int, token_step: bool) -> tuple[list[int], 
         m.__dict__.pop("supports_token_decode", None)
         cache.release()
     return tokens, (len(tokens) - 1) / (stamps[-1] - stamps[0])
-
-
-def replay(m, kind: str) -> dict:
-    """GPU time per replay of the last captured graph of ``kind`` and its kernel count."""
-    graphs = [v for k, v in m._static.graphs.items() if k[0][0] == kind]
-    if not graphs:
-        return {}
-    graph = graphs[-1][0]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(20):
-        graph.replay()
-    start.record()
-    for _ in range(300):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        graph.replay()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return {"replay_us": start.elapsed_time(end) / 300 * 1e3, "kernels": len(kernels)}
 
 
 def teacher_forced(m, prompt: torch.Tensor, tokens: list[int]) -> torch.Tensor:
@@ -122,7 +100,8 @@ def main(argv=None) -> int:
                 rates = [loop(m, prompt, args.new_tokens, token_step)[1] for _ in range(args.rounds)]
                 r["tok_s"] = statistics.median(rates)
                 r["tok_s_rounds"] = rates
-                r.update(replay(m, "token" if token_step else "decode"))
+                p = step_profile(m, top=0, kind="token" if token_step else "decode")
+                r.update(replay_us=p["graph_replay_us"], kernels=p["kernels_per_step"])
                 logits = teacher_forced(m, prompt, tokens if base_tokens is None else base_tokens)
                 if base_tokens is None:
                     base_tokens, base_logits = tokens, logits

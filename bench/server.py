@@ -89,13 +89,9 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
                              "--log-level", "warning"], cwd=REPO)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        from bench.server_overhead import wait_ready
+
+        wait_ready(f"http://127.0.0.1:{port}", timeout=300)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
         # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.

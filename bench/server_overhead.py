@@ -40,10 +40,11 @@ def start(checkout: Path, port: int) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": str(checkout)})
 
 
-def wait_ready(url: str) -> None:
+def wait_ready(url: str, timeout: float = 60) -> None:
+    """Poll ``url``/health until it answers 200. Raises TimeoutError after ``timeout`` seconds."""
     import httpx
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/health").status_code == 200:

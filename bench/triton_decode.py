@@ -60,13 +60,14 @@ def greedy(m, ids: torch.Tensor, n: int, kind: str):
     return out, torch.cat(all_logits), n / dt
 
 
-def step_profile(m, top: int = 16) -> dict:
-    """GPU time of one captured decode step (the last graph captured) and its kernels.
+def step_profile(m, top: int = 16, kind: str = "decode") -> dict:
+    """GPU time of one captured step of ``kind`` ("decode", or "token": the token step; the last
+    graph captured) and its kernels.
 
     The last one: a graph captured before a paged arena grew still points at the old arena, which
     is freed (the engine never replays it: its key holds the old address). Replaying it here did
     write out of bounds in run 3 of the H200 bench."""
-    graph, _ = [v for k, v in m._static.graphs.items() if k[0][0] == "decode"][-1]
+    graph, _ = [v for k, v in m._static.graphs.items() if k[0][0] == kind][-1]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(20):
         graph.replay()

@@ -86,8 +86,8 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
     cuda = logits.device.type == "cuda"
     host = torch.empty(1, dtype=torch.long, pin_memory=cuda)
     ready = torch.cuda.Event() if cuda else None
-    token_step = getattr(model, "supports_token_decode", None)
-    token_step = bool(token_step and token_step(cache))
+    supports = getattr(model, "supports_token_decode", None)
+    token_step = supports is not None and supports(cache)
     # The graph's argmax is the sampler's token exactly when the sampler is plain greedy.
     device_greedy = token_step and type(sampler) is TokenSampler and sampler.greedy \
         and sampler.params.repetition_penalty == 1.0

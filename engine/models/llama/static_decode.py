@@ -293,13 +293,14 @@ class StaticDecoder:
         cache.end_forward()
         return logits
 
-    def _run(self, kind: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step, clone: bool = True):
+    def _run(self, kind: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step, clone: bool = True,
+             key: tuple | None = None):
         """``step(kv, bucket)``: eagerly, or by replaying its graph for these cache tensors (captured
         on first use). ``clone=False`` returns the graph's own output tensors, which the next replay
-        overwrites."""
+        overwrites. ``key``: :meth:`_graph_key` of ``kind`` and ``kv``, when the caller has it."""
         if not self.use_graph:
             return step(kv, bucket)
-        key = self._graph_key(kind, kv)
+        key = key or self._graph_key(kind, kv)
         entry = self.graphs.get(key)
         if entry is None:
             return self._capture(key, kv, bucket, step)
@@ -370,20 +371,14 @@ class StaticDecoder:
                 kv = (cache.k, cache.v)
             # A capture runs the step once before it records it, and that run feeds its argmax back
             # into ``token``: if the capture then fails, the retry needs this step's input again.
-            capturing = self.use_graph and self._graph_key(("token", bucket), kv) not in self.graphs
-            fed = self.token.clone() if capturing else None
-            try:
-                out = self._run(("token", bucket), kv, bucket, self._token_step, clone=False)
-            except Exception as exc:  # noqa: BLE001
-                if self.triton is None or not self.use_graph:
-                    raise
-                warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
-                              RuntimeWarning, stacklevel=2)
-                self._drop_triton()
+            key = self._graph_key(("token", bucket), kv)
+            fed = self.token.clone() if self.use_graph and key not in self.graphs else None
+
+            def restore() -> None:
                 self.pos.fill_(start)
                 if fed is not None:
                     self.token.copy_(fed)
-                out = self._run(("token", bucket), kv, bucket, self._token_step, clone=False)
+            out = self._run_decode("token", kv, bucket, restore, key)
         except BaseException:
             cache.abort_forward()
             raise
@@ -391,12 +386,27 @@ class StaticDecoder:
         self._token_next = (id(cache), start + 1)
         return out
 
-    def _drop_triton(self) -> None:
-        """Decode with the PyTorch step from now on (a Triton that cannot build or capture these
-        kernels here); it rewrites the same positions' keys/values."""
-        self.triton = None
-        self.step = self._step
-        self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] not in ("decode", "token")}
+    def _run_decode(self, kind: str, kv: tuple[torch.Tensor, ...], bucket: int, restore=None, key: tuple | None = None):
+        """:meth:`_run` of the ``"decode"`` step (:attr:`step`, logits cloned) or the ``"token"`` step
+        (:meth:`_token_step`, its own buffers). A Triton that cannot build or capture these kernels
+        here: warn, decode with the PyTorch step from now on (it rewrites the same position's
+        keys/values) and retry once, after ``restore()`` undoes what the failed attempt changed."""
+        def attempt():
+            step, clone = (self._token_step, False) if kind == "token" else (self.step, True)
+            return self._run((kind, bucket), kv, bucket, step, clone, key)
+        try:
+            return attempt()
+        except Exception as exc:  # noqa: BLE001
+            if self.triton is None or not self.use_graph:
+                raise
+            warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
+                          RuntimeWarning, stacklevel=3)
+            self.triton = None
+            self.step = self._step
+            self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] not in ("decode", "token")}
+            if restore is not None:
+                restore()
+            return attempt()
 
     def decode(self, input: torch.Tensor, cache: KVCache) -> torch.Tensor:
         self._token_next = None  # pos is set here, and not advanced
@@ -411,17 +421,7 @@ class StaticDecoder:
                 kv = (cache.kv,)
             else:
                 kv = (cache.k, cache.v)
-            try:
-                logits = self._run(("decode", bucket), kv, bucket, self.step)
-            except Exception as exc:  # noqa: BLE001
-                if self.triton is None or not self.use_graph:
-                    raise
-                # A Triton that cannot build or capture these kernels here: keep decoding with the
-                # PyTorch step (it rewrites the same position's keys/values).
-                warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
-                              RuntimeWarning, stacklevel=2)
-                self._drop_triton()
-                logits = self._run(("decode", bucket), kv, bucket, self.step)
+            logits = self._run_decode("decode", kv, bucket)
         except BaseException:
             cache.abort_forward()
             raise
