@@ -112,3 +112,19 @@ def test_prefill_position_rules(pair):
 def test_real_shape_prefill_logits_and_8_greedy_tokens(real_checkpoint):
     """SmolVLM-256M shape (random weights, loaded as fp32): two single-tile images, 8 greedy tokens."""
     assert_two_image_parity(*load_pair(real_checkpoint), seed=3, n=8)
+
+
+def test_patch_embedding_as_a_matmul_equals_the_convolution(pair):
+    """The patches x flattened kernel matmul against the stride-P convolution it replaces, on the
+    tiny checkpoint's real patch weights, plus a tile that is not whole patches."""
+    _, ours = pair
+    emb = ours.model.vision_model.embeddings
+    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(3))
+    conv = torch.nn.functional.conv2d(px, emb.patch_embedding.weight, emb.patch_embedding.bias, stride=emb.patch_size)
+    expected = conv.flatten(2).transpose(1, 2) + emb.position_embedding.weight[None]
+    with torch.no_grad():
+        got = emb(px)
+    assert got.shape == expected.shape == (2, (512 // emb.patch_size) ** 2, 32)
+    assert (got - expected).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="not whole 16 x 16 patches"):
+        emb(torch.zeros(1, 3, 500, 512))

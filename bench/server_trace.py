@@ -1,0 +1,259 @@
+"""Where a request's time to the first token goes through the local server: timestamps in the client
+and in the server, phase by phase, for a two-turn photo conversation (the first turn with a new
+photo, then the follow-up an OpenAI client sends: the whole conversation again, photo included).
+
+    python bench/server_trace.py --model CHECKPOINT [--image PHOTO] [--runs 8] [--detail high]
+
+The server runs as ``python -m engine serve`` in a subprocess, with hooks installed by this file
+(``--traced-serve``) that record ``time.monotonic()`` at each phase: ``CLOCK_MONOTONIC`` is one clock
+for every process of the machine, so client and server stamps subtract. The hooks only read the
+clock (no synchronization), so the server's timing is the production one. The same engine phases
+are stamped in process (``ChatSession.send`` in this process) for comparison.
+
+Phases (each the time since the previous one):
+  client -> server       request sent by the client (JSON encoding included) -> the ASGI app called
+  body                    -> the last body chunk received
+  route + validation      -> ``to_turns`` begins (FastAPI's parse and pydantic validation)
+  to_turns                -> the conversation rebuilt (media found or decoded and stored)
+  queue to engine         -> the engine thread takes the answer (history synced first)
+  set_history             the engine thread's history sync
+  fit_context             the prompt rendered, tokenized and fitted (``ChatSession._fit_context``)
+  prefill                 the prefix lookup, the vision tower, the prefill (``ChatSession._prefill``)
+  first token             -> the first TokenEvent reaches the request (sampling, detokenizing)
+  to the wire             -> the first content chunk is written to the socket
+  server -> client        -> the client has parsed that chunk
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}
+now = time.monotonic
+RECORD: dict = {}  # the request being traced (the bench sends one at a time)
+
+
+def _stamp(name: str) -> None:
+    RECORD.setdefault(name, now())
+
+
+def _wrap_call(owner, attr: str, before: str, after: str) -> None:
+    orig = getattr(owner, attr)
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        _stamp(before)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _stamp(after)
+    setattr(owner, attr, wrapper)
+
+
+def install_engine_hooks() -> None:
+    from engine.chat import ChatSession
+
+    _wrap_call(ChatSession, "_fit_context", "fit_start", "fit_end")
+    _wrap_call(ChatSession, "_prefill", "prefill_start", "prefill_end")
+
+
+def install_server_hooks(trace_file: str) -> None:
+    import server.app
+    import server.routes_generate as routes
+    from engine.service import EngineService
+    from server.bridge import Answer
+
+    install_engine_hooks()
+    _wrap_call(EngineService, "_set_history", "hist_start", "hist_end")
+    _wrap_call(EngineService, "_run_answer", "engine_start", "engine_end")
+    orig_turns = routes.to_turns
+
+    async def to_turns(*args, **kwargs):
+        _stamp("turns_start")
+        try:
+            return await orig_turns(*args, **kwargs)
+        finally:
+            _stamp("turns_end")
+    routes.to_turns = to_turns
+    orig_sink = Answer.sink
+
+    def sink(self, event):
+        if getattr(event, "token_id", -1) >= 0:
+            _stamp("first_token")
+        return orig_sink(self, event)
+    Answer.sink = sink
+    orig_create = server.app.create_app
+
+    def create_app(*args, **kwargs):
+        app = orig_create(*args, **kwargs)
+
+        async def traced(scope, receive, send):
+            if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+                return await app(scope, receive, send)
+            RECORD.clear()
+            RECORD["asgi_in"] = now()
+
+            async def recv():
+                message = await receive()
+                if message["type"] == "http.request" and not message.get("more_body"):
+                    _stamp("body_done")
+                return message
+
+            async def snd(message):
+                await send(message)
+                if message["type"] == "http.response.body":
+                    if message.get("body"):
+                        _stamp("first_written")
+                    if not message.get("more_body"):
+                        with open(trace_file, "a") as f:
+                            f.write(json.dumps(RECORD) + "\n")
+            await app(scope, recv, snd)
+        traced.state = app.state  # the CLI reads app.state.smolchat
+        return traced
+    server.app.create_app = create_app
+
+
+SERVER_PHASES = [("client -> server", "client_sent", "asgi_in"), ("body", "asgi_in", "body_done"),
+                 ("route + validation", "body_done", "turns_start"), ("to_turns", "turns_start", "turns_end"),
+                 ("queue to engine", "turns_end", "hist_start"), ("set_history", "hist_start", "hist_end"),
+                 ("to fit_context", "hist_end", "fit_start"), ("fit_context", "fit_start", "fit_end"),
+                 ("to prefill", "fit_end", "prefill_start"), ("prefill", "prefill_start", "prefill_end"),
+                 ("first token", "prefill_end", "first_token"), ("to the wire", "first_token", "first_written"),
+                 ("server -> client", "first_written", "client_first"), ("TTFT (client)", "client_sent", "client_first")]
+LOCAL_PHASES = [("to fit_context", "sent", "fit_start"), ("fit_context", "fit_start", "fit_end"),
+                ("to prefill", "fit_end", "prefill_start"), ("prefill", "prefill_start", "prefill_end"),
+                ("first token", "prefill_end", "first"), ("TTFT (in process)", "sent", "first")]
+
+
+def stream(client, url: str, body: dict) -> tuple[dict, str]:
+    stamps, text = {}, []
+    stamps["client_sent"] = now()
+    with client.stream("POST", f"{url}/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                stamps["prompt_tokens"] = chunk["usage"]["prompt_tokens"]
+                stamps["cached_tokens"] = chunk["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+            for choice in chunk["choices"]:
+                if choice["delta"].get("content"):
+                    stamps.setdefault("client_first", now())
+                    text.append(choice["delta"]["content"])
+    return stamps, "".join(text)
+
+
+def local_turn(session, text: str, images: list, params) -> dict:
+    from engine.api import DoneEvent, TokenEvent
+
+    RECORD.clear()
+    RECORD["sent"] = now()
+    for event in session.send(text, images=images, params=params):
+        if isinstance(event, TokenEvent) and event.token_id >= 0:
+            _stamp("first")
+        elif isinstance(event, DoneEvent):
+            RECORD["prompt_tokens"] = event.stats.prompt_tokens
+            RECORD["cached_tokens"] = event.stats.cached_tokens
+    return dict(RECORD)
+
+
+def table(title: str, phases, rows: list[dict]) -> None:
+    tokens = ", ".join(f"{r.get('cached_tokens')}/{r.get('prompt_tokens')}" for r in rows)
+    print(f"\n{title} (median of {len(rows)} runs, ms; cached/prompt tokens: {tokens})")
+    for name, a, b in phases:
+        vals = [(r[b] - r[a]) * 1000 for r in rows if a in r and b in r]
+        if vals:
+            print(f"  {name:22s} {statistics.median(vals):8.2f}   (min {min(vals):.2f}, max {max(vals):.2f})")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "coffee.png"))
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--detail", choices=list(DETAILS), default="high")
+    ap.add_argument("--port", type=int, default=18766)
+    ap.add_argument("--json", help="write every run's stamps here")
+    if sys.argv[1:2] == ["--traced-serve"]:  # the server subprocess: TRACE_FILE, then `serve`'s arguments
+        install_server_hooks(sys.argv[2])
+        from server.cli import main as serve_main
+
+        return serve_main(sys.argv[3:])
+    args = ap.parse_args()
+
+    import httpx
+
+    from bench.server import fresh_photo
+    from bench.server_overhead import wait_ready
+    from engine.api import GenerationParams
+    from engine.service import default_loader
+
+    work = Path(tempfile.mkdtemp(prefix="smolchat-trace-"))
+    trace = work / "server.jsonl"
+    proc = subprocess.Popen([sys.executable, __file__, "--traced-serve", str(trace), "--model", args.model, "--port", str(args.port), "--log-level", "warning"], cwd=REPO)
+    url = f"http://127.0.0.1:{args.port}/v1"
+    firsts, follows, local_firsts, local_follows = [], [], [], []
+    try:
+        wait_ready(f"http://127.0.0.1:{args.port}", timeout=300)
+        model = httpx.get(f"{url}/models").json()["data"][0]["id"]
+        install_engine_hooks()
+        session = default_loader(args.model, {})
+        params = GenerationParams(max_new_tokens=args.max_tokens, ignore_eos=True, image_detail=DETAILS[args.detail])
+        args.same_photo = False
+        with httpx.Client(timeout=600) as client:
+            for run in range(args.runs + 1):  # run 0 warms up
+                mine = work / f"run{run}.png"
+                mine.write_bytes(fresh_photo(args, run, 0))
+                session.reset()
+                session.system_prompt = f"Trace run {run}."
+                lf = local_turn(session, "Describe this photo.", [str(mine)], params)
+                lu = local_turn(session, "What colours does it have?", [], params)
+                photo = base64.b64encode(fresh_photo(args, run, 1)).decode()
+                messages = [{"role": "system", "content": f"Trace run {run}."},
+                            {"role": "user", "content": [
+                                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo}",
+                                                                    "detail": args.detail}},
+                                {"type": "text", "text": "Describe this photo."}]}]
+                body = {"model": model, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0,
+                        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+                n_before = len(trace.read_text().splitlines()) if trace.exists() else 0
+                first, answer = stream(client, url, body)
+                messages += [{"role": "assistant", "content": answer},
+                             {"role": "user", "content": "What colours does it have?"}]
+                follow, _ = stream(client, url, {**body, "messages": messages})
+                time.sleep(0.05)  # the server appends its stamps after the response's last write
+                server_rows = [json.loads(x) for x in trace.read_text().splitlines()[n_before:]]
+                if run and len(server_rows) == 2:
+                    firsts.append({**server_rows[0], **first})
+                    follows.append({**server_rows[1], **follow})
+                    local_firsts.append(lf)
+                    local_follows.append(lu)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}), {args.max_tokens} tokens")
+    table("first turn, new photo, through HTTP", SERVER_PHASES, firsts)
+    table("first turn, new photo, in process", LOCAL_PHASES, local_firsts)
+    table("follow-up through HTTP", SERVER_PHASES, follows)
+    table("follow-up in process", LOCAL_PHASES, local_follows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"http_first": firsts, "http_follow": follows,
+                                               "local_first": local_firsts, "local_follow": local_follows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
