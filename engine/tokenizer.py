@@ -13,6 +13,7 @@ import json
 import os
 import re
 import secrets
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,9 +170,9 @@ class Tokenizer:
 
     def __init__(self, tokenizer: _HfTokenizer, chat_template: str | None, special_tokens_map: dict | None = None):
         self._tok = tokenizer
-        # A second instance that never matches special-token strings: used for all text chunks.
-        self._plain = _HfTokenizer.from_str(tokenizer.to_str())
-        self._plain.encode_special_tokens = True
+        # Text chunks are encoded with special-token matching off (``encode_special_tokens``), set
+        # around each call under this lock. A second instance for that cost ~0.12 s of every load.
+        self._encode_lock = threading.Lock()
         self.chat_template = chat_template
         self._template = _compile_template(chat_template) if chat_template else None
         #: How the template wants ``message['content']``: a list of parts, or one string.
@@ -238,7 +239,12 @@ class Tokenizer:
         With ``allow_special=False`` (default) special-token strings such as ``<image>`` are
         encoded as ordinary text; with ``True`` they become their special ids, as transformers does.
         """
-        return (self._tok if allow_special else self._plain).encode(text, add_special_tokens=False).ids
+        with self._encode_lock:
+            self._tok.encode_special_tokens = not allow_special
+            try:
+                return self._tok.encode(text, add_special_tokens=False).ids
+            finally:
+                self._tok.encode_special_tokens = False
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` (byte-level decoding; invalid UTF-8 becomes U+FFFD)."""
@@ -384,7 +390,7 @@ class Tokenizer:
         def flush() -> None:
             if chunk:
                 joined = "".join(chunk)
-                ids.extend(self._plain.encode(joined, add_special_tokens=False).ids)
+                ids.extend(self.encode(joined))
                 chunk.clear()
 
         for item in items:

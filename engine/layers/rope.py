@@ -26,9 +26,11 @@ class RotaryEmbedding(nn.Module):
 
     def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._cos is None or self._cos.device != device:
-            inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64,
-                                                            device=device).float() / self.head_dim))
-            pos = torch.arange(self.max_positions, device=device, dtype=torch.float32)
+            # Computed on the CPU (a few ms) and copied: on a GPU, the first launch of each of these
+            # elementwise kernels loads its module, ~10-40 ms apiece on the H200, all inside a load.
+            inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float()
+                                             / self.head_dim))
+            pos = torch.arange(self.max_positions, dtype=torch.float32)
             freqs = pos[:, None] * inv_freq[None, :]
             emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
             self._cos, self._sin = emb.cos(), emb.sin()
@@ -36,6 +38,7 @@ class RotaryEmbedding(nn.Module):
             # (a sign flip is exact), so RoPE costs a roll and a multiply-add instead of a cat.
             half = self.head_dim // 2
             self._sin = torch.cat((-self._sin[:, :half], self._sin[:, half:]), dim=-1)
+            self._cos, self._sin = self._cos.to(device), self._sin.to(device)
             self._cast = {}
         return self._cos, self._sin
 

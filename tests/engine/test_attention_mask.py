@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.layers.attention import bottom_right_mask, causal_attention
+from engine.layers.attention import attention, bottom_right_mask, causal_attention
 
 
 @pytest.mark.parametrize("n,past", [(1, 0), (5, 0), (5, 7), (12, 864), (64, 3)])
@@ -44,6 +44,19 @@ def test_cuda_prefill_after_cached_tokens_matches_the_boolean_mask(n, past):
     got = causal_attention(q, k, v, past)
     want = F.scaled_dot_product_attention(q.float(), k.repeat_interleave(3, 1).float(), v.repeat_interleave(3, 1).float(),
                                           attn_mask=bottom_right_mask(n, past, q.device, lazy=False))
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flash attention is a CUDA kernel")
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_attention_without_a_mask_matches_float32_sdpa(causal):
+    """The vision tower's (bidirectional) and a first prefill's (causal) attention, which call flash
+    attention themselves on CUDA instead of letting SDPA pick cuDNN attention."""
+    torch.manual_seed(int(causal))
+    q, k, v = (torch.randn(2, 12, 1024, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    got = attention(q, k, v, causal=causal)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    assert got.shape == (2, 12, 1024, 64) and got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want, rtol=0, atol=2e-2)
 
 

@@ -61,6 +61,8 @@ class LlamaModel(LlamaLM, GenerativeModel, nn.Module):
                 (:func:`engine.validate.check_state`).
         """
         model, device, dtype = cls._assign_checkpoint(source, device, dtype, "model.embed_tokens.weight")
+        if device.type == "cuda":  # fused on the GPU (see SmolVlmModel.load)
+            model.to(device)
         with single_thread():
             model.model.fuse(dtype)  # the fused weights are built in ``dtype`` straight from the checkpoint
             model.to(dtype)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers import fuse_linears
+from engine.layers.attention import attention
 from engine.models.smolvlm.config import VisionConfig
 
 
@@ -90,12 +91,12 @@ class VisionAttention(nn.Module):
         n, t, d = x.shape
         if self.qkv_proj is not None:
             q, k, v = self.qkv_proj(x).view(n, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-            out = F.scaled_dot_product_attention(q, k, v)
+            out = attention(q, k, v)
             return self.out_proj(out.transpose(1, 2).reshape(n, t, d))
         q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)  # [N, h, T, hd]
         k = self.k_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v)
+        out = attention(q, k, v)
         return self.out_proj(out.transpose(1, 2).reshape(n, t, d))
 
 
