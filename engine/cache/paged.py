@@ -59,9 +59,10 @@ class PagedForwardMetadata:
             one conversation: blocks are handed out in order), its first id, so the sequence is
             one slice of the flat arena and attention reads it in place; else ``None`` (gather).
         slot_mapping: ``[num_new]`` int64 on the cache device, flat arena slot of each new position
-            (``block_table[p // block_size] * block_size + p % block_size``). Computed on first
-            use: a decode step whose CUDA graph finds its slot on the device itself never launches
-            these kernels (each launch is host time the GPU waits for, every token).
+            (``block_table[p // block_size] * block_size + p % block_size``, one ``arange`` when
+            the blocks are consecutive). Computed on first use: a decode step whose CUDA graph finds
+            its slot on the device itself never launches these kernels (each launch is host time the
+            GPU waits for, every token).
     """
 
     past: int
@@ -76,7 +77,10 @@ class PagedForwardMetadata:
     def slot_mapping(self) -> torch.Tensor:
         if self._slots is None:
             bs, past, table = self.block_size, self.past, self.block_table
-            if self.num_new == 1:  # a decode step: two small kernels instead of six
+            if self.first_block is not None:  # consecutive blocks: position p is slot first_block*bs + p
+                start = self.first_block * bs + past
+                self._slots = torch.arange(start, start + self.num_new, device=table.device)
+            elif self.num_new == 1:  # a decode step: two small kernels instead of six
                 self._slots = table[past // bs:past // bs + 1] * bs + past % bs  # [1] int64
             else:
                 pos = torch.arange(past, past + self.num_new, device=table.device)

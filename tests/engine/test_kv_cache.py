@@ -400,6 +400,20 @@ def test_metadata_slot_mapping():
     assert a.metadata.slot_mapping.tolist() == [10, 11, 12]  # 2 rows left in block 2, then block 3
 
 
+def test_metadata_slot_mapping_of_scattered_blocks():
+    """Blocks that are not a run: each position's slot comes from its block's id."""
+    shape, heads = TINY
+    a = make_cache("paged", shape, max_tokens=16, block_size=4)
+    hog = PagedKVCache(shape, 16, "cpu", torch.float32, block_size=4, share_with=a)
+    a.begin_forward(3)  # block 0
+    a.end_forward()
+    hog.begin_forward(4)  # block 1
+    a.begin_forward(3)  # positions 3..5: row 3 of block 0, then block 2
+    md = a.metadata
+    assert md.block_table.tolist() == [0, 2] and md.first_block is None
+    assert md.slot_mapping.tolist() == [3, 8, 9]
+
+
 def test_interleaved_sequences_get_scattered_blocks_and_still_match_the_reference():
     """Two conversations growing in turn on one arena take alternate blocks: their tables are not
     runs, so attention gathers them (``first_block is None``); a lone one reads a slice."""
