@@ -143,13 +143,20 @@ def load_components(path_or_repo_id: str | Path, device: str | torch.device | No
     """Model, tokenizer and processor (``None`` for text-only models) of one checkpoint folder or Hub
     id: what a chat or an embedder needs. Raises as :func:`load_model`, plus ConfigError for missing
     tokenizer files."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from engine.sources import resolve_source
     from engine.tokenizer import Tokenizer
 
     source = resolve_source(path_or_repo_id)
-    model = load_model(source, device, dtype, weights)
-    processor = model_package(model.metadata.model_type).load_processor(source.folder, model.metadata)
-    if processor is not None and model.device.type == "cuda" and hasattr(processor, "resize_device"):
-        # Pillow resizes a photo on one host thread in ~0.15 s; the same bytes take milliseconds there.
-        processor.resize_device = model.device
-    return model, Tokenizer.from_pretrained(source.folder), processor
+    # The tokenizer (~0.2 s of parsing, holding the GIL) loads on a thread while the weights are
+    # read and copied to the device, which mostly runs without the GIL. A model that fails to load
+    # is reported first, as before.
+    with ThreadPoolExecutor(1, thread_name_prefix="smolchat-tokenizer") as pool:
+        tokenizer = pool.submit(Tokenizer.from_pretrained, source.folder)
+        model = load_model(source, device, dtype, weights)
+        processor = model_package(model.metadata.model_type).load_processor(source.folder, model.metadata)
+        if processor is not None and model.device.type == "cuda" and hasattr(processor, "resize_device"):
+            # Pillow resizes a photo on one host thread in ~0.15 s; the same bytes take milliseconds there.
+            processor.resize_device = model.device
+        return model, tokenizer.result(), processor

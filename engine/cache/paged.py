@@ -58,6 +58,7 @@ class PagedForwardMetadata:
         first_block: when the block table is a run of consecutive block ids (the usual case for
             one conversation: blocks are handed out in order), its first id, so the sequence is
             one slice of the flat arena and attention reads it in place; else ``None`` (gather).
+        host_table: the block table as a host list (equal to ``block_table``; not to be modified).
         slot_mapping: ``[num_new]`` int64 on the cache device, flat arena slot of each new position
             (``block_table[p // block_size] * block_size + p % block_size``, one ``arange`` when
             the blocks are consecutive). Computed on first use: a decode step whose CUDA graph finds
@@ -71,6 +72,7 @@ class PagedForwardMetadata:
     block_size: int
     arena_version: int = 0
     first_block: int | None = None
+    host_table: list[int] | None = None
     _slots: torch.Tensor | None = None
 
     @property
@@ -82,9 +84,10 @@ class PagedForwardMetadata:
                 self._slots = torch.arange(start, start + self.num_new, device=table.device)
             elif self.num_new == 1:  # a decode step: two small kernels instead of six
                 self._slots = table[past // bs:past // bs + 1] * bs + past % bs  # [1] int64
-            else:
-                pos = torch.arange(past, past + self.num_new, device=table.device)
-                self._slots = table[pos // bs] * bs + pos % bs  # [n] int64
+            else:  # on the host, from the table the cache keeps there: no gather kernels' first launch
+                pos = torch.arange(past, past + self.num_new)
+                host = torch.tensor(self.host_table, dtype=torch.long)
+                self._slots = (host[pos // bs] * bs + pos % bs).to(table.device)  # [n] int64
         return self._slots
 
 
@@ -307,7 +310,7 @@ class PagedKVCache(KVCache):
             self._first_block = first if self.block_table == list(range(first, first + nb)) else None
         table = self._block_table_buf[:nb]
         self._metadata = PagedForwardMetadata(past, total_tokens - past, table, bs, self.arena.version,
-                                              self._first_block)
+                                              self._first_block, self._synced_table)
 
     def _copy_on_write(self, index: int) -> None:
         """Give this sequence a private copy of the shared block ``block_table[index]`` (all layers)."""

@@ -184,7 +184,10 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
                 is not a multiple of image_seq_len (both numbers named).
         """
         embeds = self.embed(tokens)
-        mask = tokens.to(self.device) == self._meta.image_token_id
+        # The image positions are found on the host, where the prompt's ids come from: on a GPU the
+        # compare, count and boolean-mask scatter were three kernels' first launches (~20 ms each in
+        # a load) and a wait for the device.
+        mask = tokens.cpu() == self._meta.image_token_id
         num_slots = int(mask.sum())
         seq = self._meta.image_seq_len
         images = self._drop_padding_tiles(images)
@@ -202,7 +205,8 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
             return embeds
         # One image's tiles come as one tensor: no concatenated copy (peak GPU memory is a target).
         feats = self.encode_images(images[0] if len(images) == 1 else torch.cat(list(images)), on_tiles)  # [N, seq, H]
-        embeds[mask] = feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+        slots = mask.flatten().nonzero().squeeze(1).to(self.device)  # row-major, as embeds[mask] orders them
+        embeds.view(-1, embeds.shape[-1]).index_copy_(0, slots, feats.reshape(-1, feats.shape[-1]).to(embeds.dtype))
         return embeds
 
     def _drop_padding_tiles(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
