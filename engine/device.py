@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 
 import torch
 
@@ -39,6 +40,23 @@ def choose_device(preference: str | torch.device | None = None) -> torch.device:
     if kind not in ("cuda", "mps", "cpu"):
         raise EngineError(f"unknown device {preference!r} (use auto, cuda, mps or cpu)")
     return torch.device(preference)
+
+
+def start_device_init(device: torch.device) -> None:
+    """Create the CUDA context on a background thread, so it overlaps the load's host work (the
+    checkpoint's headers, the model's construction, the tokenizer) instead of starting at the first
+    weight's copy: ~0.6 s on the H200. torch's lazy initialisation is guarded, so the first CUDA call
+    of the loading thread waits for this one. Does nothing off CUDA; a failure is left to that call."""
+    if device.type != "cuda":
+        return
+
+    def run() -> None:
+        try:
+            torch.empty(0, device=device)
+        except Exception:  # noqa: BLE001 - reported by the load's own first CUDA call
+            pass
+
+    threading.Thread(target=run, name="smolchat-cuda-init", daemon=True).start()
 
 
 def choose_dtype(device: torch.device, preference: str | torch.dtype | None = None) -> torch.dtype:

@@ -126,9 +126,11 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
         from engine.native import start
 
         start()
-    elif dev.type == "cuda":  # likewise Triton's cache key, which the first fused kernel needs
+    elif dev.type == "cuda":  # likewise the CUDA context, and Triton's key, which the first fused kernel needs
+        from engine.device import start_device_init
         from engine.models.llama.static_decode import start_triton_key
 
+        start_device_init(dev)
         start_triton_key(dev)
     model = model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))
     if weights == "int4" or (weights == "int8" and dev.type == "cpu"):
