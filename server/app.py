@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_swagger import patch_fastapi
 from starlette.exceptions import HTTPException
 
 from engine.service import EngineService
@@ -33,7 +34,7 @@ from server.routes_generate import router as generate_router
 from server.routes_info import router as info_router
 
 log = logging.getLogger(__name__)
-OPEN_PATHS = ("/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc")
+OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's script, style and icon
 
 
 class ServerState:
@@ -90,6 +91,7 @@ class GuardMiddleware:
             given = headers.get(b"authorization", b"")
             token = given[7:].strip() if given[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
             if not hmac.compare_digest(token, self.key):
+                _count_scope(scope, 401)
                 return await _json_error(401, "a valid API key is required (Authorization: Bearer KEY)",
                                          "invalid_api_key")(scope, receive, send)
         limit = self.config.max_body_bytes
@@ -98,6 +100,7 @@ class GuardMiddleware:
         except ValueError:
             length = 0
         if length > limit:
+            _count_scope(scope, 413)
             return await _json_error(413, f"the request body has {length} bytes; the limit is {limit}",
                                      "request_too_large")(scope, receive, send)
         seen = 0
@@ -113,8 +116,26 @@ class GuardMiddleware:
         await self.app(scope, counted, send)
 
 
+def _endpoint(app: Any, path: str) -> str:
+    """``path`` when it is one of the app's routes, else ``"other"``: /metrics keeps one series per
+    route, however many unknown paths clients try."""
+    known = getattr(app.state, "route_paths", None)
+    if known is None:  # the schema lists the included routers' routes; app.routes adds /docs' own
+        known = app.state.route_paths = frozenset(app.openapi()["paths"]) | {
+            p for p in (getattr(r, "path", None) for r in app.routes) if p}
+    return path if path in known else "other"
+
+
+def _count_scope(scope: dict, status: int) -> None:
+    """Count a request the guard answers itself (401, 413), before any route runs."""
+    app = scope.get("app")
+    state = getattr(getattr(app, "state", None), "smolchat", None)
+    if state is not None:
+        state.metrics.requests.labels(_endpoint(app, scope["path"]), str(status)).inc()
+
+
 def _count(request: Request, status: int) -> None:
-    request.app.state.smolchat.metrics.requests.labels(request.url.path, str(status)).inc()
+    request.app.state.smolchat.metrics.requests.labels(_endpoint(request.app, request.url.path), str(status)).inc()
 
 
 def _install_errors(app: FastAPI) -> None:
@@ -150,6 +171,7 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
+        _count(request, exc.status_code)
         return _json_error(exc.status_code, str(exc.detail), code)
 
     @app.exception_handler(Exception)
@@ -183,9 +205,15 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
                 service.shutdown(1.0)
             shutil.rmtree(media_dir, ignore_errors=True)
 
+    # Swagger UI is served from the fastapi-swagger package, not FastAPI's default CDN: the server
+    # runs on machines without internet, where a CDN-backed /docs is a blank page.
     app = FastAPI(title="Smolchat local server", version="0.1.0", lifespan=lifespan,
                   description="OpenAI-compatible API over Smolchat's engine: chat (with images), completions, "
-                              "embeddings, model info, health and Prometheus metrics.")
+                              "embeddings, model info, health and Prometheus metrics.",
+                  docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
+    patch_fastapi(app, docs_url="/docs", redirect_from_root_to_docs=False,
+                  swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
+                  swagger_favicon_url="/docs/favicon-32x32.png")
     app.state.smolchat = state
     _install_errors(app)
     app.include_router(generate_router)

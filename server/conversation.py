@@ -65,15 +65,36 @@ def _url(value: ImageURL | str) -> tuple[str, str]:
     return (value, "auto") if isinstance(value, str) else (value.url, value.detail)
 
 
+def _check_media_count(request: ChatRequest, media: MediaStore, config: ServerConfig) -> None:
+    """APIError 413 beyond ``config.max_images`` images or videos in the last message, or beyond as many
+    in the earlier messages that the server has not received before. A client re-sends a
+    conversation's photos on every turn; those are found again without decoding them, so a chat that
+    has collected many photos over its turns is not refused (the engine drops its oldest turns when
+    they no longer fit the context)."""
+    last = len(request.messages) - 1
+    new_here = new_earlier = 0
+    for i, message in enumerate(request.messages):
+        for part in message.content if isinstance(message.content, list) else ():
+            if isinstance(part, TextPart):
+                continue
+            if i == last:
+                new_here += 1
+            elif isinstance(part, VideoPart) or not media.seen(_url(part.image_url)[0]):
+                new_earlier += 1
+    if new_here > config.max_images:
+        raise APIError(413, f"{new_here} images or videos in one message; the limit is {config.max_images}",
+                       "too_many_images", "messages")
+    if new_earlier > config.max_images:
+        raise APIError(413, f"{new_earlier} images or videos in earlier messages that this server has not "
+                       f"received before (those re-sent from earlier turns are not counted); the limit is "
+                       f"{config.max_images}", "too_many_images", "messages")
+
+
 async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, config: ServerConfig,
                    answers: AnswerIds | None = None) -> Turns:
     """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take.
     Assistant messages found in ``answers`` carry the token ids they were generated as."""
-    count = sum(1 for m in request.messages if isinstance(m.content, list)
-                for p in m.content if not isinstance(p, TextPart))
-    if count > config.max_images:
-        raise APIError(413, f"{count} images or videos in one request; the limit is {config.max_images}",
-                       "too_many_images", "messages")
+    _check_media_count(request, media, config)
     system, messages, details = [], [], []
     for i, message in enumerate(request.messages):
         role = "system" if message.role == "developer" else message.role

@@ -113,6 +113,12 @@ class MediaStore:
         self._stored = sum(1 for p in folder.iterdir() if p.suffix != ".part")
         self._parts = itertools.count()  # temporary file names
 
+    def seen(self, url: str) -> bool:
+        """Whether this image URL (data URI) was accepted lately, so :meth:`image` will find it without
+        decoding it: a photo a client re-sends from an earlier turn. A lookup, no I/O."""
+        seen = self._seen.get(_url_key(url))
+        return seen is not None and seen[0] == url
+
     async def image(self, url: str, param: str) -> str:
         """The stored path of a checked image (PNG, JPEG, WebP, GIF, BMP, TIFF).
 

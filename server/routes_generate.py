@@ -53,6 +53,24 @@ def _text_logprobs(events: list[TokenEvent]) -> dict:
             "top_logprobs": [dict(e.top_logprobs) for e in events], "text_offset": offsets}
 
 
+def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
+    """APIError 400 (``unsupported_parameter``) for what a client asks and this server cannot do;
+    their empty or default values pass (clients send ``tools: []``, ``response_format: {"type":
+    "text"}``, ``logit_bias: {}``)."""
+    if body.logit_bias:
+        raise APIError(400, "logit_bias is not supported by this server", "unsupported_parameter", "logit_bias")
+    if not isinstance(body, ChatRequest):
+        return
+    if body.tools and body.tool_choice != "none":
+        raise APIError(400, "this server does not call tools (functions): leave tools out or set tool_choice "
+                       "to \"none\"", "unsupported_parameter", "tools")
+    kind = (body.response_format or {}).get("type", "text")
+    if kind != "text":
+        raise APIError(400, f"response_format {kind!r} is not supported: this server does not constrain its "
+                       "output to JSON (ask for JSON in the prompt instead)", "unsupported_parameter",
+                       "response_format")
+
+
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],
                  stream: bool) -> tuple[Answer, object]:
     """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event. A
@@ -89,6 +107,7 @@ async def chat_completions(body: ChatRequest, request: Request):
     state = request.app.state.smolchat
     state.check_model(body.model)
     state.bridge.require_ready()
+    refuse_unsupported(body)
     turns = await to_turns(body, state.media, state.bridge.capabilities, state.config, state.answers)
     if body.top_logprobs is not None and not body.logprobs:  # as OpenAI answers it
         raise APIError(400, "top_logprobs needs logprobs: true", "invalid_value", "top_logprobs")
@@ -184,6 +203,7 @@ async def completions(body: CompletionRequest, request: Request):
     state = request.app.state.smolchat
     state.check_model(body.model)
     state.bridge.require_ready()
+    refuse_unsupported(body)
     prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
     if not prompt:
         raise APIError(400, "the prompt is empty", "invalid_value", "prompt")

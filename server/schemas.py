@@ -1,7 +1,9 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic; they make the OpenAPI schema at /docs).
 
-Unknown fields are ignored, as OpenAI clients send many (``user``, ``tools`` metadata, ...);
-values out of range fail validation (400). Sampling fields are ``None`` when the client left them out.
+Unknown fields are ignored, as OpenAI clients send many (``user``, ``metadata``, ``store``, ...);
+values out of range fail validation (400). Fields for what the server cannot do (``tools``,
+``response_format`` JSON modes, ``logit_bias``) are declared, so that a request asking for them gets
+a 400 rather than an answer that ignores them. Sampling fields are ``None`` when the client left them out.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class SamplingFields(_Body):
     n: Annotated[int, Field(ge=1, le=128)] = 1
     user: str | None = None
     ignore_eos: bool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")
+    logit_bias: dict[str, float] | None = Field(None, description="not supported: a non-empty map is a 400")
 
 
 class ChatRequest(SamplingFields):
@@ -83,6 +86,12 @@ class ChatRequest(SamplingFields):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    # Accepted so that a client's defaults pass, refused when they ask for what this server cannot
+    # do (a 400 instead of an answer that silently ignores them): see routes_generate.refuse_unsupported.
+    tools: list[dict] | None = Field(None, description="not supported: a non-empty list is a 400 unless "
+                                     "tool_choice is \"none\"")
+    tool_choice: str | dict | None = None
+    response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
 
 
 class CompletionRequest(SamplingFields):

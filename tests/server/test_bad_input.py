@@ -71,6 +71,18 @@ CASES = {
                                   "invalid_value"),
     "top_logprobs 50": ({"model": MODEL, "messages": [user(TEXT)], "logprobs": True, "top_logprobs": 50}, 400,
                         "invalid_value"),
+    "tools": ({"model": MODEL, "messages": [user(TEXT)], "tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object"}}}]}, 400, "unsupported_parameter"),
+    "response_format json_object": ({"model": MODEL, "messages": [user(TEXT)],
+                                     "response_format": {"type": "json_object"}}, 400, "unsupported_parameter"),
+    "response_format json_schema": ({"model": MODEL, "messages": [user(TEXT)], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}, 400,
+        "unsupported_parameter"),
+    "logit_bias": ({"model": MODEL, "messages": [user(TEXT)], "logit_bias": {"42": -100}}, 400,
+                   "unsupported_parameter"),
+    "17 new photos in earlier messages": ({"model": MODEL, "messages": [
+        user(image("data:image/png;base64," + base64.b64encode(png_bytes(color=(i, 7, 7))).decode()))
+        for i in range(17)] + [user(TEXT)]}, 413, "too_many_images"),
 }
 
 
@@ -81,6 +93,32 @@ def test_bad_requests_get_the_documented_error(url, name):
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == code and set(error) == {"message", "type", "param", "code"} and error["message"]
+
+
+def test_what_clients_send_by_default_passes(url):
+    """Empty tools (or tool_choice "none"), a text response_format and an empty logit_bias are what
+    clients send when they want nothing special: answered, not refused."""
+    for extra in ({"tools": [], "response_format": {"type": "text"}, "logit_bias": {}},
+                  {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}):
+        r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(TEXT)], "max_tokens": 2,
+                                                           **extra}, timeout=60)
+        assert r.status_code == 200, r.text
+    r = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2, "logit_bias": {"1": 5}},
+                   timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias"
+
+
+def test_a_chat_that_collected_many_photos_is_not_refused(url):
+    """An OpenAI client re-sends every photo of the conversation on each turn: after 18 turns with a
+    new photo each, the 18th request holds 18 images, of which only the last is new to the server."""
+    messages = []
+    for i in range(18):
+        photo = "data:image/png;base64," + base64.b64encode(png_bytes(color=(i, 99, 99))).decode()
+        messages.append(user(image(photo), TEXT))
+        r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 1},
+                       timeout=60)
+        assert r.status_code == 200, (i, r.text)
+        messages.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
 
 
 def test_invalid_json_and_nan_and_a_50_mb_body(url):

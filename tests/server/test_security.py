@@ -373,3 +373,39 @@ def test_port_0_serves_on_the_free_port_it_prints(tiny_checkpoint):
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
     finally:
         proc.stop()
+
+
+def test_docs_load_without_internet_and_without_the_key():
+    """/docs is Swagger UI from the fastapi-swagger package (no CDN), open like /openapi.json."""
+    srv, _ = serve(api_key="s3cret")
+    try:
+        page = httpx.get(f"{srv.url}/docs", timeout=30)
+        assert page.status_code == 200 and "swagger-ui-bundle.js" in page.text
+        assert "cdn." not in page.text and "https://" not in page.text
+        for path, kind in (("/docs/swagger-ui-bundle.js", "javascript"), ("/docs/swagger-ui.css", "css")):
+            asset = httpx.get(f"{srv.url}{path}", timeout=30)
+            assert asset.status_code == 200 and kind in asset.headers["content-type"] and len(asset.content) > 10_000
+        assert httpx.get(f"{srv.url}/openapi.json", timeout=30).json()["paths"]["/v1/chat/completions"]
+    finally:
+        srv.stop()
+
+
+def test_metrics_count_what_the_guard_and_the_router_refuse():
+    """401 (no key), 413 (too large by Content-Length), 404 and 405: each counted once, unknown paths
+    under one "other" series."""
+    srv, _ = serve(api_key="s3cret", max_body_bytes=1000)
+    key = {"Authorization": "Bearer s3cret"}
+    try:
+        assert httpx.post(f"{srv.url}/v1/chat/completions", json={}, timeout=30).status_code == 401
+        assert httpx.post(f"{srv.url}/v1/chat/completions", content=b"x" * 2000, headers=key,
+                          timeout=30).status_code == 413
+        for path in ("/v1/nothing", "/v1/other-nothing"):
+            assert httpx.get(f"{srv.url}{path}", headers=key, timeout=30).status_code == 404
+        assert httpx.get(f"{srv.url}/v1/chat/completions", headers=key, timeout=30).status_code == 405
+        text = httpx.get(f"{srv.url}/metrics", headers=key, timeout=30).text
+        for endpoint, status, count in (("/v1/chat/completions", "401", 1), ("/v1/chat/completions", "413", 1),
+                                        ("other", "404", 2), ("/v1/chat/completions", "405", 1)):
+            line = f'smolchat_requests_total{{endpoint="{endpoint}",status="{status}"}} {count:.1f}'
+            assert line in text, (line, [x for x in text.splitlines() if x.startswith("smolchat_requests_total")])
+    finally:
+        srv.stop()
