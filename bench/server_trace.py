@@ -130,7 +130,8 @@ SERVER_PHASES = [("client -> server", "client_sent", "asgi_in"), ("body", "asgi_
                  ("to fit_context", "hist_end", "fit_start"), ("fit_context", "fit_start", "fit_end"),
                  ("to prefill", "fit_end", "prefill_start"), ("prefill", "prefill_start", "prefill_end"),
                  ("first token", "prefill_end", "first_token"), ("to the wire", "first_token", "first_written"),
-                 ("server -> client", "first_written", "client_first"), ("TTFT (client)", "client_sent", "client_first")]
+                 ("server -> client", "first_written", "client_first"), ("TTFT (client)", "client_sent", "client_first"),
+                 ("TTFT (server: arrival -> first chunk written)", "asgi_in", "first_written")]
 LOCAL_PHASES = [("to fit_context", "sent", "fit_start"), ("fit_context", "fit_start", "fit_end"),
                 ("to prefill", "fit_end", "prefill_start"), ("prefill", "prefill_start", "prefill_end"),
                 ("first token", "prefill_end", "first"), ("TTFT (in process)", "sent", "first")]
@@ -175,7 +176,7 @@ def table(title: str, phases, rows: list[dict]) -> None:
     for name, a, b in phases:
         vals = [(r[b] - r[a]) * 1000 for r in rows if a in r and b in r]
         if vals:
-            print(f"  {name:22s} {statistics.median(vals):8.2f}   (min {min(vals):.2f}, max {max(vals):.2f})")
+            print(f"  {name:24s} {statistics.median(vals):8.2f}   (min {min(vals):.2f}, max {max(vals):.2f})")
 
 
 def main() -> int:
