@@ -593,6 +593,9 @@ def split_k(k: int) -> tuple[int, int]:
 
 
 #: Most chunks the short-prefill step's attention splits the cache into (its merge reads them all).
+#: The merges take the most chunks as their ``SP`` at every KV bucket, masking the unused ones: a
+#: ``SP`` per bucket was a Triton specialization per bucket, each compiled at its first use, which on
+#: a machine's first start fell inside answers (~0.2 s once each) instead of the load's warm-up.
 ROWS_MAX_SPLITS = 64
 
 #: Launch parameters; ``TritonStep(config=...)`` overrides them (the GPU bench sweeps a few).
@@ -722,7 +725,7 @@ class TritonStep:
             if num_splits > 1:
                 rows_attn_merge_kernel[(r * h,)](
                     b["m"], b["l"], b["acc"], b["o"], num_splits, RH=r * h, D=d,
-                    SP=triton.next_power_of_2(num_splits), PDL=pdl, num_warps=1, **launch)
+                    SP=ROWS_MAX_SPLITS, PDL=pdl, num_warps=1, **launch)
             rows_gemv_residual_kernel[(hidden // bn,)](
                 b["o"], w_o, x, res, N=hidden, K=h * d, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec, PDL=pdl,
                 num_warps=warps, **launch)
@@ -803,7 +806,7 @@ class TritonStep:
                 self.q, kcache, vcache, idx, dec.pos, self.m, self.l, self.acc, self.cnt, self.o,
                 stride_pos, stride_head, chunk, num_splits, d ** -0.5,
                 H=h, D=d, G=g, GP=triton.next_power_of_2(g), BLOCK_H=max(16, triton.next_power_of_2(g)),
-                BLOCK_T=c["attn_block_t"], SP=triton.next_power_of_2(num_splits), PREC=self.prec,
+                BLOCK_T=c["attn_block_t"], SP=triton.next_power_of_2(c["attn_max_splits"]), PREC=self.prec,
                 PDL=pdl, num_warps=c["attn_warps"], **launch)
             gemv_residual_kernel[grid_o](
                 self.o, w_o, x, res, N=hidden, K=h * d, KM=split_k(h * d)[0], KT=split_k(h * d)[1],
