@@ -114,17 +114,18 @@ def test_real_shape_prefill_logits_and_8_greedy_tokens(real_checkpoint):
     assert_two_image_parity(*load_pair(real_checkpoint), seed=3, n=8)
 
 
-def test_patch_embedding_as_a_matmul_equals_the_convolution(pair):
+@pytest.mark.parametrize("size", [512, 500])
+def test_patch_embedding_as_a_matmul_equals_the_convolution(pair, size):
     """The patches x flattened kernel matmul against the stride-P convolution it replaces, on the
-    tiny checkpoint's real patch weights, plus a tile that is not whole patches."""
+    tiny checkpoint's patch weights; at 500 pixels (not whole 16-pixel patches, like SmolVLM2-2.2B's
+    384-pixel tiles of 14-pixel patches) the convolution drops the last pixels, and so must the matmul."""
     _, ours = pair
     emb = ours.model.vision_model.embeddings
-    px = torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(3))
+    px = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(3))
     conv = torch.nn.functional.conv2d(px, emb.patch_embedding.weight, emb.patch_embedding.bias, stride=emb.patch_size)
-    expected = conv.flatten(2).transpose(1, 2) + emb.position_embedding.weight[None]
+    n = (size // emb.patch_size) ** 2
+    expected = conv.flatten(2).transpose(1, 2) + emb.position_embedding.weight[None, :n]
     with torch.no_grad():
         got = emb(px)
-    assert got.shape == expected.shape == (2, (512 // emb.patch_size) ** 2, 32)
+    assert got.shape == expected.shape == (2, n, 32)
     assert (got - expected).abs().max() < 1e-5
-    with pytest.raises(ValueError, match="not whole 16 x 16 patches"):
-        emb(torch.zeros(1, 3, 500, 512))

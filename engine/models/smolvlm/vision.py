@@ -39,20 +39,16 @@ class VisionEmbeddings(nn.Module):
                                                _weight=torch.empty(cfg.num_patches, cfg.hidden_size))
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """``pixel_values [N, C, M, M]`` (``M`` a multiple of ``P``) -> ``[N, (M/P)**2, D]``, patches
-        in row-major order, position embeddings added.
-
-        Raises:
-            ValueError: ``M`` is not a multiple of the patch size (the convolution would drop the
-                remainder; the processor's tiles never have one).
-        """
+        """``pixel_values [N, C, M, M]`` -> ``[N, (M//P)**2, D]``, patches in row-major order, position
+        embeddings added. Pixels past the last whole patch are dropped, as the stride-P convolution
+        drops them (SmolVLM2-2.2B: 384-pixel tiles, 14-pixel patches, 27 x 27 of them)."""
         n, c, h, w = pixel_values.shape
         p = self.patch_size
         if h % p or w % p:
-            raise ValueError(f"tiles of {h} x {w} pixels are not whole {p} x {p} patches")
+            pixel_values = pixel_values[:, :, :h - h % p, :w - w % p]
         # [N, C, H/P, P, W/P, P] -> [N, H/P, W/P, C, P, P]: one row of C*P*P values per patch. The
         # reshape copies once into the contiguous layout the matmul and every later op want.
-        patches = pixel_values.view(n, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
+        patches = pixel_values.reshape(n, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
         patches = patches.reshape(n, (h // p) * (w // p), c * p * p)
         weight = self.patch_embedding.weight
         x = F.linear(patches, weight.reshape(weight.shape[0], -1), self.patch_embedding.bias)
