@@ -124,10 +124,15 @@ class Embedder:
     def embed(self, text: str = "", images: Sequence = (), pooling: Pooling | None = None,
               image_detail: str = "full") -> torch.Tensor:
         """One L2-normalised float32 vector ``[H]`` for ``text`` and ``images`` (paths, bytes or PIL images)."""
+        return self.embed_encoded(*self.encode(text, images, image_detail), pooling=pooling)
+
+    def embed_encoded(self, ids: list[int], mask: list[bool], processed: Sequence = (),
+                      pooling: Pooling | None = None) -> torch.Tensor:
+        """:meth:`embed` of what :meth:`encode` returned (a caller that also wants the token count
+        reads the images once). Raises ValueError for an unknown ``pooling``."""
         pooling = pooling or self.pooling
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        ids, mask, processed = self.encode(text, images, image_detail)
         hidden = self.hidden_states(ids, processed).float()
         keep = torch.tensor(mask, device=hidden.device)
         if pooling == "mean":

@@ -25,11 +25,11 @@ from starlette.exceptions import HTTPException
 
 from engine.service import EngineService
 from server.bridge import ClientDisconnected, EngineBridge
-from server.config import ServerConfig
+from server.config import ServerConfig, is_loopback
 from server.conversation import AnswerIds
 from server.errors import APIError, error_body
 from server.media import MediaStore
-from server.metrics import Metrics
+from server.metrics import STATUS_KEY, Metrics
 from server.routes_generate import router as generate_router
 from server.routes_info import router as info_router
 
@@ -82,11 +82,20 @@ class GuardMiddleware:
     def __init__(self, app: Any, config: ServerConfig):
         self.app, self.config = app, config
         self.key = config.api_key.encode() if config.api_key else None
+        # Bound to this machine without a key, only loopback names may be asked for: a web page's
+        # script whose own hostname an attacker re-points at 127.0.0.1 (DNS rebinding) sends its
+        # hostname in Host, and is refused instead of reaching the API from the user's browser.
+        self.check_host = self.key is None and is_loopback(config.host)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["method"] == "OPTIONS":  # CORS preflights carry no key
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
+        if self.check_host and not _loopback_host(headers.get(b"host", b"")):
+            _count_scope(scope, 403)
+            return await _json_error(403, "this server answers requests for localhost or 127.0.0.1 only; to reach it "
+                                     "by another name, start it with --host and --api-key",
+                                     "host_not_allowed")(scope, receive, send)
         if self.key is not None and not scope["path"].startswith(OPEN_PATHS):
             given = headers.get(b"authorization", b"")
             token = given[7:].strip() if given[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
@@ -104,6 +113,7 @@ class GuardMiddleware:
             return await _json_error(413, f"the request body has {length} bytes; the limit is {limit}",
                                      "request_too_large")(scope, receive, send)
         seen = 0
+        status = None
 
         async def counted():  # chunked bodies carry no length: count as they arrive
             nonlocal seen
@@ -113,12 +123,39 @@ class GuardMiddleware:
                 # FastAPI re-raises HTTPExceptions from body reading (other errors become a vague 400).
                 raise HTTPException(413, f"the request body exceeds the limit of {limit} bytes")
             return message
-        await self.app(scope, counted, send)
+
+        async def sending(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+        try:
+            await self.app(scope, counted, sending)
+        finally:
+            # Every response is counted here, once, by its route; a stream that ended in an error
+            # event after its 200 header says which (STATUS_KEY).
+            if status is not None:
+                _count_scope(scope, scope.get(STATUS_KEY) or status)
 
 
-def _endpoint(app: Any, path: str) -> str:
-    """``path`` when it is one of the app's routes, else ``"other"``: /metrics keeps one series per
-    route, however many unknown paths clients try."""
+def _loopback_host(value: bytes) -> bool:
+    """Whether a Host header (``name``, ``name:port``, ``[v6]:port``; none at all for HTTP/1.0) names
+    this machine's loopback interface."""
+    host = value.decode("latin-1").strip().lower()
+    if not host:
+        return True
+    name = host[1:host.find("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
+    return is_loopback(name)
+
+
+def _endpoint(scope: dict) -> str:
+    """The route that answered (its path template, e.g. ``/v1/models/{model}``), else the path when
+    it is one of the app's own, else ``"other"``: /metrics keeps one series per route, however many
+    unknown paths clients try."""
+    route = getattr(scope.get("route"), "path_format", None) or getattr(scope.get("route"), "path", None)
+    if route:
+        return route
+    app, path = scope.get("app"), scope["path"]
     known = getattr(app.state, "route_paths", None)
     if known is None:  # the schema lists the included routers' routes; app.routes adds /docs' own
         known = app.state.route_paths = frozenset(app.openapi()["paths"]) | {
@@ -127,31 +164,23 @@ def _endpoint(app: Any, path: str) -> str:
 
 
 def _count_scope(scope: dict, status: int) -> None:
-    """Count a request the guard answers itself (401, 413), before any route runs."""
-    app = scope.get("app")
-    state = getattr(getattr(app, "state", None), "smolchat", None)
+    """Count one answered request in /metrics' ``smolchat_requests_total``."""
+    state = getattr(getattr(scope.get("app"), "state", None), "smolchat", None)
     if state is not None:
-        state.metrics.requests.labels(_endpoint(app, scope["path"]), str(status)).inc()
-
-
-def _count(request: Request, status: int) -> None:
-    request.app.state.smolchat.metrics.requests.labels(_endpoint(request.app, request.url.path), str(status)).inc()
+        state.metrics.requests.labels(_endpoint(scope), str(status)).inc()
 
 
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
-        _count(request, exc.status)
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(ClientDisconnected)
     async def gone(request: Request, exc: ClientDisconnected):
-        _count(request, 499)
         return Response(status_code=499)  # nginx's "client closed request": nobody reads it
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
-        _count(request, 400)
         errors = exc.errors()
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
@@ -171,14 +200,27 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
-        _count(request, exc.status_code)
         return _json_error(exc.status_code, str(exc.detail), code)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception):
-        _count(request, 500)
         log.error("request to %s failed", request.url.path, exc_info=exc)
         return _json_error(500, f"internal error: {type(exc).__name__}", "internal_error")
+
+
+def _declare_key(app: FastAPI) -> None:
+    """Name the bearer key in the OpenAPI schema, so /docs offers "Authorize" and its "Try it out"
+    calls carry the key (the guard checks it; FastAPI's routes do not declare it themselves)."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
+                "type": "http", "scheme": "bearer", "description": "the server's --api-key"}
+            schema["security"] = [{"apiKey": []}]
+        return app.openapi_schema
+    app.openapi = openapi
 
 
 def create_app(config: ServerConfig, service: EngineService | None = None,
@@ -214,6 +256,8 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
     patch_fastapi(app, docs_url="/docs", redirect_from_root_to_docs=False,
                   swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
                   swagger_favicon_url="/docs/favicon-32x32.png")
+    if config.api_key:
+        _declare_key(app)
     app.state.smolchat = state
     _install_errors(app)
     app.include_router(generate_router)

@@ -33,8 +33,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--allow-remote-media", action="store_true", help="fetch http(s) image URLs (off by default)")
     ap.add_argument("--max-queue", type=int, default=16, help="answers queued or running before 429")
     ap.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body (413 beyond)")
-    ap.add_argument("--max-images", type=int, default=16, help="images or videos in a request's last message, and "
-                    "new ones in its earlier messages (413 beyond)")
+    ap.add_argument("--max-images", type=int, default=16, help="images or videos in a request's last message, and 4 "
+                    "times as many in its earlier messages (413 beyond)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--weights", default=None, help="auto, int8 or int4 (see python -m engine generate --help)")

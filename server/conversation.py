@@ -65,36 +65,37 @@ def _url(value: ImageURL | str) -> tuple[str, str]:
     return (value, "auto") if isinstance(value, str) else (value.url, value.detail)
 
 
-def _check_media_count(request: ChatRequest, media: MediaStore, config: ServerConfig) -> None:
-    """APIError 413 beyond ``config.max_images`` images or videos in the last message, or beyond as many
-    in the earlier messages that the server has not received before. A client re-sends a
-    conversation's photos on every turn; those are found again without decoding them, so a chat that
-    has collected many photos over its turns is not refused (the engine drops its oldest turns when
-    they no longer fit the context)."""
+#: Images and videos the earlier messages of one request may hold, as a multiple of ``max_images``.
+HISTORY_MEDIA_FACTOR = 4
+
+
+def _check_media_count(request: ChatRequest, config: ServerConfig) -> None:
+    """APIError 413 beyond ``config.max_images`` images or videos in the last message, or beyond
+    :data:`HISTORY_MEDIA_FACTOR` times as many in the earlier ones. A client re-sends a conversation's
+    photos on every turn, so the earlier messages of a long photo chat hold many (the server finds
+    those it stored again without decoding them, and the engine drops the oldest turns when they no
+    longer fit the context); the bound on them does not depend on what this server remembers."""
     last = len(request.messages) - 1
-    new_here = new_earlier = 0
+    here = earlier = 0
     for i, message in enumerate(request.messages):
         for part in message.content if isinstance(message.content, list) else ():
-            if isinstance(part, TextPart):
-                continue
-            if i == last:
-                new_here += 1
-            elif isinstance(part, VideoPart) or not media.seen(_url(part.image_url)[0]):
-                new_earlier += 1
-    if new_here > config.max_images:
-        raise APIError(413, f"{new_here} images or videos in one message; the limit is {config.max_images}",
+            if not isinstance(part, TextPart):
+                here, earlier = (here + 1, earlier) if i == last else (here, earlier + 1)
+    if here > config.max_images:
+        raise APIError(413, f"{here} images or videos in one message; the limit is {config.max_images}",
                        "too_many_images", "messages")
-    if new_earlier > config.max_images:
-        raise APIError(413, f"{new_earlier} images or videos in earlier messages that this server has not "
-                       f"received before (those re-sent from earlier turns are not counted); the limit is "
-                       f"{config.max_images}", "too_many_images", "messages")
+    limit = HISTORY_MEDIA_FACTOR * config.max_images
+    if earlier > limit:
+        raise APIError(413, f"{earlier} images or videos in the conversation's earlier messages; the limit is "
+                       f"{limit} ({HISTORY_MEDIA_FACTOR} x --max-images): start a new conversation, or leave "
+                       "out older photos", "too_many_images", "messages")
 
 
 async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, config: ServerConfig,
                    answers: AnswerIds | None = None) -> Turns:
     """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take.
     Assistant messages found in ``answers`` carry the token ids they were generated as."""
-    _check_media_count(request, media, config)
+    _check_media_count(request, config)
     system, messages, details = [], [], []
     for i, message in enumerate(request.messages):
         role = "system" if message.role == "developer" else message.role
@@ -111,10 +112,9 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
                                "invalid_content", param)
             url, detail = _url(part.image_url if isinstance(part, ImagePart) else part.video_url)
             if isinstance(part, VideoPart):
-                path = await media.video(url, param)  # validated even when the model refuses it below
                 if not caps.video:
                     raise APIError(400, "this model takes no video", "video_not_supported", param)
-                attachments.append(Attachment(path, "video"))
+                attachments.append(Attachment(await media.video(url, param), "video"))
             else:
                 if not caps.vision:
                     raise APIError(400, "this model takes no images", "images_not_supported", param)
@@ -135,12 +135,14 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
 
 
 def repetition_penalty(request: SamplingFields) -> float:
-    """``repetition_penalty`` as given, else OpenAI's ``frequency_penalty`` f mapped onto the engine's
-    multiplicative penalty: ``1 + f/2`` for f >= 0, ``1 / (1 - f/2)`` below (f = 2 -> 2.0, -2 -> 0.5).
-    An approximation: OpenAI's penalty is additive and grows with the count, ours is CTRL's."""
+    """``repetition_penalty`` as given, else OpenAI's ``frequency_penalty`` f (or, when that is absent
+    or 0, its ``presence_penalty``) mapped onto the engine's multiplicative penalty: ``1 + f/2`` for
+    f >= 0, ``1 / (1 - f/2)`` below (f = 2 -> 2.0, -2 -> 0.5). An approximation: OpenAI's penalties
+    are additive, the frequency one growing with the count; ours is CTRL's (Keskar et al. 2019), applied
+    once to every token already present, which is the presence penalty's kind."""
     if request.repetition_penalty is not None:
         return request.repetition_penalty
-    f = request.frequency_penalty or 0.0
+    f = request.frequency_penalty or request.presence_penalty or 0.0
     return 1 + f / 2 if f >= 0 else 1 / (1 - f / 2)
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
          405: "invalid_request_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
          500: "server_error", 503: "service_unavailable"}
 # Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
 CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": "invalid_image",
-                 "ValueError": "invalid_value", "UnsupportedOperation": "unsupported"}
+                 "VideoError": "invalid_video", "ValueError": "invalid_value", "UnsupportedOperation": "unsupported"}
+# A file in the server's media folder (server.app: tempfile.mkdtemp(prefix="smolchat-media-")), as an
+# engine message names it: a client is told what was wrong with its media, not where the server keeps it.
+_MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+")
 
 
 class APIError(Exception):
@@ -32,6 +36,7 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
 def from_engine(error_type: str, message: str | None) -> APIError:
     """The APIError for an engine failure: 400 for the request's fault, 500 for anything else."""
     code = CLIENT_ERRORS.get(error_type)
+    message = _MEDIA_PATH.sub("the uploaded media", message) if message else message
     if code is not None:
         return APIError(400, message or error_type, code)
     return APIError(500, message or "the engine failed", "engine_error")

@@ -10,6 +10,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from engine.api import GenerationStats
 
+#: Where a streamed response that ended in an error event (after its 200 header) puts that error's
+#: status in the ASGI scope, for the request count (server.app's guard counts every response).
+STATUS_KEY = "smolchat.status"
+
 
 class Metrics:
     """The server's counters; :meth:`record` takes one finished answer's stats."""

@@ -23,6 +23,7 @@ from server.bridge import Answer
 from server.conversation import params_for, to_turns
 from server.errors import APIError
 from server.json_body import JSONBodyRoute
+from server.metrics import STATUS_KEY
 from server.schemas import ChatRequest, CompletionRequest
 
 router = APIRouter(route_class=JSONBodyRoute)  # bodies parsed by pydantic-core (json_body)
@@ -54,21 +55,30 @@ def _text_logprobs(events: list[TokenEvent]) -> dict:
 
 
 def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
-    """APIError 400 (``unsupported_parameter``) for what a client asks and this server cannot do;
-    their empty or default values pass (clients send ``tools: []``, ``response_format: {"type":
-    "text"}``, ``logit_bias: {}``)."""
-    if body.logit_bias:
+    """APIError 400 for what a client asks and this server cannot do (``unsupported_parameter``) and
+    for values OpenAI itself refuses (``invalid_value``); empty or default values pass, as clients
+    send them (``tools: []``, ``tool_choice: "none"``, ``response_format: {"type": "text"}``,
+    ``logit_bias: {}`` or all zeros)."""
+    if body.logit_bias and any(bias != 0 for bias in body.logit_bias.values()):
         raise APIError(400, "logit_bias is not supported by this server", "unsupported_parameter", "logit_bias")
     if not isinstance(body, ChatRequest):
         return
-    if body.tools and body.tool_choice != "none":
-        raise APIError(400, "this server does not call tools (functions): leave tools out or set tool_choice "
-                       "to \"none\"", "unsupported_parameter", "tools")
-    kind = (body.response_format or {}).get("type", "text")
-    if kind != "text":
-        raise APIError(400, f"response_format {kind!r} is not supported: this server does not constrain its "
-                       "output to JSON (ask for JSON in the prompt instead)", "unsupported_parameter",
-                       "response_format")
+    for name in ("tools", "functions"):
+        if getattr(body, name) and body.tool_choice != "none" and body.function_call != "none":
+            raise APIError(400, f"this server does not call tools (functions): leave {name} out or set "
+                           "tool_choice to \"none\"", "unsupported_parameter", name)
+    if not body.tools and (body.tool_choice == "required" or isinstance(body.tool_choice, dict)):
+        raise APIError(400, "tool_choice names or requires a tool, but the request has no tools", "invalid_value",
+                       "tool_choice")
+    if body.response_format is not None:
+        kind = body.response_format.get("type")
+        if kind in ("json_object", "json_schema"):
+            raise APIError(400, f"response_format {kind} is not supported: this server does not constrain its "
+                           "output to JSON (ask for JSON in the prompt instead)", "unsupported_parameter",
+                           "response_format")
+        if kind != "text":
+            raise APIError(400, f"response_format.type must be \"text\", \"json_object\" or \"json_schema\", "
+                           f"got {json.dumps(kind)}", "invalid_value", "response_format")
 
 
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],
@@ -91,8 +101,8 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
 def _finish(request: Request, outcome: Outcome, streamed: bool) -> None:
     state = request.app.state.smolchat
     state.metrics.record(outcome.stats)
-    if streamed or outcome.error is None:  # else the raised error is counted by the app's handler
-        state.metrics.requests.labels(request.url.path, str(outcome.error.status) if outcome.error else "200").inc()
+    if streamed and outcome.error is not None:  # its header said 200: count the error's status
+        request.scope[STATUS_KEY] = outcome.error.status
     state.bridge.refresh_kv()  # queued behind the answer: /metrics shows the cache after it
 
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from server.errors import APIError, from_engine
 from server.json_body import JSONBodyRoute
+from server.media import DETAILS
 from server.schemas import EmbeddingItem, EmbeddingRequest, ImageURL
 
 router = APIRouter(route_class=JSONBodyRoute)  # bodies parsed by pydantic-core (json_body)
@@ -65,15 +66,16 @@ async def model_info(request: Request):
     }]}
 
 
-def _embed_all(session: Any, inputs: list[tuple[str, list[str]]]) -> list[tuple[list[float], int]]:
-    """Engine thread: one vector and token count per ``(text, image paths)`` (engine.embeddings)."""
+def _embed_all(session: Any, inputs: list[tuple[str, list[str], str]]) -> list[tuple[list[float], int]]:
+    """Engine thread: one vector and token count per ``(text, image paths, image detail)``
+    (engine.embeddings); each input's images are read once."""
     from engine.embeddings import Embedder
 
     embedder = Embedder(session.model, session.tokenizer, session.processor)
     out = []
-    for text, images in inputs:
-        ids, _, _ = embedder.encode(text, images)
-        out.append((embedder.embed(text, images).tolist(), len(ids)))
+    for text, images, detail in inputs:
+        ids, mask, processed = embedder.encode(text, images, detail)
+        out.append((embedder.embed_encoded(ids, mask, processed).tolist(), len(ids)))
     return out
 
 
@@ -86,6 +88,10 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     if not caps.embeddings:
         raise APIError(400, "this model gives no embeddings", "embeddings_not_supported", "model")
     items = [body.input] if isinstance(body.input, str) else body.input
+    with_images = sum(1 for item in items if isinstance(item, EmbeddingItem) and item.image_url is not None)
+    if with_images > state.config.max_images:  # each is a vision tower pass on the engine thread
+        raise APIError(413, f"{with_images} inputs with images in one request; the limit is "
+                       f"{state.config.max_images}", "too_many_images", "input")
     inputs = []
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -94,11 +100,12 @@ async def embeddings(body: EmbeddingRequest, request: Request):
         if item.image_url is not None:
             if not caps.vision:
                 raise APIError(400, "this model takes no images", "images_not_supported", f"input[{i}]")
-            url = item.image_url.url if isinstance(item.image_url, ImageURL) else item.image_url
+            url, detail = (item.image_url.url, item.image_url.detail) if isinstance(item.image_url, ImageURL) \
+                else (item.image_url, "auto")
             images.append(await state.media.image(url, f"input[{i}].image_url"))
         if not item.text and not images:
             raise APIError(400, f"input[{i}] is empty: give a text or an image", "invalid_value", f"input[{i}]")
-        inputs.append((item.text, images))
+        inputs.append((item.text, images, DETAILS[detail] if images else "full"))
     answer = state.bridge.admit()  # embeddings take a place in the same queue as answers
     try:
         results = await state.bridge.call(lambda session: _embed_all(session, inputs))
@@ -116,7 +123,6 @@ async def embeddings(body: EmbeddingRequest, request: Request):
             value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
         data.append({"object": "embedding", "index": i, "embedding": value})
     tokens = sum(n for _, n in results)
-    state.metrics.requests.labels(request.url.path, "200").inc()
     return {"object": "list", "data": data, "model": state.model_id,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 

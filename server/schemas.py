@@ -91,6 +91,8 @@ class ChatRequest(SamplingFields):
     tools: list[dict] | None = Field(None, description="not supported: a non-empty list is a 400 unless "
                                      "tool_choice is \"none\"")
     tool_choice: str | dict | None = None
+    functions: list[dict] | None = Field(None, description="the legacy form of tools: not supported either")
+    function_call: str | dict | None = None
     response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
 
 

@@ -62,7 +62,7 @@ CASES = {
         "video_not_supported"),
     "video of an unknown type": ({"model": MODEL, "messages": [user(
         {"type": "video_url", "video_url": "data:application/zip;base64,UEsDBA=="}, TEXT)]}, 400,
-        "unsupported_video_format"),
+        "video_not_supported"),  # this model takes no video at all: that is said first
     "max_tokens -1": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": -1}, 400, "invalid_value"),
     "max_tokens 10**9": ({"model": MODEL, "messages": [user(TEXT)], "max_tokens": 10**9}, 400,
                          "context_length_exceeded"),
@@ -80,9 +80,16 @@ CASES = {
         "unsupported_parameter"),
     "logit_bias": ({"model": MODEL, "messages": [user(TEXT)], "logit_bias": {"42": -100}}, 400,
                    "unsupported_parameter"),
-    "17 new photos in earlier messages": ({"model": MODEL, "messages": [
-        user(image("data:image/png;base64," + base64.b64encode(png_bytes(color=(i, 7, 7))).decode()))
-        for i in range(17)] + [user(TEXT)]}, 413, "too_many_images"),
+    "legacy functions": ({"model": MODEL, "messages": [user(TEXT)], "functions": [{"name": "f", "parameters": {}}]},
+                         400, "unsupported_parameter"),
+    "tool_choice required without tools": ({"model": MODEL, "messages": [user(TEXT)], "tool_choice": "required"},
+                                           400, "invalid_value"),
+    "response_format without a type": ({"model": MODEL, "messages": [user(TEXT)], "response_format": {}}, 400,
+                                       "invalid_value"),
+    "response_format xml": ({"model": MODEL, "messages": [user(TEXT)], "response_format": {"type": "xml"}}, 400,
+                            "invalid_value"),
+    "65 photos in earlier messages": ({"model": MODEL, "messages": [user(image(PNG))] * 65 + [user(TEXT)]}, 413,
+                                      "too_many_images"),
 }
 
 
@@ -99,7 +106,8 @@ def test_what_clients_send_by_default_passes(url):
     """Empty tools (or tool_choice "none"), a text response_format and an empty logit_bias are what
     clients send when they want nothing special: answered, not refused."""
     for extra in ({"tools": [], "response_format": {"type": "text"}, "logit_bias": {}},
-                  {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}):
+                  {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"},
+                  {"tool_choice": "auto", "logit_bias": {"42": 0}, "functions": []}):
         r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(TEXT)], "max_tokens": 2,
                                                            **extra}, timeout=60)
         assert r.status_code == 200, r.text
@@ -212,3 +220,35 @@ def test_queue_limit_429_and_a_disconnect_frees_its_answer(keyed):
     waiter.join(10)  # the first client left: its answer is cancelled, the queued one runs at once
     assert queued[0].status_code == 200 and queued[0].json()["usage"]["completion_tokens"] == 3
     assert session.running == 0
+
+
+def test_openai_penalties_map_onto_the_repetition_penalty():
+    """presence_penalty was accepted and ignored; it now maps like frequency_penalty, which wins when
+    both are given; an explicit repetition_penalty wins over both."""
+    from server.conversation import repetition_penalty
+    from server.schemas import ChatRequest
+
+    def penalty(**fields) -> float:
+        return repetition_penalty(ChatRequest(model=MODEL, messages=[user(TEXT)], **fields))
+
+    assert penalty() == 1.0
+    assert penalty(presence_penalty=1.0) == 1.5 and penalty(presence_penalty=-2.0) == 0.5
+    assert penalty(frequency_penalty=2.0, presence_penalty=1.0) == 2.0
+    assert penalty(frequency_penalty=0.0, presence_penalty=1.0) == 1.5
+    assert penalty(repetition_penalty=1.1, presence_penalty=2.0) == 1.1
+
+
+def test_embeddings_bound_their_images_and_honour_each_detail(url):
+    """Found by a trial: /v1/embeddings took up to 256 images (each a vision tower pass while chats
+    waited) and read every image at full detail."""
+    too_many = {"model": MODEL, "input": [{"text": "a", "image_url": PNG}] * 17}
+    r = httpx.post(f"{url}/v1/embeddings", json=too_many, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_many_images"
+    big = "data:image/png;base64," + base64.b64encode(png_bytes(size=(1200, 900))).decode()
+    tokens = {}
+    for detail in ("low", "high"):
+        r = httpx.post(f"{url}/v1/embeddings", timeout=120, json={
+            "model": MODEL, "input": [{"text": "a photo", "image_url": {"url": big, "detail": detail}}]})
+        assert r.status_code == 200, r.text
+        tokens[detail] = r.json()["usage"]["prompt_tokens"]
+    assert tokens["low"] < tokens["high"], tokens

@@ -43,7 +43,7 @@ def test_a_lone_surrogate_is_invalid_json(body):
 
 def test_a_lone_surrogate_in_a_request_is_a_400():
     app = create_app(ServerConfig(model="fake"), loader=fake_loader(FakeSession()))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # a loopback Host, as a local client sends
         while app.state.smolchat.bridge.state != "ready":
             time.sleep(0.01)
         for path, body in (("/v1/chat/completions", b'{"model": "fake", "messages": [{"role": "user", "content": "hi \\ud800"}]}'),
@@ -66,7 +66,7 @@ def test_the_routes_parse_bodies_once_with_pydantic_core(monkeypatch):
     real = json_body.from_json
     monkeypatch.setattr(json_body, "from_json", lambda data: calls.append(len(data)) or real(data))
     app = create_app(ServerConfig(model="fake"), loader=fake_loader(FakeSession()))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # a loopback Host, as a local client sends
         deadline = time.monotonic() + 20
         while client.get("/health").status_code != 200:
             assert time.monotonic() < deadline

@@ -95,15 +95,36 @@ def test_a_broken_image_gets_its_400_even_when_the_write_fails(tmp_path, monkeyp
         asyncio.run(store.image(uri(png_bytes()), "x"))
 
 
-def test_bytes_stored_as_a_video_are_still_checked_as_an_image(tmp_path):
-    """Found by a trial: bytes first sent as a video (checked for type and size only) and then as an
-    image were taken as a known image, and the engine failed on the .mp4 path (its message naming the
-    server's temporary folder). They are checked as an image: a 400 from the server."""
+def test_bytes_stored_as_a_video_are_still_checked_as_an_image(tmp_path, shared_dir):
+    """Found by a trial: bytes first sent as a video and then as an image were taken as a known
+    image, and the engine failed on the .mp4 path (its message naming the server's temporary
+    folder). They are checked as an image: a 400 from the server."""
     store = MediaStore(ServerConfig(), tmp_path / "media")
-    data = b"\x00\x00\x00"
+    data = (shared_dir / "videos" / "moving_square.mp4").read_bytes()
     video = asyncio.run(store.video("data:video/mp4;base64," + base64.b64encode(data).decode(), "v"))
     assert video.endswith(".mp4")
     with pytest.raises(APIError) as refused:
         asyncio.run(store.image(uri(data), "input[0].image_url"))
     assert refused.value.status == 400 and refused.value.code in ("invalid_image", "unsupported_image_format")
     assert "smolchat" not in refused.value.message and ".mp4" not in refused.value.message
+
+
+@pytest.mark.parametrize("data", [bytes(range(256)) * 20, b"\x00" * 1000], ids=["random bytes", "zeros"])
+def test_a_video_that_cannot_be_read_is_a_400_that_names_no_server_path(tmp_path, data):
+    """Found by a trial: a broken video was stored unread, and the engine's failure became a 500
+    naming the server's media folder. Its headers are now read when it arrives; nothing is kept."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.video("data:video/mp4;base64," + base64.b64encode(data).decode(), "messages[0].content[0]"))
+    err = refused.value
+    assert (err.status, err.code, err.param) == (400, "invalid_video", "messages[0].content[0]")
+    assert err.message.startswith("the video cannot be read") and str(tmp_path) not in err.message
+    assert list((tmp_path / "media").iterdir()) == []
+
+
+def test_engine_messages_never_name_the_media_folder():
+    from server.errors import from_engine
+
+    err = from_engine("VideoError", "Not a recognised video file: /tmp/smolchat-media-5yyqrzb8/3407e1.mp4 (bad)")
+    assert (err.status, err.code) == (400, "invalid_video")
+    assert err.message == "Not a recognised video file: the uploaded media (bad)"

@@ -385,14 +385,18 @@ def test_docs_load_without_internet_and_without_the_key():
         for path, kind in (("/docs/swagger-ui-bundle.js", "javascript"), ("/docs/swagger-ui.css", "css")):
             asset = httpx.get(f"{srv.url}{path}", timeout=30)
             assert asset.status_code == 200 and kind in asset.headers["content-type"] and len(asset.content) > 10_000
-        assert httpx.get(f"{srv.url}/openapi.json", timeout=30).json()["paths"]["/v1/chat/completions"]
+        schema = httpx.get(f"{srv.url}/openapi.json", timeout=30).json()
+        assert schema["paths"]["/v1/chat/completions"]
+        # With a key, the schema names it: Swagger UI's "Authorize" sends it with "Try it out".
+        assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
+        assert schema["security"] == [{"apiKey": []}]
     finally:
         srv.stop()
 
 
 def test_metrics_count_what_the_guard_and_the_router_refuse():
-    """401 (no key), 413 (too large by Content-Length), 404 and 405: each counted once, unknown paths
-    under one "other" series."""
+    """401 (no key), 413 (too large by Content-Length), 404, 405 and a 200 of a GET route: each counted
+    once, by its route's template; unknown paths under one "other" series."""
     srv, _ = serve(api_key="s3cret", max_body_bytes=1000)
     key = {"Authorization": "Bearer s3cret"}
     try:
@@ -402,10 +406,35 @@ def test_metrics_count_what_the_guard_and_the_router_refuse():
         for path in ("/v1/nothing", "/v1/other-nothing"):
             assert httpx.get(f"{srv.url}{path}", headers=key, timeout=30).status_code == 404
         assert httpx.get(f"{srv.url}/v1/chat/completions", headers=key, timeout=30).status_code == 405
+        assert httpx.get(f"{srv.url}/v1/models", headers=key, timeout=30).status_code == 200
+        assert httpx.get(f"{srv.url}/v1/models/gpt-4o", headers=key, timeout=30).status_code == 404
         text = httpx.get(f"{srv.url}/metrics", headers=key, timeout=30).text
         for endpoint, status, count in (("/v1/chat/completions", "401", 1), ("/v1/chat/completions", "413", 1),
-                                        ("other", "404", 2), ("/v1/chat/completions", "405", 1)):
+                                        ("other", "404", 2), ("/v1/chat/completions", "405", 1),
+                                        ("/v1/models", "200", 1), ("/v1/models/{model}", "404", 1)):
             line = f'smolchat_requests_total{{endpoint="{endpoint}",status="{status}"}} {count:.1f}'
             assert line in text, (line, [x for x in text.splitlines() if x.startswith("smolchat_requests_total")])
     finally:
         srv.stop()
+
+
+def test_a_loopback_server_without_a_key_refuses_other_host_names():
+    """DNS rebinding: a page on evil.example re-points its name at 127.0.0.1 and its script calls the
+    API; the browser sends Host: evil.example. Loopback names (with or without a port) pass."""
+    srv, _ = serve()
+    try:
+        for host, status in (("evil.example", 403), ("evil.example:8080", 403), ("localhost", 200),
+                             ("127.0.0.1:1234", 200), ("[::1]:8080", 200), ("LOCALHOST:9", 200)):
+            r = httpx.get(f"{srv.url}/v1/models", headers={"Host": host}, timeout=30)
+            assert r.status_code == status, (host, r.text)
+            if status == 403:
+                assert r.json()["error"]["code"] == "host_not_allowed"
+    finally:
+        srv.stop()
+    keyed, _ = serve(api_key="s3cret")  # with a key the script cannot authenticate anyway: any name
+    try:
+        r = httpx.get(f"{keyed.url}/v1/models", headers={"Host": "my-box.lan", "Authorization": "Bearer s3cret"},
+                      timeout=30)
+        assert r.status_code == 200
+    finally:
+        keyed.stop()
