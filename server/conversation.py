@@ -108,7 +108,8 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
                 texts.append(part.text)
                 continue
             if role != "user":
-                raise APIError(400, f"images and videos go in user messages, not in a {message.role} message",
+                article = "an" if message.role[0] in "aeiou" else "a"
+                raise APIError(400, f"images and videos go in user messages, not in {article} {message.role} message",
                                "invalid_content", param)
             url, detail = _url(part.image_url if isinstance(part, ImagePart) else part.video_url)
             if isinstance(part, VideoPart):
