@@ -75,7 +75,8 @@ def _json_error(status: int, message: str, code: str | None = None, param: str |
 
 
 class GuardMiddleware:
-    """Pure ASGI: the API key (constant-time compare, never logged) and the body size limit (413).
+    """Pure ASGI: the Host check on loopback without a key (403), the API key (constant-time
+    compare, never logged), the body size limit (413), and the count of every response in /metrics.
 
     Runs before routing so that an oversized or unauthenticated body is never parsed."""
 
