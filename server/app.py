@@ -10,17 +10,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import shutil
 import tempfile
 import time
 from contextlib import asynccontextmanager
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi_swagger import patch_fastapi
 from starlette.exceptions import HTTPException
 
 from engine.service import EngineService
@@ -89,7 +90,7 @@ class GuardMiddleware:
         self.check_host = self.key is None and is_loopback(config.host)
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS":  # CORS preflights carry no key
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         if self.check_host and not _loopback_host(headers.get(b"host", b"")):
@@ -97,7 +98,8 @@ class GuardMiddleware:
             return await _json_error(403, "this server answers requests for localhost or 127.0.0.1 only; to reach it "
                                      "by another name, start it with --host and --api-key",
                                      "host_not_allowed")(scope, receive, send)
-        if self.key is not None and not scope["path"].startswith(OPEN_PATHS):
+        # CORS preflights (OPTIONS) carry no key.
+        if self.key is not None and scope["method"] != "OPTIONS" and not scope["path"].startswith(OPEN_PATHS):
             given = headers.get(b"authorization", b"")
             token = given[7:].strip() if given[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
             if not hmac.compare_digest(token, self.key):
@@ -139,14 +141,19 @@ class GuardMiddleware:
                 _count_scope(scope, scope.get(STATUS_KEY) or status)
 
 
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9.-]+))(?::\d{1,5})?")
+
+
 def _loopback_host(value: bytes) -> bool:
     """Whether a Host header (``name``, ``name:port``, ``[v6]:port``; none at all for HTTP/1.0) names
-    this machine's loopback interface."""
+    this machine's loopback interface; anything else in it (``user@``, a path) is refused."""
     host = value.decode("latin-1").strip().lower()
     if not host:
         return True
-    name = host[1:host.find("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
-    return is_loopback(name)
+    found = _HOST.fullmatch(host)
+    if found is None:
+        return False
+    return is_loopback(found["v6"] or found["name"].rstrip("."))  # "localhost." is the same name
 
 
 def _endpoint(scope: dict) -> str:
@@ -209,6 +216,33 @@ def _install_errors(app: FastAPI) -> None:
         return _json_error(500, f"internal error: {type(exc).__name__}", "internal_error")
 
 
+DOCS_FILES = {"swagger-ui-bundle.js": "application/javascript", "swagger-ui.css": "text/css",
+              "favicon-32x32.png": "image/png"}
+
+
+def _serve_docs(app: FastAPI) -> None:
+    """/docs: Swagger UI from the fastapi-swagger package's files, linked by root-relative URLs (a
+    page built from the request's Host header would point a proxy's users, or a forged Host, at
+    another server)."""
+    import fastapi_swagger.resources as swagger_files  # imported by name, so an installer bundles it
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request):
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(openapi_url=root + app.openapi_url, title=f"{app.title} - API",
+                                   swagger_js_url=f"{root}/docs/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}/docs/swagger-ui.css",
+                                   swagger_favicon_url=f"{root}/docs/favicon-32x32.png")
+
+    @app.get("/docs/{name}", include_in_schema=False)
+    async def docs_file(name: str):
+        kind = DOCS_FILES.get(name)
+        if kind is None:
+            raise HTTPException(404, "Not Found")
+        return Response(resources.files(swagger_files).joinpath(name).read_bytes(), media_type=kind)
+
+
 def _declare_key(app: FastAPI) -> None:
     """Name the bearer key in the OpenAPI schema, so /docs offers "Authorize" and its "Try it out"
     calls carry the key (the guard checks it; FastAPI's routes do not declare it themselves)."""
@@ -219,7 +253,10 @@ def _declare_key(app: FastAPI) -> None:
             schema = build()
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
                 "type": "http", "scheme": "bearer", "description": "the server's --api-key"}
-            schema["security"] = [{"apiKey": []}]
+            for path, operations in schema.get("paths", {}).items():
+                if not path.startswith(OPEN_PATHS):  # /health answers without the key
+                    for operation in operations.values():
+                        operation["security"] = [{"apiKey": []}]
         return app.openapi_schema
     app.openapi = openapi
 
@@ -254,9 +291,7 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
                   description="OpenAI-compatible API over Smolchat's engine: chat (with images), completions, "
                               "embeddings, model info, health and Prometheus metrics.",
                   docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
-    patch_fastapi(app, docs_url="/docs", redirect_from_root_to_docs=False,
-                  swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
-                  swagger_favicon_url="/docs/favicon-32x32.png")
+    _serve_docs(app)
     if config.api_key:
         _declare_key(app)
     app.state.smolchat = state

@@ -219,7 +219,7 @@ class MediaStore:
         if mime not in VIDEO_TYPES:
             raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send a data:video/mp4 "
                            "(or webm, quicktime, x-matroska) URI", "unsupported_video_format", param)
-        self._check_size(data, param)
+        self._check_size(data, param, "invalid_video")
         return await asyncio.to_thread(self._store_video, data, VIDEO_TYPES[mime], param)
 
     def _store_video(self, data: bytes, suffix: str, param: str) -> str:
@@ -238,7 +238,8 @@ class MediaStore:
         except VideoError as exc:
             part.unlink(missing_ok=True)
             # The engine's message names the file: say what is wrong, not where the server keeps it.
-            reason = str(exc).replace(str(part), "the video")
+            reason = "the data is not a video this server reads (MP4, WebM, MOV or MKV)" \
+                if str(exc).startswith("Not a recognised video file") else str(exc).replace(str(part), "the video")
             raise APIError(400, f"the video cannot be read: {reason}", "invalid_video", param) from None
         except BaseException:
             part.unlink(missing_ok=True)
@@ -248,9 +249,9 @@ class MediaStore:
         self._trim(keep=path)
         return str(path)
 
-    def _check_size(self, data: bytes, param: str) -> None:
+    def _check_size(self, data: bytes, param: str, empty_code: str = "invalid_image") -> None:
         if not data:
-            raise APIError(400, "the media data is empty", "invalid_image", param)
+            raise APIError(400, "the media data is empty", empty_code, param)
         if len(data) > self.config.max_media_bytes:
             raise APIError(413, f"media of {len(data)} bytes exceeds the limit of {self.config.max_media_bytes}",
                            "media_too_large", param)

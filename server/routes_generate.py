@@ -67,9 +67,13 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
         if getattr(body, name) and body.tool_choice != "none" and body.function_call != "none":
             raise APIError(400, f"this server does not call tools (functions): leave {name} out or set "
                            "tool_choice to \"none\"", "unsupported_parameter", name)
-    if not body.tools and (body.tool_choice == "required" or isinstance(body.tool_choice, dict)):
-        raise APIError(400, "tool_choice names or requires a tool, but the request has no tools", "invalid_value",
-                       "tool_choice")
+    for name, choice, tools in (("tool_choice", body.tool_choice, body.tools),
+                                ("function_call", body.function_call, body.functions)):
+        if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+            raise APIError(400, f"{name} must be \"none\", \"auto\", \"required\" or a named function, got "
+                           f"{json.dumps(choice)}", "invalid_value", name)
+        if not tools and (choice == "required" or isinstance(choice, dict)):
+            raise APIError(400, f"{name} names or requires a tool, but the request has none", "invalid_value", name)
     if body.response_format is not None:
         kind = body.response_format.get("type")
         if kind in ("json_object", "json_schema"):

@@ -105,7 +105,10 @@ class CompletionRequest(SamplingFields):
 
 
 class EmbeddingItem(_Body):
-    """An extension for images: ``{"text": ..., "image_url": ...}`` (either or both)."""
+    """An extension for images: ``{"text": ..., "image_url": ...}`` (either or both). Other fields
+    (a ``video_url``) are refused, not dropped: the vector would silently leave them out."""
+
+    model_config = ConfigDict(extra="forbid")
 
     text: str = ""
     image_url: ImageURL | str | None = None

@@ -86,6 +86,9 @@ CASES = {
                                            400, "invalid_value"),
     "response_format without a type": ({"model": MODEL, "messages": [user(TEXT)], "response_format": {}}, 400,
                                        "invalid_value"),
+    "tool_choice bogus": ({"model": MODEL, "messages": [user(TEXT)], "tool_choice": "bogus"}, 400, "invalid_value"),
+    "function_call named without functions": ({"model": MODEL, "messages": [user(TEXT)],
+                                               "function_call": {"name": "f"}}, 400, "invalid_value"),
     "response_format xml": ({"model": MODEL, "messages": [user(TEXT)], "response_format": {"type": "xml"}}, 400,
                             "invalid_value"),
     "65 photos in earlier messages": ({"model": MODEL, "messages": [user(image(PNG))] * 65 + [user(TEXT)]}, 413,
@@ -252,3 +255,10 @@ def test_embeddings_bound_their_images_and_honour_each_detail(url):
         assert r.status_code == 200, r.text
         tokens[detail] = r.json()["usage"]["prompt_tokens"]
     assert tokens["low"] < tokens["high"], tokens
+
+
+def test_an_embedding_item_with_an_unknown_field_is_refused(url):
+    """Found by a trial: {"text", "video_url"} embedded the text alone, silently."""
+    r = httpx.post(f"{url}/v1/embeddings", timeout=60, json={"model": MODEL, "input": [
+        {"text": "x", "video_url": "data:video/mp4;base64,AAAA"}]})
+    assert r.status_code == 400 and "video_url" in r.json()["error"]["message"], r.text

@@ -379,9 +379,10 @@ def test_docs_load_without_internet_and_without_the_key():
     """/docs is Swagger UI from the fastapi-swagger package (no CDN), open like /openapi.json."""
     srv, _ = serve(api_key="s3cret")
     try:
-        page = httpx.get(f"{srv.url}/docs", timeout=30)
-        assert page.status_code == 200 and "swagger-ui-bundle.js" in page.text
-        assert "cdn." not in page.text and "https://" not in page.text
+        # A forged Host does not make the page load its script from elsewhere: root-relative links.
+        page = httpx.get(f"{srv.url}/docs", headers={"Host": "evil.example"}, timeout=30)
+        assert page.status_code == 200 and 'src="/docs/swagger-ui-bundle.js"' in page.text
+        assert "cdn." not in page.text and "://" not in page.text.split("<body>")[-1]
         for path, kind in (("/docs/swagger-ui-bundle.js", "javascript"), ("/docs/swagger-ui.css", "css")):
             asset = httpx.get(f"{srv.url}{path}", timeout=30)
             assert asset.status_code == 200 and kind in asset.headers["content-type"] and len(asset.content) > 10_000
@@ -389,7 +390,9 @@ def test_docs_load_without_internet_and_without_the_key():
         assert schema["paths"]["/v1/chat/completions"]
         # With a key, the schema names it: Swagger UI's "Authorize" sends it with "Try it out".
         assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
-        assert schema["security"] == [{"apiKey": []}]
+        assert schema["paths"]["/v1/chat/completions"]["post"]["security"] == [{"apiKey": []}]
+        assert "security" not in schema["paths"]["/health"]["get"]  # it answers without the key
+        assert httpx.get(f"{srv.url}/docs/nothing.js", timeout=30).status_code == 404
     finally:
         srv.stop()
 
@@ -408,10 +411,12 @@ def test_metrics_count_what_the_guard_and_the_router_refuse():
         assert httpx.get(f"{srv.url}/v1/chat/completions", headers=key, timeout=30).status_code == 405
         assert httpx.get(f"{srv.url}/v1/models", headers=key, timeout=30).status_code == 200
         assert httpx.get(f"{srv.url}/v1/models/gpt-4o", headers=key, timeout=30).status_code == 404
+        assert httpx.options(f"{srv.url}/v1/models", timeout=30).status_code == 405  # no CORS: counted too
         text = httpx.get(f"{srv.url}/metrics", headers=key, timeout=30).text
         for endpoint, status, count in (("/v1/chat/completions", "401", 1), ("/v1/chat/completions", "413", 1),
                                         ("other", "404", 2), ("/v1/chat/completions", "405", 1),
-                                        ("/v1/models", "200", 1), ("/v1/models/{model}", "404", 1)):
+                                        ("/v1/models", "200", 1), ("/v1/models/{model}", "404", 1),
+                                        ("/v1/models", "405", 1)):
             line = f'smolchat_requests_total{{endpoint="{endpoint}",status="{status}"}} {count:.1f}'
             assert line in text, (line, [x for x in text.splitlines() if x.startswith("smolchat_requests_total")])
     finally:
@@ -424,7 +429,9 @@ def test_a_loopback_server_without_a_key_refuses_other_host_names():
     srv, _ = serve()
     try:
         for host, status in (("evil.example", 403), ("evil.example:8080", 403), ("localhost", 200),
-                             ("127.0.0.1:1234", 200), ("[::1]:8080", 200), ("LOCALHOST:9", 200)):
+                             ("127.0.0.1:1234", 200), ("[::1]:8080", 200), ("LOCALHOST:9", 200),
+                             ("localhost.:9", 200), ("127.0.0.1:80@evil.example", 403),
+                             ("localhost.evil.example", 403), ("[::ffff:127.0.0.1]", 403)):
             r = httpx.get(f"{srv.url}/v1/models", headers={"Host": host}, timeout=30)
             assert r.status_code == status, (host, r.text)
             if status == 403:
