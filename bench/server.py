@@ -27,7 +27,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}
+
+from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
 
 def cpu_s(pid: int | None = None) -> float:

@@ -39,7 +39,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}
+
+from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
+
 now = time.monotonic
 RECORD: dict = {}  # the request being traced (the bench sends one at a time)
 

@@ -79,8 +79,12 @@ def _check_media_count(request: ChatRequest, config: ServerConfig) -> None:
     here = earlier = 0
     for i, message in enumerate(request.messages):
         for part in message.content if isinstance(message.content, list) else ():
-            if not isinstance(part, TextPart):
-                here, earlier = (here + 1, earlier) if i == last else (here, earlier + 1)
+            if isinstance(part, TextPart):
+                continue
+            if i == last:
+                here += 1
+            else:
+                earlier += 1
     if here > config.max_images:
         raise APIError(413, f"{here} images or videos in one message; the limit is {config.max_images}",
                        "too_many_images", "messages")

@@ -180,9 +180,7 @@ class MediaStore:
             part.unlink(missing_ok=True)
             raise
         path = self.folder / (digest + "." + fmt.lower())
-        part.replace(path)  # atomic: a concurrent request never sees half a file
-        self._stored += 1
-        self._trim(keep=path)
+        self._commit(part, path)
         hand_over(path, pixels)  # the engine reads these pixels instead of decoding the file again
         return str(path)
 
@@ -244,9 +242,7 @@ class MediaStore:
         except BaseException:
             part.unlink(missing_ok=True)
             raise
-        part.replace(path)  # atomic: a concurrent request never sees half a file
-        self._stored += 1
-        self._trim(keep=path)
+        self._commit(part, path)
         return str(path)
 
     def _check_size(self, data: bytes, param: str, empty_code: str = "invalid_image") -> None:
@@ -327,15 +323,11 @@ class MediaStore:
             return str(path)
         return None
 
-    def _store(self, data: bytes, digest: str, suffix: str) -> str:
-        path = self.folder / (digest + suffix)
-        if not path.exists():
-            tmp = self.folder / f"{digest}.{next(self._parts)}.part"
-            tmp.write_bytes(data)
-            tmp.replace(path)  # atomic: a concurrent request never sees half a file
-            self._stored += 1
-            self._trim(keep=path)
-        return str(path)
+    def _commit(self, part: Path, path: Path) -> None:
+        """A checked temporary file becomes ``path``, then the folder is trimmed."""
+        part.replace(path)  # atomic: a concurrent request never sees half a file
+        self._stored += 1
+        self._trim(keep=path)
 
     def _trim(self, keep: Path) -> None:
         """Delete the least recently used files beyond ``config.max_stored_media``. Every request
