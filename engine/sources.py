@@ -209,28 +209,44 @@ class _NullFile:
         pass
 
 
-def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
-    """A local folder if ``path_or_repo_id`` exists on disk, else a Hub repository id ("owner/name").
-
-    A ``.gguf`` file, or a folder with no safetensors but a ``.gguf``, is a :class:`engine.gguf.GGUFSource`.
+def source_kind(path_or_repo_id: str | Path) -> str:
+    """What :func:`resolve_source` would make of ``path_or_repo_id``, without reading or downloading
+    anything: ``"gguf"``, ``"folder"`` or ``"hub"``. ``smolchat serve`` checks its ``--model`` with it
+    before it prints an address that would then serve nothing.
 
     ``owner/name`` whose ``owner`` is an existing local folder (``checkpoints/nope``) is taken as a
     mistyped local path, not a Hub id, so the error says the folder is missing instead of "offline".
 
     Raises:
         ModelLoadError: a local path that does not exist, or is a file rather than a folder.
-        DownloadError: the Hub id cannot be downloaded.
     """
     path = Path(path_or_repo_id).expanduser()
     if path.suffix.lower() == ".gguf" or (path.is_dir() and not any(path.glob("*.safetensors"))
                                           and any(path.glob("*.gguf"))):
-        from engine.gguf import GGUFSource  # llama.cpp checkpoints: a .gguf file or a folder of them
-
-        return GGUFSource(path)
+        return "gguf"
     if path.is_dir():
-        return LocalDirSource(path)
+        return "folder"
     if path.exists():
         raise ModelLoadError(f"{path} is a file; --model takes a model folder (with config.json), a .gguf file or a Hub id")
     if looks_like_repo_id(str(path_or_repo_id)):
-        return HubSource(str(path_or_repo_id), **hub_kwargs)
+        return "hub"
     raise ModelLoadError(f"model folder not found: {path}")
+
+
+def resolve_source(path_or_repo_id: str | Path, **hub_kwargs) -> ModelSource:
+    """A local folder if ``path_or_repo_id`` exists on disk, else a Hub repository id ("owner/name")
+    (see :func:`source_kind`). A ``.gguf`` file, or a folder with no safetensors but a ``.gguf``, is
+    a :class:`engine.gguf.GGUFSource`.
+
+    Raises:
+        ModelLoadError: a local path that does not exist, or is a file rather than a folder.
+        DownloadError: the Hub id cannot be downloaded.
+    """
+    kind = source_kind(path_or_repo_id)
+    if kind == "gguf":
+        from engine.gguf import GGUFSource  # llama.cpp checkpoints: a .gguf file or a folder of them
+
+        return GGUFSource(Path(path_or_repo_id).expanduser())
+    if kind == "folder":
+        return LocalDirSource(Path(path_or_repo_id).expanduser())
+    return HubSource(str(path_or_repo_id), **hub_kwargs)

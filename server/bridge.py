@@ -9,7 +9,6 @@ cancels only its own answer, which frees the blocks it would have written.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections import deque
@@ -20,7 +19,6 @@ from engine.api import Capabilities, DoneEvent, TokenEvent
 from engine.service import EngineService
 from server.errors import APIError
 
-log = logging.getLogger(__name__)
 DISCONNECT_POLL_S = 0.25  # how often a waiting request checks whether its client is still there
 FIRST_EVENT_HOLD_S = 0.005  # the longest the engine thread waits for a stream's first chunk (see Answer.sink)
 
@@ -145,8 +143,7 @@ class EngineBridge:
 
         def done(info, message) -> None:
             if info is None:
-                self.state, self.message = "failed", message or "loading failed"
-                log.error("loading %s failed: %s", model, self.message)
+                self.state, self.message = "failed", message or "loading failed"  # the service logs it
                 return
             self.refresh_kv()
             self.state = "ready"

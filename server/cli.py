@@ -68,10 +68,16 @@ def serve(args: argparse.Namespace) -> int:
     (the server stops then; the CLI prints it, exit 2)."""
     import uvicorn
 
+    from engine.api.errors import ModelLoadError
+    from engine.sources import source_kind
     from server.app import create_app
 
     config = config_from(args)
     config.check()
+    try:  # a missing folder is said before an address is printed that would serve nothing
+        source_kind(config.model)
+    except ModelLoadError as exc:
+        raise ValueError(str(exc)) from None
     if config.port == 0:  # "any free port": pick it now, so the address printed is the one served
         config.port = free_port(config.host)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -79,9 +85,11 @@ def serve(args: argparse.Namespace) -> int:
 
     app = create_app(config)
     print(f"Smolchat server: http://{config.host}:{config.port}/v1 (docs at /docs)"
-          + (" - API key required" if config.api_key else ""), flush=True)
+          + (" - API key required" if config.api_key else "") + f"; loading {config.model}", flush=True)
     server = Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.log_level,
-                                   timeout_graceful_shutdown=3), app.state.smolchat.bridge, exit_if_load_fails=True)
+                                   timeout_graceful_shutdown=3), app.state.smolchat.bridge, exit_if_load_fails=True,
+                    on_ready=lambda seconds: print(f"Model ready ({seconds:.1f} s): requests are served now",
+                                                   flush=True))
     server.run()
     if server.load_error is not None:
         raise ValueError(f"the model failed to load: {server.load_error}")

@@ -11,6 +11,8 @@ for a finished one), and the shutdown takes as long as one decode step.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -21,7 +23,10 @@ from server.bridge import EngineBridge
 class Server(uvicorn.Server):
     """``uvicorn.Server`` for an app whose answers go through ``bridge``."""
 
-    def __init__(self, config: uvicorn.Config, bridge: EngineBridge, exit_if_load_fails: bool = False):
+    def __init__(self, config: uvicorn.Config, bridge: EngineBridge, exit_if_load_fails: bool = False,
+                 on_ready: Callable[[float], None] | None = None):
+        """``on_ready(seconds)`` is called once, on the event loop, when the model is loaded (seconds
+        since this server was made): ``smolchat serve`` says so, after its address and "loading"."""
         super().__init__(config)
         self.bridge = bridge
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -29,11 +34,16 @@ class Server(uvicorn.Server):
         # than serving 503s forever; the app's switch shares a model the window already loaded.
         self.exit_if_load_fails = exit_if_load_fails
         self.load_error: str | None = None
+        self.on_ready = on_ready
+        self._made = time.monotonic()
 
     async def on_tick(self, counter: int) -> bool:
         if self.exit_if_load_fails and self.bridge.state == "failed":
             self.load_error = self.bridge.message
             return True
+        if self.on_ready is not None and self.bridge.state == "ready":
+            on_ready, self.on_ready = self.on_ready, None
+            on_ready(time.monotonic() - self._made)
         return await super().on_tick(counter)
 
     async def startup(self, sockets: Any = None) -> None:

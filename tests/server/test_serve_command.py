@@ -3,9 +3,11 @@ cannot use end with one ``error:`` line and exit 2, Ctrl-C with exit 130; never 
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,10 +43,43 @@ def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry):
 
 
 @pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
-def test_a_model_that_cannot_load_stops_the_server(tmp_path, entry):
-    """Instead of serving 503s forever: one error line naming the failure, exit 2."""
+def test_a_missing_model_folder_is_said_before_any_address(tmp_path, entry):
+    """A folder that is not there fails before the server prints an address it would not serve."""
     proc = subprocess.run([sys.executable, *entry, "--model", str(tmp_path / "no-such-model"), "--port", "0"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
-    assert "error: the model failed to load:" in proc.stderr and "no-such-model" in proc.stderr
+    assert proc.stderr.strip() == f"error: model folder not found: {tmp_path / 'no-such-model'}"
+    assert "Smolchat server:" not in proc.stdout
+
+
+@pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
+def test_a_model_that_cannot_load_stops_the_server(tmp_path, entry):
+    """A folder that exists but holds no model: the address says "loading", then one error line
+    naming the failure and exit 2, instead of serving 503s forever."""
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    proc = subprocess.run([sys.executable, *entry, "--model", str(folder), "--port", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
+    assert f"; loading {folder}" in proc.stdout and "Model ready" not in proc.stdout
+    assert f"error: the model failed to load: no safetensors weights in {folder}" in proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_address_then_ready_once_loaded(tiny_checkpoint):
+    server = ServerProcess(tiny_checkpoint)
+    try:
+        wait_ready(server.url, proc=server.proc)
+        lines = [line for line in server.output().splitlines() if line.startswith(("Smolchat server:", "Model ready"))]
+        for _ in range(20):  # the ready line is printed on the server's next tick after /health says 200
+            if len(lines) == 2:
+                break
+            time.sleep(0.1)
+            lines = [line for line in server.output().splitlines()
+                     if line.startswith(("Smolchat server:", "Model ready"))]
+        assert lines[0] == f"Smolchat server: {server.url}/v1 (docs at /docs); loading {tiny_checkpoint}"
+        assert re.fullmatch(r"Model ready \(\d+\.\d s\): requests are served now", lines[1]), lines
+        assert len(lines) == 2
+    finally:
+        server.stop()
