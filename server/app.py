@@ -38,6 +38,47 @@ log = logging.getLogger(__name__)
 OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's script, style and icon
 
 
+#: A union member's name in a pydantic error location ("str", "list[str]", "ImageURL",
+#: "tagged-union[TextPart,...]"): which alternative failed, not a field of the request.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|[a-z-]+\[.*\]|[A-Z]\w*)$")
+
+
+def _field_path(loc: tuple) -> tuple:
+    """An error location as the client's field path: no "body", no union member names, and no
+    discriminator value after a tagged union (``content.0.image_url.image_url`` -> ``content.0.image_url``)."""
+    path, skip_tag = [], False
+    for part in loc:
+        if part == "body":
+            continue
+        if isinstance(part, str) and _UNION_MEMBER.match(part):
+            skip_tag = skip_tag or "tagged-union[" in part
+            continue
+        if skip_tag and isinstance(part, str):
+            skip_tag = False
+            continue
+        path.append(part)
+    return tuple(path)
+
+
+def validation_message(errors: list[dict]) -> tuple[str, str]:
+    """``(message, param)`` for pydantic's errors, said once per field.
+
+    A value that fits none of a union's members gets one error per member: those of the members that
+    got furthest into the value are kept (a list of content parts with a bad part is about that part,
+    not about not being a string), and the rest of one field's errors are joined with "or":
+    ``messages.0.content: Input should be a valid string or a valid list``."""
+    found: dict[tuple, list[str]] = {}
+    for e in errors:
+        found.setdefault(_field_path(tuple(e.get("loc", ()))), []).append(str(e.get("msg", "")))
+    paths = [p for p in found if not any(q != p and q[:len(p)] == p for q in found)]
+    parts = []
+    for path in paths[:5]:
+        msgs = list(dict.fromkeys(found[path]))
+        text = msgs[0] + "".join(" or " + m.removeprefix("Input should be ") for m in msgs[1:])
+        parts.append(f"{'.'.join(map(str, path))}: {text}" if path else text)
+    return "; ".join(parts), ".".join(map(str, paths[0])) if paths else ""
+
+
 class ServerState:
     """What the routes share (``request.app.state.smolchat``)."""
 
@@ -200,9 +241,7 @@ def _install_errors(app: FastAPI) -> None:
             # rather than pydantic's "Input should be a valid dictionary" about an empty location.
             return _json_error(400, "send the request body as JSON with 'Content-Type: application/json' "
                                     f"(got {media or 'no Content-Type'})", "invalid_json")
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        message = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
-                            for e in errors[:5])
+        message, where = validation_message(errors)
         return _json_error(400, message or "invalid request", "invalid_value", where or None)
 
     @app.exception_handler(HTTPException)

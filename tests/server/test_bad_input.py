@@ -105,6 +105,29 @@ def test_bad_requests_get_the_documented_error(url, name):
     assert error["code"] == code and set(error) == {"message", "type", "param", "code"} and error["message"]
 
 
+@pytest.mark.parametrize("path,body,param,message", [
+    ("chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages.0.content",
+     "messages.0.content: Input should be a valid string or a valid list"),
+    ("chat/completions", {"messages": [user({"type": "image_url", "image_url": 5})]}, "messages.0.content.0.image_url",
+     "messages.0.content.0.image_url: Input should be a valid dictionary or object to extract fields from or a "
+     "valid string"),
+    ("chat/completions", {"messages": [user({"type": "text"})]}, "messages.0.content.0.text",
+     "messages.0.content.0.text: Field required"),
+    ("chat/completions", {"messages": [user(TEXT)], "stop": 5}, "stop", "stop: Input should be a valid string or a valid list"),
+    ("completions", {"prompt": 5}, "prompt", "prompt: Input should be a valid string or a valid list"),
+    ("embeddings", {"input": [{"type": "image_url"}]}, "input.0.type", "input.0.type: Extra inputs are not permitted"),
+], ids=["content not a string or list", "image_url not an object or string", "text part without text", "stop",
+        "prompt", "embedding item"])
+def test_a_value_no_union_member_takes_is_said_once_by_its_field(url, path, body, param, message):
+    """pydantic reports a value that fits none of a union's members once per member, under member
+    names ("content.str", "content.list[tagged-union[...]]"): the client sees its own field path,
+    and only the members that got furthest into the value."""
+    r = httpx.post(f"{url}/v1/{path}", json={"model": MODEL, **body}, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "param": param,
+                                 "code": "invalid_value"}
+
+
 def test_what_clients_send_by_default_passes(url):
     """Empty tools (or tool_choice "none"), a text response_format and an empty logit_bias are what
     clients send when they want nothing special: answered, not refused."""
