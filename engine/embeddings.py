@@ -87,7 +87,13 @@ class Embedder:
 
     def encode(self, text: str, images: Sequence = (), image_detail: str = "full"
                ) -> tuple[list[int], list[bool], list]:
-        """Token ids, content mask and processed images of one input."""
+        """Token ids, content mask and processed images of one input.
+
+        Raises:
+            PromptTooLongError: the input does not fit into the model's context.
+            ValueError: nothing to embed (an empty text and no image).
+            UnsupportedOperation: images given to a text-only model.
+        """
         if images and self.processor is None:
             from engine.api.errors import UnsupportedOperation
 
@@ -105,6 +111,12 @@ class Embedder:
         mask = content_mask(ids, empty, image_id)
         if not any(mask):
             raise ValueError("nothing to embed: give a non-empty text or an image")
+        context = self.model.capabilities().max_context
+        if context and len(ids) > context:
+            from engine.api.errors import PromptTooLongError
+
+            raise PromptTooLongError(f"the input is {len(ids)} tokens long (images included), more than the "
+                                     f"model's context of {context} tokens")
         return ids, mask, processed
 
     @torch.inference_mode()

@@ -272,8 +272,11 @@ class MediaStore:
             raise APIError(400, "the data is not an image this server reads (PNG, JPEG, WebP, GIF, BMP, TIFF)",
                            "unsupported_image_format", param) from None
         except Image.DecompressionBombError as exc:  # Pillow refuses to open it at all: far over the limit
-            raise APIError(413, f"the image is too large to open ({exc}); the limit is "
-                           f"{self.config.max_image_pixels} pixels", "image_too_large", param) from None
+            # Its message quotes Pillow's own limit beside ours; the client needs the size and ours.
+            found = re.search(r"\((\d+) pixels\)", str(exc))
+            size = f"{int(found.group(1))} pixels" if found else "more pixels than Pillow opens"
+            raise APIError(413, f"the image has {size}, more than the limit of {self.config.max_image_pixels}",
+                           "image_too_large", param) from None
         except (OSError, ValueError, SyntaxError) as exc:
             raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
         try:

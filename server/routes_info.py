@@ -69,12 +69,16 @@ async def model_info(request: Request):
 def _embed_all(session: Any, inputs: list[tuple[str, list[str], str]]) -> list[tuple[list[float], int]]:
     """Engine thread: one vector and token count per ``(text, image paths, image detail)``
     (engine.embeddings); each input's images are read once."""
+    from engine.api.errors import PromptTooLongError
     from engine.embeddings import Embedder
 
     embedder = Embedder(session.model, session.tokenizer, session.processor)
     out = []
-    for text, images, detail in inputs:
-        ids, mask, processed = embedder.encode(text, images, detail)
+    for i, (text, images, detail) in enumerate(inputs):
+        try:
+            ids, mask, processed = embedder.encode(text, images, detail)
+        except PromptTooLongError as exc:  # which of the inputs
+            raise PromptTooLongError(f"input[{i}]: {exc}") from None
         out.append((embedder.embed_encoded(ids, mask, processed).tolist(), len(ids)))
     return out
 

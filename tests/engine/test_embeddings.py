@@ -94,3 +94,14 @@ def test_cli_embed_json_equals_python_api(embedder, tiny_checkpoint, images_dir)
     bad = subprocess.run([sys.executable, "-m", "engine", "embed", "--model", str(tiny_checkpoint)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+
+
+def test_an_input_longer_than_the_context_is_refused_before_the_prefill(embedder):
+    from engine.api.errors import PromptTooLongError
+
+    context = embedder.model.capabilities().max_context
+    ids, _, _ = embedder.encode("hello " * (context // 2))
+    assert len(ids) <= context  # as long as fits is encoded
+    with pytest.raises(PromptTooLongError, match=rf"the input is \d+ tokens long \(images included\), more than "
+                                                 rf"the model's context of {context} tokens"):
+        embedder.encode("hello " * context)

@@ -285,3 +285,13 @@ def test_an_embedding_item_with_an_unknown_field_is_refused(url):
     r = httpx.post(f"{url}/v1/embeddings", timeout=60, json={"model": MODEL, "input": [
         {"text": "x", "video_url": "data:video/mp4;base64,AAAA"}]})
     assert r.status_code == 400 and "video_url" in r.json()["error"]["message"], r.text
+
+
+def test_an_embedding_input_longer_than_the_context_names_it(url):
+    """Said in the model's terms (tokens against its context), for the input that is too long; not
+    the cache's "cached + new tokens exceed the capacity" of the chunked prefill."""
+    context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
+    r = httpx.post(f"{url}/v1/embeddings", json={"model": MODEL, "input": ["short", "hello " * context]}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert re.fullmatch(rf"input\[1\]: the input is (\d+) tokens long \(images included\), more than the "
+                        rf"model's context of {context} tokens", r.json()["error"]["message"]), r.text

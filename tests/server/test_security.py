@@ -354,6 +354,8 @@ def test_an_image_too_large_for_pillow_to_open_is_a_413(tmp_path):
     with pytest.raises(APIError) as err:
         asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
     assert err.value.status == 413 and err.value.code == "image_too_large"
+    assert err.value.message == f"the image has {100_000 * 100_000} pixels, more than the limit of " \
+                                f"{ServerConfig().max_image_pixels}"
 
 
 def test_port_0_serves_on_the_free_port_it_prints(tiny_checkpoint):
