@@ -6,7 +6,7 @@ Each variant is a Triton step configuration (``engine.models.llama.triton_decode
 keys) plus ``token_step`` (``False``: the loop before the token step, where the host embeds the
 token, builds the paged slot and samples outside the graph). For each: the pipelined greedy loop
 (``engine.generate.token_stream``, what ``ChatSession`` runs) over ``--new-tokens`` tokens after a
-58-token prompt, median tok/s of ``--rounds`` rounds after one untimed round (which captures the
+58-token prompt (``--prompt-tokens``), median tok/s of ``--rounds`` rounds after one untimed round (which captures the
 graphs); the captured step's GPU time (300 back-to-back replays timed with CUDA events) and its
 kernel count (torch.profiler); and, teacher-forced on the first variant's tokens, how often each
 variant's argmax agrees with it and the largest logit difference (bf16 rounding and atomic-add
@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--prompt-tokens", type=int, default=58,
+                    help="context before the first decode step (a 13-tile photo question is ~900)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=None, help="JSON list of variant dicts (default: DEFAULT_VARIANTS)")
     args = ap.parse_args(argv)
@@ -86,8 +88,9 @@ def main(argv=None) -> int:
     variants = json.loads(args.variants) if args.variants else DEFAULT_VARIANTS
     session = load_ours(args.checkpoint, "cuda", torch.bfloat16)
     m = session.model
-    res: dict = {"machine": machine("cuda"), "new_tokens": args.new_tokens, "variants": []}
-    prompt = torch.randint(0, 49000, (1, 58), generator=torch.Generator().manual_seed(0)).to(m.device)
+    res: dict = {"machine": machine("cuda"), "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens,
+                 "variants": []}
+    prompt = torch.randint(0, 49000, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0)).to(m.device)
     base_tokens = base_logits = None
     with torch.inference_mode():
         for v in variants:
@@ -100,8 +103,8 @@ def main(argv=None) -> int:
                 rates = [loop(m, prompt, args.new_tokens, token_step)[1] for _ in range(args.rounds)]
                 r["tok_s"] = statistics.median(rates)
                 r["tok_s_rounds"] = rates
-                p = step_profile(m, top=0, kind="token" if token_step else "decode")
-                r.update(replay_us=p["graph_replay_us"], kernels=p["kernels_per_step"])
+                p = step_profile(m, top=8, kind="token" if token_step else "decode")
+                r.update(replay_us=p["graph_replay_us"], kernels=p["kernels_per_step"], top_kernels=p["top_kernels"])
                 logits = teacher_forced(m, prompt, tokens if base_tokens is None else base_tokens)
                 if base_tokens is None:
                     base_tokens, base_logits = tokens, logits
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
                 r["error"] = traceback.format_exc()[-1500:]
                 print(f"{v}: error {exc!r:.300}", flush=True)
             print(json.dumps({k: (round(x, 3) if isinstance(x, float) else x) for k, x in r.items()
-                              if k != "tok_s_rounds"}), flush=True)
+                              if k not in ("tok_s_rounds", "top_kernels")}), flush=True)
             res["variants"].append(r)
             m._static = None
             torch.cuda.empty_cache()

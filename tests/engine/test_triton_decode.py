@@ -71,13 +71,18 @@ def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, m
         assert (cache.v[:, :, :, :n] - ref_cache.v[:, :, :, :n]).abs().max() < 1e-4
 
 
+@pytest.mark.parametrize("config", [
+    {"attn_min_chunk": 16, "attn_block_t": 16},
+    {"attn_min_chunk": 64, "attn_block_t": 16},
+    {"attn_min_chunk": 16, "attn_block_t": 16, "early_loads": False},
+], ids=["chunks of one tile", "chunks of four tiles", "loads after the wait"])
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
-def test_triton_step_many_splits_mostly_empty(kernels, model, kind):
-    """A short sequence in a 256 bucket cut into 16 chunks of 16: the chunks past ``pos`` hold no
-    position and must contribute nothing to the combine; chunks straddle block boundaries."""
+def test_triton_step_many_splits_mostly_empty(kernels, model, kind, config):
+    """A short sequence in a 256 bucket cut into chunks of 16 (or 64 in four tiles, where the new
+    position can sit in a later tile than the one read before the wait): the chunks past ``pos``
+    hold no position and must contribute nothing to the combine; chunks straddle block boundaries."""
     ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(2))
     ref_tokens, ref_logits, _ = greedy(model, ids, 8, kind, None, max_tokens=400)
-    config = {"attn_min_chunk": 16, "attn_block_t": 16}
     tokens, logits, _ = greedy(model, ids, 8, kind, True, config=config, max_tokens=400)
     assert tokens == ref_tokens
     assert (logits - ref_logits).abs().max() < 1e-3

@@ -117,7 +117,7 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
                     q_ptr, k_ptr, v_ptr, stride_kv_pos, stride_kv_head, eps,
                     HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
                     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                    BLOCK_R: tl.constexpr, PDL: tl.constexpr):
+                    BLOCK_R: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
     """RMSNorm + qkv GEMV + RoPE + KV-cache write for one decode token.
 
     Grid ``(H + 2*H_kv, (D/2) / BLOCK_R)``: program ``(head, part)`` computes output rows
@@ -135,6 +135,8 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
         k_ptr, v_ptr: this layer's key/value cache; the row of head ``h`` at slot ``s`` starts at
             ``s * stride_kv_pos + h * stride_kv_head``.
         KM, KT: ``HIDDEN`` split for :func:`_load_rows`.
+        EARLY: read the position, its rotary rows and the write slot before ``gdc_wait`` (see the
+            module docstring: no kernel of a step writes them), off the path after the wait.
     """
     head = tl.program_id(0)
     part = tl.program_id(1)
@@ -148,23 +150,32 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
     wla, wlb = _load_rows(w_ptr, rows_lo, rm, HIDDEN, KM, KT)
     wha, whb = _load_rows(w_ptr, rows_lo + HALF, rm, HIDDEN, KM, KT)
     nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if EARLY:
+        p = tl.load(pos_ptr)
+        c_lo = tl.load(cos_ptr + p * D + r).to(tl.float32)
+        c_hi = tl.load(cos_ptr + p * D + HALF + r).to(tl.float32)
+        s_lo = tl.load(sin_ptr + p * D + r).to(tl.float32)
+        s_hi = tl.load(sin_ptr + p * D + HALF + r).to(tl.float32)
+        slot = tl.load(slot_ptr)
     if PDL:
         gdc_wait()
     xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
     lo = _dot_rows(wla, wlb, xa, xb, KT).to(dt).to(tl.float32)
     hi = _dot_rows(wha, whb, xa, xb, KT).to(dt).to(tl.float32)
     if head < H + HKV:  # queries and keys are rotated: x*cos + rotate_half(x)*sin
-        p = tl.load(pos_ptr)
-        c_lo = tl.load(cos_ptr + p * D + r).to(tl.float32)
-        c_hi = tl.load(cos_ptr + p * D + HALF + r).to(tl.float32)
-        s_lo = tl.load(sin_ptr + p * D + r).to(tl.float32)
-        s_hi = tl.load(sin_ptr + p * D + HALF + r).to(tl.float32)
+        if not EARLY:
+            p = tl.load(pos_ptr)
+            c_lo = tl.load(cos_ptr + p * D + r).to(tl.float32)
+            c_hi = tl.load(cos_ptr + p * D + HALF + r).to(tl.float32)
+            s_lo = tl.load(sin_ptr + p * D + r).to(tl.float32)
+            s_hi = tl.load(sin_ptr + p * D + HALF + r).to(tl.float32)
         lo, hi = lo * c_lo + hi * s_lo, hi * c_hi + lo * s_hi
     if head < H:
         tl.store(q_ptr + head * D + r, lo.to(dt))
         tl.store(q_ptr + head * D + HALF + r, hi.to(dt))
     else:
-        slot = tl.load(slot_ptr)
+        if not EARLY:
+            slot = tl.load(slot_ptr)
         if head < H + HKV:
             base = k_ptr + slot * stride_kv_pos + (head - H) * stride_kv_head
         else:
@@ -192,7 +203,7 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
                 stride_kv_pos, stride_kv_head, chunk, num_splits, scale,
                 H: tl.constexpr, D: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
                 BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, SP: tl.constexpr,
-                PREC: tl.constexpr, PDL: tl.constexpr):
+                PREC: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
     """Single-query attention of the ``G`` query heads of one KV head over one chunk of positions,
     merged across chunks by the last program to finish.
 
@@ -210,27 +221,56 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
         BLOCK_H: rows of the ``tl.dot`` (>= 16 and >= G; rows past G are zero queries).
         GP: power of two >= G (the merge); SP: power of two >= num_splits.
         PREC: ``tl.dot`` input precision ("ieee" for fp32 models, exact like the eager path).
+        EARLY: read the chunk's first tile of positions before ``pos`` (and their cache rows)
+            before ``gdc_wait``: earlier steps wrote them, so they stream in while the qkv kernel
+            that writes position ``pos`` finishes; ``pos``'s own row is read after the wait.
     """
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     if PDL:
         gdc_launch_dependents()
-        gdc_wait()
     dt = o_ptr.dtype.element_ty
-    p = tl.load(pos_ptr).to(tl.int32)
     g = tl.arange(0, BLOCK_H)
     gm = g < G
     d = tl.arange(0, D)
     heads = kvh * G + g
-    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=gm[:, None], other=0.0)
     m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, D], dtype=tl.float32)
-    start = split * chunk
-    end = tl.minimum(start + chunk, p + 1)
     kbase = k_ptr + kvh * stride_kv_head
     vbase = v_ptr + kvh * stride_kv_head
-    for t0 in range(start, end, BLOCK_T):
+    start = split * chunk
+    if EARLY:
+        p = tl.load(pos_ptr).to(tl.int32)
+        end = tl.minimum(start + chunk, p + 1)
+        t = start + tl.arange(0, BLOCK_T)
+        tm = t < end
+        off = tl.load(idx_ptr + t, mask=tm, other=0)[:, None] * stride_kv_pos + d[None, :]
+        old = (tm & (t < p))[:, None]
+        k = tl.load(kbase + off, mask=old, other=0.0)
+        v = tl.load(vbase + off, mask=old, other=0.0)
+        if PDL:
+            gdc_wait()
+        q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=gm[:, None], other=0.0)
+        new = (tm & (t == p))[:, None]  # written by this step's qkv kernel: read after the wait
+        k = tl.where(new, tl.load(kbase + off, mask=new, other=0.0), k)
+        v = tl.where(new, tl.load(vbase + off, mask=new, other=0.0), v)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+        s = tl.where(tm[None, :], s, float("-inf"))
+        m = tl.max(s, axis=1)
+        m_ok = tl.where(m == float("-inf"), 0.0, m)  # a chunk wholly past pos: nothing here
+        pr = tl.exp(s - m_ok[:, None])
+        l = tl.sum(pr, axis=1)
+        acc = tl.dot(pr.to(v.dtype), v, input_precision=PREC)
+        first = start + BLOCK_T
+    else:
+        if PDL:
+            gdc_wait()
+        p = tl.load(pos_ptr).to(tl.int32)
+        end = tl.minimum(start + chunk, p + 1)
+        q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=gm[:, None], other=0.0)
+        first = start
+    for t0 in range(first, end, BLOCK_T):
         _, tm, k, v = _kv_tile(kbase, vbase, idx_ptr, t0, end, stride_kv_pos, d, BLOCK_T)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [BLOCK_H, BLOCK_T] fp32
         s = tl.where(tm[None, :], s, float("-inf"))
@@ -270,12 +310,14 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
 @triton.jit
 def gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr,
                          N: tl.constexpr, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
-                         BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+                         BLOCK_N: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
     """GEMV + residual: ``out[n] = res[n] + (W @ v)[n]`` (o_proj and down_proj).
 
     Grid ``(N / BLOCK_N,)``. ``v [K]``, ``W [N, K]`` row-major, ``res``/``out [N]`` (activation
     dtype). ``res`` and ``out`` may be the same buffer: a program reads and writes only its rows.
     The linear output is rounded to the activation dtype before the add, like the eager path.
+    ``EARLY``: the residual is read together with ``v`` after the wait (one memory round trip
+    there, not two: it was read after the dot).
     """
     pid = tl.program_id(0)
     if PDL:
@@ -286,9 +328,12 @@ def gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr,
     wa, wb = _load_rows(w_ptr, n, nm, K, KM, KT)
     if PDL:
         gdc_wait()
+    if EARLY:
+        r = tl.load(res_ptr + n, mask=nm, other=0.0).to(tl.float32)
     va, vb = _load_vec(v_ptr, K, KM, KT)
     y = _dot_rows(wa, wb, va, vb, KT).to(dt).to(tl.float32)
-    r = tl.load(res_ptr + n, mask=nm, other=0.0).to(tl.float32)
+    if not EARLY:
+        r = tl.load(res_ptr + n, mask=nm, other=0.0).to(tl.float32)
     tl.store(out_ptr + n, (r + y).to(dt), mask=nm)
 
 
@@ -607,6 +652,9 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
     "gu_block_n": 4, "gu_warps": 4,
     "down_block_n": 4, "down_warps": 4,
     "pdl": True,
+    # Read what no kernel of the step writes (position, rotary rows, write slot, the cached keys and
+    # values before the position) before waiting on the previous kernel; the residual beside the input.
+    "early_loads": True,
     # The short-prefill step (rows_* kernels): output columns per program and the K tile.
     "rows_block_n": 32, "rows_block_k": 256, "rows_warps": 4, "rows_block_q": 64, "rows_attn_warps": 4,
 }
@@ -787,7 +835,7 @@ class TritonStep:
         hm, ht = split_k(hidden)
         im, it = split_k(inter)
         launch = {"launch_pdl": True} if self.pdl else {}
-        pdl = self.pdl
+        pdl, early = self.pdl, bool(c["early_loads"])
         grid_qkv = (h + 2 * hkv, triton.cdiv(d // 2, min(c["qkv_block_r"], d // 2)))
         grid_o = (triton.cdiv(hidden, c["o_block_n"]),)
         grid_gu = (triton.cdiv(inter, c["gu_block_n"]),)
@@ -801,21 +849,21 @@ class TritonStep:
                 x, nw1, w_qkv, dec.cos, dec.sin, dec.pos, slot, self.q, kcache, vcache,
                 stride_pos, stride_head, self.eps,
                 HIDDEN=hidden, KM=hm, KT=ht, H=h, HKV=hkv, D=d, BLOCK_R=min(c["qkv_block_r"], d // 2),
-                PDL=pdl, num_warps=c["qkv_warps"], **launch)
+                EARLY=early, PDL=pdl, num_warps=c["qkv_warps"], **launch)
             attn_kernel[(hkv, num_splits)](
                 self.q, kcache, vcache, idx, dec.pos, self.m, self.l, self.acc, self.cnt, self.o,
                 stride_pos, stride_head, chunk, num_splits, d ** -0.5,
                 H=h, D=d, G=g, GP=triton.next_power_of_2(g), BLOCK_H=max(16, triton.next_power_of_2(g)),
                 BLOCK_T=c["attn_block_t"], SP=triton.next_power_of_2(c["attn_max_splits"]), PREC=self.prec,
-                PDL=pdl, num_warps=c["attn_warps"], **launch)
+                EARLY=early, PDL=pdl, num_warps=c["attn_warps"], **launch)
             gemv_residual_kernel[grid_o](
                 self.o, w_o, x, res, N=hidden, K=h * d, KM=split_k(h * d)[0], KT=split_k(h * d)[1],
-                BLOCK_N=c["o_block_n"], PDL=pdl, num_warps=c["o_warps"], **launch)
+                BLOCK_N=c["o_block_n"], EARLY=early, PDL=pdl, num_warps=c["o_warps"], **launch)
             norm_gate_up_kernel[grid_gu](
                 res, nw2, w_gu, self.mlp, self.eps, HIDDEN=hidden, INTER=inter, KM=hm, KT=ht,
                 BLOCK_N=c["gu_block_n"], PDL=pdl, num_warps=c["gu_warps"], **launch)
             gemv_residual_kernel[grid_down](
                 self.mlp, w_down, res, res, N=hidden, K=inter, KM=im, KT=it,
-                BLOCK_N=c["down_block_n"], PDL=pdl, num_warps=c["down_warps"], **launch)
+                BLOCK_N=c["down_block_n"], EARLY=early, PDL=pdl, num_warps=c["down_warps"], **launch)
         text = dec.model.decoder
         return dec.model.lm_head(text.norm(res.view(1, 1, hidden))[:, -1])
