@@ -40,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.server import post_args  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
 now = time.monotonic
@@ -139,10 +140,10 @@ LOCAL_PHASES = [("to fit_context", "sent", "fit_start"), ("fit_context", "fit_st
                 ("first token", "prefill_end", "first"), ("TTFT (in process)", "sent", "first")]
 
 
-def stream(client, url: str, body: dict) -> tuple[dict, str]:
+def stream(client, url: str, body: dict, encode: str = "httpx") -> tuple[dict, str]:
     stamps, text = {}, []
     stamps["client_sent"] = now()
-    with client.stream("POST", f"{url}/chat/completions", json=body) as response:
+    with client.stream("POST", f"{url}/chat/completions", **post_args(body, encode)) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -190,6 +191,8 @@ def main() -> int:
     ap.add_argument("--detail", choices=list(DETAILS), default="high")
     ap.add_argument("--port", type=int, default=18766)
     ap.add_argument("--json", help="write every run's stamps here")
+    ap.add_argument("--client-encode", choices=["httpx", "dumps"], default="httpx",
+                    help="how the client encodes its JSON body (bench.server.post_args)")
     if sys.argv[1:2] == ["--traced-serve"]:  # the server subprocess: TRACE_FILE, then `serve`'s arguments
         install_server_hooks(sys.argv[2])
         from server.cli import main as serve_main
@@ -233,10 +236,10 @@ def main() -> int:
                 body = {"model": model, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0,
                         "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
                 n_before = len(trace.read_text().splitlines()) if trace.exists() else 0
-                first, answer = stream(client, url, body)
+                first, answer = stream(client, url, body, args.client_encode)
                 messages += [{"role": "assistant", "content": answer},
                              {"role": "user", "content": "What colours does it have?"}]
-                follow, _ = stream(client, url, {**body, "messages": messages})
+                follow, _ = stream(client, url, {**body, "messages": messages}, args.client_encode)
                 time.sleep(0.05)  # the server appends its stamps after the response's last write
                 server_rows = [json.loads(x) for x in trace.read_text().splitlines()[n_before:]]
                 if run and len(server_rows) == 2:
@@ -247,7 +250,8 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}), {args.max_tokens} tokens")
+    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}), {args.max_tokens} tokens, "
+          f"client body encoded by {args.client_encode}")
     table("first turn, new photo, through HTTP", SERVER_PHASES, firsts)
     table("first turn, new photo, in process", LOCAL_PHASES, local_firsts)
     table("follow-up through HTTP", SERVER_PHASES, follows)
