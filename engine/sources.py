@@ -218,9 +218,12 @@ def source_kind(path_or_repo_id: str | Path) -> str:
     mistyped local path, not a Hub id, so the error says the folder is missing instead of "offline".
 
     Raises:
-        ModelLoadError: a local path that does not exist, or is a file rather than a folder.
+        ModelLoadError: a local path (a folder or a ``.gguf`` file) that does not exist, or a file
+            that is not a ``.gguf``.
     """
     path = Path(path_or_repo_id).expanduser()
+    if path.suffix.lower() == ".gguf" and not path.exists():
+        raise ModelLoadError(f"model file not found: {path}")
     if path.suffix.lower() == ".gguf" or (path.is_dir() and not any(path.glob("*.safetensors"))
                                           and any(path.glob("*.gguf"))):
         return "gguf"

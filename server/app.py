@@ -41,23 +41,43 @@ OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's scri
 #: A union member's name in a pydantic error location ("str", "list[str]", "ImageURL",
 #: "tagged-union[TextPart,...]"): which alternative failed, not a field of the request.
 _UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|[a-z-]+\[.*\]|[A-Z]\w*)$")
+#: Lists whose items are told apart by a field (schemas.Message by "role", schemas.Part by "type"):
+#: pydantic puts the item's tag after its index (``messages.0.user.content``).
+_TAGGED_LISTS = {"messages": ("system", "developer", "user", "assistant"), "content": ("text", "image_url", "video_url")}
 
 
 def _field_path(loc: tuple) -> tuple:
-    """An error location as the client's field path: no "body", no union member names, and no
-    discriminator value after a tagged union (``content.0.image_url.image_url`` -> ``content.0.image_url``)."""
-    path, skip_tag = [], False
+    """An error location as the client's field path: no "body", no union member names, and no tag
+    after the index of a tagged list's item (``messages.0.user.content.0.image_url.image_url`` ->
+    ``messages.0.content.0.image_url``)."""
+    path: list = []
+    tag_seen = False
     for part in loc:
-        if part == "body":
+        if part == "body" or (isinstance(part, str) and _UNION_MEMBER.match(part)):
             continue
-        if isinstance(part, str) and _UNION_MEMBER.match(part):
-            skip_tag = skip_tag or "tagged-union[" in part
+        if not tag_seen and len(path) >= 2 and isinstance(path[-1], int) and part in _TAGGED_LISTS.get(path[-2], ()):
+            tag_seen = True  # the item's tag, which pydantic puts where a field name would be
             continue
-        if skip_tag and isinstance(part, str):
-            skip_tag = False
-            continue
+        tag_seen = False
         path.append(part)
     return tuple(path)
+
+
+def field_name(path: tuple) -> str:
+    """``("messages", 0, "content")`` -> ``messages[0].content``, as the server's other errors name
+    a field (``messages[0].content[1]``)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _said(error: dict) -> str:
+    """One pydantic error in the client's terms."""
+    kind, msg = error.get("type", ""), str(error.get("msg", ""))
+    if kind == "union_tag_not_found":
+        return f"a {error.get('ctx', {}).get('discriminator', 'type')} field is required"
+    return msg.removeprefix("Value error, ")
 
 
 def validation_message(errors: list[dict]) -> tuple[str, str]:
@@ -65,18 +85,22 @@ def validation_message(errors: list[dict]) -> tuple[str, str]:
 
     A value that fits none of a union's members gets one error per member: those of the members that
     got furthest into the value are kept (a list of content parts with a bad part is about that part,
-    not about not being a string), and the rest of one field's errors are joined with "or":
-    ``messages.0.content: Input should be a valid string or a valid list``."""
-    found: dict[tuple, list[str]] = {}
+    not about not being a string; a list that is too long is about its length, not about not being a
+    string), and the rest of one field's errors are joined with "or":
+    ``messages[0].content: Input should be a valid string or a valid list``."""
+    found: dict[tuple, list[dict]] = {}
     for e in errors:
-        found.setdefault(_field_path(tuple(e.get("loc", ()))), []).append(str(e.get("msg", "")))
+        found.setdefault(_field_path(tuple(e.get("loc", ()))), []).append(e)
     paths = [p for p in found if not any(q != p and q[:len(p)] == p for q in found)]
     parts = []
     for path in paths[:5]:
-        msgs = list(dict.fromkeys(found[path]))
+        errs = found[path]
+        # A member of the right type that failed on the value says more than "should be a valid X".
+        specific = [e for e in errs if not str(e.get("type", "")).endswith("_type")]
+        msgs = list(dict.fromkeys(_said(e) for e in (specific or errs)))
         text = msgs[0] + "".join(" or " + m.removeprefix("Input should be ") for m in msgs[1:])
-        parts.append(f"{'.'.join(map(str, path))}: {text}" if path else text)
-    return "; ".join(parts), ".".join(map(str, paths[0])) if paths else ""
+        parts.append(f"{field_name(path)}: {text}" if path else text)
+    return "; ".join(parts), field_name(paths[0]) if paths else ""
 
 
 class ServerState:
@@ -241,11 +265,17 @@ def _install_errors(app: FastAPI) -> None:
             # rather than pydantic's "Input should be a valid dictionary" about an empty location.
             return _json_error(400, "send the request body as JSON with 'Content-Type: application/json' "
                                     f"(got {media or 'no Content-Type'})", "invalid_json")
+        if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
+            return _json_error(400, "the request body is empty: send a JSON object", "invalid_json")
         message, where = validation_message(errors)
         return _json_error(400, message or "invalid request", "invalid_value", where or None)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # FastAPI's words when Python's JSON reader raises something else than a syntax error.
+            return _json_error(400, "the body cannot be read as JSON: invalid UTF-8, nested too deeply, or a "
+                                    "number too long to read", "invalid_json")
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
         return _json_error(exc.status_code, str(exc.detail), code)
 

@@ -63,6 +63,25 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Raise ValueError if another program listens on ``host:port`` (said before the address is
+    printed: uvicorn's own failure came after it, exit 3, with no ``error:`` line). Bound the way
+    uvicorn binds (``SO_REUSEADDR``), so a port in TIME_WAIT after a restart still counts as free."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ValueError(f"port {port} on {host} is in use by another program: choose another with "
+                                 "--port (0 picks a free one)") from None
+            raise
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run until interrupted. Raises ValueError for unsafe settings and for a model that fails to load
     (the server stops then; the CLI prints it, exit 2)."""
@@ -74,12 +93,16 @@ def serve(args: argparse.Namespace) -> int:
 
     config = config_from(args)
     config.check()
+    if not str(config.model).strip():
+        raise ValueError("--model is empty: give a model folder, a .gguf file or a Hub id")
     try:  # a missing folder is said before an address is printed that would serve nothing
         source_kind(config.model)
     except ModelLoadError as exc:
         raise ValueError(str(exc)) from None
     if config.port == 0:  # "any free port": pick it now, so the address printed is the one served
         config.port = free_port(config.host)
+    else:
+        check_port_free(config.host, config.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.runner import Server
 

@@ -152,13 +152,15 @@ def repetition_penalty(request: SamplingFields) -> float:
 
 
 def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, config: ServerConfig,
-               detail: str = "full", logprobs: int | None = None) -> GenerationParams:
-    """GenerationParams for a request; APIError 400 for ``n`` other than 1 and answers beyond the context."""
+               detail: str = "full", logprobs: int | None = None, max_tokens_field: str = "max_tokens"
+               ) -> GenerationParams:
+    """GenerationParams for a request; APIError 400 for ``n`` other than 1 and answers beyond the
+    context (naming ``max_tokens_field``, the field the limit came from)."""
     if request.n != 1:
         raise APIError(400, "n must be 1: this server generates one choice per request", "invalid_value", "n")
     if max_tokens is not None and capacity and max_tokens >= capacity:
-        raise APIError(400, f"max_tokens is {max_tokens} but the context holds {capacity} tokens",
-                       "context_length_exceeded", "max_tokens")
+        raise APIError(400, f"{max_tokens_field} is {max_tokens} but the context holds {capacity} tokens",
+                       "context_length_exceeded", max_tokens_field)
     temperature = 1.0 if request.temperature is None else request.temperature  # OpenAI's default
     if temperature < GREEDY_BELOW:  # logits / 1e-300 overflow to inf and NaN probabilities: that is greedy
         temperature = 0.0

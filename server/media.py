@@ -17,6 +17,7 @@ import itertools
 import os
 import re
 import threading
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -26,6 +27,11 @@ from engine.api.errors import ImageError
 from engine.api.images import hand_over, load_image
 from server.config import ServerConfig
 from server.errors import APIError
+
+# Pillow warns (on stderr, once per image) about images over its own limit, 89 MP, before it refuses
+# them at twice that; the server refuses anything over its --max-image-pixels (40 MP by default) with
+# a 413 itself, so the warning only adds noise to the server's output.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP",
                "image/gif": "GIF", "image/bmp": "BMP", "image/x-ms-bmp": "BMP", "image/tiff": "TIFF"}
@@ -264,7 +270,7 @@ class MediaStore:
                     raise APIError(400, f"unsupported image format {fmt or 'unknown'}", "unsupported_image_format",
                                    param)
                 if w * h > self.config.max_image_pixels:
-                    raise APIError(413, f"the image has {w}x{h} pixels, more than the limit of "
+                    raise APIError(413, f"the image has {w * h} pixels ({w}x{h}), more than the limit of "
                                    f"{self.config.max_image_pixels}", "image_too_large", param)
         except APIError:
             raise
@@ -282,7 +288,10 @@ class MediaStore:
         try:
             return fmt, load_image(data)
         except ImageError as exc:
-            raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
+            # The engine's message names a file ("<bytes>" here) and quotes Pillow; say what is wrong.
+            reason = "its data is truncated or corrupt" if "truncated or corrupt" in str(exc) \
+                else str(exc).replace("<bytes>", "the image")
+            raise APIError(400, f"the image cannot be decoded: {reason}", "invalid_image", param) from None
 
     async def _fetch(self, url: str, param: str) -> tuple[str, bytes]:
         """GET an http(s) URL within the size and time limits (only with ``allow_remote_media``)."""

@@ -127,7 +127,8 @@ async def chat_completions(body: ChatRequest, request: Request):
         raise APIError(400, "top_logprobs needs logprobs: true", "invalid_value", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = params_for(body, body.max_completion_tokens or body.max_tokens, state.bridge.capacity, state.config,
-                        turns.detail, logprobs)
+                        turns.detail, logprobs,
+                        "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     service = state.bridge.service
 
     def submit(answer: Answer):

@@ -78,7 +78,7 @@ def _embed_all(session: Any, inputs: list[tuple[str, list[str], str]]) -> list[t
         try:
             ids, mask, processed = embedder.encode(text, images, detail)
         except PromptTooLongError as exc:  # which of the inputs
-            raise PromptTooLongError(f"input[{i}]: {exc}") from None
+            raise APIError(400, f"input[{i}]: {exc}", "context_length_exceeded", f"input[{i}]") from None
         out.append((embedder.embed_encoded(ids, mask, processed).tolist(), len(ids)))
     return out
 
@@ -113,6 +113,8 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     answer = state.bridge.admit()  # embeddings take a place in the same queue as answers
     try:
         results = await state.bridge.call(lambda session: _embed_all(session, inputs))
+    except APIError:
+        raise
     except Exception as exc:  # noqa: BLE001 - engine errors become 400/500 answers
         raise from_engine(type(exc).__name__, str(exc)) from None
     finally:

@@ -1,7 +1,8 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic; they make the OpenAPI schema at /docs).
 
 Unknown fields are ignored, as OpenAI clients send many (``user``, ``metadata``, ``store``, ...);
-values out of range fail validation (400). Fields for what the server cannot do (``tools``,
+values out of range fail validation (400), as do integers and booleans sent as another type
+(``"max_tokens": "5"``, ``"stream": "yes"``: OpenAI refuses them too). Fields for what the server cannot do (``tools``,
 ``response_format`` JSON modes, ``logit_bias``) are declared, so that a request asking for them gets
 a 400 rather than an answer that ignores them. Sampling fields are ``None`` when the client left them out.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from engine.api.events import MAX_TOP_LOGPROBS
 
@@ -46,36 +47,55 @@ class VideoPart(_Body):
 Part = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
 
 
-class Message(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[Part] | None = None
+class _MessageFields(_Body):
     name: str | None = None
 
 
+class UserMessage(_MessageFields):
+    role: Literal["user"]
+    content: str | list[Part]
+
+
+class SystemMessage(_MessageFields):
+    role: Literal["system", "developer"]
+    content: str | list[Part]
+
+
+class AssistantMessage(_MessageFields):
+    """An earlier answer; its content may be null (a tool call's turn in another server's history)."""
+
+    role: Literal["assistant"]
+    content: str | list[Part] | None = None
+
+
+#: A chat message, told apart by ``role``: a user's or system message needs its content.
+Message = Annotated[UserMessage | SystemMessage | AssistantMessage, Field(discriminator="role")]
+
+
 class StreamOptions(_Body):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class SamplingFields(_Body):
     """Fields chat and text completions share."""
 
     model: str
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
-    top_k: Annotated[int, Field(ge=-1)] | None = None
+    top_k: Annotated[StrictInt, Field(ge=-1)] | None = None
     min_p: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     stop: str | Annotated[list[str], Field(max_length=4)] | None = None
-    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
+    seed: Annotated[StrictInt, Field(ge=0, lt=2**63)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
     # Below 0.01 the penalized logits overflow float32 (found by tests/server/test_schema_fuzz.py).
     repetition_penalty: Annotated[float, Field(ge=0.01, le=10, allow_inf_nan=False)] | None = None
-    n: Annotated[int, Field(ge=1, le=128)] = 1
+    n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
     user: str | None = None
-    ignore_eos: bool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")
+    ignore_eos: StrictBool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")
     logit_bias: dict[str, float] | None = Field(None, description="not supported: a non-empty map is a 400")
 
 
@@ -83,9 +103,9 @@ class ChatRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: Annotated[list[Message], Field(min_length=1)]
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    logprobs: bool = False
-    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    logprobs: StrictBool = False
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     # Accepted so that a client's defaults pass, refused when they ask for what this server cannot
     # do (a 400 instead of an answer that silently ignores them): see routes_generate.refuse_unsupported.
     tools: list[dict] | None = Field(None, description="not supported: a non-empty list is a 400 unless "
@@ -100,8 +120,8 @@ class CompletionRequest(SamplingFields):
     """``POST /v1/completions`` (plain text, no chat template)."""
 
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
-    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
-    echo: bool = False
+    logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
+    echo: StrictBool = False
 
 
 class EmbeddingItem(_Body):
@@ -120,5 +140,5 @@ class EmbeddingRequest(_Body):
     model: str
     input: str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=256)]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Annotated[int, Field(ge=1)] | None = None
+    dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
     user: str | None = None

@@ -106,22 +106,36 @@ def test_bad_requests_get_the_documented_error(url, name):
 
 
 @pytest.mark.parametrize("path,body,param,message", [
-    ("chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages.0.content",
-     "messages.0.content: Input should be a valid string or a valid list"),
-    ("chat/completions", {"messages": [user({"type": "image_url", "image_url": 5})]}, "messages.0.content.0.image_url",
-     "messages.0.content.0.image_url: Input should be a valid dictionary or object to extract fields from or a "
+    ("chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content",
+     "messages[0].content: Input should be a valid string or a valid list"),
+    ("chat/completions", {"messages": [user({"type": "image_url", "image_url": 5})]}, "messages[0].content[0].image_url",
+     "messages[0].content[0].image_url: Input should be a valid dictionary or object to extract fields from or a "
      "valid string"),
-    ("chat/completions", {"messages": [user({"type": "text"})]}, "messages.0.content.0.text",
-     "messages.0.content.0.text: Field required"),
+    ("chat/completions", {"messages": [user({"type": "text"})]}, "messages[0].content[0].text",
+     "messages[0].content[0].text: Field required"),
+    ("chat/completions", {"messages": [user({"text": "x"})]}, "messages[0].content[0]",
+     "messages[0].content[0]: a 'type' field is required"),
+    ("chat/completions", {"messages": [{"role": "user", "content": None}]}, "messages[0].content",
+     "messages[0].content: Input should be a valid string or a valid list"),
+    ("chat/completions", {"messages": [{"role": "system"}, {"role": "user", "content": "hi"}]}, "messages[0].content",
+     "messages[0].content: Field required"),
     ("chat/completions", {"messages": [user(TEXT)], "stop": 5}, "stop", "stop: Input should be a valid string or a valid list"),
+    ("chat/completions", {"messages": [user(TEXT)], "stop": ["a"] * 5}, "stop",
+     "stop: List should have at most 4 items after validation, not 5"),
+    ("chat/completions", {"messages": [user(TEXT)], "max_tokens": "5"}, "max_tokens",
+     "max_tokens: Input should be a valid integer"),
+    ("chat/completions", {"messages": [user(TEXT)], "stream": "yes"}, "stream", "stream: Input should be a valid boolean"),
     ("completions", {"prompt": 5}, "prompt", "prompt: Input should be a valid string or a valid list"),
-    ("embeddings", {"input": [{"type": "image_url"}]}, "input.0.type", "input.0.type: Extra inputs are not permitted"),
-], ids=["content not a string or list", "image_url not an object or string", "text part without text", "stop",
-        "prompt", "embedding item"])
+    ("completions", {"prompt": []}, "prompt", "prompt: List should have at least 1 item after validation, not 0"),
+    ("embeddings", {"input": [{"type": "image_url"}]}, "input[0].type", "input[0].type: Extra inputs are not permitted"),
+], ids=["content not a string or list", "image_url not an object or string", "text part without text",
+        "part without a type", "user message with null content", "system message without content", "stop", "stop too long", "max_tokens as a string",
+        "stream as a string", "prompt", "empty prompt list", "embedding item"])
 def test_a_value_no_union_member_takes_is_said_once_by_its_field(url, path, body, param, message):
     """pydantic reports a value that fits none of a union's members once per member, under member
-    names ("content.str", "content.list[tagged-union[...]]"): the client sees its own field path,
-    and only the members that got furthest into the value."""
+    names ("content.str", "content.list[tagged-union[...]]"): the client sees its own field path
+    (written as the server's other errors write it), and only the members that got furthest into the
+    value. Integers and booleans of another JSON type are refused, as OpenAI refuses them."""
     r = httpx.post(f"{url}/v1/{path}", json={"model": MODEL, **body}, timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "param": param,
@@ -293,5 +307,37 @@ def test_an_embedding_input_longer_than_the_context_names_it(url):
     context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
     r = httpx.post(f"{url}/v1/embeddings", json={"model": MODEL, "input": ["short", "hello " * context]}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert r.json()["error"]["param"] == "input[1]"
     assert re.fullmatch(rf"input\[1\]: the input is (\d+) tokens long \(images included\), more than the "
                         rf"model's context of {context} tokens", r.json()["error"]["message"]), r.text
+
+
+def test_bodies_python_cannot_read_as_json_are_invalid_json(url):
+    """What FastAPI answered with "There was an error parsing the body" and no code, and an empty body."""
+    post = lambda content: httpx.post(f"{url}/v1/chat/completions", content=content,  # noqa: E731
+                                      headers={"content-type": "application/json"}, timeout=30)
+    for content in (b'{"model": "tiny-f32", "max_tokens": ' + b"9" * 5000 + b"}", b"[" * 100_000 + b"]" * 100_000,
+                    b'{"model": "\xff\xfe"}'):
+        r = post(content)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text[:300]
+        assert r.json()["error"]["message"].startswith("the body cannot be read as JSON") or \
+            r.json()["error"]["message"].startswith("the body is not valid JSON"), r.text[:300]
+    r = post(b"")
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "the request body is empty: send a JSON object", "type": "invalid_request_error", "param": None,
+        "code": "invalid_json"}
+
+
+def test_max_completion_tokens_beyond_the_context_is_named(url):
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(TEXT)], "max_tokens": 2,
+                                                       "max_completion_tokens": 10**9}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_completion_tokens", r.text
+    assert r.json()["error"]["message"].startswith("max_completion_tokens is 1000000000 but the context holds")
+
+
+def test_an_earlier_answer_may_have_null_content(url):
+    """Another server's history can hold an assistant turn without content (a tool call's): accepted,
+    while a user's or system message needs its content (above)."""
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "max_tokens": 1, "messages": [
+        user(TEXT), {"role": "assistant", "content": None}, {"role": "user", "content": "And now?"}]}, timeout=60)
+    assert r.status_code == 200, r.text

@@ -52,6 +52,33 @@ def test_a_missing_model_folder_is_said_before_any_address(tmp_path, entry):
     assert "Smolchat server:" not in proc.stdout
 
 
+@pytest.mark.parametrize("model,message", [
+    ("", "error: --model is empty: give a model folder, a .gguf file or a Hub id"),
+    ("missing.gguf", "error: model file not found: {tmp}/missing.gguf"),
+], ids=["empty", "missing gguf file"])
+def test_models_that_cannot_be_there_are_said_before_any_address(tmp_path, model, message):
+    proc = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", str(tmp_path / model) if model else "",
+                           "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
+    assert proc.stderr.strip() == message.format(tmp=tmp_path) and "Smolchat server:" not in proc.stdout
+
+
+def test_a_port_in_use_is_said_before_any_address(tiny_checkpoint):
+    """uvicorn's own failure came after the address line, exit 3, without an ``error:`` line."""
+    import socket
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", str(tiny_checkpoint),
+                               "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
+    assert proc.stderr.strip() == (f"error: port {port} on 127.0.0.1 is in use by another program: choose another "
+                                   "with --port (0 picks a free one)")
+    assert "Smolchat server:" not in proc.stdout
+
+
 @pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
 def test_a_model_that_cannot_load_stops_the_server(tmp_path, entry):
     """A folder that exists but holds no model: the address says "loading", then one error line
