@@ -335,6 +335,45 @@ def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatc
     assert os.path.exists(asyncio.run(scenario()))
 
 
+@pytest.mark.parametrize("side", [10_000, 100_000], ids=["over our limit", "over Pillow's too"])
+def test_an_image_over_the_pixel_limit_is_said_one_way(tmp_path, side, recwarn):
+    """Over --max-image-pixels, whether or not Pillow itself refuses to open it: one wording, our
+    limit (not Pillow's), and no DecompressionBombWarning on the server's output."""
+    import asyncio
+    import base64
+    import struct
+    import zlib
+
+    from server.errors import APIError
+    from server.media import MediaStore
+
+    data = bytearray(png_bytes())
+    data[16:24] = struct.pack(">II", side, side)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as err:
+        asyncio.run(store.image("data:image/png;base64," + base64.b64encode(bytes(data)).decode(), "x"))
+    assert err.value.status == 413 and err.value.code == "image_too_large"
+    assert err.value.message.startswith(f"the image has {side * side} pixels")
+    assert err.value.message.endswith(f", more than the limit of {ServerConfig().max_image_pixels}")
+    assert not [w for w in recwarn if "DecompressionBomb" in type(w.message).__name__]
+
+
+def test_a_truncated_image_is_said_plainly(tmp_path):
+    import asyncio
+    import base64
+
+    from server.errors import APIError
+    from server.media import MediaStore
+
+    data = png_bytes(noise=True)
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as err:
+        asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data[:len(data) // 2]).decode(), "x"))
+    assert err.value.status == 400 and err.value.code == "invalid_image"
+    assert err.value.message == "the image cannot be decoded: its data is truncated or corrupt"
+
+
 def test_an_image_too_large_for_pillow_to_open_is_a_413(tmp_path):
     """A header claiming 100000 x 100000 pixels: Pillow refuses to open it (a decompression bomb)
     before the server's own pixel check; it is still the documented 413, not a 400."""
