@@ -28,11 +28,6 @@ from engine.api.images import hand_over, load_image
 from server.config import ServerConfig
 from server.errors import APIError
 
-# Pillow warns (on stderr, once per image) about images over its own limit, 89 MP, before it refuses
-# them at twice that; the server refuses anything over its --max-image-pixels (40 MP by default) with
-# a 413 itself, so the warning only adds noise to the server's output.
-warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
-
 IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP",
                "image/gif": "GIF", "image/bmp": "BMP", "image/x-ms-bmp": "BMP", "image/tiff": "TIFF"}
 IMAGE_FORMATS = set(IMAGE_TYPES.values())
@@ -108,6 +103,11 @@ class MediaStore:
 
     def __init__(self, config: ServerConfig, folder: Path):
         self.config, self.folder = config, folder
+        # Pillow warns (on stderr, once per image) about images over its own limit, 89 MP, before it
+        # refuses them at twice that; this store refuses anything over max_image_pixels with a 413
+        # itself, so the warning is only noise on the server's output. (Once per store, not at import:
+        # a filter is process-wide, and a test runner resets filters between tests.)
+        warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
         folder.mkdir(parents=True, exist_ok=True)
         # Accepted image URL (the data URI string as sent) -> stored path, least recently used first,
         # as _url_key(url) -> (url, path). An OpenAI client re-sends each photo of a conversation on
