@@ -52,21 +52,12 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
                         max_images=args.max_images, load_options=options)
 
 
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` now (the OS picks it; another program could take it before
-    uvicorn binds, which then fails with its own error)."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Raise ValueError if another program listens on ``host:port`` (said before the address is
-    printed: uvicorn's own failure came after it, exit 3, with no ``error:`` line). Bound the way
-    uvicorn binds (``SO_REUSEADDR``), so a port in TIME_WAIT after a restart still counts as free."""
+def usable_port(host: str, port: int) -> int:
+    """``port`` if no other program listens on ``host:port``, or for 0 a port the OS picks free now;
+    ValueError if it is taken. Said before the address is printed (uvicorn's own failure came after
+    it, exit 3, with no ``error:`` line). Bound as uvicorn binds (``SO_REUSEADDR``), so a port in
+    TIME_WAIT after a restart counts as free. Another program could still take it before uvicorn
+    binds; uvicorn's error says so then."""
     import errno
     import socket
 
@@ -80,6 +71,7 @@ def check_port_free(host: str, port: int) -> None:
                 raise ValueError(f"port {port} on {host} is in use by another program: choose another with "
                                  "--port (0 picks a free one)") from None
             raise
+        return int(sock.getsockname()[1])
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -99,10 +91,7 @@ def serve(args: argparse.Namespace) -> int:
         source_kind(config.model)
     except ModelLoadError as exc:
         raise ValueError(str(exc)) from None
-    if config.port == 0:  # "any free port": pick it now, so the address printed is the one served
-        config.port = free_port(config.host)
-    else:
-        check_port_free(config.host, config.port)
+    config.port = usable_port(config.host, config.port)  # port 0: picked now, so the address printed is served
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.runner import Server
 

@@ -270,8 +270,7 @@ class MediaStore:
                     raise APIError(400, f"unsupported image format {fmt or 'unknown'}", "unsupported_image_format",
                                    param)
                 if w * h > self.config.max_image_pixels:
-                    raise APIError(413, f"the image has {w * h} pixels ({w}x{h}), more than the limit of "
-                                   f"{self.config.max_image_pixels}", "image_too_large", param)
+                    raise self._too_large(f"{w * h} pixels ({w}x{h})", param)
         except APIError:
             raise
         except UnidentifiedImageError:
@@ -280,9 +279,8 @@ class MediaStore:
         except Image.DecompressionBombError as exc:  # Pillow refuses to open it at all: far over the limit
             # Its message quotes Pillow's own limit beside ours; the client needs the size and ours.
             found = re.search(r"\((\d+) pixels\)", str(exc))
-            size = f"{int(found.group(1))} pixels" if found else "more pixels than Pillow opens"
-            raise APIError(413, f"the image has {size}, more than the limit of {self.config.max_image_pixels}",
-                           "image_too_large", param) from None
+            raise self._too_large(f"{int(found.group(1))} pixels" if found else "more pixels than Pillow opens",
+                                  param) from None
         except (OSError, ValueError, SyntaxError) as exc:
             raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
         try:
@@ -292,6 +290,11 @@ class MediaStore:
             reason = "its data is truncated or corrupt" if "truncated or corrupt" in str(exc) \
                 else str(exc).replace("<bytes>", "the image")
             raise APIError(400, f"the image cannot be decoded: {reason}", "invalid_image", param) from None
+
+    def _too_large(self, size: str, param: str) -> APIError:
+        """The 413 for an image of ``size`` over ``max_image_pixels``, one wording whichever check found it."""
+        return APIError(413, f"the image has {size}, more than the limit of {self.config.max_image_pixels}",
+                        "image_too_large", param)
 
     async def _fetch(self, url: str, param: str) -> tuple[str, bytes]:
         """GET an http(s) URL within the size and time limits (only with ``allow_remote_media``)."""

@@ -119,6 +119,16 @@ def _rms_normed(x_ptr, nwa, nwb, eps, K: tl.constexpr, KM: tl.constexpr, KT: tl.
 
 
 @triton.jit
+def _rotary_rows(cos_ptr, sin_ptr, pos_ptr, r, D: tl.constexpr):
+    """Columns ``r`` and ``r + D/2`` of the rotary tables' row at the position: ``(cos_lo, cos_hi,
+    sin_lo, sin_hi)`` in fp32."""
+    p = tl.load(pos_ptr)
+    HALF: tl.constexpr = D // 2
+    return (tl.load(cos_ptr + p * D + r).to(tl.float32), tl.load(cos_ptr + p * D + HALF + r).to(tl.float32),
+            tl.load(sin_ptr + p * D + r).to(tl.float32), tl.load(sin_ptr + p * D + HALF + r).to(tl.float32))
+
+
+@triton.jit
 def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
                     q_ptr, k_ptr, v_ptr, stride_kv_pos, stride_kv_head, eps,
                     HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
@@ -157,11 +167,7 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
     wha, whb = _load_rows(w_ptr, rows_lo + HALF, rm, HIDDEN, KM, KT)
     nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
     if EARLY:
-        p = tl.load(pos_ptr)
-        c_lo = tl.load(cos_ptr + p * D + r).to(tl.float32)
-        c_hi = tl.load(cos_ptr + p * D + HALF + r).to(tl.float32)
-        s_lo = tl.load(sin_ptr + p * D + r).to(tl.float32)
-        s_hi = tl.load(sin_ptr + p * D + HALF + r).to(tl.float32)
+        c_lo, c_hi, s_lo, s_hi = _rotary_rows(cos_ptr, sin_ptr, pos_ptr, r, D)
         slot = tl.load(slot_ptr)
     if PDL:
         gdc_wait()
@@ -170,11 +176,7 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
     hi = _dot_rows(wha, whb, xa, xb, KT).to(dt).to(tl.float32)
     if head < H + HKV:  # queries and keys are rotated: x*cos + rotate_half(x)*sin
         if not EARLY:
-            p = tl.load(pos_ptr)
-            c_lo = tl.load(cos_ptr + p * D + r).to(tl.float32)
-            c_hi = tl.load(cos_ptr + p * D + HALF + r).to(tl.float32)
-            s_lo = tl.load(sin_ptr + p * D + r).to(tl.float32)
-            s_hi = tl.load(sin_ptr + p * D + HALF + r).to(tl.float32)
+            c_lo, c_hi, s_lo, s_hi = _rotary_rows(cos_ptr, sin_ptr, pos_ptr, r, D)
         lo, hi = lo * c_lo + hi * s_lo, hi * c_hi + lo * s_hi
     if head < H:
         tl.store(q_ptr + head * D + r, lo.to(dt))
