@@ -291,7 +291,9 @@ class ChatSession:
             for asked in (turn.prompt_ids, None) if turn.prompt_ids is not None else (None,):
                 if asked is None:
                     asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
-                start = max((i + 1 for i, t in enumerate(asked) if t in special), default=0)
+                # After the prompt's last special token: searched from the end, where it lies
+                # ("<end_of_utterance>\nAssistant:"), not over the whole ~900-token prompt.
+                start = next((i + 1 for i in range(len(asked) - 1, -1, -1) if asked[i] in special), 0)
                 end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
                 if end is not None and ids[:start] == asked[:start]:
                     swaps.append((start, end, asked[start:] + list(turn.token_ids)))

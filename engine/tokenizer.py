@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,10 @@ from engine.api.errors import ConfigError
 
 #: Where a chat template can live, first match wins (transformers' order): ``chat_template.json``
 #: (key ``chat_template``), ``chat_template.jinja`` (the file is the template), ``tokenizer_config.json``.
+# Bounds of Tokenizer._split_special's cache: the distinct long strings of a few conversations
+# (image and video prompts per tile grid, template pieces), each at most this long.
+SPLIT_CACHE_ENTRIES = 256
+SPLIT_CACHE_TEXT_CHARS = 1 << 16
 TEMPLATE_FILES = ("chat_template.json", "chat_template.jinja", "tokenizer_config.json")
 
 
@@ -187,6 +192,13 @@ class Tokenizer:
         self.special_ids = frozenset(specials.values())
         pattern = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
         self._special_re = re.compile(f"({pattern})") if pattern else None
+        self._special_names = {idx: name for name, idx in specials.items()}
+        # _split_special's results by text, least recently used first. The same long strings come
+        # back on every turn of a conversation (an image's prompt of ~900 special tokens, the
+        # template's pieces): splitting a 13-tile photo's prompt took 0.4 ms of a follow-up's 0.9 ms
+        # prompt encoding (the alternation of every special token, tried at each character).
+        self._split_cache: OrderedDict[str, tuple[str | int, ...]] = OrderedDict()
+        self._split_lock = threading.Lock()
         # Markers for user text while the template renders (:meth:`_render_marked`). The nonce is per
         # tokenizer, not per call: the pattern compiles once (a fresh one cost ~0.35 ms a prompt, and
         # a follow-up question encodes the conversation twice), and user text never reaches the
@@ -320,11 +332,23 @@ class Tokenizer:
             pieces.append((texts[int(piece)], True) if i % 2 else (piece, False))
         return pieces
 
-    def _split_special(self, text: str) -> list[str | int]:
+    def _split_special(self, text: str) -> tuple[str | int, ...]:
         """Split trusted text at special-token strings: plain strings and special ids, in order."""
         if self._special_re is None:
-            return [text]
-        return [self._special_ids[s] if i % 2 else s for i, s in enumerate(self._special_re.split(text)) if s]
+            return (text,)
+        cache = self._split_cache
+        with self._split_lock:  # the engine thread and a server's request threads both encode
+            found = cache.get(text)
+            if found is not None:
+                cache.move_to_end(text)
+                return found
+        found = tuple(self._special_ids[s] if i % 2 else s for i, s in enumerate(self._special_re.split(text)) if s)
+        if len(text) <= SPLIT_CACHE_TEXT_CHARS:
+            with self._split_lock:
+                cache[text] = found
+                if len(cache) > SPLIT_CACHE_ENTRIES:
+                    cache.popitem(last=False)
+        return found
 
     def encode_chat(
         self,
@@ -386,22 +410,19 @@ class Tokenizer:
         text_parts: list[str] = []
         ids: list[int] = []
         chunk: list[str] = []
-
-        def flush() -> None:
-            if chunk:
-                joined = "".join(chunk)
-                ids.extend(self.encode(joined))
-                chunk.clear()
-
-        for item in items:
-            if isinstance(item, str):
+        names = self._special_names
+        for item in items:  # ~900 items for a photo: the loop's own cost counts in a follow-up's TTFT
+            if item.__class__ is str:
                 chunk.append(item)
                 text_parts.append(item)
             else:
-                flush()
+                if chunk:
+                    ids.extend(self.encode("".join(chunk)))
+                    chunk.clear()
                 ids.append(item)
-                text_parts.append(self._tok.id_to_token(item))
-        flush()
+                text_parts.append(names[item])
+        if chunk:
+            ids.extend(self.encode("".join(chunk)))
         return EncodedPrompt(
             text="".join(text_parts),
             input_ids=ids,

@@ -130,6 +130,36 @@ def test_user_text_with_special_strings_stays_text(tokenizer, processor, images_
     assert text_only == [1, *tokenizer.encode("User: " + typed), eou, *tokenizer.encode("\nAssistant:")]
 
 
+def test_repeated_prompts_split_once_with_the_same_ids(model_config_dir, processor, images_dir, monkeypatch):
+    """An image's prompt (~900 special tokens) is split at special tokens once, not on every turn;
+    the ids from the cache equal the first encoding's, and the cache stays within its bounds."""
+    import engine.tokenizer as tokenizer_module
+
+    tok = Tokenizer.from_pretrained(model_config_dir)
+    image = processor.preprocess(load_image(images_dir / "chelsea.png"))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}]
+    first = tok.encode_chat(messages, [image])
+    assert image.prompt in tok._split_cache
+    split = tok._split_special(image.prompt)
+    assert tok._split_special(image.prompt) is split
+    assert split.count(IMAGE_ID) == image.num_image_tokens == 13 * 64
+    again = tok.encode_chat(messages, [image])
+    assert again.input_ids == first.input_ids and again.text == first.text
+    assert Tokenizer.from_pretrained(model_config_dir).encode_chat(messages, [image]).input_ids == first.input_ids
+
+    monkeypatch.setattr(tokenizer_module, "SPLIT_CACHE_ENTRIES", 3)
+    texts = [f"<image>{i}<end_of_utterance>" for i in range(6)]
+    for text in texts:
+        assert tok._split_special(text) == (IMAGE_ID, str(texts.index(text)), EOU_ID)
+    assert list(tok._split_cache) == texts[-3:]  # least recently used dropped first
+    tok._split_special(texts[3])  # used again: now the most recent
+    tok._split_special("<image>new")
+    assert list(tok._split_cache) == [texts[5], texts[3], "<image>new"]
+    monkeypatch.setattr(tokenizer_module, "SPLIT_CACHE_TEXT_CHARS", 10)
+    long = "<image>" + "x" * 20
+    assert tok._split_special(long) == (IMAGE_ID, "x" * 20) and long not in tok._split_cache
+
+
 def test_typed_image_string_is_not_an_image_slot(tokenizer, processor, images_dir):
     image = processor.preprocess(load_image(images_dir / "rocket.jpg"), detail="fast")
     with pytest.raises(ValueError, match="0 image parts but 1 images"):
