@@ -27,12 +27,13 @@ from tokenizers import Tokenizer as _HfTokenizer
 
 from engine.api.errors import ConfigError
 
-#: Where a chat template can live, first match wins (transformers' order): ``chat_template.json``
-#: (key ``chat_template``), ``chat_template.jinja`` (the file is the template), ``tokenizer_config.json``.
-# Bounds of Tokenizer._split_special's cache: the distinct long strings of a few conversations
-# (image and video prompts per tile grid, template pieces), each at most this long.
+#: Bounds of Tokenizer._split_special's cache: the distinct long strings of a few conversations
+#: (image and video prompts per tile grid, template pieces), each at most this long.
 SPLIT_CACHE_ENTRIES = 256
 SPLIT_CACHE_TEXT_CHARS = 1 << 16
+
+#: Where a chat template can live, first match wins (transformers' order): ``chat_template.json``
+#: (key ``chat_template``), ``chat_template.jinja`` (the file is the template), ``tokenizer_config.json``.
 TEMPLATE_FILES = ("chat_template.json", "chat_template.jinja", "tokenizer_config.json")
 
 
