@@ -75,7 +75,9 @@ def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, m
     {"attn_min_chunk": 16, "attn_block_t": 16},
     {"attn_min_chunk": 64, "attn_block_t": 16},
     {"attn_min_chunk": 16, "attn_block_t": 16, "early_loads": False},
-], ids=["chunks of one tile", "chunks of four tiles", "loads after the wait"])
+    {"attn_min_chunk": 16, "attn_block_t": 16, "attn_merge_kernel": False},
+], ids=["chunks of one tile", "chunks of four tiles", "loads after the wait",
+        "merged by the last chunk"])
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
 def test_triton_step_many_splits_mostly_empty(kernels, model, kind, config):
     """A short sequence in a 256 bucket cut into chunks of 16 (or 64 in four tiles, where the new
@@ -89,19 +91,22 @@ def test_triton_step_many_splits_mostly_empty(kernels, model, kind, config):
 
 
 def test_triton_step_single_split(kernels, model):
-    """A cache of 20 positions is one bucket of one chunk: the kernel writes the output directly."""
+    """A cache of 16 positions is one bucket of one chunk: the kernel writes the output directly
+    (no merge kernel runs)."""
     ids = torch.randint(0, 49000, (1, 9), generator=torch.Generator().manual_seed(3))
-    ref_tokens, ref_logits, _ = greedy(model, ids, 8, "contiguous", None, max_tokens=20)
+    ref_tokens, ref_logits, _ = greedy(model, ids, 7, "contiguous", None, max_tokens=16)
     step = StaticDecoder(model, use_graph=False, use_triton=True).triton
-    assert step.splits(20)[0] == 1
-    tokens, logits, _ = greedy(model, ids, 8, "contiguous", True, max_tokens=20)
+    assert step.splits(16)[0] == 1
+    tokens, logits, _ = greedy(model, ids, 7, "contiguous", True, max_tokens=16)
     assert tokens == ref_tokens
     assert (logits - ref_logits).abs().max() < 1e-3
 
 
-def test_triton_token_step_gives_greedy_tokens(kernels, model):
+@pytest.mark.parametrize("config", [{"fused_head": False}, {}], ids=["argmax kernel", "fused head"])
+def test_triton_token_step_gives_greedy_tokens(kernels, model, config):
     """decode_token through the Triton step (embedding, argmax and position advance on the device):
-    the eager decode's greedy tokens, across the 256 bucket boundary."""
+    the eager decode's greedy tokens, across the 256 bucket boundary; with ``fused_head`` the final
+    norm, lm_head and argmax run as one kernel."""
     from engine.api.events import GenerationParams
     from engine.generate import token_stream
     from engine.sampling import make_sampler
@@ -109,7 +114,8 @@ def test_triton_token_step_gives_greedy_tokens(kernels, model):
     ids = torch.randint(0, 49000, (1, 250), generator=torch.Generator().manual_seed(6))
     ref_tokens, _, _ = greedy(model, ids, 12, "paged", None)
     model.static_decode = True
-    model._static = StaticDecoder(model, use_graph=False, use_triton=True)
+    model._static = StaticDecoder(model, use_graph=False, use_triton=True, triton_config=config)
+    assert model._static.triton.fused_head == config.get("fused_head", True)
     try:
         cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=300, num_blocks=4))
         logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
@@ -181,12 +187,55 @@ def test_argmax_kernel_takes_the_first_maximum_and_flags_invalid_logits(kernels)
         assert int(pos) == 42
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the +inf case, in numpy
+def test_head_argmax_kernel_matches_norm_lm_head_and_torch_max(kernels):
+    """The fused tail (final RMSNorm, lm_head GEMV, argmax over blocks merged by the last program)
+    against F.rms_norm + F.linear and torch.max of its own logits: ties across and within blocks
+    (the lower index wins), a NaN or +inf logit (it wins, reported invalid), a partial last block."""
+    import torch.nn.functional as F
+
+    from engine.sampling import INVALID_TOKEN
+
+    v, hidden, bn = 1_000, 96, 16  # 63 programs, the last one 8 rows; 96 = 64 + a 32 tail
+    g = torch.Generator().manual_seed(9)
+    x, nw = torch.randn(hidden, generator=g), torch.rand(hidden, generator=g) + 0.5
+    base = torch.randn(v, hidden, generator=g) / 10
+    cases = {"plain": base.clone(), "tie across blocks": base.clone(), "tie in a block": base.clone(),
+             "nan": base.clone(), "inf": base.clone()}
+    for rows in ([900, 17, 500], [34, 37]):
+        big = torch.sign(x) * 3.0  # a row far above the others, copied to the tied rows
+        cases["tie across blocks" if len(rows) == 3 else "tie in a block"][rows] = big
+    cases["nan"][321, 5] = float("nan")
+    cases["inf"][999] = torch.sign(x) * 3e38
+    programs = triton.cdiv(v, bn)
+    for name, w in cases.items():
+        logits = torch.zeros(1, v)
+        pm, pi, cnt = torch.zeros(programs), torch.zeros(programs, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+        token, argmax, reported, pos = (torch.zeros(1, dtype=torch.long) for _ in range(4))
+        pos.fill_(41)
+        km, kt = kernels.split_k(hidden)
+        kernels.head_argmax_kernel[(programs,)](
+            x, nw, w, logits, pm, pi, cnt, token, argmax, reported, pos, 1e-5, V=v, HIDDEN=hidden, KM=km, KT=kt,
+            BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs), INVALID=INVALID_TOKEN, PDL=False)
+        ref = F.linear(F.rms_norm(x, (hidden,), nw, 1e-5), w)
+        finite = torch.isfinite(ref)
+        assert torch.equal(finite, torch.isfinite(logits[0])), name
+        torch.testing.assert_close(logits[0][finite], ref[finite], rtol=1e-5, atol=1e-5, msg=name)
+        best, want = torch.max(logits[0], 0)
+        assert int(token) == int(argmax) == int(want), name
+        assert int(reported) == (int(want) if torch.isfinite(best) else INVALID_TOKEN), name
+        assert int(pos) == 42 and int(cnt) == 0, name
+    assert int(want) == 999  # the +inf row won the last case
+
+
 def test_split_sizes(kernels, model):
     step = StaticDecoder(model, use_graph=False, use_triton=True).triton
     for bucket in (1, 7, 256, 300, 512, 8192):
         n, chunk = step.splits(bucket)
         assert n * chunk >= bucket and (n - 1) * chunk < bucket
         assert n <= step.cfg["attn_max_splits"] and chunk % step.cfg["attn_block_t"] == 0
+    # Chunks of 16 (one tile) up to the 512 bucket, then 32 chunks of growing length.
+    assert [step.splits(b) for b in (256, 512, 1024, 2048)] == [(16, 16), (32, 16), (32, 32), (32, 64)]
 
 
 def test_triton_is_off_on_cpu_and_by_env(monkeypatch):

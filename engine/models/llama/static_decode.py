@@ -322,8 +322,12 @@ class StaticDecoder:
 
         if self.triton is not None:  # one kernel each for the head and the tail instead of ~15
             self.triton.embed_token(paged=len(kv) == 1)
-            logits = self.step(kv, bucket)
-            self.triton.argmax_token(logits)
+            if self.triton.fused_head:
+                self.triton(kv, bucket, head=False)
+                logits = self.triton.head_argmax()
+            else:
+                logits = self.step(kv, bucket)
+                self.triton.argmax_token(logits)
             return logits, self.argmax, self.reported
         self.x.copy_(self.model.decoder.embed_tokens(self.token.view(1, 1)))
         if len(kv) == 1:

@@ -1,11 +1,11 @@
-"""Fused Triton kernels for the batch-1 decode step of the Llama text decoder (5 kernels a layer).
+"""Fused Triton kernels for the batch-1 decode step of the Llama text decoder (6 kernels a layer).
 
 Imported only by :class:`~engine.models.llama.static_decode.StaticDecoder` when Triton is wanted
 and importable (``SMOLCHAT_TRITON=0`` turns it off); nothing else in the engine imports Triton.
 
-Why: at batch 1 the SmolVLM-256M decode step is bound by kernel count, not bandwidth (the weights
-are ~0.33 GB a token, ~70 us on an H200, but the CUDA-graph step of ~518 small kernels took
-1520 us). A layer here is five kernels instead of ~17:
+Why: at batch 1 the SmolVLM-256M decode step is bound by the latency of its chain of dependent
+kernels, not bandwidth (the weights are ~0.33 GB a token, ~70 us on an H200, but the CUDA-graph
+step of ~518 small kernels took 1520 us). A layer here is six kernels instead of ~17:
 
 1. :func:`qkv_rope_kernel`: RMSNorm of the residual (each program recomputes the row's rms of the
    ``hidden``-vector), the fused q/k/v GEMV, RoPE in the epilogue, and the new key/value written
@@ -16,9 +16,12 @@ are ~0.33 GB a token, ~70 us on an H200, but the CUDA-graph step of ~518 small k
    reads one chunk of one KV head's keys/values through a position -> row index (``arange`` for
    contiguous, the paged cache's gather index for paged), masked to ``pos``, with an fp32 online
    softmax (Milakov & Gimelshein 2018). The ``G = H/H_kv`` query heads of the KV head are the rows
-   of two ``tl.dot`` (padded to 16 rows, tensor cores). The last program of a KV head to finish
-   (an atomic counter, reset by that program: the split-K "serial reduction" pattern) merges the
-   partial results and writes the attention output, so no separate combine kernel runs.
+   of two ``tl.dot`` (padded to 16 rows, tensor cores). Each chunk writes its partial result.
+2b. :func:`rows_attn_merge_kernel` merges the chunks, one program a head. (``attn_merge_kernel=
+   False``: the last program of a KV head to finish merges them instead, found by an atomic
+   counter, the split-K "serial reduction" pattern. One kernel fewer, but on the H200 the
+   counter's fence, atomic and re-read of the partials on the step's critical path cost ~3.7 us a
+   layer against ~1.5 us for the extra kernel: 396 against 324-334 us a step for the 256M.)
 3. :func:`gemv_residual_kernel` for o_proj: GEMV plus the residual add.
 4. :func:`norm_gate_up_kernel`: RMSNorm, the fused gate/up GEMV and ``silu(gate) * up``.
 5. :func:`gemv_residual_kernel` for down: GEMV plus the residual add.
@@ -37,10 +40,13 @@ step's last kernel, which completed before this step's first kernel, launched wi
 the rotary rows, and the attention chunk's first tile of keys/values before the position (written
 by earlier steps); after the wait only the previous kernel's outputs remain to be read, together
 (the GEMV's input and its residual). Each dependent read after the wait is a memory round trip on
-the step's critical path: 396 against 435 us a step on the H200 (256M). Intermediate results are
-rounded to the activation dtype where the eager path rounds them (linear outputs, the normed
-input, the attention output), so bf16 results stay within rounding of the eager step. The final
-norm and the ``lm_head`` GEMV (57 MB in bf16, bandwidth-bound) stay with PyTorch/cuBLAS.
+the step's critical path: 396 against 435 us a step on the H200 (256M, before the merge kernel).
+Intermediate results are rounded to the activation dtype where the eager path rounds them (linear
+outputs, the normed input, the attention output), so bf16 results stay within rounding of the eager
+step. The token step (greedy, its argmax fed back on the device) ends with
+:func:`head_argmax_kernel`: final norm, ``lm_head`` GEMV (57 MB in bf16, its rows read before the
+wait) and argmax in one kernel instead of three (``fused_head``; 392 against 396 us, 2.2B 1,132 against
+1,154). A step whose logits are sampled on the host keeps PyTorch's norm and cuBLAS's ``lm_head``.
 
 All kernels read ``pos`` (and the write slot) from device tensors, so one CUDA graph per KV bucket
 replays every step. The kernels also run under the Triton interpreter (``TRITON_INTERPRET=1``) on
@@ -211,7 +217,8 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
                 stride_kv_pos, stride_kv_head, chunk, num_splits, scale,
                 H: tl.constexpr, D: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
                 BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, SP: tl.constexpr,
-                PREC: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
+                PREC: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr,
+                MERGE: tl.constexpr = True):
     """Single-query attention of the ``G`` query heads of one KV head over one chunk of positions,
     merged across chunks by the last program to finish.
 
@@ -295,8 +302,11 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
         tl.store(m_ptr + row, m, mask=gm)
         tl.store(l_ptr + row, l, mask=gm)
         tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=gm[:, None])
-        tl.debug_barrier()  # all threads' partials are stored before the (release) increment
-        done = tl.atomic_add(cnt_ptr + kvh, 1)
+        if MERGE:
+            tl.debug_barrier()  # all threads' partials are stored before the (release) increment
+            done = tl.atomic_add(cnt_ptr + kvh, 1)
+        else:  # rows_attn_merge_kernel merges them
+            done = -1
         if done == num_splits - 1:  # the last chunk of this KV head merges all of them
             sp = tl.arange(0, SP)
             gg = tl.arange(0, GP)
@@ -638,6 +648,63 @@ def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: t
     tl.store(pos_ptr, tl.load(pos_ptr) + 1)
 
 
+@triton.jit
+def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr,
+                       token_ptr, argmax_ptr, reported_ptr, pos_ptr, eps,
+                       V: tl.constexpr, HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
+                       BLOCK_N: tl.constexpr, P: tl.constexpr, PP: tl.constexpr, INVALID: tl.constexpr,
+                       PDL: tl.constexpr):
+    """The token step's tail as one kernel: the final RMSNorm, the ``lm_head`` GEMV and the argmax.
+
+    Grid ``(P,)``, ``P = cdiv(V, BLOCK_N)``. ``x [HIDDEN]`` (the last residual), ``nw [HIDDEN]``,
+    ``w = lm_head.weight [V, HIDDEN]``, ``logits [V]`` (activation dtype). Each program writes its
+    rows' logits and their maximum and its first index into ``pm``/``pi [P]`` (fp32, int32); the
+    last program to finish (``cnt [1]`` int32, put back to 0 by it: the attention merge's pattern)
+    reduces them as :func:`argmax_kernel` does (the first of equal maxima of the rounded logits, NaN
+    counting as +inf) into ``token``, ``argmax`` and ``reported`` and does ``pos += 1``. Its weight
+    rows are read before ``gdc_wait``: the 57 MB of the 256M's head start streaming while the last
+    layer's down projection runs.
+    """
+    pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+    dt = logits_ptr.dtype.element_ty
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    nm = n < V
+    wa, wb = _load_rows(w_ptr, n, nm, HIDDEN, KM, KT)
+    nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if PDL:
+        gdc_wait()
+    xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
+    y = _dot_rows(wa, wb, xa, xb, KT).to(dt)
+    tl.store(logits_ptr + n, y, mask=nm)
+    yf = y.to(tl.float32)
+    yf = tl.where(yf != yf, float("inf"), yf)
+    yf = tl.where(nm, yf, float("-inf"))
+    bm = tl.max(yf, axis=0)
+    bi = tl.min(tl.where((yf == bm) & nm, n, V), axis=0)
+    tl.store(pm_ptr + pid, bm)
+    tl.store(pi_ptr + pid, tl.where(bi == V, pid * BLOCK_N, bi))
+    tl.debug_barrier()  # this program's partial is stored before the (release) increment
+    done = tl.atomic_add(cnt_ptr, 1)
+    if done == P - 1:
+        j = tl.arange(0, PP)
+        jm = j < P
+        ms = tl.load(pm_ptr + j, mask=jm, other=float("-inf"), cache_modifier=".cg")
+        ids = tl.load(pi_ptr + j, mask=jm, other=V, cache_modifier=".cg")
+        m = tl.max(ms, axis=0)
+        # Blocks are in index order and each holds its first maximum: the lowest index among the
+        # blocks at the maximum is the first maximum overall (-inf everywhere picks index 0).
+        idx = tl.min(tl.where((ms == m) & jm, ids, V), axis=0)
+        idx = tl.where(idx == V, 0, idx).to(tl.int64)
+        tl.store(token_ptr, idx)
+        tl.store(argmax_ptr, idx)
+        finite = (m < float("inf")) & (m > float("-inf"))
+        tl.store(reported_ptr, tl.where(finite, idx, INVALID))
+        tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+        tl.atomic_xchg(cnt_ptr, 0)
+
+
 def split_k(k: int) -> tuple[int, int]:
     """``k`` as ``(KM, KT)``: the largest power of two <= k, and the rest padded to a power of two
     (0 if none); e.g. 576 -> (512, 64), 1536 -> (1024, 512), 64 -> (64, 0)."""
@@ -655,16 +722,27 @@ ROWS_MAX_SPLITS = 64
 #: ``pdl``: programmatic dependent launch, used only where Triton has it and the device is CUDA.
 DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.json, -run3.json)
     "qkv_block_r": 4, "qkv_warps": 4,
-    "attn_block_t": 32, "attn_min_chunk": 32, "attn_max_splits": 32, "attn_warps": 4,
+    # Chunks of 16 positions (one tile) up to the 512 bucket, 32 longer chunks beyond. Measured on the
+    # H200 against tiles of 32 for every bucket: 324-330 against 334 us (256M, 58-token context),
+    # against 353-358 us with chunks of 16 read as half-masked tiles of 32 (bench/results/h200-session20).
+    "attn_block_t": 16, "attn_min_chunk": 16, "attn_max_splits": 32, "attn_warps": 4,
+    # Merge the attention chunks in a kernel of their own (one program a head) instead of in the
+    # attention kernel's last program to finish (an atomic counter): 324-334 against 396 us a step
+    # (bench/results/h200-session20), the counter's fence, atomic and re-read cost more than a
+    # kernel boundary under PDL.
+    "attn_merge_kernel": True,
     "o_block_n": 8, "o_warps": 4,
     "gu_block_n": 4, "gu_warps": 4,
     "down_block_n": 4, "down_warps": 4,
     "pdl": True,
+    # The token step's tail (final norm, lm_head, argmax) as one kernel of head_block_n rows a program.
+    "fused_head": True, "head_block_n": 16, "head_warps": 4,
     # Read what no kernel of the step writes (position, rotary rows, write slot, the cached keys and
     # values before the position) before waiting on the previous kernel; the residual beside the input.
     "early_loads": True,
     # The short-prefill step (rows_* kernels): output columns per program and the K tile.
     "rows_block_n": 32, "rows_block_k": 256, "rows_warps": 4, "rows_block_q": 64, "rows_attn_warps": 4,
+    "rows_block_t": 32,
 }
 
 
@@ -714,6 +792,9 @@ class TritonStep:
         self.mlp = torch.zeros(self.inter, device=dev, dtype=dt)
         self.res = torch.zeros(self.hidden, device=dev, dtype=dt)
         self._rows: dict | None = None  # the short-prefill step's buffers, made at its first use
+        head = model.lm_head
+        self.fused_head = bool(self.cfg["fused_head"]) and type(head) is torch.nn.Linear and head.bias is None
+        self._head: dict | None = None  # the fused tail's buffers, made at its first use
 
     def rows_supported(self) -> bool:
         """Whether the short-prefill kernels take this shape (``tl.dot`` tiles of 16: output columns
@@ -757,7 +838,7 @@ class TritonStep:
             stride_pos, stride_head = arena.stride(3), arena.stride(4)
             slot, idx = dec.slot_rows, dec.gather
         # Chunks of one tile, at most ROWS_MAX_SPLITS: each program already does R*G query rows.
-        bt = c["attn_block_t"]
+        bt = c["rows_block_t"]
         chunk = max(bt, math.ceil(bucket / ROWS_MAX_SPLITS / bt) * bt)
         num_splits = math.ceil(bucket / chunk)
         g = h // hkv
@@ -777,7 +858,7 @@ class TritonStep:
             rows_attn_kernel[(hkv, num_splits, triton.cdiv(r * g, qb))](
                 b["q"], kcache, vcache, idx, dec.pos_rows, b["m"], b["l"], b["acc"], b["o"],
                 stride_pos, stride_head, chunk, num_splits, d ** -0.5, H=h, D=d, G=g, ROWS=r, BLOCK_Q=qb,
-                BLOCK_T=c["attn_block_t"], PREC=prec, PDL=pdl, num_warps=c["rows_attn_warps"], **launch)
+                BLOCK_T=bt, PREC=prec, PDL=pdl, num_warps=c["rows_attn_warps"], **launch)
             if num_splits > 1:
                 rows_attn_merge_kernel[(r * h,)](
                     b["m"], b["l"], b["acc"], b["o"], num_splits, RH=r * h, D=d,
@@ -815,6 +896,34 @@ class TritonStep:
         argmax_kernel[(1,)](logits, dec.token, dec.argmax, dec.reported, dec.pos, V=v, BLOCK=4096,
                             INVALID=INVALID_TOKEN, PDL=False, num_warps=16)
 
+    def head_argmax(self) -> torch.Tensor:
+        """The token step's tail as one kernel (:func:`head_argmax_kernel`, with ``fused_head``): the
+        final norm and ``lm_head`` of the last layer's residual into logits ``[1, V]`` (returned; a
+        buffer the next step overwrites), their argmax into ``decoder.token``/``decoder.argmax``,
+        the argmax or ``INVALID_TOKEN`` into ``decoder.reported``, and ``decoder.pos += 1``. Run it
+        after ``self(kv, bucket, head=False)``."""
+        from engine.sampling import INVALID_TOKEN
+
+        dec, c = self.dec, self.cfg
+        text, w = dec.model.decoder, dec.model.lm_head.weight
+        v, bn = w.shape[0], c["head_block_n"]
+        programs = triton.cdiv(v, bn)
+        if self._head is None:
+            dev = self.res.device
+            self._head = {"logits": torch.zeros(1, v, device=dev, dtype=self.res.dtype),
+                          "pm": torch.zeros(programs, device=dev, dtype=torch.float32),
+                          "pi": torch.zeros(programs, device=dev, dtype=torch.int32),
+                          "cnt": torch.zeros(1, device=dev, dtype=torch.int32)}
+        b = self._head
+        hm, ht = split_k(self.hidden)
+        launch = {"launch_pdl": True} if self.pdl else {}
+        head_argmax_kernel[(programs,)](
+            self.res, text.norm.weight, w, b["logits"], b["pm"], b["pi"], b["cnt"], dec.token, dec.argmax,
+            dec.reported, dec.pos, float(text.norm.eps), V=v, HIDDEN=self.hidden, KM=hm, KT=ht, BLOCK_N=bn,
+            P=programs, PP=triton.next_power_of_2(programs), INVALID=INVALID_TOKEN, PDL=self.pdl,
+            num_warps=c["head_warps"], **launch)
+        return b["logits"]
+
     def splits(self, bucket: int) -> tuple[int, int]:
         """``(num_splits, chunk)`` for a KV bucket: chunks of at least ``attn_min_chunk`` positions,
         a multiple of ``attn_block_t``, at most ``attn_max_splits`` of them."""
@@ -824,8 +933,9 @@ class TritonStep:
         chunk = math.ceil(math.ceil(bucket / n) / bt) * bt
         return math.ceil(bucket / chunk), chunk
 
-    def __call__(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
-        """``decoder.x [1, 1, hidden]`` at ``decoder.pos`` -> logits ``[1, V]``; writes k/v at ``pos``."""
+    def __call__(self, kv: tuple[torch.Tensor, ...], bucket: int, head: bool = True) -> torch.Tensor | None:
+        """``decoder.x [1, 1, hidden]`` at ``decoder.pos`` -> logits ``[1, V]``; writes k/v at ``pos``.
+        ``head=False``: stops at the last layer's residual (``self.res``), for :meth:`head_argmax`."""
         dec, c = self.dec, self.cfg
         h, hkv, d, hidden, inter = self.h, self.hkv, self.d, self.hidden, self.inter
         if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
@@ -844,6 +954,7 @@ class TritonStep:
         im, it = split_k(inter)
         launch = {"launch_pdl": True} if self.pdl else {}
         pdl, early = self.pdl, bool(c["early_loads"])
+        merge_kernel = bool(c["attn_merge_kernel"])
         grid_qkv = (h + 2 * hkv, triton.cdiv(d // 2, min(c["qkv_block_r"], d // 2)))
         grid_o = (triton.cdiv(hidden, c["o_block_n"]),)
         grid_gu = (triton.cdiv(inter, c["gu_block_n"]),)
@@ -863,7 +974,11 @@ class TritonStep:
                 stride_pos, stride_head, chunk, num_splits, d ** -0.5,
                 H=h, D=d, G=g, GP=triton.next_power_of_2(g), BLOCK_H=max(16, triton.next_power_of_2(g)),
                 BLOCK_T=c["attn_block_t"], SP=triton.next_power_of_2(c["attn_max_splits"]), PREC=self.prec,
-                EARLY=early, PDL=pdl, num_warps=c["attn_warps"], **launch)
+                EARLY=early, PDL=pdl, MERGE=not merge_kernel, num_warps=c["attn_warps"], **launch)
+            if merge_kernel and num_splits > 1:
+                rows_attn_merge_kernel[(h,)](self.m, self.l, self.acc, self.o, num_splits, RH=h, D=d,
+                                             SP=triton.next_power_of_2(c["attn_max_splits"]), PDL=pdl,
+                                             num_warps=1, **launch)
             gemv_residual_kernel[grid_o](
                 self.o, w_o, x, res, N=hidden, K=h * d, KM=split_k(h * d)[0], KT=split_k(h * d)[1],
                 BLOCK_N=c["o_block_n"], EARLY=early, PDL=pdl, num_warps=c["o_warps"], **launch)
@@ -873,5 +988,7 @@ class TritonStep:
             gemv_residual_kernel[grid_down](
                 self.mlp, w_down, res, res, N=hidden, K=inter, KM=im, KT=it,
                 BLOCK_N=c["down_block_n"], EARLY=early, PDL=pdl, num_warps=c["down_warps"], **launch)
+        if not head:
+            return None
         text = dec.model.decoder
         return dec.model.lm_head(text.norm(res.view(1, 1, hidden))[:, -1])
