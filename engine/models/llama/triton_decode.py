@@ -219,8 +219,9 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
                 BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, SP: tl.constexpr,
                 PREC: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr,
                 MERGE: tl.constexpr = True):
-    """Single-query attention of the ``G`` query heads of one KV head over one chunk of positions,
-    merged across chunks by the last program to finish.
+    """Single-query attention of the ``G`` query heads of one KV head over one chunk of positions.
+    With several chunks each writes its partial result; ``MERGE``: the last program of the KV head
+    to finish merges them into ``o`` (else :func:`rows_attn_merge_kernel` does, as a kernel).
 
     Grid ``(H_kv, num_splits)``: program ``(kvh, s)`` covers positions ``[s*chunk, (s+1)*chunk)``
     clipped to ``<= pos`` (a chunk wholly past ``pos`` yields ``m = -inf, l = 0, acc = 0``).
@@ -231,7 +232,8 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
         idx_ptr: int64 ``[>= pos+1]``, cache row of each position (``arange`` or the paged gather).
         m_ptr, l_ptr: fp32 ``[SP, H]`` scratch, each chunk's max score and softmax sum.
         acc_ptr: fp32 ``[SP, H, D]`` scratch, unnormalised ``sum(exp(score - m) * v)``.
-        cnt_ptr: int32 ``[H_kv]`` zeros; counts finished chunks, put back to 0 by the last one.
+        cnt_ptr: int32 ``[H_kv]`` zeros; counts finished chunks, put back to 0 by the last one
+            (``MERGE`` only).
         o_ptr: output ``[H * D]`` (activation dtype), softmax(q.K * scale) V.
         BLOCK_H: rows of the ``tl.dot`` (>= 16 and >= G; rows past G are zero queries).
         GP: power of two >= G (the merge); SP: power of two >= num_splits.
@@ -747,7 +749,8 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
 
 
 class TritonStep:
-    """The decode step of :class:`StaticDecoder` as 5 Triton kernels a layer (+ final norm, lm_head).
+    """The decode step of :class:`StaticDecoder` as 6 Triton kernels a layer (+ final norm, lm_head:
+    one more kernel, :meth:`head_argmax`, in the token step).
 
     Holds static scratch buffers (so the step can be captured in a CUDA graph): ``q``/``o [H*D]``
     (rotated queries, attention output), ``m, l [max_splits, H]`` and ``acc [max_splits, H, D]``
