@@ -21,6 +21,7 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
+import pybase64
 from PIL import Image
 
 from engine.api.errors import ImageError
@@ -52,11 +53,14 @@ def _drop_part(future: asyncio.Future) -> None:
 
 
 def _b64(text: str, param: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
+    try:  # SIMD base64 (pybase64, as vLLM decodes its image data): a 0.6 MB photo in ~0.03 ms, not ~2 ms
+        return pybase64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         pass
-    try:  # line-wrapped base64 (MIME style): strip the whitespace only then (a 0.6 MB regex pass: ~5-9 ms)
+    # What pybase64 refuses goes to the standard library, which took every request until now: it also
+    # takes padding after a whole group ("bHfu="), and here line-wrapped base64 (MIME style), with
+    # the whitespace stripped only then (a 0.6 MB regex pass: ~5-9 ms).
+    try:
         return base64.b64decode(re.sub(r"\s+", "", text), validate=True)
     except (binascii.Error, ValueError):
         raise APIError(400, "the media data is not valid base64", "invalid_base64", param) from None

@@ -302,6 +302,27 @@ def test_line_wrapped_base64_is_the_same_photo_and_broken_base64_is_refused(tmp_
     assert err.value.status == 400 and err.value.code == "invalid_base64"
 
 
+def test_base64_decodes_as_the_standard_library_does():
+    """The server's base64 (pybase64 first) gives the standard library's bytes for what that takes,
+    including what pybase64 alone refuses (padding after a whole group, line breaks), and a 400 for
+    what neither takes."""
+    import base64
+    import os
+
+    from server.errors import APIError
+    from server.media import _b64
+
+    data = os.urandom(3000)
+    text = base64.b64encode(data).decode()
+    assert _b64(text, "x") == data
+    assert _b64(base64.encodebytes(data).decode(), "x") == data  # MIME: a line break every 76 characters
+    assert _b64("bHfu=", "x") == base64.b64decode("bHfu=", validate=True) == b"lw\xee"
+    for bad in ("abc", "ab!d", "é", text[:-3] + "!!!"):
+        with pytest.raises(APIError) as err:
+            _b64(bad, "x")
+        assert err.value.status == 400 and err.value.code == "invalid_base64"
+
+
 def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatch):
     """While one request's photo is decoded and checked (slow for a 12 MP JPEG), the loop keeps
     serving: the check here only finishes once a coroutine on the loop has run meanwhile, which
