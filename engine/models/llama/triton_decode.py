@@ -622,6 +622,24 @@ def embed_kernel(token_ptr, emb_ptr, x_ptr, pos_ptr, gather_ptr, slot_ptr,
 
 
 @triton.jit
+def _emit_argmax(vals, ids, valid, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: tl.constexpr,
+                 INVALID: tl.constexpr):
+    """The token step's last stores, shared by both tails: of candidate maxima ``vals`` (fp32, NaN
+    already +inf) at indices ``ids`` (``valid`` lanes only, each the first index of its value in
+    its lane), the first of the overall maximum into ``token`` and ``argmax``, it or ``INVALID``
+    (the maximum is NaN or +/-inf) into ``reported``, and ``pos += 1``. -inf everywhere (every token
+    masked) still picks index 0, as ``torch.max`` does."""
+    m = tl.max(vals, axis=0)
+    idx = tl.min(tl.where((vals == m) & valid, ids, V), axis=0)
+    idx = tl.where(idx == V, 0, idx).to(tl.int64)
+    tl.store(token_ptr, idx)
+    tl.store(argmax_ptr, idx)
+    finite = (m < float("inf")) & (m > float("-inf"))
+    tl.store(reported_ptr, tl.where(finite, idx, INVALID))
+    tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+
+
+@triton.jit
 def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: tl.constexpr,
                   BLOCK: tl.constexpr, INVALID: tl.constexpr, PDL: tl.constexpr):
     """The token step's tail: the argmax of ``logits [V]`` (the first of equal maxima, as
@@ -639,15 +657,7 @@ def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: t
         take = x > best  # strictly: an earlier block's equal maximum keeps its lower index
         best_i = tl.where(take, i, best_i)
         best = tl.where(take, x, best)
-    m = tl.max(best, axis=0)
-    # -inf everywhere (every token masked) still picks index 0, as torch.max does.
-    idx = tl.min(tl.where((best == m) & (best_i < V), best_i, V), axis=0)
-    idx = tl.where(idx == V, 0, idx).to(tl.int64)
-    tl.store(token_ptr, idx)
-    tl.store(argmax_ptr, idx)
-    finite = (m < float("inf")) & (m > float("-inf"))
-    tl.store(reported_ptr, tl.where(finite, idx, INVALID))
-    tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+    _emit_argmax(best, best_i, best_i < V, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V, INVALID)
 
 
 @triton.jit
@@ -694,16 +704,9 @@ def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr
         jm = j < P
         ms = tl.load(pm_ptr + j, mask=jm, other=float("-inf"), cache_modifier=".cg")
         ids = tl.load(pi_ptr + j, mask=jm, other=V, cache_modifier=".cg")
-        m = tl.max(ms, axis=0)
         # Blocks are in index order and each holds its first maximum: the lowest index among the
-        # blocks at the maximum is the first maximum overall (-inf everywhere picks index 0).
-        idx = tl.min(tl.where((ms == m) & jm, ids, V), axis=0)
-        idx = tl.where(idx == V, 0, idx).to(tl.int64)
-        tl.store(token_ptr, idx)
-        tl.store(argmax_ptr, idx)
-        finite = (m < float("inf")) & (m > float("-inf"))
-        tl.store(reported_ptr, tl.where(finite, idx, INVALID))
-        tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+        # blocks at the maximum is the first maximum overall.
+        _emit_argmax(ms, ids, jm, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V, INVALID)
         tl.atomic_xchg(cnt_ptr, 0)
 
 
