@@ -59,6 +59,16 @@ def start_device_init(device: torch.device) -> None:
     threading.Thread(target=run, name="smolchat-cuda-init", daemon=True).start()
 
 
+def host_staged(values: torch.Tensor | list[int], device: torch.device) -> torch.Tensor:
+    """``values`` as a CPU tensor (a list becomes int64) that ``dst.copy_(t, non_blocking=True)``
+    can send to ``device`` without stalling the host: in pinned memory for CUDA, where a copy from
+    pageable memory synchronizes the stream (PyTorch waits for it: the host then waits for every
+    queued kernel). PyTorch keeps a pinned block in use until its copy has run, so the caller may
+    drop the tensor at once."""
+    t = torch.tensor(values, dtype=torch.long) if isinstance(values, list) else values
+    return t.pin_memory() if device.type == "cuda" else t
+
+
 def choose_dtype(device: torch.device, preference: str | torch.dtype | None = None) -> torch.dtype:
     """``None``/``"auto"``: bfloat16 on CUDA and MPS, float32 on the CPU.
 

@@ -35,6 +35,7 @@ import torch
 from engine.cache.base import CacheShape, KVCache
 from engine.cache.block_allocator import BlockAllocator, OutOfBlocksError
 from engine.cache.prefix import PrefixBlockCache
+from engine.device import host_staged
 
 # The arena a new paged cache starts with holds this many tokens (rounded up to whole blocks).
 DEFAULT_INITIAL_TOKENS = 1024
@@ -302,9 +303,10 @@ class PagedKVCache(KVCache):
             self.block_table.append(self.allocator.allocate())
         nb = len(self.block_table)
         if self._synced_table != self.block_table:
-            # A host-to-device copy from pageable memory waits for the GPU: only when the table
-            # changed (a new block every block_size tokens, copy-on-write, fork), not every step.
-            self._block_table_buf[:nb].copy_(torch.tensor(self.block_table, dtype=torch.long))
+            # Only when the table changed (a new block every block_size tokens, copy-on-write, fork).
+            # From pinned memory and without waiting: a copy from pageable memory synchronizes the
+            # stream, and a decode loop one step ahead of the GPU then stalled every block_size tokens.
+            self._block_table_buf[:nb].copy_(host_staged(self.block_table, self.device), non_blocking=True)
             self._synced_table = list(self.block_table)
             first = self.block_table[0] if nb else 0
             self._first_block = first if self.block_table == list(range(first, first + nb)) else None

@@ -102,3 +102,37 @@ def test_a_short_prefill_after_cached_tokens_runs_as_fixed_shape_steps(tiny_chec
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)
     assert results[1][2] == results[0][2]
+
+
+def test_gather_index_follows_the_block_table(tiny_checkpoint):
+    """The paged step's gather index (arena slot of every position; past the sequence, position 0's
+    slot) is refreshed from the host, in full or for appended blocks only: after each step it equals
+    the index computed from the block table, through block boundaries, arena growth (new arena
+    version), a truncation that frees blocks, and a fork's copy-on-write of a shared partial block."""
+    model = SmolVlmModel.load(LocalDirSource(tiny_checkpoint), torch.device("cpu"), torch.float32)
+    model.static_decode = True
+    ids = torch.randint(0, 49000, (1, 20), generator=torch.Generator().manual_seed(3))
+    cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=160, num_blocks=2))
+    model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+    static = model._static_decoder()
+
+    def step(c):
+        model.decode(model.embed(torch.tensor([[5]])), c)
+        bs, table = c.block_size, c.block_table
+        want = torch.full_like(static.gather, table[0] * bs)
+        per_pos = (torch.tensor(table)[:, None] * bs + torch.arange(bs)).flatten()
+        want[: per_pos.numel()] = per_pos
+        assert torch.equal(static.gather, want), (c.seq_len, table)
+
+    versions = {cache.arena_version}
+    for _ in range(40):  # 20 -> 60 tokens: blocks appended, the 2-block arena grows
+        step(cache)
+        versions.add(cache.arena_version)
+    assert len(versions) > 1
+    cache.truncate(35)  # blocks freed: the table shrinks
+    for _ in range(3):
+        step(cache)
+    child = cache.fork()  # 38 tokens: the partial last block is shared, the child copies it on write
+    step(child)
+    assert child.block_table[:-1] == cache.block_table[:-1] and child.block_table[-1] != cache.block_table[-1]
+    step(cache)

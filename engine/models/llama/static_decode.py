@@ -24,7 +24,7 @@ dropped. One replay instead of a decode step per token, or ~700 eager kernel lau
 The same steps run eagerly on any device (``use_graph=False``), which is how the CPU tests check them
 against the ordinary decode and prefill paths.
 
-On CUDA, when Triton imports, the step is instead five fused Triton kernels a layer
+On CUDA, when Triton imports, the step is instead six fused Triton kernels a layer
 (:mod:`engine.models.llama.triton_decode`), captured the same way. ``SMOLCHAT_TRITON=0`` keeps
 the PyTorch step; Triton is imported only when the fused step is used.
 """
@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from engine.cache import ContiguousKVCache, PagedKVCache
 from engine.cache.base import KVCache
+from engine.device import host_staged
 from engine.layers import apply_rotary
 
 MIN_BUCKET = 256
@@ -154,15 +155,28 @@ class StaticDecoder:
         self._sync_gather(cache)
 
     def _sync_gather(self, cache: PagedKVCache) -> None:
-        """Refresh the gather index (arena slot of every logical position) if the block table changed."""
+        """Refresh the gather index (arena slot of every logical position) if the block table changed.
+
+        Computed on the host and sent in one copy that does not wait for the GPU (the decode loop
+        runs a step ahead of it). When blocks were only appended, as a growing sequence does every
+        ``block_size`` tokens, only their positions are sent."""
         key = (tuple(cache.block_table), cache.arena_version)
-        if key != self._gather_key:
-            bs = cache.block_size
-            table = cache.metadata.block_table
-            per_pos = (table[:, None] * bs + torch.arange(bs, device=table.device)).flatten()
-            self.gather.fill_(table[0] * bs)  # position 0's row: written, finite, masked
-            self.gather[: per_pos.numel()].copy_(per_pos)
-            self._gather_key = key
+        if key == self._gather_key:
+            return
+        bs, table, prev = cache.block_size, key[0], self._gather_key
+        lo = 0
+        if prev is not None and prev[1] == key[1] and 0 < len(prev[0]) < len(table) and table[:len(prev[0])] == prev[0]:
+            lo = len(prev[0])  # positions past the old blocks already hold position 0's slot
+        per_pos = (torch.tensor(table[lo:], dtype=torch.long)[:, None] * bs + torch.arange(bs)).flatten()
+        if lo:
+            values, start = per_pos, lo * bs
+        else:
+            values = torch.full((self.gather.numel(),), table[0] * bs, dtype=torch.long)  # position 0's row:
+            values[: per_pos.numel()] = per_pos[: values.numel()]  # written, finite, masked
+            start = 0
+        values = values[: self.gather.numel() - start]
+        self.gather[start:start + values.numel()].copy_(host_staged(values, self.gather.device), non_blocking=True)
+        self._gather_key = key
 
     def _kv(self, kv: tuple[torch.Tensor, ...], layer: int, k: torch.Tensor, v: torch.Tensor, bucket: int,
             rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
