@@ -79,9 +79,11 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
 
     Where the model has a token step (``supports_token_decode``: CUDA graphs), each step is fed the
     token id on the device and takes the greedy argmax in its own graph. Greedy decoding without a
-    repetition penalty then launches one graph replay and one copy per token: the host work of
-    the separate embedding, sampling kernels and slot bookkeeping (~0.2 ms a token on an H200
-    host, measured; more than the GPU step) no longer sets the pace.
+    repetition penalty then launches one graph replay per token: the host work of the separate
+    embedding, sampling kernels and slot bookkeeping (~0.2 ms a token on an H200 host, measured;
+    more than the GPU step) no longer sets the pace. Where the step also stores its token in host
+    memory (``token_report_host``), the loop reads it there: the 8-byte copy between two replays
+    cost ~10 us of GPU time a token on the H200 (bench/results/h200-session21).
     """
     cuda = logits.device.type == "cuda"
     host = torch.empty(1, dtype=torch.long, pin_memory=cuda)
@@ -91,21 +93,27 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
     # The graph's argmax is the sampler's token exactly when the sampler is plain greedy.
     device_greedy = token_step and type(sampler) is TokenSampler and sampler.greedy \
         and sampler.params.repetition_penalty == 1.0
+    report_host = getattr(model, "token_report_host", None) if device_greedy else None
     produced = 0
     token, reported = sampler.sample_checked(logits[0], history)  # [1] int64 each, on the device
+    # Where the token being waited for lands: ``host[0]`` after a copy of ``reported``, or
+    # ``ring[index]``, stored there by the token step that computed it.
+    ring, index = None, 0
     while True:
-        host.copy_(reported, non_blocking=cuda)
+        if ring is None:
+            host.copy_(reported, non_blocking=cuda)
         if ready is not None:
-            ready.record()
+            ready.record()  # behind the copy, or behind the step that stored the token
         more = produced + 1 < max_tokens and cache.seq_len + 1 < cache.capacity
-        if more:  # queued behind the copy
+        if more:  # queued behind the event
             if token_step:
+                position = cache.seq_len
                 logits, argmax, step_reported = model.decode_token(token, cache)
             else:
                 logits = model.decode(model.embed(token.view(1, 1)), cache)
         if ready is not None:
             ready.synchronize()  # the token only, not the step launched after it
-        value = int(host[0])
+        value = int(host[0]) if ring is None else int(ring[index])
         if value == INVALID_TOKEN:
             raise InvalidLogitsError(_invalid(produced + 1))
         history.append(value)
@@ -115,6 +123,9 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
             return
         if device_greedy:
             token, reported = None, step_reported  # the next step reads its input where this one left it
+            # The step after next writes this element again; it is launched after the read above.
+            ring = report_host() if report_host is not None else None
+            index = position % 2
         else:
             token, reported = sampler.sample_checked(logits[0], history)
 

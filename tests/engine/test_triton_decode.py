@@ -127,6 +127,37 @@ def test_triton_token_step_gives_greedy_tokens(kernels, model, config):
         model.static_decode = None
 
 
+@pytest.mark.parametrize("config", [{"fused_head": False}, {}], ids=["argmax kernel", "fused head"])
+def test_token_loop_reads_the_token_the_step_stored_on_the_host(kernels, model, config, monkeypatch):
+    """Where the token step also stores its token in host memory (``host_reported``, pinned on CUDA;
+    a CPU tensor here), the pipelined loop reads it there instead of copying ``reported``: with every
+    returned ``reported`` replaced by INVALID_TOKEN (which the copy path raises on), the answer is
+    still the eager decode's greedy tokens, so each token came from the right element of the ring."""
+    from engine.api.events import GenerationParams
+    from engine.generate import token_stream
+    from engine.sampling import INVALID_TOKEN, make_sampler
+
+    ids = torch.randint(0, 49000, (1, 40), generator=torch.Generator().manual_seed(10))
+    ref_tokens, _, _ = greedy(model, ids, 12, "paged", None)
+    model.static_decode = True
+    model._static = StaticDecoder(model, use_graph=False, use_triton=True, triton_config=config)
+    model._static.host_reported = torch.full((2,), -7, dtype=torch.long)
+    real = type(model).decode_token
+    poisoned = torch.tensor([INVALID_TOKEN])
+    monkeypatch.setattr(type(model), "decode_token",
+                        lambda self, token, cache: (*real(self, token, cache)[:2], poisoned))
+    try:
+        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
+        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+        tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 12,
+                                   pipelined=True))
+        assert tokens == ref_tokens
+        assert model.token_report_host() is model._static.host_reported
+    finally:
+        model._static = None
+        model.static_decode = None
+
+
 def test_token_step_survives_a_failed_capture(kernels, model, monkeypatch):
     """A Triton step whose graph capture fails after its warm-up run (which already fed its argmax
     back and advanced the position): the step is redone with the PyTorch step from the same input,
@@ -176,15 +207,18 @@ def test_argmax_kernel_takes_the_first_maximum_and_flags_invalid_logits(kernels)
     cases["tie in a block"][[4_097, 4_096 + 4_095]] = 50.0
     cases["nan"][321] = float("nan")
     cases["inf"][4_444] = float("inf")
-    for name, logits in cases.items():
+    for i, (name, logits) in enumerate(cases.items()):
         token, argmax, reported, pos = (torch.zeros(1, dtype=torch.long) for _ in range(4))
-        pos.fill_(41)
-        kernels.argmax_kernel[(1,)](logits.view(1, v), token, argmax, reported, pos, V=v, BLOCK=4096,
-                                    INVALID=INVALID_TOKEN, PDL=False)
+        pos.fill_(41 + i)
+        host = torch.full((2,), -7, dtype=torch.long)  # stands in for pinned memory
+        kernels.argmax_kernel[(1,)](logits.view(1, v), token, argmax, reported, pos, host, V=v, BLOCK=4096,
+                                    INVALID=INVALID_TOKEN, HOST=True, PDL=False)
         best, want = torch.max(logits, 0)
         assert int(token) == int(argmax) == int(want), name
         assert int(reported) == (int(want) if torch.isfinite(best) else INVALID_TOKEN), name
-        assert int(pos) == 42
+        assert int(pos) == 42 + i
+        # The host copy at the step's position modulo 2, the other element untouched.
+        assert host[(41 + i) % 2] == reported and host[(42 + i) % 2] == -7, name
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the +inf case, in numpy
@@ -208,15 +242,17 @@ def test_head_argmax_kernel_matches_norm_lm_head_and_torch_max(kernels):
     cases["nan"][321, 5] = float("nan")
     cases["inf"][999] = torch.sign(x) * 3e38
     programs = triton.cdiv(v, bn)
-    for name, w in cases.items():
+    for i, (name, w) in enumerate(cases.items()):
         logits = torch.zeros(1, v)
         pm, pi, cnt = torch.zeros(programs), torch.zeros(programs, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
         token, argmax, reported, pos = (torch.zeros(1, dtype=torch.long) for _ in range(4))
-        pos.fill_(41)
+        pos.fill_(41 + i)
+        host = torch.full((2,), -7, dtype=torch.long)
         km, kt = kernels.split_k(hidden)
         kernels.head_argmax_kernel[(programs,)](
-            x, nw, w, logits, pm, pi, cnt, token, argmax, reported, pos, 1e-5, V=v, HIDDEN=hidden, KM=km, KT=kt,
-            BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs), INVALID=INVALID_TOKEN, PDL=False)
+            x, nw, w, logits, pm, pi, cnt, token, argmax, reported, pos, host, 1e-5, V=v, HIDDEN=hidden, KM=km,
+            KT=kt, BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs), INVALID=INVALID_TOKEN, HOST=True,
+            PDL=False)
         ref = F.linear(F.rms_norm(x, (hidden,), nw, 1e-5), w)
         finite = torch.isfinite(ref)
         assert torch.equal(finite, torch.isfinite(logits[0])), name
@@ -224,7 +260,8 @@ def test_head_argmax_kernel_matches_norm_lm_head_and_torch_max(kernels):
         best, want = torch.max(logits[0], 0)
         assert int(token) == int(argmax) == int(want), name
         assert int(reported) == (int(want) if torch.isfinite(best) else INVALID_TOKEN), name
-        assert int(pos) == 42 and int(cnt) == 0, name
+        assert int(pos) == 42 + i and int(cnt) == 0, name
+        assert host[(41 + i) % 2] == reported and host[(42 + i) % 2] == -7, name
     assert int(want) == 999  # the +inf row won the last case
 
 

@@ -165,6 +165,14 @@ class LlamaLM:
             raise ValueError("decode_token needs the static decoder (CUDA graphs)")
         return static.decode_token(token, cache)
 
+    def token_report_host(self) -> torch.Tensor | None:
+        """Pinned host memory ``[2] int64`` where each :meth:`decode_token` step also stores its
+        ``reported`` value, at index ``position % 2`` (``position``: the cache's ``seq_len`` before
+        the call), or ``None`` where it does not (copy ``reported`` then). See
+        :meth:`StaticDecoder.token_report_host <engine.models.llama.static_decode.StaticDecoder.token_report_host>`."""
+        static = self._static
+        return None if static is None else static.token_report_host()
+
     def _native_step(self, cache: KVCache, input: torch.Tensor):
         """The fused C decode step (:mod:`engine.native`) when its library is ready and it runs this
         model, cache and input; else ``None`` (the eager step). Never waits for a build."""

@@ -145,6 +145,11 @@ class StaticDecoder:
             self.step = self.triton
         else:
             self.step = torch.compile(self._step, dynamic=False) if compile else self._step
+        # Pinned host memory the fused token step's last kernel also writes ``reported`` into, at
+        # index ``position % 2`` (see :meth:`token_report_host`); None without it.
+        self.host_reported: torch.Tensor | None = None
+        if self.triton is not None and dev.type == "cuda" and self.triton.cfg["host_report"]:
+            self.host_reported = torch.zeros(2, dtype=torch.long, pin_memory=True)
 
     def supports(self, cache: KVCache, input: torch.Tensor) -> bool:
         return input.shape[0] == 1 and isinstance(cache, ContiguousKVCache | PagedKVCache)
@@ -404,6 +409,15 @@ class StaticDecoder:
         self._token_next = (id(cache), start + 1)
         return out
 
+    def token_report_host(self) -> torch.Tensor | None:
+        """Where the token steps also leave their ``reported`` value in host memory: a pinned
+        ``[2] int64`` tensor, element ``p % 2`` written by the step at position ``p`` (the cache's
+        ``seq_len`` before its :meth:`decode_token`), readable once the step has completed (an event
+        recorded after it has fired). A loop that reads a token before launching the step after
+        next never sees it overwritten. ``None`` where the steps do not write it (the PyTorch step,
+        the CPU): copy ``reported`` instead."""
+        return self.host_reported
+
     def _run_decode(self, kind: str, kv: tuple[torch.Tensor, ...], bucket: int, restore=None, key: tuple | None = None):
         """:meth:`_run` of the ``"decode"`` step (:attr:`step`, logits cloned) or the ``"token"`` step
         (:meth:`_token_step`, its own buffers). A Triton that cannot build or capture these kernels
@@ -421,6 +435,7 @@ class StaticDecoder:
                           RuntimeWarning, stacklevel=3)
             self.triton = None
             self.step = self._step
+            self.host_reported = None
             self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] not in ("decode", "token")}
             if restore is not None:
                 restore()

@@ -622,30 +622,36 @@ def embed_kernel(token_ptr, emb_ptr, x_ptr, pos_ptr, gather_ptr, slot_ptr,
 
 
 @triton.jit
-def _emit_argmax(vals, ids, valid, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: tl.constexpr,
-                 INVALID: tl.constexpr):
+def _emit_argmax(vals, ids, valid, token_ptr, argmax_ptr, reported_ptr, pos_ptr, host_ptr, V: tl.constexpr,
+                 INVALID: tl.constexpr, HOST: tl.constexpr):
     """The token step's last stores, shared by both tails: of candidate maxima ``vals`` (fp32, NaN
     already +inf) at indices ``ids`` (``valid`` lanes only, each the first index of its value in
     its lane), the first of the overall maximum into ``token`` and ``argmax``, it or ``INVALID``
-    (the maximum is NaN or +/-inf) into ``reported``, and ``pos += 1``. -inf everywhere (every token
-    masked) still picks index 0, as ``torch.max`` does."""
+    (the maximum is NaN or +/-inf) into ``reported`` and, ``HOST``, into ``host[pos % 2]`` (pinned
+    host memory: the store crosses the bus, so the host reads the token without a copy after the
+    step), and ``pos += 1``. -inf everywhere (every token masked) still picks index 0, as
+    ``torch.max`` does."""
     m = tl.max(vals, axis=0)
     idx = tl.min(tl.where((vals == m) & valid, ids, V), axis=0)
     idx = tl.where(idx == V, 0, idx).to(tl.int64)
     tl.store(token_ptr, idx)
     tl.store(argmax_ptr, idx)
     finite = (m < float("inf")) & (m > float("-inf"))
-    tl.store(reported_ptr, tl.where(finite, idx, INVALID))
-    tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+    reported = tl.where(finite, idx, INVALID)
+    tl.store(reported_ptr, reported)
+    p = tl.load(pos_ptr)
+    if HOST:
+        tl.store(host_ptr + p % 2, reported)
+    tl.store(pos_ptr, p + 1)
 
 
 @triton.jit
-def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: tl.constexpr,
-                  BLOCK: tl.constexpr, INVALID: tl.constexpr, PDL: tl.constexpr):
+def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, host_ptr, V: tl.constexpr,
+                  BLOCK: tl.constexpr, INVALID: tl.constexpr, HOST: tl.constexpr, PDL: tl.constexpr):
     """The token step's tail: the argmax of ``logits [V]`` (the first of equal maxima, as
     ``torch.max``; NaN counts as +inf, so it wins as in torch) into ``token`` (the next step's input)
-    and ``argmax``, the argmax or ``INVALID`` (the winner is NaN or +inf) into ``reported``, and
-    ``pos += 1``. One program."""
+    and ``argmax``, the argmax or ``INVALID`` (the winner is NaN or +inf) into ``reported`` (and
+    ``host[pos % 2]`` with ``HOST``: see :func:`_emit_argmax`), and ``pos += 1``. One program."""
     if PDL:
         gdc_wait()
     best = tl.full([BLOCK], float("-inf"), tl.float32)
@@ -657,15 +663,16 @@ def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V: t
         take = x > best  # strictly: an earlier block's equal maximum keeps its lower index
         best_i = tl.where(take, i, best_i)
         best = tl.where(take, x, best)
-    _emit_argmax(best, best_i, best_i < V, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V, INVALID)
+    _emit_argmax(best, best_i, best_i < V, token_ptr, argmax_ptr, reported_ptr, pos_ptr, host_ptr, V, INVALID,
+                 HOST)
 
 
 @triton.jit
 def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr,
-                       token_ptr, argmax_ptr, reported_ptr, pos_ptr, eps,
+                       token_ptr, argmax_ptr, reported_ptr, pos_ptr, host_ptr, eps,
                        V: tl.constexpr, HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
                        BLOCK_N: tl.constexpr, P: tl.constexpr, PP: tl.constexpr, INVALID: tl.constexpr,
-                       PDL: tl.constexpr):
+                       HOST: tl.constexpr, PDL: tl.constexpr):
     """The token step's tail as one kernel: the final RMSNorm, the ``lm_head`` GEMV and the argmax.
 
     Grid ``(P,)``, ``P = cdiv(V, BLOCK_N)``. ``x [HIDDEN]`` (the last residual), ``nw [HIDDEN]``,
@@ -673,7 +680,8 @@ def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr
     rows' logits and their maximum and its first index into ``pm``/``pi [P]`` (fp32, int32); the
     last program to finish (``cnt [1]`` int32, put back to 0 by it: the attention merge's pattern)
     reduces them as :func:`argmax_kernel` does (the first of equal maxima of the rounded logits, NaN
-    counting as +inf) into ``token``, ``argmax`` and ``reported`` and does ``pos += 1``. Its weight
+    counting as +inf) into ``token``, ``argmax`` and ``reported`` (and ``host[pos % 2]`` with
+    ``HOST``) and does ``pos += 1``. Its weight
     rows are read before ``gdc_wait``: the 57 MB of the 256M's head start streaming while the last
     layer's down projection runs.
     """
@@ -706,7 +714,7 @@ def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr
         ids = tl.load(pi_ptr + j, mask=jm, other=V, cache_modifier=".cg")
         # Blocks are in index order and each holds its first maximum: the lowest index among the
         # blocks at the maximum is the first maximum overall.
-        _emit_argmax(ms, ids, jm, token_ptr, argmax_ptr, reported_ptr, pos_ptr, V, INVALID)
+        _emit_argmax(ms, ids, jm, token_ptr, argmax_ptr, reported_ptr, pos_ptr, host_ptr, V, INVALID, HOST)
         tl.atomic_xchg(cnt_ptr, 0)
 
 
@@ -742,6 +750,10 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
     "pdl": True,
     # The token step's tail (final norm, lm_head, argmax) as one kernel of head_block_n rows a program.
     "fused_head": True, "head_block_n": 16, "head_warps": 4,
+    # The token step's tail also stores the reported token into pinned host memory, so the loop
+    # reads it without an 8-byte copy between replays: 322.7 us a replay against 332.6 with the copy
+    # (bench/results/h200-session21, 256M).
+    "host_report": True,
     # Read what no kernel of the step writes (position, rotary rows, write slot, the cached keys and
     # values before the position) before waiting on the previous kernel; the residual beside the input.
     "early_loads": True,
@@ -894,20 +906,23 @@ class TritonStep:
     def argmax_token(self, logits: torch.Tensor) -> None:
         """The token step's tail as one kernel (:func:`argmax_kernel`): ``logits [1, V]``' argmax into
         ``decoder.token`` and ``decoder.argmax``, the argmax or ``INVALID_TOKEN`` into
-        ``decoder.reported``, and ``decoder.pos += 1``."""
+        ``decoder.reported`` (and ``decoder.host_reported[pos % 2]`` when it is set), and
+        ``decoder.pos += 1``."""
         from engine.sampling import INVALID_TOKEN
 
         dec = self.dec
         v = logits.shape[-1]
-        argmax_kernel[(1,)](logits, dec.token, dec.argmax, dec.reported, dec.pos, V=v, BLOCK=4096,
-                            INVALID=INVALID_TOKEN, PDL=False, num_warps=16)
+        host = dec.host_reported
+        argmax_kernel[(1,)](logits, dec.token, dec.argmax, dec.reported, dec.pos,
+                            dec.reported if host is None else host, V=v, BLOCK=4096, INVALID=INVALID_TOKEN,
+                            HOST=host is not None, PDL=False, num_warps=16)
 
     def head_argmax(self) -> torch.Tensor:
         """The token step's tail as one kernel (:func:`head_argmax_kernel`, with ``fused_head``): the
         final norm and ``lm_head`` of the last layer's residual into logits ``[1, V]`` (returned; a
         buffer the next step overwrites), their argmax into ``decoder.token``/``decoder.argmax``,
-        the argmax or ``INVALID_TOKEN`` into ``decoder.reported``, and ``decoder.pos += 1``. Run it
-        after ``self(kv, bucket, head=False)``."""
+        the argmax or ``INVALID_TOKEN`` into ``decoder.reported`` (and ``decoder.host_reported[pos % 2]``
+        when it is set), and ``decoder.pos += 1``. Run it after ``self(kv, bucket, head=False)``."""
         from engine.sampling import INVALID_TOKEN
 
         dec, c = self.dec, self.cfg
@@ -923,11 +938,12 @@ class TritonStep:
         b = self._head
         hm, ht = split_k(self.hidden)
         launch = {"launch_pdl": True} if self.pdl else {}
+        host = dec.host_reported
         head_argmax_kernel[(programs,)](
             self.res, text.norm.weight, w, b["logits"], b["pm"], b["pi"], b["cnt"], dec.token, dec.argmax,
-            dec.reported, dec.pos, float(text.norm.eps), V=v, HIDDEN=self.hidden, KM=hm, KT=ht, BLOCK_N=bn,
-            P=programs, PP=triton.next_power_of_2(programs), INVALID=INVALID_TOKEN, PDL=self.pdl,
-            num_warps=c["head_warps"], **launch)
+            dec.reported, dec.pos, dec.reported if host is None else host, float(text.norm.eps), V=v,
+            HIDDEN=self.hidden, KM=hm, KT=ht, BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs),
+            INVALID=INVALID_TOKEN, HOST=host is not None, PDL=self.pdl, num_warps=c["head_warps"], **launch)
         return b["logits"]
 
     def splits(self, bucket: int) -> tuple[int, int]:
