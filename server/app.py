@@ -243,6 +243,21 @@ def _count_scope(scope: dict, status: int) -> None:
         state.metrics.requests.labels(_endpoint(scope), str(status)).inc()
 
 
+def _json_syntax_message(error: dict, body) -> str:
+    """The 400 message of a body ``json.loads`` refused: its reason, where it stopped (FastAPI puts
+    the offset in ``loc`` and the text in the error's ``body``), and for a raw control character,
+    the usual cause (a newline or tab typed into a string)."""
+    reason = str(error.get("ctx", {}).get("error", "")).removesuffix(" at").strip()
+    loc = error.get("loc", ())
+    pos = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+    if isinstance(body, str) and body and pos is not None and 0 <= pos <= len(body):
+        line, column = body.count("\n", 0, pos) + 1, pos - body.rfind("\n", 0, pos)
+        reason += f" at line {line}, column {column}"
+        if reason.startswith("Invalid control character"):
+            reason += " (a string holds a raw newline, tab or other control character: write it as \\n, \\t or \\u00XX)"
+    return f"the body is not valid JSON: {reason}".strip()
+
+
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
@@ -257,8 +272,7 @@ def _install_errors(app: FastAPI) -> None:
         errors = exc.errors()
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
-            return _json_error(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
-                               "invalid_json")
+            return _json_error(400, _json_syntax_message(first, exc.body), "invalid_json")
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if tuple(first.get("loc", ())) == ("body",) and media != "application/json":
             # FastAPI reads a body only as JSON when it is labelled so (curl -d sends a form): say that,

@@ -83,9 +83,26 @@ def split_data(url: str, param: str) -> tuple[str | None, bytes | None]:
         raise APIError(400, f"unsupported data URI header {header!r}: send base64 data as "
                             "'data:<type>/<subtype>;base64,<data>', e.g. data:image/png;base64,...",
                        "invalid_data_uri", param)
+    if len(scheme) == 1 and url[2:3] in ("/", "\\"):  # C:\Users\... : a Windows path, not a URL
+        raise APIError(400, _FILE_PATH, "invalid_url", param)
     if scheme:
         raise APIError(400, f"unsupported URL scheme {scheme!r}: use a data: URI or base64", "invalid_url", param)
-    return "", _b64(url, param)
+    try:
+        return "", _b64(url, param)
+    except APIError:
+        # Raw base64 may start with "/" (a JPEG's "/9j/"): a path is recognised only once the
+        # string has failed as base64.
+        if _PATH_START.match(url) or _MEDIA_NAME.search(url):
+            raise APIError(400, _FILE_PATH, "invalid_url", param) from None
+        raise APIError(400, "the media data is not valid base64, and not a data: URI or an http(s) URL either "
+                            "(send e.g. data:image/png;base64,<the file's bytes in base64>)",
+                       "invalid_base64", param) from None
+
+
+_PATH_START = re.compile(r"(?:/|~|\.{1,2}[/\\]|\\\\)")
+_MEDIA_NAME = re.compile(r"\.(?:png|jpe?g|webp|gif|bmp|tiff?|heic|mp4|mov|webm|mkv|avi)$", re.IGNORECASE)
+_FILE_PATH = ("the media URL is a file path, and the server never reads files: send the file's bytes as a data: "
+              "URI (data:image/png;base64,...)")
 
 
 # Characters of recently accepted image URLs remembered (64 M: ~100 re-sent photos of ~0.5 MB).

@@ -78,9 +78,14 @@ def test_the_routes_parse_bodies_once_with_pydantic_core(monkeypatch):
         bad = client.post("/v1/chat/completions", content=b'{"model": "fake", "messages": [',
                           headers={"content-type": "application/json"})
         assert bad.status_code == 400 and bad.json()["error"] == {
-            "message": "the body is not valid JSON: Expecting value", "type": "invalid_request_error",
-            "param": None, "code": "invalid_json"}
+            "message": "the body is not valid JSON: Expecting value at line 1, column 32",
+            "type": "invalid_request_error", "param": None, "code": "invalid_json"}
+        raw = client.post("/v1/chat/completions", headers={"content-type": "application/json"},
+                          content=b'{"model": "fake",\n "messages": [{"role": "user", "content": "one\ntwo"}]}')
+        assert raw.status_code == 400 and raw.json()["error"]["message"] == (
+            "the body is not valid JSON: Invalid control character at line 2, column 47 (a string holds a raw "
+            "newline, tab or other control character: write it as \\n, \\t or \\u00XX)")
         nan = client.post("/v1/chat/completions", headers={"content-type": "application/json"},
                           content=b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}')
         assert nan.status_code == 400 and nan.json()["error"]["param"] == "temperature"
-        assert len(calls) == 3
+        assert len(calls) == 4

@@ -323,6 +323,35 @@ def test_base64_decodes_as_the_standard_library_does():
         assert err.value.status == 400 and err.value.code == "invalid_base64"
 
 
+def test_a_file_path_as_media_url_is_named_as_such_and_never_read(tmp_path):
+    """A path or file name where a URL belongs (a common mistake with a local server) gets a 400
+    that says the server does not read files, and the file is not opened; raw base64 that starts
+    like a path (a JPEG's "/9j/") still decodes; other text is refused as base64."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from server.errors import APIError
+    from server.media import split_data
+
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(png_bytes())
+    for path in (str(photo), "~/photo.png", "./photo.png", "photo.JPG", "C:\\Users\\me\\photo.png",
+                 "C:/Users/me/photo.png", "\\\\host\\share\\a.png"):
+        with pytest.raises(APIError) as err:
+            split_data(path, "messages[0].content[1]")
+        assert (err.value.status, err.value.code) == (400, "invalid_url"), path
+        assert "file path" in err.value.message and err.value.param == "messages[0].content[1]", path
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, "JPEG")
+    raw = base64.b64encode(buf.getvalue()).decode()
+    assert raw.startswith("/9j/") and split_data(raw, "x") == ("", buf.getvalue())
+    with pytest.raises(APIError) as err:
+        split_data("hello there", "x")
+    assert err.value.code == "invalid_base64" and "data:image/png;base64," in err.value.message
+
+
 def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatch):
     """While one request's photo is decoded and checked (slow for a 12 MP JPEG), the loop keeps
     serving: the check here only finishes once a coroutine on the loop has run meanwhile, which
