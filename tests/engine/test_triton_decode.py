@@ -158,6 +158,45 @@ def test_token_loop_reads_the_token_the_step_stored_on_the_host(kernels, model, 
         model.static_decode = None
 
 
+def test_a_token_step_whose_host_store_fails_keeps_the_fused_step(kernels, model, monkeypatch):
+    """A Triton that refuses the pointer to pinned host memory (simulated: the fused tail raises
+    while ``host_reported`` is set): the step is retried without the host store, the Triton step
+    stays, the loop copies the token, and the answer keeps the eager decode's greedy tokens."""
+    from engine.api.events import GenerationParams
+    from engine.generate import token_stream
+    from engine.models.llama.triton_decode import TritonStep
+    from engine.sampling import make_sampler
+
+    ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(11))
+    ref_tokens, _, _ = greedy(model, ids, 8, "paged", None)
+    real = TritonStep.head_argmax
+    refused = []
+
+    def head_argmax(self):
+        if self.dec.host_reported is not None:
+            refused.append(1)
+            raise ValueError("Pointer argument (at 11) cannot be accessed from Triton (cpu tensor?)")
+        return real(self)
+
+    monkeypatch.setattr(TritonStep, "head_argmax", head_argmax)
+    model.static_decode = True
+    model._static = StaticDecoder(model, use_graph=False, use_triton=True)
+    model._static.use_graph = True  # the fallback runs only where graphs are used
+    model._static.host_reported = torch.zeros(2, dtype=torch.long)
+    monkeypatch.setattr(StaticDecoder, "_capture", lambda self, key, kv, bucket, step: step(kv, bucket))
+    try:
+        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
+        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+        with pytest.warns(RuntimeWarning, match="retrying without it"):
+            tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 8,
+                                       pipelined=True))
+        assert tokens == ref_tokens and refused == [1]
+        assert model._static.triton is not None and model.token_report_host() is None
+    finally:
+        model._static = None
+        model.static_decode = None
+
+
 def test_token_step_survives_a_failed_capture(kernels, model, monkeypatch):
     """A Triton step whose graph capture fails after its warm-up run (which already fed its argmax
     back and advanced the position): the step is redone with the PyTorch step from the same input,

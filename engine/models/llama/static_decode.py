@@ -422,7 +422,9 @@ class StaticDecoder:
         """:meth:`_run` of the ``"decode"`` step (:attr:`step`, logits cloned) or the ``"token"`` step
         (:meth:`_token_step`, its own buffers). A Triton that cannot build or capture these kernels
         here: warn, decode with the PyTorch step from now on (it rewrites the same position's
-        keys/values) and retry once, after ``restore()`` undoes what the failed attempt changed."""
+        keys/values) and retry once, after ``restore()`` undoes what the failed attempt changed. A
+        token step that stores its token in pinned host memory is first retried without that store
+        (a Triton whose launcher refuses a host pointer keeps the fused step; the loop copies)."""
         def attempt():
             step, clone = (self._token_step, False) if kind == "token" else (self.step, True)
             return self._run((kind, bucket), kv, bucket, step, clone, key)
@@ -431,6 +433,17 @@ class StaticDecoder:
         except Exception as exc:  # noqa: BLE001
             if self.triton is None or not self.use_graph:
                 raise
+            if kind == "token" and self.host_reported is not None:
+                warnings.warn(f"Triton token step failed with its host store ({exc!r:.200}); retrying without it",
+                              RuntimeWarning, stacklevel=3)
+                self.host_reported = None
+                self.graphs = {k: v for k, v in self.graphs.items() if k[0][0] != "token"}
+                if restore is not None:
+                    restore()
+                try:
+                    return attempt()
+                except Exception as again:  # noqa: BLE001
+                    exc = again
             warnings.warn(f"Triton decode step failed ({exc!r:.200}); using the PyTorch step",
                           RuntimeWarning, stacklevel=3)
             self.triton = None
