@@ -178,7 +178,8 @@ class GuardMiddleware:
             length = 0
         if length > limit:
             _count_scope(scope, 413)
-            return await _json_error(413, f"the request body has {length} bytes; the limit is {limit}",
+            return await _json_error(413, f"the request body has {length} bytes; the limit is {limit} "
+                                          "(the server's --max-body-mb)",
                                      "request_too_large")(scope, receive, send)
         seen = 0
         status = None
@@ -243,6 +244,12 @@ def _count_scope(scope: dict, status: int) -> None:
         state.metrics.requests.labels(_endpoint(scope), str(status)).inc()
 
 
+def _prompt_list_error(error: dict) -> bool:
+    """Whether pydantic refused a ``prompt`` list for its items (token ids) or its length (a batch)."""
+    loc = tuple(error.get("loc", ()))
+    return loc[1:2] == ("prompt",) and (error.get("type") == "too_long" or any(isinstance(x, int) for x in loc[2:]))
+
+
 def _json_syntax_message(error: dict, body) -> str:
     """The 400 message of a body ``json.loads`` refused: its reason, where it stopped (FastAPI puts
     the offset in ``loc`` and the text in the error's ``body``), and for a raw control character,
@@ -281,7 +288,13 @@ def _install_errors(app: FastAPI) -> None:
                                     f"(got {media or 'no Content-Type'})", "invalid_json")
         if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
             return _json_error(400, "the request body is empty: send a JSON object", "invalid_json")
+        if tuple(first.get("loc", ())) == ("body",):  # a list, string or number where the object belongs
+            return _json_error(400, "the request body must be a JSON object ({...})", "invalid_value")
         message, where = validation_message(errors)
+        if request.url.path.endswith("/v1/completions") and any(_prompt_list_error(e) for e in errors):
+            message = ("prompt: send one string (or a list of one string); prompts of token ids and "
+                       "several prompts in one request are not supported")
+            where = "prompt"
         return _json_error(400, message or "invalid request", "invalid_value", where or None)
 
     @app.exception_handler(HTTPException)

@@ -86,7 +86,8 @@ def _check_media_count(request: ChatRequest, config: ServerConfig) -> None:
             else:
                 earlier += 1
     if here > config.max_images:
-        raise APIError(413, f"{here} images or videos in one message; the limit is {config.max_images}",
+        raise APIError(413, f"{here} images or videos in one message; the limit is {config.max_images} "
+                            "(the server's --max-images)",
                        "too_many_images", "messages")
     limit = HISTORY_MEDIA_FACTOR * config.max_images
     if earlier > limit:
@@ -118,7 +119,8 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
             url, detail = _url(part.image_url if isinstance(part, ImagePart) else part.video_url)
             if isinstance(part, VideoPart):
                 if not caps.video:
-                    raise APIError(400, "this model takes no video", "video_not_supported", param)
+                    raise APIError(400, "this model takes no video (video needs a SmolVLM2 model)",
+                                   "video_not_supported", param)
                 attachments.append(Attachment(await media.video(url, param), "video"))
             else:
                 if not caps.vision:

@@ -37,6 +37,8 @@ def from_engine(error_type: str, message: str | None) -> APIError:
     """The APIError for an engine failure: 400 for the request's fault, 500 for anything else."""
     code = CLIENT_ERRORS.get(error_type)
     message = _MEDIA_PATH.sub("the uploaded media", message) if message else message
+    if code == "context_length_exceeded" and message:
+        message += ": shorten the prompt or the conversation (or send fewer images, or 'detail': 'low')"
     if code is not None:
         return APIError(400, message or error_type, code)
     return APIError(500, message or "the engine failed", "engine_error")

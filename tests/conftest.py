@@ -35,7 +35,7 @@ if _no_cuda():
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    path = Path(os.environ.get("SMOLCHAT_SHARED", REPO_ROOT.parent / "shared"))
+    path = Path(os.environ.get("SMOLCHAT_SHARED") or REPO_ROOT.parent / "shared").expanduser()
     if not path.is_dir():
         pytest.fail(f"shared folder not found: {path} (set SMOLCHAT_SHARED)")
     return path

@@ -129,7 +129,7 @@ def write_checkpoint(config_dir: str | Path, out_dir: str | Path, tiny: bool = F
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--config", required=True, help="folder with config.json and tokenizer files")
     ap.add_argument("--out", required=True, help="output folder (outside the repo, or checkpoints/)")
     ap.add_argument("--tiny", action="store_true", help="shrink to a 2-layer test model")

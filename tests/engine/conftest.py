@@ -16,11 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 def _shared() -> Path:
     """The shared data folder (model configs, photos, videos, texts), or the test fails saying where
     it looked and how to point at it (a bare FileNotFoundError from deep inside a fixture did not)."""
-    path = Path(os.environ.get("SMOLCHAT_SHARED", REPO.parent / "shared"))
-    if not (path / "models").is_dir():
-        pytest.fail(f"the shared data folder was not found at {path} (it needs models/ with the SmolVLM and "
-                    "SmolLM2 config files): clone the repository beside it, or set SMOLCHAT_SHARED to it",
-                    pytrace=False)
+    path = Path(os.environ.get("SMOLCHAT_SHARED") or REPO.parent / "shared").expanduser()
+    if not (path / "models" / "SmolVLM-256M-Instruct").is_dir():
+        pytest.fail(f"the shared data folder was not found at {path} (it needs models/SmolVLM-256M-Instruct and "
+                    "the other config folders): set SMOLCHAT_SHARED to it, or keep the repository next to it "
+                    "(its default is ../shared)", pytrace=False)
     return path
 
 

@@ -127,19 +127,42 @@ def test_bad_requests_get_the_documented_error(url, name):
     ("chat/completions", {"messages": [user(TEXT)], "stream": "yes"}, "stream", "stream: Input should be a valid boolean"),
     ("completions", {"prompt": 5}, "prompt", "prompt: Input should be a valid string or a valid list"),
     ("completions", {"prompt": []}, "prompt", "prompt: List should have at least 1 item after validation, not 0"),
+    ("completions", {"prompt": [99999999]}, "prompt", "prompt: send one string (or a list of one string); prompts "
+     "of token ids and several prompts in one request are not supported"),
+    ("completions", {"prompt": ["a", "b"]}, "prompt", "prompt: send one string (or a list of one string); prompts "
+     "of token ids and several prompts in one request are not supported"),
+    ("chat/completions", [{"role": "user", "content": "hi"}], None, "the request body must be a JSON object ({...})"),
     ("embeddings", {"input": [{"type": "image_url"}]}, "input[0].type", "input[0].type: Extra inputs are not permitted"),
 ], ids=["content not a string or list", "image_url not an object or string", "text part without text",
         "part without a type", "user message with null content", "system message without content", "stop", "stop too long", "max_tokens as a string",
-        "stream as a string", "prompt", "empty prompt list", "embedding item"])
+        "stream as a string", "prompt", "empty prompt list", "token-id prompt", "batched prompt", "a list body",
+        "embedding item"])
 def test_a_value_no_union_member_takes_is_said_once_by_its_field(url, path, body, param, message):
     """pydantic reports a value that fits none of a union's members once per member, under member
     names ("content.str", "content.list[tagged-union[...]]"): the client sees its own field path
     (written as the server's other errors write it), and only the members that got furthest into the
     value. Integers and booleans of another JSON type are refused, as OpenAI refuses them."""
-    r = httpx.post(f"{url}/v1/{path}", json={"model": MODEL, **body}, timeout=30)
+    r = httpx.post(f"{url}/v1/{path}", json={"model": MODEL, **body} if isinstance(body, dict) else body, timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "param": param,
                                  "code": "invalid_value"}
+
+
+def test_limit_and_capability_errors_say_what_to_change(url):
+    """The 413s name the server flag that raises the limit, and a video sent to an image model names
+    the models that take video (from a fresh-user trial: the message said what, not what to do)."""
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                   json={"model": MODEL, "messages": [user(*[image(PNG)] * 17, TEXT)]})
+    assert r.status_code == 413 and r.json()["error"]["message"] == (
+        "17 images or videos in one message; the limit is 16 (the server's --max-images)"), r.text
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=60, content=b"x" * (9 * 2**20),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["message"].endswith(
+        "; the limit is 8388608 (the server's --max-body-mb)"), r.text
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={"model": MODEL, "messages": [user(
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}, TEXT)]})
+    assert r.status_code == 400 and r.json()["error"]["message"] == \
+        "this model takes no video (video needs a SmolVLM2 model)", r.text
 
 
 def test_what_clients_send_by_default_passes(url):

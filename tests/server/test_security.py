@@ -337,7 +337,7 @@ def test_a_file_path_as_media_url_is_named_as_such_and_never_read(tmp_path):
 
     photo = tmp_path / "photo.png"
     photo.write_bytes(png_bytes())
-    for path in (str(photo), "~/photo.png", "./photo.png", "photo.JPG", "C:\\Users\\me\\photo.png",
+    for path in (str(photo), photo.as_uri(), "~/photo.png", "./photo.png", "photo.JPG", "C:\\Users\\me\\photo.png",
                  "C:/Users/me/photo.png", "\\\\host\\share\\a.png"):
         with pytest.raises(APIError) as err:
             split_data(path, "messages[0].content[1]")
@@ -350,6 +350,17 @@ def test_a_file_path_as_media_url_is_named_as_such_and_never_read(tmp_path):
     with pytest.raises(APIError) as err:
         split_data("hello there", "x")
     assert err.value.code == "invalid_base64" and "data:image/png;base64," in err.value.message
+    # What common encoders get wrong is named: the URL-safe alphabet, the padding left off.
+    url_safe = base64.urlsafe_b64encode(bytes(range(250, 256)) * 10).decode()
+    assert "-" in url_safe or "_" in url_safe
+    unpadded = base64.b64encode(b"abcd").decode().rstrip("=")
+    for data, cause in ((url_safe, "URL-safe alphabet"), (unpadded, "padding")):
+        with pytest.raises(APIError) as err:
+            split_data("data:image/jpeg;base64," + data, "x")
+        assert err.value.code == "invalid_base64" and cause in err.value.message, (cause, err.value.message)
+    with pytest.raises(APIError) as err:
+        split_data("data:image/jpeg;base64,ab!d", "x")
+    assert err.value.message == "the media data is not valid base64"
 
 
 def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatch):
@@ -405,7 +416,8 @@ def test_an_image_over_the_pixel_limit_is_said_one_way(tmp_path, side, recwarn):
         asyncio.run(store.image("data:image/png;base64," + base64.b64encode(bytes(data)).decode(), "x"))
     assert err.value.status == 413 and err.value.code == "image_too_large"
     assert err.value.message.startswith(f"the image has {side * side} pixels")
-    assert err.value.message.endswith(f", more than the limit of {ServerConfig().max_image_pixels}")
+    assert err.value.message.endswith(f", more than the limit of {ServerConfig().max_image_pixels}: downscale it "
+                                      "before sending")
     assert not [w for w in recwarn if "DecompressionBomb" in type(w.message).__name__]
 
 
@@ -444,7 +456,7 @@ def test_an_image_too_large_for_pillow_to_open_is_a_413(tmp_path):
         asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
     assert err.value.status == 413 and err.value.code == "image_too_large"
     assert err.value.message == f"the image has {100_000 * 100_000} pixels, more than the limit of " \
-                                f"{ServerConfig().max_image_pixels}"
+                                f"{ServerConfig().max_image_pixels}: downscale it before sending"
 
 
 def test_port_0_serves_on_the_free_port_it_prints(tiny_checkpoint):

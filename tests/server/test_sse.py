@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import httpx
@@ -52,7 +53,10 @@ def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url):
     response, lines = stream_lines(url, {"model": "tiny-f32", "stream": True, "max_tokens": 5,
                                          "messages": [{"role": "user", "content": "x " * 9000}]})
     assert response.status_code == 400
-    assert json.loads("".join(lines))["error"]["code"] == "context_length_exceeded"
+    error = json.loads("".join(lines))["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert re.fullmatch(r"the prompt has \d+ tokens but the context holds \d+: shorten the prompt or the "
+                        r"conversation \(or send fewer images, or 'detail': 'low'\)", error["message"]), error
 
 
 @pytest.fixture
