@@ -288,7 +288,8 @@ def _install_errors(app: FastAPI) -> None:
                                     f"(got {media or 'no Content-Type'})", "invalid_json")
         if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
             return _json_error(400, "the request body is empty: send a JSON object", "invalid_json")
-        if tuple(first.get("loc", ())) == ("body",):  # a list, string or number where the object belongs
+        if tuple(first.get("loc", ())) == ("body",) and str(first.get("type", "")).endswith("_type"):
+            # a list, string or number where the object belongs (not a check of the object's fields)
             return _json_error(400, "the request body must be a JSON object ({...})", "invalid_value")
         message, where = validation_message(errors)
         if request.url.path.endswith("/v1/completions") and any(_prompt_list_error(e) for e in errors):

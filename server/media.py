@@ -105,8 +105,8 @@ def split_data(url: str, param: str) -> tuple[str | None, bytes | None]:
         return "", _b64(url, param)
     except APIError:
         # Raw base64 may start with "/" (a JPEG's "/9j/"): a path is recognised only once the
-        # string has failed as base64.
-        if _PATH_START.match(url) or _MEDIA_NAME.search(url):
+        # string has failed as base64, and only at a path's length (a damaged photo is longer).
+        if len(url) <= 4096 and (_PATH_START.match(url) or _MEDIA_NAME.search(url)):
             raise APIError(400, _FILE_PATH, "invalid_url", param) from None
         raise APIError(400, "the media data is not valid base64, and not a data: URI or an http(s) URL either "
                             "(send e.g. data:image/png;base64,<the file's bytes in base64>)",

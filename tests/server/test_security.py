@@ -344,9 +344,12 @@ def test_a_file_path_as_media_url_is_named_as_such_and_never_read(tmp_path):
         assert (err.value.status, err.value.code) == (400, "invalid_url"), path
         assert "file path" in err.value.message and err.value.param == "messages[0].content[1]", path
     buf = io.BytesIO()
-    Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, "JPEG")
+    Image.effect_noise((96, 96), 80).convert("RGB").save(buf, "JPEG", quality=95)  # a photo, not a path, long
     raw = base64.b64encode(buf.getvalue()).decode()
-    assert raw.startswith("/9j/") and split_data(raw, "x") == ("", buf.getvalue())
+    assert raw.startswith("/9j/") and len(raw) > 4096 and split_data(raw, "x") == ("", buf.getvalue())
+    with pytest.raises(APIError) as err:  # a damaged photo's base64 that starts like a path
+        split_data(raw[:-2] + "!", "x")
+    assert err.value.code == "invalid_base64"
     with pytest.raises(APIError) as err:
         split_data("hello there", "x")
     assert err.value.code == "invalid_base64" and "data:image/png;base64," in err.value.message
