@@ -54,6 +54,18 @@ def greedy(model, ids, n, kind, triton_step, config=None, max_tokens=None):
         model.static_decode = None
 
 
+def token_loop(model, ids, n, **cache):
+    """The pipelined greedy loop (``token_stream``, as ChatSession runs it) for ``n`` tokens after
+    ``ids``, on a fresh paged cache (``cache``: CacheConfig overrides; 64 tokens by default)."""
+    from engine.api.events import GenerationParams
+    from engine.generate import token_stream
+    from engine.sampling import make_sampler
+
+    kv = model.create_kv_cache(CacheConfig(kind="paged", **{"max_tokens": 64, **cache}))
+    logits = model.prefill(model.embed(ids), kv, range(0, ids.shape[1]))
+    return list(token_stream(model, kv, make_sampler(GenerationParams()), ids[0].tolist(), logits, n, pipelined=True))
+
+
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
 def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, model, kind):
     # 246 prompt tokens + 20 decode steps: positions 246..265 cross the 256 bucket boundary
@@ -107,20 +119,13 @@ def test_triton_token_step_gives_greedy_tokens(kernels, model, config):
     """decode_token through the Triton step (embedding, argmax and position advance on the device):
     the eager decode's greedy tokens, across the 256 bucket boundary; with ``fused_head`` the final
     norm, lm_head and argmax run as one kernel."""
-    from engine.api.events import GenerationParams
-    from engine.generate import token_stream
-    from engine.sampling import make_sampler
-
     ids = torch.randint(0, 49000, (1, 250), generator=torch.Generator().manual_seed(6))
     ref_tokens, _, _ = greedy(model, ids, 12, "paged", None)
     model.static_decode = True
     model._static = StaticDecoder(model, use_graph=False, use_triton=True, triton_config=config)
     assert model._static.triton.fused_head == config.get("fused_head", True)
     try:
-        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=300, num_blocks=4))
-        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
-        tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 12,
-                                   pipelined=True))
+        tokens = token_loop(model, ids, 12, max_tokens=300, num_blocks=4)
         assert tokens == ref_tokens
     finally:
         model._static = None
@@ -133,9 +138,7 @@ def test_token_loop_reads_the_token_the_step_stored_on_the_host(kernels, model, 
     a CPU tensor here), the pipelined loop reads it there instead of copying ``reported``: with every
     returned ``reported`` replaced by INVALID_TOKEN (which the copy path raises on), the answer is
     still the eager decode's greedy tokens, so each token came from the right element of the ring."""
-    from engine.api.events import GenerationParams
-    from engine.generate import token_stream
-    from engine.sampling import INVALID_TOKEN, make_sampler
+    from engine.sampling import INVALID_TOKEN
 
     ids = torch.randint(0, 49000, (1, 40), generator=torch.Generator().manual_seed(10))
     ref_tokens, _, _ = greedy(model, ids, 12, "paged", None)
@@ -147,10 +150,7 @@ def test_token_loop_reads_the_token_the_step_stored_on_the_host(kernels, model, 
     monkeypatch.setattr(type(model), "decode_token",
                         lambda self, token, cache: (*real(self, token, cache)[:2], poisoned))
     try:
-        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
-        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
-        tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 12,
-                                   pipelined=True))
+        tokens = token_loop(model, ids, 12)
         assert tokens == ref_tokens
         assert model.token_report_host() is model._static.host_reported
     finally:
@@ -162,10 +162,7 @@ def test_a_token_step_whose_host_store_fails_keeps_the_fused_step(kernels, model
     """A Triton that refuses the pointer to pinned host memory (simulated: the fused tail raises
     while ``host_reported`` is set): the step is retried without the host store, the Triton step
     stays, the loop copies the token, and the answer keeps the eager decode's greedy tokens."""
-    from engine.api.events import GenerationParams
-    from engine.generate import token_stream
     from engine.models.llama.triton_decode import TritonStep
-    from engine.sampling import make_sampler
 
     ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(11))
     ref_tokens, _, _ = greedy(model, ids, 8, "paged", None)
@@ -185,11 +182,8 @@ def test_a_token_step_whose_host_store_fails_keeps_the_fused_step(kernels, model
     model._static.host_reported = torch.zeros(2, dtype=torch.long)
     monkeypatch.setattr(StaticDecoder, "_capture", lambda self, key, kv, bucket, step: step(kv, bucket))
     try:
-        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
-        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
         with pytest.warns(RuntimeWarning, match="retrying without it"):
-            tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 8,
-                                       pipelined=True))
+            tokens = token_loop(model, ids, 8)
         assert tokens == ref_tokens and refused == [1]
         assert model._static.triton is not None and model.token_report_host() is None
     finally:
@@ -201,10 +195,6 @@ def test_token_step_survives_a_failed_capture(kernels, model, monkeypatch):
     """A Triton step whose graph capture fails after its warm-up run (which already fed its argmax
     back and advanced the position): the step is redone with the PyTorch step from the same input,
     and the answer keeps the eager decode's greedy tokens. Captures are simulated (no CUDA here)."""
-    from engine.api.events import GenerationParams
-    from engine.generate import token_stream
-    from engine.sampling import make_sampler
-
     ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(8))
     ref_tokens, _, _ = greedy(model, ids, 10, "paged", None)
     failures = []
@@ -221,11 +211,8 @@ def test_token_step_survives_a_failed_capture(kernels, model, monkeypatch):
     model._static = StaticDecoder(model, use_graph=False, use_triton=True)
     model._static.use_graph = True
     try:
-        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
-        logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
         with pytest.warns(RuntimeWarning, match="Triton decode step failed"):
-            tokens = list(token_stream(model, cache, make_sampler(GenerationParams()), ids[0].tolist(), logits, 10,
-                                       pipelined=True))
+            tokens = token_loop(model, ids, 10)
         assert len(failures) == 1 and model._static.triton is None
         assert tokens == ref_tokens
     finally:
