@@ -18,6 +18,7 @@ a body they give the same value (``NaN`` and ``Infinity`` included, which the mo
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -30,14 +31,15 @@ def parse_json(body: bytes) -> Any:
     """The JSON value of ``body``, as ``json.loads(body)`` gives it.
 
     Raises:
-        json.JSONDecodeError: the body is not JSON (the standard library's error and message), or a
-            string in it holds a lone UTF-16 surrogate.
-        UnicodeDecodeError: the body is not in a Unicode encoding ``json.loads`` detects.
+        json.JSONDecodeError: the body is not JSON (the standard library's error and message), a
+            string in it holds a lone UTF-16 surrogate, the body is not text in a Unicode encoding
+            ``json.loads`` detects, it nests deeper than Python's recursion limit, or a number in it
+            has more digits than Python converts (each with a message saying which).
     """
     try:
         return from_json(body)
     except ValueError:  # refused: the standard library decides (and words the error)
-        value = json.loads(body)
+        value = _loads(body)
     # json.loads accepts an escaped lone UTF-16 surrogate ("\ud800"), which is not Unicode text: the
     # tokenizer would fail on it inside the engine (a 500). Refused here as invalid JSON (a 400).
     try:
@@ -47,6 +49,25 @@ def parse_json(body: bytes) -> Any:
         raise json.JSONDecodeError(f"a string holds a lone UTF-16 surrogate ({bad}), which is not Unicode text",
                                    "", 0) from None
     return value
+
+
+def _loads(body: bytes) -> Any:
+    """``json.loads(body)``, with the errors it raises besides a syntax error (FastAPI answers those
+    with one message for all) turned into ``JSONDecodeError``s that say what is wrong."""
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError:
+        raise
+    except UnicodeDecodeError as exc:
+        # (json.loads reads UTF-8, UTF-16 or UTF-32, whichever the first bytes suggest)
+        codec = exc.encoding.upper().replace("-LE", "").replace("-BE", "")
+        raise json.JSONDecodeError(f"it is not {codec} text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                   f"{exc.start})", "", 0) from None
+    except RecursionError:
+        raise json.JSONDecodeError("its arrays or objects are nested too deeply", "", 0) from None
+    except ValueError:  # Python's limit on the digits of an integer it converts (CVE-2020-10735)
+        raise json.JSONDecodeError(f"a number in it has more than {sys.get_int_max_str_digits()} digits",
+                                   "", 0) from None
 
 
 class JSONBodyRequest(Request):

@@ -56,9 +56,15 @@ def test_a_lone_surrogate_in_a_request_is_a_400():
         assert ok.status_code == 200
 
 
-def test_invalid_utf8_raises_as_json_loads_does():
-    with pytest.raises(UnicodeDecodeError):
-        parse_json(b'{"s": "\xff"}')
+@pytest.mark.parametrize("body, message", [
+    (b'{"s": "\xff"}', "it is not UTF-8 text (byte 0xff at offset 7)"),
+    (b"[" * 100_000 + b"]" * 100_000, "its arrays or objects are nested too deeply"),
+    (b'{"n": ' + b"1" * 5000 + b"}", "a number in it has more than 4300 digits"),
+], ids=["invalid UTF-8", "nested too deeply", "a number too long"])
+def test_what_json_loads_raises_besides_syntax_errors_is_a_syntax_error_naming_it(body, message):
+    with pytest.raises(json.JSONDecodeError) as info:
+        parse_json(body)
+    assert info.value.msg == message
 
 
 def test_the_routes_parse_bodies_once_with_pydantic_core(monkeypatch):
