@@ -59,12 +59,13 @@ def stops_of(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
-async def pieces(answer: Answer, first: TokenEvent | DoneEvent, stops: list[str], outcome: Outcome,
+async def pieces(answer: Answer, first: TokenEvent | DoneEvent | None, stops: list[str], outcome: Outcome,
                  is_disconnected: Callable[[], Any] | None = None) -> AsyncIterator[tuple[str, TokenEvent | None]]:
-    """Yield ``(text, token event)`` pairs from ``first`` on (text may be "" for a token that completed
-    no character yet); then ``outcome`` tells the end. Engine errors land in ``outcome.error``."""
+    """Yield ``(text, token event)`` pairs from ``first`` (``None``: the answer's next event) on (text
+    may be "" for a token that completed no character yet); then ``outcome`` tells the end. Engine
+    errors land in ``outcome.error``."""
     matcher = StopMatcher(stops)
-    event = first
+    event = first if first is not None else await answer.next(is_disconnected)
     while not isinstance(event, DoneEvent):
         if event.token_id >= 0:
             outcome.completion_tokens += 1
@@ -96,9 +97,19 @@ def shutting_down(cut: bool) -> APIError:
     return APIError(503, f"the server is shutting down: it stopped {what}", "server_shutting_down")
 
 
-async def first_event(answer: Answer, is_disconnected: Callable[[], Any]) -> TokenEvent | DoneEvent:
-    """Wait for the answer's first event before any byte is sent, so that an error (a prompt too
-    long, an unreadable image) still gets a real HTTP status; raises its APIError."""
+async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream: bool = False
+                      ) -> TokenEvent | DoneEvent | None:
+    """Wait for the answer's first event before any byte is sent, so that a refusal (a prompt too
+    long, an unreadable image or video) still gets a real HTTP status; raises its APIError.
+
+    ``stream``: wait only until the engine has begun reading the prompt (then ``None``, the first
+    event comes in the stream), past every refusal: the response's headers go out while the vision
+    tower and the prefill run, not on the way from the first token to the client. An error after
+    that (the GPU out of memory) is the stream's error event."""
+    if stream:
+        await answer.wait_begun(is_disconnected)
+        if not answer.events:
+            return None
     event = await answer.next(is_disconnected)
     if isinstance(event, DoneEvent) and event.finish_reason == "error":
         raise from_engine(event.error_type, event.error)

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.api import Capabilities, DoneEvent, TokenEvent
+from engine.api import Capabilities, DoneEvent, ProgressEvent, TokenEvent
 from engine.service import EngineService
 from server.errors import APIError
 
@@ -49,9 +49,22 @@ class Answer:
         # Set by the request once its first chunk is on the wire (or it needs no hurry, or it ended).
         self._first_sent = threading.Event()
         self.started = time.perf_counter()
+        # The engine has begun reading this answer's prompt (its first ProgressEvent): the prompt
+        # fitted the context and its media were read, so no refusal with an HTTP status can follow.
+        self.begun = False
 
     def sink(self, event: Any) -> None:
-        """Engine thread: forward tokens and the end (progress events are not part of the API)."""
+        """Engine thread: forward tokens and the end; of the progress events (not part of the API),
+        only note the first (:meth:`wait_begun`)."""
+        if isinstance(event, ProgressEvent):
+            if not self.begun:
+                self.begun = True
+                if self._waiter is not None:
+                    try:
+                        self.loop.call_soon_threadsafe(self._wake)
+                    except RuntimeError:  # the event loop has closed (server shutdown)
+                        pass
+            return
         if isinstance(event, (TokenEvent, DoneEvent)):
             self.events.append(event)
             if self._waiter is not None:
@@ -80,11 +93,11 @@ class Answer:
         """Events that have arrived and not been taken yet."""
         return len(self.events)
 
-    async def next(self, is_disconnected: Callable[[], Any] | None = None) -> TokenEvent | DoneEvent:
-        """The next event; raises :class:`ClientDisconnected` (after cancelling) when the client left."""
-        while not self.events:
+    async def _wait(self, ready: Callable[[], bool], is_disconnected: Callable[[], Any] | None) -> None:
+        """Until ``ready()``; raises :class:`ClientDisconnected` (after cancelling) when the client left."""
+        while not ready():
             self._waiter = self.loop.create_future()
-            if self.events:  # arrived between the check and the waiter: the sink saw no waiter
+            if ready():  # came between the check and the waiter: the sink saw no waiter
                 self._waiter = None
                 break
             try:
@@ -96,6 +109,16 @@ class Answer:
                     raise ClientDisconnected() from None
             finally:
                 self._waiter = None
+
+    async def wait_begun(self, is_disconnected: Callable[[], Any] | None = None) -> None:
+        """Until the engine has begun reading the prompt (:attr:`begun`) or an event has arrived
+        (an answer that reports no progress, or one refused: its DoneEvent)."""
+        await self._wait(lambda: self.begun or bool(self.events), is_disconnected)
+
+    async def next(self, is_disconnected: Callable[[], Any] | None = None) -> TokenEvent | DoneEvent:
+        """The next event; raises :class:`ClientDisconnected` (after cancelling) when the client left."""
+        if not self.events:
+            await self._wait(lambda: bool(self.events), is_disconnected)
         event = self.events.popleft()
         if isinstance(event, DoneEvent):
             self.finished = True

@@ -2,9 +2,10 @@
 
 The SSE contract: every ``data:`` line is JSON except the final ``[DONE]``; the first chunk's delta
 carries the role; the last choice chunk carries ``finish_reason``; with ``stream_options.include_usage``
-one more chunk with ``"choices": []`` and the usage comes before ``[DONE]``. An error before the first
-token is a plain HTTP error (the first event is awaited before the response starts); an error during
-the stream is one ``data: {"error": ...}`` event, and the stream ends there.
+one more chunk with ``"choices": []`` and the usage comes before ``[DONE]``. A refusal (a prompt too
+long, unreadable media) is a plain HTTP error: the response starts only once the engine has begun
+reading the prompt (streamed) or with the first event (not streamed). An error after that is one
+``data: {"error": ...}`` event, and the stream ends there.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
 
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],
                  stream: bool) -> tuple[Answer, object]:
-    """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event. A
+    """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event, or for
+    a stream only its start (``None``, see :func:`~server.answer_stream.first_event`). A
     non-streamed answer sends nothing before its end: the engine thread is never held for it."""
     state = request.app.state.smolchat
     state.check_model(model)
@@ -96,7 +98,7 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
         answer.first_sent()
     try:
         answer.handle = submit(answer)
-        return answer, await first_event(answer, request.is_disconnected)
+        return answer, await first_event(answer, request.is_disconnected, stream)
     except BaseException:
         answer.cancel()
         raise

@@ -1,4 +1,5 @@
-"""A scripted engine session for in-process servers: answers on cue (slowly, or failing half-way)."""
+"""A scripted engine session for in-process servers: answers on cue (slowly, failing half-way, or
+reading its prompt until told to go on)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import threading
 import time
 from types import SimpleNamespace
 
-from engine.api import Capabilities, DoneEvent, GenerationStats, TokenEvent
+from engine.api import Capabilities, DoneEvent, GenerationStats, ProgressEvent, TokenEvent
 
 
 class FakeSession:
     """ChatSession's shape. The answer echoes the user's words, ``delay`` s apart; a message
-    starting with "fail" fails after two tokens; "slow" waits 0.1 s per token."""
+    starting with "fail" fails after two tokens; "slow" waits 0.1 s per token; "read" reports
+    reading its prompt (a ProgressEvent to ``progress``, as ChatSession does) and then waits for
+    ``reading`` to be set (10 s at most) before its first token, "read and fail" then fails."""
 
     model_name, device, dtype, weights = "fake", "cpu", "float32", "float32"
 
@@ -25,6 +28,9 @@ class FakeSession:
         caps = caps or Capabilities(vision=True, embeddings=False, max_context=4096, image_tokens_per_tile=64)
         self.model = SimpleNamespace(capabilities=lambda: caps)
         self.cache = SimpleNamespace(capacity=4096, seq_len=0)
+        self.progress = None  # set by EngineService around an answer
+        self.reading = threading.Event()
+        self.yielded = 0  # tokens yielded by the current answer
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -48,7 +54,15 @@ class FakeSession:
         words = text.split() or ["ok"]
         delay = 0.1 if text.startswith("slow") else self.delay
         reason, produced = "stop", []
+        self.yielded = 0
         try:
+            if text.startswith("read"):
+                if self.progress is not None:
+                    self.progress(ProgressEvent("prefill", 0, 3))
+                self.reading.wait(10)
+                if text.startswith("read and fail"):
+                    yield DoneEvent("error", GenerationStats(prompt_tokens=3), "RuntimeError: out of memory")
+                    return
             for i, word in enumerate(words * 50):
                 if self._cancel.is_set():
                     reason = "cancelled"
@@ -61,6 +75,7 @@ class FakeSession:
                     return
                 time.sleep(delay)
                 produced.append(word)
+                self.yielded += 1
                 yield TokenEvent(word + " ", i)
                 if i + 1 == len(words):
                     break

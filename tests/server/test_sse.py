@@ -85,6 +85,35 @@ def test_an_error_during_the_stream_is_one_error_event_then_the_end(fake):
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "still here "
 
 
+def test_a_stream_starts_while_the_engine_reads_the_prompt(fake):
+    """The status and headers go out once the engine has begun reading the prompt (past every
+    refusal), not with the first token: off the way from the first token to the client."""
+    srv, session = fake
+    body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "read this"}]}
+    with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, timeout=30) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        assert session.yielded == 0 and not session.reading.is_set()  # the engine is still reading
+        session.reading.set()
+        payloads = events(list(response.iter_lines()))
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert payloads[-1] == "[DONE]" and chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "read this "
+
+
+def test_an_engine_error_after_the_stream_started_is_its_error_event(fake):
+    """(An error that comes before the response has started still gets its own status.)"""
+    srv, session = fake
+    body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "read and fail"}]}
+    with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, timeout=30) as response:
+        assert response.status_code == 200
+        session.reading.set()
+        payloads = events(list(response.iter_lines()))
+    role, error = (json.loads(p) for p in payloads)  # the role chunk, then the error: no [DONE]
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert error == {"error": {"message": "RuntimeError: out of memory", "type": "server_error", "param": None,
+                               "code": "engine_error"}}
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_the_engine_thread_is_held_only_until_the_first_chunk_is_sent(monkeypatch, stream):
     """After an answer's first token the engine thread waits for the request to send its first chunk
