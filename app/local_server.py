@@ -65,7 +65,9 @@ class LocalServer(QObject):
         from server.runner import Server
 
         app = create_app(config, service=service)
-        self._server = Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"),
+        # asyncio's own loop in the window's process: older uvicorn releases installed uvloop's
+        # event loop policy process-wide when asked for the "auto" loop (httptools is still used).
+        self._server = Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="asyncio"),
                               app.state.smolchat.bridge)
         self._error = ""
         self._thread = threading.Thread(target=self._run, name="smolchat-local-server", daemon=True)
