@@ -182,8 +182,8 @@ async def chat_completions(body: ChatRequest, request: Request):
                 if "".join(held):
                     yield role + chunk({"content": "".join(held)})
                     role = ""
-                if outcome.error is not None:
-                    yield role + sse(outcome.error.body())
+                if outcome.error is not None:  # alone when nothing was sent: no empty role chunk first
+                    yield sse(outcome.error.body())
                     return
                 _remember(state, "".join(streamed), outcome)
                 # The finish chunk, the usage and [DONE] in one write, too.

@@ -335,6 +335,16 @@ def test_an_embedding_input_longer_than_the_context_names_it(url):
                         rf"model's context of {context} tokens", r.json()["error"]["message"]), r.text
 
 
+def test_a_system_message_longer_than_the_context_says_to_shorten_it(url):
+    """The engine words it for the app ("shorten it in Settings"); a client is told its system message."""
+    context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "max_tokens": 2, "messages": [
+        {"role": "system", "content": "hello " * context}, user(TEXT)]}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert re.fullmatch(rf"the prompt has \d+ tokens but the context holds {context}; the system prompt alone has "
+                        rf"\d+ tokens: shorten the system message", r.json()["error"]["message"]), r.text
+
+
 def test_bodies_python_cannot_read_as_json_are_invalid_json(url):
     """What FastAPI answered with "There was an error parsing the body" and no code, and an empty body."""
     post = lambda content: httpx.post(f"{url}/v1/chat/completions", content=content,  # noqa: E731
