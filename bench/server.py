@@ -43,9 +43,10 @@ def cpu_s(pid: int | None = None) -> float:
 
 
 def fresh_photo(args, run: int, side: int) -> bytes:
-    """The photo with one pixel changed, as PNG bytes: new content for every turn that starts a
-    conversation, so neither side finds its tiles or blocks cached (as with a user's new photo),
-    unless ``--same-photo`` (every run sends the file as it is)."""
+    """The photo with one pixel changed, as PNG bytes (``--photo-format jpeg``: JPEG, quality 90, as a
+    camera or phone saves a photo): new content for every turn that starts a conversation, so neither
+    side finds its tiles or blocks cached (as with a user's new photo), unless ``--same-photo``
+    (every run sends the file as it is)."""
     if args.same_photo:
         return Path(args.image).read_bytes()
     import io
@@ -55,8 +56,18 @@ def fresh_photo(args, run: int, side: int) -> bytes:
     image = Image.open(args.image).convert("RGB")
     image.putpixel((0, 0), (run % 256, side, 7))
     out = io.BytesIO()
-    image.save(out, format="PNG")
+    if getattr(args, "photo_format", "png") == "jpeg":
+        image.save(out, format="JPEG", quality=90)
+    else:
+        image.save(out, format="PNG")
     return out.getvalue()
+
+
+def photo_mime(args) -> str:
+    """The data URI's media type of :func:`fresh_photo`'s bytes."""
+    if args.same_photo:
+        return "image/jpeg" if args.image.lower().endswith((".jpg", ".jpeg")) else "image/png"
+    return "image/jpeg" if getattr(args, "photo_format", "png") == "jpeg" else "image/png"
 
 
 def in_process(session, args, run: int, photo: str) -> dict:
@@ -99,12 +110,12 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
         from engine.service import default_loader
 
         session = default_loader(args.model, {})
-        mime = "image/jpeg" if args.same_photo and args.image.lower().endswith((".jpg", ".jpeg")) else "image/png"
+        mime = photo_mime(args)
         local, firsts, follows = [], [], []
         work = Path(tempfile.mkdtemp(prefix="smolchat-bench-"))
         with httpx.Client(timeout=600) as client:
             for run in range(args.runs + 1):  # run 0 warms up
-                mine = work / f"run{run}.png"
+                mine = work / f"run{run}.{photo_mime(args).split('/')[1]}"
                 mine.write_bytes(fresh_photo(args, run, 0))
                 photo = f"data:{mime};base64,{base64.b64encode(fresh_photo(args, run, 1)).decode()}"
                 here = in_process(session, args, run, str(mine))
@@ -197,6 +208,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--detail", choices=list(DETAILS), default="auto")
     ap.add_argument("--port", type=int, default=18765)
+    ap.add_argument("--photo-format", choices=["png", "jpeg"], default="png",
+                    help="how each run's fresh photo is encoded (the request body's size follows)")
     ap.add_argument("--same-photo", action="store_true", help="send the file itself every run (its tiles are "
                     "then cached after the first run on both sides: the first turns are cheaper than a new photo's)")
     ap.add_argument("--verbose", action="store_true", help="print every run")
@@ -213,7 +226,9 @@ def main() -> int:
     # Paired: each HTTP run against the in-process run just before it (drift in load cancels out).
     ttft_ratio = statistics.median(h["ttft"] / i["ttft"] for i, h in zip(local, firsts))
     speed_ratio = statistics.median(i["tok_s"] / h["tok_s"] for i, h in zip(local, firsts))
-    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}), {args.max_tokens} tokens, "
+    sent = "the file" if args.same_photo else args.photo_format
+    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}, sent as {sent}), "
+          f"{args.max_tokens} tokens, "
           f"median of {args.runs} runs, client body encoded by {args.client_encode}")
     print(f"TTFT    in process {lt * 1000:8.1f} ms   HTTP {ht * 1000:8.1f} ms   "
           f"overhead {(ht / lt - 1) * 100:+.1f}% (median of paired runs {(ttft_ratio - 1) * 100:+.1f}%)")

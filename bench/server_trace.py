@@ -191,6 +191,8 @@ def main() -> int:
     ap.add_argument("--detail", choices=list(DETAILS), default="high")
     ap.add_argument("--port", type=int, default=18766)
     ap.add_argument("--json", help="write every run's stamps here")
+    ap.add_argument("--photo-format", choices=["png", "jpeg"], default="png",
+                    help="how each run's fresh photo is encoded (bench.server.fresh_photo)")
     ap.add_argument("--client-encode", choices=["httpx", "dumps"], default="httpx",
                     help="how the client encodes its JSON body (bench.server.post_args)")
     if sys.argv[1:2] == ["--traced-serve"]:  # the server subprocess: TRACE_FILE, then `serve`'s arguments
@@ -202,7 +204,7 @@ def main() -> int:
 
     import httpx
 
-    from bench.server import fresh_photo
+    from bench.server import fresh_photo, photo_mime
     from bench.server_overhead import wait_ready
     from engine.api import GenerationParams
     from engine.service import default_loader
@@ -221,7 +223,7 @@ def main() -> int:
         args.same_photo = False
         with httpx.Client(timeout=600) as client:
             for run in range(args.runs + 1):  # run 0 warms up
-                mine = work / f"run{run}.png"
+                mine = work / f"run{run}.{photo_mime(args).split('/')[1]}"
                 mine.write_bytes(fresh_photo(args, run, 0))
                 session.reset()
                 session.system_prompt = f"Trace run {run}."
@@ -230,7 +232,7 @@ def main() -> int:
                 photo = base64.b64encode(fresh_photo(args, run, 1)).decode()
                 messages = [{"role": "system", "content": f"Trace run {run}."},
                             {"role": "user", "content": [
-                                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo}",
+                                {"type": "image_url", "image_url": {"url": f"data:{photo_mime(args)};base64,{photo}",
                                                                     "detail": args.detail}},
                                 {"type": "text", "text": "Describe this photo."}]}]
                 body = {"model": model, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0,
@@ -250,7 +252,9 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}), {args.max_tokens} tokens, "
+    sent = "the file" if args.same_photo else args.photo_format
+    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}, sent as {sent}), "
+          f"{args.max_tokens} tokens, "
           f"client body encoded by {args.client_encode}")
     table("first turn, new photo, through HTTP", SERVER_PHASES, firsts)
     table("first turn, new photo, in process", LOCAL_PHASES, local_firsts)
