@@ -56,7 +56,7 @@ def fresh_photo(args, run: int, side: int) -> bytes:
     image = Image.open(args.image).convert("RGB")
     image.putpixel((0, 0), (run % 256, side, 7))
     out = io.BytesIO()
-    if getattr(args, "photo_format", "png") == "jpeg":
+    if args.photo_format == "jpeg":
         image.save(out, format="JPEG", quality=90)
     else:
         image.save(out, format="PNG")
@@ -67,7 +67,7 @@ def photo_mime(args) -> str:
     """The data URI's media type of :func:`fresh_photo`'s bytes."""
     if args.same_photo:
         return "image/jpeg" if args.image.lower().endswith((".jpg", ".jpeg")) else "image/png"
-    return "image/jpeg" if getattr(args, "photo_format", "png") == "jpeg" else "image/png"
+    return "image/jpeg" if args.photo_format == "jpeg" else "image/png"
 
 
 def in_process(session, args, run: int, photo: str) -> dict:
@@ -115,7 +115,7 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
         work = Path(tempfile.mkdtemp(prefix="smolchat-bench-"))
         with httpx.Client(timeout=600) as client:
             for run in range(args.runs + 1):  # run 0 warms up
-                mine = work / f"run{run}.{photo_mime(args).split('/')[1]}"
+                mine = work / f"run{run}.{mime.split('/')[1]}"
                 mine.write_bytes(fresh_photo(args, run, 0))
                 photo = f"data:{mime};base64,{base64.b64encode(fresh_photo(args, run, 1)).decode()}"
                 here = in_process(session, args, run, str(mine))

@@ -221,9 +221,10 @@ def main() -> int:
         session = default_loader(args.model, {})
         params = GenerationParams(max_new_tokens=args.max_tokens, ignore_eos=True, image_detail=DETAILS[args.detail])
         args.same_photo = False
+        mime = photo_mime(args)
         with httpx.Client(timeout=600) as client:
             for run in range(args.runs + 1):  # run 0 warms up
-                mine = work / f"run{run}.{photo_mime(args).split('/')[1]}"
+                mine = work / f"run{run}.{mime.split('/')[1]}"
                 mine.write_bytes(fresh_photo(args, run, 0))
                 session.reset()
                 session.system_prompt = f"Trace run {run}."
@@ -232,7 +233,7 @@ def main() -> int:
                 photo = base64.b64encode(fresh_photo(args, run, 1)).decode()
                 messages = [{"role": "system", "content": f"Trace run {run}."},
                             {"role": "user", "content": [
-                                {"type": "image_url", "image_url": {"url": f"data:{photo_mime(args)};base64,{photo}",
+                                {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{photo}",
                                                                     "detail": args.detail}},
                                 {"type": "text", "text": "Describe this photo."}]}]
                 body = {"model": model, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.api.backend import ProgressEvent
-from engine.api.errors import PromptTooLongError, UnsupportedOperation
+from engine.api.errors import SYSTEM_PROMPT_TOO_LONG, PromptTooLongError, UnsupportedOperation
 from engine.api.events import (
     DoneEvent,
     GenerationEvent,
@@ -519,7 +519,7 @@ class ChatSession:
                 and dropped else ""
             system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
             if system >= capacity // 2:  # a stored setting, not this message, is what fails every answer
-                alone = f"; the system prompt alone has {system} tokens: shorten it in Settings"
+                alone = f"; the system prompt alone has {system} tokens{SYSTEM_PROMPT_TOO_LONG}"
             raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}{alone}")
         return ids, keys, images, dropped
 

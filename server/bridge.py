@@ -60,28 +60,33 @@ class Answer:
             if not self.begun:
                 self.begun = True
                 if self._waiter is not None:
-                    try:
-                        self.loop.call_soon_threadsafe(self._wake)
-                    except RuntimeError:  # the event loop has closed (server shutdown)
-                        pass
+                    self._wake_soon()
             return
         if isinstance(event, (TokenEvent, DoneEvent)):
             self.events.append(event)
             if self._waiter is not None:
-                try:
-                    self.loop.call_soon_threadsafe(self._wake)
-                except RuntimeError:  # the event loop has closed (server shutdown)
+                if not self._wake_soon():
                     return
                 if not self._held:
-                    # The request waits for this first event to send its headers and first chunk,
-                    # but the engine thread goes on decoding with the GIL. Whenever the event loop
-                    # lets the GIL go on its way (a socket write, os.urandom for the response id)
-                    # it then waits up to Python's 5 ms switch interval to get it back: a
+                    # The request waits for this first event to send its first chunk (a stream's
+                    # headers went out at its first progress event), but the engine thread goes
+                    # on decoding with the GIL. Whenever the event loop lets the GIL go on its way
+                    # (a socket write, os.urandom for the response id) it then waits up to
+                    # Python's 5 ms switch interval to get it back: a
                     # follow-up's time to the first token through HTTP was 8-20 ms for ~4 ms of
                     # engine work (traced). So the engine thread waits, without the GIL, until the
                     # first chunk is sent (about 0.3 ms), delaying the second token by as much.
                     self._held = True
                     self._first_sent.wait(FIRST_EVENT_HOLD_S)
+
+    def _wake_soon(self) -> bool:
+        """Engine thread: wake the waiting request on the event loop; False when the loop has closed
+        (server shutdown)."""
+        try:
+            self.loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:
+            return False
+        return True
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
+
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
          405: "invalid_request_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
          500: "server_error", 503: "service_unavailable"}
 # Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
 CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": "invalid_image",
                  "VideoError": "invalid_video", "ValueError": "invalid_value", "UnsupportedOperation": "unsupported"}
-# engine.chat's ending of a PromptTooLongError whose system prompt alone fills half the context.
-SYSTEM_TOO_LONG = ": shorten it in Settings"
 # A file in the server's media folder (server.app: tempfile.mkdtemp(prefix="smolchat-media-")), as an
 # engine message names it: a client is told what was wrong with its media, not where the server keeps it.
 _MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+")
@@ -40,8 +40,8 @@ def from_engine(error_type: str, message: str | None) -> APIError:
     code = CLIENT_ERRORS.get(error_type)
     message = _MEDIA_PATH.sub("the uploaded media", message) if message else message
     if code == "context_length_exceeded" and message:
-        if message.endswith(SYSTEM_TOO_LONG):  # the engine words it for the app's settings
-            message = message.removesuffix(SYSTEM_TOO_LONG) + ": shorten the system message"
+        if message.endswith(SYSTEM_PROMPT_TOO_LONG):  # the engine words it for the app's settings
+            message = message.removesuffix(SYSTEM_PROMPT_TOO_LONG) + ": shorten the system message"
         else:
             message += ": shorten the prompt or the conversation (or send fewer images, or 'detail': 'low')"
     if code is not None:

@@ -36,6 +36,11 @@ class PromptTooLongError(EngineError):
     """The prompt does not fit into the model's context window."""
 
 
+#: How a :class:`PromptTooLongError`'s message ends when the system prompt alone fills half the
+#: context (worded for the app, where it is a setting; the HTTP server words it for its clients).
+SYSTEM_PROMPT_TOO_LONG = ": shorten it in Settings"
+
+
 class InvalidLogitsError(EngineError):
     """The model produced NaN or infinite logits (broken weights, an overflow in float16)."""
 
