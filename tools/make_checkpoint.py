@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--shards", type=int, default=1)
     args = ap.parse_args(argv)
+    if not (Path(args.config) / "config.json").is_file():
+        ap.error(f"no config.json in {args.config}: give a model folder of the shared data (its models/ "
+                 "folder, e.g. SMOLCHAT_SHARED/models/SmolVLM-256M-Instruct) or any folder with a config.json")
     out = write_checkpoint(args.config, args.out, args.tiny, args.seed, args.dtype, args.shards)
     size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({size / 1e6:.1f} MB of weights)")

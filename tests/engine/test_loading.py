@@ -106,3 +106,14 @@ def test_bf16_checkpoint_loads_as_fp32_on_cpu(real_checkpoint):
     assert model.metadata.text.num_hidden_layers == 30
     n = sum(p.numel() for p in model.parameters())
     assert n == 256_484_928  # the published SmolVLM-256M-Instruct parameter count (reference §2)
+
+
+def test_make_checkpoint_without_a_config_folder_says_so(tmp_path, capsys):
+    """A --config path that is not a model folder (the README's ../shared path from a clone elsewhere):
+    one line saying what to give, exit 2, nothing written."""
+    from tools.make_checkpoint import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", str(tmp_path / "missing"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and not (tmp_path / "out").exists()
+    assert f"error: no config.json in {tmp_path / 'missing'}: give a model folder" in capsys.readouterr().err
