@@ -1,0 +1,31 @@
+"""bench/server_trace.py's HTTP share: which phases it sums and what it divides by."""
+
+from bench.server_trace import http_share
+
+
+def _http(t0: float, encode: float | None) -> dict:
+    """Stamps (s) of one traced HTTP turn: 1 ms in each of the six HTTP phases, 50 ms of engine
+    work between them that the share must leave out."""
+    r = {"client_sent": t0, "asgi_in": t0 + 0.001, "body_done": t0 + 0.002, "turns_start": t0 + 0.003,
+         "turns_end": t0 + 0.030, "hist_start": t0 + 0.031, "first_token": t0 + 0.055,
+         "first_written": t0 + 0.056, "client_first": t0 + 0.057}
+    if encode is not None:
+        r["client_encoded"] = t0 + encode
+    return r
+
+
+def test_http_share_sums_the_http_phases_against_the_paired_in_process_ttft():
+    http = [_http(10.0, 0.0004), _http(20.0, 0.0004), _http(30.0, 0.0004)]
+    local = [{"sent": 0.0, "first": 0.100}, {"sent": 1.0, "first": 1.200}, {"sent": 2.0, "first": 2.150}]
+    # 6 ms of HTTP against 100, 200 and 150 ms: 6%, 3%, 4% -> median 4%; without the 0.4 ms of JSON
+    # 5.6 ms: 5.6%, 2.8%, 3.73% -> 3.7%.
+    assert http_share(http, local) == (
+        "HTTP 6.00 ms, 4.0% of the in-process TTFT (paired median; 150.0 ms); without the client's JSON "
+        "encoding (0.40 ms) 5.60 ms, 3.7%")
+
+
+def test_http_share_without_an_encoding_stamp_counts_no_encoding():
+    # httpx's json= encodes inside the call: no separate stamp, the encoding is part of the send.
+    share = http_share([_http(10.0, None)], [{"sent": 0.0, "first": 0.120}])
+    assert share == ("HTTP 6.00 ms, 5.0% of the in-process TTFT (paired median; 120.0 ms); without the client's "
+                     "JSON encoding (0.00 ms) 6.00 ms, 5.0%")
