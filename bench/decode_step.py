@@ -3,7 +3,7 @@
     python bench/decode_step.py --checkpoint /tmp/ck --out bench/results/decode-step.json
 
 Each variant is a Triton step configuration (``engine.models.llama.triton_decode.DEFAULT_CONFIG``
-keys) plus ``token_step`` (``False``: the loop before the token step, where the host embeds the
+keys, over ``default_config`` of the model's width) plus ``token_step`` (``False``: the loop before the token step, where the host embeds the
 token, builds the paged slot and samples outside the graph). For each: the pipelined greedy loop
 (``engine.generate.token_stream``, what ``ChatSession`` runs) over ``--new-tokens`` tokens after a
 58-token prompt (``--prompt-tokens``), median tok/s of ``--rounds`` rounds after one untimed round (which captures the

@@ -20,6 +20,7 @@ triton = pytest.importorskip("triton")
 
 from engine.cache import CacheConfig  # noqa: E402
 from engine.models.llama.static_decode import StaticDecoder, triton_wanted  # noqa: E402
+from engine.models.llama.triton_decode import WIDE_CONFIG  # noqa: E402
 from engine.models.smolvlm import SmolVlmModel  # noqa: E402
 from engine.sources import LocalDirSource  # noqa: E402
 from tests.engine.test_static_decode import run_greedy  # noqa: E402
@@ -88,8 +89,9 @@ def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, m
     {"attn_min_chunk": 64, "attn_block_t": 16},
     {"attn_min_chunk": 16, "attn_block_t": 16, "early_loads": False},
     {"attn_min_chunk": 16, "attn_block_t": 16, "attn_merge_kernel": False},
+    {"attn_min_chunk": 16, "attn_block_t": 16, **WIDE_CONFIG[1]},
 ], ids=["chunks of one tile", "chunks of four tiles", "loads after the wait",
-        "merged by the last chunk"])
+        "merged by the last chunk", "a wide decoder's GEMV launches"])
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
 def test_triton_step_many_splits_mostly_empty(kernels, model, kind, config):
     """A short sequence in a 256 bucket cut into chunks of 16 (or 64 in four tiles, where the new
@@ -100,6 +102,17 @@ def test_triton_step_many_splits_mostly_empty(kernels, model, kind, config):
     tokens, logits, _ = greedy(model, ids, 8, kind, True, config=config, max_tokens=400)
     assert tokens == ref_tokens
     assert (logits - ref_logits).abs().max() < 1e-3
+
+
+def test_a_wide_decoder_gets_the_wide_launch_parameters(kernels):
+    """From WIDE_CONFIG's width on (SmolVLM2-2.2B's 2048), its overrides replace the defaults tuned on
+    the 256M; below it (the 256M's 576, the 500M's 960) the defaults stay."""
+    width, wide = kernels.WIDE_CONFIG
+    assert width == 2048 and wide
+    for hidden in (576, 960, width - 1):
+        assert kernels.default_config(hidden) == kernels.DEFAULT_CONFIG
+    assert kernels.default_config(width) == {**kernels.DEFAULT_CONFIG, **wide}
+    assert all(kernels.DEFAULT_CONFIG[k] != v for k, v in wide.items())
 
 
 def test_triton_step_single_split(kernels, model):

@@ -763,6 +763,23 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
 }
 
 
+#: Overrides of :data:`DEFAULT_CONFIG` for decoders at least ``hidden_size`` wide, whose GEMVs have
+#: 4-16x the rows of the 256M's (which the defaults were tuned on). SmolVLM2-2.2B's shape on the H200,
+#: each GEMV kind measured with every other kernel kind emptied, then the real step alternating with
+#: the defaults (bench/results/h200-session23, runs 3-5): qkv_rope in rows of 2 (1,536 programs instead of
+#: 768: 1.45 waves at 4 programs an SM left most SMs idle in the last one) and down_proj one row a
+#: program with 8 warps (2,048 programs instead of 512), 1,116-1,122 against 1,141-1,178 us a step. The
+#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only.
+WIDE_CONFIG = (2048, {"qkv_block_r": 2, "down_block_n": 1, "down_warps": 8})
+
+
+def default_config(hidden_size: int) -> dict:
+    """The launch parameters :class:`TritonStep` uses for a decoder of ``hidden_size``: :data:`DEFAULT_CONFIG`
+    with :data:`WIDE_CONFIG`'s overrides from its width on."""
+    width, wide = WIDE_CONFIG
+    return dict(DEFAULT_CONFIG, **(wide if hidden_size >= width else {}))
+
+
 class TritonStep:
     """The decode step of :class:`StaticDecoder` as 6 Triton kernels a layer (+ final norm, lm_head:
     one more kernel, :meth:`head_argmax`, in the token step).
@@ -779,7 +796,7 @@ class TritonStep:
         text = model.decoder
         cfg = text.config
         dev, dt = model.device, model.dtype
-        self.cfg = dict(DEFAULT_CONFIG, **(config or {}))
+        self.cfg = dict(default_config(cfg.hidden_size), **(config or {}))
         self.pdl = bool(self.cfg["pdl"]) and HAS_PDL and dev.type == "cuda"
         self.prec = "ieee" if dt == torch.float32 else "tf32"
         self.hidden, self.inter = cfg.hidden_size, cfg.intermediate_size
