@@ -4,8 +4,8 @@ from bench.server_trace import http_share
 
 
 def _http(t0: float, encode: float | None) -> dict:
-    """Stamps (s) of one traced HTTP turn: 1 ms in each of the six HTTP phases, 50 ms of engine
-    work between them that the share must leave out."""
+    """Stamps (s) of one traced HTTP turn: 1 ms in each of the six HTTP phases, 51 ms of media and
+    engine work between them that the share must leave out."""
     r = {"client_sent": t0, "asgi_in": t0 + 0.001, "body_done": t0 + 0.002, "turns_start": t0 + 0.003,
          "turns_end": t0 + 0.030, "hist_start": t0 + 0.031, "first_token": t0 + 0.055,
          "first_written": t0 + 0.056, "client_first": t0 + 0.057}
@@ -25,7 +25,7 @@ def test_http_share_sums_the_http_phases_against_the_paired_in_process_ttft():
 
 
 def test_http_share_without_an_encoding_stamp_counts_no_encoding():
-    # httpx's json= encodes inside the call: no separate stamp, the encoding is part of the send.
+    # A trace written before the encoding was stamped apart (bench/results before session 23).
     share = http_share([_http(10.0, None)], [{"sent": 0.0, "first": 0.120}])
     assert share == ("HTTP 6.00 ms, 5.0% of the in-process TTFT (paired median; 120.0 ms); without the client's "
                      "JSON encoding (0.00 ms) 6.00 ms, 5.0%")

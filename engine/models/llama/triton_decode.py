@@ -763,8 +763,8 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
 }
 
 
-#: Overrides of :data:`DEFAULT_CONFIG` for decoders at least ``hidden_size`` wide, whose GEMVs have
-#: 4-16x the rows of the 256M's (which the defaults were tuned on). SmolVLM2-2.2B's shape on the H200,
+#: Overrides of :data:`DEFAULT_CONFIG` for decoders at least this ``hidden_size`` wide, whose GEMVs have
+#: 3.6-6.4x the rows of the 256M's (which the defaults were tuned on). SmolVLM2-2.2B's shape on the H200,
 #: each GEMV kind measured with every other kernel kind emptied, then the real step alternating with
 #: the defaults (bench/results/h200-session23, runs 3-5): qkv_rope in rows of 2 (1,536 programs instead of
 #: 768: 1.45 waves at 4 programs an SM left most SMs idle in the last one) and down_proj one row a
