@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from bench.common import load_ours, machine, median, new_session, ours_generate, sync  # noqa: E402
+from bench.shared import SHARED  # noqa: E402
 
 TEXT_PROMPT = ("You are helping me plan a long trip across Europe by train next summer. I want to see "
                "old cities, mountains and the sea, eat well and not spend too much money. Please write "
@@ -470,7 +471,7 @@ def main(argv=None) -> int:
     ap.add_argument("--load-repeats", type=int, default=3)
     ap.add_argument("--cache", default="paged", choices=["contiguous", "paged"], help="our KV cache (default: the engine default)")
     ap.add_argument("--max-tokens", type=int, default=2048, help="KV cache capacity of our sessions")
-    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "astronaut.png"))
+    ap.add_argument("--image", default=str(SHARED / "images" / "astronaut.png"))
     ap.add_argument("--compile-ref", action="store_true", help="cuda: also time transformers static cache + compile")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

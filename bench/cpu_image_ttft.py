@@ -37,6 +37,7 @@ import torch  # noqa: E402
 
 from bench.common import machine, median  # noqa: E402
 from bench.cpu_llamacpp import convert, float32_checkpoint, llama_paths  # noqa: E402
+from bench.shared import SHARED  # noqa: E402
 
 PROMPT = "Describe this image."
 
@@ -93,7 +94,7 @@ def ours(session, args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "astronaut.png"))
+    ap.add_argument("--image", default=str(SHARED / "images" / "astronaut.png"))
     ap.add_argument("--detail", default="full", choices=["full", "balanced", "fast"])
     ap.add_argument("--gguf-dir", default=str(Path.home() / ".cache" / "smolchat-bench" / "gguf-256m-random"))
     ap.add_argument("--threads", type=int, default=2)

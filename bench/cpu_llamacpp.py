@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from bench.common import load_ours, machine, median, new_session, ours_generate  # noqa: E402
 from bench.compare import TEXT_PROMPT, session_prompt  # noqa: E402
+from bench.shared import SHARED  # noqa: E402
 
 PAIRS = [("float32", "auto", "f32"), ("int8", "int8", "q8_0"), ("4-bit", "int4", "q4_k_m")]
 
@@ -55,7 +56,7 @@ def float32_checkpoint(ck: Path) -> Path:
     if not (ck / "config.json").is_file():
         from tools.make_checkpoint import write_checkpoint
 
-        write_checkpoint(REPO.parent / "shared" / "models" / "SmolVLM-256M-Instruct", ck, tiny=False,
+        write_checkpoint(SHARED / "models" / "SmolVLM-256M-Instruct", ck, tiny=False,
                          dtype="float32", seed=0)
     return ck
 

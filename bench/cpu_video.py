@@ -17,12 +17,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.shared import SHARED  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--video", default=str(REPO.parent / "shared" / "videos" / "slideshow.mp4"))
+    ap.add_argument("--video", default=str(SHARED / "videos" / "slideshow.mp4"))
     ap.add_argument("--frames", default="12,6,4")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--out", default=None)

@@ -59,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.shared import SHARED  # noqa: E402
+
 FAMILY = ("SmolVLM-256M-Instruct", "SmolVLM-500M-Instruct", "SmolVLM2-256M-Video-Instruct",
           "SmolVLM2-500M-Video-Instruct", "SmolVLM2-2.2B-Instruct")
 QUESTION = "What is in this image?"
@@ -372,7 +374,7 @@ def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
+    ap.add_argument("--shared", default=str(SHARED))
     ap.add_argument("--out", default="bench/results/family_gpu.json")
     ap.add_argument("--only", default="parity,video_processor,ttft")
     ap.add_argument("--models", default=",".join(FAMILY))

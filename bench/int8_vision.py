@@ -37,8 +37,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from bench.common import machine, median  # noqa: E402
-
-SHARED = REPO.parent / "shared"
+from bench.shared import SHARED  # noqa: E402
 
 
 def _decoder_linears(model) -> list[tuple[nn.Module, str, nn.Linear]]:

@@ -29,6 +29,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.shared import SHARED  # noqa: E402
 from engine.cache import CacheShape, ContiguousKVCache, PagedKVCache  # noqa: E402
 
 SMOLVLM_256M = CacheShape(num_layers=30, num_kv_heads=3, head_dim=64)  # text model of SmolVLM-256M
@@ -58,7 +59,7 @@ def chat_rows(checkpoint: str, turns: int) -> tuple[list[str], list[list[str]]]:
     from engine.api.events import DoneEvent, GenerationParams  # noqa: PLC0415
     from engine.chat import ChatSession  # noqa: PLC0415
 
-    images = sorted((REPO.parent / "shared" / "images").glob("*.png"))[:2]
+    images = sorted((SHARED / "images").glob("*.png"))[:2]
     script = [("What is in this image?", [images[0]], "full"), ("Tell me more about it.", [], "full"),
               ("And in this one?", [images[1]], "full"), ("Compare the two.", [], "full")]
     script += [(f"Follow-up question {i}.", [], "full") for i in range(max(0, turns - len(script)))]

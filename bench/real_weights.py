@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -44,8 +43,8 @@ import torch  # noqa: E402
 
 from bench import llama_cpp  # noqa: E402
 from bench.common import machine  # noqa: E402
+from bench.shared import SHARED  # noqa: E402
 
-SHARED = Path(os.environ.get("SMOLCHAT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 TEXTS = [SHARED / "texts" / "apache-2.0.txt", SHARED / "texts" / "gpl-3.0.txt"]
 FORMATS = ("float32", "int8", "int4")
 PEERS = {"float32": "F32", "int8": "Q8_0", "int4": "Q4_K_M"}  # llama.cpp's nearest format to each of ours

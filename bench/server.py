@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.shared import SHARED  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
 
@@ -103,7 +104,7 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
     try:
         from bench.server_overhead import wait_ready
 
-        wait_ready(f"http://127.0.0.1:{port}", timeout=300)
+        wait_ready(f"http://127.0.0.1:{port}", timeout=300, proc=proc)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
         # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.
@@ -203,7 +204,7 @@ def handling_ms(args, repeat: int = 20) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "coffee.png"))
+    ap.add_argument("--image", default=str(SHARED / "images" / "coffee.png"))
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--detail", choices=list(DETAILS), default="auto")
@@ -216,7 +217,15 @@ def main() -> int:
     ap.add_argument("--client-encode", choices=["httpx", "dumps"], default="httpx",
                     help="how the client encodes its JSON body (see post_args)")
     args = ap.parse_args()
-    local, firsts, follows = measure(args)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    if not Path(args.image).is_file():
+        ap.error(f"--image: no such file: {args.image}")
+    try:
+        local, firsts, follows = measure(args)
+    except RuntimeError as exc:  # the server did not start: it printed why
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.verbose:
         for row in zip(local, firsts, follows):
             print(" | ".join(f"ttft {r['ttft'] * 1000:.0f} ms, {r['tok_s']:.0f} tok/s" for r in row))

@@ -26,6 +26,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.shared import SHARED  # noqa: E402
+
 SERVE = """
 import sys, uvicorn
 from server import ServerConfig, create_app
@@ -40,12 +44,19 @@ def start(checkout: Path, port: int) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": str(checkout)})
 
 
-def wait_ready(url: str, timeout: float = 60) -> None:
-    """Poll ``url``/health until it answers 200. Raises TimeoutError after ``timeout`` seconds."""
+def wait_ready(url: str, timeout: float = 60, proc: subprocess.Popen | None = None) -> None:
+    """Poll ``url``/health until it answers 200.
+
+    Raises:
+        TimeoutError: not ready after ``timeout`` seconds.
+        RuntimeError: ``proc`` (the server's process) ended first (it has said why on its stderr).
+    """
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited (code {proc.returncode}) before it was ready")
         try:
             if httpx.get(f"{url}/health").status_code == 200:
                 return
@@ -71,7 +82,7 @@ def ttft_ms(client, url: str, messages: list) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "coffee.png"))
+    ap.add_argument("--image", default=str(SHARED / "images" / "coffee.png"))
     ap.add_argument("--port", type=int, default=18790)
     ap.add_argument("--ref", help="another checkout of the repository, run alternately as the reference")
     args = ap.parse_args()
@@ -93,8 +104,8 @@ def main() -> int:
     urls = {name: f"http://127.0.0.1:{args.port + i}" for i, name in enumerate(sides)}
     times: dict[str, dict[str, list[float]]] = {name: {"new": [], "follow": []} for name in sides}
     try:
-        for url in urls.values():
-            wait_ready(url)
+        for name, url in urls.items():
+            wait_ready(url, proc=procs[name])
         with httpx.Client(timeout=60) as client:
             for run in range(args.runs + 2):  # two to warm up
                 for k, name in enumerate(sides):

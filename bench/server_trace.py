@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.server import post_args  # noqa: E402
+from bench.shared import SHARED  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
 now = time.monotonic
@@ -190,16 +191,18 @@ HTTP_PHASES = [("client_sent", "asgi_in"), ("asgi_in", "body_done"), ("body_done
 
 
 def http_share(http: list[dict], local: list[dict]) -> str:
-    """The HTTP phases' median (ms) and their median share of the same run's in-process TTFT, in all
-    and without the client's JSON encoding."""
+    """The HTTP phases' median (ms) and the median of their share of the same run's in-process TTFT
+    (``http[i]`` against ``local[i]``: the runs alternate, so drift in the machine's load cancels), in
+    all and without the client's JSON encoding."""
     total = [sum(r[b] - r[a] for a, b in HTTP_PHASES) for r in http]
     encode = [r["client_encoded"] - r["client_sent"] if "client_encoded" in r else 0.0 for r in http]
     ttft = [r["first"] - r["sent"] for r in local]
     server = [t - e for t, e in zip(total, encode)]
     return (f"HTTP {statistics.median(total) * 1000:.2f} ms, {statistics.median(t / f for t, f in zip(total, ttft)):.1%}"
-            f" of the in-process TTFT (paired median; {statistics.median(ttft) * 1000:.1f} ms); without the "
-            f"client's JSON encoding ({statistics.median(encode) * 1000:.2f} ms) {statistics.median(server) * 1000:.2f}"
-            f" ms, {statistics.median(s / f for s, f in zip(server, ttft)):.1%}")
+            f" of the same run's in-process TTFT (medians of the runs' shares; that TTFT's median "
+            f"{statistics.median(ttft) * 1000:.1f} ms); without the client's JSON encoding "
+            f"({statistics.median(encode) * 1000:.2f} ms) {statistics.median(server) * 1000:.2f} ms, "
+            f"{statistics.median(s / f for s, f in zip(server, ttft)):.1%}")
 
 
 def table(title: str, phases, rows: list[dict]) -> None:
@@ -214,7 +217,7 @@ def table(title: str, phases, rows: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--image", default=str(REPO.parent / "shared" / "images" / "coffee.png"))
+    ap.add_argument("--image", default=str(SHARED / "images" / "coffee.png"))
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--detail", choices=list(DETAILS), default="high")
@@ -230,6 +233,10 @@ def main() -> int:
 
         return serve_main(sys.argv[3:])
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    if not Path(args.image).is_file():
+        ap.error(f"--image: no such file: {args.image}")
 
     import httpx
 
@@ -244,7 +251,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{args.port}/v1"
     firsts, follows, local_firsts, local_follows = [], [], [], []
     try:
-        wait_ready(f"http://127.0.0.1:{args.port}", timeout=300)
+        wait_ready(f"http://127.0.0.1:{args.port}", timeout=300, proc=proc)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         install_engine_hooks()
         session = default_loader(args.model, {})
@@ -279,6 +286,9 @@ def main() -> int:
                     follows.append({**server_rows[1], **follow})
                     local_firsts.append(lf)
                     local_follows.append(lu)
+    except RuntimeError as exc:  # the server did not start: it printed why
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         proc.terminate()
         proc.wait(10)

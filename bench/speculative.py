@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -35,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.shared import SHARED  # noqa: E402
 from engine.api.events import GenerationParams  # noqa: E402
 from engine.cache import CacheConfig  # noqa: E402
 from engine.device import choose_device, choose_dtype  # noqa: E402
@@ -43,7 +43,7 @@ from engine.sampling import make_sampler  # noqa: E402
 from engine.speculative import PromptLookupDrafter, SpeculativeDecoder  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-SHARED_CONFIG = Path(os.environ.get("SMOLCHAT_SHARED", HERE.parent.parent / "shared")) / "models" / "SmolVLM-256M-Instruct"
+SHARED_CONFIG = SHARED / "models" / "SmolVLM-256M-Instruct"
 
 
 def build_model(args, device, dtype):

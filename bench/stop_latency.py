@@ -13,12 +13,10 @@ import argparse
 import json
 import threading
 import time
-from pathlib import Path
 
+from bench.shared import SHARED
 from engine.api import Attachment, DoneEvent, GenerationParams, ProgressEvent
 from engine.service import EngineService
-
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def main() -> None:

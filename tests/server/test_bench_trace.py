@@ -20,12 +20,12 @@ def test_http_share_sums_the_http_phases_against_the_paired_in_process_ttft():
     # 6 ms of HTTP against 100, 200 and 150 ms: 6%, 3%, 4% -> median 4%; without the 0.4 ms of JSON
     # 5.6 ms: 5.6%, 2.8%, 3.73% -> 3.7%.
     assert http_share(http, local) == (
-        "HTTP 6.00 ms, 4.0% of the in-process TTFT (paired median; 150.0 ms); without the client's JSON "
-        "encoding (0.40 ms) 5.60 ms, 3.7%")
+        "HTTP 6.00 ms, 4.0% of the same run's in-process TTFT (medians of the runs' shares; that TTFT's "
+        "median 150.0 ms); without the client's JSON encoding (0.40 ms) 5.60 ms, 3.7%")
 
 
 def test_http_share_without_an_encoding_stamp_counts_no_encoding():
     # A trace written before the encoding was stamped apart (bench/results before session 23).
     share = http_share([_http(10.0, None)], [{"sent": 0.0, "first": 0.120}])
-    assert share == ("HTTP 6.00 ms, 5.0% of the in-process TTFT (paired median; 120.0 ms); without the client's "
-                     "JSON encoding (0.00 ms) 6.00 ms, 5.0%")
+    assert share == ("HTTP 6.00 ms, 5.0% of the same run's in-process TTFT (medians of the runs' shares; that "
+                     "TTFT's median 120.0 ms); without the client's JSON encoding (0.00 ms) 6.00 ms, 5.0%")
