@@ -104,7 +104,10 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
     try:
         from bench.server_overhead import wait_ready
 
-        wait_ready(f"http://127.0.0.1:{port}", timeout=300, proc=proc)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", timeout=300, proc=proc)
+        except RuntimeError as exc:  # the server did not start; it printed why
+            raise SystemExit(f"error: {exc}") from None
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
         # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.
@@ -221,11 +224,7 @@ def main() -> int:
         ap.error("--runs must be at least 1")
     if not Path(args.image).is_file():
         ap.error(f"--image: no such file: {args.image}")
-    try:
-        local, firsts, follows = measure(args)
-    except RuntimeError as exc:  # the server did not start: it printed why
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    local, firsts, follows = measure(args)
     if args.verbose:
         for row in zip(local, firsts, follows):
             print(" | ".join(f"ttft {r['ttft'] * 1000:.0f} ms, {r['tok_s']:.0f} tok/s" for r in row))

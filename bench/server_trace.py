@@ -251,7 +251,10 @@ def main() -> int:
     url = f"http://127.0.0.1:{args.port}/v1"
     firsts, follows, local_firsts, local_follows = [], [], [], []
     try:
-        wait_ready(f"http://127.0.0.1:{args.port}", timeout=300, proc=proc)
+        try:
+            wait_ready(f"http://127.0.0.1:{args.port}", timeout=300, proc=proc)
+        except RuntimeError as exc:  # the server did not start; it printed why
+            raise SystemExit(f"error: {exc}") from None
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         install_engine_hooks()
         session = default_loader(args.model, {})
@@ -286,9 +289,6 @@ def main() -> int:
                     follows.append({**server_rows[1], **follow})
                     local_firsts.append(lf)
                     local_follows.append(lu)
-    except RuntimeError as exc:  # the server did not start: it printed why
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     finally:
         proc.terminate()
         proc.wait(10)
