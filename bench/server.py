@@ -45,9 +45,11 @@ def cpu_s(pid: int | None = None) -> float:
 
 def fresh_photo(args, run: int, side: int) -> bytes:
     """The photo with one pixel changed, as PNG bytes (``--photo-format jpeg``: JPEG, quality 90, as a
-    camera or phone saves a photo): new content for every turn that starts a conversation, so neither
-    side finds its tiles or blocks cached (as with a user's new photo), unless ``--same-photo``
-    (every run sends the file as it is)."""
+    camera or phone saves a photo, with ``2 * run + side`` written in black and white 16x16 blocks
+    along the top edge instead: JPEG's quantization erases a one-pixel change, and runs then sent the
+    same bytes): new content for every turn that
+    starts a conversation, so neither side finds its tiles or blocks cached (as with a user's new
+    photo), unless ``--same-photo`` (every run sends the file as it is)."""
     if args.same_photo:
         return Path(args.image).read_bytes()
     import io
@@ -55,11 +57,14 @@ def fresh_photo(args, run: int, side: int) -> bytes:
     from PIL import Image
 
     image = Image.open(args.image).convert("RGB")
-    image.putpixel((0, 0), (run % 256, side, 7))
     out = io.BytesIO()
     if args.photo_format == "jpeg":
+        for bit in range(10):  # (runs up to 511: the benches run tens)
+            shade = 255 * ((2 * run + side) >> bit & 1)
+            image.paste((shade, shade, shade), (16 * bit, 0, 16 * bit + 16, 16))
         image.save(out, format="JPEG", quality=90)
     else:
+        image.putpixel((0, 0), (run % 256, side, 7))
         image.save(out, format="PNG")
     return out.getvalue()
 

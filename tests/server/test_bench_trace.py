@@ -1,5 +1,12 @@
-"""bench/server_trace.py's HTTP share: which phases it sums and what it divides by."""
+"""The server benches' arithmetic and inputs: bench/server_trace.py's HTTP share (which phases it sums
+and what it divides by), and bench/server.py's fresh photos (new bytes every run and side)."""
 
+import hashlib
+from types import SimpleNamespace
+
+import pytest
+
+from bench.server import fresh_photo
 from bench.server_trace import http_share
 
 
@@ -29,3 +36,13 @@ def test_http_share_without_an_encoding_stamp_counts_no_encoding():
     share = http_share([_http(10.0, None)], [{"sent": 0.0, "first": 0.120}])
     assert share == ("HTTP 6.00 ms, 5.0% of the same run's in-process TTFT (medians of the runs' shares; that "
                      "TTFT's median 120.0 ms); without the client's JSON encoding (0.00 ms) 6.00 ms, 5.0%")
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpeg"])
+def test_every_run_and_side_gets_a_photo_of_its_own(shared_dir, fmt):
+    """A first turn must bring a photo neither side has seen, or the server's media store and the
+    engine's caches serve it: JPEG's quantization erased a one-pixel change, and 17 runs sent 4-5
+    distinct photos, the in-process side's the same as the server's."""
+    args = SimpleNamespace(same_photo=False, image=str(shared_dir / "images" / "coffee.png"), photo_format=fmt)
+    digests = {hashlib.sha256(fresh_photo(args, run, side)).hexdigest() for run in range(17) for side in (0, 1)}
+    assert len(digests) == 34
