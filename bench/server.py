@@ -44,12 +44,11 @@ def cpu_s(pid: int | None = None) -> float:
 
 
 def fresh_photo(args, run: int, side: int) -> bytes:
-    """The photo with one pixel changed, as PNG bytes (``--photo-format jpeg``: JPEG, quality 90, as a
-    camera or phone saves a photo, with ``2 * run + side`` written in black and white 16x16 blocks
-    along the top edge instead: JPEG's quantization erases a one-pixel change, and runs then sent the
-    same bytes): new content for every turn that
-    starts a conversation, so neither side finds its tiles or blocks cached (as with a user's new
-    photo), unless ``--same-photo`` (every run sends the file as it is)."""
+    """The photo with one pixel changed, as PNG bytes: new content for every turn that starts a
+    conversation, so neither side finds its tiles or blocks cached (as with a user's new photo),
+    unless ``--same-photo`` (every run sends the file as it is). ``--photo-format jpeg``: JPEG,
+    quality 90, as a camera or phone saves a photo, with ``2 * run + side`` written in black and
+    white 16x16 blocks along the top edge instead of the pixel, which JPEG's quantization erases."""
     if args.same_photo:
         return Path(args.image).read_bytes()
     import io
