@@ -68,6 +68,15 @@ def fresh_photo(args, run: int, side: int) -> bytes:
     return out.getvalue()
 
 
+def check_photo_args(ap, args) -> None:
+    """Refuse (``ap.error``, exit 2) what would fail only after the model has loaded: no runs, a
+    missing ``--image``."""
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    if not Path(args.image).is_file():
+        ap.error(f"--image: no such file: {args.image}")
+
+
 def photo_mime(args) -> str:
     """The data URI's media type of :func:`fresh_photo`'s bytes."""
     if args.same_photo:
@@ -108,10 +117,7 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
     try:
         from bench.server_overhead import wait_ready
 
-        try:
-            wait_ready(f"http://127.0.0.1:{port}", timeout=300, proc=proc)
-        except RuntimeError as exc:  # the server did not start; it printed why
-            raise SystemExit(f"error: {exc}") from None
+        wait_ready(f"http://127.0.0.1:{port}", timeout=300, proc=proc)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
         # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.
@@ -224,10 +230,7 @@ def main() -> int:
     ap.add_argument("--client-encode", choices=["httpx", "dumps"], default="httpx",
                     help="how the client encodes its JSON body (see post_args)")
     args = ap.parse_args()
-    if args.runs < 1:
-        ap.error("--runs must be at least 1")
-    if not Path(args.image).is_file():
-        ap.error(f"--image: no such file: {args.image}")
+    check_photo_args(ap, args)
     local, firsts, follows = measure(args)
     if args.verbose:
         for row in zip(local, firsts, follows):

@@ -49,14 +49,15 @@ def wait_ready(url: str, timeout: float = 60, proc: subprocess.Popen | None = No
 
     Raises:
         TimeoutError: not ready after ``timeout`` seconds.
-        RuntimeError: ``proc`` (the server's process) ended first (it has said why on its stderr).
+        SystemExit: ``proc`` (the server's process) ended first; it has said why on its stderr, the
+            bench adds one line and ends.
     """
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the server exited (code {proc.returncode}) before it was ready")
+            raise SystemExit(f"error: the server exited (code {proc.returncode}) before it was ready")
         try:
             if httpx.get(f"{url}/health").status_code == 200:
                 return

@@ -48,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.server import post_args  # noqa: E402
+from bench.server import check_photo_args, fresh_photo, photo_mime, post_args  # noqa: E402
 from bench.shared import SHARED  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
@@ -233,14 +233,10 @@ def main() -> int:
 
         return serve_main(sys.argv[3:])
     args = ap.parse_args()
-    if args.runs < 1:
-        ap.error("--runs must be at least 1")
-    if not Path(args.image).is_file():
-        ap.error(f"--image: no such file: {args.image}")
+    check_photo_args(ap, args)
 
     import httpx
 
-    from bench.server import fresh_photo, photo_mime
     from bench.server_overhead import wait_ready
     from engine.api import GenerationParams
     from engine.service import default_loader
@@ -251,10 +247,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{args.port}/v1"
     firsts, follows, local_firsts, local_follows = [], [], [], []
     try:
-        try:
-            wait_ready(f"http://127.0.0.1:{args.port}", timeout=300, proc=proc)
-        except RuntimeError as exc:  # the server did not start; it printed why
-            raise SystemExit(f"error: {exc}") from None
+        wait_ready(f"http://127.0.0.1:{args.port}", timeout=300, proc=proc)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
         install_engine_hooks()
         session = default_loader(args.model, {})
@@ -292,8 +285,7 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    sent = "the file" if args.same_photo else args.photo_format
-    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}, sent as {sent}), "
+    print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}, sent as {args.photo_format}), "
           f"{args.max_tokens} tokens, "
           f"client body encoded by {args.client_encode}")
     table("first turn, new photo, through HTTP", SERVER_PHASES, firsts)
