@@ -115,6 +115,19 @@ def test_a_wide_decoder_gets_the_wide_launch_parameters(kernels):
     assert all(kernels.DEFAULT_CONFIG[k] != v for k, v in wide.items())
 
 
+def test_the_step_takes_the_wide_launch_parameters_from_their_width_on(kernels, model, monkeypatch):
+    """TritonStep chooses its defaults by the decoder's width: the tiny model is below 2048, so it gets
+    the defaults; with WIDE_CONFIG's width set to its own, the overrides; a caller's config wins over both."""
+    def launch(config=None):
+        return StaticDecoder(model, use_graph=False, use_triton=True, triton_config=config).triton.cfg
+
+    wide = kernels.WIDE_CONFIG[1]
+    assert launch() == kernels.DEFAULT_CONFIG
+    monkeypatch.setattr(kernels, "WIDE_CONFIG", (model.decoder.config.hidden_size, wide))
+    assert launch() == {**kernels.DEFAULT_CONFIG, **wide}
+    assert launch({"qkv_block_r": 8})["qkv_block_r"] == 8
+
+
 def test_triton_step_single_split(kernels, model):
     """A cache of 16 positions is one bucket of one chunk: the kernel writes the output directly
     (no merge kernel runs)."""
