@@ -31,7 +31,6 @@ the PyTorch step; Triton is imported only when the fused step is used.
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import warnings
@@ -43,6 +42,7 @@ from engine.cache import ContiguousKVCache, PagedKVCache
 from engine.cache.base import KVCache
 from engine.device import host_staged
 from engine.layers import apply_rotary
+from engine.models.cuda_graph import capture
 
 MIN_BUCKET = 256
 #: Query rows of the short-prefill step: a prefill of at most this many tokens after cached ones is
@@ -475,35 +475,9 @@ class StaticDecoder:
         return logits
 
     def _capture(self, key: tuple, kv: tuple[torch.Tensor, ...], bucket: int, step) -> torch.Tensor:
-        """Warm up (cuBLAS handles, compiled kernels) on a side stream, then capture ``key``'s graph.
+        """Warm up and capture ``key``'s graph on the capture stream (:func:`engine.models.cuda_graph.capture`).
         Capture does not run the kernels: this step's result is the warm-up's."""
-        side = self.capture_stream
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            logits = step(kv, bucket)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # A CUDA graph freed while another is being captured invalidates that capture ("operation
-        # not permitted when stream is capturing"). Graphs of an earlier decoder or model that sit
-        # in a reference cycle are freed by the cyclic collector, which may run at any allocation:
-        # it stays off until the capture ends. (A gc.collect() first made every capture slower: in
-        # the H200 bench, which recaptures per session, contiguous decode fell from 1554 to 377
-        # tok/s. What is unreachable is collected later, outside a capture.)
-        # capture_begin/capture_end rather than torch.cuda.graph: its entry synchronizes the device
-        # and empties the allocator's and the pinned host memory's caches (each later allocation
-        # then goes back to the driver), which made up most of the load-time warm-up's capture time.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with torch.cuda.stream(side):
-                graph.capture_begin(pool=self.pool)
-                try:
-                    out = step(kv, bucket)
-                finally:
-                    graph.capture_end()
-        finally:
-            if enabled:
-                gc.enable()
+        graph, logits, out = capture(lambda: step(kv, bucket), self.capture_stream, self.pool)
         self.graphs[key] = (graph, out)
         return logits
 
