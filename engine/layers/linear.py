@@ -197,6 +197,8 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
     model.lm_head = layer_cls(model.lm_head)
     model._static = None
     model._native = None
+    if getattr(model, "_vision_graphs", None) is not None:
+        model._vision_graphs = None  # its steps call the tower of the model it was made for
     return model
 
 

@@ -7,6 +7,7 @@ tower runs once, at prefill.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Self
@@ -21,6 +22,7 @@ from engine.models.llama.lm import LlamaLM
 from engine.models.smolvlm.config import SmolVlmMetadata
 from engine.models.smolvlm.connector import Connector
 from engine.models.smolvlm.vision import VisionTransformer
+from engine.models.smolvlm.vision_graphs import VisionGraphs
 from engine.sources import ModelSource
 
 # Tiles per vision-tower call: bounds the [tiles, heads, 1024, 1024] attention scores on the CPU.
@@ -31,6 +33,8 @@ VISION_TILE_CHUNK_GPU = 4
 # With a progress/cancel callback on the CPU, one tile per call: the callback runs inside each
 # encoder layer (after attention, between MLP chunks), and that work grows with the tiles per call.
 VISION_TILE_CHUNK_CANCELLABLE = 1
+#: Set to 0 to run the vision tower as modules on CUDA too (:attr:`SmolVlmModel.vision_graphs`).
+VISION_GRAPHS_ENV = "SMOLCHAT_VISION_GRAPHS"
 #: ``on_tiles(done, total)``: called before, during (between layers) and after the tiles; may raise to stop.
 TileCallback = Callable[[int, int], None]
 
@@ -129,21 +133,49 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         """dtype of the vision tower and connector (``engine.device.choose_vision_dtype``)."""
         return self.model.connector.modality_projection.proj.weight.dtype
 
+    #: Run the vision tower and connector as replayed CUDA graphs (:mod:`.vision_graphs`), one per chunk
+    #: size: ``None`` = on CUDA only (``SMOLCHAT_VISION_GRAPHS=0`` turns it off there).
+    vision_graphs: bool | None = None
+    _vision_graphs: VisionGraphs | None = None
+
+    def _vision_steps(self) -> VisionGraphs | None:
+        """The tower's fixed-shape steps where they are used (see :attr:`vision_graphs`), else ``None``."""
+        use = self.vision_graphs
+        if use is None:
+            use = self.device.type == "cuda" and os.environ.get(VISION_GRAPHS_ENV, "1") not in ("0", "false", "no")
+        if not use:
+            return None
+        if self._vision_graphs is None:
+            size = self._meta.vision.image_size
+            # The decoder's capture stream where there is one: cuBLAS keeps a workspace per stream.
+            static = self._static_decoder() if self.device.type == "cuda" else None
+            self._vision_graphs = VisionGraphs(
+                lambda x: self.model.connector(self.model.vision_model(x)), (3, size, size), self.device,
+                self.vision_dtype, VISION_TILE_CHUNK_GPU, stream=getattr(static, "capture_stream", None))
+        return self._vision_graphs
+
     @torch.inference_mode()
     def encode_images(self, pixel_values: torch.Tensor, on_tiles: TileCallback | None = None) -> torch.Tensor:
         """Tiles ``[N, 3, image_size, image_size]`` -> image-token features ``[N, image_seq_len, H]``.
 
-        ``on_tiles(done, total)`` is called before the first chunk of tiles, several times inside each
-        vision layer and after each chunk; an exception it raises (a cancel) stops the tower there.
+        ``on_tiles(done, total)`` is called before the first chunk of tiles and after each chunk (as
+        modules, also several times inside each vision layer); an exception it raises (a cancel) stops
+        the tower there. With the vision graphs (:attr:`vision_graphs`) a chunk of 4 tiles is one
+        replay, and a cancel waits for at most two of them.
         """
         pixel_values = pixel_values.to(device=self.device, dtype=self.vision_dtype)
+        total, done = int(pixel_values.shape[0]), 0
+        if on_tiles is not None:
+            on_tiles(0, total)
+        steps = self._vision_steps()
+        if steps is not None and steps.supports(pixel_values):
+            out = torch.empty(total, self._meta.image_seq_len, self._meta.text.hidden_size,
+                              device=self.device, dtype=self.dtype)
+            return steps.run(pixel_values, out, None if on_tiles is None else (lambda n: on_tiles(n, total)))
         chunk_size = VISION_TILE_CHUNK if self.device.type == "cpu" else VISION_TILE_CHUNK_GPU
         if on_tiles is not None and self.device.type == "cpu":
             chunk_size = VISION_TILE_CHUNK_CANCELLABLE
-        total, done = int(pixel_values.shape[0]), 0
         between = None if on_tiles is None else (lambda: on_tiles(done, total))
-        if on_tiles is not None:
-            on_tiles(0, total)
         feats = []
         for chunk in pixel_values.split(chunk_size):
             feats.append(self.model.connector(self.model.vision_model(chunk, between)))
@@ -159,10 +191,13 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
     @torch.inference_mode()
     def warmup(self, cache, prompt_tokens: int = 1100) -> None:
         """:meth:`LlamaLM.warmup`, after running the vision tower once on blank tiles (a full chunk and a
-        single tile: the two batch shapes a photo's tiles come in)."""
+        single tile) and capturing its graphs for every chunk size (:attr:`vision_graphs`)."""
         size = self._meta.vision.image_size
         tiles = torch.zeros(VISION_TILE_CHUNK_GPU + 1, 3, size, size, device=self.device, dtype=self.vision_dtype)
         self.encode_images(tiles)
+        steps = self._vision_steps()
+        if steps is not None:
+            steps.capture_all()
         LlamaLM.warmup(self, cache, prompt_tokens)
 
     @torch.inference_mode()

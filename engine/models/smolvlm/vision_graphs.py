@@ -1,0 +1,106 @@
+"""The vision tower and connector as fixed-shape steps: one CUDA graph per chunk size, replayed.
+
+A 13-tile photo through SmolVLM-256M's tower in chunks of 4 tiles is ~1,000 eager kernel launches,
+and on an H200 issuing them from Python took about as long as the GPU took to run them (the whole
+vision + prefill phase of a first photo question: 19-25 ms of kernels in 42-45 ms of wall time, and
+0.9-1.35x from one process to the next with the host thread's speed). A tile is always a full
+``image_size`` square, so a chunk of ``k`` tiles has one shape: each ``k`` in ``1..max_tiles`` is
+captured once (at the load's warm-up, or at its first use) and every later chunk is a copy into a
+static input buffer and one replay.
+
+The same steps run eagerly on any device (``use_graph=False``), which is how the CPU tests check the
+chunking, the copies and the callbacks against the tower run as modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from engine.models.cuda_graph import capture
+
+
+class VisionGraphs:
+    """``tower(x [k, C, M, M]) -> [k, image_seq_len, H]`` (the vision tower and connector), run in chunks
+    of at most ``max_tiles`` tiles through a static input buffer, one fixed-shape step per chunk size.
+
+    ``use_graph`` (default: on CUDA) replays a CUDA graph per size, captured on ``stream`` (default: a
+    new one; share the decoder's to share cuBLAS's per-stream workspace) into a memory pool of its own.
+    """
+
+    def __init__(self, tower: Callable[[torch.Tensor], torch.Tensor], tile_shape: tuple[int, int, int],
+                 device: torch.device, dtype: torch.dtype, max_tiles: int, use_graph: bool | None = None,
+                 stream: torch.cuda.Stream | None = None):
+        if max_tiles < 1:
+            raise ValueError(f"max_tiles must be >= 1, got {max_tiles}")
+        self.tower = tower
+        self.max_tiles = max_tiles
+        self.use_graph = device.type == "cuda" if use_graph is None else use_graph
+        # Every size reads the first ``k`` tiles of one buffer: a slice starts at the buffer's address.
+        self.input = torch.zeros(max_tiles, *tile_shape, device=device, dtype=dtype)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.use_graph else None
+        self.stream = (stream or torch.cuda.Stream(device=device)) if self.use_graph else None
+
+    def supports(self, tiles: torch.Tensor) -> bool:
+        """Whether ``tiles [N, C, M, M]`` fit the input buffer's tile shape, dtype and device."""
+        return (tiles.dim() == 4 and tiles.shape[1:] == self.input.shape[1:]
+                and tiles.dtype == self.input.dtype and tiles.device == self.input.device)
+
+    def capture_all(self) -> None:
+        """Capture every chunk size now (the largest first), so no later chunk pays for one."""
+        if self.use_graph:
+            for k in range(self.max_tiles, 0, -1):
+                if k not in self.graphs:
+                    self._capture(k)
+
+    def _capture(self, k: int) -> torch.Tensor:
+        graph, warm, out = capture(lambda: self.tower(self.input[:k]), self.stream, self.pool)
+        self.graphs[k] = (graph, out)
+        return warm
+
+    def _step(self, k: int) -> torch.Tensor:
+        """The tower's output for ``input[:k]``; a graph's static output, valid until the next step."""
+        if not self.use_graph:
+            return self.tower(self.input[:k])
+        entry = self.graphs.get(k)
+        if entry is None:
+            return self._capture(k)
+        entry[0].replay()
+        return entry[1]
+
+    @torch.inference_mode()
+    def run(self, tiles: torch.Tensor, out: torch.Tensor, on_chunk: Callable[[int], None] | None = None
+            ) -> torch.Tensor:
+        """Write ``tower(tiles)`` into ``out [N, image_seq_len, H]`` (any float dtype: the copy converts)
+        and return it; ``tiles [N, C, M, M]`` as :meth:`supports` requires.
+
+        ``on_chunk(done)`` runs after each chunk is issued, with the tiles issued so far; it may raise
+        (a cancel) to stop there. On CUDA it first waits for the chunk before (the GPU still has this
+        one to run), so the work a Stop leaves queued is at most two chunks, and progress follows the GPU.
+
+        Raises:
+            ValueError: ``tiles`` do not fit (:meth:`supports`), or ``out`` has another tile count.
+        """
+        if not self.supports(tiles):
+            raise ValueError(f"tiles {tuple(tiles.shape)} {tiles.dtype} on {tiles.device} do not fit the "
+                             f"vision graphs' input {tuple(self.input.shape[1:])} {self.input.dtype} "
+                             f"on {self.input.device}")
+        if out.shape[0] != tiles.shape[0]:
+            raise ValueError(f"out holds {out.shape[0]} tiles' features, tiles are {tiles.shape[0]}")
+        done, previous = 0, None
+        for chunk in tiles.split(self.max_tiles):
+            k = int(chunk.shape[0])
+            self.input[:k].copy_(chunk)
+            out[done:done + k].copy_(self._step(k))
+            done += k
+            if self.use_graph:
+                issued = torch.cuda.Event()
+                issued.record()
+                if previous is not None:
+                    previous.synchronize()  # releases the GIL while it waits
+                previous = issued
+            if on_chunk is not None:
+                on_chunk(done)
+        return out
