@@ -20,16 +20,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: in
     if n == 1:
         return single_query_attention(q, k, v)
     groups = q.shape[1] // k.shape[1]
+    if q.device.type == "cuda" and _flash_ok(q, k, v, gqa=groups > 1):
+        # Flash attention reads each KV head for its group of query heads in place: no
+        # repeat_interleave copies (two kernels a layer, 60 of a 256M prefill's launches). With
+        # fewer queries than keys its causal flag aligns the mask to the bottom right: the kernel
+        # torch's causal_lower_right bias dispatches to, called without importing
+        # torch.nn.attention.bias (which imports torch._dynamo and sympy: ~1.3 s at every start).
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, False)[0]
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
     if past == 0:
         return attention(q, k, v, causal=True)
-    if q.device.type == "cuda" and _flash_ok(q, k, v):
-        # With fewer queries than keys, flash attention's causal flag aligns the mask to the bottom
-        # right: the kernel torch's causal_lower_right bias dispatches to, called without importing
-        # torch.nn.attention.bias (which imports torch._dynamo and sympy: ~1.3 s at every start).
-        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, False)[0]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right_mask(n, past, q.device))
 
 
@@ -49,11 +51,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def _flash_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether SDPA's flash kernel takes these inputs (GPU generation, dtype, head size, strides)."""
+def _flash_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool = False) -> bool:
+    """Whether SDPA's flash kernel takes these inputs (GPU generation, dtype, head size, strides;
+    ``gqa``: fewer KV heads than query heads, a divisor of them)."""
     from torch.backends.cuda import SDPAParams, can_use_flash_attention
 
-    return bool(can_use_flash_attention(SDPAParams(q, k, v, None, 0.0, False, False)))
+    return bool(can_use_flash_attention(SDPAParams(q, k, v, None, 0.0, False, gqa)))
 
 
 def bottom_right_mask(n: int, past: int, device: torch.device, lazy: bool | None = None):

@@ -33,10 +33,11 @@ def test_with_past_equals_full_causal_rows():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flash attention is a CUDA kernel")
-@pytest.mark.parametrize("n,past", [(5, 7), (12, 864), (24, 40)])
+@pytest.mark.parametrize("n,past", [(5, 7), (12, 864), (24, 40), (900, 0)])
 def test_cuda_prefill_after_cached_tokens_matches_the_boolean_mask(n, past):
     """On CUDA (bf16) ``causal_attention`` calls flash attention with its causal flag, which aligns
-    to the bottom right when there are fewer queries than keys."""
+    to the bottom right when there are fewer queries than keys, on the 3 KV heads of 9 query heads
+    as they are (grouped-query attention, no repeated copies)."""
     torch.manual_seed(n)
     q = torch.randn(1, 9, n, 64, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(1, 3, past + n, 64, device="cuda", dtype=torch.bfloat16)
