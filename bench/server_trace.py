@@ -75,9 +75,11 @@ def _wrap_call(owner, attr: str, before: str, after: str) -> None:
 
 def install_engine_hooks() -> None:
     from engine.chat import ChatSession
+    from engine.models.smolvlm.processing import ImageProcessor
 
     _wrap_call(ChatSession, "_fit_context", "fit_start", "fit_end")
     _wrap_call(ChatSession, "_prefill", "prefill_start", "prefill_end")
+    _wrap_call(ImageProcessor, "preprocess", "tiles_start", "tiles_end")
 
 
 def install_server_hooks(trace_file: str) -> None:
@@ -85,8 +87,10 @@ def install_server_hooks(trace_file: str) -> None:
     import server.routes_generate as routes
     from engine.service import EngineService
     from server.bridge import Answer
+    from server.media import MediaStore
 
     install_engine_hooks()
+    _wrap_call(MediaStore, "_check_image", "check_start", "check_end")
     _wrap_call(EngineService, "_set_history", "hist_start", "hist_end")
     _wrap_call(EngineService, "_run_answer", "engine_start", "engine_end")
     orig_turns = routes.to_turns
@@ -144,6 +148,13 @@ SERVER_PHASES = [("client's JSON", "client_sent", "client_encoded"), ("client ->
                  ("first token", "prefill_end", "first_token"), ("to the wire", "first_token", "first_written"),
                  ("server -> client", "first_written", "client_first"), ("TTFT (client)", "client_sent", "client_first"),
                  ("TTFT (server: arrival -> first chunk written)", "asgi_in", "first_written")]
+#: Where a new photo's decoding and tiling sit inside the phases above (``image_split``).
+IMAGE_SERVER = [("  decode + check (a worker thread)", "check_start", "check_end"),
+                ("  to_turns besides it", None, None),
+                ("  engine: read, digest, take the pixels", "hist_end", "tiles_start"),
+                ("  engine: resize and tile", "tiles_start", "tiles_end")]
+IMAGE_LOCAL = [("  engine: read, digest, decode", "sent", "tiles_start"),
+               ("  engine: resize and tile", "tiles_start", "tiles_end")]
 LOCAL_PHASES = [("to fit_context", "sent", "fit_start"), ("fit_context", "fit_start", "fit_end"),
                 ("to prefill", "fit_end", "prefill_start"), ("prefill", "prefill_start", "prefill_end"),
                 ("first token", "prefill_end", "first"), ("TTFT (in process)", "sent", "first")]
@@ -203,6 +214,27 @@ def http_share(http: list[dict], local: list[dict]) -> str:
             f"{statistics.median(ttft) * 1000:.1f} ms); without the client's JSON encoding "
             f"({statistics.median(encode) * 1000:.2f} ms) {statistics.median(server) * 1000:.2f} ms, "
             f"{statistics.median(s / f for s, f in zip(server, ttft)):.1%}")
+
+
+def image_split(http: list[dict], local: list[dict]) -> list[str]:
+    """Lines splitting a new photo's image work, through the server (``to_turns`` decodes and checks
+    the photo, the engine reads the stored file and takes those pixels) and in process (the engine
+    decodes the file itself): medians of the runs, ms."""
+    def median(rows, a, b):
+        vals = [(r[b] - r[a]) * 1000 for r in rows if a in r and b in r]
+        return statistics.median(vals) if vals else float("nan")
+    lines = ["image work of the first turn (median, ms): through HTTP"]
+    for name, a, b in IMAGE_SERVER:
+        if a is None:
+            vals = [((r["turns_end"] - r["turns_start"]) - (r["check_end"] - r["check_start"])) * 1000
+                    for r in http if {"turns_start", "turns_end", "check_start", "check_end"} <= r.keys()]
+            value = statistics.median(vals) if vals else float("nan")
+        else:
+            value = median(http, a, b)
+        lines.append(f"{name:44s} {value:8.2f}")
+    lines.append("in process")
+    lines += [f"{name:44s} {median(local, a, b):8.2f}" for name, a, b in IMAGE_LOCAL]
+    return lines
 
 
 def table(title: str, phases, rows: list[dict]) -> None:
@@ -293,6 +325,7 @@ def main() -> int:
     table("follow-up through HTTP", SERVER_PHASES, follows)
     table("follow-up in process", LOCAL_PHASES, local_follows)
     if firsts:
+        print("\n" + "\n".join(image_split(firsts, local_firsts)))
         print(f"\nfirst turn: {http_share(firsts, local_firsts)}\nfollow-up:  {http_share(follows, local_follows)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"http_first": firsts, "http_follow": follows,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.server import fresh_photo
-from bench.server_trace import http_share
+from bench.server_trace import http_share, image_split
 
 
 def _http(t0: float, encode: float | None) -> dict:
@@ -46,3 +46,19 @@ def test_every_run_and_side_gets_a_photo_of_its_own(shared_dir, fmt):
     args = SimpleNamespace(same_photo=False, image=str(shared_dir / "images" / "coffee.png"), photo_format=fmt)
     digests = {hashlib.sha256(fresh_photo(args, run, side)).hexdigest() for run in range(17) for side in (0, 1)}
     assert len(digests) == 34
+
+
+def test_image_split_takes_the_decode_out_of_to_turns():
+    http = [{**_http(10.0, 0.0004), "check_start": 10.004, "check_end": 10.024, "hist_end": 10.032,
+             "tiles_start": 10.035, "tiles_end": 10.050}]
+    local = [{"sent": 0.0, "tiles_start": 0.022, "tiles_end": 0.038, "first": 0.100}]
+    # to_turns 27 ms of which the decode is 20; the engine reads for 3 ms and tiles for 15 (16 in process).
+    assert image_split(http, local) == [
+        "image work of the first turn (median, ms): through HTTP",
+        "  decode + check (a worker thread)              20.00",
+        "  to_turns besides it                            7.00",
+        "  engine: read, digest, take the pixels          3.00",
+        "  engine: resize and tile                       15.00",
+        "in process",
+        "  engine: read, digest, decode                  22.00",
+        "  engine: resize and tile                       16.00"]
