@@ -349,7 +349,8 @@ class ChatSession:
         if hit is not None:
             self._processed.move_to_end(key)
             return hit
-        out = self.processor(image, detail=detail)
+        # The file's digest also keys its tiles in the prefix cache (no second pass over the pixels).
+        out = self.processor(image, detail=detail, source_digest=key[0])
         self._processed[key] = out
         while len(self._processed) > 1 and sum(p.pixels.nbytes for p in self._processed.values()) > PROCESSED_CACHE_BYTES:
             self._processed.popitem(last=False)

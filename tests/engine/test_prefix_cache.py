@@ -124,3 +124,33 @@ def test_the_same_photo_is_tiled_once_whatever_its_file_name(parts, images_dir, 
     changed = s.preprocess([b], "balanced")[0]
     assert changed is not first and changed.pixels.shape != first.pixels.shape or \
         (changed.pixels != first.pixels).any()
+
+
+def test_a_files_tiles_are_keyed_by_its_bytes_without_hashing_the_pixels(parts, images_dir, tmp_path, monkeypatch):
+    """``ChatSession`` hands the file's digest to the processor: the tiles' cache keys follow from it,
+    the detail and the processor's settings, and the pixels are not hashed a second time."""
+    from engine.models.smolvlm.processing import ProcessedImage
+
+    s = session(parts)
+    monkeypatch.setattr(ProcessedImage, "_digest", lambda self, i: pytest.fail("pixels hashed"))
+    photo, other = tmp_path / "photo.png", tmp_path / "other.jpg"
+    photo.write_bytes((images_dir / "coffee.png").read_bytes())
+    other.write_bytes((images_dir / "rocket.jpg").read_bytes())
+    first = s.preprocess([photo], "balanced")[0]
+    assert len(set(first.tile_digests)) == first.num_tiles  # one key per tile
+    s._processed.clear()  # tiled again from the same bytes: the same keys
+    assert s.preprocess([photo], "balanced")[0].tile_digests == first.tile_digests
+    fast = s.preprocess([photo], "fast")[0]
+    assert not set(fast.tile_digests) & set(first.tile_digests)  # other tiles, other keys
+    assert not set(s.preprocess([other], "balanced")[0].tile_digests) & set(first.tile_digests)
+    settings = s.processor.settings_digest
+    s._processed.clear()
+    s.processor.__dict__["settings_digest"] = b"another processor"
+    assert not set(s.preprocess([photo], "balanced")[0].tile_digests) & set(first.tile_digests)
+    s.processor.__dict__["settings_digest"] = settings
+    # A PIL image has no file bytes: its pixels are hashed, as before.
+    monkeypatch.undo()
+    from PIL import Image
+
+    pil = s.preprocess([Image.open(photo)], "balanced")[0]
+    assert pil.tile_digests == tuple(pil._digest(i) for i in range(pil.num_tiles))
