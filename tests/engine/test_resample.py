@@ -86,3 +86,16 @@ def test_device_path_falls_back_to_pillow_for_other_filters(processors, images_d
     nearest_host, nearest_device = copy.copy(host), copy.copy(device)
     nearest_host.resample = nearest_device.resample = int(Image.Resampling.NEAREST)
     np.testing.assert_array_equal(nearest_device.preprocess(image).pixels, nearest_host.preprocess(image).pixels)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton pass runs where the image is on CUDA")
+@pytest.mark.parametrize("name", ["coffee.png", "astronaut.png"])
+def test_cuda_resize_gives_pillows_bytes(images_dir, name):
+    """On CUDA each pass is one Triton kernel (``resample_triton``) unless ``SMOLCHAT_TRITON=0``."""
+    array = np.asarray(load_image(images_dir / name).convert("RGB"))
+    h, w = array.shape[:2]
+    x = torch.from_numpy(array.copy()).cuda()
+    for out_w, out_h in [(2048, 2048 * h // w), (512, 512), (w // 3, h // 5)]:
+        ours = resample.resize(x, out_w, out_h)
+        assert ours.is_cuda
+        np.testing.assert_array_equal(ours.cpu().numpy(), _pillow(array, out_w, out_h, Image.Resampling.LANCZOS))

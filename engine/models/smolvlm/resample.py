@@ -32,6 +32,8 @@ import PIL
 import torch
 from PIL import Image
 
+from engine.device import host_staged
+
 PRECISION_BITS = 32 - 8 - 2
 """Fixed-point bits of the 8-bit resampling weights (``Resample.c``)."""
 
@@ -114,13 +116,37 @@ def coefficients(in_size: int, out_size: int, resample: int) -> tuple[np.ndarray
     return xmin, np.trunc(fixed).astype(np.int32)
 
 
+#: Run each pass as one Triton kernel (:mod:`.resample_triton`): ``None`` = on CUDA when Triton imports
+#: (``SMOLCHAT_TRITON=0`` turns it off, as for the decode step); the same bytes either way.
+USE_TRITON: bool | None = None
+
+
+def _use_triton(x: torch.Tensor) -> bool:
+    if USE_TRITON is not None:
+        return USE_TRITON
+    from engine.models.llama.static_decode import triton_wanted
+
+    return triton_wanted(x.device)
+
+
 def _pass(x: torch.Tensor, dim: int, out_size: int, resample: int) -> torch.Tensor:
     """Resample ``x`` (uint8 ``[H, W, C]``) along ``dim`` (1: width, 0: height) to ``out_size``."""
     in_size = x.shape[dim]
     xmin, weights = coefficients(in_size, out_size, resample)
     ksize = weights.shape[1]
-    idx = torch.from_numpy(np.minimum(xmin[:, None] + np.arange(ksize)[None, :], in_size - 1)).to(x.device)
-    k = torch.from_numpy(weights).to(x.device)
+    taps = np.minimum(xmin[:, None] + np.arange(ksize)[None, :], in_size - 1)
+    # Pinned on CUDA, so the taps' upload does not wait for the queued kernels (a pageable copy does).
+    idx = torch.empty(taps.shape, dtype=torch.long, device=x.device)
+    idx.copy_(host_staged(torch.from_numpy(taps), x.device), non_blocking=True)
+    k = torch.empty(weights.shape, dtype=torch.int32, device=x.device)
+    k.copy_(host_staged(torch.from_numpy(weights), x.device), non_blocking=True)
+    if _use_triton(x):
+        from engine.models.smolvlm.resample_triton import resample_pass
+
+        try:
+            return resample_pass(x.contiguous(), dim, out_size, idx, k, PRECISION_BITS)
+        except ValueError:  # beyond int32 offsets: the chunked passes below
+            pass
     shape = list(x.shape)
     shape[dim] = out_size
     out = torch.empty(shape, dtype=torch.uint8, device=x.device)
