@@ -28,7 +28,6 @@ same points.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import threading
@@ -51,6 +50,7 @@ from engine.api.events import (
     TokenEvent,
     resolve_detail,
 )
+from engine.api.images import bytes_digest, file_digest
 from engine.cache import CacheConfig, KVCache
 from engine.cache.paged import PagedKVCache
 from engine.cache.prefix import chain_digests
@@ -341,10 +341,10 @@ class ChatSession:
         photo seen before, and this skips the rest. Keyed by a digest of the file's bytes, so a copy
         under another name (the server stores each request's images anew) is found too."""
         try:
-            data = image if isinstance(image, bytes) else Path(image).read_bytes()
+            digest = bytes_digest(image) if isinstance(image, bytes) else file_digest(image)
         except (OSError, TypeError, ValueError):
             return self.processor(image, detail=detail)  # its error names the file
-        key = (hashlib.blake2b(data, digest_size=16).digest(), detail)
+        key = (digest, detail)
         hit = self._processed.get(key)
         if hit is not None:
             self._processed.move_to_end(key)

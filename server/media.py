@@ -25,7 +25,7 @@ import pybase64
 from PIL import Image
 
 from engine.api.errors import ImageError
-from engine.api.images import hand_over, load_image
+from engine.api.images import bytes_digest, hand_over, load_image, note_digest
 from server.config import ServerConfig
 from server.errors import APIError
 
@@ -223,6 +223,7 @@ class MediaStore:
         path = self.folder / (digest + "." + fmt.lower())
         self._commit(part, path)
         hand_over(path, pixels)  # the engine reads these pixels instead of decoding the file again
+        note_digest(path, bytes.fromhex(digest))  # and this digest instead of reading and hashing it
         return str(path)
 
     def _open_data(self, url: str, param: str) -> tuple[bytes, str, str | None] | None:
@@ -238,7 +239,8 @@ class MediaStore:
             raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
                            "unsupported_image_format", param)
         self._check_size(data, param)
-        digest = hashlib.sha256(data).hexdigest()[:40]
+        # The engine's digest of the bytes (it keys the tiles by it): the file's name, handed over below.
+        digest = bytes_digest(data).hex()
         return data, digest, self._known(digest)
 
     def _write_part(self, data: bytes, digest: str) -> Path:

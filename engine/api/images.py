@@ -12,6 +12,7 @@ PIL), as ``convert_to_rgb`` does for PIL inputs, and scale high-bit-depth images
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -103,6 +104,48 @@ def hand_over(path: str | os.PathLike, image: Image.Image) -> None:
         _HANDED[key] = (image, now)
         _HANDED.move_to_end(key)
         _drop_stale_handed(now)
+
+
+# Digests of files whose bytes the local server hashed as they came (it names each file by it): the
+# engine keys its tiled images and their prefix-cache entries by a file's digest, and reading a 0.5 MB
+# photo back and hashing it again was ~1 ms of every new photo's time to the first token through HTTP.
+# Keyed as the handed pixels are (a file replaced since has another inode or size); kept, not taken
+# (a photo's file is re-read by every later turn that sends it), the newest DIGESTS_MAX.
+_DIGESTS: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+DIGESTS_MAX = 256
+
+
+def bytes_digest(data: bytes | bytearray | memoryview) -> bytes:
+    """The 16-byte BLAKE2b digest the engine keys an encoded image's tiles by."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def note_digest(path: str | os.PathLike, digest: bytes) -> None:
+    """Record that the file now at ``path`` holds bytes whose :func:`bytes_digest` is ``digest``
+    (the caller hashed them as it wrote them), so :func:`file_digest` need not read it."""
+    key = _handed_key(path)
+    if key is None:
+        return
+    with _handed_lock:
+        _DIGESTS[key] = digest
+        _DIGESTS.move_to_end(key)
+        while len(_DIGESTS) > DIGESTS_MAX:
+            _DIGESTS.popitem(last=False)
+
+
+def file_digest(path: str | os.PathLike) -> bytes:
+    """:func:`bytes_digest` of the file's bytes: the one :func:`note_digest` recorded for it, else read.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    key = _handed_key(path) if _DIGESTS else None
+    if key is not None:
+        with _handed_lock:
+            digest = _DIGESTS.get(key)
+        if digest is not None:
+            return digest
+    return bytes_digest(Path(path).read_bytes())
 
 
 def _take_handed(path: Path) -> Image.Image | None:

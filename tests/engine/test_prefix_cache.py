@@ -148,6 +148,15 @@ def test_a_files_tiles_are_keyed_by_its_bytes_without_hashing_the_pixels(parts, 
     s.processor.__dict__["settings_digest"] = b"another processor"
     assert not set(s.preprocess([photo], "balanced")[0].tile_digests) & set(first.tile_digests)
     s.processor.__dict__["settings_digest"] = settings
+    # A digest the server noted when it stored the file (engine.api.images.note_digest) is used as it is.
+    from engine.api import images
+
+    s._processed.clear()
+    images.note_digest(photo, b"noted by the server")
+    try:
+        assert not set(s.preprocess([photo], "balanced")[0].tile_digests) & set(first.tile_digests)
+    finally:
+        images._DIGESTS.clear()
     # A PIL image has no file bytes: its pixels are hashed, as before.
     monkeypatch.undo()
     from PIL import Image

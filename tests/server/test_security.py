@@ -194,6 +194,36 @@ def test_a_new_photo_is_decoded_once_the_engine_takes_the_servers_pixels(tmp_pat
     assert np.array_equal(np.asarray(again), np.asarray(got)) and got.mode == "RGB"
 
 
+def test_a_new_photo_is_named_by_the_engines_digest_and_the_engine_does_not_read_it_back(tmp_path, monkeypatch):
+    """The store hashes a new photo's bytes once, with the engine's digest; ChatSession keys the
+    photo's tiles by that digest without reading the stored file (it is not rewritten in place)."""
+    import asyncio
+    import base64
+    from pathlib import Path
+
+    from engine.api import images
+    from server.media import MediaStore
+
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = png_bytes(noise=True)
+    path = asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
+    assert Path(path).name == images.bytes_digest(data).hex() + ".png"
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read back")
+                        if str(self) == path else real_read(self))
+    assert images.file_digest(path) == images.bytes_digest(data)
+    monkeypatch.undo()
+    Path(path).unlink()  # another file there (a new inode and size): its own bytes are hashed
+    Path(path).write_bytes(data + b"x")
+    assert images.file_digest(path) == images.bytes_digest(data + b"x")
+    for i in range(images.DIGESTS_MAX + 3):  # the newest DIGESTS_MAX are kept
+        other = tmp_path / f"{i}.bin"
+        other.write_bytes(b"%d" % i)
+        images.note_digest(other, b"d")
+    assert len(images._DIGESTS) == images.DIGESTS_MAX
+    images._DIGESTS.clear()
+
+
 def test_handed_pixels_are_not_used_for_a_changed_file_and_stay_few(tmp_path):
     import os
 
