@@ -1,0 +1,24 @@
+#!/bin/bash
+# Session 24 run 8: resampling passes as one Triton kernel each; CUDA tests; preprocess split; trace; first answers.
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device-in/whl/*.whl .device-in/whl2/*.whl 2>/dev/null || exit 1
+export SMOLCHAT_SHARED=$PWD/.device-in/shared PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+mkdir -p $OUT
+nvidia-smi --query-gpu=name --format=csv,noheader
+[ -d /tmp/ck ] || python3 -m tools.make_checkpoint --config .device-in/shared/models/SmolVLM-256M-Instruct --out /tmp/ck --dtype bfloat16 > /dev/null || exit 1
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/test_resample.py -k "cuda or real or identical" 2>&1 | tail -2
+timeout 100 python3 bench/results/h200-session24/preprocess_split.py /tmp/ck .device-in/shared/images/coffee.png 2>&1 | grep -v -i warn | head -6 | tee $OUT/preprocess-split-triton.txt
+timeout 150 python3 bench/server_trace.py --model /tmp/ck --runs 16 --client-encode dumps --json $OUT/trace-png.json > $OUT/trace-png.txt 2>&1
+sed -n '/^image work/,$p' $OUT/trace-png.txt
+grep -E "to_turns|to fit_context|  prefill|TTFT" $OUT/trace-png.txt | head -8
+timeout 200 python3 bench/first_answers.py --checkpoint /tmp/ck --image .device-in/shared/images/astronaut.png --runs 2 --phases --no-cli --out $OUT/first-256m.json > $OUT/first-256m.txt 2>&1
+python3 - $OUT/first-256m.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for run in d["runs"]:
+    a = run["answers"]
+    print("load_to_ready %.2f s, warmup %.2f s; TTFT ms %s; decode tok/s %s; after load %.1f MiB, answer-1 peak %.1f, process peak %.1f; answer-1 phases %s" % (
+        run["load_to_ready_s"], run["warmup_s"], [round(x["ttft_s"] * 1e3, 1) for x in a], [round(x["decode_tok_s"]) for x in a],
+        run["after_load"]["allocated_mib"], a[0]["peak_so_far_mib"], run["peak_allocated_mib"],
+        {k: round(v * 1e3, 1) for k, v in a[0]["phases"].items() if not k.endswith("calls")}))
+PY
