@@ -71,3 +71,25 @@ def test_an_image_beyond_int32_offsets_is_refused_clearly():
     big = torch.empty(1, 2**30, 3, dtype=torch.uint8, device="meta")
     with pytest.raises(ValueError, match="too large for int32 offsets"):
         resample_pass(big, 1, 2**30, torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.int32), 22)
+
+
+def test_a_kernel_that_fails_to_build_falls_back_to_torch_once(monkeypatch):
+    """A GPU Triton cannot compile for (or a broken install): the photo is still resized, with
+    Pillow's bytes, one warning, and no second try."""
+    from engine.models.smolvlm import resample_triton
+
+    tries = []
+
+    def broken(*args, **kwargs):
+        tries.append(1)
+        raise RuntimeError("no kernel image for this GPU")
+
+    monkeypatch.setattr(resample_triton, "resample_pass", broken)
+    monkeypatch.setattr(resample, "_triton_failed", False)
+    array = np.random.default_rng(5).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    with pytest.warns(RuntimeWarning, match="Triton resampling failed .*no kernel image for this GPU"):
+        ours = resample.resize(torch.from_numpy(array), 41, 17)
+    np.testing.assert_array_equal(ours.numpy(), _pillow(array, 41, 17, Image.Resampling.LANCZOS))
+    again = resample.resize(torch.from_numpy(array), 41, 17)
+    np.testing.assert_array_equal(again.numpy(), ours.numpy())
+    assert tries == [1]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 import PIL
@@ -121,7 +122,12 @@ def coefficients(in_size: int, out_size: int, resample: int) -> tuple[np.ndarray
 USE_TRITON: bool | None = None
 
 
+_triton_failed = False  # set once the kernel failed to build or run here: torch passes from then on
+
+
 def _use_triton(x: torch.Tensor) -> bool:
+    if _triton_failed:
+        return False
     if USE_TRITON is not None:
         return USE_TRITON
     from engine.models.llama.static_decode import triton_wanted
@@ -147,6 +153,11 @@ def _pass(x: torch.Tensor, dim: int, out_size: int, resample: int) -> torch.Tens
             return resample_pass(x.contiguous(), dim, out_size, idx, k, PRECISION_BITS)
         except ValueError:  # beyond int32 offsets: the chunked passes below
             pass
+        except Exception as exc:  # noqa: BLE001 - a Triton that cannot build or run it on this GPU
+            global _triton_failed
+            _triton_failed = True
+            warnings.warn(f"Triton resampling failed ({exc!r:.200}); resizing with torch ops instead",
+                          RuntimeWarning, stacklevel=2)
     shape = list(x.shape)
     shape[dim] = out_size
     out = torch.empty(shape, dtype=torch.uint8, device=x.device)
