@@ -130,3 +130,25 @@ def test_a_cancel_in_the_graphs_stops_the_tower_on_cuda(tiny_checkpoint):
     with pytest.raises(KeyboardInterrupt):
         model.encode_images(torch.zeros(13, 3, size, size, device="cuda"), on_tiles)
     assert seen == [0, 4, 8]
+
+
+def test_a_failed_capture_runs_the_tower_as_modules_from_then_on(tiny_checkpoint, monkeypatch):
+    from engine.models.smolvlm import vision_graphs
+
+    model = SmolVlmModel.load(LocalDirSource(tiny_checkpoint), CPU, torch.float32)
+    size = model.metadata.vision.image_size
+    tiles = torch.randn(5, 3, size, size, generator=torch.Generator().manual_seed(2))
+    expected = model.encode_images(tiles)
+    model.vision_graphs = True
+
+    def fail(self, k):
+        raise vision_graphs.GraphCaptureError(f"the vision tower's graph for {k} tiles could not be captured: OOM")
+
+    monkeypatch.setattr(vision_graphs.VisionGraphs, "_step", fail)
+    progress = []
+    with pytest.warns(RuntimeWarning, match="graph for 4 tiles could not be captured: OOM; running the vision "
+                                            "tower without CUDA graphs"):
+        got = model.encode_images(tiles, lambda done, total: progress.append(done))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert model.vision_graphs is False and model._vision_steps() is None
+    assert progress[-1] == 5  # the modules' run reported its tiles

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Self
 
@@ -22,7 +23,7 @@ from engine.models.llama.lm import LlamaLM
 from engine.models.smolvlm.config import SmolVlmMetadata
 from engine.models.smolvlm.connector import Connector
 from engine.models.smolvlm.vision import VisionTransformer
-from engine.models.smolvlm.vision_graphs import VisionGraphs
+from engine.models.smolvlm.vision_graphs import GraphCaptureError, VisionGraphs
 from engine.sources import ModelSource
 
 # Tiles per vision-tower call: bounds the [tiles, heads, 1024, 1024] attention scores on the CPU.
@@ -171,7 +172,10 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         if steps is not None and steps.supports(pixel_values):
             out = torch.empty(total, self._meta.image_seq_len, self._meta.text.hidden_size,
                               device=self.device, dtype=self.dtype)
-            return steps.run(pixel_values, out, None if on_tiles is None else (lambda n: on_tiles(n, total)))
+            try:
+                return steps.run(pixel_values, out, None if on_tiles is None else (lambda n: on_tiles(n, total)))
+            except GraphCaptureError as exc:
+                self._drop_vision_graphs(exc)
         chunk_size = VISION_TILE_CHUNK if self.device.type == "cpu" else VISION_TILE_CHUNK_GPU
         if on_tiles is not None and self.device.type == "cpu":
             chunk_size = VISION_TILE_CHUNK_CANCELLABLE
@@ -197,8 +201,17 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         self.encode_images(tiles)
         steps = self._vision_steps()
         if steps is not None:
-            steps.capture_all()
+            try:
+                steps.capture_all()
+            except GraphCaptureError as exc:
+                self._drop_vision_graphs(exc)
         LlamaLM.warmup(self, cache, prompt_tokens)
+
+    def _drop_vision_graphs(self, exc: GraphCaptureError) -> None:
+        """Run the tower as modules from now on (a capture failed: the answer goes on without it)."""
+        warnings.warn(f"{exc}; running the vision tower without CUDA graphs", RuntimeWarning, stacklevel=3)
+        self.vision_graphs = False
+        self._vision_graphs = None
 
     @torch.inference_mode()
     def embed_multimodal(self, tokens: torch.Tensor, images: Sequence[torch.Tensor],

@@ -21,6 +21,10 @@ import torch
 from engine.models.cuda_graph import capture
 
 
+class GraphCaptureError(RuntimeError):
+    """A chunk size's graph could not be captured here (the caller runs the tower as modules instead)."""
+
+
 class VisionGraphs:
     """``tower(x [k, C, M, M]) -> [k, image_seq_len, H]`` (the vision tower and connector), run in chunks
     of at most ``max_tiles`` tiles through a static input buffer, one fixed-shape step per chunk size.
@@ -49,14 +53,23 @@ class VisionGraphs:
                 and tiles.dtype == self.input.dtype and tiles.device == self.input.device)
 
     def capture_all(self) -> None:
-        """Capture every chunk size now (the largest first), so no later chunk pays for one."""
+        """Capture every chunk size now (the largest first), so no later chunk pays for one.
+
+        Raises:
+            GraphCaptureError: a capture failed.
+        """
         if self.use_graph:
             for k in range(self.max_tiles, 0, -1):
                 if k not in self.graphs:
                     self._capture(k)
 
     def _capture(self, k: int) -> torch.Tensor:
-        graph, warm, out = capture(lambda: self.tower(self.input[:k]), self.stream, self.pool)
+        """Raises GraphCaptureError when the capture fails (e.g. out of memory, or a kernel that
+        synchronizes): the tower as modules still works."""
+        try:
+            graph, warm, out = capture(lambda: self.tower(self.input[:k]), self.stream, self.pool)
+        except Exception as exc:  # noqa: BLE001 - a CUDA or allocator error from inside the capture
+            raise GraphCaptureError(f"the vision tower's graph for {k} tiles could not be captured: {exc!r:.200}") from exc
         self.graphs[k] = (graph, out)
         return warm
 
@@ -82,6 +95,7 @@ class VisionGraphs:
 
         Raises:
             ValueError: ``tiles`` do not fit (:meth:`supports`), or ``out`` has another tile count.
+            GraphCaptureError: a chunk size's first capture failed.
         """
         if not self.supports(tiles):
             raise ValueError(f"tiles {tuple(tiles.shape)} {tiles.dtype} on {tiles.device} do not fit the "
