@@ -131,17 +131,18 @@ class ProcessedImage:
 
     @functools.cached_property
     def tile_digests(self) -> tuple[bytes, ...]:
-        """A 16-byte BLAKE2b hash of each tile's pixels (and the table), computed once per image: the
+        """A 16-byte hash (SHA-256's first bytes) of each tile's pixels and the table, once per image: the
         KV cache key of its ``<image>`` tokens (reference §0.8: the token ids alone are the same for
         every image). :meth:`ImageProcessor.preprocess` computes them up front, tiles in parallel,
         or derives them from a digest of the encoded file when it is given one (``source_digest``)."""
         return tuple(_pool().map(self._digest, range(self.num_tiles)))
 
     def _digest(self, index: int) -> bytes:
-        # Hashed in place through the buffer protocol (hashlib releases the GIL for large inputs).
-        h = hashlib.blake2b(np.ascontiguousarray(self.pixels[index]), digest_size=16)
+        # Hashed in place through the buffer protocol (hashlib releases the GIL for large inputs);
+        # SHA-256 runs on x86's SHA instructions, ~2x BLAKE2b's speed (a 64-frame video: 50 MB).
+        h = hashlib.sha256(np.ascontiguousarray(self.pixels[index]))
         h.update(self.lut)
-        return h.digest()
+        return h.digest()[:16]
 
     def hash_tiles(self, source: bytes | None = None) -> None:
         """Compute :attr:`tile_digests` now: hashing the pixels, or, with ``source`` (bytes that fix
@@ -394,7 +395,7 @@ class ImageProcessor:
                 tile instead of 13); large images are processed as in ``"full"``.
                 ``"fast"``: one global M x M tile, identical to transformers with
                 ``do_image_splitting=False`` (stage-1 resize, then resize to M x M).
-            source_digest: a digest of the encoded file ``image`` was decoded from (e.g. BLAKE2b of
+            source_digest: a digest of the encoded file ``image`` was decoded from (e.g. SHA-256 of
                 its bytes): the tiles' cache keys are then derived from it, this detail and this
                 processor's settings instead of hashing the pixels (:meth:`ProcessedImage.hash_tiles`).
 
