@@ -90,7 +90,10 @@ def test_cli_embed_json_equals_python_api(embedder, tiny_checkpoint, images_dir)
     out = json.loads(proc.stdout)
     assert out["dim"] == 64 and out["pooling"] == "mean"
     expected = embedder.embed("a cat", [image], image_detail="fast")
-    assert torch.allclose(torch.tensor(out["embedding"]), expected, atol=1e-6)
+    # Two processes: their float32 GEMMs may take other code paths (e.g. by buffer alignment); once in
+    # CI (session 24) an element moved by more than 1e-6, while the printed values agreed to four
+    # decimals. A wrong input or pooling moves them by ~0.1.
+    assert torch.allclose(torch.tensor(out["embedding"]), expected, atol=1e-4)
     bad = subprocess.run([sys.executable, "-m", "engine", "embed", "--model", str(tiny_checkpoint)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
