@@ -24,6 +24,10 @@ Phases (each the time since the previous one):
   to the wire             -> the first content chunk is written to the socket
   server -> client        -> the client has parsed that chunk
 
+Then the first turn's image work, split: through HTTP the server's decode and check (inside
+to_turns), the rest of to_turns, the engine's read of the stored file (its digest and pixels handed
+over) and its resize and tile; in process the engine's read, digest and decode, and its resize and tile.
+
 "HTTP" sums the phases a call in process does not have: the client's JSON encoding, client ->
 server, body, route + validation, queue to engine, to the wire, server -> client. It is printed per
 turn against the in-process TTFT of the same run (paired), with and without the client's own JSON
