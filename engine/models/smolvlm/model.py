@@ -194,17 +194,19 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
 
     @torch.inference_mode()
     def warmup(self, cache, prompt_tokens: int = 1100) -> None:
-        """:meth:`LlamaLM.warmup`, after running the vision tower once on blank tiles (a full chunk and a
-        single tile) and capturing its graphs for every chunk size (:attr:`vision_graphs`)."""
-        size = self._meta.vision.image_size
-        tiles = torch.zeros(VISION_TILE_CHUNK_GPU + 1, 3, size, size, device=self.device, dtype=self.vision_dtype)
-        self.encode_images(tiles)
+        """:meth:`LlamaLM.warmup`, after capturing the vision tower's graph for every chunk size (each
+        capture first runs the tower on its blank input: :attr:`vision_graphs`) or, without graphs,
+        running the tower once on blank tiles (a full chunk and a single tile)."""
         steps = self._vision_steps()
         if steps is not None:
             try:
                 steps.capture_all()
             except GraphCaptureError as exc:
                 self._drop_vision_graphs(exc)
+        if self._vision_steps() is None:
+            size = self._meta.vision.image_size
+            tiles = torch.zeros(VISION_TILE_CHUNK_GPU + 1, 3, size, size, device=self.device, dtype=self.vision_dtype)
+            self.encode_images(tiles)
         LlamaLM.warmup(self, cache, prompt_tokens)
 
     def _drop_vision_graphs(self, exc: GraphCaptureError) -> None:
