@@ -2,14 +2,24 @@
 and the follow-up's TTFT with prefix caching.
 
     python bench/server.py --model CHECKPOINT [--image PHOTO] [--max-tokens 64] [--runs 3] [--detail high]
+                           [--reference server|bench] [--client-encode httpx|dumps|prepared]
 
-In process: ``ChatSession.send`` (a fresh system prompt and a fresh photo per run, so nothing is
-cached: each first turn is a new photo's, tiling included; ``--same-photo`` sends the file itself
-every run, whose tiles are then cached on both sides after run 0). Through HTTP:
-the same request, streamed, to ``python -m engine serve`` in a subprocess on 127.0.0.1, timed by the
-client (TTFT = request sent -> first content delta; tok/s over the deltas after the first). Both use
-greedy decoding with ``ignore_eos``. The follow-up re-sends the conversation plus a new question, as
-an OpenAI client does; its prompt's image and first answer come from the KV cache. Prints medians.
+The server is ``python -m engine serve`` in a subprocess on 127.0.0.1. Through HTTP: a streamed
+request, timed by the client (TTFT = request started -> first content delta parsed; tok/s over the
+deltas after the first). In process (``--reference server``, the default): the same answer through the
+server's own ``EngineService`` in the server's process, as the desktop app's ``LocalBackend`` sends it
+(``set_history``, then ``send``; TTFT = ``send`` called -> the first token's event on the engine
+thread), asked by the bench over a side route that only this bench's server has
+(``/bench/in-process``, untimed). Both sides then run on one engine in one process, so the host-bound
+vision + prefill phase, whose speed differs by up to ~1.4x from one process to another on the H200
+machine (docs/BENCHMARKS.md, sessions 23-25), is the same on both. ``--reference bench``: the in-process
+side is ``ChatSession.send`` in this bench's own process instead (the comparison before session 25).
+
+A fresh system prompt and a fresh photo per run, so nothing is cached: each first turn is a new
+photo's, tiling included (``--same-photo`` sends the file itself every run, whose tiles are then
+cached on both sides after run 0). Both use greedy decoding with ``ignore_eos``; runs alternate (in
+process, then HTTP). The follow-up re-sends the conversation plus a new question, as an OpenAI client
+does; its prompt's image and first answer come from the KV cache. Prints medians.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -89,7 +100,7 @@ def in_process(session, args, run: int, photo: str) -> dict:
 
     params = GenerationParams(max_new_tokens=args.max_tokens, ignore_eos=True, image_detail=DETAILS[args.detail])
     session.reset()
-    session.system_prompt = f"Benchmark run {run}."
+    session.system_prompt = f"Benchmark run {run}, side 0."
     c0, t0, first, n = cpu_s(), time.perf_counter(), None, 0
     for event in session.send("Describe this photo.", images=[photo], params=params):
         if isinstance(event, TokenEvent) and event.token_id >= 0:
@@ -105,25 +116,102 @@ def in_process(session, args, run: int, photo: str) -> dict:
     return out
 
 
+def service_turns(service, spec: dict) -> dict:
+    """The in-process side of one run inside the server's process (``--reference server``): a new chat
+    with ``spec["image"]`` (a file path) and ``spec["text"]``, then ``spec["follow"]``, through
+    ``service`` (the server's ``EngineService``) as the desktop app's ``LocalBackend`` sends them.
+
+    Returns ``{"ttft", "follow_ttft"}`` in seconds (``send`` called -> the first token's event, on the
+    engine thread), ``"tok_s"`` (the first answer's tokens after its first, over their time) and
+    ``"cpu"`` (the process's CPU seconds over the first answer, all threads).
+    Raises RuntimeError with the engine's message if an answer ends in an error."""
+    from engine.api import Attachment, DoneEvent, GenerationParams, TokenEvent
+
+    params = GenerationParams(max_new_tokens=spec["max_tokens"], ignore_eos=True,
+                              image_detail=DETAILS[spec["detail"]])
+
+    def answer(text: str, attachments: list) -> tuple[float, list[float]]:
+        done, times, ended = threading.Event(), [], []
+
+        def sink(event) -> None:
+            if isinstance(event, TokenEvent) and event.token_id >= 0:
+                times.append(time.perf_counter())
+            elif isinstance(event, DoneEvent):
+                ended.append(event)
+                done.set()
+        t0 = time.perf_counter()
+        service.send(text, attachments, params, sink, spec["system"])
+        if not done.wait(600) or ended[0].error or not times:
+            raise RuntimeError(f"the in-process answer failed: {ended[0].error if ended else 'no answer in 600 s'}")
+        return t0, times
+
+    service.set_history([], spec["system"])  # a new chat, as the app starts one
+    c0 = time.process_time()
+    t0, times = answer(spec["text"], [Attachment(spec["image"])])
+    cpu = time.process_time() - c0
+    f0, follow = answer(spec["follow"], [])
+    return {"ttft": times[0] - t0, "tok_s": (len(times) - 1) / (times[-1] - times[0]), "cpu": cpu,
+            "follow_ttft": follow[0] - f0}
+
+
+def bench_serve(argv: list[str]) -> int:
+    """``python bench/server.py --bench-serve SERVE_ARGS``: ``engine serve`` with one more route,
+    ``POST /bench/in-process`` (JSON ``spec`` of :func:`service_turns` -> its result), answered by the
+    server's own engine service on a worker thread; every other request goes to the server unchanged."""
+    import asyncio
+
+    import server.app
+
+    create = server.app.create_app
+
+    def create_app(*args, **kwargs):
+        app = create(*args, **kwargs)
+
+        async def with_bench(scope, receive, send):
+            if scope["type"] != "http" or scope["path"] != "/bench/in-process":
+                return await app(scope, receive, send)
+            body, more = b"", True
+            while more:
+                message = await receive()
+                body, more = body + message.get("body", b""), message.get("more_body", False)
+            try:
+                status, result = 200, await asyncio.to_thread(
+                    service_turns, app.state.smolchat.bridge.service, json.loads(body))
+            except Exception as exc:  # the bench prints it and stops
+                status, result = 500, {"error": f"{type(exc).__name__}: {exc}"}
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": json.dumps(result).encode()})
+        with_bench.state = app.state  # the CLI reads app.state.smolchat
+        return with_bench
+    server.app.create_app = create_app
+    from server.cli import main as serve_main
+
+    return serve_main(argv)
+
+
 def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
     """Runs alternate (in process, then HTTP), so load changes on a shared machine hit both alike."""
     import httpx
 
 
     port = args.port
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", args.model, "--port", str(port),
-                             "--log-level", "warning"], cwd=REPO)
+    serve = [sys.executable, __file__, "--bench-serve"] if args.reference == "server" \
+        else [sys.executable, "-m", "engine", "serve"]
+    proc = subprocess.Popen([*serve, "--model", args.model, "--port", str(port), "--log-level", "warning"], cwd=REPO)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         from bench.server_overhead import wait_ready
 
         wait_ready(f"http://127.0.0.1:{port}", timeout=300, proc=proc)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
-        # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
-        # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.
-        from engine.service import default_loader
+        session = None
+        if args.reference == "bench":
+            # As the server (and the app) load it: EngineService's loader, whose CPU prefill chunk is
+            # smaller so that a cancel lands quickly; ChatSession.load's default chunk would favour this side.
+            from engine.service import default_loader
 
-        session = default_loader(args.model, {})
+            session = default_loader(args.model, {})
         mime = photo_mime(args)
         local, firsts, follows = [], [], []
         work = Path(tempfile.mkdtemp(prefix="smolchat-bench-"))
@@ -132,8 +220,17 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
                 mine = work / f"run{run}.{mime.split('/')[1]}"
                 mine.write_bytes(fresh_photo(args, run, 0))
                 photo = f"data:{mime};base64,{base64.b64encode(fresh_photo(args, run, 1)).decode()}"
-                here = in_process(session, args, run, str(mine))
-                messages = [{"role": "system", "content": f"Benchmark run {run}."},
+                if session is not None:
+                    here = in_process(session, args, run, str(mine))
+                else:
+                    reply = client.post(f"http://127.0.0.1:{port}/bench/in-process", json={
+                        "image": str(mine), "text": "Describe this photo.", "follow": "What colours does it have?",
+                        "system": f"Benchmark run {run}, side 0.", "max_tokens": args.max_tokens,
+                        "detail": args.detail})
+                    if reply.status_code != 200:
+                        raise SystemExit(f"error: the in-process side failed: {reply.json()['error']}")
+                    here = reply.json()
+                messages = [{"role": "system", "content": f"Benchmark run {run}, side 1."},
                             {"role": "user", "content": [
                                 {"type": "image_url", "image_url": {"url": photo, "detail": args.detail}},
                                 {"type": "text", "text": "Describe this photo."}]}]
@@ -156,8 +253,9 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
 def post_args(body: dict, encode: str) -> dict:
     """The request body as httpx sends it for ``json=`` ("httpx": ``json.dumps(ensure_ascii=False)``,
     as the openai client does too) or as ``json.dumps``' default ASCII encoding, sent as bytes
-    ("dumps"). On Python 3.12 the first took 7.8 ms for a 0.6 MB photo conversation against 1.4 ms
-    (H200 machine, session 18): a client's cost the server never sees, so the bench reports both."""
+    ("dumps", and "prepared", whose bytes :func:`stream` makes before its clock starts, as curl sends
+    a prepared file). On Python 3.12 the first took 7.8 ms for a 0.6 MB photo conversation against 1.4 ms
+    (H200 machine, session 18): a client's cost the server never sees, so the bench reports each."""
     if encode == "httpx":
         return {"json": body}
     return {"content": json.dumps(body).encode(), "headers": {"content-type": "application/json"}}
@@ -166,8 +264,9 @@ def post_args(body: dict, encode: str) -> dict:
 def stream(client, url: str, model: str, messages: list, max_tokens: int, encode: str = "httpx") -> tuple[dict, str]:
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
+    request = post_args(body, encode) if encode == "prepared" else None
     t0, times, text, usage = time.perf_counter(), [], [], {}
-    with client.stream("POST", f"{url}/chat/completions", **post_args(body, encode)) as response:
+    with client.stream("POST", f"{url}/chat/completions", **(request or post_args(body, encode))) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -227,8 +326,13 @@ def main() -> int:
     ap.add_argument("--same-photo", action="store_true", help="send the file itself every run (its tiles are "
                     "then cached after the first run on both sides: the first turns are cheaper than a new photo's)")
     ap.add_argument("--verbose", action="store_true", help="print every run")
-    ap.add_argument("--client-encode", choices=["httpx", "dumps"], default="httpx",
+    ap.add_argument("--client-encode", choices=["httpx", "dumps", "prepared"], default="httpx",
                     help="how the client encodes its JSON body (see post_args)")
+    ap.add_argument("--reference", choices=["server", "bench"], default="server",
+                    help="where the in-process answers run: in the server's process, through its engine service "
+                    "(as the desktop app), or in this bench's process (ChatSession.send)")
+    if sys.argv[1:2] == ["--bench-serve"]:  # the server subprocess of --reference server
+        return bench_serve(sys.argv[2:])
     args = ap.parse_args()
     check_photo_args(ap, args)
     local, firsts, follows = measure(args)
@@ -244,13 +348,14 @@ def main() -> int:
     sent = "the file" if args.same_photo else args.photo_format
     print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}, sent as {sent}), "
           f"{args.max_tokens} tokens, "
-          f"median of {args.runs} runs, client body encoded by {args.client_encode}")
+          f"median of {args.runs} runs, client body encoded by {args.client_encode}, in process: "
+          f"{'the server process, its engine service' if args.reference == 'server' else 'the bench process'}")
     print(f"TTFT    in process {lt * 1000:8.1f} ms   HTTP {ht * 1000:8.1f} ms   "
           f"overhead {(ht / lt - 1) * 100:+.1f}% (median of paired runs {(ttft_ratio - 1) * 100:+.1f}%)")
     print(f"decode  in process {ls:8.1f} tok/s  HTTP {hs:8.1f} tok/s  "
           f"overhead {(ls / hs - 1) * 100:+.1f}% (paired {(speed_ratio - 1) * 100:+.1f}%)")
     cpu_ratio = statistics.median(h["cpu"] / i["cpu"] for i, h in zip(local, firsts))
-    print(f"CPU time per answer: in process {med(local, 'cpu'):.2f} s, server process {med(firsts, 'cpu'):.2f} s, "
+    print(f"CPU time per answer (the process's): in process {med(local, 'cpu'):.2f} s, through HTTP {med(firsts, 'cpu'):.2f} s, "
           f"overhead {(cpu_ratio - 1) * 100:+.1f}% (paired median)")
     new, again = handling_ms(args)
     print(f"request handling before the engine (JSON + base64 + image check + store): {new:.1f} ms for a new "

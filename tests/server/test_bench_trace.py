@@ -1,12 +1,13 @@
 """The server benches' arithmetic and inputs: bench/server_trace.py's HTTP share (which phases it sums
-and what it divides by), and bench/server.py's fresh photos (new bytes every run and side)."""
+and what it divides by), bench/server.py's fresh photos (new bytes every run and side) and its
+in-process side run through the server's own engine service."""
 
 import hashlib
 from types import SimpleNamespace
 
 import pytest
 
-from bench.server import fresh_photo
+from bench.server import fresh_photo, service_turns
 from bench.server_trace import http_share, image_split
 
 
@@ -62,3 +63,42 @@ def test_image_split_takes_the_decode_out_of_to_turns():
         "in process",
         "  engine: read, digest, decode                  22.00",
         "  engine: resize and tile                       16.00"]
+
+
+def test_service_turns_asks_a_new_chat_and_its_follow_up_through_the_engine_service(tmp_path, shared_dir):
+    """bench/server.py's in-process side (``--reference server``) on a scripted engine: a new chat
+    with the photo and the system prompt, then the follow-up in the same chat, timed from ``send``."""
+    from engine.service import EngineService
+    from tests.server.fakes import FakeSession, fake_loader
+
+    session = FakeSession(delay=0.01)
+    service = EngineService(fake_loader(session))
+    loaded = []
+    service.load("fake", {}, lambda info, error: loaded.append(error))
+    service.set_history([], "old chat")
+    photo = str(shared_dir / "images" / "coffee.png")
+    try:
+        out = service_turns(service, {"image": photo, "text": "Describe this photo now.", "follow": "And colours?",
+                                      "system": "Benchmark run 1, side 0.", "max_tokens": 8, "detail": "high"})
+    finally:
+        service.shutdown(1.0)
+    assert loaded == [None]
+    assert session.sent == [("Describe this photo now.", [photo]), ("And colours?", [])]
+    assert session.system_prompt == "Benchmark run 1, side 0."
+    # Four words echoed 10 ms apart: three gaps after the first token, ~100 tok/s.
+    assert 0 < out["ttft"] < 1 and 0 < out["follow_ttft"] < 1 and 20 < out["tok_s"] < 110
+    assert out["cpu"] >= 0
+
+
+def test_service_turns_raises_the_engines_error(shared_dir):
+    from engine.service import EngineService
+    from tests.server.fakes import FakeSession, fake_loader
+
+    service = EngineService(fake_loader(FakeSession()))
+    service.load("fake", {}, lambda info, error: None)
+    try:
+        with pytest.raises(RuntimeError, match="the in-process answer failed"):
+            service_turns(service, {"image": str(shared_dir / "images" / "coffee.png"), "text": "fail at the third word",
+                                    "follow": "x", "system": "s", "max_tokens": 8, "detail": "low"})
+    finally:
+        service.shutdown(1.0)
