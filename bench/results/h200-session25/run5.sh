@@ -12,3 +12,7 @@ for enc in prepared dumps prepared dumps; do
 done
 timeout 150 python3 bench/server_trace.py --model /tmp/ck --runs 16 --client-encode dumps --photo-format jpeg > $OUT/trace-jpeg.txt 2>&1
 sed -n '/^first turn, new photo, through HTTP/,$p' $OUT/trace-jpeg.txt | grep -E "JSON|to_turns|body|route|client|queue|wire|TTFT|^first turn:|^follow-up:"
+# The long prefill as 512/1024-row graph steps, the rows' attention on one SDPA backend (prefill_rows_sdpa.py).
+for v in "eager" "1024 torch default" "1024 torch efficient" "1024 torch cudnn" "512 torch efficient" "eager"; do
+  timeout 100 python3 bench/results/h200-session25/prefill_rows_sdpa.py /tmp/ck .device-in/shared/images/coffee.png $v 2>&1 | grep -v -i "warn\|^ *warnings" | tail -3 | tee -a $OUT/prefill-rows-sdpa.txt
+done
