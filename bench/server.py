@@ -154,20 +154,30 @@ def service_turns(service, spec: dict) -> dict:
             "follow_ttft": follow[0] - f0}
 
 
-def bench_serve(argv: list[str]) -> int:
-    """``python bench/server.py --bench-serve SERVE_ARGS``: ``engine serve`` with one more route,
-    ``POST /bench/in-process`` (JSON ``spec`` of :func:`service_turns` -> its result), answered by the
-    server's own engine service on a worker thread; every other request goes to the server unchanged."""
-    import asyncio
-
+def wrap_server_app(wrap) -> None:
+    """Make ``server.app.create_app`` return ``wrap(app)`` (an ASGI callable around the server's app)
+    from now on, with the app's ``state``, which the CLI reads (``app.state.smolchat``). For a
+    bench's server subprocess, before it imports ``server.cli``."""
     import server.app
 
     create = server.app.create_app
 
     def create_app(*args, **kwargs):
         app = create(*args, **kwargs)
+        wrapped = wrap(app)
+        wrapped.state = app.state
+        return wrapped
+    server.app.create_app = create_app
 
-        async def with_bench(scope, receive, send):
+
+def bench_serve(argv: list[str]) -> int:
+    """``python bench/server.py --bench-serve SERVE_ARGS``: ``engine serve`` with one more route,
+    ``POST /bench/in-process`` (JSON ``spec`` of :func:`service_turns` -> its result), answered by the
+    server's own engine service on a worker thread; every other request goes to the server unchanged."""
+    import asyncio
+
+    def with_bench(app):
+        async def call(scope, receive, send):
             if scope["type"] != "http" or scope["path"] != "/bench/in-process":
                 return await app(scope, receive, send)
             body, more = b"", True
@@ -182,9 +192,8 @@ def bench_serve(argv: list[str]) -> int:
             await send({"type": "http.response.start", "status": status,
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": json.dumps(result).encode()})
-        with_bench.state = app.state  # the CLI reads app.state.smolchat
-        return with_bench
-    server.app.create_app = create_app
+        return call
+    wrap_server_app(with_bench)
     from server.cli import main as serve_main
 
     return serve_main(argv)

@@ -52,7 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.server import check_photo_args, fresh_photo, photo_mime, post_args  # noqa: E402
+from bench.server import check_photo_args, fresh_photo, photo_mime, post_args, wrap_server_app  # noqa: E402
 from bench.shared import SHARED  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
@@ -87,7 +87,6 @@ def install_engine_hooks() -> None:
 
 
 def install_server_hooks(trace_file: str) -> None:
-    import server.app
     import server.routes_generate as routes
     from engine.service import EngineService
     from server.bridge import Answer
@@ -113,11 +112,8 @@ def install_server_hooks(trace_file: str) -> None:
             _stamp("first_token")
         return orig_sink(self, event)
     Answer.sink = sink
-    orig_create = server.app.create_app
 
-    def create_app(*args, **kwargs):
-        app = orig_create(*args, **kwargs)
-
+    def with_trace(app):
         async def traced(scope, receive, send):
             if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
                 return await app(scope, receive, send)
@@ -139,9 +135,8 @@ def install_server_hooks(trace_file: str) -> None:
                         with open(trace_file, "a") as f:
                             f.write(json.dumps(RECORD) + "\n")
             await app(scope, recv, snd)
-        traced.state = app.state  # the CLI reads app.state.smolchat
         return traced
-    server.app.create_app = create_app
+    wrap_server_app(with_trace)
 
 
 SERVER_PHASES = [("client's JSON", "client_sent", "client_encoded"), ("client -> server", "client_encoded", "asgi_in"), ("body", "asgi_in", "body_done"),
