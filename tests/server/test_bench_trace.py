@@ -85,9 +85,10 @@ def test_service_turns_asks_a_new_chat_and_its_follow_up_through_the_engine_serv
     assert loaded == [None]
     assert session.sent == [("Describe this photo now.", [photo]), ("And colours?", [])]
     assert session.system_prompt == "Benchmark run 1, side 0."
-    # Four words echoed 10 ms apart: three gaps after the first token, ~100 tok/s.
-    assert 0 < out["ttft"] < 1 and 0 < out["follow_ttft"] < 1 and 20 < out["tok_s"] < 110
-    assert out["cpu"] >= 0
+    assert set(out) == {"ttft", "follow_ttft", "tok_s", "cpu"} and out["ttft"] > 0 and out["follow_ttft"] > 0
+    # Four words, each after a 10 ms sleep: three gaps of >= 10 ms after the first token, so at most
+    # 100 tok/s however loaded the machine; counting the first token too would give up to 133.
+    assert 0 < out["tok_s"] <= 100
 
 
 def test_service_turns_raises_the_engines_error(shared_dir):
