@@ -2,7 +2,7 @@
 and the follow-up's TTFT with prefix caching.
 
     python bench/server.py --model CHECKPOINT [--image PHOTO] [--max-tokens 64] [--runs 3] [--detail high]
-                           [--reference server|bench] [--client-encode httpx|dumps|prepared]
+                           [--reference server|bench] [--client-encode httpx|dumps|prepared|socket]
 
 The server is ``python -m engine serve`` in a subprocess on 127.0.0.1. Through HTTP: a streamed
 request, timed by the client (TTFT = request started -> first content delta parsed; tok/s over the
@@ -34,7 +34,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -209,6 +211,7 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
         else [sys.executable, "-m", "engine", "serve"]
     proc = subprocess.Popen([*serve, "--model", args.model, "--port", str(port), "--log-level", "warning"], cwd=REPO)
     url = f"http://127.0.0.1:{port}/v1"
+    sender = None
     try:
         from bench.server_overhead import wait_ready
 
@@ -224,6 +227,7 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
         mime = photo_mime(args)
         local, firsts, follows = [], [], []
         work = Path(tempfile.mkdtemp(prefix="smolchat-bench-"))
+        sender = SocketClient("127.0.0.1", port) if args.client_encode == "socket" else None
         with httpx.Client(timeout=600) as client:
             for run in range(args.runs + 1):  # run 0 warms up
                 mine = work / f"run{run}.{mime.split('/')[1]}"
@@ -244,17 +248,19 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
                                 {"type": "image_url", "image_url": {"url": photo, "detail": args.detail}},
                                 {"type": "text", "text": "Describe this photo."}]}]
                 c0 = cpu_s(proc.pid)
-                first, answer = stream(client, url, model, messages, args.max_tokens, args.client_encode)
+                first, answer = stream(sender or client, url, model, messages, args.max_tokens, args.client_encode)
                 first["cpu"] = cpu_s(proc.pid) - c0
                 messages += [{"role": "assistant", "content": answer},
                              {"role": "user", "content": "What colours does it have?"}]
-                follow, _ = stream(client, url, model, messages, args.max_tokens, args.client_encode)
+                follow, _ = stream(sender or client, url, model, messages, args.max_tokens, args.client_encode)
                 if run:
                     local.append(here)
                     firsts.append(first)
                     follows.append(follow)
         return local, firsts, follows
     finally:
+        if sender is not None:
+            sender.close()
         proc.terminate()
         proc.wait(10)
 
@@ -262,31 +268,107 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
 def post_args(body: dict, encode: str) -> dict:
     """The request body as httpx sends it for ``json=`` ("httpx": ``json.dumps(ensure_ascii=False)``,
     as the openai client does too) or as ``json.dumps``' default ASCII encoding, sent as bytes
-    ("dumps", and "prepared", whose bytes :func:`stream` makes before its clock starts, as curl sends
-    a prepared file). On Python 3.12 the first took 7.8 ms for a 0.6 MB photo conversation against 1.4 ms
+    ("dumps", and "prepared" and "socket", whose bytes :func:`stream` makes before its clock starts,
+    as curl sends a prepared file; "socket" sends them with :class:`SocketClient`, not httpx). On Python 3.12 the first took 7.8 ms for a 0.6 MB photo conversation against 1.4 ms
     (H200 machine, session 18): a client's cost the server never sees, so the bench reports each."""
     if encode == "httpx":
         return {"json": body}
     return {"content": json.dumps(body).encode(), "headers": {"content-type": "application/json"}}
 
 
+class SocketClient:
+    """A client whose HTTP is a socket: one keep-alive HTTP/1.1 connection, the request written with
+    one ``sendall``, the chunked SSE response split with ``bytes.find`` (``--client-encode socket``).
+    It costs what curl or a browser's own network stack costs a request, next to nothing, where
+    httpx's request and response machinery adds ~0.4 ms to a 0.6 MB streamed request on loopback
+    (the dev VM: 0.76 against 0.35 ms for the round trip to a bare uvicorn app), so the bench can
+    tell the server's overhead from the client library's."""
+
+    def __init__(self, host: str, port: int):
+        import socket
+
+        self.host = host
+        self.sock = socket.create_connection((host, port), timeout=600)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _fill(self) -> None:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        self.buf += data
+
+    def _line(self) -> bytes:
+        while (end := self.buf.find(b"\r\n")) < 0:
+            self._fill()
+        line, self.buf = self.buf[:end], self.buf[end + 2:]
+        return line
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def post_events(self, path: str, body: bytes) -> Iterator[str]:
+        """POST ``body`` (JSON) to ``path`` and yield each SSE event's ``data:`` payload as it arrives,
+        to the end of the response. Raises RuntimeError for a status other than 200 (with the body)."""
+        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % (path.encode(), self.host.encode(), len(body)) + body)
+        status = self._line().split(b" ", 2)[1]
+        headers = {}
+        while line := self._line():
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get(b"transfer-encoding") != b"chunked":
+            text = self._exactly(int(headers.get(b"content-length", b"0")))
+            raise RuntimeError(f"HTTP {status.decode()}: {text.decode(errors='replace')}")
+        pending = b""
+        while size := int(self._line().split(b";")[0], 16):
+            pending += self._exactly(size)
+            self._line()
+            while (end := pending.find(b"\n\n")) >= 0:
+                event, pending = pending[:end], pending[end + 2:]
+                for line in event.split(b"\n"):
+                    if line.startswith(b"data: "):
+                        yield line[6:].decode()
+        self._line()  # the empty line after the last chunk
+        if status != b"200":
+            raise RuntimeError(f"HTTP {status.decode()}")
+
+
+def sse_payloads(client, url: str, request: dict) -> Iterator[str]:
+    """The ``data:`` payloads of a streamed POST to ``{url}/chat/completions``, through ``client``: an
+    ``httpx.Client`` (``request`` as :func:`post_args` gives it) or a :class:`SocketClient` (its
+    ``content`` bytes)."""
+    if isinstance(client, SocketClient):
+        yield from client.post_events(urlsplit(url).path + "/chat/completions", request["content"])
+        return
+    with client.stream("POST", f"{url}/chat/completions", **request) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                yield line[6:]
+
+
 def stream(client, url: str, model: str, messages: list, max_tokens: int, encode: str = "httpx") -> tuple[dict, str]:
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
-    request = post_args(body, encode) if encode == "prepared" else None
+    request = post_args(body, encode) if encode in ("prepared", "socket") else None
     t0, times, text, usage = time.perf_counter(), [], [], {}
-    with client.stream("POST", f"{url}/chat/completions", **(request or post_args(body, encode))) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for choice in chunk["choices"]:
-                if choice["delta"].get("content"):
-                    times.append(time.perf_counter())
-                    text.append(choice["delta"]["content"])
+    for data in sse_payloads(client, url, request or post_args(body, encode)):
+        if data == "[DONE]":
+            continue
+        chunk = json.loads(data)
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk["choices"]:
+            if choice["delta"].get("content"):
+                times.append(time.perf_counter())
+                text.append(choice["delta"]["content"])
     n = usage.get("completion_tokens", len(times))
     return {"ttft": times[0] - t0, "tok_s": (n - 1) / (times[-1] - times[0]),
             "cached": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0),
@@ -335,8 +417,9 @@ def main() -> int:
     ap.add_argument("--same-photo", action="store_true", help="send the file itself every run (its tiles are "
                     "then cached after the first run on both sides: the first turns are cheaper than a new photo's)")
     ap.add_argument("--verbose", action="store_true", help="print every run")
-    ap.add_argument("--client-encode", choices=["httpx", "dumps", "prepared"], default="httpx",
-                    help="how the client encodes its JSON body (see post_args)")
+    ap.add_argument("--client-encode", choices=["httpx", "dumps", "prepared", "socket"], default="httpx",
+                    help="how the client encodes its JSON body (see post_args), and with \"socket\" sends it "
+                    "(SocketClient: no client library in the clock, as curl)")
     ap.add_argument("--reference", choices=["server", "bench"], default="server",
                     help="where the in-process answers run: in the server's process, through its engine service "
                     "(as the desktop app), or in this bench's process (ChatSession.send)")

@@ -33,7 +33,8 @@ server, body, route + validation, queue to engine, to the wire, server -> client
 turn against the in-process TTFT of the same run (paired), with and without the client's own JSON
 encoding: that part is the client program's (1.4-2.1 ms for a 0.6 MB photo with ``json.dumps`` on the
 H200 machine, 7.8 ms with httpx's ``json=`` on Python 3.12) and the same against any server. With
-``--client-encode httpx`` the encoding happens inside the send and is counted there.
+``--client-encode httpx`` the encoding happens inside the send and is counted there; with ``socket``
+the body is encoded as with ``dumps`` and sent without a client library (``bench.server.SocketClient``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.server import check_photo_args, fresh_photo, photo_mime, post_args, wrap_server_app  # noqa: E402
+from bench.server import SocketClient, check_photo_args, fresh_photo, photo_mime, post_args, sse_payloads, wrap_server_app  # noqa: E402
 from bench.shared import SHARED  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
@@ -165,19 +166,17 @@ def stream(client, url: str, body: dict, encode: str = "httpx") -> tuple[dict, s
     request = post_args(body, encode)
     # httpx's json= encodes inside the call: there the encoding is counted in the send.
     stamps["client_encoded"] = now() if "content" in request else stamps["client_sent"]
-    with client.stream("POST", f"{url}/chat/completions", **request) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                stamps["prompt_tokens"] = chunk["usage"]["prompt_tokens"]
-                stamps["cached_tokens"] = chunk["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
-            for choice in chunk["choices"]:
-                if choice["delta"].get("content"):
-                    stamps.setdefault("client_first", now())
-                    text.append(choice["delta"]["content"])
+    for data in sse_payloads(client, url, request):
+        if data == "[DONE]":
+            continue
+        chunk = json.loads(data)
+        if chunk.get("usage"):
+            stamps["prompt_tokens"] = chunk["usage"]["prompt_tokens"]
+            stamps["cached_tokens"] = chunk["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+        for choice in chunk["choices"]:
+            if choice["delta"].get("content"):
+                stamps.setdefault("client_first", now())
+                text.append(choice["delta"]["content"])
     return stamps, "".join(text)
 
 
@@ -256,8 +255,9 @@ def main() -> int:
     ap.add_argument("--json", help="write every run's stamps here")
     ap.add_argument("--photo-format", choices=["png", "jpeg"], default="png",
                     help="how each run's fresh photo is encoded (bench.server.fresh_photo)")
-    ap.add_argument("--client-encode", choices=["httpx", "dumps"], default="httpx",
-                    help="how the client encodes its JSON body (bench.server.post_args)")
+    ap.add_argument("--client-encode", choices=["httpx", "dumps", "socket"], default="httpx",
+                    help="how the client encodes its JSON body (bench.server.post_args); \"socket\": as "
+                    "\"dumps\", then sent by bench.server.SocketClient instead of httpx")
     if sys.argv[1:2] == ["--traced-serve"]:  # the server subprocess: TRACE_FILE, then `serve`'s arguments
         install_server_hooks(sys.argv[2])
         from server.cli import main as serve_main
@@ -277,6 +277,7 @@ def main() -> int:
     proc = subprocess.Popen([sys.executable, __file__, "--traced-serve", str(trace), "--model", args.model, "--port", str(args.port), "--log-level", "warning"], cwd=REPO)
     url = f"http://127.0.0.1:{args.port}/v1"
     firsts, follows, local_firsts, local_follows = [], [], [], []
+    sender = None
     try:
         wait_ready(f"http://127.0.0.1:{args.port}", timeout=300, proc=proc)
         model = httpx.get(f"{url}/models").json()["data"][0]["id"]
@@ -285,7 +286,9 @@ def main() -> int:
         params = GenerationParams(max_new_tokens=args.max_tokens, ignore_eos=True, image_detail=DETAILS[args.detail])
         args.same_photo = False
         mime = photo_mime(args)
+        sender = SocketClient("127.0.0.1", args.port) if args.client_encode == "socket" else None
         with httpx.Client(timeout=600) as client:
+            client = sender or client
             for run in range(args.runs + 1):  # run 0 warms up
                 mine = work / f"run{run}.{mime.split('/')[1]}"
                 mine.write_bytes(fresh_photo(args, run, 0))
@@ -314,6 +317,8 @@ def main() -> int:
                     local_firsts.append(lf)
                     local_follows.append(lu)
     finally:
+        if sender is not None:
+            sender.close()
         proc.terminate()
         proc.wait(10)
     print(f"model {args.model}, image {Path(args.image).name} (detail {args.detail}, sent as {args.photo_format}), "

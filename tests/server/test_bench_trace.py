@@ -103,3 +103,47 @@ def test_service_turns_raises_the_engines_error(shared_dir):
                                     "follow": "x", "system": "s", "max_tokens": 8, "detail": "low"})
     finally:
         service.shutdown(1.0)
+
+
+def test_socket_client_reads_the_same_stream_as_httpx_and_raises_an_error_status():
+    """bench/server.py's SocketClient against the real app (a scripted engine): the payloads httpx
+    reads, two requests on one keep-alive connection, a refused request as RuntimeError with its body."""
+    import json
+
+    import httpx
+
+    from bench.server import SocketClient, sse_payloads
+    from server.app import create_app
+    from server.config import ServerConfig
+    from tests.server.fakes import FakeSession, fake_loader
+    from tests.server.helpers import ThreadServer, wait_ready
+
+    srv = ThreadServer(create_app(ServerConfig(model="fake"), loader=fake_loader(FakeSession())))
+    sender = None
+    try:
+        wait_ready(srv.url)
+        body = {"model": "fake", "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": "three little words"}]}
+        request = {"content": json.dumps(body).encode(), "headers": {"content-type": "application/json"}}
+
+        def summary(payloads: list[str]) -> tuple:
+            """(role, text, finish reason, usage, the last payload): how tokens group into chunks
+            depends on timing, what they say does not."""
+            chunks = [json.loads(p) for p in payloads[:-1]]
+            choices = [c for chunk in chunks for c in chunk["choices"]]
+            return (choices[0]["delta"].get("role"), "".join(c["delta"].get("content", "") for c in choices),
+                    choices[-1]["finish_reason"], chunks[-1]["usage"], payloads[-1])
+        with httpx.Client() as client:
+            expected = summary(list(sse_payloads(client, f"{srv.url}/v1", request)))
+        assert expected == ("assistant", "three little words ", "stop",
+                            {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6,
+                             "prompt_tokens_details": {"cached_tokens": 0}}, "[DONE]")
+        sender = SocketClient("127.0.0.1", srv.port)
+        for _ in range(2):  # the second on the same connection: the first was read to its end
+            assert summary(list(sse_payloads(sender, f"{srv.url}/v1", request))) == expected
+        with pytest.raises(RuntimeError, match=r"HTTP 404: .*model_not_found"):
+            list(sender.post_events("/v1/chat/completions", json.dumps({**body, "model": "other"}).encode()))
+    finally:
+        if sender is not None:
+            sender.close()
+        srv.stop()
