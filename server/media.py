@@ -52,12 +52,11 @@ def _drop_part(future: asyncio.Future) -> None:
         future.result()[2].unlink(missing_ok=True)
 
 
-def _b64(text: str, param: str, quick: bool = False) -> bytes | None:
+def _b64(text: str, param: str) -> bytes:
     try:  # SIMD base64 (pybase64, as vLLM decodes its image data): a 0.6 MB photo in ~0.03 ms, not ~2 ms
         return pybase64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        if quick:
-            return None
+        pass
     # What pybase64 refuses goes to the standard library, so every input decodes or fails as it does
     # there: it also takes padding after a whole group ("bHfu="), and line-wrapped base64 (MIME
     # style) once the whitespace is stripped (a 0.6 MB regex pass, ~5-9 ms: hence only here).
@@ -79,20 +78,15 @@ def _base64_hint(text: str) -> str:
     return ""
 
 
-def split_data(url: str, param: str, quick: bool = False) -> tuple[str | None, bytes | None] | None:
+def split_data(url: str, param: str) -> tuple[str | None, bytes | None]:
     """``(mime, bytes)`` of a data URI or raw base64; ``(None, None)`` for an http(s) URL.
-
-    ``quick``: ``None`` instead of the slow paths (base64 that pybase64 refuses: line-wrapped, or
-    broken, whose error message is worked out at a regex pass's cost), so that the common case can
-    run on the event loop (~0.05 ms for a 0.6 MB photo) and only the rest on a worker thread.
 
     Raises APIError 400 for other schemes (``file://`` included) and broken base64."""
     match = _DATA_URI.match(url)
     if match:
         if not match.group("b64"):
             raise APIError(400, "data URIs must be base64-encoded (';base64,')", "invalid_data_uri", param)
-        data = _b64(url[match.end():], param, quick)
-        return None if data is None else ((match.group("mime") or "").lower(), data)
+        return (match.group("mime") or "").lower(), _b64(url[match.end():], param)
     scheme = url.split(":", 1)[0].lower() if ":" in url[:12] else ""
     if scheme in ("http", "https"):
         return None, None
@@ -107,9 +101,6 @@ def split_data(url: str, param: str, quick: bool = False) -> tuple[str | None, b
         raise APIError(400, _FILE_PATH, "invalid_url", param)
     if scheme:
         raise APIError(400, f"unsupported URL scheme {scheme!r}: use a data: URI or base64", "invalid_url", param)
-    if quick:
-        data = _b64(url, param, quick)
-        return None if data is None else ("", data)
     try:
         return "", _b64(url, param)
     except APIError:
@@ -201,12 +192,9 @@ class MediaStore:
             self._seen_chars -= len(seen[0])
 
     async def _image(self, url: str, param: str) -> str:
-        # Decoding the image takes milliseconds (a 12 MP JPEG: ~0.1 s), and so does base64 that
-        # pybase64 refuses: on worker threads, so the event loop keeps streaming other requests'
-        # tokens meanwhile. pybase64's own decode (~0.03 ms for 0.6 MB) costs less than a hop to a
-        # worker thread and back (~0.1-0.3 ms), so it runs here.
-        parts = split_data(url, param, quick=True)
-        mime, data = parts if parts is not None else await asyncio.to_thread(split_data, url, param)
+        # Decoding base64 and the image itself takes milliseconds (a 12 MP JPEG: ~0.1 s): on worker
+        # threads, so the event loop keeps streaming other requests' tokens meanwhile.
+        mime, data = await asyncio.to_thread(split_data, url, param)
         if data is None:  # an http(s) URL
             mime, data = await self._fetch(url, param)
         if mime and mime not in IMAGE_TYPES:

@@ -159,7 +159,7 @@ def test_a_re_sent_image_url_is_not_decoded_again_and_a_trimmed_file_comes_back(
 
     decoded = []
     real = media.split_data
-    monkeypatch.setattr(media, "split_data", lambda url, param, quick=False: decoded.append(url) or real(url, param, quick))
+    monkeypatch.setattr(media, "split_data", lambda url, param: decoded.append(url) or real(url, param))
     assert image("data:image/png;base64," + raw) == first
     assert decoded == []  # the string was seen: no base64 decoding, no hashing
     other = image("data:image/png;base64," + base64.b64encode(png_bytes(color=(1, 2, 3))).decode())
@@ -309,7 +309,7 @@ def test_image_urls_with_the_same_memo_key_each_find_their_own_file(tmp_path, mo
     assert first != second
     decoded = []
     real = media.split_data
-    monkeypatch.setattr(media, "split_data", lambda url, param, quick=False: decoded.append(url) or real(url, param, quick))
+    monkeypatch.setattr(media, "split_data", lambda url, param: decoded.append(url) or real(url, param))
     assert asyncio.run(store.image(blue, "x")) == second and decoded == []  # the latest of the two is remembered
     assert asyncio.run(store.image(red, "x")) == first and decoded == [red]  # the other is decoded, not mistaken
 
@@ -581,44 +581,3 @@ def test_a_loopback_server_without_a_key_refuses_other_host_names():
         assert r.status_code == 200
     finally:
         keyed.stop()
-
-
-def test_clean_base64_is_decoded_on_the_event_loop_and_the_rest_on_a_worker_thread(tmp_path, monkeypatch):
-    """split_data(quick=True) gives what the full path gives for base64 pybase64 takes, and None
-    (the full path, on a worker thread) for what it refuses: line-wrapped, broken. Refusals that need
-    no decoding (a file path's scheme) come at once either way."""
-    import asyncio
-    import base64
-    import textwrap
-    import threading
-
-    from server import media
-    from server.errors import APIError
-    from server.media import MediaStore, split_data
-
-    photo = png_bytes(color=(9, 8, 7))
-    raw = base64.b64encode(photo).decode()
-    uri = "data:image/png;base64," + raw
-    wrapped = "data:image/png;base64," + "\n".join(textwrap.wrap(raw, 76))
-    assert split_data(uri, "x", quick=True) == split_data(uri, "x") == ("image/png", photo)
-    assert split_data(raw, "x", quick=True) == split_data(raw, "x") == ("", photo)
-    assert split_data(wrapped, "x", quick=True) is None and split_data(wrapped, "x") == ("image/png", photo)
-    assert split_data(uri[:-3] + "!!!", "x", quick=True) is None
-    assert split_data("https://example.com/a.png", "x", quick=True) == (None, None)
-    with pytest.raises(APIError, match="file path"):
-        split_data("file:///etc/passwd", "x", quick=True)
-
-    calls = []
-    real = media.split_data
-    monkeypatch.setattr(media, "split_data", lambda url, param, quick=False: calls.append(
-        (quick, threading.current_thread() is threading.main_thread())) or real(url, param, quick))
-    store = MediaStore(ServerConfig(), tmp_path / "media")
-    assert asyncio.run(store.image(uri, "x")).endswith(".png")
-    assert calls == [(True, True)]  # decoded on the loop, no hop to a thread
-    calls.clear()
-    assert asyncio.run(store.image(wrapped.replace("\n", "\r\n"), "x")).endswith(".png")
-    assert calls == [(True, True), (False, False)]  # refused quickly, then the full path on a thread
-    calls.clear()
-    with pytest.raises(APIError) as err:
-        asyncio.run(store.image(uri[:-3] + "!!!", "x"))
-    assert err.value.code == "invalid_base64" and calls == [(True, True), (False, False)]
