@@ -15,7 +15,7 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,10 +27,13 @@ from tokenizers import Tokenizer as _HfTokenizer
 
 from engine.api.errors import ConfigError
 
-#: Bounds of Tokenizer._split_special's cache: the distinct long strings of a few conversations
-#: (image and video prompts per tile grid, template pieces), each at most this long.
-SPLIT_CACHE_ENTRIES = 256
+#: Bounds of the tokenizer's memo of trusted pieces (Tokenizer._cached): the distinct strings of a
+#: few conversations (image and video prompts per tile grid, template pieces, messages' text
+#: chunks), each at most SPLIT_CACHE_TEXT_CHARS long, SPLIT_CACHE_CHARS in all (a chunk's ids take
+#: up to ~9 bytes a character: ~20 MB at most).
+SPLIT_CACHE_ENTRIES = 1024
 SPLIT_CACHE_TEXT_CHARS = 1 << 16
+SPLIT_CACHE_CHARS = 1 << 21
 
 #: Where a chat template can live, first match wins (transformers' order): ``chat_template.json``
 #: (key ``chat_template``), ``chat_template.jinja`` (the file is the template), ``tokenizer_config.json``.
@@ -51,6 +54,16 @@ class PromptImage(Protocol):
     image_token: str
     prompt: str
     num_image_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRun:
+    """Items of trusted text already tokenized: ``ids`` and the text they spell (special tokens by
+    name). One stands for the span of an image's or video's prompt between its first and last
+    special token (:meth:`Tokenizer._media_items`)."""
+
+    ids: tuple[int, ...]
+    text: str
 
 
 @dataclass(frozen=True)
@@ -194,11 +207,13 @@ class Tokenizer:
         pattern = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
         self._special_re = re.compile(f"({pattern})") if pattern else None
         self._special_names = {idx: name for name, idx in specials.items()}
-        # _split_special's results by text, least recently used first. The same long strings come
-        # back on every turn of a conversation (an image's prompt of ~900 special tokens, the
-        # template's pieces): splitting a 13-tile photo's prompt took 0.4 ms of a follow-up's 0.9 ms
-        # prompt encoding (the alternation of every special token, tried at each character).
-        self._split_cache: OrderedDict[str, tuple[str | int, ...]] = OrderedDict()
+        # _cached's results by key, least recently used first, and the characters of their texts.
+        # The same strings come back on every turn of a conversation (an image's prompt of ~900
+        # special tokens, the template's pieces, earlier messages): splitting a 13-tile photo's
+        # prompt took 0.4 ms of a follow-up's 0.9 ms prompt encoding (the alternation of every
+        # special token, tried at each character).
+        self._split_cache: OrderedDict[str | tuple, tuple] = OrderedDict()
+        self._split_chars = 0
         self._split_lock = threading.Lock()
         # Markers for user text while the template renders (:meth:`_render_marked`). The nonce is per
         # tokenizer, not per call: the pattern compiles once (a fresh one cost ~0.35 ms a prompt, and
@@ -337,18 +352,66 @@ class Tokenizer:
         """Split trusted text at special-token strings: plain strings and special ids, in order."""
         if self._special_re is None:
             return (text,)
+        return self._cached(text, lambda: tuple(
+            self._special_ids[s] if i % 2 else s for i, s in enumerate(self._special_re.split(text)) if s))
+
+    def _media_items(self, text: str) -> tuple[str | int | EncodedRun, ...]:
+        """:meth:`_split_special` of an image's or video's prompt with the span from its first
+        special token to its last as one :class:`EncodedRun`.
+
+        That span is bounded by special tokens, so each text chunk inside it is encoded alone
+        wherever the prompt stands, exactly as :meth:`encode_chat`'s loop would encode it; text
+        before the first special token and after the last stays a plain item, since it joins the
+        template's text around it. A 13-tile photo's prompt is ~900 items and ~30 of them text: the
+        run makes a follow-up's encoding of the conversation one ``extend`` for the photo instead
+        of a Python step per token.
+        """
+        return self._cached(("media", text), lambda: self._encode_runs(self._split_special(text)))
+
+    def _encode_runs(self, items: tuple[str | int, ...]) -> tuple[str | int | EncodedRun, ...]:
+        specials = [i for i, item in enumerate(items) if item.__class__ is not str]
+        if not specials:
+            return items
+        first, last = specials[0], specials[-1]
+        ids: list[int] = []
+        text: list[str] = []
+        names = self._special_names
+        for item in items[first:last + 1]:
+            if item.__class__ is str:
+                ids.extend(self.encode(item))
+                text.append(item)
+            else:
+                ids.append(item)
+                text.append(names[item])
+        return (*items[:first], EncodedRun(tuple(ids), "".join(text)), *items[last + 1:])
+
+    def _encode_chunk(self, text: str) -> tuple[int, ...]:
+        """:meth:`encode` of a text chunk of a conversation, memoized: every turn encodes the whole
+        conversation again, and each earlier message's chunk comes back unchanged (a tokenizer call
+        cost ~30-40 us each on the dev VM, with its lock; a follow-up has a few per exchange)."""
+        return self._cached(("ids", text), lambda: tuple(self.encode(text)))
+
+    def _cached(self, key: str | tuple, make: Callable[[], tuple]) -> tuple:
+        """``make()``, memoized by ``key`` (a text, or a tag and a text) in an LRU of at most
+        SPLIT_CACHE_ENTRIES entries and SPLIT_CACHE_CHARS characters of text; texts over
+        SPLIT_CACHE_TEXT_CHARS are not kept. The engine thread and a server's request threads both
+        encode, hence the lock; ``make`` runs outside it."""
         cache = self._split_cache
-        with self._split_lock:  # the engine thread and a server's request threads both encode
-            found = cache.get(text)
+        with self._split_lock:
+            found = cache.get(key)
             if found is not None:
-                cache.move_to_end(text)
+                cache.move_to_end(key)
                 return found
-        found = tuple(self._special_ids[s] if i % 2 else s for i, s in enumerate(self._special_re.split(text)) if s)
-        if len(text) <= SPLIT_CACHE_TEXT_CHARS:
+        found = make()
+        size = len(key if isinstance(key, str) else key[-1])
+        if size <= SPLIT_CACHE_TEXT_CHARS:
             with self._split_lock:
-                cache[text] = found
-                if len(cache) > SPLIT_CACHE_ENTRIES:
-                    cache.popitem(last=False)
+                if key not in cache:  # another thread may have made it meanwhile
+                    cache[key] = found
+                    self._split_chars += size
+                while len(cache) > SPLIT_CACHE_ENTRIES or self._split_chars > SPLIT_CACHE_CHARS:
+                    old, _ = cache.popitem(last=False)
+                    self._split_chars -= len(old if isinstance(old, str) else old[-1])
         return found
 
     def encode_chat(
@@ -395,12 +458,12 @@ class Tokenizer:
             for k, segment in enumerate(piece.split(videos[0].video_token) if videos else [piece]):
                 if k:  # a video part's token stood here
                     if n_videos < len(videos):
-                        items.extend(self._split_special(videos[n_videos].prompt))
+                        items.extend(self._media_items(videos[n_videos].prompt))
                     n_videos += 1
                 for item in self._split_special(segment):
                     if image_id is not None and item == image_id:
                         if n_slots < len(images):
-                            items.extend(self._split_special(images[n_slots].prompt))
+                            items.extend(self._media_items(images[n_slots].prompt))
                         n_slots += 1
                     else:
                         items.append(item)
@@ -412,18 +475,23 @@ class Tokenizer:
         ids: list[int] = []
         chunk: list[str] = []
         names = self._special_names
-        for item in items:  # ~900 items for a photo: the loop's own cost counts in a follow-up's TTFT
-            if item.__class__ is str:
+        for item in items:  # a photo's ~900 tokens are one EncodedRun: a follow-up loops over tens of items
+            kind = item.__class__
+            if kind is str:
                 chunk.append(item)
                 text_parts.append(item)
+                continue
+            if chunk:
+                ids.extend(self._encode_chunk("".join(chunk)))
+                chunk.clear()
+            if kind is EncodedRun:
+                ids.extend(item.ids)
+                text_parts.append(item.text)
             else:
-                if chunk:
-                    ids.extend(self.encode("".join(chunk)))
-                    chunk.clear()
                 ids.append(item)
                 text_parts.append(names[item])
         if chunk:
-            ids.extend(self.encode("".join(chunk)))
+            ids.extend(self._encode_chunk("".join(chunk)))
         return EncodedPrompt(
             text="".join(text_parts),
             input_ids=ids,

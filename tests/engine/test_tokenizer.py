@@ -15,7 +15,7 @@ import pytest
 
 from engine.api.errors import ConfigError
 from engine.models.smolvlm.processing import ImageProcessor, load_image
-from engine.tokenizer import StreamingDetokenizer, Tokenizer
+from engine.tokenizer import EncodedRun, StreamingDetokenizer, Tokenizer
 
 # SmolVLM's special ids: the tokenizer itself knows no image or stop token (those belong to the
 # processor and to generation_config.json).
@@ -143,6 +143,14 @@ def test_repeated_prompts_split_once_with_the_same_ids(model_config_dir, process
     split = tok._split_special(image.prompt)
     assert tok._split_special(image.prompt) is split
     assert split.count(IMAGE_ID) == image.num_image_tokens == 13 * 64
+    # The prompt's span between its first and last special token is tokenized once, as one run;
+    # text outside that span stays an item, to join the template's text around it.
+    (run,) = tok._media_items(image.prompt)
+    assert tok._media_items(image.prompt)[0] is run
+    assert list(run.ids) == [i for item in split for i in (tok.encode(item) if isinstance(item, str) else [item])]
+    assert run.text == image.prompt
+    assert tok._media_items("a\n<image>b\n<image>c") == (
+        "a\n", EncodedRun((IMAGE_ID, *tok.encode("b\n"), IMAGE_ID), "<image>b\n<image>"), "c")
     again = tok.encode_chat(messages, [image])
     assert again.input_ids == first.input_ids and again.text == first.text
     assert Tokenizer.from_pretrained(model_config_dir).encode_chat(messages, [image]).input_ids == first.input_ids
@@ -158,6 +166,32 @@ def test_repeated_prompts_split_once_with_the_same_ids(model_config_dir, process
     monkeypatch.setattr(tokenizer_module, "SPLIT_CACHE_TEXT_CHARS", 10)
     long = "<image>" + "x" * 20
     assert tok._split_special(long) == (IMAGE_ID, "x" * 20) and long not in tok._split_cache
+
+
+def test_a_follow_up_encodes_only_its_new_chunks_within_a_character_budget(model_config_dir, monkeypatch):
+    """Every turn encodes the whole conversation again: the chunks of earlier messages come from the
+    tokenizer's memo (same ids as a fresh tokenizer's), and the memo keeps to its character budget."""
+    import engine.tokenizer as tokenizer_module
+
+    tok = Tokenizer.from_pretrained(model_config_dir)
+    encoded = []
+    real = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text, allow_special=False: encoded.append(text) or real(text, allow_special))
+    chat = [{"role": "user", "content": "What is it?"}, {"role": "assistant", "content": "A cat."},
+            {"role": "user", "content": "What colour is it?"}]
+    tok.encode_chat(chat[:1])
+    before = len(encoded)
+    follow_up = tok.encode_chat(chat).input_ids
+    new = encoded[before:]
+    assert len(new) == 2 and "A cat." in new[0] and "What colour is it?" in new[1]  # the answer, the question
+    assert follow_up == Tokenizer.from_pretrained(model_config_dir).encode_chat(chat).input_ids
+    assert tok.encode_chat(chat).input_ids == follow_up and len(encoded) == before + 2
+
+    monkeypatch.setattr(tokenizer_module, "SPLIT_CACHE_CHARS", 40)
+    tok.encode_chat([{"role": "user", "content": "x" * 30}])
+    kept = [k if isinstance(k, str) else k[-1] for k in tok._split_cache]
+    assert tok._split_chars == sum(map(len, kept)) <= 40
+    assert list(tok._split_cache)[-1] == ("ids", "\nAssistant:")  # the most recent stays
 
 
 def test_typed_image_string_is_not_an_image_slot(tokenizer, processor, images_dir):
