@@ -87,7 +87,7 @@ def ref_generate(model, inputs: dict, n: int, device: str, **gen_kw):
 
 
 def ref_text_inputs(session, text: str, device: str) -> dict:
-    ids, _, _ = session_prompt(session, text)
+    ids = session_prompt(session, text).ids
     t = torch.tensor([ids], device=device)
     return {"input_ids": t, "attention_mask": torch.ones_like(t)}
 
@@ -269,7 +269,8 @@ def ttft_breakdown(args, ours, device: str, repeats: int = 3) -> dict:
         processed = s.preprocess([image_path(args)], "full")
         t1 = time.perf_counter()
         s.turns.append(Turn("user", IMAGE_PROMPT, processed))
-        ids, _, images = s._prompt()
+        prompt = s._prompt()
+        ids, images = prompt.ids, prompt.images
         t2 = time.perf_counter()
         with torch.inference_mode():
             tiles = [img.tiles_tensor(m.device, m.vision_dtype) for img in images]  # as ChatSession does
@@ -439,7 +440,7 @@ def bench_int8(args, ours, device: str) -> dict:
     from engine.cache import CacheConfig
 
     for p in FIXED_PROMPTS:
-        ids, _, _ = session_prompt(ours, p)
+        ids = session_prompt(ours, p).ids
         full = torch.tensor([list(ids) + ref_tokens[p]])
         logits = {}
         for name, model in (("fp32", fp32), ("int8", q)):

@@ -32,11 +32,12 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -104,18 +105,82 @@ class Turn:
         return [*self.videos, *self.images]
 
 
-def slot_tiles(images: Sequence[ProcessedImage]) -> list[tuple[int, bytes]]:
-    """One ``(tile number, tile digest)`` per feature slot (image-token position) of ``images``, in
-    prompt order; tile numbers count over all images. The digest is the slot's cache key next to its
-    token id (reference §0.8: image tokens alone are not a cache key). Read from the processed images themselves
-    (``num_image_tokens`` slots spread evenly over ``num_tiles`` tiles), never from model metadata."""
-    out, tile = [], 0
+class Prompt(NamedTuple):
+    """A conversation's prompt as :class:`ChatSession` prefills it."""
+
+    ids: list[int]
+    #: Per position the prefix cache's key: the token id, or ``(id, tile digest)`` at an image-token
+    #: position (reference §0.8: image tokens alone are not a cache key).
+    keys: list
+    images: list[ProcessedImage]
+    #: The image-token positions, ascending: one per feature slot of ``images``, in order.
+    image_positions: list[int]
+
+
+def slot_keys(ids: list[int], image_id: int | None, images: Sequence[ProcessedImage]) -> tuple[list, list[int]]:
+    """Cache keys of prompt ``ids`` and its image-token positions: ``images``' feature slots take the
+    ``image_id`` positions in prompt order, ``num_image_tokens`` slots spread evenly over each image's
+    tiles (read from the processed images, never from model metadata), and a slot's key is
+    ``(image_id, digest of its tile)``; every other key is the id itself.
+
+    A tile's slots are found as one run with C-level list operations where they lie together (every
+    SmolVLM prompt), else position by position: a follow-up's prompt of ~900 tokens is keyed in
+    tens of steps, not one per token.
+
+    Raises:
+        ValueError: ``ids`` hold fewer ``image_id`` tokens than the images have slots.
+    """
+    keys = list(ids)
+    positions: list[int] = []
+    if image_id is None or not images:
+        return keys, positions
+    p = 0
     for img in images:
         per_tile = img.num_image_tokens // img.num_tiles
+        run = [image_id] * per_tile
         for digest in img.tile_digests:
-            out.extend([(tile, digest)] * per_tile)
-            tile += 1
-    return out
+            key = (image_id, digest)
+            left = per_tile
+            while left:
+                try:
+                    p = ids.index(image_id, p)
+                except ValueError:
+                    raise ValueError(f"the prompt has {len(positions)} image tokens but its images have "
+                                     f"{sum(i.num_image_tokens for i in images)} feature slots") from None
+                if ids[p:p + left] == run[:left]:
+                    keys[p:p + left] = [key] * left
+                    positions.extend(range(p, p + left))
+                    p += left
+                    break
+                keys[p] = key
+                positions.append(p)
+                p += 1
+                left -= 1
+    return keys, positions
+
+
+def tile_first_slots(images: Sequence[ProcessedImage]) -> list[int]:
+    """The feature-slot index (over all ``images``, in prompt order) of each tile's first slot."""
+    starts, slot = [], 0
+    for img in images:
+        per_tile = img.num_image_tokens // img.num_tiles
+        for _ in img.tile_digests:
+            starts.append(slot)
+            slot += per_tile
+    return starts
+
+
+def common_prefix(a: Sequence, b: Sequence, limit: int) -> int:
+    """Length of the common prefix of ``a[:limit]`` and ``b[:limit]``, found with slice compares
+    (C-level, 64 positions at a time) rather than a Python step per position."""
+    if a[:limit] == b[:limit]:
+        return limit
+    n = 0
+    while n + 64 <= limit and a[n:n + 64] == b[n:n + 64]:
+        n += 64
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
 
 
 class ChatSession:
@@ -249,20 +314,16 @@ class ChatSession:
             msgs.append({"role": turn.role, "content": content})
         return msgs
 
-    def _prompt(self) -> tuple[list[int], list, list[ProcessedImage]]:
-        """Prompt ids of the conversation (generation prompt included), their cache keys, the images
-        and videos in prompt order."""
+    def _prompt(self) -> Prompt:
+        """The conversation's prompt (generation prompt included): ids, cache keys, the images and
+        videos in prompt order, the image-token positions."""
         images = [m for t in self.turns for m in t.media]
         messages = self._messages()
         plain = self._encode(messages, self.turns).input_ids
         self._plain_prompt = list(plain)  # what the answer to this prompt keeps as its prompt_ids
         ids = self._replay_answers(plain, messages)
-        slots = iter(slot_tiles(images))
-        keys = []
-        for tok in ids:
-            # An image-token position's key is its id plus its tile's content hash.
-            keys.append((tok, next(slots)[1]) if tok == self._image_id else tok)
-        return ids, keys, images
+        keys, positions = slot_keys(ids, self._image_id, images)
+        return Prompt(ids, keys, images, positions)
 
     def _replay_answers(self, ids: list[int], messages: list[dict]) -> list[int]:
         """Swap the re-tokenized text of each assistant turn in ``ids`` for the ids it was generated as.
@@ -489,16 +550,16 @@ class ChatSession:
         ``snapshot`` (the turns as they were before the call) and raise."""
         self._cancel.clear()
         try:
-            ids, keys, images, dropped = self._fit_context(params)
+            prompt, dropped = self._fit_context(params)
         except BaseException:
             self.turns[:] = snapshot
             raise
-        return self._generate(ids, keys, images, params, t0, snapshot, dropped)
+        return self._generate(prompt, params, t0, snapshot, dropped)
 
-    def _fit_context(self, params: GenerationParams) -> tuple[list[int], list, list[ProcessedImage], int]:
+    def _fit_context(self, params: GenerationParams) -> tuple[Prompt, int]:
         """The prompt of the conversation, after dropping the oldest exchanges (a user turn and its
         answers; never the last user turn) while the prompt plus room for the answer exceeds the
-        context. Returns the prompt (ids, keys, images) and how many turns were dropped.
+        context. Returns the prompt and how many turns were dropped.
 
         Raises:
             PromptTooLongError: the prompt does not fit even with every earlier turn dropped.
@@ -507,25 +568,26 @@ class ChatSession:
         room = min(params.max_new_tokens, int(capacity * ANSWER_ROOM_FRACTION))
         dropped = 0
         while True:
-            ids, keys, images = self._prompt()
-            if len(ids) + room <= capacity:
+            prompt = self._prompt()
+            if len(prompt.ids) + room <= capacity:
                 break
             nxt = next((i for i in range(1, len(self.turns)) if self.turns[i].role == "user"), None)
             if nxt is None:
                 break
             del self.turns[:nxt]
             dropped += nxt
-        if len(ids) >= capacity:
+        if len(prompt.ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
             system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
             if system >= capacity // 2:  # a stored setting, not this message, is what fails every answer
                 alone = f"; the system prompt alone has {system} tokens{SYSTEM_PROMPT_TOO_LONG}"
-            raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}{alone}")
-        return ids, keys, images, dropped
+            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens but the context holds {capacity}{alone}")
+        return prompt, dropped
 
-    def _generate(self, ids, keys, images, params: GenerationParams, t0: float, snapshot: list[Turn],
+    def _generate(self, prompt: Prompt, params: GenerationParams, t0: float, snapshot: list[Turn],
                   dropped: int = 0) -> Iterator[GenerationEvent]:
+        ids, images = prompt.ids, prompt.images
         stats = GenerationStats(prompt_tokens=len(ids),
                                 image_tokens=sum(img.num_image_tokens for img in images),
                                 video_frames=sum(getattr(img, "num_frames", 0) for img in images),
@@ -546,7 +608,7 @@ class ChatSession:
         reason = "error"
         error = None
         try:
-            logits = self._prefill(ids, keys, images, stats)
+            logits = self._prefill(prompt, stats)
             stats.ttft_s = time.perf_counter() - t0
             sampler = make_sampler(params, self.model.device)
             if params.logprobs is not None:  # one token per step, recorded: no speculation, no pipelining
@@ -630,25 +692,25 @@ class ChatSession:
             return None
         return SpeculativeDecoder(self.model, self.cache, sampler)
 
-    def _prefill(self, ids: list[int], keys: list, images: list[ProcessedImage], stats: GenerationStats
-                 ) -> torch.Tensor:
-        """Reuse the cached prefix, prefill the rest in chunks; logits of the last prompt token ``[1, V]``."""
-        common = 0
+    def _prefill(self, prompt: Prompt, stats: GenerationStats) -> torch.Tensor:
+        """Reuse the cached prefix, prefill the rest in chunks; logits of the last prompt token ``[1, V]``.
+
+        The host's work before the prefill is bisections and slice compares over the prompt, not a
+        step per token: on a follow-up it sits between the question and its first token."""
+        ids, keys, images, positions = prompt
         limit = min(len(self._cached_keys), len(ids) - 1)  # always prefill at least one token
-        while common < limit and self._cached_keys[common] == keys[common]:
-            common += 1
-        common = self._adopt_cached_prefix(keys, common)
+        common = self._adopt_cached_prefix(keys, common_prefix(self._cached_keys, keys, limit))
         # Never start inside a tile's run of image tokens: back off to its first one.
-        image_positions = [i for i, t in enumerate(ids) if t == self._image_id] if self._image_id is not None else []
-        tile_of = [tile for tile, _ in slot_tiles(images)]  # per image-token position
-        before = sum(1 for p in image_positions if p < common)
-        if 0 < before < len(image_positions) and tile_of[before - 1] == tile_of[before]:
-            before = tile_of.index(tile_of[before])
-            common = image_positions[before]
+        before = bisect_left(positions, common)  # feature slots already in the cache
+        tile_starts = tile_first_slots(images)
+        if 0 < before < len(positions):
+            first = tile_starts[bisect_right(tile_starts, before) - 1]  # of the tile of slot `before`
+            if first < before:
+                before, common = first, positions[first]
         self.cache.truncate(common)
         self._keep_keys(common)
         stats.cached_tokens = common
-        skip = tile_of[before - 1] + 1 if before else 0  # tiles already in the cache
+        skip = bisect_right(tile_starts, before - 1) if before else 0  # tiles already in the cache
         self._last_progress = None  # each answer reports its own first tile
         tiles = []
         self._reading = []

@@ -9,7 +9,7 @@ A new prompt walks its own chain of digests and adopts the longest run of blocks
 positions need no prefill, and image tiles among them need no vision tower.
 
 A position's key is its token id, or for an image-token position ``(token id, tile content hash)``
-(:func:`engine.chat.slot_tiles`), so two prompts that differ only in a photo never share blocks.
+(:func:`engine.chat.slot_keys`), so two prompts that differ only in a photo never share blocks.
 
 Eviction is least-recently-used, tail blocks first (a chain's last block is touched before its first,
 so a shorter prefix survives a longer one), under a budget of ``max_blocks`` blocks; blocks still

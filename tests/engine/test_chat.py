@@ -3,6 +3,8 @@ against transformers' processor + Idefics3 generate on the same random tiny chec
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from PIL import Image
@@ -223,3 +225,57 @@ def test_a_kept_prompt_encoding_gives_the_same_prompt_and_a_stale_one_is_not_use
     for t in answers:
         t.prompt_ids = None
     assert with_stale == session._prompt()[0]
+
+
+def test_a_cache_cut_inside_a_tile_backs_off_to_that_tile_and_skips_the_earlier_ones(session, tiny_checkpoint,
+                                                                                     images_dir, monkeypatch):
+    """When the cached prefix ends inside a tile's run of image tokens, the prefill starts at that
+    tile's first token: the earlier tiles stay cached (the vision tower reads only the rest) and the
+    answer equals a fresh session's."""
+    photo = images_dir / "coffee.png"
+    _, done, _ = run(session, "What is it?", [photo], n=3)
+    prompt = session._prompt()  # the conversation so far plus a generation prompt: the photo's positions
+    tile = 64
+    third = prompt.image_positions[2 * tile]  # the third tile's first token
+    session.cache.truncate(third + 10)
+    session._keep_keys(third + 10)
+    session.cache.prefix.clear()  # else the arena's prefix cache gives the blocks back whole
+    read = []
+    encode = session.model.encode_images
+    monkeypatch.setattr(session.model, "encode_images", lambda tiles, *a: read.append(len(tiles)) or encode(tiles, *a))
+    tokens, again, _ = run(session, "And its colour?", n=4)
+    assert again.stats.cached_tokens == third
+    assert read == [done.stats.image_tokens // tile - 2]  # every tile from the third on
+    fresh = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    fresh.turns = list(session.turns[:2])
+    assert run(fresh, "And its colour?", n=4)[0] == tokens
+
+
+def test_slot_keys_and_common_prefix_equal_a_walk_position_by_position():
+    """The slice-based keys, image positions and common prefix equal the plain per-position walk,
+    for tile runs together and split by text; too few image tokens for the slots is named."""
+    from types import SimpleNamespace
+
+    from engine.chat import common_prefix, slot_keys
+
+    img = 7
+    a = SimpleNamespace(num_image_tokens=6, num_tiles=2, tile_digests=[b"a0", b"a1"])
+    b = SimpleNamespace(num_image_tokens=2, num_tiles=1, tile_digests=[b"b0"])
+    ids = [1, img, img, img, img, img, img, 2, img, 3, img, 4]  # a's tiles together, b's one split by text
+    slots = iter([(img, b"a0")] * 3 + [(img, b"a1")] * 3 + [(img, b"b0")] * 2)
+    keys, positions = slot_keys(ids, img, [a, b])
+    assert keys == [next(slots) if t == img else t for t in ids]
+    assert positions == [i for i, t in enumerate(ids) if t == img]
+    assert slot_keys(ids, None, [a, b]) == (ids, [])
+    with pytest.raises(ValueError, match="7 image tokens but its images have 8 feature slots"):
+        slot_keys(ids[:-3], img, [a, b])
+
+    rng = random.Random(0)
+    for _ in range(300):
+        x = [rng.randrange(3) for _ in range(rng.randrange(200))]
+        y = x[:rng.randrange(len(x) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(100))]
+        limit = rng.randrange(min(len(x), len(y)) + 1)
+        walk = 0
+        while walk < limit and x[walk] == y[walk]:
+            walk += 1
+        assert common_prefix(x, y, limit) == walk

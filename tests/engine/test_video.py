@@ -323,7 +323,8 @@ def test_chat_video_turn_matches_transformers(smolvlm2_session, videos_dir, fami
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason == "length"
     ref_ids = video_ids(family_checkpoint("SmolVLM2-256M-Video-Instruct"), read_video(path), question)
-    ids, _, media = session._prompt()
+    prompt = session._prompt()
+    ids, media = prompt.ids, prompt.images
     assert ids[: ref_ids.shape[1]] == ref_ids[0].tolist()  # then the answer and the next generation prompt
     assert done.stats.prompt_tokens == ref_ids.shape[1]
     frames = media[0].num_frames
