@@ -358,12 +358,14 @@ def wide_head_checkpoint(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
-@pytest.mark.parametrize("past,follow_up,room", [(240, 1, 64), (240, 20, 64), (240, 45, 64), (8, 12, 0)])
-def test_triton_short_prefill_matches_eager(kernels, wide_head_checkpoint, kind, past, follow_up, room):
-    """The Triton short-prefill step (32 query rows; padded rows repeat the last) against the eager
+@pytest.mark.parametrize("past,follow_up,room,config", [
+    (240, 1, 64, None), (240, 20, 64, None), (240, 45, 64, None), (8, 12, 0, None), (240, 20, 64, "wide")])
+def test_triton_short_prefill_matches_eager(kernels, wide_head_checkpoint, kind, past, follow_up, room, config):
+    """The Triton short-prefill step (its rows; padded rows repeat the last) against the eager
     prefill: the last position's logits, and the cache it leaves (read back by a decode step). After
     240 tokens: across the 256 bucket and paged block boundaries, in one chunk (1, 20) and two (45),
-    its attention split in 10 chunks and merged; after 8, a 20-slot cache: one chunk, no merge."""
+    its attention split in 10 chunks and merged; after 8, a 20-slot cache: one chunk, no merge.
+    ``wide``: a wide decoder's launch parameters (WIDE_CONFIG) on the same shapes."""
     from engine.models.llama.static_decode import PREFILL_ROWS
     from engine.registry import load_model
 
@@ -372,7 +374,8 @@ def test_triton_short_prefill_matches_eager(kernels, wide_head_checkpoint, kind,
     results = []
     for static in (False, True):
         model.static_decode = static
-        model._static = StaticDecoder(model, use_graph=False, use_triton=True) if static else None
+        launch = kernels.WIDE_CONFIG[1] if config == "wide" else None
+        model._static = StaticDecoder(model, use_graph=False, use_triton=True, triton_config=launch) if static else None
         calls = []
         if static:
             assert model._static.triton.rows_supported()

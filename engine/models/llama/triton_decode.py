@@ -757,8 +757,12 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
     # Read what no kernel of the step writes (position, rotary rows, write slot, the cached keys and
     # values before the position) before waiting on the previous kernel; the residual beside the input.
     "early_loads": True,
-    # The short-prefill step (rows_* kernels): output columns per program and the K tile.
-    "rows_block_n": 32, "rows_block_k": 256, "rows_warps": 4, "rows_block_q": 64, "rows_attn_warps": 4,
+    # The short-prefill step (rows_* kernels): output columns per program and the K tile. A follow-up's
+    # 16 new tokens (one 32-row step) after 898 cached on the 256M, the step's graph alone on the
+    # H200: 16 columns with 2 warps 984 us against 1,116 us with 32 and 4 (twice the programs: 36
+    # instead of 18 for a residual GEMM); the attention's tile, warps and query block moved nothing
+    # beyond 1.5% (bench/results/h200-session27, runs 3-4).
+    "rows_block_n": 16, "rows_block_k": 256, "rows_warps": 2, "rows_block_q": 64, "rows_attn_warps": 4,
     "rows_block_t": 32,
 }
 
@@ -769,8 +773,10 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
 #: the defaults (bench/results/h200-session23, runs 3-5): qkv_rope in rows of 2 (1,536 programs instead of
 #: 768: 1.45 waves at 4 programs an SM left most SMs idle in the last one) and down_proj one row a
 #: program with 8 warps (2,048 programs instead of 512), 1,116-1,122 against 1,141-1,178 us a step. The
-#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only.
-WIDE_CONFIG = (2048, {"qkv_block_r": 2, "down_block_n": 1, "down_warps": 8})
+#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only. The
+#: short-prefill step keeps the launch parameters it had before session 27's 256M sweep (not
+#: measured on this width).
+WIDE_CONFIG = (2048, {"qkv_block_r": 2, "down_block_n": 1, "down_warps": 8, "rows_block_n": 32, "rows_warps": 4})
 
 
 def default_config(hidden_size: int) -> dict:
