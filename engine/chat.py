@@ -733,11 +733,20 @@ class ChatSession:
         total = embeds.shape[1]
         # A cancel waits for one layer, not a chunk. On CUDA a follow-up's few tokens are one replayed
         # graph (no layer runs as a module, so no hook would fire) of about a millisecond.
-        short = total <= SHORT_PREFILL and self.model.device.type == "cuda"
+        short = self._short_prefill(total)
         points = contextlib.nullcontext() if short else layer_cancel_points(self.model, self._cancel)
         with points:
             for start in range(0, total, self.prefill_chunk):
-                self._checkpoint(ProgressEvent("prefill", start, total))
+                if not short:
+                    self._checkpoint(ProgressEvent("prefill", start, total))
+                elif self._cancel.is_set():
+                    raise Cancelled()
+                # A short prefill's first progress event comes once its step is launched (below): that
+                # event is when a server sends the response's headers, event-loop work that holds the
+                # GIL. Before the launch it delayed the launch itself; after it the GPU runs meanwhile.
+                # H200, a follow-up's prefill phase through HTTP against in process: 2.09 against
+                # 1.21 ms before, 1.17-1.21 against 0.86-1.13 after (bench/results/h200-session27,
+                # runs 1-2: two machine starts, not one A/B).
                 chunk = embeds[:, start:start + self.prefill_chunk]
                 pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
                 logits = self.model.prefill(chunk, self.cache, pos)
@@ -747,6 +756,11 @@ class ChatSession:
         if elapsed > 0:
             stats.prefill_tokens_per_s = (len(ids) - common) / elapsed
         return logits
+
+    def _short_prefill(self, tokens: int) -> bool:
+        """Whether a prefill of ``tokens`` new tokens is one short step (a follow-up's few tokens on
+        CUDA: one replayed graph of about a millisecond)."""
+        return tokens <= SHORT_PREFILL and self.model.device.type == "cuda"
 
     def _keep_keys(self, n: int) -> None:
         """Keep the first ``n`` cache keys (the cache itself was truncated to ``n``) and their digests."""

@@ -227,6 +227,25 @@ def test_a_kept_prompt_encoding_gives_the_same_prompt_and_a_stale_one_is_not_use
     assert with_stale == session._prompt()[0]
 
 
+def test_a_short_prefill_reports_its_progress_once_its_step_is_launched(session, monkeypatch):
+    """A follow-up's few tokens (one graph step on CUDA): the first progress event, when a server
+    sends its headers, comes after the model's prefill call; a long prefill reports before each chunk.
+    Both answer the same tokens."""
+    order = []
+    session.progress = lambda event: order.append(("progress", event.done, event.total))
+    prefill = session.model.prefill
+    monkeypatch.setattr(session.model, "prefill", lambda *a, **k: order.append(("prefill",)) or prefill(*a, **k))
+    long_tokens, _, _ = run(session, "Tell me about the sea.", n=4)
+    total = order[0][2]
+    assert order == [("progress", 0, total), ("prefill",), ("progress", total, total)]
+    order.clear()
+    monkeypatch.setattr(session, "_short_prefill", lambda tokens: True)
+    session.reset()
+    short_tokens, _, _ = run(session, "Tell me about the sea.", n=4)
+    assert order == [("prefill",), ("progress", total, total)]
+    assert short_tokens == long_tokens
+
+
 def test_a_cache_cut_inside_a_tile_backs_off_to_that_tile_and_skips_the_earlier_ones(session, tiny_checkpoint,
                                                                                      images_dir, monkeypatch):
     """When the cached prefix ends inside a tile's run of image tokens, the prefill starts at that
