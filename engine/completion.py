@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.api.errors import PromptTooLongError
 from engine.api.events import GenerationEvent, GenerationParams
+from engine.chat import Prompt
 
 
 def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterator[GenerationEvent]:
@@ -34,4 +35,4 @@ def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterat
     # ChatSession's own loop: keys of plain tokens are the ids themselves, so the cache's common
     # prefix with the last prompt (chat or raw) is found and reused as for a chat turn.
     session._cancel.clear()
-    return session._generate(ids, list(ids), [], params, t0, [])
+    return session._generate(Prompt(ids, list(ids), [], []), params, t0, [])
