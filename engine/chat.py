@@ -171,8 +171,9 @@ def tile_first_slots(images: Sequence[ProcessedImage]) -> list[int]:
 
 
 def common_prefix(a: Sequence, b: Sequence, limit: int) -> int:
-    """Length of the common prefix of ``a[:limit]`` and ``b[:limit]``, found with slice compares
-    (C-level, 64 positions at a time) rather than a Python step per position."""
+    """Length of the common prefix of ``a[:limit]`` and ``b[:limit]`` (both at least ``limit``
+    long), found with slice compares (C-level, 64 positions at a time) rather than a Python step
+    per position."""
     if a[:limit] == b[:limit]:
         return limit
     n = 0
@@ -771,10 +772,7 @@ class ChatSession:
         """Digests of the first ``n_blocks`` full blocks of ``keys``; those of blocks that ``keys``
         shares with the cache's keys come from :attr:`_digests` (``keys`` may be the cache's own)."""
         bs = self.cache.block_size
-        known = 0
-        while known < min(len(self._digests), n_blocks) and \
-                keys[known * bs:(known + 1) * bs] == self._cached_keys[known * bs:(known + 1) * bs]:
-            known += 1
+        known = common_prefix(keys, self._cached_keys, min(len(self._digests), n_blocks) * bs) // bs
         parent = self._digests[known - 1] if known else b""
         return self._digests[:known] + chain_digests(keys[known * bs:n_blocks * bs], bs, parent)
 
