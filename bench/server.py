@@ -178,6 +178,9 @@ def bench_serve(argv: list[str]) -> int:
     server's own engine service on a worker thread; every other request goes to the server unchanged."""
     import asyncio
 
+    if os.environ.get("BENCH_SWITCH_INTERVAL_MS"):  # an A/B of the GIL's switch interval (default 5 ms)
+        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL_MS"]) / 1000)
+
     def with_bench(app):
         async def call(scope, receive, send):
             if scope["type"] != "http" or scope["path"] != "/bench/in-process":

@@ -15,7 +15,7 @@ Phases (each the time since the previous one):
   client -> server        -> the ASGI app called (the client's send, the server's read and parse of the headers)
   body                    -> the last body chunk received
   route + validation      -> ``to_turns`` begins (FastAPI's parse and pydantic validation)
-  to_turns                -> the conversation rebuilt (media found or decoded and stored)
+  to_turns                -> the conversation rebuilt (media found, or checked, stored and its decode begun)
   queue to engine         -> the engine thread takes the answer (history synced first)
   set_history             the engine thread's history sync
   fit_context             the prompt rendered, tokenized and fitted (``ChatSession._fit_context``)
@@ -24,9 +24,10 @@ Phases (each the time since the previous one):
   to the wire             -> the first content chunk is written to the socket
   server -> client        -> the client has parsed that chunk
 
-Then the first turn's image work, split: through HTTP the server's decode and check (inside
-to_turns), the rest of to_turns, the engine's read of the stored file (its digest and pixels handed
-over) and its resize and tile; in process the engine's read, digest and decode, and its resize and tile.
+Then the first turn's image work, split: through HTTP the server's decode (begun inside to_turns, on
+a decoder thread, and going on while the request is queued), how much of it is left when to_turns
+returns, the engine's wait for those pixels and its resize and tile; in process the engine's read,
+digest and decode, and its resize and tile.
 
 "HTTP" sums the phases a call in process does not have: the client's JSON encoding, client ->
 server, body, route + validation, queue to engine, to the wire, server -> client. It is printed per
@@ -115,7 +116,7 @@ def install_server_hooks(trace_file: str) -> None:
 
     install_engine_hooks()
     _hook_parse()
-    _wrap_call(MediaStore, "_check_image", "check_start", "check_end")
+    _wrap_call(MediaStore, "_decode", "check_start", "check_end")
     _wrap_call(EngineService, "_set_history", "hist_start", "hist_end")
     _wrap_call(EngineService, "_run_answer", "engine_start", "engine_end")
     orig_turns = routes.to_turns
@@ -173,9 +174,10 @@ SERVER_PHASES = [("client's JSON", "client_sent", "client_encoded"), ("client ->
 ROUTE_SPLIT = [("  to the parse", "body_done", "parse_start"), ("  JSON parse", "parse_start", "parse_end"),
                ("  validation, routing", "parse_end", "turns_start")]
 #: Where a new photo's decoding and tiling sit inside the phases above (``image_split``).
-IMAGE_SERVER = [("  decode + check (a worker thread)", "check_start", "check_end"),
-                ("  to_turns besides it", None, None),
-                ("  engine: read, digest, take the pixels", "hist_end", "tiles_start"),
+IMAGE_SERVER = [("  to_turns -> the decode begins", "turns_start", "check_start"),
+                ("  decode (a decoder thread)", "check_start", "check_end"),
+                ("  the decode's part after to_turns", "turns_end", "check_end"),
+                ("  engine: sync -> the pixels (waits for them)", "hist_end", "tiles_start"),
                 ("  engine: resize and tile", "tiles_start", "tiles_end")]
 IMAGE_LOCAL = [("  engine: read, digest, decode", "sent", "tiles_start"),
                ("  engine: resize and tile", "tiles_start", "tiles_end")]
@@ -239,21 +241,14 @@ def http_share(http: list[dict], local: list[dict]) -> str:
 
 
 def image_split(http: list[dict], local: list[dict]) -> list[str]:
-    """Lines splitting a new photo's image work, through the server (``to_turns`` decodes and checks
-    the photo, the engine reads the stored file and takes those pixels) and in process (the engine
-    decodes the file itself): medians of the runs, ms."""
+    """Lines splitting a new photo's image work, through the server (``to_turns`` checks the photo's
+    header and starts its decode, which goes on while the request is queued; the engine waits for
+    those pixels) and in process (the engine decodes the file itself): medians of the runs, ms."""
     def median(rows, a, b):
         vals = [(r[b] - r[a]) * 1000 for r in rows if a in r and b in r]
         return statistics.median(vals) if vals else float("nan")
     lines = ["image work of the first turn (median, ms): through HTTP"]
-    for name, a, b in IMAGE_SERVER:
-        if a is None:
-            vals = [((r["turns_end"] - r["turns_start"]) - (r["check_end"] - r["check_start"])) * 1000
-                    for r in http if {"turns_start", "turns_end", "check_start", "check_end"} <= r.keys()]
-            value = statistics.median(vals) if vals else float("nan")
-        else:
-            value = median(http, a, b)
-        lines.append(f"{name:44s} {value:8.2f}")
+    lines += [f"{name:44s} {median(http, a, b):8.2f}" for name, a, b in IMAGE_SERVER]
     lines.append("in process")
     lines += [f"{name:44s} {median(local, a, b):8.2f}" for name, a, b in IMAGE_LOCAL]
     return lines

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from engine.api import Attachment, Capabilities, GenerationParams, HistoryMessage
 from server.config import ServerConfig
 from server.errors import APIError
-from server.media import DETAILS, MediaStore
+from server.media import DETAILS, MediaStore, PendingImage
 from server.schemas import ChatRequest, ImagePart, ImageURL, SamplingFields, TextPart, VideoPart
 
 GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: temperatures under it sample as greedy
@@ -34,6 +34,9 @@ class Turns:
     text: str
     attachments: list[Attachment] = field(default_factory=list)
     detail: str = "balanced"
+    # New photos whose decode still runs: the route confirms them (MediaStore.confirm) once the
+    # answer is queued, before its response starts.
+    pending: list[PendingImage] = field(default_factory=list)
 
 
 class AnswerIds:
@@ -101,7 +104,7 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
     """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take.
     Assistant messages found in ``answers`` carry the token ids they were generated as."""
     _check_media_count(request, config)
-    system, messages, details = [], [], []
+    system, messages, details, pending = [], [], [], []
     for i, message in enumerate(request.messages):
         role = "system" if message.role == "developer" else message.role
         texts, attachments = [], []
@@ -125,7 +128,10 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
             else:
                 if not caps.vision:
                     raise APIError(400, "this model takes no images", "images_not_supported", param)
-                attachments.append(Attachment(await media.image(url, param), detail=DETAILS[detail]))
+                path, decoding = await media.begin_image(url, param)
+                if decoding is not None:
+                    pending.append(decoding)
+                attachments.append(Attachment(path, detail=DETAILS[detail]))
             details.append(DETAILS[detail])
         text = "\n".join(texts)
         if role == "system":
@@ -138,7 +144,7 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
     last = messages.pop()
     # The finest detail asked for in the request (the engine takes one level per answer).
     detail = min(details, key=("full", "balanced", "fast").index) if details else "balanced"
-    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail)
+    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, pending)
 
 
 def repetition_penalty(request: SamplingFields) -> float:

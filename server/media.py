@@ -19,13 +19,16 @@ import re
 import threading
 import warnings
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pybase64
 from PIL import Image
 
 from engine.api.errors import ImageError
-from engine.api.images import bytes_digest, hand_over, load_image, note_digest
+from engine.api.images import bytes_digest, hand_over, load_image, note_digest, withdraw
 from server.config import ServerConfig
 from server.errors import APIError
 
@@ -47,9 +50,38 @@ def _consume(future: asyncio.Future) -> None:
 
 
 def _drop_part(future: asyncio.Future) -> None:
-    """Delete the temporary file a write (``MediaStore._stage``) left behind for a request that went away."""
-    if not future.cancelled() and future.exception() is None and future.result()[2] is not None:
-        future.result()[2].unlink(missing_ok=True)
+    """Delete the temporary file a write (``MediaStore._accept``) left behind for a request that went away."""
+    if not future.cancelled() and future.exception() is None and future.result().part is not None:
+        future.result().part.unlink(missing_ok=True)
+
+
+# New images' pixel decodes, on threads of their own: a decode (a 13-tile PNG ~15 ms, a 12 MP JPEG
+# ~0.1 s) runs while its request goes on to the engine, which waits for the pixels where it needs
+# them (engine.api.images.hand_over), so the request's own hops (the loop's wake-up after the decode,
+# storing the file, queueing for the engine) are not added to its time to the first token.
+_DECODERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="smolchat-decode")
+
+
+class Accepted(NamedTuple):
+    """A new image's bytes, past every check but the full decode (``MediaStore._accept``)."""
+
+    fmt: str  # Pillow's format name, the stored file's suffix
+    pixels: int  # width x height, from the header
+    digest: str  # engine.api.images.bytes_digest, hex: the stored file's name
+    known: str | None  # the stored path of the same bytes accepted before, else None
+    part: Path | None  # the temporary file now holding the bytes (None when known)
+    decode: Future  # -> the RGB image (engine.api.images.load_image); raises APIError 400
+
+
+@dataclass
+class PendingImage:
+    """A new image stored and handed to the engine while its decode still runs: confirmed or
+    refused by :meth:`MediaStore.confirm` before its request's response starts."""
+
+    path: str
+    url: str
+    param: str
+    decode: Future
 
 
 def _b64(text: str, param: str) -> bytes:
@@ -155,10 +187,22 @@ class MediaStore:
         self._parts = itertools.count()  # temporary file names
 
     async def image(self, url: str, param: str) -> str:
-        """The stored path of a checked image (PNG, JPEG, WebP, GIF, BMP, TIFF).
+        """The stored path of a checked image (PNG, JPEG, WebP, GIF, BMP, TIFF), decoded in full.
 
         Raises APIError 400 (bad base64, URL scheme, type or data) and 413 (over the size or pixel
-        limits) as :meth:`_image`."""
+        limits)."""
+        path, pending = await self.begin_image(url, param)
+        if pending is not None:
+            await self.confirm([pending])
+        return path
+
+    async def begin_image(self, url: str, param: str) -> tuple[str, PendingImage | None]:
+        """The stored path of an image checked up to its pixels, and for a new one its decode, still
+        running (:meth:`confirm` waits for it; the engine's ``load_image`` of the path too).
+
+        Raises APIError 400 (bad base64, URL scheme, type, header) and 413 (over the size or pixel
+        limits) before returning; data that breaks only inside the pixels is refused by
+        :meth:`confirm` (400 ``invalid_image``)."""
         key = _url_key(url)
         seen = self._seen.get(key)
         if seen is not None and seen[0] == url:
@@ -168,11 +212,27 @@ class MediaStore:
                 self._forget(key)
             else:
                 self._seen.move_to_end(key)
-                return seen[1]
-        path = await self._image(url, param)
+                return seen[1], None
+        path, pending = await self._image(url, param)
         if not url[:8].lower().startswith(("http://", "https://")):  # the bytes themselves; a remote URL may change
             self._remember(url, path)
-        return path
+        return path, pending
+
+    async def confirm(self, pending: list[PendingImage]) -> None:
+        """Wait for new images' decodes. One that failed is refused: its file deleted, its URL
+        forgotten, its pixels withdrawn from the engine, and its APIError 400 raised."""
+        for image in pending:
+            try:
+                await asyncio.shield(asyncio.wrap_future(image.decode))  # (the engine may wait for it too)
+            except APIError:
+                withdraw(image.path)
+                key = _url_key(image.url)
+                if self._seen.get(key, ("", ""))[1] == image.path:
+                    self._forget(key)
+                if Path(image.path).exists():
+                    Path(image.path).unlink(missing_ok=True)
+                    self._stored -= 1
+                raise
 
     def _remember(self, url: str, path: str) -> None:
         """Map ``url`` to ``path``; an entry of another URL with the same key is replaced, as is the
@@ -191,53 +251,54 @@ class MediaStore:
         if seen is not None:
             self._seen_chars -= len(seen[0])
 
-    async def _image(self, url: str, param: str) -> str:
-        # Decoding base64 and the image itself takes milliseconds (a 12 MP JPEG: ~0.1 s): on worker
-        # threads, so the event loop keeps streaming other requests' tokens meanwhile.
-        mime, data = await asyncio.to_thread(split_data, url, param)
-        if data is None:  # an http(s) URL
-            mime, data = await self._fetch(url, param)
+    async def _image(self, url: str, param: str) -> tuple[str, PendingImage | None]:
+        fetched = None
+        if url[:8].lower().startswith(("http://", "https://")):
+            fetched = await self._fetch(url, param)
+        # One worker thread takes the bytes from base64 and checks their header, starts the pixel
+        # decode on a decoder thread, then hashes and writes the bytes beside it (Pillow's decoder,
+        # hashlib and the write all let the GIL go); the event loop waits for this part only.
+        accepting = asyncio.ensure_future(asyncio.to_thread(self._accept, url, param, fetched))
+        try:
+            accepted = await asyncio.shield(accepting)
+        except BaseException:  # refused, the write failed, or the request was cancelled (the client left)
+            accepting.add_done_callback(_drop_part)  # once written, if it was
+            raise
+        if accepted.known is not None:  # checked when it first came: a client re-sends its photos every turn
+            return accepted.known, None
+        decode = accepted.decode
+        if decode.done() and decode.exception() is not None:  # refused already: nothing is stored
+            accepted.part.unlink(missing_ok=True)
+            raise decode.exception()
+        path = self.folder / (accepted.digest + "." + accepted.fmt.lower())
+        self._commit(accepted.part, path)
+        hand_over(path, decode, accepted.pixels)  # the engine takes these pixels, not the file's
+        note_digest(path, bytes.fromhex(accepted.digest))  # and this digest instead of reading and hashing it
+        return str(path), PendingImage(str(path), url, param, decode)
+
+    def _accept(self, url: str, param: str, fetched: tuple[str, bytes] | None) -> Accepted:
+        """Worker thread: the image's bytes (from base64, or ``fetched`` from a URL), checked for
+        type, size and header, its decode started, hashed and (unless accepted before) written.
+
+        Raises APIError as :meth:`begin_image`, and OSError when the write fails (unless the decode
+        refuses the image meanwhile: its 400 comes first)."""
+        mime, data = fetched if fetched is not None else split_data(url, param)
         if mime and mime not in IMAGE_TYPES:
             raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
                            "unsupported_image_format", param)
         self._check_size(data, param)
-        # The pixels are decoded (to refuse a broken image before queueing it) on one thread while
-        # another hashes the bytes and writes them: Pillow's decoder, hashlib and the write all let
-        # the GIL go, so neither the digest (~0.2 ms for 0.5 MB) nor the write (~0.7 ms on the dev VM)
-        # waits for the decode. Bytes accepted before are found by their digest; their decode, begun
-        # meanwhile, is then left to finish unread.
-        checked = asyncio.ensure_future(asyncio.to_thread(self._check_image, data, param))
-        staged = asyncio.ensure_future(asyncio.to_thread(self._stage, data))
-        try:
-            digest, known, part = await asyncio.shield(staged)
-        except BaseException as exc:  # the write failed, or the request was cancelled (the client left)
-            staged.add_done_callback(_drop_part)  # once written, if it was
-            if isinstance(exc, Exception):  # the write failed: a broken image still gets its 400, as before
-                await checked
-            else:
-                checked.add_done_callback(_consume)
-            raise
-        if known is not None:  # checked when it first came: a client re-sends its photos every turn
-            checked.add_done_callback(_consume)
-            return known
-        try:
-            fmt, pixels = await checked
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        path = self.folder / (digest + "." + fmt.lower())
-        self._commit(part, path)
-        hand_over(path, pixels)  # the engine reads these pixels instead of decoding the file again
-        note_digest(path, bytes.fromhex(digest))  # and this digest instead of reading and hashing it
-        return str(path)
-
-    def _stage(self, data: bytes) -> tuple[str, str | None, Path | None]:
-        """Worker thread: ``(digest, the stored path if these bytes were accepted before, else None,
-        the temporary file holding them if not, else None)``. The digest is the engine's
-        (:func:`bytes_digest`: it keys the tiles by it), and names the file."""
-        digest = bytes_digest(data).hex()
+        fmt, pixels = self._check_header(data, param)
+        decode = _DECODERS.submit(self._decode, data, param)
+        digest = bytes_digest(data).hex()  # the engine's: it keys the tiles by it, and it names the file
         known = self._known(digest)
-        return digest, known, None if known is not None else self._write_part(data, digest)
+        if known is not None:
+            return Accepted(fmt, pixels, digest, known, None, decode)
+        try:
+            part = self._write_part(data, digest)
+        except OSError:
+            decode.result()  # a broken image still gets its 400 (raised here), as when nothing is written
+            raise
+        return Accepted(fmt, pixels, digest, None, part, decode)
 
     def _write_part(self, data: bytes, digest: str) -> Path:
         """Worker thread: a new temporary file in the folder holding ``data`` (renamed once checked)."""
@@ -291,9 +352,9 @@ class MediaStore:
             raise APIError(413, f"media of {len(data)} bytes exceeds the limit of {self.config.max_media_bytes}",
                            "media_too_large", param)
 
-    def _check_image(self, data: bytes, param: str) -> tuple[str, Image.Image]:
-        """Read the header (format, size: 413 beyond the pixel limit) and decode it the engine's way
-        (400 if broken): ``(format, the decoded RGB image)``, which the engine then uses as it is."""
+    def _check_header(self, data: bytes, param: str) -> tuple[str, int]:
+        """Read the header: ``(format, width x height)``; 400 for what is no image this server reads,
+        413 beyond the pixel limit."""
         from PIL import UnidentifiedImageError
 
         try:
@@ -316,8 +377,13 @@ class MediaStore:
                                   param) from None
         except (OSError, ValueError, SyntaxError) as exc:
             raise APIError(400, f"the image cannot be decoded: {exc}", "invalid_image", param) from None
+        return fmt, w * h
+
+    def _decode(self, data: bytes, param: str) -> Image.Image:
+        """Decoder thread: the pixels, decoded the engine's way (:func:`load_image`: RGB, upright),
+        which the engine then uses as they are; 400 ``invalid_image`` if they are broken."""
         try:
-            return fmt, load_image(data)
+            return load_image(data)
         except ImageError as exc:
             # The engine's message names a file ("<bytes>" here) and quotes Pillow; say what is wrong.
             reason = "its data is truncated or corrupt" if "truncated or corrupt" in str(exc) \

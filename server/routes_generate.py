@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -87,10 +87,12 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
 
 
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],
-                 stream: bool) -> tuple[Answer, object]:
-    """Admit a request (429/503), queue it with ``submit(answer)`` and await its first event, or for
-    a stream only its start (``None``, see :func:`~server.answer_stream.first_event`). A
-    non-streamed answer sends nothing before its end: the engine thread is never held for it."""
+                 stream: bool, confirm: Callable[[], Awaitable[None]] | None = None) -> tuple[Answer, object]:
+    """Admit a request (429/503), queue it with ``submit(answer)``, await ``confirm()`` (new photos'
+    decodes, which the engine waits for too: a refusal raises its APIError and cancels the answer)
+    and its first event, or for a stream only its start (``None``, see
+    :func:`~server.answer_stream.first_event`). A non-streamed answer sends nothing before its end:
+    the engine thread is never held for it."""
     state = request.app.state.smolchat
     state.check_model(model)
     answer = state.bridge.admit()
@@ -98,6 +100,8 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
         answer.first_sent()
     try:
         answer.handle = submit(answer)
+        if confirm is not None:
+            await confirm()
         return answer, await first_event(answer, request.is_disconnected, stream)
     except BaseException:
         answer.cancel()
@@ -140,7 +144,8 @@ async def chat_completions(body: ChatRequest, request: Request):
             service.set_history(turns.history, system_prompt=turns.system)
             return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system)
 
-    answer, first = await _start(request, body.model, submit, body.stream)
+    answer, first = await _start(request, body.model, submit, body.stream,
+                                 (lambda: state.media.confirm(turns.pending)) if turns.pending else None)
     cid, created, stops, outcome = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "created": created, "model": state.model_id, "system_fingerprint": state.fingerprint}
 

@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -62,14 +63,16 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 
 # Images decoded before the engine reads them: the local server decodes each new photo to refuse a
-# broken one with a 400 before queueing it, then stores the bytes in a file for the engine. The
-# engine's next load_image of that file takes these pixels instead of decoding the file again (a
-# 600x400 JPEG: ~3 ms; a 12 MP one: ~0.1 s, all of it on the way to the first token).
+# broken one with a 400, and stores the bytes in a file for the engine. The engine's next load_image
+# of that file takes these pixels instead of decoding the file again (a 600x400 JPEG: ~3 ms; a 12 MP
+# one: ~0.1 s, all of it on the way to the first token). The server hands over its decode while it
+# is still running (a concurrent Future), so the request reaches the engine during the decode and
+# the engine waits for the pixels where it needs them, not the server before queueing.
 # Keyed by (path, inode, size): the server's files are named by their content and written by an
 # atomic rename (a new inode), and re-sending a photo only touches its time. Taken once; at most
 # HANDED_MAX images and HANDED_MAX_PIXELS pixels, and none older than HANDED_TTL_S (a request that
 # fails after its photo was checked never takes it), oldest dropped first.
-_HANDED: OrderedDict[tuple[str, int, int], tuple[Image.Image, float]] = OrderedDict()
+_HANDED: OrderedDict[tuple[str, int, int], tuple[Image.Image | Future, int, float]] = OrderedDict()
 HANDED_MAX = 4
 HANDED_MAX_PIXELS = 48_000_000
 HANDED_TTL_S = 60.0
@@ -86,24 +89,40 @@ def _handed_key(path: str | os.PathLike) -> tuple[str, int, int] | None:
 
 def _drop_stale_handed(now: float) -> None:
     """Oldest first: past their time, then beyond the count or the pixel budget (lock held)."""
-    while _HANDED and (now - next(iter(_HANDED.values()))[1] > HANDED_TTL_S or len(_HANDED) > HANDED_MAX
-                       or sum(im.width * im.height for im, _ in _HANDED.values()) > HANDED_MAX_PIXELS):
+    while _HANDED and (now - next(iter(_HANDED.values()))[2] > HANDED_TTL_S or len(_HANDED) > HANDED_MAX
+                       or sum(pixels for _, pixels, _ in _HANDED.values()) > HANDED_MAX_PIXELS):
         _HANDED.popitem(last=False)
 
 
-def hand_over(path: str | os.PathLike, image: Image.Image) -> None:
+def hand_over(path: str | os.PathLike, image: Image.Image | Future, pixels: int | None = None) -> None:
     """Give :func:`load_image`'s result for the bytes now in ``path`` to the next ``load_image(path)``.
 
-    ``image`` must be what ``load_image`` returned for those bytes (RGB, upright); the caller stops
-    using it. A file replaced since (another inode or size) does not get it."""
+    ``image`` is what ``load_image`` returned for those bytes (RGB, upright), or a
+    ``concurrent.futures.Future`` of it, still running: the reader then waits for it (and decodes
+    the file itself if it failed). ``pixels``: the image's width x height, required with a Future.
+    The caller stops using the image. A file replaced since (another inode or size) does not get it.
+    """
+    if isinstance(image, Future):
+        if pixels is None:
+            raise ValueError("hand_over of a Future needs its image's pixel count")
+    else:
+        pixels = image.width * image.height
     key = _handed_key(path)
-    if key is None or image.width * image.height > HANDED_MAX_PIXELS:
+    if key is None or pixels > HANDED_MAX_PIXELS:
         return
     now = time.monotonic()
     with _handed_lock:
-        _HANDED[key] = (image, now)
+        _HANDED[key] = (image, pixels, now)
         _HANDED.move_to_end(key)
         _drop_stale_handed(now)
+
+
+def withdraw(path: str | os.PathLike) -> None:
+    """Drop what :func:`hand_over` gave for ``path`` (the server refused the photo after all)."""
+    key = _handed_key(path)
+    if key is not None:
+        with _handed_lock:
+            _HANDED.pop(key, None)
 
 
 # Digests of files whose bytes the local server hashed as they came (it names each file by it): the
@@ -150,13 +169,22 @@ def file_digest(path: str | os.PathLike) -> bytes:
 
 
 def _take_handed(path: Path) -> Image.Image | None:
+    """The pixels handed over for ``path`` (waiting for a decode still running), or None: none were,
+    or their decode failed (the caller then decodes the file and words its own error)."""
     if not _HANDED:
         return None
     key = _handed_key(path)
     with _handed_lock:
         _drop_stale_handed(time.monotonic())
         entry = _HANDED.pop(key, None) if key is not None else None
-    return entry[0] if entry is not None else None
+    if entry is None:
+        return None
+    if isinstance(entry[0], Future):
+        try:
+            return entry[0].result()
+        except Exception:  # noqa: BLE001 - the server's refusal (its own error type), or cancelled
+            return None
+    return entry[0]
 
 
 def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:

@@ -49,16 +49,18 @@ def test_every_run_and_side_gets_a_photo_of_its_own(shared_dir, fmt):
     assert len(digests) == 34
 
 
-def test_image_split_takes_the_decode_out_of_to_turns():
-    http = [{**_http(10.0, 0.0004), "check_start": 10.004, "check_end": 10.024, "hist_end": 10.032,
-             "tiles_start": 10.035, "tiles_end": 10.050}]
+def test_image_split_shows_the_decode_going_on_past_to_turns():
+    http = [{**_http(10.0, 0.0004), "turns_end": 10.006, "check_start": 10.004, "check_end": 10.024,
+             "hist_end": 10.008, "tiles_start": 10.025, "tiles_end": 10.040}]
     local = [{"sent": 0.0, "tiles_start": 0.022, "tiles_end": 0.038, "first": 0.100}]
-    # to_turns 27 ms of which the decode is 20; the engine reads for 3 ms and tiles for 15 (16 in process).
+    # to_turns starts the 20 ms decode 1 ms in and returns 3 ms in; the engine, synced 5 ms in,
+    # waits 17 ms for the pixels and tiles for 15 (16 in process).
     assert image_split(http, local) == [
         "image work of the first turn (median, ms): through HTTP",
-        "  decode + check (a worker thread)              20.00",
-        "  to_turns besides it                            7.00",
-        "  engine: read, digest, take the pixels          3.00",
+        "  to_turns -> the decode begins                  1.00",
+        "  decode (a decoder thread)                     20.00",
+        "  the decode's part after to_turns              18.00",
+        "  engine: sync -> the pixels (waits for them)    17.00",
         "  engine: resize and tile                       15.00",
         "in process",
         "  engine: read, digest, decode                  22.00",

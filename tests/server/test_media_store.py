@@ -1,5 +1,6 @@
 """MediaStore's new-photo path: checked while it is hashed and written, no temporary file left behind,
-and the folder listed only when it may hold too many files."""
+the folder listed only when it may hold too many files, and a chat request queued for the engine
+while its new photo is still decoded."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import base64
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
+from engine.api.images import load_image
+from server import create_app
 from server.config import ServerConfig
 from server.errors import APIError
 from server.media import MediaStore
-from tests.server.helpers import png_bytes
+from tests.server.fakes import FakeSession, fake_loader
+from tests.server.helpers import ThreadServer, png_bytes
 
 
 def uri(data: bytes) -> str:
@@ -131,3 +136,74 @@ def test_engine_messages_never_name_the_media_folder():
     err = from_engine("VideoError", "Not a recognised video file: /tmp/smolchat-media-5yyqrzb8/3407e1.mp4 (bad)")
     assert (err.status, err.code) == (400, "invalid_video")
     assert err.message == "Not a recognised video file: the uploaded media (bad)"
+
+
+class DecodingSession(FakeSession):
+    """A fake engine that reads its images as ChatSession does (``load_image`` of each path, which
+    takes the pixels the server handed over), noting when the answer reached it."""
+
+    def __init__(self):
+        super().__init__()
+        self.reached = threading.Event()
+        self.pixels: list = []
+
+    def send(self, text, images=(), params=None):
+        self.reached.set()
+        self.pixels = [load_image(path) for path in images]
+        return super().send(text, images, params)
+
+
+def chat(url: str, content: list, stream: bool = False) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+        "model": "fake", "stream": stream, "messages": [{"role": "user", "content": content}]})
+
+
+def test_a_new_photo_reaches_the_engine_while_it_is_decoded(monkeypatch):
+    """The chat request is queued for the engine before its photo's decode ends: the decode here
+    finishes only once the engine has the answer; the engine then waits for those pixels (not
+    decoding the file again), and the response starts after them."""
+    session = DecodingSession()
+    decoded = []
+    real = MediaStore._decode
+
+    def decode_after_the_engine_has_it(self, data, param):
+        assert session.reached.wait(10), "the answer reached the engine only after the photo's decode"
+        image = real(self, data, param)
+        decoded.append(image)
+        return image
+    monkeypatch.setattr(MediaStore, "_decode", decode_after_the_engine_has_it)
+    srv = ThreadServer(create_app(ServerConfig(model="fake"), loader=fake_loader(session)))
+    try:
+        for stream in (False, True):
+            session.reached.clear()
+            reply = chat(srv.url, [{"type": "image_url", "image_url": uri(png_bytes(color=(stream, 2, 3)))},
+                                   {"type": "text", "text": "What is it?"}], stream)
+            assert reply.status_code == 200, reply.text
+            assert len(session.pixels) == 1 and session.pixels[0] is decoded[-1]  # the server's decode, taken
+            assert session.pixels[0].getpixel((0, 0)) == (int(stream), 2, 3)
+    finally:
+        srv.stop()
+
+
+def test_a_photo_broken_inside_its_pixels_is_refused_by_the_request_and_leaves_nothing():
+    """Its header reads, so the request is queued while it is decoded; the decode's refusal is still
+    the request's own 400 (param and wording as before), its answer is cancelled, no file stays,
+    and the same photo sent again is refused again, not found as stored."""
+    session = DecodingSession()
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(session))
+    srv = ThreadServer(app)
+    noisy = png_bytes(size=(320, 240), noise=True)
+    broken = uri(noisy[:len(noisy) // 2])
+    try:
+        for stream in (False, True, False):
+            reply = chat(srv.url, [{"type": "text", "text": "What is it?"},
+                                   {"type": "image_url", "image_url": broken}], stream)
+            error = reply.json()["error"]
+            assert reply.status_code == 400 and (error["code"], error["param"]) == ("invalid_image",
+                                                                                      "messages[0].content[1]")
+            assert error["message"] == "the image cannot be decoded: its data is truncated or corrupt"
+            assert list(app.state.smolchat.media.folder.iterdir()) == []
+        good = chat(srv.url, [{"type": "image_url", "image_url": uri(png_bytes())}, {"type": "text", "text": "And?"}])
+        assert good.status_code == 200 and session.running == 0  # the refused answers were not left running
+    finally:
+        srv.stop()

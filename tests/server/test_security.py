@@ -185,7 +185,9 @@ def test_a_new_photo_is_decoded_once_the_engine_takes_the_servers_pixels(tmp_pat
     monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(fp) or real_open(fp, *a, **k))
     path = asyncio.run(store.image("data:image/png;base64," + base64.b64encode(data).decode(), "x"))
     assert len(opened) == 2  # the header check and the one full decode, both of the request's bytes
-    handed = images._HANDED[images._handed_key(path)][0]
+    decoding = images._HANDED[images._handed_key(path)][0]  # the server's decode, handed over running
+    assert decoding.done()  # store.image waited for it (the chat route: MediaStore.confirm)
+    handed = decoding.result()
     os.utime(path)  # the same photo re-sent meanwhile touches the file: the pixels still apply
     got = images.load_image(path)  # what the engine calls for the stored file
     assert got is handed and len(opened) == 2  # not decoded again
@@ -407,14 +409,14 @@ def test_decoding_a_new_image_does_not_block_the_event_loop(tmp_path, monkeypatc
     from server.media import MediaStore
 
     store = MediaStore(ServerConfig(), tmp_path / "media")
-    check = store._check_image
+    check = store._decode
     started, loop_ran = threading.Event(), threading.Event()
 
     def check_needing_the_loop(data, param):
         started.set()
-        assert loop_ran.wait(10), "the event loop did not run while the image was checked"
+        assert loop_ran.wait(10), "the event loop did not run while the image was decoded"
         return check(data, param)
-    monkeypatch.setattr(store, "_check_image", check_needing_the_loop)
+    monkeypatch.setattr(store, "_decode", check_needing_the_loop)
     uri = "data:image/png;base64," + base64.b64encode(png_bytes(color=(8, 8, 8))).decode()
 
     async def scenario():
