@@ -156,6 +156,19 @@ def service_turns(service, spec: dict) -> dict:
             "follow_ttft": follow[0] - f0}
 
 
+def bench_switch_interval() -> None:
+    """In a bench's server process, for an A/B of ``server.cli.tune_process``: ``BENCH_TUNE=0`` leaves
+    the process as Python starts it (GIL switch interval 5 ms, glibc's malloc thresholds dynamic);
+    ``BENCH_SWITCH_INTERVAL_MS`` sets the interval instead of the server's."""
+    import server.cli
+
+    if os.environ.get("BENCH_TUNE") == "0":
+        server.cli.tune_process = lambda: None
+    if os.environ.get("BENCH_SWITCH_INTERVAL_MS"):
+        server.cli.SWITCH_INTERVAL_S = float(os.environ["BENCH_SWITCH_INTERVAL_MS"]) / 1000
+        sys.setswitchinterval(server.cli.SWITCH_INTERVAL_S)
+
+
 def wrap_server_app(wrap) -> None:
     """Make ``server.app.create_app`` return ``wrap(app)`` (an ASGI callable around the server's app)
     from now on, with the app's ``state``, which the CLI reads (``app.state.smolchat``). For a
@@ -178,8 +191,7 @@ def bench_serve(argv: list[str]) -> int:
     server's own engine service on a worker thread; every other request goes to the server unchanged."""
     import asyncio
 
-    if os.environ.get("BENCH_SWITCH_INTERVAL_MS"):  # an A/B of the GIL's switch interval (default 5 ms)
-        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL_MS"]) / 1000)
+    bench_switch_interval()
 
     def with_bench(app):
         async def call(scope, receive, send):

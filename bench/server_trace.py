@@ -54,7 +54,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.server import SocketClient, check_photo_args, fresh_photo, photo_mime, post_args, sse_payloads, wrap_server_app  # noqa: E402
+from bench.server import (  # noqa: E402
+    SocketClient,
+    bench_switch_interval,
+    check_photo_args,
+    fresh_photo,
+    photo_mime,
+    post_args,
+    sse_payloads,
+    wrap_server_app,
+)
 from bench.shared import SHARED  # noqa: E402
 from server.media import DETAILS  # noqa: E402 - OpenAI detail -> the engine's
 
@@ -279,6 +288,7 @@ def main() -> int:
                     "\"dumps\", then sent by bench.server.SocketClient instead of httpx")
     if sys.argv[1:2] == ["--traced-serve"]:  # the server subprocess: TRACE_FILE, then `serve`'s arguments
         install_server_hooks(sys.argv[2])
+        bench_switch_interval()
         from server.cli import main as serve_main
 
         return serve_main(sys.argv[3:])
