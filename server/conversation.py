@@ -104,7 +104,17 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
     """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take.
     Assistant messages found in ``answers`` carry the token ids they were generated as."""
     _check_media_count(request, config)
-    system, messages, details, pending = [], [], [], []
+    pending: list[PendingImage] = []
+    try:
+        return await _to_turns(request, media, caps, answers, pending)
+    except BaseException:
+        media.settle(pending)  # new photos of a request refused after them: kept or deleted on their own
+        raise
+
+
+async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, answers: AnswerIds | None,
+                    pending: list[PendingImage]) -> Turns:
+    system, messages, details = [], [], []
     for i, message in enumerate(request.messages):
         role = "system" if message.role == "developer" else message.role
         texts, attachments = [], []

@@ -185,6 +185,10 @@ class MediaStore:
         # Files in the folder as far as this store knows (those it wrote since it last listed it).
         self._stored = sum(1 for p in folder.iterdir() if p.suffix != ".part")
         self._parts = itertools.count()  # temporary file names
+        # Stored path -> the decode of a new image not yet confirmed (another request sending the
+        # same bytes meanwhile confirms the same decode), and the background settle tasks.
+        self._decoding: dict[str, Future] = {}
+        self._settling: set[asyncio.Future] = set()
 
     async def image(self, url: str, param: str) -> str:
         """The stored path of a checked image (PNG, JPEG, WebP, GIF, BMP, TIFF), decoded in full.
@@ -212,7 +216,7 @@ class MediaStore:
                 self._forget(key)
             else:
                 self._seen.move_to_end(key)
-                return seen[1], None
+                return seen[1], self._still_decoding(seen[1], url, param)
         path, pending = await self._image(url, param)
         if not url[:8].lower().startswith(("http://", "https://")):  # the bytes themselves; a remote URL may change
             self._remember(url, path)
@@ -220,19 +224,55 @@ class MediaStore:
 
     async def confirm(self, pending: list[PendingImage]) -> None:
         """Wait for new images' decodes. One that failed is refused: its file deleted, its URL
-        forgotten, its pixels withdrawn from the engine, and its APIError 400 raised."""
-        for image in pending:
+        forgotten, its pixels withdrawn from the engine, and its error (APIError 400) raised; the
+        images after it are settled in the background (:meth:`settle`)."""
+        for i, image in enumerate(pending):
             try:
                 await asyncio.shield(asyncio.wrap_future(image.decode))  # (the engine may wait for it too)
-            except APIError:
-                withdraw(image.path)
-                key = _url_key(image.url)
-                if self._seen.get(key, ("", ""))[1] == image.path:
-                    self._forget(key)
-                if Path(image.path).exists():
-                    Path(image.path).unlink(missing_ok=True)
-                    self._stored -= 1
+            except asyncio.CancelledError:
+                self.settle(pending[i:])
                 raise
+            except Exception:
+                self._refused(image)
+                self.settle(pending[i + 1:])
+                raise
+            self._decoding.pop(image.path, None)
+
+    def settle(self, pending: list[PendingImage]) -> None:
+        """Decide on new images whose request failed before :meth:`confirm` (another part refused, a
+        429): each is kept once its decode succeeds, or deleted and forgotten if it fails, in a
+        background task. Idempotent: images confirmed before are left as they are."""
+        if pending:
+            task = asyncio.ensure_future(self._settle(list(pending)))
+            self._settling.add(task)  # a reference until it ends (the loop keeps only weak ones)
+            task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, pending: list[PendingImage]) -> None:
+        for image in pending:
+            try:
+                await asyncio.wrap_future(image.decode)
+            except Exception:  # noqa: BLE001 - refused: nobody waits for the error
+                self._refused(image)
+            else:
+                self._decoding.pop(image.path, None)
+
+    def _refused(self, image: PendingImage) -> None:
+        """Undo a new image whose decode failed (once, whichever request sees it first)."""
+        if self._decoding.pop(image.path, None) is None:
+            return
+        withdraw(image.path)
+        key = _url_key(image.url)
+        if self._seen.get(key, ("", ""))[1] == image.path:
+            self._forget(key)
+        if Path(image.path).exists():
+            Path(image.path).unlink(missing_ok=True)
+            self._stored -= 1
+
+    def _still_decoding(self, path: str, url: str, param: str) -> PendingImage | None:
+        """For a request that finds a stored image another request is still decoding: the same decode
+        to confirm (its refusal, if it fails, is this request's too)."""
+        decode = self._decoding.get(path)
+        return None if decode is None else PendingImage(path, url, param, decode)
 
     def _remember(self, url: str, path: str) -> None:
         """Map ``url`` to ``path``; an entry of another URL with the same key is replaced, as is the
@@ -265,13 +305,14 @@ class MediaStore:
             accepting.add_done_callback(_drop_part)  # once written, if it was
             raise
         if accepted.known is not None:  # checked when it first came: a client re-sends its photos every turn
-            return accepted.known, None
+            return accepted.known, self._still_decoding(accepted.known, url, param)
         decode = accepted.decode
         if decode.done() and decode.exception() is not None:  # refused already: nothing is stored
             accepted.part.unlink(missing_ok=True)
             raise decode.exception()
         path = self.folder / (accepted.digest + "." + accepted.fmt.lower())
         self._commit(accepted.part, path)
+        self._decoding[str(path)] = decode  # until confirmed or refused
         hand_over(path, decode, accepted.pixels)  # the engine takes these pixels, not the file's
         note_digest(path, bytes.fromhex(accepted.digest))  # and this digest instead of reading and hashing it
         return str(path), PendingImage(str(path), url, param, decode)

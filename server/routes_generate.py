@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine.api import TokenEvent
 from server.answer_stream import Outcome, first_event, pieces, stops_of, usage
 from server.bridge import Answer
-from server.conversation import params_for, to_turns
+from server.conversation import Turns, params_for, to_turns
 from server.errors import APIError
 from server.json_body import JSONBodyRoute
 from server.metrics import STATUS_KEY
@@ -129,6 +129,15 @@ async def chat_completions(body: ChatRequest, request: Request):
     state.bridge.require_ready()
     refuse_unsupported(body)
     turns = await to_turns(body, state.media, state.bridge.capabilities, state.config, state.answers)
+    try:
+        return await _chat(body, request, turns)
+    except BaseException:
+        state.media.settle(turns.pending)  # refused before its photos were confirmed (a 400, a 429)
+        raise
+
+
+async def _chat(body: ChatRequest, request: Request, turns: Turns):
+    state = request.app.state.smolchat
     if body.top_logprobs is not None and not body.logprobs:  # as OpenAI answers it
         raise APIError(400, "top_logprobs needs logprobs: true", "invalid_value", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +98,8 @@ def hand_over(path: str | os.PathLike, image: Image.Image | Future, pixels: int 
     """Give :func:`load_image`'s result for the bytes now in ``path`` to the next ``load_image(path)``.
 
     ``image`` is what ``load_image`` returned for those bytes (RGB, upright), or a
-    ``concurrent.futures.Future`` of it, still running: the reader then waits for it (and decodes
-    the file itself if it failed). ``pixels``: the image's width x height, required with a Future.
+    ``concurrent.futures.Future`` of it, still running: the reader then waits for it (and raises
+    ImageError with its error's message if it failed). ``pixels``: the image's width x height, required with a Future.
     The caller stops using the image. A file replaced since (another inode or size) does not get it.
     """
     if isinstance(image, Future):
@@ -169,8 +169,13 @@ def file_digest(path: str | os.PathLike) -> bytes:
 
 
 def _take_handed(path: Path) -> Image.Image | None:
-    """The pixels handed over for ``path`` (waiting for a decode still running), or None: none were,
-    or their decode failed (the caller then decodes the file and words its own error)."""
+    """The pixels handed over for ``path`` (waiting for a decode still running), or None (none were,
+    or their decode was cancelled: the caller decodes the file).
+
+    Raises:
+        ImageError: the handed decode failed; with its error's message (the server's words, which
+            name no file), so the file is not read again.
+    """
     if not _HANDED:
         return None
     key = _handed_key(path)
@@ -182,8 +187,10 @@ def _take_handed(path: Path) -> Image.Image | None:
     if isinstance(entry[0], Future):
         try:
             return entry[0].result()
-        except Exception:  # noqa: BLE001 - the server's refusal (its own error type), or cancelled
+        except CancelledError:
             return None
+        except Exception as exc:  # noqa: BLE001 - the server's refusal, in its own error type
+            raise ImageError(str(exc) or f"the image cannot be decoded ({type(exc).__name__})") from exc
     return entry[0]
 
 

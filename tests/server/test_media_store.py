@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -206,4 +207,100 @@ def test_a_photo_broken_inside_its_pixels_is_refused_by_the_request_and_leaves_n
         good = chat(srv.url, [{"type": "image_url", "image_url": uri(png_bytes())}, {"type": "text", "text": "And?"}])
         assert good.status_code == 200 and session.running == 0  # the refused answers were not left running
     finally:
+        srv.stop()
+
+
+def held_decodes(monkeypatch, release: threading.Event) -> None:
+    """New photos' decodes wait for ``release`` (so they are still running when their request is
+    refused for something else, or when another request sends the same photo)."""
+    real = MediaStore._decode
+
+    def held(self, data, param):
+        assert release.wait(10), "the decode was never released"
+        return real(self, data, param)
+    monkeypatch.setattr(MediaStore, "_decode", held)
+
+
+def settled(folder: Path, left: int = 0) -> bool:
+    deadline = time.monotonic() + 5
+    while len(list(folder.iterdir())) != left and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return len(list(folder.iterdir())) == left
+
+
+BROKEN = png_bytes(size=(320, 240), noise=True)[:3000]  # its header reads; its pixels end early
+PLAIN = "the image cannot be decoded: its data is truncated or corrupt"
+
+
+@pytest.mark.parametrize("refusal", ["a later part", "a field checked after the messages"])
+def test_a_request_refused_while_its_new_photo_is_decoded_keeps_no_broken_file(monkeypatch, refusal):
+    """Found by a trial: a broken photo stored before its decode ended stayed stored (and remembered)
+    when its request was refused for something else; sent again, it failed inside the engine with
+    no param and the engine's wording, or was silently left out of an earlier message."""
+    release = threading.Event()
+    held_decodes(monkeypatch, release)
+    session = DecodingSession()
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(session))
+    srv = ThreadServer(app)
+    folder = app.state.smolchat.media.folder
+    photo = {"type": "image_url", "image_url": uri(BROKEN)}
+    body = {"model": "fake", "messages": [{"role": "user", "content": [photo, {"type": "text", "text": "Hi"}]}]}
+    if refusal == "a later part":
+        body["messages"][0]["content"].append({"type": "image_url", "image_url": "file:///etc/passwd"})
+    else:
+        body["top_logprobs"] = 2
+    try:
+        reply = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30)
+        assert reply.status_code == 400
+        assert reply.json()["error"]["code"] == ("invalid_url" if refusal == "a later part" else "invalid_value")
+        assert len(list(folder.iterdir())) == 1  # stored while its decode still runs
+        release.set()
+        assert settled(folder)  # the decode failed: deleted, without a request waiting for it
+        again = chat(srv.url, [{"type": "text", "text": "Hi"}, photo])
+        error = again.json()["error"]
+        assert again.status_code == 400 and (error["code"], error["param"], error["message"]) == (
+            "invalid_image", "messages[0].content[1]", PLAIN)
+        assert not session.sent  # no answer was started for any of them
+    finally:
+        release.set()
+        srv.stop()
+
+
+def test_the_same_new_broken_photo_sent_twice_at_once_is_refused_plainly_for_both(monkeypatch):
+    """Found by a trial: the second request found the first one's stored file, skipped the check,
+    and its answer failed in the engine ("Image file not found", no param) once the first request
+    deleted the file. It now confirms the same decode."""
+    release = threading.Event()
+    held_decodes(monkeypatch, release)
+    begun = []
+    real_begin = MediaStore.begin_image
+
+    async def counted(self, url, param):
+        out = await real_begin(self, url, param)
+        begun.append(param)
+        if len(begun) == 2:
+            release.set()  # both requests have their path: now the decode may fail
+        return out
+    monkeypatch.setattr(MediaStore, "begin_image", counted)
+    session = DecodingSession()
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(session))
+    srv = ThreadServer(app)
+    replies = {}
+    try:
+        def send(stream: bool) -> None:
+            replies[stream] = chat(srv.url, [{"type": "image_url", "image_url": uri(BROKEN)},
+                                             {"type": "text", "text": "Hi"}], stream)
+        threads = [threading.Thread(target=send, args=(stream,)) for stream in (False, True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert len(begun) == 2
+        for reply in replies.values():
+            error = reply.json()["error"]
+            assert reply.status_code == 400 and (error["code"], error["param"], error["message"]) == (
+                "invalid_image", "messages[0].content[0]", PLAIN)
+        assert settled(app.state.smolchat.media.folder)
+    finally:
+        release.set()
         srv.stop()
