@@ -12,8 +12,8 @@ KEY_ENV = "SMOLCHAT_API_KEY"  # lets a key stay out of the process list (ps show
 
 # The GIL's switch interval in the server's process (CPython's default: 5 ms). The engine thread holds
 # the GIL between its short releases; the event loop, woken for a token or a request, waits up to the
-# interval for it. At 5 ms a stream's chunks went out in bursts and the engine thread lost 2-7% of its
-# decode rate to the loop's GIL hand-offs through HTTP; at 0.5 ms 0.5-1.4% (H200, session 28).
+# interval for it. At 5 ms the engine thread lost 1-4% of its decode rate through HTTP to those waits
+# (4-7% on session 27's slower host); at 0.5 ms 0.7-1.4% (H200, docs/BENCHMARKS.md, session 28).
 SWITCH_INTERVAL_S = 0.0005
 # glibc's malloc: blocks up to MMAP_THRESHOLD come from its heaps, and up to TRIM_THRESHOLD of freed
 # memory stays there. glibc's own dynamic threshold rises to the largest block freed so far (at most
