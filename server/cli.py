@@ -18,7 +18,7 @@ SWITCH_INTERVAL_S = 0.0005
 # glibc's malloc: blocks up to MMAP_THRESHOLD come from its heaps, and up to TRIM_THRESHOLD of freed
 # memory stays there. glibc's own dynamic threshold rises to the largest block freed so far (at most
 # 32 MB), so each request body a little larger than every one before (a conversation's, turn by
-# turn) got fresh pages from mmap: a 0.6 MB follow-up's JSON string took 146 page faults, 0.4-0.9 ms
+# turn) got fresh pages from mmap: a 0.6 MB follow-up's JSON string took 146 page faults, 0.4-0.8 ms
 # of its parse. These are the values the dynamic rule reaches (32 MB, and twice it), set from the
 # start. (Not on other C libraries: mallopt is glibc's.)
 MMAP_THRESHOLD = 32 * 2**20

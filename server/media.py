@@ -43,12 +43,6 @@ _DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+
                        re.IGNORECASE)
 
 
-def _consume(future: asyncio.Future) -> None:
-    """Retrieve a background check's outcome nobody waits for (else asyncio logs its exception)."""
-    if not future.cancelled():
-        future.exception()
-
-
 def _drop_part(future: asyncio.Future) -> None:
     """Delete the temporary file a write (``MediaStore._accept``) left behind for a request that went away."""
     if not future.cancelled() and future.exception() is None and future.result().part is not None:
