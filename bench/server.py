@@ -156,7 +156,7 @@ def service_turns(service, spec: dict) -> dict:
             "follow_ttft": follow[0] - f0}
 
 
-def bench_switch_interval() -> None:
+def bench_tuning() -> None:
     """In a bench's server process, for an A/B of ``server.cli.tune_process``: ``BENCH_TUNE=0`` leaves
     the process as Python starts it (GIL switch interval 5 ms, glibc's malloc thresholds dynamic);
     ``BENCH_SWITCH_INTERVAL_MS`` sets the interval instead of the server's."""
@@ -191,7 +191,7 @@ def bench_serve(argv: list[str]) -> int:
     server's own engine service on a worker thread; every other request goes to the server unchanged."""
     import asyncio
 
-    bench_switch_interval()
+    bench_tuning()
 
     def with_bench(app):
         async def call(scope, receive, send):

@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.server import (  # noqa: E402
     SocketClient,
-    bench_switch_interval,
+    bench_tuning,
     check_photo_args,
     fresh_photo,
     photo_mime,
@@ -288,7 +288,7 @@ def main() -> int:
                     "\"dumps\", then sent by bench.server.SocketClient instead of httpx")
     if sys.argv[1:2] == ["--traced-serve"]:  # the server subprocess: TRACE_FILE, then `serve`'s arguments
         install_server_hooks(sys.argv[2])
-        bench_switch_interval()
+        bench_tuning()
         from server.cli import main as serve_main
 
         return serve_main(sys.argv[3:])
