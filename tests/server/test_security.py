@@ -290,8 +290,11 @@ def test_remembered_image_urls_stay_within_their_budget(tmp_path, monkeypatch):
     urls = [url for url, _ in store._seen.values()]
     assert store._seen_chars <= 100 and "a" * 20 not in urls  # the oldest went first
     assert store._seen_chars == sum(len(u) for u in urls)
-    store._remember("z" * 26, "/x/z")  # more than a quarter of the budget: not remembered
-    assert "z" * 26 not in [url for url, _ in store._seen.values()]
+    assert media._memo_copy("z" * 26, fetched=False) is None  # more than a quarter of the budget: not kept
+    assert media._memo_copy("y" * 25, fetched=True) is None  # a remote URL: its bytes may change
+    url = "y" * 25
+    kept = media._memo_copy(url, fetched=False)
+    assert kept == url and kept is not url  # a copy of its own (made on the worker thread)
 
 
 def test_image_urls_with_the_same_memo_key_each_find_their_own_file(tmp_path, monkeypatch):
