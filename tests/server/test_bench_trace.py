@@ -149,3 +149,17 @@ def test_socket_client_reads_the_same_stream_as_httpx_and_raises_an_error_status
         if sender is not None:
             sender.close()
         srv.stop()
+
+
+def test_median_ci_brackets_the_median_and_narrows_with_more_runs():
+    from bench.server import median_ci
+
+    assert median_ci([0.05] * 30) == (0.05, 0.05, 0.05)
+    small = median_ci([float(v) for v in range(101)])  # 0..100: median 50, n = 101
+    large = median_ci([v / 10 for v in range(1001)])  # the same spread, n = 1001
+    assert small[0] == 50.0 and large[0] == 50.0
+    # The median's standard error for a uniform spread of width 100: 100 / (2 sqrt(n)): about 5 at
+    # n = 101 and 1.6 at n = 1001, so the 95% intervals are ~ +-10 and ~ +-3.1.
+    assert 37 < small[1] < 45 and 55 < small[2] < 63
+    assert 45.5 < large[1] < 48.5 and 51.5 < large[2] < 54.5
+    assert median_ci([float(v) for v in range(101)]) == small  # seeded
