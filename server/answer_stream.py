@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import DoneEvent, GenerationStats, TokenEvent
-from server.bridge import Answer
+from server.bridge import Answer, shutting_down
 from server.errors import APIError, from_engine
 
 
@@ -89,12 +89,6 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent | None, stops: li
     elif event.finish_reason == "cancelled" and answer.shut_down:
         outcome.error = shutting_down(cut=True)
     outcome.finish_reason = "length" if event.finish_reason == "length" else "stop"
-
-
-def shutting_down(cut: bool) -> APIError:
-    """503 for an answer the server's stop cancelled: cut off (``cut``) or never started."""
-    what = "before this answer was finished" if cut else "before this request was answered"
-    return APIError(503, f"the server is shutting down: it stopped {what}", "server_shutting_down")
 
 
 async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream: bool = False

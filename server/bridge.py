@@ -23,6 +23,12 @@ DISCONNECT_POLL_S = 0.25  # how often a waiting request checks whether its clien
 FIRST_EVENT_HOLD_S = 0.005  # the longest the engine thread waits for a stream's first chunk (see Answer.sink)
 
 
+def shutting_down(cut: bool) -> APIError:
+    """503 for an answer the server's stop cancelled: cut off (``cut``) or never started."""
+    what = "before this answer was finished" if cut else "before this request was answered"
+    return APIError(503, f"the server is shutting down: it stopped {what}", "server_shutting_down")
+
+
 class ClientDisconnected(Exception):
     """The client went away while its answer was queued or running (the answer is cancelled)."""
 
@@ -52,6 +58,7 @@ class Answer:
         # The engine has begun reading this answer's prompt (its first ProgressEvent): the prompt
         # fitted the context and its media were read, so no refusal with an HTTP status can follow.
         self.begun = False
+        self._asked_at = time.monotonic()  # when the client was last checked for (_client_left)
 
     def sink(self, event: Any) -> None:
         """Engine thread: forward tokens and the end; of the progress events (not part of the API),
@@ -108,12 +115,22 @@ class Answer:
             try:
                 await asyncio.wait_for(self._waiter, DISCONNECT_POLL_S)
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                if is_disconnected is not None and await is_disconnected():
-                    self._waiter = None
-                    self.cancel()
-                    raise ClientDisconnected() from None
+                self._waiter = None
+                await self._client_left(is_disconnected, now=True)
             finally:
                 self._waiter = None
+
+    async def _client_left(self, is_disconnected: Callable[[], Any] | None, now: bool = False) -> None:
+        """Raise :class:`ClientDisconnected` (after cancelling) if the client has gone; asks at most
+        every ``DISCONNECT_POLL_S`` unless ``now``. Also asked while tokens keep arriving: a request
+        that is not streamed writes nothing until its answer ends, so nothing else would notice its
+        client leaving, and the abandoned answer would hold the engine up to its ``max_tokens``."""
+        if is_disconnected is None or (not now and time.monotonic() - self._asked_at < DISCONNECT_POLL_S):
+            return
+        self._asked_at = time.monotonic()
+        if await is_disconnected():
+            self.cancel()
+            raise ClientDisconnected()
 
     async def wait_begun(self, is_disconnected: Callable[[], Any] | None = None) -> None:
         """Until the engine has begun reading the prompt (:attr:`begun`) or an event has arrived
@@ -124,6 +141,7 @@ class Answer:
         """The next event; raises :class:`ClientDisconnected` (after cancelling) when the client left."""
         if not self.events:
             await self._wait(lambda: bool(self.events), is_disconnected)
+        await self._client_left(is_disconnected)
         event = self.events.popleft()
         if isinstance(event, DoneEvent):
             self.finished = True
@@ -159,6 +177,7 @@ class EngineBridge:
         self.answers: set[Answer] = set()  # admitted and not yet released
         self.capacity = 0
         self.kv: dict[str, int] = {}
+        self.stopping = False  # cancel_all ran: the server is shutting down
         self.model_path = ""
 
     @property
@@ -192,7 +211,12 @@ class EngineBridge:
             raise APIError(503, "the model is still loading", "model_loading")
 
     def admit(self) -> Answer:
-        """A place in the queue, or APIError 429 when ``max_queue`` answers are waiting or running."""
+        """A place in the queue, or APIError 429 when ``max_queue`` answers are waiting or running, 503
+        ``server_shutting_down`` once the server is stopping (a keep-alive connection's next request
+        can still arrive before uvicorn closes it: run, it would be cut at uvicorn's grace period
+        and could end as if finished)."""
+        if self.stopping:
+            raise shutting_down(cut=False)
         self.require_ready()
         if self.in_flight >= self.max_queue:
             raise APIError(429, f"the server is busy: {self.in_flight} of its {self.max_queue} places for "
@@ -207,7 +231,8 @@ class EngineBridge:
         """Cancel every admitted answer (the server is stopping): queued ones never start, running
         ones stop at their next token. Each is marked :attr:`Answer.shut_down`, so its request ends
         with a 503 ``server_shutting_down`` error (as the response, or as a stream's last event)
-        rather than as an answer that looks finished."""
+        rather than as an answer that looks finished; requests after this are refused (:meth:`admit`)."""
+        self.stopping = True
         for answer in list(self.answers):
             answer.shut_down = True
             answer.cancel()

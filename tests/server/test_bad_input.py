@@ -376,3 +376,22 @@ def test_an_earlier_answer_may_have_null_content(url):
     r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "max_tokens": 1, "messages": [
         user(TEXT), {"role": "assistant", "content": None}, {"role": "user", "content": "And now?"}]}, timeout=60)
     assert r.status_code == 200, r.text
+
+
+def test_a_client_that_leaves_a_non_streamed_answer_cancels_it(keyed):
+    """A request that is not streamed writes nothing until its answer ends: its client leaving while
+    tokens keep coming (0.05 s apart here, never a pause long enough to look) still cancels it, so the
+    next request does not wait for an answer nobody reads."""
+    srv, session = keyed
+    headers = {"Authorization": "Bearer s3cret"}
+    body = {"model": "fake", "messages": [user({"type": "text", "text": "word " * 80})]}  # 80 tokens: 4 s
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=0.6)
+    deadline = time.monotonic() + 1.5
+    while session.running:
+        assert time.monotonic() < deadline, "the answer kept running after its client left"
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    after = httpx.post(f"{srv.url}/v1/chat/completions", json={**body, "max_tokens": 2}, headers=headers, timeout=10)
+    assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 2
+    assert time.monotonic() - t0 < 2  # not behind the rest of the abandoned 4 s answer

@@ -250,3 +250,41 @@ def test_the_role_goes_out_with_the_first_text_and_the_end_in_one_write():
     assert first["choices"][0]["delta"] == {"content": "one "} and second["choices"][0]["delta"] == {"content": "two "}
     assert finish["choices"][0]["finish_reason"] == "stop" and use["choices"] == [] and done == "data: [DONE]"
     assert use["usage"]["completion_tokens"] == 2
+
+
+def test_a_request_after_the_stop_began_is_refused_not_run():
+    """Ctrl-C first cancels every admitted answer (``Server.end_answers``); a keep-alive connection's
+    next request can still arrive before uvicorn closes it. It gets the same 503, and never reaches
+    the engine: run, it would be cut at uvicorn's grace period and could end as a finished 200."""
+    import threading
+
+    import uvicorn
+
+    from server.runner import Server
+    from tests.server.helpers import free_port
+
+    session = FakeSession(delay=0.05)
+    app = create_app(ServerConfig(model="fake"), loader=fake_loader(session))
+    port = free_port()
+    server = Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"), app.state.smolchat.bridge)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started or httpx.get(f"http://127.0.0.1:{port}/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        body = {"model": "fake", "messages": [{"role": "user", "content": "hello there"}]}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", timeout=10) as client:  # one keep-alive connection
+            assert client.post("/chat/completions", json=body).status_code == 200
+            server.end_answers()  # what the signal handler does first
+            while not app.state.smolchat.bridge.stopping:
+                time.sleep(0.01)
+            for stream in (False, True):
+                after = client.post("/chat/completions", json=dict(body, stream=stream))
+                assert after.status_code == 503, after.text
+                assert after.json()["error"]["code"] == "server_shutting_down"
+        assert len(session.sent) == 1  # only the request before the stop reached the engine
+    finally:
+        server.should_exit = True
+        thread.join(10)
