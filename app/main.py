@@ -25,7 +25,9 @@ def model_argument(value: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="smolchat", description="Private, local multimodal chat.")
+    parser = argparse.ArgumentParser(prog="smolchat", description="Private, local multimodal chat.",
+                                     epilog="smolchat serve --model DIR_OR_REPO_OR_GGUF [...] runs the local "
+                                            "OpenAI-compatible server instead of the window (smolchat serve --help).")
     parser.add_argument("--model", metavar="DIR_OR_REPO", type=model_argument,
                         help="model folder or Hugging Face repo id")
     parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")

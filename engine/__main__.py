@@ -83,7 +83,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
                      help="measure the quality of int8 / int4 weights against float32 (default: as generate)")
     ppl.add_argument("--json", action="store_true")
-    srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (needs the 'server' extra)")
+    srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (as smolchat serve)")
     try:
         from server.cli import add_arguments  # torch-free; FastAPI itself loads only when serving
     except ImportError:  # the engine installed without the server package

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 
 from server.config import MB, ServerConfig
 
@@ -141,12 +142,14 @@ def serve(args: argparse.Namespace) -> int:
     server.run()
     if server.load_error is not None:
         raise ValueError(f"the model failed to load: {server.load_error}")
-    return 0
+    # uvicorn raises the signal again once it has stopped, which ends in KeyboardInterrupt (130)
+    # unless SIGINT was ignored when the process started (a shell's background job): 130 all the same.
+    return 130 if server.stopped_by == signal.SIGINT else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``smolchat serve``: exit 0 when stopped, 2 with one ``error:`` line for unsafe or unusable
-    settings, 130 on Ctrl-C before the server takes over the signal (as ``python -m engine serve``)."""
+    """``smolchat serve``: exit 130 on Ctrl-C (SIGINT), 2 with one ``error:`` line for unsafe or
+    unusable settings (as ``python -m engine serve``)."""
     import sys
 
     ap = argparse.ArgumentParser(prog="smolchat serve", description="Smolchat's OpenAI-compatible local server")

@@ -36,6 +36,7 @@ class Server(uvicorn.Server):
         self.load_error: str | None = None
         self.on_ready = on_ready
         self._made = time.monotonic()
+        self.stopped_by: int | None = None  # the signal that stopped it, if one did
 
     async def on_tick(self, counter: int) -> bool:
         if self.exit_if_load_fails and self.bridge.state == "failed":
@@ -62,5 +63,6 @@ class Server(uvicorn.Server):
             pass
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        self.stopped_by = sig
         self.end_answers()
         super().handle_exit(sig, frame)

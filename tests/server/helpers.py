@@ -58,6 +58,12 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _ignored_sigint() -> None:  # as a non-interactive shell starts a background job (cmd &)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 #: ``smolchat serve`` (the app's entry point: ``app.main`` hands ``serve`` to ``server.cli``).
 SMOLCHAT_SERVE = ("-c", "import sys; from app.main import main; sys.exit(main(sys.argv[1:]))", "serve")
 
@@ -67,7 +73,7 @@ class ServerProcess:
     server, e.g. :data:`SMOLCHAT_SERVE`) in a subprocess on a free loopback port."""
 
     def __init__(self, model: Path, *args: str, env: dict | None = None, entry: tuple = ("-m", "engine", "serve"),
-                 default_sigint: bool = False):
+                 sigint: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: a pipe nobody reads would block the server once it fills.
@@ -78,8 +84,9 @@ class ServerProcess:
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
             # A process started from a background job inherits SIGINT ignored; a terminal's does not.
-            # default_sigint gives the server a terminal's, whatever started the tests.
-            preexec_fn=_default_sigint if default_sigint else None)
+            # sigint "default" gives the server a terminal's, "ignored" a background job's, whatever
+            # started the tests (None: as inherited).
+            preexec_fn={"default": _default_sigint, "ignored": _ignored_sigint, None: None}[sigint])
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")

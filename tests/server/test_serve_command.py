@@ -30,9 +30,12 @@ def test_unusable_settings_are_one_error_line(tiny_checkpoint, entry, args, mess
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("sigint", ["default", "ignored"], ids=["from a terminal", "a background job"])
 @pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
-def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry):
-    server = ServerProcess(tiny_checkpoint, entry=entry, default_sigint=True)  # as from a terminal
+def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry, sigint):
+    """Ctrl-C stops the server with 130 also when it was started with SIGINT ignored (uvicorn still
+    handles the signal, but its re-raise of it afterwards is then ignored: the exit was 0)."""
+    server = ServerProcess(tiny_checkpoint, entry=entry, sigint=sigint)
     try:
         wait_ready(server.url, proc=server.proc)
         server.proc.send_signal(signal.SIGINT)
