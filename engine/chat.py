@@ -83,6 +83,13 @@ ANSWER_ROOM_FRACTION = 0.25
 SHORT_PREFILL = 64
 
 
+def check_text_parts(text_parts: Sequence[str] | None, media: int) -> None:
+    """Raises ValueError unless ``text_parts`` (see :class:`Turn`) is None or ``media + 1`` long."""
+    if text_parts is not None and len(text_parts) != media + 1:
+        raise ValueError(f"text_parts holds {len(text_parts)} pieces of text for {media} videos and images; "
+                         "it needs one more than there are media (the text before each, and after the last)")
+
+
 @dataclass
 class Turn:
     """One message of the conversation. ``images`` are preprocessed tiles and ``videos`` sampled
@@ -90,7 +97,11 @@ class Turn:
     ``token_ids`` are the ids an assistant turn was generated as (stop token excluded), replayed
     as they are in later prompts. ``None`` (e.g. a turn written by hand) means: tokenize ``text``.
     ``prompt_ids`` (assistant turns this session generated) are the plain encoding of the conversation
-    the turn answered, kept so that later prompts need not encode that prefix again to replay it."""
+    the turn answered, kept so that later prompts need not encode that prefix again to replay it.
+    ``text_parts`` (``len(media) + 1`` strings: the text before each video or image, in
+    :attr:`media` order, and after the last) lays a message's text out between its media, as an
+    OpenAI content list does ("Image A: <image> Image B: <image> Which is brighter?"); ``None``:
+    the media, then ``text``."""
 
     role: str
     text: str
@@ -98,6 +109,26 @@ class Turn:
     token_ids: list[int] | None = None
     videos: list = field(default_factory=list)  # ProcessedVideo (engine.models.smolvlm.video)
     prompt_ids: list[int] | None = field(default=None, repr=False, compare=False)
+    text_parts: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_text_parts(self.text_parts, len(self.videos) + len(self.images))
+
+    def content(self) -> list[dict]:
+        """The message's content list for the chat template (``{"type": "video" | "image" | "text"}``)."""
+        kinds = ["video"] * len(self.videos) + ["image"] * len(self.images)
+        if self.text_parts is None:
+            content = [{"type": kind} for kind in kinds]
+            if self.text or not content:
+                content.append({"type": "text", "text": self.text})
+            return content
+        content = []
+        for before, kind in zip(self.text_parts, [*kinds, None]):
+            if before:
+                content.append({"type": "text", "text": before})
+            if kind is not None:
+                content.append({"type": kind})
+        return content or [{"type": "text", "text": ""}]
 
     @property
     def media(self) -> list[ProcessedImage]:
@@ -309,10 +340,7 @@ class ChatSession:
         if self.system_prompt:
             msgs.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
         for turn in self.turns:
-            content = [{"type": "video"} for _ in turn.videos] + [{"type": "image"} for _ in turn.images]
-            if turn.text or not content:
-                content.append({"type": "text", "text": turn.text})
-            msgs.append({"role": turn.role, "content": content})
+            msgs.append({"role": turn.role, "content": turn.content()})
         return msgs
 
     def _prompt(self) -> Prompt:
@@ -470,8 +498,10 @@ class ChatSession:
 
     # -- generation -----------------------------------------------------------------------------
     def send(self, text: str, images: Sequence[ImageInput] = (), params: GenerationParams | None = None,
-             videos: Sequence[str | Path] = ()) -> Iterator[GenerationEvent]:
+             videos: Sequence[str | Path] = (), text_parts: Sequence[str] | None = None) -> Iterator[GenerationEvent]:
         """Add a user turn (with images and video files) and stream the assistant's answer.
+        ``text_parts``: the text laid out between the videos and images (:class:`Turn`); ``text``
+        stays the turn's text as a whole.
 
         Yields :class:`TokenEvent` per generated token, then one :class:`DoneEvent`.
 
@@ -481,18 +511,21 @@ class ChatSession:
             VideoError: a video cannot be read (one line naming it).
             UnsupportedOperation: videos given to a model that takes none.
             PromptTooLongError: the conversation does not fit the context.
+            ValueError: ``text_parts`` is not one longer than the media.
 
         :meth:`cancel` while the video frames are sampled (between two frames) ends the call with a
         single ``DoneEvent("cancelled")`` and leaves the conversation unchanged.
         """
         params = params or GenerationParams()
         t0 = time.perf_counter()
+        parts = None if text_parts is None else tuple(text_parts)
+        check_text_parts(parts, len(images) + len(videos))
         processed = self.preprocess(images, params.image_detail)
         clips = self._sample_for_turn(videos, params)
         if clips is None:
             return self._cancelled_before_start()
         snapshot = list(self.turns)
-        self.turns.append(Turn("user", text, processed, videos=clips))
+        self.turns.append(Turn("user", text, processed, videos=clips, text_parts=parts))
         return self._start(snapshot, params, t0)
 
     def regenerate(self, params: GenerationParams | None = None) -> Iterator[GenerationEvent]:

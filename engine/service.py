@@ -89,13 +89,14 @@ def _split(attachments: Sequence[Attachment]) -> tuple[list[str], list[str]]:
 def _key(message: HistoryMessage) -> tuple:
     """What identifies a message for reuse: answers compare by stripped text, as the app stores them."""
     text = message.text.strip() if message.role == "assistant" else message.text
-    return message.role, text, tuple((a.path, a.kind, a.detail) for a in message.attachments)
+    return message.role, text, tuple((a.path, a.kind, a.detail) for a in message.attachments), message.text_parts
 
 
-def _sent_key(text: str, attachments: Sequence[Attachment], detail: str) -> tuple:
+def _sent_key(text: str, attachments: Sequence[Attachment], detail: str,
+              text_parts: tuple[str, ...] | None = None) -> tuple:
     """:func:`_key` of a message sent with ``attachments``: its images were read at ``detail``."""
     kept = tuple(Attachment(a.path, a.kind, None if a.kind == "video" else (a.detail or detail)) for a in attachments)
-    return _key(HistoryMessage("user", text, kept))
+    return _key(HistoryMessage("user", text, kept, text_parts=text_parts))
 
 
 class EngineService:
@@ -142,13 +143,17 @@ class EngineService:
         self._put(_Request(lambda r: self._set_history(list(messages), system_prompt)))
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
-             system_prompt: str | None = None) -> _Request:
-        """Add a user message and stream the answer into ``sink``; returns a handle for :meth:`cancel_request`."""
+             system_prompt: str | None = None, text_parts: Sequence[str] | None = None) -> _Request:
+        """Add a user message and stream the answer into ``sink``; returns a handle for :meth:`cancel_request`.
+        ``text_parts``: the text between the attachments (:class:`~engine.api.HistoryMessage`)."""
         images, videos = _split(attachments)
-        more = {"videos": videos} if videos else {}  # sessions without video support take no such keyword
+        more: dict[str, Any] = {"videos": videos} if videos else {}  # sessions without video take no such keyword
+        parts = None if text_parts is None else tuple(text_parts)
+        if parts is not None:
+            more["text_parts"] = parts
         self._video_params = params
         return self._generate(sink, system_prompt, lambda s: s.send(text, images=images, params=params, **more),
-                       after=lambda: [_sent_key(text, attachments, params.image_detail)])
+                       after=lambda: [_sent_key(text, attachments, params.image_detail, parts)])
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> _Request:
         return self._generate(sink, system_prompt, lambda s: s.regenerate(params), drop_answer=True)
@@ -330,7 +335,9 @@ class EngineService:
             videos = self._readable(lambda p: session.preprocess_videos(p, self._video_params),
                                     video_paths) if video_paths and user else []
             ids = None if message.token_ids is None else list(message.token_ids)
-            session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos))
+            parts = message.text_parts if user and len(images) + len(videos) == len(message.attachments) else None
+            session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos,
+                                      text_parts=parts))
         self._synced = wanted
 
     @staticmethod
@@ -402,7 +409,7 @@ class EngineService:
                 synced.pop()
         if edit_at is not None:
             del synced[edit_at:]
-        synced += (after() if after else []) + [("assistant", answer.strip(), ())]
+        synced += (after() if after else []) + [_key(HistoryMessage("assistant", answer))]
         self._synced = synced if len(synced) == len(session.turns) else []
 
 

@@ -37,6 +37,7 @@ class Turns:
     # New photos whose decode still runs: the route confirms them (MediaStore.confirm) once the
     # answer is queued, before its response starts.
     pending: list[PendingImage] = field(default_factory=list)
+    text_parts: tuple[str, ...] | None = None  # the last message's text between its media (HistoryMessage)
 
 
 class AnswerIds:
@@ -117,14 +118,16 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
     system, messages, details = [], [], []
     for i, message in enumerate(request.messages):
         role = "system" if message.role == "developer" else message.role
-        texts, attachments = [], []
+        texts, attachments, pieces = [], [], [[]]  # pieces: the texts before each medium, and after the last
         parts = [TextPart(type="text", text=message.content)] if isinstance(message.content, str) else \
             (message.content or [])
         for j, part in enumerate(parts):
             param = f"messages[{i}].content[{j}]"
             if isinstance(part, TextPart):
                 texts.append(part.text)
+                pieces[-1].append(part.text)
                 continue
+            pieces.append([])
             if role != "user":
                 article = "an" if message.role[0] in "aeiou" else "a"
                 raise APIError(400, f"images and videos go in user messages, not in {article} {message.role} message",
@@ -148,13 +151,26 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
             system.append(text)
         else:
             ids = answers.get(text) if answers is not None and role == "assistant" else None
-            messages.append(HistoryMessage(role, text, tuple(attachments), ids))
+            messages.append(HistoryMessage(role, text, tuple(attachments), ids, _text_parts(pieces, attachments)))
     if not messages or messages[-1].role != "user":
         raise APIError(400, "the last message must be a user message", "invalid_messages", "messages")
     last = messages.pop()
     # The finest detail asked for in the request (the engine takes one level per answer).
     detail = min(details, key=("full", "balanced", "fast").index) if details else "balanced"
-    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, pending)
+    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, pending=pending,
+                 text_parts=last.text_parts)
+
+
+def _text_parts(pieces: list[list[str]], attachments: list[Attachment]) -> tuple[str, ...] | None:
+    """A message's text laid out between its media as sent (``HistoryMessage.text_parts``): the texts
+    before each image or video, and after the last, each run of text parts joined as the message's
+    text is. None where the engine's own layout gives the same prompt (every text after the media)
+    and where it cannot hold the order: an image before a video in one message (the engine puts a
+    message's videos first)."""
+    kinds = [a.kind for a in attachments]
+    if not any(pieces[:-1]) or kinds != sorted(kinds, key=lambda kind: kind != "video"):
+        return None
+    return tuple("\n".join(piece) for piece in pieces)
 
 
 def repetition_penalty(request: SamplingFields) -> float:

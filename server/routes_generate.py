@@ -151,7 +151,8 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
         # can slip in between.
         with service.atomic():
             service.set_history(turns.history, system_prompt=turns.system)
-            return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system)
+            return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system,
+                                text_parts=turns.text_parts)
 
     answer, first = await _start(request, body.model, submit, body.stream,
                                  (lambda: state.media.confirm(turns.pending)) if turns.pending else None)

@@ -41,12 +41,16 @@ class HistoryMessage:
     """One stored message of a conversation, as the window keeps it.
 
     ``token_ids`` are the ids an answer was generated as (``None``: re-tokenize ``text``).
+    ``text_parts``: the text before each attachment and after the last (``len(attachments) + 1``
+    strings; the videos counted first, then the images, each kind in order), for a message whose
+    text and media interleave (an OpenAI content list); ``None``: the attachments, then ``text``.
     """
 
     role: Literal["system", "user", "assistant"]
     text: str
     attachments: tuple[Attachment, ...] = ()
     token_ids: tuple[int, ...] | None = None
+    text_parts: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

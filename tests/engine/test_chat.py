@@ -39,8 +39,10 @@ def reference_greedy(reference, messages, images, n):
     return inputs["input_ids"][0].tolist(), out[0, inputs["input_ids"].shape[1]:].tolist()
 
 
-def run(session, text, images=(), n=24, **kw):
-    events = list(session.send(text, images=images, params=GenerationParams(max_new_tokens=n, ignore_eos=True, **kw)))
+def run(session, text, images=(), n=24, text_parts=None, **kw):
+    more = {} if text_parts is None else {"text_parts": text_parts}
+    events = list(session.send(text, images=images, params=GenerationParams(max_new_tokens=n, ignore_eos=True, **kw),
+                               **more))
     done = events[-1]
     assert isinstance(done, DoneEvent), done
     return [e.token_id for e in events if isinstance(e, TokenEvent) and e.token_id >= 0], done, events
@@ -59,6 +61,30 @@ def test_one_photo_greedy_24_tokens_identical(session, reference, images_dir):
     assert done.finish_reason == "length"
     assert done.stats.prompt_tokens == len(ref_ids) == 876  # 13 tiles x 64 + text (reference §3 grid)
     assert done.stats.image_tokens == 832 and done.stats.generated_tokens == 24
+
+
+def test_text_between_two_images_is_the_references_prompt_and_answer(session, reference, images_dir, tmp_path):
+    """An OpenAI-style content list that puts text before, between and after its images: the prompt's
+    ids are transformers' (its chat template renders the parts in order) and so is the greedy answer."""
+    small = tmp_path / "small.png"
+    Image.new("RGB", (20, 12), (30, 90, 200)).save(small)
+    paths = [images_dir / "rocket.jpg", small]
+    parts = ("Image A:", "\nImage B:", "\nWhich one is blue?")
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": parts[0]}, {"type": "image"}, {"type": "text", "text": parts[1]}, {"type": "image"},
+        {"type": "text", "text": parts[2]}]}]
+    ref_ids, ref_tokens = reference_greedy(reference, messages, [Image.open(p).convert("RGB") for p in paths], 12)
+    tokens, done, _ = run(session, "".join(parts), paths, n=12, text_parts=parts)
+    assert session._plain_prompt == ref_ids
+    assert tokens == ref_tokens
+    # Without text_parts the images come first: another prompt (the control for the assertion above).
+    assert session.turns[0].content()[0] == {"type": "text", "text": "Image A:"}
+    session.reset()
+    run(session, "".join(parts), paths, n=1)
+    assert session._plain_prompt != ref_ids and session._plain_prompt[3] == reference[1].tokenizer.convert_tokens_to_ids(
+        "<fake_token_around_image>")
+    with pytest.raises(ValueError, match="text_parts holds 2 pieces of text for 2 videos and images"):
+        session.send("x", images=paths, text_parts=("a", "b"))
 
 
 def test_two_images_of_different_sizes_and_streamed_text(session, reference, images_dir, tmp_path):

@@ -41,9 +41,10 @@ class FakeSession:
     def preprocess(self, images, detail="full"):
         return list(images)
 
-    def send(self, text, images=(), params=None):
+    def send(self, text, images=(), params=None, text_parts=None):
         self._cancel.clear()
         self.sent.append((text, list(images)))
+        self.text_parts = text_parts
         return self._answer(text, params)
 
     def _answer(self, text, params):

@@ -153,3 +153,46 @@ def test_the_engine_thread_waits_for_the_first_chunk_once_and_never_past_its_bou
         assert idle._first_sent.waits == [] and idle.ready == 1
     finally:
         loop.close()
+
+
+def test_text_between_photos_keeps_its_place_and_its_follow_up_is_cached(url, images_dir):
+    """An OpenAI content list with text before, between and after two photos: the prompt keeps that
+    order (the same parts with the photos first is another prompt, sharing only its start), and the
+    follow-up, which re-sends the message, finds all of it in the prefix cache."""
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+    def photo(name: str, mime: str) -> dict:
+        return {"type": "image_url", "image_url": {"url": data_uri(images_dir / name, mime), "detail": "low"}}
+
+    def text(value: str) -> dict:
+        return {"type": "text", "text": value}
+
+    a, b = photo("rocket.jpg", "image/jpeg"), photo("coffee.png", "image/png")
+    interleaved = [text("Image A:"), a, text("Image B:"), b, text("Which one is a drink?")]
+    messages = [{"role": "user", "content": interleaved}]
+    first = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    messages += [first.choices[0].message.model_dump(include={"role", "content"}),
+                 {"role": "user", "content": "Why?"}]
+    ask(url, "Another conversation in between: the follow-up's history is rebuilt from its messages.")
+    second = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    # Every full block of the first prompt (photos and text between them) from the prefix cache.
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 16
+    assert first.usage.prompt_tokens > 128
+    photos_first = [a, b, text("Image A:"), text("Image B:"), text("Which one is a drink?")]
+    other = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": photos_first}],
+                                        max_tokens=4, temperature=0)
+    # The same parts in another order: only the prompt's start ("<|im_start|>User:") is shared.
+    assert other.usage.prompt_tokens_details.cached_tokens < 16, other.usage
+
+
+def test_text_parts_follow_the_message_and_are_left_out_where_the_engine_layout_is_the_same():
+    from engine.api import Attachment
+    from server.conversation import _text_parts
+
+    image, video = Attachment("a.png"), Attachment("v.mp4", "video")
+    assert _text_parts([["Image A:"], ["Image B:"], ["Which?"]], [image, image]) == ("Image A:", "Image B:", "Which?")
+    assert _text_parts([["a", "b"], []], [image]) == ("a\nb", "")  # text parts in a row join as the text does
+    assert _text_parts([[], ["What is this?"]], [image]) is None  # the media first: the engine's own layout
+    assert _text_parts([["A clip:"], ["a photo:"], ["same place?"]], [video, image]) == (
+        "A clip:", "a photo:", "same place?")
+    assert _text_parts([["A photo:"], ["a clip:"], ["same place?"]], [image, video]) is None  # videos go first
