@@ -186,16 +186,52 @@ def wrap_server_app(wrap) -> None:
     server.app.create_app = create_app
 
 
+# Per answer in the bench's server (``--reference server``): when EngineService.send was called, when the engine
+# thread reported the first ProgressEvent (the prompt fitted and its images were read and tiled: the
+# vision tower starts) and the first token; /bench/phases hands them over, oldest first, and forgets them.
+PHASES: list[dict] = []
+
+
+def stamp_phases() -> None:
+    """Wrap ``EngineService.send``'s sink to stamp :data:`PHASES` (in-process and HTTP answers alike)."""
+    from engine.api import ProgressEvent, TokenEvent
+    from engine.service import EngineService
+
+    send = EngineService.send
+
+    def stamped(self, text, attachments, params, sink, *args, **kwargs):
+        row = {"send": time.perf_counter()}
+        PHASES.append(row)
+
+        def stamping(event) -> None:
+            if isinstance(event, ProgressEvent):
+                row.setdefault("progress", time.perf_counter())
+            elif isinstance(event, TokenEvent) and event.token_id >= 0:
+                row.setdefault("token", time.perf_counter())
+            sink(event)
+        return send(self, text, attachments, params, stamping, *args, **kwargs)
+    EngineService.send = stamped
+
+
 def bench_serve(argv: list[str]) -> int:
     """``python bench/server.py --bench-serve SERVE_ARGS``: ``engine serve`` with one more route,
     ``POST /bench/in-process`` (JSON ``spec`` of :func:`service_turns` -> its result), answered by the
-    server's own engine service on a worker thread; every other request goes to the server unchanged."""
+    server's own engine service on a worker thread, and ``GET /bench/phases`` (:data:`PHASES`); every
+    other request goes to the server unchanged."""
     import asyncio
 
     bench_tuning()
+    stamp_phases()
 
     def with_bench(app):
         async def call(scope, receive, send):
+            if scope["type"] == "http" and scope["path"] == "/bench/phases":
+                rows = PHASES[:]
+                del PHASES[:len(rows)]
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": json.dumps(rows).encode()})
+                return
             if scope["type"] != "http" or scope["path"] != "/bench/in-process":
                 return await app(scope, receive, send)
             body, more = b"", True
@@ -269,6 +305,10 @@ def measure(args) -> tuple[list[dict], list[dict], list[dict]]:
                 messages += [{"role": "assistant", "content": answer},
                              {"role": "user", "content": "What colours does it have?"}]
                 follow, _ = stream(sender or client, url, model, messages, args.max_tokens, args.client_encode)
+                if args.reference == "server":  # in process: first, follow-up; then through HTTP the same
+                    phases = client.get(f"http://127.0.0.1:{port}/bench/phases").json()
+                    if len(phases) == 4:
+                        here["phases"], first["phases"] = phases[0], phases[2]
                 if run:
                     local.append(here)
                     firsts.append(first)
@@ -483,6 +523,19 @@ def main() -> int:
     cpu_ratio = statistics.median(h["cpu"] / i["cpu"] for i, h in zip(local, firsts))
     print(f"CPU time per answer (the process's): in process {med(local, 'cpu'):.2f} s, through HTTP {med(firsts, 'cpu'):.2f} s, "
           f"overhead {(cpu_ratio - 1) * 100:+.1f}% (paired median)")
+    pairs = [(i["phases"], h["phases"]) for i, h in zip(local, firsts) if "phases" in i and "phases" in h]
+    if pairs and all("progress" in p and "token" in p for pair in pairs for p in pair):
+        # The same engine work on both sides after the first progress event (vision tower, prefill):
+        # a difference there is the process's other threads (the event loop's request) slowing it.
+        def span(p, a, b):
+            return (p[b] - p[a]) * 1000
+        for a, b, name in (("send", "progress", "send -> images read (engine)"),
+                           ("progress", "token", "images read -> first token (engine)")):
+            here_ms = statistics.median(span(i, a, b) for i, _ in pairs)
+            http_ms = statistics.median(span(h, a, b) for _, h in pairs)
+            diff, lo, hi = median_ci([span(h, a, b) - span(i, a, b) for i, h in pairs])
+            print(f"first turn, {name}: in process {here_ms:.2f} ms, HTTP {http_ms:.2f} ms, paired difference "
+                  f"{diff:+.2f} ms (95% interval {lo:+.2f} to {hi:+.2f})")
     new, again = handling_ms(args)
     print(f"request handling before the engine (JSON + base64 + image check + store): {new:.1f} ms for a new "
           f"photo, {again:.1f} ms for one re-sent")
