@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import errno
 import hashlib
 import io
 import itertools
@@ -357,25 +358,36 @@ class MediaStore:
                fetched: bool) -> Accepted:
         """Worker thread: checked bytes hashed and (unless accepted before) written, beside ``decode``.
 
-        Raises OSError when the write fails (unless the decode refuses the image meanwhile: its 400
-        comes first)."""
+        Raises APIError 507 or 500 when the write fails (:meth:`_write_part`; unless the decode
+        refuses the image meanwhile: its 400 comes first)."""
         digest = bytes_digest(data).hex()  # the engine's: it keys the tiles by it, and it names the file
         memo = _memo_copy(url, fetched)
         known = self._known(digest)
         if known is not None:
             return Accepted(fmt, pixels, digest, known, None, decode, memo)
         try:
-            part = self._write_part(data, digest)
-        except OSError:
+            part = self._write_part(data, digest, param)
+        except APIError:
             decode.result()  # a broken image still gets its 400 (raised here), as when nothing is written
             raise
         return Accepted(fmt, pixels, digest, None, part, decode, memo)
 
-    def _write_part(self, data: bytes, digest: str) -> Path:
-        """Worker thread: a new temporary file in the folder holding ``data`` (renamed once checked)."""
+    def _write_part(self, data: bytes, digest: str, param: str) -> Path:
+        """Worker thread: a new temporary file in the folder holding ``data`` (renamed once checked).
+
+        Raises APIError 507 ``insufficient_storage`` when the server's disk is full (or its quota
+        spent), 500 ``storage_error`` when the write fails otherwise; nothing is left behind."""
         # A name of its own: two requests with the same new photo write side by side.
         part = self.folder / f"{digest}.{threading.get_ident()}.{next(self._parts)}.part"
-        part.write_bytes(data)
+        try:
+            part.write_bytes(data)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise APIError(507, "the server's disk is full: it could not store this file (free some space "
+                               "on the server and send it again)", "insufficient_storage", param) from None
+            raise APIError(500, f"the server could not store this file: {exc.strerror or type(exc).__name__}",
+                           "storage_error", param) from None
         return part
 
     async def video(self, url: str, param: str) -> str:
@@ -401,7 +413,7 @@ class MediaStore:
         if path.exists():
             os.utime(path)  # its use time, for _trim
             return str(path)
-        part = self._write_part(data, digest)
+        part = self._write_part(data, digest, param)
         try:
             probe(part)
         except VideoError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import threading
 import time
 from pathlib import Path
@@ -41,9 +42,9 @@ def test_a_request_that_goes_away_while_its_photo_is_written_leaves_no_file(tmp_
     release, written = threading.Event(), threading.Event()
     real = store._write_part
 
-    def slow_write(data: bytes, digest: str) -> Path:
+    def slow_write(data: bytes, digest: str, param: str) -> Path:
         release.wait(10)
-        out = real(data, digest)
+        out = real(data, digest, param)
         written.set()
         return out
     monkeypatch.setattr(store, "_write_part", slow_write)
@@ -90,15 +91,49 @@ def test_the_same_bytes_under_another_url_find_the_stored_file(tmp_path):
 def test_a_broken_image_gets_its_400_even_when_the_write_fails(tmp_path, monkeypatch):
     store = MediaStore(ServerConfig(), tmp_path / "media")
 
-    def full_disk(data: bytes, digest: str) -> Path:
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(store, "_write_part", full_disk)
+    def full_disk(self, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
     noisy = png_bytes(noise=True)
     with pytest.raises(APIError) as refused:
         asyncio.run(store.image(uri(noisy[:len(noisy) // 2]), "x"))
     assert (refused.value.status, refused.value.code) == (400, "invalid_image")
-    with pytest.raises(OSError, match="No space left"):  # a good image: the write's error itself
-        asyncio.run(store.image(uri(png_bytes()), "x"))
+    with pytest.raises(APIError) as full:  # a good image: the disk's error, said as such
+        asyncio.run(store.image(uri(png_bytes()), "messages[0].content[0]"))
+    assert (full.value.status, full.value.code, full.value.param) == (
+        507, "insufficient_storage", "messages[0].content[0]")
+    assert "disk is full" in full.value.message and str(tmp_path) not in full.value.message
+    assert list((tmp_path / "media").iterdir()) == []  # no part left behind
+
+
+def test_a_full_disk_is_a_507_and_the_server_keeps_serving(tmp_path, monkeypatch):
+    """Through HTTP: the request gets a JSON 507 naming the part, nothing reaches the engine, and once
+    the disk has room the same request is answered."""
+    import httpx
+
+    from server import create_app
+    from tests.server.fakes import FakeSession, fake_loader
+    from tests.server.helpers import ThreadServer
+
+    session = FakeSession()
+    srv = ThreadServer(create_app(ServerConfig(model="fake"), loader=fake_loader(session)))
+    real_write = Path.write_bytes
+    try:
+        body = {"model": "fake", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": uri(png_bytes())}}]}]}
+
+        def full_disk(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(Path, "write_bytes", full_disk)
+        refused = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30)
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["error"]["code"] == "insufficient_storage"
+        assert refused.json()["error"]["param"] == "messages[0].content[1]"
+        assert session.sent == []
+        monkeypatch.setattr(Path, "write_bytes", real_write)
+        assert httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
+    finally:
+        srv.stop()
 
 
 def test_bytes_stored_as_a_video_are_still_checked_as_an_image(tmp_path, shared_dir):
