@@ -11,6 +11,7 @@ for a finished one), and the shutdown takes as long as one decode step.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +64,11 @@ class Server(uvicorn.Server):
             pass
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            # A second Ctrl-C: the stop under way already ends every answer within one decode step.
+            # uvicorn's force exit would skip the app's lifespan shutdown (its temporary media folder
+            # left behind, a CancelledError traceback in the log).
+            return
         self.stopped_by = sig
         self.end_answers()
         super().handle_exit(sig, frame)

@@ -215,3 +215,38 @@ def test_a_follow_up_about_a_new_photo_gets_freed_memory_not_fresh_pages():
     if faults("keeps the request's string") < 50:
         pytest.skip("this C library gives the larger body freed memory by itself")
     assert faults("as shipped") < 10
+
+
+def test_ctrl_c_twice_during_an_answer_still_stops_cleanly(tiny_checkpoint, tmp_path):
+    """An impatient second Ctrl-C: exit 130, no traceback, and the server's temporary media folder
+    removed (uvicorn's force exit, which the second Ctrl-C asked for, skipped the app's shutdown)."""
+    import threading
+
+    import httpx
+
+    server = ServerProcess(tiny_checkpoint, env={"TMPDIR": str(tmp_path)}, sigint="default")
+    try:
+        wait_ready(server.url, proc=server.proc)
+        assert [p.name.startswith("smolchat-media-") for p in tmp_path.iterdir()] == [True]
+        body = {"model": "tiny-f32", "stream": True, "max_tokens": 4000, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "Count."}]}
+        started = threading.Event()
+
+        def stream() -> None:
+            try:
+                with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=30) as response:
+                    for _ in response.iter_lines():
+                        started.set()
+            except httpx.HTTPError:
+                pass
+        client = threading.Thread(target=stream, daemon=True)
+        client.start()
+        assert started.wait(30)
+        server.proc.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(20) == 130
+        assert "Traceback" not in server.output(), server.output()[-3000:]
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        server.stop()
