@@ -41,14 +41,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", required=True, help="checkpoint folder, Hub repository id or GGUF file")
     ap.add_argument("--model-name", default="", help="the id clients use (default: the folder's name)")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    ap.add_argument("--port", type=port_number, default=8080, help="TCP port (0: any free one)")
+    ap.add_argument("--port", type=port_number, default=8080, help="TCP port (default 8080; 0: any free one)")
     ap.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (or set ${KEY_ENV})")
     ap.add_argument("--insecure-no-key", action="store_true", help="allow a non-loopback --host without a key")
     ap.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeat)")
     ap.add_argument("--allow-remote-media", action="store_true", help="fetch http(s) image URLs (off by default)")
-    ap.add_argument("--max-queue", type=int, default=16, help="answers queued or running before 429")
-    ap.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body (413 beyond)")
-    ap.add_argument("--max-images", type=int, default=16, help="images or videos in a request's last message, and 4 "
+    ap.add_argument("--max-queue", type=int, default=16, help="answers queued or running before 429 (default 16)")
+    ap.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MB (default 32; 413 beyond)")
+    ap.add_argument("--max-images", type=int, default=16, help="images or videos in a request's last message (default 16), and 4 "
                     "times as many in its earlier messages (413 beyond)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None)
