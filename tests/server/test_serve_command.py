@@ -115,6 +115,15 @@ def test_the_address_then_ready_once_loaded(tiny_checkpoint):
         server.stop()
 
 
+def page_faults(script: str, mode: str) -> float:
+    """What ``script`` (formatted with the repository's path) prints, run as ``python -c script mode``
+    in a fresh process: a mean count of page faults."""
+    out = subprocess.run([sys.executable, "-c", script.format(repo=str(REPO)), mode],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout)
+
+
 GROWING_BODIES = """
 import resource, sys
 sys.path.insert(0, {repo!r})
@@ -137,14 +146,9 @@ def test_the_server_process_reuses_freed_memory_for_a_growing_conversation():
     """``tune_process`` (what ``smolchat serve`` runs before serving): a 0.6 MB body a little larger
     than every one before gets memory freed by the last, not fresh pages (146 page faults each,
     measured as 0.4-0.9 ms of a follow-up's JSON parse), and the GIL's switch interval is set."""
-    def faults(mode: str) -> float:
-        out = subprocess.run([sys.executable, "-c", GROWING_BODIES.format(repo=str(REPO)), mode],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        return float(out.stdout)
-    if faults("as started") < 100:
+    if page_faults(GROWING_BODIES, "as started") < 100:
         pytest.skip("this C library reuses the memory by itself")
-    assert faults("tuned") < 10
+    assert page_faults(GROWING_BODIES, "tuned") < 10
 
 
 NEW_PHOTO_CONVERSATIONS = """
@@ -207,14 +211,9 @@ def test_a_follow_up_about_a_new_photo_gets_freed_memory_not_fresh_pages():
     """The store remembers each new photo's data URI (a follow-up re-sends it), as a copy made on its
     worker thread: the request's own string, kept on the event loop's heap, made the next larger body
     (each conversation's follow-up) take fresh pages, ~150 page faults (0.65 ms of a follow-up)."""
-    def faults(mode: str) -> float:
-        out = subprocess.run([sys.executable, "-c", NEW_PHOTO_CONVERSATIONS.format(repo=str(REPO)), mode],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        return float(out.stdout)
-    if faults("keeps the request's string") < 50:
+    if page_faults(NEW_PHOTO_CONVERSATIONS, "keeps the request's string") < 50:
         pytest.skip("this C library gives the larger body freed memory by itself")
-    assert faults("as shipped") < 10
+    assert page_faults(NEW_PHOTO_CONVERSATIONS, "as shipped") < 10
 
 
 def test_ctrl_c_twice_during_an_answer_still_stops_cleanly(tiny_checkpoint, tmp_path):
