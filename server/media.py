@@ -58,14 +58,11 @@ _DECODERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="smolchat-decod
 
 
 class Accepted(NamedTuple):
-    """A new image's bytes, past every check but the full decode, and stored (``MediaStore._store``)."""
+    """A new image's checked bytes, hashed and stored (``MediaStore._store``)."""
 
-    fmt: str  # Pillow's format name, the stored file's suffix
-    pixels: int  # width x height, from the header
     digest: str  # engine.api.images.bytes_digest, hex: the stored file's name
     known: str | None  # the stored path of the same bytes accepted before, else None
     part: Path | None  # the temporary file now holding the bytes (None when known)
-    decode: Future  # -> the RGB image (engine.api.images.load_image); raises APIError 400
     memo: str | None  # the URL for the seen-URL memo, copied on the worker thread (_memo_copy), or None
 
 
@@ -313,8 +310,7 @@ class MediaStore:
         checked: Future = Future()
         decode = _DECODERS.submit(self._check_and_decode, url, param, fetched, checked)
         fmt, pixels, data = await asyncio.shield(asyncio.wrap_future(checked))
-        storing = asyncio.ensure_future(asyncio.to_thread(self._store, url, param, data, fmt, pixels, decode,
-                                                          fetched is not None))
+        storing = asyncio.ensure_future(asyncio.to_thread(self._store, url, param, data, decode, fetched is not None))
         try:
             accepted = await asyncio.shield(storing)
         except BaseException:  # the write failed, or the request was cancelled (the client left)
@@ -323,14 +319,13 @@ class MediaStore:
         if accepted.known is not None:  # checked when it first came: a client re-sends its photos every turn
             self._remember(accepted.memo, accepted.known)
             return accepted.known, self._still_decoding(accepted.known, url, param)
-        decode = accepted.decode
         if decode.done() and decode.exception() is not None:  # refused already: nothing is stored
             accepted.part.unlink(missing_ok=True)
             raise decode.exception()
-        path = self.folder / (accepted.digest + "." + accepted.fmt.lower())
+        path = self.folder / (accepted.digest + "." + fmt.lower())
         self._commit(accepted.part, path)
         self._decoding[str(path)] = decode  # until confirmed or refused
-        hand_over(path, decode, accepted.pixels)  # the engine takes these pixels, not the file's
+        hand_over(path, decode, pixels)  # the engine takes these pixels, not the file's
         note_digest(path, bytes.fromhex(accepted.digest))  # and this digest instead of reading and hashing it
         self._remember(accepted.memo, str(path))
         return str(path), PendingImage(str(path), url, param, decode)
@@ -354,8 +349,7 @@ class MediaStore:
         checked.set_result((fmt, pixels, data))
         return self._decode(data, param)
 
-    def _store(self, url: str, param: str, data: bytes, fmt: str, pixels: int, decode: Future,
-               fetched: bool) -> Accepted:
+    def _store(self, url: str, param: str, data: bytes, decode: Future, fetched: bool) -> Accepted:
         """Worker thread: checked bytes hashed and (unless accepted before) written, beside ``decode``.
 
         Raises APIError 507 or 500 when the write fails (:meth:`_write_part`; unless the decode
@@ -364,13 +358,13 @@ class MediaStore:
         memo = _memo_copy(url, fetched)
         known = self._known(digest)
         if known is not None:
-            return Accepted(fmt, pixels, digest, known, None, decode, memo)
+            return Accepted(digest, known, None, memo)
         try:
             part = self._write_part(data, digest, param)
         except APIError:
             decode.result()  # a broken image still gets its 400 (raised here), as when nothing is written
             raise
-        return Accepted(fmt, pixels, digest, None, part, decode, memo)
+        return Accepted(digest, None, part, memo)
 
     def _write_part(self, data: bytes, digest: str, param: str) -> Path:
         """Worker thread: a new temporary file in the folder holding ``data`` (renamed once checked).
