@@ -188,7 +188,8 @@ def wrap_server_app(wrap) -> None:
 
 # Per answer in the bench's server (``--reference server``): when EngineService.send was called, when the engine
 # thread reported the first ProgressEvent (the prompt fitted and its images were read and tiled: the
-# vision tower starts) and the first token; /bench/phases hands them over, oldest first, and forgets them.
+# vision tower starts), the last (the prompt read: the host about to wait for the first token) and the
+# first token; /bench/phases hands them over, oldest first, and forgets them.
 PHASES: list[dict] = []
 
 
@@ -206,6 +207,8 @@ def stamp_phases() -> None:
         def stamping(event) -> None:
             if isinstance(event, ProgressEvent):
                 row.setdefault("progress", time.perf_counter())
+                if event.stage == "prefill" and event.done >= event.total:  # the prompt read
+                    row.setdefault("read", time.perf_counter())
             elif isinstance(event, TokenEvent) and event.token_id >= 0:
                 row.setdefault("token", time.perf_counter())
             sink(event)
@@ -524,13 +527,14 @@ def main() -> int:
     print(f"CPU time per answer (the process's): in process {med(local, 'cpu'):.2f} s, through HTTP {med(firsts, 'cpu'):.2f} s, "
           f"overhead {(cpu_ratio - 1) * 100:+.1f}% (paired median)")
     pairs = [(i["phases"], h["phases"]) for i, h in zip(local, firsts) if "phases" in i and "phases" in h]
-    if pairs and all("progress" in p and "token" in p for pair in pairs for p in pair):
+    if pairs and all("progress" in p and "read" in p and "token" in p for pair in pairs for p in pair):
         # The same engine work on both sides after the first progress event (vision tower, prefill):
         # a difference there is the process's other threads (the event loop's request) slowing it.
         def span(p, a, b):
             return (p[b] - p[a]) * 1000
         for a, b, name in (("send", "progress", "send -> images read (engine)"),
-                           ("progress", "token", "images read -> first token (engine)")):
+                           ("progress", "read", "images read -> prompt read (vision tower, prefill)"),
+                           ("read", "token", "prompt read -> first token (engine)")):
             here_ms = statistics.median(span(i, a, b) for i, _ in pairs)
             http_ms = statistics.median(span(h, a, b) for _, h in pairs)
             diff, lo, hi = median_ci([span(h, a, b) - span(i, a, b) for i, h in pairs])
