@@ -114,6 +114,7 @@ class ServerState:
         self.metrics = Metrics(bridge)
         self.created = int(time.time())
         self._model_id = config.model_id or Path(str(config.model).rstrip("/")).name or "smolchat"
+        self._fingerprint = ("", "")  # (model id, its fingerprint)
 
     @property
     def model_id(self) -> str:
@@ -123,7 +124,11 @@ class ServerState:
 
     @property
     def fingerprint(self) -> str:
-        return "smolchat-" + hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
+        """``system_fingerprint``: ``smolchat-`` + 8 hex digits of the model id's SHA-256 (kept per id)."""
+        model_id = self.model_id
+        if self._fingerprint[0] != model_id:
+            self._fingerprint = (model_id, "smolchat-" + hashlib.sha256(model_id.encode()).hexdigest()[:8])
+        return self._fingerprint[1]
 
     def check_model(self, model: str) -> None:
         """404 unless ``model`` names the served model (its id or the path it was loaded from)."""
