@@ -28,6 +28,7 @@ same points.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -653,8 +654,16 @@ class ChatSession:
             prompt_len = len(self._cached_keys)  # == len(ids): the cache holds the prompt
             t_decode = time.perf_counter()
             reason = "length"
+            # The prompt read (the prefill's last progress event) is reported when the host is about
+            # to wait for the first token, its sampling and the next step launched: a server starts
+            # its response at this event, event-loop work that holds the GIL. Reported while the
+            # host still launched kernels, the two threads traded the GIL: H200, a new 13-tile
+            # photo through HTTP, +0.6 ms to the first token at the prefill's end, +0.5 ms at the
+            # vision tower's start, +0.0 ms here (bench/results/h200-session30).
+            new_tokens = len(ids) - stats.cached_tokens
+            read = functools.partial(self._checkpoint, ProgressEvent("prefill", new_tokens, new_tokens))
             for token in token_stream(self.model, self.cache, sampler, list(ids), logits, params.max_new_tokens, spec,
-                                      pipelined=self.pipelined and params.logprobs is None):
+                                      pipelined=self.pipelined and params.logprobs is None, on_wait=read):
                 if token in eos:
                     reason = "stop"
                     break
@@ -775,17 +784,12 @@ class ChatSession:
                     self._checkpoint(ProgressEvent("prefill", start, total))
                 elif self._cancel.is_set():
                     raise Cancelled()
-                # A short prefill's first progress event comes once its step is launched (below): that
-                # event is when a server sends the response's headers, event-loop work that holds the
-                # GIL. Before the launch it delayed the launch itself; after it the GPU runs meanwhile.
-                # H200, a follow-up's prefill phase through HTTP against in process: 2.09 against
-                # 1.21 ms before, 1.17-1.21 against 0.86-1.13 after (bench/results/h200-session27,
-                # runs 1-2: two machine starts, not one A/B).
+                # A short prefill reports no progress of its own: its one event, the prompt read
+                # (_generate), comes once the host waits for the GPU (see there).
                 chunk = embeds[:, start:start + self.prefill_chunk]
                 pos = range(self.cache.seq_len, self.cache.seq_len + chunk.shape[1])
                 logits = self.model.prefill(chunk, self.cache, pos)
                 self._cached_keys.extend(keys[pos.start:pos.stop])
-        self._checkpoint(ProgressEvent("prefill", total, total))
         elapsed = time.perf_counter() - t
         if elapsed > 0:
             stats.prefill_tokens_per_s = (len(ids) - common) / elapsed

@@ -8,7 +8,7 @@ decides when to stop consuming it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -21,7 +21,7 @@ from engine.speculative import SpeculativeDecoder
 
 def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, history: list[int],
                  logits: torch.Tensor, max_tokens: int, speculative: SpeculativeDecoder | None = None,
-                 pipelined: bool | None = None) -> Iterator[int]:
+                 pipelined: bool | None = None, on_wait: Callable[[], None] | None = None) -> Iterator[int]:
     """Yield up to ``max_tokens`` tokens after a prefill whose last logits are ``logits [1, V]``.
 
     Each token is appended to ``history`` before it is yielded. Tokens are fed into the cache lazily,
@@ -33,13 +33,19 @@ def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, 
     ``pipelined`` (default: on CUDA, without ``speculative``) launches the decode step of a token
     before reading that token back to the host, so the GPU computes the next step while the host
     yields this one (see :func:`pipelined_stream`).
+
+    ``on_wait`` (optional) is called once, when the host is about to wait for the first token: with
+    ``pipelined`` after the first token's sampling and the next decode step are launched, so the
+    device computes while it runs. What it raises ends the stream before the first token.
     """
     if pipelined is None:
         pipelined = speculative is None and model.device.type == "cuda"
     if pipelined and speculative is None:
-        yield from pipelined_stream(model, cache, sampler, history, logits, max_tokens)
+        yield from pipelined_stream(model, cache, sampler, history, logits, max_tokens, on_wait)
         return
     produced = 0
+    if on_wait is not None:
+        on_wait()
     try:
         pending = [sampler(logits[0], history)]
     except InvalidLogitsError:
@@ -65,7 +71,8 @@ def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, 
 
 
 def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, history: list[int],
-                     logits: torch.Tensor, max_tokens: int) -> Iterator[int]:
+                     logits: torch.Tensor, max_tokens: int, on_wait: Callable[[], None] | None = None
+                     ) -> Iterator[int]:
     """:func:`token_stream` without speculation, one step ahead of the host.
 
     At batch 1 a replayed decode step takes ~0.4 ms on an H200, about as long as the host's work
@@ -111,6 +118,9 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
                 logits, argmax, step_reported = model.decode_token(token, cache)
             else:
                 logits = model.decode(model.embed(token.view(1, 1)), cache)
+        if on_wait is not None:
+            on_wait()  # once: the host's own work is launched, and it would wait for the device now
+            on_wait = None
         if ready is not None:
             ready.synchronize()  # the token only, not the step launched after it
         value = int(host[0]) if ring is None else int(ring[index])

@@ -96,12 +96,13 @@ async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream
     """Wait for the answer's first event before any byte is sent, so that a refusal (a prompt too
     long, an unreadable image or video) still gets a real HTTP status; raises its APIError.
 
-    ``stream``: wait only until the engine has begun reading the prompt (then ``None``, the first
-    event comes in the stream), past every refusal: the response's headers go out while the vision
-    tower and the prefill run, not on the way from the first token to the client. An error after
-    that (the GPU out of memory) is the stream's error event."""
+    ``stream``: wait only until the engine has read the prompt (then ``None``, the first event
+    comes in the stream): past every refusal, and past the vision tower and the prefill, so an
+    engine failure there (the GPU out of memory) still gets its status too. The response's
+    headers go out while the engine thread waits for the GPU's first token. An error after that
+    is the stream's error event."""
     if stream:
-        await answer.wait_begun(is_disconnected)
+        await answer.wait_prompt_read(is_disconnected)
         if not answer.events:
             return None
     event = await answer.next(is_disconnected)

@@ -147,3 +147,32 @@ def test_decode_token_continues_only_its_own_steps(static_components):
     model.decode(model.embed(torch.tensor([[int(argmax)]])), cache)  # a plain step in between
     with pytest.raises(ValueError, match="continues a previous decode_token"):
         model.decode_token(None, cache)
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_on_wait_runs_once_when_the_host_would_wait_for_the_first_token(components, pipelined):
+    """The hook a server starts its response from (the prompt-read progress event): once, before the
+    first token; pipelined, after the next step's launch (the cache already holds the first token)."""
+    model = components[0]
+    cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
+    logits = model.prefill(model.embed(torch.tensor([PROMPT])), cache, range(0, len(PROMPT)))
+    calls, seen = [], []
+    for token in token_stream(model, cache, make_sampler(GenerationParams(temperature=0.0)), list(PROMPT), logits, 4,
+                              pipelined=pipelined, on_wait=lambda: calls.append((cache.seq_len, len(seen)))):
+        seen.append(token)
+    assert calls == [(len(PROMPT) + (1 if pipelined else 0), 0)] and len(seen) == 4
+
+
+def test_what_on_wait_raises_ends_the_stream_before_the_first_token(components):
+    model = components[0]
+    cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=64))
+    logits = model.prefill(model.embed(torch.tensor([PROMPT])), cache, range(0, len(PROMPT)))
+
+    def cancelled() -> None:
+        raise RuntimeError("cancelled")
+    seen = []
+    with pytest.raises(RuntimeError, match="cancelled"):
+        for token in token_stream(model, cache, make_sampler(GenerationParams()), list(PROMPT), logits, 4,
+                                  pipelined=True, on_wait=cancelled):
+            seen.append(token)
+    assert seen == []

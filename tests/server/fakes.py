@@ -1,5 +1,5 @@
 """A scripted engine session for in-process servers: answers on cue (slowly, failing half-way, or
-reading its prompt until told to go on)."""
+reading its prompt and then answering only when told to go on)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from engine.api import Capabilities, DoneEvent, GenerationStats, ProgressEvent, 
 
 class FakeSession:
     """ChatSession's shape. The answer echoes the user's words, ``delay`` s apart; a message
-    starting with "fail" fails after two tokens; "slow" waits 0.1 s per token; "read" reports
-    reading its prompt (a ProgressEvent to ``progress``, as ChatSession does) and then waits for
-    ``reading`` to be set (10 s at most) before its first token, "read and fail" then fails."""
+    starting with "fail" fails after two tokens; "slow" waits 0.1 s per token. "read" reads its
+    prompt as ChatSession does (ProgressEvents to ``progress``: the vision tower's first, the
+    prefill's first), sets ``in_prompt`` and waits for ``reading`` to be set (10 s at most), then
+    reports the prompt read (the prefill's last ProgressEvent) and waits for ``answering`` before
+    its first token. "read and fail" fails while reading, "read then fail" once it has read."""
 
     model_name, device, dtype, weights = "fake", "cpu", "float32", "float32"
 
@@ -29,7 +31,7 @@ class FakeSession:
         self.model = SimpleNamespace(capabilities=lambda: caps)
         self.cache = SimpleNamespace(capacity=4096, seq_len=0)
         self.progress = None  # set by EngineService around an answer
-        self.reading = threading.Event()
+        self.in_prompt, self.reading, self.answering = threading.Event(), threading.Event(), threading.Event()
         self.yielded = 0  # tokens yielded by the current answer
 
     def cancel(self) -> None:
@@ -59,9 +61,17 @@ class FakeSession:
         try:
             if text.startswith("read"):
                 if self.progress is not None:
+                    self.progress(ProgressEvent("image", 0, 2))
                     self.progress(ProgressEvent("prefill", 0, 3))
+                self.in_prompt.set()
                 self.reading.wait(10)
                 if text.startswith("read and fail"):
+                    yield DoneEvent("error", GenerationStats(prompt_tokens=3), "RuntimeError: out of memory")
+                    return
+                if self.progress is not None:
+                    self.progress(ProgressEvent("prefill", 3, 3))
+                self.answering.wait(10)
+                if text.startswith("read then fail"):
                     yield DoneEvent("error", GenerationStats(prompt_tokens=3), "RuntimeError: out of memory")
                     return
             for i, word in enumerate(words * 50):

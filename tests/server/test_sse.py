@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 import httpx
@@ -85,28 +86,54 @@ def test_an_error_during_the_stream_is_one_error_event_then_the_end(fake):
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "still here "
 
 
-def test_a_stream_starts_while_the_engine_reads_the_prompt(fake):
-    """The status and headers go out once the engine has begun reading the prompt (past every
-    refusal), not with the first token: off the way from the first token to the client."""
+def test_a_stream_starts_once_the_engine_has_read_the_prompt(fake):
+    """The status and headers go out once the engine has read the prompt (its vision tower ran and
+    its prefill is launched: the prompt's last progress event), not at its first progress event,
+    while the event loop's work would hold up the engine's launches, and not with the first token,
+    on that token's way to the client."""
     srv, session = fake
     body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "read this"}]}
-    with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, timeout=30) as response:
-        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-        assert session.yielded == 0 and not session.reading.is_set()  # the engine is still reading
-        session.reading.set()
-        payloads = events(list(response.iter_lines()))
+    started, payloads = [], []
+
+    def client() -> None:
+        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, timeout=30) as response:
+            started.append((response.status_code, response.headers["content-type"], session.yielded))
+            session.answering.set()
+            payloads.extend(events(list(response.iter_lines())))
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    assert session.in_prompt.wait(10)  # the engine reported the vision tower's and the prefill's start
+    time.sleep(0.3)
+    assert started == []  # no status while it reads
+    session.reading.set()
+    thread.join(30)
+    assert started[0][0] == 200 and started[0][1].startswith("text/event-stream")
+    assert started[0][2] == 0  # before the first token (the engine waits for `answering`, set only then)
     chunks = [json.loads(p) for p in payloads[:-1]]
     assert payloads[-1] == "[DONE]" and chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "read this "
 
 
-def test_an_engine_error_after_the_stream_started_is_its_error_event(fake):
-    """(An error that comes before the response has started still gets its own status.)"""
+def test_an_engine_failure_while_it_reads_the_prompt_gets_its_own_status(fake):
+    """(The vision tower out of GPU memory: a 500 the client's library raises, not a 200 stream.)"""
     srv, session = fake
+    threading.Thread(target=lambda: (session.in_prompt.wait(10), time.sleep(0.3), session.reading.set()),
+                     daemon=True).start()  # failing after a while in the vision tower
     body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "read and fail"}]}
+    response, lines = stream_lines(srv.url, body)
+    assert response.status_code == 500 and response.headers["content-type"] == "application/json"
+    assert json.loads("".join(lines)) == {"error": {"message": "RuntimeError: out of memory", "type": "server_error",
+                                                   "param": None, "code": "engine_error"}}
+
+
+def test_an_engine_error_after_the_stream_started_is_its_error_event(fake):
+    srv, session = fake
+    session.reading.set()
+    body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "read then fail"}]}
     with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, timeout=30) as response:
         assert response.status_code == 200
-        session.reading.set()
+        session.answering.set()
         payloads = events(list(response.iter_lines()))
     assert [json.loads(p) for p in payloads] == [  # the error alone: no role chunk, no [DONE]
         {"error": {"message": "RuntimeError: out of memory", "type": "server_error", "param": None,
