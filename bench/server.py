@@ -2,7 +2,8 @@
 and the follow-up's TTFT with prefix caching.
 
     python bench/server.py --model CHECKPOINT [--image PHOTO] [--max-tokens 64] [--runs 3] [--detail high]
-                           [--reference server|bench] [--client-encode httpx|dumps|prepared|socket]
+                           [--reference server|bench] [--client-encode httpx|dumps|prepared|socket] [--json F]
+    python bench/server.py --pool F [F ...]     # the --json files of several calls (server processes), pooled
 
 The server is ``python -m engine serve`` in a subprocess on 127.0.0.1. Through HTTP: a streamed
 request, timed by the client (TTFT = request started -> first content delta parsed; tok/s over the
@@ -474,7 +475,36 @@ def handling_ms(args, repeat: int = 20) -> tuple[float, float]:
     return statistics.median(new) * 1000, statistics.median(again[1:]) * 1000
 
 
+def pool(paths: list[str]) -> int:
+    """Print the paired first-turn overhead, the follow-up / first-turn ratio and the engine phases'
+    paired differences over every run of the ``--json`` files ``paths`` (e.g. one tree's calls, each
+    a server process of its own: their spread is wider than one call's interval)."""
+    over, follow, phases = [], [], {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        local, firsts, follows = data["in_process"], data["first_turns"], data["follow_ups"]
+        over += [h["ttft"] / i["ttft"] for i, h in zip(local, firsts)]
+        follow += [f["ttft"] / h["ttft"] for h, f in zip(firsts, follows)]
+        for i, h in zip(local, firsts):
+            stamps = [k for k in ("send", "progress", "read", "token") if k in i.get("phases", {}) and
+                      k in h.get("phases", {})]
+            for a, b in zip(stamps, stamps[1:]):
+                phases.setdefault(f"{a} -> {b}", []).append(
+                    ((h["phases"][b] - h["phases"][a]) - (i["phases"][b] - i["phases"][a])) * 1000)
+    ratio, lo, hi = median_ci(over)
+    print(f"{len(paths)} calls, {len(over)} paired runs: first turn through HTTP {(ratio - 1) * 100:+.2f}% over in "
+          f"process (95% interval {(lo - 1) * 100:+.2f}% to {(hi - 1) * 100:+.2f}%)")
+    ratio, lo, hi = median_ci(follow)
+    print(f"follow-up / its first turn through HTTP: {ratio:.4f}x (95% interval {lo:.4f}x to {hi:.4f}x)")
+    for name, diffs in phases.items():
+        diff, lo, hi = median_ci(diffs)
+        print(f"engine phase {name}: HTTP - in process {diff:+.3f} ms (95% interval {lo:+.3f} to {hi:+.3f})")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--pool"]:
+        return pool(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--image", default=str(SHARED / "images" / "coffee.png"))
