@@ -87,9 +87,8 @@ class Answer:
                     # The request waits for this first event to send its first chunk (a stream's
                     # headers went out once its prompt was read), but the engine thread goes
                     # on decoding with the GIL. Whenever the event loop lets the GIL go on its way
-                    # (a socket write, os.urandom for the response id) it then waits up to
-                    # Python's 5 ms switch interval to get it back: a
-                    # follow-up's time to the first token through HTTP was 8-20 ms for ~4 ms of
+                    # (a socket write) it then waits up to Python's 5 ms switch interval to get it
+                    # back: a follow-up's time to the first token through HTTP was 8-20 ms for ~4 ms of
                     # engine work (traced). So the engine thread waits, without the GIL, until the
                     # first chunk is sent (about 0.3 ms), delaying the second token by as much.
                     self._held = True

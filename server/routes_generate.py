@@ -4,8 +4,8 @@ The SSE contract: every ``data:`` line is JSON except the final ``[DONE]``; the 
 carries the role; the last choice chunk carries ``finish_reason``; with ``stream_options.include_usage``
 one more chunk with ``"choices": []`` and the usage comes before ``[DONE]``. A refusal (a prompt too
 long, unreadable media, an engine failure in the vision tower) is a plain HTTP error: the response
-starts only once the engine has read the prompt (streamed) or with the first event (not streamed). An error after that is one
-``data: {"error": ...}`` event, and the stream ends there.
+starts only once the engine has read the prompt (streamed) or with the first event (not streamed).
+An error after that is one ``data: {"error": ...}`` event, and the stream ends there.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def sse(data: dict) -> str:
 
 
 # Response ids: 128 random bits as uuid4().hex gives them, from a generator of their own (seeded from
-# os.urandom once). uuid4 reads os.urandom per response, a system call that lets the GIL go: when a
-# stream starts, the engine thread is launching the vision tower, and the event loop then waits for
-# the GIL to come back. Ids need to be unique, not secret.
+# os.urandom once). uuid4 reads os.urandom per response, a system call that lets the GIL go, and the
+# event loop may then wait for the engine thread to give it back before the response can start.
+# Ids need to be unique, not secret.
 _IDS = random.Random()
 
 
@@ -53,7 +53,7 @@ class EventStream(StreamingResponse):
     Starlette's StreamingResponse (on uvicorn, whose ASGI spec version is 2.3) runs the generator in
     an anyio task group beside a second task that waits for the client to disconnect; making the
     group and starting its task is ~0.15 ms of the event loop's time (2-core dev VM) at each stream's
-    start, which comes while the engine thread launches the vision tower and competes for the GIL.
+    start, with the GIL held while the first token is on its way.
     Here the generator notices a client that left itself (:func:`~server.answer_stream.pieces` with
     ``request.is_disconnected``, at most every ``DISCONNECT_POLL_S``; uvicorn drops writes to a
     closed connection meanwhile) and ends with :class:`ClientDisconnected`, after cancelling its answer.
