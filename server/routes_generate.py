@@ -95,8 +95,22 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
     ``logit_bias: {}`` or all zeros)."""
     if body.logit_bias and any(bias != 0 for bias in body.logit_bias.values()):
         raise APIError(400, "logit_bias is not supported by this server", "unsupported_parameter", "logit_bias")
+    if body.stream_options is not None and not body.stream:  # as OpenAI and vLLM answer it
+        raise APIError(400, "stream_options is only allowed with \"stream\": true", "invalid_value", "stream_options")
     if not isinstance(body, ChatRequest):
+        if body.best_of not in (None, 1):
+            raise APIError(400, "best_of must be 1: this server generates one completion per request",
+                           "invalid_value", "best_of")
+        if body.suffix:
+            raise APIError(400, "suffix is not supported: this server completes text, it does not insert it",
+                           "unsupported_parameter", "suffix")
         return
+    if body.modalities and any(kind != "text" for kind in body.modalities):
+        raise APIError(400, "this server answers in text only: leave modalities out or set it to [\"text\"]",
+                       "unsupported_parameter", "modalities")
+    if body.audio is not None:
+        raise APIError(400, "audio output is not supported: this server answers in text", "unsupported_parameter",
+                       "audio")
     for name in ("tools", "functions"):
         if getattr(body, name) and body.tool_choice != "none" and body.function_call != "none":
             raise APIError(400, f"this server does not call tools (functions): leave {name} out or set "

@@ -2,9 +2,10 @@
 
 Unknown fields are ignored, as OpenAI clients send many (``user``, ``metadata``, ``store``, ...);
 values out of range fail validation (400), as do integers and booleans sent as another type
-(``"max_tokens": "5"``, ``"stream": "yes"``: OpenAI refuses them too). Fields for what the server cannot do (``tools``,
-``response_format`` JSON modes, ``logit_bias``) are declared, so that a request asking for them gets
-a 400 rather than an answer that ignores them. Sampling fields are ``None`` when the client left them out.
+(``"max_tokens": "5"``, ``"stream": "yes"``: OpenAI refuses them too). Fields for what the server
+cannot do (``tools``, ``response_format`` JSON modes, ``logit_bias``, audio output, ``suffix``,
+``best_of``) are declared, so that a request asking for them gets a 400 rather than an answer that
+ignores them. Sampling fields are ``None`` when the client left them out.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ class ChatRequest(SamplingFields):
     functions: list[dict] | None = Field(None, description="the legacy form of tools: not supported either")
     function_call: str | dict | None = None
     response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
+    modalities: list[str] | None = Field(None, description="only [\"text\"]: audio output is a 400")
+    audio: dict | None = Field(None, description="not supported (no audio output): a 400")
 
 
 class CompletionRequest(SamplingFields):
@@ -122,6 +125,8 @@ class CompletionRequest(SamplingFields):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
     echo: StrictBool = False
+    best_of: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="only 1: one completion per request")
+    suffix: str | None = Field(None, description="not supported (no insertion): a non-empty suffix is a 400")
 
 
 class EmbeddingItem(_Body):

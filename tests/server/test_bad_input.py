@@ -93,6 +93,12 @@ CASES = {
                             "invalid_value"),
     "65 photos in earlier messages": ({"model": MODEL, "messages": [user(image(PNG))] * 65 + [user(TEXT)]}, 413,
                                       "too_many_images"),
+    "audio output": ({"model": MODEL, "messages": [user(TEXT)], "modalities": ["text", "audio"],
+                      "audio": {"voice": "alloy", "format": "wav"}}, 400, "unsupported_parameter"),
+    "audio settings alone": ({"model": MODEL, "messages": [user(TEXT)], "audio": {"voice": "alloy"}}, 400,
+                             "unsupported_parameter"),
+    "stream_options without stream": ({"model": MODEL, "messages": [user(TEXT)],
+                                       "stream_options": {"include_usage": True}}, 400, "invalid_value"),
 }
 
 
@@ -103,6 +109,24 @@ def test_bad_requests_get_the_documented_error(url, name):
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == code and set(error) == {"message", "type", "param", "code"} and error["message"]
+
+
+@pytest.mark.parametrize("body,param,code", [
+    ({"best_of": 3}, "best_of", "invalid_value"),
+    ({"suffix": " and they lived happily"}, "suffix", "unsupported_parameter"),
+    ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+], ids=["best_of", "suffix", "stream_options without stream"])
+def test_a_completion_parameter_the_server_cannot_honour_is_refused_not_ignored(url, body, param, code):
+    response = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "Once upon a time", **body},
+                          timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param and response.json()["error"]["code"] == code
+    ok = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2,
+                                                   "best_of": 1, "suffix": "", "modalities": None}, timeout=30)
+    assert ok.status_code == 200, ok.text  # the defaults clients send pass
+    chat = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(TEXT)], "max_tokens": 2,
+                                                          "modalities": ["text"], "stream_options": None}, timeout=30)
+    assert chat.status_code == 200, chat.text
 
 
 @pytest.mark.parametrize("path,body,param,message", [
