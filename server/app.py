@@ -112,6 +112,7 @@ class ServerState:
         self.answers = AnswerIds()
         self.media_dir = media_dir
         self.metrics = Metrics(bridge)
+        bridge.on_done = self.metrics.record
         self.created = int(time.time())
         self._model_id = config.model_id or Path(str(config.model).rstrip("/")).name or "smolchat"
         self._fingerprint = ("", "")  # (model id, its fingerprint)

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.api import Capabilities, DoneEvent, ProgressEvent, TokenEvent
+from engine.api import Capabilities, DoneEvent, GenerationStats, ProgressEvent, TokenEvent
 from engine.service import EngineService
 from server.errors import APIError
 
@@ -79,6 +79,11 @@ class Answer:
                     self._wake_soon()
             return
         if isinstance(event, (TokenEvent, DoneEvent)):
+            if isinstance(event, DoneEvent) and self.bridge.on_done is not None and (
+                    event.finish_reason != "error" or event.stats.generated_tokens):
+                # Here, not where the request reads it: a request whose client left no longer does.
+                # (A refusal generated nothing and gets its own status: no answer to count.)
+                self.bridge.on_done(event.stats)
             self.events.append(event)
             if self._waiter is not None:
                 if not self._wake_soon():
@@ -188,6 +193,8 @@ class EngineBridge:
         self.kv: dict[str, int] = {}
         self.stopping = False  # cancel_all ran: the server is shutting down
         self.model_path = ""
+        # Called on the engine thread with every answer's final stats (the metrics), cancelled ones too.
+        self.on_done: Callable[[GenerationStats], None] | None = None
 
     @property
     def capabilities(self) -> Capabilities:

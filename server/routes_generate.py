@@ -156,8 +156,7 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
 
 
 def _finish(request: Request, outcome: Outcome, streamed: bool) -> None:
-    state = request.app.state.smolchat
-    state.metrics.record(outcome.stats)
+    state = request.app.state.smolchat  # (the answer's stats went to the metrics from its sink: Answer.sink)
     if streamed and outcome.error is not None:  # its header said 200: count the error's status
         request.scope[STATUS_KEY] = outcome.error.status
     state.bridge.refresh_kv()  # queued behind the answer: /metrics shows the cache after it

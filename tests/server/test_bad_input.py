@@ -428,3 +428,28 @@ def test_a_client_that_leaves_a_non_streamed_answer_cancels_it(keyed):
     after = httpx.post(f"{srv.url}/v1/chat/completions", json={**body, "max_tokens": 2}, headers=headers, timeout=10)
     assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 2
     assert time.monotonic() - t0 < 2  # not behind the rest of the abandoned 4 s answer
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_tokens_of_an_answer_whose_client_left_are_counted(keyed, stream):
+    """/metrics' generated tokens count what the engine generated, also for an answer cancelled because
+    its client went away (its request no longer reads the answer's end, where the stats come)."""
+    srv, session = keyed
+    headers = {"Authorization": "Bearer s3cret"}
+
+    def counted() -> float:
+        text = httpx.get(f"{srv.url}/metrics", headers=headers).text
+        return float(re.search(r"^smolchat_generated_tokens_total ([\d.e+]+)$", text, re.M).group(1))
+    before = counted()
+    body = {"model": "fake", "stream": stream, "messages": [user({"type": "text", "text": "word " * 80})]}
+    if stream:
+        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=10) as r:
+            next(r.iter_lines())
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=0.6)
+    deadline = time.monotonic() + 3
+    while session.running or "smolchat_queue_length 0.0" not in httpx.get(f"{srv.url}/metrics", headers=headers).text:
+        assert time.monotonic() < deadline, "the answer kept running after its client left"
+        time.sleep(0.05)
+    assert 0 < session.yielded < 80 and counted() - before == session.yielded
