@@ -78,9 +78,10 @@ def _chat_logprobs(event: TokenEvent | None) -> dict | None:
                          "top_logprobs": [entry(t, lp) for t, lp in event.top_logprobs]}]}
 
 
-def _text_logprobs(events: list[TokenEvent]) -> dict:
-    """The legacy completions shape: parallel lists per token."""
-    offsets, at = [], 0
+def _text_logprobs(events: list[TokenEvent], start: int = 0) -> dict:
+    """The legacy completions shape: parallel lists per token; ``text_offset`` is where each token
+    starts in the choice's whole text, the echoed prompt included (``start``: where the first does)."""
+    offsets, at = [], start
     for e in events:
         offsets.append(at)
         at += len(e.text)
@@ -307,8 +308,12 @@ async def completions(body: CompletionRequest, request: Request):
             try:
                 if echo:
                     yield chunk(echo)
+                offset = len(echo)  # where the next token's text starts in the whole streamed text
                 async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
-                    lp = _text_logprobs([event]) if body.logprobs is not None and event is not None else None
+                    lp = None
+                    if body.logprobs is not None and event is not None:
+                        lp = _text_logprobs([event], offset)
+                        offset += len(event.text)
                     if text or lp:
                         yield chunk(text, logprobs=lp)
                     answer.first_sent()
@@ -333,7 +338,7 @@ async def completions(body: CompletionRequest, request: Request):
         _finish(request, outcome, False)
     if outcome.error is not None:
         raise outcome.error
-    return JSONResponse({**base, "choices": [{"index": 0, "text": echo + "".join(texts),
-                                              "logprobs": _text_logprobs(events) if body.logprobs is not None else None,
+    logprobs = _text_logprobs(events, len(echo)) if body.logprobs is not None else None
+    return JSONResponse({**base, "choices": [{"index": 0, "text": echo + "".join(texts), "logprobs": logprobs,
                                               "finish_reason": outcome.finish_reason}],
                          "usage": usage(outcome)})

@@ -141,6 +141,11 @@ async def health(request: Request):
     return JSONResponse({"status": bridge.state, "message": bridge.message}, status_code=503)
 
 
+@router.head("/health", include_in_schema=False)  # what some uptime monitors send
+async def health_head(request: Request):
+    return await health(request)
+
+
 @router.get("/metrics", summary="Prometheus metrics: requests, tokens, TTFT, tok/s, KV blocks")
 async def metrics(request: Request):
     state = request.app.state.smolchat

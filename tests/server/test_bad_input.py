@@ -289,6 +289,7 @@ def test_a_wrong_or_missing_key_is_401_and_the_key_opens_it(keyed):
     assert httpx.get(f"{srv.url}/v1/models").status_code == 401
     assert httpx.get(f"{srv.url}/metrics").status_code == 401
     assert httpx.get(f"{srv.url}/health").status_code == 200  # for load balancers and the app's status
+    assert httpx.head(f"{srv.url}/health").status_code == 200  # what some uptime monitors send
     good = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer s3cret"})
     assert good.status_code == 200
 

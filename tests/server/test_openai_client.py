@@ -101,6 +101,20 @@ def test_logprobs_for_each_token(client):
         assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_completions_text_offsets_point_at_each_token_in_the_echoed_text(client, stream):
+    prompt = "Once upon a time"
+    result = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, echo=True,
+                                       logprobs=1, stream=stream, extra_body={"ignore_eos": True})
+    chunks = list(result) if stream else [result]
+    text = "".join(c.choices[0].text for c in chunks)
+    tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    offsets = [o for c in chunks if c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
+    assert text.startswith(prompt) and len(tokens) == len(offsets) == 6
+    assert offsets[0] == len(prompt)  # the first generated token starts after the echoed prompt
+    assert all(text[o:o + len(t)] == t for t, o in zip(tokens, offsets))
+
+
 def test_embeddings_of_texts(client):
     result = client.embeddings.create(model=MODEL, input=["a cup of coffee", "a rocket"])
     vectors = [d.embedding for d in result.data]
