@@ -157,7 +157,9 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
 
 
 def _finish(request: Request, outcome: Outcome, streamed: bool) -> None:
-    state = request.app.state.smolchat  # (the answer's stats went to the metrics from its sink: Answer.sink)
+    """After an answer's request: a stream's error status for the request count, and a new reading
+    of the KV cache. (The answer's stats reach the metrics from its sink: ``Answer.sink``.)"""
+    state = request.app.state.smolchat
     if streamed and outcome.error is not None:  # its header said 200: count the error's status
         request.scope[STATUS_KEY] = outcome.error.status
     state.bridge.refresh_kv()  # queued behind the answer: /metrics shows the cache after it

@@ -87,10 +87,10 @@ def test_an_error_during_the_stream_is_one_error_event_then_the_end(fake):
 
 
 def test_a_stream_starts_once_the_engine_has_read_the_prompt(fake):
-    """The status and headers go out once the engine has read the prompt (its vision tower ran and
-    its prefill is launched: the prompt's last progress event), not at its first progress event,
-    while the event loop's work would hold up the engine's launches, and not with the first token,
-    on that token's way to the client."""
+    """The status and headers go out once the engine has read the prompt (the prompt's last progress
+    event, sent as it is about to wait for the first token), not at its first progress event, while
+    the event loop's work would hold up the engine's launches, and not with the first token, on that
+    token's way to the client."""
     srv, session = fake
     body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "read this"}]}
     started, payloads = [], []
