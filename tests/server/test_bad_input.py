@@ -255,7 +255,9 @@ def test_disconnect_after_the_first_chunk_cancels_the_answer(server, url, route)
     while "smolchat_queue_length 0.0" not in httpx.get(f"{url}/metrics").text:
         assert time.monotonic() < deadline, "the answer kept running after its client left"
         time.sleep(0.1)
-    assert generated_tokens(url) - before < 1000  # the abandoned answer stopped well short of its 4000
+    # Cancelled when the client's connection closed: 0-13 tokens here after the first chunk (a poll every
+    # 0.25 s let the tiny model run on for 190-1,040).
+    assert generated_tokens(url) - before < 200
     after = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [user(TEXT)], "max_tokens": 2},
                        timeout=60)
     assert after.status_code == 200
