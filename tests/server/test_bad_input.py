@@ -235,10 +235,10 @@ def test_a_body_not_labelled_json_is_told_so(url):
         assert "Content-Type: application/json" in r.json()["error"]["message"]
 
 
-def generated_tokens(url: str) -> float:
+def generated_tokens(url: str, headers: dict | None = None) -> float:
     """The server's smolchat_generated_tokens_total."""
-    return float(re.search(r"^smolchat_generated_tokens_total ([\d.e+]+)$", httpx.get(f"{url}/metrics").text,
-                           re.M).group(1))
+    return float(re.search(r"^smolchat_generated_tokens_total ([\d.e+]+)$",
+                           httpx.get(f"{url}/metrics", headers=headers).text, re.M).group(1))
 
 
 @pytest.mark.parametrize("route", ["chat/completions", "completions"])
@@ -439,11 +439,7 @@ def test_the_tokens_of_an_answer_whose_client_left_are_counted(keyed, stream):
     its client went away (its request no longer reads the answer's end, where the stats come)."""
     srv, session = keyed
     headers = {"Authorization": "Bearer s3cret"}
-
-    def counted() -> float:
-        text = httpx.get(f"{srv.url}/metrics", headers=headers).text
-        return float(re.search(r"^smolchat_generated_tokens_total ([\d.e+]+)$", text, re.M).group(1))
-    before = counted()
+    before = generated_tokens(srv.url, headers)
     body = {"model": "fake", "stream": stream, "messages": [user({"type": "text", "text": "word " * 80})]}
     if stream:
         with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=10) as r:
@@ -455,4 +451,4 @@ def test_the_tokens_of_an_answer_whose_client_left_are_counted(keyed, stream):
     while session.running or "smolchat_queue_length 0.0" not in httpx.get(f"{srv.url}/metrics", headers=headers).text:
         assert time.monotonic() < deadline, "the answer kept running after its client left"
         time.sleep(0.05)
-    assert 0 < session.yielded < 80 and counted() - before == session.yielded
+    assert 0 < session.yielded < 80 and generated_tokens(srv.url, headers) - before == session.yielded
