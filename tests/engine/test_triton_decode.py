@@ -394,31 +394,3 @@ def test_triton_short_prefill_matches_eager(kernels, wide_head_checkpoint, kind,
     print(f"{kind} {follow_up}: max |logit diff| {(results[1][0] - results[0][0]).abs().max().item():.2e}")
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("config", [{}, {"p_prefetch": False}, {"p_min_chunk": 16, "p_block_t": 8}],
-                         ids=["prefetch", "no prefetch", "chunks merged"])
-def test_persistent_token_step_gives_greedy_tokens_and_logits(kernels, model, config):
-    """The token step as one persistent kernel (``persistent``; one program under the interpreter,
-    so it walks every tile and passes every barrier): the eager decode's greedy tokens, across the
-    256 bucket and paged block boundaries, with the attention in one chunk or merged from several;
-    the last step's logits within float32 rounding of the eager decode's."""
-    ids = torch.randint(0, 49000, (1, 250), generator=torch.Generator().manual_seed(12))
-    ref_tokens, ref_logits, _ = greedy(model, ids, 10, "paged", None)
-    model.static_decode = True
-    model._static = StaticDecoder(model, use_graph=False, use_triton=True,
-                                  triton_config={"persistent": True, "p_head_n": 1024, **config})
-    assert model._static.triton.persistent
-    try:
-        assert token_loop(model, ids, 10, max_tokens=300, num_blocks=4) == ref_tokens
-        cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=300, num_blocks=4))
-        model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
-        for i in range(9):  # each step's logits against the eager decode's at the same position
-            token = torch.tensor([ref_tokens[0]]) if i == 0 else None
-            logits, argmax, reported = model.decode_token(token, cache)
-            assert int(argmax) == int(reported) == ref_tokens[i + 1]
-            assert (logits[0] - ref_logits[i]).abs().max() < 1e-3
-        assert model._static.triton._persistent["bar"].item() == 0  # put back for the next step
-    finally:
-        model._static = None
-        model.static_decode = None

@@ -339,8 +339,6 @@ class StaticDecoder:
         advances ``self.pos``. Returns ``(logits [1, V], argmax [1], reported [1])``."""
         from engine.sampling import INVALID_TOKEN
 
-        if self.triton is not None and self.triton.persistent:  # the whole step as one kernel
-            return self.triton.token_step(kv, bucket), self.argmax, self.reported
         if self.triton is not None:  # one kernel each for the head and the tail instead of ~15
             self.triton.embed_token(paged=len(kv) == 1)
             if self.triton.fused_head:

@@ -764,12 +764,6 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
     # beyond 1.5% (bench/results/h200-session27, runs 3-4).
     "rows_block_n": 16, "rows_block_k": 256, "rows_warps": 2, "rows_block_q": 64, "rows_attn_warps": 4,
     "rows_block_t": 32,
-    # The token step as one persistent kernel (engine.models.llama.triton_persistent) instead of the
-    # six kernels a layer: programs (None: one a streaming multiprocessor), warps, rows a tile per
-    # GEMV phase (qkv: rotate-half pairs), the attention's chunks, and reading one tile ahead.
-    "persistent": False, "p_programs": None, "p_warps": 8, "p_qkv_r": 4, "p_o_n": 8, "p_gu_n": 4,
-    "p_down_n": 2, "p_head_n": 8, "p_block_t": 16, "p_min_chunk": 64, "p_max_splits": 32, "p_prefetch": True,
-    "p_barrier": 0, "p_trace": 0, "p_work": True, "p_sleep": 0,
 }
 
 
@@ -842,10 +836,6 @@ class TritonStep:
         head = model.lm_head
         self.fused_head = bool(self.cfg["fused_head"]) and type(head) is torch.nn.Linear and head.bias is None
         self._head: dict | None = None  # the fused tail's buffers, made at its first use
-        weights = [w for layer in self.layers for w in layer] + [head.weight, text.embed_tokens.weight]
-        self.persistent = (bool(self.cfg["persistent"]) and self.fused_head and self.d // 2 % self.cfg["p_qkv_r"] == 0
-                           and all(w.is_contiguous() and w.dtype == dt for w in weights))
-        self._persistent: dict | None = None  # the persistent step's buffers, made at its first use
 
     def rows_supported(self) -> bool:
         """Whether the short-prefill kernels take this shape (``tl.dot`` tiles of 16: output columns
@@ -977,66 +967,6 @@ class TritonStep:
             dec.reported, dec.pos, dec.reported if host is None else host, float(text.norm.eps), V=v,
             HIDDEN=self.hidden, KM=hm, KT=ht, BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs),
             INVALID=INVALID_TOKEN, HOST=host is not None, PDL=self.pdl, num_warps=c["head_warps"], **launch)
-        return b["logits"]
-
-    def token_step(self, kv: tuple[torch.Tensor, ...], bucket: int) -> torch.Tensor:
-        """The whole token step as one persistent kernel (:func:`~engine.models.llama.triton_persistent.
-        token_step_kernel`, with ``persistent``): what ``embed_token``, ``self(kv, bucket, head=False)``
-        and :meth:`head_argmax` do together. Returns the logits ``[1, V]`` (a buffer the next step
-        overwrites)."""
-        from engine.models.llama.triton_persistent import token_step_kernel
-        from engine.sampling import INVALID_TOKEN
-
-        dec, c = self.dec, self.cfg
-        text, w = dec.model.decoder, dec.model.lm_head.weight
-        v = w.shape[0]
-        dev = self.res.device
-        if self._persistent is None:
-            if dev.type == "cuda":  # every program must be resident at once (the barriers wait for all)
-                sms = torch.cuda.get_device_properties(dev).multi_processor_count
-                programs = min(c["p_programs"] or sms, sms)
-            else:  # the interpreter runs programs one after another: one program does every tile
-                programs = 1
-            table = torch.tensor([[t.data_ptr() for t in layer] for layer in self.layers], dtype=torch.int64)
-            self._persistent = {"programs": programs, "table": table.to(dev),
-                                "logits": torch.zeros(1, v, device=dev, dtype=self.res.dtype),
-                                "pm": torch.zeros(programs, device=dev, dtype=torch.float32),
-                                "pi": torch.zeros(programs, device=dev, dtype=torch.int32),
-                                "bar": torch.zeros(1, device=dev, dtype=torch.int32),
-                                "trace": torch.zeros((len(self.layers) * 6 + 2) * programs * 2, device=dev, dtype=torch.int64)}
-        b = self._persistent
-        if len(kv) == 2:  # contiguous [L, B, H_kv, T, D]
-            kc, vc = kv
-            k0, v0, stride_layer = kc, vc, kc.stride(0)
-            stride_pos, stride_head, idx, paged = kc.stride(3), kc.stride(2), dec.slots, False
-        else:  # paged [2, L, num_blocks, block_size, H_kv, D]
-            arena = kv[0]
-            k0, v0, stride_layer = arena[0], arena[1], arena.stride(1)
-            stride_pos, stride_head, idx, paged = arena.stride(3), arena.stride(4), dec.gather, True
-        bt = c["p_block_t"]
-        n = max(1, min(c["p_max_splits"], self.m.shape[0], math.ceil(bucket / c["p_min_chunk"])))
-        chunk = math.ceil(math.ceil(bucket / n) / bt) * bt
-        num_splits = math.ceil(bucket / chunk)
-        hm, ht = split_k(self.hidden)
-        im, it = split_k(self.inter)
-        om, ot = split_k(self.h * self.d)
-        host = dec.host_reported
-        programs = b["programs"]
-        b["bars"] = 6 if num_splits > 1 else 5  # barriers a layer (the probes read the trace with it)
-        token_step_kernel[(programs,)](
-            dec.token, text.embed_tokens.weight, dec.pos, dec.gather, dec.write_slot, b["table"], dec.cos, dec.sin,
-            k0, v0, stride_layer, stride_pos, stride_head, idx,
-            self.res, self.q, self.o, self.m, self.l, self.acc, self.mlp,
-            text.norm.weight, w, b["logits"], b["pm"], b["pi"], b["bar"],
-            dec.argmax, dec.reported, dec.reported if host is None else host, b["trace"],
-            chunk, num_splits, 6 if num_splits > 1 else 5, self.d ** -0.5, self.eps, float(text.norm.eps),
-            L=len(self.layers), HIDDEN=self.hidden, INTER=self.inter, KM=hm, KT=ht, IM=im, IT=it, OM=om, OT=ot,
-            H=self.h, HKV=self.hkv, D=self.d, V=v, QKV_R=c["p_qkv_r"], O_N=c["p_o_n"], GU_N=c["p_gu_n"],
-            DOWN_N=c["p_down_n"], HEAD_N=c["p_head_n"], BLOCK_T=bt, SP=triton.next_power_of_2(self.m.shape[0]),
-            PP=triton.next_power_of_2(programs), PAGED=paged, INVALID=INVALID_TOKEN, HOST=host is not None,
-            PREFETCH=bool(c["p_prefetch"]), BARRIER=c["p_barrier"], TRACE=int(c["p_trace"]), WORK=bool(c["p_work"]),
-            SLEEP=c["p_sleep"],
-            num_warps=c["p_warps"])
         return b["logits"]
 
     def splits(self, bucket: int) -> tuple[int, int]:
