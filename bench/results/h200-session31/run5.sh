@@ -1,0 +1,25 @@
+#!/bin/bash
+# Session 31 H200 run 5: issue 17's figures on main after the experiment's removal (4497aad), one
+# machine start: first answers (the first process meets a cold Triton cache) and the CUDA tests of
+# the decode path (the decode loop's code is run 1's baseline, unchanged).
+cd "$(dirname "$0")/../../.."
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device-in/whl/*.whl 2>/dev/null || exit 1
+export SMOLCHAT_SHARED=$PWD/.device-in/shared PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+mkdir -p $OUT
+[ -d /tmp/ck ] || python3 -m tools.make_checkpoint --config .device-in/shared/models/SmolVLM-256M-Instruct --out /tmp/ck --dtype bfloat16 > /dev/null || exit 1
+IMG=$PWD/.device-in/shared/images/astronaut.png
+summ() { python3 - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for run in d["runs"]:
+    a = run["answers"]
+    print(sys.argv[2], "ready %.2f s (warm-up %.2f); TTFT ms %s; decode tok/s %s; answer-1 peak %.1f MiB, process peak %.1f" % (
+        run["load_to_ready_s"], run["warmup_s"], [round(x["ttft_s"] * 1e3, 1) for x in a], [round(x["decode_tok_s"]) for x in a],
+        a[0]["peak_so_far_mib"], run["peak_allocated_mib"]))
+for c in d.get("cli", []):
+    print(sys.argv[2], "cli", json.dumps(c)[:300])
+PY
+}
+timeout 200 python3 bench/first_answers.py --checkpoint /tmp/ck --image $IMG --image2 $PWD/.device-in/shared/images/coffee.png --runs 3 --out $OUT/run5-first-256m.json > $OUT/run5-first-256m.txt 2>&1
+summ $OUT/run5-first-256m.json first
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/engine/test_static_decode.py tests/engine/test_warmup.py tests/engine/test_vision_graphs.py 2>&1 | tail -1
