@@ -91,11 +91,12 @@ def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, m
     {"attn_min_chunk": 16, "attn_block_t": 16, "attn_merge_kernel": False},
     {"attn_min_chunk": 16, "attn_block_t": 16, **WIDE_CONFIG[1]},
 ], ids=["chunks of one tile", "chunks of four tiles", "loads after the wait",
-        "merged by the last chunk", "a wide decoder's GEMV launches"])
+        "merged by the last chunk", "a wide decoder's launches (chunks and tiles of 32)"])
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])
 def test_triton_step_many_splits_mostly_empty(kernels, model, kind, config):
     """A short sequence in a 256 bucket cut into chunks of 16 (or 64 in four tiles, where the new
-    position can sit in a later tile than the one read before the wait): the chunks past ``pos``
+    position can sit in a later tile than the one read before the wait; or 32 in one tile, a wide
+    decoder's): the chunks past ``pos``
     hold no position and must contribute nothing to the combine; chunks straddle block boundaries."""
     ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(2))
     ref_tokens, ref_logits, _ = greedy(model, ids, 8, kind, None, max_tokens=400)

@@ -773,10 +773,14 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
 #: the defaults (bench/results/h200-session23, runs 3-5): qkv_rope in rows of 2 (1,536 programs instead of
 #: 768: 1.45 waves at 4 programs an SM left most SMs idle in the last one) and down_proj one row a
 #: program with 8 warps (2,048 programs instead of 512), 1,116-1,122 against 1,141-1,178 us a step. The
-#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only. The
-#: short-prefill step keeps the launch parameters it had before session 27's 256M sweep (not
-#: measured on this width).
-WIDE_CONFIG = (2048, {"qkv_block_r": 2, "down_block_n": 1, "down_warps": 8, "rows_block_n": 32, "rows_warps": 4})
+#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only. Its 32 KV
+#: heads' attention in chunks and tiles of 32 positions instead of 16: after 900 prompt tokens (a
+#: photo question) 1,182-1,183 against 1,216-1,224 us a step, after 58 the same (1,112-1,120 against
+#: 1,118-1,122), alternating (bench/results/h200-session31, run 9; session 22 measured the same
+#: direction). The short-prefill step keeps the launch parameters it had before session 27's 256M
+#: sweep (not measured on this width).
+WIDE_CONFIG = (2048, {"qkv_block_r": 2, "down_block_n": 1, "down_warps": 8, "attn_block_t": 32, "attn_min_chunk": 32,
+                      "rows_block_n": 32, "rows_warps": 4})
 
 
 def default_config(hidden_size: int) -> dict:
