@@ -89,7 +89,7 @@ def test_triton_step_matches_eager_across_bucket_and_block_boundaries(kernels, m
     {"attn_min_chunk": 64, "attn_block_t": 16},
     {"attn_min_chunk": 16, "attn_block_t": 16, "early_loads": False},
     {"attn_min_chunk": 16, "attn_block_t": 16, "attn_merge_kernel": False},
-    {"attn_min_chunk": 16, "attn_block_t": 16, **WIDE_CONFIG[1]},
+    dict(WIDE_CONFIG[1]),
 ], ids=["chunks of one tile", "chunks of four tiles", "loads after the wait",
         "merged by the last chunk", "a wide decoder's launches (chunks and tiles of 32)"])
 @pytest.mark.parametrize("kind", ["contiguous", "paged"])

@@ -773,8 +773,8 @@ DEFAULT_CONFIG = {  # fastest in the H200 sweeps (bench/results/gpu-triton-run2.
 #: the defaults (bench/results/h200-session23, runs 3-5): qkv_rope in rows of 2 (1,536 programs instead of
 #: 768: 1.45 waves at 4 programs an SM left most SMs idle in the last one) and down_proj one row a
 #: program with 8 warps (2,048 programs instead of 512), 1,116-1,122 against 1,141-1,178 us a step. The
-#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only. Its 32 KV
-#: heads' attention in chunks and tiles of 32 positions instead of 16: after 900 prompt tokens (a
+#: same values on the 256M cost 324-330 -> 405-414 us, so they apply from this width only. The 2.2B's 32
+#: KV heads' attention in chunks and tiles of 32 positions instead of 16: after 900 prompt tokens (a
 #: photo question) 1,182-1,183 against 1,216-1,224 us a step, after 58 the same (1,112-1,120 against
 #: 1,118-1,122), alternating (bench/results/h200-session31, run 9; session 22 measured the same
 #: direction). The short-prefill step keeps the launch parameters it had before session 27's 256M
