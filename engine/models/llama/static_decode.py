@@ -63,18 +63,21 @@ def triton_wanted(device: torch.device) -> bool:
 
 
 def start_triton_key(device: torch.device) -> None:
-    """Have Triton hash its compiler and ``libtriton`` (its kernel-cache key, computed once per
-    process: ~0.4 s on the H200 host) on a background thread, so it overlaps the weights' load
-    instead of delaying the warm-up's first kernel. hashlib releases the GIL while it hashes.
-    Does nothing off CUDA or with ``SMOLCHAT_TRITON=0``; any failure is left to the first kernel."""
+    """Have Triton's kernel-cache key ready before the warm-up's first fused kernel, on a background
+    thread that overlaps the weights' load: read from disk when Triton's files are unchanged since it
+    was stored, else computed (Triton hashes its compiler and ``libtriton``: ~0.5 s on the H200's
+    host, hashlib releasing the GIL) and stored (:mod:`.triton_key`); then Triton's driver and
+    compiler backend are set up there too (:func:`.triton_key.warm_backend`). Does nothing off CUDA or with
+    ``SMOLCHAT_TRITON=0``; any failure is left to the first kernel, which computes the key itself."""
     if device.type != "cuda" or os.environ.get("SMOLCHAT_TRITON", "1") in ("0", "false", "no", "off"):
         return
 
     def run() -> None:
         try:
-            from triton.runtime.cache import triton_key
+            from engine.models.llama.triton_key import prepare, warm_backend
 
-            triton_key()
+            prepare()
+            warm_backend()
         except Exception:  # noqa: BLE001  (no Triton, or another layout: the kernels compute it later)
             pass
 
