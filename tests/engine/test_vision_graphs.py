@@ -42,6 +42,30 @@ def test_chunks_match_the_tower_on_all_tiles_and_report_each_chunk(n):
     assert reported == [min(i + 4, n) for i in range(0, n, 4)]
 
 
+@pytest.mark.parametrize("n, calls", [(1, [1]), (2, [4]), (3, [4]), (5, [4, 1]), (6, [4, 4]), (7, [4, 4]),
+                                      (13, [4, 4, 4, 1])])
+def test_a_chunk_of_an_uncaptured_size_runs_the_next_larger_step(n, calls):
+    """With steps for 1 and 4 tiles only, a chunk of 2 or 3 runs the 4-tile step over the buffer (its
+    last rows still hold the previous chunk's tiles, or zeros) and keeps only its own rows."""
+    tower = Tower()
+    steps = VisionGraphs(tower, (3, 2, 2), CPU, torch.float32, max_tiles=4, use_graph=False, sizes=(4, 1))
+    assert steps.sizes == (1, 4) and [steps.size_for(k) for k in (1, 2, 3, 4)] == [1, 4, 4, 4]
+    tiles = torch.randn(n, 3, 2, 2, generator=torch.Generator().manual_seed(n))
+    expected = tower(tiles)
+    tower.calls.clear()
+    reported = []
+    out = steps.run(tiles, torch.full((n, 2, 3), float("nan")), reported.append)
+    torch.testing.assert_close(out, expected)
+    assert tower.calls == calls
+    assert reported == [min(i + 4, n) for i in range(0, n, 4)]
+
+
+@pytest.mark.parametrize("sizes", [(1, 2), (0, 4), (4, 5), ()])
+def test_sizes_must_include_the_largest_chunk_and_lie_in_range(sizes):
+    with pytest.raises(ValueError, match="sizes must lie in 1..4 and include 4"):
+        VisionGraphs(Tower(), (3, 2, 2), CPU, torch.float32, max_tiles=4, use_graph=False, sizes=sizes)
+
+
 def test_a_raise_in_the_callback_stops_after_that_chunk():
     tower = Tower()
     steps = VisionGraphs(tower, (3, 2, 2), CPU, torch.float32, max_tiles=2, use_graph=False)
@@ -97,7 +121,7 @@ def test_the_steps_are_off_on_the_cpu_and_by_the_environment(monkeypatch, tiny_c
 
 
 @cuda_only
-@pytest.mark.parametrize("n", [1, 4, 13])
+@pytest.mark.parametrize("n", [1, 4, 6, 7, 13])
 def test_replayed_graphs_match_the_tower_as_modules_on_cuda(tiny_checkpoint, n):
     model = SmolVlmModel.load(LocalDirSource(tiny_checkpoint), torch.device("cuda"), torch.bfloat16)
     size = model.metadata.vision.image_size
@@ -106,7 +130,7 @@ def test_replayed_graphs_match_the_tower_as_modules_on_cuda(tiny_checkpoint, n):
     expected = model.encode_images(tiles)
     model.vision_graphs = True
     model._vision_steps().capture_all()
-    assert sorted(model._vision_graphs.graphs) == list(range(1, smolvlm_model.VISION_TILE_CHUNK_GPU + 1))
+    assert sorted(model._vision_graphs.graphs) == list(smolvlm_model.VISION_GRAPH_SIZES_GPU)
     for seed in (n, n + 100):  # a second photo through the same graphs: nothing stale from the first
         tiles = torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(seed)).cuda()
         model.vision_graphs = False

@@ -31,6 +31,7 @@ def main():
     ap.add_argument("--key-file")
     ap.add_argument("--write-key")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--vision-sizes", help="override VISION_GRAPH_SIZES_GPU, e.g. 1,2,3,4")
     ap.add_argument("--no-prewarm", action="store_true", help="skip triton_key.warm_backend on the key thread")
     a = ap.parse_args()
     if a.write_key:
@@ -40,6 +41,9 @@ def main():
         open(a.write_key, "w").write(key)
         print(json.dumps({"triton_key_s": round(time.perf_counter() - t, 3), "len": len(key)}))
         return
+    if a.vision_sizes:
+        import engine.models.smolvlm.model as smodel
+        smodel.VISION_GRAPH_SIZES_GPU = tuple(int(x) for x in a.vision_sizes.split(","))
     if a.no_prewarm:
         import engine.models.llama.triton_key as tk
         tk.warm_backend = lambda: None
@@ -120,7 +124,8 @@ def main():
     print(json.dumps({"tag": a.tag, "imports_s": round(t_imp - t_start, 3), "cuda_context_s": round(t0 - t_imp, 3),
                       "phases_s": phases, "load_to_ready_s": round(prev - t0, 3),
                       "triton_key_thread_end_s": key_end.get("s"), "first_calls_s": first, "key_from_file": bool(a.key_file),
-                      "key_cache": os.environ.get("SMOLCHAT_TRITON_KEY_CACHE", "1"), "prewarm": not a.no_prewarm}))
+                      "key_cache": os.environ.get("SMOLCHAT_TRITON_KEY_CACHE", "1"), "prewarm": not a.no_prewarm,
+                      "vision_sizes": a.vision_sizes or "default"}))
     if prof is not None:
         ka = prof.key_averages()
         print(ka.table(sort_by="self_cpu_time_total", row_limit=45, max_name_column_width=60))

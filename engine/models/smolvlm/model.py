@@ -31,6 +31,11 @@ from engine.sources import ModelSource
 # [tiles, 1024, 3072] MLP intermediate) small next to the weights: peak memory is a target.
 VISION_TILE_CHUNK = 4
 VISION_TILE_CHUNK_GPU = 4
+# The chunk sizes captured as CUDA graphs. A photo is rows x cols + 1 tiles (13 and 17 at the usual
+# sizes), so its last chunk of 4 is mostly 1 tile; a chunk of 2 or 3 runs the 4-tile graph. On the
+# H200 that took 40-80 ms off every load (two captures fewer) and adds 0.4-1.2 ms to a photo of
+# 2, 3, 7 or 10 tiles (a tile is ~0.6 ms of the tower; docs/BENCHMARKS.md, session 32).
+VISION_GRAPH_SIZES_GPU = (1, VISION_TILE_CHUNK_GPU)
 # With a progress/cancel callback on the CPU, one tile per call: the callback runs inside each
 # encoder layer (after attention, between MLP chunks), and that work grows with the tiles per call.
 VISION_TILE_CHUNK_CANCELLABLE = 1
@@ -152,7 +157,8 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
             static = self._static_decoder() if self.device.type == "cuda" else None
             self._vision_graphs = VisionGraphs(
                 lambda x: self.model.connector(self.model.vision_model(x)), (3, size, size), self.device,
-                self.vision_dtype, VISION_TILE_CHUNK_GPU, stream=getattr(static, "capture_stream", None))
+                self.vision_dtype, VISION_TILE_CHUNK_GPU, stream=getattr(static, "capture_stream", None),
+                sizes=VISION_GRAPH_SIZES_GPU)
         return self._vision_graphs
 
     @torch.inference_mode()
@@ -194,7 +200,7 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
 
     @torch.inference_mode()
     def warmup(self, cache, prompt_tokens: int = 1100) -> None:
-        """:meth:`LlamaLM.warmup`, after capturing the vision tower's graph for every chunk size (each
+        """:meth:`LlamaLM.warmup`, after capturing the vision tower's graph for each captured chunk size (each
         capture first runs the tower on its blank input: :attr:`vision_graphs`) or, without graphs,
         running the tower once on blank tiles (a full chunk and a single tile)."""
         steps = self._vision_steps()

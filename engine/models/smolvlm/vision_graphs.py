@@ -6,7 +6,9 @@ vision + prefill phase of a first photo question: 19-25 ms of kernels in 42-45 m
 0.9-1.35x from one process to the next with the host thread's speed). A tile is always a full
 ``image_size`` square, so a chunk of ``k`` tiles has one shape: each ``k`` in ``1..max_tiles`` is
 captured once (at the load's warm-up, or at its first use) and every later chunk is a copy into a
-static input buffer and one replay.
+static input buffer and one replay. ``sizes`` limits the captured sizes: a chunk of another size runs
+the next larger one, its extra rows computing on whatever the buffer holds and dropped (each tile's
+output depends on that tile only), which trades a captured graph at load for those rows' compute.
 
 The same steps run eagerly on any device (``use_graph=False``), which is how the CPU tests check the
 chunking, the copies and the callbacks against the tower run as modules.
@@ -31,13 +33,21 @@ class VisionGraphs:
 
     ``use_graph`` (default: on CUDA) replays a CUDA graph per size, captured on ``stream`` (default: a
     new one; share the decoder's to share cuBLAS's per-stream workspace) into a memory pool of its own.
+    ``sizes`` (default: every size ``1..max_tiles``) are the chunk sizes that get a step; it must hold
+    ``max_tiles``. ``tower`` must compute each tile's output from that tile alone.
+
+    Raises:
+        ValueError: ``max_tiles < 1``, or ``sizes`` outside ``1..max_tiles`` or without ``max_tiles``.
     """
 
     def __init__(self, tower: Callable[[torch.Tensor], torch.Tensor], tile_shape: tuple[int, int, int],
                  device: torch.device, dtype: torch.dtype, max_tiles: int, use_graph: bool | None = None,
-                 stream: torch.cuda.Stream | None = None):
+                 stream: torch.cuda.Stream | None = None, sizes: tuple[int, ...] | None = None):
         if max_tiles < 1:
             raise ValueError(f"max_tiles must be >= 1, got {max_tiles}")
+        self.sizes = tuple(sorted(set(sizes))) if sizes is not None else tuple(range(1, max_tiles + 1))
+        if not self.sizes or self.sizes[-1] != max_tiles or self.sizes[0] < 1:
+            raise ValueError(f"sizes must lie in 1..{max_tiles} and include {max_tiles}, got {sizes}")
         self.tower = tower
         self.max_tiles = max_tiles
         self.use_graph = device.type == "cuda" if use_graph is None else use_graph
@@ -52,14 +62,18 @@ class VisionGraphs:
         return (tiles.dim() == 4 and tiles.shape[1:] == self.input.shape[1:]
                 and tiles.dtype == self.input.dtype and tiles.device == self.input.device)
 
+    def size_for(self, k: int) -> int:
+        """The step that runs a chunk of ``k`` tiles: the smallest of :attr:`sizes` >= ``k``."""
+        return next(s for s in self.sizes if s >= k)
+
     def capture_all(self) -> None:
-        """Capture every chunk size now (the largest first), so no later chunk pays for one.
+        """Capture every size of :attr:`sizes` now (the largest first), so no later chunk pays for one.
 
         Raises:
             GraphCaptureError: a capture failed.
         """
         if self.use_graph:
-            for k in range(self.max_tiles, 0, -1):
+            for k in reversed(self.sizes):
                 if k not in self.graphs:
                     self._capture(k)
 
@@ -74,14 +88,16 @@ class VisionGraphs:
         return warm
 
     def _step(self, k: int) -> torch.Tensor:
-        """The tower's output for ``input[:k]``; a graph's static output, valid until the next step."""
+        """The tower's output for ``input[:k]`` (run as ``input[:size_for(k)]``); a graph's static
+        output, valid until the next step."""
+        s = self.size_for(k)
         if not self.use_graph:
-            return self.tower(self.input[:k])
-        entry = self.graphs.get(k)
+            return self.tower(self.input[:s])[:k]
+        entry = self.graphs.get(s)
         if entry is None:
-            return self._capture(k)
+            return self._capture(s)[:k]
         entry[0].replay()
-        return entry[1]
+        return entry[1][:k]
 
     @torch.inference_mode()
     def run(self, tiles: torch.Tensor, out: torch.Tensor, on_chunk: Callable[[int], None] | None = None
