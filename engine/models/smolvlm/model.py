@@ -200,7 +200,7 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
 
     @torch.inference_mode()
     def warmup(self, cache, prompt_tokens: int = 1100) -> None:
-        """:meth:`LlamaLM.warmup`, after capturing the vision tower's graph for each captured chunk size (each
+        """:meth:`LlamaLM.warmup`, after capturing the vision tower's graphs (:data:`VISION_GRAPH_SIZES_GPU`; each
         capture first runs the tower on its blank input: :attr:`vision_graphs`) or, without graphs,
         running the tower once on blank tiles (a full chunk and a single tile)."""
         steps = self._vision_steps()
