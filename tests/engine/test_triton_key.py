@@ -4,6 +4,7 @@ files Triton hashes are unchanged, and installed where Triton's compiler reads i
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -66,6 +67,32 @@ def test_key_is_reused_until_a_hashed_file_changes(tmp_path):
     # A file triton_key() does not read changes nothing.
     (d / "tools" / "other.py").write_text("edited, longer")
     assert tk.cached_key(d, "3.7.0", compute, cache) == ("KEY-5", True)
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink") or sys.platform == "win32", reason="needs symlinks")
+def test_a_linked_backend_folder_is_followed(tmp_path):
+    """An editable Triton links ``backends/nvidia`` to its source tree: its modules are still in the
+    signature (triton_key() finds them through pkgutil), and so is an extension module; bytecode
+    caches are not."""
+    d = fake_triton(tmp_path / "install")
+    src = tmp_path / "src" / "nvidia"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "compiler.py").write_text("nv compiler")
+    (src / "_fast.abi3.so").write_bytes(b"so")
+    (src / "__pycache__").mkdir()
+    (src / "__pycache__" / "compiler.cpython-311.pyc").write_bytes(b"pyc")
+    (d / "backends" / "nvidia").rename(tmp_path / "old-nvidia")
+    (d / "backends" / "nvidia").symlink_to(src, target_is_directory=True)
+    names = {p.name for p in tk.hashed_files(d)}
+    assert {"compiler.py", "_fast.abi3.so"} <= names and "compiler.cpython-311.pyc" not in names
+    cache, compute = tmp_path / "cache", Counter()
+    tk.cached_key(d, "3.6.0", compute, cache)
+    (src / "compiler.py").write_text("nv compiler, edited")
+    compute.key = "KEY-2"
+    assert tk.cached_key(d, "3.6.0", compute, cache) == ("KEY-2", False)
+    (src / "__pycache__" / "compiler.cpython-311.pyc").write_bytes(b"rewritten bytecode")
+    assert tk.cached_key(d, "3.6.0", compute, cache) == ("KEY-2", True)
 
 
 def test_two_installs_keep_their_own_entries(tmp_path):
@@ -132,8 +159,7 @@ def test_signature_covers_every_file_triton_key_reads(monkeypatch):
         return open(path, *args, **kwargs)
 
     monkeypatch.setattr(cache, "open", recording_open, raising=False)
-    fn = getattr(cache.triton_key, "__wrapped__", cache.triton_key)
-    key = fn()
+    key = inspect.unwrap(cache.triton_key)()  # Triton's own, past its lru_cache (and an installed key)
     assert key.startswith(triton.__version__)
     listed = set(p.resolve() for p in tk.hashed_files(Path(triton.__file__).resolve().parent))
     assert len(opened) > 10 and any(p.name.startswith("libtriton") for p in opened)

@@ -137,7 +137,7 @@ def test_replayed_graphs_match_the_tower_as_modules_on_cuda(tiny_checkpoint, n):
         expected = model.encode_images(tiles)
         model.vision_graphs = True
         got = model.encode_images(tiles)
-        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)  # bf16; GEMM shapes are the same
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)  # bf16; a padded chunk's GEMMs differ in M
 
 
 @cuda_only

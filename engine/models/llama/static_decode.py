@@ -77,7 +77,7 @@ def start_triton_key(device: torch.device) -> None:
             from engine.models.llama.triton_key import prepare, warm_backend
 
             prepare()
-            warm_backend()
+            warm_backend(device.index)
         except Exception:  # noqa: BLE001  (no Triton, or another layout: the kernels compute it later)
             pass
 

@@ -2,9 +2,8 @@
 
 Before a process can use a single kernel from Triton's disk cache, Triton computes ``triton_key()``:
 the SHA-256 of its compiler's and language's Python sources and of ``libtriton`` itself (~500 MB),
-once per process: 0.48-0.50 s on the H200's host, 1.0 s on this project's 2-core CPU machine. It runs on a thread beside
-the weights' load (:func:`engine.models.llama.static_decode.start_triton_key`), so what it costs is a
-core's work at every start rather than the loading thread's time.
+once per process: 0.48-0.50 s on the H200's host, 1.0 s on this project's 2-core CPU machine, on a
+thread beside the weights' load (:func:`engine.models.llama.static_decode.start_triton_key`).
 
 The key only changes when those files change, so it is stored with a signature of the very files
 Triton hashes (path, size, modification time and inode of each: a reinstall or upgrade changes them)
@@ -16,6 +15,8 @@ kernels compiled with and without this cache share Triton's disk cache.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.machinery
 import json
 import os
 import sys
@@ -40,13 +41,16 @@ def default_cache_dir() -> Path:
 
 
 def hashed_files(triton_dir: Path) -> list[Path]:
-    """What ``triton_key()`` reads: ``runtime/cache.py``, every ``.py`` under :data:`HASHED_FOLDERS`
-    (a superset of the modules it finds) and ``_C/libtriton.*``, in a fixed order."""
+    """What ``triton_key()`` reads: ``runtime/cache.py``, every module file under
+    :data:`HASHED_FOLDERS` (any import suffix; folders followed through symlinks, as its
+    ``pkgutil.walk_packages`` does: an editable Triton links ``backends/nvidia``; ``__pycache__``
+    left out) and ``_C/libtriton.*``, in a fixed order."""
+    suffixes = tuple(importlib.machinery.all_suffixes())
     files = [triton_dir / "runtime" / "cache.py"]
     for sub in HASHED_FOLDERS:
-        for root, dirs, names in os.walk(triton_dir / sub):
-            dirs.sort()
-            files += [Path(root) / n for n in sorted(names) if n.endswith(".py")]
+        for root, dirs, names in os.walk(triton_dir / sub, followlinks=True):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            files += [Path(root) / n for n in sorted(names) if n.endswith(suffixes)]
     files += sorted((triton_dir / "_C").glob("libtriton.*"))
     return files
 
@@ -117,6 +121,8 @@ def install(key: str) -> None:
     def triton_key() -> str:
         return key
 
+    triton_key.__wrapped__ = original  # type: ignore[attr-defined]  (inspect.unwrap finds Triton's own)
+
     for name, module in list(sys.modules.items()):
         if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is original:
             module.triton_key = triton_key
@@ -145,19 +151,20 @@ def prepare(cache_dir: Path | None = None) -> bool:
 SPECIALIZATION_IMPORTS = ("triton.tools.tensor_descriptor", "triton.experimental.gluon.nvidia.hopper")
 
 
-def warm_backend() -> None:
+def warm_backend(device: int | None = None) -> None:
     """Create Triton's CUDA driver (its ``cuda_utils`` module, from Triton's cache), its compiler
     backend's hash (one ``ptxas --version`` a process) and the modules its argument specialization
     imports: per-process set-up that the first fused kernel's launch otherwise does on the loading
     thread (on the H200 that launch took 121-175 ms without this and 5-6 ms with it; the thread's
-    imports hold the GIL, so the weights' load beside it takes some of that back). Raises what
-    Triton raises (no CUDA device, no ``ptxas``)."""
-    import importlib
-
+    imports hold the GIL, so the weights' load beside it takes some of that back). ``device``: the
+    CUDA device index the model runs on (default: the current one). Raises what Triton raises (no
+    CUDA device, no ``ptxas``)."""
+    import torch
     from triton.compiler.compiler import make_backend
     from triton.runtime.driver import driver
 
-    make_backend(driver.active.get_current_target()).hash()
+    with torch.cuda.device(device):
+        make_backend(driver.active.get_current_target()).hash()
     for name in SPECIALIZATION_IMPORTS:
         try:
             importlib.import_module(name)
