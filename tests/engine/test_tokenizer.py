@@ -351,3 +351,18 @@ def test_chat_template_lookup_order(tmp_path, model_config_dir):
     assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == "Jhi"
     files["chat_template.json"] = json.dumps({"chat_template": "S{{ messages[0]['content'][0]['type'] }}"})
     assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == "Stext"
+
+
+def test_the_streaming_table_built_ahead_is_the_one_built_at_the_first_token(model_config_dir):
+    """``prepare_streaming`` (what load_components runs on its tokenizer thread) builds the very table
+    the first streamed token would build, and a stream through it decodes the whole vocabulary."""
+    lazy, ready = Tokenizer.from_pretrained(model_config_dir), Tokenizer.from_pretrained(model_config_dir)
+    ready.prepare_streaming()
+    table = ready._token_bytes
+    assert table is not None and lazy._token_bytes is None
+    assert [lazy.token_bytes(i) for i in range(lazy.vocab_size)] == table
+    ready.prepare_streaming()
+    assert ready._token_bytes is table  # built once
+    ids = list(range(ready.vocab_size))
+    stream = StreamingDetokenizer(ready)
+    assert "".join(stream.add(t) for t in ids) + stream.flush() == ready.decode(ids)
