@@ -221,3 +221,34 @@ print(len([m for m in set(sys.modules) - before if m.startswith("triton")]))
     counts = {how: int(subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, cwd=root,
                                       check=True, timeout=120).stdout.strip()) for how in ("warm", "cold")}
     assert counts["warm"] == 0 and counts["cold"] > 5, counts
+
+
+@needs_triton
+def test_warm_backend_hashes_the_current_devices_backend_and_imports(monkeypatch):
+    """Without a device index (a model on plain ``cuda``) the current device's target is used; the
+    backend's hash and the specialization imports are made. (Triton's driver and backend are fakes:
+    no GPU here.)"""
+    import importlib
+
+    import triton.compiler.compiler as compiler
+    from triton.runtime.driver import driver
+
+    calls = []
+
+    class Backend:
+        def hash(self):
+            calls.append("hash")
+
+    class Active:
+        def get_current_target(self):
+            calls.append("target")
+            return "sm_90"
+
+    monkeypatch.setattr(driver, "_active", Active())
+    monkeypatch.setattr(compiler, "make_backend", lambda target: calls.append(target) or Backend())
+    imported = []
+    real_import = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name: imported.append(name) or real_import(name))
+    tk.warm_backend(None)
+    assert calls == ["target", "sm_90", "hash"]
+    assert imported == list(tk.SPECIALIZATION_IMPORTS)

@@ -14,6 +14,7 @@ kernels compiled with and without this cache share Triton's disk cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
@@ -163,7 +164,8 @@ def warm_backend(device: int | None = None) -> None:
     from triton.compiler.compiler import make_backend
     from triton.runtime.driver import driver
 
-    with torch.cuda.device(device):
+    # torch.cuda.device(None) raises on torch 2.13: no device given, the current one stays.
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
         make_backend(driver.active.get_current_target()).hash()
     for name in SPECIALIZATION_IMPORTS:
         try:
