@@ -303,9 +303,9 @@ class Tokenizer:
 
     def _byte_table(self) -> list[bytes]:
         """Every id's bytes (see :meth:`token_bytes`). One ``str.translate`` per token (C) instead of
-        a join over its characters in Python: the table is built at the first streamed token, on
-        CUDA during the load-time warm-up, and for a 49k vocabulary this takes 49 instead of 100 ms
-        (this project's 2-core CPU). Each character becomes a latin-1 character standing for its
+        a join over its characters in Python: for a 49k vocabulary this takes 49 instead of 100 ms
+        (this project's 2-core CPU), on the loading thread (:meth:`prepare_streaming`) or else at
+        the first streamed token. Each character becomes a latin-1 character standing for its
         byte(s): a table character its byte, any other its UTF-8 bytes."""
         tokens = [""] * self.vocab_size
         for token, i in self._tok.get_vocab(with_added_tokens=True).items():

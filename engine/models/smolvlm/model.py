@@ -33,7 +33,7 @@ VISION_TILE_CHUNK = 4
 VISION_TILE_CHUNK_GPU = 4
 # The chunk sizes captured as CUDA graphs. A photo is rows x cols + 1 tiles (13 and 17 at the usual
 # sizes), so its last chunk of 4 is mostly 1 tile; a chunk of 2 or 3 runs the 4-tile graph. On the
-# H200 that took 40-80 ms off every load (two captures fewer) and adds 0.4-1.2 ms to a photo of
+# H200 that took 30-80 ms off every load (two captures fewer) and adds 0.4-1.2 ms to a photo of
 # 2, 3, 7 or 10 tiles (a tile is ~0.6 ms of the tower; docs/BENCHMARKS.md, session 32).
 VISION_GRAPH_SIZES_GPU = (1, VISION_TILE_CHUNK_GPU)
 # With a progress/cancel callback on the CPU, one tile per call: the callback runs inside each
