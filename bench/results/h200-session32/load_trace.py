@@ -46,7 +46,7 @@ def main():
         smodel.VISION_GRAPH_SIZES_GPU = tuple(int(x) for x in a.vision_sizes.split(","))
     if a.no_prewarm:
         import engine.models.llama.triton_key as tk
-        tk.warm_backend = lambda: None
+        tk.warm_backend = lambda *args: None
     if a.key_file:
         import triton.runtime.cache as tc
         key = open(a.key_file).read()
