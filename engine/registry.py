@@ -140,14 +140,6 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     return model
 
 
-def _tokenizer_for_streaming(folder: Path):
-    from engine.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer.from_pretrained(folder)
-    tokenizer.prepare_streaming()
-    return tokenizer
-
-
 def load_components(path_or_repo_id: str | Path, device: str | torch.device | None = None,
                     dtype: str | torch.dtype | None = None, weights: str | None = None):
     """Model, tokenizer and processor (``None`` for text-only models) of one checkpoint folder or Hub
@@ -156,13 +148,13 @@ def load_components(path_or_repo_id: str | Path, device: str | torch.device | No
     from concurrent.futures import ThreadPoolExecutor
 
     from engine.sources import resolve_source
+    from engine.tokenizer import Tokenizer
 
     source = resolve_source(path_or_repo_id)
-    # The tokenizer loads on a thread while the weights are read and copied to the device, with the
-    # table its streamed decoding reads (else built at the first answer's first token). A model
+    # The tokenizer loads on a thread while the weights are read and copied to the device. A model
     # that fails to load is reported first, as before.
     with ThreadPoolExecutor(1, thread_name_prefix="smolchat-tokenizer") as pool:
-        tokenizer = pool.submit(_tokenizer_for_streaming, source.folder)
+        tokenizer = pool.submit(Tokenizer.from_pretrained, source.folder)
         model = load_model(source, device, dtype, weights)
         processor = model_package(model.metadata.model_type).load_processor(source.folder, model.metadata)
         if processor is not None and model.device.type == "cuda" and hasattr(processor, "resize_device"):

@@ -97,6 +97,20 @@ def _bytes_to_unicode() -> dict[int, str]:
 _CHAR_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
 
 
+class _ByteLevelToLatin1(dict):
+    """``str.translate`` table from a byte-level token's characters to latin-1 characters, one per
+    byte: a character of GPT-2's table stands for its byte; any other character (only in added
+    tokens) for its own UTF-8 bytes, added on first use."""
+
+    def __missing__(self, code: int) -> str:
+        value = chr(code).encode("utf-8").decode("latin-1")
+        self[code] = value
+        return value
+
+
+_TO_LATIN1 = _ByteLevelToLatin1({ord(c): chr(b) for c, b in _CHAR_TO_BYTE.items()})
+
+
 def _load_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -201,7 +215,11 @@ class Tokenizer:
             for key, value in (special_tokens_map or {}).items()
             if isinstance(value, (str, dict))
         }
-        specials = {tok.content: idx for idx, tok in tokenizer.get_added_tokens_decoder().items() if tok.special}
+        added = tokenizer.get_added_tokens_decoder()
+        # Added tokens, special or not, decode to their own text (tokenizers does not run them through
+        # the byte-level decoder): token_bytes gives their UTF-8.
+        self._added_ids = frozenset(added)
+        specials = {tok.content: idx for idx, tok in added.items() if tok.special}
         self._special_ids = specials
         self.special_ids = frozenset(specials.values())
         pattern = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
@@ -222,7 +240,7 @@ class Tokenizer:
         self._nonce = secrets.token_hex(8)
         self._marker_re = re.compile(f"\ue000{self._nonce}:(\\d+)\ue001")
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-        self._token_bytes: list[bytes] | None = None
+        self._token_bytes: dict[int, bytes] = {}  # token_bytes' results, by id
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike) -> Tokenizer:
@@ -285,38 +303,26 @@ class Tokenizer:
         return self._tok.token_to_id(token)
 
     def token_bytes(self, idx: int) -> bytes:
-        """The raw UTF-8 bytes token ``idx`` stands for (special tokens: their text).
+        """The raw UTF-8 bytes token ``idx`` stands for (added tokens, special or not: their text; an
+        id without a token: ``b""``).
 
         Mirrors tokenizers' ``ByteLevel`` decoder: each character maps back through GPT-2's byte
-        table, characters outside it (only in added tokens) contribute their own UTF-8.
+        table, a character outside it contributes its own UTF-8. Computed
+        for the ids a stream meets, ~2 us each, and kept: a table of the whole vocabulary cost 49-99
+        ms of a load's GIL time for a 49k vocabulary (this project's 2-core CPU).
+
+        Raises:
+            IndexError: ``idx`` is not in ``[0, vocab_size)``.
         """
-        if self._token_bytes is None:
-            self._token_bytes = self._byte_table()
-        return self._token_bytes[idx]
-
-    def prepare_streaming(self) -> None:
-        """Build the id -> bytes table that streamed decoding reads (:meth:`token_bytes`) now, e.g. on
-        a loading thread, instead of at the first streamed token (a 49k vocabulary: 49-99 ms on this
-        project's 2-core CPU)."""
-        if self._token_bytes is None:
-            self._token_bytes = self._byte_table()
-
-    def _byte_table(self) -> list[bytes]:
-        """Every id's bytes (see :meth:`token_bytes`). One ``str.translate`` per token (C) instead of
-        a join over its characters in Python: for a 49k vocabulary this takes 49 instead of 100 ms
-        (this project's 2-core CPU), on the loading thread (:meth:`prepare_streaming`) or else at
-        the first streamed token. Each character becomes a latin-1 character standing for its
-        byte(s): a table character its byte, any other its UTF-8 bytes."""
-        tokens = [""] * self.vocab_size
-        for token, i in self._tok.get_vocab(with_added_tokens=True).items():
-            if 0 <= i < self.vocab_size:
-                tokens[i] = token
-        chars = set("".join(tokens))
-        to_latin1 = {ord(c): chr(_CHAR_TO_BYTE[c]) if c in _CHAR_TO_BYTE else c.encode("utf-8").decode("latin-1")
-                     for c in chars}
-        special = self.special_ids
-        return [t.encode("utf-8") if i in special else t.translate(to_latin1).encode("latin-1")
-                for i, t in enumerate(tokens)]
+        cached = self._token_bytes.get(idx)
+        if cached is not None:
+            return cached
+        if not 0 <= idx < self.vocab_size:
+            raise IndexError(f"token id {idx} is outside the vocabulary (size {self.vocab_size})")
+        token = self._tok.id_to_token(idx) or ""
+        cached = token.encode("utf-8") if idx in self._added_ids else token.translate(_TO_LATIN1).encode("latin-1")
+        self._token_bytes[idx] = cached
+        return cached
 
     # -- chat ---------------------------------------------------------------------------------------
 

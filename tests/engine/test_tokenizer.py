@@ -251,7 +251,7 @@ def test_streaming_random_ids_equal_full_decode(tokenizer):
 
 
 def test_streaming_every_id_equals_full_decode(tokenizer):
-    # The whole vocabulary once, in order and shuffled: every entry of the byte table is checked.
+    # The whole vocabulary once, in order and shuffled: every id's bytes are checked.
     ids = list(range(tokenizer.vocab_size))
     for order in (ids, random.Random(1).sample(ids, len(ids))):
         stream = StreamingDetokenizer(tokenizer)
@@ -353,16 +353,42 @@ def test_chat_template_lookup_order(tmp_path, model_config_dir):
     assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == "Stext"
 
 
-def test_the_streaming_table_built_ahead_is_the_one_built_at_the_first_token(model_config_dir):
-    """``prepare_streaming`` (what load_components runs on its tokenizer thread) builds the very table
-    the first streamed token would build, and a stream through it decodes the whole vocabulary."""
-    lazy, ready = Tokenizer.from_pretrained(model_config_dir), Tokenizer.from_pretrained(model_config_dir)
-    ready.prepare_streaming()
-    table = ready._token_bytes
-    assert table is not None and lazy._token_bytes is None
-    assert [lazy.token_bytes(i) for i in range(lazy.vocab_size)] == table
-    ready.prepare_streaming()
-    assert ready._token_bytes is table  # built once
-    ids = list(range(ready.vocab_size))
-    stream = StreamingDetokenizer(ready)
-    assert "".join(stream.add(t) for t in ids) + stream.flush() == ready.decode(ids)
+def _gpt2_bytes(token: str) -> bytes:
+    """A byte-level token's bytes, character by character (GPT-2's table; other characters: UTF-8)."""
+    from engine.tokenizer import _CHAR_TO_BYTE
+
+    return b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode("utf-8") for c in token)
+
+
+def test_token_bytes_of_the_whole_vocabulary(model_config_dir):
+    """Each id's bytes through GPT-2's byte table (added tokens: their text), computed when first
+    asked for and kept (streams of the whole vocabulary: test_streaming_every_id_equals_full_decode)."""
+    tok = Tokenizer.from_pretrained(model_config_dir)
+    assert tok._token_bytes == {}  # nothing computed at load
+    vocab = tok._tok.get_vocab(with_added_tokens=True)
+    assert len(vocab) == tok.vocab_size
+    for token, i in vocab.items():
+        assert tok.token_bytes(i) == (token.encode("utf-8") if i in tok._added_ids else _gpt2_bytes(token)), (i, token)
+    assert tok.token_bytes(198) == b"\n" and tok.token_bytes(tok.token_to_id("<image>")) == b"<image>"
+    assert tok.token_bytes(1234) is tok.token_bytes(1234)  # kept
+    for bad in (-1, tok.vocab_size):
+        with pytest.raises(IndexError, match="outside the vocabulary"):
+            tok.token_bytes(bad)
+
+
+def test_token_bytes_of_added_tokens_that_are_not_special(model_config_dir):
+    """An added token that is not special decodes to its own text, as tokenizers decodes it: its
+    characters are not read through GPT-2's byte table ("ï" is in that table, as byte 0xEF)."""
+    from tokenizers import Tokenizer as HfTokenizer
+
+    hf = HfTokenizer.from_file(str(model_config_dir / "tokenizer.json"))
+    hf.add_tokens(["日本語", "naïve€"])
+    tok = Tokenizer(hf, None)
+    ja, naive = tok.token_to_id("日本語"), tok.token_to_id("naïve€")
+    assert ja not in tok.special_ids and naive not in tok.special_ids
+    assert tok.token_bytes(ja) == "日本語".encode()
+    assert tok.token_bytes(naive) == "naïve€".encode()
+    ids = tok.encode("x 日本語 naïve€ y")
+    assert ja in ids and naive in ids
+    stream = StreamingDetokenizer(tok)
+    assert "".join(stream.add(t) for t in ids) + stream.flush() == tok.decode(ids) == "x 日本語 naïve€ y"
