@@ -97,18 +97,13 @@ def _bytes_to_unicode() -> dict[int, str]:
 _CHAR_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
 
 
-class _ByteLevelToLatin1(dict):
-    """``str.translate`` table from a byte-level token's characters to latin-1 characters, one per
-    byte: a character of GPT-2's table stands for its byte; any other character (only in added
-    tokens) for its own UTF-8 bytes, added on first use."""
-
-    def __missing__(self, code: int) -> str:
-        value = chr(code).encode("utf-8").decode("latin-1")
-        self[code] = value
-        return value
-
-
-_TO_LATIN1 = _ByteLevelToLatin1({ord(c): chr(b) for c, b in _CHAR_TO_BYTE.items()})
+# ``str.translate`` table from a byte-level token's characters to latin-1 characters, one per byte.
+# Characters outside GPT-2's table map to U+0100, which latin-1 cannot encode: tokenizers'
+# ``ByteLevel`` decoder reads a token as bytes only when every character is in the table, and takes
+# it as its own UTF-8 text otherwise (tokenizers 0.23, ``decoders/byte_level.rs``), for added and
+# special tokens too.
+_TO_LATIN1 = {ord(c): chr(b) for c, b in _CHAR_TO_BYTE.items()}
+_TO_LATIN1.update({i: "\u0100" for i in range(256) if chr(i) not in _CHAR_TO_BYTE})
 
 
 def _load_json(path: Path) -> dict:
@@ -216,9 +211,6 @@ class Tokenizer:
             if isinstance(value, (str, dict))
         }
         added = tokenizer.get_added_tokens_decoder()
-        # Added tokens, special or not, decode to their own text (tokenizers does not run them through
-        # the byte-level decoder): token_bytes gives their UTF-8.
-        self._added_ids = frozenset(added)
         specials = {tok.content: idx for idx, tok in added.items() if tok.special}
         self._special_ids = specials
         self.special_ids = frozenset(specials.values())
@@ -303,13 +295,14 @@ class Tokenizer:
         return self._tok.token_to_id(token)
 
     def token_bytes(self, idx: int) -> bytes:
-        """The raw UTF-8 bytes token ``idx`` stands for (added tokens, special or not: their text; an
-        id without a token: ``b""``).
+        """The raw bytes token ``idx`` stands for (an id without a token: ``b""``).
 
-        Mirrors tokenizers' ``ByteLevel`` decoder: each character maps back through GPT-2's byte
-        table, a character outside it contributes its own UTF-8. Computed
-        for the ids a stream meets, ~2 us each, and kept: a table of the whole vocabulary cost 49-99
-        ms of a load's GIL time for a 49k vocabulary (this project's 2-core CPU).
+        Mirrors tokenizers' ``ByteLevel`` decoder, which every token goes through, added and special
+        ones too: a token whose characters are all in GPT-2's byte table stands for those bytes
+        (``"Ġhi"`` -> ``b" hi"``); a token with any other character stands for its own UTF-8
+        (``"<|spé€|>"``, ``"naïve€"``). Computed for the ids a stream meets, ~2 us each, and kept:
+        a table of the whole vocabulary cost 49-99 ms of a load's GIL time for a 49k vocabulary
+        (this project's 2-core CPU).
 
         Raises:
             IndexError: ``idx`` is not in ``[0, vocab_size)``.
@@ -320,7 +313,10 @@ class Tokenizer:
         if not 0 <= idx < self.vocab_size:
             raise IndexError(f"token id {idx} is outside the vocabulary (size {self.vocab_size})")
         token = self._tok.id_to_token(idx) or ""
-        cached = token.encode("utf-8") if idx in self._added_ids else token.translate(_TO_LATIN1).encode("latin-1")
+        try:
+            cached = token.translate(_TO_LATIN1).encode("latin-1")
+        except UnicodeEncodeError:  # a character outside the table: the token is its own text
+            cached = token.encode("utf-8")
         self._token_bytes[idx] = cached
         return cached
 

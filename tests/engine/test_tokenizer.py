@@ -353,42 +353,61 @@ def test_chat_template_lookup_order(tmp_path, model_config_dir):
     assert _template_folder(tmp_path, model_config_dir, files).apply_chat_template(messages) == "Stext"
 
 
-def _gpt2_bytes(token: str) -> bytes:
-    """A byte-level token's bytes, character by character (GPT-2's table; other characters: UTF-8)."""
-    from engine.tokenizer import _CHAR_TO_BYTE
-
-    return b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode("utf-8") for c in token)
+def _library_text(hf, ids) -> str:
+    return hf.decode(ids, skip_special_tokens=False)
 
 
 def test_token_bytes_of_the_whole_vocabulary(model_config_dir):
-    """Each id's bytes through GPT-2's byte table (added tokens: their text), computed when first
-    asked for and kept (streams of the whole vocabulary: test_streaming_every_id_equals_full_decode)."""
+    """Each id's bytes decode as tokenizers decodes the id alone (lossy UTF-8 of a lone byte
+    included); computed when first asked for and kept (streams of the whole vocabulary:
+    test_streaming_every_id_equals_full_decode)."""
+    from tokenizers import Tokenizer as HfTokenizer
+
     tok = Tokenizer.from_pretrained(model_config_dir)
+    hf = HfTokenizer.from_file(str(model_config_dir / "tokenizer.json"))  # an independent reference
     assert tok._token_bytes == {}  # nothing computed at load
-    vocab = tok._tok.get_vocab(with_added_tokens=True)
-    assert len(vocab) == tok.vocab_size
-    for token, i in vocab.items():
-        assert tok.token_bytes(i) == (token.encode("utf-8") if i in tok._added_ids else _gpt2_bytes(token)), (i, token)
+    assert hf.get_vocab_size(with_added_tokens=True) == tok.vocab_size
+    for i in range(tok.vocab_size):
+        assert tok.token_bytes(i).decode("utf-8", errors="replace") == _library_text(hf, [i]), i
     assert tok.token_bytes(198) == b"\n" and tok.token_bytes(tok.token_to_id("<image>")) == b"<image>"
+    assert tok.token_bytes(tok.token_to_id("Ġthe")) == b" the"
+    assert tok.token_bytes(tok.token_to_id("Ã")) == b"\xc3"  # half a character: a byte, not "Ã"
     assert tok.token_bytes(1234) is tok.token_bytes(1234)  # kept
     for bad in (-1, tok.vocab_size):
         with pytest.raises(IndexError, match="outside the vocabulary"):
             tok.token_bytes(bad)
 
 
-def test_token_bytes_of_added_tokens_that_are_not_special(model_config_dir):
-    """An added token that is not special decodes to its own text, as tokenizers decodes it: its
-    characters are not read through GPT-2's byte table ("ï" is in that table, as byte 0xEF)."""
+# Added tokens go through tokenizers' ByteLevel decoder like any other: read as bytes when every
+# character is in GPT-2's byte table, as their own UTF-8 when one is not.
+ADDED_TOKENS = {
+    "日本語": "日本語".encode(),
+    "naïve€": "naïve€".encode(),  # "€" is outside the table, so "ï" stays "ï"
+    "çé": b"\xe7\xe9",  # both in the table: two bytes that are not UTF-8
+    "ĉtab": b"\ttab",
+    "Ġhello": b" hello",
+    "a b": b"a b",  # the space is outside the table
+}
+SPECIAL_TOKENS = {"<|spé€ial|>": "<|spé€ial|>".encode(), "<|Ġsp|>": b"<| sp|>"}
+
+
+def test_token_bytes_of_added_and_special_tokens_as_tokenizers_decodes_them(model_config_dir):
     from tokenizers import Tokenizer as HfTokenizer
 
     hf = HfTokenizer.from_file(str(model_config_dir / "tokenizer.json"))
-    hf.add_tokens(["日本語", "naïve€"])
+    hf.add_tokens(list(ADDED_TOKENS))
+    hf.add_special_tokens(list(SPECIAL_TOKENS))
+    reference = HfTokenizer.from_str(hf.to_str())
     tok = Tokenizer(hf, None)
-    ja, naive = tok.token_to_id("日本語"), tok.token_to_id("naïve€")
-    assert ja not in tok.special_ids and naive not in tok.special_ids
-    assert tok.token_bytes(ja) == "日本語".encode()
-    assert tok.token_bytes(naive) == "naïve€".encode()
-    ids = tok.encode("x 日本語 naïve€ y")
-    assert ja in ids and naive in ids
+    for token, expected in {**ADDED_TOKENS, **SPECIAL_TOKENS}.items():
+        i = tok.token_to_id(token)
+        assert (i in tok.special_ids) == (token in SPECIAL_TOKENS), token
+        assert tok.token_bytes(i) == expected, token
+        assert expected.decode("utf-8", errors="replace") == _library_text(reference, [i]), token
+    text = "x 日本語 naïve€ y<|spé€ial|>ĉtab çé Ġhello<|Ġsp|>"
+    ids = tok.encode(text, allow_special=True)
+    assert all(tok.token_to_id(t) in ids for t in (*ADDED_TOKENS, *SPECIAL_TOKENS) if t != "a b")
     stream = StreamingDetokenizer(tok)
-    assert "".join(stream.add(t) for t in ids) + stream.flush() == tok.decode(ids) == "x 日本語 naïve€ y"
+    streamed = "".join(stream.add(t) for t in ids) + stream.flush()
+    assert streamed == tok.decode(ids) == _library_text(reference, ids)
+    assert "\ttab" in streamed and "<| sp|>" in streamed and "naïve€" in streamed
