@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import sys
 import threading
 
 import torch
@@ -40,6 +42,32 @@ def choose_device(preference: str | torch.device | None = None) -> torch.device:
     if kind not in ("cuda", "mps", "cpu"):
         raise EngineError(f"unknown device {preference!r} (use auto, cuda, mps or cpu)")
     return torch.device(preference)
+
+
+#: The CUDA driver's library, by platform (what the CUDA runtime itself opens).
+CUDA_DRIVER_LIBRARY = {"linux": "libcuda.so.1", "win32": "nvcuda.dll"}
+
+
+def start_cuda_driver(preference: str | torch.device | None = None) -> bool:
+    """Start the CUDA driver (``cuInit``) through ctypes when ``preference`` may choose CUDA
+    (``None``/``"auto"``/a CUDA device) and this PyTorch build has CUDA.
+
+    torch's first CUDA query (``torch.cuda.is_available``, in :func:`choose_device`) starts the driver
+    itself, 0.18-0.34 s on the H200's host, and the model's construction on the meta device on
+    another thread did not get past its first torch calls until that query returned (measured:
+    docs/BENCHMARKS.md, session 34). Through ctypes (which releases the GIL and holds none of torch's
+    locks) the construction runs beside it, and torch's query afterwards returns at once. Returns
+    whether ``cuInit`` succeeded; never raises (no driver: torch's query finds that out itself)."""
+    kind = preference.type if isinstance(preference, torch.device) else str(preference or "auto").split(":")[0]
+    if kind not in ("auto", "cuda") or torch.version.cuda is None or torch.cuda.is_initialized():
+        return False
+    name = CUDA_DRIVER_LIBRARY.get(sys.platform)
+    if name is None:
+        return False
+    try:
+        return ctypes.CDLL(name).cuInit(0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def start_device_init(device: torch.device) -> None:

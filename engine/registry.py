@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -113,31 +115,58 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
         ModelLoadError: (and subclasses) the folder, config or tensors are unusable.
         EngineError: the device, dtype or weights option is not available.
     """
-    from engine.device import choose_device, choose_dtype
+    import torch
+
+    from engine.device import choose_dtype
     from engine.sources import ModelSource, resolve_source
 
     weights = resolve_weights(weights)
     source = path_or_repo_id if isinstance(path_or_repo_id, ModelSource) else resolve_source(path_or_repo_id)
     meta = source.metadata()
-    dev = choose_device(device)
-    if dev.type == "cpu":
-        # Find or build the native CPU decode step while the weights load (a first-ever build takes
-        # a second or two on a background thread; decoding stays eager until it is ready).
-        from engine.native import start
-
-        start()
-    elif dev.type == "cuda":  # likewise the CUDA context, and Triton's key, which the first fused kernel needs
-        from engine.device import start_device_init
-        from engine.models.llama.static_decode import start_triton_key
-
-        start_device_init(dev)
-        start_triton_key(dev)
-    model = model_class(meta.model_type).load(source, dev, choose_dtype(dev, dtype))
-    if weights == "int4" or (weights == "int8" and dev.type == "cpu"):
+    if dtype not in (None, "", "auto"):
+        dtype = choose_dtype(torch.device("cpu"), dtype)  # a named dtype is the same on every device
+    device_chosen = _choose_device_in_background(device)
+    model = model_class(meta.model_type).load(source, device_chosen.result, dtype)
+    if weights == "int4" or (weights == "int8" and model.device.type == "cpu"):
         from engine.layers.linear import quantize_weights
 
         quantize_weights(model, weights, inplace=True)
     return model
+
+
+def _choose_device_in_background(preference: str | torch.device | None) -> Future[torch.device]:
+    """:func:`engine.device.choose_device` on a thread, which then starts what that device does beside
+    the weights' load; the future gives the device (or choose_device's EngineError).
+
+    Asking for CUDA starts the driver (``cuInit``: 0.18-0.34 s on the H200's host; here through
+    :func:`engine.device.start_cuda_driver`, so that nothing else waits for it), and the model's
+    construction on the meta device needs no device: it runs meanwhile."""
+    import engine.device
+
+    chosen: Future[torch.device] = Future()
+
+    def run() -> None:
+        try:
+            engine.device.start_cuda_driver(preference)
+            dev = engine.device.choose_device(preference)
+            if dev.type == "cpu":
+                # Find or build the native CPU decode step while the weights load (a first-ever build
+                # takes a second or two on a background thread; decoding stays eager until it is ready).
+                from engine.native import start
+
+                start()
+            elif dev.type == "cuda":  # likewise the CUDA context, and Triton's key, which the first fused kernel needs
+                from engine.models.llama.static_decode import start_triton_key
+
+                engine.device.start_device_init(dev)
+                start_triton_key(dev)
+        except BaseException as exc:  # noqa: BLE001 - raised on the loading thread by result()
+            chosen.set_exception(exc)
+        else:
+            chosen.set_result(dev)
+
+    threading.Thread(target=run, name="smolchat-device", daemon=True).start()
+    return chosen
 
 
 def load_components(path_or_repo_id: str | Path, device: str | torch.device | None = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Self, TypeVar
 
 import torch
@@ -52,11 +52,15 @@ class GenerativeModel(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def load(cls, source: ModelSource, device: torch.device, dtype: torch.dtype | None = None) -> Self:
-        """Build the model from ``source`` on ``device``.
+    def load(cls, source: ModelSource, device: torch.device | Callable[[], torch.device],
+             dtype: torch.dtype | None = None) -> Self:
+        """Build the model from ``source`` on ``device``: a ``torch.device``, or a callable that returns
+        one, called when the model needs it (``load_model`` chooses the device while the model is
+        built). ``dtype``: ``None`` for the device's default (:func:`engine.device.choose_dtype`).
 
         Raises:
             ModelLoadError: a tensor is missing, mis-shaped or unreadable.
+            EngineError: what the ``device`` callable raises (the device asked for is not available).
         """
 
     @classmethod

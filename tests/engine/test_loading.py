@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.api.errors import ConfigError, ModelLoadError, UnsupportedModelError
+from engine.api.errors import ConfigError, EngineError, ModelLoadError, UnsupportedModelError
 from engine.cache import CacheConfig
 from engine.registry import load_model, read_metadata
 from engine.sources import LocalDirSource
@@ -41,6 +45,89 @@ def test_sharded_checkpoint_equals_single_file(tiny_checkpoint, tmp_path):
     # Same tensors; a matmul may still take another kernel path for differently aligned buffers
     # (seen on an AVX-512 EPYC): equal within float32 rounding, not necessarily bit for bit.
     torch.testing.assert_close(_logits(a), _logits(b), rtol=0, atol=1e-5)
+
+
+def test_the_model_is_built_while_the_device_is_chosen(tiny_checkpoint, monkeypatch):
+    """choose_device (on CUDA: the driver's start-up, ~0.2-0.3 s without the GIL) runs beside the
+    model's construction on the meta device, not before it."""
+    import engine.device
+    from engine.models.smolvlm.model import SmolVlmModel
+
+    built = threading.Event()
+    seen = {}
+    choose_device, init = engine.device.choose_device, SmolVlmModel.__init__
+
+    def slow_choose_device(preference=None):
+        seen["built_first"] = built.wait(timeout=10)  # serially, the build would only start after this
+        return choose_device(preference)
+
+    def recording_init(self, *args, **kwargs):
+        seen["build_thread"] = threading.current_thread()
+        init(self, *args, **kwargs)
+        built.set()
+
+    monkeypatch.setattr(engine.device, "choose_device", slow_choose_device)
+    monkeypatch.setattr(SmolVlmModel, "__init__", recording_init)
+    model = load_model(tiny_checkpoint, device="cpu")
+    assert seen == {"built_first": True, "build_thread": threading.main_thread()}
+    assert model.device == torch.device("cpu") and model.dtype == torch.float32
+    torch.testing.assert_close(_logits(model), _logits(load_model(tiny_checkpoint, device="cpu")), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a machine without an Apple GPU")
+def test_an_unavailable_device_or_unknown_dtype_is_an_engine_error(tiny_checkpoint):
+    with pytest.raises(EngineError, match="device 'mps' was requested but the Apple GPU"):
+        load_model(tiny_checkpoint, device="mps")
+    with pytest.raises(EngineError, match="unknown dtype 'float8'"):
+        load_model(tiny_checkpoint, device="cpu", dtype="float8")
+    assert load_model(tiny_checkpoint, device="cpu", dtype="bfloat16").dtype == torch.bfloat16
+
+
+def test_start_cuda_driver_only_where_cuda_may_be_chosen(monkeypatch):
+    """cuInit is called for auto or CUDA preferences of a CUDA build, never for CPU or MPS, and a
+    missing driver library is not an error (torch's own query reports it)."""
+    import engine.device as device
+
+    opened = []
+
+    class Driver:
+        def __init__(self, name):
+            opened.append(name)
+            if name == "missing":
+                raise OSError(f"{name}: cannot open shared object file")
+
+        def cuInit(self, flags):  # noqa: N802 - the driver's name
+            assert flags == 0
+            return 0
+
+    monkeypatch.setattr(device.ctypes, "CDLL", Driver)
+    monkeypatch.setattr(device, "CUDA_DRIVER_LIBRARY", {sys.platform: "driver"})
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    for preference in ("cpu", torch.device("cpu"), "mps", torch.device("mps")):
+        assert device.start_cuda_driver(preference) is False
+    assert opened == []
+    for preference in (None, "", "auto", "cuda", "cuda:1", torch.device("cuda", 0)):
+        assert device.start_cuda_driver(preference) is True
+    assert opened == ["driver"] * 6
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # torch has done it already
+    assert device.start_cuda_driver("cuda") is False and len(opened) == 6
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(device, "CUDA_DRIVER_LIBRARY", {sys.platform: "missing"})
+    assert device.start_cuda_driver("auto") is False
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build of torch
+    assert device.start_cuda_driver("auto") is False and opened == ["driver"] * 6 + ["missing"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA driver")
+def test_start_cuda_driver_starts_the_driver_before_torch_asks():
+    """In a fresh process: cuInit through ctypes succeeds, torch is not initialised by it, and
+    torch's own query then finds the GPU."""
+    code = ("import torch; from engine.device import start_cuda_driver; ok = start_cuda_driver('auto'); "
+            "print(ok, torch.cuda.is_initialized(), torch.cuda.is_available())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
 
 
 def test_missing_tensor_is_named(broken):

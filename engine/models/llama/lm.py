@@ -37,8 +37,10 @@ class LlamaLM:
     def _assign_checkpoint(cls, source, device, dtype, embed_key: str):
         """Build ``cls`` on the ``meta`` device and assign ``source``'s tensors to it (strict names and
         shapes, :func:`engine.validate.check_state`); a tied ``lm_head`` shares ``embed_key``'s tensor.
-        Returns ``(model, device, dtype)``, the model in eval mode without gradients; callers fuse,
-        convert and move it.
+        ``device`` may be a callable that returns it, called after that (``load_model`` chooses the
+        device on a thread meanwhile); ``dtype``: ``None`` for the device's default
+        (:func:`engine.device.choose_dtype`). Returns ``(model, device, dtype)``, the model in eval
+        mode without gradients; callers fuse, convert and move it.
 
         Raises:
             ModelLoadError: a tensor is missing, mis-shaped, not float, or has no place in this model.
@@ -47,8 +49,6 @@ class LlamaLM:
         from engine.validate import check_state
 
         meta = source.metadata()
-        device = torch.device(device)
-        dtype = dtype or choose_dtype(device)
         with torch.device("meta"):
             model = cls(meta)
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -61,7 +61,8 @@ class LlamaLM:
             model.lm_head.weight = model.decoder.embed_tokens.weight  # one tensor, as the checkpoint has
         model.eval()
         model.requires_grad_(False)
-        return model, device, dtype
+        device = torch.device(device() if callable(device) else device)
+        return model, device, choose_dtype(device, dtype)
 
     @property
     def device(self) -> torch.device:

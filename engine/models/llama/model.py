@@ -7,7 +7,7 @@ checkpoint's names and loading. It takes no images: ``embed_multimodal`` with im
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Self
 
 import torch
@@ -52,7 +52,8 @@ class LlamaModel(LlamaLM, GenerativeModel, nn.Module):
         return state
 
     @classmethod
-    def load(cls, source: ModelSource, device: torch.device, dtype: torch.dtype | None = None) -> Self:
+    def load(cls, source: ModelSource, device: torch.device | Callable[[], torch.device],
+             dtype: torch.dtype | None = None) -> Self:
         """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes),
         fuse the q/k/v and gate/up projections in ``dtype`` and move to ``device``.
 

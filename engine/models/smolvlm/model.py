@@ -103,7 +103,8 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
         return state
 
     @classmethod
-    def load(cls, source: ModelSource, device: torch.device, dtype: torch.dtype | None = None) -> Self:
+    def load(cls, source: ModelSource, device: torch.device | Callable[[], torch.device],
+             dtype: torch.dtype | None = None) -> Self:
         """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes).
 
         Raises:
