@@ -36,6 +36,8 @@ TEXT_PROMPT = ("You are helping me plan a long trip across Europe by train next 
 
 def one_process(args) -> dict:
     """Runs in the child: load, answer 1-4, return the figures."""
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     sys.path.insert(0, str(REPO))
     t0 = time.perf_counter()
     from engine.api.events import DoneEvent, GenerationParams, TokenEvent
@@ -143,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", action="store_true", help="also time preprocess / prompt / vision / prefill / "
                     "decode per answer (synchronizing: slower)")
     ap.add_argument("--no-cli", action="store_true", help="skip the command-line runs")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="the GIL's switch interval (s) in the measured processes, set before the engine's imports")
     ap.add_argument("--out", required=True)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

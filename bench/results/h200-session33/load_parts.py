@@ -141,6 +141,8 @@ def main():
     import engine.device as device_mod
 
     wrap(device_mod, "choose_device")
+    if hasattr(device_mod, "start_cuda_driver"):  # session 34: cuInit through ctypes before choose_device
+        wrap(device_mod, "start_cuda_driver")
     wrap(registry, "load_model")
     from engine.tokenizer import Tokenizer
 
