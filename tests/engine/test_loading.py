@@ -48,8 +48,8 @@ def test_sharded_checkpoint_equals_single_file(tiny_checkpoint, tmp_path):
 
 
 def test_the_model_is_built_while_the_device_is_chosen(tiny_checkpoint, monkeypatch):
-    """choose_device (on CUDA: the driver's start-up, ~0.2-0.3 s without the GIL) runs beside the
-    model's construction on the meta device, not before it."""
+    """choose_device (on CUDA: the driver's start-up, 0.18-0.34 s on the H200's host) runs beside
+    the model's construction on the meta device, not before it."""
     import engine.device
     from engine.models.smolvlm.model import SmolVlmModel
 
