@@ -75,9 +75,21 @@ def test_the_model_is_built_while_the_device_is_chosen(tiny_checkpoint, monkeypa
 
 
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a machine without an Apple GPU")
-def test_an_unavailable_device_or_unknown_dtype_is_an_engine_error(tiny_checkpoint):
+def test_an_unavailable_device_or_unknown_dtype_is_an_engine_error(tiny_checkpoint, broken, monkeypatch):
     with pytest.raises(EngineError, match="device 'mps' was requested but the Apple GPU"):
         load_model(tiny_checkpoint, device="mps")
+    # Reported before the checkpoint's tensors are read: before a broken folder's own error, and
+    # without reading (for a GGUF file: dequantizing) any tensor.
+    state = load_file(broken / "model.safetensors")
+    del state["model.text_model.layers.1.mlp.up_proj.weight"]
+    save_file(state, broken / "model.safetensors")
+    monkeypatch.setattr(LocalDirSource, "tensors", lambda self: pytest.fail("tensors read"))
+    for device in ("mps", "nonsense"):
+        with pytest.raises(EngineError, match="mps' was requested|unknown device 'nonsense'"):
+            load_model(broken, device=device)
+    monkeypatch.undo()
+    with pytest.raises(ModelLoadError, match="missing"):
+        load_model(broken, device="cpu")
     with pytest.raises(EngineError, match="unknown dtype 'float8'"):
         load_model(tiny_checkpoint, device="cpu", dtype="float8")
     assert load_model(tiny_checkpoint, device="cpu", dtype="bfloat16").dtype == torch.bfloat16

@@ -37,8 +37,8 @@ class LlamaLM:
     def _assign_checkpoint(cls, source, device, dtype, embed_key: str):
         """Build ``cls`` on the ``meta`` device and assign ``source``'s tensors to it (strict names and
         shapes, :func:`engine.validate.check_state`); a tied ``lm_head`` shares ``embed_key``'s tensor.
-        ``device`` may be a callable that returns it, called after that (``load_model`` chooses the
-        device on a thread meanwhile); ``dtype``: ``None`` for the device's default
+        ``device`` may be a callable that returns it, called once the model is built, before the
+        tensors are read (``load_model`` chooses the device on a thread meanwhile); ``dtype``: ``None`` for the device's default
         (:func:`engine.device.choose_dtype`). Returns ``(model, device, dtype)``, the model in eval
         mode without gradients; callers fuse, convert and move it.
 
@@ -51,6 +51,10 @@ class LlamaLM:
         meta = source.metadata()
         with torch.device("meta"):
             model = cls(meta)
+        # The device before the checkpoint's tensors: one that is not available is reported before a
+        # broken folder's errors, and before a GGUF file is dequantized (seconds, gigabytes).
+        device = torch.device(device() if callable(device) else device)
+        dtype = choose_dtype(device, dtype)
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         state = cls.map_checkpoint(source.tensors(), meta)
         check_state(expected, state, str(source.folder))
@@ -61,8 +65,7 @@ class LlamaLM:
             model.lm_head.weight = model.decoder.embed_tokens.weight  # one tensor, as the checkpoint has
         model.eval()
         model.requires_grad_(False)
-        device = torch.device(device() if callable(device) else device)
-        return model, device, choose_dtype(device, dtype)
+        return model, device, dtype
 
     @property
     def device(self) -> torch.device:
