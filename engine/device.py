@@ -21,27 +21,35 @@ DTYPES = {
 
 
 def choose_device(preference: str | torch.device | None = None) -> torch.device:
-    """``None``/``"auto"`` picks CUDA, then MPS, then CPU.
+    """``None``/``"auto"`` picks CUDA, then MPS, then CPU; a name (``"cuda:1"``) or a ``torch.device``
+    is checked against this machine and this PyTorch build.
 
     Raises:
-        EngineError: an explicit device was asked for and is not available here.
+        EngineError: an explicit device was asked for and is not available here (no CUDA GPU, a
+            CUDA index beyond the GPUs present, no Apple GPU), or the name is not a device.
     """
-    if isinstance(preference, torch.device):
-        return preference
     if preference in (None, "", "auto"):
         if torch.cuda.is_available():
             return torch.device("cuda")
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    kind = str(preference).split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise EngineError("device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
-    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+    try:
+        device = torch.device(preference)
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None or device.type not in ("cuda", "mps", "cpu"):
+        raise EngineError(f"unknown device {str(preference)!r} (use auto, cuda, mps or cpu)")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EngineError("device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            present = "1 CUDA GPU (cuda:0)" if count == 1 else f"{count} CUDA GPUs (cuda:0 to cuda:{count - 1})"
+            raise EngineError(f"device {str(device)!r} was requested but this machine has {present}")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise EngineError("device 'mps' was requested but the Apple GPU (MPS) is not available")
-    if kind not in ("cuda", "mps", "cpu"):
-        raise EngineError(f"unknown device {preference!r} (use auto, cuda, mps or cpu)")
-    return torch.device(preference)
+    return device
 
 
 #: The CUDA driver's library, by platform (what the CUDA runtime itself opens).

@@ -95,6 +95,38 @@ def test_an_unavailable_device_or_unknown_dtype_is_an_engine_error(tiny_checkpoi
     assert load_model(tiny_checkpoint, device="cpu", dtype="bfloat16").dtype == torch.bfloat16
 
 
+def test_choose_device_checks_names_and_device_objects_alike(monkeypatch):
+    """A ``torch.device`` is checked as its name is: an unavailable GPU or a CUDA index beyond the
+    GPUs present is an EngineError at the load, not a failure at the first weight's copy."""
+    import engine.device as device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    for preference in ("cuda", "cuda:0", torch.device("cuda"), torch.device("cuda", 1)):
+        with pytest.raises(EngineError, match="device 'cuda' was requested but this PyTorch build sees no CUDA GPU"):
+            device.choose_device(preference)
+    for preference in ("mps", torch.device("mps")):
+        with pytest.raises(EngineError, match="device 'mps' was requested but the Apple GPU"):
+            device.choose_device(preference)
+    for preference in ("gpu", "CUDA", "meta", "cuda:x", torch.device("meta")):
+        with pytest.raises(EngineError, match="unknown device '(gpu|CUDA|meta|cuda:x)' "):
+            device.choose_device(preference)
+    assert device.choose_device(None) == device.choose_device("auto") == torch.device("cpu")
+    assert device.choose_device(torch.device("cpu")) == device.choose_device("cpu") == torch.device("cpu")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert device.choose_device("auto") == torch.device("cuda")
+    assert device.choose_device("cuda:1") == device.choose_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    for preference in ("cuda:2", torch.device("cuda", 7)):
+        with pytest.raises(EngineError, match=r"device 'cuda:[27]' was requested but this machine has 2 CUDA GPUs "
+                                              r"\(cuda:0 to cuda:1\)"):
+            device.choose_device(preference)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(EngineError, match=r"device 'cuda:1' was requested but this machine has 1 CUDA GPU \(cuda:0\)$"):
+        device.choose_device("cuda:1")
+
+
 def test_start_cuda_driver_only_where_cuda_may_be_chosen(monkeypatch):
     """cuInit is called for auto or CUDA preferences of a CUDA build, never for CPU or MPS, and a
     missing driver library is not an error (torch's own query reports it)."""
