@@ -100,12 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         window._startup_report = StartupReport(app, window, Path(report))
     code = app.exec()
     if not window.shutdown():
-        # The engine thread is still inside a torch call (e.g. a model load) after ~1 s. It is a daemon,
-        # but interpreter teardown with it running can abort the process when it retakes the GIL:
-        # everything is saved and closed by now, so end the process here with our exit code.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # The engine thread is still inside a torch call (e.g. a model load) after ~1 s: interpreter
+        # teardown beside it can abort the process. Everything is saved and closed by now.
+        from engine.service import exit_process
+
+        exit_process(code)
     return code
 
 

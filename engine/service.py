@@ -22,10 +22,11 @@ import contextlib
 import logging
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.api.backend import Attachment, EventSink, HistoryMessage, LoadCallback, ModelInfo
 from engine.api.capabilities import Capabilities
@@ -411,6 +412,22 @@ class EngineService:
             del synced[edit_at:]
         synced += (after() if after else []) + [_key(HistoryMessage("assistant", answer))]
         self._synced = synced if len(synced) == len(session.turns) else []
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process now with exit status ``code``, skipping the interpreter's teardown.
+
+    For a front end whose engine thread is still inside a torch call (a model load) after
+    :meth:`EngineService.shutdown` timed out: the thread is a daemon, but tearing the interpreter
+    and torch's CUDA state down under it aborted the process on the H200 ("terminate called without
+    an active exception", SIGABRT: 5 of 15 Ctrl-Cs during a server's load, docs/BENCHMARKS.md
+    session 35). Call it only once everything is saved and closed: logging is flushed here,
+    ``atexit`` handlers do not run."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to lose
+            stream.flush()
+    os._exit(code)
 
 
 def model_info(session: Any, path: str) -> ModelInfo:

@@ -139,12 +139,32 @@ def serve(args: argparse.Namespace) -> int:
                                    timeout_graceful_shutdown=3), app.state.smolchat.bridge, exit_if_load_fails=True,
                     on_ready=lambda seconds: print(f"Model ready ({seconds:.1f} s): requests are served now",
                                                    flush=True))
-    server.run()
+    service = app.state.smolchat.bridge.service
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn's re-raise of SIGINT once it has stopped
+        _end_if_loading(service, 130)
+        raise
+    except SystemExit as exc:  # uvicorn could not start (the port taken meanwhile)
+        _end_if_loading(service, exc.code if isinstance(exc.code, int) else 1)
+        raise
     if server.load_error is not None:
         raise ValueError(f"the model failed to load: {server.load_error}")
     # uvicorn raises the signal again once it has stopped, which ends in KeyboardInterrupt (130)
     # unless SIGINT was ignored when the process started (a shell's background job): 130 all the same.
-    return 130 if server.stopped_by == signal.SIGINT else 0
+    code = 130 if server.stopped_by == signal.SIGINT else 0
+    _end_if_loading(service, code)
+    return code
+
+
+def _end_if_loading(service, code: int) -> None:
+    """Exit now with ``code`` when the server stopped during the model's load: the engine thread is
+    still inside torch, and interpreter teardown beside it can abort the process (SIGABRT instead of
+    130). The app's lifespan shutdown has run by then (answers ended, the media folder removed)."""
+    if service.alive:
+        from engine.service import exit_process
+
+        exit_process(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,3 +249,58 @@ def test_ctrl_c_twice_during_an_answer_still_stops_cleanly(tiny_checkpoint, tmp_
         assert list(tmp_path.iterdir()) == []
     finally:
         server.stop()
+
+
+#: ``python -m engine serve`` whose model load blocks (as a large checkpoint's does), with a marker
+#: printed by the interpreter's teardown (``atexit``).
+SLOW_LOAD_SERVE = ("-c", """
+import atexit, sys, time
+import engine.service
+from engine.__main__ import main
+
+def slow_loader(model, options):
+    print("load started", flush=True)
+    time.sleep(60)
+
+engine.service.default_loader = slow_loader
+atexit.register(lambda: print("interpreter teardown", flush=True))
+sys.exit(main(["serve", *sys.argv[1:]]))
+""")
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"], ids=["from a terminal", "a background job"])
+def test_ctrl_c_during_the_model_load_ends_the_process_at_once(tiny_checkpoint, tmp_path, sigint):
+    """Ctrl-C while the engine thread is still inside the load: exit 130 after the app's shutdown
+    (media folder removed), without the interpreter's teardown, which aborted the process on CUDA
+    (SIGABRT, "terminate called without an active exception": 5 of 15 Ctrl-Cs during a load on the
+    H200, docs/BENCHMARKS.md session 35). The abort itself needs CUDA; here the teardown's own
+    ``atexit`` marker shows whether it ran."""
+    server = ServerProcess(tiny_checkpoint, env={"TMPDIR": str(tmp_path)}, entry=SLOW_LOAD_SERVE, sigint=sigint)
+    try:
+        deadline = time.monotonic() + 60
+        while "load started" not in server.output() and time.monotonic() < deadline:
+            assert server.proc.poll() is None, server.output()[-2000:]
+            time.sleep(0.05)
+        assert [p.name.startswith("smolchat-media-") for p in tmp_path.iterdir()] == [True]
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(20) == 130, server.output()[-2000:]
+        out = server.output()
+        assert "the engine thread is still busy after 1.0 s" in out
+        assert "interpreter teardown" not in out and "Traceback" not in out, out[-2000:]
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        server.stop()
+
+
+def test_ctrl_c_after_the_load_tears_the_interpreter_down_as_usual(tiny_checkpoint):
+    """The other side of the test above: with the engine thread idle the process ends normally
+    (``atexit`` handlers run), so only a stop during a load skips the teardown."""
+    entry = (SLOW_LOAD_SERVE[0], SLOW_LOAD_SERVE[1].replace("engine.service.default_loader = slow_loader", ""))
+    server = ServerProcess(tiny_checkpoint, entry=entry, sigint="default")
+    try:
+        wait_ready(server.url, proc=server.proc)
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(20) == 130
+        assert "interpreter teardown" in server.output()
+    finally:
+        server.stop()
