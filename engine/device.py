@@ -22,7 +22,8 @@ DTYPES = {
 
 def choose_device(preference: str | torch.device | None = None) -> torch.device:
     """``None``/``"auto"`` picks CUDA, then MPS, then CPU; a name (``"cuda:1"``) or a ``torch.device``
-    is checked against this machine and this PyTorch build.
+    is checked against this machine and this PyTorch build (a CUDA index against the GPUs present;
+    MPS is one device, ``mps`` or ``mps:0``).
 
     Raises:
         EngineError: an explicit device was asked for and is not available here (no CUDA GPU, a
@@ -39,7 +40,7 @@ def choose_device(preference: str | torch.device | None = None) -> torch.device:
     except (RuntimeError, TypeError):
         device = None
     if device is None or device.type not in ("cuda", "mps", "cpu"):
-        raise EngineError(f"unknown device {str(preference)!r} (use auto, cuda, mps or cpu)")
+        raise EngineError(f"unknown device {str(preference)!r} (use auto, cuda, cuda:N, mps or cpu)")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise EngineError("device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
@@ -47,8 +48,11 @@ def choose_device(preference: str | torch.device | None = None) -> torch.device:
         if device.index is not None and device.index >= count:
             present = "1 CUDA GPU (cuda:0)" if count == 1 else f"{count} CUDA GPUs (cuda:0 to cuda:{count - 1})"
             raise EngineError(f"device {str(device)!r} was requested but this machine has {present}")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise EngineError("device 'mps' was requested but the Apple GPU (MPS) is not available")
+    if device.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise EngineError("device 'mps' was requested but the Apple GPU (MPS) is not available")
+        if device.index not in (None, 0):
+            raise EngineError(f"device {str(device)!r} was requested but the Apple GPU is one device: mps (mps:0)")
     return device
 
 

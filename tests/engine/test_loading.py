@@ -114,6 +114,15 @@ def test_choose_device_checks_names_and_device_objects_alike(monkeypatch):
     assert device.choose_device(None) == device.choose_device("auto") == torch.device("cpu")
     assert device.choose_device(torch.device("cpu")) == device.choose_device("cpu") == torch.device("cpu")
 
+    with pytest.raises(EngineError, match=r"unknown device 'cuda:-1' \(use auto, cuda, cuda:N, mps or cpu\)"):
+        device.choose_device("cuda:-1")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert device.choose_device("mps") == device.choose_device(torch.device("mps")) == torch.device("mps")
+    assert device.choose_device("mps:0") == torch.device("mps", 0)
+    with pytest.raises(EngineError, match=r"device 'mps:1' was requested but the Apple GPU is one device"):
+        device.choose_device("mps:1")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert device.choose_device("auto") == torch.device("cuda")
