@@ -415,14 +415,15 @@ class EngineService:
 
 
 def exit_process(code: int) -> NoReturn:
-    """End the process now with exit status ``code``, skipping the interpreter's teardown.
+    """End the process now with exit status ``code``, skipping the interpreter's teardown: logging
+    and stdout/stderr are flushed, ``atexit`` handlers do not run. Call it only once everything is
+    saved and closed.
 
-    For a front end whose engine thread is still inside a torch call (a model load) after
-    :meth:`EngineService.shutdown` timed out: the thread is a daemon, but tearing the interpreter
-    and torch's CUDA state down under it aborted the process on the H200 ("terminate called without
-    an active exception", SIGABRT: 5 of 15 Ctrl-Cs during a server's load, docs/BENCHMARKS.md
-    session 35). Call it only once everything is saved and closed: logging is flushed here,
-    ``atexit`` handlers do not run."""
+    For a front end that stops while torch is busy: an engine thread still inside a model load after
+    :meth:`EngineService.shutdown` timed out (a daemon, but tearing the interpreter and torch's CUDA
+    state down beside it aborted the process on the H200: "terminate called without an active
+    exception", SIGABRT, in 5 of 9 Ctrl-Cs in the first 0.7 s of a server's load, docs/BENCHMARKS.md
+    session 35), or a Ctrl-C while the command line runs torch on its main thread."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to lose

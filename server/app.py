@@ -111,6 +111,9 @@ class ServerState:
         self.media = MediaStore(config, media_dir)
         self.answers = AnswerIds()
         self.media_dir = media_dir
+        #: Set by the lifespan's shutdown (an owned service): whether the engine thread ended in time;
+        #: False when it is still inside a torch call (stopped during the model's load).
+        self.engine_stopped: bool | None = None
         self.metrics = Metrics(bridge)
         bridge.on_done = self.metrics.record
         self.created = int(time.time())
@@ -385,7 +388,7 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
             yield
         finally:
             if owned:
-                service.shutdown(1.0)
+                state.engine_stopped = service.shutdown(1.0)
             shutil.rmtree(media_dir, ignore_errors=True)
 
     # Swagger UI is served from the fastapi-swagger package, not FastAPI's default CDN: the server

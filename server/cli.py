@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 
 from server.config import MB, ServerConfig
@@ -139,29 +140,35 @@ def serve(args: argparse.Namespace) -> int:
                                    timeout_graceful_shutdown=3), app.state.smolchat.bridge, exit_if_load_fails=True,
                     on_ready=lambda seconds: print(f"Model ready ({seconds:.1f} s): requests are served now",
                                                    flush=True))
-    service = app.state.smolchat.bridge.service
+    state = app.state.smolchat
     try:
         server.run()
     except KeyboardInterrupt:  # uvicorn's re-raise of SIGINT once it has stopped
-        _end_if_loading(service, 130)
+        _end_if_loading(state, 130)
         raise
     except SystemExit as exc:  # uvicorn could not start (the port taken meanwhile)
-        _end_if_loading(service, exc.code if isinstance(exc.code, int) else 1)
+        _end_if_loading(state, exc.code if isinstance(exc.code, int) else 1)
         raise
+    finally:
+        # A signal in the moment before uvicorn handles signals stops it before the app's lifespan,
+        # which would have removed the folder.
+        shutil.rmtree(state.media_dir, ignore_errors=True)
     if server.load_error is not None:
         raise ValueError(f"the model failed to load: {server.load_error}")
-    # uvicorn raises the signal again once it has stopped, which ends in KeyboardInterrupt (130)
-    # unless SIGINT was ignored when the process started (a shell's background job): 130 all the same.
+    # uvicorn raises SIGINT and SIGTERM again once it has stopped: SIGINT ends in KeyboardInterrupt
+    # (130, above), SIGTERM in the signal's default action. Here only when the signal was ignored when
+    # the process started (a shell's background job): 130 for Ctrl-C all the same, else 0.
     code = 130 if server.stopped_by == signal.SIGINT else 0
-    _end_if_loading(service, code)
+    _end_if_loading(state, code)
     return code
 
 
-def _end_if_loading(service, code: int) -> None:
-    """Exit now with ``code`` when the server stopped during the model's load: the engine thread is
-    still inside torch, and interpreter teardown beside it can abort the process (SIGABRT instead of
-    130). The app's lifespan shutdown has run by then (answers ended, the media folder removed)."""
-    if service.alive:
+def _end_if_loading(state, code: int) -> None:
+    """Exit now with ``code`` when the app's lifespan shutdown found the engine thread still busy
+    (stopped during the model's load): interpreter teardown beside a thread inside torch can abort
+    the process (SIGABRT instead of 130). That shutdown has ended the answers and removed the media
+    folder by then; the server registers no ``atexit`` work that the exit would skip."""
+    if state.engine_stopped is False:
         from engine.service import exit_process
 
         exit_process(code)

@@ -272,9 +272,9 @@ sys.exit(main(["serve", *sys.argv[1:]]))
 def test_ctrl_c_during_the_model_load_ends_the_process_at_once(tiny_checkpoint, tmp_path, sigint):
     """Ctrl-C while the engine thread is still inside the load: exit 130 after the app's shutdown
     (media folder removed), without the interpreter's teardown, which aborted the process on CUDA
-    (SIGABRT, "terminate called without an active exception": 5 of 15 Ctrl-Cs during a load on the
-    H200, docs/BENCHMARKS.md session 35). The abort itself needs CUDA; here the teardown's own
-    ``atexit`` marker shows whether it ran."""
+    (SIGABRT, "terminate called without an active exception": 5 of 9 Ctrl-Cs in the first 0.7 s of
+    a load on the H200, docs/BENCHMARKS.md session 35). The abort itself needs CUDA; here the
+    teardown's own ``atexit`` marker shows whether it ran."""
     server = ServerProcess(tiny_checkpoint, env={"TMPDIR": str(tmp_path)}, entry=SLOW_LOAD_SERVE, sigint=sigint)
     try:
         deadline = time.monotonic() + 60
@@ -302,5 +302,28 @@ def test_ctrl_c_after_the_load_tears_the_interpreter_down_as_usual(tiny_checkpoi
         server.proc.send_signal(signal.SIGINT)
         assert server.proc.wait(20) == 130
         assert "interpreter teardown" in server.output()
+    finally:
+        server.stop()
+
+
+def test_ctrl_c_before_uvicorn_handles_signals_leaves_no_media_folder(tiny_checkpoint, tmp_path):
+    """A Ctrl-C in the moment between the "loading" line and uvicorn's own signal handlers stops the
+    server before the app's lifespan, which removes the media folder: ``serve`` removes it then."""
+    entry = ("-c", """
+import sys
+import server.runner
+from engine.__main__ import main
+
+def interrupted(self, *args, **kwargs):
+    raise KeyboardInterrupt
+
+server.runner.Server.run = interrupted
+sys.exit(main(["serve", *sys.argv[1:]]))
+""")
+    server = ServerProcess(tiny_checkpoint, env={"TMPDIR": str(tmp_path)}, entry=entry)
+    try:
+        assert server.proc.wait(60) == 130, server.output()[-2000:]
+        assert "loading" in server.output() and "Traceback" not in server.output(), server.output()[-2000:]
+        assert list(tmp_path.iterdir()) == []
     finally:
         server.stop()
