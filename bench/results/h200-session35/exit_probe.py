@@ -4,6 +4,10 @@ Each case runs in a fresh process, a few times; a case passes when the process e
 code and no abort ("terminate called", a signal, "Fatal Python error") on stderr.
 
     python exit_probe.py CHECKPOINT --repeats 3 > exit.jsonl
+
+Each line: ``rc`` (negative: the signal that ended it), ``bad`` (abort messages seen on stderr),
+``wall_s`` (the whole process), ``after_line_s`` (server cases: from its first stdout line, after
+which the SIGINT is sent ``delay`` s later, to the process's end).
 """
 
 from __future__ import annotations
@@ -40,33 +44,30 @@ print("exit", flush=True)
 BAD = ("terminate called", "Fatal Python error", "Segmentation fault", "core dumped", "Aborted")
 
 
+def interrupted(cmd: list[str], delay: float, wait_for_line: bool) -> tuple[subprocess.Popen, str, str, float]:
+    """Start ``cmd``, send SIGINT ``delay`` s after its start (or after its first stdout line), wait."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline() if wait_for_line else ""  # the server's "Smolchat server: ... loading ..."
+    t_line = time.perf_counter()
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    return p, line + out, err, time.perf_counter() - t_line
+
+
 def run_child(args, mode: str, delay: float) -> dict:
     t0 = time.perf_counter()
     if mode == "server":
-        cmd = [sys.executable, "-m", "engine", "serve", "--model", args.checkpoint, "--port", "0", "--device", args.device]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = p.stdout.readline()  # "Smolchat server: ... loading ..."
-        t_line = time.perf_counter()
-        time.sleep(delay)
-        p.send_signal(signal.SIGINT)
-        try:
-            out, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-        out = line + out
-        since = time.perf_counter() - t_line
+        p, out, err, since = interrupted([sys.executable, "-m", "engine", "serve", "--model", args.checkpoint,
+                                          "--port", "0", "--device", args.device], delay, wait_for_line=True)
     elif mode == "cli":  # Ctrl-C ``delay`` s after the process started
-        cmd = [sys.executable, "-m", "engine", "generate", "--model", args.checkpoint, "--device", args.device,
-               "--prompt", "Hello", "--max-new-tokens", "4"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
-        p.send_signal(signal.SIGINT)
-        try:
-            out, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
+        p, out, err, _ = interrupted([sys.executable, "-m", "engine", "generate", "--model", args.checkpoint,
+                                      "--device", args.device, "--prompt", "Hello", "--max-new-tokens", "4"],
+                                     delay, wait_for_line=False)
         since = None
     else:
         p = subprocess.run([sys.executable, "-c", CHILD, mode, args.checkpoint, str(delay), args.device], capture_output=True,
