@@ -1,6 +1,6 @@
 """Command line: ``python -m engine {generate,info,embed,perplexity,serve}`` (DESIGN.md §5).
 
-Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected failure.
+Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected failure, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
