@@ -4,13 +4,16 @@ the local OpenAI-compatible server instead of the window (``server.cli``)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import socket
 import sys
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtCore import QObject, QSocketNotifier, QTimer, Slot
 from PySide6.QtWidgets import QApplication
 
 from app.application import create_app
@@ -81,6 +84,44 @@ class StartupReport(QObject):
         self.app.quit()
 
 
+def close_on_signals(app: QApplication, window: MainWindow) -> None:
+    """Ctrl-C in the terminal that started the app (SIGINT) and SIGTERM (``kill``, a session ending)
+    close the window as its close button does (an answer is kept, marked cancelled; the conversation
+    store closed); the app then exits with 128 + the signal's number (130, 143).
+
+    Python runs a signal's handler only between bytecodes, and Qt's event loop runs none while it
+    waits: the C-level handler's byte on :func:`signal.set_wakeup_fd`'s socket wakes it through a
+    QSocketNotifier. Without this, a Ctrl-C raised KeyboardInterrupt inside whichever slot ran next
+    (a traceback, that slot's work left half done) and the app went on running. A signal that was
+    ignored when the process started (a shell's background job) stays ignored."""
+    def close(signum: int, frame) -> None:
+        # Only scheduled here: the handler runs inside whatever Python code was running.
+        QTimer.singleShot(0, lambda: (window.close(), app.exit(128 + signum)))
+
+    handled = [sig for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+               if signal.getsignal(sig) is default]
+    if not handled:
+        return
+    try:
+        wake_read, wake_write = socket.socketpair()
+        for end in (wake_read, wake_write):
+            end.setblocking(False)
+        signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+    except (OSError, ValueError):  # no socket pair here: the handlers still run at the next slot
+        wake_read = wake_write = None
+    if wake_read is not None:
+        notifier = QSocketNotifier(wake_read.fileno(), QSocketNotifier.Type.Read, app)
+
+        def drain() -> None:
+            with contextlib.suppress(OSError):
+                wake_read.recv(64)
+
+        notifier.activated.connect(drain)
+        app._signal_wakeup = (wake_read, wake_write, notifier)  # kept alive with the app
+    for sig in handled:
+        signal.signal(sig, close)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:  # headless: the HTTP server, no window
@@ -95,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(sys.argv[:1])
     window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
     window.show()  # before the model is loaded: loading runs in the engine thread
+    close_on_signals(app, window)
     report = os.environ.get("SMOLCHAT_STARTUP_REPORT")
     if report:
         window._startup_report = StartupReport(app, window, Path(report))

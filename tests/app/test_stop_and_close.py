@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from PySide6.QtCore import Qt
 
@@ -149,3 +150,98 @@ def test_closing_the_window_while_a_model_loads_exits_at_once(tmp_path):
     assert line.split()[2] == "loading", line
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ended - float(line.split()[1]) < 2.5, f"exited {ended - float(line.split()[1]):.1f} s after close"
+
+
+SIGNAL_MID_ANSWER = r"""
+import sys, time
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app import main as entry
+from app.main_window import MainWindow
+
+def drive():
+    win = next((w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)), None)
+    if win is None or not win.model_info:
+        QTimer.singleShot(50, drive)
+        return
+    if sys.argv[2] == "idle":
+        print("READY", flush=True)
+        return
+    win.add_files([sys.argv[2]])
+    win.composer.setPlainText("Describe this photo")
+    win.send_message()
+    QTimer.singleShot(300, lambda: print("BUSY" if win._busy else "IDLE", flush=True))
+
+entry.create_app(sys.argv[:1])
+QTimer.singleShot(50, drive)
+sys.exit(entry.main(["--model", sys.argv[1]]))
+"""
+
+
+def _default_signals() -> None:  # as from a terminal, whatever started the tests (a background job ignores SIGINT)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signame,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_mid_answer_closes_the_window_and_keeps_the_conversation(tiny_checkpoint, tmp_path,  # noqa: F811
+                                                                                   signame, code):
+    """Ctrl-C in the terminal that started the app (or SIGTERM) closes it as the close button does:
+    the answer kept as cancelled, exit 128 + the signal. Before, the KeyboardInterrupt came out of
+    whichever slot ran next (a traceback) and the app went on; SIGTERM ended it unsaved."""
+    import signal
+
+    data = tmp_path / "data"
+    env = dict(os.environ, SMOLCHAT_DATA_DIR=str(data), PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
+               SMOLCHAT_BACKEND="tests.slow_engine:slow_local_backend", SMOLCHAT_SLOW_S="0.1")
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_MID_ANSWER, str(tiny_checkpoint), str(big_photo(tmp_path))],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_signals)
+    try:
+        lines = []
+        while not lines or lines[-1] not in ("BUSY", "IDLE", ""):
+            lines.append(proc.stdout.readline().strip())
+        assert lines[-1] == "BUSY", lines
+        proc.send_signal(getattr(signal, signame))
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    store = Store(data, recover=False)
+    try:
+        [conv] = store.conversations()
+        messages = store.messages(conv.id)
+    finally:
+        store.close()
+    assert [(m.role, m.status) for m in messages] == [("user", "done"), ("assistant", "cancelled")]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_reaches_an_idle_window(tiny_checkpoint, tmp_path):  # noqa: F811
+    """With nothing running in Python (Qt waiting for events) Ctrl-C still closes the app within a
+    second: the signal's wake-up byte wakes Qt's event loop."""
+    import signal
+
+    env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
+               QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_MID_ANSWER, str(tiny_checkpoint), "idle"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_signals)
+    try:
+        lines = []
+        while not lines or lines[-1] not in ("READY", ""):
+            lines.append(proc.stdout.readline().strip())
+        assert lines[-1] == "READY", lines
+        time.sleep(0.5)  # Qt idle
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        waited = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert waited < 10, f"exited {waited:.1f} s after Ctrl-C"
