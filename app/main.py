@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSocketNotifier, QTimer, Slot
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from app.application import create_app
 from app.main_window import MainWindow
@@ -84,45 +84,82 @@ class StartupReport(QObject):
         self.app.quit()
 
 
-def close_on_signals(app: QApplication, window: MainWindow) -> None:
-    """Ctrl-C in the terminal that started the app (SIGINT) and SIGTERM (``kill``, a session ending)
-    close the window as its close button does (an answer is kept, marked cancelled; the conversation
-    store closed); the app then exits with 128 + the signal's number (130, 143).
+class SignalsClose:
+    """Within this block, Ctrl-C in the terminal that started the app (SIGINT) and SIGTERM (``kill``,
+    a session ending) close the attached window as its close button does (an answer is kept, marked
+    cancelled; the conversation store closed; an open modal dialog closed first), and the event loop
+    ends with 128 + the signal's number (130, 143). A signal before the window is attached closes it
+    as soon as it is; later signals change nothing while it closes.
 
     Python runs a signal's handler only between bytecodes, and Qt's event loop runs none while it
     waits: the C-level handler's byte on :func:`signal.set_wakeup_fd`'s socket wakes it through a
     QSocketNotifier. Without this, a Ctrl-C raised KeyboardInterrupt inside whichever slot ran next
-    (a traceback, that slot's work left half done) and the app went on running. A signal that was
-    ignored when the process started (a shell's background job) stays ignored."""
-    def close(signum: int, frame) -> None:
-        # Only scheduled here: the handler runs inside whatever Python code was running.
-        QTimer.singleShot(0, lambda: (window.close(), app.exit(128 + signum)))
+    (a traceback, that slot's work left half done) and the app went on running, and SIGTERM ended it
+    without closing the store. A signal ignored when the process started (a shell's background job)
+    stays ignored. The handlers and the wake-up socket are put back as they were on leaving."""
 
-    handled = [sig for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
-               if signal.getsignal(sig) is default]
-    if not handled:
-        return
-    try:
-        wake_read, wake_write = socket.socketpair()
-        for end in (wake_read, wake_write):
-            end.setblocking(False)
-        signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
-    except (OSError, ValueError):  # no socket pair here: the handlers still run at the next slot
-        wake_read = wake_write = None
-    if wake_read is not None:
-        notifier = QSocketNotifier(wake_read.fileno(), QSocketNotifier.Type.Read, app)
+    def __init__(self, app: QApplication):
+        self.app = app
+        self.window: QWidget | None = None
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+        self._wakeup: tuple | None = None
 
-        def drain() -> None:
-            with contextlib.suppress(OSError):
-                wake_read.recv(64)
+    def __enter__(self) -> SignalsClose:
+        for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+            if signal.getsignal(sig) is default:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        if self._previous:
+            try:
+                wake_read, wake_write = socket.socketpair()
+                for end in (wake_read, wake_write):
+                    end.setblocking(False)
+                previous_fd = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+            except (OSError, ValueError):  # no socket pair here: the handlers still run at the next slot
+                return self
+            notifier = QSocketNotifier(wake_read.fileno(), QSocketNotifier.Type.Read, self.app)
+            notifier.activated.connect(lambda *_: self._drain(wake_read))
+            self._wakeup = (wake_read, wake_write, notifier, previous_fd)
+        return self
 
-        notifier.activated.connect(drain)
-        app._signal_wakeup = (wake_read, wake_write, notifier)  # kept alive with the app
-    for sig in handled:
-        signal.signal(sig, close)
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        if self._wakeup is not None:
+            wake_read, wake_write, notifier, previous_fd = self._wakeup
+            signal.set_wakeup_fd(previous_fd)
+            notifier.setEnabled(False)
+            notifier.deleteLater()
+            wake_read.close()
+            wake_write.close()
+
+    def attach(self, window: QWidget) -> None:
+        self.window = window
+        if self.signum is not None:
+            QTimer.singleShot(0, self._close)
+
+    @staticmethod
+    def _drain(wake_read: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            wake_read.recv(64)
+
+    def _handle(self, signum: int, frame) -> None:
+        # Runs inside whatever Python code was running: only note it and schedule the close.
+        if self.signum is None:
+            self.signum = signum
+            if self.window is not None:
+                QTimer.singleShot(0, self._close)
+
+    def _close(self) -> None:
+        modal = QApplication.activeModalWidget()
+        if modal is not None and modal is not self.window:
+            modal.close()
+        self.window.close()
+        self.app.exit(128 + self.signum)
 
 
 def main(argv: list[str] | None = None) -> int:
+    program = argv is None  # run as the program, not by a test or another program in process
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:  # headless: the HTTP server, no window
         from server.cli import main as serve_main
@@ -130,23 +167,27 @@ def main(argv: list[str] | None = None) -> int:
         return serve_main(argv[1:])
     if "--self-test" in argv:  # headless: no QApplication, no display needed
         from app.self_test import main as self_test_main
+        from engine.service import ctrl_c_exits_process
 
-        return self_test_main([a for a in argv if a != "--self-test"])
+        # It runs torch on this thread: as the command line, Ctrl-C ends it at once with 130.
+        with ctrl_c_exits_process(restore=False) if program else contextlib.nullcontext():
+            return self_test_main([a for a in argv if a != "--self-test"])
     args = parse_args(argv)
     app = create_app(sys.argv[:1])
-    window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
-    window.show()  # before the model is loaded: loading runs in the engine thread
-    close_on_signals(app, window)
-    report = os.environ.get("SMOLCHAT_STARTUP_REPORT")
-    if report:
-        window._startup_report = StartupReport(app, window, Path(report))
-    code = app.exec()
-    if not window.shutdown():
-        # The engine thread is still inside a torch call (e.g. a model load) after ~1 s: interpreter
-        # teardown beside it can abort the process. Everything is saved and closed by now.
-        from engine.service import exit_process
+    with SignalsClose(app) as signals:
+        window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
+        window.show()  # before the model is loaded: loading runs in the engine thread
+        signals.attach(window)
+        report = os.environ.get("SMOLCHAT_STARTUP_REPORT")
+        if report:
+            window._startup_report = StartupReport(app, window, Path(report))
+        code = app.exec()
+        if not window.shutdown():
+            # The engine thread is still inside a torch call (e.g. a model load) after ~1 s: interpreter
+            # teardown beside it can abort the process. Everything is saved and closed by now.
+            from engine.service import exit_process
 
-        exit_process(code)
+            exit_process(code)
     return code
 
 

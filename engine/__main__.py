@@ -6,13 +6,9 @@ Exit code 0 on success, 2 on bad input (one line on stderr), 1 on an unexpected 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from engine.api.errors import EngineError
@@ -218,7 +214,7 @@ def _generate_remote(args: argparse.Namespace, prompt: str, params: GenerationPa
     try:
         return _print_events(stream(), args.json, remote=True)
     finally:
-        backend.cancel()  # Ctrl-C mid-answer closes the stream
+        backend.cancel()  # an error mid-answer closes the stream (Ctrl-C ends the process: the server sees it go)
         backend.close()
 
 
@@ -289,41 +285,19 @@ def _perplexity(args: argparse.Namespace) -> int:
 COMMANDS = {"generate": _generate, "info": _info, "embed": _embed, "perplexity": _perplexity, "serve": _serve}
 
 
-def _exit_130(signum, frame) -> None:
-    from engine.service import exit_process
-
-    exit_process(130)
-
-
-@contextlib.contextmanager
-def _ctrl_c_exits_at_once() -> Iterator[None]:
-    """While a command runs torch on this (the main) thread, Ctrl-C ends the process with 130 at once.
-
-    Python raises KeyboardInterrupt at the next bytecode, which may be inside a Python callback that
-    torch's C++ code is running; the exception cannot unwind through it, and the process aborted
-    (SIGABRT, "terminate called after throwing an instance of 'pybind11::error_already_set'", seen
-    with Ctrl-C 1.2 s into ``generate`` on the CPU). Nothing is lost by exiting at once: what was
-    printed is flushed, and the files the engine writes (a GGUF file's derived folder, the native
-    CPU library, the Triton key) appear by an atomic rename, so at most a temporary one is left.
-    Only where Python's own handler is in place (a background job keeps SIGINT ignored) and only on
-    the main thread; restored afterwards."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, _exit_130)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
+    """The program (``argv`` None: ``sys.argv``). Run as the program, a command that runs torch on
+    this thread ends the process at once with 130 on Ctrl-C (:func:`engine.service.ctrl_c_exits_process`);
+    with an explicit ``argv`` (tests, a program embedding the CLI) signals are left as they are, and
+    Ctrl-C is a KeyboardInterrupt answered with 130."""
+    program = argv is None
     args = _build_parser().parse_args(argv)
     try:
-        if args.command == "serve":  # uvicorn handles Ctrl-C itself; the engine runs on its own thread
+        if args.command == "serve" or not program:  # serve: uvicorn handles Ctrl-C, the engine has its thread
             return COMMANDS[args.command](args)
-        with _ctrl_c_exits_at_once():
+        from engine.service import ctrl_c_exits_process
+
+        with ctrl_c_exits_process(restore=False):
             return COMMANDS[args.command](args)
     except BrokenPipeError:
         # The reader went away (``... | head -n 1``): stop quietly, like a process killed by SIGPIPE.
@@ -339,9 +313,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        # The interpreter's teardown runs Python code too (torch's finalizers): a Ctrl-C there ends
-        # the process as during the command, not with a KeyboardInterrupt printed from a finalizer.
-        signal.signal(signal.SIGINT, _exit_130)
-    sys.exit(code)
+    sys.exit(main())

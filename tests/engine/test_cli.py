@@ -134,7 +134,7 @@ def slow_load_model(*args, **kwargs):
 
 engine.registry.load_model = slow_load_model
 atexit.register(lambda: print("interpreter teardown", flush=True))
-sys.exit(main(sys.argv[1:]))
+sys.exit(main())  # as the program: sys.argv
 """
 
 
@@ -146,26 +146,41 @@ def test_ctrl_c_during_the_load_exits_130_at_once(tiny_checkpoint):
     reproducible on demand; the teardown's ``atexit`` marker shows the exit did not go through a
     raised exception (it did before)."""
     import signal
+    import time
 
     proc = subprocess.Popen([sys.executable, "-c", SLOW_LOAD_GENERATE, "generate", "--model", str(tiny_checkpoint),
-                             "--prompt", "Hello"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--prompt", "Hello"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline() == "load started\n"
+        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
+        waited = time.monotonic() - t0
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "interpreter teardown" not in out and "Traceback" not in err and "KeyboardInterrupt" not in err, (out, err)
+    assert waited < 5, f"exited {waited:.1f} s after Ctrl-C"  # at once: the load would sleep 60 s
 
 
-def test_the_command_line_puts_python_s_ctrl_c_handler_back(tiny_checkpoint, capsys):
-    """Run in process (as tests and embedding programs do), ``main`` leaves SIGINT's handler as it was."""
+def test_an_in_process_main_leaves_signals_alone(tiny_checkpoint, capsys, monkeypatch):
+    """Called with its arguments (tests, a program embedding the CLI), ``main`` changes no signal
+    handler, during the command or after it: the host keeps its own Ctrl-C."""
     import signal
 
-    from engine.__main__ import main
+    import engine.__main__ as cli_main
 
+    during = []
+    info = cli_main.COMMANDS["info"]
+
+    def recording_info(args):
+        during.append(signal.getsignal(signal.SIGINT))
+        return info(args)
+
+    monkeypatch.setitem(cli_main.COMMANDS, "info", recording_info)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert main(["info", "--model", str(tiny_checkpoint), "--json"]) == 0
+    assert cli_main.main(["info", "--model", str(tiny_checkpoint), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["name"] == tiny_checkpoint.name
+    assert during == [signal.default_int_handler]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
