@@ -248,7 +248,7 @@ def test_ctrl_c_reaches_an_idle_window(tiny_checkpoint, tmp_path):  # noqa: F811
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_a_signal_before_the_window_is_attached_closes_it_once_it_is(qtbot):
+def test_a_signal_before_the_window_is_attached_closes_it_once_it_is(qtbot, monkeypatch):
     """A signal while the window is being built (before ``attach``) is kept and closes the window as
     soon as it is attached, a second one changes nothing, and leaving the block puts the handlers
     and the wake-up socket back."""
@@ -262,7 +262,11 @@ def test_a_signal_before_the_window_is_attached_closes_it_once_it_is(qtbot):
         pytest.skip("SIGTERM is handled by whatever runs the tests")
     window = QWidget()
     qtbot.addWidget(window)
-    with SignalsClose(QApplication.instance()) as signals:
+    app = QApplication.instance()
+    exits = []
+    # The tests' application is shared: its event loops must keep running for the next tests.
+    monkeypatch.setattr(app, "exit", exits.append)
+    with SignalsClose(app) as signals:
         assert signal.getsignal(signal.SIGTERM) == signals._handle
         os.kill(os.getpid(), signal.SIGTERM)  # handled here, at the next bytecode
         if signal.SIGINT in signals._previous:  # not where the tests run with SIGINT ignored
@@ -271,5 +275,6 @@ def test_a_signal_before_the_window_is_attached_closes_it_once_it_is(qtbot):
         window.show()
         signals.attach(window)
         qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
+    assert exits == [128 + signal.SIGTERM]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert signal.set_wakeup_fd(-1) == -1  # no wake-up socket left behind
