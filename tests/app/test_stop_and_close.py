@@ -223,7 +223,7 @@ def test_ctrl_c_or_sigterm_mid_answer_closes_the_window_and_keeps_the_conversati
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_reaches_an_idle_window(tiny_checkpoint, tmp_path):  # noqa: F811
     """With nothing running in Python (Qt waiting for events) Ctrl-C still closes the app (~0.9 s on
-    the dev VM; the bound allows a busy CI machine): the signal's wake-up byte wakes Qt's event loop."""
+    the dev VM): the signal's wake-up byte wakes Qt's event loop. Without it the app never exits."""
     import signal
 
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
@@ -236,15 +236,12 @@ def test_ctrl_c_reaches_an_idle_window(tiny_checkpoint, tmp_path):  # noqa: F811
             lines.append(proc.stdout.readline().strip())
         assert lines[-1] == "READY", lines
         time.sleep(0.5)  # Qt idle
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        waited = time.monotonic() - t0
+        out, _ = proc.communicate(timeout=30)  # an app that never wakes fails here
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
-    assert waited < 10, f"exited {waited:.1f} s after Ctrl-C"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
