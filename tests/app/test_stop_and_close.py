@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt
 
 from app.store import Store
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
+from tests.signals import sigint_from_a_terminal
 from tests.slow_engine import slow_local_backend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,10 @@ def test_stop_while_reading_a_photo_ends_the_answer_within_200_ms(qtbot, tiny_ch
     win.close()
 
 
-CLOSE_MID_PREFILL = r"""
+#: Starts the app on argv[1] and, once the model is ready: argv[2] "idle" prints READY; "close" sends
+#: argv[3] with a question and closes the window 1 s later (printing CLOSING/CLOSED with the time and
+#: whether an answer was running); "busy" sends it and prints BUSY or IDLE 0.3 s later.
+DRIVE_APP = r"""
 import sys, time
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
@@ -71,10 +75,16 @@ def drive():
     if win is None or not win.model_info:
         QTimer.singleShot(50, drive)
         return
-    win.add_files([sys.argv[2]])
+    if sys.argv[2] == "idle":
+        print("READY", flush=True)
+        return
+    win.add_files([sys.argv[3]])
     win.composer.setPlainText("Describe this photo")
     win.send_message()
-    QTimer.singleShot(1000, lambda: close(win))
+    if sys.argv[2] == "close":
+        QTimer.singleShot(1000, lambda: close(win))
+    else:
+        QTimer.singleShot(300, lambda: print("BUSY" if win._busy else "IDLE", flush=True))
 
 def close(win):
     print("CLOSING", time.time(), "busy" if win._busy else "idle", flush=True)
@@ -91,7 +101,7 @@ def test_closing_the_window_mid_prefill_exits_cleanly_and_keeps_the_conversation
     data = tmp_path / "data"
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(data), PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
                SMOLCHAT_BACKEND="tests.slow_engine:slow_local_backend", SMOLCHAT_SLOW_S="0.1")
-    proc = subprocess.Popen([sys.executable, "-c", CLOSE_MID_PREFILL, str(tiny_checkpoint), str(big_photo(tmp_path))],
+    proc = subprocess.Popen([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "close", str(big_photo(tmp_path))],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=120)
@@ -152,38 +162,6 @@ def test_closing_the_window_while_a_model_loads_exits_at_once(tmp_path):
     assert ended - float(line.split()[1]) < 2.5, f"exited {ended - float(line.split()[1]):.1f} s after close"
 
 
-SIGNAL_MID_ANSWER = r"""
-import sys, time
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
-from app import main as entry
-from app.main_window import MainWindow
-
-def drive():
-    win = next((w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)), None)
-    if win is None or not win.model_info:
-        QTimer.singleShot(50, drive)
-        return
-    if sys.argv[2] == "idle":
-        print("READY", flush=True)
-        return
-    win.add_files([sys.argv[2]])
-    win.composer.setPlainText("Describe this photo")
-    win.send_message()
-    QTimer.singleShot(300, lambda: print("BUSY" if win._busy else "IDLE", flush=True))
-
-entry.create_app(sys.argv[:1])
-QTimer.singleShot(50, drive)
-sys.exit(entry.main(["--model", sys.argv[1]]))
-"""
-
-
-def _default_signals() -> None:  # as from a terminal, whatever started the tests (a background job ignores SIGINT)
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("signame,code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_ctrl_c_or_sigterm_mid_answer_closes_the_window_and_keeps_the_conversation(tiny_checkpoint, tmp_path,  # noqa: F811
@@ -196,9 +174,9 @@ def test_ctrl_c_or_sigterm_mid_answer_closes_the_window_and_keeps_the_conversati
     data = tmp_path / "data"
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(data), PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
                SMOLCHAT_BACKEND="tests.slow_engine:slow_local_backend", SMOLCHAT_SLOW_S="0.1")
-    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_MID_ANSWER, str(tiny_checkpoint), str(big_photo(tmp_path))],
+    proc = subprocess.Popen([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "busy", str(big_photo(tmp_path))],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_default_signals)
+                            preexec_fn=sigint_from_a_terminal)
     try:
         lines = []
         while not lines or lines[-1] not in ("BUSY", "IDLE", ""):
@@ -228,8 +206,8 @@ def test_ctrl_c_reaches_an_idle_window(tiny_checkpoint, tmp_path):  # noqa: F811
 
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
                QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_MID_ANSWER, str(tiny_checkpoint), "idle"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_signals)
+    proc = subprocess.Popen([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "idle"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_from_a_terminal)
     try:
         lines = []
         while not lines or lines[-1] not in ("READY", ""):

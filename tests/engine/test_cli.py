@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from tests.engine.test_chat import reference_greedy, user
+from tests.signals import sigint_from_a_terminal
 
 transformers = pytest.importorskip("transformers")
 
@@ -149,7 +150,7 @@ def test_ctrl_c_during_the_load_exits_130_at_once(tiny_checkpoint):
 
     proc = subprocess.Popen([sys.executable, "-c", SLOW_LOAD_GENERATE, "generate", "--model", str(tiny_checkpoint),
                              "--prompt", "Hello"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_from_a_terminal)
     try:
         assert proc.stdout.readline() == "load started\n"
         proc.send_signal(signal.SIGINT)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.signals import sigint_from_a_background_job, sigint_from_a_terminal
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,18 +54,6 @@ def wait_ready(url: str, timeout: float = 90.0, proc: subprocess.Popen | None = 
     raise TimeoutError(f"{url} not ready after {timeout} s")
 
 
-def _default_sigint() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _ignored_sigint() -> None:  # as a non-interactive shell starts a background job (cmd &)
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 #: ``smolchat serve`` (the app's entry point: ``app.main`` hands ``serve`` to ``server.cli``).
 SMOLCHAT_SERVE = ("-c", "import sys; from app.main import main; sys.exit(main(sys.argv[1:]))", "serve")
 
@@ -86,7 +76,7 @@ class ServerProcess:
             # A process started from a background job inherits SIGINT ignored; a terminal's does not.
             # sigint "default" gives the server a terminal's, "ignored" a background job's, whatever
             # started the tests (None: as inherited).
-            preexec_fn={"default": _default_sigint, "ignored": _ignored_sigint, None: None}[sigint])
+            preexec_fn={"default": sigint_from_a_terminal, "ignored": sigint_from_a_background_job, None: None}[sigint])
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
