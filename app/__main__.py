@@ -2,6 +2,6 @@
 
 import sys
 
-from app.main import main
+from app.launch import main
 
 sys.exit(main())

@@ -12,6 +12,6 @@ if __name__ == "__main__":
         from app.self_test import main as self_test_main
 
         sys.exit(self_test_main([a for a in sys.argv[1:] if a != "--self-test"]))
-    from app.main import main
+    from app.launch import main
 
     sys.exit(main())

@@ -253,3 +253,43 @@ def test_a_signal_before_the_window_is_attached_closes_it_once_it_is(qtbot, monk
     assert exits == [128 + signal.SIGTERM]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert signal.set_wakeup_fd(-1) == -1  # no wake-up socket left behind
+
+
+#: The program's start with the import of the window's module held up (as on a slow disk) until a signal.
+SLOW_IMPORT_START = r"""
+import importlib.abc, sys, time
+
+class HoldImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "app.main_window":
+            print("importing", flush=True)
+            time.sleep(30)
+        return None
+
+sys.meta_path.insert(0, HoldImport())
+from app.launch import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_while_the_app_imports_its_modules_exits_130_without_a_traceback(tmp_path):
+    """Ctrl-C in the second or so before the window is built (Qt and the window's modules importing)
+    ends the program with 130 and nothing printed; Python's default handler printed a
+    KeyboardInterrupt traceback from inside the import."""
+    import signal
+
+    env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
+               QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_IMPORT_START, "--model", "/models/none"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_from_a_terminal)
+    try:
+        assert proc.stdout.readline() == "importing\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)  # the import would wait 30 s: a hang fails here
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert err == "" and out == "", (out, err)
