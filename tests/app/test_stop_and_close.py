@@ -255,7 +255,8 @@ def test_a_signal_before_the_window_is_attached_closes_it_once_it_is(qtbot, monk
     assert signal.set_wakeup_fd(-1) == -1  # no wake-up socket left behind
 
 
-#: The program's start with the import of the window's module held up (as on a slow disk) until a signal.
+#: The program's start with the import of the window's module held up (as on a slow disk) until a signal,
+#: which the holding code catches.
 SLOW_IMPORT_START = r"""
 import importlib.abc, sys, time
 
@@ -263,7 +264,10 @@ class HoldImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == "app.main_window":
             print("importing", flush=True)
-            time.sleep(30)
+            try:
+                time.sleep(30)
+            except KeyboardInterrupt:  # as code that catches it during the imports does: lost
+                pass
         return None
 
 sys.meta_path.insert(0, HoldImport())
@@ -275,8 +279,9 @@ sys.exit(main())
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_while_the_app_imports_its_modules_exits_130_without_a_traceback(tmp_path):
     """Ctrl-C in the second or so before the window is built (Qt and the window's modules importing)
-    ends the program with 130 and nothing printed; Python's default handler printed a
-    KeyboardInterrupt traceback from inside the import."""
+    ends the program with 130 and nothing printed, even inside code that catches KeyboardInterrupt.
+    Python's default handler raised it there: caught, the Ctrl-C was lost and the app came up
+    anyway (this test then fails on communicate's timeout); else a traceback."""
     import signal
 
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),

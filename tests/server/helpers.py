@@ -54,8 +54,8 @@ def wait_ready(url: str, timeout: float = 90.0, proc: subprocess.Popen | None = 
     raise TimeoutError(f"{url} not ready after {timeout} s")
 
 
-#: ``smolchat serve`` (the app's entry point: ``app.main`` hands ``serve`` to ``server.cli``).
-SMOLCHAT_SERVE = ("-c", "import sys; from app.main import main; sys.exit(main(sys.argv[1:]))", "serve")
+#: ``smolchat serve`` (the program's entry point ``app.launch``: ``app.main`` hands ``serve`` to ``server.cli``).
+SMOLCHAT_SERVE = ("-c", "import sys; from app.launch import main; sys.exit(main())", "serve")
 
 
 class ServerProcess:
