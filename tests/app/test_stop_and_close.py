@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 
 from app.store import Store
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
-from tests.signals import sigint_from_a_terminal
+from tests.signals import ctrl_c_once_ready, sigint_from_a_terminal
 from tests.slow_engine import slow_local_backend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -282,19 +282,10 @@ def test_ctrl_c_while_the_app_imports_its_modules_exits_130_without_a_traceback(
     ends the program with 130 and nothing printed, even inside code that catches KeyboardInterrupt.
     Python's default handler raised it there: caught, the Ctrl-C was lost and the app came up
     anyway (this test then fails on communicate's timeout); else a traceback."""
-    import signal
-
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
                QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_IMPORT_START, "--model", "/models/none"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=sigint_from_a_terminal)
-    try:
-        assert proc.stdout.readline() == "importing\n"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)  # the import would wait 30 s: a hang fails here
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err[-3000:]
+    # The import would wait 30 s: a hang fails on the timeout.
+    code, out, err = ctrl_c_once_ready([sys.executable, "-c", SLOW_IMPORT_START, "--model", "/models/none"], "importing",
+                                       cwd=REPO, env=env)
+    assert code == 130, err[-3000:]
     assert err == "" and out == "", (out, err)

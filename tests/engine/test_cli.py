@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from tests.engine.test_chat import reference_greedy, user
-from tests.signals import sigint_from_a_terminal
+from tests.signals import ctrl_c_once_ready
 
 transformers = pytest.importorskip("transformers")
 
@@ -146,18 +146,10 @@ def test_ctrl_c_during_the_load_exits_130_at_once(tiny_checkpoint):
     of 'pybind11::error_already_set'", seen 1.2 s into a CPU ``generate``). The abort is not
     reproducible on demand; the teardown's ``atexit`` marker shows the exit did not go through a
     raised exception (it did before)."""
-    import signal
-
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_LOAD_GENERATE, "generate", "--model", str(tiny_checkpoint),
-                             "--prompt", "Hello"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=sigint_from_a_terminal)
-    try:
-        assert proc.stdout.readline() == "load started\n"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)  # the load would sleep 60 s: a hang fails here
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err[-2000:]
+    # The load would sleep 60 s: a hang fails on the timeout.
+    code, out, err = ctrl_c_once_ready([sys.executable, "-c", SLOW_LOAD_GENERATE, "generate", "--model",
+                                        str(tiny_checkpoint), "--prompt", "Hello"], "load started")
+    assert code == 130, err[-2000:]
     assert "interpreter teardown" not in out and "Traceback" not in err and "KeyboardInterrupt" not in err, (out, err)
 
 
