@@ -42,6 +42,7 @@ class ChatView(QScrollArea):
         self._messages: list[UserMessage | AssistantMessage] = []
         self._current: AssistantMessage | None = None
         self._follow = True
+        self._changes_enabled = True
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -119,8 +120,18 @@ class ChatView(QScrollArea):
         self._current = None
         self._empty.show()
 
+    def set_changes_enabled(self, enabled: bool) -> None:
+        """Every message's edit, regenerate, delete and version buttons on or greyed out (Copy stays),
+        the messages added later too."""
+        if enabled != self._changes_enabled:
+            self._changes_enabled = enabled
+            for message in self._messages:
+                message.actions_row.set_changes_enabled(enabled)
+
     def _add(self, message: UserMessage | AssistantMessage) -> None:
         self._empty.hide()
+        if not self._changes_enabled:
+            message.actions_row.set_changes_enabled(False)
         message.action_requested.connect(lambda name, m=message: self._on_action(name, m))
         self._messages.append(message)
         self._follow = True

@@ -159,10 +159,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     def _on_message_action(self, action: str, index: int) -> None:
         if self._busy and action != "copy":
             return
+        if action not in ("copy", "edit"):  # a delete, regenerate or switch moves or hides the message edited
+            self._cancel_edit()
         if action == "delete":
             self._storage("delete the message", self.keeper.delete_message, index)
         elif action in ("previous_version", "next_version"):
-            self._cancel_edit()  # the message being edited may no longer be shown
             if self._storage("switch versions", self.controller.switch_version, index,
                              -1 if action == "previous_version" else 1) and self.controller.ready:
                 self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
@@ -195,6 +196,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.send_button.setVisible(not busy)
         self.new_chat_button.setEnabled(not busy)
         self.model_picker.setEnabled(not busy and not self.controller.loading)
+        self.transcript.set_changes_enabled(not busy)
 
     # -- models and settings -----------------------------------------------------------------------
     @Slot(str)

@@ -67,6 +67,16 @@ class ActionRow(QWidget):
     def button(self, name: str) -> QToolButton:
         return self.findChild(QToolButton, f"{name}Message")
 
+    def set_changes_enabled(self, enabled: bool) -> None:
+        """Enable or grey out what changes the conversation (edit, regenerate, delete, the version
+        switch); Copy stays. Off while an answer streams: the window ignores them then."""
+        self.versions.setEnabled(enabled)
+        for name, (_icon, tip) in ACTIONS.items():
+            button = self.button(name)
+            if button is not None and name != "copy":
+                button.setEnabled(enabled)
+                button.setToolTip(tip if enabled else f"{tip} (after the answer, or Stop)")
+
 
 class ClickableImage(QLabel):
     """A thumbnail that opens the full image when clicked."""

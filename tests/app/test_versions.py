@@ -139,3 +139,45 @@ def test_a_failed_edit_keeps_the_version_on_screen_selected(qtbot, make_window, 
     assert "Could not save the message" in win.banner.message() and win.composer.toPlainText() == "v3"
     assert shown(win) == ["v1", "A."] and switchers(win) == ["‹ 1 / 2 ›", ""]
     assert [m.text for m in win.store.messages(win.keeper.current_id)] == ["v1", "A."]  # v2 is not selected instead
+
+
+def test_deleting_a_message_while_editing_another_ends_the_edit(qtbot, make_window):
+    """An edit is of the message it was started on: a delete above it used to shift the messages
+    under it, and sending then added the edited text after the wrong message (two questions in a
+    row, the answer hidden). A delete, regenerate or version switch now ends the edit (the text
+    stays in the composer) and sending asks a new question."""
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    for text in ("first question", "second question", "third question"):
+        ask(qtbot, win, text)
+    win.transcript.widgets()[4].actions_row.button("edit").click()
+    assert win.banner.message().startswith("Editing a message")
+    win.transcript.widgets()[0].actions_row.button("delete").click()
+    assert not win.banner.isVisible()
+    assert shown(win) == ["A.", "second question", "A.", "third question", "A."]
+    win.composer.setPlainText("EDITED third")
+    ask(qtbot, win, "EDITED third")
+    assert shown(win) == ["A.", "second question", "A.", "third question", "A.", "EDITED third", "A."]
+    assert switchers(win)[3] == ""  # no second version of the third question
+
+
+def test_changing_buttons_are_greyed_out_while_an_answer_streams(qtbot, make_window):
+    """The window ignores edit, regenerate, delete and the version switch during an answer: they are
+    shown disabled then (Copy works), and come back when it ends, the new answer's too."""
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "first")
+    fake.tokens = ["slow"] * 200
+    fake.delay = 0.02
+    win.composer.setPlainText("second")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(win.transcript.widgets()) == 4)
+    rows = [w.actions_row for w in win.transcript.widgets()]
+    assert not any(r.button("delete").isEnabled() for r in rows)
+    assert not rows[0].button("edit").isEnabled() and not rows[1].button("regenerate").isEnabled()
+    assert not rows[1].versions.isEnabled() and rows[0].button("copy").isEnabled()
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.stop()
+    rows = [w.actions_row for w in win.transcript.widgets()]
+    assert all(r.button("delete").isEnabled() for r in rows) and rows[3].button("regenerate").isEnabled()
+    assert rows[1].versions.isEnabled()
