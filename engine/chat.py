@@ -592,30 +592,45 @@ class ChatSession:
         return self._generate(prompt, params, t0, snapshot, dropped)
 
     def _fit_context(self, params: GenerationParams) -> tuple[Prompt, int]:
-        """The prompt of the conversation, after dropping the oldest exchanges (a user turn and its
-        answers; never the last user turn) while the prompt plus room for the answer exceeds the
-        context. Returns the prompt and how many turns were dropped.
+        """The prompt of the conversation, after dropping the fewest oldest exchanges (a user turn and
+        its answers; never the last user turn) for the prompt plus room for the answer to fit the
+        context (none with ``params.drop_old_turns`` off). Returns the prompt and how many turns
+        were dropped.
 
         Raises:
             PromptTooLongError: the prompt does not fit even with every earlier turn dropped.
         """
         capacity = self.cache.capacity
         room = min(params.max_new_tokens, int(capacity * ANSWER_ROOM_FRACTION))
+        prompt = self._prompt()
         dropped = 0
-        while True:
+        # Where an exchange starts: dropping turns[:s] for one of these leaves whole exchanges.
+        starts = [i for i in range(1, len(self.turns)) if self.turns[i].role == "user"]
+        if params.drop_old_turns and starts and len(prompt.ids) + room > capacity:
+            # The prompt only shrinks as more is dropped: bisect for the first start that fits, a
+            # few renderings of the conversation instead of one per dropped exchange (quadratic: a
+            # 10,000-message request held the engine for minutes).
+            turns = list(self.turns)
+            fit, lo, hi = None, 0, len(starts) - 1
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                self.turns[:] = turns[starts[mid]:]
+                candidate = self._prompt()
+                if len(candidate.ids) + room <= capacity:
+                    fit, hi = (mid, candidate), mid - 1
+                else:
+                    lo = mid + 1
+            # None fits: the last user turn alone, as close as it gets.
+            index = fit[0] if fit is not None else len(starts) - 1
+            dropped = starts[index]
+            self.turns[:] = turns[dropped:]
+            # _prompt() also records the plain prompt the answer keeps: render the chosen one last.
             prompt = self._prompt()
-            if len(prompt.ids) + room <= capacity:
-                break
-            nxt = next((i for i in range(1, len(self.turns)) if self.turns[i].role == "user"), None)
-            if nxt is None:
-                break
-            del self.turns[:nxt]
-            dropped += nxt
         if len(prompt.ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
             system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
-            if system >= capacity // 2:  # a stored setting, not this message, is what fails every answer
+            if system and system >= capacity // 2:  # a stored setting, not this message, fails every answer
                 alone = f"; the system prompt alone has {system} tokens{SYSTEM_PROMPT_TOO_LONG}"
             raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens but the context holds {capacity}{alone}")
         return prompt, dropped

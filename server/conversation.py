@@ -203,7 +203,10 @@ def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, c
                   repetition_penalty=repetition_penalty(request), seed=request.seed,
                   max_new_tokens=max_tokens or (min(config.default_max_tokens, capacity // 2) if capacity else
                                                   config.default_max_tokens),
-                  image_detail=detail, logprobs=logprobs, ignore_eos=request.ignore_eos)
+                  image_detail=detail, logprobs=logprobs, ignore_eos=request.ignore_eos,
+                  # The client sent the context it wants answered: refused when it does not fit, never
+                  # cut short without a word (OpenAI's API refuses; the app drops a chat's oldest turns).
+                  drop_old_turns=False)
     if logprobs is not None:
         values["speculative"] = False
     assert all(not isinstance(v, float) or math.isfinite(v) for v in values.values())

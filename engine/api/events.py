@@ -50,6 +50,10 @@ class GenerationParams:
     ``False`` turns it off. It never changes greedy output, nor the distribution of sampled output.
     ``video_fps`` and ``video_max_frames`` override how a video's frames are sampled (default: the
     checkpoint's ``video_sampling``, 1 fps and at most 64 frames for SmolVLM2).
+    ``drop_old_turns``: when the conversation plus room for the answer exceeds the context, drop
+    its oldest exchanges (the app: a chat goes on for ever); ``False`` keeps every turn and refuses
+    only a prompt that does not fit at all (the HTTP API: its clients choose their context, and
+    OpenAI's API refuses rather than cutting it).
     """
 
     temperature: float = 0.0
@@ -65,6 +69,7 @@ class GenerationParams:
     logprobs: int | None = None
     video_fps: float | None = None
     video_max_frames: int | None = None
+    drop_old_turns: bool = True
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):

@@ -279,3 +279,57 @@ def test_an_answer_holding_an_image_token_id_is_replayed_as_text(parts):
     ref, ref_done = from_scratch(parts, [session.turns[0], answer], "Next", n=3)
     assert ref_done.stats.prompt_tokens == done.stats.prompt_tokens
     assert tokens == ref
+
+
+def _linear_fit(session, room: int) -> int:
+    """How many oldest turns the one-exchange-at-a-time rule drops (the reference for the bisection)."""
+    turns = list(session.turns)
+    starts = [0] + [i for i in range(1, len(turns)) if turns[i].role == "user"]
+    try:
+        for s in starts:
+            session.turns[:] = turns[s:]
+            if len(session._prompt().ids) + room <= session.cache.capacity:
+                return s
+        return starts[-1]
+    finally:
+        session.turns[:] = turns
+
+
+@pytest.mark.parametrize("exchanges", [12, 40, 200])
+def test_a_long_history_is_fitted_in_a_few_renderings(parts, monkeypatch, exchanges):
+    """The oldest exchanges dropped are as few as one at a time would drop, found in O(log n)
+    renderings of the conversation: dropping them one by one rendered it once per exchange, and a
+    10,000-message HTTP request held the engine for minutes."""
+    from engine.chat import Turn
+
+    session = new_session(parts, max_tokens=200)
+    for i in range(exchanges):
+        session.turns += [Turn("user", f"Fact {i}: the number is {i * 7}."), Turn("assistant", "Noted.")]
+    session.turns.append(Turn("user", "What was the first fact?"))
+    expected = _linear_fit(session, room=8)
+    renders = []
+    real = type(session)._prompt
+    monkeypatch.setattr(type(session), "_prompt", lambda self: renders.append(1) or real(self))
+    session.turns.pop()
+    _, done = consume(session.send("What was the first fact?", params=params(8)))
+    assert done.stats.dropped_turns == expected > 0
+    assert len(renders) <= (2 * exchanges).bit_length() + 2, len(renders)
+    assert done.stats.prompt_tokens + 8 <= 200
+
+
+def test_without_dropping_turns_a_history_too_long_is_refused_whole(parts):
+    """``drop_old_turns=False`` (the HTTP API): every turn kept; a prompt beyond the context is
+    refused with the turns unchanged, one that leaves less room than asked is answered in it."""
+    from engine.chat import Turn
+
+    session = new_session(parts, max_tokens=200)
+    for i in range(30):
+        session.turns += [Turn("user", f"Fact {i}: the number is {i * 7}."), Turn("assistant", "Noted.")]
+    before = list(session.turns)
+    with pytest.raises(PromptTooLongError, match="context holds 200$"):
+        session.send("What was the first fact?", params=params(8, drop_old_turns=False))
+    assert session.turns == before
+    session.turns[:] = before[-4:]  # a prompt of ~60 tokens: room for 140 more
+    tokens, done = consume(session.send("And?", params=params(190, drop_old_turns=False)))
+    assert done.stats.dropped_turns == 0 and done.finish_reason == "length"
+    assert done.stats.prompt_tokens + len(tokens) == 200

@@ -452,3 +452,20 @@ def test_the_tokens_of_an_answer_whose_client_left_are_counted(keyed, stream):
         assert time.monotonic() < deadline, "the answer kept running after its client left"
         time.sleep(0.05)
     assert 0 < session.yielded < 80 and generated_tokens(srv.url, headers) - before == session.yielded
+
+
+def test_a_history_longer_than_the_context_is_refused_not_cut(url):
+    """The earlier messages are the client's context: a conversation that does not fit is refused
+    (OpenAI's context_length_exceeded), where the engine used to drop its oldest exchanges and
+    answer from the rest without a word (found by a trial: "What was fact 0?" answered after fact 0
+    was dropped)."""
+    context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
+    fact = {"type": "text", "text": "Fact: " + "blah " * 40}
+    exchanges = context // 40 + 1  # each over 40 tokens
+    messages = [m for _ in range(exchanges) for m in (user(fact), {"role": "assistant", "content": "ok"})]
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "max_tokens": 2,
+                                                       "messages": [*messages, {"role": "user", "content": "What was fact 0?"}]},
+                   timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert re.match(rf"the prompt has (\d+) tokens but the context holds {context}: shorten the prompt",
+                    r.json()["error"]["message"]), r.text
