@@ -9,6 +9,7 @@ token is never fed back: after a turn the cache holds ``prompt_tokens + generate
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -221,6 +222,14 @@ def test_a_message_too_long_alone_fails_before_any_work(parts, monkeypatch):
                                                  "the last message does not fit even with every earlier turn"):
         session.send("word " * 200, params=params(3))
     assert calls == [] and session.turns == before and session.cache.seq_len == seq_len
+
+
+def test_a_context_smaller_than_the_template_does_not_blame_an_empty_system_prompt(parts):
+    """A 1-token context (a Settings value) said "the system prompt alone has 0 tokens: shorten it"."""
+    session = new_session(parts, max_tokens=1)
+    with pytest.raises(PromptTooLongError) as info:
+        session.send("Hello there", params=params(1))
+    assert re.fullmatch(r"the prompt has \d+ tokens but the context holds 1", str(info.value)), str(info.value)
 
 
 def test_prefill_is_chunked_and_chunking_does_not_change_the_logits(parts, images_dir, monkeypatch):
