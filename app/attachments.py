@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal, Slot
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout, QWidget
 
 from app.thumbnails import thumbnail
 
@@ -45,7 +45,8 @@ class AttachmentChip(QFrame):
 
 
 class AttachmentStrip(QWidget):
-    """Thumbnails of the images that go with the next message; hidden while empty."""
+    """Thumbnails of the images that go with the next message, in a row that scrolls sideways when
+    they are more than the window is wide; hidden while empty."""
 
     changed = Signal()
 
@@ -53,10 +54,26 @@ class AttachmentStrip(QWidget):
         super().__init__(parent)
         self.setObjectName("attachments")
         self._chips: list = []  # AttachmentChip, or app.filmstrip.VideoChip for a video
-        self._layout = QHBoxLayout(self)
+        # In a scroll area: a row of chips in a plain layout asked for its whole width as the window's
+        # minimum (24 photos of a dropped folder: 2,063 px, Send and the settings off a 1,280 px screen).
+        self._scroll = QScrollArea()
+        self._scroll.setObjectName("attachmentScroll")
+        self._scroll.setWidgetResizable(True)
+        self._scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        row = QWidget()
+        row.setObjectName("attachmentRow")
+        self._layout = QHBoxLayout(row)
         self._layout.setContentsMargins(4, 4, 4, 0)
         self._layout.setSpacing(6)
         self._layout.addStretch(1)
+        self._scroll.setWidget(row)
+        self._scroll.viewport().setAutoFillBackground(False)
+        row.setAutoFillBackground(False)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self._scroll)
         self.hide()
 
     def paths(self) -> list[str]:
@@ -104,4 +121,16 @@ class AttachmentStrip(QWidget):
 
     def _sync(self) -> None:
         self.setVisible(bool(self._chips))
+        self._fit_height()
         self.changed.emit()
+
+    def _fit_height(self) -> None:
+        """As tall as the chips, plus the scroll bar while they overflow the width."""
+        bar = self._scroll.horizontalScrollBar()
+        overflow = self._scroll.widget().sizeHint().width() > self._scroll.viewport().width()
+        self._scroll.setFixedHeight(self._scroll.widget().sizeHint().height()
+                                    + (bar.sizeHint().height() if overflow else 0))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit_height()

@@ -120,16 +120,28 @@ class UserMessage(QWidget):
         inner.setContentsMargins(6, 6, 6, 6) if images else inner.setContentsMargins(14, 10, 14, 10)
         inner.setSpacing(6)
         if images:
-            row = QHBoxLayout()
-            row.setSpacing(6)
+            # Rows that wrap within the bubble's width: one row of a dropped folder's 24 photos made
+            # the window 3,000 px wide.
+            rows = QVBoxLayout()
+            rows.setSpacing(6)
             box = IMAGE_BOX if len(images) == 1 else QSize(120, 120)
+            row, width = None, 0
             for path in images:
                 if is_video_file(path):  # a filmstrip; a click plays it
-                    row.addWidget(message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height())))
+                    widget = message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height()))
                 else:
-                    row.addWidget(ClickableImage(path, box, len(images) > 1))
+                    widget = ClickableImage(path, box, len(images) > 1)
+                wide = max(widget.sizeHint().width(), widget.minimumWidth(), 1)
+                if row is None or width + 6 + wide > BUBBLE_MAX_WIDTH - 12:
+                    if row is not None:
+                        row.addStretch(1)
+                    row, width = QHBoxLayout(), -6
+                    row.setSpacing(6)
+                    rows.addLayout(row)
+                row.addWidget(widget)
+                width += 6 + wide
             row.addStretch(1)
-            inner.addLayout(row)
+            inner.addLayout(rows)
         if text:  # as wide as the sentence needs, up to the bubble's width (not Qt's narrow guess)
             label = FittingLabel(text, "userText", BUBBLE_MAX_WIDTH - 28)
             if images:

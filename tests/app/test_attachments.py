@@ -7,7 +7,7 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QApplication, QFileDialog, QToolButton
+from PySide6.QtWidgets import QApplication, QFileDialog, QScrollArea, QToolButton
 
 from tests.app.helpers import drop, file_mime
 
@@ -139,3 +139,32 @@ def test_image_only_message_can_be_sent(qtbot, window, fake_session, png, data_d
     assert fake_session.calls[-1]["text"] == ""
     [sent] = fake_session.calls[-1]["images"]
     assert sent.startswith(str(data_dir / "images")) and Path(sent).read_bytes() == png.read_bytes()
+
+
+def test_many_attachments_scroll_sideways_instead_of_widening_the_window(qtbot, window, tmp_path):
+    """A dropped folder of 24 photos asked for a 2,063 px window (the chips' row as its minimum
+    width): Send and the settings went off a 1,280 px screen. The row now scrolls."""
+    photos = []
+    for i in range(24):
+        photos.append(tmp_path / f"photo{i}.png")
+        Image.new("RGB", (40, 30), (10 * i, 80, 120)).save(photos[-1])
+    window.resize(900, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    window.attachments.add(str(photos[0]))  # the strip itself: the fake model's context takes only a few
+    QApplication.processEvents()
+    one = window.minimumSizeHint().width()
+    for photo in photos[1:]:
+        window.attachments.add(str(photo))
+        QApplication.processEvents()
+    assert window.minimumSizeHint().width() == one
+    assert window.width() == 900
+    scroll = window.attachments.findChild(QScrollArea)
+    qtbot.waitUntil(lambda: scroll.horizontalScrollBar().maximum() > 0)
+    assert scroll.height() >= window.attachments.chips()[0].height()
+    assert window.send_button.mapTo(window, window.send_button.rect().bottomRight()).x() < window.width()
+    # Sent, they wrap in rows within the bubble (one row of 24 made the window ~3,000 px wide).
+    message = window.transcript.add_user_message("Which one?", [str(p) for p in photos])
+    QApplication.processEvents()
+    assert window.minimumSizeHint().width() == one and window.width() == 900
+    assert message.sizeHint().height() > 4 * 120
