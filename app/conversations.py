@@ -383,11 +383,13 @@ class ConversationKeeper(QObject):
         self._streaming_id = None
 
     def abandon(self) -> None:
-        """The window closes mid-answer: keep what arrived, marked cancelled."""
+        """The window closes mid-answer: keep what arrived, marked interrupted as a crash leaves it
+        ("stopped by you" is for Stop). An answer that had not started leaves its question unanswered,
+        offered again with Resend when the chat is next opened."""
         if self._streaming_id is not None:
             answer = self.transcript.last_assistant()
             self._save("the answer", self.store.update_message, self._streaming_id,
-                       text=answer.text if answer else "", status="cancelled")
+                       text=answer.text if answer else "", status="interrupted")
             self._streaming_id = None
 
     # -- edits -------------------------------------------------------------------------------------

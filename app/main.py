@@ -87,7 +87,7 @@ class StartupReport(QObject):
 class SignalsClose:
     """Within this block, Ctrl-C in the terminal that started the app (SIGINT) and SIGTERM (``kill``,
     a session ending) close the attached window as its close button does (an answer is kept, marked
-    cancelled; the conversation store closed; an open modal dialog closed first), and the event loop
+    interrupted; the conversation store closed; an open modal dialog closed first), and the event loop
     ends with 128 + the signal's number (130, 143). A signal before the window is attached closes it
     as soon as it is; later signals change nothing while it closes.
 

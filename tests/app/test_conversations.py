@@ -145,3 +145,21 @@ def test_long_titles_are_elided_not_scrolled(qtbot, window):
     assert sidebar.textElideMode() == Qt.TextElideMode.ElideRight
     assert not sidebar.horizontalScrollBar().isVisible()
     assert sidebar.item(0).toolTip() == window.store.conversation(window.sidebar.ids()[0]).title
+
+
+def test_closing_the_window_mid_answer_keeps_it_as_interrupted(qtbot, make_window, data_dir):
+    """What arrived is kept, footed "interrupted — Smolchat closed before this answer was complete"
+    when reopened, not "stopped by you" (which is Stop's)."""
+    from PySide6.QtWidgets import QLabel
+
+    win = make_window(FakeBackend(tokens=[f"t{i} " for i in range(400)], delay=0.01))
+    win.composer.setPlainText("long please")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(win.transcript.last_assistant().text) > 20, timeout=10_000)
+    conv = win.keeper.current_id
+    win.close()
+    [question, answer] = Store(data_dir, recover=False).messages(conv)
+    assert answer.status == "interrupted" and answer.text.startswith("t0 t1 t2")
+    again = make_window(FakeBackend())
+    footer = again.transcript.widgets()[-1].findChild(QLabel, "messageFooter")
+    assert footer.text() == "interrupted — Smolchat closed before this answer was complete"
