@@ -58,6 +58,17 @@ class Banner(QFrame):
     def show_error(self, text: str) -> None:
         self._show(text, "error")
 
+    @Slot(str)
+    def add_error(self, text: str) -> None:
+        """Another error beside the one showing, on its own line (a PDF's error arriving from its
+        background job after a drop's other files were refused); else :meth:`show_error`."""
+        shown = self.message() if self.tone() == "error" else ""
+        if shown and text not in shown.split("\n"):
+            text = f"{shown}\n{text}"
+        elif shown:
+            return
+        self.show_error(text)
+
     def show_success(self, text: str) -> None:
         """Something the user asked for worked (e.g. an export)."""
         self._show(text, "success")

@@ -198,7 +198,7 @@ class DocumentIntake(QObject):
     def _on_probed(self, info, error: str) -> None:
         self._done()
         if info is None:
-            self.window.banner.show_error(error)
+            self.window.banner.add_error(error)
             return
         detail = self.window.detail_in_use(self.window.message_detail())
         cost = self._costs([info.first_page])[0]
@@ -237,7 +237,7 @@ class DocumentIntake(QObject):
     def _on_rendered(self, path: str, pngs, error: str) -> None:
         self._done()
         if pngs is None:
-            self.window.banner.show_error(error)
+            self.window.banner.add_error(error)
             return
         self.window.add_files(pngs)
 

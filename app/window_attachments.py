@@ -29,6 +29,8 @@ from engine.api import resolve_detail
 IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv "
                 "*.m4v *.pdf);;Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER +
                 ";;PDF documents (*.pdf);;All files (*)")
+#: Files refused in one drop named one a line, up to this many lines (the last one counting the rest).
+MAX_PROBLEM_LINES = 5
 
 
 class AttachmentsMixin:
@@ -83,8 +85,11 @@ class AttachmentsMixin:
                              " takes no videos. Load a SmolVLM2 model to ask about the animation.")
         if videos and not problems:
             problems += self._video_problems()
-        if problems:
-            self.banner.show_error(" ".join(problems))
+        if problems:  # one line each: run together, eight broken files read as one sentence
+            shown = problems[:MAX_PROBLEM_LINES]
+            if len(problems) > MAX_PROBLEM_LINES:
+                shown[-1] = f"… and {len(problems) - MAX_PROBLEM_LINES + 1} more files could not be attached."
+            self.banner.show_error("\n".join(shown))
         elif notes:
             self.banner.show_info(" ".join(notes))
 

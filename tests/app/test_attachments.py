@@ -168,3 +168,27 @@ def test_many_attachments_scroll_sideways_instead_of_widening_the_window(qtbot, 
     QApplication.processEvents()
     assert window.minimumSizeHint().width() == one and window.width() == 900
     assert message.sizeHint().height() > 4 * 120
+
+
+def test_several_bad_files_are_named_one_a_line_and_a_bad_pdf_adds_its_own(qtbot, window, png, tmp_path,
+                                                                          monkeypatch):
+    """Found by a trial: eight broken files in one drop gave one run-on sentence, and a broken PDF's
+    error (from its background reader) replaced the others."""
+    bad = []
+    for name in ("a.png", "b.jpg", "c.webp"):
+        bad.append(tmp_path / name)
+        bad[-1].write_text("not an image")
+    window.add_files([str(png), *map(str, bad)])
+    assert window.attachments.paths() == [str(png.resolve())]
+    lines = window.banner.message().split("\n")
+    assert len(lines) == 3 and all(name in line for name, line in zip(("a.png", "b.jpg", "c.webp"), lines))
+    fake_pdf = tmp_path / "fake.pdf"
+    fake_pdf.write_text("not a pdf")
+    window.add_files([*map(str, bad), str(fake_pdf)])
+    qtbot.waitUntil(lambda: "fake.pdf" in window.banner.message(), timeout=10_000)
+    lines = window.banner.message().split("\n")
+    assert len(lines) == 4 and "fake.pdf" in lines[3] and "a.png" in lines[0], lines
+    monkeypatch.setattr("app.window_attachments.MAX_PROBLEM_LINES", 2)  # the fake model's context takes ~6 files
+    window.add_files(list(map(str, bad)))
+    lines = window.banner.message().split("\n")
+    assert len(lines) == 2 and "a.png" in lines[0] and lines[1] == "… and 2 more files could not be attached."
