@@ -39,8 +39,9 @@ OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's scri
 
 
 #: A union member's name in a pydantic error location ("str", "list[str]", "ImageURL",
-#: "tagged-union[TextPart,...]"): which alternative failed, not a field of the request.
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|[a-z-]+\[.*\]|[A-Z]\w*)$")
+#: "tagged-union[TextPart,...]", "constrained-str" for a str with a max_length): which alternative
+#: failed, not a field of the request.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|constrained-[a-z]+|[a-z-]+\[.*\]|[A-Z]\w*)$")
 #: Lists whose items are told apart by a field (schemas.Message by "role", schemas.Part by "type"):
 #: pydantic puts the item's tag after its index (``messages.0.user.content``).
 _TAGGED_LISTS = {"messages": ("system", "developer", "user", "assistant"), "content": ("text", "image_url", "video_url")}

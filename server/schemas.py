@@ -18,6 +18,12 @@ from engine.api.events import MAX_TOP_LOGPROBS
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 
+#: The longest ``stop`` string accepted (characters). OpenAI documents at most 4 stop sequences but
+#: no length; a bound keeps a request from making the server hold back (and match against) megabytes
+#: of text per answer. Stop strings in practice are a few characters ("\n\n", "</s>", "User:").
+MAX_STOP_CHARS = 512
+StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -88,7 +94,7 @@ class SamplingFields(_Body):
     top_k: Annotated[StrictInt, Field(ge=-1)] | None = None
     min_p: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
-    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=4)] | None = None
     seed: Annotated[StrictInt, Field(ge=0, lt=2**63)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
