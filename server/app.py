@@ -409,7 +409,10 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
     if config.cors_origins:  # added last: outermost, so preflights and 401s carry the CORS headers
         from fastapi.middleware.cors import CORSMiddleware
 
+        # Any request header, as llama-server and vLLM allow: the openai JS package sends its own
+        # (x-stainless-os, ...), and a key may come as x-api-key. A listed origin may also reach the
+        # server from a public page (Chrome's private-network preflight), which is what listing it means.
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["*"], allow_private_network=True)
     return app
 

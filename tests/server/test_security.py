@@ -97,6 +97,28 @@ def test_cors_is_off_unless_origins_are_listed():
         cors.stop()
 
 
+def test_a_listed_origin_may_send_any_header_and_reach_a_private_address():
+    """The openai JS package's preflight asks for its x-stainless-* headers, a key may come as
+    x-api-key, and Chrome asks before a public page reaches a private address: all allowed for a
+    listed origin (as llama-server and vLLM allow any header), none for another origin."""
+    cors, _ = serve(cors_origins=["https://chat.example"], api_key="k")
+    try:
+        asked = "authorization, content-type, x-api-key, x-stainless-os, x-stainless-retry-count"
+        preflight = {"Origin": "https://chat.example", "Access-Control-Request-Method": "POST",
+                     "Access-Control-Request-Headers": asked, "Access-Control-Request-Private-Network": "true"}
+        allowed = httpx.options(f"{cors.url}/v1/chat/completions", headers=preflight)
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == "https://chat.example"
+        assert allowed.headers["access-control-allow-headers"] == asked
+        assert allowed.headers["access-control-allow-private-network"] == "true"
+        refused = httpx.options(f"{cors.url}/v1/chat/completions", headers={**preflight, "Origin": "https://evil.example"})
+        assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+        models = httpx.get(f"{cors.url}/v1/models", headers={"Origin": "https://chat.example", "x-api-key": "k"})
+        assert models.status_code == 200 and models.headers["access-control-allow-origin"] == "https://chat.example"
+    finally:
+        cors.stop()
+
+
 def test_another_host_needs_a_key_or_an_explicit_opt_out():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
