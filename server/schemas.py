@@ -10,9 +10,9 @@ ignores them. Sampling fields are ``None`` when the client left them out.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from engine.api.events import MAX_TOP_LOGPROBS
 
@@ -27,6 +27,17 @@ StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+    #: Fields whose JSON null means "not given": their default applies. OpenAI's API reference marks
+    #: them nullable ("boolean or null"), and clients send null for what they leave unset.
+    null_is_default: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_to_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.null_is_default:
+            return {k: v for k, v in data.items() if v is not None or k not in cls.null_is_default}
+        return data
 
 
 class ImageURL(_Body):
@@ -80,11 +91,15 @@ Message = Annotated[UserMessage | SystemMessage | AssistantMessage, Field(discri
 
 
 class StreamOptions(_Body):
+    null_is_default = frozenset({"include_usage"})
+
     include_usage: StrictBool = False
 
 
 class SamplingFields(_Body):
     """Fields chat and text completions share."""
+
+    null_is_default = frozenset({"stream", "n", "ignore_eos"})
 
     model: str
     stream: StrictBool = False
@@ -109,6 +124,8 @@ class SamplingFields(_Body):
 class ChatRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
 
+    null_is_default = SamplingFields.null_is_default | {"logprobs"}
+
     messages: Annotated[list[Message], Field(min_length=1)]
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     logprobs: StrictBool = False
@@ -127,6 +144,8 @@ class ChatRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     """``POST /v1/completions`` (plain text, no chat template)."""
+
+    null_is_default = SamplingFields.null_is_default | {"echo"}
 
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None

@@ -203,6 +203,40 @@ def test_what_clients_send_by_default_passes(url):
     assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias"
 
 
+def _answer_of(response: httpx.Response) -> list:
+    """A response's choices (or a stream's events) without what differs between two requests."""
+    if response.headers["content-type"].startswith("text/event-stream"):
+        events = [e.removeprefix("data: ") for e in response.text.split("\n\n") if e]
+        return [e if e == "[DONE]" else {k: v for k, v in json.loads(e).items() if k not in ("id", "created")}
+                for e in events]
+    return response.json()["choices"]
+
+
+@pytest.mark.parametrize("path,nulls", [
+    ("chat/completions", {"n": None}), ("chat/completions", {"stream": None}),
+    ("chat/completions", {"logprobs": None}), ("chat/completions", {"ignore_eos": None}),
+    ("chat/completions", {"stream": True, "stream_options": {"include_usage": None}}),
+    ("completions", {"echo": None}), ("completions", {"n": None}), ("completions", {"stream": None}),
+    ("completions", {"logprobs": None}),
+    ("completions", {"stream": True, "stream_options": {"include_usage": None}}),
+], ids=lambda v: v if isinstance(v, str) else json.dumps(v))
+def test_null_is_the_default_for_the_fields_openai_marks_nullable(url, path, nulls):
+    """OpenAI's reference says "boolean or null" / "integer or null" for these, and clients send
+    null for what they leave unset: the answer is the one without the field (greedy, so equal)."""
+    prompt = {"messages": [user(TEXT)]} if path == "chat/completions" else {"prompt": "Once upon a time"}
+    body = {"model": MODEL, **prompt, "max_tokens": 3, "temperature": 0}
+    given = httpx.post(f"{url}/v1/{path}", json={**body, **nulls}, timeout=60)
+    assert given.status_code == 200, given.text
+    defaults = {k: v for k, v in nulls.items() if v is not None}
+    if "stream_options" in defaults:
+        defaults["stream_options"] = {}
+    left_out = httpx.post(f"{url}/v1/{path}", json={**body, **defaults}, timeout=60)
+    assert left_out.status_code == 200, left_out.text
+    assert given.headers["content-type"] == left_out.headers["content-type"]
+    assert _answer_of(given) == _answer_of(left_out)
+    assert len(_answer_of(given)) >= 1
+
+
 def test_a_chat_that_collected_many_photos_is_not_refused(url):
     """An OpenAI client re-sends every photo of the conversation on each turn: after 18 turns with a
     new photo each, the 18th request holds 18 images, of which only the last is new to the server."""
