@@ -47,6 +47,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--insecure-no-key", action="store_true", help="allow a non-loopback --host without a key")
     ap.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeat)")
     ap.add_argument("--allow-remote-media", action="store_true", help="fetch http(s) image URLs (off by default)")
+    ap.add_argument("--allow-private-media-hosts", action="store_true",
+                    help="with --allow-remote-media, also fetch from this machine and private networks (off: only "
+                    "public internet addresses)")
     ap.add_argument("--max-queue", type=int, default=16, help="answers queued or running before 429 (default 16)")
     ap.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MB (default 32; 413 beyond)")
     ap.add_argument("--max-images", type=int, default=16, help="images or videos in a request's last message (default 16), and 4 "
@@ -64,6 +67,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(model=args.model, model_id=args.model_name, host=args.host, port=args.port,
                         api_key=args.api_key or os.environ.get(KEY_ENV) or None, insecure_no_key=args.insecure_no_key,
                         cors_origins=list(args.cors_origin), allow_remote_media=args.allow_remote_media,
+                        allow_private_media_hosts=args.allow_private_media_hosts,
                         max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * MB),
                         max_images=args.max_images, load_options=options)
 

@@ -29,9 +29,13 @@ class ServerConfig:
         insecure_no_key: allow a non-loopback ``host`` without a key (explicit opt-in).
         cors_origins: origins allowed by CORS; empty = CORS off.
         allow_remote_media: fetch ``http(s)`` image URLs (off: only data URIs and base64).
+        allow_private_media_hosts: with ``allow_remote_media``, also fetch from hosts that are not
+            public addresses (this machine, the local network, cloud metadata services); off, such
+            URLs are a 400 ``media_fetch_refused`` (server.media.public_address says which).
         max_queue: generations waiting or running before new ones get 429.
         max_body_bytes, max_images, max_image_pixels, max_media_bytes: 413 beyond these.
-        remote_timeout_s: total time for fetching one remote image.
+        remote_timeout_s: total time for fetching one remote image or video (seconds), from the
+            name's resolution to the last byte, redirects included.
         max_stored_media: media files kept on disk (least recently used ones go first, down to an
             eighth below this number once it is exceeded, so the folder is listed seldom).
         default_max_tokens: answer length when a request gives none.
@@ -45,6 +49,7 @@ class ServerConfig:
     insecure_no_key: bool = False
     cors_origins: list[str] = field(default_factory=list)
     allow_remote_media: bool = False
+    allow_private_media_hosts: bool = False
     max_queue: int = 16
     max_body_bytes: int = 32 * MB
     max_images: int = 16

@@ -14,9 +14,11 @@ import binascii
 import errno
 import hashlib
 import io
+import ipaddress
 import itertools
 import os
 import re
+import socket
 import threading
 import warnings
 from collections import OrderedDict
@@ -42,6 +44,35 @@ IMAGE_SUFFIXES = tuple(sorted("." + fmt.lower() for fmt in IMAGE_FORMATS))
 DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}  # OpenAI's detail -> engine.api.events.DETAILS
 _DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
                        re.IGNORECASE)
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+#: Redirects a remote media URL may take (each hop's host is checked as the first one's).
+MAX_MEDIA_REDIRECTS = 3
+
+
+def public_address(address: str) -> bool:
+    """True for an IP address (text, as getaddrinfo gives it) on the public internet: not loopback,
+    private, link-local (169.254.169.254, cloud metadata services), multicast, reserved, unspecified
+    or shared (100.64/10), and no such IPv4 address inside an IPv6 one (``::ffff:127.0.0.1``, NAT64,
+    6to4, Teredo). The rules are Python's ``ipaddress`` (IANA's special-purpose address registries)."""
+    ip = ipaddress.ip_address(address.split("%")[0])  # an IPv6 scope ("fe80::1%eth0") is not part of it
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # the IPv4 address itself
+            return public_address(str(ip.ipv4_mapped))
+        if ip in _NAT64:  # a NAT64 gateway reaches the IPv4 address in the low 32 bits
+            return public_address(str(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)))
+        tunnelled = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if tunnelled is not None and not public_address(str(tunnelled)):
+            return False
+    return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_link_local or ip.is_loopback
+                                 or ip.is_unspecified or ip.is_private)
+
+
+async def resolve(host: str, port: int) -> list[str]:
+    """The IP addresses ``host`` resolves to (the system's resolver); raises OSError when it does not."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [info[4][0] for info in infos]
 
 
 def _drop_part(future: asyncio.Future) -> None:
@@ -474,32 +505,87 @@ class MediaStore:
                         "image_too_large", param)
 
     async def _fetch(self, url: str, param: str) -> tuple[str, bytes]:
-        """GET an http(s) URL within the size and time limits (only with ``allow_remote_media``)."""
+        """GET an http(s) URL within the size and time limits (only with ``allow_remote_media``).
+
+        ``remote_timeout_s`` bounds the whole fetch (name resolution, redirects, every byte), not
+        each read: a host sending a byte now and then cannot hold the request open. Unless
+        ``allow_private_media_hosts``, a host that resolves to an address other than a public one
+        (loopback, private, link-local such as 169.254.169.254, multicast, reserved, unspecified,
+        or one of these inside an IPv6 form) is refused, at every redirect, and the connection
+        goes to the address that was checked (so a DNS answer that changes between the check and
+        the connection cannot lead elsewhere).
+
+        Raises:
+            APIError: 400 ``remote_media_disabled``, ``media_fetch_refused`` (such an address, or
+                not http(s)), ``media_fetch_failed`` (HTTP error status, network error, too many
+                redirects, past the time limit); 413 ``media_too_large`` (over ``max_media_bytes``).
+        """
         if not self.config.allow_remote_media:
             raise APIError(400, "remote media URLs are off: send a data: URI, or start the server with "
                            "--allow-remote-media", "remote_media_disabled", param)
+        timeout = self.config.remote_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._fetch_within(url, param)
+        except TimeoutError:
+            raise APIError(400, f"fetching the media URL took longer than {timeout:g} s", "media_fetch_failed",
+                           param) from None
+
+    async def _fetch_within(self, url: str, param: str) -> tuple[str, bytes]:
         import httpx
 
         limit = self.config.max_media_bytes
         try:
-            async with httpx.AsyncClient(timeout=self.config.remote_timeout_s, follow_redirects=True,
-                                         max_redirects=3) as client:
-                async with client.stream("GET", url) as response:
-                    if response.status_code != 200:
-                        raise APIError(400, f"fetching the media URL gave HTTP {response.status_code}",
-                                       "media_fetch_failed", param)
-                    chunks, size = [], 0
-                    async for chunk in response.aiter_bytes():
-                        size += len(chunk)
-                        if size > limit:
-                            raise APIError(413, f"the media URL's content exceeds {limit} bytes", "media_too_large",
-                                           param)
-                        chunks.append(chunk)
-                    mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        except httpx.HTTPError as exc:
+            target = httpx.URL(url)
+        except httpx.InvalidURL:
+            raise APIError(400, "the media URL is not a valid URL", "invalid_url", param) from None
+        try:
+            async with httpx.AsyncClient(timeout=self.config.remote_timeout_s, follow_redirects=False) as client:
+                for _ in range(MAX_MEDIA_REDIRECTS + 1):
+                    request = await self._checked_request(client, target, param)
+                    async with client.stream(request.method, request.url, headers=request.headers,
+                                             extensions=request.extensions) as response:
+                        if response.is_redirect:
+                            target = target.join(response.headers["location"])
+                            continue
+                        if response.status_code != 200:
+                            raise APIError(400, f"fetching the media URL gave HTTP {response.status_code}",
+                                           "media_fetch_failed", param)
+                        chunks, size = [], 0
+                        async for chunk in response.aiter_bytes():
+                            size += len(chunk)
+                            if size > limit:
+                                raise APIError(413, f"the media URL's content exceeds {limit} bytes",
+                                               "media_too_large", param)
+                            chunks.append(chunk)
+                        mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                        return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise APIError(400, f"cannot fetch the media URL: {type(exc).__name__}", "media_fetch_failed",
                            param) from None
-        return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
+        raise APIError(400, f"the media URL redirects more than {MAX_MEDIA_REDIRECTS} times", "media_fetch_failed",
+                       param)
+
+    async def _checked_request(self, client, target, param: str):
+        """The GET of ``target`` (an httpx.URL), addressed to the IP address its host resolved to,
+        once that address is checked; the Host header and TLS (SNI, certificate) keep the name."""
+        if target.scheme not in ("http", "https") or not target.host:
+            raise APIError(400, "the media URL (or a redirect) is not an http(s) URL", "media_fetch_refused", param)
+        port = target.port or (443 if target.scheme == "https" else 80)
+        try:
+            addresses = await resolve(target.host, port)
+        except OSError as exc:
+            raise APIError(400, f"cannot fetch the media URL: its host does not resolve ({exc.strerror})",
+                           "media_fetch_failed", param) from None
+        if not addresses:
+            raise APIError(400, "cannot fetch the media URL: its host does not resolve", "media_fetch_failed", param)
+        if not self.config.allow_private_media_hosts and not all(map(public_address, addresses)):
+            raise APIError(400, f"the media URL's host {target.host} is not a public address; the server fetches "
+                           "media from the internet only (start it with --allow-private-media-hosts to allow "
+                           "hosts on this machine or network)", "media_fetch_refused", param)
+        host = target.netloc.decode("ascii")
+        return client.build_request("GET", target.copy_with(host=addresses[0].split("%")[0]), headers={"Host": host},
+                                    extensions={"sni_hostname": target.host} if target.scheme == "https" else {})
 
     def _known(self, digest: str, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> str | None:
         """The stored path of the bytes with this digest if they were accepted before as what

@@ -14,6 +14,7 @@ import pytest
 
 from server import ServerConfig, create_app
 from server.config import is_loopback
+from server.media import public_address
 from tests.server.fakes import FakeSession, fake_loader
 from tests.server.helpers import REPO, ThreadServer, png_bytes
 
@@ -21,11 +22,35 @@ PNG = png_bytes()
 
 
 class MediaHandler(http.server.BaseHTTPRequestHandler):
-    """/photo.png, /big.png (over the limit), /slow.png (past the time limit), /svg."""
+    """/photo.png, /big.png (over the limit), /slow.png (past the time limit), /drip.png (a byte at
+    a time), /to/URL (a redirect), /svg. ``hosts``: the Host header of each request."""
+
+    hosts: list = []
 
     def do_GET(self):  # noqa: N802 - the stdlib's name
+        MediaHandler.hosts.append(self.headers["Host"])
         if self.path == "/slow.png":
             time.sleep(1.5)
+        if self.path.startswith("/to/"):  # a redirect to the URL after "/to/"
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/to/"):])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/drip.png":  # a byte every 0.2 s: never idle for a read timeout, 8 s in all
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(PNG)))
+            self.end_headers()
+            try:
+                for i in range(40):
+                    self.wfile.write(PNG[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                self.wfile.write(PNG[40:])
+            except OSError:
+                pass
+            return
         body, kind = {"/big.png": (b"\x89PNG" + b"\x00" * 200_000, "image/png"),
                       "/svg": (b"<svg/>", "image/svg+xml")}.get(self.path, (PNG, "image/png"))
         self.send_response(200)
@@ -63,7 +88,8 @@ def chat_with_image(url: str, image: str) -> httpx.Response:
 
 def test_remote_images_only_with_the_switch_and_within_limits(media_host):
     off, _ = serve()
-    on, session = serve(allow_remote_media=True, max_media_bytes=100_000, remote_timeout_s=0.5)
+    on, session = serve(allow_remote_media=True, allow_private_media_hosts=True, max_media_bytes=100_000,
+                        remote_timeout_s=0.5)
     try:
         refused = chat_with_image(off.url, f"{media_host}/photo.png")
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "remote_media_disabled"
@@ -80,6 +106,78 @@ def test_remote_images_only_with_the_switch_and_within_limits(media_host):
     finally:
         off.stop()
         on.stop()
+
+
+def test_only_public_addresses_count_as_public():
+    for address in ("8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"):
+        assert public_address(address), address
+    for address in ("127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+                    "224.0.0.1", "240.0.0.1", "0.0.0.0", "255.255.255.255", "::1", "::", "fe80::1%eth0",
+                    "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1",
+                    "2002:7f00:1::", "64:ff9b::7f00:1", "fd00:ec2::254"):
+        assert not public_address(address), address
+
+
+def test_remote_media_from_a_host_that_is_not_public_is_refused(media_host):
+    """A request must not make the server fetch from itself, its network or a cloud metadata
+    service: by name, by address in any form, or through a redirect."""
+    srv, session = serve(allow_remote_media=True, remote_timeout_s=5)
+    port = media_host.rsplit(":", 1)[1]
+    try:
+        MediaHandler.hosts.clear()
+        for url in (f"{media_host}/photo.png", f"http://localhost:{port}/photo.png",
+                    f"http://[::ffff:127.0.0.1]:{port}/photo.png", "http://169.254.169.254/latest/meta-data/",
+                    f"http://0x7f.1:{port}/photo.png", "http://[::]:9/x.png"):
+            refused = chat_with_image(srv.url, url)
+            assert refused.status_code == 400, (url, refused.text)
+            error = refused.json()["error"]
+            assert (error["code"], error["param"]) == ("media_fetch_refused", "messages[0].content[0]"), url
+            assert "--allow-private-media-hosts" in error["message"]
+        assert MediaHandler.hosts == [] and session.sent == []  # nothing was fetched, nothing answered
+    finally:
+        srv.stop()
+
+
+def test_every_redirect_is_checked_and_the_checked_address_is_the_one_reached(media_host, monkeypatch):
+    """The host name resolves once, and the connection goes to that address (a second, different
+    DNS answer cannot lead elsewhere); the name stays in the Host header. A redirect's host is
+    checked like the first one."""
+    import server.media
+
+    port = media_host.rsplit(":", 1)[1]
+    names = {"photos.example": "127.0.0.1", "internal.example": "127.0.0.2"}
+    asked = []
+
+    async def resolve(host, port):
+        asked.append(host)
+        return [names[host]]
+
+    monkeypatch.setattr(server.media, "resolve", resolve)
+    monkeypatch.setattr(server.media, "public_address", lambda address: address == "127.0.0.1")
+    srv, session = serve(allow_remote_media=True, remote_timeout_s=5)
+    try:
+        MediaHandler.hosts.clear()
+        ok = chat_with_image(srv.url, f"http://photos.example:{port}/to/http://photos.example:{port}/photo.png")
+        assert ok.status_code == 200, ok.text
+        assert MediaHandler.hosts == [f"photos.example:{port}"] * 2 and asked == ["photos.example"] * 2
+        refused = chat_with_image(srv.url, f"http://photos.example:{port}/to/http://internal.example:{port}/photo.png")
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "media_fetch_refused", refused.text
+        assert MediaHandler.hosts == [f"photos.example:{port}"] * 3  # the redirect was not followed
+    finally:
+        srv.stop()
+
+
+def test_the_time_limit_bounds_the_whole_fetch_not_each_read(media_host):
+    """A host that sends a byte now and then never leaves a read waiting for the timeout: the
+    limit is on the whole fetch, so it ends with a 400 instead of holding the request open."""
+    srv, _ = serve(allow_remote_media=True, allow_private_media_hosts=True, remote_timeout_s=1)
+    try:
+        slow = chat_with_image(srv.url, f"{media_host}/drip.png")
+        assert slow.status_code == 400 and slow.json()["error"] == {
+            "message": "fetching the media URL took longer than 1 s", "type": "invalid_request_error",
+            "param": "messages[0].content[0]", "code": "media_fetch_failed"}
+    finally:
+        srv.stop()
 
 
 def test_cors_is_off_unless_origins_are_listed():
