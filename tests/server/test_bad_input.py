@@ -237,6 +237,25 @@ def test_null_is_the_default_for_the_fields_openai_marks_nullable(url, path, nul
     assert len(_answer_of(given)) >= 1
 
 
+def test_a_negative_seed_is_the_same_seed_modulo_2_64(url):
+    """OpenAI takes any 64-bit signed integer as seed (-1 is common: "random" in other tools'
+    settings); the engine's seeds are unsigned, so a negative one is taken modulo 2**64."""
+    from pydantic import ValidationError
+
+    from server.schemas import CompletionRequest
+
+    def seed(value):
+        return CompletionRequest.model_validate({"model": MODEL, "prompt": "x", "seed": value}).seed
+
+    assert (seed(-1), seed(-2**63), seed(0), seed(2**63 - 1)) == (2**64 - 1, 2**63, 0, 2**63 - 1)
+    with pytest.raises(ValidationError):
+        seed(2**63)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.5, "seed": -1}
+    first, again = (httpx.post(f"{url}/v1/completions", json=body, timeout=60) for _ in range(2))
+    assert first.status_code == 200, first.text
+    assert first.json()["choices"][0]["text"] == again.json()["choices"][0]["text"]
+
+
 def test_a_chat_that_collected_many_photos_is_not_refused(url):
     """An OpenAI client re-sends every photo of the conversation on each turn: after 18 turns with a
     new photo each, the 18th request holds 18 images, of which only the last is new to the server."""
