@@ -158,12 +158,14 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
 
 
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],
-                 stream: bool, confirm: Callable[[], Awaitable[None]] | None = None) -> tuple[Answer, object]:
+                 stream: bool, confirm: Callable[[], Awaitable[None]] | None = None,
+                 prompt_param: str = "messages") -> tuple[Answer, object]:
     """Admit a request (429/503), queue it with ``submit(answer)``, await ``confirm()`` (new photos'
     decodes, which the engine waits for too: a refusal raises its APIError and cancels the answer)
     and its first event, or for a stream only its start (``None``, see
     :func:`~server.answer_stream.first_event`). A non-streamed answer sends nothing before its end:
-    the engine thread is never held for it."""
+    the engine thread is never held for it. A prompt too long for the context is named by
+    ``prompt_param`` (the request field that holds the prompt), as OpenAI's error names it."""
     state = request.app.state.smolchat
     state.check_model(model)
     answer = state.bridge.admit()
@@ -174,6 +176,11 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
         if confirm is not None:
             await confirm()
         return answer, await first_event(answer, request.is_disconnected, stream)
+    except APIError as exc:
+        answer.cancel()
+        if exc.code == "context_length_exceeded" and exc.param is None:
+            exc.param = prompt_param
+        raise
     except BaseException:
         answer.cancel()
         raise
@@ -314,7 +321,7 @@ async def completions(body: CompletionRequest, request: Request):
     params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs)
     service = state.bridge.service
     answer, first = await _start(request, body.model, lambda a: service.complete(prompt, params, a.sink),
-                                 body.stream)
+                                 body.stream, prompt_param="prompt")
     cid, created, stops, outcome = response_id("cmpl-"), int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_id,
             "system_fingerprint": state.fingerprint}

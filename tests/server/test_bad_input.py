@@ -256,6 +256,15 @@ def test_a_negative_seed_is_the_same_seed_modulo_2_64(url):
     assert first.json()["choices"][0]["text"] == again.json()["choices"][0]["text"]
 
 
+@pytest.mark.parametrize("path,prompt,param", [("chat/completions", {"messages": [user({"type": "text", "text": "x " * 9000})]}, "messages"),
+                                              ("completions", {"prompt": "x " * 9000}, "prompt")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_too_long_names_the_field_that_holds_it(url, path, prompt, param, stream):
+    r = httpx.post(f"{url}/v1/{path}", json={"model": MODEL, **prompt, "max_tokens": 2, "stream": stream}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("context_length_exceeded", param)
+
+
 def test_a_chat_that_collected_many_photos_is_not_refused(url):
     """An OpenAI client re-sends every photo of the conversation on each turn: after 18 turns with a
     new photo each, the 18th request holds 18 images, of which only the last is new to the server."""
