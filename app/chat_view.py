@@ -8,6 +8,8 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 from app.messages import AssistantMessage, UserMessage
 
 EMPTY_TEXT = "Drop a photo here, or paste one, and ask a question about it.\nEverything runs on this computer."
+#: The empty chat's line for a model that takes no images.
+EMPTY_TEXT_ONLY = "Ask a question below.\nEverything runs on this computer."
 
 
 class ChatView(QScrollArea):

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QMainWindow
 
 from app.backends import backend_from_env, ignored_backend
 from app.backends.switch import EngineSwitch, make_remote_backend
-from app.chat_view import EMPTY_TEXT
+from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
 from app.formatting import finish_footer, model_summary, progress_summary, stats_summary
@@ -237,11 +237,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._token_counts.clear()
         set_last_model(info.get("path", ""), self.qsettings)
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
-        self.transcript.set_placeholder(EMPTY_TEXT)
         vision = info.get("capabilities", {}).get("vision", True)
         video = info.get("capabilities", {}).get("video", False)
+        self.transcript.set_placeholder(EMPTY_TEXT if vision else EMPTY_TEXT_ONLY)
         self.composer.setPlaceholderText("Ask about an image or a video…" if video else
                                          "Ask about an image…" if vision else "Ask a question…")
+        self.composer.viewport().update()  # an empty editor does not repaint its new placeholder by itself
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

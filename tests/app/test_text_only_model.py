@@ -21,6 +21,9 @@ def test_model_info_says_whether_the_model_takes_images(make_window, window):
     # The composer does not invite an image the model cannot read.
     assert win.composer.placeholderText() == "Ask a question…"
     assert window.composer.placeholderText() == "Ask about an image…"
+    # Nor does the empty chat (it said "Drop a photo here…").
+    assert win.transcript._empty.text() == "Ask a question below.\nEverything runs on this computer."
+    assert window.transcript._empty.text().startswith("Drop a photo here")
 
 
 def test_dropping_an_image_on_a_text_only_model_shows_why(make_window, png):
