@@ -114,6 +114,7 @@ class EngineService:
         self._session: Any = None
         self._info: ModelInfo | None = None
         self._synced: list[tuple] = []  # keys of what the session's turns hold
+        self._left_out: list[str] = []  # why media of earlier messages stayed out of the context (last sync)
         # The last answer's params: videos of a rebuilt history are sampled with its video_fps and
         # video_max_frames (the front end's settings), not the checkpoint's defaults.
         self._video_params: GenerationParams | None = None
@@ -327,6 +328,7 @@ class EngineService:
         if keep < len(wanted):
             from engine.chat import Turn  # engine thread only (imports torch)
 
+        self._left_out = []
         for message in messages[keep:]:
             user = message.role == "user"
             _, video_paths = _split(message.attachments)
@@ -341,12 +343,17 @@ class EngineService:
             session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos,
                                       text_parts=parts))
         self._synced = wanted
+        if len(self._left_out) > 1:  # one line, not one per file (an image chat reopened on a text model)
+            log.warning("left out of the conversation's context: %d files (%s)", len(self._left_out),
+                        "; ".join(dict.fromkeys(self._left_out)))
+        elif self._left_out:
+            log.warning("left out of the conversation's context: %s", self._left_out[0])
 
-    @staticmethod
-    def _readable(preprocess: Callable[[list[str]], list], paths: list[str]) -> list:
+    def _readable(self, preprocess: Callable[[list[str]], list], paths: list[str]) -> list:
         """The media of an earlier message that can still be read: a stored image deleted since (or a
-        damaged file) is left out of the context with a warning, instead of failing the whole history
-        and leaving the conversation half rebuilt (the front end says which files are missing)."""
+        damaged file, or any image for a model that takes none) is left out of the context, the
+        reason kept for the next answer's notice, instead of failing the whole history and leaving
+        the conversation half rebuilt (the front end says which files are missing)."""
         out = []
         for path in paths:
             try:
@@ -354,8 +361,18 @@ class EngineService:
             except Exception as exc:  # noqa: BLE001 - ImageError / VideoError / OSError alike
                 if not is_engine_error(exc) and not isinstance(exc, OSError):
                     raise
-                log.warning("left out of the conversation's context: %s", describe_error(exc))
+                self._left_out.append(describe_error(exc))
         return out
+
+    def _left_out_notice(self) -> str:
+        """The words for the media :meth:`_set_history` left out (once: cleared here)."""
+        files, reasons = len(self._left_out), list(dict.fromkeys(self._left_out))
+        self._left_out = []
+        if not files:
+            return ""
+        why = "; ".join(r.rstrip(".") for r in reasons[:3]) + (" …" if len(reasons) > 3 else "")
+        return (f"{files} earlier file{'s' if files > 1 else ''} of this chat {'are' if files > 1 else 'is'} not in "
+                f"the model's context: {why}.")
 
     def _generate(self, sink: EventSink, system_prompt: str | None, start: Callable[[Any], Any],
                   after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None
@@ -387,6 +404,9 @@ class EngineService:
                     continue
                 pieces.append(event.text)
                 sink(event)
+            notice = self._left_out_notice()
+            if done is not None and notice:
+                done.stats.notice = f"{done.stats.notice} {notice}".strip()
             unchanged = len(session.turns) == len(turns_before) and all(
                 a is b for a, b in zip(session.turns, turns_before))
             if not (done is not None and done.finish_reason == "cancelled" and unchanged):
