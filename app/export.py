@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from PySide6.QtCore import QStandardPaths
 from PySide6.QtWidgets import QFileDialog
 
 from app.store import Store
@@ -96,9 +97,17 @@ def export_dialog(window, kind: str) -> Path | None:
     title = window.store.conversation(conv_id).title or "conversation"
     safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "conversation"
     filters = {"md": "Markdown (*.md)", "json": "JSON (*.json)"}
-    path, _ = QFileDialog.getSaveFileName(window, "Export chat", f"{safe}.{kind}", filters[kind])
+    # In the folder of the last export, else Documents (not the folder Smolchat was started from).
+    folder = str(window.qsettings.value("export/folder", "") or "") if hasattr(window, "qsettings") else ""
+    if not folder or not Path(folder).is_dir():
+        folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) or str(Path.home())
+    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{safe}.{kind}"), filters[kind])
     if not path:
         return None
+    if not Path(path).suffix:  # "notes" typed in the JSON dialog: Qt's own dialog adds no extension
+        path = f"{path}.{kind}"
+    if hasattr(window, "qsettings"):
+        window.qsettings.setValue("export/folder", str(Path(path).parent))
     try:
         out = (export_markdown if kind == "md" else export_json)(window.store, conv_id, path)
     except (OSError, sqlite3.Error) as exc:

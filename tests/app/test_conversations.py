@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget
@@ -163,3 +164,24 @@ def test_closing_the_window_mid_answer_keeps_it_as_interrupted(qtbot, make_windo
     again = make_window(FakeBackend())
     footer = again.transcript.widgets()[-1].findChild(QLabel, "messageFooter")
     assert footer.text() == "interrupted — Smolchat closed before this answer was complete"
+
+
+def test_export_adds_the_extension_and_starts_in_the_last_export_folder(qtbot, window, tmp_path, monkeypatch):
+    """Found by a trial: "chat" typed in the JSON dialog saved a file without .json, and the dialog
+    opened in the folder Smolchat was started from."""
+    ask(qtbot, window, "What is it?")
+    asked = []
+    out = tmp_path / "exports" / "chat"
+    out.parent.mkdir()
+
+    def save_as(parent, caption, start, filters):
+        asked.append(start)
+        return str(out), filters
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", save_as)
+    window.actions["export_json"].trigger()
+    assert json.loads((tmp_path / "exports" / "chat.json").read_text())["messages"][0]["text"] == "What is it?"
+    assert not out.exists()
+    assert Path(asked[0]).parent != Path.cwd() and Path(asked[0]).name == "What is it_.json"
+    window.actions["export_md"].trigger()
+    assert Path(asked[1]) == tmp_path / "exports" / "What is it_.md"
+    assert (tmp_path / "exports" / "chat.md").is_file()
