@@ -80,12 +80,16 @@ def perplexity(model: GenerativeModel, ids: list[int], context: int | None = Non
     ``context`` defaults to the model's context, ``stride`` to ``context`` (disjoint windows).
 
     Raises:
-        ValueError: fewer than two tokens, or bad ``context``/``stride``.
+        ValueError: fewer than two tokens, or bad ``context``/``stride`` (a context longer than the
+            model's is refused, not cut to it: the figure would not be for the windows asked).
     """
     if len(ids) < 2:
         raise ValueError(f"perplexity needs at least 2 tokens, got {len(ids)}")
-    context = min(context or model.metadata.max_context, model.metadata.max_context)
-    stride = stride or context
+    limit = model.metadata.max_context
+    if context is not None and context > limit:
+        raise ValueError(f"context {context} is longer than the model's context of {limit} tokens")
+    context = limit if context is None else context
+    stride = context if stride is None else stride
     total, count = 0.0, 0
     wins = windows(len(ids), context, stride)
     for begin, end, trg_len in wins:

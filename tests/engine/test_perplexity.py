@@ -98,10 +98,16 @@ def test_cli_perplexity_json(tiny_checkpoint, tmp_path, models):
     assert out["tokens"] == n_tokens and abs(out["perplexity"] - expected) / expected < 1e-4
 
 
-def test_cli_perplexity_bad_stride_exits_2(tiny_checkpoint, tmp_path):
+@pytest.mark.parametrize("context,stride,why", [
+    ("16", "32", "1 <= stride <= context, got context=16, stride=32"),
+    ("64", "0", "1 <= stride <= context, got context=64, stride=0"),  # ran with stride 64 (0 read as "not given")
+    ("0", None, "need context >= 2"),
+    ("100000", None, "context 100000 is longer than the model's context of "),  # ran at the model's context
+])
+def test_cli_perplexity_bad_windows_exit_2(tiny_checkpoint, tmp_path, context, stride, why):
     f = tmp_path / "text.txt"
     f.write_text(TEXT, encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "engine", "perplexity", "--model", str(tiny_checkpoint),
-                           "--file", str(f), "--context", "16", "--stride", "32"], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: ")
+                           "--file", str(f), "--context", context, *(["--stride", stride] if stride else [])],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and why in proc.stderr, proc.stderr
