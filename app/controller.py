@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -146,6 +147,8 @@ class ChatController(QObject):
         except STORAGE_ERRORS as exc:  # the composer keeps the text and images
             self.failed.emit(f"Could not save the message: {storage_problem(exc)}.")
             return False
+        for original, copy in zip(images, stored):  # a video is copied only now (an image when attached)
+            self.display_names.setdefault(copy, original)
         self.last_prompt = text
         attachments = attachments_for(stored, self.takes_video)
         self._start(history, params, lambda p, sp: self.backend.send(text, attachments, p, self.bridge.sink, sp))
@@ -206,7 +209,7 @@ class ChatController(QObject):
             self.finished.emit(result)  # the window ends the answer on screen first
             self.keeper.finish(result, self.model_name)
             if event.stats.notice and not event.error:
-                self.notice.emit(event.stats.notice)  # e.g. old turns dropped to fit the context
+                self.notice.emit(self.user_words(event.stats.notice))  # e.g. old turns dropped to fit the context
             self.busy_changed.emit()
             if self.reload_pending:
                 path, device, dtype, options = self.reload_pending
@@ -215,9 +218,12 @@ class ChatController(QObject):
 
     # -- helpers -------------------------------------------------------------------------------------
     def user_words(self, message: str) -> str:
-        """``message`` naming the files the user attached instead of their copies in the image store."""
+        """``message`` naming the files the user attached instead of their copies in the image store
+        (whole paths, and the copies' names alone: content hashes, which no other text contains)."""
         for stored, original in self.display_names.items():
             message = message.replace(stored, original)
+            if Path(stored).name != Path(original).name:
+                message = message.replace(Path(stored).name, Path(original).name)
         return message
 
     @property

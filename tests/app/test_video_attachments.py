@@ -306,3 +306,24 @@ def test_a_chat_started_with_only_a_video_is_titled_video():
     assert title_from("", ["/data/abc.mp4"]) == "Video"
     assert title_from("", ["/data/abc.mp4", "/data/def.webm"]) == "2 videos"
     assert title_from("", ["/data/abc.mp4", "/data/photo.png"]) == "2 images"
+
+
+def test_a_notice_about_a_sent_video_names_the_users_file_not_its_stored_copy(qtbot, make_window, clip):
+    """The engine names a video by the file it reads: the chat's copy, named by content hash. Found by a
+    trial: "Only 4 of the 12 frames of 905034389f1451a1aa633de00c9d7fee.mp4 could be read"."""
+    from engine.api import DoneEvent, GenerationStats
+
+    class CutShort(FakeBackend):
+        def _answer(self, kind, text, attachments, params, sink, system_prompt):
+            name = Path(attachments[0].path).name
+            sink(DoneEvent("stop", GenerationStats(notice=f"Only 4 of the 12 frames of {name} could be read.")))
+
+    backend = CutShort(model_name="FakeVLM2-256M", video=True)
+    win = make_window(backend)
+    drop(win.composer, file_mime(clip))
+    win.composer.setPlainText("What happens?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.send_message()
+    stored = win.store.messages(win.keeper.current_id)[0].images[0]
+    assert Path(stored).name != "walk.mp4"  # the copy the engine read
+    assert win.banner.message() == "Only 4 of the 12 frames of walk.mp4 could be read."
