@@ -62,12 +62,18 @@ class Banner(QFrame):
     def add_error(self, text: str) -> None:
         """Another error beside the one showing, on its own line (a PDF's error arriving from its
         background job after a drop's other files were refused); else :meth:`show_error`."""
-        shown = self.message() if self.tone() == "error" else ""
-        if shown and text not in shown.split("\n"):
-            text = f"{shown}\n{text}"
-        elif shown:
+        self._add(text, "error")
+
+    def add_info(self, text: str) -> None:
+        """Another notice beside the one showing (:meth:`add_error`'s counterpart); an error showing
+        stays, with this line under it."""
+        self._add(text, "info")
+
+    def _add(self, text: str, tone: str) -> None:
+        shown = self.message() if self.tone() in ("error", "info") and not self._action.isVisibleTo(self) else ""
+        if text in shown.split("\n"):
             return
-        self.show_error(text)
+        self._show(f"{shown}\n{text}" if shown else text, "error" if self.tone() == "error" else tone)
 
     def show_success(self, text: str) -> None:
         """Something the user asked for worked (e.g. an export)."""

@@ -203,6 +203,11 @@ class DocumentIntake(QObject):
         detail = self.window.detail_in_use(self.window.message_detail())
         cost = self._costs([info.first_page])[0]
         budget = self.budget()
+        if budget is not None and 0 < cost and budget < cost:  # the folder's images (or others) took the room first
+            self.window.banner.add_info(f"{Path(info.path).name} was not attached: the attachments already fill "
+                                        f"the model's context ({cost:,} tokens a page at {detail} detail, {budget:,} "
+                                        "available).")
+            return
         if info.pages <= pages_that_fit(cost, budget, info.pages):
             self._render(info.path, range(info.pages))
             return

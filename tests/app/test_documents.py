@@ -136,6 +136,25 @@ def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, wind
                                        "Lower the image detail in Settings to fit more.")
 
 
+def test_a_pdf_in_a_folder_the_images_filled_is_left_out_with_the_others(qtbot, window, tmp_path):
+    """Found by a trial: the folder's images filled the context, then its PDF's page was attached
+    anyway (a page always went in), one more than the banner said, and the answer hit the context's end."""
+    window.generation_params = {"max_new_tokens": 512}
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for i in range(10):
+        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    make_pdf(folder / "ticket.pdf", 1)
+    window.add_files([str(folder)])
+    qtbot.waitUntil(lambda: window.documents.working == 0, timeout=10_000)
+    assert names(window) == [f"scan{i:02}.png" for i in range(6)]
+    assert window.banner.message().split("\n") == [
+        "Attached 6 of 10 images: the rest would not fit the model's context (1,088 tokens an image at full "
+        "detail, 7,424 available). Lower the image detail in Settings to fit more.",
+        "ticket.pdf was not attached: the attachments already fill the model's context (1,088 tokens a page at "
+        "full detail, 896 available)."]
+
+
 def test_the_file_dialog_takes_several_images_and_pdfs(qtbot, window, tmp_path, monkeypatch):
     a, b = tmp_path / "a.png", tmp_path / "b.png"
     for p in (a, b):
