@@ -20,14 +20,27 @@ from engine.chat import Prompt
 def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterator[GenerationEvent]:
     """Stream the continuation of ``prompt`` (events as :meth:`ChatSession.send`).
 
+    Special-token strings in ``prompt`` (``<|im_start|>``, ``<end_of_utterance>``) are their ids, as
+    transformers' ``tokenizer(prompt)`` encodes added tokens and as vLLM and llama-server read a
+    completion prompt: a client that renders a chat template itself sends them as text. (A chat
+    message's text never becomes a special token: :meth:`Tokenizer.encode_chat`.)
+
     Raises (before anything is yielded):
-        ValueError: the prompt is empty.
+        ValueError: the prompt is empty, or holds the model's image token (``<image>``): a
+            completion has no image to fill its slot.
         PromptTooLongError: the prompt does not fit the context.
     """
     t0 = time.perf_counter()
-    ids = session.tokenizer.encode(prompt)
+    ids = session.tokenizer.encode(prompt, allow_special=True)
     if not ids:
         raise ValueError("the prompt is empty")
+    image_id = session._image_id  # None: a text-only model
+    if image_id is not None and image_id in ids:
+        # The model fills every image-token position with an image's features; without one it
+        # could only fail (or read a slot no image was meant for).
+        name = session.tokenizer.id_to_token(image_id)
+        raise ValueError(f"the prompt holds the image token {name}, but a text completion takes no images "
+                         "(send images in a chat message)")
     capacity = session.cache.capacity
     if len(ids) >= capacity:
         raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}")
