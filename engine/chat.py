@@ -723,12 +723,14 @@ class ChatSession:
         yield DoneEvent(reason, stats, error, token_ids=tuple(answer_ids))
 
     def _logprobs(self, sampler, token: int) -> tuple:
-        """``(logprob, top_logprobs)`` of ``token`` for its TokenEvent when the answer asked for them."""
+        """``(logprob, top_logprobs, token_bytes)`` of ``token`` for its TokenEvent when the answer
+        asked for them: raw bytes, not decoded text, which turns every partial UTF-8 character into U+FFFD."""
         record = sampler.pop(token) if isinstance(sampler, LogprobSampler) else None
         if record is None:
             return ()
         logprob, best = record
-        return logprob, tuple((self.tokenizer.decode([i]), lp) for i, lp in best)
+        token_bytes = self.tokenizer.token_bytes
+        return logprob, tuple((token_bytes(i), lp) for i, lp in best), token_bytes(token)
 
     def _speculative_decoder(self, params: GenerationParams, sampler) -> SpeculativeDecoder | None:
         """Prompt-lookup speculation (engine.speculative) unless ``params.speculative`` is False.

@@ -91,25 +91,39 @@ class EventStream(StreamingResponse):
             await self.background()
 
 
+def token_text(raw: bytes) -> str:
+    """A token's ``token`` string in logprobs: its text when its bytes are whole UTF-8 characters,
+    else ``"bytes:"`` and each byte as ``\\xNN`` (``b"\\xf0\\x9f"`` -> ``bytes:\\xf0\\x9f``), as
+    OpenAI writes a token that holds part of a character (its ``bytes`` field carries the bytes
+    themselves). Decoding with replacement would make every such token the same ``"\ufffd"``: one
+    key for different tokens in /v1/completions' ``top_logprobs``."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
 def _chat_logprobs(event: TokenEvent | None) -> dict | None:
     if event is None or event.logprob is None:
         return None
 
-    def entry(text: str, logprob: float) -> dict:
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-    return {"content": [{**entry(event.text, event.logprob),
-                         "top_logprobs": [entry(t, lp) for t, lp in event.top_logprobs]}]}
+    def entry(raw: bytes, logprob: float) -> dict:
+        return {"token": token_text(raw), "logprob": logprob, "bytes": list(raw)}
+    return {"content": [{**entry(event.token_bytes, event.logprob),
+                         "top_logprobs": [entry(raw, lp) for raw, lp in event.top_logprobs]}]}
 
 
 def _text_logprobs(events: list[TokenEvent], start: int = 0) -> dict:
-    """The legacy completions shape: parallel lists per token; ``text_offset`` is where each token
-    starts in the choice's whole text, the echoed prompt included (``start``: where the first does)."""
+    """The legacy completions shape: parallel lists per token; ``text_offset`` is where each token's
+    text starts in the choice's whole text, the echoed prompt included (``start``: where the first
+    does; a token holding part of a character starts where that character does)."""
     offsets, at = [], start
     for e in events:
         offsets.append(at)
         at += len(e.text)
-    return {"tokens": [e.text for e in events], "token_logprobs": [e.logprob for e in events],
-            "top_logprobs": [dict(e.top_logprobs) for e in events], "text_offset": offsets}
+    return {"tokens": [token_text(e.token_bytes) for e in events], "token_logprobs": [e.logprob for e in events],
+            "top_logprobs": [{token_text(raw): lp for raw, lp in e.top_logprobs} for e in events],
+            "text_offset": offsets}
 
 
 def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
@@ -343,8 +357,10 @@ async def completions(body: CompletionRequest, request: Request):
                 offset = len(echo)  # where the next token's text starts in the whole streamed text
                 async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
                     lp = None
-                    if body.logprobs is not None and event is not None:
-                        lp = _text_logprobs([event], offset)
+                    if event is not None:
+                        # The text held back at the end (an unfinished character) is no token: no entry.
+                        if body.logprobs is not None and event.logprob is not None:
+                            lp = _text_logprobs([event], offset)
                         offset += len(event.text)
                     if text or lp:
                         yield chunk(text, logprobs=lp)

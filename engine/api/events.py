@@ -140,14 +140,18 @@ class GenerationStats:
 class TokenEvent:
     """One generated token and the text it completes (may be ``""`` mid UTF-8 character).
 
-    ``logprob`` and ``top_logprobs`` (``(token text, logprob)`` pairs, most likely first) are set only
-    when :attr:`GenerationParams.logprobs` asked for them.
+    ``logprob``, ``top_logprobs`` (``(token bytes, logprob)`` pairs, most likely first) and
+    ``token_bytes`` are set only when :attr:`GenerationParams.logprobs` asked for them. A token's
+    bytes are its own raw bytes (:meth:`Tokenizer.token_bytes`), so a token holding part of a UTF-8
+    character has just that part (``b"\\xf0\\x9f"``), as OpenAI's logprobs ``bytes`` give it; its
+    decoded text could only say U+FFFD, the same for every such token.
     """
 
     text: str
     token_id: int
     logprob: float | None = None
-    top_logprobs: tuple[tuple[str, float], ...] = ()
+    top_logprobs: tuple[tuple[bytes, float], ...] = ()
+    token_bytes: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
