@@ -344,12 +344,13 @@ class ChatSession:
             msgs.append({"role": turn.role, "content": turn.content()})
         return msgs
 
-    def _prompt(self) -> Prompt:
-        """The conversation's prompt (generation prompt included): ids, cache keys, the images and
-        videos in prompt order, the image-token positions."""
+    def _prompt(self, continuing: bool = False) -> Prompt:
+        """The conversation's prompt (generation prompt included; ``continuing``: instead the last
+        turn left open, :meth:`continue_answer`): ids, cache keys, the images and videos in prompt
+        order, the image-token positions."""
         images = [m for t in self.turns for m in t.media]
         messages = self._messages()
-        plain = self._encode(messages, self.turns).input_ids
+        plain = self._encode(messages, self.turns, continuing).input_ids
         self._plain_prompt = list(plain)  # what the answer to this prompt keeps as its prompt_ids
         ids = self._replay_answers(plain, messages)
         keys, positions = slot_keys(ids, self._image_id, images)
@@ -393,10 +394,12 @@ class ChatSession:
             ids[start:end] = replacement
         return ids
 
-    def _encode(self, messages: list[dict], turns: Sequence[Turn]):
-        """``Tokenizer.encode_chat`` of ``messages`` with the images and videos of ``turns``."""
+    def _encode(self, messages: list[dict], turns: Sequence[Turn], continuing: bool = False):
+        """``Tokenizer.encode_chat`` of ``messages`` with the images and videos of ``turns``
+        (``continuing``: the last message left open, ``continue_final_message``)."""
         return self.tokenizer.encode_chat(messages, [img for t in turns for img in t.images],
-                                          add_generation_prompt=True, videos=[v for t in turns for v in t.videos])
+                                          add_generation_prompt=True, videos=[v for t in turns for v in t.videos],
+                                          continue_final_message=continuing)
 
     def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
         """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:
@@ -575,23 +578,42 @@ class ChatSession:
         self.turns.append(Turn("user", text, list(processed), videos=list(clips)))
         return self._start(snapshot, params, t0)
 
+    def continue_answer(self, params: GenerationParams | None = None) -> Iterator[GenerationEvent]:
+        """Continue the last turn, an assistant's (a prefill, or an answer cut short), where its text
+        ends: the prompt is the conversation with that turn left open (no end-of-utterance, no new
+        generation prompt), as transformers' ``apply_chat_template(continue_final_message=True)`` and
+        vLLM's ``continue_final_message`` render it. The events carry only the continuation; the turn's
+        text becomes its text plus the continuation. Events as :meth:`send`.
+
+        Raises (before anything is yielded, leaving the conversation unchanged):
+            ValueError: the conversation does not end with an assistant turn.
+            PromptTooLongError: as :meth:`send`.
+        """
+        params = params or GenerationParams()
+        t0 = time.perf_counter()
+        if not self.turns or self.turns[-1].role != "assistant":
+            raise ValueError("there is no answer to continue: the conversation does not end with one")
+        return self._start(list(self.turns), params, t0, continuing=True)
+
     def _cancelled_before_start(self) -> Iterator[GenerationEvent]:
         """The answer of a call cancelled while its video frames were sampled: one ``DoneEvent``
         ("cancelled"), the conversation unchanged."""
         yield DoneEvent("cancelled", GenerationStats())
 
-    def _start(self, snapshot: list[Turn], params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
+    def _start(self, snapshot: list[Turn], params: GenerationParams, t0: float,
+               continuing: bool = False) -> Iterator[GenerationEvent]:
         """Fit the prompt to the context and return the answer's generator; on any error restore
-        ``snapshot`` (the turns as they were before the call) and raise."""
+        ``snapshot`` (the turns as they were before the call) and raise. ``continuing``: the answer
+        continues the last turn (:meth:`continue_answer`)."""
         self._cancel.clear()
         try:
-            prompt, dropped = self._fit_context(params)
+            prompt, dropped = self._fit_context(params, continuing)
         except BaseException:
             self.turns[:] = snapshot
             raise
-        return self._generate(prompt, params, t0, snapshot, dropped)
+        return self._generate(prompt, params, t0, snapshot, dropped, continuing)
 
-    def _fit_context(self, params: GenerationParams) -> tuple[Prompt, int]:
+    def _fit_context(self, params: GenerationParams, continuing: bool = False) -> tuple[Prompt, int]:
         """The prompt of the conversation, after dropping the fewest oldest exchanges (a user turn and
         its answers; never the last user turn) for the prompt plus room for the answer to fit the
         context (none with ``params.drop_old_turns`` off). Returns the prompt and how many turns
@@ -602,7 +624,7 @@ class ChatSession:
         """
         capacity = self.cache.capacity
         room = min(params.max_new_tokens, int(capacity * ANSWER_ROOM_FRACTION))
-        prompt = self._prompt()
+        prompt = self._prompt(continuing)
         dropped = 0
         # Where an exchange starts: dropping turns[:s] for one of these leaves whole exchanges.
         starts = [i for i in range(1, len(self.turns)) if self.turns[i].role == "user"]
@@ -615,7 +637,7 @@ class ChatSession:
             while lo <= hi:
                 mid = (lo + hi) // 2
                 self.turns[:] = turns[starts[mid]:]
-                candidate = self._prompt()
+                candidate = self._prompt(continuing)
                 if len(candidate.ids) + room <= capacity:
                     fit, hi = (mid, candidate), mid - 1
                 else:
@@ -625,7 +647,7 @@ class ChatSession:
             dropped = starts[index]
             self.turns[:] = turns[dropped:]
             # _prompt() also records the plain prompt the answer keeps: render the chosen one last.
-            prompt = self._prompt()
+            prompt = self._prompt(continuing)
         if len(prompt.ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
@@ -636,7 +658,7 @@ class ChatSession:
         return prompt, dropped
 
     def _generate(self, prompt: Prompt, params: GenerationParams, t0: float, snapshot: list[Turn],
-                  dropped: int = 0) -> Iterator[GenerationEvent]:
+                  dropped: int = 0, continuing: bool = False) -> Iterator[GenerationEvent]:
         ids, images = prompt.ids, prompt.images
         stats = GenerationStats(prompt_tokens=len(ids),
                                 image_tokens=sum(img.num_image_tokens for img in images),
@@ -716,6 +738,11 @@ class ChatSession:
             self._share_blocks()
             if reason == "error" and not answer_ids:
                 self.turns[:] = snapshot  # nothing was answered: the conversation is as before the call
+            elif continuing:
+                # One turn, its text as a client sends it back (prefill + continuation). Its ids are
+                # not the generated ones alone: the text is tokenized again in later prompts.
+                text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
+                self.turns[-1] = Turn("assistant", self.turns[-1].text + text)
             else:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,

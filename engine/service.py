@@ -161,6 +161,13 @@ class EngineService:
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> _Request:
         return self._generate(sink, system_prompt, lambda s: s.regenerate(params), drop_answer=True)
 
+    def continue_answer(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> _Request:
+        """Continue the conversation's last message, an assistant's, and stream only the continuation
+        into ``sink`` (:meth:`ChatSession.continue_answer`; a conversation that does not end with an
+        answer is a ``ValueError`` in the DoneEvent)."""
+        return self._generate(sink, system_prompt, lambda s: s.continue_answer(params), drop_answer=True,
+                              continuing=True)
+
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> _Request:
         images, videos = (None, None) if attachments is None else _split(attachments)
@@ -375,16 +382,17 @@ class EngineService:
                 f"the model's context: {why}.")
 
     def _generate(self, sink: EventSink, system_prompt: str | None, start: Callable[[Any], Any],
-                  after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None
-                  ) -> _Request:
+                  after: Callable[[], list] | None = None, drop_answer: bool = False, edit_at: int | None = None,
+                  continuing: bool = False) -> _Request:
         """Queue one answer: ``start(session)`` returns its event iterator (ChatSession.send & co)."""
         def run(request: _Request) -> None:
-            self._run_answer(request, system_prompt, start, after, drop_answer, edit_at)
+            self._run_answer(request, system_prompt, start, after, drop_answer, edit_at, continuing)
         request = _Request(run, sink)
         self._put(request)
         return request
 
-    def _run_answer(self, request: _Request, system_prompt, start, after, drop_answer, edit_at) -> None:
+    def _run_answer(self, request: _Request, system_prompt, start, after, drop_answer, edit_at,
+                    continuing: bool = False) -> None:
         sink, session = request.sink, self._session
         done = None
         try:
@@ -411,7 +419,9 @@ class EngineService:
                 a is b for a, b in zip(session.turns, turns_before))
             if not (done is not None and done.finish_reason == "cancelled" and unchanged):
                 # (cancelled while its video frames were sampled: no turn was added, nothing to track)
-                self._track(session, after, drop_answer, edit_at, "".join(pieces))
+                # A continued answer is one turn: the text it had plus the continuation.
+                answer = session.turns[-1].text if continuing and session.turns else "".join(pieces)
+                self._track(session, after, drop_answer, edit_at, answer)
         except Exception as exc:  # noqa: BLE001 - reported in the DoneEvent; the service keeps serving
             if is_engine_error(exc):
                 log.warning("generation failed: %s", describe_error(exc))

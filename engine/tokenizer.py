@@ -342,19 +342,38 @@ class Tokenizer:
             **self.special_tokens_map,
         )
 
-    def _render_marked(self, messages: list[dict], add_generation_prompt: bool) -> list[tuple[str, bool]]:
-        """Render with each text part swapped for a unique marker; return (piece, is_user_text) pairs."""
+    def _render_marked(self, messages: list[dict], add_generation_prompt: bool,
+                       continue_final_message: bool = False) -> list[tuple[str, bool]]:
+        """Render with each text part swapped for a unique marker; return (piece, is_user_text) pairs.
+
+        ``continue_final_message``: the rendering ends right after the last message's last text part,
+        as transformers' ``apply_chat_template(continue_final_message=True)`` cuts it at the tag it
+        appends to that part (``chat_template_utils.render_jinja_template``).
+
+        Raises:
+            ValueError: ``continue_final_message`` and the last message has no text part, or the
+                template did not write it.
+        """
         texts: list[str] = []
         marked = _normalize_messages(messages)
-        for message in marked:
+        final = None  # the marker index of the last message's last text part
+        for m, message in enumerate(marked):
             for part in message["content"]:
                 if part.get("type") == "text":
                     texts.append(str(part.get("text", "")))
                     part["text"] = f"\ue000{self._nonce}:{len(texts) - 1}\ue001"
+                    if m == len(marked) - 1:
+                        final = len(texts) - 1
+        if continue_final_message and final is None:
+            raise ValueError("continue_final_message is set but the final message has no text to continue")
         rendered = self.apply_chat_template(marked, add_generation_prompt)
         pieces: list[tuple[str, bool]] = []
         for i, piece in enumerate(self._marker_re.split(rendered)):
             pieces.append((texts[int(piece)], True) if i % 2 else (piece, False))
+            if continue_final_message and i % 2 and int(piece) == final:
+                return pieces
+        if continue_final_message:
+            raise ValueError("continue_final_message is set but the chat template did not write the final message")
         return pieces
 
     def _split_special(self, text: str) -> tuple[str | int, ...]:
@@ -429,6 +448,7 @@ class Tokenizer:
         images: Sequence[PromptImage] | None = None,
         add_generation_prompt: bool = True,
         videos: list | None = None,
+        continue_final_message: bool = False,
     ) -> EncodedPrompt:
         """Render, expand and tokenize a conversation.
 
@@ -446,9 +466,15 @@ class Tokenizer:
         ``video_token`` (``<video>``, plain text, not a special token) the template writes is replaced
         by that video's ``prompt``, as transformers' ``SmolVLMProcessor`` replaces it in the rendered text.
 
+        ``continue_final_message`` leaves the last message open for the model to continue (an
+        assistant's prefill): the prompt ends with its text, with no end-of-utterance and no
+        generation prompt (``add_generation_prompt`` is ignored), as transformers'
+        ``apply_chat_template(continue_final_message=True)`` renders it.
+
         Raises:
             ValueError: the number of image (video) parts differs from ``len(images)`` (``len(videos)``),
-                or the template wrote a different number of image tokens (video tokens) (both numbers named).
+                or the template wrote a different number of image tokens (video tokens) (both numbers named);
+                ``continue_final_message`` and the last message has no text the template writes.
         """
         images = list(images or [])
         videos = list(videos or [])
@@ -460,7 +486,8 @@ class Tokenizer:
         image_id = self._tok.token_to_id(images[0].image_token) if images else None
         items: list[str | int] = []  # plain text chunks and special ids
         n_slots = n_videos = 0
-        for piece, is_user in self._render_marked(messages, add_generation_prompt):
+        for piece, is_user in self._render_marked(messages, add_generation_prompt and not continue_final_message,
+                                                  continue_final_message):
             if is_user:
                 items.append(piece)
                 continue

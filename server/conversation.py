@@ -3,6 +3,8 @@
 An OpenAI client re-sends the whole conversation each turn. The earlier messages become the service's
 history (``set_history`` keeps the longest prefix its session already holds, KV cache included) and
 the last user message is ``send``; so a follow-up about the same photo prefills only the new question.
+A last message from the assistant (a prefill, or Open WebUI's "Continue response") is continued
+instead: it is the history's last message and the answer is ``continue_answer``'s.
 
 Answers come back as text; :class:`AnswerIds` remembers the token ids this server generated each
 recent answer as, so that a re-sent conversation is the same token sequence the engine computed (the
@@ -38,6 +40,8 @@ class Turns:
     # answer is queued, before its response starts.
     pending: list[PendingImage] = field(default_factory=list)
     text_parts: tuple[str, ...] | None = None  # the last message's text between its media (HistoryMessage)
+    # The last message is the assistant's, the end of ``history``: the answer continues it.
+    continuing: bool = False
 
 
 class AnswerIds:
@@ -152,11 +156,18 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
         else:
             ids = answers.get(text) if answers is not None and role == "assistant" else None
             messages.append(HistoryMessage(role, text, tuple(attachments), ids, _text_parts(pieces, attachments)))
-    if not messages or messages[-1].role != "user":
-        raise APIError(400, "the last message must be a user message", "invalid_messages", "messages")
-    last = messages.pop()
+    if not messages or messages[-1].role not in ("user", "assistant"):
+        raise APIError(400, "the last message must be a user message (or an assistant message to continue)",
+                       "invalid_messages", "messages")
     # The finest detail asked for in the request (the engine takes one level per answer).
     detail = min(details, key=("full", "balanced", "fast").index) if details else "balanced"
+    if messages[-1].role == "assistant":
+        # Continued where its text ends (vLLM's continue_final_message, llama-server's prefill). Its
+        # ids as this server generated them would not be replayed: the open message is text.
+        last = messages[-1]
+        messages[-1] = HistoryMessage("assistant", last.text, last.attachments, None, last.text_parts)
+        return Turns("\n\n".join(system), messages, "", detail=detail, pending=pending, continuing=True)
+    last = messages.pop()
     return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, pending=pending,
                  text_parts=last.text_parts)
 

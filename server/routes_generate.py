@@ -209,9 +209,10 @@ def _finish(request: Request, outcome: Outcome, streamed: bool) -> None:
     state.bridge.refresh_kv()  # queued behind the answer: /metrics shows the cache after it
 
 
-def _remember(state, text: str, outcome: Outcome) -> None:
-    """Keep the answer's token ids for when the client sends it back as history (AnswerIds)."""
-    if not outcome.cut_at_stop:
+def _remember(state, text: str, outcome: Outcome, continuing: bool = False) -> None:
+    """Keep the answer's token ids for when the client sends it back as history (AnswerIds); not a
+    continuation's, which comes back joined to the text it continued."""
+    if not outcome.cut_at_stop and not continuing:
         state.answers.remember(text, outcome.token_ids)
 
 
@@ -244,6 +245,8 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
         # can slip in between.
         with service.atomic():
             service.set_history(turns.history, system_prompt=turns.system)
+            if turns.continuing:
+                return service.continue_answer(params, answer.sink, system_prompt=turns.system)
             return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system,
                                 text_parts=turns.text_parts)
 
@@ -293,7 +296,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                 if outcome.error is not None:  # alone when nothing was sent: no empty role chunk first
                     yield sse(outcome.error.body())
                     return
-                _remember(state, "".join(streamed), outcome)
+                _remember(state, "".join(streamed), outcome, turns.continuing)
                 # The finish chunk, the usage and [DONE] in one write, too.
                 yield role + chunk({}, outcome.finish_reason) + (sse({
                     **base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
@@ -315,7 +318,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
         _finish(request, outcome, False)
     if outcome.error is not None:
         raise outcome.error
-    _remember(state, "".join(texts), outcome)
+    _remember(state, "".join(texts), outcome, turns.continuing)
     return {**base, "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
                          "logprobs": {"content": content_lp} if logprobs is not None else None,

@@ -37,8 +37,9 @@ CASES = {
     "wrong part type": ({"model": MODEL, "messages": [user({"type": "audio", "x": 1})]}, 400, "invalid_value"),
     "unknown model": ({"model": "gpt-4o", "messages": [user(TEXT)]}, 404, "model_not_found"),
     "empty messages": ({"model": MODEL, "messages": []}, 400, "invalid_value"),
-    "last message not from the user": ({"model": MODEL, "messages": [{"role": "assistant", "content": "Hi"}]}, 400,
-                                       "invalid_messages"),
+    # (A last assistant message is continued: test_continue_final_message.py.)
+    "only a system message": ({"model": MODEL, "messages": [{"role": "system", "content": "Hi"}]}, 400,
+                              "invalid_messages"),
     "broken base64": ({"model": MODEL, "messages": [user(image("data:image/png;base64,iVBOR%%w0KG"), TEXT)]}, 400,
                       "invalid_base64"),
     "truncated PNG": ({"model": MODEL, "messages": [user(image(CUT_PNG), TEXT)]}, 400, "invalid_image"),
