@@ -205,11 +205,16 @@ def test_what_clients_send_by_default_passes(url):
 
 
 def _answer_of(response: httpx.Response) -> list:
-    """A response's choices (or a stream's events) without what differs between two requests."""
+    """A response's choices, or a stream's text, finish reasons, usage and end, without what differs
+    between two requests (ids, times, how tokens that arrive together are grouped into chunks)."""
     if response.headers["content-type"].startswith("text/event-stream"):
         events = [e.removeprefix("data: ") for e in response.text.split("\n\n") if e]
-        return [e if e == "[DONE]" else {k: v for k, v in json.loads(e).items() if k not in ("id", "created")}
-                for e in events]
+        chunks = [json.loads(e) for e in events if e != "[DONE]"]
+        choices = [c["choices"][0] for c in chunks if c["choices"]]
+        text = "".join((c.get("delta") or {}).get("content") or c.get("text") or "" for c in choices)
+        finish = [c["finish_reason"] for c in choices if c.get("finish_reason")]
+        usage = [c["usage"] for c in chunks if c.get("usage")]
+        return [text, finish, usage, events[-1]]
     return response.json()["choices"]
 
 
