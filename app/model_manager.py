@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -42,6 +44,7 @@ class CatalogRow(QFrame):
         super().__init__(parent)
         self.entry = entry
         self.setObjectName("catalogRow")
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)  # never shorter than its lines
         self.setAccessibleName(entry.label)
         facts = [entry.repo_id] if entry.label != entry.repo_id else []
         facts += [f"≈{entry.size_gb:g} GB"] if entry.size_gb > 0 else ["size unknown"]
@@ -116,7 +119,7 @@ class ModelManager(QDialog):
         super().__init__(parent)
         self.setObjectName("modelManager")
         self.setWindowTitle("Models")
-        self.resize(720, 620)
+        self.resize(840, 760)
         # Started last: if building the dialog fails (e.g. unreadable settings), no running thread is left
         # to be destroyed with it (that aborts the whole process).
         self._thread, self.tasks = start_tasks(start=False)
@@ -180,10 +183,24 @@ class ModelManager(QDialog):
         self.report.setPlaceholderText("Reports of model checks appear here.")
         self.report.setFixedHeight(96)
 
+        # The rows at their own height in a scroll area: squeezed into a dialog shorter than they
+        # are, their two lines clipped each other's descenders (the trial: 760 x 640).
+        catalog.addStretch(1)
+        catalog.setContentsMargins(0, 0, 12, 0)  # room for the scroll bar beside the buttons
+        rows = QWidget()
+        rows.setObjectName("catalogRows")
+        rows.setLayout(catalog)
+        self.catalog_scroll = QScrollArea()
+        self.catalog_scroll.setObjectName("catalogScroll")
+        self.catalog_scroll.setWidgetResizable(True)
+        self.catalog_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.catalog_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.catalog_scroll.setWidget(rows)
+        self._fit_catalog_width()
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(_heading("Available checkpoints"))
-        layout.addLayout(catalog)
+        layout.addWidget(self.catalog_scroll, 3)
         layout.addLayout(typed)
         layout.addWidget(_heading("Your models"))
         layout.addWidget(self.local_list, 1)
@@ -198,8 +215,15 @@ class ModelManager(QDialog):
         row.cancel_button.clicked.connect(lambda _=False, r=entry.repo_id: self.cancel_download(r))
         row.use_button.clicked.connect(lambda _=False, r=row: self._use(r.path))
         self.rows[entry.repo_id] = row
-        self.catalog.addWidget(row)
+        self.catalog.insertWidget(len(self.rows) - 1, row)  # above the stretch
+        if hasattr(self, "catalog_scroll"):
+            self._fit_catalog_width()
         return row
+
+    def _fit_catalog_width(self) -> None:
+        """The dialog no narrower than its widest row (the scroll area scrolls only up and down)."""
+        self.catalog_scroll.setMinimumWidth(self.catalog_scroll.widget().minimumSizeHint().width()
+                                            + self.catalog_scroll.verticalScrollBar().sizeHint().width())
 
     def add_typed(self) -> None:
         """Add what was typed: a folder or GGUF file is checked and listed; a Hub repo id gets a row

@@ -83,8 +83,7 @@ class Driver(QObject):
         self.window.grab().save(self.args.out)
         print(f"saved {self.args.out}: {self.window.stats_label.text()}")
         if self.args.manager:
-            manager = self.window.open_model_manager()
-            manager.resize(760, 640)
+            manager = self.window.open_model_manager()  # at the size it opens with
             for _ in range(5):
                 self.app.processEvents()
             manager.grab().save(self.args.manager)

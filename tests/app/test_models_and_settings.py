@@ -61,6 +61,25 @@ def test_catalog_lists_the_smolvlm_family_with_sizes(manager):
     assert all(row.entry.size_gb > 0 for row in manager.rows.values())
 
 
+@pytest.mark.parametrize("size", [(840, 760), (760, 640), (600, 520)])
+def test_catalog_rows_keep_their_lines_whole_in_a_small_dialog(qtbot, manager, size):
+    """Found by a trial: at 760 x 640 the rows were squeezed below their text's height (descenders
+    and second lines clipped). They keep their height and the list scrolls; a long title wraps."""
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    manager.resize(*size)
+    manager.show()
+    qtbot.waitExposed(manager)
+    QApplication.processEvents()
+    for row in manager.rows.values():
+        for label in row.findChildren(QLabel):
+            if label.isVisible():
+                need = label.heightForWidth(label.width()) if label.wordWrap() else label.sizeHint().height()
+                assert label.height() >= need, (row.entry.label, label.text(), label.height(), need)
+        assert row.download_button.geometry().right() <= row.width()
+    assert manager.width() <= max(size[0], manager.minimumSizeHint().width())
+
+
 def test_download_shows_progress_checks_and_installs(qtbot, manager, fake_hub):
     row = manager.rows[REPO]
     manager.start_download(REPO)
