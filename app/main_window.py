@@ -180,6 +180,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             self.banner.show_info("Editing a message: sending adds a new version of it; ‹ › switches back.",
                                   "Cancel edit", self._cancel_edit)
             self.composer.setFocus()
+            # The banner lies over the transcript's top: keep the message being edited below it.
+            QTimer.singleShot(0, lambda m=message: self._editing == index and self.transcript.ensureWidgetVisible(
+                m, 0, self.banner.height() + 24))
 
     def _cancel_edit(self) -> None:
         if self._editing is not None:

@@ -181,3 +181,27 @@ def test_changing_buttons_are_greyed_out_while_an_answer_streams(qtbot, make_win
     rows = [w.actions_row for w in win.transcript.widgets()]
     assert all(r.button("delete").isEnabled() for r in rows) and rows[3].button("regenerate").isEnabled()
     assert rows[1].versions.isEnabled()
+
+
+def test_the_message_being_edited_is_scrolled_into_view(qtbot, make_window):
+    """Found by a trial: Edit on a message scrolled half out of the transcript's top left it there,
+    under the edit banner that appears above the transcript."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    win = make_window(FakeBackend(tokens=["A", "."]))
+    win.resize(900, 600)
+    win.show()
+    qtbot.waitExposed(win)
+    for i in range(12):
+        ask(qtbot, win, f"question {i}")
+    QApplication.processEvents()
+    target = win.transcript.widgets()[8]  # "question 4"
+    bar = win.transcript.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > target.y() + target.height())
+    bar.setValue(target.y() + target.height() // 2)  # its top half hidden
+    QApplication.processEvents()
+    viewport = win.transcript.viewport()
+    assert target.mapTo(viewport, QPoint(0, 0)).y() < 0
+    target.actions_row.button("edit").click()
+    qtbot.waitUntil(lambda: target.mapTo(viewport, QPoint(0, 0)).y() >= 0, timeout=2000)
