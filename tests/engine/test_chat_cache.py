@@ -318,7 +318,7 @@ def test_a_long_history_is_fitted_in_a_few_renderings(parts, monkeypatch, exchan
     expected = _linear_fit(session, room=8)
     renders = []
     real = type(session)._prompt
-    monkeypatch.setattr(type(session), "_prompt", lambda self: renders.append(1) or real(self))
+    monkeypatch.setattr(type(session), "_prompt", lambda self, *a, **k: renders.append(1) or real(self, *a, **k))
     session.turns.pop()
     _, done = consume(session.send("What was the first fact?", params=params(8)))
     assert done.stats.dropped_turns == expected > 0
