@@ -253,6 +253,11 @@ class ConversationKeeper(QObject):
             which = "1 message of this chat has" if bad == 1 else f"{bad} messages of this chat have"
             lines.append(f"{which} stored data that could not be read (images, statistics or token ids): shown "
                          "with what could be read, and left unchanged on disk.")
+        if self.current_id is not None:
+            self.store.conversation(self.current_id)  # reads its settings: noted when they do not parse
+            if ("conversation", self.current_id) in self.store.unreadable:
+                lines.append("This chat's stored settings could not be read: the current settings apply (and are "
+                             "stored with its next answer).")
         gone = missing_images(messages)
         if gone:
             which = "1 image of this chat is" if len(gone) == 1 else f"{len(gone)} images of this chat are"

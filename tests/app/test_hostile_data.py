@@ -155,9 +155,12 @@ def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbo
     win = make_window(fake)
 
     assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
-    assert win.banner.message() == (
+    assert win.banner.message().split("\n") == [
         "1 message of this chat has stored data that could not be read (images, statistics or token ids): shown "
-        "with what could be read, and left unchanged on disk.")
+        "with what could be read, and left unchanged on disk.",
+        # Its settings column ('nope') was passed over without a word.
+        "This chat's stored settings could not be read: the current settings apply (and are stored with its next "
+        "answer)."]
     assert _ask(qtbot, win, "And 3+3?")["finish_reason"] == "stop"
     assert [m.text for m in fake.calls[-1]["history"]] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
     db = sqlite3.connect(data_dir / "smolchat.sqlite3")
