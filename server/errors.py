@@ -7,9 +7,12 @@ from typing import Any
 
 from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-         405: "invalid_request_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
-         500: "server_error", 503: "service_unavailable", 507: "server_error"}
+# As OpenAI's API types them: an unknown model (404, code model_not_found) and a body or image too
+# large (413) are the request's fault like any 400, "invalid_request_error" (clients branch on it).
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
+         422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "service_unavailable",
+         507: "server_error"}
 # Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
 CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": "invalid_image",
                  "VideoError": "invalid_video", "ValueError": "invalid_value", "UnsupportedOperation": "unsupported"}

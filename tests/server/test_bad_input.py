@@ -110,6 +110,7 @@ def test_bad_requests_get_the_documented_error(url, name):
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == code and set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["type"] == "invalid_request_error"  # 404 (model_not_found) and 413 too, as OpenAI's API says
 
 
 @pytest.mark.parametrize("body,param,code", [
