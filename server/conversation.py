@@ -121,6 +121,10 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
                     pending: list[PendingImage]) -> Turns:
     system, messages, details = [], [], []
     for i, message in enumerate(request.messages):
+        if message.role in ("tool", "function"):
+            raise APIError(400, f"a '{message.role}' message (a tool's result): this server runs no tools, so a "
+                           "conversation that used them cannot be continued here", "unsupported_parameter",
+                           f"messages[{i}].role")
         role = "system" if message.role == "developer" else message.role
         texts, attachments, pieces = [], [], [[]]  # pieces: the texts before each medium, and after the last
         parts = [TextPart(type="text", text=message.content)] if isinstance(message.content, str) else \

@@ -86,8 +86,17 @@ class AssistantMessage(_MessageFields):
     content: str | list[Part] | None = None
 
 
+class ToolMessage(_MessageFields):
+    """A tool's result (``tool``, or the older ``function``) in a history from a server that runs
+    tools: parsed so that it is refused with its reason (:func:`server.conversation._to_turns`),
+    not with a schema error about the role."""
+
+    role: Literal["tool", "function"]
+    content: str | list[Part] | None = None
+
+
 #: A chat message, told apart by ``role``: a user's or system message needs its content.
-Message = Annotated[UserMessage | SystemMessage | AssistantMessage, Field(discriminator="role")]
+Message = Annotated[UserMessage | SystemMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
 
 class StreamOptions(_Body):

@@ -37,6 +37,11 @@ CASES = {
     "wrong part type": ({"model": MODEL, "messages": [user({"type": "audio", "x": 1})]}, 400, "invalid_value"),
     "unknown model": ({"model": "gpt-4o", "messages": [user(TEXT)]}, 404, "model_not_found"),
     "empty messages": ({"model": MODEL, "messages": []}, 400, "invalid_value"),
+    # A tool's result, from a history that used tools elsewhere: refused for that reason, not as a bad role.
+    "tool result": ({"model": MODEL, "tool_choice": "none", "messages": [
+        user(TEXT), {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                                           "function": {"name": "w", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, user(TEXT)]}, 400, "unsupported_parameter"),
     # (A last assistant message is continued: test_continue_final_message.py.)
     "only a system message": ({"model": MODEL, "messages": [{"role": "system", "content": "Hi"}]}, 400,
                               "invalid_messages"),
@@ -111,6 +116,9 @@ def test_bad_requests_get_the_documented_error(url, name):
     error = response.json()["error"]
     assert error["code"] == code and set(error) == {"message", "type", "param", "code"} and error["message"]
     assert error["type"] == "invalid_request_error"  # 404 (model_not_found) and 413 too, as OpenAI's API says
+    if name == "tool result":
+        assert error["param"] == "messages[2].role" and error["message"].startswith(
+            "a 'tool' message (a tool's result): this server runs no tools")
 
 
 @pytest.mark.parametrize("body,param,code", [
