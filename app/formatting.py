@@ -22,8 +22,11 @@ def model_summary(info: dict) -> str:
 
 
 def stats_summary(result: dict) -> str:
-    """TTFT, decode speed and token counts from a ``finished`` dict ("" when there are none)."""
+    """TTFT, decode speed and token counts from a ``finished`` dict ("" when there are none, or when
+    nothing was read or generated: an answer refused before its prefill has only zeros to show)."""
     if "generated_tokens" not in result:
+        return ""
+    if not result.get("prompt_tokens") and not result.get("generated_tokens"):
         return ""
     parts = [
         f"TTFT {result.get('ttft_s', 0.0):.2f} s",

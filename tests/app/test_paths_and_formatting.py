@@ -60,6 +60,9 @@ def test_summaries():
     assert pending_summary([1088, 64]) == "2 images · 1,152 image tokens"
     assert pending_summary([None]) == "1 image · counting image tokens…"
     assert stats_summary({"finish_reason": "error", "error": "x"}) == ""
+    # Refused before the prefill (a prompt longer than the context): no row of zeros under the error.
+    assert stats_summary({"finish_reason": "error", "error": "x", "prompt_tokens": 0, "generated_tokens": 0,
+                          "ttft_s": 0.0, "decode_tokens_per_s": 0.0, "cached_tokens": 0}) == ""
     assert finish_footer({"finish_reason": "cancelled"}) == "stopped by you (cancelled)"
     assert finish_footer({"finish_reason": "error", "error": "boom"}) == "failed (error): boom"
     assert finish_footer(result) == ""
