@@ -180,6 +180,9 @@ class RemoteBackend:
         self.sources: dict = {}  # where the loaded model's capabilities were read (probe_capabilities)
         self._info: ModelInfo | None = None
         self._history: list[HistoryMessage] = []
+        # Exchanges the last answer of this conversation left out to fit the server's context: the next
+        # answer starts there (the conversation only grows), not from a refusal of the whole chat.
+        self._left_out = 0
         self._cancel = threading.Event()
         self._queued: list[threading.Event] = []
         self._response: httpx.Response | None = None
@@ -201,7 +204,12 @@ class RemoteBackend:
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
         messages = list(messages)
-        self._queue.put(lambda: setattr(self, "_history", messages))
+
+        def run() -> None:
+            if messages[:1] != self._history[:1]:  # another conversation
+                self._left_out = 0
+            self._history = messages
+        self._queue.put(run)
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> None:
@@ -288,12 +296,31 @@ class RemoteBackend:
                            f"{self.sources.get('vision', 'the server')}). If it can, turn on “can see images” "
                            "for it in Settings ▸ Engines.", "UnsupportedOperation"))
             return
-        try:
-            body = request_body(self.model, openai_messages(history, system_prompt, params.image_detail), params)
-        except ImageError as exc:
-            sink(DoneEvent("error", stats, str(exc), "ImageError"))
-            return
-        reason, error, error_type, text = self._stream(body, sink, stats)
+        # Where an exchange starts: leaving out history[:s] for one of these keeps whole exchanges.
+        starts = [i for i in range(1, len(history)) if history[i].role == "user"]
+        tried = min(self._left_out, len(starts))
+        dropped, step = (starts[tried - 1] if tried else 0), 1
+        while True:
+            try:
+                body = request_body(self.model, openai_messages(history[dropped:], system_prompt, params.image_detail),
+                                    params)
+            except ImageError as exc:
+                sink(DoneEvent("error", stats, str(exc), "ImageError"))
+                return
+            reason, error, error_type, text = self._stream(body, sink, stats)
+            if error_type != "Remote:context" or text or self._cancel.is_set() or tried == len(starts):
+                break
+            # The server refused the conversation as longer than its context (it keeps every message,
+            # as OpenAI's API does): leave out the oldest exchanges, as the local engine drops them,
+            # one more, then 2, 4, ... more at each refusal (a refusal costs the server no prefill).
+            tried, step = min(len(starts), tried + step), 2 * step
+            dropped = starts[tried - 1]
+        if error is None:
+            self._left_out = tried
+        if dropped and error is None:
+            stats.dropped_turns = dropped
+            stats.notice = (f"The conversation no longer fits the context of {self.model} on {self.server.name}: "
+                            f"the {dropped} oldest messages were left out.")
         if text:  # the partial answer of a failed stream is kept, like a cancelled one
             self._history = [*history, HistoryMessage("assistant", text)]
         sink(DoneEvent(reason, stats, error, error_type))

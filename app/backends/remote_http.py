@@ -9,6 +9,7 @@ best source a server offers, and says which source it used.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ VERDICTS = {
     "rate_limited": "429 Too many requests: the server asks to wait",
     "server_error": "Server error",
     "not_openai": "Not an OpenAI-compatible server (unexpected answer)",
+    "context": "The conversation is longer than the model's context",
     "error": "The server reported an error",
     "network": "Network error",
 }
@@ -124,7 +126,23 @@ def from_response(status: int, headers, body: str) -> RemoteError:
         return RemoteError("rate_limited", detail, status, retry)
     if status >= 500:
         return RemoteError("server_error", detail, status)
+    if status == 400 and _too_long(body, detail):
+        return RemoteError("context", detail, status)
     return RemoteError("error", f"HTTP {status}: {detail}", status)
+
+
+def _too_long(body: str, detail: str) -> bool:
+    """A 400 for a prompt beyond the context: OpenAI's and vLLM's ``context_length_exceeded`` code,
+    llama-server's ``exceed_context_size_error`` type, or words to that effect."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict) and {error.get("code"), error.get("type")} & {"context_length_exceeded",
+                                                                          "exceed_context_size_error"}:
+        return True
+    return bool(re.search(r"context (length|size|window)|maximum context|exceeds? the (available )?context", detail,
+                          re.IGNORECASE))
 
 
 @dataclass

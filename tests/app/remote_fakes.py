@@ -5,6 +5,7 @@ pauses, ``stall`` sends one token then says nothing, ``midstream500`` sends an e
 tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disconnects`` counts clients
 that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
 ``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
+``ctx:N`` refuses messages of more than N characters in all with OpenAI's 400 ``context_length_exceeded``.
 ``props`` and ``show`` are served as llama-server's ``/props`` and Ollama's ``/api/show``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 """
@@ -94,6 +95,13 @@ class FakeOpenAI:
                     self._json(status, {"error": {"message": f"fake {status}"}},
                                [("Retry-After", "7")] if status == 429 else [])
                     return
+                if model.startswith("ctx:"):  # a context of N characters of message text (OpenAI's refusal)
+                    size = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
+                    if size > int(model.split(":")[1]):
+                        self._json(400, {"error": {"message": f"This model's maximum context length is exceeded "
+                                                              f"({size} characters)", "type": "invalid_request_error",
+                                                   "param": "messages", "code": "context_length_exceeded"}})
+                        return
                 if model == "error200":
                     self._json(200, {"error": "Model failed to load: out of memory"})
                     return

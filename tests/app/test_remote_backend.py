@@ -77,6 +77,42 @@ def test_regenerate_and_edit_resend_the_history(fake):
     backend.close()
 
 
+def test_a_chat_longer_than_the_servers_context_leaves_out_its_oldest_exchanges():
+    """A server that keeps every message (OpenAI's API, vLLM, llama-server and, now, Smolchat's own)
+    refuses a conversation beyond its context: the app leaves out the oldest exchanges, as its local
+    engine drops them, and says so, instead of failing every later answer of a long chat."""
+    with FakeOpenAI(models=[{"id": "ctx:100", "object": "model"}]) as fake:
+        _long_chat_on(fake)
+
+
+def _long_chat_on(fake) -> None:
+    backend, _ = loaded(fake.url, "ctx:100")  # 100 characters of message text
+    history = []
+    for i in range(8):
+        history += [HistoryMessage("user", f"Question {i} here."), HistoryMessage("assistant", f"Answer number {i}.")]
+    backend.set_history(history)
+    text, done = ask(backend, "And the last one?")
+    assert text == "".join(TOKENS) and done.error is None and done.finish_reason == "stop"
+    # 17 messages of 16 characters and the question: refused whole, then with 1, 3 (1 + 2) exchanges left
+    # out, accepted with 7 (3 + 4; 6 would have fitted): past the first refusals the steps double.
+    assert [len(r["messages"]) for r in fake.requests] == [17, 15, 11, 3]
+    assert done.stats.dropped_turns == 14
+    assert done.stats.notice == ("The conversation no longer fits the context of ctx:100 on fake: the 14 oldest "
+                                 "messages were left out.")
+    # The next answer starts from there: the chat grows by one exchange, nothing is refused again.
+    fake.requests.clear()
+    backend.set_history([*history, HistoryMessage("user", "And the last one?"), HistoryMessage("assistant", "Ok.")])
+    text, done = ask(backend, "One more?")
+    kept = [m["content"] for m in fake.requests[-1]["messages"]]
+    assert len(fake.requests) == 1 and done.stats.dropped_turns == 14
+    assert kept == ["Question 7 here.", "Answer number 7.", "And the last one?", "Ok.", "One more?"]
+    # A question too long alone is still an error, said in the server's words.
+    backend.set_history([])
+    text, done = ask(backend, "x" * 200)
+    assert done.finish_reason == "error" and "maximum context length" in done.error and done.stats.dropped_turns == 0
+    backend.close()
+
+
 def test_images_are_downscaled_and_reencoded(tmp_path):
     photo, drawing = tmp_path / "photo.jpg", tmp_path / "drawing.png"
     Image.new("RGB", (4000, 3000), (200, 100, 50)).save(photo, quality=95)
