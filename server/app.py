@@ -44,7 +44,8 @@ OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's scri
 _UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|constrained-[a-z]+|[a-z-]+\[.*\]|[A-Z]\w*)$")
 #: Lists whose items are told apart by a field (schemas.Message by "role", schemas.Part by "type"):
 #: pydantic puts the item's tag after its index (``messages.0.user.content``).
-_TAGGED_LISTS = {"messages": ("system", "developer", "user", "assistant"), "content": ("text", "image_url", "video_url")}
+_TAGGED_LISTS = {"messages": ("system", "developer", "user", "assistant", "tool", "function"),
+                 "content": ("text", "image_url", "video_url")}
 
 
 def _field_path(loc: tuple) -> tuple:

@@ -47,6 +47,11 @@ _DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+#: Refused whatever the interpreter's ``ipaddress`` tables say: before Python 3.11.10 / 3.12.4
+#: (CVE-2024-4032) they counted some of these as global (192.0.0.192, an SSRF payload for a cloud
+#: metadata service, among them).
+_NOT_PUBLIC = tuple(ipaddress.ip_network(n) for n in (
+    "192.0.0.0/24", "198.18.0.0/15", "100.64.0.0/10", "fec0::/10", "64:ff9b:1::/48", "2001::/23", "fc00::/7"))
 #: Redirects a remote media URL may take (each hop's host is checked as the first one's).
 MAX_MEDIA_REDIRECTS = 3
 
@@ -65,6 +70,8 @@ def public_address(address: str) -> bool:
         tunnelled = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
         if tunnelled is not None and not public_address(str(tunnelled)):
             return False
+    if any(ip in network for network in _NOT_PUBLIC if network.version == ip.version):
+        return False
     return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_link_local or ip.is_loopback
                                  or ip.is_unspecified or ip.is_private)
 
@@ -540,7 +547,11 @@ class MediaStore:
         except httpx.InvalidURL:
             raise APIError(400, "the media URL is not a valid URL", "invalid_url", param) from None
         try:
-            async with httpx.AsyncClient(timeout=self.config.remote_timeout_s, follow_redirects=False) as client:
+            # trust_env=False: no proxy from the environment. Through a proxy the checked address would be
+            # the proxy's to reach (an HTTPS tunnel to an IP fails its certificate check; a plain proxy
+            # ignores the Host header), and NO_PROXY lists names, not the addresses sent.
+            async with httpx.AsyncClient(timeout=self.config.remote_timeout_s, follow_redirects=False,
+                                         trust_env=False) as client:
                 for _ in range(MAX_MEDIA_REDIRECTS + 1):
                     request = await self._checked_request(client, target, param)
                     async with client.stream(request.method, request.url, headers=request.headers,
@@ -572,11 +583,12 @@ class MediaStore:
         if target.scheme not in ("http", "https") or not target.host:
             raise APIError(400, "the media URL (or a redirect) is not an http(s) URL", "media_fetch_refused", param)
         port = target.port or (443 if target.scheme == "https" else 80)
+        name = target.raw_host.decode("ascii")  # IDNA 2008 as httpx encodes it (str hosts go through IDNA 2003)
         try:
-            addresses = await resolve(target.host, port)
-        except OSError as exc:
-            raise APIError(400, f"cannot fetch the media URL: its host does not resolve ({exc.strerror})",
-                           "media_fetch_failed", param) from None
+            addresses = await resolve(name, port)
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a label too long or empty ("x..y.com")
+            raise APIError(400, f"cannot fetch the media URL: its host does not resolve "
+                           f"({getattr(exc, 'strerror', None) or exc})", "media_fetch_failed", param) from None
         if not addresses:
             raise APIError(400, "cannot fetch the media URL: its host does not resolve", "media_fetch_failed", param)
         if not self.config.allow_private_media_hosts and not all(map(public_address, addresses)):
@@ -585,7 +597,7 @@ class MediaStore:
                            "hosts on this machine or network)", "media_fetch_refused", param)
         host = target.netloc.decode("ascii")
         return client.build_request("GET", target.copy_with(host=addresses[0].split("%")[0]), headers={"Host": host},
-                                    extensions={"sni_hostname": target.host} if target.scheme == "https" else {})
+                                    extensions={"sni_hostname": name} if target.scheme == "https" else {})
 
     def _known(self, digest: str, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> str | None:
         """The stored path of the bytes with this digest if they were accepted before as what

@@ -114,7 +114,9 @@ def test_only_public_addresses_count_as_public():
     for address in ("127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
                     "224.0.0.1", "240.0.0.1", "0.0.0.0", "255.255.255.255", "::1", "::", "fe80::1%eth0",
                     "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1",
-                    "2002:7f00:1::", "64:ff9b::7f00:1", "fd00:ec2::254"):
+                    "2002:7f00:1::", "64:ff9b::7f00:1", "fd00:ec2::254",
+                    # Global in the ipaddress tables of Python < 3.11.10 (CVE-2024-4032): listed explicitly.
+                    "192.0.0.192", "192.0.0.8", "fec0::1"):
         assert not public_address(address), address
 
 
@@ -133,6 +135,9 @@ def test_remote_media_from_a_host_that_is_not_public_is_refused(media_host):
             error = refused.json()["error"]
             assert (error["code"], error["param"]) == ("media_fetch_refused", "messages[0].content[0]"), url
             assert "--allow-private-media-hosts" in error["message"]
+        # A name IDNA cannot encode (an empty label) is a 400 too, not a 500 from a UnicodeError.
+        bad = chat_with_image(srv.url, "http://x..y.example/photo.png")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "media_fetch_failed", bad.text
         assert MediaHandler.hosts == [] and session.sent == []  # nothing was fetched, nothing answered
     finally:
         srv.stop()
