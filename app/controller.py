@@ -240,7 +240,7 @@ class ChatController(QObject):
         return self.model_info.get("path", "")
 
     def shutdown(self) -> bool:
-        """Cancel the answer, keep what arrived (marked cancelled), stop the backend within ~1 s.
+        """Cancel the answer, keep what arrived (marked interrupted), stop the backend within ~1 s.
 
         Returns False when the backend's thread is still finishing a kernel (it dies with the process).
         """

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.store import Store
 from app.video_attachments import is_video_file
@@ -106,6 +106,10 @@ def export_dialog(window, kind: str) -> Path | None:
         return None
     if not Path(path).suffix:  # "notes" typed in the JSON dialog: Qt's own dialog adds no extension
         path = f"{path}.{kind}"
+        # The dialog asked about overwriting "notes", not "notes.json".
+        if Path(path).exists() and QMessageBox.question(
+                window, "Export chat", f"{Path(path).name} already exists. Replace it?") != QMessageBox.StandardButton.Yes:
+            return None
     if hasattr(window, "qsettings"):
         window.qsettings.setValue("export/folder", str(Path(path).parent))
     try:

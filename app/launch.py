@@ -2,7 +2,8 @@
 window exists ending it quietly.
 
 :class:`app.main.SignalsClose` handles Ctrl-C once the window is being built. Before that (about a
-second of importing Qt, the window's modules and, for ``serve``, the engine) Python's default
+second of importing Qt and the window's modules; ``serve`` and ``--self-test`` import theirs after,
+and handle Ctrl-C themselves) Python's default
 handler raised KeyboardInterrupt inside an import: it printed a traceback, or it was lost (caught
 somewhere in the imports: in 6 of 60 Ctrl-Cs at random moments of a start on the dev VM the window
 came up anyway and the app ran on). Nothing has been started or written then, so the program ends

@@ -181,8 +181,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                                   "Cancel edit", self._cancel_edit)
             self.composer.setFocus()
             # The banner lies over the transcript's top: keep the message being edited below it.
-            QTimer.singleShot(0, lambda m=message: self._editing == index and self.transcript.ensureWidgetVisible(
-                m, 0, self.banner.height() + 24))
+            QTimer.singleShot(0, self.transcript, lambda m=message: self._editing == index
+                              and self.transcript.ensureWidgetVisible(m, 0, self.banner.height() + 24))
 
     def _cancel_edit(self) -> None:
         if self._editing is not None:
@@ -282,7 +282,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
 
     # -- shutdown ------------------------------------------------------------------------------
     def shutdown(self) -> bool:
-        """Cancel any answer (kept, marked cancelled), stop the engine thread within ~1 s, close the
+        """Cancel any answer (kept, marked interrupted), stop the engine thread within ~1 s, close the
         store (idempotent). False when the engine thread is still finishing a kernel."""
         if self.controller.closed:
             return self.controller.shutdown()  # what the first call found

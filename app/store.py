@@ -7,7 +7,8 @@ again was cut off by a crash and becomes ``interrupted``.
 What cannot be read never stops the app: a database written by a newer Smolchat, or one in a folder
 that cannot be written, opens read-only (:attr:`Store.read_only` says why; every write then raises
 :class:`ReadOnlyStore`); a message or chat whose JSON columns do not parse is shown with what did
-parse (:attr:`Store.unreadable` counts them) and is never rewritten.
+parse (:attr:`Store.unreadable` counts them) and is not rewritten to "repair" it (a chat's settings are
+written again, whole, with its next answer).
 
 Versions (schema 4): a conversation is a tree of messages. Each message names the message it follows
 (``parent_id``; NULL for a first message), so regenerating an answer or editing a question adds a
@@ -267,6 +268,7 @@ class Store:
         if settings is not None:
             self._write("UPDATE conversations SET settings = ? WHERE id = ?",
                             (json.dumps(settings), conversation_id))
+            self.unreadable.discard(("conversation", conversation_id))  # readable again
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Hide the conversation; :meth:`undelete_conversation` brings it back until the next start."""

@@ -20,9 +20,8 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "packaging" / "smolchat.spec"

@@ -127,7 +127,7 @@ class Answer:
                 break
             try:
                 await asyncio.wait_for(self._waiter, DISCONNECT_POLL_S)
-            except asyncio.TimeoutError:  # not the builtin on Python 3.10
+            except TimeoutError:  # asyncio.TimeoutError is the builtin from Python 3.11
                 self._waiter = None
                 await self._client_left(is_disconnected, now=True)
             finally:

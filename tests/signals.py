@@ -28,11 +28,15 @@ def ctrl_c_once_ready(args: list[str], ready: str, timeout: float = 30, **popen)
         AssertionError: the first line is not ``ready`` (the process failed before it).
         subprocess.TimeoutExpired: it runs on ``timeout`` s after the signal (the process is killed).
     """
+    import select
     import subprocess
 
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=sigint_from_a_terminal, **popen)
     try:
+        # A process that hangs before its ready line fails the test instead of blocking the run.
+        if not select.select([proc.stdout], [], [], 120)[0]:
+            raise subprocess.TimeoutExpired(args, 120)
         line = proc.stdout.readline()
         assert line == ready + "\n", (line, proc.stderr.read() if proc.poll() is not None else "")
         proc.send_signal(signal.SIGINT)

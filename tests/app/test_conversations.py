@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget
+from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget, QMessageBox
 
 from app.backends.fake import FakeBackend
 from app.store import Store
@@ -185,3 +185,10 @@ def test_export_adds_the_extension_and_starts_in_the_last_export_folder(qtbot, w
     window.actions["export_md"].trigger()
     assert Path(asked[1]) == tmp_path / "exports" / "What is it_.md"
     assert (tmp_path / "exports" / "chat.md").is_file()
+    # "chat" again: the dialog asked about "chat", so replacing chat.json is asked here.
+    (tmp_path / "exports" / "chat.json").write_text("keep me")
+    questions = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: questions.append(a[2]) or QMessageBox.StandardButton.No)
+    window.actions["export_json"].trigger()
+    assert questions == ["chat.json already exists. Replace it?"]
+    assert (tmp_path / "exports" / "chat.json").read_text() == "keep me"

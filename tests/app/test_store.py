@@ -132,3 +132,18 @@ def test_stale_part_files_are_removed_when_the_store_opens(data_dir, png):
     Store(data_dir).close()
     assert not stale.exists()
     assert [p.suffix for p in (data_dir / "images").iterdir()] == [".png"]
+
+
+def test_a_chats_settings_written_again_are_readable_again(store, data_dir):
+    """Unreadable settings are noted (the window says so when the chat opens); once the chat's next
+    answer writes its settings, reopening it in the same run no longer says so."""
+    conv = store.create_conversation("c", settings={"seed": 1})
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE conversations SET settings = 'nope' WHERE id = ?", (conv.id,))
+    db.commit()
+    db.close()
+    assert store.conversation(conv.id).settings == {}
+    assert ("conversation", conv.id) in store.unreadable
+    store.update_conversation(conv.id, settings={"seed": 2})
+    assert store.conversation(conv.id).settings == {"seed": 2}
+    assert ("conversation", conv.id) not in store.unreadable
