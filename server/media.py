@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import errno
 import hashlib
 import io
@@ -553,9 +554,7 @@ class MediaStore:
             async with httpx.AsyncClient(timeout=self.config.remote_timeout_s, follow_redirects=False,
                                          trust_env=False) as client:
                 for _ in range(MAX_MEDIA_REDIRECTS + 1):
-                    request = await self._checked_request(client, target, param)
-                    async with client.stream(request.method, request.url, headers=request.headers,
-                                             extensions=request.extensions) as response:
+                    async with self._connected(client, target, param) as response:
                         if response.is_redirect:
                             target = target.join(response.headers["location"])
                             continue
@@ -577,9 +576,30 @@ class MediaStore:
         raise APIError(400, f"the media URL redirects more than {MAX_MEDIA_REDIRECTS} times", "media_fetch_failed",
                        param)
 
-    async def _checked_request(self, client, target, param: str):
-        """The GET of ``target`` (an httpx.URL), addressed to the IP address its host resolved to,
-        once that address is checked; the Host header and TLS (SNI, certificate) keep the name."""
+    @contextlib.asynccontextmanager
+    async def _connected(self, client, target, param: str):
+        """The streamed response to the GET of ``target`` from the first of its host's checked
+        addresses that accepts a connection (in the resolver's order, as a connection to the name
+        would try them: an unreachable IPv6 address first must not fail the fetch)."""
+        import httpx
+
+        requests = await self._checked_requests(client, target, param)
+        for k, request in enumerate(requests):
+            try:
+                response = await client.send(request, stream=True)
+            except httpx.ConnectError:
+                if k == len(requests) - 1:
+                    raise
+                continue
+            try:
+                yield response
+            finally:
+                await response.aclose()
+            return
+
+    async def _checked_requests(self, client, target, param: str) -> list:
+        """The GETs of ``target`` (an httpx.URL), one for each IP address its host resolved to, once
+        every address is checked; the Host header and TLS (SNI, certificate) keep the name."""
         if target.scheme not in ("http", "https") or not target.host:
             raise APIError(400, "the media URL (or a redirect) is not an http(s) URL", "media_fetch_refused", param)
         port = target.port or (443 if target.scheme == "https" else 80)
@@ -596,8 +616,9 @@ class MediaStore:
                            "media from the internet only (start it with --allow-private-media-hosts to allow "
                            "hosts on this machine or network)", "media_fetch_refused", param)
         host = target.netloc.decode("ascii")
-        return client.build_request("GET", target.copy_with(host=addresses[0].split("%")[0]), headers={"Host": host},
-                                    extensions={"sni_hostname": name} if target.scheme == "https" else {})
+        return [client.build_request("GET", target.copy_with(host=address.split("%")[0]), headers={"Host": host},
+                                     extensions={"sni_hostname": name} if target.scheme == "https" else {})
+                for address in dict.fromkeys(addresses)]
 
     def _known(self, digest: str, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> str | None:
         """The stored path of the bytes with this digest if they were accepted before as what

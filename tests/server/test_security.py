@@ -150,15 +150,17 @@ def test_every_redirect_is_checked_and_the_checked_address_is_the_one_reached(me
     import server.media
 
     port = media_host.rsplit(":", 1)[1]
-    names = {"photos.example": "127.0.0.1", "internal.example": "127.0.0.2"}
+    # photos.example's first address accepts no connection (nothing listens on 127.0.0.3): the next
+    # checked one is tried, as a connection to the name would (only the first was, for a while).
+    names = {"photos.example": ["127.0.0.3", "127.0.0.1"], "internal.example": ["127.0.0.2"]}
     asked = []
 
     async def resolve(host, port):
         asked.append(host)
-        return [names[host]]
+        return names[host]
 
     monkeypatch.setattr(server.media, "resolve", resolve)
-    monkeypatch.setattr(server.media, "public_address", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(server.media, "public_address", lambda address: address in ("127.0.0.1", "127.0.0.3"))
     srv, session = serve(allow_remote_media=True, remote_timeout_s=5)
     try:
         MediaHandler.hosts.clear()
