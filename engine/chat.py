@@ -633,21 +633,25 @@ class ChatSession:
             # few renderings of the conversation instead of one per dropped exchange (quadratic: a
             # 10,000-message request held the engine for minutes).
             turns = list(self.turns)
+            rendered: dict[int, tuple[Prompt, list[int]]] = {}  # start index -> prompt, its plain encoding
             fit, lo, hi = None, 0, len(starts) - 1
             while lo <= hi:
                 mid = (lo + hi) // 2
                 self.turns[:] = turns[starts[mid]:]
                 candidate = self._prompt(continuing)
+                rendered[mid] = candidate, self._plain_prompt
                 if len(candidate.ids) + room <= capacity:
-                    fit, hi = (mid, candidate), mid - 1
+                    fit, hi = mid, mid - 1
                 else:
                     lo = mid + 1
             # None fits: the last user turn alone, as close as it gets.
-            index = fit[0] if fit is not None else len(starts) - 1
+            index = fit if fit is not None else len(starts) - 1
             dropped = starts[index]
             self.turns[:] = turns[dropped:]
-            # _prompt() also records the plain prompt the answer keeps: render the chosen one last.
-            prompt = self._prompt(continuing)
+            if index in rendered:  # _prompt() also records the plain prompt the answer keeps: the chosen one's
+                prompt, self._plain_prompt = rendered[index]
+            else:
+                prompt = self._prompt(continuing)
         if len(prompt.ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
