@@ -205,3 +205,36 @@ def test_the_message_being_edited_is_scrolled_into_view(qtbot, make_window):
     assert target.mapTo(viewport, QPoint(0, 0)).y() < 0
     target.actions_row.button("edit").click()
     qtbot.waitUntil(lambda: target.mapTo(viewport, QPoint(0, 0)).y() >= 0, timeout=2000)
+
+
+def test_greyed_out_buttons_are_visibly_fainter_in_both_themes(qtbot, make_window):
+    """Found on screen: Qt's generated disabled icon only lightens pixels, so on the dark theme the
+    greyed-out Delete looked like the enabled one. Compare the ink the two states draw."""
+    from PySide6.QtGui import QColor
+
+    from app.theme import apply_theme
+
+    def ink(button, background: QColor) -> float:  # summed colour distance from the background
+        image = button.grab().toImage()
+        total = 0.0
+        for y in range(image.height()):
+            for x in range(image.width()):
+                c = image.pixelColor(x, y)
+                total += abs(c.red() - background.red()) + abs(c.green() - background.green()) + abs(
+                    c.blue() - background.blue())
+        return total
+
+    win = make_window(FakeBackend(tokens=["A", "."]))
+    ask(qtbot, win, "first")
+    try:
+        for theme in ("dark", "light"):
+            apply_theme(theme)
+            row = win.transcript.widgets()[1].actions_row
+            background = row.button("delete").grab().toImage().pixelColor(0, 0)
+            enabled = ink(row.button("delete"), background)
+            row.set_changes_enabled(False)
+            disabled = ink(row.button("delete"), background)
+            row.set_changes_enabled(True)
+            assert disabled < 0.5 * enabled, (theme, disabled, enabled)
+    finally:
+        apply_theme("system")
