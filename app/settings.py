@@ -46,7 +46,9 @@ SEED_RULE = f"a whole number from 0 to {MAX_SEED}, or empty for a random seed"
 INT_KEYS = ("top_k", "max_new_tokens")
 # What the settings dialog's fields can hold (Qt spin boxes are 32-bit); larger stored values are refused.
 LIMITS = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000), "repetition_penalty": (0.5, 2.0),
-          "max_new_tokens": (1, 32768), "context_size": (0, 131072)}
+          "max_new_tokens": (1, 32768)}
+MIN_CONTEXT, MAX_CONTEXT = 256, 131072  # below 256 tokens not even a short question and answer fit
+CONTEXT_RULE = f"a whole number of tokens from {MIN_CONTEXT} to {MAX_CONTEXT}, or 0 for the model's own"
 
 
 def sampling_value(key: str, raw):
@@ -74,6 +76,16 @@ def parse_seed(raw) -> int | None:
     text = str(raw).strip()
     if isinstance(raw, bool) or not (text.isascii() and text.isdigit()) or int(text) > MAX_SEED:  # no sign, no "²"
         raise ValueError(f"the seed must be {SEED_RULE}, got {text[:40]!r}")
+    return int(text)
+
+
+def parse_context_size(raw) -> int:
+    """A context size from text or a number: 0 (the model's own) or ``MIN_CONTEXT``..``MAX_CONTEXT``
+    tokens. Raises ValueError naming the rule: a context of a few tokens holds no question at all."""
+    text = str(raw if raw is not None else 0).strip() or "0"
+    if isinstance(raw, bool) or not (text.isascii() and text.isdigit()) or (
+            int(text) and not MIN_CONTEXT <= int(text) <= MAX_CONTEXT):
+        raise ValueError(f"the context size must be {CONTEXT_RULE}, got {text[:40]!r}")
     return int(text)
 
 
@@ -266,13 +278,10 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     s.weights = _choice(qs, "engine/weights", WEIGHTS, WEIGHTS[0], ignored)
     raw = qs.value("engine/context_size", 0)
     try:
-        s.context_size = int(str(raw or 0).strip())
-        if not LIMITS["context_size"][0] <= s.context_size <= LIMITS["context_size"][1]:
-            raise ValueError
+        s.context_size = parse_context_size(raw)
     except ValueError:
         s.context_size = 0
-        ignored.append(f"context_size {str(raw)[:40]!r} (a whole number of tokens from 0 to "
-                       f"{LIMITS['context_size'][1]}; 0: the model's own)")
+        ignored.append(f"context_size {str(raw)[:40]!r} ({CONTEXT_RULE})")
     s.theme = _choice(qs, "ui/theme", THEMES, "system", ignored)
     s.video_max_frames = clamp_max_frames(qs.value("chat/video_max_frames", DEFAULT_MAX_FRAMES))
     s.video_fps = clamp_fps(qs.value("chat/video_fps", DEFAULT_FPS))

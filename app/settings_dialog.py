@@ -26,14 +26,17 @@ from PySide6.QtWidgets import (
 from app.engines_settings import EnginesPanel
 from app.settings import (
     CACHE_KINDS,
+    CONTEXT_RULE,
     DEVICES,
     DTYPES,
     IMAGE_DETAILS,
+    MAX_CONTEXT,
     SAMPLING_KEYS,
     SEED_RULE,
     THEMES,
     WEIGHTS,
     AppSettings,
+    parse_context_size,
     parse_seed,
 )
 from app.video_attachments import FPS_RANGE, MAX_FRAMES_LIMIT
@@ -52,6 +55,14 @@ def _combo(name: str, accessible: str, items: dict[str, str] | tuple[str, ...], 
         combo.addItem(label, value)
     combo.setCurrentIndex(max(0, combo.findData(current)))
     return combo
+
+
+class RefusedValue(ValueError):
+    """A field's value the settings cannot take: ``field`` (the widget) and ``reason`` (one line)."""
+
+    def __init__(self, field: QWidget, reason: str) -> None:
+        super().__init__(reason)
+        self.field, self.reason = field, reason
 
 
 class SettingsDialog(QDialog):
@@ -88,13 +99,14 @@ class SettingsDialog(QDialog):
         self.seed.setAccessibleName("Seed")
         self.seed.setPlaceholderText("random")
         self.seed.setToolTip(f"The seed: {SEED_RULE}.")
-        self.seed.textChanged.connect(lambda _text: self.seed_error.hide())
-        # Why OK / Apply refused the seed (hidden while there is nothing to say).
-        self.seed_error = QLabel()
-        self.seed_error.setObjectName("seedError")
-        self.seed_error.setAccessibleName("Seed error")
-        self.seed_error.setWordWrap(True)
-        self.seed_error.hide()
+        # Why OK / Apply refused a value (hidden while there is nothing to say).
+        self.error = QLabel()
+        self.error.setObjectName("settingsError")
+        self.error.setAccessibleName("Settings error")
+        self.error.setWordWrap(True)
+        self.error.hide()
+        self._height_without_error = 0
+        self.seed.textChanged.connect(self._clear_error)
         self.image_detail = _combo("imageDetail", "Image detail", IMAGE_DETAILS, settings.image_detail)
         self.device = _combo("device", "Device", DEVICES, settings.device)
         self.dtype = _combo("dtype", "Data type", DTYPES, settings.dtype)
@@ -104,10 +116,12 @@ class SettingsDialog(QDialog):
                               settings.weights)
         self.weights.setToolTip("int8: on the CPU, the text decoder's weights are stored as int8 — about 1.3-1.5x "
                                 "faster answers, with slightly different wording. Ignored on a GPU.")
-        self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, 131072,
+        self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, MAX_CONTEXT,
                                       settings.context_size)
         self.context_size.setSingleStep(1024)
         self.context_size.setSpecialValueText("Model's own")
+        self.context_size.setToolTip(f"The context size: {CONTEXT_RULE}.")
+        self.context_size.valueChanged.connect(self._clear_error)
         self.theme = _combo("theme", "Theme", THEMES, settings.theme)
         self.video_max_frames = self._int("videoMaxFrames", "Video: at most this many frames", 1, MAX_FRAMES_LIMIT,
                                           settings.video_max_frames)
@@ -127,7 +141,6 @@ class SettingsDialog(QDialog):
                               ("Repetition penalty", self.repetition_penalty),
                               ("Max new tokens", self.max_new_tokens), ("Seed", self.seed)):
             sampling.addRow(label, widget)
-        sampling.addRow(self.seed_error)  # the whole row's width: the reason is a sentence
         reset = QPushButton("Use the model's defaults")
         reset.setObjectName("resetSampling")
         reset.setAccessibleName("Reset sampling to the model's defaults")
@@ -160,6 +173,7 @@ class SettingsDialog(QDialog):
         self.engines = EnginesPanel(self)  # saves servers as they are edited, not on OK
         columns.addWidget(self.engines, 1)
         layout.addLayout(columns)
+        layout.addWidget(self.error)
         layout.addWidget(buttons)
 
     def _double(self, name, accessible, low, high, step, value) -> QDoubleSpinBox:
@@ -190,7 +204,8 @@ class SettingsDialog(QDialog):
         self.seed.clear()
 
     def result_settings(self) -> AppSettings:
-        """The settings as edited. Raises ValueError (one line) for a seed that is not valid."""
+        """The settings as edited. Raises :class:`RefusedValue` (one line, naming the field) for a seed
+        or a context size that is not valid."""
         widgets = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                    "repetition_penalty": self.repetition_penalty, "max_new_tokens": self.max_new_tokens}
         baseline = AppSettings().sampling(self.model_defaults)
@@ -199,35 +214,49 @@ class SettingsDialog(QDialog):
             value = widgets[key].value()
             if abs(value - baseline[key]) > 1e-9:
                 overrides[key] = value
-        seed = parse_seed(self.seed.text())
+        try:
+            seed = parse_seed(self.seed.text())
+        except ValueError as exc:
+            raise RefusedValue(self.seed, str(exc)) from None
+        try:
+            context_size = parse_context_size(self.context_size.value())
+        except ValueError as exc:
+            raise RefusedValue(self.context_size, str(exc)) from None
         return replace(
             self.settings, system_prompt=self.system_prompt.toPlainText().strip(), overrides=overrides,
             seed=seed, problems=[],
             image_detail=self.image_detail.currentData(), device=self.device.currentData(),
             dtype=self.dtype.currentData(), cache_kind=self.cache_kind.currentData(),
             weights=self.weights.currentData(),
-            context_size=self.context_size.value(), theme=self.theme.currentData(),
+            context_size=context_size, theme=self.theme.currentData(),
             video_max_frames=self.video_max_frames.value(), video_fps=round(self.video_fps.value(), 2),
         )
 
     def apply(self) -> bool:
-        """Emit the edited settings; False (nothing applied, the dialog says why) for an invalid seed."""
+        """Emit the edited settings; False (nothing applied, the dialog says why and puts the cursor
+        in the field) for an invalid seed or context size."""
         try:
             settings = self.result_settings()
-        except ValueError as exc:
-            self.seed_error.setText(f"Not applied: {str(exc)[0].upper()}{str(exc)[1:]}.")
-            self.seed_error.show()
-            # A word-wrapped label in a form gets one line's height unless asked for more.
-            width = max(self.seed_error.width(), self.seed.width(), 200)
-            self.seed_error.setMinimumHeight(self.seed_error.heightForWidth(width))
-            self.adjustSize()
-            self.seed.setFocus()
-            self.seed.selectAll()
+        except RefusedValue as exc:
+            if self.error.isHidden():
+                self._height_without_error = self.height()
+            self.error.setText(f"Not applied: {exc.reason[0].upper()}{exc.reason[1:]}.")
+            self.error.show()
+            exc.field.setFocus()
+            exc.field.selectAll()
             return False
-        self.seed_error.hide()
+        self._clear_error()
         self.settings = settings
         self.applied.emit(self.settings)
         return True
+
+    def _clear_error(self) -> None:
+        """Hide the refusal once its field changes, and give its height back to the window."""
+        if self.error.isHidden():
+            return
+        self.error.hide()
+        self.layout().activate()  # the new minimum size, before the window is sized to it
+        self.resize(self.width(), max(self._height_without_error, self.minimumSizeHint().height()))
 
     def accept(self) -> None:
         if self.apply():

@@ -54,7 +54,7 @@ def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_th
         f"Settings file {ini}: ignored temperature must be a finite number, got nan; top_p must be in (0, 1], "
         "got 5.0; max_new_tokens must be from 1 to 32768, got 99999999999; the seed must be a whole number from 0 "
         "to 18446744073709551615, or empty for a random seed, got 'abc'; device 'gpu9' (one of auto, cuda, mps, "
-        "cpu); context_size 'lots' (a whole number of tokens from 0 to 131072; 0: the model's own). The defaults "
+        "cpu); context_size 'lots' (a whole number of tokens from 256 to 131072, or 0 for the model's own). The defaults "
         "apply instead.")
     assert win.settings.seed is None and win.settings.overrides == {"top_k": 40}
     assert _ask(qtbot, win)["finish_reason"] == "stop"  # the defaults apply: messages work
@@ -80,7 +80,7 @@ def test_a_settings_file_that_is_not_text_is_set_aside_not_overwritten(qtbot, ma
 def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
     dialog = window.open_settings_dialog()
     qtbot.addWidget(dialog)
-    error = dialog.findChild(QLabel, "seedError")
+    error = dialog.findChild(QLabel, "settingsError")
     for typed in ("-1", "18446744073709551616", "1.5", "abc", "²"):
         dialog.seed.setText(typed)
         dialog.accept()
@@ -93,6 +93,39 @@ def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
     dialog.accept()
     assert not dialog.isVisible() and window.settings.seed == 2**64 - 1
     assert _ask(qtbot, window)["finish_reason"] == "stop"
+
+
+def test_settings_dialog_refuses_a_context_too_small_for_any_question(qtbot, window):
+    """A Context size of 1 token was taken: every message then failed ("the prompt is longer than the
+    context"). 1-255 are refused with the rule; 0 (the model's own) and 256 are taken."""
+    dialog = window.open_settings_dialog()
+    qtbot.addWidget(dialog)
+    error = dialog.findChild(QLabel, "settingsError")
+    for typed in (1, 255):
+        dialog.context_size.setValue(typed)
+        dialog.apply()
+        assert error.isVisible() and error.text() == (
+            "Not applied: The context size must be a whole number of tokens from 256 to 131072, or 0 for the "
+            f"model's own, got '{typed}'.")
+        assert window.settings.context_size == 0
+    dialog.context_size.setValue(256)
+    assert not error.isVisible()  # cleared by the edit
+    assert dialog.apply() and window.settings.context_size == 256
+
+
+def test_settings_dialog_gives_the_errors_height_back_once_cleared(qtbot, window):
+    """Found by a trial: after a refused seed was corrected the dialog kept the error's height, a
+    blank band above the buttons."""
+    dialog = window.open_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    before = dialog.height()
+    dialog.seed.setText("-1")
+    dialog.apply()
+    qtbot.waitUntil(lambda: dialog.height() > before)
+    dialog.seed.setText("7")
+    qtbot.waitUntil(lambda: dialog.height() == before, timeout=2000)
 
 
 def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtbot, make_window, data_dir):
