@@ -8,11 +8,11 @@ prompt, thread) so tests can assert what the window asked for.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 from collections.abc import Sequence
 
+from app.backends.jobs import JobThread
 from engine.api import (
     Attachment,
     Capabilities,
@@ -61,11 +61,8 @@ class FakeBackend:
         self.options: dict = {}  # the last load's options besides device and dtype
         self.closed = False
         self._info: ModelInfo | None = None
-        self._cancel = threading.Event()  # the running answer's flag
-        self._queued: list[threading.Event] = []  # flags of answers not started yet
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="FakeBackend", daemon=True)
-        self._thread.start()
+        self.jobs = JobThread("FakeBackend")
+        self._cancel = self.jobs.cancelled  # the running answer's flag
 
     # -- ChatBackend -------------------------------------------------------------------------------
     @property
@@ -77,31 +74,17 @@ class FakeBackend:
         return self._info.capabilities if self._info else Capabilities()
 
     def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
-        self._queue.put(lambda: self._load(model, dict(options), on_done))
+        self.jobs.put(lambda: self._load(model, dict(options), on_done))
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
         messages = list(messages)
         if not messages:
             self.resets += 1
-        self._queue.put(lambda: setattr(self, "history", messages))
+        self.jobs.put(lambda: setattr(self, "history", messages))
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> None:
-        self._queue_answer(lambda: self._answer("send", text, list(attachments), params, sink, system_prompt), sink)
-
-    def _queue_answer(self, run, sink: EventSink) -> None:
-        """Queue an answer with its own cancel flag, so a cancel before it starts still stops it."""
-        flag = threading.Event()
-        self._queued.append(flag)
-
-        def job() -> None:
-            self._queued.remove(flag)
-            if flag.is_set():
-                sink(DoneEvent("cancelled"))
-                return
-            self._cancel.clear()
-            run()
-        self._queue.put(job)
+        self.jobs.put_answer(lambda: self._answer("send", text, list(attachments), params, sink, system_prompt), sink)
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
         def run() -> None:
@@ -109,7 +92,7 @@ class FakeBackend:
                 self.history.pop()
             last = self.history.pop() if self.history else HistoryMessage("user", "")
             self._answer("regenerate", last.text, list(last.attachments), params, sink, system_prompt)
-        self._queue_answer(run, sink)
+        self.jobs.put_answer(run, sink)
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> None:
@@ -117,27 +100,19 @@ class FakeBackend:
             kept = self.history[turn_index].attachments if attachments is None else tuple(attachments)
             del self.history[turn_index:]
             self._answer("edit", text, list(kept), params, sink, system_prompt)
-        self._queue_answer(run, sink)
+        self.jobs.put_answer(run, sink)
 
     def cancel(self) -> None:
-        for flag in list(self._queued):
-            flag.set()
-        self._cancel.set()
+        self.jobs.cancel()
 
     def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
         return PER_IMAGE.get(resolve_detail(detail, "cpu"), -1)
 
     def close(self) -> bool:
         self.closed = True
-        self._cancel.set()
-        self._queue.put(None)
-        self._thread.join(1.0)
-        return not self._thread.is_alive()
+        return self.jobs.close()
 
     # -- the fake engine thread --------------------------------------------------------------------
-    def _loop(self) -> None:
-        while (job := self._queue.get()) is not None:
-            job()
 
     def _load(self, model: str, options: dict, on_done: LoadCallback) -> None:
         self.loads.append((model, options, threading.get_ident()))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import httpx
 from httpx_sse import EventSource
 
+from app.backends.jobs import JobThread
 from app.backends.remote_http import (
     STALL_TIMEOUT,
     RemoteError,
@@ -183,12 +184,9 @@ class RemoteBackend:
         # Exchanges the last answer of this conversation left out to fit the server's context: the next
         # answer starts there (the conversation only grows), not from a refusal of the whole chat.
         self._left_out = 0
-        self._cancel = threading.Event()
-        self._queued: list[threading.Event] = []
+        self.jobs = JobThread("RemoteBackend")
+        self._cancel = self.jobs.cancelled  # the running answer's flag
         self._response: httpx.Response | None = None
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="RemoteBackend", daemon=True)
-        self._thread.start()
 
     # -- ChatBackend -------------------------------------------------------------------------------
     @property
@@ -200,7 +198,7 @@ class RemoteBackend:
         return self._info.capabilities if self._info else Capabilities()
 
     def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
-        self._queue.put(lambda: self._load(model, on_done))
+        self.jobs.put(lambda: self._load(model, on_done))
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
         messages = list(messages)
@@ -209,12 +207,12 @@ class RemoteBackend:
             if messages[:1] != self._history[:1]:  # another conversation
                 self._left_out = 0
             self._history = messages
-        self._queue.put(run)
+        self.jobs.put(run)
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> None:
         user = HistoryMessage("user", text, tuple(attachments))
-        self._queue_answer(lambda: self._answer(self._history, user, params, sink, system_prompt), sink)
+        self.jobs.put_answer(lambda: self._answer(self._history, user, params, sink, system_prompt), sink)
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
         def run() -> None:
@@ -223,47 +221,25 @@ class RemoteBackend:
                 turns.pop()
             user = turns.pop() if turns else HistoryMessage("user", "")
             self._answer(turns, user, params, sink, system_prompt)
-        self._queue_answer(run, sink)
+        self.jobs.put_answer(run, sink)
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> None:
         def run() -> None:
             kept = self._history[turn_index].attachments if attachments is None else tuple(attachments)
             self._answer(self._history[:turn_index], HistoryMessage("user", text, kept), params, sink, system_prompt)
-        self._queue_answer(run, sink)
+        self.jobs.put_answer(run, sink)
 
     def cancel(self) -> None:
-        for flag in list(self._queued):
-            flag.set()
-        self._cancel.set()
+        self.jobs.cancel()
 
     def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
         return -1  # the server's tokenizer decides; asking would cost a round trip per image
 
     def close(self) -> bool:
-        self.cancel()
-        self._queue.put(None)
-        self._thread.join(1.0)
-        return not self._thread.is_alive()
+        return self.jobs.close()
 
     # -- the backend thread ------------------------------------------------------------------------
-    def _queue_answer(self, run, sink: EventSink) -> None:
-        flag = threading.Event()  # a cancel before the answer starts still stops it
-        self._queued.append(flag)
-
-        def job() -> None:
-            self._queued.remove(flag)
-            if flag.is_set():
-                sink(DoneEvent("cancelled"))
-                return
-            self._cancel.clear()
-            run()
-        self._queue.put(job)
-
-    def _loop(self) -> None:
-        while (job := self._queue.get()) is not None:
-            job()
-
     def _load(self, spec: str, on_done: LoadCallback) -> None:
         parsed = parse_spec(spec)
         model = parsed[1] if parsed else spec

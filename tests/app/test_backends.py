@@ -69,7 +69,7 @@ def test_local_backend_events_reach_the_ui_thread_in_order(qtbot, bridge):
 def test_fake_backend_cancel_before_the_queued_answer_starts(qtbot, bridge):
     backend = FakeBackend(tokens=["t"] * 100)
     gate = threading.Event()
-    backend._queue.put(lambda: gate.wait(5))  # keeps the fake's thread busy while we queue and cancel
+    backend.jobs.put(lambda: gate.wait(5))  # keeps the fake's thread busy while we queue and cancel
     backend.load("/models/fake", {}, bridge.on_loaded)
     backend.send("go", [], GenerationParams(), bridge.sink)
     backend.cancel()

@@ -120,7 +120,7 @@ def test_close_while_generating_cancels_and_joins_thread(qtbot, make_window):
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: session.yielded > 3, timeout=5000)
     win.close()
-    assert session.closed and not session._thread.is_alive()  # close() cancelled and joined the thread
+    assert session.closed and not session.jobs.thread.is_alive()  # close() cancelled and joined the thread
     assert session.yielded < 10_000
 
 

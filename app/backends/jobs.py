@@ -1,0 +1,64 @@
+"""``JobThread``: the one worker thread of a backend whose answers run off the UI thread, in order.
+
+The fake and the remote backend queue their loads, history changes and answers here. An answer is
+queued with a cancel flag of its own, so a Stop pressed before it starts still stops it (it then
+ends with ``DoneEvent("cancelled")`` and never runs).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from engine.api import DoneEvent
+from engine.api.backend import EventSink
+
+
+class JobThread:
+    """Runs queued callables on a daemon thread named ``name``, one at a time, in order.
+
+    ``cancelled`` is the running answer's flag: set by :meth:`cancel`, cleared as each answer starts;
+    the answer's code polls it."""
+
+    def __init__(self, name: str) -> None:
+        self.cancelled = threading.Event()
+        self._queued: list[threading.Event] = []  # the flags of answers not started yet
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def put(self, job: Callable[[], None]) -> None:
+        """Run ``job`` after everything queued before it."""
+        self._queue.put(job)
+
+    def put_answer(self, run: Callable[[], None], sink: EventSink) -> None:
+        """Queue an answer: ``run`` unless :meth:`cancel` came first, then ``sink(DoneEvent("cancelled"))``."""
+        flag = threading.Event()
+        self._queued.append(flag)
+
+        def job() -> None:
+            self._queued.remove(flag)
+            if flag.is_set():
+                sink(DoneEvent("cancelled"))
+                return
+            self.cancelled.clear()
+            run()
+        self._queue.put(job)
+
+    def cancel(self) -> None:
+        """Stop the running answer and every queued one."""
+        for flag in list(self._queued):
+            flag.set()
+        self.cancelled.set()
+
+    def close(self, timeout: float = 1.0) -> bool:
+        """Cancel, let the queued jobs drain and end the thread; False if it still runs after ``timeout`` s."""
+        self.cancel()
+        self._queue.put(None)
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None:
+            job()
