@@ -350,11 +350,8 @@ class EngineService:
             session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos,
                                       text_parts=parts))
         self._synced = wanted
-        if len(self._left_out) > 1:  # one line, not one per file (an image chat reopened on a text model)
-            log.warning("left out of the conversation's context: %d files (%s)", len(self._left_out),
-                        "; ".join(dict.fromkeys(self._left_out)))
-        elif self._left_out:
-            log.warning("left out of the conversation's context: %s", self._left_out[0])
+        if self._left_out:  # one line, not one per file (an image chat reopened on a text model)
+            log.warning("%s", self._describe_left_out())
 
     def _readable(self, preprocess: Callable[[list[str]], list], paths: list[str]) -> list:
         """The media of an earlier message that can still be read: a stored image deleted since (or a
@@ -373,8 +370,13 @@ class EngineService:
 
     def _left_out_notice(self) -> str:
         """The words for the media :meth:`_set_history` left out (once: cleared here)."""
-        files, reasons = len(self._left_out), list(dict.fromkeys(self._left_out))
+        notice = self._describe_left_out()
         self._left_out = []
+        return notice
+
+    def _describe_left_out(self) -> str:
+        """One sentence: how many earlier files are out of the context and why (the first 3 reasons)."""
+        files, reasons = len(self._left_out), list(dict.fromkeys(self._left_out))
         if not files:
             return ""
         why = "; ".join(r.rstrip(".") for r in reasons[:3]) + (" …" if len(reasons) > 3 else "")
