@@ -20,27 +20,48 @@ def sigint_from_a_background_job() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def ctrl_c_once_ready(args: list[str], ready: str, timeout: float = 30, **popen) -> tuple[int, str, str]:
-    """Start ``args`` as from a terminal, wait for the line ``ready`` on its stdout, send SIGINT and
-    wait for the exit: ``(returncode, rest of stdout, stderr)``.
+def ctrl_c_once_ready(args: list[str], ready: str, timeout: float = 30, *, signum: int = signal.SIGINT,
+                      not_ready: tuple[str, ...] = (), settle: float = 0.0,
+                      **popen) -> tuple[int, str, str | None]:
+    """Start ``args`` as from a terminal, wait for the line ``ready`` on its stdout (earlier lines are
+    skipped), wait ``settle`` s, send ``signum`` (Ctrl-C's SIGINT unless told) and wait for the exit:
+    ``(returncode, the rest of stdout, stderr)``; stderr is None when ``popen`` sends it to stdout.
 
     Raises:
-        AssertionError: the first line is not ``ready`` (the process failed before it).
-        subprocess.TimeoutExpired: it runs on ``timeout`` s after the signal (the process is killed).
+        AssertionError: the output ended, or a line in ``not_ready`` came, before ``ready``.
+        subprocess.TimeoutExpired: no ``ready`` within 120 s, or the process runs on ``timeout`` s
+            after the signal (it is killed either way).
     """
+    import os
     import select
     import subprocess
+    import time
 
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=sigint_from_a_terminal, **popen)
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True,
+               "preexec_fn": sigint_from_a_terminal, **popen}
+    proc = subprocess.Popen(args, **options)
     try:
-        # A process that hangs before its ready line fails the test instead of blocking the run.
-        if not select.select([proc.stdout], [], [], 120)[0]:
-            raise subprocess.TimeoutExpired(args, 120)
-        line = proc.stdout.readline()
-        assert line == ready + "\n", (line, proc.stderr.read() if proc.poll() is not None else "")
-        proc.send_signal(signal.SIGINT)
+        # Raw reads: a line buffered by the file object would be invisible to select.
+        fd, pending, seen = proc.stdout.fileno(), b"", []
+        deadline = time.monotonic() + 120  # a process that hangs before its ready line fails, not blocks the run
+        while not seen or seen[-1] not in (ready, *not_ready, None):
+            if b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                seen.append(line.decode(errors="replace"))
+                continue
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise subprocess.TimeoutExpired(args, 120)
+            chunk = os.read(fd, 65536)
+            pending += chunk
+            if not chunk:
+                seen.append(None)
+        if seen[-1] != ready:
+            stderr = proc.stderr.read() if proc.stderr is not None and proc.poll() is not None else ""
+            raise AssertionError(f"no {ready!r} line: {seen[-20:]} {stderr[-2000:]}")
+        time.sleep(settle)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=timeout)
+        out = pending.decode(errors="replace") + out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 
 from app.store import Store
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
-from tests.signals import ctrl_c_once_ready, sigint_from_a_terminal
+from tests.signals import ctrl_c_once_ready
 from tests.slow_engine import slow_local_backend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,20 +176,10 @@ def test_ctrl_c_or_sigterm_mid_answer_closes_the_window_and_keeps_the_conversati
     data = tmp_path / "data"
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(data), PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
                SMOLCHAT_BACKEND="tests.slow_engine:slow_local_backend", SMOLCHAT_SLOW_S="0.1")
-    proc = subprocess.Popen([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "busy", str(big_photo(tmp_path))],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_from_a_terminal)
-    try:
-        lines = []
-        while not lines or lines[-1] not in ("BUSY", "IDLE", ""):
-            lines.append(proc.stdout.readline().strip())
-        assert lines[-1] == "BUSY", lines
-        proc.send_signal(getattr(signal, signame))
-        out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == code, out[-3000:]
+    code_, out, _ = ctrl_c_once_ready([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "busy",
+                                       str(big_photo(tmp_path))], "BUSY", signum=getattr(signal, signame),
+                                      not_ready=("IDLE",), cwd=REPO, env=env, stderr=subprocess.STDOUT)
+    assert code_ == code, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     store = Store(data, recover=False)
     try:
@@ -205,24 +195,13 @@ def test_ctrl_c_or_sigterm_mid_answer_closes_the_window_and_keeps_the_conversati
 def test_ctrl_c_reaches_an_idle_window(tiny_checkpoint, tmp_path):  # noqa: F811
     """With nothing running in Python (Qt waiting for events) Ctrl-C still closes the app (~0.9 s on
     the dev VM): the signal's wake-up byte wakes Qt's event loop. Without it the app never exits."""
-    import signal
 
     env = dict(os.environ, SMOLCHAT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(REPO),
                QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "idle"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_from_a_terminal)
-    try:
-        lines = []
-        while not lines or lines[-1] not in ("READY", ""):
-            lines.append(proc.stdout.readline().strip())
-        assert lines[-1] == "READY", lines
-        time.sleep(0.5)  # Qt idle
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)  # an app that never wakes fails here
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    # settle: Qt idle, nothing running in Python; an app that never wakes fails on the timeout.
+    code, out, _ = ctrl_c_once_ready([sys.executable, "-c", DRIVE_APP, str(tiny_checkpoint), "idle"], "READY",
+                                     settle=0.5, cwd=REPO, env=env, stderr=subprocess.STDOUT)
+    assert code == 130 and "Traceback" not in out, out[-3000:]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
