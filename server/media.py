@@ -571,7 +571,10 @@ class MediaStore:
                         mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
                         return (mime if mime.startswith(("image/", "video/")) else ""), b"".join(chunks)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise APIError(400, f"cannot fetch the media URL: {type(exc).__name__}", "media_fetch_failed",
+            # A connection's own words say what a client can act on ("Connection refused", a
+            # certificate that does not verify); the others' are httpx internals.
+            why = f" ({str(exc)[:200]})" if isinstance(exc, httpx.ConnectError) and str(exc) else ""
+            raise APIError(400, f"cannot fetch the media URL: {type(exc).__name__}{why}", "media_fetch_failed",
                            param) from None
         raise APIError(400, f"the media URL redirects more than {MAX_MEDIA_REDIRECTS} times", "media_fetch_failed",
                        param)

@@ -75,6 +75,64 @@ def media_host():
     httpd.shutdown()
 
 
+def _certificates(folder) -> tuple[str, str]:
+    """A test CA (``ca.pem``) and a server certificate for the name ``localhost`` only, signed by
+    it (``server.pem`` with its key): ``(ca file, server file)``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(subject: str, key, issuer: str, issuer_key, ca: bool, names: list[str]):
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            builder = builder.add_extension(x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False),
+                critical=True).add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                                             critical=False)
+        else:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]),
+                                            critical=False).add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("Smolchat test CA", ca_key, "Smolchat test CA", ca_key, True, [])
+    server = cert("localhost", server_key, "Smolchat test CA", ca_key, False, ["localhost"])
+    ca_file, server_file = folder / "ca.pem", folder / "server.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    server_file.write_bytes(server.public_bytes(serialization.Encoding.PEM) + server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return str(ca_file), str(server_file)
+
+
+@pytest.fixture
+def tls_media_host(tmp_path):
+    """An HTTPS media host on 127.0.0.1 whose certificate names ``localhost``: ``(port, CA file)``."""
+    import ssl
+
+    pytest.importorskip("cryptography", reason="makes the test certificates")
+    ca_file, server_file = _certificates(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(server_file)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MediaHandler)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1], ca_file
+    httpd.shutdown()
+
+
 def serve(**config) -> tuple[ThreadServer, FakeSession]:
     session = FakeSession()
     return ThreadServer(create_app(ServerConfig(model="fake", **config), loader=fake_loader(session))), session
@@ -713,3 +771,28 @@ def test_a_loopback_server_without_a_key_refuses_other_host_names():
         assert r.status_code == 200
     finally:
         keyed.stop()
+
+
+def test_https_media_is_fetched_from_the_checked_address_with_the_names_certificate(tls_media_host, monkeypatch):
+    """The connection goes to the address that was checked, not the name, so TLS must still send the
+    name (SNI) and check the certificate against it: a certificate for ``localhost`` is taken at
+    https://localhost (whichever of its addresses answers), refused when the CA is not trusted, and
+    refused for https://127.0.0.1 (the same server, but not the name on its certificate)."""
+    import certifi
+
+    port, ca_file = tls_media_host
+    srv, session = serve(allow_remote_media=True, allow_private_media_hosts=True, remote_timeout_s=5)
+    try:
+        untrusted = chat_with_image(srv.url, f"https://localhost:{port}/photo.png")
+        assert untrusted.status_code == 400 and untrusted.json()["error"]["code"] == "media_fetch_failed"
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted.json()["error"]["message"]  # the reason, not just ConnectError
+        monkeypatch.setattr(certifi, "where", lambda: ca_file)  # httpx's default trust store, now with the test CA
+        MediaHandler.hosts.clear()
+        fetched = chat_with_image(srv.url, f"https://localhost:{port}/photo.png")
+        assert fetched.status_code == 200, fetched.text
+        assert MediaHandler.hosts == [f"localhost:{port}"] and session.sent[-1][1][0].endswith(".png")
+        wrong_name = chat_with_image(srv.url, f"https://127.0.0.1:{port}/photo.png")
+        assert wrong_name.status_code == 400 and wrong_name.json()["error"]["code"] == "media_fetch_failed"
+        assert "IP address mismatch" in wrong_name.json()["error"]["message"], wrong_name.json()
+    finally:
+        srv.stop()
