@@ -23,6 +23,7 @@ from engine.api.events import (
     GenerationEvent,
     GenerationParams,
     GenerationStats,
+    PromptLogprobsEvent,
     TokenEvent,
 )
 
@@ -72,6 +73,7 @@ __all__ = [
     "VideoError",
     "ModelLoadError",
     "PromptTooLongError",
+    "PromptLogprobsEvent",
     "TokenEvent",
     "UnsupportedModelError",
     "UnsupportedOperation",

@@ -684,6 +684,8 @@ class ChatSession:
         reason = "error"
         error = None
         try:
+            if params.max_new_tokens < 1:  # (0 only reads a raw completion's prompt: engine.completion)
+                raise ValueError("an answer needs max_new_tokens >= 1")
             logits = self._prefill(prompt, stats)
             stats.ttft_s = time.perf_counter() - t0
             sampler = make_sampler(params, self.model.device)

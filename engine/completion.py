@@ -4,6 +4,11 @@ Runs on a :class:`~engine.chat.ChatSession`'s model and cache through its token 
 stop tokens, cancellation, stats and prefix reuse (a prompt that extends the last one prefills only
 the new tokens) behave exactly as in chat. It drops the session's turns: a following chat request
 rebuilds its conversation (the service's ``set_history`` does that).
+
+With ``params.prompt_logprobs`` (the API's ``echo`` with ``logprobs``) the prompt's own tokens are
+scored (:mod:`engine.prompt_logprobs`) and sent in one :class:`PromptLogprobsEvent` once the prompt
+is read, before the first token; with ``max_new_tokens`` 0 that is all: no answer is generated (nor
+prefilled into the session's cache), and the answer ends with ``"length"``.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from engine.api.backend import ProgressEvent
 from engine.api.errors import PromptTooLongError
-from engine.api.events import GenerationEvent, GenerationParams
+from engine.api.events import DoneEvent, GenerationEvent, GenerationParams, GenerationStats, PromptLogprobsEvent, TokenEvent
+from engine.cancellation import Cancelled
 from engine.chat import Prompt
+from engine.tokenizer import StreamingDetokenizer
 
 
 def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterator[GenerationEvent]:
@@ -28,7 +36,8 @@ def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterat
     Raises (before anything is yielded):
         ValueError: the prompt is empty, or holds the model's image token (``<image>``): a
             completion has no image to fill its slot.
-        PromptTooLongError: the prompt does not fit the context.
+        PromptTooLongError: the prompt does not fit the context (with room for one token; a
+            prompt that is only scored, ``max_new_tokens`` 0, may fill it).
     """
     t0 = time.perf_counter()
     ids = session.tokenizer.encode(prompt, allow_special=True)
@@ -42,10 +51,53 @@ def complete_text(session: Any, prompt: str, params: GenerationParams) -> Iterat
         raise ValueError(f"the prompt holds the image token {name}, but a text completion takes no images "
                          "(send images in a chat message)")
     capacity = session.cache.capacity
-    if len(ids) >= capacity:
+    if len(ids) > capacity or (len(ids) == capacity and params.max_new_tokens > 0):
         raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}")
     session.turns.clear()
+    session._cancel.clear()
+    if params.prompt_logprobs is not None or params.max_new_tokens == 0:
+        return _scored(session, ids, params, t0)
     # ChatSession's own loop: keys of plain tokens are the ids themselves, so the cache's common
     # prefix with the last prompt (chat or raw) is found and reused as for a chat turn.
-    session._cancel.clear()
     return session._generate(Prompt(ids, list(ids), [], []), params, t0, [])
+
+
+def _scored(session: Any, ids: list[int], params: GenerationParams, t0: float) -> Iterator[GenerationEvent]:
+    """The prompt's PromptLogprobsEvent (with ``params.prompt_logprobs``), then the answer (none
+    with ``max_new_tokens`` 0)."""
+    from engine.prompt_logprobs import score_prompt  # torch: imported on the engine thread only
+
+    event = None
+    try:
+        if params.prompt_logprobs is not None:
+            scores = score_prompt(session.model, ids, params.prompt_logprobs, session._cancel)
+            event = PromptLogprobsEvent(prompt_tokens(session.tokenizer, ids, scores))
+        if params.max_new_tokens == 0:
+            session._checkpoint(ProgressEvent("prefill", len(ids), len(ids)))  # the prompt is read
+    except Cancelled:
+        yield DoneEvent("cancelled", GenerationStats(prompt_tokens=len(ids), total_s=time.perf_counter() - t0))
+        return
+    if params.max_new_tokens == 0:
+        elapsed = time.perf_counter() - t0
+        if event is not None:
+            yield event
+        yield DoneEvent("length", GenerationStats(prompt_tokens=len(ids), ttft_s=elapsed, total_s=elapsed))
+        return
+    answer = session._generate(Prompt(ids, list(ids), [], []), params, t0, [])
+    first = next(answer)  # the prompt read (a server starts its response then), and the first token
+    if event is not None and (isinstance(first, TokenEvent) or first.finish_reason in ("stop", "length")):
+        yield event  # not before an answer that failed or was cancelled: its error comes alone
+    yield first
+    yield from answer
+
+
+def prompt_tokens(tokenizer: Any, ids: list[int],
+                  scores: list[tuple[float, list[tuple[int, float]]]]) -> tuple[TokenEvent, ...]:
+    """The prompt's tokens as PromptLogprobsEvent has them: ``scores`` (of ``ids[1:]``, as
+    :func:`~engine.prompt_logprobs.score_prompt` gives them) with each token's text and bytes."""
+    detok, token_bytes = StreamingDetokenizer(tokenizer), tokenizer.token_bytes
+    out = [TokenEvent(detok.add(ids[0]), ids[0], None, (), token_bytes(ids[0]))]
+    for token, (logprob, best) in zip(ids[1:], scores):
+        out.append(TokenEvent(detok.add(token), token, logprob, tuple((token_bytes(i), lp) for i, lp in best),
+                              token_bytes(token)))
+    return tuple(out)

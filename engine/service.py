@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 from engine.api.backend import Attachment, EventSink, HistoryMessage, LoadCallback, ModelInfo
 from engine.api.capabilities import Capabilities
 from engine.api.errors import is_engine_error
-from engine.api.events import DoneEvent, GenerationParams, GenerationStats
+from engine.api.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
 from engine.api.hub import looks_like_repo_id
 
 log = logging.getLogger(__name__)
@@ -412,7 +412,8 @@ class EngineService:
                 if isinstance(event, DoneEvent):
                     done = event
                     continue
-                pieces.append(event.text)
+                if isinstance(event, TokenEvent):  # (not a raw completion's scored prompt)
+                    pieces.append(event.text)
                 sink(event)
             notice = self._left_out_notice()
             if done is not None and notice:

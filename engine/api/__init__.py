@@ -34,6 +34,7 @@ from engine.api.events import (
     GenerationEvent,
     GenerationParams,
     GenerationStats,
+    PromptLogprobsEvent,
     TokenEvent,
     resolve_detail,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "ModelLoadError",
     "ProgressEvent",
     "PromptTooLongError",
+    "PromptLogprobsEvent",
     "TokenEvent",
     "UnsupportedModelError",
     "UnsupportedOperation",

@@ -38,18 +38,23 @@ class GenerationParams:
     ``temperature == 0`` means greedy (argmax). ``top_k == 0`` and ``top_p == 1.0`` disable those
     filters; ``repetition_penalty == 1.0`` disables the penalty (CTRL, Keskar et al. 2019, as in
     transformers' ``RepetitionPenaltyLogitsProcessor``). ``seed`` makes sampling reproducible.
-    ``max_new_tokens`` bounds the answer; ``ignore_eos`` keeps decoding past end-of-utterance
-    (benchmarks only). ``logprobs`` (``None``: off) asks for the log-probability of each sampled
-    token under the model's raw distribution and the ``logprobs`` most likely alternatives (0..20);
-    it turns speculation and pipelining off for that answer (the cost stays off the hot path
-    otherwise). ``image_detail`` is one of ``"full"`` (the checkpoint's reference
-    preprocessing), ``"balanced"`` (never upscale an image beyond its own size), ``"fast"``
+    ``max_new_tokens`` bounds the answer (0, for a raw completion only: read, and with
+    ``prompt_logprobs`` score, the prompt and generate nothing; a chat answer needs 1);
+    ``ignore_eos`` keeps decoding past end-of-utterance (benchmarks only). ``logprobs`` (``None``:
+    off) asks for the log-probability of each sampled token under the model's raw distribution
+    and the ``logprobs`` most likely alternatives (0..20); it turns speculation and pipelining off
+    for that answer (the cost stays off the hot path otherwise). ``image_detail`` is one of
+    ``"full"`` (the checkpoint's reference preprocessing), ``"balanced"`` (never upscale an image beyond its own size), ``"fast"``
     (one global tile per image) or ``"auto"`` (full on a GPU, balanced on a CPU:
     :func:`resolve_detail`). ``speculative`` picks prompt-lookup speculative decoding
     (``engine.speculative``): ``None`` uses it where it pays off (the CPU), ``True`` requires it,
     ``False`` turns it off. It never changes greedy output, nor the distribution of sampled output.
     ``video_fps`` and ``video_max_frames`` override how a video's frames are sampled (default: the
     checkpoint's ``video_sampling``, 1 fps and at most 64 frames for SmolVLM2).
+    ``prompt_logprobs`` (``None``: off; a raw completion only, ``engine.completion``) asks for the
+    log-probability of each prompt token given the ones before it and the ``prompt_logprobs`` most
+    likely alternatives (0..20), in one :class:`PromptLogprobsEvent` before the answer's first
+    token (the legacy completions API's ``echo`` with ``logprobs``: scoring a text).
     ``drop_old_turns``: when the conversation plus room for the answer exceeds the context, drop
     its oldest exchanges (the app: a chat goes on for ever); ``False`` keeps every turn and refuses
     only a prompt that does not fit at all (the HTTP API: its clients choose their context, and
@@ -70,6 +75,7 @@ class GenerationParams:
     video_fps: float | None = None
     video_max_frames: int | None = None
     drop_old_turns: bool = True
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -87,10 +93,12 @@ class GenerationParams:
             raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
-            raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= MAX_TOP_LOGPROBS:
+                raise ValueError(f"{name} must be in [0, {MAX_TOP_LOGPROBS}], got {value}")
         if self.image_detail not in DETAILS:
             raise ValueError(f"image_detail must be auto, full, balanced or fast, got {self.image_detail!r}")
         if self.video_fps is not None and not (math.isfinite(self.video_fps) and self.video_fps > 0):
@@ -167,6 +175,22 @@ class DoneEvent:
     error: str | None = None
     error_type: str = ""
     token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PromptLogprobsEvent:
+    """The prompt's own tokens, scored (:attr:`GenerationParams.prompt_logprobs`); sent once, after
+    the prompt is read and before the answer's first token.
+
+    One :class:`TokenEvent` per prompt token, in order: ``text`` is what the token adds to the
+    prompt's text as a streaming detokenizer decodes it (``""`` for a token holding part of a UTF-8
+    character, whose character comes with the token that completes it), ``token_bytes`` its own raw
+    bytes, ``logprob`` the log-probability of the token given the tokens before it (float32
+    log-softmax of the model's raw logits, as for generated tokens) and ``top_logprobs`` the most
+    likely alternatives at its position. The first token has nothing before it: its ``logprob`` is
+    ``None`` and its ``top_logprobs`` empty."""
+
+    tokens: tuple[TokenEvent, ...]
 
 
 GenerationEvent = TokenEvent | DoneEvent
