@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import DoneEvent, GenerationStats, TokenEvent
+from engine.api import DoneEvent, GenerationStats, PromptLogprobsEvent, TokenEvent
 from server.bridge import Answer, shutting_down
 from server.errors import APIError, from_engine
 
@@ -102,14 +102,20 @@ def stops_of(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
-async def pieces(answer: Answer, first: TokenEvent | DoneEvent | None, stops: list[str], outcome: Outcome,
-                 is_disconnected: Callable[[], Any] | None = None) -> AsyncIterator[tuple[str, TokenEvent | None]]:
+async def pieces(answer: Answer, first: TokenEvent | DoneEvent | PromptLogprobsEvent | None, stops: list[str],
+                 outcome: Outcome, is_disconnected: Callable[[], Any] | None = None
+                 ) -> AsyncIterator[tuple[str, TokenEvent | PromptLogprobsEvent | None]]:
     """Yield ``(text, token event)`` pairs from ``first`` (``None``: the answer's next event) on (text
     may be "" for a token that completed no character yet); then ``outcome`` tells the end. Engine
-    errors land in ``outcome.error``."""
+    errors land in ``outcome.error``. A scored prompt (``echo`` with ``logprobs``) comes as
+    ``("", PromptLogprobsEvent)`` before the first token: it is no part of the answer's text."""
     matcher = StopMatcher(stops)
     event = first if first is not None else await answer.next(is_disconnected)
     while not isinstance(event, DoneEvent):
+        if isinstance(event, PromptLogprobsEvent):
+            yield "", event
+            event = await answer.next(is_disconnected)
+            continue
         if event.token_id >= 0:
             outcome.completion_tokens += 1
             outcome.token_ids.append(event.token_id)
@@ -135,7 +141,7 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent | None, stops: li
 
 
 async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream: bool = False
-                      ) -> TokenEvent | DoneEvent | None:
+                      ) -> TokenEvent | DoneEvent | PromptLogprobsEvent | None:
     """Wait for the answer's first event before any byte is sent, so that a refusal (a prompt too
     long, an unreadable image or video) still gets a real HTTP status; raises its APIError.
 

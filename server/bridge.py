@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.api import Capabilities, DoneEvent, GenerationStats, ProgressEvent, TokenEvent
+from engine.api import Capabilities, DoneEvent, GenerationStats, ProgressEvent, PromptLogprobsEvent, TokenEvent
 from engine.service import EngineService
 from server.errors import APIError
 
@@ -62,7 +62,7 @@ class Answer:
         self._asked_at = time.monotonic()  # when the client was last checked for (_client_left)
 
     def sink(self, event: Any) -> None:
-        """Engine thread: forward tokens and the end; of the progress events (not part of the API),
+        """Engine thread: forward tokens, a scored prompt and the end; of the progress events (not part of the API),
         only note the prompt's last (:meth:`wait_prompt_read`).
 
         Why the last and not the first: a stream's response starts when the prompt is read, and
@@ -78,7 +78,7 @@ class Answer:
                 if self._waiter is not None:
                     self._wake_soon()
             return
-        if isinstance(event, (TokenEvent, DoneEvent)):
+        if isinstance(event, (TokenEvent, DoneEvent, PromptLogprobsEvent)):
             if isinstance(event, DoneEvent) and self.bridge.on_done is not None and (
                     event.finish_reason != "error" or event.stats.generated_tokens):
                 # Here, not where the request reads it: a request whose client left no longer does.

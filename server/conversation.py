@@ -201,8 +201,8 @@ def repetition_penalty(request: SamplingFields) -> float:
 
 
 def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, config: ServerConfig,
-               detail: str = "full", logprobs: int | None = None, max_tokens_field: str = "max_tokens"
-               ) -> GenerationParams:
+               detail: str = "full", logprobs: int | None = None, max_tokens_field: str = "max_tokens",
+               prompt_logprobs: int | None = None) -> GenerationParams:
     """GenerationParams for a request; APIError 400 for ``n`` other than 1 and answers beyond the
     context (naming ``max_tokens_field``, the field the limit came from)."""
     if request.n != 1:
@@ -216,9 +216,10 @@ def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, c
     top_k = request.top_k if request.top_k and request.top_k > 0 else 0  # -1 and 0 turn it off (vLLM)
     values = dict(temperature=temperature, top_k=top_k, top_p=request.top_p or 1.0, min_p=request.min_p or 0.0,
                   repetition_penalty=repetition_penalty(request), seed=request.seed,
-                  max_new_tokens=max_tokens or (min(config.default_max_tokens, capacity // 2) if capacity else
-                                                  config.default_max_tokens),
-                  image_detail=detail, logprobs=logprobs, ignore_eos=request.ignore_eos,
+                  max_new_tokens=max_tokens if max_tokens is not None else (
+                      min(config.default_max_tokens, capacity // 2) if capacity else config.default_max_tokens),
+                  image_detail=detail, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+                  ignore_eos=request.ignore_eos,
                   # The client sent the context it wants answered: refused when it does not fit, never
                   # cut short without a word (OpenAI's API refuses; the app drops a chat's oldest turns).
                   drop_old_turns=False)

@@ -14,12 +14,12 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from engine.api import TokenEvent
+from engine.api import PromptLogprobsEvent, TokenEvent
 from server.answer_stream import Outcome, first_event, pieces, stops_of, usage
 from server.bridge import Answer, ClientDisconnected
 from server.conversation import Turns, params_for, to_turns
@@ -113,17 +113,25 @@ def _chat_logprobs(event: TokenEvent | None) -> dict | None:
                          "top_logprobs": [entry(raw, lp) for raw, lp in event.top_logprobs]}]}
 
 
-def _text_logprobs(events: list[TokenEvent], start: int = 0) -> dict:
+def _text_logprobs(events: Sequence[TokenEvent], start: int = 0) -> dict:
     """The legacy completions shape: parallel lists per token; ``text_offset`` is where each token's
     text starts in the choice's whole text, the echoed prompt included (``start``: where the first
-    does; a token holding part of a character starts where that character does)."""
+    does; a token holding part of a character starts where that character does). A token without
+    a logprob (an echoed prompt's first: nothing comes before it) has ``null`` for both its
+    ``token_logprobs`` and its ``top_logprobs`` entry, as OpenAI and vLLM write it."""
     offsets, at = [], start
     for e in events:
         offsets.append(at)
         at += len(e.text)
     return {"tokens": [token_text(e.token_bytes) for e in events], "token_logprobs": [e.logprob for e in events],
-            "top_logprobs": [{token_text(raw): lp for raw, lp in e.top_logprobs} for e in events],
+            "top_logprobs": [None if e.logprob is None else {token_text(raw): lp for raw, lp in e.top_logprobs}
+                             for e in events],
             "text_offset": offsets}
+
+
+def _joined(first: dict, second: dict) -> dict:
+    """Two :func:`_text_logprobs` dicts as one (an echoed prompt's, then its completion's)."""
+    return {key: first[key] + second[key] for key in first}
 
 
 def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
@@ -335,7 +343,13 @@ async def completions(body: CompletionRequest, request: Request):
     prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
     if not prompt:
         raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
-    params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs)
+    if body.max_tokens == 0 and not body.echo:  # as vLLM: nothing would be answered
+        raise APIError(400, "max_tokens 0 completes nothing: it needs \"echo\": true (the prompt alone, scored "
+                       "with logprobs)", "invalid_value", "max_tokens")
+    # echo with logprobs: the prompt's tokens are scored too (lm-evaluation-harness's loglikelihood)
+    scored = body.echo and body.logprobs is not None
+    params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs,
+                        prompt_logprobs=body.logprobs if scored else None)
     service = state.bridge.service
     answer, first = await _start(request, body.model, lambda a: service.complete(prompt, params, a.sink),
                                  body.stream, prompt_param="prompt")
@@ -355,10 +369,14 @@ async def completions(body: CompletionRequest, request: Request):
 
         async def stream() -> AsyncIterator[str]:
             try:
-                if echo:
+                if echo and not scored:
                     yield chunk(echo)
                 offset = len(echo)  # where the next token's text starts in the whole streamed text
                 async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
+                    if isinstance(event, PromptLogprobsEvent):  # the echo's chunk carries its logprobs (vLLM)
+                        yield chunk(echo, logprobs=_text_logprobs(event.tokens))
+                        answer.first_sent()
+                        continue
                     lp = None
                     if event is not None:
                         # The text held back at the end (an unfinished character) is no token: no entry.
@@ -378,9 +396,12 @@ async def completions(body: CompletionRequest, request: Request):
                 _finish(request, outcome, True)
         return EventStream(stream(), answer, media_type="text/event-stream", headers=SSE_HEADERS)
 
-    texts, events = [], []
+    texts, events, prompt_lp = [], [], None
     try:
         async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
+            if isinstance(event, PromptLogprobsEvent):
+                prompt_lp = _text_logprobs(event.tokens)
+                continue
             texts.append(text)
             if event is not None and event.logprob is not None:
                 events.append(event)
@@ -390,6 +411,8 @@ async def completions(body: CompletionRequest, request: Request):
     if outcome.error is not None:
         raise outcome.error
     logprobs = _text_logprobs(events, len(echo)) if body.logprobs is not None else None
+    if prompt_lp is not None:
+        logprobs = _joined(prompt_lp, logprobs)
     return JSONResponse({**base, "choices": [{"index": 0, "text": echo + "".join(texts), "logprobs": logprobs,
                                               "finish_reason": outcome.finish_reason}],
                          "usage": usage(outcome)})

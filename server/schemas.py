@@ -159,8 +159,11 @@ class CompletionRequest(SamplingFields):
     null_is_default = SamplingFields.null_is_default | {"echo"}
 
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    # 0 only with echo: the prompt alone, scored with logprobs (lm-evaluation-harness, vLLM)
+    max_tokens: Annotated[StrictInt, Field(ge=0)] | None = None
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
-    echo: StrictBool = False
+    echo: StrictBool = Field(False, description="the prompt comes first in the text, and with logprobs its tokens "
+                             "are scored too (the first one's entry is null)")
     best_of: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="only 1: one completion per request")
     suffix: str | None = Field(None, description="not supported (no insertion): a non-empty suffix is a 400")
 

@@ -110,8 +110,11 @@ def test_a_completions_text_offsets_point_at_each_token_in_the_echoed_text(clien
     text = "".join(c.choices[0].text for c in chunks)
     tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
     offsets = [o for c in chunks if c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
-    assert text.startswith(prompt) and len(tokens) == len(offsets) == 6
-    assert offsets[0] == len(prompt)  # the first generated token starts after the echoed prompt
+    first = [lp for c in chunks if c.choices[0].logprobs for lp in c.choices[0].logprobs.token_logprobs][0]
+    # The echoed prompt's tokens (scored: the first has nothing before it), then the 6 generated
+    assert text.startswith(prompt) and len(tokens) == len(offsets) > 6 and first is None
+    assert "".join(tokens[:-6]) == prompt and offsets[0] == 0
+    assert offsets[-6] == len(prompt)  # the first generated token starts after the echoed prompt
     assert all(text[o:o + len(t)] == t for t, o in zip(tokens, offsets))
 
 
