@@ -175,8 +175,9 @@ class EngineService:
         return self._generate(sink, system_prompt, lambda s: s.edit(turn_index, text, images, params, **more),
                        edit_at=turn_index, after=lambda: [_sent_key(text, attachments or (), params.image_detail)])
 
-    def complete(self, prompt: str, params: GenerationParams, sink: EventSink) -> _Request:
-        """Continue the raw text ``prompt`` (no chat template) and stream into ``sink``.
+    def complete(self, prompt: str | list[int], params: GenerationParams, sink: EventSink) -> _Request:
+        """Continue the raw ``prompt`` (no chat template), text or token ids
+        (:func:`~engine.completion.complete_text`), and stream into ``sink``.
 
         The conversation is dropped (its turns; the cache keeps what the next prompt shares), so the
         next chat request rebuilds it from its own history."""

@@ -55,6 +55,9 @@ class GenerationParams:
     log-probability of each prompt token given the ones before it and the ``prompt_logprobs`` most
     likely alternatives (0..20), in one :class:`PromptLogprobsEvent` before the answer's first
     token (the legacy completions API's ``echo`` with ``logprobs``: scoring a text).
+    ``echo_prompt`` (a raw completion only) sends that event unscored when ``prompt_logprobs`` is
+    ``None`` (each token's ``logprob`` ``None``): the text of a prompt given as token ids, which
+    only the engine's tokenizer can decode, for the API's ``echo``.
     ``drop_old_turns``: when the conversation plus room for the answer exceeds the context, drop
     its oldest exchanges (the app: a chat goes on for ever); ``False`` keeps every turn and refuses
     only a prompt that does not fit at all (the HTTP API: its clients choose their context, and
@@ -76,6 +79,7 @@ class GenerationParams:
     video_max_frames: int | None = None
     drop_old_turns: bool = True
     prompt_logprobs: int | None = None
+    echo_prompt: bool = False
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):

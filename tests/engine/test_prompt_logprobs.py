@@ -81,3 +81,52 @@ def test_a_chat_answer_needs_a_token(session):
     events = list(session.send("Hi", params=GenerationParams(max_new_tokens=0)))
     assert len(events) == 1 and events[0].finish_reason == "error" and "max_new_tokens" in events[0].error
     assert session.turns == turns
+
+
+# -- a prompt given as token ids (the API's token-id prompts) -------------------------------------
+
+
+def test_a_token_id_prompt_is_the_text_prompt(session):
+    """The same ids, scored and continued exactly as the text they encode; its event's texts
+    (with ``echo_prompt`` alone, unscored) are the text."""
+    ids = session.tokenizer.encode(PROMPT, allow_special=True)
+    params = GenerationParams(max_new_tokens=4, prompt_logprobs=3, logprobs=2, ignore_eos=True)
+    by_text, by_ids = list(complete_text(session, PROMPT, params)), list(complete_text(session, list(ids), params))
+    assert by_ids[0] == by_text[0] and [t.token_id for t in by_ids[0].tokens] == ids
+    assert [e.token_id for e in by_ids[1:-1]] == [e.token_id for e in by_text[1:-1]]
+    assert [e.logprob for e in by_ids[1:-1]] == pytest.approx([e.logprob for e in by_text[1:-1]], abs=1e-4)
+    assert by_ids[-1].stats.prompt_tokens == len(ids) and by_ids[-1].finish_reason == "length"
+
+    echoed = list(complete_text(session, list(ids), GenerationParams(max_new_tokens=1, echo_prompt=True)))
+    assert isinstance(echoed[0], PromptLogprobsEvent) and isinstance(echoed[1], TokenEvent)
+    assert "".join(t.text for t in echoed[0].tokens) == PROMPT
+    assert all(t.logprob is None and t.top_logprobs == () for t in echoed[0].tokens)
+    assert echoed[1].token_id == by_text[1].token_id
+
+
+def test_a_token_id_prompt_that_ends_inside_a_character(session):
+    """The robot emoji's last byte token left out: the echoed text ends with U+FFFD, as the
+    tokenizer decodes those ids, and scoring still covers every token."""
+    ids = session.tokenizer.encode("a robot 🤖")
+    cut = next(n for n in range(len(ids), 0, -1) if session.tokenizer.decode(ids[:n]).endswith("\ufffd"))
+    events = list(complete_text(session, ids[:cut], GenerationParams(max_new_tokens=0, prompt_logprobs=1)))
+    tokens = events[0].tokens
+    assert "".join(t.text for t in tokens) == session.tokenizer.decode(ids[:cut])
+    assert len(tokens) == cut and all(t.logprob is not None for t in tokens[1:])
+
+
+@pytest.mark.parametrize(("ids", "message"), [
+    ([], "the prompt is empty"),
+    ([5, -1], r"token 1 is -1: token ids are integers in \[0, 49280\)"),
+    ([49280], r"token 0 is 49280: token ids are integers in \[0, 49280\)"),
+    ([5, True], r"token 1 is True \(bool\)"),
+    ([5.0], r"token 0 is 5.0 \(float\)"),
+])
+def test_a_token_id_prompt_outside_the_vocabulary_is_refused(session, ids, message):
+    with pytest.raises(ValueError, match=message):
+        complete_text(session, ids, GenerationParams(max_new_tokens=1))
+
+
+def test_a_token_id_prompt_with_the_image_token_is_refused(session):
+    with pytest.raises(ValueError, match="image token <image>"):
+        complete_text(session, [5, session.tokenizer.token_to_id("<image>"), 6], GenerationParams(max_new_tokens=1))
