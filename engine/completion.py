@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.api.backend import ProgressEvent
-from engine.api.errors import PromptTooLongError
+from engine.api.errors import InvalidPromptError, PromptTooLongError
 from engine.api.events import DoneEvent, GenerationEvent, GenerationParams, GenerationStats, PromptLogprobsEvent, TokenEvent
 from engine.cancellation import Cancelled
 from engine.chat import Prompt
@@ -41,7 +41,7 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
     message's text never becomes a special token: :meth:`Tokenizer.encode_chat`.)
 
     Raises (before anything is yielded):
-        ValueError: the prompt is empty, holds an id that is no integer in ``[0, vocabulary size)``
+        InvalidPromptError (a ValueError): the prompt is empty, holds an id that is no integer in ``[0, vocabulary size)``
             (named in the message), or holds the model's image token (``<image>``): a completion
             has no image to fill its slot.
         PromptTooLongError: the prompt does not fit the context (with room for one token; a
@@ -50,13 +50,13 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
     t0 = time.perf_counter()
     ids = session.tokenizer.encode(prompt, allow_special=True) if isinstance(prompt, str) else _checked(session, prompt)
     if not ids:
-        raise ValueError("the prompt is empty")
+        raise InvalidPromptError("the prompt is empty")
     image_id = session._image_id  # None: a text-only model
     if image_id is not None and image_id in ids:
         # The model fills every image-token position with an image's features; without one it
         # could only fail (or read a slot no image was meant for).
         name = session.tokenizer.id_to_token(image_id)
-        raise ValueError(f"the prompt holds the image token {name}, but a text completion takes no images "
+        raise InvalidPromptError(f"the prompt holds the image token {name}, but a text completion takes no images "
                          "(send images in a chat message)")
     capacity = session.cache.capacity
     if len(ids) > capacity or (len(ids) == capacity and params.max_new_tokens > 0):
@@ -72,14 +72,14 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
 
 def _checked(session: Any, ids: list[int]) -> list[int]:
     """``ids`` as a new list, when each is an ``int`` (not a ``bool``) that both the tokenizer and
-    the model's embeddings have; else ValueError naming the first that is not (an id past the
+    the model's embeddings have; else InvalidPromptError naming the first that is not (an id past the
     embeddings would fail in the model: on a GPU, an index error that takes the device down)."""
     vocab = min(session.tokenizer.vocab_size, session.model.metadata.text.vocab_size)
     for n, token in enumerate(ids):
         is_int = isinstance(token, int) and not isinstance(token, bool)
         if not (is_int and 0 <= token < vocab):
             what = token if is_int else f"{token!r} ({type(token).__name__})"
-            raise ValueError(f"the prompt's token {n} is {what}: token ids are integers in [0, {vocab}), "
+            raise InvalidPromptError(f"the prompt's token {n} is {what}: token ids are integers in [0, {vocab}), "
                              "the model's vocabulary")
     return list(ids)
 

@@ -15,7 +15,10 @@ TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permis
          507: "server_error"}
 # Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
 CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": "invalid_image",
-                 "VideoError": "invalid_video", "ValueError": "invalid_value", "UnsupportedOperation": "unsupported"}
+                 "VideoError": "invalid_video", "ValueError": "invalid_value", "UnsupportedOperation": "unsupported",
+                 "InvalidPromptError": "invalid_value"}
+# The request field an engine error is about, where only one can be (a raw completion's refusals).
+CLIENT_ERROR_PARAMS = {"InvalidPromptError": "prompt"}
 # A file in the server's media folder (server.app: tempfile.mkdtemp(prefix="smolchat-media-")), as an
 # engine message names it: a client is told what was wrong with its media, not where the server keeps it.
 _MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+")
@@ -48,5 +51,5 @@ def from_engine(error_type: str, message: str | None) -> APIError:
         else:
             message += ": shorten the prompt or the conversation (or send fewer images, or 'detail': 'low')"
     if code is not None:
-        return APIError(400, message or error_type, code)
+        return APIError(400, message or error_type, code, CLIENT_ERROR_PARAMS.get(error_type))
     return APIError(500, message or "the engine failed", "engine_error")

@@ -36,6 +36,11 @@ class PromptTooLongError(EngineError):
     """The prompt does not fit into the model's context window."""
 
 
+class InvalidPromptError(EngineError, ValueError):
+    """A raw completion's prompt that the model cannot take: empty, a token id outside the
+    vocabulary, or the image token without an image (a ValueError too: a bad argument)."""
+
+
 #: How a :class:`PromptTooLongError`'s message ends when the system prompt alone fills half the
 #: context (worded for the app, where it is a setting; the HTTP server words it for its clients).
 SYSTEM_PROMPT_TOO_LONG = ": shorten it in Settings"

@@ -233,6 +233,7 @@ def test_echo_keeps_the_refusals(tiny):
     body = {"model": model_id, "echo": True, "logprobs": 1, "max_tokens": 0}
     r = httpx.post(f"{url}/v1/completions", json={**body, "prompt": "Look: <image> what?"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_value", r.text
+    assert r.json()["error"]["param"] == "prompt" and r.json()["error"]["message"].startswith("the prompt holds")
     assert "image token" in r.json()["error"]["message"]
     capacity = session.cache.capacity
     r = httpx.post(f"{url}/v1/completions", json={**body, "prompt": "a " * (capacity + 8)}, timeout=60)
