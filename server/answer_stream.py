@@ -107,8 +107,9 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent | PromptLogprobsE
                  ) -> AsyncIterator[tuple[str, TokenEvent | PromptLogprobsEvent | None]]:
     """Yield ``(text, token event)`` pairs from ``first`` (``None``: the answer's next event) on (text
     may be "" for a token that completed no character yet); then ``outcome`` tells the end. Engine
-    errors land in ``outcome.error``. A scored prompt (``echo`` with ``logprobs``) comes as
-    ``("", PromptLogprobsEvent)`` before the first token: it is no part of the answer's text."""
+    errors land in ``outcome.error``. A prompt's tokens (``echo`` with ``logprobs``: scored; the
+    ``echo`` of token ids: their text) come as ``("", PromptLogprobsEvent)`` before the first
+    token: they are no part of the answer's text."""
     matcher = StopMatcher(stops)
     event = first if first is not None else await answer.next(is_disconnected)
     while not isinstance(event, DoneEvent):

@@ -255,12 +255,6 @@ def _count_scope(scope: dict, status: int) -> None:
         state.metrics.requests.labels(_endpoint(scope), str(status)).inc()
 
 
-def _prompt_list_error(error: dict) -> bool:
-    """Whether pydantic refused a ``prompt`` list for its items (token ids) or its length (a batch)."""
-    loc = tuple(error.get("loc", ()))
-    return loc[1:2] == ("prompt",) and (error.get("type") == "too_long" or any(isinstance(x, int) for x in loc[2:]))
-
-
 def _json_syntax_message(error: dict, body) -> str:
     """The 400 message of a body ``json.loads`` refused: its reason, where it stopped (FastAPI puts
     the offset in ``loc`` and the text in the error's ``body``), and for a raw control character,
@@ -303,10 +297,6 @@ def _install_errors(app: FastAPI) -> None:
             # a list, string or number where the object belongs (not a check of the object's fields)
             return _json_error(400, "the request body must be a JSON object ({...})", "invalid_value")
         message, where = validation_message(errors)
-        if request.url.path.endswith("/v1/completions") and any(_prompt_list_error(e) for e in errors):
-            message = ("prompt: send one string (or a list of one string); prompts of token ids and "
-                       "several prompts in one request are not supported")
-            where = "prompt"
         return _json_error(400, message or "invalid request", "invalid_value", where or None)
 
     @app.exception_handler(HTTPException)

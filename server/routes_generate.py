@@ -15,6 +15,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -334,13 +335,44 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
             "usage": usage(outcome)}
 
 
+#: The 400 for a batch: this server answers one completion per request.
+ONE_PROMPT = ("prompt: send one prompt (a string, a list of one string, a list of token ids, or a list of one list "
+              "of token ids); several prompts in one request are not supported")
+
+
+def one_prompt(prompt: str | list) -> str | list[int]:
+    """The request's prompt: its text, or its token ids (``[1, 2]`` or ``[[1, 2]]``), which go to the
+    engine as they are. APIError 400 ``invalid_value`` on ``prompt`` for several prompts, an empty
+    one, and an id that is no JSON integer (a float, a bool, a list: nested too deep); whether an
+    id is in the vocabulary is the engine's to say (:func:`engine.completion.complete_text`)."""
+    if isinstance(prompt, str):
+        return prompt
+    where = "prompt"
+    if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt, where = prompt[0], "prompt[0]"
+        if isinstance(prompt, str):
+            return prompt
+        if not prompt:
+            raise APIError(400, "prompt[0] is an empty list: a prompt of token ids needs at least one",
+                           "invalid_value", "prompt")
+    elif all(isinstance(item, (str, list)) for item in prompt):
+        raise APIError(400, ONE_PROMPT, "invalid_value", "prompt")
+    for n, token in enumerate(prompt):
+        if not isinstance(token, int) or isinstance(token, bool):  # JSON's true is no token id
+            shown = json.dumps(token)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise APIError(400, f"{where}[{n}] is {shown}: a prompt's token ids are integers (a prompt is a string, "
+                           "a list of token ids, or a list of one of those)", "invalid_value", "prompt")
+    return prompt
+
+
 @router.post("/v1/completions", summary="Text completion without the chat template, streamed or not")
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state.smolchat
     state.check_model(body.model)
     state.bridge.require_ready()
     refuse_unsupported(body)
-    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+    prompt = one_prompt(body.prompt)
     if not prompt:
         raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
     if body.max_tokens == 0 and not body.echo:  # as vLLM: nothing would be answered
@@ -350,13 +382,17 @@ async def completions(body: CompletionRequest, request: Request):
     scored = body.echo and body.logprobs is not None
     params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs,
                         prompt_logprobs=body.logprobs if scored else None)
+    # The echo of token ids is their text, as vLLM echoes it: the engine's tokenizer decodes them,
+    # and sends it with the prompt's tokens (scored or not) before the answer.
+    echo = (prompt if isinstance(prompt, str) else None) if body.echo else ""
+    if echo is None:
+        params = replace(params, echo_prompt=True)
     service = state.bridge.service
     answer, first = await _start(request, body.model, lambda a: service.complete(prompt, params, a.sink),
                                  body.stream, prompt_param="prompt")
     cid, created, stops, outcome = response_id("cmpl-"), int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_id,
             "system_fingerprint": state.fingerprint}
-    echo = prompt if body.echo else ""
 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -368,13 +404,17 @@ async def completions(body: CompletionRequest, request: Request):
                         **no_usage})
 
         async def stream() -> AsyncIterator[str]:
+            nonlocal echo
             try:
                 if echo and not scored:
                     yield chunk(echo)
-                offset = len(echo)  # where the next token's text starts in the whole streamed text
+                offset = len(echo or "")  # where the next token's text starts in the whole streamed text
                 async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
                     if isinstance(event, PromptLogprobsEvent):  # the echo's chunk carries its logprobs (vLLM)
-                        yield chunk(echo, logprobs=_text_logprobs(event.tokens))
+                        if echo is None:  # token ids: their text
+                            echo = "".join(e.text for e in event.tokens)
+                            offset = len(echo)
+                        yield chunk(echo, logprobs=_text_logprobs(event.tokens) if scored else None)
                         answer.first_sent()
                         continue
                     lp = None
@@ -400,7 +440,10 @@ async def completions(body: CompletionRequest, request: Request):
     try:
         async for text, event in pieces(answer, first, stops, outcome, request.is_disconnected):
             if isinstance(event, PromptLogprobsEvent):
-                prompt_lp = _text_logprobs(event.tokens)
+                if echo is None:  # token ids: their text
+                    echo = "".join(e.text for e in event.tokens)
+                if scored:
+                    prompt_lp = _text_logprobs(event.tokens)
                 continue
             texts.append(text)
             if event is not None and event.logprob is not None:
@@ -410,6 +453,7 @@ async def completions(body: CompletionRequest, request: Request):
         _finish(request, outcome, False)
     if outcome.error is not None:
         raise outcome.error
+    echo = echo or ""  # (None: token ids whose answer was cancelled before it began, so without their text)
     logprobs = _text_logprobs(events, len(echo)) if body.logprobs is not None else None
     if prompt_lp is not None:
         logprobs = _joined(prompt_lp, logprobs)

@@ -158,7 +158,12 @@ class CompletionRequest(SamplingFields):
 
     null_is_default = SamplingFields.null_is_default | {"echo"}
 
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    # The shape within the list (one string, token ids, one list of token ids; ints, not floats or
+    # bools) is checked by routes_generate.one_prompt, whose 400s name what is wrong in words.
+    prompt: str | Annotated[list[Any], Field(min_length=1)] = Field(
+        description="one prompt: a string, a list of one string, a list of token ids ([1, 2, 3]) or a list "
+                    "of one list of token ids ([[1, 2, 3]], as lm-evaluation-harness sends it); several "
+                    "prompts in one request are a 400 (one completion per request)")
     # 0 only with echo: the prompt alone, scored with logprobs (lm-evaluation-harness, vLLM)
     max_tokens: Annotated[StrictInt, Field(ge=0)] | None = None
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None

@@ -161,15 +161,15 @@ def test_a_completion_parameter_the_server_cannot_honour_is_refused_not_ignored(
     ("chat/completions", {"messages": [user(TEXT)], "stream": "yes"}, "stream", "stream: Input should be a valid boolean"),
     ("completions", {"prompt": 5}, "prompt", "prompt: Input should be a valid string or a valid list"),
     ("completions", {"prompt": []}, "prompt", "prompt: List should have at least 1 item after validation, not 0"),
-    ("completions", {"prompt": [99999999]}, "prompt", "prompt: send one string (or a list of one string); prompts "
-     "of token ids and several prompts in one request are not supported"),
-    ("completions", {"prompt": ["a", "b"]}, "prompt", "prompt: send one string (or a list of one string); prompts "
-     "of token ids and several prompts in one request are not supported"),
+    ("completions", {"prompt": [99999999]}, "prompt", "the prompt's token 0 is 99999999: token ids are integers in "
+     "[0, 49280), the model's vocabulary"),
+    ("completions", {"prompt": ["a", "b"]}, "prompt", "prompt: send one prompt (a string, a list of one string, a list "
+     "of token ids, or a list of one list of token ids); several prompts in one request are not supported"),
     ("chat/completions", [{"role": "user", "content": "hi"}], None, "the request body must be a JSON object ({...})"),
     ("embeddings", {"input": [{"type": "image_url"}]}, "input[0].type", "input[0].type: Extra inputs are not permitted"),
 ], ids=["content not a string or list", "image_url not an object or string", "text part without text",
         "part without a type", "user message with null content", "system message without content", "stop", "stop too long", "max_tokens as a string",
-        "stream as a string", "prompt", "empty prompt list", "token-id prompt", "batched prompt", "a list body",
+        "stream as a string", "prompt", "empty prompt list", "token id past the vocabulary", "batched prompt", "a list body",
         "embedding item"])
 def test_a_value_no_union_member_takes_is_said_once_by_its_field(url, path, body, param, message):
     """pydantic reports a value that fits none of a union's members once per member, under member

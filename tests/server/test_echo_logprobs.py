@@ -199,6 +199,89 @@ def test_no_tokens_without_echo_is_refused(smollm2):
     assert "echo" in r.json()["error"]["message"]  # what would make it valid
 
 
+# -- prompts of token ids: lm-eval's tokenized_requests (its default) --------------------------------
+
+
+def lm_eval_payload(model_id: str, inp: list[int], generate: bool = False, until: list[str] | None = None) -> dict:
+    """The body lm-evaluation-harness 0.4.13's local-completions posts with tokenized_requests and
+    batch_size 1: create_message returns the batch of token lists as it is ([inp]), and
+    LocalCompletionsAPI._create_payload puts it in ``prompt`` (loglikelihood: echo, logprobs 1,
+    max_tokens 1; generate_until: max_tokens, temperature 0, stop, seed)."""
+    if generate:
+        return {"prompt": [inp], "model": model_id, "max_tokens": 8, "temperature": 0, "stop": until, "seed": 1234}
+    return {"model": model_id, "prompt": [inp], "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234,
+            "echo": True}
+
+
+@pytest.mark.parametrize("shape", ["ids", "one list of ids"])
+def test_a_token_id_prompt_is_answered_as_its_text(smollm2, shape):
+    """The same completion, the same echoed text, tokens and offsets, the same scores (exactly:
+    the prompt is scored on its own cache either way) and the same usage as the text prompt."""
+    url, model_id, session = smollm2
+    ids = session.tokenizer.encode(PROMPT, allow_special=True)
+    body = {"model": model_id, "echo": True, "logprobs": 3, "max_tokens": 5, "temperature": 0, "ignore_eos": True}
+    by_text = complete(url, **body, prompt=PROMPT)
+    by_ids = complete(url, **body, prompt=ids if shape == "ids" else [ids])
+    text, lp = by_ids["choices"][0]["text"], by_ids["choices"][0]["logprobs"]
+    assert text == by_text["choices"][0]["text"] and text.startswith(PROMPT) and len(text) > len(PROMPT)
+    assert by_ids["usage"]["prompt_tokens"] == by_text["usage"]["prompt_tokens"] == len(ids)
+    assert by_ids["usage"]["completion_tokens"] == 5
+    expected = by_text["choices"][0]["logprobs"]
+    for key in ("tokens", "text_offset"):
+        assert lp[key] == expected[key]
+    n = len(ids)
+    assert lp["token_logprobs"][:n] == expected["token_logprobs"][:n]
+    assert lp["top_logprobs"][:n] == expected["top_logprobs"][:n]
+    assert lp["token_logprobs"][n:] == pytest.approx(expected["token_logprobs"][n:], abs=1e-4)
+    check_scored(lp, ids, reference(session.model, ids), session.tokenizer, 3, 1e-4)
+    check_offsets(text, lp)
+    # Without echo: only the completion.
+    plain = complete(url, **{**body, "echo": False, "logprobs": None}, prompt=[ids])["choices"][0]
+    assert plain["text"] == text[len(PROMPT):] and plain["logprobs"] is None
+
+
+@pytest.mark.parametrize(("context", "continuation"), [("The capital of France is", " Paris"),
+                                                       ("The capital of France is", " Rome, of course"),
+                                                       ("The capital of France is Par", "is")])
+def test_lm_eval_tokenized_loglikelihood_request(smollm2, context, continuation):
+    """lm-eval's request as it builds it (context_enc + continuation_enc, each encoded alone) and
+    its parse of the answer (sum of token_logprobs[ctxlen:-1], is_greedy from top_logprobs): the
+    values of exactly those ids, also where encoding the joined text gives other ids ("Par" + "is")."""
+    url, model_id, session = smollm2
+    ctx, cont = session.tokenizer.encode(context), session.tokenizer.encode(continuation)
+    ids = ctx + cont
+    joined = session.tokenizer.encode(context + continuation)
+    assert (joined != ids) == (continuation == "is")  # the case that text prompts could not score
+    out = complete(url, **lm_eval_payload(model_id, ids))
+    choice = out["choices"][0]
+    assert out["usage"]["prompt_tokens"] == len(ids)
+    assert len(choice["logprobs"]["tokens"]) == len(ids) + 1
+    assert choice["text"].startswith(context + continuation)  # the ids decoded, then the one token
+    logprob, is_greedy = lm_eval_loglikelihood(choice, len(ctx), drop_last=True)
+    ref = reference(session.model, ids)
+    targets = torch.tensor(cont)
+    expected = float(ref[len(ctx) - 1:-1].gather(1, targets[:, None]).sum())
+    assert abs(logprob - expected) < 1e-4
+    assert is_greedy == bool((ref[len(ctx) - 1:-1].argmax(-1) == targets).all())
+    assert is_greedy == ("Rome" not in continuation)  # "Par" goes on as "is" too
+    if joined == ids:  # the same as the text prompt's request
+        text_choice = complete(url, **{**lm_eval_payload(model_id, ids), "prompt": context + continuation})
+        assert lm_eval_loglikelihood(text_choice["choices"][0], len(ctx), drop_last=True) == (logprob, is_greedy)
+
+
+def test_lm_eval_tokenized_generate_until_request(smollm2):
+    """generate_until's request (prompt [[ids]], stop sequences): the text the text prompt gets;
+    lm-eval reads choices[index]["text"]."""
+    url, model_id, session = smollm2
+    context = "The capital of France is"
+    ids = session.tokenizer.encode(context)
+    body = lm_eval_payload(model_id, ids, generate=True, until=["\n\n", "."])
+    by_ids, by_text = complete(url, **body), complete(url, **{**body, "prompt": context})
+    assert by_ids["choices"][0]["text"] == by_text["choices"][0]["text"] == " Paris"  # cut at "."
+    assert by_ids["choices"][0]["finish_reason"] == "stop"
+    assert by_ids["usage"]["prompt_tokens"] == by_text["usage"]["prompt_tokens"] == len(ids)
+
+
 # -- the tiny random checkpoint: byte tokens, the image token, the context --------------------------
 
 
@@ -239,3 +322,74 @@ def test_echo_keeps_the_refusals(tiny):
     r = httpx.post(f"{url}/v1/completions", json={**body, "prompt": "a " * (capacity + 8)}, timeout=60)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"
+
+
+def test_echo_of_token_ids_streamed_and_not(tiny):
+    """The echo of token ids is their text as the tokenizer decodes them (as vLLM echoes them), first
+    in a stream, with and without logprobs; ids ending inside the emoji echo its U+FFFD."""
+    url, model_id, session = tiny
+    ids = session.tokenizer.encode("Hi 😀 there", allow_special=True)
+    for prompt in (ids, ids[:2]):  # the whole text; "Hi" and the emoji's first three bytes
+        text = session.tokenizer.decode(prompt)
+        for logprobs in (None, 2):
+            body = {"model": model_id, "prompt": [prompt], "echo": True, "logprobs": logprobs, "max_tokens": 2,
+                    "temperature": 0, "ignore_eos": True}
+            whole = complete(url, **body)["choices"][0]
+            assert whole["text"].startswith(text)
+            if logprobs:
+                assert len(whole["logprobs"]["tokens"]) == len(prompt) + 2
+                assert whole["logprobs"]["text_offset"][:len(prompt) + 1][-1] == len(text)
+                check_scored(whole["logprobs"], prompt, reference(session.model, prompt), session.tokenizer, 2, 1e-4)
+            else:
+                assert whole["logprobs"] is None
+            with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+                assert r.status_code == 200
+                chunks = [json.loads(line[6:])["choices"] for line in r.iter_lines() if line.startswith("data: {")]
+            assert chunks[0][0]["text"] == text
+            assert "".join(c[0]["text"] for c in chunks if c) == whole["text"]
+    assert session.tokenizer.decode(ids[:2]).endswith("\ufffd")
+    lp = complete(url, model=model_id, prompt=ids, echo=True, logprobs=1, max_tokens=0)["choices"][0]
+    assert lp["text"] == "Hi 😀 there" and lp["logprobs"]["text_offset"] == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("prompt", "says"), [
+    ([5, -1], "the prompt's token 1 is -1: token ids are integers in [0, 49280)"),
+    ([[49280]], "the prompt's token 0 is 49280: token ids are integers in [0, 49280)"),
+    ([2**70], f"the prompt's token 0 is {2**70}: token ids are integers in [0, 49280)"),
+    ([5, 1.5], "prompt[1] is 1.5: a prompt's token ids are integers"),
+    ([[5, 6.0]], "prompt[0][1] is 6.0: a prompt's token ids are integers"),
+    ([True, 5], "prompt[0] is true: a prompt's token ids are integers"),
+    ([[[5, 6]]], "prompt[0][0] is [5, 6]: a prompt's token ids are integers"),
+    ([5, [6]], "prompt[1] is [6]: a prompt's token ids are integers"),
+    ([5, "a"], "prompt[1] is \"a\": a prompt's token ids are integers"),
+    ([[]], "prompt[0] is an empty list"),
+    ([], "prompt: List should have at least 1 item after validation, not 0"),
+    ([""], "the prompt is empty"),
+    ([[5], [6]], "several prompts in one request are not supported"),
+    (["a", "b"], "several prompts in one request are not supported"),
+], ids=["negative", "past the vocabulary", "past int64", "float", "float in a list", "bool", "nested too deep",
+        "a list among ids", "a string among ids", "empty list of ids", "empty list", "empty string",
+        "two prompts of ids", "two prompts"])
+def test_a_bad_token_id_prompt_is_a_400_on_prompt(tiny, prompt, says):
+    url, model_id, _ = tiny
+    r = httpx.post(f"{url}/v1/completions", json={"model": model_id, "prompt": prompt, "max_tokens": 1}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_value" and error["param"] == "prompt" and says in error["message"], error
+
+
+def test_token_id_prompts_keep_the_refusals(tiny):
+    """The image token's id is refused as its text is; a prompt of ids too long for the context is
+    the same context_length_exceeded, scored or not."""
+    url, model_id, session = tiny
+    image = session.tokenizer.token_to_id("<image>")
+    for body in ({"max_tokens": 1}, {"echo": True, "logprobs": 1, "max_tokens": 0}):
+        r = httpx.post(f"{url}/v1/completions", json={"model": model_id, "prompt": [[5, image, 6]], **body})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_value", r.text
+        assert r.json()["error"]["param"] == "prompt" and "image token <image>" in r.json()["error"]["message"]
+        capacity = session.cache.capacity
+        r = httpx.post(f"{url}/v1/completions", json={"model": model_id, "prompt": [5] * (capacity + 8), **body},
+                       timeout=60)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"
+        assert f"{capacity + 8} tokens" in r.json()["error"]["message"]
