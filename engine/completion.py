@@ -41,8 +41,8 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
     message's text never becomes a special token: :meth:`Tokenizer.encode_chat`.)
 
     Raises (before anything is yielded):
-        InvalidPromptError (a ValueError): the prompt is empty, holds an id that is no integer in ``[0, vocabulary size)``
-            (named in the message), or holds the model's image token (``<image>``): a completion
+        InvalidPromptError (a ValueError): the prompt is empty, holds an id that is no integer in
+            ``[0, vocabulary size)`` (named in the message), or holds the model's image token (``<image>``): a completion
             has no image to fill its slot.
         PromptTooLongError: the prompt does not fit the context (with room for one token; a
             prompt that is only scored, ``max_new_tokens`` 0, may fill it).
@@ -56,8 +56,8 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
         # The model fills every image-token position with an image's features; without one it
         # could only fail (or read a slot no image was meant for).
         name = session.tokenizer.id_to_token(image_id)
-        raise InvalidPromptError(f"the prompt holds the image token {name}, but a text completion takes no images "
-                         "(send images in a chat message)")
+        raise InvalidPromptError(f"the prompt holds the image token {name}, but a text completion takes no "
+                                 "images (send images in a chat message)")
     capacity = session.cache.capacity
     if len(ids) > capacity or (len(ids) == capacity and params.max_new_tokens > 0):
         raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}")
@@ -79,8 +79,8 @@ def _checked(session: Any, ids: list[int]) -> list[int]:
         is_int = isinstance(token, int) and not isinstance(token, bool)
         if not (is_int and 0 <= token < vocab):
             what = token if is_int else f"{token!r} ({type(token).__name__})"
-            raise InvalidPromptError(f"the prompt's token {n} is {what}: token ids are integers in [0, {vocab}), "
-                             "the model's vocabulary")
+            raise InvalidPromptError(f"the prompt's token {n} is {what}: token ids are integers in "
+                                     f"[0, {vocab}), the model's vocabulary")
     return list(ids)
 
 
