@@ -34,6 +34,11 @@ from engine.api.errors import ConfigError
 SPLIT_CACHE_ENTRIES = 1024
 SPLIT_CACHE_TEXT_CHARS = 1 << 16
 SPLIT_CACHE_CHARS = 1 << 21
+#: Texts at least this long are encoded with the GIL released (tokenizers' ``encode`` holds it for
+#: the whole call: a 1.8M-character text kept every other thread, a server's event loop included,
+#: waiting 1.1 s on this project's CPU; its ``encode_batch`` lets it go). Shorter texts keep the
+#: plain call: releasing and taking back the GIL could make the engine thread wait for it.
+RELEASE_GIL_CHARS = 1 << 14
 
 #: Where a chat template can live, first match wins (transformers' order): ``chat_template.json``
 #: (key ``chat_template``), ``chat_template.jinja`` (the file is the template), ``tokenizer_config.json``.
@@ -201,6 +206,7 @@ class Tokenizer:
         # Text chunks are encoded with special-token matching off (``encode_special_tokens``), set
         # around each call under this lock. A second instance for that cost ~0.12 s of every load.
         self._encode_lock = threading.Lock()
+        self._aside_tok: _HfTokenizer | None = None  # encode_aside's copy, made on first use
         self.chat_template = chat_template
         self._template = _compile_template(chat_template) if chat_template else None
         #: How the template wants ``message['content']``: a list of parts, or one string.
@@ -280,9 +286,45 @@ class Tokenizer:
         with self._encode_lock:
             self._tok.encode_special_tokens = not allow_special
             try:
+                if len(text) >= RELEASE_GIL_CHARS:  # the same ids, without holding the GIL
+                    return self._tok.encode_batch([text], add_special_tokens=False)[0].ids
                 return self._tok.encode(text, add_special_tokens=False).ids
             finally:
                 self._tok.encode_special_tokens = False
+
+    def encode_aside(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """:meth:`encode` with ``allow_special=True`` (``/v1/completions``' reading of a prompt), for
+        threads other than the engine's (a server's ``/tokenize``): the GIL is released while the
+        Rust side works, and it runs on a copy of the tokenizer of its own (made on first use, ~0.1 s),
+        so the engine thread's encodes never wait on :meth:`encode`'s lock behind a long text.
+        ``add_special_tokens``: what the tokenizer's post-processor adds (transformers'
+        ``tokenizer(text)``; nothing for SmolVLM's and SmolLM2's), which :meth:`encode` never adds."""
+        return self._aside().encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def decode_aside(self, ids: Sequence[int]) -> str:
+        """:meth:`decode` (special tokens kept) with the GIL released, for threads other than the engine's."""
+        return self._aside().decode_batch([list(ids)], skip_special_tokens=False)[0]
+
+    def special_affixes(self) -> tuple[list[int], list[int]]:
+        """The ids the post-processor puts before and after a text's own (a BOS, an EOS; both empty
+        for SmolVLM's and SmolLM2's tokenizers)."""
+        plain = self._aside().encode("a", add_special_tokens=False).ids
+        full = self._aside().encode("a", add_special_tokens=True).ids
+        for start in range(len(full) - len(plain) + 1):
+            if full[start:start + len(plain)] == plain:
+                return full[:start], full[start + len(plain):]
+        return [], []
+
+    def _aside(self) -> _HfTokenizer:
+        """The copy :meth:`encode_aside` uses; never changed after it is made (its special-token
+        strings are matched), so threads share it without a lock."""
+        copy = self._aside_tok
+        if copy is None:
+            with self._encode_lock:
+                if self._aside_tok is None:
+                    self._aside_tok = _HfTokenizer.from_str(self._tok.to_str())
+                copy = self._aside_tok
+        return copy
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` (byte-level decoding; invalid UTF-8 becomes U+FFFD)."""
