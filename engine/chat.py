@@ -344,13 +344,13 @@ class ChatSession:
             msgs.append({"role": turn.role, "content": turn.content()})
         return msgs
 
-    def _prompt(self, continuing: bool = False) -> Prompt:
-        """The conversation's prompt (generation prompt included; ``continuing``: instead the last
-        turn left open, :meth:`continue_answer`): ids, cache keys, the images and videos in prompt
-        order, the image-token positions."""
+    def _prompt(self, continuing: bool = False, add_generation_prompt: bool = True) -> Prompt:
+        """The conversation's prompt (generation prompt included unless ``add_generation_prompt`` is
+        off; ``continuing``: instead the last turn left open, :meth:`continue_answer`): ids, cache
+        keys, the images and videos in prompt order, the image-token positions."""
         images = [m for t in self.turns for m in t.media]
         messages = self._messages()
-        plain = self._encode(messages, self.turns, continuing).input_ids
+        plain = self._encode(messages, self.turns, continuing, add_generation_prompt).input_ids
         self._plain_prompt = list(plain)  # what the answer to this prompt keeps as its prompt_ids
         ids = self._replay_answers(plain, messages)
         keys, positions = slot_keys(ids, self._image_id, images)
@@ -394,12 +394,28 @@ class ChatSession:
             ids[start:end] = replacement
         return ids
 
-    def _encode(self, messages: list[dict], turns: Sequence[Turn], continuing: bool = False):
+    def _encode(self, messages: list[dict], turns: Sequence[Turn], continuing: bool = False,
+                add_generation_prompt: bool = True):
         """``Tokenizer.encode_chat`` of ``messages`` with the images and videos of ``turns``
         (``continuing``: the last message left open, ``continue_final_message``)."""
         return self.tokenizer.encode_chat(messages, [img for t in turns for img in t.images],
-                                          add_generation_prompt=True, videos=[v for t in turns for v in t.videos],
+                                          add_generation_prompt=add_generation_prompt,
+                                          videos=[v for t in turns for v in t.videos],
                                           continue_final_message=continuing)
+
+    def prompt_ids(self, turns: Sequence[Turn], system_prompt: str | None, continuing: bool = False,
+                   add_generation_prompt: bool = True) -> list[int]:
+        """The ids a conversation of ``turns`` (and ``system_prompt``) is prefilled as, answers'
+        generated ids replayed as :meth:`send` and :meth:`continue_answer` do it, without changing
+        this session's conversation or cache (a server's ``/tokenize``). Not fitted to the context:
+        the prompt may be longer than it. ``add_generation_prompt`` off: the prompt without the
+        assistant's opening (never what an answer reads)."""
+        saved = self.turns, self.system_prompt, self._plain_prompt
+        self.turns, self.system_prompt = list(turns), system_prompt or None
+        try:
+            return self._prompt(continuing, add_generation_prompt).ids
+        finally:
+            self.turns, self.system_prompt, self._plain_prompt = saved
 
     def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
         """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:

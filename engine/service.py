@@ -201,6 +201,55 @@ class EngineService:
             on_done(result, None)
         self._put(_Request(run))
 
+    def prompt_ids(self, history: Sequence[HistoryMessage], system_prompt: str | None, text: str,
+                   attachments: Sequence[Attachment], params: GenerationParams,
+                   on_done: Callable[[Any, BaseException | None], None], text_parts: Sequence[str] | None = None,
+                   continuing: bool = False, add_generation_prompt: bool = True) -> None:
+        """``on_done(ids, None)``: the token ids the prompt of ``set_history(history, system_prompt)``
+        then ``send(text, attachments, params, ..., text_parts=text_parts)`` (``continuing``:
+        ``continue_answer(params, ...)``, the history's last message an assistant's) would have, the
+        same images and videos read the same way; or ``on_done(None, exc)`` (an unreadable new image,
+        a text-only model given one, no model). Runs on the engine thread in queue order and changes
+        neither the conversation nor the cache (:meth:`ChatSession.prompt_ids`)."""
+        def run(_request: _Request) -> None:
+            session, left_out = self._session, self._left_out
+            try:
+                if session is None:
+                    raise RuntimeError("No model is loaded yet.")
+                turns = [self._turn(session, message) for message in history]
+                if not continuing:
+                    from engine.chat import Turn  # engine thread only (imports torch)
+
+                    images, videos = _split(attachments)
+                    processed = session.preprocess(images, params.image_detail)
+                    clips = session.preprocess_videos(videos, params) if videos else []
+                    parts = None if text_parts is None else tuple(text_parts)
+                    turns.append(Turn("user", text, processed, videos=clips, text_parts=parts))
+                result = session.prompt_ids(turns, system_prompt, continuing, add_generation_prompt)
+            except Exception as exc:  # noqa: BLE001 - the caller reports it
+                on_done(None, exc)
+                return
+            finally:
+                self._left_out = left_out  # the next answer's notice is about its own history
+            on_done(result, None)
+        self._put(_Request(run))
+
+    def tokenizer(self) -> Any:
+        """The loaded model's :class:`~engine.tokenizer.Tokenizer` (None before one is loaded), for
+        the thread-safe, GIL-releasing calls a front end may make from any thread:
+        ``encode_aside``, ``decode_aside``, ``special_affixes``, ``token_to_id``, ``id_to_token``,
+        ``vocab_size``, ``chat_template``, ``special_tokens_map``."""
+        session = self._session
+        return None if session is None else session.tokenizer
+
+    def vocab_size(self) -> int:
+        """Token ids the loaded model takes, ``[0, vocab_size)``: what both its tokenizer and its
+        embeddings have (as a completion's token-id prompt is checked); 0 before a model is loaded."""
+        session = self._session
+        if session is None:
+            return 0
+        return min(session.tokenizer.vocab_size, session.model.metadata.text.vocab_size)
+
     def count_tokens(self, attachment: Attachment, detail: str) -> int:
         """Prompt tokens ``attachment`` will take at ``detail`` (-1: no model, or unreadable).
 
@@ -333,26 +382,29 @@ class EngineService:
         if forget:
             session.reset()
         del session.turns[keep:]
-        if keep < len(wanted):
-            from engine.chat import Turn  # engine thread only (imports torch)
-
         self._left_out = []
         for message in messages[keep:]:
-            user = message.role == "user"
-            _, video_paths = _split(message.attachments)
-            images = []
-            for a in message.attachments if user else ():
-                if a.kind != "video":  # each image at the detail it was read at live
-                    images += self._readable(lambda p, d=a.detail or "full": session.preprocess(p, d), [a.path])
-            videos = self._readable(lambda p: session.preprocess_videos(p, self._video_params),
-                                    video_paths) if video_paths and user else []
-            ids = None if message.token_ids is None else list(message.token_ids)
-            parts = message.text_parts if user and len(images) + len(videos) == len(message.attachments) else None
-            session.turns.append(Turn(message.role, message.text, images, token_ids=ids, videos=videos,
-                                      text_parts=parts))
+            session.turns.append(self._turn(session, message))
         self._synced = wanted
         if self._left_out:  # one line, not one per file (an image chat reopened on a text model)
             log.warning("%s", self._describe_left_out())
+
+    def _turn(self, session: Any, message: HistoryMessage) -> Any:
+        """Engine thread: the session's ``Turn`` of an earlier message, its media read (those that
+        cannot be are left out, the reason kept in :attr:`_left_out`)."""
+        from engine.chat import Turn  # engine thread only (imports torch)
+
+        user = message.role == "user"
+        _, video_paths = _split(message.attachments)
+        images = []
+        for a in message.attachments if user else ():
+            if a.kind != "video":  # each image at the detail it was read at live
+                images += self._readable(lambda p, d=a.detail or "full": session.preprocess(p, d), [a.path])
+        videos = self._readable(lambda p: session.preprocess_videos(p, self._video_params),
+                                video_paths) if video_paths and user else []
+        ids = None if message.token_ids is None else list(message.token_ids)
+        parts = message.text_parts if user and len(images) + len(videos) == len(message.attachments) else None
+        return Turn(message.role, message.text, images, token_ids=ids, videos=videos, text_parts=parts)
 
     def _readable(self, preprocess: Callable[[list[str]], list], paths: list[str]) -> list:
         """The media of an earlier message that can still be read: a stored image deleted since (or a
