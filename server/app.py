@@ -33,6 +33,7 @@ from server.media import MediaStore
 from server.metrics import STATUS_KEY, Metrics
 from server.routes_generate import router as generate_router
 from server.routes_info import router as info_router
+from server.routes_tokenize import router as tokenize_router
 
 log = logging.getLogger(__name__)
 OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's script, style and icon
@@ -396,6 +397,7 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
     _install_errors(app)
     app.include_router(generate_router)
     app.include_router(info_router)
+    app.include_router(tokenize_router)
     app.add_middleware(GuardMiddleware, config=config)
     if config.cors_origins:  # added last: outermost, so preflights and 401s carry the CORS headers
         from fastapi.middleware.cors import CORSMiddleware

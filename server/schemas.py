@@ -191,3 +191,34 @@ class EmbeddingRequest(_Body):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
     user: str | None = None
+
+
+class TokenizeRequest(_Body):
+    """``POST /tokenize`` (vLLM's shape): a text (``prompt``), or chat ``messages`` rendered as a chat
+    request's prompt. ``model`` may be left out (lm-evaluation-harness sends none); when given it must
+    name the served model."""
+
+    null_is_default = frozenset({"add_generation_prompt", "continue_final_message", "return_token_strs"})
+
+    model: str | None = None
+    prompt: str | None = Field(None, description="a text, tokenized as /v1/completions reads its prompt "
+                               "(special-token strings are those tokens)")
+    messages: Annotated[list[Message], Field(min_length=1)] | None = Field(
+        None, description="instead of prompt: chat messages, tokenized exactly as /v1/chat/completions' prompt "
+                          "(images and videos counted as the chat reads them)")
+    add_special_tokens: StrictBool | None = Field(
+        None, description="add what the tokenizer's post-processor adds (a BOS); default true for prompt, false "
+                          "for messages, as vLLM (nothing for SmolVLM's and SmolLM2's tokenizers)")
+    add_generation_prompt: StrictBool = Field(True, description="messages: end with the assistant's opening, "
+                                              "as a chat request's prompt does")
+    continue_final_message: StrictBool = Field(False, description="messages: the last message, an assistant's, "
+                                               "is left open (a chat request does that on its own)")
+    return_token_strs: StrictBool = Field(False, description="also return each token's vocabulary string")
+
+
+class DetokenizeRequest(_Body):
+    """``POST /detokenize`` (vLLM's shape): token ids to their text, special tokens included."""
+
+    model: str | None = None
+    # Each id is checked in routes_tokenize (integers, not bools, in the vocabulary), whose 400s name it.
+    tokens: list[Any] = Field(description="token ids: integers in the model's vocabulary")

@@ -1,0 +1,331 @@
+"""``/tokenize``, ``/detokenize`` and ``/tokenizer_info`` (vLLM's shapes): a text's ids are the ones
+``/v1/completions`` reads its prompt as, chat messages' ids the ones ``/v1/chat/completions`` prefills
+(images included), and lm-evaluation-harness's ``local-completions`` finds and uses them (its
+``tokenizer_backend="auto"`` probe and its ``RemoteTokenizer``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from engine.cache import CacheConfig
+from engine.chat import ChatSession
+from engine.sources import resolve_source
+from engine.tokenizer import Tokenizer
+from server import ServerConfig, create_app
+from server.routes_generate import token_text
+from server.routes_tokenize import MAX_TOKENIZE_CHARS
+from tests.engine.conftest import _shared, smollm2_gguf, tiny_checkpoint  # noqa: F401 - fixtures
+from tests.server.helpers import ThreadServer, data_uri
+
+TEXTS = [
+    "The capital of France is Paris.",
+    # special-token strings are those tokens, as /v1/completions reads them
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "naïve café, an emoji 🙂 split over byte tokens, and <|not_a_token|>",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_checkpoint):  # noqa: F811
+    session = ChatSession.load(tiny_checkpoint)
+    srv = ThreadServer(create_app(ServerConfig(model=str(tiny_checkpoint)), loader=lambda model, options: session))
+    try:
+        yield srv.url, httpx.get(f"{srv.url}/v1/models").json()["data"][0]["id"], session.tokenizer
+    finally:
+        srv.stop()
+
+
+def post(url: str, path: str, **body) -> dict:
+    r = httpx.post(f"{url}{path}", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def refused(url: str, path: str, body) -> dict:
+    r = httpx.post(f"{url}{path}", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_a_text_has_the_ids_a_completion_reads(tiny, text):
+    url, model, tokenizer = tiny
+    got = post(url, "/tokenize", model=model, prompt=text, add_special_tokens=False)
+    ids = tokenizer.encode(text, allow_special=True)
+    assert got["tokens"] == ids and got["count"] == len(ids) > 0
+    assert got["max_model_len"] == httpx.get(f"{url}/v1/models").json()["data"][0]["max_model_len"] > 0
+    # vLLM's default (add_special_tokens true): the same for this tokenizer, whose post-processor adds none
+    assert post(url, "/tokenize", prompt=text)["tokens"] == ids
+    # /v1/completions with echo and logprobs lists the prompt's tokens: the same ones, as many
+    done = post(url, "/v1/completions", model=model, prompt=text, max_tokens=0, echo=True, logprobs=0)
+    assert done["usage"]["prompt_tokens"] == len(ids)
+    assert done["choices"][0]["logprobs"]["tokens"] == [token_text(tokenizer.token_bytes(i)) for i in ids]
+    # return_token_strs: the vocabulary's strings
+    strs = post(url, "/tokenize", prompt=text, return_token_strs=True)["token_strs"]
+    assert strs == [tokenizer.id_to_token(i) for i in ids]
+
+
+def test_the_special_tokens_are_parsed_as_transformers_does(tiny):
+    from transformers import AutoTokenizer
+
+    url, _, _ = tiny
+    reference = AutoTokenizer.from_pretrained(_shared() / "models" / "SmolVLM-256M-Instruct")
+    for text in TEXTS:
+        assert post(url, "/tokenize", prompt=text)["tokens"] == reference(text)["input_ids"]
+    assert post(url, "/tokenize", prompt=TEXTS[1])["count"] == 16  # <|im_start|> is 1 token, not 5
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_detokenize_round_trips_and_is_the_echo_of_token_ids(tiny, text):
+    url, model, _ = tiny
+    ids = post(url, "/tokenize", prompt=text)["tokens"]
+    assert post(url, "/detokenize", model=model, tokens=ids) == {"prompt": text}
+    echoed = post(url, "/v1/completions", model=model, prompt=ids, max_tokens=0, echo=True)
+    assert echoed["choices"][0]["text"] == text
+    assert post(url, "/detokenize", tokens=[]) == {"prompt": ""}
+
+
+CHAT = [{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": [{"type": "text", "text": "And of Italy?"}, {"type": "text", "text": "<image>"}]}]
+
+
+def chat_prompt_tokens(url: str, model: str, messages: list) -> int:
+    return post(url, "/v1/chat/completions", model=model, messages=messages, max_tokens=1,
+                temperature=0)["usage"]["prompt_tokens"]
+
+
+def test_chat_messages_have_the_ids_a_chat_request_prefills(tiny):
+    url, model, tokenizer = tiny
+    got = post(url, "/tokenize", model=model, messages=CHAT)
+    # a message's text parts are joined by a line break, as a chat request joins them; the "<image>" typed
+    # by the user stays text
+    joined = [*CHAT[:3], {"role": "user", "content": "And of Italy?\n<image>"}]
+    assert got["tokens"] == tokenizer.encode_chat(joined).input_ids
+    assert tokenizer.token_to_id("<image>") not in got["tokens"]
+    assert got["count"] == chat_prompt_tokens(url, model, CHAT)
+    # without the generation prompt: the template's rendering without it
+    bare = post(url, "/tokenize", messages=CHAT, add_generation_prompt=False)["tokens"]
+    assert bare == tokenizer.encode_chat(joined, add_generation_prompt=False).input_ids
+    assert got["tokens"][:len(bare)] == bare and len(bare) < len(got["tokens"])
+    # a last assistant message is continued, as a chat request continues it (vLLM's continue_final_message)
+    prefill = [*CHAT[:2], {"role": "assistant", "content": "The capital is"}]
+    open_ = post(url, "/tokenize", messages=prefill, add_generation_prompt=False, continue_final_message=True)
+    assert open_["tokens"] == tokenizer.encode_chat(prefill, continue_final_message=True).input_ids
+    assert post(url, "/tokenize", messages=prefill)["tokens"] == open_["tokens"]
+    assert open_["count"] == chat_prompt_tokens(url, model, prefill)
+
+
+def test_an_answer_this_server_generated_counts_as_its_generated_ids(tiny):
+    """A re-sent answer is replayed as the ids it was generated as (server.conversation.AnswerIds),
+    which re-tokenizing its text may not give: /tokenize counts what the chat request prefills."""
+    url, model, _ = tiny
+    first = [{"role": "user", "content": "Tell me something."}]
+    reply = post(url, "/v1/chat/completions", model=model, messages=first, max_tokens=12, temperature=0)
+    answer = reply["choices"][0]["message"]["content"]
+    follow_up = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "More."}]
+    assert post(url, "/tokenize", model=model, messages=follow_up)["count"] == \
+        chat_prompt_tokens(url, model, follow_up)
+
+
+def test_an_image_counts_as_the_chat_reads_it(tiny):
+    url, model, _ = tiny
+    photo = data_uri(_shared() / "images" / "chelsea.png")
+    for detail in ("low", "high"):
+        messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": photo, "detail": detail}},
+                                                 {"type": "text", "text": "What is this?"}]}]
+        got = post(url, "/tokenize", model=model, messages=messages)
+        assert got["count"] == chat_prompt_tokens(url, model, messages) > 64  # a tile is 64 image tokens
+    broken = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                                           {"type": "text", "text": "?"}]}]
+    error = refused(url, "/tokenize", {"messages": broken})
+    assert error["param"] == "messages[0].content[0]" and error["code"] in ("invalid_image", "unsupported_image_format")
+
+
+def test_tokenizer_info_has_what_lm_eval_reads(tiny):
+    url, _, tokenizer = tiny
+    info = httpx.get(f"{url}/tokenizer_info").json()
+    assert info["eos_token"] == "<end_of_utterance>" and info["bos_token"] == "<|im_start|>"
+    assert info["pad_token"] == "<|im_end|>" and info["chat_template"] == tokenizer.chat_template
+    assert info["model_max_length"] > 0 and info["tokenizer_class"]
+
+
+def test_lm_eval_finds_and_uses_the_servers_tokenizer(tiny):
+    """lm-evaluation-harness's own code: the probe of ``tokenizer_backend="auto"`` (GET /tokenizer_info,
+    POST /tokenize {"prompt": "test", "add_special_tokens": false}) and its RemoteTokenizer."""
+    utils = pytest.importorskip("lm_eval.utils", reason="lm-eval not installed (pip install lm_eval --no-deps)")
+    url, _, tokenizer = tiny
+    base_url = f"{url}/v1/completions"
+    assert utils.check_remote_tokenizer_support(base_url)
+    remote = utils.RemoteTokenizer(base_url)
+    assert remote.encode("Paris is") == tokenizer.encode("Paris is", allow_special=True)
+    assert remote.eos_token_id == tokenizer.token_to_id("<end_of_utterance>")
+    assert remote.bos_token_id == tokenizer.token_to_id("<|im_start|>")
+    assert remote.batch_decode([remote.encode(t) for t in TEXTS]) == TEXTS
+    # lm-eval renders the template itself, with the messages as it has them: SmolVLM's template reads
+    # a list of parts (SmolLM2's, a string: test_smollm2_tokenize_matches_its_completions_and_chats)
+    chat = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    assert remote.apply_chat_template(chat) == tokenizer.apply_chat_template(chat)
+
+
+def test_lm_eval_probe_requests_as_it_sends_them(tiny):
+    """The requests lm-eval 0.4.13 sends (lm_eval/utils.py), without lm-eval: no model, no key."""
+    url, _, tokenizer = tiny
+    info = httpx.get(f"{url}/tokenizer_info", headers={"Content-Type": "application/json"})
+    assert info.status_code == 200 and "eos_token" in info.json()
+    probe = post(url, "/tokenize", prompt="test", add_special_tokens=False)
+    assert probe["tokens"] == tokenizer.encode("test", allow_special=True)
+    eos = post(url, "/tokenize", prompt=info.json()["eos_token"], add_special_tokens=False)["tokens"]
+    assert eos == [tokenizer.token_to_id("<end_of_utterance>")]
+
+
+@pytest.mark.parametrize("body, param, says", [
+    ({"tokens": [1, True]}, "tokens", "tokens[1] is true"),
+    ({"tokens": [1, 2.0]}, "tokens", "tokens[1] is 2.0"),
+    ({"tokens": [-1]}, "tokens", "tokens[0] is -1"),
+    ({"tokens": [10**30]}, "tokens", "integers in [0,"),
+    ({"tokens": [[1, 2]]}, "tokens", "tokens[0] is [1, 2]"),
+    ({"tokens": "1 2"}, "tokens", ""),
+    ({}, "tokens", ""),
+])
+def test_bad_token_ids_are_a_400_on_tokens(tiny, body, param, says):
+    url, _, tokenizer = tiny
+    error = refused(url, "/detokenize", body)
+    assert error["param"] == param and error["code"] == "invalid_value" and says in error["message"]
+
+
+def test_an_id_past_the_vocabulary_is_a_400(tiny):
+    url, _, tokenizer = tiny
+    error = refused(url, "/detokenize", {"tokens": [0, tokenizer.vocab_size]})
+    assert error["param"] == "tokens" and f"tokens[1] is {tokenizer.vocab_size}" in error["message"]
+
+
+@pytest.mark.parametrize("body, param", [
+    ({}, "prompt"),
+    ({"prompt": "a", "messages": [{"role": "user", "content": "a"}]}, "prompt"),
+    ({"prompt": 5}, "prompt"),
+    ({"prompt": "a", "add_special_tokens": "yes"}, "add_special_tokens"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "a"}], "continue_final_message": True}, "continue_final_message"),
+    ({"messages": [{"role": "user", "content": "a"}], "add_generation_prompt": False,
+      "continue_final_message": True}, "continue_final_message"),
+    ({"prompt": "x" * (MAX_TOKENIZE_CHARS + 1)}, "prompt"),
+    ({"messages": [{"role": "user", "content": "x" * (MAX_TOKENIZE_CHARS + 1)}]}, "messages"),
+])
+def test_bad_tokenize_requests_are_a_400_naming_the_field(tiny, body, param):
+    url, _, _ = tiny
+    error = refused(url, "/tokenize", body)
+    assert error["param"] == param and error["code"] == "invalid_value", error
+
+
+def test_another_model_is_a_404_as_on_the_other_routes(tiny):
+    url, _, _ = tiny
+    for path, body in (("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [1]})):
+        r = httpx.post(f"{url}{path}", json={**body, "model": "gpt-4"}, timeout=30)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+        assert r.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_long_text_is_counted_even_past_the_context(tiny):
+    url, _, tokenizer = tiny
+    text = "The quick brown fox jumps over the lazy dog. " * (MAX_TOKENIZE_CHARS // 45)
+    got = post(url, "/tokenize", prompt=text)
+    assert got["count"] == len(tokenizer.encode(text)) > got["max_model_len"]
+
+
+def test_encoding_aside_lets_other_threads_run():
+    """tokenizers' ``encode`` holds the GIL for the whole call (a server's event loop would wait);
+    ``encode_aside``, which /tokenize uses, lets it go, and gives the same ids."""
+    tokenizer = Tokenizer.from_pretrained(_shared() / "models" / "SmolLM2-135M-Instruct")
+    text = "The quick brown fox jumps over the lazy dog. " * 20000  # 900k characters: ~0.5 s
+    done, ids, ticks = threading.Event(), [], 0
+
+    def work() -> None:
+        ids.append(tokenizer.encode_aside(text))
+        done.set()
+    thread = threading.Thread(target=work)
+    thread.start()
+    while not done.is_set():
+        time.sleep(0.002)
+        ticks += 1
+    thread.join()
+    assert ticks >= 20, ticks  # held, it was 1 or 2
+    assert ids[0] == tokenizer.encode(text, allow_special=True)
+
+
+def test_the_key_cors_and_loading_apply(tiny_checkpoint):  # noqa: F811
+    release = threading.Event()
+
+    def loader(model, options):
+        release.wait(30)
+        return ChatSession.load(tiny_checkpoint)
+    srv = ThreadServer(create_app(ServerConfig(model=str(tiny_checkpoint), api_key="k",
+                                               cors_origins=["http://localhost:3000"]), loader=loader))
+    try:
+        key = {"Authorization": "Bearer k"}
+        for method, path, body in (("POST", "/tokenize", {"prompt": "a"}), ("POST", "/detokenize", {"tokens": [1]}),
+                                   ("GET", "/tokenizer_info", None)):
+            r = httpx.request(method, f"{srv.url}{path}", json=body)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+            r = httpx.request(method, f"{srv.url}{path}", json=body, headers=key)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
+        preflight = httpx.options(f"{srv.url}/tokenize", headers={
+            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "http://localhost:3000"
+        release.set()
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{srv.url}/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        r = httpx.post(f"{srv.url}/tokenize", json={"prompt": "a"}, headers={**key, "Origin": "http://localhost:3000"})
+        assert r.status_code == 200 and r.json()["count"] == 1
+        assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
+    finally:
+        release.set()
+        srv.stop()
+
+
+# -- SmolLM2-135M-Instruct's real tokenizer and weights (skipped without the GGUF) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_gguf):  # noqa: F811
+    from engine import load_model
+
+    model = load_model(smollm2_gguf, "cpu", "float32")
+    tokenizer = Tokenizer.from_pretrained(resolve_source(smollm2_gguf).folder)
+    session = ChatSession(model, tokenizer, None, CacheConfig(kind="paged", max_tokens=2048))
+    srv = ThreadServer(create_app(ServerConfig(model=str(smollm2_gguf)), loader=lambda model, options: session))
+    try:
+        yield srv.url, httpx.get(f"{srv.url}/v1/models").json()["data"][0]["id"], tokenizer
+    finally:
+        srv.stop()
+
+
+def test_smollm2_tokenize_matches_its_completions_and_chats(smollm2):
+    url, model, tokenizer = smollm2
+    for text in TEXTS:
+        got = post(url, "/tokenize", model=model, prompt=text, add_special_tokens=False)
+        done = post(url, "/v1/completions", model=model, prompt=text, max_tokens=0, echo=True, logprobs=0)
+        assert got["tokens"] == tokenizer.encode(text, allow_special=True)
+        assert got["count"] == done["usage"]["prompt_tokens"]
+        assert done["choices"][0]["logprobs"]["tokens"] == [token_text(tokenizer.token_bytes(i)) for i in got["tokens"]]
+        assert post(url, "/detokenize", tokens=got["tokens"])["prompt"] == text
+    messages = CHAT[:3] + [{"role": "user", "content": "And of Italy?"}]
+    got = post(url, "/tokenize", model=model, messages=messages)
+    assert got["tokens"] == tokenizer.encode_chat(messages).input_ids
+    assert got["count"] == chat_prompt_tokens(url, model, messages)
+    info = httpx.get(f"{url}/tokenizer_info").json()
+    assert info["eos_token"] == "<|im_end|>" and "<|im_start|>" in info["chat_template"]
+    utils = pytest.importorskip("lm_eval.utils", reason="lm-eval not installed (pip install lm_eval --no-deps)")
+    remote = utils.RemoteTokenizer(f"{url}/v1/completions")
+    assert remote.eos_token_id == tokenizer.token_to_id("<|im_end|>")
+    rendered = remote.apply_chat_template(messages)
+    assert post(url, "/tokenize", prompt=rendered, add_special_tokens=False)["tokens"] == got["tokens"]
