@@ -30,7 +30,7 @@ def check(case) -> None:
     response = case.call(timeout=30)
     CALLS[case.path, response.status_code] = CALLS.get((case.path, response.status_code), 0) + 1
     assert response.status_code < 500, f"{case.method} {case.path}: {response.status_code}: {response.text[:300]}"
-    if response.status_code >= 400 and case.path.startswith("/v1"):
+    if response.status_code >= 400 and case.path.startswith(("/v1", "/tokenize", "/detokenize", "/tokenizer_info")):
         error = response.json()["error"]
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
 
@@ -40,7 +40,8 @@ def test_no_server_errors_and_errors_are_openai_shaped(url):
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-                                              "/v1/models", "/v1/model/info", "/health", "/metrics"}
+                                              "/v1/models", "/v1/model/info", "/health", "/metrics",
+                                              "/tokenize", "/detokenize", "/tokenizer_info"}
     for operation in operations:
         # Derandomized: the same examples every run. Random ones reached no valid chat request (no
         # 200) in some runs: a valid body needs every one of its many generated fields to be right.

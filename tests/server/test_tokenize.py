@@ -329,3 +329,23 @@ def test_smollm2_tokenize_matches_its_completions_and_chats(smollm2):
     assert remote.eos_token_id == tokenizer.token_to_id("<|im_end|>")
     rendered = remote.apply_chat_template(messages)
     assert post(url, "/tokenize", prompt=rendered, add_special_tokens=False)["tokens"] == got["tokens"]
+
+
+def test_a_long_text_is_encoded_as_a_short_one_is():
+    """``Tokenizer.encode`` takes tokenizers' GIL-releasing call from RELEASE_GIL_CHARS on: the same ids,
+    special-token strings read as text or as their tokens as asked."""
+    from engine.tokenizer import RELEASE_GIL_CHARS
+
+    tokenizer = Tokenizer.from_pretrained(_shared() / "models" / "SmolVLM-256M-Instruct")
+    text = "hello <image> <|im_end|> naïve 🙂 " * (RELEASE_GIL_CHARS // 20)
+    assert len(text) >= RELEASE_GIL_CHARS
+    image = tokenizer.token_to_id("<image>")
+    for allow in (False, True):
+        ids = tokenizer.encode(text, allow_special=allow)
+        held = tokenizer._tok  # the held call itself, as encode makes it
+        held.encode_special_tokens = not allow
+        try:
+            assert ids == held.encode(text, add_special_tokens=False).ids
+        finally:
+            held.encode_special_tokens = False
+        assert (image in ids) is allow
