@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -140,8 +142,11 @@ def theme_from_environment() -> tuple[str | None, str]:
 
 
 def open_settings() -> QSettings:
-    """Smolchat's QSettings: always an ini file beside the conversations (portable, testable)."""
-    return QSettings(str(data_dir() / "settings.ini"), QSettings.Format.IniFormat)
+    """Smolchat's QSettings: always an ini file beside the conversations (portable, testable); an
+    empty one of this run's own if that file holds values unsafe to read and could not be cleaned
+    (:func:`set_aside_unreadable_settings`)."""
+    path = data_dir() / "settings.ini"
+    return QSettings(str(_stand_ins.get(path, path)), QSettings.Format.IniFormat)
 
 
 def generation_defaults(folder: str | Path | None) -> dict:
@@ -217,13 +222,80 @@ class AppSettings:
 
 
 _set_aside: dict[Path, str] = {}  # settings file -> what set_aside_unreadable_settings said (once per run)
+_stand_ins: dict[Path, Path] = {}  # settings file that must not be read -> the empty one read instead
+
+
+def serialized_values(text: str) -> tuple[list[str], str]:
+    """The keys (``section/key``) of the values in ini ``text`` that QSettings would deserialize as
+    objects (``@Variant(...)``, ``@DateTime(...)``: a QDataStream, in which PySide unpickles Python
+    objects), and ``text`` without their lines.
+
+    A value is decoded as QSettings decodes it (``QSettingsPrivate::iniUnescapedStringList``: quotes,
+    C escapes, ``\\x`` and octal escapes of any length, a backslash before a line break continuing
+    the line), so an escaped ``@`` is found too; any such marker anywhere in the value counts (a
+    list's later item included)."""
+    lines, keep, keys, section = text.splitlines(keepends=True), [], [], ""
+    i = 0
+    while i < len(lines):
+        logical = [lines[i]]
+        while logical[-1].rstrip("\r\n").endswith("\\") and i + 1 < len(lines):  # continued
+            i += 1
+            logical.append(lines[i])
+        i += 1
+        whole = "".join(logical)
+        stripped = whole.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped[1:-1]
+        if "=" in whole:  # (a commented-out line too: taking it out changes nothing)
+            key, value = whole.split("=", 1)
+            decoded = _ini_unescape(value)
+            if "@Variant(" in decoded or "@DateTime(" in decoded:
+                keys.append(f"{section}/{key.strip()}" if section and section != "General" else key.strip())
+                continue
+        keep.append(whole)
+    return keys, "".join(keep)
+
+
+_INI_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", '"': '"',
+                "?": "?", "'": "'", "\\": "\\"}
+
+
+def _ini_unescape(raw: str) -> str:
+    """An ini value's text as QSettings reads it, quotes dropped (enough to find what it starts with)."""
+    out, i = [], 0
+    while i < len(raw):
+        ch = raw[i]
+        i += 1
+        if ch == '"':
+            continue
+        if ch != "\\" or i >= len(raw):
+            out.append(ch)
+            continue
+        ch = raw[i]
+        i += 1
+        if ch in _INI_ESCAPES:
+            out.append(_INI_ESCAPES[ch])
+        elif ch == "x" or ch in "01234567":
+            base, digits = (16, "0123456789abcdefABCDEF") if ch == "x" else (8, "01234567")
+            value = 0 if ch == "x" else int(ch)
+            while i < len(raw) and raw[i] in digits:
+                value = (value * base + int(raw[i], base)) & 0xFFFF
+                i += 1
+            out.append(chr(value))
+        # else: a line break (the line goes on) or another character, which QSettings skips
+    return "".join(out)
 
 
 def set_aside_unreadable_settings(path: str | Path | None = None) -> str:
-    """Move a settings file that is not text (binary garbage, another program's file) to
-    ``settings.ini.unreadable`` before QSettings reads it: QSettings would parse the garbage and write
-    its reading back over the file. Returns a line that says so ("" when the file is fine or absent);
-    later calls in the same run return the same line."""
+    """Make the settings file safe for QSettings to read, before it does, and return a line that
+    says what was done ("" when the file is fine or absent); later calls in the same run return the
+    same line.
+
+    A file that is not text (binary garbage, another program's file) is moved to
+    ``settings.ini.unreadable``: QSettings would parse the garbage and write its reading back over
+    the file. Values QSettings would deserialize as objects (:func:`serialized_values`) are taken out
+    of the file (the file as it was is kept as ``settings.ini.unreadable``): PySide unpickles them,
+    so a crafted one runs code and a broken one stops the start."""
     path = Path(path) if path else data_dir() / "settings.ini"
     if path not in _set_aside:
         _set_aside[path] = _set_aside_once(path)
@@ -231,23 +303,35 @@ def set_aside_unreadable_settings(path: str | Path | None = None) -> str:
 
 
 def _set_aside_once(path: Path) -> str:
+    aside = path.with_name(path.name + ".unreadable")
     try:
         data = path.read_bytes()
-        data.decode("utf-8")
+        text = data.decode("utf-8")
         if b"\0" in data:
             raise ValueError("NUL bytes")
-        return ""
     except (OSError, ValueError):
         if not path.is_file():
             return ""  # absent (or a folder: QSettings then reads nothing and reports it)
-    aside = path.with_name(path.name + ".unreadable")
+        try:
+            path.replace(aside)
+        except OSError as exc:
+            return f"Settings file {path} is not text and could not be set aside ({exc.strerror}); the defaults apply."
+        return f"Settings file {path} is not text: it was kept as {aside.name} and the defaults apply."
+    keys, kept = serialized_values(text)
+    if not keys:
+        return ""
+    part = path.with_name(path.name + ".part")
     try:
-        path.replace(aside)
+        part.write_text(kept, encoding="utf-8")
+        shutil.copyfile(path, aside)
+        os.replace(part, path)
     except OSError as exc:
-        return f"Settings file {path} is not text and could not be set aside ({exc.strerror}); the defaults apply."
-    return f"Settings file {path} is not text: it was kept as {aside.name} and the defaults apply."
-
-
+        part.unlink(missing_ok=True)
+        _stand_ins[path] = Path(tempfile.mkdtemp(prefix="smolchat-settings-")) / path.name  # never read it
+        return (f"Settings file {path} holds stored objects ({', '.join(keys)}), which Smolchat never writes, "
+                f"and could not be cleaned ({exc.strerror}): the defaults apply, and changes are not saved.")
+    return (f"Settings file {path}: ignored {', '.join(keys)} (stored objects, which Smolchat never writes); "
+            f"the file as it was is kept as {aside.name}.")
 def load_settings(qs: QSettings | None = None) -> AppSettings:
     """The settings in the ini file; an invalid value is left out (its default applies) and named in
     :attr:`AppSettings.problems` (one line for the file). Never raises for what the file holds."""

@@ -77,6 +77,77 @@ def test_a_settings_file_that_is_not_text_is_set_aside_not_overwritten(qtbot, ma
     assert _ask(qtbot, win)["finish_reason"] == "stop"
 
 
+def test_a_stored_python_object_in_the_settings_is_taken_out_never_unpickled(qtbot, make_window, data_dir,
+                                                                           tmp_path):
+    """Found by a trial: QSettings deserializes ``@Variant(...)`` values, and PySide unpickles a
+    Python object in one: a truncated one stopped the start (EOFError), a crafted one ran a command.
+    Such values are taken out before QSettings reads the file, whatever escapes hide the ``@``; the
+    other settings apply and the file as it was is kept."""
+    import os
+    import sys
+
+    from PySide6.QtCore import QSettings
+
+    from app.settings import serialized_values
+
+    marker = tmp_path / "ran"
+
+    class Payload:  # what an attacker would store: unpickling it runs a command
+        def __reduce__(self):
+            return (os.system, (f"{sys.executable} -c \"open({str(marker)!r}, 'w')\"",))
+
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    writer = QSettings(str(tmp_path / "crafted.ini"), QSettings.Format.IniFormat)
+    writer.setValue("ui/theme", Payload())
+    writer.sync()
+    crafted = (tmp_path / "crafted.ini").read_text()
+    payload = crafted.split("theme=", 1)[1].strip()
+    assert payload.startswith('"@Variant(') and "PyObjectWrapper" in payload  # quoted: it holds spaces
+    hidden = payload.replace("@", "\\x40", 1)  # the same value, its @ escaped
+    bare = payload.strip('"')  # unquoted: the spaces in it end nothing
+    text = ("[chat]\nsystem_prompt=be brief\n"
+            f"[engine]\ndevice={hidden}\ndtype={bare}\n"
+            f"weights=same, {payload}\ncache_kind=@Date\\\nTime(\\0\\0\\0\\x7f)\n"
+            "[ui]\ntheme=@Variant(\\0\\0\\0\\x7f\\0\\0\\0\\x18PySide::PyObjectWrapper\\0\\0\\0\\0\\x88\\x80\\x04\\x95)\n")
+    ini.write_text(text)
+    keys, kept = serialized_values(text)
+    assert keys == ["engine/device", "engine/dtype", "engine/weights", "engine/cache_kind", "ui/theme"]
+    assert kept == "[chat]\nsystem_prompt=be brief\n[engine]\n[ui]\n"
+
+    win = make_window(FakeBackend(tokens=["ok"]))
+    assert not marker.exists()
+    assert win.storage_banner.message() == (
+        f"Settings file {ini}: ignored engine/device, engine/dtype, engine/weights, engine/cache_kind, ui/theme "
+        "(stored objects, which Smolchat never writes); the file as it was is kept as settings.ini.unreadable.")
+    assert win.settings.system_prompt == "be brief" and win.settings.theme == "system"
+    assert (data_dir / "settings.ini.unreadable").read_text() == text
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
+    assert not marker.exists()
+
+
+def test_a_stored_object_in_a_settings_file_that_cannot_be_cleaned_is_never_read(qtbot, make_window, data_dir,
+                                                                                 monkeypatch):
+    """A read-only settings file with such a value: the run uses an empty settings file of its own
+    (defaults, nothing saved) rather than let QSettings read the object."""
+    import app.settings as settings_module
+
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    text = "[chat]\nsystem_prompt=be brief\n[ui]\ntheme=@Variant(\\0\\0\\0\\x7f\\0\\0\\0\\x18PySide::PyObjectWrapper)\n"
+    ini.write_text(text)
+
+    def refuse(*_args):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(settings_module.os, "replace", refuse)
+    win = make_window(FakeBackend(tokens=["ok"]))
+    assert win.storage_banner.message() == (
+        f"Settings file {ini} holds stored objects (ui/theme), which Smolchat never writes, and could not be "
+        "cleaned (Permission denied): the defaults apply, and changes are not saved.")
+    assert win.settings.system_prompt == "" and ini.read_text() == text
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
+
+
 def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
     dialog = window.open_settings_dialog()
     qtbot.addWidget(dialog)
