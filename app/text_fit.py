@@ -41,5 +41,8 @@ class FittingLabel(QLabel):
         return QSize(width, self.heightForWidth(width))
 
     def minimumSizeHint(self) -> QSize:
-        width = min(self.natural_width(), MIN_WRAP_WIDTH)
-        return QSize(width, self.heightForWidth(width))
+        # The height is the least the text needs (at its natural width): the layout asks
+        # heightForWidth for the width it gives. The height at the narrowest width instead was kept
+        # by the transcript's scroll area as the bubble's minimum (a long question: ~900 px of blank
+        # space below the last answer).
+        return QSize(min(self.natural_width(), MIN_WRAP_WIDTH), self.heightForWidth(self.natural_width()))

@@ -6,7 +6,7 @@ import os
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QApplication, QFrame
+from PySide6.QtWidgets import QApplication, QFrame, QLabel
 
 from app.backends.fake import FakeBackend
 
@@ -65,3 +65,34 @@ def test_long_answer_ends_above_its_footer_live_and_restored(qtbot, make_window,
     _assert_blocks_above_footer(win.transcript.last_assistant())
     if os.environ.get("SMOLCHAT_LAYOUT_SHOTS"):
         win.grab().save(os.environ["SMOLCHAT_LAYOUT_SHOTS"] + f"/restored{width}.png")
+
+
+@pytest.mark.parametrize("width", [760, 1200])
+def test_a_long_question_leaves_no_blank_space_below_the_last_answer(qtbot, make_window, app_style, width):
+    """Found by a trial: after a ~1,000-character question the transcript scrolled to the bottom of a
+    range 873 px taller than its messages, so the window looked empty (live, and on reopening). The
+    long bubble's minimum height was its text's height at 120 px wide, which the scroll area kept."""
+    win = make_window(FakeBackend(tokens=["Fine", "."]))
+    win.resize(width, 600)
+    win.show()
+    qtbot.waitExposed(win)
+    for question in ("live " + "blah " * 200, "short one"):
+        win.composer.setPlainText(question)
+        with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+            qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    for reopen in (False, True):
+        if reopen:
+            conv_id = win.keeper.current_id
+            win.new_chat()
+            win.open_conversation(conv_id)
+        _settle(qtbot, win)
+        view = win.transcript
+        last = view.widgets()[-1]
+        bottom = last.mapTo(view.viewport(), QPoint(0, last.height())).y()
+        assert 0 < bottom <= view.viewport().height(), (reopen, bottom, view.viewport().height())
+        assert view.viewport().height() - bottom < 60, (reopen, bottom, view.viewport().height())  # no blank band
+        label = view.widgets()[0].findChild(QLabel, "userText")
+        assert label.height() >= label.heightForWidth(label.width()), (label.height(), label.width())  # not clipped
+        if os.environ.get("SMOLCHAT_LAYOUT_SHOTS"):
+            view.verticalScrollBar().setValue(0)
+            win.grab().save(os.environ["SMOLCHAT_LAYOUT_SHOTS"] + f"/long-question{width}-{reopen}.png")
