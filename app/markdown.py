@@ -7,6 +7,7 @@ rendered once.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -18,6 +19,40 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBro
 from app.icons import icon
 
 FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
+
+#: The longest run of characters without a break opportunity that is laid out as it is. Qt wraps a
+#: longer one anywhere, scanning the rest of the run for every line: quadratic, so an answer of 5
+#: million letters without a space (a broken server, a model stuck on one token) held the window
+#: ~10 min. A zero-width space after every LONG_RUN characters of a run keeps it linear (1.7 s).
+LONG_RUN = 1000
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def breakable(text: str, run: int = 0, limit: int = LONG_RUN) -> tuple[str, int]:
+    """``text`` with a zero-width space (display only: never in what is copied or stored) after every
+    ``limit`` characters of a run without whitespace, and the length of its trailing run.
+    ``run``: the trailing run of the text ``text`` continues (streaming; at most ``limit``)."""
+    if run + len(text) <= limit:  # no run can be long enough
+        tail = _trailing_run(text)
+        return text, run + tail if tail == len(text) else tail
+    marked = _unbroken(limit).sub(lambda m: m.group(0) + ZERO_WIDTH_SPACE, "x" * run + text)[run:]
+    return marked, _trailing_run(marked)
+
+
+@functools.cache
+def _unbroken(limit: int) -> re.Pattern:
+    return re.compile(rf"[^\s\u200b]{{{limit}}}(?=[^\s\u200b])")
+
+
+def _trailing_run(text: str) -> int:
+    """Characters after ``text``'s last whitespace or zero-width space (at most ~LONG_RUN here: a
+    backward scan; a regex anchored at the end would try every start, quadratic in a long run)."""
+    n = 0
+    for ch in reversed(text):
+        if ch.isspace() or ch == ZERO_WIDTH_SPACE:
+            break
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
@@ -64,13 +99,23 @@ class RichText(QTextBrowser):
         self.document().setDocumentMargin(0)
         self.viewport().setAutoFillBackground(False)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self._run = 0  # the document's trailing run without a break opportunity (breakable)
         self._fit()
+
+    def setPlainText(self, text: str) -> None:
+        marked, self._run = breakable(text)
+        super().setPlainText(marked)
+
+    def setMarkdown(self, markdown: str) -> None:
+        marked, self._run = breakable(markdown)
+        super().setMarkdown(marked)
 
     def append_plain(self, text: str) -> None:
         """Insert ``text`` at the end without touching the rest of the document."""
+        marked, self._run = breakable(text, self._run)
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text)
+        cursor.insertText(marked)
 
     def _fit(self, *_args) -> None:
         height = math.ceil(self.document().size().height()) + self.contentsMargins().top() + self.contentsMargins().bottom()

@@ -11,15 +11,23 @@ from __future__ import annotations
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
+from app.markdown import breakable
+
 #: The narrowest a label shrinks to in a tight window (pixels), unless its text is shorter.
 MIN_WRAP_WIDTH = 120
+#: The longest run of characters without a break opportunity a label shows as it is: longer than
+#: words (a break inside one would look wrong), short enough for a bubble (URLs, hashes get one
+#: every WRAP_RUN characters).
+WRAP_RUN = 24
 
 
 class FittingLabel(QLabel):
     """Plain, selectable, word-wrapped text as wide as its longest line, up to ``max_width`` px."""
 
     def __init__(self, text: str, object_name: str, max_width: int, parent: QWidget | None = None) -> None:
-        super().__init__(text, parent)
+        # A label wraps only where a line may break: a pasted hash or a run of 300 letters ran on
+        # past the bubble's edge, clipped. Break opportunities every WRAP_RUN characters of a run.
+        super().__init__(breakable(text, limit=WRAP_RUN)[0], parent)
         self.setObjectName(object_name)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setWordWrap(True)

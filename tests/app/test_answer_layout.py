@@ -96,3 +96,49 @@ def test_a_long_question_leaves_no_blank_space_below_the_last_answer(qtbot, make
         if os.environ.get("SMOLCHAT_LAYOUT_SHOTS"):
             view.verticalScrollBar().setValue(0)
             win.grab().save(os.environ["SMOLCHAT_LAYOUT_SHOTS"] + f"/long-question{width}-{reopen}.png")
+
+
+def test_break_opportunities_go_into_long_runs_only_and_continue_across_pieces():
+    from app.markdown import LONG_RUN, ZERO_WIDTH_SPACE, breakable
+
+    assert breakable("A sentence of ordinary words.") == ("A sentence of ordinary words.", 6)
+    marked, run = breakable("x" * 2500)
+    assert [len(part) for part in marked.split(ZERO_WIDTH_SPACE)] == [1000, 1000, 500] and run == 500
+    streamed, run = "", 0
+    for _ in range(25):  # the same run in pieces: the same places, whatever the cut
+        piece, run = breakable("x" * 100, run)
+        streamed += piece
+    assert [len(part) for part in streamed.split(ZERO_WIDTH_SPACE)] == [1000, 1000, 500] and run == 500
+    assert breakable("y" * (LONG_RUN - 1) + " " + "z" * (LONG_RUN - 1))[0].count(ZERO_WIDTH_SPACE) == 0
+    assert breakable("https://example.com/" + "ab" * 20, limit=24)[0] == (
+        "https://example.com/abab" + ZERO_WIDTH_SPACE + "ab" * 12 + ZERO_WIDTH_SPACE + "ab" * 6)
+
+
+def test_an_answer_without_spaces_is_laid_out_in_pieces_and_copied_whole(qtbot, make_window):
+    """Found by a trial: one delta of 300,000 letters without a space held the window ~4 s (5
+    million: ~10 min; Qt wraps such a run anywhere, scanning the rest of it for every line). The
+    view gets a break opportunity every LONG_RUN letters; the answer's text (copied, stored) has
+    none, and a user bubble shows all of a long unbroken run instead of clipping it."""
+    from app.markdown import LONG_RUN, ZERO_WIDTH_SPACE
+    from app.text_fit import WRAP_RUN
+
+    long_run = "A" * 300_000
+    pasted = "check " + "0123456789abcdef" * 40  # a 640-character hash
+    win = make_window(FakeBackend(tokens=[long_run[:150_000], long_run[150_000:]]))
+    win.resize(900, 700)
+    win.composer.setPlainText(pasted)
+    with qtbot.waitSignal(win.answer_finished, timeout=60_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    user, answer = win.transcript.widgets()
+    assert user.text == pasted and answer.text == long_run
+    shown = "".join(view.toPlainText() for view in answer.rendered_widgets())
+    assert shown.replace(ZERO_WIDTH_SPACE, "") == long_run
+    assert max(len(part) for part in shown.split(ZERO_WIDTH_SPACE)) == LONG_RUN
+    label = user.findChild(QLabel, "userText")
+    assert label.text().replace(ZERO_WIDTH_SPACE, "") == pasted
+    assert max(len(part) for part in label.text().split(ZERO_WIDTH_SPACE)) <= WRAP_RUN + len("check ")
+    _settle(qtbot, win)
+    lines = round(label.height() / label.fontMetrics().lineSpacing())
+    assert lines >= 640 * label.fontMetrics().horizontalAdvance("0") // label.width(), (lines, label.width())
+    answer.actions_row.triggered.emit("copy")
+    assert QApplication.clipboard().text() == long_run
