@@ -14,6 +14,7 @@ the client; token counts come from the server's ``usage``.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 import time
@@ -47,6 +48,8 @@ from engine.api import (
     TokenEvent,
 )
 from engine.api.backend import EventSink, LoadCallback
+
+log = logging.getLogger(__name__)
 
 REMOTE_PREFIX = "remote:"
 SEPARATOR = "::"
@@ -124,7 +127,7 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
                     return
                 try:
                     chunk = json.loads(event.data)
-                except ValueError:
+                except (ValueError, RecursionError):  # (RecursionError: nested too deep to be an event)
                     raise RemoteError("not_openai", f"malformed event in the stream: {event.data[:80]!r}") from None
                 finished = _chunk(chunk, put) or finished
     except httpx.HTTPError as exc:
@@ -134,19 +137,26 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
 
 
 def _chunk(chunk: dict, put) -> bool:
+    """One streamed event: checked whole first (a wrongly typed field anywhere is the server's fault, said
+    as such, never a Python exception), then ``put`` piece by piece; True when it ends a choice."""
     if not isinstance(chunk, dict):
         raise RemoteError("not_openai", f"unexpected event in the stream: {str(chunk)[:80]}")
     if chunk.get("error"):
         raise RemoteError("error", error_message(json.dumps(chunk)))
-    if isinstance(chunk.get("usage"), dict):
-        put(("usage", chunk["usage"]))
+    usage = _usage(chunk.get("usage"))
+    pieces = []
+    for i, choice in enumerate(_objects(chunk.get("choices"), "choices")):
+        delta = _typed(choice.get("delta"), dict, f"choices[{i}].delta") or {}
+        pieces.append((_typed(delta.get("content"), str, f"choices[{i}].delta.content"),
+                       _typed(choice.get("finish_reason"), str, f"choices[{i}].finish_reason")))
+    if usage is not None:
+        put(("usage", usage))
     finished = False
-    for choice in chunk.get("choices") or []:
-        content = (choice.get("delta") or {}).get("content")
+    for content, finish in pieces:
         if content:
             put(("token", content))
-        if choice.get("finish_reason"):
-            put(("finish", choice["finish_reason"]))
+        if finish:
+            put(("finish", finish))
             finished = True
     return finished
 
@@ -155,15 +165,60 @@ def _whole_answer(text: str, put) -> None:
     """A server that answered JSON instead of a stream: an error body, or a whole completion."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested too deep to be an answer)
         raise RemoteError("not_openai", f"expected an event stream, got: {text[:80]!r}") from None
     if not isinstance(data, dict) or data.get("error") or not data.get("choices"):
         raise RemoteError("error", error_message(text))
-    choice = data["choices"][0]
-    put(("token", (choice.get("message") or {}).get("content") or ""))
-    if isinstance(data.get("usage"), dict):
-        put(("usage", data["usage"]))
-    put(("finish", choice.get("finish_reason") or "stop"))
+    choice = _objects(data["choices"], "choices")[0]
+    message = _typed(choice.get("message"), dict, "choices[0].message") or {}
+    content = _typed(message.get("content"), str, "choices[0].message.content") or ""
+    finish = _typed(choice.get("finish_reason"), str, "choices[0].finish_reason") or "stop"
+    usage = _usage(data.get("usage"))
+    put(("token", content))
+    if usage is not None:
+        put(("usage", usage))
+    put(("finish", finish))
+
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
+
+
+def _typed(value, kind: type, where: str):
+    """``value`` when it is null or of JSON type ``kind`` (a number is never true/false), else a
+    RemoteError("not_openai") naming the field and what came instead."""
+    if value is None or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+        return value
+    raise _wrong(value, kind, where)
+
+
+def _wrong(value, kind: type, where: str) -> RemoteError:
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        shown = type(value).__name__
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    return RemoteError("not_openai", f"{where} should be {_KINDS[kind]}, got {shown}")
+
+
+def _objects(value, where: str) -> list[dict]:
+    """A list of objects (null: an empty list)."""
+    items = _typed(value, list, where) or []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _wrong(item, dict, f"{where}[{i}]")
+    return items
+
+
+def _usage(value) -> dict | None:
+    """``usage`` checked: an object whose token counts we read are whole numbers (or null)."""
+    usage = _typed(value, dict, "usage")
+    if usage is not None:
+        for key in ("prompt_tokens", "completion_tokens"):
+            _typed(usage.get(key), int, f"usage.{key}")
+        details = _typed(usage.get("prompt_tokens_details"), dict, "usage.prompt_tokens_details")
+        if details is not None:
+            _typed(details.get("cached_tokens"), int, "usage.prompt_tokens_details.cached_tokens")
+    return usage
 
 
 class RemoteBackend:
@@ -316,6 +371,7 @@ class RemoteBackend:
             except RemoteError as exc:
                 events.put(("error", exc))
             except Exception as exc:  # a bug must still end the answer, not hang the window
+                log.error("reading the stream of %s failed", self.server.url, exc_info=exc)
                 events.put(("error", RemoteError("network", f"{type(exc).__name__}: {exc}")))
 
         threading.Thread(target=read, name="RemoteStream", daemon=True).start()

@@ -8,6 +8,8 @@ that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers H
 ``ctx:N`` refuses messages of more than N characters in all with OpenAI's 400 ``context_length_exceeded``.
 ``props`` and ``show`` are served as llama-server's ``/props`` and Ollama's ``/api/show``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
+``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
+wrong shape, then a valid end; ``whole:NAME`` (:data:`BAD_WHOLE`) answers that JSON body instead of a stream.
 """
 
 from __future__ import annotations
@@ -20,6 +22,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MODELS = ["ok", "slow", "long", "stall", "midstream500", "malformed", "error200", "close", "status:500", "status:429",
           "status:403", "text-only"]
 TOKENS = ["The", " cat", " is", " orange", "."]
+# Events of a wrong shape: each is valid JSON, but a field has the wrong type.
+BAD_EVENTS = {
+    "content-number": {"choices": [{"index": 0, "delta": {"content": 123}}]},
+    "choices-string": {"choices": "oops"},
+    "delta-list": {"choices": [{"index": 0, "delta": ["x"]}]},
+    "finish-number": {"choices": [{"index": 0, "delta": {}, "finish_reason": 5}]},
+    "choice-null": {"choices": [None]},
+    "usage-string": {"choices": [], "usage": "lots"},
+    "usage-count-string": {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": "many"}},
+    "cached-list": {"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": []}},
+}
+# Whole (non-streamed) answers of a wrong shape.
+BAD_WHOLE = {
+    "content-number": {"choices": [{"message": {"role": "assistant", "content": 123}, "finish_reason": "stop"}]},
+    "choices-string": {"choices": "oops"},
+    "message-string": {"choices": [{"message": "hi", "finish_reason": "stop"}]},
+    "usage-list": {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": [1]},
+}
 STALL_LIMIT = 5.0  # a stalled answer ends by itself after this many seconds, whatever the test does
 
 
@@ -105,6 +125,9 @@ class FakeOpenAI:
                 if model == "error200":
                     self._json(200, {"error": "Model failed to load: out of memory"})
                     return
+                if model.startswith("whole:"):
+                    self._json(200, BAD_WHOLE[model.split(":", 1)[1]])
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -128,6 +151,11 @@ class FakeOpenAI:
                     return
                 if model == "malformed":
                     w.write(_chunk("The") + b"data: {this is not json\n\n")
+                    return
+                if model.startswith("bad:"):
+                    bad = json.dumps(BAD_EVENTS[model.split(":", 1)[1]])
+                    w.write(_chunk("The") + f"data: {bad}\n\n".encode() + _chunk(" end", finish="stop")
+                            + b"data: [DONE]\n\n")
                     return
                 for i, token in enumerate(TOKENS):
                     if model == "midstream500" and i == 2:

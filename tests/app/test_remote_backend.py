@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import base64
 import io
+import os
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -15,7 +20,7 @@ from app.backends.remote import RemoteBackend, openai_messages, remote_spec
 from app.backends.remote_http import Server, check_connection
 from app.backends.remote_media import image_data_uri, target_size
 from engine.api import GenerationParams, HistoryMessage, TokenEvent
-from tests.app.remote_fakes import TOKENS, FakeOpenAI, closed_port, wait_done
+from tests.app.remote_fakes import BAD_EVENTS, BAD_WHOLE, TOKENS, FakeOpenAI, closed_port, wait_done
 
 PARAMS = GenerationParams(max_new_tokens=32)
 
@@ -26,8 +31,8 @@ def fake():
         yield server
 
 
-def loaded(url: str, model: str, key: str = "", stall: float = 2.0) -> RemoteBackend:
-    backend = RemoteBackend(Server("fake", url, key), stall_timeout=stall)
+def loaded(url: str, model: str, key: str = "", stall: float = 2.0, backend: RemoteBackend | None = None):
+    backend = backend or RemoteBackend(Server("fake", url, key), stall_timeout=stall)
     results = []
     backend.load(remote_spec("fake", model), {}, lambda info, err: results.append((info, err)))
     deadline = time.monotonic() + 10
@@ -259,3 +264,70 @@ def test_videos_go_as_data_uris(tmp_path):
     assert content[0] == {"type": "video_url", "video_url": {
         "url": "data:video/mp4;base64," + base64.b64encode(clip.read_bytes()).decode()}}
     assert content[1] == {"type": "text", "text": "What happens?"}
+
+
+BAD_MODELS = [{"id": m, "object": "model"} for m in ["ok", *(f"bad:{n}" for n in BAD_EVENTS),
+                                                      *(f"whole:{n}" for n in BAD_WHOLE)]]
+NOT_OPENAI = "Not an OpenAI-compatible server (unexpected answer): "
+
+
+@pytest.fixture
+def bad_fake():
+    with FakeOpenAI(models=BAD_MODELS) as server:
+        yield server
+
+
+@pytest.mark.parametrize("name", list(BAD_EVENTS))
+def test_an_event_of_the_wrong_shape_is_not_openai_and_the_backend_goes_on(bad_fake, name):
+    """A field of the wrong type (content 123, choices "oops", a list for delta, finish_reason 5, odd
+    usage) once killed the backend thread, so the answer never ended (the window stayed busy for good),
+    or came out as "Network error: AttributeError". It is the server's fault, said as such; the text so
+    far is kept and the backend answers the next question."""
+    backend, _ = loaded(bad_fake.url, f"bad:{name}")
+    events = []
+    backend.send("Q", [], PARAMS, events.append)
+    wait_done(events)
+    done = events[-1]
+    assert [e.text for e in events[:-1]] == ["The"]  # nothing of the bad event, nothing after it
+    assert done.finish_reason == "error" and done.error_type == "Remote:not_openai"
+    assert done.error.startswith(NOT_OPENAI) and done.error.endswith("after 1 chunks; the answer so far is kept")
+    assert not re.search(r"\w+(Error|Exception)\b", done.error)  # no Python exception names
+    _, (info, err) = loaded(bad_fake.url, "ok", backend=backend)
+    assert err is None and ask(backend)[0] == "".join(TOKENS)
+    assert backend.close()
+
+
+def test_the_wrong_field_is_named(bad_fake):
+    backend, _ = loaded(bad_fake.url, "bad:content-number")
+    assert NOT_OPENAI + "choices[0].delta.content should be a string, got 123" in ask(backend)[1].error
+    backend.close()
+    backend, _ = loaded(bad_fake.url, "bad:choices-string")
+    assert NOT_OPENAI + 'choices should be a list, got "oops"' in ask(backend)[1].error
+    backend.close()
+
+
+@pytest.mark.parametrize("name", list(BAD_WHOLE))
+def test_a_whole_answer_of_the_wrong_shape_is_not_openai(bad_fake, name):
+    backend, _ = loaded(bad_fake.url, f"whole:{name}")
+    events = []
+    backend.send("Q", [], PARAMS, events.append)
+    wait_done(events)
+    done = events[-1]
+    assert events == [done] and done.finish_reason == "error" and done.error_type == "Remote:not_openai"
+    assert done.error.startswith(NOT_OPENAI) and not re.search(r"\w+(Error|Exception)\b", done.error)
+    _, (info, err) = loaded(bad_fake.url, "ok", backend=backend)
+    assert err is None and ask(backend)[0] == "".join(TOKENS)
+    backend.close()
+
+
+@pytest.mark.parametrize("name", ["content-number", "choices-string"])
+def test_cli_generate_says_a_wrong_shape_in_one_line(bad_fake, name):
+    """``python -m engine generate --server`` once ended in a traceback (``write()`` of an int)."""
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "engine", "generate", "--server", bad_fake.url, "--model", f"bad:{name}",
+           "--prompt", "hi"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=repo,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert proc.returncode == 1 and proc.stdout == "The\n", (proc.stdout, proc.stderr)
+    stats, error = proc.stderr.splitlines()  # the usual stats line, then the error in one line
+    assert stats.startswith("[error] prompt ") and error.startswith("error: " + NOT_OPENAI)

@@ -148,3 +148,36 @@ def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, ma
         assert win.attachments.paths() == [] and plain.requests == []
         assert "turn on “can see images” for it in Settings ▸ Engines" in win.banner.message()
         assert win.banner.message().startswith("ok on plain cannot read images")
+
+
+@pytest.mark.parametrize("name", ["content-number", "choices-string", "delta-list", "finish-number"])
+def test_a_stream_of_the_wrong_shape_ends_the_answer_and_the_window_goes_on(qtbot, make_window, fake_session, name):
+    """Trial 37's freeze: `"content": 123` in a stream killed the remote backend's thread, so the window
+    stayed on "generating…" for good and Stop and every later message did nothing. Now it is a "Not an
+    OpenAI-compatible server" error like any malformed stream, the text so far kept, and chatting goes on."""
+    from tests.app.remote_fakes import BAD_EVENTS
+
+    models = [{"id": m, "object": "model"} for m in ["ok", "slow", *(f"bad:{n}" for n in BAD_EVENTS)]]
+    with FakeOpenAI(models=models) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        win = make_window(fake_session)
+        load_remote(qtbot, win, f"bad:{name}")
+        result = ask(qtbot, win, "Q")
+        assert result["finish_reason"] == "error"
+        assert result["error"].startswith("Not an OpenAI-compatible server (unexpected answer): ")
+        assert "Error:" not in result["error"] and result["error"] in win.banner.message()
+        assert not win._busy and win.composer.isEnabled()
+        stored = win.store.messages(win.keeper.current_id)[-1]
+        assert stored.status == "error" and stored.text == "The"
+        # Stop still stops an answer, and the next message is answered.
+        load_remote(qtbot, win, "slow")
+        win.composer.setPlainText("Tell me")
+        win.send_message()
+        qtbot.waitUntil(lambda: bool(win.transcript.last_assistant() and win.transcript.last_assistant().text),
+                        timeout=5000)
+        with qtbot.waitSignal(win.answer_finished, timeout=3000) as stopped:
+            win.stop()
+        assert stopped.args[0]["finish_reason"] == "cancelled" and not win._busy
+        load_remote(qtbot, win, "ok")
+        assert ask(qtbot, win, "Again")["finish_reason"] == "stop"
+        assert win.store.messages(win.keeper.current_id)[-1].text == "The cat is orange."
