@@ -84,22 +84,23 @@ class FakeBackend:
 
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> None:
-        self.jobs.put_answer(lambda: self._answer("send", text, list(attachments), params, sink, system_prompt), sink)
+        self.jobs.put_answer(lambda events: self._answer("send", text, list(attachments), params, events, system_prompt),
+                             sink)
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
-        def run() -> None:
+        def run(events: EventSink) -> None:
             while self.history and self.history[-1].role == "assistant":
                 self.history.pop()
             last = self.history.pop() if self.history else HistoryMessage("user", "")
-            self._answer("regenerate", last.text, list(last.attachments), params, sink, system_prompt)
+            self._answer("regenerate", last.text, list(last.attachments), params, events, system_prompt)
         self.jobs.put_answer(run, sink)
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> None:
-        def run() -> None:
+        def run(events: EventSink) -> None:
             kept = self.history[turn_index].attachments if attachments is None else tuple(attachments)
             del self.history[turn_index:]
-            self._answer("edit", text, list(kept), params, sink, system_prompt)
+            self._answer("edit", text, list(kept), params, events, system_prompt)
         self.jobs.put_answer(run, sink)
 
     def cancel(self) -> None:

@@ -3,16 +3,25 @@
 The fake and the remote backend queue their loads, history changes and answers here. An answer is
 queued with a cancel flag of its own, so a Stop pressed before it starts still stops it (it then
 ends with ``DoneEvent("cancelled")`` and never runs).
+
+A job that raises never ends the thread (it is the backend's only one: every later load and answer
+would wait on it for good, the window "generating…" with Stop doing nothing). The traceback is logged;
+an answer that raised before its ``DoneEvent`` ends with ``DoneEvent("error")`` as the local engine's
+service ends one (:func:`engine.service.describe_error`), so the window leaves its busy state.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
 
-from engine.api import DoneEvent
+from engine.api import DoneEvent, GenerationStats
 from engine.api.backend import EventSink
+from engine.service import describe_error
+
+log = logging.getLogger(__name__)
 
 
 class JobThread:
@@ -29,11 +38,14 @@ class JobThread:
         self.thread.start()
 
     def put(self, job: Callable[[], None]) -> None:
-        """Run ``job`` after everything queued before it."""
+        """Run ``job`` after everything queued before it (if it raises: logged, and the next job runs)."""
         self._queue.put(job)
 
-    def put_answer(self, run: Callable[[], None], sink: EventSink) -> None:
-        """Queue an answer: ``run`` unless :meth:`cancel` came first, then ``sink(DoneEvent("cancelled"))``."""
+    def put_answer(self, run: Callable[[EventSink], None], sink: EventSink) -> None:
+        """Queue an answer: ``run(events)`` unless :meth:`cancel` came first, then ``sink(DoneEvent("cancelled"))``.
+
+        ``run`` sends its events to the sink it is given (``sink``, watched): if it raises before its
+        ``DoneEvent``, the answer ends with ``DoneEvent("error")`` naming the exception."""
         flag = threading.Event()
         self._queued.append(flag)
 
@@ -43,7 +55,18 @@ class JobThread:
                 sink(DoneEvent("cancelled"))
                 return
             self.cancelled.clear()
-            run()
+            ended = False
+
+            def watched(event) -> None:
+                nonlocal ended
+                ended = ended or isinstance(event, DoneEvent)
+                sink(event)
+            try:
+                run(watched)
+            except Exception as exc:  # noqa: BLE001 - a bug in one answer must end it, not the thread
+                log.error("%s: the answer failed", self.thread.name, exc_info=exc)
+                if not ended:
+                    sink(DoneEvent("error", GenerationStats(), describe_error(exc), type(exc).__name__))
         self._queue.put(job)
 
     def cancel(self) -> None:
@@ -61,4 +84,7 @@ class JobThread:
 
     def _loop(self) -> None:
         while (job := self._queue.get()) is not None:
-            job()
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - a bug in one job must not stop the thread
+                log.exception("%s: a queued job failed", self.thread.name)

@@ -48,6 +48,7 @@ from engine.api import (
     TokenEvent,
 )
 from engine.api.backend import EventSink, LoadCallback
+from engine.service import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -267,22 +268,22 @@ class RemoteBackend:
     def send(self, text: str, attachments: Sequence[Attachment], params: GenerationParams, sink: EventSink,
              system_prompt: str | None = None) -> None:
         user = HistoryMessage("user", text, tuple(attachments))
-        self.jobs.put_answer(lambda: self._answer(self._history, user, params, sink, system_prompt), sink)
+        self.jobs.put_answer(lambda events: self._answer(self._history, user, params, events, system_prompt), sink)
 
     def regenerate(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
-        def run() -> None:
+        def run(events: EventSink) -> None:
             turns = list(self._history)
             while turns and turns[-1].role == "assistant":
                 turns.pop()
             user = turns.pop() if turns else HistoryMessage("user", "")
-            self._answer(turns, user, params, sink, system_prompt)
+            self._answer(turns, user, params, events, system_prompt)
         self.jobs.put_answer(run, sink)
 
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None, params: GenerationParams,
              sink: EventSink, system_prompt: str | None = None) -> None:
-        def run() -> None:
+        def run(events: EventSink) -> None:
             kept = self._history[turn_index].attachments if attachments is None else tuple(attachments)
-            self._answer(self._history[:turn_index], HistoryMessage("user", text, kept), params, sink, system_prompt)
+            self._answer(self._history[:turn_index], HistoryMessage("user", text, kept), params, events, system_prompt)
         self.jobs.put_answer(run, sink)
 
     def cancel(self) -> None:
@@ -307,6 +308,11 @@ class RemoteBackend:
             caps, sources = probe_capabilities(self.server, model)
         except (RemoteError, KeyError) as exc:
             on_done(None, f"{getattr(self.server, 'name', 'server')}: {exc}")
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug, or an answer of a shape not foreseen: a load
+            # reports every failure, else the window waits on it for good (the engine's service does the same)
+            log.error("loading %s failed", spec, exc_info=exc)
+            on_done(None, f"{getattr(self.server, 'name', 'server')}: {describe_error(exc)}")
             return
         self.model, self._history = model, []
         self._info = ModelInfo(name=model, path=spec, capabilities=caps, device=self.server.name,

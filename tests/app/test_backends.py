@@ -5,6 +5,7 @@ signals, in order; the fake backend behaves like the engine (cancel, errors, his
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -108,3 +109,78 @@ def test_smolchat_backend_names_the_backend(monkeypatch):
     local = backend_from_env()
     assert isinstance(local, LocalBackend)
     assert local.close()
+
+
+def test_an_answer_that_raises_ends_in_an_error_and_the_thread_goes_on(qtbot, bridge, caplog):
+    """The fake and the remote backend have one worker thread each: a bug in one answer once ended it,
+    so that answer never finished (the window "generating…" for good, Stop doing nothing) and every later
+    load and answer waited on a dead thread. Now the answer ends with the local engine's error shape."""
+    backend = FakeBackend(tokens=["ok"])
+    backend.load("/models/fake", {}, bridge.on_loaded)
+    real = backend._answer
+
+    def broken(*args):
+        args[4](TokenEvent("so far", 1))  # (the sink) a token, then the bug
+        raise TypeError("sequence item 1: expected str instance, int found")
+    backend._answer = broken
+    with caplog.at_level("ERROR", logger="app.backends.jobs"):
+        backend.send("go", [], GenerationParams(), bridge.sink)
+        qtbot.waitUntil(lambda: bool(done_events(bridge)), timeout=5000)
+    done = done_events(bridge)[-1]
+    assert done.finish_reason == "error" and done.error_type == "TypeError"
+    assert done.error == "TypeError: sequence item 1: expected str instance, int found"  # as engine.service says it
+    assert "Traceback" in caplog.text and "expected str instance" in caplog.text
+    backend._answer = real  # the next answer runs on the same, living thread
+    backend.send("again", [], GenerationParams(), bridge.sink)
+    qtbot.waitUntil(lambda: len(done_events(bridge)) == 2, timeout=5000)
+    assert done_events(bridge)[-1].finish_reason == "stop" and backend.jobs.thread.is_alive()
+    assert backend.close()
+
+
+def test_a_job_that_raises_is_logged_and_the_next_one_runs(caplog):
+    from app.backends.jobs import JobThread
+
+    jobs, ran, events = JobThread("Test"), threading.Event(), []
+
+    def bad():
+        raise RuntimeError("set_history blew up")
+
+    def done_then_raise(sink):
+        sink(DoneEvent("stop"))
+        raise RuntimeError("after the end")
+    with caplog.at_level("ERROR", logger="app.backends.jobs"):
+        jobs.put(bad)
+        jobs.put_answer(done_then_raise, events.append)
+        jobs.put(ran.set)
+        assert ran.wait(5)
+    assert [e.finish_reason for e in events] == ["stop"]  # an answer that had ended is not ended twice
+    assert "set_history blew up" in caplog.text and "after the end" in caplog.text
+    assert jobs.close()
+
+
+def test_a_remote_load_that_raises_reports_its_error(monkeypatch):
+    """A load reports every failure through its callback (the window waits for it), even a bug."""
+    import app.backends.remote as remote
+    from app.backends.remote_http import Server
+    from tests.app.remote_fakes import FakeOpenAI
+
+    def odd(*args, **kwargs):
+        raise AttributeError("'str' object has no attribute 'get'")
+    with FakeOpenAI() as fake:
+        backend = remote.RemoteBackend(Server("fake", fake.url))
+        results = []
+
+        def load_and_wait() -> None:
+            backend.load(remote.remote_spec("fake", "ok"), {}, lambda info, error: results.append((info, error)))
+            deadline = time.monotonic() + 10
+            count = len(results)
+            while len(results) == count:
+                assert time.monotonic() < deadline, "the load never reported"
+                time.sleep(0.01)
+        monkeypatch.setattr(remote, "probe_capabilities", odd)
+        load_and_wait()
+        monkeypatch.undo()
+        load_and_wait()  # and the backend's thread still runs
+    assert results[0] == (None, "fake: AttributeError: 'str' object has no attribute 'get'")
+    assert results[1][1] is None and results[1][0].name == "ok"
+    assert backend.close()
