@@ -98,7 +98,7 @@ def error_message(body: str) -> str:
     """The human part of an error body (OpenAI ``{"error": {"message"}}``, ``{"error": "..."}``, text)."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body.strip()[:300]
     if isinstance(data, dict):
         err = data.get("error", data.get("detail", data))
@@ -136,7 +136,7 @@ def _too_long(body: str, detail: str) -> bool:
     llama-server's ``exceed_context_size_error`` type, or words to that effect."""
     try:
         error = json.loads(body).get("error")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         error = None
     if isinstance(error, dict) and {error.get("code"), error.get("type")} & {"context_length_exceeded",
                                                                           "exceed_context_size_error"}:
@@ -171,7 +171,7 @@ def get_json(client: httpx.Client, url: str) -> dict:
         raise from_response(response.status_code, response.headers, response.text)
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested too deep)
         raise RemoteError("not_openai", f"{url} answered {response.headers.get('content-type', 'no type')}, "
                           "not JSON") from None
     if not isinstance(data, dict):
@@ -204,13 +204,23 @@ def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, l
                  f"{', …' if len(ids) > 3 else ''})", ids
 
 
+def _obj(value) -> dict:
+    """``value`` if it is a JSON object, else ``{}``: a source of the wrong shape says nothing."""
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value) -> int:
+    """``value`` if it is a positive whole number, else 0 (unknown)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _context_of(entry: dict) -> int:
     for key in ("context_length", "max_model_len", "context_window", "max_context_length"):
-        if isinstance(entry.get(key), int) and entry[key] > 0:
+        if _count(entry.get(key)):
             return entry[key]
-    meta = entry.get("meta") or {}
+    meta = _obj(entry.get("meta"))
     for key in ("n_ctx", "n_ctx_train"):
-        if isinstance(meta.get(key), int) and meta[key] > 0:
+        if _count(meta.get(key)):
             return meta[key]
     return 0
 
@@ -231,16 +241,18 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
             try:  # each source is optional: a server without it answers 404 or something else
                 response = client.request(method, url, **kw)
                 data = response.json() if response.status_code < 400 else None
-            except (httpx.HTTPError, ValueError):
+            except (httpx.HTTPError, ValueError, RecursionError):
                 return None
             return data if isinstance(data, dict) else None
 
+        # Each source is read field by field: one of an unexpected shape counts as not given.
         info = optional("GET", api_base(server.url) + "/model/info")
-        for entry in (info or {}).get("data") or []:
-            mi = entry.get("model_info") or {} if isinstance(entry, dict) else {}
+        data = _obj(info).get("data")
+        for entry in map(_obj, data if isinstance(data, list) else []):
+            mi = _obj(entry.get("model_info"))
             if entry.get("model_name") == model and "supports_vision" in mi:
                 vision, video = bool(mi["supports_vision"]), bool(mi.get("supports_video", False))
-                context = int(mi.get("max_input_tokens") or 0)
+                context = _count(mi.get("max_input_tokens"))
                 sources = {"vision": "/v1/model/info", "context": "/v1/model/info" if context else ""}
                 break
         if vision is None:
@@ -248,15 +260,15 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
             if props and isinstance(props.get("modalities"), dict):
                 vision = bool(props["modalities"].get("vision"))
                 sources["vision"] = "/props"
-                n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
-                if isinstance(n_ctx, int) and n_ctx > 0 and not context:
+                n_ctx = _count(_obj(props.get("default_generation_settings")).get("n_ctx"))
+                if n_ctx and not context:
                     context, sources["context"] = n_ctx, "/props"
         try:
             entries = list_models(server, timeout)
         except RemoteError:
             entries = []
         entry = next((e for e in entries if e.get("id") == model), {})
-        modalities = (entry.get("architecture") or {}).get("input_modalities")
+        modalities = _obj(entry.get("architecture")).get("input_modalities")
         if vision is None and isinstance(modalities, list):
             vision, video = "image" in modalities, "video" in modalities
             sources["vision"] = "/v1/models"
@@ -266,9 +278,9 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
             show = optional("POST", root + "/api/show", json={"model": model})
             if show and isinstance(show.get("capabilities"), list):
                 vision, sources["vision"] = "vision" in show["capabilities"], "/api/show"
-                lengths = [v for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")]
-                if lengths and not context:
-                    context, sources["context"] = int(lengths[0]), "/api/show"
+                lengths = [_count(v) for k, v in _obj(show.get("model_info")).items() if k.endswith(".context_length")]
+                if lengths and lengths[0] and not context:
+                    context, sources["context"] = lengths[0], "/api/show"
     if vision is None:
         vision, sources["vision"] = bool(server.vision_toggles.get(model, False)), "your setting"
     sources.setdefault("context", "")

@@ -331,3 +331,16 @@ def test_cli_generate_says_a_wrong_shape_in_one_line(bad_fake, name):
     assert proc.returncode == 1 and proc.stdout == "The\n", (proc.stdout, proc.stderr)
     stats, error = proc.stderr.splitlines()  # the usual stats line, then the error in one line
     assert stats.startswith("[error] prompt ") and error.startswith("error: " + NOT_OPENAI)
+
+
+def test_json_nested_too_deep_to_parse_is_not_an_answer():
+    """``json.loads`` raises RecursionError, not ValueError, for JSON nested too deep: a hostile server's
+    answer must still come out as a RemoteError, not a Python exception."""
+    from app.backends.remote import _whole_answer
+    from app.backends.remote_http import RemoteError, error_message
+
+    deep = "[" * 100_000
+    with pytest.raises(RemoteError) as caught:
+        _whole_answer(deep, lambda item: None)
+    assert caught.value.kind == "not_openai"
+    assert error_message(deep) == deep[:300]

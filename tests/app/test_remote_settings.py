@@ -108,3 +108,18 @@ def test_ollama_show_gives_vision_and_context():
         caps, sources = probe_capabilities(Server("o", fake.url), "ok")
     assert caps.vision is True and caps.max_context == 131072
     assert sources == {"vision": "/api/show", "context": "/api/show"}
+
+
+@pytest.mark.parametrize("fields", [
+    {"props": {"modalities": {"vision": True}, "default_generation_settings": [4096]}},
+    {"models": [{"id": "ok", "architecture": "vision", "meta": [1], "max_model_len": "4096"}]},
+    {"show": {"capabilities": ["vision"], "model_info": ["x.context_length"]}},
+    {"show": {"capabilities": ["vision"], "model_info": {"x.context_length": "lots"}}},
+])
+def test_a_capability_source_of_an_odd_shape_counts_as_not_given(fields):
+    """Each source is optional: a field of the wrong type once raised (AttributeError, ValueError) out of
+    the load, which then never reported, and the window waited for good."""
+    with FakeOpenAI(**fields) as fake:
+        caps, sources = probe_capabilities(Server("f", fake.url), "ok")
+    assert caps.max_context == 0 and sources["context"] == ""
+    assert caps.vision is ("models" not in fields)  # props and show still say it sees images
