@@ -30,6 +30,7 @@ import os
 import shutil
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,6 +197,26 @@ class Store:
             raise ReadOnlyStore(f"the conversations are read-only: {self.read_only}")
         return self.db.execute(sql, args)
 
+    @contextmanager
+    def _transaction(self, begin: str = "BEGIN"):
+        """One write transaction: committed when the block ends, rolled back if it raises.
+
+        On SQLITE_FULL (a full disk), SQLITE_IOERR and a few others SQLite may already have rolled the
+        transaction back itself; an explicit ROLLBACK would then fail ("cannot rollback - no
+        transaction is active") and that error would hide the real one. So the rollback runs only
+        while a transaction is still open, and an error of its own never replaces the first."""
+        self._write(begin)  # a read-only store refuses here, before anything changes
+        try:
+            yield
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the error that stopped the transaction is the one to report
+            raise
+
     # -- schema ----------------------------------------------------------------------------------
     @property
     def version(self) -> int:
@@ -204,22 +225,16 @@ class Store:
     def _migrate(self) -> None:
         """Apply missing migrations, each in its own write transaction (safe against a second opener)."""
         while True:
-            self.db.execute("BEGIN IMMEDIATE")  # takes the write lock before reading the version
-            try:
+            with self._transaction("BEGIN IMMEDIATE"):  # takes the write lock before reading the version
                 current = self.version
                 if current > SCHEMA_VERSION:
                     raise NewerSchemaError(
                         f"{self.path} was written by a newer Smolchat (schema {current} > {SCHEMA_VERSION})", current)
                 if current == SCHEMA_VERSION:
-                    self.db.execute("COMMIT")
                     return
                 for statement in filter(str.strip, MIGRATIONS[current + 1].split(";")):
                     self.db.execute(statement)
                 self.db.execute(f"PRAGMA user_version = {current + 1}")
-                self.db.execute("COMMIT")
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
 
     def _mark_interrupted(self) -> int:
         cur = self._write("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
@@ -332,8 +347,7 @@ class Store:
         position = 0 if parent_id is None else \
             self.db.execute("SELECT position + 1 FROM messages WHERE id = ?", (parent_id,)).fetchone()[0]
         names = [Path(p).name for p in images]
-        self._write("BEGIN")  # a read-only store refuses here, before anything changes
-        try:
+        with self._transaction():
             self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
                             (conversation_id, parent_id))
             cur = self.db.execute(
@@ -342,10 +356,6 @@ class Store:
                 (conversation_id, position, role, text, json.dumps(names), json.dumps(stats or {}), status,
                  time.time(), parent_id),
             )
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
@@ -375,8 +385,7 @@ class Store:
         row = self.db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         if row is None:
             return
-        self._write("BEGIN")
-        try:
+        with self._transaction():
             if row["selected"]:  # the shown branch goes on through this message's selected child
                 self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
                                 (row["conversation_id"], row["parent_id"]))
@@ -386,10 +395,6 @@ class Store:
                             (row["parent_id"], message_id))
             self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
             self._reselect(row["conversation_id"], row["parent_id"])
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Delete ``message_id`` and everything that follows it, in every branch."""

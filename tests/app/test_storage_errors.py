@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from PySide6.QtCore import Qt
 
 from app.backends.fake import FakeBackend
@@ -138,3 +139,27 @@ def test_new_chat_resets_the_status_line_after_an_error(qtbot, make_window):
     assert stats.text().endswith("error")
     win.actions["new_chat"].trigger()  # Ctrl+N
     assert stats.text() == ready and "FakeVLM-256M" in ready and "error" not in ready
+
+
+def _fill_database(store) -> None:
+    """A real SQLITE_FULL from SQLite itself (no root, no tmpfs): the database may not grow by a page.
+    SQLite then rolls the failed write's transaction back on its own, as it does on a full disk."""
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+    store.db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_store_reports_sqlite_full_and_keeps_working_once_there_is_room(tmp_path):
+    from app.store import Store
+
+    store = Store(tmp_path / "data")
+    conv = store.create_conversation("kept")
+    first = store.add_message(conv.id, "user", "first message")
+    _fill_database(store)
+    with pytest.raises(sqlite3.OperationalError, match="^database or disk is full$"):
+        store.add_message(conv.id, "assistant", "y" * 6000)
+    assert not store.db.in_transaction
+    assert [(m.id, m.text) for m in store.messages(conv.id)] == [(first.id, "first message")]
+    store.db.execute("PRAGMA max_page_count = 1073741823")  # space freed
+    store.add_message(conv.id, "assistant", "y" * 6000)
+    assert [m.text[:5] for m in store.messages(conv.id)] == ["first", "yyyyy"]
+    store.close()
