@@ -145,7 +145,7 @@ class ChatController(QObject):
             history, stored = self.keeper.begin(text, images, self.model_name, self.model_path, chat_settings,
                                                 replace_index=edit_index)
         except STORAGE_ERRORS as exc:  # the composer keeps the text and images
-            self.failed.emit(f"Could not save the message: {storage_problem(exc)}.")
+            self.failed.emit(f"Could not save the message: {storage_problem(exc, self.keeper.store.folder)}.")
             return False
         for original, copy in zip(images, stored):  # a video is copied only now (an image when attached)
             self.display_names.setdefault(copy, original)
@@ -161,7 +161,7 @@ class ChatController(QObject):
         try:
             found = self.keeper.begin_regenerate(index, self.model_name, self.model_path, chat_settings)
         except STORAGE_ERRORS as exc:
-            self.failed.emit(f"Could not regenerate the answer: {storage_problem(exc)}.")
+            self.failed.emit(f"Could not regenerate the answer: {storage_problem(exc, self.keeper.store.folder)}.")
             return
         if found:
             history, user = found

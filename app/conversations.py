@@ -23,11 +23,15 @@ TITLE_LENGTH = 48
 STORAGE_ERRORS = (OSError, sqlite3.Error)
 
 
-def storage_problem(exc: BaseException) -> str:
-    """Why a write to the data folder failed, in words (the disk being full said plainly)."""
+def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str:
+    """Why a write failed, in words: the disk being full said plainly, naming ``folder`` (where the
+    write went, e.g. the data folder) so that the user knows which disk needs space."""
     detail = str(exc) or type(exc).__name__
     full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in detail or "No space left" in detail
-    return f"the disk is full ({detail})" if full else detail
+    if not full:
+        return detail
+    where = f"; free some space on the disk that holds {folder}" if folder is not None else ""
+    return f"the disk is full ({detail}){where}"
 
 
 def title_from(text: str, images: list[str]) -> str:
@@ -355,7 +359,7 @@ class ConversationKeeper(QObject):
         except STORAGE_ERRORS as exc:
             if not self._save_failed:
                 self._save_failed = True
-                self.storage_error.emit(f"Could not save {what}: {storage_problem(exc)}. "
+                self.storage_error.emit(f"Could not save {what}: {storage_problem(exc, self.store.folder)}. "
                                         "It stays on screen but will not be kept.")
             return False
         return True

@@ -170,10 +170,12 @@ class AttachmentsMixin:
         if image.isNull() or not image.save(buffer, "PNG"):
             self.banner.show_error("The pasted image could not be read.")
             return
+        folder = None
         try:
-            saved = save_png_bytes(bytes(data.data()), pasted_images_dir())
+            folder = pasted_images_dir()
+            saved = save_png_bytes(bytes(data.data()), folder)
         except OSError as exc:
-            self.banner.show_error(f"Could not keep the pasted image: {storage_problem(exc)}.")
+            self.banner.show_error(f"Could not keep the pasted image: {storage_problem(exc, folder)}.")
             return
         self.add_files([str(saved)])
 

@@ -105,7 +105,7 @@ class ChatsMixin:
         try:
             write(*args)
         except STORAGE_ERRORS as exc:
-            self.banner.show_error(f"Could not {what}: {storage_problem(exc)}.")
+            self.banner.show_error(f"Could not {what}: {storage_problem(exc, self.store.folder)}.")
             return False
         return True
 

@@ -148,6 +148,25 @@ def _fill_database(store) -> None:
     store.db.execute(f"PRAGMA max_page_count = {pages}")
 
 
+def test_full_disk_in_a_transaction_reports_the_full_disk_not_the_rollback(qtbot, window, data_dir):
+    _ask(qtbot, window, "first message")
+    conv_id = window.keeper.current_id
+    before = [(m.role, m.text) for m in window.store.messages(conv_id)]
+    _fill_database(window.store)
+    long = "second message on a full disk " + "x" * 6000  # more than a page: the database must grow
+    qtbot.keyClicks(window.composer, long)
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+
+    assert window.banner.message() == (
+        "Could not save the message: the disk is full (database or disk is full); "
+        f"free some space on the disk that holds {data_dir}.")
+    assert "rollback" not in window.banner.message()
+    assert window.composer.toPlainText() == long and not window._busy
+    assert [(m.role, m.text) for m in window.store.messages(conv_id)] == before  # nothing stored is lost
+    assert [m["text"] for m in window.transcript.messages()] == ["first message", "The cat is orange."]
+    assert not window.store.db.in_transaction
+
+
 def test_store_reports_sqlite_full_and_keeps_working_once_there_is_room(tmp_path):
     from app.store import Store
 
