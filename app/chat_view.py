@@ -69,16 +69,13 @@ class ChatView(QScrollArea):
     def remove_from(self, index: int) -> None:
         """Remove message ``index`` and everything after it."""
         for message in self._messages[index:]:
-            self._column.removeWidget(message)
-            message.deleteLater()
+            self._discard(message)
         del self._messages[index:]
         self._current = None
         self._empty.setVisible(not self._messages)
 
     def remove_at(self, index: int) -> None:
-        message = self._messages.pop(index)
-        self._column.removeWidget(message)
-        message.deleteLater()
+        self._discard(self._messages.pop(index))
         self._empty.setVisible(not self._messages)
 
     def last_assistant(self) -> AssistantMessage | None:
@@ -116,11 +113,19 @@ class ChatView(QScrollArea):
     @Slot()
     def clear(self) -> None:
         for message in self._messages:
-            self._column.removeWidget(message)
-            message.deleteLater()
+            self._discard(message)
         self._messages.clear()
         self._current = None
         self._empty.show()
+
+    def _discard(self, message: UserMessage | AssistantMessage) -> None:
+        """Take ``message`` off the transcript at once. It is deleted later (a click on it may be what
+        is removing it), and until Qt does so it must not show: out of the layout it would stay drawn
+        where it was, under or over the next chat's messages (trial 37, finding 6, seen whenever the
+        deferred deletion waits, e.g. while code runs inside a nested event loop)."""
+        self._column.removeWidget(message)
+        message.hide()
+        message.deleteLater()
 
     def set_changes_enabled(self, enabled: bool) -> None:
         """Every message's edit, regenerate, delete and version buttons on or greyed out (Copy stays),

@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QWidget
 
 from app.backends.fake import FakeBackend
 
@@ -182,3 +183,41 @@ def test_store_reports_sqlite_full_and_keeps_working_once_there_is_room(tmp_path
     store.add_message(conv.id, "assistant", "y" * 6000)
     assert [m.text[:5] for m in store.messages(conv.id)] == ["first", "yyyyy"]
     store.close()
+
+
+def _shown_messages(win) -> list[str]:
+    """The text of every message widget the transcript actually shows (not only the ones it lists)."""
+    from app.messages import AssistantMessage, UserMessage
+
+    content = win.transcript.widget()
+    shown = [w for w in content.findChildren(QWidget) if isinstance(w, (UserMessage, AssistantMessage))
+             and w.isVisibleTo(content)]
+    return [w.text for w in sorted(shown, key=lambda w: w.y())]
+
+
+@pytest.mark.parametrize("failing", ["create_conversation"])
+def test_new_chat_whose_first_send_failed_shows_only_its_own_messages(qtbot, window, monkeypatch, failing):
+    """Trial 37, finding 6: New chat, a send that fails on a full disk, space freed, send again."""
+    _ask(qtbot, window, "first message")
+    first = window.keeper.current_id
+    window.actions["new_chat"].trigger()
+    assert _shown_messages(window) == []
+
+    with monkeypatch.context() as patch:
+        patch.setattr(window.store, failing, _disk_full)
+        qtbot.keyClicks(window.composer, "in a new chat on full disk")
+        qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert window.banner.message().startswith("Could not save the message: the disk is full")
+    assert _shown_messages(window) == [] and window.transcript.messages() == []
+    assert window.keeper.current_id is None  # no half-made chat stays behind the empty transcript
+    assert [c.title for c in window.store.conversations()] == ["first message"]
+
+    window.composer.clear()
+    result = _ask(qtbot, window, "after freeing space")
+    assert result["finish_reason"] == "stop"
+    assert _shown_messages(window) == ["after freeing space", "The cat is orange."]
+    assert [m["text"] for m in window.transcript.messages()] == ["after freeing space", "The cat is orange."]
+    new = window.keeper.current_id
+    assert new != first and window.store.conversation(new).title == "after freeing space"
+    assert [m.text for m in window.store.messages(new)] == ["after freeing space", "The cat is orange."]
+    assert [c.title for c in window.store.conversations()] == ["after freeing space", "first message"]
