@@ -288,7 +288,28 @@ class ConversationKeeper(QObject):
         ``replace_index``: the message is a new version of user message ``replace_index`` (an edit):
         it follows the same message, the old version and its branch stay in the store, and the
         transcript shows the new branch from there."""
+        created = self.current_id is None
         conv_id = self.ensure_conversation(user_text, images, model, settings)
+        try:
+            return self._begin(conv_id, user_text, images, model_name, model, settings, replace_index)
+        except STORAGE_ERRORS:
+            if created:  # a new chat whose first message could not be saved is not kept (see _drop_new)
+                self._drop_new(conv_id)
+            raise
+
+    def _drop_new(self, conv_id: int) -> None:
+        """Undo the chat that :meth:`begin` created for a message it then failed to save: else the
+        window would go on with an empty chat the sidebar never listed, named after that message.
+        If even that write fails the chat stays the open one, so the next send fills it."""
+        try:
+            self.store.delete_conversation(conv_id)  # hidden now, removed at the next start
+        except STORAGE_ERRORS:
+            return
+        self.current_id = None
+        self.qsettings.setValue("conversations/last", "")
+
+    def _begin(self, conv_id: int, user_text: str, images: list[str], model_name: str, model: str, settings: dict,
+               replace_index: int | None) -> tuple[list[dict], list[str]]:
         messages = self.store.messages(conv_id)
         widgets = self.transcript.widgets()
         if replace_index is not None and 0 <= replace_index < len(widgets) and replace_index < len(messages):

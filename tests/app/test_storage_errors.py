@@ -195,7 +195,7 @@ def _shown_messages(win) -> list[str]:
     return [w.text for w in sorted(shown, key=lambda w: w.y())]
 
 
-@pytest.mark.parametrize("failing", ["create_conversation"])
+@pytest.mark.parametrize("failing", ["create_conversation", "add_message"])
 def test_new_chat_whose_first_send_failed_shows_only_its_own_messages(qtbot, window, monkeypatch, failing):
     """Trial 37, finding 6: New chat, a send that fails on a full disk, space freed, send again."""
     _ask(qtbot, window, "first message")
