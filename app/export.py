@@ -8,13 +8,14 @@ JSON also carries every version of every message with its ``parent_id`` (the who
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from app import safe_files
+from app.conversations import storage_problem
 from app.store import Store
 from app.video_attachments import is_video_file
 
@@ -38,7 +39,7 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
             images_dir.mkdir(parents=True, exist_ok=True)
             target = images_dir / Path(image).name
             if not target.exists():
-                shutil.copyfile(image, target)
+                safe_files.copy_file(image, target)  # a failed copy leaves no half image to be kept later
             if is_video_file(target):  # Markdown has no video syntax: a link to the copied file
                 lines += [f"[video: {target.name}]({images_dir.name}/{target.name})", ""]
             else:
@@ -49,8 +50,7 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
             lines += [f"*({message.status})*", ""]
         if count > 1:
             lines += _other_versions(store, message)
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return safe_files.write_text(path, "\n".join(lines))  # a failure keeps the file being replaced
 
 
 def _other_versions(store: Store, message) -> list[str]:
@@ -84,8 +84,7 @@ def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
         "messages": [entry(m) for m in store.messages(conversation_id)],  # the branch shown
         "all_messages": [entry(m) for m in store.all_messages(conversation_id)],
     }
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    return Path(path)
+    return safe_files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def export_dialog(window, kind: str) -> Path | None:
@@ -115,7 +114,7 @@ def export_dialog(window, kind: str) -> Path | None:
     try:
         out = (export_markdown if kind == "md" else export_json)(window.store, conv_id, path)
     except (OSError, sqlite3.Error) as exc:
-        window.banner.show_error(f"Could not export the chat: {exc}")
+        window.banner.show_error(f"Could not export the chat: {storage_problem(exc, Path(path).parent)}.")
         return None
     window.banner.show_success(f"Exported to {out}")
     return out

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
+import errno
+import io
+import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -221,3 +226,103 @@ def test_new_chat_whose_first_send_failed_shows_only_its_own_messages(qtbot, win
     assert new != first and window.store.conversation(new).title == "after freeing space"
     assert [m.text for m in window.store.messages(new)] == ["after freeing space", "The cat is orange."]
     assert [c.title for c in window.store.conversations()] == ["after freeing space", "first message"]
+
+
+class _FillsUp:
+    """A file being written on a disk with ``room`` characters left: the open (and its truncation)
+    works, then a write runs out of space part-way, as on a full disk."""
+
+    def __init__(self, file, room: int) -> None:
+        self._file, self._room = file, room
+
+    def write(self, data):
+        if len(data) > self._room:
+            self._file.write(data[: self._room])
+            self._room = 0
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._room -= len(data)
+        return self._file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+
+@pytest.fixture
+def full_folder(tmp_path, monkeypatch):
+    """A folder on a "full disk": any file opened there for writing takes 100 characters, then fails."""
+    folder = tmp_path / "fulldisk"
+    folder.mkdir()
+    real_open = io.open
+
+    def open_on_full_disk(file, mode="r", *args, **kwargs):
+        opened = real_open(file, mode, *args, **kwargs)
+        if isinstance(file, (str, os.PathLike)) and set(mode) & set("wxa") and Path(file).parent == folder:
+            return _FillsUp(opened, 100)
+        return opened
+
+    monkeypatch.setattr(io, "open", open_on_full_disk)  # pathlib's write_text opens through io.open
+    monkeypatch.setattr(builtins, "open", open_on_full_disk)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["md", "json"])
+def test_export_over_a_file_on_a_full_disk_keeps_the_old_file(qtbot, window, monkeypatch, full_folder, kind):
+    """Trial 37, finding 7: the failed export destroyed the file it was replacing."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.export import export_dialog
+
+    _ask(qtbot, window, "a long message " * 200)
+    target = full_folder / f"notes.{kind}"
+    old = b"MY OLD NOTES\n" if kind == "md" else b"{}"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT)  # written before the disk filled up
+    os.write(fd, old)
+    os.close(fd)
+    assert target.read_bytes() == old
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
+
+    assert export_dialog(window, kind) is None
+    assert target.read_bytes() == old
+    assert sorted(p.name for p in full_folder.iterdir()) == [target.name]  # no temporary file left
+    assert window.banner.message() == ("Could not export the chat: the disk is full ([Errno 28] No space left on "
+                                       f"device); free some space on the disk that holds {full_folder}.")
+
+
+@pytest.mark.parametrize("kind", ["md", "json"])
+def test_failed_export_on_a_full_disk_leaves_no_file(qtbot, window, monkeypatch, full_folder, kind):
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.export import export_dialog
+
+    _ask(qtbot, window, "a long message " * 200)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(full_folder / f"export.{kind}"), ""))
+    assert export_dialog(window, kind) is None
+    assert list(full_folder.iterdir()) == []  # neither a truncated export nor a temporary file
+    assert window.banner.message().startswith("Could not export the chat: the disk is full ([Errno 28]")
+
+
+def test_safe_files_replace_whole_keep_permissions_and_leave_nothing_on_failure(tmp_path, monkeypatch):
+    from app import safe_files
+
+    target = tmp_path / "notes.md"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    safe_files.write_text(link, "new")  # through the link: the file it points to is replaced
+    assert link.is_symlink() and target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o640
+
+    def copy_then_disk_full(src, dst, *args, **kwargs):
+        Path(dst).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_files.shutil, "copyfile", copy_then_disk_full)
+    with pytest.raises(OSError):
+        safe_files.copy_file(tmp_path / "link.md", tmp_path / "copy.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "notes.md"]
