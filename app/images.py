@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from app import safe_files
 from engine.api.errors import ImageError
 from engine.api.images import load_image
 
@@ -32,7 +33,5 @@ def save_png_bytes(data: bytes, folder: Path) -> Path:
     digest = hashlib.sha256(data).hexdigest()[:32]
     path = folder / f"{digest}.png"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        safe_files.write_bytes(path, data)  # a full disk leaves neither half a PNG nor a temporary file
     return path

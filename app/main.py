@@ -16,6 +16,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QSocketNotifier, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QWidget
 
+from app import safe_files
 from app.application import create_app
 from app.main_window import MainWindow
 
@@ -80,7 +81,7 @@ class StartupReport(QObject):
             # A fast backend can report before the zero-delay timer ran; we are in the event loop now.
             self._window_shown()
         self.times.update(fields)
-        self.out.write_text(json.dumps(self.times), encoding="utf-8")
+        safe_files.write_text(self.out, json.dumps(self.times))
         self.app.quit()
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app import safe_files
+
 PAGE_LONG_SIDE = 1536  # pixels
 MAX_SCALE = 4.0  # a tiny page (a receipt, a label) is not blown up past 288 dpi
 PDF_SUFFIXES = {".pdf"}
@@ -125,9 +127,8 @@ def _render(document, index: int, stem: str, digest: str, folder: Path) -> Path:
     finally:
         page.close()
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".part")
-    image.save(tmp, "PNG")
-    tmp.replace(target)
+    with safe_files.replacing(target) as tmp:  # a full disk leaves no half page (nor its .part) behind
+        image.save(tmp, "PNG")
     return target
 
 

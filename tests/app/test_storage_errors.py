@@ -326,3 +326,17 @@ def test_safe_files_replace_whole_keep_permissions_and_leave_nothing_on_failure(
     with pytest.raises(OSError):
         safe_files.copy_file(tmp_path / "link.md", tmp_path / "copy.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "notes.md"]
+
+
+def test_pasted_images_and_pdf_pages_on_a_full_disk_leave_no_partial_file(tmp_path, full_folder):
+    from app import pdf_pages
+    from app.images import save_png_bytes
+    from tests.app.test_documents import make_pdf
+
+    with pytest.raises(OSError) as full:
+        save_png_bytes(b"\x89PNG" + bytes(4000), full_folder)
+    assert full.value.errno == errno.ENOSPC
+    make_pdf(tmp_path / "doc.pdf", 1)
+    with pytest.raises(OSError):
+        pdf_pages.render_pages(tmp_path / "doc.pdf", [0], full_folder)
+    assert list(full_folder.iterdir()) == []  # no .tmp / .part for a later run to trip over
