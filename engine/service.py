@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 from engine.api.backend import Attachment, EventSink, HistoryMessage, LoadCallback, ModelInfo
 from engine.api.capabilities import Capabilities
-from engine.api.errors import is_engine_error
+from engine.api.errors import describe_error, is_engine_error
 from engine.api.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
 from engine.api.hub import looks_like_repo_id
 
@@ -43,12 +43,6 @@ Loader = Callable[[str, dict], Any]
 # layer, so a cancel waits for one layer of one chunk: 256 tokens cost the same per token as 512
 # (1.66 vs 1.71 ms/token for the 256M model on a 2-core CPU; 128: 2.25) at half the wait.
 CANCELLABLE_PREFILL_CHUNK_CPU = 256
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for the user: engine errors already name the file or numbers involved."""
-    message = str(exc) or type(exc).__name__
-    return message if is_engine_error(exc) else f"{type(exc).__name__}: {message}"
 
 
 def default_loader(model: str, options: dict) -> Any:

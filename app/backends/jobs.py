@@ -7,7 +7,7 @@ ends with ``DoneEvent("cancelled")`` and never runs).
 A job that raises never ends the thread (it is the backend's only one: every later load and answer
 would wait on it for good, the window "generating…" with Stop doing nothing). The traceback is logged;
 an answer that raised before its ``DoneEvent`` ends with ``DoneEvent("error")`` as the local engine's
-service ends one (:func:`engine.service.describe_error`), so the window leaves its busy state.
+service ends one (:func:`engine.api.errors.describe_error`), so the window leaves its busy state.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from engine.api import DoneEvent, GenerationStats
 from engine.api.backend import EventSink
-from engine.service import describe_error
+from engine.api.errors import describe_error
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from engine.api import (
     TokenEvent,
 )
 from engine.api.backend import EventSink, LoadCallback
-from engine.service import describe_error
+from engine.api.errors import describe_error
 
 log = logging.getLogger(__name__)
 

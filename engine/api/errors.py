@@ -65,3 +65,10 @@ class DownloadCancelled(DownloadError):
 def is_engine_error(exc: BaseException) -> bool:
     """An expected problem (bad model, prompt too long, no network) rather than a bug."""
     return isinstance(exc, EngineError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user: engine errors already name the file or numbers involved; anything
+    else is prefixed with its type (a bug, or a library's error)."""
+    message = str(exc) or type(exc).__name__
+    return message if is_engine_error(exc) else f"{type(exc).__name__}: {message}"
