@@ -20,6 +20,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from app import safe_files
 from app.paths import data_dir
 from app.video_attachments import DEFAULT_FPS, DEFAULT_MAX_FRAMES, clamp_fps, clamp_max_frames
 from engine.api import DETAILS, GenerationParams
@@ -320,13 +321,10 @@ def _set_aside_once(path: Path) -> str:
     keys, kept = serialized_values(text)
     if not keys:
         return ""
-    part = path.with_name(path.name + ".part")
     try:
-        part.write_text(kept, encoding="utf-8")
         shutil.copyfile(path, aside)
-        os.replace(part, path)
+        safe_files.write_text(path, kept)
     except OSError as exc:
-        part.unlink(missing_ok=True)
         _stand_ins[path] = Path(tempfile.mkdtemp(prefix="smolchat-settings-")) / path.name  # never read it
         return (f"Settings file {path} holds stored objects ({', '.join(keys)}), which Smolchat never writes, "
                 f"and could not be cleaned ({exc.strerror}): the defaults apply, and changes are not saved.")
