@@ -67,7 +67,9 @@ def _load_failure(path: str | Path) -> str:
     if b"/Encrypt" in data:  # the trailer's encryption dictionary is never itself encrypted
         return f"{name} is password-protected: Smolchat cannot open encrypted PDFs. Save a copy without the password."
     if not re.search(rb"/Type\s*/Page(?![A-Za-z])", data):
-        return f"{name} has no pages."
+        # A complete PDF names its pages; a file cut short or garbled after its header does not.
+        return (f"{name} has no pages." if b"%%EOF" in data[-2048:] else
+                f"{name} is damaged (not a complete PDF): no page can be read.")
     return f"{name} is damaged: PDFium cannot read it."
 
 

@@ -277,8 +277,12 @@ def _perplexity(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        print(f"perplexity {result.perplexity:.4f}  (mean NLL {result.nll:.4f} nats over {result.tokens} tokens, "
-              f"{result.windows} windows)")
+        tokens, windows = result.tokens, result.windows
+        print(f"perplexity {result.perplexity:.4f}  (mean NLL {result.nll:.4f} nats over {tokens} "
+              f"token{'s' * (tokens != 1)}, {windows} window{'s' * (windows != 1)})")
+        if tokens < 100:  # a handful of tokens measures little: say so rather than let a number stand alone
+            print(f"note: {tokens} scored token{'s' * (tokens != 1)} is too few for a meaningful perplexity; "
+                  "use a longer text", file=sys.stderr)
     return 0
 
 

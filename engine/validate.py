@@ -119,6 +119,11 @@ def model_info(path_or_repo_id: str | Path) -> dict:
     return info
 
 
+def _not_usable(path: str | Path) -> str:
+    """The report's summary for a model that cannot be used: a file (a GGUF) is no folder."""
+    return "Not a usable model file." if Path(path).is_file() else "Not a usable model folder."
+
+
 def check_checkpoint(path: str) -> CheckReport:
     """Check a checkpoint folder (or Hub id in the local cache) before it is used; never raises.
 
@@ -136,11 +141,11 @@ def check_checkpoint(path: str) -> CheckReport:
         source = resolve_source(path)
     except EngineError as exc:
         report.problems.append(str(exc))
-        report.summary = "Not a usable model folder."
+        report.summary = _not_usable(path)
         return report
     except Exception as exc:  # noqa: BLE001 - the report says what is wrong
         report.problems.append(f"{type(exc).__name__}: {exc}")
-        report.summary = "Not a usable model folder."
+        report.summary = _not_usable(path)
         return report
     report.info, report.name = info, info["name"]
     meta = source.metadata()

@@ -93,6 +93,9 @@ def test_a_long_pdf_opens_the_page_picker_with_the_pages_that_fit(qtbot, window,
                   "Save a copy without the password."),
     ("empty", "empty.pdf has no pages."),
     ("text", "text.pdf is not a PDF file."),
+    # Found by a trial: these were "has no pages", as if complete.
+    ("truncated", "truncated.pdf is damaged (not a complete PDF): no page can be read."),
+    ("garbage", "garbage.pdf is damaged (not a complete PDF): no page can be read."),
 ])
 def test_unreadable_pdfs_give_one_line_and_attach_nothing(qtbot, window, tmp_path, kind, message):
     path = tmp_path / f"{kind}.pdf"
@@ -104,6 +107,11 @@ def test_unreadable_pdfs_give_one_line_and_attach_nothing(qtbot, window, tmp_pat
         encrypted_pdf(path)
     elif kind == "empty":
         empty_pdf(path)
+    elif kind == "truncated":
+        make_pdf(path, 2)
+        path.write_bytes(path.read_bytes()[:200])  # cut before its first page object
+    elif kind == "garbage":
+        path.write_bytes(b"%PDF-1.4 garbage")
     else:
         path.write_text("just text")
     window.add_files([str(path)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -370,6 +371,11 @@ def test_bad_gguf_raises_one_line_and_cli_exits_2(case, tmp_path, request):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(path.name) in lines[0], proc.stderr
+    from engine.validate import check_checkpoint
+
+    report = check_checkpoint(str(path))  # the model manager's check: a file is called a file
+    assert report.summary == ("Not a usable model folder." if path.is_dir() else "Not a usable model file.")
+    assert len(report.problems) == 1 and re.search(pattern, report.problems[0]), report.problems
 
 
 def test_mmproj_file_given_as_the_model(smolvlm_gguf_pair):

@@ -98,6 +98,19 @@ def test_cli_perplexity_json(tiny_checkpoint, tmp_path, models):
     assert out["tokens"] == n_tokens and abs(out["perplexity"] - expected) / expected < 1e-4
 
 
+def test_cli_perplexity_of_a_short_text_says_it_measures_little(tiny_checkpoint, tmp_path):
+    """Found by a trial: a two-token text printed "over 1 tokens" and a figure that means nothing."""
+    f = tmp_path / "short.txt"
+    f.write_text("Hello world", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "engine", "perplexity", "--model", str(tiny_checkpoint),
+                           "--file", str(f), "--device", "cpu", "--dtype", "float32"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip().endswith("nats over 1 token, 1 window)"), proc.stdout
+    assert proc.stderr.strip().endswith("note: 1 scored token is too few for a meaningful perplexity; use a "
+                                        "longer text"), proc.stderr
+
+
 @pytest.mark.parametrize("context,stride,why", [
     ("16", "32", "1 <= stride <= context, got context=16, stride=32"),
     ("64", "0", "1 <= stride <= context, got context=64, stride=0"),  # ran with stride 64 (0 read as "not given")
