@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.backends.qt import BackendBridge
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
+from app.formatting import error_words
 from app.settings import generation_defaults
 from app.video_attachments import attachments_for
 from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
@@ -203,7 +204,7 @@ class ChatController(QObject):
             # Which engine and model answered (a conversation may switch engines between answers).
             result["engine"], result["model"] = self.model_info.get("backend", "local"), self.model_path
             if event.error:
-                result["error"] = self.user_words(event.error)
+                result["error"] = self.user_words(error_words(event.error_type, event.error))
                 self.failed.emit(result["error"])
             self.busy = False
             self.finished.emit(result)  # the window ends the answer on screen first

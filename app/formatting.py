@@ -50,6 +50,19 @@ def pending_summary(counts: list[int | None]) -> str:
     return f"{label} · {sum(known):,} image tokens"
 
 
+def error_words(error_type: str, message: str) -> str:
+    """An engine error as the window says it: a sentence, and for a prompt beyond the context what
+    to do about it (the engine's message is worded for every front end, the server's clients too)."""
+    if error_type in ("PromptTooLongError", "Remote:context") and message.startswith("the prompt has "):
+        # "the prompt has N tokens but the context holds M[; why]"
+        if "; the system prompt alone" in message:  # the setting fails every answer; it says so
+            return message[0].upper() + message[1:] + "."
+        head = message.split(";", 1)[0].removeprefix("the prompt has ")
+        return (f"Too long for the model's context: this message makes a prompt of {head}. Shorten it or "
+                "send it in parts (a long chat keeps only the earlier messages that fit).")
+    return message
+
+
 def finish_footer(result: dict) -> str:
     """The muted line under an answer: why it ended when that is not a normal stop."""
     reason = result.get("finish_reason", "error")

@@ -44,8 +44,9 @@ class FakeBackend:
 
     def __init__(self, tokens: list[str] | None = None, delay: float = 0.0, model_name: str = "FakeVLM-256M",
                  image_error: str | None = None, fail: str | None = None, vision: bool = True,
-                 video: bool = False, progress_delay: float = 0.0) -> None:
+                 video: bool = False, progress_delay: float = 0.0, error_type: str = "") -> None:
         self.progress_delay = progress_delay
+        self.error_type = error_type  # the engine exception's name that image_error stands for
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
         self.model_name = model_name
@@ -138,7 +139,7 @@ class FakeBackend:
             sink(DoneEvent("error", GenerationStats(), "RuntimeError: No model is loaded yet."))
             return
         if self.image_error:
-            sink(DoneEvent("error", GenerationStats(), self.image_error))
+            sink(DoneEvent("error", GenerationStats(), self.image_error, self.error_type))
             return
         start, produced, reason = time.perf_counter(), 0, "stop"
         prompt_tokens = self._read_prompt(attachments, params, sink)

@@ -101,6 +101,20 @@ def test_engine_image_error_is_shown_and_prompt_restored(qtbot, make_window, png
     assert win.send_button.isEnabled() and not win.stop_button.isEnabled()
 
 
+def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
+    """Found by a trial: the banner was the engine's bare "the prompt has 30008 tokens but the
+    context holds 8192", lowercase, with nothing about what to do; the message stays in the composer."""
+    win = make_window(FakeBackend(image_error="the prompt has 30008 tokens but the context holds 8192",
+                                  error_type="PromptTooLongError"))
+    win.composer.setPlainText("word " * 30_000)
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message() == (
+        "Too long for the model's context: this message makes a prompt of 30008 tokens but the context holds "
+        "8192. Shorten it or send it in parts (a long chat keeps only the earlier messages that fit).")
+    assert win.composer.toPlainText() == ("word " * 30_000).strip()  # kept, to shorten
+
+
 def test_new_chat_clears_transcript_and_resets_session(qtbot, window, fake_session):
     qtbot.keyClicks(window.composer, "hi")
     with qtbot.waitSignal(window.answer_finished, timeout=5000):
