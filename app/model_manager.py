@@ -8,7 +8,7 @@ never leaves something half-installed that the app would try to load.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
@@ -131,6 +131,8 @@ class ModelManager(QDialog):
         self.tasks.validated.connect(self._on_validated)
         self._pending_checks: dict[str, str] = {}  # folder -> repo_id ("" for a folder the user added)
         self.last_report: dict = {}
+        self._typed_repo = ""  # the last repo id typed and added: its download's outcome goes to the report
+        self._reveal_row: CatalogRow | None = None  # a typed repo's row, to scroll to once the list grows
 
         intro = QLabel("Download a SmolVLM checkpoint (SmolVLM2 also answers questions about videos) into the "
                        "Hugging Face cache, type any Hub repo id, or add a model folder or a GGUF file you already "
@@ -197,6 +199,7 @@ class ModelManager(QDialog):
         self.catalog_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.catalog_scroll.setWidget(rows)
         self._fit_catalog_width()
+        self.catalog_scroll.verticalScrollBar().rangeChanged.connect(self._reveal)
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(_heading("Available checkpoints"))
@@ -239,6 +242,19 @@ class ModelManager(QDialog):
         row = self.rows.get(value) or self._add_row(CatalogEntry(value, value, 0.0, "From the Hugging Face Hub"))
         row.set_state("idle")
         self.start_download(value)
+        # The row may be below the visible part of the list: say what happens where the user looks,
+        # and bring the row into view once the layout has placed it.
+        self._typed_repo = value
+        self.report.setPlainText(f"Downloading {value} from the Hugging Face Hub: its row in the list above shows "
+                                 "the progress; the model is checked when it is complete.")
+        self._reveal_row = row
+        QTimer.singleShot(0, lambda: self.catalog_scroll.ensureWidgetVisible(row))
+
+    def _reveal(self, *_range) -> None:
+        """The list grew (a typed repo's row, then its status line): bring that row into view, once."""
+        if self._reveal_row is not None:
+            self.catalog_scroll.ensureWidgetVisible(self._reveal_row)
+            self._reveal_row = None
 
     # -- state -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -295,6 +311,8 @@ class ModelManager(QDialog):
         text = ("Cancelled. What was downloaded is kept in the cache; download again to resume."
                 if cancelled else f"Download failed: {message}")
         self.rows[repo_id].set_state("failed", text)
+        if repo_id == self._typed_repo:  # the report said it was downloading
+            self.report.setPlainText(f"✘ {repo_id}: {text}")
 
     # -- local folders and checks ------------------------------------------------------------------
     def choose_folder(self) -> None:

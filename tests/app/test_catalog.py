@@ -135,6 +135,8 @@ def test_typed_repo_id_gets_a_row_and_downloads(qtbot, manager, monkeypatch):
     monkeypatch.setattr(manager.tasks, "prepare_download", lambda repo: started.append(repo))
     manager.download_requested.disconnect()
     manager.download_requested.connect(lambda repo: started.append(("download", repo)))
+    manager.show()
+    qtbot.waitExposed(manager)
     manager.add_input.setText("someone/SmolVLM2-finetune")
     manager.add_typed()
     row = manager.rows["someone/SmolVLM2-finetune"]
@@ -142,3 +144,12 @@ def test_typed_repo_id_gets_a_row_and_downloads(qtbot, manager, monkeypatch):
         "<b>someone/SmolVLM2-finetune</b> <span style='color:gray'>· size unknown</span>")
     assert started == ["someone/SmolVLM2-finetune", ("download", "someone/SmolVLM2-finetune")]
     assert row.status.text() == "Downloading…"
+    # Found by a trial: the row lands below the visible part of the list and the report said nothing.
+    assert manager.report.toPlainText() == (
+        "Downloading someone/SmolVLM2-finetune from the Hugging Face Hub: its row in the list above shows the "
+        "progress; the model is checked when it is complete.")
+    viewport = manager.catalog_scroll.viewport()
+    qtbot.waitUntil(lambda: viewport.rect().contains(row.mapTo(viewport, row.rect().bottomLeft())))
+    manager._on_download_failed("someone/SmolVLM2-finetune", "the Hub cannot be reached (offline?)", False)
+    assert manager.report.toPlainText() == (
+        "✘ someone/SmolVLM2-finetune: Download failed: the Hub cannot be reached (offline?)")
