@@ -81,11 +81,14 @@ def build_ui(window) -> None:
     frame_layout.addLayout(row)
     hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images, videos, PDFs or a folder")
     hint.setObjectName("composerHint")
+    # Wraps in a narrow window (half a laptop screen) instead of holding it 730 px wide.
+    hint.setWordWrap(True)
+    hint.setAlignment(Qt.AlignmentFlag.AlignHCenter)
     bottom = QVBoxLayout()
     bottom.setContentsMargins(20, 0, 20, 10)
     bottom.setSpacing(4)
     bottom.addWidget(composer_frame)
-    bottom.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
+    bottom.addWidget(hint)  # centred by its own alignment: an aligned item gets no height for its width
 
     chat = QWidget()
     chat.setObjectName("central")

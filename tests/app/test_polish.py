@@ -134,3 +134,18 @@ def test_controls_have_accessible_names_and_svg_icons(window):
     assert unnamed == []
     for name in ("send", "stop", "attach", "copy", "edit", "regenerate", "delete", "new-chat", "settings", "models"):
         assert resource(f"icons/{name}.svg").read_text().startswith("<svg"), name
+
+
+def test_the_window_fits_half_a_laptop_screen(qtbot, window):
+    """Found by a trial: the composer's one-line hint held the window at least 729 px wide, so it
+    could not be snapped to half of a 1366-px screen; it wraps instead, every word still shown."""
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.minimumSizeHint().width() <= 1366 // 2, window.minimumSizeHint()
+    window.resize(1366 // 2, 700)
+    for _ in range(5):
+        QApplication.processEvents()
+    hint = window.findChild(QLabel, "composerHint")
+    assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().lineSpacing()  # wrapped, whole
