@@ -212,10 +212,13 @@ def test_greyed_out_buttons_are_visibly_fainter_in_both_themes(qtbot, make_windo
     greyed-out Delete looked like the enabled one. Compare the ink the two states draw."""
     from collections import Counter
 
+    from PySide6.QtCore import QPoint, QRect
+
     from app.theme import apply_theme
 
     def ink(button) -> float:  # summed colour distance from the button's background (its commonest colour)
-        image = button.grab().toImage()
+        # As drawn in the window: the button's own grab is transparent where the style sheet says so.
+        image = win.grab(QRect(button.mapTo(win, QPoint(0, 0)), button.size())).toImage()
         pixels = [image.pixelColor(x, y).getRgb()[:3] for y in range(image.height()) for x in range(image.width())]
         background = Counter(pixels).most_common(1)[0][0]
         return sum(abs(a - b) for pixel in pixels for a, b in zip(pixel, background))
