@@ -211,14 +211,19 @@ def _objects(value, where: str) -> list[dict]:
 
 
 def _usage(value) -> dict | None:
-    """``usage`` checked: an object whose token counts we read are whole numbers (or null)."""
-    usage = _typed(value, dict, "usage")
-    if usage is not None:
-        for key in ("prompt_tokens", "completion_tokens"):
-            _typed(usage.get(key), int, f"usage.{key}")
-        details = _typed(usage.get("prompt_tokens_details"), dict, "usage.prompt_tokens_details")
-        if details is not None:
-            _typed(details.get("cached_tokens"), int, "usage.prompt_tokens_details.cached_tokens")
+    """``usage`` if it is an object whose token counts we read are whole numbers (or null); else
+    None, as if absent: the counts only fill the footer, and the answer itself is fine."""
+    try:
+        usage = _typed(value, dict, "usage")
+        if usage is not None:
+            for key in ("prompt_tokens", "completion_tokens"):
+                _typed(usage.get(key), int, f"usage.{key}")
+            details = _typed(usage.get("prompt_tokens_details"), dict, "usage.prompt_tokens_details")
+            if details is not None:
+                _typed(details.get("cached_tokens"), int, "usage.prompt_tokens_details.cached_tokens")
+    except RemoteError as exc:
+        log.warning("ignoring the server's usage: %s", exc)
+        return None
     return usage
 
 

@@ -9,7 +9,8 @@ that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers H
 ``props`` and ``show`` are served as llama-server's ``/props`` and Ollama's ``/api/show``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
-wrong shape, then a valid end; ``whole:NAME`` (:data:`BAD_WHOLE`) answers that JSON body instead of a stream.
+wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
+``whole:NAME`` (:data:`BAD_WHOLE`) answers that JSON body instead of a stream.
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ BAD_EVENTS = {
     "delta-list": {"choices": [{"index": 0, "delta": ["x"]}]},
     "finish-number": {"choices": [{"index": 0, "delta": {}, "finish_reason": 5}]},
     "choice-null": {"choices": [None]},
+}
+# Events whose usage is of an odd shape: read as no usage (the counts only fill the footer).
+ODD_USAGE = {
     "usage-string": {"choices": [], "usage": "lots"},
     "usage-count-string": {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": "many"}},
+    "usage-float": {"choices": [], "usage": {"prompt_tokens": 3.0, "completion_tokens": 2}},
     "cached-list": {"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": []}},
 }
 # Whole (non-streamed) answers of a wrong shape.
@@ -38,7 +43,6 @@ BAD_WHOLE = {
     "content-number": {"choices": [{"message": {"role": "assistant", "content": 123}, "finish_reason": "stop"}]},
     "choices-string": {"choices": "oops"},
     "message-string": {"choices": [{"message": "hi", "finish_reason": "stop"}]},
-    "usage-list": {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": [1]},
 }
 STALL_LIMIT = 5.0  # a stalled answer ends by itself after this many seconds, whatever the test does
 
@@ -152,8 +156,9 @@ class FakeOpenAI:
                 if model == "malformed":
                     w.write(_chunk("The") + b"data: {this is not json\n\n")
                     return
-                if model.startswith("bad:"):
-                    bad = json.dumps(BAD_EVENTS[model.split(":", 1)[1]])
+                if model.startswith(("bad:", "oddusage:")):
+                    kind, name = model.split(":", 1)
+                    bad = json.dumps((BAD_EVENTS if kind == "bad" else ODD_USAGE)[name])
                     w.write(_chunk("The") + f"data: {bad}\n\n".encode() + _chunk(" end", finish="stop")
                             + b"data: [DONE]\n\n")
                     return

@@ -20,7 +20,7 @@ from app.backends.remote import RemoteBackend, openai_messages, remote_spec
 from app.backends.remote_http import Server, check_connection
 from app.backends.remote_media import image_data_uri, target_size
 from engine.api import GenerationParams, HistoryMessage, TokenEvent
-from tests.app.remote_fakes import BAD_EVENTS, BAD_WHOLE, TOKENS, FakeOpenAI, closed_port, wait_done
+from tests.app.remote_fakes import BAD_EVENTS, BAD_WHOLE, ODD_USAGE, TOKENS, FakeOpenAI, closed_port, wait_done
 
 PARAMS = GenerationParams(max_new_tokens=32)
 
@@ -267,6 +267,7 @@ def test_videos_go_as_data_uris(tmp_path):
 
 
 BAD_MODELS = [{"id": m, "object": "model"} for m in ["ok", *(f"bad:{n}" for n in BAD_EVENTS),
+                                                      *(f"oddusage:{n}" for n in ODD_USAGE),
                                                       *(f"whole:{n}" for n in BAD_WHOLE)]]
 NOT_OPENAI = "Not an OpenAI-compatible server (unexpected answer): "
 
@@ -303,6 +304,20 @@ def test_the_wrong_field_is_named(bad_fake):
     backend.close()
     backend, _ = loaded(bad_fake.url, "bad:choices-string")
     assert NOT_OPENAI + 'choices should be a list, got "oops"' in ask(backend)[1].error
+    backend.close()
+
+
+@pytest.mark.parametrize("name", list(ODD_USAGE))
+def test_a_usage_of_an_odd_shape_is_ignored_and_the_answer_ends_normally(bad_fake, name):
+    """The usage counts only fill the footer: a server that sends them oddly (a float, a string) still
+    gives its answer, without counts."""
+    backend, _ = loaded(bad_fake.url, f"oddusage:{name}")
+    events = []
+    backend.send("Q", [], PARAMS, events.append)
+    wait_done(events)
+    done = events[-1]
+    assert [e.text for e in events[:-1]] == ["The", " end"]
+    assert done.finish_reason == "stop" and not done.error
     backend.close()
 
 
