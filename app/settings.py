@@ -226,15 +226,17 @@ _set_aside: dict[Path, str] = {}  # settings file -> what set_aside_unreadable_s
 _stand_ins: dict[Path, Path] = {}  # settings file that must not be read -> the empty one read instead
 
 
-def serialized_values(text: str) -> tuple[list[str], str]:
+def serialized_values(text: str) -> tuple[list[str], str | None]:
     """The keys (``section/key``) of the values in ini ``text`` that QSettings would deserialize as
     objects (``@Variant(...)``, ``@DateTime(...)``: a QDataStream, in which PySide unpickles Python
-    objects), and ``text`` without their lines.
+    objects), and ``text`` without their lines; None instead of the text when that is not enough to
+    make it safe (the whole file must then be set aside).
 
     A value is decoded as QSettings decodes it (``QSettingsPrivate::iniUnescapedStringList``: quotes,
     C escapes, ``\\x`` and octal escapes of any length, a backslash before a line break continuing
     the line), so an escaped ``@`` is found too; any such marker anywhere in the value counts (a
-    list's later item included)."""
+    list's later item included). A quoted value may go on over several lines, which a line cannot
+    tell: the kept text is checked once more as a whole, decoded, and any marker left means None."""
     lines, keep, keys, section = text.splitlines(keepends=True), [], [], ""
     i = 0
     while i < len(lines):
@@ -249,12 +251,18 @@ def serialized_values(text: str) -> tuple[list[str], str]:
             section = stripped[1:-1]
         if "=" in whole:  # (a commented-out line too: taking it out changes nothing)
             key, value = whole.split("=", 1)
-            decoded = _ini_unescape(value)
-            if "@Variant(" in decoded or "@DateTime(" in decoded:
+            if _holds_object(_ini_unescape(value)):
                 keys.append(f"{section}/{key.strip()}" if section and section != "General" else key.strip())
                 continue
         keep.append(whole)
-    return keys, "".join(keep)
+    kept = "".join(keep)
+    if _holds_object(_ini_unescape(kept)):  # inside a value spread over lines (a quoted line break)
+        return keys or ["a value over several lines"], None
+    return keys, kept
+
+
+def _holds_object(decoded: str) -> bool:
+    return "@Variant(" in decoded or "@DateTime(" in decoded
 
 
 _INI_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", '"': '"',
@@ -322,6 +330,10 @@ def _set_aside_once(path: Path) -> str:
     if not keys:
         return ""
     try:
+        if kept is None:  # no line-by-line cleaning is safe: the whole file goes aside
+            path.replace(aside)
+            return (f"Settings file {path} holds stored objects ({', '.join(keys)}), which Smolchat never writes: "
+                    f"it was kept as {aside.name} and the defaults apply.")
         shutil.copyfile(path, aside)
         safe_files.write_text(path, kept)
     except OSError as exc:
@@ -330,6 +342,8 @@ def _set_aside_once(path: Path) -> str:
                 f"and could not be cleaned ({exc.strerror}): the defaults apply, and changes are not saved.")
     return (f"Settings file {path}: ignored {', '.join(keys)} (stored objects, which Smolchat never writes); "
             f"the file as it was is kept as {aside.name}.")
+
+
 def load_settings(qs: QSettings | None = None) -> AppSettings:
     """The settings in the ini file; an invalid value is left out (its default applies) and named in
     :attr:`AppSettings.problems` (one line for the file). Never raises for what the file holds."""

@@ -126,6 +126,45 @@ def test_a_stored_python_object_in_the_settings_is_taken_out_never_unpickled(qtb
     assert not marker.exists()
 
 
+def test_a_stored_object_inside_a_value_over_several_lines_sets_the_whole_file_aside(qtbot, make_window, data_dir,
+                                                                                    tmp_path):
+    """Found by a second trial: a quoted value goes on over a line break, so the object's line held no
+    '=' and was kept, and QSettings unpickled it as the value's second list item. The file then
+    cannot be cleaned line by line: it is set aside whole and the defaults apply."""
+    import os
+    import sys
+
+    from PySide6.QtCore import QSettings
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"{sys.executable} -c \"open({str(marker)!r}, 'w')\"",))
+
+    writer = QSettings(str(tmp_path / "crafted.ini"), QSettings.Format.IniFormat)
+    writer.setValue("ui/theme", Payload())
+    writer.sync()
+    payload = (tmp_path / "crafted.ini").read_text().split("theme=", 1)[1].strip()  # quoted: it holds a comma
+    text = f'[chat]\nsystem_prompt=be brief\n[ui]\ntheme="a\n",{payload}\n'
+    (tmp_path / "probe.ini").write_text(text)  # the bypass is real: QSettings alone runs the payload
+    QSettings(str(tmp_path / "probe.ini"), QSettings.Format.IniFormat).value("ui/theme")
+    assert marker.exists()
+    marker.unlink()
+
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    ini.write_text(text)
+    win = make_window(FakeBackend(tokens=["ok"]))
+    assert not marker.exists()
+    assert win.storage_banner.message() == (
+        f"Settings file {ini} holds stored objects (a value over several lines), which Smolchat never writes: "
+        "it was kept as settings.ini.unreadable and the defaults apply.")
+    assert (data_dir / "settings.ini.unreadable").read_text() == text and win.settings.system_prompt == ""
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
+    assert not marker.exists()
+
+
 def test_a_stored_object_in_a_settings_file_that_cannot_be_cleaned_is_never_read(qtbot, make_window, data_dir,
                                                                                  monkeypatch):
     """A read-only settings file with such a value: the run uses an empty settings file of its own
