@@ -28,28 +28,49 @@ LONG_RUN = 1000
 ZERO_WIDTH_SPACE = "\u200b"
 
 
+#: Where Qt's line breaking may already break: breaking spaces, line separators and the zero-width
+#: space itself. Not the no-break spaces (U+00A0, U+2007, U+202F): a run joined by them is one run.
+BREAKS = " \t\n\r\f\v\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2008\u2009\u200a\u2028\u2029\u205f\u3000\u200b"
+#: Characters a zero-width space must not separate from what comes before them: joiners, variation
+#: selectors, skin tones, combining marks, keycaps and flag tags (one emoji or one letter on screen).
+_GLUE = re.compile("[\u200d\u0300-\u036f\u20d0-\u20ff\ufe00-\ufe0f\U0001f3fb-\U0001f3ff\U000e0020-\U000e007f]")
+
+
 def breakable(text: str, run: int = 0, limit: int = LONG_RUN) -> tuple[str, int]:
-    """``text`` with a zero-width space (display only: never in what is copied or stored) after every
-    ``limit`` characters of a run without whitespace, and the length of its trailing run.
-    ``run``: the trailing run of the text ``text`` continues (streaming; at most ``limit``)."""
+    """``text`` with a zero-width space (display only: :func:`unbreakable` takes them out of what is
+    copied; never stored) after every ``limit`` characters of a run without a break opportunity
+    (:data:`BREAKS`; not inside an emoji sequence or before a combining mark), and the length of its
+    trailing run. ``run``: the trailing run of the text ``text`` continues (streaming; at most ``limit``)."""
     if run + len(text) <= limit:  # no run can be long enough
         tail = _trailing_run(text)
         return text, run + tail if tail == len(text) else tail
-    marked = _unbroken(limit).sub(lambda m: m.group(0) + ZERO_WIDTH_SPACE, "x" * run + text)[run:]
+    source = "x" * run + text
+
+    def mark(m: re.Match) -> str:
+        end = m.end()
+        glued = m.group(0)[-1] == "\u200d" or (end < len(source) and _GLUE.match(source, end))
+        return m.group(0) if glued else m.group(0) + ZERO_WIDTH_SPACE
+    marked = _unbroken(limit).sub(mark, source)[run:]
     return marked, _trailing_run(marked)
+
+
+def unbreakable(text: str) -> str:
+    """``text`` without the zero-width spaces :func:`breakable` put in (for the clipboard)."""
+    return text.replace(ZERO_WIDTH_SPACE, "")
 
 
 @functools.cache
 def _unbroken(limit: int) -> re.Pattern:
-    return re.compile(rf"[^\s\u200b]{{{limit}}}(?=[^\s\u200b])")
+    run = f"[^{re.escape(BREAKS)}]"
+    return re.compile(rf"{run}{{{limit}}}(?={run})")
 
 
 def _trailing_run(text: str) -> int:
-    """Characters after ``text``'s last whitespace or zero-width space (at most ~LONG_RUN here: a
-    backward scan; a regex anchored at the end would try every start, quadratic in a long run)."""
+    """Characters after ``text``'s last break opportunity (at most ~``limit`` here: a backward scan;
+    a regex anchored at the end would try every start, quadratic in a long run)."""
     n = 0
     for ch in reversed(text):
-        if ch.isspace() or ch == ZERO_WIDTH_SPACE:
+        if ch in BREAKS:
             break
         n += 1
     return n
@@ -109,6 +130,15 @@ class RichText(QTextBrowser):
     def setMarkdown(self, markdown: str) -> None:
         marked, self._run = breakable(markdown)
         super().setMarkdown(marked)
+
+    def createMimeDataFromSelection(self):  # noqa: N802 - Qt's name
+        """What a copy or drag of the selection carries: the text without the display's zero-width spaces."""
+        data = super().createMimeDataFromSelection()
+        if data.hasHtml():
+            data.setHtml(unbreakable(data.html()))
+        if data.hasText():
+            data.setText(unbreakable(data.text()))
+        return data
 
     def append_plain(self, text: str) -> None:
         """Insert ``text`` at the end without touching the rest of the document."""

@@ -9,9 +9,10 @@ in a narrow window; the height then follows from ``heightForWidth``.
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtGui import QClipboard, QContextMenuEvent, QGuiApplication, QKeyEvent, QKeySequence, QMouseEvent
+from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QWidget
 
-from app.markdown import breakable
+from app.markdown import breakable, unbreakable
 
 #: The narrowest a label shrinks to in a tight window (pixels), unless its text is shorter.
 MIN_WRAP_WIDTH = 120
@@ -36,6 +37,30 @@ class FittingLabel(QLabel):
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
         self.max_width = max_width
+
+    # -- copying: the selection without the display's zero-width spaces (Qt's own copy keeps them) --
+    def selected_text(self) -> str:
+        return unbreakable(self.selectedText())
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
+        if event.matches(QKeySequence.StandardKey.Copy) and self.hasSelectedText():
+            QGuiApplication.clipboard().setText(self.selected_text())
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt's name
+        super().mouseReleaseEvent(event)  # (sets the X11 primary selection from Qt's text)
+        clipboard = QGuiApplication.clipboard()
+        if clipboard.supportsSelection() and self.hasSelectedText():
+            clipboard.setText(self.selected_text(), QClipboard.Mode.Selection)
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802 - Qt's name
+        menu = QMenu(self)
+        copy = menu.addAction("Copy", lambda: QGuiApplication.clipboard().setText(self.selected_text()))
+        copy.setEnabled(self.hasSelectedText())
+        menu.addAction("Select All", lambda: self.setSelection(0, len(self.text())))
+        menu.exec(event.globalPos())
 
     def natural_width(self) -> int:
         """Pixels the text needs unwrapped (its longest line), contents margins included, at most ``max_width``."""

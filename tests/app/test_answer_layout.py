@@ -142,3 +142,43 @@ def test_an_answer_without_spaces_is_laid_out_in_pieces_and_copied_whole(qtbot, 
     assert lines >= 640 * label.fontMetrics().horizontalAdvance("0") // label.width(), (lines, label.width())
     answer.actions_row.triggered.emit("copy")
     assert QApplication.clipboard().text() == long_run
+
+
+def test_no_break_spaces_do_not_count_as_breaks_and_emoji_stay_whole():
+    """Found by a second trial: letters joined by no-break spaces froze the window again (Qt never
+    breaks there, the run counted them as breaks); a zero-width space went inside an emoji sequence."""
+    from app.markdown import ZERO_WIDTH_SPACE, breakable
+
+    marked, _ = breakable("a\u00a0" * 1500)
+    assert [len(part) for part in marked.split(ZERO_WIDTH_SPACE)] == [1000, 1000, 1000]
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    for offset in range(30):  # wherever the limit falls, the family stays one sequence
+        marked, _ = breakable("x" * offset + family * 8, limit=24)
+        assert family * 8 in marked.replace(ZERO_WIDTH_SPACE + "\U0001f468", "\U0001f468"), offset
+    assert breakable("x" * 24 + "e\u0301" * 3, limit=24)[0] == "x" * 24 + ZERO_WIDTH_SPACE + "e\u0301" * 3
+
+
+def test_copying_a_selection_gives_the_text_without_the_displays_break_marks(qtbot, make_window):
+    """Found by a second trial: a URL selected in a bubble and copied with Ctrl+C had a zero-width
+    space every 24 characters (pasted, it did not work); an answer's every 1,000."""
+    from PySide6.QtGui import QKeySequence
+
+    url = "https://github.com/HuggingFaceTB/SmolVLM-256M-Instruct/blob/main/" + "0123456789abcdef" * 4
+    long_run = "B" * 2500
+    win = make_window(FakeBackend(tokens=[long_run]))
+    win.resize(900, 700)
+    win.composer.setPlainText(url)
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    user, answer = win.transcript.widgets()
+    label = user.findChild(QLabel, "userText")
+    assert "\u200b" in label.text()  # what is shown can wrap ...
+    label.setSelection(0, len(label.text()))
+    label.setFocus()
+    QApplication.clipboard().clear()
+    qtbot.keySequence(label, QKeySequence.StandardKey.Copy)
+    assert QApplication.clipboard().text() == url  # ... what is copied is the text
+    view = answer.rendered_widgets()[0]
+    view.selectAll()
+    view.copy()
+    assert QApplication.clipboard().text() == long_run
