@@ -33,6 +33,7 @@ from app.backends.remote_http import (
     from_exception,
     from_response,
     list_models,
+    mend_surrogates,
     probe_capabilities,
 )
 from app.backends.remote_media import image_data_uri, video_data_uri
@@ -115,13 +116,14 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
     inside an HTTP 200, as LM Studio sends them), malformed SSE, a connection closed before the end."""
     url = api_base(base_url) + "/chat/completions"
     finished = False
+    put = _Mended(put)
     try:
         with client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
             keep(response)
             if response.status_code >= 400:
                 raise from_response(response.status_code, response.headers, response.read().decode("utf-8", "replace"))
             if "text/event-stream" not in response.headers.get("content-type", ""):
-                _whole_answer(response.read().decode("utf-8", "replace"), put)
+                _whole_answer(response.read().decode("utf-8", "replace"), put)  # (put mends its text too)
                 return
             for event in EventSource(response).iter_sse():
                 if event.data.strip() == "[DONE]" or (stop is not None and stop.is_set()):
@@ -160,6 +162,25 @@ def _chunk(chunk: dict, put) -> bool:
             put(("finish", finish))
             finished = True
     return finished
+
+
+class _Mended:
+    """``put`` with the tokens of one answer passed through :func:`mend_surrogates`; a high half still
+    held when the answer finishes is a lone one: U+FFFD."""
+
+    def __init__(self, put: Callable[[tuple], None]) -> None:
+        self.put, self.held = put, ""
+
+    def __call__(self, item: tuple) -> None:
+        if item[0] == "token":
+            text, self.held = mend_surrogates(item[1], self.held)
+            if text:
+                self.put(("token", text))
+            return
+        if item[0] == "finish" and self.held:
+            self.put(("token", mend_surrogates(self.held, final=True)[0]))
+            self.held = ""
+        self.put(item)
 
 
 def _whole_answer(text: str, put) -> None:

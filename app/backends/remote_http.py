@@ -94,8 +94,31 @@ def from_exception(exc: BaseException) -> RemoteError:
     return RemoteError("network", text)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_surrogates(text: str, held: str = "", final: bool = False) -> tuple[str, str]:
+    """``held + text`` made fit to encode: ``(text, high half held back)``.
+
+    JSON strings are UTF-16 at heart: a server that slices them (JavaScript ones) may send an emoji as
+    ``"\\ud83d"`` in one chunk and ``"\\ude00"`` in the next, which Python reads as two lone surrogates
+    that no codec can write (the CLI died on them, the app lost them). A pair is joined
+    into its character; a high half at the very end is held back for the next piece to complete; any
+    other lone half (also that one, when ``final``: nothing follows) becomes U+FFFD."""
+    text = held + text
+    if not _SURROGATE.search(text):
+        return text, ""
+    held = text[-1] if not final and "\ud800" <= text[-1] <= "\udbff" else ""
+    text = text[:len(text) - len(held)]
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"), held
+
+
 def error_message(body: str) -> str:
     """The human part of an error body (OpenAI ``{"error": {"message"}}``, ``{"error": "..."}``, text)."""
+    return mend_surrogates(_error_message(body), final=True)[0]
+
+
+def _error_message(body: str) -> str:
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

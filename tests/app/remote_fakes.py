@@ -10,7 +10,9 @@ that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers H
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
 wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
-``whole:NAME`` (:data:`BAD_WHOLE`) answers that JSON body instead of a stream.
+``whole:NAME`` (:data:`BAD_WHOLE`, :data:`ODD_WHOLE`) answers that JSON body instead of a stream.
+``split:NAME`` (:data:`SPLIT`) streams those pieces of content, emoji cut into their UTF-16 halves as
+servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\ude00"``), then a valid end.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ ODD_USAGE = {
     "usage-count-string": {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": "many"}},
     "usage-float": {"choices": [], "usage": {"prompt_tokens": 3.0, "completion_tokens": 2}},
     "cached-list": {"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": []}},
+}
+# Streamed content pieces with UTF-16 surrogate halves (json.dumps writes each as a "\\udXXX" escape),
+# and the text they make: halves that pair up are joined, a lone one is U+FFFD, nothing is lost.
+SPLIT = {
+    "emoji": (["Hi ", "\ud83d", "\ude00 end"], "Hi \U0001F600 end"),
+    "two-in-a-row": (["\ud83d", "\ude00\ud83d", "\ude01!"], "\U0001F600\U0001F601!"),
+    "lone": (["a\udc00b", "c\ud83d", "d", "e\ud83d"], "a\ufffdbc\ufffdde\ufffd"),
+}
+# Whole answers of the right shape whose text holds a lone surrogate half.
+ODD_WHOLE = {
+    "lone-surrogate": {"choices": [{"message": {"role": "assistant", "content": "x\ud800y\ud83d"},
+                                    "finish_reason": "stop"}]},
 }
 # Whole (non-streamed) answers of a wrong shape.
 BAD_WHOLE = {
@@ -130,7 +144,7 @@ class FakeOpenAI:
                     self._json(200, {"error": "Model failed to load: out of memory"})
                     return
                 if model.startswith("whole:"):
-                    self._json(200, BAD_WHOLE[model.split(":", 1)[1]])
+                    self._json(200, {**BAD_WHOLE, **ODD_WHOLE}[model.split(":", 1)[1]])
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -161,6 +175,12 @@ class FakeOpenAI:
                     bad = json.dumps((BAD_EVENTS if kind == "bad" else ODD_USAGE)[name])
                     w.write(_chunk("The") + f"data: {bad}\n\n".encode() + _chunk(" end", finish="stop")
                             + b"data: [DONE]\n\n")
+                    return
+                if model.startswith("split:"):
+                    for piece in SPLIT[model.split(":", 1)[1]][0]:
+                        w.write(_chunk(piece))
+                        w.flush()
+                    w.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
                     return
                 for i, token in enumerate(TOKENS):
                     if model == "midstream500" and i == 2:

@@ -20,7 +20,17 @@ from app.backends.remote import RemoteBackend, openai_messages, remote_spec
 from app.backends.remote_http import Server, check_connection
 from app.backends.remote_media import image_data_uri, target_size
 from engine.api import GenerationParams, HistoryMessage, TokenEvent
-from tests.app.remote_fakes import BAD_EVENTS, BAD_WHOLE, ODD_USAGE, TOKENS, FakeOpenAI, closed_port, wait_done
+from tests.app.remote_fakes import (
+    BAD_EVENTS,
+    BAD_WHOLE,
+    ODD_USAGE,
+    ODD_WHOLE,
+    SPLIT,
+    TOKENS,
+    FakeOpenAI,
+    closed_port,
+    wait_done,
+)
 
 PARAMS = GenerationParams(max_new_tokens=32)
 
@@ -268,7 +278,8 @@ def test_videos_go_as_data_uris(tmp_path):
 
 BAD_MODELS = [{"id": m, "object": "model"} for m in ["ok", *(f"bad:{n}" for n in BAD_EVENTS),
                                                       *(f"oddusage:{n}" for n in ODD_USAGE),
-                                                      *(f"whole:{n}" for n in BAD_WHOLE)]]
+                                                      *(f"whole:{n}" for n in [*BAD_WHOLE, *ODD_WHOLE]),
+                                                      *(f"split:{n}" for n in SPLIT)]]
 NOT_OPENAI = "Not an OpenAI-compatible server (unexpected answer): "
 
 
@@ -321,6 +332,24 @@ def test_a_usage_of_an_odd_shape_is_ignored_and_the_answer_ends_normally(bad_fak
     backend.close()
 
 
+@pytest.mark.parametrize("name", list(SPLIT))
+def test_surrogate_halves_split_across_chunks_are_joined(bad_fake, name):
+    """Found by a trial: an emoji sent as "\\ud83d" in one chunk and "\\ude00" in the next was lost in the
+    app; each half that pairs up is joined, a lone one is U+FFFD, and the text after it is kept."""
+    backend, _ = loaded(bad_fake.url, f"split:{name}")
+    text, done = ask(backend)
+    assert text == SPLIT[name][1] and done.finish_reason == "stop" and not done.error
+    text.encode("utf-8")  # fit to store and print
+    backend.close()
+
+
+def test_a_whole_answer_with_a_lone_surrogate_is_fit_to_print(bad_fake):
+    backend, _ = loaded(bad_fake.url, "whole:lone-surrogate")
+    text, done = ask(backend)
+    assert text == "x\ufffdy\ufffd" and done.finish_reason == "stop" and not done.error
+    backend.close()
+
+
 @pytest.mark.parametrize("name", list(BAD_WHOLE))
 def test_a_whole_answer_of_the_wrong_shape_is_not_openai(bad_fake, name):
     backend, _ = loaded(bad_fake.url, f"whole:{name}")
@@ -359,3 +388,21 @@ def test_json_nested_too_deep_to_parse_is_not_an_answer():
         _whole_answer(deep, lambda item: None)
     assert caught.value.kind == "not_openai"
     assert error_message(deep) == deep[:300]
+
+
+def test_an_error_message_with_a_lone_surrogate_is_fit_to_print():
+    from app.backends.remote_http import error_message
+
+    assert error_message('{"error": {"message": "no \\ud83d\\ude00 here \\ud800"}}') == "no \U0001F600 here \ufffd"
+
+
+@pytest.mark.parametrize("model, expected", [("split:emoji", SPLIT["emoji"][1] + "\n"),
+                                             ("whole:lone-surrogate", "x\ufffdy\ufffd\n")])
+def test_cli_generate_prints_split_surrogates_joined(bad_fake, model, expected):
+    """Found by a trial: ``generate --server`` aborted on the first half of an emoji ("surrogates not
+    allowed", exit 2) and lost the rest of the answer."""
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "engine", "generate", "--server", bad_fake.url, "--model", model, "--prompt", "hi"]
+    proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", timeout=60, cwd=repo,
+                          env={**os.environ, "PYTHONPATH": str(repo), "PYTHONIOENCODING": "utf-8"})
+    assert proc.returncode == 0 and proc.stdout == expected, (proc.stdout, proc.stderr)
