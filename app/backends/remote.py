@@ -231,17 +231,23 @@ def _objects(value, where: str) -> list[dict]:
     return items
 
 
+def _count(value, where: str) -> None:
+    """A token count: null, or a whole number >= 0 (a negative one is no count: "-7 generated tokens")."""
+    if _typed(value, int, where) is not None and value < 0:
+        raise RemoteError("not_openai", f"{where} should be a whole number >= 0, got {value}")
+
+
 def _usage(value) -> dict | None:
-    """``usage`` if it is an object whose token counts we read are whole numbers (or null); else
+    """``usage`` if it is an object whose token counts we read are whole numbers >= 0 (or null); else
     None, as if absent: the counts only fill the footer, and the answer itself is fine."""
     try:
         usage = _typed(value, dict, "usage")
         if usage is not None:
             for key in ("prompt_tokens", "completion_tokens"):
-                _typed(usage.get(key), int, f"usage.{key}")
+                _count(usage.get(key), f"usage.{key}")
             details = _typed(usage.get("prompt_tokens_details"), dict, "usage.prompt_tokens_details")
             if details is not None:
-                _typed(details.get("cached_tokens"), int, "usage.prompt_tokens_details.cached_tokens")
+                _count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens")
     except RemoteError as exc:
         log.warning("ignoring the server's usage: %s", exc)
         return None

@@ -39,6 +39,10 @@ ODD_USAGE = {
     "usage-count-string": {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": "many"}},
     "usage-float": {"choices": [], "usage": {"prompt_tokens": 3.0, "completion_tokens": 2}},
     "cached-list": {"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": []}},
+    "completion-negative": {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": -7}},
+    "prompt-negative": {"choices": [], "usage": {"prompt_tokens": -1, "completion_tokens": 2}},
+    "cached-negative": {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2,
+                                                  "prompt_tokens_details": {"cached_tokens": -3}}},
 }
 # Streamed content pieces with UTF-16 surrogate halves (json.dumps writes each as a "\\udXXX" escape),
 # and the text they make: halves that pair up are joined, a lone one is U+FFFD, nothing is lost.

@@ -329,6 +329,9 @@ def test_a_usage_of_an_odd_shape_is_ignored_and_the_answer_ends_normally(bad_fak
     done = events[-1]
     assert [e.text for e in events[:-1]] == ["The", " end"]
     assert done.finish_reason == "stop" and not done.error
+    # Found by a trial: a negative count was shown as "-7 generated tokens". None of it is read.
+    stats = done.stats
+    assert (stats.prompt_tokens, stats.cached_tokens, stats.generated_tokens) == (0, 0, 2)
     backend.close()
 
 
