@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,21 +100,54 @@ def cached_snapshot(repo_id: str) -> str:
     return str(folder) if any(folder.glob("*.safetensors")) else ""
 
 
+#: A Hub page of a model: ``https://huggingface.co/OWNER/NAME``, maybe ``/tree/BRANCH/...``, a query or anchor.
+_HUB_URL = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)(?:/tree/([^/?#]+)[^?#]*)?"
+                      r"/?(?:[?#].*)?", re.IGNORECASE)
+#: One part of a Hub repo id, as the Hub allows it.
+_REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
+_SHOWN = 120  # characters of what was typed, quoted in a reason (the report box is one line)
+
+
+def _shown(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 1] + "…"
+
+
 def classify(text: str) -> tuple[str, str]:
     """What the user typed into "Add a model": ``("folder" | "gguf" | "repo", value)``, or
-    ``("invalid", one-line reason)``."""
+    ``("invalid", one-line reason)``; never raises (a name too long for the disk is a reason too)."""
     text = text.strip().strip('"').strip("'")
     if not text:
         return "invalid", "Type a Hugging Face repo id (owner/name), a model folder or a .gguf file."
-    path = Path(os.path.expanduser(text))
-    if path.is_dir():
-        return "folder", str(path.resolve())
-    if path.is_file():
-        if path.suffix.lower() == ".gguf":
-            return "gguf", str(path.resolve())
-        return "invalid", (f"{path.name} is a file but not a GGUF model: choose its folder, or a .gguf file.")
-    if looks_like_repo_id(text):
+    url = _HUB_URL.fullmatch(text)
+    if url:  # a pasted model page: its repo id
+        if url.group(1).lower() in ("datasets", "spaces"):
+            return "invalid", f"That is a Hugging Face {url.group(1)[:-1].lower()}, not a model: {_shown(text)}"
+        text = f"{url.group(1)}/{url.group(2)}" + (f"@{url.group(3)}" if url.group(3) not in (None, "main") else "")
+    elif "://" in text:
+        return "invalid", f"Not a Hugging Face model page (https://huggingface.co/owner/name): {_shown(text)}"
+    try:
+        path = Path(os.path.expanduser(text))
+        if path.is_dir():
+            return "folder", str(path.resolve())
+        if path.is_file():
+            if path.suffix.lower() == ".gguf":
+                return "gguf", str(path.resolve())
+            return "invalid", (f"{_shown(path.name)} is a file but not a GGUF model: choose its folder, or a .gguf "
+                               "file.")
+        repo = looks_like_repo_id(text)
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return "invalid", f"Not a model folder, a .gguf file or a Hugging Face repo id ({reason}): {_shown(text)}"
+    if repo:
+        owner, name = text.split("/")
+        if "@" in name:  # the download takes the newest revision of the main branch only
+            return "invalid", (f"A revision (@{_shown(name.partition('@')[2])}) cannot be chosen here: type the repo "
+                               f"id alone, {_shown(owner)}/{_shown(name.partition('@')[0])}, to download its main branch.")
+        if not all(_REPO_PART.fullmatch(part) and ".." not in part and "--" not in part for part in (owner, name)):
+            return "invalid", ("Not a Hugging Face repo id: owner and name are at most 96 letters, digits, '-', '_' "
+                               f"or '.' each: {_shown(text)}")
         return "repo", text
     if text.lower().endswith(".gguf") or os.sep in text or text.startswith((".", "~")):
-        return "invalid", f"No such file or folder: {text}"
-    return "invalid", f"Not a Hugging Face repo id (owner/name), a model folder or a .gguf file: {text}"
+        return "invalid", f"No such file or folder: {_shown(text)}"
+    return "invalid", f"Not a Hugging Face repo id (owner/name), a model folder or a .gguf file: {_shown(text)}"

@@ -83,6 +83,45 @@ def test_what_the_user_types_is_classified(tmp_path):
                                                  ".gguf file: just words")
 
 
+@pytest.mark.parametrize("typed", ["https://huggingface.co/HuggingFaceTB/SmolVLM-256M-Instruct",
+                                   "https://huggingface.co/HuggingFaceTB/SmolVLM-256M-Instruct/tree/main",
+                                   "huggingface.co/HuggingFaceTB/SmolVLM-256M-Instruct/",
+                                   "https://hf.co/HuggingFaceTB/SmolVLM-256M-Instruct?library=transformers"])
+def test_a_pasted_hub_page_is_its_repo_id(typed):
+    assert classify(typed) == ("repo", "HuggingFaceTB/SmolVLM-256M-Instruct")
+
+
+@pytest.mark.parametrize("typed, reason", [
+    # Found by a trial: these raised OSError "File name too long" out of the dialog's Add.
+    ("a" * 300 + "/b", "Not a model folder, a .gguf file or a Hugging Face repo id (File name too long): "),
+    ("a" * 5000, "Not a model folder, a .gguf file or a Hugging Face repo id (File name too long): "),
+    ("x/" + "b" * 200, "Not a Hugging Face repo id: owner and name are at most 96 letters, digits, '-', '_' or '.' "
+                       "each: "),
+    ("someone/bad name", "Not a Hugging Face repo id: owner and name are at most 96 letters, digits, '-', '_' or '.' "
+                         "each: someone/bad name"),
+    # The download has no revision: refused, not left to huggingface_hub's "Repo id must use alphanumeric chars".
+    ("owner/name@main", "A revision (@main) cannot be chosen here: type the repo id alone, owner/name, to download its "
+                        "main branch."),
+    ("https://huggingface.co/owner/name/tree/v2", "A revision (@v2) cannot be chosen here: type the repo id alone, "
+                                                  "owner/name, to download its main branch."),
+    ("https://huggingface.co/datasets/owner", "That is a Hugging Face dataset, not a model: "),
+    ("https://huggingface.co/owner/name/blob/main/config.json", "Not a Hugging Face model page "
+                                                                "(https://huggingface.co/owner/name): "),
+])
+def test_what_cannot_be_added_gets_one_short_line(typed, reason):
+    kind, said = classify(typed)
+    assert kind == "invalid" and said.startswith(reason), said
+    assert "\n" not in said and len(said) < 300
+
+
+def test_typed_too_long_gets_one_line(manager):
+    manager.add_input.setText("a" * 300 + "/b")
+    manager.add_typed()
+    report = manager.report.toPlainText()
+    assert report.startswith("✘ Not a model folder, a .gguf file or a Hugging Face repo id (File name too long): aaa")
+    assert "\n" not in report and report.endswith("…")
+
+
 @pytest.fixture
 def manager(make_window):
     return make_window(FakeBackend()).open_model_manager()
@@ -153,3 +192,4 @@ def test_typed_repo_id_gets_a_row_and_downloads(qtbot, manager, monkeypatch):
     manager._on_download_failed("someone/SmolVLM2-finetune", "the Hub cannot be reached (offline?)", False)
     assert manager.report.toPlainText() == (
         "✘ someone/SmolVLM2-finetune: Download failed: the Hub cannot be reached (offline?)")
+
