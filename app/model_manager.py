@@ -239,6 +239,9 @@ class ModelManager(QDialog):
         if kind in ("folder", "gguf"):
             self.check_folder(value, register=True)
             return
+        # The Hub resolves repo ids whatever their case: one typed in another case is the same repo, and
+        # reuses its row (the catalog's spelling), not a second row that downloads it again.
+        value = next((repo for repo in self.rows if repo.lower() == value.lower()), value)
         row = self.rows.get(value) or self._add_row(CatalogEntry(value, value, 0.0, "From the Hugging Face Hub"))
         row.set_state("idle")
         self.start_download(value)

@@ -193,3 +193,14 @@ def test_typed_repo_id_gets_a_row_and_downloads(qtbot, manager, monkeypatch):
     assert manager.report.toPlainText() == (
         "✘ someone/SmolVLM2-finetune: Download failed: the Hub cannot be reached (offline?)")
 
+
+def test_a_repo_id_in_another_case_reuses_its_row(manager, monkeypatch):
+    """Hub ids resolve whatever their case: a second row (and download) for the same repo was a trial's find."""
+    started = []
+    monkeypatch.setattr(manager.tasks, "prepare_download", lambda repo: started.append(repo))
+    manager.download_requested.disconnect()
+    rows = dict(manager.rows)
+    manager.add_input.setText("https://huggingface.co/huggingfacetb/smolvlm-256m-instruct")
+    manager.add_typed()
+    assert manager.rows == rows and started == ["HuggingFaceTB/SmolVLM-256M-Instruct"]
+    assert manager.report.toPlainText().startswith("Downloading HuggingFaceTB/SmolVLM-256M-Instruct from the Hugging Face Hub")
