@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.conftest import tiny_checkpoint  # noqa: F401 - a fixture, re-exported here
-from tests.server.helpers import ServerProcess, wait_ready
+from tests.engine.conftest import smollm2_gguf, tiny_checkpoint  # noqa: F401 - fixtures, re-exported here
+from tests.server.helpers import ServerProcess, ThreadServer, wait_ready
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +23,26 @@ def server(tiny_checkpoint):  # noqa: F811
 @pytest.fixture(scope="session")
 def url(server) -> str:
     return server.url
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_gguf):  # noqa: F811
+    """An in-process server over SmolLM2-135M-Instruct's real weights (float32, CPU; skipped without
+    the GGUF): ``(url, model id, its ChatSession)``."""
+    import httpx
+
+    from engine import load_model
+    from engine.cache import CacheConfig
+    from engine.chat import ChatSession
+    from engine.sources import resolve_source
+    from engine.tokenizer import Tokenizer
+    from server import ServerConfig, create_app
+
+    model = load_model(smollm2_gguf, "cpu", "float32")
+    tokenizer = Tokenizer.from_pretrained(resolve_source(smollm2_gguf).folder)
+    session = ChatSession(model, tokenizer, None, CacheConfig(kind="paged", max_tokens=2048))
+    srv = ThreadServer(create_app(ServerConfig(model=str(smollm2_gguf)), loader=lambda model, options: session))
+    try:
+        yield srv.url, httpx.get(f"{srv.url}/v1/models").json()["data"][0]["id"], session
+    finally:
+        srv.stop()

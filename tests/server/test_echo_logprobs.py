@@ -16,29 +16,14 @@ import httpx
 import pytest
 import torch
 
-from engine import load_model
 from engine.cache import CacheConfig
 from engine.chat import ChatSession
-from engine.sources import resolve_source
-from engine.tokenizer import Tokenizer
 from server import ServerConfig, create_app
 from server.routes_generate import token_text
 from tests.engine.conftest import smollm2_gguf  # noqa: F401 - a fixture
 from tests.server.helpers import ThreadServer
 
 PROMPT = "The capital of France is Paris. The capital of Italy is Rome"
-
-
-@pytest.fixture(scope="module")
-def smollm2(smollm2_gguf):  # noqa: F811
-    model = load_model(smollm2_gguf, "cpu", "float32")
-    tokenizer = Tokenizer.from_pretrained(resolve_source(smollm2_gguf).folder)
-    session = ChatSession(model, tokenizer, None, CacheConfig(kind="paged", max_tokens=2048))
-    srv = ThreadServer(create_app(ServerConfig(model=str(smollm2_gguf)), loader=lambda model, options: session))
-    try:
-        yield srv.url, httpx.get(f"{srv.url}/v1/models").json()["data"][0]["id"], session
-    finally:
-        srv.stop()
 
 
 def complete(url: str, **body) -> dict:

@@ -11,9 +11,7 @@ import time
 import httpx
 import pytest
 
-from engine.cache import CacheConfig
 from engine.chat import ChatSession
-from engine.sources import resolve_source
 from engine.tokenizer import Tokenizer
 from server import ServerConfig, create_app
 from server.routes_generate import token_text
@@ -295,22 +293,9 @@ def test_the_key_cors_and_loading_apply(tiny_checkpoint):  # noqa: F811
 # -- SmolLM2-135M-Instruct's real tokenizer and weights (skipped without the GGUF) ---------------------------
 
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_gguf):  # noqa: F811
-    from engine import load_model
-
-    model = load_model(smollm2_gguf, "cpu", "float32")
-    tokenizer = Tokenizer.from_pretrained(resolve_source(smollm2_gguf).folder)
-    session = ChatSession(model, tokenizer, None, CacheConfig(kind="paged", max_tokens=2048))
-    srv = ThreadServer(create_app(ServerConfig(model=str(smollm2_gguf)), loader=lambda model, options: session))
-    try:
-        yield srv.url, httpx.get(f"{srv.url}/v1/models").json()["data"][0]["id"], tokenizer
-    finally:
-        srv.stop()
-
-
 def test_smollm2_tokenize_matches_its_completions_and_chats(smollm2):
-    url, model, tokenizer = smollm2
+    url, model, session = smollm2
+    tokenizer = session.tokenizer
     for text in TEXTS:
         got = post(url, "/tokenize", model=model, prompt=text, add_special_tokens=False)
         done = post(url, "/v1/completions", model=model, prompt=text, max_tokens=0, echo=True, logprobs=0)
