@@ -103,16 +103,21 @@ def test_stalled_server_does_not_freeze_the_window_and_stop_ends_it(qtbot, make_
     assert win.store.messages(win.keeper.current_id)[-1].text == "The"
 
 
-def test_stop_then_regenerate(qtbot, make_window, fake_session, fake):
-    win = make_window(fake_session)
-    load_remote(qtbot, win, "slow")
-    win.composer.setPlainText("Tell me")
+def stop_mid_answer(qtbot, win, text: str = "Tell me") -> dict:
+    """Send ``text``, press Stop once the first words are shown: the answer's result."""
+    win.composer.setPlainText(text)
     win.send_message()
     qtbot.waitUntil(lambda: bool(win.transcript.last_assistant() and win.transcript.last_assistant().text),
                     timeout=5000)
     with qtbot.waitSignal(win.answer_finished, timeout=3000) as stopped:
         win.stop()
-    assert stopped.args[0]["finish_reason"] == "cancelled"
+    return stopped.args[0]
+
+
+def test_stop_then_regenerate(qtbot, make_window, fake_session, fake):
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "slow")
+    assert stop_mid_answer(qtbot, win)["finish_reason"] == "cancelled"
     answer_index = len(win.transcript.widgets()) - 1
     with qtbot.waitSignal(win.answer_finished, timeout=10_000) as again:
         win._on_message_action("regenerate", answer_index)
@@ -171,13 +176,7 @@ def test_a_stream_of_the_wrong_shape_ends_the_answer_and_the_window_goes_on(qtbo
         assert stored.status == "error" and stored.text == "The"
         # Stop still stops an answer, and the next message is answered.
         load_remote(qtbot, win, "slow")
-        win.composer.setPlainText("Tell me")
-        win.send_message()
-        qtbot.waitUntil(lambda: bool(win.transcript.last_assistant() and win.transcript.last_assistant().text),
-                        timeout=5000)
-        with qtbot.waitSignal(win.answer_finished, timeout=3000) as stopped:
-            win.stop()
-        assert stopped.args[0]["finish_reason"] == "cancelled" and not win._busy
+        assert stop_mid_answer(qtbot, win)["finish_reason"] == "cancelled" and not win._busy
         load_remote(qtbot, win, "ok")
         assert ask(qtbot, win, "Again")["finish_reason"] == "stop"
         assert win.store.messages(win.keeper.current_id)[-1].text == "The cat is orange."
