@@ -34,6 +34,19 @@ def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str
     return f"the disk is full ({detail}){where}"
 
 
+def unsaved_answer(saved_chars: int, last: bool) -> str:
+    """What is kept of an answer whose save failed, the store holding its first ``saved_chars``
+    characters; ``last``: that was its final save, so nothing more will be written."""
+    if last:
+        if not saved_chars:
+            return ("Kept: the question, as unanswered (with Resend when the chat is reopened). "
+                    "The answer stays on screen but is not kept.")
+        return (f"Kept: its first {saved_chars:,} characters, saved while it streamed (marked interrupted "
+                "when the chat is reopened). The rest stays on screen but is not kept.")
+    kept = f"its first {saved_chars:,} characters, saved before that" if saved_chars else "nothing of it yet"
+    return f"Kept: {kept}. The rest stays on screen, and Smolchat tries again to save it until the answer ends."
+
+
 def title_from(text: str, images: list[str]) -> str:
     line = " ".join(text.split())
     if not line:
@@ -156,11 +169,14 @@ def open_store(chat_banner: Banner, notices: list[str] = ()) -> tuple[Store, Ban
 class ConversationKeeper(QObject):
     """Owns the :class:`Store` for the window; the transcript shows :attr:`current_id`.
 
-    Saves made while an answer streams or finishes never raise: a failure is reported once per
-    answer through :attr:`storage_error` and the text stays on screen.
+    Saves made while an answer streams or finishes never raise: a failure is reported through
+    :attr:`storage_error` (once while it streams, again if its last save fails too) saying what is
+    kept: the text saved before the failure stays in the store, the rest stays on screen, and each
+    later flush tries again. When a later save works after all, :attr:`storage_recovered` says so.
     """
 
     storage_error = Signal(str)
+    storage_recovered = Signal(str)
 
     def __init__(self, store: Store, transcript: ChatView, qsettings: QSettings) -> None:
         super().__init__()
@@ -172,6 +188,7 @@ class ConversationKeeper(QObject):
         self._pending = 0
         self._last_flush = 0.0
         self._save_failed = False
+        self._saved_chars = 0  # how much of the streaming answer the store holds
 
     # -- opening -----------------------------------------------------------------------------------
     def last_opened(self) -> int | None:
@@ -372,18 +389,23 @@ class ConversationKeeper(QObject):
         self._pending = 0
         self._last_flush = time.monotonic()
         self._save_failed = False
+        self._saved_chars = 0
 
-    def _save(self, what: str, write, *args, **kwargs) -> bool:
-        """Run one store write; on failure report it (once per answer) and return False."""
+    def _save_answer_text(self, text: str, last: bool = False, **fields) -> None:
+        """Write the streaming answer's ``text`` (and ``fields``); on failure say what the store keeps:
+        the text of the last save that worked. Reported once while it streams (each later flush tries
+        again), and again when the ``last`` save fails too, since only then is the rest lost."""
         try:
-            write(*args, **kwargs)
+            self.store.update_message(self._streaming_id, text=text, **fields)
         except STORAGE_ERRORS as exc:
-            if not self._save_failed:
+            if not self._save_failed or last:
                 self._save_failed = True
-                self.storage_error.emit(f"Could not save {what}: {storage_problem(exc, self.store.folder)}. "
-                                        "It stays on screen but will not be kept.")
-            return False
-        return True
+                self.storage_error.emit(f"Could not save the answer: {storage_problem(exc, self.store.folder)}. "
+                                        + unsaved_answer(self._saved_chars, last))
+            return
+        self._saved_chars = len(text)
+        if self._save_failed and last:
+            self.storage_recovered.emit("The answer was saved in full after all: a later save worked.")
 
     def token_arrived(self) -> None:
         """Flush the growing answer every FLUSH_TOKENS tokens or FLUSH_INTERVAL_S seconds."""
@@ -397,7 +419,7 @@ class ConversationKeeper(QObject):
     def flush(self) -> None:
         answer = self.transcript.last_assistant()
         if self._streaming_id is not None and answer is not None:
-            self._save("the answer", self.store.update_message, self._streaming_id, text=answer.text)
+            self._save_answer_text(answer.text)
         self._pending = 0
         self._last_flush = time.monotonic()
 
@@ -408,8 +430,8 @@ class ConversationKeeper(QObject):
         reason = result.get("finish_reason", "error")
         stats = {k: v for k, v in result.items() if k not in ("finish_reason", "token_ids")}
         stats["model_name"] = model_name
-        self._save("the answer", self.store.update_message, self._streaming_id, text=answer.text if answer else "",
-                   status="done" if reason == "stop" else reason, stats=stats, token_ids=result.get("token_ids"))
+        self._save_answer_text(answer.text if answer else "", last=True, status="done" if reason == "stop" else reason,
+                               stats=stats, token_ids=result.get("token_ids"))
         self._streaming_id = None
 
     def abandon(self) -> None:
@@ -418,8 +440,7 @@ class ConversationKeeper(QObject):
         offered again with Resend when the chat is next opened."""
         if self._streaming_id is not None:
             answer = self.transcript.last_assistant()
-            self._save("the answer", self.store.update_message, self._streaming_id,
-                       text=answer.text if answer else "", status="interrupted")
+            self._save_answer_text(answer.text if answer else "", last=True, status="interrupted")
             self._streaming_id = None
 
     # -- edits -------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                                                                   theme_from_environment()[1], ignored])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
+        self.keeper.storage_recovered.connect(self.banner.show_success)
         self.actions = build_menus(self)
         self.local_server = install_local_server(self)
         self.remote_models = RemoteModels(self)

@@ -85,6 +85,65 @@ def test_full_disk_when_the_answer_is_saved_keeps_it_on_screen(qtbot, window, mo
     assert not window._busy
 
 
+def _update_failing_after(store, monkeypatch, works: int, then_works: int = 0):
+    """``store.update_message`` writes ``works`` times, then fails, then (``then_works`` > 0) works again."""
+    real, calls = store.update_message, []
+
+    def update(*args, **kwargs):
+        calls.append(kwargs.get("text"))
+        if len(calls) <= works or (then_works and len(calls) > works + 1):
+            return real(*args, **kwargs)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "update_message", update)
+    return calls
+
+
+def test_full_disk_mid_answer_says_the_text_saved_so_far_is_kept(qtbot, make_window, monkeypatch):
+    monkeypatch.setattr("app.conversations.FLUSH_TOKENS", 1)  # each token is a save
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    calls = _update_failing_after(win.store, monkeypatch, works=1)
+    shown = []
+    win.keeper.storage_error.connect(shown.append)
+    result = _ask(qtbot, win)
+
+    assert result["finish_reason"] == "stop"
+    assert calls == ["The", "The cat", "The cat is", "The cat is orange", "The cat is orange.", "The cat is orange."]
+    problem = (f"Could not save the answer: the disk is full (database or disk is full); free some space on the "
+               f"disk that holds {win.store.folder}. ")
+    assert shown == [  # once when the flush fails, once more when the last save fails too
+        problem + "Kept: its first 3 characters, saved before that. The rest stays on screen, and Smolchat "
+                  "tries again to save it until the answer ends.",
+        problem + "Kept: its first 3 characters, saved while it streamed (marked interrupted when the chat is "
+                  "reopened). The rest stays on screen but is not kept."]
+    assert win.banner.message() == shown[-1]
+    assert win.transcript.messages()[-1]["text"] == "The cat is orange."
+    stored = win.store.messages(win.keeper.current_id)[-1]
+    assert (stored.role, stored.text, stored.status) == ("assistant", "The", "streaming")  # "interrupted" once reopened
+
+
+def test_full_disk_before_the_first_save_says_the_question_is_kept(qtbot, window, monkeypatch):
+    _update_failing_after(window.store, monkeypatch, works=0)
+    _ask(qtbot, window)
+    assert window.banner.message().endswith(
+        "Kept: the question, as unanswered (with Resend when the chat is reopened). "
+        "The answer stays on screen but is not kept.")
+    stored = window.store.messages(window.keeper.current_id)
+    assert [(m.role, m.text) for m in stored] == [("user", "What colour is the cat?"), ("assistant", "")]
+
+
+def test_a_save_that_works_after_a_full_disk_says_the_answer_was_kept(qtbot, make_window, monkeypatch):
+    monkeypatch.setattr("app.conversations.FLUSH_TOKENS", 1)
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    _update_failing_after(win.store, monkeypatch, works=1, then_works=1)  # the second save fails, later ones work
+    _ask(qtbot, win)
+
+    assert win.banner.message() == "The answer was saved in full after all: a later save worked."
+    assert win.banner.tone() == "success"
+    stored = win.store.messages(win.keeper.current_id)[-1]
+    assert (stored.text, stored.status) == ("The cat is orange.", "done")
+
+
 def test_failed_rename_delete_and_export_show_a_banner(qtbot, window, monkeypatch, tmp_path):
     from PySide6.QtWidgets import QFileDialog
 
