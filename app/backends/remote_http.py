@@ -113,6 +113,11 @@ def mend_surrogates(text: str, held: str = "", final: bool = False) -> tuple[str
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"), held
 
 
+def mended(value):
+    """``value`` fit to encode if it is a string (a lone surrogate half becomes U+FFFD), else as it was."""
+    return mend_surrogates(value, final=True)[0] if isinstance(value, str) else value
+
+
 def error_message(body: str) -> str:
     """The human part of an error body (OpenAI ``{"error": {"message"}}``, ``{"error": "..."}``, text)."""
     return mend_surrogates(_error_message(body), final=True)[0]
@@ -203,7 +208,9 @@ def get_json(client: httpx.Client, url: str) -> dict:
 
 
 def list_models(server: Server, timeout: float = 15.0) -> list[dict]:
-    """The server's ``/v1/models`` entries (each has at least ``id``)."""
+    """The server's ``/v1/models`` entries (each has at least ``id``), ids :func:`mended`: a lone
+    surrogate half in one (JSON ``"\\ud800"``) would raise wherever it is written (the chat store,
+    settings, a terminal), so the app and the CLI only ever see it as U+FFFD."""
     with server.client(timeout) as client:
         data = get_json(client, api_base(server.url) + "/models")
     entries = data.get("data", data.get("models"))
@@ -211,7 +218,7 @@ def list_models(server: Server, timeout: float = 15.0) -> list[dict]:
         if "error" in data:
             raise RemoteError("error", error_message(json.dumps(data)))
         raise RemoteError("not_openai", "/v1/models has no 'data' list of models")
-    return entries
+    return [{**entry, "id": mended(entry["id"])} for entry in entries]
 
 
 def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, list[str]]:
@@ -273,7 +280,7 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
         data = _obj(info).get("data")
         for entry in map(_obj, data if isinstance(data, list) else []):
             mi = _obj(entry.get("model_info"))
-            if entry.get("model_name") == model and "supports_vision" in mi:
+            if mended(entry.get("model_name")) == model and "supports_vision" in mi:  # as list_models' ids
                 vision, video = bool(mi["supports_vision"]), bool(mi.get("supports_video", False))
                 context = _count(mi.get("max_input_tokens"))
                 sources = {"vision": "/v1/model/info", "context": "/v1/model/info" if context else ""}

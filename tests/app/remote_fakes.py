@@ -6,7 +6,8 @@ tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disco
 that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
 ``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
 ``ctx:N`` refuses messages of more than N characters in all with OpenAI's 400 ``context_length_exceeded``.
-``props`` and ``show`` are served as llama-server's ``/props`` and Ollama's ``/api/show``.
+``props``, ``show`` and ``model_info`` are served as llama-server's ``/props``, Ollama's ``/api/show`` and
+LiteLLM's ``/v1/model/info``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
 wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
@@ -78,8 +79,9 @@ class FakeOpenAI:
     """``with FakeOpenAI() as fake: fake.url`` — a threaded server on 127.0.0.1 and a free port."""
 
     def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None,
-                 show: dict | None = None) -> None:
+                 show: dict | None = None, model_info: dict | None = None) -> None:
         self.api_key, self.props, self.models, self.show = api_key, props, models, show
+        self.model_info = model_info
         self.requests: list[dict] = []
         self.written = 0
         self.disconnects = 0
@@ -116,6 +118,8 @@ class FakeOpenAI:
                     self._json(200, {"object": "list", "data": data})
                 elif self.path == "/props" and outer.props is not None:
                     self._json(200, outer.props)
+                elif self.path == "/v1/model/info" and outer.model_info is not None:
+                    self._json(200, outer.model_info)
                 else:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
 

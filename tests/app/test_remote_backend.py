@@ -399,6 +399,31 @@ def test_an_error_message_with_a_lone_surrogate_is_fit_to_print():
     assert error_message('{"error": {"message": "no \\ud83d\\ude00 here \\ud800"}}') == "no \U0001F600 here \ufffd"
 
 
+def test_a_model_id_with_a_lone_surrogate_is_mended_where_it_is_read():
+    """A server whose /v1/models lists an id with a lone UTF-16 half (JSON "\\ud800") gave the app and
+    the CLI a string no codec can write (the chat store raised UnicodeEncodeError on it); it is read as
+    U+FFFD, like streamed text, and the model is used by that name."""
+    from app.backends.remote_http import list_models
+
+    models = [{"id": "smol\ud800lm", "object": "model"}, {"id": "ok", "object": "model"}]
+    info = {"data": [{"model_name": "smol\ud800lm", "model_info": {"supports_vision": True, "max_input_tokens": 2048}}]}
+    with FakeOpenAI(models=models, model_info=info) as fake:
+        assert [m["id"] for m in list_models(Server("f", fake.url))] == ["smol\ufffdlm", "ok"]
+        kind, verdict, ids = check_connection(Server("f", fake.url))
+        assert (kind, verdict, ids) == ("ok", "Connected: 2 models (smol\ufffdlm, ok)", ["smol\ufffdlm", "ok"])
+        verdict.encode("utf-8")
+        _, (_, err) = loaded(fake.url, "nope")
+        assert err == "fake: 404 Not found: check the base URL (it usually ends in /v1): fake has no model 'nope' " \
+                      "(it has: smol\ufffdlm, ok)"
+        backend, (loaded_info, err) = loaded(fake.url, "smol\ufffdlm")
+        assert err is None and loaded_info.name == "smol\ufffdlm" and loaded_info.path == "remote:fake::smol\ufffdlm"
+        assert loaded_info.capabilities.vision and loaded_info.capabilities.max_context == 2048  # /v1/model/info matched
+        text, done = ask(backend)
+        assert text == "".join(TOKENS) and done.finish_reason == "stop"
+        assert fake.requests[-1]["model"] == "smol\ufffdlm"
+        backend.close()
+
+
 @pytest.mark.parametrize("model, expected", [("split:emoji", SPLIT["emoji"][1] + "\n"),
                                              ("whole:lone-surrogate", "x\ufffdy\ufffd\n")])
 def test_cli_generate_prints_split_surrogates_joined(bad_fake, model, expected):

@@ -180,3 +180,24 @@ def test_a_stream_of_the_wrong_shape_ends_the_answer_and_the_window_goes_on(qtbo
         load_remote(qtbot, win, "ok")
         assert ask(qtbot, win, "Again")["finish_reason"] == "stop"
         assert win.store.messages(win.keeper.current_id)[-1].text == "The cat is orange."
+
+
+def test_a_server_model_id_with_a_lone_surrogate_is_listed_chosen_and_stored(qtbot, make_window, fake_session):
+    """A lone UTF-16 half in a /v1/models id (JSON "\\ud800"): Qt dropped it from the menu entry (so the
+    model chosen was one the server does not have) and the chat store raised on it. Read as U+FFFD, the
+    model is listed, chosen, answers, and its name is stored with the answer."""
+    with FakeOpenAI(models=[{"id": "smol\ud800lm", "object": "model"}]) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        win = make_window(fake_session)
+        qtbot.waitUntil(lambda: isinstance(win.remote_models.lists.get("fake"), list), timeout=5000)
+        assert win.remote_models.lists["fake"] == ["smol\ufffdlm"]
+        action = next(a for a in win.model_picker.model_actions() if a.text() == "smol\ufffdlm")
+        action.trigger()
+        qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:fake::smol\ufffdlm" and win.controller.ready,
+                        timeout=10_000)
+        result = ask(qtbot, win, "Q")
+        assert result["finish_reason"] == "stop" and result["model"] == "remote:fake::smol\ufffdlm"
+        assert server.requests[-1]["model"] == "smol\ufffdlm"
+        stored = win.store.messages(win.keeper.current_id)[-1]
+        assert stored.text == "The cat is orange." and stored.stats["model_name"] == "smol\ufffdlm"
+        assert win.store.conversation(win.keeper.current_id).model == "remote:fake::smol\ufffdlm"
