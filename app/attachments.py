@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal, Slot
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
+from app.scroll_area import one_way_scroll
 from app.thumbnails import thumbnail
 
 CHIP_SIZE = QSize(64, 64)
@@ -56,19 +57,13 @@ class AttachmentStrip(QWidget):
         self._chips: list = []  # AttachmentChip, or app.filmstrip.VideoChip for a video
         # In a scroll area: a row of chips in a plain layout asked for its whole width as the window's
         # minimum (24 photos of a dropped folder: 2,063 px, Send and the settings off a 1,280 px screen).
-        self._scroll = QScrollArea()
-        self._scroll.setObjectName("attachmentScroll")
-        self._scroll.setWidgetResizable(True)
-        self._scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self._scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self._scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         row = QWidget()
         row.setObjectName("attachmentRow")
         self._layout = QHBoxLayout(row)
         self._layout.setContentsMargins(4, 4, 4, 0)
         self._layout.setSpacing(6)
         self._layout.addStretch(1)
-        self._scroll.setWidget(row)
+        self._scroll = one_way_scroll("attachmentScroll", row, sideways=True)
         self._scroll.viewport().setAutoFillBackground(False)
         row.setAutoFillBackground(False)
         outer = QVBoxLayout(self)

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 from app.catalog import CATALOG, CatalogEntry, cached_snapshot, classify
 from app.icons import icon
 from app.model_tasks import start_tasks
+from app.scroll_area import one_way_scroll
 from app.settings import add_known_model, known_models, remove_known_model
 
 
@@ -192,12 +192,7 @@ class ModelManager(QDialog):
         rows = QWidget()
         rows.setObjectName("catalogRows")
         rows.setLayout(catalog)
-        self.catalog_scroll = QScrollArea()
-        self.catalog_scroll.setObjectName("catalogScroll")
-        self.catalog_scroll.setWidgetResizable(True)
-        self.catalog_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.catalog_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.catalog_scroll.setWidget(rows)
+        self.catalog_scroll = one_way_scroll("catalogScroll", rows, sideways=False)
         self._fit_catalog_width()
         self.catalog_scroll.verticalScrollBar().rangeChanged.connect(self._reveal)
         layout = QVBoxLayout(self)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
 
@@ -22,6 +23,7 @@ CLIENT_ERROR_PARAMS = {"InvalidPromptError": "prompt"}
 # A file in the server's media folder (server.app: tempfile.mkdtemp(prefix="smolchat-media-")), as an
 # engine message names it: a client is told what was wrong with its media, not where the server keeps it.
 _MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+")
+T = TypeVar("T")
 
 
 class APIError(Exception):
@@ -53,3 +55,14 @@ def from_engine(error_type: str, message: str | None) -> APIError:
     if code is not None:
         return APIError(400, message or error_type, code, CLIENT_ERROR_PARAMS.get(error_type))
     return APIError(500, message or "the engine failed", "engine_error")
+
+
+async def engine_result(pending: Awaitable[T]) -> T:
+    """What an engine call gives (its future, or ``EngineBridge.call``), its failure as the API's
+    error (:func:`from_engine`); an :class:`APIError` raised on the way stays as it is."""
+    try:
+        return await pending
+    except APIError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - engine errors become 400/500 answers
+        raise from_engine(type(exc).__name__, str(exc)) from None

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from server.errors import APIError, from_engine
+from server.errors import APIError, engine_result
 from server.json_body import JSONBodyRoute
 from server.media import DETAILS
 from server.schemas import EmbeddingItem, EmbeddingRequest, ImageURL
@@ -112,11 +112,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
         inputs.append((item.text, images, DETAILS[detail] if images else "full"))
     answer = state.bridge.admit()  # embeddings take a place in the same queue as answers
     try:
-        results = await state.bridge.call(lambda session: _embed_all(session, inputs))
-    except APIError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - engine errors become 400/500 answers
-        raise from_engine(type(exc).__name__, str(exc)) from None
+        results = await engine_result(state.bridge.call(lambda session: _embed_all(session, inputs)))
     finally:
         answer.release()
     if body.dimensions is not None and results and body.dimensions != len(results[0][0]):

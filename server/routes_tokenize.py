@@ -23,7 +23,7 @@ from fastapi.responses import Response
 
 from engine.api import GenerationParams
 from server.conversation import to_turns
-from server.errors import APIError, from_engine
+from server.errors import APIError, engine_result
 from server.json_body import JSONBodyRoute
 from server.schemas import DetokenizeRequest, TokenizeRequest
 
@@ -113,12 +113,7 @@ async def _tokenize_chat(body: TokenizeRequest, request: Request, state: Any, to
                 add_generation_prompt=body.add_generation_prompt)
             if turns.pending:
                 await state.media.confirm(turns.pending)  # a photo broken inside its pixels: its 400
-            try:
-                ids = await done
-            except APIError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - engine errors become 400/500 answers
-                raise from_engine(type(exc).__name__, str(exc)) from None
+            ids = await engine_result(done)
         finally:
             answer.release()
     except BaseException:

@@ -192,3 +192,28 @@ def test_several_bad_files_are_named_one_a_line_and_a_bad_pdf_adds_its_own(qtbot
     window.add_files(list(map(str, bad)))
     lines = window.banner.message().split("\n")
     assert len(lines) == 2 and "a.png" in lines[0] and lines[1] == "… and 2 more files could not be attached."
+
+
+def test_the_strip_and_the_model_catalog_scroll_one_way_each(qtbot, window):
+    """One helper sets up both scroll areas (they were two copies of the same lines): frameless, the
+    content stretched to the area, the attachment row scrolling sideways only, the catalog down only."""
+    from PySide6.QtWidgets import QFrame, QLabel
+
+    from app.scroll_area import one_way_scroll
+
+    off, needed = Qt.ScrollBarPolicy.ScrollBarAlwaysOff, Qt.ScrollBarPolicy.ScrollBarAsNeeded
+    label = QLabel("row")
+    area = one_way_scroll("someScroll", label, sideways=True)
+    assert (area.objectName(), area.widget(), area.widgetResizable(), area.frameShape()) == (
+        "someScroll", label, True, QFrame.Shape.NoFrame)
+    assert (area.horizontalScrollBarPolicy(), area.verticalScrollBarPolicy()) == (needed, off)
+    column = one_way_scroll("column", QLabel("column"), sideways=False)
+    assert (column.horizontalScrollBarPolicy(), column.verticalScrollBarPolicy()) == (off, needed)
+
+    strip = window.attachments.findChild(QScrollArea, "attachmentScroll")
+    assert strip.widget().objectName() == "attachmentRow" and strip.widgetResizable()
+    assert (strip.horizontalScrollBarPolicy(), strip.verticalScrollBarPolicy()) == (needed, off)
+    catalog = window.open_model_manager().catalog_scroll
+    assert catalog.objectName() == "catalogScroll" and catalog.widget().objectName() == "catalogRows"
+    assert (catalog.horizontalScrollBarPolicy(), catalog.verticalScrollBarPolicy()) == (off, needed)
+    assert catalog.frameShape() == strip.frameShape() == QFrame.Shape.NoFrame
