@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QMimeData, Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QKeyEvent
+from PySide6.QtCore import QEvent, QMimeData, QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from app.mime import carries_images, image_from_mime, local_files
@@ -81,9 +81,40 @@ class Composer(QPlainTextEdit):
             return True
         return False
 
+    def setPlaceholderText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setPlaceholderText(text)
+        self._fit_height()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            # The placeholder wraps anew (the text's own lines refit by themselves); after this resize
+            # is done: a height set inside it left the viewport at the old height.
+            QTimer.singleShot(0, self, self._fit_height)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # (a style sheet's font): the placeholder's lines change
+            self._fit_height()
+
+    def placeholder_lines(self) -> int:
+        """Lines the placeholder takes while it shows (0 with text): Qt wraps it at the viewport's
+        width, as its paintEvent draws it, so a narrow window (a video model's "Ask about an image
+        or a video…" at ~460 px) showed its first line and cut the rest off."""
+        text = self.placeholderText()
+        if not text or not self.document().isEmpty():
+            return 0
+        margin = round(self.document().documentMargin())
+        flags = int(Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap)
+        wrapped = self.fontMetrics().boundingRect(QRect(0, 0, max(1, self.viewport().width() - margin), 100_000),
+                                                  flags, text).height()
+        one = self.fontMetrics().boundingRect(QRect(0, 0, 100_000, 100_000), flags, "X").height()
+        return round(wrapped / max(1, one))
+
     def _fit_height(self) -> None:
         line = self.fontMetrics().lineSpacing()
-        needed = round(self.document().size().height())  # laid-out lines (wrapped lines count)
+        # laid-out lines (wrapped lines count), or the placeholder's while it shows
+        needed = max(round(self.document().size().height()), min(MAX_LINES, self.placeholder_lines()))
         # A scroll bar only when the text is taller than the editor may grow: otherwise its handle sat
         # beside Send as a stray grey pill whenever wrapping made the line count flicker (issue 19).
         policy = Qt.ScrollBarPolicy.ScrollBarAsNeeded if needed > MAX_LINES else Qt.ScrollBarPolicy.ScrollBarAlwaysOff

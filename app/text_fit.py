@@ -1,4 +1,7 @@
-"""A word-wrapped label that asks for its text's natural width, not Qt's narrow word-wrap guess.
+"""Labels that fit their room: :class:`FittingLabel` (word-wrapped at its text's natural width) and
+:class:`ElidedLabel` (one line, shortened with "…" and the whole text in its tooltip).
+
+A word-wrapped label that asks for its text's natural width, not Qt's narrow word-wrap guess.
 
 QLabel with word wrap reports a size hint from a heuristic that ignores the room available, so a
 long sentence in a user bubble wrapped into a tall, narrow column (issue 19). :class:`FittingLabel`
@@ -9,7 +12,17 @@ in a narrow window; the height then follows from ``heightForWidth``.
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QClipboard, QContextMenuEvent, QGuiApplication, QKeyEvent, QKeySequence, QMouseEvent
+from PySide6.QtGui import (
+    QClipboard,
+    QContextMenuEvent,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QWidget
 
 from app.markdown import breakable, unbreakable
@@ -79,3 +92,43 @@ class FittingLabel(QLabel):
         # by the transcript's scroll area as the bubble's minimum (a long question: ~900 px of blank
         # space below the last answer).
         return QSize(min(self.natural_width(), MIN_WRAP_WIDTH), self.heightForWidth(self.natural_width()))
+
+
+class ElidedLabel(QLabel):
+    """One line of plain text that ends in "…" where its room is too short (a status bar in a
+    narrow window clipped its texts mid-word), the whole text then its tooltip (no tooltip while it
+    fits). :meth:`text` is the whole text; ``min_chars`` characters' width is the least it asks for."""
+
+    def __init__(self, parent: QWidget | None = None, min_chars: int = 8) -> None:
+        super().__init__(parent)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.min_chars = min_chars
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self._sync_tip()
+
+    def shown_text(self) -> str:
+        """What is painted: the text, elided to the width it has."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+
+    def is_elided(self) -> bool:
+        return self.shown_text() != self.text()
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        least = self.fontMetrics().horizontalAdvance("x" * self.min_chars + "…")
+        margins = self.contentsMargins()
+        return QSize(min(hint.width(), least + margins.left() + margins.right()), hint.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._sync_tip()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        self.style().drawItemText(painter, self.contentsRect(), int(self.alignment()), self.palette(),
+                                  self.isEnabled(), self.shown_text(), self.foregroundRole())
+
+    def _sync_tip(self) -> None:
+        self.setToolTip(self.text() if self.is_elided() else "")

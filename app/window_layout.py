@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QSplitter,
     QToolButton,
     QVBoxLayout,
@@ -24,6 +25,7 @@ from app.icons import icon
 from app.model_picker import ModelPicker
 from app.paths import resource
 from app.settings import MESSAGE_DETAILS
+from app.text_fit import ElidedLabel
 
 
 def tool_button(name: str, icon_name: str, tip: str) -> QToolButton:
@@ -108,10 +110,13 @@ def build_ui(window) -> None:
     splitter.setChildrenCollapsible(False)
     window.setCentralWidget(splitter)
 
-    window.stats_label = QLabel()
+    # Both end in "…" (the whole text in the tooltip) where a narrow window leaves them too little
+    # room; the attachments' count keeps its width first, the model and statistics take what is left.
+    window.stats_label = ElidedLabel()
     window.stats_label.setObjectName("statusStats")
     window.stats_label.setAccessibleName("Model and answer statistics")
-    window.pending_label = QLabel()
+    window.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    window.pending_label = ElidedLabel()
     window.pending_label.setObjectName("pendingTokens")
     window.pending_label.setAccessibleName("Image tokens of the attachments")
     # The image detail of the message being written: Settings' choice until the user picks another

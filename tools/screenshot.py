@@ -6,7 +6,8 @@
 
 Runs headless with QT_QPA_PLATFORM=offscreen (or under xvfb-run). ``--fake`` streams a canned
 answer instead of loading a model; ``--dark`` renders with the dark palette; ``--history`` adds a
-few earlier chats to the sidebar; ``--manager PNG`` also saves the model manager. Data goes to a
+few earlier chats to the sidebar; ``--pending FILE`` leaves files attached in the composer, unsent;
+``--manager PNG`` also saves the model manager. Data goes to a
 temporary folder unless SMOLCHAT_DATA_DIR is set.
 """
 
@@ -75,6 +76,9 @@ class Driver(QObject):
     def answered(self, _result: dict) -> None:
         if self.prompts:  # --then: a follow-up turn
             QTimer.singleShot(100, self.send_next)
+        elif self.args.pending:  # left in the composer, unsent, their token count in the status bar
+            self.window.add_files(self.args.pending)
+            QTimer.singleShot(1000, lambda: self.shoot(0))
         else:
             QTimer.singleShot(300, lambda: self.shoot(0))
 
@@ -100,6 +104,8 @@ def main() -> int:
     parser.add_argument("--image", help="attach this image to the first question (vision models)")
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--then", action="append", default=[], help="a follow-up question (repeatable)")
+    parser.add_argument("--pending", action="append", default=[],
+                        help="a file left attached in the composer after the answers, unsent (repeatable)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--device")
     parser.add_argument("--dtype")

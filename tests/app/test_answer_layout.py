@@ -1,10 +1,12 @@
-"""Long answers: the rendered Markdown must end above the stats footer, live and restored."""
+"""Long answers: the rendered Markdown must end above the stats footer, live and restored; and a narrow
+window: the composer's placeholder and the status bar's texts shown whole, or elided with a tooltip."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from PIL import Image
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QFrame, QLabel
 
@@ -182,3 +184,60 @@ def test_copying_a_selection_gives_the_text_without_the_displays_break_marks(qtb
     view.selectAll()
     view.copy()
     assert QApplication.clipboard().text() == long_run
+
+
+def _fully_shown_or_elided_with_tip(label) -> bool:
+    """``label``'s whole text fits its width, or (elided) its tooltip holds the whole text."""
+    fits = label.fontMetrics().horizontalAdvance(label.text()) <= label.contentsRect().width()
+    return fits or label.toolTip() == label.text()
+
+
+def test_at_460_px_the_placeholder_wraps_and_the_status_texts_elide_with_a_tooltip(qtbot, make_window, tmp_path,
+                                                                                      app_style):
+    """Found by a trial: at ~460 px with photos attached, the composer showed "Ask about an image" of
+    a video model's "Ask about an image or a video…" (the second line cut off below the one-line
+    editor) and the status bar cut both its texts mid-word, with no way to read the rest."""
+    from PySide6.QtCore import QRect
+
+    photos = []
+    for i in range(2):
+        photos.append(str(tmp_path / f"photo{i}.png"))
+        Image.new("RGB", (64, 48), (40 * i, 120, 30)).save(photos[-1])
+    win = make_window(FakeBackend(model_name="SmolVLM2", video=True))
+    win.resize(460, 700)
+    win.add_files(photos)
+    qtbot.waitUntil(lambda: "image tokens" in win.pending_label.text(), timeout=5000)
+    for _ in range(5):
+        QApplication.processEvents()
+    assert win.width() <= 480  # (the window's own minimum width)
+
+    composer = win.composer
+    assert composer.placeholderText() == "Ask about an image or a video…"
+    flags = int(Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap)
+    margin = round(composer.document().documentMargin())
+    room = QRect(0, 0, composer.viewport().width() - margin, 1000)
+    wrapped = composer.fontMetrics().boundingRect(room, flags, composer.placeholderText())
+    line = composer.fontMetrics().lineSpacing()
+    assert wrapped.height() >= 2 * line - 2  # it wraps at this width...
+    assert composer.viewport().height() >= wrapped.height() + margin  # ...and both lines show
+    two_lines = composer.height()
+    composer.setPlainText("hi")
+    assert composer.height() == two_lines - line  # one line again once there is text
+    composer.clear()
+    assert composer.height() == two_lines
+
+    bar = win.statusBar()
+    assert win.pending_label.text() == "2 images · 2,176 image tokens (full)"
+    assert win.stats_label.text() == "SmolVLM2 · cpu · float32 · ready"
+    for label in (win.stats_label, win.pending_label):
+        assert _fully_shown_or_elided_with_tip(label), (label.objectName(), label.width(), label.toolTip())
+        assert label.mapTo(bar, label.rect().topRight()).x() < bar.width()  # not past the window's edge
+    assert win.pending_label.shown_text() == win.pending_label.text()  # the attachments' count keeps its room
+    assert win.stats_label.shown_text().endswith("…") and win.stats_label.toolTip() == win.stats_label.text()
+
+    win.resize(1000, 700)  # room for everything: one line, no "…", no tooltip
+    for _ in range(5):
+        QApplication.processEvents()
+    assert composer.placeholder_lines() == 1 and composer.height() == two_lines - line
+    for label in (win.stats_label, win.pending_label):
+        assert label.shown_text() == label.text() and label.toolTip() == ""
