@@ -336,11 +336,14 @@ class ChatSession:
         self._keep_keys(0)
 
     # -- prompt ---------------------------------------------------------------------------------
-    def _messages(self) -> list[dict]:
+    def _messages(self, turns: Sequence[Turn] | None = None, system_prompt: str | None = None) -> list[dict]:
+        """The template's messages of ``turns`` and ``system_prompt`` (default: the conversation's)."""
+        if turns is None:
+            turns, system_prompt = self.turns, self.system_prompt
         msgs = []
-        if self.system_prompt:
-            msgs.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
-        for turn in self.turns:
+        if system_prompt:
+            msgs.append({"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+        for turn in turns:
             msgs.append({"role": turn.role, "content": turn.content()})
         return msgs
 
@@ -356,8 +359,9 @@ class ChatSession:
         keys, positions = slot_keys(ids, self._image_id, images)
         return Prompt(ids, keys, images, positions)
 
-    def _replay_answers(self, ids: list[int], messages: list[dict]) -> list[int]:
-        """Swap the re-tokenized text of each assistant turn in ``ids`` for the ids it was generated as.
+    def _replay_answers(self, ids: list[int], messages: list[dict], turns: Sequence[Turn] | None = None) -> list[int]:
+        """Swap the re-tokenized text of each assistant turn in ``ids`` for the ids it was generated as
+        (``turns``, the ones ``messages`` hold: default the conversation's).
 
         ``encode_chat`` tokenizes the plain text between special tokens chunk by chunk, so the ids up
         to the last special token of a prefix rendering are a prefix of the full rendering. An
@@ -367,11 +371,12 @@ class ChatSession:
         is left as text when this layout does not hold, its ids contain ``<image>`` (no tile) or an id
         outside the vocabulary (stored ids that are damaged or another model's).
         """
+        turns = self.turns if turns is None else turns
         special = self.tokenizer.special_ids
-        offset = len(messages) - len(self.turns)  # the system message, if any
+        offset = len(messages) - len(turns)  # the system message, if any
         vocab = self.tokenizer.vocab_size
         swaps = []
-        for j, turn in enumerate(self.turns):
+        for j, turn in enumerate(turns):
             if turn.role != "assistant" or turn.token_ids is None:
                 continue
             if self._image_id is not None and self._image_id in turn.token_ids:
@@ -382,7 +387,7 @@ class ChatSession:
             # (encoded again when it no longer matches, e.g. after a system prompt change).
             for asked in (turn.prompt_ids, None) if turn.prompt_ids is not None else (None,):
                 if asked is None:
-                    asked = self._encode(messages[:j + offset], self.turns[:j]).input_ids
+                    asked = self._encode(messages[:j + offset], turns[:j]).input_ids
                 # After the prompt's last special token: searched from the end, where it lies
                 # ("<end_of_utterance>\nAssistant:"), not over the whole ~900-token prompt.
                 start = next((i + 1 for i in range(len(asked) - 1, -1, -1) if asked[i] in special), 0)
@@ -406,16 +411,27 @@ class ChatSession:
     def prompt_ids(self, turns: Sequence[Turn], system_prompt: str | None, continuing: bool = False,
                    add_generation_prompt: bool = True) -> list[int]:
         """The ids a conversation of ``turns`` (and ``system_prompt``) is prefilled as, answers'
-        generated ids replayed as :meth:`send` and :meth:`continue_answer` do it, without changing
-        this session's conversation or cache (a server's ``/tokenize``). Not fitted to the context:
-        the prompt may be longer than it. ``add_generation_prompt`` off: the prompt without the
-        assistant's opening (never what an answer reads)."""
-        saved = self.turns, self.system_prompt, self._plain_prompt
-        self.turns, self.system_prompt = list(turns), system_prompt or None
-        try:
-            return self._prompt(continuing, add_generation_prompt).ids
-        finally:
-            self.turns, self.system_prompt, self._plain_prompt = saved
+        generated ids replayed as :meth:`send` and :meth:`continue_answer` do it (a server's
+        ``/tokenize``). Not fitted to the context: the prompt may be longer than it.
+        ``add_generation_prompt`` off: the prompt without the assistant's opening (never what an
+        answer reads). The turns' images may be :meth:`image_grids` (sizes only, no pixels).
+
+        Reads only the tokenizer (thread-safe) and settings fixed at load, and changes nothing of
+        this session, so it may run on any thread while the engine thread answers."""
+        messages = self._messages(turns, system_prompt or None)
+        plain = self._encode(messages, turns, continuing, add_generation_prompt).input_ids
+        return self._replay_answers(list(plain), messages, turns)
+
+    def image_grids(self, images: Sequence[str | Path], detail: str = "full") -> list:
+        """What the prompt needs of image files, from their headers alone (no decoding, no tiles, no
+        model): each one's grid (:class:`~engine.models.smolvlm.processing.ImageGrid`), the one
+        :meth:`preprocess` would cut, so a prompt of them has the ids a prompt of the tiled images
+        has. Any thread. Raises as :meth:`count_image_tokens`."""
+        from engine.models.smolvlm.processing import image_size
+
+        self._require_vision(len(images))
+        detail = resolve_detail(detail, self.model.device.type)
+        return [self.processor.image_grid(*image_size(image), detail) for image in images]
 
     def count_image_tokens(self, image: str | Path, detail: str = "full") -> int:
         """``<image>`` tokens an image file will take in the prompt, from its header alone (cheap:

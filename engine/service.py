@@ -34,6 +34,7 @@ from engine.api.capabilities import Capabilities
 from engine.api.errors import describe_error, is_engine_error
 from engine.api.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
 from engine.api.hub import looks_like_repo_id
+from engine.api.images import withdraw
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,38 @@ class EngineService:
         then ``send(text, attachments, params, ..., text_parts=text_parts)`` (``continuing``:
         ``continue_answer(params, ...)``, the history's last message an assistant's) would have, the
         same images and videos read the same way; or ``on_done(None, exc)`` (an unreadable new image,
-        a text-only model given one, no model). Runs on the engine thread in queue order and changes
-        neither the conversation nor the cache (:meth:`ChatSession.prompt_ids`)."""
+        a text-only model given one, no model). Changes neither the conversation nor the cache
+        (:meth:`ChatSession.prompt_ids`).
+
+        Without videos it runs on a thread of its own, at once, not behind a running answer: the
+        template, the tokenizer (thread-safe) and each image's grid from its header
+        (:meth:`ChatSession.image_grids`) are all it needs; nothing touches the model, the cache, the
+        conversation or the processor's device. A video's frames (how many, their time stamps) are
+        known exactly only once decoded, so with videos it runs on the engine thread in queue order,
+        reading the media as an answer would."""
+        session = self._session
+        messages = list(history)
+        if session is not None and hasattr(session, "image_grids") and not any(
+                a.kind == "video" for a in [*attachments, *(a for m in messages for a in m.attachments)]):
+            def aside() -> None:
+                try:
+                    turns = [self._grid_turn(session, m) for m in messages]
+                    if not continuing:
+                        from engine.chat import Turn  # (torch: the session's module has it loaded already)
+
+                        parts = None if text_parts is None else tuple(text_parts)
+                        grids = session.image_grids([a.path for a in attachments], params.image_detail)
+                        turns.append(Turn("user", text, grids, text_parts=parts))
+                        for a in attachments:  # a decode handed over for the engine (hand_over) is not needed
+                            withdraw(a.path)
+                    result = session.prompt_ids(turns, system_prompt, continuing, add_generation_prompt)
+                except Exception as exc:  # noqa: BLE001 - the caller reports it
+                    on_done(None, exc)
+                    return
+                on_done(result, None)
+            threading.Thread(target=aside, name="PromptIds", daemon=True).start()
+            return
+
         def run(_request: _Request) -> None:
             session, left_out = self._session, self._left_out
             try:
@@ -399,6 +430,24 @@ class EngineService:
         ids = None if message.token_ids is None else list(message.token_ids)
         parts = message.text_parts if user and len(images) + len(videos) == len(message.attachments) else None
         return Turn(message.role, message.text, images, token_ids=ids, videos=videos, text_parts=parts)
+
+    @staticmethod
+    def _grid_turn(session: Any, message: HistoryMessage) -> Any:
+        """:meth:`_turn` with each image's grid for its tiles (no pixels: any thread), for a
+        message without videos; an image that cannot be read is left out, as there."""
+        from engine.chat import Turn
+
+        user = message.role == "user"
+        images = []
+        for a in message.attachments if user else ():
+            try:
+                images += session.image_grids([a.path], a.detail or "full")
+            except Exception as exc:  # noqa: BLE001 - ImageError / OSError alike, as _readable
+                if not is_engine_error(exc) and not isinstance(exc, OSError):
+                    raise
+        ids = None if message.token_ids is None else list(message.token_ids)
+        parts = message.text_parts if user and len(images) == len(message.attachments) else None
+        return Turn(message.role, message.text, images, token_ids=ids, text_parts=parts)
 
     def _readable(self, preprocess: Callable[[list[str]], list], paths: list[str]) -> list:
         """The media of an earlier message that can still be read: a stored image deleted since (or a

@@ -7,9 +7,9 @@ A text is tokenized as ``/v1/completions`` reads its prompt (special-token strin
 on a worker thread, outside the engine's queue, with the GIL released (``Tokenizer.encode_aside``): a
 long text neither waits for answers nor holds up the event loop. Chat ``messages`` are converted as a
 chat request's (``conversation.to_turns``: the same checks, the same media handling) and their prompt
-is built on the engine thread in queue order (``EngineService.prompt_ids``): exactly the ids a
-``/v1/chat/completions`` request with these messages prefills, images and videos counted as it reads
-them, answers this server generated replayed as their generated ids.
+is built by ``EngineService.prompt_ids`` (beside the engine, not behind running answers, unless there
+is a video): exactly the ids a ``/v1/chat/completions`` request with these messages prefills, images
+and videos counted as it reads them, answers this server generated replayed as their generated ids.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ async def _tokenize_chat(body: TokenizeRequest, request: Request, state: Any, to
         if body.continue_final_message and not turns.continuing:
             raise APIError(400, "continue_final_message needs the last message to be the assistant's",
                            "invalid_value", "continue_final_message")
-        answer = state.bridge.admit()  # the engine thread builds it: a place in the queue, as embeddings
+        answer = state.bridge.admit()  # a place in the queue (with a video, the engine thread builds it)
         try:
             loop = asyncio.get_running_loop()
             done: asyncio.Future = loop.create_future()

@@ -163,6 +163,28 @@ def test_count_image_tokens_matches_what_send_uses(session, images_dir):
     assert session.count_image_tokens(photo, "balanced") == session.preprocess([photo], "balanced")[0].num_image_tokens
 
 
+def test_image_grids_make_the_prompt_tiled_images_make_and_prompt_ids_changes_nothing(session, images_dir):
+    """/tokenize builds prompts from images' grids (their headers) off the engine thread: the same ids
+    as the tiled images, and the session's conversation untouched while it does."""
+    from engine.chat import Turn
+
+    photos = [images_dir / name for name in ("chelsea.png", "rocket.jpg", "logo.png")]
+    for detail in ("full", "balanced", "fast"):
+        grids, tiled = session.image_grids(photos, detail), session.preprocess(photos, detail)
+        assert [(g.rows, g.cols, g.num_image_tokens, g.prompt) for g in grids] == \
+            [(t.rows, t.cols, t.num_image_tokens, t.prompt) for t in tiled]
+    assert [g.num_image_tokens for g in session.image_grids(photos[:1])] == [832]  # 13 tiles x 64
+
+    run(session, "Hello", n=3)
+    before = (list(session.turns), session.system_prompt, session._plain_prompt)
+    asked = [Turn("user", "Hi"), Turn("assistant", "Hello there", token_ids=[1, 2]),
+             Turn("user", "What is this?", session.image_grids(photos[:1]))]
+    ids = session.prompt_ids(asked, "Be brief.")
+    tiled = [*asked[:2], Turn("user", "What is this?", session.preprocess(photos[:1]))]
+    assert ids == session.prompt_ids(tiled, "Be brief.") and ids.count(session._image_id) == 832
+    assert (list(session.turns), session.system_prompt, session._plain_prompt) == before
+
+
 def test_without_a_processor_text_works_and_images_are_refused_before_any_work(session, images_dir):
     """``processor=None`` (a text-only model): text chats as before; images raise UnsupportedOperation
     before anything runs, leaving the conversation and cache as they were."""

@@ -28,8 +28,13 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_checkpoint):  # noqa: F811
-    session = ChatSession.load(tiny_checkpoint)
+def tiny_session(tiny_checkpoint):  # noqa: F811
+    return ChatSession.load(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_checkpoint, tiny_session):  # noqa: F811
+    session = tiny_session
     srv = ThreadServer(create_app(ServerConfig(model=str(tiny_checkpoint)), loader=lambda model, options: session))
     try:
         yield srv.url, httpx.get(f"{srv.url}/v1/models").json()["data"][0]["id"], session.tokenizer
@@ -143,6 +148,45 @@ def test_an_image_counts_as_the_chat_reads_it(tiny):
                                            {"type": "text", "text": "?"}]}]
     error = refused(url, "/tokenize", {"messages": broken})
     assert error["param"] == "messages[0].content[0]" and error["code"] in ("invalid_image", "unsupported_image_format")
+
+
+def test_chat_messages_are_counted_while_an_answer_runs(tiny, tiny_session):
+    """/tokenize with messages used to wait on the engine thread behind a running answer (a long one:
+    for minutes). The template, the tokenizer and the images' grids need none of the model, so it
+    answers at once, the same count as after the answer."""
+    url, model, _ = tiny
+    photo = data_uri(_shared() / "images" / "chelsea.png")
+    messages = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi! How can I help?"},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": photo, "detail": "high"}},
+                                             {"type": "text", "text": "What is this?"}]}]
+    model_ = tiny_session.model
+    decoding, release = threading.Event(), threading.Event()
+    real = model_.decode
+
+    def held(*args, **kwargs):  # the answer's decode steps wait until the test lets them go
+        decoding.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    answered = []
+    answer = threading.Thread(target=lambda: answered.append(post(
+        url, "/v1/chat/completions", model=model, messages=[{"role": "user", "content": "Count to ten."}],
+        max_tokens=4, temperature=0)))
+    model_.decode = held
+    try:
+        answer.start()
+        assert decoding.wait(60)  # the answer is generating, held at a decode step
+        r = httpx.post(f"{url}/tokenize", json={"model": model, "messages": messages}, timeout=20)
+        assert answer.is_alive() and not answered  # answered while the answer still runs
+    finally:
+        release.set()
+        answer.join(60)
+        del model_.decode
+    assert r.status_code == 200, r.text
+    assert answered and answered[0]["choices"][0]["finish_reason"] in ("length", "stop")
+    got = r.json()
+    assert got["count"] == len(got["tokens"]) == chat_prompt_tokens(url, model, messages) > 13 * 64  # 12 crops + 1
+    assert got["tokens"] == post(url, "/tokenize", model=model, messages=messages)["tokens"]
 
 
 def test_tokenizer_info_has_what_lm_eval_reads(tiny):

@@ -161,6 +161,27 @@ class ProcessedImage:
 _POOL: ThreadPoolExecutor | None = None
 
 
+@dataclass(frozen=True)
+class ImageGrid:
+    """An image as a prompt sees it, without pixels: its crop grid (``rows``, ``cols``: both 0 for
+    one global tile) and ``<image>`` tokens per tile. What :class:`ProcessedImage` gives the
+    tokenizer (``image_token``, ``prompt``, ``num_image_tokens``), from the image's size alone
+    (:meth:`ImageProcessor.image_grid`): a prompt's ids counted without tiling (``/tokenize``)."""
+
+    rows: int
+    cols: int
+    image_seq_len: int
+    image_token: ClassVar[str] = IMAGE_TOKEN
+
+    @property
+    def num_image_tokens(self) -> int:
+        return (self.rows * self.cols + 1) * self.image_seq_len
+
+    @property
+    def prompt(self) -> str:
+        return image_prompt(self.rows, self.cols, self.image_seq_len)
+
+
 def _pool() -> ThreadPoolExecutor:
     """Threads for preprocessing work that releases the GIL (Pillow resampling, hashing)."""
     global _POOL
@@ -362,6 +383,10 @@ class ImageProcessor:
         if height > m or width > m:
             return (height - m) // m + 1, (width - m) // m + 1
         return 0, 0
+
+    def image_grid(self, width: int, height: int, detail: Detail = "full") -> ImageGrid:
+        """The :class:`ImageGrid` of an upright image of this size: its prompt without its pixels."""
+        return ImageGrid(*self.grid(width, height, detail), self.image_seq_len)
 
     def count_image_tokens(self, width: int, height: int, detail: Detail = "full") -> int:
         """``<image>`` tokens an upright image of this size takes: ``(rows * cols + 1) * image_seq_len``."""
