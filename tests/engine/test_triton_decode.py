@@ -303,9 +303,9 @@ def test_head_argmax_kernel_matches_norm_lm_head_and_torch_max(kernels):
         host = torch.full((2,), -7, dtype=torch.long)
         km, kt = kernels.split_k(hidden)
         kernels.head_argmax_kernel[(programs,)](
-            x, nw, w, logits, pm, pi, cnt, token, argmax, reported, pos, host, 1e-5, V=v, HIDDEN=hidden, KM=km,
+            x, nw, w, w, logits, pm, pi, cnt, token, argmax, reported, pos, host, 1e-5, V=v, HIDDEN=hidden, KM=km,
             KT=kt, BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs), INVALID=INVALID_TOKEN, HOST=True,
-            PDL=False)
+            SCALED=False, PDL=False)
         ref = F.linear(F.rms_norm(x, (hidden,), nw, 1e-5), w)
         finite = torch.isfinite(ref)
         assert torch.equal(finite, torch.isfinite(logits[0])), name
@@ -393,5 +393,90 @@ def test_triton_short_prefill_matches_eager(kernels, wide_head_checkpoint, kind,
         results.append((logits, after))
     model.static_decode, model._static = None, None
     print(f"{kind} {follow_up}: max |logit diff| {(results[1][0] - results[0][0]).abs().max().item():.2e}")
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def int8_model(model):
+    """The tiny model with its text projections and lm_head as int8 weights (per-row scales); its
+    eager decode without the native CPU step (whose int8 dot products quantize the activations)."""
+    from engine.layers.linear import quantize_weights
+
+    q = quantize_weights(model, "int8")
+    q._native = False
+    return q
+
+
+@pytest.fixture
+def dequantized_eager(monkeypatch):
+    """Eager int8 linears multiply by their dequantized float32 weights for any number of rows (not
+    ``_weight_int8pack_mm``'s bfloat16 activations below ``DEQUANT_ROWS``): the reference the
+    kernels' int8 rows times the row's scale should meet within float32 rounding."""
+    from engine.layers.linear import Int8Linear
+
+    monkeypatch.setattr(Int8Linear, "DEQUANT_ROWS", 0)
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "paged"])
+def test_int8_triton_step_matches_its_dequantized_weights(kernels, model, int8_model, dequantized_eager, kind):
+    """The decode kernels reading int8 weights and their scales (CUDA's int8 path) against the eager
+    decode of the same weights dequantized to float32: the same tokens and logits within float32
+    rounding."""
+    step = StaticDecoder(int8_model, use_graph=False, use_triton=True).triton
+    assert all(scaled for layer in step.layers for _, _, scaled in layer[1:3] + layer[4:])
+    ids = torch.randint(0, 49000, (1, 30), generator=torch.Generator().manual_seed(12))
+    ref_tokens, ref_logits, _ = greedy(int8_model, ids, 12, kind, None)
+    tokens, logits, _ = greedy(int8_model, ids, 12, kind, True)
+    assert tokens == ref_tokens
+    print(f"int8 {kind}: max |logit diff| {(logits - ref_logits).abs().max().item():.2e}")
+    assert (logits - ref_logits).abs().max() < 1e-3
+    # The float weights' logits are further off: what matched is the int8 weights' product.
+    _, float_logits, _ = greedy(model, ids, 12, kind, None)
+    assert (float_logits - ref_logits).abs().max() > 1e-2
+
+
+# The fused head in programs of 256 rows: the interpreter runs each program in turn (16 rows took 2 min).
+@pytest.mark.parametrize("config", [{"fused_head": False}, {"head_block_n": 256}], ids=["argmax kernel", "fused head"])
+def test_int8_token_step_gives_the_dequantized_greedy_tokens(kernels, int8_model, dequantized_eager, config):
+    """decode_token through the Triton step with int8 weights, the fused tail (final norm, int8
+    lm_head, argmax in one kernel) included: the greedy tokens of the dequantized weights."""
+    ids = torch.randint(0, 49000, (1, 40), generator=torch.Generator().manual_seed(13))
+    ref_tokens, _, _ = greedy(int8_model, ids, 12, "paged", None)
+    int8_model.static_decode = True
+    int8_model._static = StaticDecoder(int8_model, use_graph=False, use_triton=True, triton_config=config)
+    assert int8_model._static.triton.fused_head == config.get("fused_head", True)
+    try:
+        assert token_loop(int8_model, ids, 12) == ref_tokens
+    finally:
+        int8_model._static = None
+        int8_model.static_decode = None
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "paged"])
+def test_int8_short_prefill_matches_its_dequantized_weights(kernels, wide_head_checkpoint, dequantized_eager, kind):
+    """The short-prefill kernels (``tl.dot`` over the rows) with int8 weights widened to the
+    activation dtype and scaled per output column: a 20-token follow-up after 240 gives the logits
+    and cache of the dequantized weights' eager prefill."""
+    from engine.layers.linear import quantize_weights
+    from engine.registry import load_model
+
+    q = quantize_weights(load_model(wide_head_checkpoint, device="cpu", dtype="float32"), "int8")
+    q._native = False  # its int8 dot products quantize the activations
+    ids = torch.randint(0, 49000, (1, 260), generator=torch.Generator().manual_seed(14))
+    results = []
+    for static in (False, True):
+        q.static_decode = static
+        q._static = StaticDecoder(q, use_graph=False, use_triton=True) if static else None
+        calls = []
+        if static:
+            rows = q._static.triton.rows
+            q._static.triton.rows = lambda kv, bucket: calls.append(bucket) or rows(kv, bucket)
+        cache = q.create_kv_cache(CacheConfig(kind=kind, max_tokens=324, block_size=16))
+        q.prefill(q.embed(ids[:, :240]), cache, range(0, 240))
+        logits = q.prefill(q.embed(ids[:, 240:]), cache, range(240, 260))
+        assert len(calls) == (1 if static else 0)
+        results.append((logits, q.decode(q.embed(ids[:, :1]), cache)))
+    q.static_decode, q._static = None, None
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-4, atol=1e-4)

@@ -61,6 +61,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.layers.linear import Int8Linear
+
 try:  # Programmatic dependent launch intrinsics (Triton >= 3.5, NVIDIA Hopper and later).
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
@@ -112,6 +114,12 @@ def _dot_rows(wa, wb, xa, xb, KT: tl.constexpr):
 
 
 @triton.jit
+def _row_scales(s_ptr, rows, rmask):
+    """The int8 weights' per-row scales ``s[rows]`` (``[len(rows)]`` fp32; 0 on masked rows)."""
+    return tl.load(s_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _rms_normed(x_ptr, nwa, nwb, eps, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr):
     """RMSNorm (Zhang & Sennrich 2019) of ``x [K]``: ``x * rsqrt(mean(x**2) + eps) * weight`` in fp32,
     rounded to ``x``'s dtype like ``F.rms_norm``'s output; returned as two fp32 parts."""
@@ -135,11 +143,11 @@ def _rotary_rows(cos_ptr, sin_ptr, pos_ptr, r, D: tl.constexpr):
 
 
 @triton.jit
-def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
+def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
                     q_ptr, k_ptr, v_ptr, stride_kv_pos, stride_kv_head, eps,
                     HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
                     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                    BLOCK_R: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
+                    BLOCK_R: tl.constexpr, EARLY: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """RMSNorm + qkv GEMV + RoPE + KV-cache write for one decode token.
 
     Grid ``(H + 2*H_kv, (D/2) / BLOCK_R)``: program ``(head, part)`` computes output rows
@@ -149,6 +157,8 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
     Args:
         x_ptr: residual ``[HIDDEN]`` (activation dtype); nw_ptr: input_layernorm weight ``[HIDDEN]``.
         w_ptr: fused ``qkv_proj.weight [(H + 2*H_kv) * D, HIDDEN]``, row-major.
+        s_ptr: with ``SCALED``, ``w`` is int8 and ``s [(H + 2*H_kv) * D]`` its per-row scales
+            (:class:`~engine.layers.linear.Int8Linear`); otherwise unused.
         cos_ptr, sin_ptr: rotary tables ``[max_pos, D]`` (``sin`` with its first half negated, see
             :class:`~engine.layers.RotaryEmbedding`).
         pos_ptr: int64 ``[1]`` position; slot_ptr: int64 ``[1]`` cache row of that position (the
@@ -172,14 +182,21 @@ def qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
     wla, wlb = _load_rows(w_ptr, rows_lo, rm, HIDDEN, KM, KT)
     wha, whb = _load_rows(w_ptr, rows_lo + HALF, rm, HIDDEN, KM, KT)
     nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if SCALED:
+        sl = _row_scales(s_ptr, rows_lo, rm)
+        sh = _row_scales(s_ptr, rows_lo + HALF, rm)
     if EARLY:
         c_lo, c_hi, s_lo, s_hi = _rotary_rows(cos_ptr, sin_ptr, pos_ptr, r, D)
         slot = tl.load(slot_ptr)
     if PDL:
         gdc_wait()
     xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
-    lo = _dot_rows(wla, wlb, xa, xb, KT).to(dt).to(tl.float32)
-    hi = _dot_rows(wha, whb, xa, xb, KT).to(dt).to(tl.float32)
+    lo = _dot_rows(wla, wlb, xa, xb, KT)
+    hi = _dot_rows(wha, whb, xa, xb, KT)
+    if SCALED:
+        lo, hi = lo * sl, hi * sh
+    lo = lo.to(dt).to(tl.float32)
+    hi = hi.to(dt).to(tl.float32)
     if head < H + HKV:  # queries and keys are rotated: x*cos + rotate_half(x)*sin
         if not EARLY:
             c_lo, c_hi, s_lo, s_hi = _rotary_rows(cos_ptr, sin_ptr, pos_ptr, r, D)
@@ -328,13 +345,14 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, cn
 
 
 @triton.jit
-def gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr,
+def gemv_residual_kernel(v_ptr, w_ptr, s_ptr, res_ptr, out_ptr,
                          N: tl.constexpr, K: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
-                         BLOCK_N: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
+                         BLOCK_N: tl.constexpr, EARLY: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """GEMV + residual: ``out[n] = res[n] + (W @ v)[n]`` (o_proj and down_proj).
 
     Grid ``(N / BLOCK_N,)``. ``v [K]``, ``W [N, K]`` row-major, ``res``/``out [N]`` (activation
     dtype). ``res`` and ``out`` may be the same buffer: a program reads and writes only its rows.
+    ``SCALED``: ``W`` is int8 with per-row scales ``s [N]``.
     The linear output is rounded to the activation dtype before the add, like the eager path.
     ``EARLY``: the residual is read together with ``v`` after the wait (one memory round trip
     there, not two: it was read after the dot).
@@ -346,25 +364,31 @@ def gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr,
     n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     nm = n < N
     wa, wb = _load_rows(w_ptr, n, nm, K, KM, KT)
+    if SCALED:
+        sc = _row_scales(s_ptr, n, nm)
     if PDL:
         gdc_wait()
     if EARLY:
         r = tl.load(res_ptr + n, mask=nm, other=0.0).to(tl.float32)
     va, vb = _load_vec(v_ptr, K, KM, KT)
-    y = _dot_rows(wa, wb, va, vb, KT).to(dt).to(tl.float32)
+    y = _dot_rows(wa, wb, va, vb, KT)
+    if SCALED:
+        y = y * sc
+    y = y.to(dt).to(tl.float32)
     if not EARLY:
         r = tl.load(res_ptr + n, mask=nm, other=0.0).to(tl.float32)
     tl.store(out_ptr + n, (r + y).to(dt), mask=nm)
 
 
 @triton.jit
-def norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
+def norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, s_ptr, out_ptr, eps,
                         HIDDEN: tl.constexpr, INTER: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
-                        BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+                        BLOCK_N: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """RMSNorm + fused gate/up GEMV + ``silu(gate) * up`` (SwiGLU, Shazeer 2020).
 
     Grid ``(INTER / BLOCK_N,)``. ``x [HIDDEN]``, ``nw [HIDDEN]`` (post_attention_layernorm),
-    ``w = gate_up.weight [2*INTER, HIDDEN]`` (gate rows first), ``out [INTER]`` (activation dtype).
+    ``w = gate_up.weight [2*INTER, HIDDEN]`` (gate rows first), ``out [INTER]`` (activation dtype);
+    ``SCALED``: ``w`` is int8 with per-row scales ``s [2*INTER]``.
     """
     pid = tl.program_id(0)
     if PDL:
@@ -375,11 +399,18 @@ def norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
     wga, wgb = _load_rows(w_ptr, n, nm, HIDDEN, KM, KT)
     wua, wub = _load_rows(w_ptr, n + INTER, nm, HIDDEN, KM, KT)
     nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if SCALED:
+        sg = _row_scales(s_ptr, n, nm)
+        su = _row_scales(s_ptr, n + INTER, nm)
     if PDL:
         gdc_wait()
     xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
-    gate = _dot_rows(wga, wgb, xa, xb, KT).to(dt).to(tl.float32)
-    up = _dot_rows(wua, wub, xa, xb, KT).to(dt).to(tl.float32)
+    gate = _dot_rows(wga, wgb, xa, xb, KT)
+    up = _dot_rows(wua, wub, xa, xb, KT)
+    if SCALED:
+        gate, up = gate * sg, up * su
+    gate = gate.to(dt).to(tl.float32)
+    up = up.to(dt).to(tl.float32)
     act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
     tl.store(out_ptr + n, (act * up).to(dt), mask=nm)
 
@@ -409,19 +440,20 @@ def _rows_rstd(ss, eps, K: tl.constexpr):
 
 
 @triton.jit
-def _rows_w(w_ptr, cols, k0, K: tl.constexpr, BLOCK_K: tl.constexpr):
+def _rows_w(w_ptr, cols, k0, dt, K: tl.constexpr, BLOCK_K: tl.constexpr):
     """Rows ``cols`` of a row-major ``[*, K]`` weight, columns ``[k0, k0 + BLOCK_K)``, transposed
-    (``[BLOCK_K, len(cols)]``): the right ``tl.dot`` operand."""
+    (``[BLOCK_K, len(cols)]``) and in the activation dtype ``dt``: the right ``tl.dot`` operand
+    (int8 weights are widened, exactly: |q| <= 127 fits every float dtype's significand)."""
     kk = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(w_ptr + cols[None, :] * K + kk[:, None], mask=(kk < K)[:, None], other=0.0)
+    return tl.load(w_ptr + cols[None, :] * K + kk[:, None], mask=(kk < K)[:, None], other=0.0).to(dt)
 
 
 @triton.jit
-def rows_qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
+def rows_qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr,
                          q_ptr, k_ptr, v_ptr, stride_kv_pos, stride_kv_head, eps,
                          HIDDEN: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                          ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                         PREC: tl.constexpr, PDL: tl.constexpr):
+                         PREC: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """:func:`qkv_rope_kernel` for ``ROWS`` query positions at once (the short-prefill step): RMSNorm,
     the fused q/k/v projection as a ``[ROWS, HIDDEN] x [HIDDEN, BLOCK_R]`` ``tl.dot`` per output
     tile (tensor cores; the weights are read once for all rows), RoPE at each row's position, and
@@ -429,7 +461,7 @@ def rows_qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_p
 
     Grid ``(H + 2*H_kv, (D/2) / BLOCK_R)`` as for :func:`qkv_rope_kernel`. ``x [ROWS, HIDDEN]``,
     ``pos``/``slot`` int64 ``[ROWS]``, ``q [ROWS, H*D]``; rows that repeat another row's position
-    and slot write the same values there.
+    and slot write the same values there. ``SCALED``: int8 weights with per-row scales ``s``.
     """
     head = tl.program_id(0)
     part = tl.program_id(1)
@@ -446,11 +478,16 @@ def rows_qkv_rope_kernel(x_ptr, nw_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, slot_p
     for k0 in range(0, HIDDEN, BLOCK_K):
         x, sq = _rows_x(x_ptr, nw_ptr, k0, True, HIDDEN, ROWS, BLOCK_K)
         ss += sq
-        lo += tl.dot(x, _rows_w(w_ptr, head * D + r, k0, HIDDEN, BLOCK_K), input_precision=PREC)
-        hi += tl.dot(x, _rows_w(w_ptr, head * D + HALF + r, k0, HIDDEN, BLOCK_K), input_precision=PREC)
+        lo += tl.dot(x, _rows_w(w_ptr, head * D + r, k0, dt, HIDDEN, BLOCK_K), input_precision=PREC)
+        hi += tl.dot(x, _rows_w(w_ptr, head * D + HALF + r, k0, dt, HIDDEN, BLOCK_K), input_precision=PREC)
     rstd = _rows_rstd(ss, eps, HIDDEN)[:, None]
-    lo = (lo * rstd).to(dt).to(tl.float32)
-    hi = (hi * rstd).to(dt).to(tl.float32)
+    lo = lo * rstd
+    hi = hi * rstd
+    if SCALED:
+        lo = lo * _row_scales(s_ptr, head * D + r, r < HALF)[None, :]
+        hi = hi * _row_scales(s_ptr, head * D + HALF + r, r < HALF)[None, :]
+    lo = lo.to(dt).to(tl.float32)
+    hi = hi.to(dt).to(tl.float32)
     if head < H + HKV:  # queries and keys are rotated: x*cos + rotate_half(x)*sin
         p = tl.load(pos_ptr + rr)[:, None] * D
         c_lo = tl.load(cos_ptr + p + r[None, :]).to(tl.float32)
@@ -553,12 +590,13 @@ def rows_attn_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, num_splits,
 
 
 @triton.jit
-def rows_gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr, N: tl.constexpr, K: tl.constexpr,
+def rows_gemv_residual_kernel(v_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N: tl.constexpr, K: tl.constexpr,
                               ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              PREC: tl.constexpr, PDL: tl.constexpr):
+                              PREC: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """:func:`gemv_residual_kernel` for ``ROWS`` rows: ``out[r, n] = res[r, n] + (v[r] @ W.T)[n]``.
 
-    Grid ``(N / BLOCK_N,)``. ``v [ROWS, K]``, ``W [N, K]``, ``res``/``out [ROWS, N]`` (may alias)."""
+    Grid ``(N / BLOCK_N,)``. ``v [ROWS, K]``, ``W [N, K]`` (``SCALED``: int8, per-row scales ``s [N]``),
+    ``res``/``out [ROWS, N]`` (may alias)."""
     pid = tl.program_id(0)
     if PDL:
         gdc_launch_dependents()
@@ -569,7 +607,9 @@ def rows_gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr, N: tl.constexpr, K
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         v, _ = _rows_x(v_ptr, v_ptr, k0, False, K, ROWS, BLOCK_K)
-        acc += tl.dot(v, _rows_w(w_ptr, n, k0, K, BLOCK_K), input_precision=PREC)
+        acc += tl.dot(v, _rows_w(w_ptr, n, k0, dt, K, BLOCK_K), input_precision=PREC)
+    if SCALED:
+        acc = acc * _row_scales(s_ptr, n, n < N)[None, :]
     y = acc.to(dt).to(tl.float32)
     at = rr[:, None] * N + n[None, :]
     r = tl.load(res_ptr + at).to(tl.float32)
@@ -577,12 +617,12 @@ def rows_gemv_residual_kernel(v_ptr, w_ptr, res_ptr, out_ptr, N: tl.constexpr, K
 
 
 @triton.jit
-def rows_norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
+def rows_norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, s_ptr, out_ptr, eps,
                              HIDDEN: tl.constexpr, INTER: tl.constexpr, ROWS: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                             PREC: tl.constexpr, PDL: tl.constexpr):
+                             PREC: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """:func:`norm_gate_up_kernel` for ``ROWS`` rows. Grid ``(INTER / BLOCK_N,)``; ``x [ROWS, HIDDEN]``,
-    ``out [ROWS, INTER]``."""
+    ``out [ROWS, INTER]``; ``SCALED``: int8 weights with per-row scales ``s [2*INTER]``."""
     pid = tl.program_id(0)
     if PDL:
         gdc_launch_dependents()
@@ -596,11 +636,16 @@ def rows_norm_gate_up_kernel(x_ptr, nw_ptr, w_ptr, out_ptr, eps,
     for k0 in range(0, HIDDEN, BLOCK_K):
         x, sq = _rows_x(x_ptr, nw_ptr, k0, True, HIDDEN, ROWS, BLOCK_K)
         ss += sq
-        gate += tl.dot(x, _rows_w(w_ptr, n, k0, HIDDEN, BLOCK_K), input_precision=PREC)
-        up += tl.dot(x, _rows_w(w_ptr, INTER + n, k0, HIDDEN, BLOCK_K), input_precision=PREC)
+        gate += tl.dot(x, _rows_w(w_ptr, n, k0, dt, HIDDEN, BLOCK_K), input_precision=PREC)
+        up += tl.dot(x, _rows_w(w_ptr, INTER + n, k0, dt, HIDDEN, BLOCK_K), input_precision=PREC)
     rstd = _rows_rstd(ss, eps, HIDDEN)[:, None]
-    gate = (gate * rstd).to(dt).to(tl.float32)
-    up = (up * rstd).to(dt).to(tl.float32)
+    gate = gate * rstd
+    up = up * rstd
+    if SCALED:
+        gate = gate * _row_scales(s_ptr, n, n < INTER)[None, :]
+        up = up * _row_scales(s_ptr, INTER + n, n < INTER)[None, :]
+    gate = gate.to(dt).to(tl.float32)
+    up = up.to(dt).to(tl.float32)
     act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
     tl.store(out_ptr + rr[:, None] * INTER + n[None, :], (act * up).to(dt))
 
@@ -668,15 +713,16 @@ def argmax_kernel(logits_ptr, token_ptr, argmax_ptr, reported_ptr, pos_ptr, host
 
 
 @triton.jit
-def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr,
+def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, s_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr,
                        token_ptr, argmax_ptr, reported_ptr, pos_ptr, host_ptr, eps,
                        V: tl.constexpr, HIDDEN: tl.constexpr, KM: tl.constexpr, KT: tl.constexpr,
                        BLOCK_N: tl.constexpr, P: tl.constexpr, PP: tl.constexpr, INVALID: tl.constexpr,
-                       HOST: tl.constexpr, PDL: tl.constexpr):
+                       HOST: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     """The token step's tail as one kernel: the final RMSNorm, the ``lm_head`` GEMV and the argmax.
 
     Grid ``(P,)``, ``P = cdiv(V, BLOCK_N)``. ``x [HIDDEN]`` (the last residual), ``nw [HIDDEN]``,
-    ``w = lm_head.weight [V, HIDDEN]``, ``logits [V]`` (activation dtype). Each program writes its
+    ``w = lm_head.weight [V, HIDDEN]`` (``SCALED``: int8, per-row scales ``s [V]``), ``logits [V]``
+    (activation dtype). Each program writes its
     rows' logits and their maximum and its first index into ``pm``/``pi [P]`` (fp32, int32); the
     last program to finish (``cnt [1]`` int32, put back to 0 by it: the attention merge's pattern)
     reduces them as :func:`argmax_kernel` does (the first of equal maxima of the rounded logits, NaN
@@ -693,10 +739,15 @@ def head_argmax_kernel(x_ptr, nw_ptr, w_ptr, logits_ptr, pm_ptr, pi_ptr, cnt_ptr
     nm = n < V
     wa, wb = _load_rows(w_ptr, n, nm, HIDDEN, KM, KT)
     nwa, nwb = _load_vec(nw_ptr, HIDDEN, KM, KT)
+    if SCALED:
+        sc = _row_scales(s_ptr, n, nm)
     if PDL:
         gdc_wait()
     xa, xb = _rms_normed(x_ptr, nwa, nwb, eps, HIDDEN, KM, KT)
-    y = _dot_rows(wa, wb, xa, xb, KT).to(dt)
+    y = _dot_rows(wa, wb, xa, xb, KT)
+    if SCALED:
+        y = y * sc
+    y = y.to(dt)
     tl.store(logits_ptr + n, y, mask=nm)
     yf = y.to(tl.float32)
     yf = tl.where(yf != yf, float("inf"), yf)
@@ -790,6 +841,23 @@ def default_config(hidden_size: int) -> dict:
     return dict(DEFAULT_CONFIG, **(wide if hidden_size >= width else {}))
 
 
+def kernel_weights(linear: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """A projection as the kernels' ``(w_ptr, s_ptr, SCALED)``: an :class:`Int8Linear`'s int8
+    ``weight [out, in]`` and bf16 ``scale [out]``, or a float ``nn.Linear``'s weight twice (its
+    ``s_ptr`` unused).
+
+    Raises:
+        ValueError: another kind of layer (int4), or a bias (the kernels add none).
+    """
+    if getattr(linear, "bias", None) is not None:
+        raise ValueError("Triton decode needs bias-free projections")
+    if isinstance(linear, Int8Linear):
+        return linear.weight, linear.scale, True
+    if isinstance(linear, torch.nn.Linear):
+        return linear.weight, linear.weight, False
+    raise ValueError(f"Triton decode needs float or int8 weights, not {type(linear).__name__}")
+
+
 class TritonStep:
     """The decode step of :class:`StaticDecoder` as 6 Triton kernels a layer (+ final norm, lm_head:
     one more kernel, :meth:`head_argmax`, in the token step).
@@ -817,16 +885,11 @@ class TritonStep:
         self.layers = []
         for layer in text.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            if not all(isinstance(m, torch.nn.Linear) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up,
-                                                                 mlp.down_proj)):
-                raise ValueError("Triton decode needs float nn.Linear weights (not int8/int4 layers)")
-            if attn.qkv_proj is None or mlp.gate_up is None or attn.qkv_proj.bias is not None:
-                raise ValueError("Triton decode needs fused, bias-free q/k/v and gate/up projections")
-            if attn.o_proj.bias is not None:
-                raise ValueError("Triton decode needs a bias-free o_proj")
-            self.layers.append((layer.input_layernorm.weight, attn.qkv_proj.weight, attn.o_proj.weight,
-                                layer.post_attention_layernorm.weight, mlp.gate_up.weight,
-                                mlp.down_proj.weight))
+            if attn.qkv_proj is None or mlp.gate_up is None:
+                raise ValueError("Triton decode needs fused q/k/v and gate/up projections")
+            self.layers.append((layer.input_layernorm.weight, kernel_weights(attn.qkv_proj),
+                                kernel_weights(attn.o_proj), layer.post_attention_layernorm.weight,
+                                kernel_weights(mlp.gate_up), kernel_weights(mlp.down_proj)))
         ms = self.cfg["attn_max_splits"]
         self.q = torch.zeros(self.h * self.d, device=dev, dtype=dt)
         self.o = torch.zeros(self.h * self.d, device=dev, dtype=dt)
@@ -838,7 +901,8 @@ class TritonStep:
         self.res = torch.zeros(self.hidden, device=dev, dtype=dt)
         self._rows: dict | None = None  # the short-prefill step's buffers, made at its first use
         head = model.lm_head
-        self.fused_head = bool(self.cfg["fused_head"]) and type(head) is torch.nn.Linear and head.bias is None
+        self.fused_head = (bool(self.cfg["fused_head"]) and type(head) in (torch.nn.Linear, Int8Linear)
+                           and head.bias is None)
         self._head: dict | None = None  # the fused tail's buffers, made at its first use
 
     def rows_supported(self) -> bool:
@@ -893,13 +957,14 @@ class TritonStep:
         # early only sit on its SMs waiting (measured: a 20-token step 2.2 ms without, 3.1 ms with).
         launch, pdl, prec = {}, False, self.prec
         x_in, res = dec.x_rows.view(r, hidden), b["res"]
-        for i, (nw1, w_qkv, w_o, nw2, w_gu, w_down) in enumerate(self.layers):
+        for i, (nw1, (w_qkv, s_qkv, q_qkv), (w_o, s_o, q_o), nw2, (w_gu, s_gu, q_gu),
+                (w_down, s_down, q_down)) in enumerate(self.layers):
             kcache, vcache = caches[i]
             x = x_in if i == 0 else res
             rows_qkv_rope_kernel[(h + 2 * hkv, d // 2 // 16)](
-                x, nw1, w_qkv, dec.cos, dec.sin, dec.pos_rows, slot, b["q"], kcache, vcache,
+                x, nw1, w_qkv, s_qkv, dec.cos, dec.sin, dec.pos_rows, slot, b["q"], kcache, vcache,
                 stride_pos, stride_head, self.eps, HIDDEN=hidden, H=h, HKV=hkv, D=d, ROWS=r, BLOCK_R=16,
-                BLOCK_K=bk, PREC=prec, PDL=pdl, num_warps=warps, **launch)
+                BLOCK_K=bk, PREC=prec, SCALED=q_qkv, PDL=pdl, num_warps=warps, **launch)
             rows_attn_kernel[(hkv, num_splits, triton.cdiv(r * g, qb))](
                 b["q"], kcache, vcache, idx, dec.pos_rows, b["m"], b["l"], b["acc"], b["o"],
                 stride_pos, stride_head, chunk, num_splits, d ** -0.5, H=h, D=d, G=g, ROWS=r, BLOCK_Q=qb,
@@ -909,14 +974,14 @@ class TritonStep:
                     b["m"], b["l"], b["acc"], b["o"], num_splits, RH=r * h, D=d,
                     SP=ROWS_MAX_SPLITS, PDL=pdl, num_warps=1, **launch)
             rows_gemv_residual_kernel[(hidden // bn,)](
-                b["o"], w_o, x, res, N=hidden, K=h * d, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec, PDL=pdl,
-                num_warps=warps, **launch)
+                b["o"], w_o, s_o, x, res, N=hidden, K=h * d, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec,
+                SCALED=q_o, PDL=pdl, num_warps=warps, **launch)
             rows_norm_gate_up_kernel[(inter // bn,)](
-                res, nw2, w_gu, b["mlp"], self.eps, HIDDEN=hidden, INTER=inter, ROWS=r, BLOCK_N=bn, BLOCK_K=bk,
-                PREC=prec, PDL=pdl, num_warps=warps, **launch)
+                res, nw2, w_gu, s_gu, b["mlp"], self.eps, HIDDEN=hidden, INTER=inter, ROWS=r, BLOCK_N=bn,
+                BLOCK_K=bk, PREC=prec, SCALED=q_gu, PDL=pdl, num_warps=warps, **launch)
             rows_gemv_residual_kernel[(hidden // bn,)](
-                b["mlp"], w_down, res, res, N=hidden, K=inter, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec,
-                PDL=pdl, num_warps=warps, **launch)
+                b["mlp"], w_down, s_down, res, res, N=hidden, K=inter, ROWS=r, BLOCK_N=bn, BLOCK_K=bk, PREC=prec,
+                SCALED=q_down, PDL=pdl, num_warps=warps, **launch)
         text = dec.model.decoder
         last = res.index_select(0, dec.last_row).view(1, 1, hidden)
         return dec.model.lm_head(text.norm(last)[:, -1])
@@ -953,7 +1018,8 @@ class TritonStep:
         from engine.sampling import INVALID_TOKEN
 
         dec, c = self.dec, self.cfg
-        text, w = dec.model.decoder, dec.model.lm_head.weight
+        text = dec.model.decoder
+        w, s, scaled = kernel_weights(dec.model.lm_head)
         v, bn = w.shape[0], c["head_block_n"]
         programs = triton.cdiv(v, bn)
         if self._head is None:
@@ -967,10 +1033,11 @@ class TritonStep:
         launch = {"launch_pdl": True} if self.pdl else {}
         host = dec.host_reported
         head_argmax_kernel[(programs,)](
-            self.res, text.norm.weight, w, b["logits"], b["pm"], b["pi"], b["cnt"], dec.token, dec.argmax,
+            self.res, text.norm.weight, w, s, b["logits"], b["pm"], b["pi"], b["cnt"], dec.token, dec.argmax,
             dec.reported, dec.pos, dec.reported if host is None else host, float(text.norm.eps), V=v,
             HIDDEN=self.hidden, KM=hm, KT=ht, BLOCK_N=bn, P=programs, PP=triton.next_power_of_2(programs),
-            INVALID=INVALID_TOKEN, HOST=host is not None, PDL=self.pdl, num_warps=c["head_warps"], **launch)
+            INVALID=INVALID_TOKEN, HOST=host is not None, SCALED=scaled, PDL=self.pdl, num_warps=c["head_warps"],
+            **launch)
         return b["logits"]
 
     def splits(self, bucket: int) -> tuple[int, int]:
@@ -1010,14 +1077,15 @@ class TritonStep:
         grid_down = (triton.cdiv(hidden, c["down_block_n"]),)
         x_in = dec.x.view(-1)
         res = self.res
-        for i, (nw1, w_qkv, w_o, nw2, w_gu, w_down) in enumerate(self.layers):
+        for i, (nw1, (w_qkv, s_qkv, q_qkv), (w_o, s_o, q_o), nw2, (w_gu, s_gu, q_gu),
+                (w_down, s_down, q_down)) in enumerate(self.layers):
             kcache, vcache = caches[i]
             x = x_in if i == 0 else res
             qkv_rope_kernel[grid_qkv](
-                x, nw1, w_qkv, dec.cos, dec.sin, dec.pos, slot, self.q, kcache, vcache,
+                x, nw1, w_qkv, s_qkv, dec.cos, dec.sin, dec.pos, slot, self.q, kcache, vcache,
                 stride_pos, stride_head, self.eps,
                 HIDDEN=hidden, KM=hm, KT=ht, H=h, HKV=hkv, D=d, BLOCK_R=min(c["qkv_block_r"], d // 2),
-                EARLY=early, PDL=pdl, num_warps=c["qkv_warps"], **launch)
+                EARLY=early, SCALED=q_qkv, PDL=pdl, num_warps=c["qkv_warps"], **launch)
             attn_kernel[(hkv, num_splits)](
                 self.q, kcache, vcache, idx, dec.pos, self.m, self.l, self.acc, self.cnt, self.o,
                 stride_pos, stride_head, chunk, num_splits, d ** -0.5,
@@ -1029,14 +1097,15 @@ class TritonStep:
                                              SP=triton.next_power_of_2(c["attn_max_splits"]), PDL=pdl,
                                              num_warps=1, **launch)
             gemv_residual_kernel[grid_o](
-                self.o, w_o, x, res, N=hidden, K=h * d, KM=split_k(h * d)[0], KT=split_k(h * d)[1],
-                BLOCK_N=c["o_block_n"], EARLY=early, PDL=pdl, num_warps=c["o_warps"], **launch)
+                self.o, w_o, s_o, x, res, N=hidden, K=h * d, KM=split_k(h * d)[0], KT=split_k(h * d)[1],
+                BLOCK_N=c["o_block_n"], EARLY=early, SCALED=q_o, PDL=pdl, num_warps=c["o_warps"], **launch)
             norm_gate_up_kernel[grid_gu](
-                res, nw2, w_gu, self.mlp, self.eps, HIDDEN=hidden, INTER=inter, KM=hm, KT=ht,
-                BLOCK_N=c["gu_block_n"], PDL=pdl, num_warps=c["gu_warps"], **launch)
+                res, nw2, w_gu, s_gu, self.mlp, self.eps, HIDDEN=hidden, INTER=inter, KM=hm, KT=ht,
+                BLOCK_N=c["gu_block_n"], SCALED=q_gu, PDL=pdl, num_warps=c["gu_warps"], **launch)
             gemv_residual_kernel[grid_down](
-                self.mlp, w_down, res, res, N=hidden, K=inter, KM=im, KT=it,
-                BLOCK_N=c["down_block_n"], EARLY=early, PDL=pdl, num_warps=c["down_warps"], **launch)
+                self.mlp, w_down, s_down, res, res, N=hidden, K=inter, KM=im, KT=it,
+                BLOCK_N=c["down_block_n"], EARLY=early, SCALED=q_down, PDL=pdl, num_warps=c["down_warps"],
+                **launch)
         if not head:
             return None
         text = dec.model.decoder
