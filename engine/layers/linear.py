@@ -1,5 +1,5 @@
 """Linear variants: fused projections (:func:`fuse_linears`) and optional weight-only int8 for CPU
-decode (``weights="int8"``, or ``SMOLCHAT_WEIGHTS=int8``).
+and CUDA decode (``weights="int8"``, or ``SMOLCHAT_WEIGHTS=int8``).
 
 Batch-1 decode on the CPU streams every weight from memory once per token (~540 MB in float32 for
 SmolVLM-256M's text model and lm_head), so it runs at memory speed. Int8 weights with one scale per
@@ -25,6 +25,11 @@ FBGEMM's dynamic linear quantizes the activation row to 8 (or 7) bits per call: 
 error doubles; it also rests on quantized tensors that PyTorch has deprecated. Random weights have
 close top logits (median top-1/top-2 gap 1.2 against a logit std of 8), so the agreement with a
 trained checkpoint is higher; the figure is reported, not assumed.
+
+On CUDA the same int8 weights and scales are read by the Triton decode step's GEMVs
+(:mod:`engine.models.llama.triton_decode`: int8 rows widened in registers, the fp32 dot product
+times the row's scale), half of bf16's weight bytes a token; a prefill of many rows converts each
+weight to the activation dtype (exact: |q| <= 127 fits bf16's 8-bit significand) for cuBLAS.
 """
 
 from __future__ import annotations
@@ -64,10 +69,12 @@ def fuse_linears(*linears: nn.Linear, dtype: torch.dtype | None = None) -> nn.Li
 
 
 class Int8Linear(nn.Module):
-    """``y = (x_bf16 @ W_int8^T) * scale`` with per-output-channel symmetric int8 weights.
+    """``y = (x @ W_int8^T) * scale`` with per-output-channel symmetric int8 weights.
 
     ``weight`` is ``int8 [out, in]``, ``scale`` ``bfloat16 [out]`` with ``scale = max|W_row| / 127``;
-    ``x [..., in]`` of any float dtype, returned in ``x.dtype``.
+    ``x [..., in]`` of any float dtype, returned in ``x.dtype``. On the CPU a few rows go through
+    ATen's ``_weight_int8pack_mm`` (bf16 activations); elsewhere, and for many rows, the weight is
+    widened to the activation dtype (float32 on the CPU) for an ordinary matmul.
     """
 
     def __init__(self, linear: nn.Linear):
@@ -93,7 +100,13 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        if x.device.type == "cpu" and x.numel() >= self.DEQUANT_ROWS * shape[-1]:
+        if x.device.type != "cpu":
+            # ATen's CUDA _weight_int8pack_mm is a float32-only loop of one thread an output; the decode
+            # step's GEMVs read these weights in Triton instead. Integers up to 127 are exact in every
+            # float dtype, so the product rounds only as a matmul of the dequantized weights would.
+            y = torch.nn.functional.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)
+            return y + self.bias.to(x.dtype) if self.bias is not None else y
+        if x.numel() >= self.DEQUANT_ROWS * shape[-1]:
             w = self.weight.float().mul_(self.scale.float()[:, None])
             return torch.nn.functional.linear(x.float(), w, self.bias).to(x.dtype)
         y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight,
@@ -165,6 +178,9 @@ class Int4Linear(nn.Module):
 #: and the lm_head weight-only.
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
 
+#: Devices with a kernel that reads int8 weights: the CPU (ATen, the native step) and CUDA (Triton).
+INT8_DEVICES = ("cpu", "cuda")
+
 
 def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.Module:
     """The text decoder's projections and the lm_head of ``model`` (a model with ``decoder`` and
@@ -174,12 +190,13 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
     in floating point. With tied embeddings the lm_head gets its own quantized copy.
 
     Raises:
-        ValueError: an unknown ``kind``, or int8 off the CPU (its kernel is CPU-only).
+        ValueError: an unknown ``kind``, or int8 on a device other than the CPU and CUDA (no kernel
+            reads it there).
     """
     if kind not in QUANTIZED:
         raise ValueError(f"unknown weight format {kind!r} (use {' or '.join(QUANTIZED)})")
-    if kind == "int8" and model.device.type != "cpu":
-        raise ValueError("int8 weight-only quantization is a CPU option")
+    if kind == "int8" and model.device.type not in INT8_DEVICES:
+        raise ValueError(f"int8 weight-only quantization runs on {' and '.join(INT8_DEVICES)}, not {model.device.type}")
     if not inplace:
         model = copy.deepcopy(model)
     layer_cls = QUANTIZED[kind]
@@ -203,7 +220,7 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
 
 
 def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
-    """:func:`quantize_weights` with ``int8`` (CPU only)."""
+    """:func:`quantize_weights` with ``int8`` (CPU and CUDA)."""
     return quantize_weights(model, "int8", inplace)
 
 
