@@ -16,6 +16,9 @@
    peak GPU memory; and the same for transformers (processor + one generated token, SDPA).
 4. ``decode`` (``--only decode``): decode tok/s of every family model as the app runs it, and the
    fraction of its text weights' bandwidth bound (one read of every decoder + lm_head weight a token).
+5. ``int8`` (``--only int8``): int8 weights against bf16 for each model (:func:`part_int8`): load,
+   memory, first and steady decode tok/s, and the int8 Triton step's logits against the int8 eager
+   decode and against bf16.
 
 Checked on the CPU with tiny models (the ``"cuda"`` strings swapped for ``"cpu"``): the parity and ttft
 parts run end to end (2.2B tiny: ids equal, logits within 1.1e-5, 16 greedy tokens equal; a 64-frame
@@ -321,6 +324,116 @@ def part_decode(shared: Path, names, root: Path, new_tokens: int = 256) -> dict:
     return results
 
 
+def weight_bytes_read(model) -> int:
+    """Bytes of text weights one decode step reads: every decoder and lm_head tensor (int8 weights
+    with their scales), counted once; the embedding table only where it is the lm_head's own weight
+    (a step reads one row of it otherwise)."""
+    head = getattr(model.lm_head, "weight", None)
+    seen, total = set(), 0
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if name.startswith(("vision_model", "connector")) or "rotary" in name or t is None:
+            continue
+        if "embed_tokens" in name and t is not head:
+            continue
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def part_int8(shared: Path, names, root: Path, new_tokens: int = 256, checked: int = 64) -> dict:
+    """int8 weights on CUDA against bf16 (``weights="int8"``: the Triton decode step reads int8 rows and
+    per-row scales). Per model at its real shape (random weights): load time, memory held after the
+    load, the first answer's and the steady decode tok/s (a 60-token text prompt, ``new_tokens`` new,
+    the median of 3 answers after the first) and the fraction of the bound set by reading the text
+    weights once a token; then, teacher-forced over ``checked`` tokens of the bf16 model's greedy
+    answer, the int8 Triton step against the int8 eager decode (the same weights: max |logit
+    difference| and argmax agreement) and against bf16 (argmax agreement: what int8 changes)."""
+    from engine.api.events import DoneEvent, GenerationParams
+    from engine.chat import ChatSession
+
+    prompt = ("Write a long, careful description of a harbour at dawn: the boats, the water, the light on "
+              "the cranes, the gulls, the people starting work, and the sounds of the town waking up.")
+    results = {}
+    for name in names:
+        log(f"int8 {name}")
+        results[name] = entry = {}
+        try:
+            folder = checkpoint(shared, name, root)
+            sessions = {}
+            for weights in ("auto", "int8"):
+                torch.cuda.empty_cache()
+                base = torch.cuda.memory_allocated()
+                t = time.perf_counter()
+                session = ChatSession.load(str(folder), device="cuda", dtype="bfloat16", weights=weights)
+                load_s = time.perf_counter() - t
+                held = torch.cuda.memory_allocated() - base
+                rates, ttfts = [], []
+                for _ in range(4):
+                    session.reset()
+                    done = [e for e in session.send(prompt, params=GenerationParams(
+                        max_new_tokens=new_tokens, ignore_eos=True)) if isinstance(e, DoneEvent)][-1]
+                    rates.append(done.stats.decode_tokens_per_s)
+                    ttfts.append(done.stats.ttft_s)
+                read = weight_bytes_read(session.model)
+                rate = float(np.median(rates[1:]))
+                entry[weights] = {"load_s": load_s, "memory_after_load_bytes": held,
+                                  "first_answer_decode_tok_s": rates[0], "first_answer_ttft_s": ttfts[0],
+                                  "decode_tok_s": rate, "runs": rates[1:], "ttft_s": float(np.median(ttfts[1:])),
+                                  "weight_bytes_read_per_token": read,
+                                  "fraction_of_bound": rate / (H200_BANDWIDTH / read),
+                                  "weights_label": session.weights}
+                log(f"  {weights}: {json.dumps(entry[weights])}")
+                sessions[weights] = session
+            entry["agreement"] = int8_agreement(sessions["auto"], sessions["int8"], prompt, checked)
+            log(f"  agreement: {json.dumps(entry['agreement'])}")
+            del sessions, session
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            entry["trace"] = traceback.format_exc()[-2000:]
+            log(f"  {entry['error']}")
+    return results
+
+
+@torch.inference_mode()
+def int8_agreement(bf16, int8, prompt: str, n: int) -> dict:
+    """Teacher-forced over the bf16 model's ``n`` greedy tokens after ``prompt`` (text only): logits of
+    the bf16 step, the int8 Triton step (static decoder) and the int8 eager decode (``static_decode``
+    off: cuBLAS on the widened weights), each from its own cache."""
+    from engine.cache import CacheConfig
+
+    ids = torch.tensor([bf16.tokenizer.encode(prompt)], device="cuda")
+
+    def run(session, static, tokens=None):
+        model = session.model
+        before = model.static_decode
+        model.static_decode = static
+        try:
+            cache = model.create_kv_cache(CacheConfig(kind="paged", max_tokens=ids.shape[1] + n + 8))
+            logits = model.prefill(model.embed(ids), cache, range(0, ids.shape[1]))
+            out, steps = [], []
+            for i in range(n):
+                nxt = int(logits.argmax(-1)) if tokens is None else tokens[i]
+                out.append(nxt)
+                logits = model.decode(model.embed(torch.tensor([[nxt]], device="cuda")), cache)
+                steps.append(logits.float())
+            return out, torch.cat(steps)
+        finally:
+            model.static_decode = before
+
+    tokens, ref = run(bf16, None)
+    triton_logits = run(int8, None, tokens)[1]
+    eager_logits = run(int8, False, tokens)[1]
+    same = (triton_logits.argmax(-1) == eager_logits.argmax(-1)).float().mean().item()
+    return {"tokens": n, "int8_triton_vs_eager_max_abs_logit_diff": (triton_logits - eager_logits).abs().max().item(),
+            "int8_triton_vs_eager_argmax_agree": same,
+            "logit_std": ref.std().item(),
+            "int8_vs_bf16_argmax_agree": (triton_logits.argmax(-1) == ref.argmax(-1)).float().mean().item(),
+            "int8_vs_bf16_max_abs_logit_diff": (triton_logits - ref).abs().max().item(),
+            "int8_static_decoder_uses_triton": int8.model._static is not None and int8.model._static.triton is not None}
+
+
 def part_ttft(shared: Path, names, root: Path, clip: Path, repeats: int = 3,
               reference: bool = True) -> dict:
     from engine.api.events import DoneEvent, GenerationParams
@@ -386,7 +499,7 @@ def main(argv=None) -> int:
     shared, names, parts = Path(args.shared), args.models.split(","), args.only.split(",")
     root = Path(args.work or tempfile.mkdtemp(prefix="family-gpu-"))
     root.mkdir(parents=True, exist_ok=True)
-    clip = long_clip(root / "clip_80s.mp4")
+    clip = long_clip(root / "clip_80s.mp4") if {"video_processor", "ttft"} & set(parts) else None
     from bench.common import machine
 
     report = {"machine": machine("cuda")}
@@ -398,6 +511,8 @@ def main(argv=None) -> int:
         report["ttft"] = part_ttft(shared, names, root, clip)
     if "decode" in parts:
         report["decode"] = part_decode(shared, names, root)
+    if "int8" in parts:
+        report["int8"] = part_int8(shared, names, root)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     log(f"wrote {args.out}")
