@@ -98,14 +98,18 @@ class Int8Linear(nn.Module):
     #: layer's weight, made once per call, small next to a 512-row matmul.
     DEQUANT_ROWS = 16
 
+    def forward_widened(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward off the CPU: ``(x @ W_int8.to(x.dtype)^T) * scale`` in ``x.dtype``. ATen's CUDA
+        ``_weight_int8pack_mm`` is a float32-only loop of one thread an output; the decode step's GEMVs
+        read these weights in Triton instead. Integers up to 127 are exact in every float dtype, so
+        only the matmul's output and the scaling round."""
+        y = torch.nn.functional.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)
+        return y + self.bias.to(x.dtype) if self.bias is not None else y
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         if x.device.type != "cpu":
-            # ATen's CUDA _weight_int8pack_mm is a float32-only loop of one thread an output; the decode
-            # step's GEMVs read these weights in Triton instead. Integers up to 127 are exact in every
-            # float dtype, so the product rounds only as a matmul of the dequantized weights would.
-            y = torch.nn.functional.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)
-            return y + self.bias.to(x.dtype) if self.bias is not None else y
+            return self.forward_widened(x)
         if x.numel() >= self.DEQUANT_ROWS * shape[-1]:
             w = self.weight.float().mul_(self.scale.float()[:, None])
             return torch.nn.functional.linear(x.float(), w, self.bias).to(x.dtype)
