@@ -33,6 +33,21 @@ def test_int8_linear_matches_its_dequantized_weights():
     assert q(x.view(5, 1, 64)).shape == (5, 1, 48)
 
 
+def test_int8_linear_off_the_cpu_multiplies_by_the_widened_weights():
+    """The forward CUDA runs (``forward_widened``: no int8 kernel, the weights widened to the
+    activation dtype): in float32 the dequantized weights' product within float32 rounding, in
+    bfloat16 within its rounding, in the activation's dtype, bias added."""
+    torch.manual_seed(1)
+    lin = nn.Linear(64, 48, bias=True)
+    q = Int8Linear(lin)
+    deq = q.weight.float() * q.scale.float()[:, None]
+    x = torch.randn(2, 3, 64)
+    torch.testing.assert_close(q.forward_widened(x), x @ deq.T + lin.bias, rtol=1e-5, atol=1e-5)
+    y = q.forward_widened(x.bfloat16())
+    assert y.dtype == torch.bfloat16 and y.shape == (2, 3, 48)
+    torch.testing.assert_close(y.float(), x.bfloat16().float() @ deq.T + lin.bias, rtol=2e-2, atol=2e-2)
+
+
 def test_quantize_replaces_every_text_projection_and_the_head(tiny_checkpoint):
     model = load_model(tiny_checkpoint, device="cpu", dtype="float32")
     q = quantize_int8(model)
