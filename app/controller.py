@@ -19,7 +19,7 @@ from app.backends.qt import BackendBridge
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
 from app.formatting import error_words
 from app.settings import generation_defaults
-from app.video_attachments import attachments_for
+from app.video_attachments import attachments_for, is_video_file
 from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,14 @@ class ChatController(QObject):
         self.conversation_opened()
         return True
 
-    def count_tokens(self, path: str, detail: str) -> int:
+    def count_tokens(self, path: str, detail: str, video_fps: float | None = None,
+                     video_max_frames: int | None = None) -> int:
+        """Prompt tokens the attachment at ``path`` takes (-1: unknown): an image's at ``detail``, a
+        video's whole prompt (intro, time stamps, frames) sampled at ``video_fps`` / ``video_max_frames``
+        when the model takes video."""
+        if self.takes_video and is_video_file(path):
+            return self.backend.count_attachment_tokens(
+                Attachment(path, "video"), detail, GenerationParams(video_fps=video_fps, video_max_frames=video_max_frames))
         return self.backend.count_attachment_tokens(Attachment(path), detail)
 
     # -- answers -------------------------------------------------------------------------------------

@@ -142,9 +142,9 @@ class DocumentIntake(QObject):
         return max(0, context - answer - TEXT_MARGIN - sum(self._costs(self.window.attachments.paths())))
 
     def _costs(self, paths: list[str]) -> list[int]:
-        detail = self.window.message_detail()
-        return [max(0, self.window.controller.count_tokens(p, detail)) if self.window.controller.ready else 0
-                for p in paths]
+        detail, settings = self.window.message_detail(), self.window.settings
+        return [max(0, self.window.controller.count_tokens(p, detail, settings.video_fps, settings.video_max_frames))
+                if self.window.controller.ready else 0 for p in paths]
 
     # -- taking paths ----------------------------------------------------------------------------------
     def take(self, paths: list[str]) -> list[str]:

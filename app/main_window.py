@@ -56,7 +56,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.settings = load_settings(self.qsettings)
         self.model_manager = None
         self._editing: int | None = None
-        self._token_counts: dict[tuple[str, str], int] = {}
+        self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
         ignored = ""

@@ -121,12 +121,15 @@ def format_duration(seconds: float) -> str:
 
 
 def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan | None], tokens_per_frame: int,
-                          takes_video: bool = True) -> str:
-    """The composer's budget line: ``"1 video · 12 frames · 768 image tokens"``,
-    ``"1 image · 1 video · 12 frames · 1,088 image tokens"``, ``"1 video · this model takes no videos"``.
+                          takes_video: bool = True, video_counts: list[int] | None = None) -> str:
+    """The composer's budget line: ``"1 video · 12 frames · 918 tokens"`` (each video's whole prompt
+    counted by the engine: intro, time stamps, frames), ``"1 video · 12 frames · 768 image tokens"``
+    (frames x tokens per frame, where no count came), ``"1 image · 1 video · 12 frames · 1,238 tokens"``,
+    ``"1 video · this model takes no videos"``.
 
     ``image_counts``: tokens of each image (None: not counted yet, -1: unknown); ``plans``: each
-    video's plan (None: unreadable); ``tokens_per_frame``: the model's tokens per frame (0: unknown).
+    video's plan (None: unreadable); ``tokens_per_frame``: the model's tokens per frame (0: unknown);
+    ``video_counts``: each video's prompt tokens from the engine (-1: unknown).
     """
     if plans and not takes_video:
         label = "1 video" if len(plans) == 1 else f"{len(plans)} videos"
@@ -143,6 +146,10 @@ def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan 
     if any(c is None for c in image_counts):
         return " · ".join(parts) + " · counting image tokens…"
     known = [c for c in image_counts if c >= 0]
+    if plans and video_counts and len(video_counts) == len(plans) and min(video_counts) >= 0:
+        if len(known) < len(image_counts):
+            return " · ".join(parts)
+        return " · ".join(parts) + f" · {sum(known) + sum(video_counts):,} tokens"
     if len(known) < len(image_counts) or (plans and (tokens_per_frame <= 0 or None in plans)):
         return " · ".join(parts)
     total = sum(known) + sum(p.frames for p in plans) * tokens_per_frame

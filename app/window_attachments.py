@@ -143,6 +143,14 @@ class AttachmentsMixin:
         if problems:
             self.banner.show_error(" ".join(problems))
             return True
+        context, tokens = self.context_size(), getattr(self, "_pending_tokens", 0)
+        if context and tokens >= context:
+            videos = bool(self.attachments.video_chips())
+            self.banner.show_error(
+                f"These attachments take {tokens:,} tokens, more than the {context:,} the model's context holds. "
+                + ("Remove some, or lower Settings ▸ Video frames (max)." if videos
+                   else "Remove some, or send them at a lower image detail."))
+            return True
         return False
 
     def _keep_copy(self, original: str) -> None:
@@ -232,25 +240,45 @@ class AttachmentsMixin:
         chips = self.attachments.video_chips()
         video_tokens = 0
         if chips:
+            fps, max_frames = self.settings.video_fps, self.settings.video_max_frames
             for chip in chips:  # the settings' fps and max frames may have changed
                 try:
-                    chip.set_plan(plan_video(chip.path, self.settings.video_fps, self.settings.video_max_frames))
+                    chip.set_plan(plan_video(chip.path, fps, max_frames))
                 except InvalidVideoError:
                     chip.set_plan(None)
             self._video_problems()  # mark the chips for the model now loaded
             per_frame = int((self.model_info.get("capabilities") or {}).get("image_tokens_per_tile") or 0)
+            exact = []
+            if self.controller.ready and self.takes_video():
+                for chip in chips:  # the engine's count: frames and each one's time stamp text, from the headers
+                    key = (chip.path, "video", fps, max_frames)
+                    if key not in self._token_counts:
+                        self._token_counts[key] = -1 if chip.plan is None else \
+                            self.controller.count_tokens(chip.path, detail, fps, max_frames)
+                    exact.append(self._token_counts[key])
             summary = pending_media_summary(counts, [c.plan for c in chips], per_frame,
-                                            takes_video=self.takes_video() or not self.model_info)
-            video_tokens = sum(c.plan.frames * per_frame for c in chips if c.plan is not None)
+                                            takes_video=self.takes_video() or not self.model_info, video_counts=exact)
+            video_tokens = sum(exact) if exact and min(exact) >= 0 else \
+                sum(c.plan.frames * per_frame for c in chips if c.plan is not None)
         else:
             summary = pending_summary(counts)
         if images and summary:
             summary += f" ({self.detail_in_use(detail)})"
         known = [c for c in counts if c is not None and c >= 0]
         tokens = sum(known) + video_tokens
-        wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens)) \
-            if tokens and len(known) == len(counts) else ""
+        counted = bool(tokens) and len(known) == len(counts)
+        self._pending_tokens = tokens if counted else 0
+        context = self.context_size()
+        if counted and context and tokens >= context:
+            # It cannot be sent as it is: the engine would refuse the prompt after storing the message.
+            self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
+            return
+        wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens)) if counted else ""
         self.pending_label.setText(" · ".join(p for p in (summary, wait) if p))
+
+    def context_size(self) -> int:
+        """Tokens the loaded model's conversation holds (0: not known, e.g. a server that does not say)."""
+        return int((self.model_info.get("capabilities") or {}).get("max_context") or 0)
 
     # -- drag and drop onto the whole window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

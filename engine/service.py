@@ -19,6 +19,7 @@ torch-free at import (the engine itself is imported on the engine thread, at the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -275,18 +276,20 @@ class EngineService:
             return 0
         return min(session.tokenizer.vocab_size, session.model.metadata.text.vocab_size)
 
-    def count_tokens(self, attachment: Attachment, detail: str) -> int:
-        """Prompt tokens ``attachment`` will take at ``detail`` (-1: no model, or unreadable).
+    def count_tokens(self, attachment: Attachment, detail: str, params: GenerationParams | None = None) -> int:
+        """Prompt tokens ``attachment`` will take at ``detail`` (-1: no model, or unreadable); a
+        video's whole prompt (intro, time stamps, frames) at ``params``' frame sampling.
 
         Runs on the calling thread, outside the queue, so it answers during a long answer: it reads
-        the image's header and does arithmetic on the loaded processor's settings, nothing more.
+        the image's header (a video's container headers) and does arithmetic on the loaded
+        processor's settings, nothing more.
         """
         session = self._session
         if session is None:
             return -1
         try:
             if attachment.kind == "video":  # from the headers: frames, timestamps, no decoding
-                return int(session.count_video_tokens(attachment.path))
+                return int(session.count_video_tokens(attachment.path, params))
             return int(session.count_image_tokens(attachment.path, detail))
         except Exception:  # noqa: BLE001 - the send itself reports unreadable images
             log.debug("cannot count image tokens of %s", attachment.path, exc_info=True)
@@ -594,6 +597,11 @@ def ctrl_c_exits_process(restore: bool = True) -> Iterator[None]:
 def model_info(session: Any, path: str) -> ModelInfo:
     """What a front end shows of a loaded session (engine thread)."""
     caps = session.model.capabilities() if hasattr(session, "model") else Capabilities()
+    capacity = getattr(getattr(session, "cache", None), "capacity", 0)
+    if capacity and (not caps.max_context or capacity < caps.max_context):
+        # The conversation's room is the cache's (a context size set below the model's): what a
+        # front end's budget and refusals must count against, not the checkpoint's maximum.
+        caps = dataclasses.replace(caps, max_context=int(capacity))
     return ModelInfo(name=str(session.model_name), path=path, capabilities=caps, device=str(session.device),
                      dtype=str(session.dtype), weights=str(getattr(session, "weights", "")),
                      folder=model_folder(path))

@@ -107,7 +107,10 @@ class FakeBackend:
     def cancel(self) -> None:
         self.jobs.cancel()
 
-    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+    def count_attachment_tokens(self, attachment: Attachment, detail: str,
+                                params: GenerationParams | None = None) -> int:
+        if attachment.kind == "video":
+            return -1  # no tokenizer: the window counts frames x tokens per frame
         return PER_IMAGE.get(resolve_detail(detail, "cpu"), -1)
 
     def close(self) -> bool:

@@ -71,8 +71,9 @@ class LocalBackend:
             self.service.cancel_request(handle)
         self._handles = []
 
-    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
-        return self.service.count_tokens(attachment, detail)
+    def count_attachment_tokens(self, attachment: Attachment, detail: str,
+                                params: GenerationParams | None = None) -> int:
+        return self.service.count_tokens(attachment, detail, params)
 
     def close(self) -> bool:
         """Stop the engine thread within about a second; False when it is still finishing a kernel."""

@@ -321,7 +321,8 @@ class RemoteBackend:
     def cancel(self) -> None:
         self.jobs.cancel()
 
-    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
+    def count_attachment_tokens(self, attachment: Attachment, detail: str,
+                                params: GenerationParams | None = None) -> int:
         return -1  # the server's tokenizer decides; asking would cost a round trip per image
 
     def close(self) -> bool:

@@ -70,8 +70,9 @@ class EngineSwitch:
     def cancel(self) -> None:
         self.current.cancel()
 
-    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
-        return self.current.count_attachment_tokens(attachment, detail)
+    def count_attachment_tokens(self, attachment: Attachment, detail: str,
+                                params: GenerationParams | None = None) -> int:
+        return self.current.count_attachment_tokens(attachment, detail, params)
 
     def close(self) -> bool:
         """Close every backend (each within about a second); False when one is still busy."""

@@ -129,8 +129,11 @@ class ChatBackend(Protocol):
     def cancel(self) -> None:
         """Stop the running or queued answer soon (thread-safe; a no-op when idle)."""
 
-    def count_attachment_tokens(self, attachment: Attachment, detail: str) -> int:
-        """Prompt tokens ``attachment`` will take (-1 when unknown); cheap, may block briefly."""
+    def count_attachment_tokens(self, attachment: Attachment, detail: str,
+                                params: GenerationParams | None = None) -> int:
+        """Prompt tokens ``attachment`` will take (-1 when unknown); cheap, may block briefly. A video's
+        count is its whole prompt (intro, each frame's time stamp and image) at ``params``' frame
+        sampling (``video_fps``, ``video_max_frames``; default the engine's)."""
 
     def close(self) -> None:
         """Stop the backend's thread; returns within about a second."""

@@ -1,5 +1,6 @@
 """Videos through the real engine (a tiny random-weight SmolVLM2): the local backend gets the video as a
-video, the budget shown before sending is the prompt's image tokens, and Stop stops the sampling."""
+video, the budget shown before sending is the engine's count of the video's prompt, and Stop stops the
+sampling."""
 
 from __future__ import annotations
 
@@ -33,7 +34,16 @@ def test_video_question_through_the_local_engine(qtbot, smolvlm2_window, shared_
     clip = shared_dir / "videos" / "moving_square.mp4"  # 6 s at 10 fps: 6 frames at 1 fps
     drop(win.composer, file_mime(clip))
     per_frame = win.model_info["capabilities"]["image_tokens_per_tile"]
-    assert win.pending_label.text() == f"1 video · 6 frames · {6 * per_frame:,} image tokens"
+    # The engine's count of the video's whole prompt at the window's sampling: its intro, each
+    # frame's "Frame from 00:0s:" and image block (what the frames alone, 6 x per_frame, left out).
+    from engine.api import GenerationParams
+    from engine.chat import ChatSession
+
+    session = ChatSession.load(win.model_info["path"], device="cpu")
+    expected = session.count_video_tokens(clip, GenerationParams(video_fps=win.settings.video_fps,
+                                                                 video_max_frames=win.settings.video_max_frames))
+    assert expected > 6 * per_frame + 6 * 5
+    assert win.pending_label.text().startswith(f"1 video · 6 frames · {expected:,} tokens")
     qtbot.keyClicks(win.composer, "Where does the square go?")
     win.generation_params = {"max_new_tokens": 3, "ignore_eos": True}
     with qtbot.waitSignal(win.answer_finished, timeout=120_000) as finished:

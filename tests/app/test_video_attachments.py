@@ -327,3 +327,26 @@ def test_a_notice_about_a_sent_video_names_the_users_file_not_its_stored_copy(qt
     stored = win.store.messages(win.keeper.current_id)[0].images[0]
     assert Path(stored).name != "walk.mp4"  # the copy the engine read
     assert win.banner.message() == "Only 4 of the 12 frames of walk.mp4 could be read."
+
+
+def test_attachments_longer_than_the_context_are_refused_before_sending(qtbot, make_window, video_model, tmp_path):
+    """Three 48 s clips: 144 frames x 64 tokens, more than the fake model's 8,192-token context. The
+    budget line says so and Send refuses with the reason, storing and sending nothing (the engine
+    would have refused the prompt after the message was stored); one clip fewer fits and sends."""
+    win = make_window(video_model)
+    clips = [_clip(tmp_path / f"c{i}.mp4", 48, rate=1) for i in range(3)]
+    qtbot.keyClicks(win.composer, "What changes?")
+    for c in clips:
+        drop(win.composer, file_mime(c))
+    assert win.pending_label.text() == "3 videos · 144 frames · 9,216 image tokens · more than the 8,192-token context"
+    win.send_message()
+    assert win.banner.message() == ("These attachments take 9,216 tokens, more than the 8,192 the model's context "
+                                    "holds. Remove some, or lower Settings ▸ Video frames (max).")
+    assert video_model.calls == [] and win.store.conversations() == []
+    assert win.composer.toPlainText() == "What changes?" and len(win.attachments.paths()) == 3
+    win.attachments.remove(win.attachments.paths()[-1])
+    assert win.pending_label.text().startswith("2 videos · 96 frames · 6,144 image tokens")
+    assert "context" not in win.pending_label.text()
+    win.send_message()
+    qtbot.waitUntil(lambda: len(video_model.calls) == 1, timeout=5000)
+    assert len(video_model.calls[0]["images"]) == 2

@@ -343,6 +343,9 @@ def test_video_attachments_reach_the_session_as_videos(family_checkpoint, shared
     turn = service._session.turns[0]
     assert len(turn.videos) == 1 and not turn.images
     assert counted > turn.videos[0].num_image_tokens
+    # At the answer's own sampling: 3 frames instead of 6, fewer tokens (the front end's settings).
+    fewer = service.count_tokens(attachment, "full", GenerationParams(video_max_frames=3))
+    assert turn.videos[0].num_image_tokens // 2 < fewer < counted
     service.set_history([HistoryMessage("user", "Again?", (attachment,))])
     again = Recorder()
     service.send("And?", [], params, again)
@@ -379,3 +382,19 @@ def test_an_unreadable_image_of_an_earlier_message_is_left_out_not_the_whole_his
     service.send("q4", [], GenerationParams(), again := Recorder())
     assert again.final.stats.notice == ""
     assert service.shutdown()
+
+
+def test_model_info_says_the_context_the_conversation_holds(tiny_checkpoint):
+    """A context size set below the model's (Settings ▸ Context size) is the context the front ends'
+    budgets count against: the loaded model's capabilities say the cache's capacity, not the
+    checkpoint's maximum."""
+    infos = []
+    for options in ({"device": "cpu"}, {"device": "cpu", "context_size": 512}):
+        service = EngineService()
+        loaded = threading.Event()
+        service.load(str(tiny_checkpoint), options, lambda info, message: (infos.append(info), loaded.set()))
+        assert loaded.wait(60)
+        capacity = service._session.cache.capacity
+        assert service.shutdown()
+        assert infos[-1].capabilities.max_context == capacity
+    assert infos[1].capabilities.max_context == 512 < infos[0].capabilities.max_context
