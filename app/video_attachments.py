@@ -122,7 +122,7 @@ def format_duration(seconds: float) -> str:
 
 def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan | None], tokens_per_frame: int,
                           takes_video: bool = True, video_counts: list[int] | None = None) -> str:
-    """The composer's budget line: ``"1 video · 12 frames · 918 tokens"`` (each video's whole prompt
+    """The composer's budget line: ``"1 video · 12 frames · 954 tokens"`` (each video's whole prompt
     counted by the engine: intro, time stamps, frames), ``"1 video · 12 frames · 768 image tokens"``
     (frames x tokens per frame, where no count came), ``"1 image · 1 video · 12 frames · 1,238 tokens"``,
     ``"1 video · this model takes no videos"``.
