@@ -7,6 +7,8 @@ runs behind a :class:`~engine.api.ChatBackend`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import QMainWindow
@@ -37,6 +39,17 @@ from app.window_layout import build_ui
 from engine.api import ChatBackend
 
 
+@dataclass
+class Draft:
+    """The composer's contents set aside while a message is edited."""
+
+    text: str = ""
+    cursor: int = 0
+    attachments: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # attached file -> its copy in the image store
+    detail: str | None = None  # the status bar's image detail for this message
+
+
 class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     """The chat window. ``model_path`` starts loading at once; without it the last used model loads,
     and with none the model manager opens. ``backend`` replaces the engine (tests: a FakeBackend);
@@ -55,7 +68,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.qsettings = open_settings()
         self.settings = load_settings(self.qsettings)
         self.model_manager = None
-        self._editing: int | None = None
+        self._editing: int | None = None  # the transcript index of the message being edited
+        self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
@@ -139,11 +153,13 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if images:
             params["image_detail"] = self.message_detail()  # the status bar's choice for this message
         if self.controller.send(text, self.kept_paths(), self.chat_settings(), params, self._editing):
-            self._editing = None
+            edited, self._editing = self._editing is not None, None
             self.composer.clear()
             self.attachments.clear()
             self._kept.clear()
             self.reset_message_detail()
+            if edited:  # the draft that Edit set aside comes back, as it was
+                self._restore_draft()
             self._count_pending_tokens()
             self._answer_started()
 
@@ -153,8 +169,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
 
     @Slot()
     def stop(self) -> None:
-        """Stop the current answer (within ~200 ms, also before its first token)."""
-        self.controller.stop()
+        """Stop the current answer (within ~200 ms, also before its first token); Esc with no answer
+        running cancels an edit."""
+        if self._busy:
+            self.controller.stop()
+        else:
+            self._cancel_edit()
 
     @Slot(str, int)
     def _on_message_action(self, action: str, index: int) -> None:
@@ -174,21 +194,50 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                 self._answer_started()
         elif action == "edit":
             message = self.transcript.widgets()[index]
-            self.composer.setPlainText(message.text)
-            self.attachments.clear()
-            self.reattach(message.images)
+            if self._editing is None:  # editing another message instead keeps the draft set aside first
+                self._draft = self._take_draft()
+            self._fill_composer(message.text, message.images)
             self._editing = index
-            self.banner.show_info("Editing a message: sending adds a new version of it; ‹ › switches back.",
-                                  "Cancel edit", self._cancel_edit)
+            back = " puts back what you were writing" if self._draft.text.strip() or self._draft.attachments else \
+                " ends the edit"
+            self.banner.show_info(f"Editing a message: sending adds a new version of it; ‹ › switches back. "
+                                  f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
             self.composer.setFocus()
             # The banner lies over the transcript's top: keep the message being edited below it.
             QTimer.singleShot(0, self.transcript, lambda m=message: self._editing == index
                               and self.transcript.ensureWidgetVisible(m, 0, self.banner.height() + 24))
 
     def _cancel_edit(self) -> None:
+        """End the edit unsent (Cancel edit, Esc, or another change to the chat): the composer holds what
+        it held before Edit again, text and attachments."""
         if self._editing is not None:
             self._editing = None
             self.banner.dismiss()
+            self._restore_draft()
+
+    def _take_draft(self) -> Draft:
+        """What the composer holds (text, cursor, attachments, the message's image detail)."""
+        return Draft(self.composer.toPlainText(), self.composer.textCursor().position(), self.attachments.paths(),
+                     dict(self._kept), self.detail_combo.currentData())
+
+    def _fill_composer(self, text: str, images: list[str]) -> None:
+        self.composer.setPlainText(text)
+        self.attachments.clear()
+        self._kept.clear()
+        self.reattach(images)
+
+    def _restore_draft(self) -> None:
+        """Put the draft set aside by Edit back into the composer (after the edit is cancelled or sent)."""
+        draft, self._draft = self._draft, Draft()
+        self._fill_composer(draft.text, draft.attachments)
+        self._kept.update(draft.kept)
+        cursor = self.composer.textCursor()
+        cursor.setPosition(min(draft.cursor, len(draft.text)))
+        self.composer.setTextCursor(cursor)
+        index = self.detail_combo.findData(draft.detail)
+        if draft.detail is not None and index >= 0:
+            self.detail_combo.setCurrentIndex(index)
+        self._count_pending_tokens()
 
     def _update_actions(self) -> None:
         busy, has_input = self._busy, bool(self.composer.toPlainText().strip() or self.attachments.paths())

@@ -144,8 +144,8 @@ def test_a_failed_edit_keeps_the_version_on_screen_selected(qtbot, make_window, 
 def test_deleting_a_message_while_editing_another_ends_the_edit(qtbot, make_window):
     """An edit is of the message it was started on: a delete above it used to shift the messages
     under it, and sending then added the edited text after the wrong message (two questions in a
-    row, the answer hidden). A delete, regenerate or version switch now ends the edit (the text
-    stays in the composer) and sending asks a new question."""
+    row, the answer hidden). A delete, regenerate or version switch now ends the edit (the composer
+    holds what it held before Edit again) and sending asks a new question."""
     fake = FakeBackend(tokens=["A", "."])
     win = make_window(fake)
     for text in ("first question", "second question", "third question"):
@@ -236,3 +236,70 @@ def test_greyed_out_buttons_are_visibly_fainter_in_both_themes(qtbot, make_windo
             assert disabled < 0.5 * enabled, (theme, disabled, enabled)
     finally:
         apply_theme("system")
+
+
+def draft_and_edit(qtbot, make_window, tmp_path):
+    """A chat "What is 2+2?" / "A."; the composer holds an unsent draft with a photo; Edit is clicked
+    under the question. Returns the window, its fake backend and the photo."""
+    from PIL import Image
+
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What is 2+2?")
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (32, 24), "orange").save(photo)
+    win.add_files([str(photo)])
+    win.composer.setPlainText("MY IMPORTANT DRAFT")
+    cursor = win.composer.textCursor()
+    cursor.setPosition(5)  # the writer was at "MY IM|PORTANT"
+    win.composer.setTextCursor(cursor)
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    assert win.composer.toPlainText() == "What is 2+2?" and win.attachments.paths() == []
+    assert win.banner.message().startswith("Editing a message") and "puts back what you were writing" in \
+        win.banner.message()
+    return win, fake, str(photo)
+
+
+def test_cancel_edit_puts_the_draft_back(qtbot, make_window, tmp_path):
+    """Trial 38: Edit replaced the unsent draft (text and attachments) and Cancel edit left the old
+    message in the composer, which Enter then sent as a new message. Cancel edit now restores the
+    composer exactly, and the draft sends as the new message it was."""
+    from PySide6.QtWidgets import QPushButton
+
+    win, fake, photo = draft_and_edit(qtbot, make_window, tmp_path)
+    win.composer.setPlainText("What is 2+2, really?")  # a change to the edit, then cancelled
+    qtbot.mouseClick(win.banner.findChild(QPushButton, "bannerAction"), Qt.MouseButton.LeftButton)
+    assert not win.banner.isVisible()
+    assert win.composer.toPlainText() == "MY IMPORTANT DRAFT" and win.attachments.paths() == [photo]
+    assert win.composer.textCursor().position() == 5
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert shown(win) == ["What is 2+2?", "A.", "MY IMPORTANT DRAFT", "A."]
+    assert switchers(win) == ["", "", "", ""]  # a new message, not a version of the one edited
+    assert fake.calls[-1]["text"] == "MY IMPORTANT DRAFT" and len(fake.calls[-1]["images"]) == 1
+
+
+def test_esc_cancels_the_edit_too(qtbot, make_window, tmp_path):
+    win, _fake, photo = draft_and_edit(qtbot, make_window, tmp_path)
+    qtbot.keyClick(win.composer, Qt.Key.Key_Escape)
+    assert not win.banner.isVisible() and win._editing is None
+    assert win.composer.toPlainText() == "MY IMPORTANT DRAFT" and win.attachments.paths() == [photo]
+
+
+def test_a_sent_edit_leaves_the_draft_out_and_brings_it_back_after(qtbot, make_window, tmp_path):
+    win, fake, photo = draft_and_edit(qtbot, make_window, tmp_path)
+    win.transcript.widgets()[0].actions_row.button("edit").click()  # clicked again: the draft stays aside
+    win.composer.setPlainText("What is 3+3?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert shown(win) == ["What is 3+3?", "A."] and switchers(win) == ["‹ 2 / 2 ›", ""]
+    assert fake.calls[-1]["text"] == "What is 3+3?" and fake.calls[-1]["images"] == []  # without the draft's photo
+    assert win.composer.toPlainText() == "MY IMPORTANT DRAFT" and win.attachments.paths() == [photo]
+    # Ending an edit by another change to the chat (here a version switch) also puts the draft back.
+    win.composer.setPlainText("")
+    win.attachments.clear()
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    assert win.composer.toPlainText() == "What is 3+3?"
+    assert "ends the edit" in win.banner.message()  # nothing was being written: nothing to put back
+    click(qtbot, win, 0, "previous")
+    assert win._editing is None and win.composer.toPlainText() == "" and win.attachments.paths() == []
