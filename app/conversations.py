@@ -14,7 +14,7 @@ from app.banner import Banner
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
 from app.paths import data_dir, data_dir_problem, data_dir_read_only, use_temporary_data_dir
-from app.store import SCHEMA_VERSION, Message, NewerSchemaError, Store
+from app.store import SCHEMA_VERSION, DeletedMessages, Message, NewerSchemaError, Store
 from app.video_attachments import VIDEO_SUFFIXES
 
 FLUSH_INTERVAL_S = 0.25
@@ -54,6 +54,19 @@ def title_from(text: str, images: list[str]) -> str:
             return "Video" if len(images) == 1 else f"{len(images)} videos"
         return "Image" if len(images) == 1 else f"{len(images)} images" if images else "New chat"
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
+
+
+def deleted_words(deleted: DeletedMessages) -> str:
+    """What a message deletion removed, in words (the Undo banner's line)."""
+    what = "your message" if deleted.role == "user" else "the answer"
+    others = len(deleted.rows) - 1
+    if deleted.role == "user" and others == deleted.answers:
+        return f"Deleted {what}" + ("" if not others else " and its answer" if others == 1 else
+                                    f" and its {others} answers (versions)") + "."
+    if not others:
+        return f"Deleted {what}."
+    return (f"Deleted this version of {what} and the {others} message{'s' if others > 1 else ''} that followed it "
+            "in its branch.")
 
 
 def engine_history(messages: list[Message], model: str = "") -> list[dict]:
@@ -444,9 +457,19 @@ class ConversationKeeper(QObject):
             self._streaming_id = None
 
     # -- edits -------------------------------------------------------------------------------------
-    def delete_message(self, index: int) -> None:
+    def delete_message(self, index: int) -> DeletedMessages | None:
+        """Delete message ``index`` as :meth:`Store.delete_message` does (a question with its answers, a
+        version with its branch); returns what went, for :meth:`restore_messages`."""
         widget = self.transcript.widgets()[index]
-        self.store.delete_message(widget.message_id)
+        deleted = self.store.delete_message(widget.message_id)
         # The branch closes up; if the shown version went, another one (and its branch) takes its place.
         self.transcript.remove_from(index)
         self._render(self.store.messages(self.current_id)[index:])
+        return deleted
+
+    def restore_messages(self, deleted: DeletedMessages) -> None:
+        """Undo a :meth:`delete_message`; the open chat is shown again if it is the one it was in."""
+        self.store.restore_messages(deleted)
+        if deleted.conversation_id == self.current_id:
+            self.transcript.clear()
+            self._render(self.store.messages(self.current_id))

@@ -183,7 +183,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if action not in ("copy", "edit"):  # a delete, regenerate or switch moves or hides the message edited
             self._cancel_edit()
         if action == "delete":
-            self._storage("delete the message", self.keeper.delete_message, index)
+            self.delete_message(index)
         elif action in ("previous_version", "next_version"):
             if self._storage("switch versions", self.controller.switch_version, index,
                              -1 if action == "previous_version" else 1) and self.controller.ready:

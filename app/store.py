@@ -16,9 +16,12 @@ Versions (schema 4): a conversation is a tree of messages. Each message names th
 Among siblings exactly one is ``selected``; the conversation shown (and given to the model) is the
 *active branch*: from the selected first message, always down to the selected child. Siblings are
 numbered by creation (id order): "2 / 3" is the second of three. ``position`` is the depth in the
-branch when the message was written (informational: the tree is ``parent_id``). Deleting one
-message hands its children to its parent; :meth:`Store.delete_messages_from` removes a message with
-its whole subtree.
+branch when the message was written (informational: the tree is ``parent_id``). Siblings are
+always of one role (versions of a question, or of an answer), so deleting keeps them so
+(:meth:`Store.delete_message`): a message that has other versions goes with the branch that follows
+it; a question goes with its answers, the conversation after the shown answer closing up; an answer
+alone hands its follow-ups to its question. :meth:`Store.restore_messages` undoes a deletion, and
+:meth:`Store.delete_messages_from` removes a message with its whole subtree.
 """
 
 from __future__ import annotations
@@ -117,6 +120,22 @@ class Message:
         if self.token_ids is not None:
             history["token_ids"] = list(self.token_ids)
         return history
+
+
+@dataclass
+class DeletedMessages:
+    """What :meth:`Store.delete_message` removed, for :meth:`Store.restore_messages` (Undo)."""
+
+    conversation_id: int
+    message_id: int  # the message the user deleted
+    role: str
+    rows: list[dict]  # every deleted row as it was stored, parents first
+    moved: list[tuple[int, int | None, int]]  # (id, parent_id, selected) before, of the rows that stayed
+
+    @property
+    def answers(self) -> int:
+        """How many of the deleted rows are answers of the deleted question (children of it)."""
+        return sum(1 for r in self.rows if r["parent_id"] == self.message_id and r["role"] == "assistant")
 
 
 @dataclass
@@ -380,21 +399,74 @@ class Store:
         if sets:
             self._write(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
 
-    def delete_message(self, message_id: int) -> None:
-        """Delete one message; its children follow its parent instead (the branch closes up)."""
+    def delete_message(self, message_id: int) -> DeletedMessages | None:
+        """Delete one message so that versions stay of one role (see the module docstring); returns what
+        was deleted, for :meth:`restore_messages` (None when there is no such message).
+
+        - A message with other versions goes with the branch that follows it (its follow-ups belong to
+          that version); the newest other version is shown if it was.
+        - A question goes with its answers (every version of them); the follow-ups of the shown answer
+          then follow the question's parent, where nothing else is (the conversation closes up).
+        - An answer alone: its follow-ups follow its question.
+        """
         row = self.db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         if row is None:
-            return
-        with self._transaction():
-            if row["selected"]:  # the shown branch goes on through this message's selected child
-                self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
-                                (row["conversation_id"], row["parent_id"]))
+            return None
+        conv, parent = row["conversation_id"], row["parent_id"]
+        rows = {r["id"]: dict(r) for r in self.db.execute(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conv,))}
+        children: dict[int | None, list[int]] = {}
+        for r in rows.values():
+            children.setdefault(r["parent_id"], []).append(r["id"])
+        lifted: list[int] = []  # the follow-ups that stay, now after ``parent``
+        if len(children[parent]) == 1:
+            kids = children.get(message_id, [])
+            if row["role"] == "user":
+                answers = [k for k in kids if rows[k]["role"] == "assistant"]
+                lifted = [k for k in kids if k not in answers]
+                shown = next((a for a in answers if rows[a]["selected"]), answers[-1] if answers else None)
+                lifted += children.get(shown, [])
             else:
-                self.db.execute("UPDATE messages SET selected = 0 WHERE parent_id = ?", (message_id,))
-            self.db.execute("UPDATE messages SET parent_id = ? WHERE parent_id = ?",
-                            (row["parent_id"], message_id))
-            self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-            self._reselect(row["conversation_id"], row["parent_id"])
+                lifted = list(kids)
+        gone, stack = [], [message_id]
+        while stack:  # the deleted rows: the message's subtree without the lifted follow-ups' own
+            current = stack.pop()
+            gone.append(current)
+            stack += [k for k in children.get(current, []) if k not in lifted]
+        keep = next((k for k in lifted if rows[k]["selected"] and rows[rows[k]["parent_id"]]["selected"]),
+                    next((k for k in lifted if rows[k]["selected"]), None))
+        affected = lifted + [k for k in children[parent] if k != message_id]
+        record = DeletedMessages(conv, message_id, row["role"], [rows[i] for i in sorted(gone)],
+                                 [(i, rows[i]["parent_id"], rows[i]["selected"]) for i in affected])
+        with self._transaction():
+            for k in lifted:
+                self.db.execute("UPDATE messages SET parent_id = ?, selected = ? WHERE id = ?",
+                                (parent, int(k == keep), k))
+            self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))  # ON DELETE CASCADE: the rest
+            self._reselect(conv, parent)
+        return record
+
+    def restore_messages(self, deleted: DeletedMessages) -> None:
+        """Undo :meth:`delete_message`: the rows come back with their ids (so versions keep their
+        numbers), the follow-ups under them again, and the branch shown then is shown again. Raises
+        ``sqlite3.IntegrityError`` (nothing changed) when the chat changed in a way that prevents it:
+        the message it followed was deleted since, or a newer message took a deleted one's id."""
+        with self._transaction():
+            self.db.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT (this transaction only)
+            try:
+                for r in deleted.rows:
+                    self.db.execute(f"INSERT INTO messages ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})",
+                                    tuple(r.values()))
+            except sqlite3.IntegrityError as exc:
+                raise sqlite3.IntegrityError(f"the chat changed after the delete ({exc})") from exc
+            for message_id, parent, selected in deleted.moved:
+                self.db.execute("UPDATE messages SET parent_id = ?, selected = ? WHERE id = ?",
+                                (parent, selected, message_id))
+            for r in [*deleted.rows, *({"id": m, "parent_id": p, "selected": s} for m, p, s in deleted.moved)]:
+                if r["selected"]:  # one shown version per parent, even beside versions added since
+                    self.db.execute("UPDATE messages SET selected = (id = ?) WHERE conversation_id = ? "
+                                    "AND parent_id IS ?", (r["id"], deleted.conversation_id, r["parent_id"]))
+        self._touch(deleted.conversation_id)
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Delete ``message_id`` and everything that follows it, in every branch."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Slot
 
-from app.conversations import STORAGE_ERRORS, storage_problem
+from app.conversations import STORAGE_ERRORS, deleted_words, storage_problem
 from app.formatting import model_summary
 from app.settings import chat_values, load_settings
 
@@ -99,6 +99,29 @@ class ChatsMixin:
         self.banner.show_info(f"Deleted “{conv.title or 'New chat'}”.", "Undo",
                               lambda: self._storage("restore the chat", self.store.undelete_conversation,
                                                     conversation_id) and self.open_conversation(conversation_id))
+
+    def delete_message(self, index: int) -> None:
+        """Delete message ``index`` of the open chat (see ConversationKeeper.delete_message), with Undo."""
+        try:
+            deleted = self.keeper.delete_message(index)
+        except STORAGE_ERRORS as exc:
+            self.banner.show_error(f"Could not delete the message: {storage_problem(exc, self.store.folder)}.")
+            return
+        if deleted is not None:
+            self.banner.show_info(deleted_words(deleted), "Undo", lambda: self._undo_delete(deleted))
+
+    def _undo_delete(self, deleted) -> None:
+        if self._busy:  # the transcript is streaming an answer: it is redrawn only when that ends
+            self.banner.show_info("Undo the delete when the answer has finished.", "Undo",
+                                  lambda: self._undo_delete(deleted))
+            return
+        self._cancel_edit()  # the messages move back under the one edited
+        if not self._storage("restore the message", self.keeper.restore_messages, deleted):
+            return
+        if deleted.conversation_id != self.keeper.current_id:
+            self.open_conversation(deleted.conversation_id)
+        self.controller.conversation_opened()  # the engine holds the branch shown now
+        self.refresh_sidebar()
 
     def _storage(self, what: str, write, *args) -> bool:
         """Run one store write; a failure shows in the banner. True when it worked."""

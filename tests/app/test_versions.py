@@ -28,6 +28,14 @@ def click(qtbot, win, index: int, name: str) -> None:
     qtbot.mouseClick(getattr(switcher, name), Qt.MouseButton.LeftButton)
 
 
+def undo(qtbot, win) -> None:
+    from PySide6.QtWidgets import QPushButton
+
+    action = win.banner.findChild(QPushButton, "bannerAction")
+    assert action.isVisible() and action.text() == "Undo"
+    qtbot.mouseClick(action, Qt.MouseButton.LeftButton)
+
+
 def regenerated(qtbot, make_window):
     """A chat "What colour?" / "Orange." / "Why?" / "Orange." whose first answer was regenerated as "Ginger!";
     returns the window and its fake backend."""
@@ -90,10 +98,18 @@ def test_an_edited_question_is_a_new_version_beside_the_old_one(qtbot, make_wind
     assert shown(win) == ["first question", "A.", "second question", "A."]
     branch = [("user", "first question"), ("assistant", "A."), ("user", "second question"), ("assistant", "A.")]
     qtbot.waitUntil(lambda: [(m.role, m.text) for m in fake.history] == branch, timeout=5000)  # its own thread
-    # Deleting one message closes its branch up (its answer now opens the chat, beside the other version).
+    # Deleting a version takes its branch with it (trial 38: its answer became "version 1" beside the
+    # edited question); Undo in the banner brings them back as they were.
     win.transcript.widgets()[0].actions_row.button("delete").click()
-    assert shown(win) == ["A.", "second question", "A."]
-    assert switchers(win)[0] == "‹ 1 / 2 ›"  # numbered by age: this answer is older than the edit
+    assert shown(win) == ["edited question", "B."] and switchers(win) == ["", ""]
+    assert [m.text for m in win.store.all_messages(win.keeper.current_id)] == ["edited question", "B."]
+    assert win.banner.message() == ("Deleted this version of your message and the 3 messages that followed it "
+                                    "in its branch.")
+    undo(qtbot, win)
+    assert shown(win) == ["first question", "A.", "second question", "A."]
+    assert switchers(win) == ["‹ 1 / 2 ›", "", "", ""]
+    click(qtbot, win, 0, "next")
+    assert shown(win) == ["edited question", "B."]
 
 
 def test_export_gives_the_shown_branch_and_offers_the_other_versions(qtbot, make_window, tmp_path):
@@ -153,12 +169,12 @@ def test_deleting_a_message_while_editing_another_ends_the_edit(qtbot, make_wind
     win.transcript.widgets()[4].actions_row.button("edit").click()
     assert win.banner.message().startswith("Editing a message")
     win.transcript.widgets()[0].actions_row.button("delete").click()
-    assert not win.banner.isVisible()
-    assert shown(win) == ["A.", "second question", "A.", "third question", "A."]
-    win.composer.setPlainText("EDITED third")
+    assert win._editing is None and win.banner.message() == "Deleted your message and its answer."
+    assert win.composer.toPlainText() == ""  # what it held before Edit
+    assert shown(win) == ["second question", "A.", "third question", "A."]
     ask(qtbot, win, "EDITED third")
-    assert shown(win) == ["A.", "second question", "A.", "third question", "A.", "EDITED third", "A."]
-    assert switchers(win)[3] == ""  # no second version of the third question
+    assert shown(win) == ["second question", "A.", "third question", "A.", "EDITED third", "A."]
+    assert switchers(win)[2] == ""  # no second version of the third question
 
 
 def test_changing_buttons_are_greyed_out_while_an_answer_streams(qtbot, make_window):
@@ -303,3 +319,36 @@ def test_a_sent_edit_leaves_the_draft_out_and_brings_it_back_after(qtbot, make_w
     assert "ends the edit" in win.banner.message()  # nothing was being written: nothing to put back
     click(qtbot, win, 0, "previous")
     assert win._editing is None and win.composer.toPlainText() == "" and win.attachments.paths() == []
+
+
+def test_deleting_a_question_takes_its_answer_and_can_be_undone(qtbot, make_window):
+    """Trial 38: a message went at one click with no Undo, and a deleted question left its answer
+    behind (two answers in a row); deleting "What is 2+2?" after editing it into "What is 3+3?" and
+    switching back showed the answer "4" with "‹ 1 / 2 ›", "What is 3+3?" as its version 2."""
+    fake = FakeBackend(tokens=["4"])
+    win = make_window(fake)
+    ask(qtbot, win, "What is 2+2?")
+    fake.tokens = ["Ha"]
+    ask(qtbot, win, "Tell me a joke.")
+    ask(qtbot, win, "Another?")
+    win.transcript.widgets()[2].actions_row.button("delete").click()
+    assert shown(win) == ["What is 2+2?", "4", "Another?", "Ha"]
+    assert win.banner.message() == "Deleted your message and its answer."
+    undo(qtbot, win)
+    assert shown(win) == ["What is 2+2?", "4", "Tell me a joke.", "Ha", "Another?", "Ha"]
+    assert not win.banner.isVisible()
+
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    win.composer.setPlainText("What is 3+3?")
+    fake.tokens = ["6"]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    click(qtbot, win, 0, "previous")
+    assert shown(win)[:2] == ["What is 2+2?", "4"] and switchers(win)[0] == "‹ 1 / 2 ›"
+    win.transcript.widgets()[0].actions_row.button("delete").click()
+    assert shown(win) == ["What is 3+3?", "6"] and switchers(win) == ["", ""]
+    widgets = win.transcript.widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    fake.tokens = ["12"]
+    ask(qtbot, win, "Twice that?")  # the model is given the branch shown
+    assert fake.calls[-1]["turns"] == [("user", "What is 3+3?", 0), ("assistant", "6", 0)]

@@ -83,3 +83,82 @@ def test_version_3_conversation_becomes_one_linear_branch(data_dir):
     store.add_message(1, "assistant", "a2 again", parent_id=store.messages(1)[2].id)
     assert texts(store, 1) == ["q", "a", "q2", "a2 again"]
     store.close()
+
+
+def one_role_per_version_group(store, conv_id) -> bool:
+    groups: dict = {}
+    for m in store.all_messages(conv_id):
+        groups.setdefault(m.parent_id, set()).add(m.role)
+    return all(len(roles) == 1 for roles in groups.values())
+
+
+def test_deleting_a_version_of_a_question_takes_its_branch_and_never_mixes_roles(store):
+    """Trial 38: "What is 2+2?" edited into "What is 3+3?", version 1 shown and deleted: its answer
+    was handed to the question's parent, beside "What is 3+3?", and the two showed as versions of
+    each other. A version now goes with the branch that follows it."""
+    c = store.create_conversation()
+    q = store.add_message(c.id, "user", "What is 2+2?")
+    store.add_message(c.id, "assistant", "4")
+    store.add_message(c.id, "user", "And 5+5?")
+    store.add_message(c.id, "assistant", "10")
+    q2 = store.add_message(c.id, "user", "What is 3+3?", parent_id=None)
+    a2 = store.add_message(c.id, "assistant", "6")
+    store.select(q.id)
+    before = {m.id: (m.parent_id, m.text) for m in store.all_messages(c.id)}
+    deleted = store.delete_message(q.id)
+    assert texts(store, c.id) == ["What is 3+3?", "6"]
+    assert store.versions(c.id) == {q2.id: (1, 1), a2.id: (1, 1)}
+    assert [r["text"] for r in deleted.rows] == ["What is 2+2?", "4", "And 5+5?", "10"]
+    assert one_role_per_version_group(store, c.id)
+    store.restore_messages(deleted)  # Undo: the same rows, ids and versions, shown as before
+    assert {m.id: (m.parent_id, m.text) for m in store.all_messages(c.id)} == before
+    assert texts(store, c.id) == ["What is 2+2?", "4", "And 5+5?", "10"]
+    assert store.versions(c.id)[q.id] == (1, 2) and store.versions(c.id)[q2.id] == (2, 2)
+
+
+def test_deleting_a_question_takes_its_answers_and_the_chat_closes_up(store):
+    """Trial 38: deleting a question left its answer, two answers in a row. A question goes with every
+    version of its answer; the shown answer's follow-ups then follow the message before the question."""
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "q1")
+    a1 = store.add_message(c.id, "assistant", "a1")
+    q2 = store.add_message(c.id, "user", "q2")
+    a2 = store.add_message(c.id, "assistant", "a2")
+    q3 = store.add_message(c.id, "user", "q3")
+    store.add_message(c.id, "assistant", "a3")
+    a2b = store.add_message(c.id, "assistant", "a2 again", parent_id=q2.id)  # regenerated, with its own follow-up
+    store.add_message(c.id, "user", "q3 on b")
+    store.select(a2.id)
+    assert texts(store, c.id) == ["q1", "a1", "q2", "a2", "q3", "a3"]
+    deleted = store.delete_message(q2.id)
+    assert texts(store, c.id) == ["q1", "a1", "q3", "a3"]  # no answer left without its question
+    assert store.message(q3.id).parent_id == a1.id
+    assert sorted(r["text"] for r in deleted.rows) == ["a2", "a2 again", "q2", "q3 on b"]
+    assert deleted.answers == 2 and one_role_per_version_group(store, c.id)
+    assert set(store.versions(c.id).values()) == {(1, 1)}
+    store.restore_messages(deleted)
+    assert texts(store, c.id) == ["q1", "a1", "q2", "a2", "q3", "a3"]
+    assert store.message(q3.id).parent_id == a2.id
+    assert store.versions(c.id)[a2.id] == (1, 2) and store.versions(c.id)[a2b.id] == (2, 2)
+    # An answer with another version goes with its branch; the other version is shown.
+    store.delete_message(a2.id)
+    assert texts(store, c.id) == ["q1", "a1", "q2", "a2 again", "q3 on b"]
+    # An answer alone: its question stays (unanswered), the follow-up comes after it.
+    store.delete_message(a2b.id)
+    assert texts(store, c.id) == ["q1", "a1", "q2", "q3 on b"]
+    assert one_role_per_version_group(store, c.id)
+
+
+def test_undo_refuses_when_a_newer_message_took_the_deleted_id(store):
+    import sqlite3
+
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "q1")
+    a1 = store.add_message(c.id, "assistant", "a1")
+    deleted = store.delete_message(a1.id)
+    assert texts(store, c.id) == ["q1"]
+    again = store.add_message(c.id, "assistant", "a1 again")
+    assert again.id == a1.id  # SQLite reuses the highest id
+    with pytest.raises(sqlite3.IntegrityError, match="the chat changed after the delete"):
+        store.restore_messages(deleted)
+    assert texts(store, c.id) == ["q1", "a1 again"]  # nothing changed
