@@ -45,6 +45,7 @@ class ChatView(QScrollArea):
         self._current: AssistantMessage | None = None
         self._follow = True
         self._changes_enabled = True
+        self._regenerate_note = ""
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -127,6 +128,14 @@ class ChatView(QScrollArea):
         message.hide()
         message.deleteLater()
 
+    def set_regenerate_note(self, note: str) -> None:
+        """A line added to every Regenerate button's tooltip, the answers added later too ("" for none)."""
+        if note == self._regenerate_note:
+            return
+        self._regenerate_note = note
+        for message in self._messages:
+            message.actions_row.set_note("regenerate", note)
+
     def set_changes_enabled(self, enabled: bool) -> None:
         """Every message's edit, regenerate, delete and version buttons on or greyed out (Copy stays),
         the messages added later too."""
@@ -139,6 +148,8 @@ class ChatView(QScrollArea):
         self._empty.hide()
         if not self._changes_enabled:
             message.actions_row.set_changes_enabled(False)
+        if self._regenerate_note:
+            message.actions_row.set_note("regenerate", self._regenerate_note)
         message.action_requested.connect(lambda name, m=message: self._on_action(name, m))
         self._messages.append(message)
         self._follow = True

@@ -189,9 +189,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                              -1 if action == "previous_version" else 1) and self.controller.ready:
                 self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
         elif action == "regenerate":
-            self.controller.regenerate(index, self.chat_settings(), self.current_params())
-            if self._busy:
-                self._answer_started()
+            self.regenerate_answer(index)
         elif action == "edit":
             message = self.transcript.widgets()[index]
             if self._editing is None:  # editing another message instead keeps the draft set aside first
@@ -250,6 +248,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.new_chat_button.setEnabled(not busy)
         self.model_picker.setEnabled(not busy and not self.controller.loading)
         self.transcript.set_changes_enabled(not busy)
+        self.update_regenerate_note()  # the loaded model's defaults may set the temperature
 
     # -- models and settings -----------------------------------------------------------------------
     @Slot(str)

@@ -47,6 +47,7 @@ class ActionRow(QWidget):
         row.setSpacing(2)
         if align_right:
             row.addStretch(1)
+        self._notes: dict[str, str] = {}  # action -> a second tooltip line (set_note)
         self.versions = VersionSwitcher()  # "‹ 2 / 3 ›" once the message has other versions
         self.versions.step.connect(lambda step: self.triggered.emit("previous_version" if step < 0 else "next_version"))
         row.addWidget(self.versions)
@@ -71,11 +72,26 @@ class ActionRow(QWidget):
         """Enable or grey out what changes the conversation (edit, regenerate, delete, the version
         switch); Copy stays. Off while an answer streams: the window ignores them then."""
         self.versions.setEnabled(enabled)
-        for name, (_icon, tip) in ACTIONS.items():
+        for name in ACTIONS:
             button = self.button(name)
             if button is not None and name != "copy":
                 button.setEnabled(enabled)
-                button.setToolTip(tip if enabled else f"{tip} (after the answer, or Stop)")
+                self._set_tip(name)
+
+    def set_note(self, name: str, note: str) -> None:
+        """A second line for button ``name``'s tooltip ("" for none), e.g. why Regenerate gives the same answer."""
+        self._notes[name] = note
+        self._set_tip(name)
+
+    def _set_tip(self, name: str) -> None:
+        button = self.button(name)
+        if button is None:
+            return
+        tip = ACTIONS[name][1]
+        if not button.isEnabled():
+            tip += " (after the answer, or Stop)"
+        note = self._notes.get(name)
+        button.setToolTip(f"{tip}\n{note}" if note else tip)
 
 
 class ClickableImage(QLabel):

@@ -12,6 +12,19 @@ from app.settings import chat_values, load_settings
 CHAT_KEYS = ("system_prompt", "overrides", "seed", "image_detail")
 
 
+def regenerate_note(params: dict) -> str:
+    """Why Regenerate would give the very same answer with these generation ``params`` ("" when it
+    would not): at temperature 0 the model always takes its likeliest word, and a fixed seed repeats
+    the same draw."""
+    if float(params.get("temperature") or 0.0) <= 0.0:
+        return ("Temperature is 0, so a regenerated answer comes out the same: raise Temperature in "
+                "Settings (Sampling) for a different one.")
+    if params.get("seed") is not None:
+        return ("The seed is fixed, so a regenerated answer comes out the same: clear Seed in "
+                "Settings (Sampling) for a different one.")
+    return ""
+
+
 class ChatsMixin:
     """Methods of :class:`~app.main_window.MainWindow` for ``self.sidebar`` and ``self.keeper``."""
 
@@ -40,10 +53,36 @@ class ChatsMixin:
             self.banner.show_error("\n".join(lines))
         elif self.keeper.unanswered() is not None:
             self._offer_resend()
+        self.update_regenerate_note()  # this chat's sampling settings
         if self.controller.ready:  # the last answer's "error" / stats belong to the chat just left
             self.stats_label.setText(f"{model_summary(self.model_info)} · ready")
         self.controller.conversation_opened()
         self.refresh_sidebar()
+
+    def update_regenerate_note(self) -> None:
+        """Regenerate's tooltip says when it would give the same answer (the chat's settings, the model's defaults)."""
+        self.transcript.set_regenerate_note(regenerate_note(self.current_params()))
+
+    def regenerate_answer(self, index: int) -> None:
+        """A new version of answer ``index``. If it comes out the same as the one it replaces because the
+        settings make answers repeat (temperature 0, a fixed seed), the banner says so and how to change it."""
+        widgets = self.transcript.widgets()
+        before = widgets[index].text if 0 <= index < len(widgets) else None
+        params = self.current_params()
+        self.controller.regenerate(index, self.chat_settings(), params)
+        if not self._busy:
+            return
+        self._answer_started()
+        if not getattr(self, "_regenerate_check_connected", False):
+            self._regenerate_check_connected = True
+            self.answer_finished.connect(self._after_regenerate)
+        self._regenerated = (before, regenerate_note(params))
+
+    def _after_regenerate(self, result: dict) -> None:
+        (before, note), self._regenerated = getattr(self, "_regenerated", (None, "")), (None, "")
+        answer = self.transcript.last_assistant()
+        if note and result.get("finish_reason") == "stop" and answer is not None and answer.text == before:
+            self.banner.show_info(f"The same answer again. {note}")
 
     def _offer_resend(self, note: str = "") -> None:
         """The open chat ends with a question that was never answered: say so, with one-click Resend."""
@@ -153,6 +192,7 @@ class ChatsMixin:
             self._storage("save this chat's settings", lambda: self.store.update_conversation(
                 self.keeper.current_id, settings=self.chat_settings()))
         apply_theme(settings.theme)
+        self.update_regenerate_note()
         self.reset_message_detail()
         self._count_pending_tokens()
         if engine_changed:

@@ -352,3 +352,41 @@ def test_deleting_a_question_takes_its_answer_and_can_be_undone(qtbot, make_wind
     fake.tokens = ["12"]
     ask(qtbot, win, "Twice that?")  # the model is given the branch shown
     assert fake.calls[-1]["turns"] == [("user", "What is 3+3?", 0), ("assistant", "6", 0)]
+
+
+def test_regenerate_says_when_the_settings_make_the_same_answer(qtbot, make_window):
+    """Trial 38: with the default Temperature 0 Regenerate gave the identical answer again, so the button
+    looked broken. Its tooltip says why, and so does the banner when the new version is the same."""
+    import copy
+
+    from app.window_chats import regenerate_note
+
+    fake = FakeBackend(tokens=["Orange", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What colour?")
+    button = win.transcript.widgets()[1].actions_row.button("regenerate")
+    assert win.current_params()["temperature"] == 0.0
+    same = ("Temperature is 0, so a regenerated answer comes out the same: raise Temperature in Settings "
+            "(Sampling) for a different one.")
+    assert button.toolTip() == f"Regenerate answer\n{same}"
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        button.click()
+    assert shown(win) == ["What colour?", "Orange."] and switchers(win) == ["", "‹ 2 / 2 ›"]
+    assert win.banner.message() == f"The same answer again. {same}"
+    assert win.transcript.widgets()[1].actions_row.button("regenerate").toolTip() == f"Regenerate answer\n{same}"
+
+    settings = copy.deepcopy(win.settings)
+    settings.overrides = {"temperature": 0.7}
+    win._apply_settings(settings)
+    button = win.transcript.widgets()[1].actions_row.button("regenerate")
+    assert button.toolTip() == "Regenerate answer"
+    win.banner.dismiss()
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        button.click()
+    assert fake.calls[-1]["params"].temperature == 0.7
+    assert switchers(win)[1] == "‹ 3 / 3 ›" and not win.banner.isVisible()  # sampled: nothing to explain
+    settings = copy.deepcopy(win.settings)
+    settings.seed = 5
+    win._apply_settings(settings)
+    assert "The seed is fixed" in win.transcript.widgets()[1].actions_row.button("regenerate").toolTip()
+    assert regenerate_note({"temperature": 1.0, "seed": None}) == ""
