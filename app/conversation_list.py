@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversations import display_title
 from app.icons import icon
 from app.store import Conversation
 
@@ -83,10 +84,10 @@ class ConversationList(QFrame):
         self._filling = True
         self.list.clear()
         for conv in conversations:
-            item = QListWidgetItem(conv.title or UNTITLED)
-            item.setToolTip(conv.title or UNTITLED)
+            title = display_title(conv.title).strip() or UNTITLED  # a stored title may hold bidi controls
+            item = QListWidgetItem(title)
             item.setData(ID_ROLE, conv.id)
-            item.setToolTip(conv.title or UNTITLED)
+            item.setToolTip(title)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if conv.id == current_id:

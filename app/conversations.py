@@ -47,8 +47,20 @@ def unsaved_answer(saved_chars: int, last: bool) -> str:
     return f"Kept: {kept}. The rest stays on screen, and Smolchat tries again to save it until the answer ends."
 
 
+#: Unicode bidi embeddings, overrides and isolates (LRE RLE PDF LRO RLO, LRI RLI FSI PDI): one of them in
+#: a title turns the rest of the line around where it shows ("9991# edirrevo live" in the sidebar).
+BIDI_CONTROLS = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def display_title(title: str) -> str:
+    """``title`` as the sidebar and banners show it: without bidi controls (:data:`BIDI_CONTROLS`), so
+    it reads in its own characters' direction and cannot turn the text around it."""
+    return title.translate(BIDI_CONTROLS)
+
+
 def title_from(text: str, images: list[str]) -> str:
-    line = " ".join(text.split())
+    """A new chat's title from its first message: one line, at most TITLE_LENGTH characters, no bidi controls."""
+    line = " ".join(display_title(text).split())
     if not line:
         if images and all(Path(p).suffix.lower() in VIDEO_SUFFIXES for p in images):  # a question-less video
             return "Video" if len(images) == 1 else f"{len(images)} videos"

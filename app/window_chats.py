@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Slot
 
-from app.conversations import STORAGE_ERRORS, deleted_words, storage_problem
+from app.conversations import STORAGE_ERRORS, deleted_words, display_title, storage_problem
 from app.formatting import model_summary
 from app.settings import chat_values, load_settings
 
@@ -42,7 +42,7 @@ class ChatsMixin:
         self._cancel_edit()
         saved = self.keeper.open(conversation_id)
         self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
-        title = self.store.conversation(conversation_id).title if saved else ""
+        title = display_title(self.store.conversation(conversation_id).title) if saved else ""
         values, problems = chat_values(saved, f"Chat “{title or 'New chat'}”")
         for key in CHAT_KEYS:
             if key in values:
@@ -135,7 +135,7 @@ class ChatsMixin:
         if conversation_id == self.keeper.current_id:
             self.open_conversation(None)
         self.refresh_sidebar()
-        self.banner.show_info(f"Deleted “{conv.title or 'New chat'}”.", "Undo",
+        self.banner.show_info(f"Deleted “{display_title(conv.title) or 'New chat'}”.", "Undo",
                               lambda: self._storage("restore the chat", self.store.undelete_conversation,
                                                     conversation_id) and self.open_conversation(conversation_id))
 

@@ -192,3 +192,25 @@ def test_export_adds_the_extension_and_starts_in_the_last_export_folder(qtbot, w
     window.actions["export_json"].trigger()
     assert questions == ["chat.json already exists. Replace it?"]
     assert (tmp_path / "exports" / "chat.json").read_text() == "keep me"
+
+
+def test_bidi_controls_never_turn_a_title_around(qtbot, window):
+    """Trial 38: a chat titled with U+202E (right-to-left override) showed reversed in the sidebar
+    ("9991# edirrevo live"). Titles lose bidi embeddings, overrides and isolates; real right-to-left
+    letters stay as they are."""
+    from app.conversations import display_title, title_from
+
+    assert title_from("\u202eevil override #1999", []) == "evil override #1999"
+    assert title_from("a \u202ab\u202c \u2067c\u2069 \u2066d\u2069 \u2068e\u2069 \u202df\u202c", []) == "a b c d e f"
+    assert title_from("שלום \u202eworld", []) == "שלום world"
+    assert display_title("\u202e\u2066") == ""
+    ask(qtbot, window, "\u202eevil override #1999")
+    assert window.store.conversation(window.keeper.current_id).title == "evil override #1999"
+
+    older = window.store.create_conversation("\u202eevil override #1998")  # stored by an older Smolchat, or renamed
+    window.store.create_conversation("\u202e\u2069")
+    window.refresh_sidebar()
+    assert window.sidebar.titles() == ["New chat", "evil override #1998", "evil override #1999"]
+    assert [window.sidebar.list.item(i).toolTip() for i in range(3)] == window.sidebar.titles()
+    window.delete_conversation(older.id)
+    assert window.banner.message() == "Deleted “evil override #1998”."
