@@ -439,7 +439,7 @@ class MediaStore:
     def _store_video(self, data: bytes, suffix: str, param: str) -> str:
         """Worker thread: store ``data`` unless stored before, probing a new file's headers first."""
         from engine.api.errors import VideoError
-        from engine.api.videos import probe
+        from engine.api.videos import NOT_A_VIDEO, probe
 
         digest = hashlib.sha256(data).hexdigest()[:40]
         path = self.folder / (digest + suffix)
@@ -453,7 +453,7 @@ class MediaStore:
             part.unlink(missing_ok=True)
             # The engine's message names the file: say what is wrong, not where the server keeps it.
             reason = "the data is not a video this server reads (MP4, WebM, MOV or MKV)" \
-                if str(exc).startswith("Not a recognised video file") else str(exc).replace(str(part), "the video")
+                if str(exc).endswith(NOT_A_VIDEO) else str(exc).replace(str(part), "the video")
             raise APIError(400, f"the video cannot be read: {reason}", "invalid_video", param) from None
         except BaseException:
             part.unlink(missing_ok=True)

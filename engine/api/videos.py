@@ -52,6 +52,10 @@ TIME_TOLERANCE_S = 0.005
 """A frame whose time is at most this much (or half a frame period, if less) after a sampled time
 counts as shown at that time: pts are rounded to the stream's time base (1 ms in Matroska)."""
 
+NOT_A_VIDEO = "is not a video Smolchat can read (damaged, or not a video)"
+"""The end of the message for a file FFmpeg cannot open, after the file's name: FFmpeg's own words
+("[Errno 1094995529] Invalid data found when processing input: '...'") say no more and name it again."""
+
 END_TOLERANCE_S = 1.0
 """At the end of a stream (a truncated file), a sampled time this close after the last decoded
 frame still takes that frame; later times are dropped."""
@@ -130,8 +134,10 @@ def _open(path: str | os.PathLike):
         raise VideoError(f"Video file is empty (0 bytes): {p}")
     try:
         return av.open(str(p), metadata_errors="ignore")
-    except (av.FFmpegError, UnicodeDecodeError, ValueError) as exc:
-        raise VideoError(f"Not a recognised video file: {p} ({_short(exc)})") from None
+    except OSError as exc:  # the file, not its contents: permission denied, an I/O error
+        raise VideoError(f"Cannot read video file {p}: {exc.strerror or _short(exc)}") from None
+    except (av.FFmpegError, UnicodeDecodeError, ValueError):
+        raise VideoError(f"{p.name} {NOT_A_VIDEO}") from None
 
 
 def _short(exc: BaseException) -> str:

@@ -214,10 +214,16 @@ def test_zero_length_missing_and_not_a_video(tmp_path):
     empty.write_bytes(b"")
     text = tmp_path / "notes.mp4"
     text.write_text("this is not a video\n" * 100)
-    for path, message in [(empty, "empty"), (tmp_path / "missing.mp4", "not found"), (text, "Not a recognised")]:
+    for path, message in [(empty, "empty"), (tmp_path / "missing.mp4", "not found")]:
         with pytest.raises(VideoError, match=message) as info:
             read_video(path)
         _one_line_error(info.value)
+    # FFmpeg's own words ("[Errno 1094995529] Invalid data found when processing input: 'PATH'")
+    # are no help and name the file a second time: one sentence naming it once.
+    for read in (read_video, probe):
+        with pytest.raises(VideoError) as info:
+            read(text)
+        assert str(info.value) == "notes.mp4 is not a video Smolchat can read (damaged, or not a video)"
 
 
 def test_audio_only_file(tmp_path):
@@ -242,7 +248,7 @@ def test_truncated_video(tmp_path, videos_dir, faststart):
     try:
         video = read_video(cut)
     except VideoError as exc:
-        _one_line_error(exc)
+        assert str(exc) == "cut.mp4 is not a video Smolchat can read (damaged, or not a video)"
         assert not faststart
         return
     assert faststart
@@ -392,7 +398,10 @@ def test_cli_bad_video_is_a_one_line_error_before_loading(tmp_path, capsys, kind
         path.write_bytes(b"")
     rc = main(["generate", "--model", str(tmp_path / "no-such-model"), "--video", str(path), "--prompt", "hi"])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err.startswith("error: ") and "\n" not in err and str(path) in err
+    assert rc == 2 and err.startswith("error: ") and "\n" not in err
+    assert err == {"audio": f"error: No video stream in {path} (streams: audio)",
+                   "text": "error: clip.mp4 is not a video Smolchat can read (damaged, or not a video)",
+                   "empty": f"error: Video file is empty (0 bytes): {path}"}[kind]
 
 
 def test_typed_video_token_stays_text(video_config_dir, videos_dir, processor):
@@ -460,3 +469,17 @@ def test_count_video_tokens_from_headers_matches_the_prompt(smolvlm2_session, vi
         with_video = len(session.tokenizer.encode_chat(messages, videos=[clip]).input_ids)
         assert abs(counted - (with_video - without)) <= 1
         assert counted > clip.num_image_tokens
+
+
+def test_a_video_the_system_will_not_open_is_not_called_damaged(tmp_path, monkeypatch):
+    import av
+
+    path = write_video(tmp_path / "locked.mp4", [solid(16, 16)] * 2)
+
+    def refuse(*args, **kwargs):
+        raise av.PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(av, "open", refuse)
+    with pytest.raises(VideoError) as info:
+        probe(path)
+    assert str(info.value) == f"Cannot read video file {path}: Permission denied"
