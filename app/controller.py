@@ -217,7 +217,7 @@ class ChatController(QObject):
             self.finished.emit(result)  # the window ends the answer on screen first
             self.keeper.finish(result, self.model_name)
             if event.stats.notice and not event.error:
-                self.notice.emit(self.user_words(event.stats.notice))  # e.g. old turns dropped to fit the context
+                self.notice.emit(self.user_words(event.stats.notice))  # e.g. old messages dropped to fit the context
             self.busy_changed.emit()
             if self.reload_pending:
                 path, device, dtype, options = self.reload_pending

@@ -35,8 +35,14 @@ def stats_summary(result: dict) -> str:
         f"{result.get('generated_tokens', 0)} generated tokens",
     ]
     if result.get("dropped_turns"):
-        parts.append(f"{result['dropped_turns']} old turns dropped to fit the context")
+        parts.append(dropped_summary(result["dropped_turns"]))
     return " · ".join(parts)
+
+
+def dropped_summary(messages: int) -> str:
+    """``"4 old messages dropped to fit the context"``: the engine's ``dropped_turns`` counts messages
+    (a user's and the answers to it), as its notice says ("the 4 oldest messages were dropped")."""
+    return f"{messages} old {'message' if messages == 1 else 'messages'} dropped to fit the context"
 
 
 def pending_summary(counts: list[int | None]) -> str:

@@ -702,8 +702,8 @@ class ChatSession:
                                 dropped_turns=dropped)
         notices = []
         if dropped:
-            notices.append(f"The conversation no longer fits the {self.cache.capacity}-token context: "
-                           f"the {dropped} oldest messages were dropped.")
+            what = "the oldest message was" if dropped == 1 else f"the {dropped} oldest messages were"
+            notices.append(f"The conversation no longer fits the {self.cache.capacity}-token context: {what} dropped.")
         new_videos = self.turns[-1].videos if self.turns and self.turns[-1].role == "user" else []
         for video in new_videos:  # a file that ended early: the chip promised more frames than were read
             planned = getattr(video, "planned_frames", 0)

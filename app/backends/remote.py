@@ -389,8 +389,8 @@ class RemoteBackend:
             self._left_out = tried
         if dropped and error is None:
             stats.dropped_turns = dropped
-            stats.notice = (f"The conversation no longer fits the context of {self.model} on {self.server.name}: "
-                            f"the {dropped} oldest messages were left out.")
+            what = "the oldest message was" if dropped == 1 else f"the {dropped} oldest messages were"
+            stats.notice = f"The conversation no longer fits the context of {self.model} on {self.server.name}: {what} left out."
         if text:  # the partial answer of a failed stream is kept, like a cancelled one
             self._history = [*history, HistoryMessage("assistant", text)]
         sink(DoneEvent(reason, stats, error, error_type))

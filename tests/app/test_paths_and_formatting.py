@@ -63,6 +63,11 @@ def test_summaries():
     # Refused before the prefill (a prompt longer than the context): no row of zeros under the error.
     assert stats_summary({"finish_reason": "error", "error": "x", "prompt_tokens": 0, "generated_tokens": 0,
                           "ttft_s": 0.0, "decode_tokens_per_s": 0.0, "cached_tokens": 0}) == ""
+    # dropped_turns counts messages (the engine drops whole exchanges: a question and its answer).
+    assert stats_summary({**result, "dropped_turns": 4}) == (
+        "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 generated tokens · "
+        "4 old messages dropped to fit the context")
+    assert stats_summary({**result, "dropped_turns": 1}).endswith(" · 1 old message dropped to fit the context")
     assert finish_footer({"finish_reason": "cancelled"}) == "stopped by you (cancelled)"
     assert finish_footer({"finish_reason": "error", "error": "boom"}) == "failed (error): boom"
     assert finish_footer(result) == ""

@@ -17,7 +17,7 @@ import torch
 from engine.api.errors import ImageError, PromptTooLongError
 from engine.api.events import DoneEvent, GenerationParams, TokenEvent
 from engine.cache import CacheConfig, ContiguousKVCache, PagedKVCache
-from engine.chat import ChatSession
+from engine.chat import ChatSession, Turn
 
 KINDS = ["paged", "contiguous"]
 
@@ -342,3 +342,13 @@ def test_without_dropping_turns_a_history_too_long_is_refused_whole(parts):
     tokens, done = consume(session.send("And?", params=params(190, drop_old_turns=False)))
     assert done.stats.dropped_turns == 0 and done.finish_reason == "length"
     assert done.stats.prompt_tokens + len(tokens) == 200
+
+
+def test_one_dropped_message_is_named_in_the_singular(parts):
+    """A question left unanswered (its answer never started) then another: dropping the first is one
+    message, and the notice says so ("the oldest message was dropped", not "the 1 oldest messages")."""
+    session = new_session(parts, max_tokens=200)
+    session.turns[:] = [Turn("user", "word " * 180), Turn("user", "Second question?"), Turn("assistant", "Yes.")]
+    _, done = consume(session.send("Third?", params=params(8)))
+    assert done.stats.dropped_turns == 1
+    assert done.stats.notice == "The conversation no longer fits the 200-token context: the oldest message was dropped."
