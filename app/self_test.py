@@ -37,6 +37,17 @@ class SelfTestError(Exception):
     """A failure with a message meant for the user."""
 
 
+def answer_length(text: str) -> int:
+    """argparse type of ``--max-new-tokens``: at least 1 (0 loaded the model only to fail)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="smolchat --self-test",
                                      description="Answer one built-in question (about an image if the model "
@@ -47,7 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "downloaded)")
     parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")
     parser.add_argument("--dtype", help="e.g. float32 or bfloat16 (default: chosen for the device)")
-    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=answer_length, default=8)
     parser.add_argument("--gui", action="store_true",
                         help="also build the main window offscreen and load the model through it")
     parser.add_argument("--gui-timeout", type=float, default=120.0, help="seconds (default 120)")

@@ -32,7 +32,7 @@ def _build_parser() -> argparse.ArgumentParser:
     text.add_argument("--prompt", help="the question")
     text.add_argument("--prompt-file", help="read the question from this UTF-8 file (long prompts)")
     gen.add_argument("--system", default=None, help="system prompt")
-    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--max-new-tokens", type=int, default=256, help="answer at most this many tokens (>= 1)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
@@ -105,6 +105,9 @@ def _generate(args: argparse.Namespace) -> int:
     from engine.cache import CacheConfig
     from engine.chat import ChatSession
 
+    if args.max_new_tokens < 1:  # GenerationParams takes 0 (the server's max_tokens 0 scores a prompt): an
+        # answer of none would load the model only to fail
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     params = GenerationParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,

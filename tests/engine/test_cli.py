@@ -73,6 +73,14 @@ def test_missing_model_exits_2(tmp_path):
     assert proc.returncode == 2 and "model folder not found" in proc.stderr
 
 
+@pytest.mark.parametrize("value", [0, -5])
+def test_an_answer_of_no_tokens_is_refused_before_the_model_loads(tmp_path, value):
+    # 0 used to pass, load the model and fail with "error: ValueError: an answer needs max_new_tokens >= 1"
+    # (exit 1); -5 said "max_new_tokens must be >= 0". The model does not exist: the option is read first.
+    proc = cli("generate", "--model", tmp_path / "no-model", "--prompt", "hi", "--max-new-tokens", value)
+    assert (proc.returncode, proc.stderr) == (2, f"error: --max-new-tokens must be >= 1, got {value}\n")
+
+
 def test_info_json(tiny_checkpoint):
     proc = cli("info", "--model", tiny_checkpoint, "--json")
     assert proc.returncode == 0, proc.stderr

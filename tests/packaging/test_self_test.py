@@ -135,3 +135,13 @@ def test_without_model_it_uses_the_model_the_app_last_used(tiny_checkpoint, tmp_
     assert self_test.resolve_model(None) == str(last)
     last.unlink()  # gone since: fall back to the models folder
     assert self_test.resolve_model(None) == str(data / "models" / "aaa-other")
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_an_answer_of_no_tokens_is_refused_before_anything_loads(tmp_path, capsys, value):
+    # 0 used to load the model and then fail with "generation failed: an answer needs max_new_tokens >= 1".
+    with pytest.raises(SystemExit) as stopped:
+        self_test.main(["--model", str(tmp_path / "no-model"), "--max-new-tokens", value])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        f"smolchat --self-test: error: argument --max-new-tokens: must be >= 1, got {value}"
