@@ -55,6 +55,16 @@ class LocalServer(QObject):
         if service is None or service.info is None:
             self.failed.emit("Load a model first: the server serves the model this window has loaded.")
             return
+        from server.cli import PortInUse, usable_port
+
+        try:  # said here, in words: uvicorn's own failure is a SystemExit(3) on its thread
+            usable_port("127.0.0.1", port)
+        except PortInUse:
+            self.failed.emit(f"Port {port} is in use by another program: choose another port and turn the server on again.")
+            return
+        except OSError as exc:
+            self.failed.emit(f"The server could not start on port {port}: {exc.strerror or exc}.")
+            return
         import uvicorn
 
         from server.app import create_app
@@ -78,8 +88,10 @@ class LocalServer(QObject):
     def _run(self) -> None:
         try:
             self._server.run()
-        except BaseException as exc:  # noqa: BLE001 - uvicorn exits with SystemExit when the port is taken
-            self._error = f"{type(exc).__name__}: {exc}"
+        except SystemExit:  # uvicorn could not bind (another program took the port since start's check)
+            self._error = "another program may have taken it: choose another port and turn the server on again."
+        except BaseException as exc:  # noqa: BLE001 - said in the dialog, not a traceback on a thread
+            self._error = f"{exc}." if str(exc) else f"{type(exc).__name__}."
 
     def _check_started(self) -> None:
         if self._server is not None and self._server.started:
@@ -89,7 +101,7 @@ class LocalServer(QObject):
         elif self._thread is not None and not self._thread.is_alive():
             self._poll.stop()
             self._server = None
-            self.failed.emit(f"The server could not start on port {self._port} (is it in use?) {self._error}".strip())
+            self.failed.emit(f"The server could not start on port {self._port}: {self._error or 'it stopped at once.'}")
 
     def stop(self) -> None:
         """Stop serving: in-flight answers are cancelled and their streams end with a finish chunk;

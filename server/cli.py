@@ -72,6 +72,10 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
                         max_images=args.max_images, load_options=options)
 
 
+class PortInUse(ValueError):
+    """Another program listens on the port (:func:`usable_port`); the message is worded for the CLI."""
+
+
 def usable_port(host: str, port: int) -> int:
     """``port`` if no other program listens on ``host:port``, or for 0 a port the OS picks free now;
     ValueError if it is taken. Said before the address is printed (uvicorn's own failure came after
@@ -88,7 +92,7 @@ def usable_port(host: str, port: int) -> int:
             sock.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise ValueError(f"port {port} on {host} is in use by another program: choose another with "
+                raise PortInUse(f"port {port} on {host} is in use by another program: choose another with "
                                  "--port (0 picks a free one)") from None
             raise
         return int(sock.getsockname()[1])

@@ -68,11 +68,38 @@ def test_a_taken_port_is_reported_and_the_switch_turns_back_off(qtbot, window):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        port = taken.getsockname()[1]
         dialog = win.open_local_server()
-        dialog.port.setValue(taken.getsockname()[1])
+        dialog.port.setValue(port)
         with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
             dialog.switch.setChecked(True)
-    assert not dialog.switch.isChecked() and "could not start" in dialog.message.text()
+    # Was "The server could not start on port 8080 (is it in use?) SystemExit: 3".
+    assert not dialog.switch.isChecked()
+    assert dialog.message.text() == (f"Port {port} is in use by another program: choose another port and turn "
+                                     "the server on again.")
+    dialog.close()
+
+
+def test_a_port_taken_after_the_check_is_said_in_words_too(qtbot, window, monkeypatch):
+    """Another program binds the port between the check and uvicorn's bind: uvicorn's SystemExit(3)
+    on the server's thread becomes a sentence, not "SystemExit: 3"."""
+    import socket
+
+    import server.cli
+
+    win, _ = window
+    monkeypatch.setattr(server.cli, "usable_port", lambda host, port: port)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        dialog = win.open_local_server()
+        dialog.port.setValue(port)
+        with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
+            dialog.switch.setChecked(True)
+    assert not dialog.switch.isChecked()
+    assert dialog.message.text() == (f"The server could not start on port {port}: another program may have taken "
+                                     "it: choose another port and turn the server on again.")
     dialog.close()
 
 
