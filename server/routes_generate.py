@@ -135,6 +135,22 @@ def _joined(first: dict, second: dict) -> dict:
     return {key: first[key] + second[key] for key in first}
 
 
+# Other servers' output constraints (both endpoints), and what each is, for the 400's message.
+CONSTRAINTS = {"guided_json": "vLLM's guided decoding", "guided_regex": "vLLM's guided decoding",
+               "guided_choice": "vLLM's guided decoding", "guided_grammar": "vLLM's guided decoding",
+               "structured_outputs": "vLLM's structured outputs", "grammar": "llama.cpp's grammar",
+               "json_schema": "llama.cpp's JSON schema"}
+# OpenAI's chat parameters for what this server does not do.
+CHAT_FEATURES = {"prediction": "prediction (Predicted Outputs) is not supported by this server",
+                 "web_search_options": "web search is not supported: this server answers from the model alone"}
+
+
+def _given(value) -> bool:
+    """A value that asks for something: not null and not empty (``""``, ``[]``, ``{}`` pass, as clients
+    send them for what they leave unset)."""
+    return value is not None and value not in ("", [], {})
+
+
 def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
     """APIError 400 for what a client asks and this server cannot do (``unsupported_parameter``) and
     for values OpenAI itself refuses (``invalid_value``); empty or default values pass, as clients
@@ -144,6 +160,19 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
         raise APIError(400, "logit_bias is not supported by this server", "unsupported_parameter", "logit_bias")
     if body.stream_options is not None and not body.stream:  # as OpenAI and vLLM answer it
         raise APIError(400, "stream_options is only allowed with \"stream\": true", "invalid_value", "stream_options")
+    for name, what in CONSTRAINTS.items():
+        if _given(getattr(body, name)):
+            raise APIError(400, f"{name} ({what}) is not supported: this server does not constrain its output "
+                           "(ask for the format in the prompt instead)", "unsupported_parameter", name)
+    if body.response_format is not None:
+        kind = body.response_format.get("type")
+        if kind in ("json_object", "json_schema"):
+            raise APIError(400, f"response_format {kind} is not supported: this server does not constrain its "
+                           "output to JSON (ask for JSON in the prompt instead)", "unsupported_parameter",
+                           "response_format")
+        if kind != "text":
+            raise APIError(400, f"response_format.type must be \"text\", \"json_object\" or \"json_schema\", "
+                           f"got {json.dumps(kind)}", "invalid_value", "response_format")
     if not isinstance(body, ChatRequest):
         if body.best_of not in (None, 1):
             raise APIError(400, "best_of must be 1: this server generates one completion per request",
@@ -169,15 +198,9 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
                            f"{json.dumps(choice)}", "invalid_value", name)
         if not tools and (choice == "required" or isinstance(choice, dict)):
             raise APIError(400, f"{name} names or requires a tool, but the request has none", "invalid_value", name)
-    if body.response_format is not None:
-        kind = body.response_format.get("type")
-        if kind in ("json_object", "json_schema"):
-            raise APIError(400, f"response_format {kind} is not supported: this server does not constrain its "
-                           "output to JSON (ask for JSON in the prompt instead)", "unsupported_parameter",
-                           "response_format")
-        if kind != "text":
-            raise APIError(400, f"response_format.type must be \"text\", \"json_object\" or \"json_schema\", "
-                           f"got {json.dumps(kind)}", "invalid_value", "response_format")
+    for name, message in CHAT_FEATURES.items():
+        if _given(getattr(body, name)):
+            raise APIError(400, message, "unsupported_parameter", name)
 
 
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],

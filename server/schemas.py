@@ -4,8 +4,10 @@ Unknown fields are ignored, as OpenAI clients send many (``user``, ``metadata``,
 values out of range fail validation (400), as do integers and booleans sent as another type
 (``"max_tokens": "5"``, ``"stream": "yes"``: OpenAI refuses them too). Fields for what the server
 cannot do (``tools``, ``response_format`` JSON modes, ``logit_bias``, audio output, ``suffix``,
-``best_of``) are declared, so that a request asking for them gets a 400 rather than an answer that
-ignores them. Sampling fields are ``None`` when the client left them out.
+``best_of``, ``prediction``, ``web_search_options``, and other servers' output constraints: vLLM's
+``guided_*`` and ``structured_outputs``, llama.cpp's ``grammar`` and ``json_schema``) are declared, so
+that a request asking for them gets a 400 rather than an answer that ignores them. Sampling fields
+are ``None`` when the client left them out.
 """
 
 from __future__ import annotations
@@ -130,6 +132,18 @@ class SamplingFields(_Body):
     user: str | None = None
     ignore_eos: StrictBool = Field(False, description="vLLM's extension: decode to max_tokens (benchmarks)")
     logit_bias: dict[str, float] | None = Field(None, description="not supported: a non-empty map is a 400")
+    # Other servers' ways to constrain the output (vLLM's guided decoding and structured_outputs,
+    # llama.cpp's grammar and json_schema): declared so that a request using one is refused
+    # (routes_generate.refuse_unsupported), not answered with unconstrained text. Any type: the
+    # 400 says the parameter is not supported, whatever its value's shape.
+    guided_json: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
+    guided_regex: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
+    guided_choice: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
+    guided_grammar: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
+    structured_outputs: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
+    grammar: Any = Field(None, description="llama.cpp's: not supported (a 400 unless empty)")
+    json_schema: Any = Field(None, description="llama.cpp's: not supported (a 400 unless empty)")
+    response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
 
 
 class ChatRequest(SamplingFields):
@@ -148,9 +162,10 @@ class ChatRequest(SamplingFields):
     tool_choice: str | dict | None = None
     functions: list[dict] | None = Field(None, description="the legacy form of tools: not supported either")
     function_call: str | dict | None = None
-    response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
     modalities: list[str] | None = Field(None, description="only [\"text\"]: audio output is a 400")
     audio: dict | None = Field(None, description="not supported (no audio output): a 400")
+    prediction: Any = Field(None, description="OpenAI's Predicted Outputs: not supported (a 400 unless empty)")
+    web_search_options: Any = Field(None, description="OpenAI's web search: not supported (a 400 unless empty)")
 
 
 class CompletionRequest(SamplingFields):

@@ -121,6 +121,51 @@ def test_bad_requests_get_the_documented_error(url, name):
             "a 'tool' message (a tool's result): this server runs no tools")
 
 
+CONSTRAINED = "is not supported: this server does not constrain its output (ask for the format in the prompt instead)"
+# Other servers' output constraints, and OpenAI's features this server lacks: each used to be ignored
+# (200 with unconstrained text), which README's "refused with a 400 rather than ignored" rules out.
+OTHER_SERVERS = {
+    "guided_json": ({"type": "object"}, f"guided_json (vLLM's guided decoding) {CONSTRAINED}"),
+    "guided_regex": ("[0-9]+", f"guided_regex (vLLM's guided decoding) {CONSTRAINED}"),
+    "guided_choice": (["yes", "no"], f"guided_choice (vLLM's guided decoding) {CONSTRAINED}"),
+    "guided_grammar": ('root ::= "yes"', f"guided_grammar (vLLM's guided decoding) {CONSTRAINED}"),
+    "structured_outputs": ({"choice": ["yes", "no"]}, f"structured_outputs (vLLM's structured outputs) {CONSTRAINED}"),
+    "grammar": ('root ::= "yes" | "no"', f"grammar (llama.cpp's grammar) {CONSTRAINED}"),
+    "json_schema": ({"type": "object"}, f"json_schema (llama.cpp's JSON schema) {CONSTRAINED}"),
+}
+CHAT_ONLY = {
+    "prediction": ({"type": "content", "content": "The answer is"},
+                   "prediction (Predicted Outputs) is not supported by this server"),
+    "web_search_options": ({"search_context_size": "low"},
+                           "web search is not supported: this server answers from the model alone"),
+}
+
+
+@pytest.mark.parametrize("path,name", [("/v1/chat/completions", name) for name in [*OTHER_SERVERS, *CHAT_ONLY]]
+                         + [("/v1/completions", name) for name in OTHER_SERVERS])
+def test_another_servers_output_constraint_is_refused_not_ignored(url, path, name):
+    value, message = {**OTHER_SERVERS, **CHAT_ONLY}[name]
+    body = {"model": MODEL, "max_tokens": 2, name: value,
+            **({"messages": [user(TEXT)]} if path.endswith("chat/completions") else {"prompt": "Once upon a time"})}
+    response = httpx.post(f"{url}{path}", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {"message": message, "type": "invalid_request_error", "param": name,
+                                        "code": "unsupported_parameter"}
+    for empty in (None, "", [], {}):  # what a client sends for a setting left unset passes
+        assert httpx.post(f"{url}{path}", json={**body, name: empty}, timeout=30).status_code == 200
+
+
+def test_a_json_response_format_is_refused_by_completions_too(url):
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2}
+    response = httpx.post(f"{url}/v1/completions", json={**body, "response_format": {"type": "json_object"}}, timeout=30)
+    assert response.status_code == 400 and response.json()["error"] == {
+        "message": "response_format json_object is not supported: this server does not constrain its output to JSON "
+                   "(ask for JSON in the prompt instead)",
+        "type": "invalid_request_error", "param": "response_format", "code": "unsupported_parameter"}
+    assert httpx.post(f"{url}/v1/completions", json={**body, "response_format": {"type": "text"}},
+                      timeout=30).status_code == 200
+
+
 @pytest.mark.parametrize("body,param,code", [
     ({"best_of": 3}, "best_of", "invalid_value"),
     ({"suffix": " and they lived happily"}, "suffix", "unsupported_parameter"),
