@@ -1,4 +1,4 @@
-"""Export a conversation to Markdown (images and videos copied into a folder beside it) or JSON.
+"""Export a conversation to Markdown (images and videos copied into folders beside it) or JSON.
 
 Both give the branch shown in the window (the active versions). Markdown marks a message that has
 other versions ("Version 2 of 3") and lists those versions' text in a folded ``<details>`` block;
@@ -21,10 +21,17 @@ from app.video_attachments import is_video_file
 
 
 def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Path:
-    """Write ``path`` (.md) and ``<stem>_images/`` with the conversation's images."""
+    """Write ``path`` (.md), ``<stem>_images/`` with the conversation's images and ``<stem>_videos/``
+    with its videos.
+
+    The store keeps a file by its content hash, not by the name it was attached as, so a video is
+    exported as ``video-1.mp4``, ``video-2.webm``, ... in the order the chat first shows each (a
+    hash names nothing a reader recognises); images keep their stored names."""
     path = Path(path)
     conv = store.conversation(conversation_id)
     images_dir = path.with_name(f"{path.stem}_images")
+    videos_dir = path.with_name(f"{path.stem}_videos")
+    video_numbers: dict[str, int] = {}  # stored path -> its number in the export
     lines = [f"# {conv.title or 'Smolchat conversation'}", ""]
     if conv.settings.get("system_prompt"):
         lines += [f"> System prompt: {conv.settings['system_prompt']}", ""]
@@ -36,21 +43,64 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
         if count > 1:
             lines += [f"*Version {number} of {count}*", ""]
         for image in message.images:
+            if is_video_file(image):  # Markdown has no video syntax: a link to the copied file
+                first = image not in video_numbers
+                name = f"video-{video_numbers.setdefault(image, len(video_numbers) + 1)}{Path(image).suffix}"
+                if first:
+                    videos_dir.mkdir(parents=True, exist_ok=True)
+                    # Always copied: that name may hold an older export's other video.
+                    safe_files.copy_file(image, videos_dir / name)  # a failed copy leaves no half video
+                lines += [f"[video: {name}]({videos_dir.name}/{name})", ""]
+                continue
             images_dir.mkdir(parents=True, exist_ok=True)
             target = images_dir / Path(image).name
-            if not target.exists():
+            if not target.exists():  # named by its content: a file there of that name holds the same picture
                 safe_files.copy_file(image, target)  # a failed copy leaves no half image to be kept later
-            if is_video_file(target):  # Markdown has no video syntax: a link to the copied file
-                lines += [f"[video: {target.name}]({images_dir.name}/{target.name})", ""]
-            else:
-                lines += [f"![image]({images_dir.name}/{target.name})", ""]
+            lines += [f"![image]({images_dir.name}/{target.name})", ""]
         if message.text:
-            lines += [message.text, ""]
+            lines += [hard_breaks(message.text) if message.role == "user" else message.text, ""]
         if message.status not in ("done", "streaming"):
             lines += [f"*({message.status})*", ""]
         if count > 1:
             lines += _other_versions(store, message)
     return safe_files.write_text(path, "\n".join(lines))  # a failure keeps the file being replaced
+
+
+def hard_breaks(text: str) -> str:
+    """A user's plain text with its single line breaks kept in Markdown (two trailing spaces, which
+    every Markdown reader takes as a hard break; a bare newline joins the lines into one). Lines in a
+    fenced code block (``` or ~~~) and lines before a blank line or a fence are left as they are."""
+    lines = text.split("\n")
+    fence = ""  # the open fence's marker, "" outside one
+    out = []
+    for i, line in enumerate(lines):
+        marker = _fence(line)
+        if fence:
+            if marker.startswith(fence[0]) and len(marker) >= len(fence) and not line.strip()[len(marker):].strip():
+                fence = ""
+            out.append(line)
+            continue
+        if marker:
+            fence = marker
+            out.append(line)
+            continue
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and following.strip() and not _fence(following) and not line.endswith("  "):
+            line += "  "
+        out.append(line)
+    return "\n".join(out)
+
+
+def _fence(line: str) -> str:
+    """The fence a line opens or closes (```` ``` ```` or ``~~~``, 3 or more, indented at most 3 spaces), else ""."""
+    stripped = line.lstrip(" ")
+    if len(line) - len(stripped) > 3:
+        return ""
+    for char in "`~":
+        n = len(stripped) - len(stripped.lstrip(char))
+        if n >= 3:
+            return char * n
+    return ""
 
 
 def _other_versions(store: Store, message) -> list[str]:
@@ -59,7 +109,7 @@ def _other_versions(store: Store, message) -> list[str]:
     for number, other in enumerate(store.siblings(message.id), 1):
         if other.id != message.id:
             lines += [f"**Version {number}**" + (f" *({other.status})*" if other.status != "done" else ""), "",
-                      other.text or "*(no text)*", ""]
+                      (hard_breaks(other.text) if other.role == "user" else other.text) or "*(no text)*", ""]
     return lines + ["</details>", ""]
 
 
