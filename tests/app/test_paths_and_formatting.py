@@ -68,6 +68,12 @@ def test_summaries():
         "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 generated tokens · "
         "4 old messages dropped to fit the context")
     assert stats_summary({**result, "dropped_turns": 1}).endswith(" · 1 old message dropped to fit the context")
+    # Stopped before the first token: no TTFT or speed was measured, so none is shown (was
+    # "TTFT 0.00 s · 0.0 tok/s · ..."); one token has a TTFT but no decode rate.
+    assert stats_summary({"finish_reason": "cancelled", "prompt_tokens": 1141, "generated_tokens": 0, "ttft_s": 0.0,
+                          "decode_tokens_per_s": 0.0, "cached_tokens": 0}) == "1141 prompt / 0 cached / 0 generated tokens"
+    assert stats_summary({**result, "generated_tokens": 1, "decode_tokens_per_s": 0.0}) == \
+        "TTFT 0.04 s · 1141 prompt / 0 cached / 1 generated tokens"
     assert finish_footer({"finish_reason": "cancelled"}) == "stopped by you (cancelled)"
     assert finish_footer({"finish_reason": "error", "error": "boom"}) == "failed (error): boom"
     assert finish_footer(result) == ""
