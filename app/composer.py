@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QMimeData, QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QKeyEvent, QResizeEvent
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QFocusEvent, QImage, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from app.mime import carries_images, image_from_mime, local_files
@@ -43,6 +43,24 @@ class Composer(QPlainTextEdit):
             event.accept()
             return
         super().keyPressEvent(event)
+
+    def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 - Qt's name
+        super().focusInEvent(event)
+        self._show_focus(True)
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:  # noqa: N802 - Qt's name
+        super().focusOutEvent(event)
+        self._show_focus(False)
+
+    def _show_focus(self, focused: bool) -> None:
+        """The frame around the editor (with the attach and send buttons) draws the focus ring
+        (``#composerFrame[focused="true"]`` in the style sheet): the editor has no border of its own."""
+        frame = self.parentWidget()
+        if frame is None or frame.property("focused") == focused:
+            return
+        frame.setProperty("focused", focused)
+        frame.style().unpolish(frame)
+        frame.style().polish(frame)
 
     # Paste (Ctrl+V) and drop both end in insertFromMimeData.
     def canInsertFromMimeData(self, source: QMimeData) -> bool:

@@ -193,6 +193,8 @@ class ModelManager(QDialog):
         rows.setObjectName("catalogRows")
         rows.setLayout(catalog)
         self.catalog_scroll = one_way_scroll("catalogScroll", rows, sideways=False)
+        # Tab goes to the rows' buttons (the area scrolls to each): the area itself, focused, showed nothing.
+        self.catalog_scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self._fit_catalog_width()
         self.catalog_scroll.verticalScrollBar().rangeChanged.connect(self._reveal)
         layout = QVBoxLayout(self)

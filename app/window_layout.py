@@ -5,10 +5,12 @@ from __future__ import annotations
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QScrollArea,
     QSizePolicy,
     QSplitter,
     QToolButton,
@@ -97,14 +99,15 @@ def build_ui(window) -> None:
     layout = QVBoxLayout(chat)
     layout.setContentsMargins(0, 0, 0, 0)
     layout.setSpacing(0)
-    layout.addWidget(header)
-    layout.addWidget(window.banner)
-    layout.addWidget(window.transcript, 1)
+    # The composer's row joins the window first, so that it heads the focus chain: see set_tab_order.
     layout.addLayout(bottom)
+    layout.insertWidget(0, header)
+    layout.insertWidget(1, window.banner)
+    layout.insertWidget(2, window.transcript, 1)
     splitter = QSplitter()
     splitter.setObjectName("mainSplitter")
-    splitter.addWidget(window.sidebar)
     splitter.addWidget(chat)
+    splitter.insertWidget(0, window.sidebar)
     splitter.setStretchFactor(1, 1)
     splitter.setSizes([240, 840])
     splitter.setChildrenCollapsible(False)
@@ -154,5 +157,25 @@ def build_ui(window) -> None:
     window.sidebar.delete_requested.connect(window.delete_conversation)
     window.sidebar.search_changed.connect(lambda _text: window.refresh_sidebar())
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
+    set_tab_order(window)
     window.composer.setFocus()
 
+
+def set_tab_order(window) -> None:
+    """Tab goes sidebar → header → banner → transcript (its messages) → composer, and round again.
+
+    Qt chains a window's widgets in the order they joined it and appends each new message's widgets
+    (copy, edit, delete, regenerate, its text) at the end of the chain. The composer's row used to end
+    it, so Tab from the composer went through three buttons a message before New chat or Settings
+    (trial 38). Now the composer's row heads the chain (build_ui adds it first) and the transcript ends
+    it, so the messages appended later land between the transcript and the composer, where they are on
+    the screen, and the rest are put in order between.
+    """
+    sidebar = window.sidebar
+    # The attachments' scroll area took a Tab of its own and showed nothing: each chip's button does.
+    window.attachments.findChild(QScrollArea).setFocusPolicy(Qt.FocusPolicy.NoFocus)
+    chain = [window.attach_button, window.composer, window.send_button, window.stop_button, window.detail_combo,
+             sidebar.new_button, sidebar.search, sidebar.list, window.model_picker, window.settings_button,
+             *window.banner.findChildren(QAbstractButton), window.transcript]
+    for first, second in zip(chain, chain[1:]):
+        QWidget.setTabOrder(first, second)

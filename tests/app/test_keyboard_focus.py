@@ -1,0 +1,189 @@
+"""Keyboard focus, seen and in order (trial 38): every control that takes the focus draws a ring in
+both themes, and Tab goes sidebar → header → transcript (its messages) → composer and round again.
+
+The rings are measured on rendered pixels: the same control grabbed unfocused and focused must differ
+in a ring's worth of pixels, with the changed pixels at a contrast of at least 3:1 (WCAG's for
+non-text indicators) against what was there before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt
+from PySide6.QtGui import QAccessible, QColor, QImage
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QLineEdit, QToolButton, QWidget
+
+from app.backends.fake import FakeBackend
+
+from .test_theme_screens import contrast
+
+RING_MIN_PIXELS = 40  # a 2 px ring round even the smallest (22 px) button changes ~150
+
+
+@pytest.fixture
+def app_style(qapp):
+    """The real style sheet, and the light theme back afterwards (other tests expect it)."""
+    from app.paths import resource
+    from app.theme import apply_theme
+
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    old = qapp.styleSheet()
+    qapp.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
+    yield
+    apply_theme("light")
+    qapp.setStyleSheet(old)
+
+
+def _pixels(image: QImage) -> np.ndarray:
+    image = image.convertToFormat(QImage.Format.Format_RGB32)
+    array = np.frombuffer(image.constBits(), dtype=np.uint8, count=image.sizeInBytes())
+    return array.reshape(image.height(), image.bytesPerLine() // 4, 4)[:, :image.width(), :3].copy()
+
+
+def ring(widget: QWidget, shown: QWidget | None = None) -> tuple[int, float]:
+    """``(pixels that change, strongest contrast of a changed pixel against its old colour)`` when
+    ``widget`` takes the focus by Tab; measured on ``shown`` (the widget itself, or the frame that draws
+    its ring) and 3 px around it, in a grab of the whole window."""
+    top = widget.window()
+    shown = shown or widget
+    rect = QRect(shown.mapTo(top, QPoint(0, 0)), shown.size()).adjusted(-3, -3, 3, 3)
+    widget.clearFocus()
+    top.setFocus()
+    QApplication.processEvents()
+    before = _pixels(top.grab().toImage().copy(rect))
+    widget.setFocus(Qt.FocusReason.TabFocusReason)
+    QApplication.processEvents()
+    assert widget.hasFocus(), widget.objectName()
+    after = _pixels(top.grab().toImage().copy(rect))
+    changed = np.argwhere((before != after).any(axis=2))
+    best = max((contrast(QColor(*map(int, before[y, x])), QColor(*map(int, after[y, x]))) for y, x in changed),
+               default=1.0)
+    return len(changed), best
+
+
+@pytest.fixture(params=["light", "dark"])
+def answered(request, qtbot, make_window, app_style):
+    """A window in ``request.param``'s theme after a question, its answer and a regenerated answer
+    (so the answer has ‹ 1 / 2 › arrows), with a draft in the composer (Send enabled)."""
+    from app.theme import apply_theme
+
+    apply_theme(request.param)
+    win = make_window(FakeBackend(tokens=["The", " cat", ".\n\n```py\nx = 1\n```"], delay=0.0))
+    win.resize(1100, 760)
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    win.composer.setPlainText("What is this?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.send_message()
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    win.composer.setPlainText("And this?")
+    QApplication.processEvents()
+    return win
+
+
+MAIN_CONTROLS = ["settingsButton", "attachButton", "sendButton", "copyMessage", "editMessage", "deleteMessage",
+                 "regenerateMessage", "previousVersion", "copyCode", "assistantText", "transcript",
+                 "conversationList", "newChatButton", "conversationSearch", "modelPicker"]
+
+
+def test_every_main_window_control_shows_its_focus(answered):
+    """Focused and unfocused, the icon buttons (gear, attach, a message's copy / edit / delete /
+    regenerate, the version arrows) drew the very same pixels: 0 differed (trial 38)."""
+    win = answered
+    seen = {}
+    for name in MAIN_CONTROLS:
+        widget = next(w for w in win.findChildren(QWidget, name) if w.isVisible() and w.isEnabled())
+        seen[name] = ring(widget)
+    seen["composer"] = ring(win.composer, win.composer.parentWidget())  # the frame round it draws the ring
+    faint = {name: (pixels, round(best, 2)) for name, (pixels, best) in seen.items()
+             if pixels < RING_MIN_PIXELS or best < 3.0}
+    assert faint == {}, seen
+
+
+def test_the_chat_lists_current_item_is_ringed(answered):
+    """With several chats, the focused list shows which chat Enter / Delete acts on: the current
+    item's own ring, not only the list's."""
+    win = answered
+    win.new_chat()
+    win.composer.setPlainText("Second chat")
+    win.send_message()
+    QTest.qWait(300)
+    items = win.sidebar.list
+    assert items.count() == 2
+    items.setCurrentRow(1)
+    rect = items.visualItemRect(items.item(1))
+    item = QWidget(items.viewport())  # a stand-in placed on the item, to measure just its rectangle
+    item.setGeometry(rect)
+    item.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+    item.show()
+    pixels, best = ring(items, item)
+    assert pixels >= RING_MIN_PIXELS and best >= 3.0, (pixels, best)
+
+
+def test_settings_and_model_manager_controls_show_their_focus(answered):
+    """The dialogs' native controls mostly had a ring; not a combo box, the default button (OK),
+    an empty list or a read-only report."""
+    win = answered
+    faint = {}
+    for dialog in (win.open_settings_dialog(), win.open_model_manager()):
+        dialog.activateWindow()
+        QTest.qWaitForWindowActive(dialog)
+        for widget in dialog.findChildren(QWidget):
+            if (widget.isVisible() and widget.isEnabled() and widget.focusPolicy() & Qt.FocusPolicy.TabFocus
+                    and not widget.objectName().startswith("qt_")):
+                pixels, best = ring(widget)
+                if pixels < RING_MIN_PIXELS or best < 1.5:  # Fusion's own rings are paler than ours
+                    faint[f"{type(widget).__name__}#{widget.objectName()}"] = (pixels, round(best, 2))
+        dialog.hide()
+    assert faint == {}
+
+
+def _tab_walk(win, steps: int) -> list[str]:
+    names = []
+    for _ in range(steps):
+        QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        names.append(QApplication.focusWidget().objectName())
+    return names
+
+
+def test_tab_goes_sidebar_header_transcript_composer(qtbot, window):
+    """From the composer, Tab went through each message's three buttons before New chat or Settings."""
+    from .test_conversations import ask
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    for question in ("first", "second"):
+        ask(qtbot, window, question)
+    window.composer.setFocus()
+    walk = _tab_walk(window, 30)
+    cycle = walk[:walk.index("composer") + 1]
+    assert cycle[:6] == ["newChatButton", "conversationSearch", "conversationList", "modelPicker",
+                         "settingsButton", "transcript"]
+    assert cycle[-2:] == ["attachButton", "composer"]
+    messages = cycle[6:-2]
+    assert messages.count("editMessage") == 2 and messages.count("regenerateMessage") == 2
+    assert messages[:3] == ["copyMessage", "editMessage", "deleteMessage"]  # the first question's, first
+    # Another chat's messages (new widgets) land in the transcript's place too.
+    window.new_chat()
+    ask(qtbot, window, "third")
+    window.composer.setFocus()
+    walk = _tab_walk(window, 16)
+    assert walk[:6] == cycle[:6] and walk[6:9] == ["copyMessage", "editMessage", "deleteMessage"]
+    assert walk[walk.index("attachButton") + 1] == "composer"
+
+
+def test_the_search_fields_magnifier_is_named(window):
+    """An unnamed button to a screen reader (no name, no tooltip)."""
+    search = window.sidebar.search
+    buttons = [b for b in search.findChildren(QToolButton) if b.isVisible()]
+    assert len(buttons) == 1
+    magnifier = buttons[0]
+    assert QAccessible.queryAccessibleInterface(magnifier).text(QAccessible.Text.Name) == "Search chats"
+    assert magnifier.toolTip() == "Search chats"
+    assert magnifier.focusPolicy() == Qt.FocusPolicy.NoFocus  # not a Tab stop of its own
+    window.composer.setFocus()
+    magnifier.click()
+    assert QApplication.focusWidget() is search and isinstance(search, QLineEdit)
