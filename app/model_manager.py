@@ -81,6 +81,7 @@ class CatalogRow(QFrame):
         row.addLayout(text, 1)
         for button in (self.download_button, self.cancel_button, self.use_button):
             row.addWidget(button, 0, Qt.AlignmentFlag.AlignVCenter)
+        no_default_buttons(self)
         self.path = ""
         self.cached = ""  # its folder in the Hugging Face cache, found there but not checked yet
         self.last_progress = (0.0, 0.0)
@@ -206,6 +207,8 @@ class ModelManager(QDialog):
         layout.addWidget(self.local_list, 1)
         layout.addLayout(buttons)
         layout.addWidget(self.report)
+        no_default_buttons(self)
+        self.add_input.setFocus()  # not the first Download button, where Space would start a download
         self.refresh()
         self._thread.start()
 
@@ -388,6 +391,16 @@ class ModelManager(QDialog):
     def closeEvent(self, event) -> None:
         self.hide()  # keeps running downloads; the window's shutdown stops the thread
         event.ignore()
+
+
+def no_default_buttons(widget: QWidget) -> None:
+    """No button of ``widget`` is pressed by Enter: a dialog's push buttons are "auto-default", so Enter
+    pressed anywhere in the manager (it opens with nothing else focused) clicked the first row's
+    Download and started a 0.5 GB download (trial 38). Enter in the repo-id field still adds what was
+    typed (its returnPressed); Space presses the focused button."""
+    for button in widget.findChildren(QPushButton):
+        button.setAutoDefault(False)
+        button.setDefault(False)
 
 
 def _heading(text: str) -> QLabel:

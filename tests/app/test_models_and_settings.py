@@ -119,6 +119,34 @@ def test_offline_download_is_clear_and_installs_nothing(qtbot, manager, fake_hub
     assert "offline" in row.status.text() and known_models() == []
 
 
+def test_enter_in_the_model_manager_starts_no_download(qtbot, manager, fake_hub):
+    """Found by a trial: Ctrl+M then Enter started downloading SmolVLM 256M, the first Download
+    button being the dialog's auto-default. Enter in the repo-id field still adds the model typed."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication, QPushButton
+
+    manager.show()
+    manager.activateWindow()
+    qtbot.waitUntil(manager.isActiveWindow, timeout=5000)
+    assert QApplication.focusWidget() is manager.add_input  # the dialog opens with the cursor in the field
+    first = manager.rows[REPO].download_button
+    for target in (QApplication.focusWidget() or manager, manager, first):
+        target.setFocus()
+        qtbot.keyClick(QApplication.focusWidget() or manager, Qt.Key.Key_Return)
+        qtbot.keyClick(QApplication.focusWidget() or manager, Qt.Key.Key_Enter)
+    assert {repo: row.state for repo, row in manager.rows.items() if row.state != "idle"} == {}
+    assert fake_hub["calls"] == 0
+    assert [b.objectName() for b in manager.findChildren(QPushButton) if b.autoDefault() or b.isDefault()] == []
+
+    manager.add_input.setFocus()
+    qtbot.keyClicks(manager.add_input, "someone/tiny-vlm")
+    qtbot.keyClick(manager.add_input, Qt.Key.Key_Return)
+    assert manager.rows["someone/tiny-vlm"].state == "downloading"
+    assert [b.objectName() for b in manager.findChildren(QPushButton) if b.autoDefault() or b.isDefault()] == []
+    qtbot.waitUntil(lambda: fake_hub["calls"] == 1, timeout=10_000)
+    qtbot.waitUntil(lambda: manager.rows["someone/tiny-vlm"].state != "downloading", timeout=60_000)
+
+
 def test_local_folder_is_checked_before_it_is_added(qtbot, manager, tiny_checkpoint, tmp_path):  # noqa: F811
     broken = tmp_path / "broken"
     shutil.copytree(tiny_checkpoint, broken)
