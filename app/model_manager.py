@@ -8,7 +8,7 @@ never leaves something half-installed that the app would try to load.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.catalog import CATALOG, CatalogEntry, cached_snapshot, classify
 from app.icons import icon
 from app.model_tasks import start_tasks
-from app.scroll_area import one_way_scroll
+from app.scroll_area import ContentScroll, fit_to_screen, one_way_scroll
 from app.settings import add_known_model, known_models, remove_known_model
 
 
@@ -120,7 +120,6 @@ class ModelManager(QDialog):
         super().__init__(parent)
         self.setObjectName("modelManager")
         self.setWindowTitle("Models")
-        self.resize(840, 760)
         # Started last: if building the dialog fails (e.g. unreadable settings), no running thread is left
         # to be destroyed with it (that aborts the whole process).
         self._thread, self.tasks = start_tasks(start=False)
@@ -198,7 +197,10 @@ class ModelManager(QDialog):
         self.catalog_scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self._fit_catalog_width()
         self.catalog_scroll.verticalScrollBar().rangeChanged.connect(self._reveal)
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        content.setObjectName("managerContent")
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(intro)
         layout.addWidget(_heading("Available checkpoints"))
         layout.addWidget(self.catalog_scroll, 3)
@@ -207,6 +209,11 @@ class ModelManager(QDialog):
         layout.addWidget(self.local_list, 1)
         layout.addLayout(buttons)
         layout.addWidget(self.report)
+        # All of it scrolls (only) where the screen is smaller than the dialog's 840 x 760: at 1366 x 768
+        # its bottom was cut off, at QT_SCALE_FACTOR=2 on a 1280 x 900 screen half of it.
+        self.scroll = ContentScroll("managerScroll", content)
+        QVBoxLayout(self).addWidget(self.scroll)
+        fit_to_screen(self, QSize(840, 760))
         no_default_buttons(self)
         self.add_input.setFocus()  # not the first Download button, where Space would start a download
         self.refresh()

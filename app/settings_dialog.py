@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engines_settings import EnginesPanel
+from app.scroll_area import ContentScroll, fit_to_screen
 from app.settings import (
     CACHE_KINDS,
     CONTEXT_RULE,
@@ -163,8 +164,10 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self.apply)
-        layout = QVBoxLayout(self)
-        columns = QHBoxLayout()
+        content = QWidget()
+        content.setObjectName("settingsContent")
+        columns = QHBoxLayout(content)
+        columns.setContentsMargins(0, 0, 0, 0)
         left = QVBoxLayout()
         for title, form in (("Chat", chat), ("Sampling", sampling), ("Engine", engine), ("Appearance", look)):
             box = QGroupBox(title)
@@ -173,9 +176,14 @@ class SettingsDialog(QDialog):
         columns.addLayout(left, 1)
         self.engines = EnginesPanel(self)  # saves servers as they are edited, not on OK
         columns.addWidget(self.engines, 1)
-        layout.addLayout(columns)
+        # The sections scroll (only) where the screen is smaller than they are: at QT_SCALE_FACTOR=2 on
+        # a 1280 x 900 screen the dialog was 789 x 729 and its Engine section and OK / Apply were off it.
+        self.scroll = ContentScroll("settingsScroll", content)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.scroll, 1)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+        fit_to_screen(self)
 
     def _double(self, name, accessible, low, high, step, value) -> QDoubleSpinBox:
         box = QDoubleSpinBox()

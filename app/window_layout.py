@@ -26,6 +26,7 @@ from app.conversation_list import ConversationList
 from app.icons import icon
 from app.model_picker import ModelPicker
 from app.paths import resource
+from app.scroll_area import fit_to_screen
 from app.settings import MESSAGE_DETAILS
 from app.text_fit import ElidedLabel
 
@@ -158,6 +159,7 @@ def build_ui(window) -> None:
     window.sidebar.search_changed.connect(lambda _text: window.refresh_sidebar())
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
     set_tab_order(window)
+    fit_to_screen(window, window.size())  # no larger than a small (or scaled) screen
     window.composer.setFocus()
 
 

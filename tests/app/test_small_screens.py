@@ -1,0 +1,93 @@
+"""Small (or scaled) screens: the window, Settings and the model manager open no larger than the
+screen, with Send, the composer and Settings' OK / Cancel / Apply on it (trial 38: at QT_SCALE_FACTOR=2
+on a 1280 x 900 screen all three opened larger than the screen; at 1366 x 768 the manager was cut).
+
+Each case runs the app in a subprocess on Qt's offscreen platform given a screen of that size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+import json, sys
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QDialogButtonBox, QPushButton, QScrollArea
+from app.application import create_app
+from app.backends.fake import FakeBackend
+from app.main_window import MainWindow
+
+app = create_app([])
+screen = app.primaryScreen().availableGeometry()
+window = MainWindow("/models/fake", backend=FakeBackend())
+window.show()
+while not window.model_info:
+    QTest.qWait(20)
+window.composer.setPlainText("Hello")  # Send enabled
+settings = window.open_settings_dialog()
+manager = window.open_model_manager()
+QTest.qWait(100)
+
+def rect(widget):
+    return list(QRect(widget.mapToGlobal(QPoint(0, 0)), widget.size()).getRect())
+
+boxes = settings.findChild(QDialogButtonBox)
+found = {"screen": list(screen.getRect()), "window": rect(window), "send": rect(window.send_button),
+         "composer": rect(window.composer), "settings": rect(settings), "manager": rect(manager)}
+for name in ("Ok", "Cancel", "Apply"):
+    found[name] = rect(boxes.button(getattr(QDialogButtonBox.StandardButton, name)))
+# What is out of sight in the manager (its last button) comes into sight by scrolling its content.
+remove = manager.findChild(QPushButton, "removeModelButton")
+if isinstance(getattr(manager, "scroll", None), QScrollArea):
+    manager.scroll.ensureWidgetVisible(remove, 0, 0)
+    QTest.qWait(50)
+found["removeModelButton"] = rect(remove)
+found["settings_scrolls"] = [settings.scroll.horizontalScrollBar().isVisible(),
+                             settings.scroll.verticalScrollBar().isVisible()]
+print("RESULT", json.dumps(found))
+window.close()
+"""
+
+
+def run_probe(tmp_path, width: int, height: int, scale: float) -> dict:
+    config = tmp_path / "screen.json"
+    config.write_text(json.dumps({"screens": [{"name": "small", "x": 0, "y": 0, "width": width, "height": height,
+                                               "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}))
+    env = {**os.environ, "QT_QPA_PLATFORM": f"offscreen:configfile={config}", "QT_SCALE_FACTOR": str(scale),
+           "SMOLCHAT_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, done.stdout + done.stderr
+    return json.loads(line[len("RESULT "):])
+
+
+def inside(rect: list[int], screen: list[int]) -> bool:
+    x, y, w, h = rect
+    sx, sy, sw, sh = screen
+    return sx <= x and sy <= y and x + w <= sx + sw and y + h <= sy + sh
+
+
+@pytest.mark.parametrize("width, height, scale", [(1280, 900, 2), (1366, 728, 1)],
+                         ids=["1280x900-at-2x", "1366x768-less-a-panel"])
+def test_windows_and_their_buttons_fit_a_small_screen(tmp_path, width, height, scale):
+    found = run_probe(tmp_path, width, height, scale)
+    screen = found["screen"]
+    assert screen == [0, 0, round(width / scale), round(height / scale)]
+    scrolls = found.pop("settings_scrolls")
+    outside = {name: rect for name, rect in found.items() if name != "screen" and not inside(rect, screen)}
+    assert outside == {}, screen
+    # Room is left for the title bar the window manager adds above each window.
+    assert all(found[name][3] <= screen[3] - 40 for name in ("window", "settings", "manager"))
+    if scale == 1:  # the dialogs keep their width where the screen has it, and only lose height
+        assert found["manager"][2] == 840 and found["manager"][3] < 760
+        assert scrolls == [False, True]  # Settings scrolls down, not sideways as well
