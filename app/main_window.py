@@ -35,7 +35,7 @@ from app.settings import (
 from app.wait_estimate import record_answer
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
-from app.window_layout import build_ui
+from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
 from engine.api import ChatBackend
 
 
@@ -241,7 +241,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         busy, has_input = self._busy, bool(self.composer.toPlainText().strip() or self.attachments.paths())
         writable = not self.store.read_only  # a read-only store: the banner says why; nothing to send into
         self.send_button.setEnabled(self.controller.ready and not busy and has_input and writable)
-        self.send_button.setToolTip("" if writable else f"Sending is off: {self.store.read_only}")
+        self.send_button.setToolTip(SEND_TIP if writable else f"Sending is off: {self.store.read_only}")
         self.stop_button.setEnabled(busy)
         self.stop_button.setVisible(busy)  # Stop takes Send's place while answering
         self.send_button.setVisible(not busy)
@@ -295,6 +295,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.composer.setPlaceholderText("Ask about an image or a video…" if video else
                                          "Ask about an image…" if vision else "Ask a question…")
         self.composer.viewport().update()  # an empty editor does not repaint its new placeholder by itself
+        show_attach_kinds(self.attach_button, video)
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

@@ -30,6 +30,20 @@ from app.scroll_area import fit_to_screen
 from app.settings import MESSAGE_DETAILS
 from app.text_fit import ElidedLabel
 
+SEND_TIP = "Send (Enter)"
+
+
+def attach_tip(video: bool) -> str:
+    """The attach button's tooltip and accessible name: videos are named only for a model that takes them."""
+    kinds = "images, videos or PDFs" if video else "images or PDFs"
+    return f"Attach {kinds} (or drop / paste them, or a folder)"
+
+
+def show_attach_kinds(button: QToolButton, video: bool) -> None:
+    """Say on the attach button what the loaded model takes (it said "images or PDFs" to a video model too)."""
+    button.setToolTip(attach_tip(video))
+    button.setAccessibleName(attach_tip(video))
+
 
 def tool_button(name: str, icon_name: str, tip: str) -> QToolButton:
     button = QToolButton()
@@ -67,9 +81,9 @@ def build_ui(window) -> None:
     window.transcript = ChatView()
     window.attachments = AttachmentStrip()
     window.composer = Composer()
-    window.attach_button = tool_button("attachButton", "attach", "Attach images or PDFs (or drop / paste them, or a folder)")
+    window.attach_button = tool_button("attachButton", "attach", attach_tip(video=False))
     window.stop_button = tool_button("stopButton", "stop", "Stop the answer (Esc)")
-    window.send_button = tool_button("sendButton", "send", "Send (Enter)")
+    window.send_button = tool_button("sendButton", "send", SEND_TIP)
 
     composer_frame = QFrame()
     composer_frame.setObjectName("composerFrame")

@@ -144,3 +144,27 @@ def test_widgets_have_the_documented_object_names(window):
     for name in ("sendButton", "stopButton", "attachButton"):
         assert isinstance(window.findChild(QToolButton, name), QToolButton), name
     assert window.windowTitle() == "Smolchat"
+
+
+def test_attach_names_videos_only_for_a_model_that_takes_them(qtbot, make_window):
+    """Found by a trial: the attach button offered "images or PDFs" to a SmolVLM2 model too."""
+    images = make_window(FakeBackend(video=False))
+    assert images.attach_button.toolTip() == "Attach images or PDFs (or drop / paste them, or a folder)"
+    backend = FakeBackend(video=True)
+    videos = make_window(backend)
+    tip = "Attach images, videos or PDFs (or drop / paste them, or a folder)"
+    assert videos.attach_button.toolTip() == tip and videos.attach_button.accessibleName() == tip
+    backend.video = False  # then a model without video is loaded
+    with qtbot.waitSignal(videos.controller.model_loaded, timeout=5000):
+        videos.load_model("/models/other")
+    assert videos.attach_button.accessibleName() == "Attach images or PDFs (or drop / paste them, or a folder)"
+
+
+def test_send_has_a_tooltip_with_its_key(qtbot, window):
+    """It had an accessible name and no tooltip: each state change cleared it."""
+    assert window.send_button.toolTip() == "Send (Enter)"
+    window.composer.setPlainText("Hello")  # enables Send (the tooltip was set to "" here)
+    assert window.send_button.isEnabled() and window.send_button.toolTip() == "Send (Enter)"
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        window.send_message()
+    assert window.send_button.toolTip() == "Send (Enter)"
