@@ -35,6 +35,8 @@ def build_menus(window) -> dict[str, QAction]:
         "export_md": _action(window, "Export chat as &Markdown…", lambda: export_dialog(window, "md"), None, "export"),
         "export_json": _action(window, "Export chat as &JSON…", lambda: export_dialog(window, "json")),
         "quit": _action(window, "&Quit", window.close, QKeySequence.StandardKey.Quit),
+        # The attach button's file dialog from the keyboard (the button itself is a Tab stop too).
+        "attach": _action(window, "&Attach files…", window._pick_files, QKeySequence.StandardKey.Open, "attach"),
         "stop": _action(window, "&Stop answer", window.stop, None, "stop"),
         "rename": _action(window, "&Rename chat", lambda: window.sidebar.start_rename(window.keeper.current_id),
                            "F2"),
@@ -45,7 +47,7 @@ def build_menus(window) -> dict[str, QAction]:
     }
     acts["stop"].setShortcutVisibleInContextMenu(True)
     for title, names in (("&File", ["new_chat", "export_md", "export_json", None, "quit"]),
-                         ("&Chat", ["stop", "rename"]),
+                         ("&Chat", ["attach", None, "stop", "rename"]),
                          ("&Model", ["models", "settings", "local_server"]),
                          ("&Help", ["shortcuts"])):
         menu = bar.addMenu(title)

@@ -149,3 +149,22 @@ def test_the_window_fits_half_a_laptop_screen(qtbot, window):
         QApplication.processEvents()
     hint = window.findChild(QLabel, "composerHint")
     assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().lineSpacing()  # wrapped, whole
+
+
+def test_ctrl_o_attaches_files_through_the_chat_menu(window, monkeypatch, shared_dir):
+    """The attach button's file dialog has a menu item and a key (Ctrl+O), listed in the shortcut
+    sheet; the files picked are attached."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.menus import shortcut_rows
+
+    assert window.actions["attach"].shortcut().toString() == "Ctrl+O"
+    assert dict(shortcut_rows(window))["Ctrl+O"] == "Attach files"
+    chat_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Chat")
+    assert chat_menu.actions()[0] is window.actions["attach"]
+    photo = str(shared_dir / "images" / "astronaut.png")
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (asked.append(a[1:3]) or ([photo], "")))
+    window.actions["attach"].trigger()
+    assert asked == [("Attach images, videos or PDFs", "")]
+    assert window.attachments.paths() == [photo]
