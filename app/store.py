@@ -425,7 +425,8 @@ class Store:
                 answers = [k for k in kids if rows[k]["role"] == "assistant"]
                 lifted = [k for k in kids if k not in answers]
                 shown = next((a for a in answers if rows[a]["selected"]), answers[-1] if answers else None)
-                lifted += children.get(shown, [])
+                if shown is not None:  # (children[None] are the chat's first messages, not follow-ups)
+                    lifted += children.get(shown, [])
             else:
                 lifted = list(kids)
         gone, stack = [], [message_id]

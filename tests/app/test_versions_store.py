@@ -162,3 +162,37 @@ def test_undo_refuses_when_a_newer_message_took_the_deleted_id(store):
     with pytest.raises(sqlite3.IntegrityError, match="the chat changed after the delete"):
         store.restore_messages(deleted)
     assert texts(store, c.id) == ["q1", "a1 again"]  # nothing changed
+
+
+def test_deleting_an_unanswered_question_takes_it_alone(store, data_dir):
+    """A question without an answer (its answer deleted, or a stop before the first word): it goes
+    alone, the messages after it close up, and nothing else of the chat moves (the chat's first
+    messages had been taken for its follow-ups: a cycle, and an empty chat once reopened). As the
+    last message or the only one it goes too (it raised KeyError)."""
+    c = store.create_conversation()
+    q0 = store.add_message(c.id, "user", "q0")
+    store.add_message(c.id, "assistant", "a0")
+    q1 = store.add_message(c.id, "user", "q1")
+    a1 = store.add_message(c.id, "assistant", "a1")
+    store.add_message(c.id, "user", "q2")
+    store.add_message(c.id, "assistant", "a2")
+    store.delete_message(a1.id)
+    assert texts(store, c.id) == ["q0", "a0", "q1", "q2", "a2"]
+    deleted = store.delete_message(q1.id)
+    assert [r["text"] for r in deleted.rows] == ["q1"]
+    assert texts(store, c.id) == ["q0", "a0", "q2", "a2"]
+    store.close()
+    again = Store(data_dir)  # as reopened: the same branch, q0 still the first message
+    assert texts(again, c.id) == ["q0", "a0", "q2", "a2"]
+    assert again.all_messages(c.id)[0].parent_id is None
+    last = again.add_message(c.id, "user", "q3")  # unanswered, the last message
+    again.delete_message(last.id)
+    assert texts(again, c.id) == ["q0", "a0", "q2", "a2"]
+    only = again.create_conversation()
+    alone = again.add_message(only.id, "user", "just this")
+    again.delete_message(alone.id)
+    assert texts(again, only.id) == [] and texts(again, c.id) == ["q0", "a0", "q2", "a2"]
+    again.restore_messages(deleted)
+    assert texts(again, c.id) == ["q0", "a0", "q1", "q2", "a2"]
+    assert q0.id == again.all_messages(c.id)[0].id
+    again.close()
