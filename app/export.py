@@ -15,7 +15,7 @@ from PySide6.QtCore import QStandardPaths
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import safe_files
-from app.conversations import storage_problem
+from app.conversations import display_title, storage_problem
 from app.store import Store
 from app.video_attachments import is_video_file
 
@@ -32,7 +32,7 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
     images_dir = path.with_name(f"{path.stem}_images")
     videos_dir = path.with_name(f"{path.stem}_videos")
     video_numbers: dict[str, int] = {}  # stored path -> its number in the export
-    lines = [f"# {conv.title or 'Smolchat conversation'}", ""]
+    lines = [f"# {display_title(conv.title) or 'Smolchat conversation'}", ""]
     if conv.settings.get("system_prompt"):
         lines += [f"> System prompt: {conv.settings['system_prompt']}", ""]
     versions = store.versions(conversation_id)

@@ -121,6 +121,7 @@ class ChatsMixin:
 
     @Slot(int, str)
     def rename_conversation(self, conversation_id: int, title: str) -> None:
+        title = display_title(title)  # no bidi controls, as a title taken from the first message
         if title.strip():
             self._storage("rename the chat", self.store.rename_conversation, conversation_id, title)
         self.refresh_sidebar()

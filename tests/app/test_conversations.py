@@ -214,3 +214,12 @@ def test_bidi_controls_never_turn_a_title_around(qtbot, window):
     assert [window.sidebar.list.item(i).toolTip() for i in range(3)] == window.sidebar.titles()
     window.delete_conversation(older.id)
     assert window.banner.message() == "Deleted “evil override #1998”."
+    # A chat renamed to such a title keeps it without them (trial 38b), and so does its export's heading.
+    window.rename_conversation(window.keeper.current_id, "\u202eRENAMED\u2066x\u2069")
+    assert window.store.conversation(window.keeper.current_id).title == "RENAMEDx"
+    from app.export import export_markdown
+
+    raw = window.store.create_conversation("\u202estored raw")
+    window.store.add_message(raw.id, "user", "hi")
+    path = export_markdown(window.store, raw.id, window.store.folder / "raw.md")
+    assert path.read_text().startswith("# stored raw\n")
