@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engines_settings import EnginesPanel
-from app.scroll_area import ContentScroll, fit_to_screen
+from app.scroll_area import ContentScroll, available_room, fit_to_screen
 from app.settings import (
     CACHE_KINDS,
     CONTEXT_RULE,
@@ -251,6 +251,11 @@ class SettingsDialog(QDialog):
                 self._height_without_error = self.height()
             self.error.setText(f"Not applied: {exc.reason[0].upper()}{exc.reason[1:]}.")
             self.error.show()
+            # The line takes its height from the sections' scroll area unless the dialog grows by it
+            # where the screen has room (the sections stay whole on a screen that holds them).
+            self.layout().activate()
+            grown = self._height_without_error + self.error.sizeHint().height() + self.layout().spacing()
+            self.resize(self.width(), min(grown, available_room(self).height()))
             exc.field.setFocus()
             exc.field.selectAll()
             return False

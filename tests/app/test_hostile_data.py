@@ -230,12 +230,25 @@ def test_settings_dialog_gives_the_errors_height_back_once_cleared(qtbot, window
     qtbot.addWidget(dialog)
     dialog.show()
     qtbot.waitExposed(dialog)
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.scroll_area import available_room
+
     before = dialog.height()
+    buttons = dialog.findChild(QDialogButtonBox)
+    error = dialog.findChild(QLabel, "settingsError")
     dialog.seed.setText("-1")
     dialog.apply()
-    qtbot.waitUntil(lambda: dialog.height() > before)
+    # The line shows whole above the buttons; the dialog grows by it where the screen has room (on a
+    # screen too short for the sections they scroll and give the line its height instead).
+    qtbot.waitUntil(lambda: error.isVisible() and error.geometry().bottom() < buttons.geometry().top())
+    room = available_room(dialog).height()
+    assert dialog.height() == min(room, before + error.sizeHint().height() + dialog.layout().spacing())
     dialog.seed.setText("7")
     qtbot.waitUntil(lambda: dialog.height() == before, timeout=2000)
+    assert not error.isVisible()
+    # No blank band: the sections' scroll area reaches down to the buttons again.
+    assert buttons.geometry().top() - dialog.scroll.geometry().bottom() <= dialog.layout().spacing() + 1
 
 
 def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtbot, make_window, data_dir):
