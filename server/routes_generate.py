@@ -146,9 +146,10 @@ CHAT_FEATURES = {"prediction": "prediction (Predicted Outputs) is not supported 
 
 
 def _given(value) -> bool:
-    """A value that asks for something: not null and not empty (``""``, ``[]``, ``{}`` pass, as clients
-    send them for what they leave unset)."""
-    return value is not None and value not in ("", [], {})
+    """A value that asks for something: not null, ``""`` or ``[]`` (clients send them for what they
+    leave unset). An object asks even when empty: ``"web_search_options": {}`` is OpenAI's way to turn
+    web search on with its defaults, ``"json_schema": {}`` llama.cpp's "any JSON"."""
+    return value is not None and not (isinstance(value, str | list) and not value)
 
 
 def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:

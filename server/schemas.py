@@ -136,13 +136,13 @@ class SamplingFields(_Body):
     # llama.cpp's grammar and json_schema): declared so that a request using one is refused
     # (routes_generate.refuse_unsupported), not answered with unconstrained text. Any type: the
     # 400 says the parameter is not supported, whatever its value's shape.
-    guided_json: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
-    guided_regex: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
-    guided_choice: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
-    guided_grammar: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
-    structured_outputs: Any = Field(None, description="vLLM's: not supported (a 400 unless empty)")
-    grammar: Any = Field(None, description="llama.cpp's: not supported (a 400 unless empty)")
-    json_schema: Any = Field(None, description="llama.cpp's: not supported (a 400 unless empty)")
+    guided_json: Any = Field(None, description="vLLM's: not supported (a 400 unless null, \"\" or [])")
+    guided_regex: Any = Field(None, description="vLLM's: not supported (a 400 unless null, \"\" or [])")
+    guided_choice: Any = Field(None, description="vLLM's: not supported (a 400 unless null, \"\" or [])")
+    guided_grammar: Any = Field(None, description="vLLM's: not supported (a 400 unless null, \"\" or [])")
+    structured_outputs: Any = Field(None, description="vLLM's: not supported (a 400 unless null, \"\" or [])")
+    grammar: Any = Field(None, description="llama.cpp's: not supported (a 400 unless null, \"\" or [])")
+    json_schema: Any = Field(None, description="llama.cpp's: not supported (a 400 unless null, \"\" or [])")
     response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
 
 
@@ -164,8 +164,8 @@ class ChatRequest(SamplingFields):
     function_call: str | dict | None = None
     modalities: list[str] | None = Field(None, description="only [\"text\"]: audio output is a 400")
     audio: dict | None = Field(None, description="not supported (no audio output): a 400")
-    prediction: Any = Field(None, description="OpenAI's Predicted Outputs: not supported (a 400 unless empty)")
-    web_search_options: Any = Field(None, description="OpenAI's web search: not supported (a 400 unless empty)")
+    prediction: Any = Field(None, description="OpenAI's Predicted Outputs: not supported (a 400 unless null, \"\" or [])")
+    web_search_options: Any = Field(None, description="OpenAI's web search: not supported (a 400 unless null, \"\" or [])")
 
 
 class CompletionRequest(SamplingFields):
