@@ -115,8 +115,8 @@ class SettingsDialog(QDialog):
         self.weights = _combo("weights", "Weights", dict(zip(WEIGHTS, ("Same as the data type",
                                                                        "int8 (less memory, faster decode)"))),
                               settings.weights)
-        self.weights.setToolTip("int8: the text decoder's weights are stored as int8, with slightly different "
-                                "wording. On the CPU about 1.3-1.5x faster answers; on an NVIDIA GPU half the "
+        self.weights.setToolTip("int8: the text decoder's weights are stored as int8, which changes answers slightly "
+                                "(a word here and there). On the CPU about 1.3-1.5x faster answers; on an NVIDIA GPU half the "
                                 "memory of bfloat16 for those weights. Ignored on an Apple GPU.")
         self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, MAX_CONTEXT,
                                       settings.context_size)
