@@ -19,6 +19,16 @@ def data_dir(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.fixture
+def store(data_dir):
+    """A Store in the test's data folder, closed afterwards."""
+    from app.store import Store
+
+    s = Store(data_dir)
+    yield s
+    s.close()
+
+
 @pytest.fixture(autouse=True)
 def _full_image_detail(monkeypatch):
     """The app tests' token counts are the fake's at full detail (1,088 an image); the "auto" default

@@ -5,14 +5,6 @@ from __future__ import annotations
 import pytest
 
 from app.export import export_markdown, hard_breaks
-from app.store import Store
-
-
-@pytest.fixture
-def store(data_dir):
-    s = Store(data_dir)
-    yield s
-    s.close()
 
 
 def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):

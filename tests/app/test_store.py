@@ -10,13 +10,6 @@ from PIL import Image
 from app.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
-@pytest.fixture
-def store(data_dir):
-    s = Store(data_dir)
-    yield s
-    s.close()
-
-
 def test_new_database_is_wal_at_current_schema(store):
     assert store.version == SCHEMA_VERSION
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

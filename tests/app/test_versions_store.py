@@ -9,13 +9,6 @@ import pytest
 from app.store import MIGRATIONS, Store
 
 
-@pytest.fixture
-def store(data_dir):
-    s = Store(data_dir)
-    yield s
-    s.close()
-
-
 def texts(store, conv_id):
     return [m.text for m in store.messages(conv_id)]
 

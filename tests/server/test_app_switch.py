@@ -61,8 +61,9 @@ def test_the_switch_serves_the_windows_model_and_shows_a_copyable_url(qtbot, win
     assert int(win.qsettings.value("server/port")) == port  # remembered for next time
 
 
-def test_a_taken_port_is_reported_and_the_switch_turns_back_off(qtbot, window):
-    win, _ = window
+def _switch_on_a_taken_port(qtbot, win):
+    """Turn the Local server dialog's switch on at a port another socket listens on; returns the
+    dialog (once the server has failed) and the port."""
     import socket
 
     with socket.socket() as taken:
@@ -73,6 +74,12 @@ def test_a_taken_port_is_reported_and_the_switch_turns_back_off(qtbot, window):
         dialog.port.setValue(port)
         with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
             dialog.switch.setChecked(True)
+    return dialog, port
+
+
+def test_a_taken_port_is_reported_and_the_switch_turns_back_off(qtbot, window):
+    win, _ = window
+    dialog, port = _switch_on_a_taken_port(qtbot, win)
     # Was "The server could not start on port 8080 (is it in use?) SystemExit: 3".
     assert not dialog.switch.isChecked()
     assert dialog.message.text() == (f"Port {port} is in use by another program: choose another port and turn "
@@ -83,20 +90,11 @@ def test_a_taken_port_is_reported_and_the_switch_turns_back_off(qtbot, window):
 def test_a_port_taken_after_the_check_is_said_in_words_too(qtbot, window, monkeypatch):
     """Another program binds the port between the check and uvicorn's bind: uvicorn's SystemExit(3)
     on the server's thread becomes a sentence, not "SystemExit: 3"."""
-    import socket
-
     import server.cli
 
     win, _ = window
     monkeypatch.setattr(server.cli, "usable_port", lambda host, port: port)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        dialog = win.open_local_server()
-        dialog.port.setValue(port)
-        with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
-            dialog.switch.setChecked(True)
+    dialog, port = _switch_on_a_taken_port(qtbot, win)
     assert not dialog.switch.isChecked()
     assert dialog.message.text() == (f"The server could not start on port {port}: another program may have taken "
                                      "it: choose another port and turn the server on again.")
