@@ -21,8 +21,10 @@ CLIENT_ERRORS = {"PromptTooLongError": "context_length_exceeded", "ImageError": 
 # The request field an engine error is about, where only one can be (a raw completion's refusals).
 CLIENT_ERROR_PARAMS = {"InvalidPromptError": "prompt"}
 # A file in the server's media folder (server.app: tempfile.mkdtemp(prefix="smolchat-media-")), as an
-# engine message names it: a client is told what was wrong with its media, not where the server keeps it.
-_MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+")
+# engine message names it (video messages give only the file name: server.media names files by the
+# first 40 hex digits of their SHA-256): a client is told what was wrong with its media, not where or
+# under what name the server keeps it.
+_MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+|\b[0-9a-f]{40}(?:\.\d+\.\d+\.part|\.[A-Za-z0-9]+)")
 T = TypeVar("T")
 
 

@@ -453,7 +453,7 @@ class MediaStore:
             part.unlink(missing_ok=True)
             # The engine's message names the file: say what is wrong, not where the server keeps it.
             reason = "the data is not a video this server reads (MP4, WebM, MOV or MKV)" \
-                if str(exc).endswith(NOT_A_VIDEO) else str(exc).replace(str(part), "the video")
+                if str(exc).endswith(NOT_A_VIDEO) else str(exc).replace(part.name, "the data")
             raise APIError(400, f"the video cannot be read: {reason}", "invalid_video", param) from None
         except BaseException:
             part.unlink(missing_ok=True)

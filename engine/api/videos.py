@@ -131,13 +131,19 @@ def _open(path: str | os.PathLike):
     if not p.is_file():
         raise VideoError(f"Video file not found: {p}")
     if p.stat().st_size == 0:
-        raise VideoError(f"Video file is empty (0 bytes): {p}")
+        raise VideoError(f"{p.name} is empty (0 bytes)")
     try:
         return av.open(str(p), metadata_errors="ignore")
     except OSError as exc:  # the file, not its contents: permission denied, an I/O error
-        raise VideoError(f"Cannot read video file {p}: {exc.strerror or _short(exc)}") from None
+        raise VideoError(f"{p.name} cannot be opened: {exc.strerror or _short(exc)}") from None
     except (av.FFmpegError, UnicodeDecodeError, ValueError):
         raise VideoError(f"{p.name} {NOT_A_VIDEO}") from None
+
+
+def _name(path: str | os.PathLike) -> str:
+    """How a message names a video: its file name (the user knows where they put it; the CLI was
+    given the path, the app shows the chip), once, at the start of the sentence."""
+    return Path(path).name
 
 
 def _short(exc: BaseException) -> str:
@@ -174,7 +180,7 @@ def _animation_info(times: list[float], path) -> VideoInfo:
     with Image.open(path) as image:
         width, height = image.size
     if width * height > MAX_FRAME_PIXELS:
-        raise VideoError(f"Video frames are too large to decode safely: {path} ({width}x{height})")
+        raise VideoError(f"{_name(path)} has frames too large to decode safely ({width}x{height})")
     total = len(times) - 1
     return VideoInfo(total_frames=total, fps=total / times[-1], duration=times[-1], width=width, height=height)
 
@@ -200,7 +206,7 @@ def _read_animation(path, times: list[float], indices: list[int], resize, check)
                 shown.append(times[frame])
     except (OSError, SyntaxError, ValueError) as exc:
         if not out:
-            raise VideoError(f"Cannot decode video {path}: {_short(exc)}") from None
+            raise VideoError(f"{_name(path)} cannot be decoded: {_short(exc)}") from None
     return out, kept, shown, decoded
 
 
@@ -222,18 +228,19 @@ def probe(path: str | os.PathLike) -> VideoInfo:
 
 def _info(container, path) -> VideoInfo:
     if not container.streams.video:
-        kinds = sorted({s.type for s in container.streams}) or ["none"]
-        raise VideoError(f"No video stream in {path} (streams: {', '.join(kinds)})")
+        kinds = sorted({s.type for s in container.streams})
+        raise VideoError(f"{_name(path)} has no video in it, only {' and '.join(kinds)}" if kinds
+                         else f"{_name(path)} has no video in it (no streams at all)")
     stream = container.streams.video[0]
     rate = stream.average_rate or stream.guessed_rate or stream.base_rate
     if not rate or rate <= 0:
-        raise VideoError(f"Video has no frame rate: {path}")
+        raise VideoError(f"{_name(path)} has no frame rate (damaged, or not a video)")
     fps = float(rate)
     width, height = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
     if width < 1 or height < 1:
-        raise VideoError(f"Video has no picture size: {path}")
+        raise VideoError(f"{_name(path)} has no picture size (damaged, or not a video)")
     if width * height > MAX_FRAME_PIXELS:
-        raise VideoError(f"Video frames are too large to decode safely: {path} ({width}x{height})")
+        raise VideoError(f"{_name(path)} has frames too large to decode safely ({width}x{height})")
     tb = stream.time_base or Fraction(1, 1)
     start = float(stream.start_time * tb) if stream.start_time is not None else 0.0
     total = int(stream.frames or 0)
@@ -248,7 +255,7 @@ def _info(container, path) -> VideoInfo:
     if total <= 0:  # e.g. a raw H.264 stream: no duration either; count its packets (no decoding)
         total = sum(1 for packet in container.demux(stream) if packet.size)
     if total <= 0:
-        raise VideoError(f"Video has no frames (zero length): {path}")
+        raise VideoError(f"{_name(path)} has no frames (zero length)")
     return VideoInfo(total_frames=total, fps=fps, duration=total / fps, width=width, height=height, start=start)
 
 
@@ -308,13 +315,13 @@ def read_video(path: str | os.PathLike, fps: float = 1.0, max_frames: int = 64,
         stream.thread_type = "AUTO"
         frames, kept, times, decoded = _decode_at(container, stream, info, indices, resize, seekable, check)
     except av.FFmpegError as exc:
-        raise VideoError(f"Cannot decode video {path}: {_short(exc)}") from None
+        raise VideoError(f"{_name(path)} cannot be decoded: {_short(exc)}") from None
     except MemoryError:
-        raise VideoError(f"Not enough memory to decode video {path}") from None
+        raise VideoError(f"Not enough memory to decode {_name(path)}") from None
     finally:
         container.close()
     if not frames:
-        raise VideoError(f"No frame could be decoded from {path} (truncated or corrupt?)")
+        raise VideoError(f"No frame could be decoded from {_name(path)} (truncated or damaged)")
     return VideoFrames(frames=frames, indices=kept, timestamps=[i / info.fps for i in kept], info=info,
                        decoded_frames=decoded, frame_times=times, planned_frames=len(indices))
 

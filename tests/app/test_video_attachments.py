@@ -181,9 +181,9 @@ def _bad_files(tmp_path, clip):
     audio = write_audio_only(tmp_path / "voice.mp4")
     cut = tmp_path / "cut.mp4"  # the index (moov) sits at the end: cut in half, nothing is left to read
     cut.write_bytes(clip.read_bytes()[: clip.stat().st_size // 2])
-    return [(empty, f"Video file is empty (0 bytes): {empty}"),
+    return [(empty, "empty.mp4 is empty (0 bytes)"),
             (text, "notes.mp4 is not a video Smolchat can read (damaged, or not a video)"),
-            (audio, f"No video stream in {audio} (streams: audio)"),
+            (audio, "voice.mp4 has no video in it, only audio"),
             (cut, "cut.mp4 is not a video Smolchat can read (damaged, or not a video)")]
 
 
@@ -209,7 +209,7 @@ def test_header_fine_but_frames_unreadable_marks_the_chip_and_refuses_send(qtbot
     drop(win, file_mime(broken))
     chip = win.attachments.video_chips()[0]
     _wait_strip(qtbot, chip)
-    assert chip.error == f"No frame could be decoded from {broken} (truncated or corrupt?)"
+    assert chip.error == "No frame could be decoded from broken.mp4 (truncated or damaged)"
     qtbot.waitUntil(lambda: chip.problem == chip.error, timeout=2000)
     assert win.banner.message() == chip.error
     win.send_message()

@@ -166,12 +166,28 @@ def test_a_video_that_cannot_be_read_is_a_400_that_names_no_server_path(tmp_path
     assert (empty.value.status, empty.value.code) == (400, "invalid_video")
 
 
+def test_a_video_without_pictures_is_a_400_that_says_so_without_the_stored_name(tmp_path):
+    from tests.engine.videos import write_audio_only
+
+    data = write_audio_only(tmp_path / "voice.mp4").read_bytes()
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.video("data:video/mp4;base64," + base64.b64encode(data).decode(), "v"))
+    assert (refused.value.status, refused.value.code) == (400, "invalid_video")
+    assert refused.value.message == "the video cannot be read: the data has no video in it, only audio"
+    assert list((tmp_path / "media").iterdir()) == []
+
+
 def test_engine_messages_never_name_the_media_folder():
     from server.errors import from_engine
 
     err = from_engine("VideoError", "Not a recognised video file: /tmp/smolchat-media-5yyqrzb8/3407e1.mp4 (bad)")
     assert (err.status, err.code) == (400, "invalid_video")
     assert err.message == "Not a recognised video file: the uploaded media (bad)"
+    # Video messages name only the file, which the server names by its content's hash.
+    err = from_engine("VideoError", "No frame could be decoded from 3407e1c2b5a4f6d8e9a0b1c2d3e4f5a6b7c8d9e0.webm "
+                      "(truncated or damaged)")
+    assert err.message == "No frame could be decoded from the uploaded media (truncated or damaged)"
 
 
 class DecodingSession(FakeSession):
