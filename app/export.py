@@ -8,6 +8,7 @@ JSON also carries every version of every message with its ``parent_id`` (the who
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
                 safe_files.copy_file(image, target)  # a failed copy leaves no half image to be kept later
             lines += [f"![image]({images_dir.name}/{target.name})", ""]
         if message.text:
-            lines += [hard_breaks(message.text) if message.role == "user" else message.text, ""]
+            lines += [plain_markdown(message.text) if message.role == "user" else message.text, ""]
         if message.status not in ("done", "streaming"):
             lines += [f"*({message.status})*", ""]
         if count > 1:
@@ -66,10 +67,15 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
     return safe_files.write_text(path, "\n".join(lines))  # a failure keeps the file being replaced
 
 
-def hard_breaks(text: str) -> str:
-    """A user's plain text with its single line breaks kept in Markdown (two trailing spaces, which
-    every Markdown reader takes as a hard break; a bare newline joins the lines into one). Lines in a
-    fenced code block (``` or ~~~) and lines before a blank line or a fence are left as they are."""
+def plain_markdown(text: str) -> str:
+    """A user's plain text as Markdown that shows it as the app does (the app shows it as written).
+
+    Single line breaks are kept (two trailing spaces, which every Markdown reader takes as a hard
+    break; a bare newline joins the lines into one), except before a blank line or a fence. A line
+    that Markdown would take as a heading (``# ``), a quote (``> ``), a heading's underline (``===``,
+    ``---`` under text) or a rule (``***``) gets a backslash before that first character, and so
+    does a ``<`` that would start HTML (CommonMark 0.31, "Backslash escapes"), so it reads as typed. Lines in a fenced code
+    block (``` or ~~~) are left as they are: a fence is what a user types to show code."""
     lines = text.split("\n")
     fence = ""  # the open fence's marker, "" outside one
     out = []
@@ -84,11 +90,35 @@ def hard_breaks(text: str) -> str:
             fence = marker
             out.append(line)
             continue
+        line = _literal_start(line)
         following = lines[i + 1] if i + 1 < len(lines) else ""
         if line.strip() and following.strip() and not _fence(following) and not line.endswith("  "):
             line += "  "
         out.append(line)
     return "\n".join(out)
+
+
+# A line's start that Markdown reads as structure, after at most 3 spaces: an ATX heading, a block
+# quote, a setext underline or thematic break (a line of = or of - * _ with spaces).
+_BLOCK_START = re.compile(r"^( {0,3})(#{1,6}(?:[ \t]|$)|>|=+[ \t]*$|([-*_])[ \t]*(?:\3[ \t]*){2,}$|-+[ \t]*$)")
+# "<" that starts a tag, a comment or a declaration, which Markdown passes through as HTML.
+_HTML_START = re.compile(r"<(?=[A-Za-z/!?])")
+_CODE_SPAN = re.compile(r"(`+)(.*?[^`])\1(?!`)")
+
+
+def _literal_start(line: str) -> str:
+    """``line`` with a backslash before the character that would make it a Markdown block, and
+    before each ``<`` that would start HTML outside its code spans (`` `<b>` `` shows as typed)."""
+    parts, pos = [], 0
+    for span in _CODE_SPAN.finditer(line):
+        parts += [_HTML_START.sub(r"\\<", line[pos:span.start()]), span.group(0)]
+        pos = span.end()
+    line = "".join(parts) + _HTML_START.sub(r"\\<", line[pos:])
+    match = _BLOCK_START.match(line)
+    if not match:
+        return line
+    indent = match.group(1)
+    return indent + "\\" + line[len(indent):]
 
 
 def _fence(line: str) -> str:
@@ -109,7 +139,7 @@ def _other_versions(store: Store, message) -> list[str]:
     for number, other in enumerate(store.siblings(message.id), 1):
         if other.id != message.id:
             lines += [f"**Version {number}**" + (f" *({other.status})*" if other.status != "done" else ""), "",
-                      (hard_breaks(other.text) if other.role == "user" else other.text) or "*(no text)*", ""]
+                      (plain_markdown(other.text) if other.role == "user" else other.text) or "*(no text)*", ""]
     return lines + ["</details>", ""]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.export import export_markdown, hard_breaks
+from app.export import export_markdown, plain_markdown
 
 
 def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):
@@ -64,6 +64,16 @@ def test_a_users_single_line_breaks_are_kept_as_hard_breaks(store, tmp_path):
     ("one line", "one line"),
     ("x\n~~~~\n```\ninside\n~~~~\ny\nz", "x\n~~~~\n```\ninside\n~~~~\ny  \nz"),  # ``` does not close ~~~~
     ("    indented\nnext", "    indented  \nnext"),
+    # What Markdown would take as structure reads as typed (the app shows a user's text as written).
+    ("# not a heading", "\\# not a heading"),
+    ("> not a quote\nsecond", "\\> not a quote  \nsecond"),
+    ("Title\n=====", "Title  \n\\====="),
+    ("Title\n---", "Title  \n\\---"),
+    ("  * * *", "  \\* * *"),
+    ("<details>open</details> a<b", "\\<details>open\\</details> a\\<b"),
+    ("`<b>` stays code, <b> does not", "`<b>` stays code, \\<b> does not"),
+    ("#hashtag, 3 > 2, - a list\n- item", "#hashtag, 3 > 2, - a list  \n- item"),
+    ("```\n# a comment in code\n```", "```\n# a comment in code\n```"),
 ])
-def test_hard_breaks(text, expected):
-    assert hard_breaks(text) == expected
+def test_plain_markdown(text, expected):
+    assert plain_markdown(text) == expected
