@@ -34,6 +34,20 @@ ACTIONS = {
 }
 
 
+def _tab_stops(widget: QWidget) -> list[QWidget]:
+    """``widget`` and its descendants that Tab stops at, in their focus-chain order."""
+    inside = [widget] + widget.findChildren(QWidget)
+    stops, seen, current = [], set(), widget
+    for _ in range(len(inside) + 1):
+        if current in seen:
+            break
+        seen.add(current)
+        if current in inside and current.focusPolicy() & Qt.FocusPolicy.TabFocus:
+            stops.append(current)
+        current = current.nextInFocusChain()
+    return stops
+
+
 class ActionRow(QWidget):
     """Small flat buttons under a message."""
 
@@ -288,6 +302,11 @@ class AssistantMessage(QWidget):
         self._stream.hide()
         for offset, widget in enumerate(self._blocks):
             self._column.insertWidget(index + 1 + offset, widget)
+        # Qt appends the new widgets to the window's focus chain, after this answer's buttons (and
+        # any later message's): put them back where they are on the screen, text before buttons.
+        chain = [self._stream] + [w for block in self._blocks for w in _tab_stops(block)] + _tab_stops(self.actions_row)
+        for first, second in zip(chain, chain[1:]):
+            QWidget.setTabOrder(first, second)
 
     def _on_action(self, name: str) -> None:
         if name == "copy":

@@ -187,3 +187,21 @@ def test_the_search_fields_magnifier_is_named(window):
     window.composer.setFocus()
     magnifier.click()
     assert QApplication.focusWidget() is search and isinstance(search, QLineEdit)
+
+
+def test_an_answers_text_comes_before_its_buttons(answered):
+    """Trial 38b: an answer's text (and its code's Copy) took the focus after the answer's own buttons,
+    because Qt appends the widgets that rendering the finished answer makes at the end of the chain."""
+    answered.composer.setFocus()
+    expected = ["copyMessage", "editMessage", "deleteMessage", "assistantText", "copyCode", "codeText",
+                "previousVersion", "copyMessage", "regenerateMessage", "deleteMessage", "attachButton", "composer"]
+    walk = _tab_walk(answered, 20)
+    assert walk[walk.index("copyMessage"):] == expected
+    # The same once the chat is opened again (its widgets made before they join the window).
+    chat = answered.keeper.current_id
+    answered.new_chat()
+    answered.open_conversation(chat)
+    QApplication.processEvents()
+    answered.composer.setFocus()
+    walk = _tab_walk(answered, 20)
+    assert walk[walk.index("copyMessage"):] == expected
