@@ -22,14 +22,16 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QStyle,
     QVBoxLayout,
     QWidget,
 )
 
 from app.catalog import CATALOG, CatalogEntry, cached_snapshot, classify
+from app.flow_layout import flow_row
 from app.icons import icon
 from app.model_tasks import start_tasks
-from app.scroll_area import ContentScroll, fit_to_screen, one_way_scroll
+from app.scroll_area import ContentScroll, content_room, fit_to_screen, one_way_scroll
 from app.settings import add_known_model, known_models, remove_known_model
 
 
@@ -37,10 +39,14 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
+ROW_SPACING = 8  # px allowed between a catalog row's text and its buttons (the style's is 6 or so)
+
+
 class CatalogRow(QFrame):
     """One downloadable checkpoint: name, size, state, progress, and its buttons."""
 
-    def __init__(self, entry: CatalogEntry, parent: QWidget | None = None) -> None:
+    def __init__(self, entry: CatalogEntry, room: int = 0, parent: QWidget | None = None) -> None:
+        """``room``: the width the row gets at most (0: any), below which its title wraps."""
         super().__init__(parent)
         self.entry = entry
         self.setObjectName("catalogRow")
@@ -51,6 +57,7 @@ class CatalogRow(QFrame):
         facts += [entry.abilities] if entry.abilities else []
         title = QLabel(f"<b>{entry.label}</b> <span style='color:gray'>· {' · '.join(facts)}</span>")
         title.setObjectName("catalogTitle")
+        self.title = title
         self.status = QLabel(entry.note)
         self.status.setObjectName("catalogStatus")
         self.status.setWordWrap(True)
@@ -71,6 +78,12 @@ class CatalogRow(QFrame):
         self.use_button.setObjectName("useModelButton")
         self.use_button.setAccessibleName(f"Use {entry.label}")
         self.use_button.hide()
+        # On a narrow screen (QT_SCALE_FACTOR=2 on 1280 x 900) the title wraps rather than make the
+        # whole dialog scroll sideways; elsewhere it keeps to one line (wrapped, its height for its
+        # width made the list scroll with room to spare).
+        buttons = max(b.sizeHint().width() for b in (self.download_button, self.cancel_button, self.use_button))
+        if room and title.sizeHint().width() + buttons + 16 + 2 * ROW_SPACING > room:
+            title.setWordWrap(True)
         text = QVBoxLayout()
         text.setSpacing(2)
         text.addWidget(title)
@@ -174,10 +187,9 @@ class ModelManager(QDialog):
         check = button("Check selected", "checkSelectedButton", "Check the selected model", self._check_selected)
         remove = button("Remove from list", "removeModelButton", "Remove the selected model from the list",
                         self._remove_selected)
-        buttons = QHBoxLayout()
-        for b in (add, add_gguf, use, check, remove):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
+        # One row where there is room; wrapped onto more (not cut off, nor scrolling sideways) on a
+        # narrow or scaled screen: at QT_SCALE_FACTOR=2 on a 1280 x 900 screen they took 760 px of 624.
+        buttons = flow_row([add, add_gguf, use, check, remove])
         self.report = QPlainTextEdit()
         self.report.setObjectName("validationReport")
         self.report.setAccessibleName("Model check report")
@@ -207,7 +219,7 @@ class ModelManager(QDialog):
         layout.addLayout(typed)
         layout.addWidget(_heading("Your models"))
         layout.addWidget(self.local_list, 1)
-        layout.addLayout(buttons)
+        layout.addWidget(buttons)
         layout.addWidget(self.report)
         # All of it scrolls (only) where the screen is smaller than the dialog's 840 x 760: at 1366 x 768
         # its bottom was cut off, at QT_SCALE_FACTOR=2 on a 1280 x 900 screen half of it.
@@ -220,7 +232,9 @@ class ModelManager(QDialog):
         self._thread.start()
 
     def _add_row(self, entry: CatalogEntry) -> CatalogRow:
-        row = CatalogRow(entry)
+        # Room for a row: the dialog's content less the catalog's scroll bar and its margin beside it.
+        room = content_room(self) - self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent) - 12
+        row = CatalogRow(entry, room)
         row.download_button.clicked.connect(lambda _=False, r=entry.repo_id: self.start_download(r))
         row.cancel_button.clicked.connect(lambda _=False, r=entry.repo_id: self.cancel_download(r))
         row.use_button.clicked.connect(lambda _=False, r=row: self._use(r.path))

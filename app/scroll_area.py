@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFrame, QScrollArea, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QStyle, QWidget
 
 #: Room left around a window for what the window manager adds outside its geometry: a title bar
 #: (about 30-40 px) and thin borders.
@@ -86,7 +86,13 @@ class ContentScroll(QScrollArea):
             if not sideways and minimum.width() > width:
                 sideways, height = True, height - bar_height
         width = max(width, minimum.width())
-        size = QSize(width, max(height, least_height(width)))
+        least = least_height(width)
+        if least > height:
+            # It scrolls down anyway: at its preferred height, not squeezed to its minimum (spin boxes
+            # and text boxes at their minimum height were cut through their text).
+            preferred = layout.heightForWidth(width) if layout is not None and layout.hasHeightForWidth() else -1
+            least = max(least, preferred, content.sizeHint().height() if preferred < 0 else 0)
+        size = QSize(width, max(height, least))
         if content.size() != size:
             content.resize(size)
 
@@ -96,6 +102,17 @@ def available_room(widget: QWidget) -> QSize:
     available geometry (less panels and docks) less :data:`FRAME_ALLOWANCE`."""
     screen = widget.screen() or QGuiApplication.primaryScreen()
     return (screen.availableGeometry().size() - FRAME_ALLOWANCE).expandedTo(QSize(1, 1))
+
+
+def content_room(dialog: QWidget) -> int:
+    """The width a :class:`ContentScroll` filling ``dialog`` can show without scrolling sideways on
+    its screen: :func:`available_room` less the dialog's layout margins and a vertical scroll bar.
+    A dialog whose content needs more arranges it narrower (Settings stacks its columns)."""
+    style = dialog.style()
+    around = (style.pixelMetric(QStyle.PixelMetric.PM_LayoutLeftMargin)
+              + style.pixelMetric(QStyle.PixelMetric.PM_LayoutRightMargin)
+              + style.pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent))
+    return available_room(dialog).width() - around
 
 
 def fit_to_screen(window: QWidget, size: QSize | None = None) -> QSize:

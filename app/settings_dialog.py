@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engines_settings import EnginesPanel
-from app.scroll_area import ContentScroll, available_room, fit_to_screen
+from app.scroll_area import ContentScroll, available_room, content_room, fit_to_screen
 from app.settings import (
     CACHE_KINDS,
     CONTEXT_RULE,
@@ -178,6 +179,10 @@ class SettingsDialog(QDialog):
         columns.addWidget(self.engines, 1)
         # The sections scroll (only) where the screen is smaller than they are: at QT_SCALE_FACTOR=2 on
         # a 1280 x 900 screen the dialog was 789 x 729 and its Engine section and OK / Apply were off it.
+        # Side by side where the screen has room for both; on a narrow (or scaled: 2x on 1280 x 900)
+        # one, Engines goes under the rest, so the content scrolls down only, not sideways too.
+        if content.minimumSizeHint().width() > content_room(self):
+            columns.setDirection(QBoxLayout.Direction.TopToBottom)
         self.scroll = ContentScroll("settingsScroll", content)
         layout = QVBoxLayout(self)
         layout.addWidget(self.scroll, 1)

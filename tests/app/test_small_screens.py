@@ -53,6 +53,18 @@ if isinstance(getattr(manager, "scroll", None), QScrollArea):
 found["removeModelButton"] = rect(remove)
 found["settings_scrolls"] = [settings.scroll.horizontalScrollBar().isVisible(),
                              settings.scroll.verticalScrollBar().isVisible()]
+found["manager_scrolls"] = [manager.scroll.horizontalScrollBar().isVisible(),
+                            manager.scroll.verticalScrollBar().isVisible()]
+# Scrolling, the content keeps its controls at their own height (not squeezed to their minimum).
+from PySide6.QtWidgets import QAbstractSpinBox, QPushButton as Button
+found["squeezed"] = [w.objectName() or type(w).__name__
+                     for dialog in (settings, manager) for kind in (QAbstractSpinBox, Button)
+                     for w in dialog.findChildren(kind) if w.isVisible() and w.height() < w.sizeHint().height()]
+# The manager's buttons, wrapped onto rows as needed, all inside its content's width.
+content = manager.scroll.widget()
+found["manager_buttons_inside"] = all(
+    b.mapTo(content, QPoint(b.width(), 0)).x() <= manager.scroll.viewport().width()
+    for b in content.findChildren(Button) if b.isVisible())
 print("RESULT", json.dumps(found))
 window.close()
 """
@@ -84,6 +96,12 @@ def test_windows_and_their_buttons_fit_a_small_screen(tmp_path, width, height, s
     screen = found["screen"]
     assert screen == [0, 0, round(width / scale), round(height / scale)]
     scrolls = found.pop("settings_scrolls")
+    manager_scrolls = found.pop("manager_scrolls")
+    assert found.pop("squeezed") == []
+    assert found.pop("manager_buttons_inside")
+    # Neither dialog scrolls sideways (at 2x, Settings stacks its columns, the manager wraps its rows'
+    # titles and its buttons; both had scrolled sideways with the manager's intro cut mid-word).
+    assert scrolls[0] is False and manager_scrolls[0] is False
     outside = {name: rect for name, rect in found.items() if name != "screen" and not inside(rect, screen)}
     assert outside == {}, screen
     # Room is left for the title bar the window manager adds above each window.
