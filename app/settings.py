@@ -24,6 +24,7 @@ from app import safe_files
 from app.paths import data_dir
 from app.video_attachments import DEFAULT_FPS, DEFAULT_MAX_FRAMES, clamp_fps, clamp_max_frames
 from engine.api import DETAILS, GenerationParams
+from engine.api.events import MAX_CONTEXT, MIN_CONTEXT
 
 # The sampling values the settings dialog edits; their defaults are the engine's own.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
@@ -50,7 +51,6 @@ INT_KEYS = ("top_k", "max_new_tokens")
 # What the settings dialog's fields can hold (Qt spin boxes are 32-bit); larger stored values are refused.
 LIMITS = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000), "repetition_penalty": (0.5, 2.0),
           "max_new_tokens": (1, 32768)}
-MIN_CONTEXT, MAX_CONTEXT = 256, 131072  # below 256 tokens not even a short question and answer fit
 CONTEXT_RULE = f"a whole number of tokens from {MIN_CONTEXT} to {MAX_CONTEXT}, or 0 for the model's own"
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import shutil
 import signal
 
+from engine.api.events import MAX_CONTEXT, MIN_CONTEXT, WEIGHT_FORMATS
 from server.config import MB, ServerConfig
+
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # engine.device.DTYPES
 
 KEY_ENV = "SMOLCHAT_API_KEY"  # lets a key stay out of the process list (ps shows arguments)
 
@@ -38,6 +42,53 @@ def port_number(text: str) -> int:
     return value
 
 
+def whole_number(least: int, most: int | None = None):
+    """argparse type: a whole number from ``least`` (to ``most``), refused at start with the rule:
+    --max-body-mb -1 or --max-images -1 had started a server that refused every request."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}" if most is None
+                                             else f"must be from {least} to {most}, got {value}")
+        return value
+    return parse
+
+
+def megabytes(text: str) -> float:
+    """argparse type: a size in MB, more than 0 and finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a size in MB above 0, got {text!r}")
+    return value
+
+
+def context_size(text: str) -> int:
+    """argparse type: KV cache tokens, 0 for the model's own (the app's rule, app.settings)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value and not MIN_CONTEXT <= value <= MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"must be from {MIN_CONTEXT} to {MAX_CONTEXT} tokens, or 0 for the "
+                                         f"model's own, got {value}")
+    return value
+
+
+def choice(name: str, allowed: tuple[str, ...]):
+    """argparse type: one of ``allowed`` (any case), named in the error."""
+    def parse(text: str) -> str:
+        if text.lower() not in allowed:
+            raise argparse.ArgumentTypeError(f"unknown {name} {text!r} (use {', '.join(allowed)})")
+        return text.lower()
+    return parse
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", required=True, help="checkpoint folder, Hub repository id or GGUF file")
     ap.add_argument("--model-name", default="", help="the id clients use (default: the folder's name)")
@@ -50,14 +101,20 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--allow-private-media-hosts", action="store_true",
                     help="with --allow-remote-media, also fetch from this machine and private networks (off: only "
                     "public internet addresses)")
-    ap.add_argument("--max-queue", type=int, default=16, help="answers queued or running before 429 (default 16)")
-    ap.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MB (default 32; 413 beyond)")
-    ap.add_argument("--max-images", type=int, default=16, help="images or videos in a request's last message (default 16), and 4 "
-                    "times as many in its earlier messages (413 beyond)")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default=None)
-    ap.add_argument("--weights", default=None, help="auto, int8 or int4 (see python -m engine generate --help)")
-    ap.add_argument("--context-size", type=int, default=None, help="KV cache tokens (default: the model's)")
+    ap.add_argument("--max-queue", type=whole_number(1), default=16,
+                    help="answers queued or running before 429 (default 16)")
+    ap.add_argument("--max-body-mb", type=megabytes, default=32.0,
+                    help="largest request body in MB (default 32; 413 beyond)")
+    ap.add_argument("--max-images", type=whole_number(0), default=16,
+                    help="images or videos in a request's last message (default 16; 0: none), and 4 times as many "
+                    "in its earlier messages (413 beyond)")
+    ap.add_argument("--device", default=None, help="auto (default), cuda, cuda:N, mps or cpu")
+    ap.add_argument("--dtype", type=choice("dtype", DTYPE_NAMES), default=None,
+                    help="auto (default), float32, bfloat16 or float16")
+    ap.add_argument("--weights", type=choice("weights", WEIGHT_FORMATS), default=None,
+                    help="auto, int8 or int4 (see python -m engine generate --help)")
+    ap.add_argument("--context-size", type=context_size, default=None,
+                    help=f"KV cache tokens, {MIN_CONTEXT}-{MAX_CONTEXT} (default or 0: the model's own)")
     ap.add_argument("--log-level", default="info")
 
 
@@ -90,10 +147,15 @@ def usable_port(host: str, port: int) -> int:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except socket.gaierror as exc:  # a name that does not resolve ("[Errno -2] Name or service not known")
+            raise ValueError(f"--host {host} is not a name or address this machine can listen on "
+                             f"({exc.strerror})") from None
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUse(f"port {port} on {host} is in use by another program: choose another with "
                                  "--port (0 picks a free one)") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise ValueError(f"--host {host} is not an address of this machine") from None
             raise
         return int(sock.getsockname()[1])
 
@@ -130,6 +192,14 @@ def serve(args: argparse.Namespace) -> int:
 
     config = config_from(args)
     config.check()
+    if args.device and args.device.lower() != "auto":  # said before an address is printed, not after the load
+        from engine.api.errors import EngineError
+        from engine.device import choose_device
+
+        try:
+            choose_device(args.device)
+        except EngineError as exc:
+            raise ValueError(f"--device: {exc}") from None
     if not str(config.model).strip():
         raise ValueError("--model is empty: give a model folder, a .gguf file or a Hub id")
     try:  # a missing folder is said before an address is printed that would serve nothing
@@ -142,11 +212,12 @@ def serve(args: argparse.Namespace) -> int:
     from server.runner import Server
 
     app = create_app(config)
-    print(f"Smolchat server: http://{config.host}:{config.port}/v1 (docs at /docs)"
+    print(f"Smolchat server: {base_url(config.host, config.port)} (docs at /docs)"
           + (" - API key required" if config.api_key else "") + f"; loading {config.model}", flush=True)
     server = Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.log_level,
                                    timeout_graceful_shutdown=3), app.state.smolchat.bridge, exit_if_load_fails=True,
-                    on_ready=lambda seconds: print(f"Model ready ({seconds:.1f} s): requests are served now",
+                    on_ready=lambda seconds: print(f"Model ready ({seconds:.1f} s): requests are served now"
+                                                   + _context_note(args.context_size, state.context_length()),
                                                    flush=True))
     state = app.state.smolchat
     try:
@@ -169,6 +240,19 @@ def serve(args: argparse.Namespace) -> int:
     code = 130 if server.stopped_by == signal.SIGINT else 0
     _end_if_loading(state, code)
     return code
+
+
+def base_url(host: str, port: int) -> str:
+    """The API's address as a client writes it: an IPv6 host in brackets (RFC 3986), ``http://[::1]:8080/v1``."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+
+def _context_note(asked: int | None, context: int) -> str:
+    """What the ready line adds when --context-size asked for more than the model holds (the cache
+    is never larger than the model's own context)."""
+    if asked and context and asked > context:
+        return f" (a context of {context:,} tokens, the model's own: --context-size {asked:,} is more than it holds)"
+    return ""
 
 
 def _end_if_loading(state, code: int) -> None:

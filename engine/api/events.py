@@ -26,9 +26,12 @@ def resolve_detail(detail: str, device: str) -> str:
 
 #: The most alternatives ``GenerationParams.logprobs`` may ask for (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
-#: Weight formats a model can be loaded with: ``auto`` keeps the run dtype; ``int8`` (CPU) and ``int4``
-#: (CPU and CUDA) quantize the text decoder's projections and lm_head weight-only.
+#: Weight formats a model can be loaded with: ``auto`` keeps the run dtype; ``int8`` and ``int4`` (CPU
+#: and CUDA) quantize the text decoder's projections and lm_head weight-only.
 WEIGHT_FORMATS = ("auto", "int8", "int4")
+#: The context sizes (KV cache tokens) the app's Settings and the server's --context-size take, besides
+#: 0 for the model's own: below 256 tokens not even a short question and its answer fit.
+MIN_CONTEXT, MAX_CONTEXT = 256, 131072
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,48 @@ def test_unusable_settings_are_one_error_line(tiny_checkpoint, entry, args, mess
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--max-body-mb", "-1"], "argument --max-body-mb: must be a size in MB above 0, got '-1'"),
+    (["--max-body-mb", "nan"], "argument --max-body-mb: must be a size in MB above 0, got 'nan'"),
+    (["--max-images", "-1"], "argument --max-images: must be 0 or more, got -1"),
+    (["--max-queue", "0"], "argument --max-queue: must be 1 or more, got 0"),
+    (["--context-size", "-5"], "argument --context-size: must be from 256 to 131072 tokens, or 0 for the model's "
+                               "own, got -5"),
+    (["--dtype", "int3"], "argument --dtype: unknown dtype 'int3' (use auto, float32, bfloat16, float16, fp32, "
+                          "bf16, fp16)"),
+    (["--weights", "int2"], "argument --weights: unknown weights 'int2' (use auto, int8, int4)"),
+    (["--device", "tpu"], "error: --device: unknown device 'tpu' (use auto, cuda, cuda:N, mps or cpu)"),
+    (["--host", "nonexistent.invalid", "--api-key", "k"], "error: --host nonexistent.invalid is not a name or "
+                                                          "address this machine can listen on ("),
+    (["--host", "192.0.2.1", "--api-key", "k"], "error: --host 192.0.2.1 is not an address of this machine"),
+], ids=["negative body limit", "nan body limit", "negative image limit", "no queue", "negative context",
+        "unknown dtype", "unknown weights", "unknown device", "host not found", "host not here"])
+def test_limits_and_names_are_refused_before_an_address(tiny_checkpoint, capsys, args, message):
+    """Trial 39: --max-body-mb -1 or --max-images -1 started a server that refused every request
+    (even a text-only chat), --context-size -5 a traceback about ``max_tokens`` after the address,
+    --dtype/--weights/--device typos only once the model loaded."""
+    from server.cli import main
+
+    try:
+        code = main(["--model", str(tiny_checkpoint), "--port", "0", *args])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and message in err, err
+    assert "Smolchat server:" not in out and "Traceback" not in err
+
+
+def test_the_printed_address_and_the_context_note():
+    from server.cli import _context_note, base_url
+
+    assert base_url("::1", 8090) == "http://[::1]:8090/v1"  # "http://::1:8090/v1" is no URL
+    assert base_url("127.0.0.1", 8090) == "http://127.0.0.1:8090/v1"
+    # --context-size above the model's own was used as the model's own without a word.
+    assert _context_note(100_000, 8192) == (" (a context of 8,192 tokens, the model's own: --context-size 100,000 "
+                                            "is more than it holds)")
+    assert _context_note(4096, 4096) == "" and _context_note(None, 8192) == ""
+
+
 @pytest.mark.parametrize("sigint", ["default", "ignored"], ids=["from a terminal", "a background job"])
 @pytest.mark.parametrize("entry", ENTRIES.values(), ids=ENTRIES.keys())
 def test_ctrl_c_exits_130_without_a_traceback(tiny_checkpoint, entry, sigint):
