@@ -216,6 +216,11 @@ def common_prefix(a: Sequence, b: Sequence, limit: int) -> int:
     return n
 
 
+def _chars(turn: Turn) -> int:
+    """The characters of ``turn``'s text (laid out between its media, or whole)."""
+    return sum(map(len, turn.text_parts)) if turn.text_parts is not None else len(turn.text or "")
+
+
 class ChatSession:
     """A multi-turn conversation with one model (DESIGN.md §4).
 
@@ -656,6 +661,12 @@ class ChatSession:
         """
         capacity = self.cache.capacity
         room = min(params.max_new_tokens, int(capacity * ANSWER_ROOM_FRACTION))
+        # What is kept whatever is dropped: far longer than the context is refused before it is
+        # rendered and encoded (seconds of the engine thread for megabytes of text).
+        kept = self.turns[-1:] if params.drop_old_turns else self.turns
+        least = self.tokenizer.least_tokens(len(self.system_prompt or "") + sum(_chars(t) for t in kept))
+        if least >= capacity:
+            raise PromptTooLongError(f"the prompt has at least {least:,} tokens but the context holds {capacity}")
         prompt = self._prompt(continuing)
         dropped = 0
         # Where an exchange starts: dropping turns[:s] for one of these leaves whole exchanges.

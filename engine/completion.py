@@ -48,6 +48,10 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
             prompt that is only scored, ``max_new_tokens`` 0, may fill it).
     """
     t0 = time.perf_counter()
+    capacity = session.cache.capacity
+    least = session.tokenizer.least_tokens(len(prompt)) if isinstance(prompt, str) else 0
+    if least > capacity:  # megabytes of text: refused without the seconds its encoding would hold the engine
+        raise PromptTooLongError(f"the prompt has at least {least:,} tokens but the context holds {capacity}")
     ids = session.tokenizer.encode(prompt, allow_special=True) if isinstance(prompt, str) else _checked(session, prompt)
     if not ids:
         raise InvalidPromptError("the prompt is empty")
@@ -58,7 +62,6 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
         name = session.tokenizer.id_to_token(image_id)
         raise InvalidPromptError(f"the prompt holds the image token {name}, but a text completion takes no "
                                  "images (send images in a chat message)")
-    capacity = session.cache.capacity
     if len(ids) > capacity or (len(ids) == capacity and params.max_new_tokens > 0):
         raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context holds {capacity}")
     session.turns.clear()

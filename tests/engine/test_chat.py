@@ -221,6 +221,34 @@ def test_done_event_carries_the_answer_ids_and_damaged_stored_ids_fall_back_to_t
     assert done.finish_reason == "length" and done.error is None
 
 
+def test_text_far_beyond_the_context_is_refused_before_it_is_encoded(tiny_checkpoint, monkeypatch):
+    """Trial 39: an 18 MB message held the engine thread 12-22 s (template and encoding) before its
+    refusal, and every other client waited behind it. Far beyond the context, nothing is encoded."""
+    session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(max_tokens=256))
+    text = "hello " * 20_000
+    least = session.tokenizer.least_tokens(len(text))
+    assert least == 120_000 // (2 * session.tokenizer.max_token_chars) > 256
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("encoded")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(session.tokenizer, "encode_chat", no_encoding)
+        patch.setattr(session.tokenizer, "encode", no_encoding)
+        with pytest.raises(PromptTooLongError, match=f"^the prompt has at least {least:,} tokens but the context "
+                                                     "holds 256$"):
+            session.send(text)
+        # What cannot be dropped counts: the system prompt with the last message.
+        session.system_prompt = text
+        with pytest.raises(PromptTooLongError, match="at least"):
+            session.send("Hi")
+    session.system_prompt = None
+    assert session.turns == []
+    assert len(session.tokenizer.encode(text)) >= least  # a lower bound: nothing that fits is refused
+    tokens, done, _ = run(session, "Hi", n=3)  # the session goes on
+    assert done.finish_reason == "length" and len(tokens) == 3
+
+
 def test_a_system_prompt_too_long_for_the_context_is_named_as_the_cause(tiny_checkpoint):
     """Issue 18: a huge system prompt (a stored setting) fails every answer: the error says it is the cause."""
     session = ChatSession.load(str(tiny_checkpoint), device="cpu", cache_config=CacheConfig(max_tokens=256),

@@ -130,3 +130,16 @@ def test_a_token_id_prompt_outside_the_vocabulary_is_refused(session, ids, messa
 def test_a_token_id_prompt_with_the_image_token_is_refused(session):
     with pytest.raises(ValueError, match="image token <image>"):
         complete_text(session, [5, session.tokenizer.token_to_id("<image>"), 6], GenerationParams(max_new_tokens=1))
+
+
+def test_a_text_prompt_far_beyond_the_context_is_refused_before_it_is_encoded(session, monkeypatch):
+    """Trial 39: megabytes of prompt held the engine thread for seconds of encoding, to be refused."""
+    from engine.api.errors import PromptTooLongError
+
+    text = "hello " * 500_000
+    least = session.tokenizer.least_tokens(len(text))
+    assert least > session.cache.capacity
+    monkeypatch.setattr(session.tokenizer, "encode", lambda *a, **k: pytest.fail("encoded"))
+    with pytest.raises(PromptTooLongError, match=f"^the prompt has at least {least:,} tokens but the context holds "
+                                                 f"{session.cache.capacity}$"):
+        complete_text(session, text, GenerationParams(max_new_tokens=1))

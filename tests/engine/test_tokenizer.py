@@ -413,3 +413,14 @@ def test_token_bytes_of_added_and_special_tokens_as_tokenizers_decodes_them(mode
     streamed = "".join(stream.add(t) for t in ids) + stream.flush()
     assert streamed == tok.decode(ids) == _library_text(reference, ids)
     assert "\ttab" in streamed and "<| sp|>" in streamed and "naïve€" in streamed
+
+
+@pytest.mark.parametrize("text", [
+    _multilingual_text(3, 4000), " " * 20000, "\n" * 5000, "a" * 20000, "<|im_start|><image><end_of_utterance>" * 300,
+    "e\u0301" * 4000, "https://example.com/" + "x" * 5000, "1234567890" * 2000,
+], ids=["multilingual", "spaces", "newlines", "one letter", "special strings", "combining", "url", "digits"])
+def test_least_tokens_is_a_lower_bound(tokenizer, text):
+    """What a request far beyond the context is refused by before it is encoded must never refuse
+    one that fits: the tokens of any text are at least ``least_tokens`` of its characters."""
+    for allow_special in (False, True):
+        assert len(tokenizer.encode(text, allow_special=allow_special)) >= tokenizer.least_tokens(len(text)) > 0
