@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 
-from engine.api.events import MAX_CONTEXT, MIN_CONTEXT, WEIGHT_FORMATS
 from server.config import MB, ServerConfig
 
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # engine.device.DTYPES
@@ -70,6 +69,8 @@ def megabytes(text: str) -> float:
 
 def context_size(text: str) -> int:
     """argparse type: KV cache tokens, 0 for the model's own (the app's rule, app.settings)."""
+    from engine.api.events import MAX_CONTEXT, MIN_CONTEXT
+
     try:
         value = int(text)
     except ValueError:
@@ -90,6 +91,11 @@ def choice(name: str, allowed: tuple[str, ...]):
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
+    # Imported when a parser is built, not with this module, which stays as light as the server's
+    # config: tests/server/test_serve_command.py measures tune_process in a fresh process whose
+    # heap the engine package's modules would change.
+    from engine.api.events import MAX_CONTEXT, MIN_CONTEXT, WEIGHT_FORMATS
+
     ap.add_argument("--model", required=True, help="checkpoint folder, Hub repository id or GGUF file")
     ap.add_argument("--model-name", default="", help="the id clients use (default: the folder's name)")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")

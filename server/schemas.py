@@ -65,6 +65,9 @@ class VideoPart(_Body):
 
 
 Part = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
+#: A user's or system message's content list: OpenAI refuses an empty one ("expected an array with
+#: minimum length 1"); answered, it was a 512-token answer to nothing.
+Parts = Annotated[list[Part], Field(min_length=1)]
 
 
 class _MessageFields(_Body):
@@ -73,12 +76,12 @@ class _MessageFields(_Body):
 
 class UserMessage(_MessageFields):
     role: Literal["user"]
-    content: str | list[Part]
+    content: str | Parts
 
 
 class SystemMessage(_MessageFields):
     role: Literal["system", "developer"]
-    content: str | list[Part]
+    content: str | Parts
 
 
 class AssistantMessage(_MessageFields):

@@ -200,6 +200,10 @@ def test_a_completion_parameter_the_server_cannot_honour_is_refused_not_ignored(
      "messages[0].content: Input should be a valid string or a valid list"),
     ("chat/completions", {"messages": [{"role": "system"}, {"role": "user", "content": "hi"}]}, "messages[0].content",
      "messages[0].content: Field required"),
+    ("chat/completions", {"messages": [{"role": "user", "content": []}]}, "messages[0].content",
+     "messages[0].content: List should have at least 1 item after validation, not 0"),
+    ("chat/completions", {"messages": [{"role": "system", "content": []}, user(TEXT)]}, "messages[0].content",
+     "messages[0].content: List should have at least 1 item after validation, not 0"),
     ("chat/completions", {"messages": [user(TEXT)], "stop": 5}, "stop", "stop: Input should be a valid string or a valid list"),
     ("chat/completions", {"messages": [user(TEXT)], "stop": ["a"] * 5}, "stop",
      "stop: List should have at most 4 items after validation, not 5"),
@@ -215,7 +219,9 @@ def test_a_completion_parameter_the_server_cannot_honour_is_refused_not_ignored(
     ("chat/completions", [{"role": "user", "content": "hi"}], None, "the request body must be a JSON object ({...})"),
     ("embeddings", {"input": [{"type": "image_url"}]}, "input[0].type", "input[0].type: Extra inputs are not permitted"),
 ], ids=["content not a string or list", "image_url not an object or string", "text part without text",
-        "part without a type", "user message with null content", "system message without content", "stop", "stop too long", "max_tokens as a string",
+        "part without a type", "user message with null content", "system message without content",
+        "user message with an empty content list (trial 39: answered)", "system message with an empty content list",
+        "stop", "stop too long", "max_tokens as a string",
         "stream as a string", "prompt", "empty prompt list", "token id past the vocabulary", "batched prompt", "a list body",
         "embedding item"])
 def test_a_value_no_union_member_takes_is_said_once_by_its_field(url, path, body, param, message):
