@@ -1,5 +1,8 @@
 """Conversations on disk: one SQLite database (WAL) plus images stored once by content hash.
 
+A file's stored name is its hash, so a message also keeps the name each file was attached as
+(``attached_names``, schema 5; base names only, "" where unknown), for exports to name it so again.
+
 The store is used from the UI thread only. Every write commits at once, so a killed process
 loses nothing that was written; an answer still marked ``streaming`` when the store is opened
 again was cut off by a crash and becomes ``interrupted``.
@@ -30,6 +33,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -37,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Migration N brings a database from version N-1 to N. Never edit a released step; add one.
 MIGRATIONS: dict[int, str] = {
@@ -79,7 +83,17 @@ MIGRATIONS: dict[int, str] = {
             ORDER BY p.position DESC, p.id DESC LIMIT 1);
         CREATE INDEX messages_by_parent ON messages(conversation_id, parent_id);
     """,
+    # The name each attached file had, so that an export can name it as the user did (the store names
+    # files by content hash): a JSON list parallel to ``images`` of base names, "" where unknown. NULL for
+    # messages written before, whose names were never kept.
+    5: "ALTER TABLE messages ADD COLUMN attached_names TEXT;",
 }
+
+
+def _base_name(name: str) -> str:
+    """``name`` without any folder, whichever system's separator it uses."""
+    return re.split(r"[/\\]", name)[-1]
+
 
 class NewerSchemaError(RuntimeError):
     """The database was written by a newer Smolchat (its schema version, :attr:`version`, is above ours)."""
@@ -114,6 +128,8 @@ class Message:
     status: str = "done"  # done | streaming | interrupted | cancelled | length | error
     token_ids: list[int] | None = None  # an answer's ids as generated (None: unknown, re-tokenize the text)
     parent_id: int | None = None  # the message this one follows (None: the conversation's first)
+    # The name each of ``images`` was attached as (a base name; "" where unknown), one per image.
+    attached_names: list[str] = field(default_factory=list)
 
     def as_history(self) -> dict:
         history = {"role": self.role, "text": self.text, "images": list(self.images)}
@@ -357,23 +373,30 @@ class Store:
                     (message_id, row[0], row[1]))
 
     def add_message(self, conversation_id: int, role: str, text: str = "", images: list[str] = (),
-                    status: str = "done", stats: dict | None = None, parent_id=_LAST) -> Message:
+                    status: str = "done", stats: dict | None = None, parent_id=_LAST,
+                    names: list[str] | None = None) -> Message:
         """Add a message after ``parent_id`` (default: the active branch's last message; None: a new
-        first message) as the selected version among its siblings."""
+        first message) as the selected version among its siblings.
+
+        ``names``: the name each of ``images`` was attached as ("" where unknown; None: all unknown).
+        Only base names are kept: the folder a file came from is nobody's business but the user's."""
+        if names is not None and len(names) != len(images):
+            raise ValueError(f"{len(names)} names for {len(images)} images")
         if parent_id is _LAST:
             branch = self.messages(conversation_id)
             parent_id = branch[-1].id if branch else None
         position = 0 if parent_id is None else \
             self.db.execute("SELECT position + 1 FROM messages WHERE id = ?", (parent_id,)).fetchone()[0]
-        names = [Path(p).name for p in images]
+        stored = [Path(p).name for p in images]
+        kept = None if names is None else json.dumps([_base_name(n) for n in names])
         with self._transaction():
             self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
                             (conversation_id, parent_id))
             cur = self.db.execute(
                 """INSERT INTO messages (conversation_id, position, role, text, images, stats, status, created,
-                   parent_id, selected) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)""",
-                (conversation_id, position, role, text, json.dumps(names), json.dumps(stats or {}), status,
-                 time.time(), parent_id),
+                   parent_id, selected, attached_names) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)""",
+                (conversation_id, position, role, text, json.dumps(stored), json.dumps(stats or {}), status,
+                 time.time(), parent_id, kept),
             )
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
@@ -540,9 +563,11 @@ class Store:
     def _message(self, row: sqlite3.Row) -> Message:
         key = ("message", row["id"])
         names = self._json(row["images"], list, key) or []
-        images = [str(self.images_dir / Path(name).name) for name in names if isinstance(name, str) and name]
+        readable = [isinstance(name, str) and bool(name) for name in names]
+        images = [str(self.images_dir / Path(name).name) for name, ok in zip(names, readable) if ok]
         if len(images) != len(names):
             self.unreadable.add(key)
+        attached_names = [name for name, ok in zip(self._attached_names(row, len(names), key), readable) if ok]
         stats = self._json(row["stats"], dict, key) or {}
         raw_ids = row["token_ids"] if "token_ids" in row.keys() else None  # absent before schema 3
         token_ids = self._json(raw_ids, list, key) if raw_ids is not None else None
@@ -551,7 +576,21 @@ class Store:
             token_ids = None  # unusable ids: the text is re-tokenized instead
         parent_id = row["parent_id"] if "parent_id" in row.keys() else None  # absent before schema 4
         return Message(row["id"], row["conversation_id"], str(row["role"]), str(row["text"] or ""), images,
-                       stats, str(row["status"]), token_ids, parent_id)
+                       stats, str(row["status"]), token_ids, parent_id, attached_names)
+
+    def _attached_names(self, row: sqlite3.Row, count: int, key: tuple[str, int]) -> list[str]:
+        """The row's ``count`` attached names, one per entry of its stored ``images`` list ("" where unknown).
+        A list of another length cannot say which name goes with which file: all are then unknown."""
+        raw = row["attached_names"] if "attached_names" in row.keys() else None  # absent before schema 5
+        names = self._json(raw, list, key) if raw is not None else None
+        if names is None:
+            return [""] * count
+        if len(names) != count:
+            self.unreadable.add(key)
+            return [""] * count
+        if not all(isinstance(name, str) for name in names):
+            self.unreadable.add(key)
+        return [name if isinstance(name, str) else "" for name in names]
 
     def _json(self, raw, kind: type, key: tuple[str, int]):
         """``raw`` parsed as a JSON ``kind``; None (and ``key`` noted in :attr:`unreadable`) when it is not one.

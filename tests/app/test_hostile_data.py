@@ -312,8 +312,8 @@ def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbo
 
     assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
     assert win.banner.message().split("\n") == [
-        "1 message of this chat has stored data that could not be read (images, statistics or token ids): shown "
-        "with what could be read, and left unchanged on disk.",
+        "1 message of this chat has stored data that could not be read (images, their names, statistics or token ids): "
+        "shown with what could be read, and left unchanged on disk.",
         # Its settings column ('nope') was passed over without a word.
         "This chat's stored settings could not be read: the current settings apply (and are stored with its next "
         "answer)."]

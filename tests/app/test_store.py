@@ -140,3 +140,86 @@ def test_a_chats_settings_written_again_are_readable_again(store, data_dir):
     store.update_conversation(conv.id, settings={"seed": 2})
     assert store.conversation(conv.id).settings == {"seed": 2}
     assert ("conversation", conv.id) not in store.unreadable
+
+
+# -- the names files were attached as (schema 5) ---------------------------------------------------------
+def test_version_4_database_is_migrated_and_its_messages_names_are_unknown(data_dir):
+    data_dir.mkdir(parents=True)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    for n in (1, 2, 3, 4):
+        db.executescript(MIGRATIONS[n])
+    db.execute("INSERT INTO conversations (id, title, created, updated) VALUES (1, 'old', 1, 1)")
+    db.execute("INSERT INTO messages (conversation_id, position, role, text, images, created) "
+               """VALUES (1, 0, 'user', 'what is this?', '["0a1b.png", "2c3d.mp4"]', 1)""")
+    db.execute("PRAGMA user_version = 4")
+    db.commit()
+    db.close()
+    store = Store(data_dir)
+    assert store.version == SCHEMA_VERSION == 5
+    [old] = store.messages(1)
+    assert old.text == "what is this?"
+    assert old.images == [str(data_dir / "images" / "0a1b.png"), str(data_dir / "images" / "2c3d.mp4")]
+    assert old.attached_names == ["", ""]  # written before names were kept
+    assert store.unreadable == set()
+    new = store.add_message(1, "user", "and this?", [old.images[0]], names=["cat.png"])
+    assert store.message(new.id).attached_names == ["cat.png"]
+    store.close()
+
+
+def test_attached_names_are_kept_as_base_names_and_survive_undo_and_reopening(store, data_dir, tmp_path):
+    first, second = tmp_path / "a.png", tmp_path / "b.mp4"
+    first.write_bytes(b"a picture")
+    second.write_bytes(b"a video")
+    images = [store.store_image(first), store.store_image(second), store.store_image(first)]
+    conv = store.create_conversation().id
+    message = store.add_message(conv, "user", "look", images,
+                                names=["holiday.png", "/home/me/private/clip.mp4", "C:\\Users\\me\\cat.png"])
+    assert message.attached_names == ["holiday.png", "clip.mp4", "cat.png"]
+    raw = store.db.execute("SELECT attached_names FROM messages WHERE id = ?", (message.id,)).fetchone()[0]
+    assert "private" not in raw and "Users" not in raw  # never the folders a file came from
+    assert store.add_message(conv, "assistant", "nice").attached_names == []
+    assert store.add_message(conv, "user", "again", images[:1]).attached_names == [""]  # no names given
+    with pytest.raises(ValueError):
+        store.add_message(conv, "user", "x", images[:2], names=["one.png"])
+
+    store.restore_messages(store.delete_message(message.id))  # Undo puts the row back as it was
+    assert store.message(message.id).attached_names == ["holiday.png", "clip.mp4", "cat.png"]
+    store.close()
+    again = Store(data_dir)
+    assert again.message(message.id).attached_names == ["holiday.png", "clip.mp4", "cat.png"]
+    again.close()
+
+
+@pytest.mark.parametrize("damaged,names", [
+    ("{not json", ["", ""]),
+    ('"a.png"', ["", ""]),  # not a list
+    ('["only one.png"]', ["", ""]),  # which file would it name?
+    ('["a.png", 7]', ["a.png", ""]),
+])
+def test_damaged_attached_names_leave_the_message_readable_and_unchanged(store, data_dir, tmp_path, damaged, names):
+    (tmp_path / "a.png").write_bytes(b"a")
+    (tmp_path / "b.png").write_bytes(b"b")
+    images = [store.store_image(tmp_path / "a.png"), store.store_image(tmp_path / "b.png")]
+    conv = store.create_conversation().id
+    message = store.add_message(conv, "user", "two", images, names=["a.png", "b.png"])
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET attached_names = ? WHERE id = ?", (damaged, message.id))
+    db.commit()
+    db.close()
+    [read] = store.messages(conv)
+    assert (read.text, read.images, read.attached_names) == ("two", images, names)
+    assert ("message", message.id) in store.unreadable
+    assert store.db.execute("SELECT attached_names FROM messages WHERE id = ?", (message.id,)).fetchone()[0] == damaged
+
+
+def test_names_stay_with_their_files_when_a_damaged_images_entry_is_left_out(store, data_dir, tmp_path):
+    (tmp_path / "b.png").write_bytes(b"b")
+    image = store.store_image(tmp_path / "b.png")
+    conv = store.create_conversation().id
+    message = store.add_message(conv, "user", "q", [image, image], names=["a.png", "b.png"])
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET images = json_set(images, '$[0]', 5) WHERE id = ?", (message.id,))
+    db.commit()
+    db.close()
+    read = store.message(message.id)
+    assert (read.images, read.attached_names) == ([image], ["b.png"])

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from app.store import MIGRATIONS, Store
+from app.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
 def texts(store, conv_id):
@@ -70,7 +70,7 @@ def test_version_3_conversation_becomes_one_linear_branch(data_dir):
     db.commit()
     db.close()
     store = Store(data_dir)
-    assert store.version == 4
+    assert store.version == SCHEMA_VERSION
     assert texts(store, 1) == ["q", "a", "q2", "a2"]
     assert set(store.versions(1).values()) == {(1, 1)}
     store.add_message(1, "assistant", "a2 again", parent_id=store.messages(1)[2].id)
