@@ -16,7 +16,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.backends.qt import BackendBridge
-from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
+from app.conversations import STORAGE_ERRORS, ConversationKeeper, attached_name, storage_problem
 from app.formatting import error_words
 from app.settings import generation_defaults
 from app.video_attachments import attachments_for, is_video_file
@@ -150,8 +150,10 @@ class ChatController(QObject):
         if self.busy or not self.ready or not (text or images):
             return False
         try:
+            # Kept with the message for exports: the name of the user's file (an image's copy was made when attached).
+            names = [attached_name(self.display_names.get(p, p), self.keeper.store) for p in images]
             history, stored = self.keeper.begin(text, images, self.model_name, self.model_path, chat_settings,
-                                                replace_index=edit_index)
+                                                replace_index=edit_index, names=names)
         except STORAGE_ERRORS as exc:  # the composer keeps the text and images
             self.failed.emit(f"Could not save the message: {storage_problem(exc, self.keeper.store.folder)}.")
             return False

@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from app.banner import Banner
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
-from app.paths import data_dir, data_dir_problem, data_dir_read_only, use_temporary_data_dir
+from app.paths import data_dir, data_dir_problem, data_dir_read_only, pasted_images_dir, use_temporary_data_dir
 from app.store import SCHEMA_VERSION, DeletedMessages, Message, NewerSchemaError, Store
 from app.video_attachments import VIDEO_SUFFIXES
 
@@ -21,6 +21,8 @@ FLUSH_INTERVAL_S = 0.25
 FLUSH_TOKENS = 32
 TITLE_LENGTH = 48
 STORAGE_ERRORS = (OSError, sqlite3.Error)
+#: The name kept for an image pasted or dropped as data (its file is named by its content hash).
+PASTED_NAME = "pasted image"
 
 
 def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str:
@@ -66,6 +68,20 @@ def title_from(text: str, images: list[str]) -> str:
             return "Video" if len(images) == 1 else f"{len(images)} videos"
         return "Image" if len(images) == 1 else f"{len(images)} images" if images else "New chat"
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
+
+
+def attached_name(source: str | Path, store: Store) -> str:
+    """The name to keep with a message for a file attached from ``source`` (exports name it so): its base
+    name; ``pasted image.png`` for a pasted image (:func:`app.paths.pasted_images_dir` holds it under
+    its content hash); "" (unknown) for a copy already in the image store, e.g. a message's image
+    attached again by Edit after a restart: a hash names nothing the user chose."""
+    path = Path(source)
+    folder = path.parent.resolve()
+    if folder == store.images_dir.resolve():
+        return ""
+    if folder == pasted_images_dir().resolve():
+        return PASTED_NAME + path.suffix
+    return path.name
 
 
 def deleted_words(deleted: DeletedMessages) -> str:
@@ -324,16 +340,18 @@ class ConversationKeeper(QObject):
 
     # -- the answer being streamed -----------------------------------------------------------------
     def begin(self, user_text: str, images: list[str], model_name: str, model: str, settings: dict,
-              replace_index: int | None = None) -> tuple[list[dict], list[str]]:
+              replace_index: int | None = None, names: list[str] | None = None) -> tuple[list[dict], list[str]]:
         """Save the user's message and an empty streaming answer; returns (engine history, stored images).
 
         ``replace_index``: the message is a new version of user message ``replace_index`` (an edit):
         it follows the same message, the old version and its branch stay in the store, and the
-        transcript shows the new branch from there."""
+        transcript shows the new branch from there. ``names``: the name each of ``images`` was attached
+        as (:func:`attached_name`; "" or None: unknown); a file the old version had keeps its name there."""
         created = self.current_id is None
         conv_id = self.ensure_conversation(user_text, images, model, settings)
         try:
-            return self._begin(conv_id, user_text, images, model_name, model, settings, replace_index)
+            return self._begin(conv_id, user_text, images, list(names or [""] * len(images)), model_name, model,
+                               settings, replace_index)
         except STORAGE_ERRORS:
             if created:  # a new chat whose first message could not be saved is not kept (see _drop_new)
                 self._drop_new(conv_id)
@@ -350,18 +368,23 @@ class ConversationKeeper(QObject):
         self.current_id = None
         self.qsettings.setValue("conversations/last", "")
 
-    def _begin(self, conv_id: int, user_text: str, images: list[str], model_name: str, model: str, settings: dict,
-               replace_index: int | None) -> tuple[list[dict], list[str]]:
+    def _begin(self, conv_id: int, user_text: str, images: list[str], names: list[str], model_name: str, model: str,
+               settings: dict, replace_index: int | None) -> tuple[list[dict], list[str]]:
         messages = self.store.messages(conv_id)
         widgets = self.transcript.widgets()
+        known: dict[str, str] = {}  # stored file -> the name the version edited has for it
         if replace_index is not None and 0 <= replace_index < len(widgets) and replace_index < len(messages):
+            edited = messages[replace_index]
+            known = {image: name for image, name in zip(edited.images, edited.attached_names) if name}
             messages = messages[:replace_index]
         else:
             replace_index = None
         parent = messages[-1].id if messages else None
         history = engine_history(messages, model)
         stored = [self.store.store_image(p) for p in images]
-        user = self.store.add_message(conv_id, "user", user_text, stored, parent_id=parent)
+        # Edit and Resend attach the stored copies again; after a restart only the store knows their names.
+        names = [name or known.get(copy, "") for name, copy in zip(names, stored)]
+        user = self.store.add_message(conv_id, "user", user_text, stored, parent_id=parent, names=names)
         try:
             answer = self._save_answer(conv_id, model_name, model, settings, user.id)
         except STORAGE_ERRORS:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from PIL import Image
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QFileDialog, QListWidget, QMessageBox
 
 from app.backends.fake import FakeBackend
+from app.conversations import attached_name
 from app.store import Store
 from tests.app.helpers import drop, file_mime
 
@@ -117,6 +120,39 @@ def test_regenerate_edit_delete_and_copy(qtbot, window, fake_session):
     window.transcript.widgets()[1].actions_row.button("delete").click()
     assert [m["text"] for m in window.transcript.messages()] == ["edited question"]
     assert [m.text for m in window.store.messages(window.keeper.current_id)] == ["edited question"]
+
+
+def test_the_name_a_file_was_attached_as_is_kept_and_an_edit_after_a_restart_keeps_it(qtbot, make_window, tmp_path,
+                                                                                       data_dir):
+    holiday = tmp_path / "holidays" / "holiday.png"
+    holiday.parent.mkdir()
+    Image.new("RGB", (32, 24), (20, 90, 200)).save(holiday)
+    win = make_window(FakeBackend())
+    drop(win.composer, file_mime(holiday))
+    image = QImage(40, 30, QImage.Format.Format_RGB32)
+    image.fill(Qt.GlobalColor.darkCyan)
+    QApplication.clipboard().setImage(image)
+    win.composer.setFocus()
+    qtbot.keyClick(win.composer, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)  # named by its hash
+    ask(qtbot, win, "Where is this?")
+    [question, _answer] = win.store.messages(win.keeper.current_id)
+    assert question.attached_names == ["holiday.png", "pasted image.png"]
+    win.close()
+
+    again = make_window(FakeBackend())  # the window's map back to the user's files is gone
+    again.transcript.widgets()[0].actions_row.button("edit").click()
+    ask(qtbot, again, "Where, really?")
+    [edited, _answer] = again.store.messages(again.keeper.current_id)
+    assert edited.text == "Where, really?" and edited.images == question.images
+    assert edited.attached_names == ["holiday.png", "pasted image.png"]
+
+
+def test_attached_name_is_the_users_file_name_never_a_hash(store, tmp_path, data_dir):
+    from app.paths import pasted_images_dir
+
+    assert attached_name(tmp_path / "trip" / "walk.mp4", store) == "walk.mp4"
+    assert attached_name(pasted_images_dir() / "0a1b2c.png", store) == "pasted image.png"
+    assert attached_name(store.images_dir / "0a1b2c.jpg", store) == ""  # a stored copy: its name is unknown
 
 
 def test_export_markdown_with_images_and_json(qtbot, window, png, tmp_path, monkeypatch):
