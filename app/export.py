@@ -8,8 +8,10 @@ JSON also carries every version of every message with its ``parent_id`` (the who
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
+import unicodedata
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
@@ -17,22 +19,33 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import safe_files
 from app.conversations import display_title, storage_problem
-from app.store import Store
+from app.store import MEDIA_SUFFIXES, Store
 from app.video_attachments import is_video_file
+
+#: Characters Windows refuses in a file name, the path separators of every system among them.
+_RESERVED_CHARACTERS = frozenset('<>:"/\\|?*')
+#: Names Windows keeps for devices, whatever follows the first dot ("CON.mp4" is the console too).
+_DEVICE_NAME = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])", re.IGNORECASE)
+#: The longest exported file name in UTF-8 bytes: file systems take 255, and room is left for " (2)" and
+#: the temporary name a file is first copied under.
+MAX_NAME_BYTES = 120
+#: Characters that Markdown may read as markup in a link's text.
+_MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
 
 
 def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Path:
     """Write ``path`` (.md), ``<stem>_images/`` with the conversation's images and ``<stem>_videos/``
     with its videos.
 
-    The store keeps a file by its content hash, not by the name it was attached as, so a video is
-    exported as ``video-1.mp4``, ``video-2.webm``, ... in the order the chat first shows each (a
-    hash names nothing a reader recognises); images keep their stored names."""
+    Each file is exported under the name it was attached as (made safe: :func:`safe_file_name`), a
+    second file of a name already given in its folder as ``cat (2).mp4``; a file shown twice is
+    exported once. Where that name is unknown (messages stored before names were kept) a video is
+    ``video-N`` (the Nth video of the export: a content hash names nothing a reader recognises) and
+    an image keeps its stored name."""
     path = Path(path)
     conv = store.conversation(conversation_id)
-    images_dir = path.with_name(f"{path.stem}_images")
-    videos_dir = path.with_name(f"{path.stem}_videos")
-    video_numbers: dict[str, int] = {}  # stored path -> its number in the export
+    images = _ExportFolder(path.with_name(f"{path.stem}_images"))
+    videos = _ExportFolder(path.with_name(f"{path.stem}_videos"))
     lines = [f"# {display_title(conv.title) or 'Smolchat conversation'}", ""]
     if conv.settings.get("system_prompt"):
         lines += [f"> System prompt: {conv.settings['system_prompt']}", ""]
@@ -43,21 +56,13 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
         number, count = versions.get(message.id, (1, 1))
         if count > 1:
             lines += [f"*Version {number} of {count}*", ""]
-        for image in message.images:
-            if is_video_file(image):  # Markdown has no video syntax: a link to the copied file
-                first = image not in video_numbers
-                name = f"video-{video_numbers.setdefault(image, len(video_numbers) + 1)}{Path(image).suffix}"
-                if first:
-                    videos_dir.mkdir(parents=True, exist_ok=True)
-                    # Always copied: that name may hold an older export's other video.
-                    safe_files.copy_file(image, videos_dir / name)  # a failed copy leaves no half video
-                lines += [f"[video: {name}]({videos_dir.name}/{name})", ""]
-                continue
-            images_dir.mkdir(parents=True, exist_ok=True)
-            target = images_dir / Path(image).name
-            if not target.exists():  # named by its content: a file there of that name holds the same picture
-                safe_files.copy_file(image, target)  # a failed copy leaves no half image to be kept later
-            lines += [f"![image]({images_dir.name}/{target.name})", ""]
+        for stored, attached in zip(message.images, message.attached_names):
+            if is_video_file(stored):  # Markdown has no video syntax: a link to the copied file
+                name = videos.add(stored, attached, f"video-{len(videos.names) + 1}{Path(stored).suffix}")
+                lines += [f"[video: {_link_text(name)}]({_destination(f'{videos.folder.name}/{name}')})", ""]
+            else:
+                name = images.add(stored, attached, Path(stored).name)
+                lines += [f"![image]({_destination(f'{images.folder.name}/{name}')})", ""]
         if message.text:
             lines += [plain_markdown(message.text) if message.role == "user" else message.text, ""]
         if message.status not in ("done", "streaming"):
@@ -65,6 +70,85 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
         if count > 1:
             lines += _other_versions(store, message)
     return safe_files.write_text(path, "\n".join(lines))  # a failure keeps the file being replaced
+
+
+class _ExportFolder:
+    """A folder beside the exported Markdown and the files copied into it, each under one name."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.names: dict[str, str] = {}  # stored path -> its name here
+        self._taken: set[str] = set()  # the names given, casefolded: Windows and macOS tell no case apart
+
+    def add(self, stored: str, attached: str, fallback: str) -> str:
+        """The name ``stored`` (attached as ``attached``, "" if unknown) has in the folder, copied there
+        the first time: its attached name made safe, else ``fallback``; numbered when already given."""
+        if stored in self.names:
+            return self.names[stored]
+        name = _unique(_export_name(attached, stored) or fallback, self._taken)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        target = self.folder / name
+        # A file named by its content (the stored name) that is there already holds the same bytes; under
+        # any other name it may be an older export's other file, so it is copied again.
+        if name != Path(stored).name or not target.exists():
+            safe_files.copy_file(stored, target)  # a failed copy leaves no half file to be kept later
+        self.names[stored] = name
+        return name
+
+
+def safe_file_name(name: str) -> str:
+    """``name`` as a file name that every system takes and that stays in its folder ("" when nothing is
+    left): Windows' reserved characters (path separators among them) and control or format characters
+    (a right-to-left override would disguise the suffix) become ``_``; no dot or space leads (a hidden
+    file) or ends it (Windows drops those); a Windows device name gets a ``_`` before it; and the part
+    before the suffix is cut to fit :data:`MAX_NAME_BYTES`."""
+    if len(name) > 2 * MAX_NAME_BYTES:  # it is cut below anyway; its end holds the suffix
+        name = name[:MAX_NAME_BYTES] + name[-MAX_NAME_BYTES:]
+    name = "".join("_" if c in _RESERVED_CHARACTERS or unicodedata.category(c) in ("Cc", "Cf", "Cs") else c
+                   for c in name)
+    name = re.sub(r"^[\s.]+|[\s.]+$", "", name)
+    if _DEVICE_NAME.fullmatch(name.split(".")[0].rstrip()):
+        name = f"_{name}"
+    stem, suffix = os.path.splitext(name)
+    if len(suffix) > 16:  # no file type's suffix: a name with a dot in it
+        stem, suffix = name, ""
+    while len(f"{stem}{suffix}".encode()) > MAX_NAME_BYTES:
+        stem = stem[:-1]
+    return f"{stem.rstrip(' .')}{suffix}" if stem.strip(" .") else ""
+
+
+def _export_name(attached: str, stored: str) -> str:
+    """The name a file stored as ``stored`` and attached as ``attached`` is exported under ("" when
+    unknown): made safe, and ending in the stored file's suffix, which says what it is to the reader."""
+    name = safe_file_name(attached)
+    suffix = Path(stored).suffix.lower()
+    if name and suffix in MEDIA_SUFFIXES and Path(name).suffix.lower() != suffix:
+        name = safe_file_name(name + suffix)
+    return name
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``stem (2).suffix``, ``(3)``... when it is ``taken`` (casefolded); the result is taken then."""
+    stem, suffix = os.path.splitext(name)
+    candidate, number = name, 1
+    while candidate.casefold() in taken:
+        number += 1
+        candidate = f"{stem} ({number}){suffix}"
+    taken.add(candidate.casefold())
+    return candidate
+
+
+def _link_text(text: str) -> str:
+    """``text`` with a backslash before each character that Markdown may read as markup in a link's text."""
+    return _MARKUP.sub(r"\\\1", text)
+
+
+def _destination(link: str) -> str:
+    """``link`` as a Markdown link's destination: as it is, or within ``<...>`` when it holds a space or a
+    parenthesis (a bare one would end there; CommonMark 0.31, "Links"), ``<``, ``>`` and ``\\`` escaped."""
+    if not re.search(r"[\s()<>\\]", link):
+        return link
+    return "<" + re.sub(r"([<>\\])", r"\\\1", link) + ">"
 
 
 def plain_markdown(text: str) -> str:
@@ -144,19 +228,22 @@ def _other_versions(store: Store, message) -> list[str]:
 
 
 def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
-    """Everything about the conversation as one JSON document (image paths are absolute): ``messages`` is
-    the branch shown, ``all_messages`` every version (``parent_id`` links them)."""
+    """Everything about the conversation as one JSON document (image paths are absolute, each with the name it
+    was attached as): ``messages`` is the branch shown, ``all_messages`` every version (``parent_id`` links them)."""
     conv = store.conversation(conversation_id)
     versions = store.versions(conversation_id)
 
     def entry(m) -> dict:
         number, count = versions.get(m.id, (1, 1))
         return {"id": m.id, "parent_id": m.parent_id, "version": number, "versions": count, "role": m.role,
-                "text": m.text, "images": m.images, "status": m.status, "stats": m.stats}
+                "text": m.text, "images": m.images, "attached_names": m.attached_names, "status": m.status,
+                "stats": m.stats}
 
     data = {
         "format": "smolchat-conversation",
-        "version": 2,  # 2: ids, versions and "all_messages" (every version, a tree by parent_id)
+        # 2: ids, versions and "all_messages" (every version, a tree by parent_id). 3: "attached_names", the
+        # name each of "images" was attached as ("" where unknown).
+        "version": 3,
         "title": conv.title,
         "created": conv.created,
         "model": conv.model,

@@ -175,6 +175,20 @@ def test_export_markdown_with_images_and_json(qtbot, window, png, tmp_path, monk
     assert data["messages"][1]["stats"]["generated_tokens"] == 5
 
 
+def test_an_export_names_an_image_as_it_was_attached(qtbot, window, tmp_path, monkeypatch):
+    holiday = tmp_path / "holiday.png"
+    Image.new("RGB", (32, 24), (20, 90, 200)).save(holiday)
+    drop(window.composer, file_mime(holiday))
+    ask(qtbot, window, "Where is this?")
+    out = tmp_path / "export" / "chat.md"
+    out.parent.mkdir()
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    window.actions["export_md"].trigger()
+    assert "![image](chat_images/holiday.png)" in out.read_text()
+    assert [p.name for p in (out.parent / "chat_images").iterdir()] == ["holiday.png"]
+    assert (out.parent / "chat_images" / "holiday.png").read_bytes() == holiday.read_bytes()
+
+
 def test_long_titles_are_elided_not_scrolled(qtbot, window):
     title = "What animal is this, and what is it doing on that very long sofa by the window?"
     ask(qtbot, window, title)

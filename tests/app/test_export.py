@@ -1,10 +1,14 @@
-"""Markdown export, read as text: videos under readable names in their own folder, a user's line breaks kept."""
+"""Markdown export, read as text: files under the names they were attached as (or readable ones) in
+their own folders, a user's line breaks kept; JSON with those names."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+
 import pytest
 
-from app.export import export_markdown, plain_markdown
+from app.export import MAX_NAME_BYTES, export_json, export_markdown, plain_markdown, safe_file_name
 
 
 def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):
@@ -43,6 +47,123 @@ def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):
     assert (out / "chat_videos" / "video-1.mp4").read_bytes() == b"first video's bytes"  # replaced, not kept
     assert (out / "chat_videos" / "video-2.webm").read_bytes() == b"second video's bytes"
     assert [p.name for p in (out / "chat_images").iterdir()] == [image_name]
+
+
+def _file(folder, name: str, data: bytes):
+    path = folder / name
+    path.write_bytes(data)
+    return path
+
+
+def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_path):
+    stored = {key: store.store_image(_file(tmp_path, f"{key}{suffix}", key.encode() * 3)) for key, suffix in [
+        ("cat1", ".mp4"), ("cat2", ".mp4"), ("old", ".webm"), ("photo1", ".png"), ("photo2", ".png"),
+        ("snap", ".png"), ("plain", ".jpg")]}
+    conv = store.create_conversation("Pets").id
+    store.add_message(conv, "user", "Two cats?", [stored["cat1"], stored["cat2"], stored["photo1"], stored["photo2"]],
+                      names=["cat.mp4", "cat.mp4", "photo.png", "PHOTO.png"])  # same names, other files
+    store.add_message(conv, "assistant", "Yes.")
+    store.add_message(conv, "user", "Again, and these", [stored["cat1"], stored["old"], stored["snap"], stored["plain"]],
+                      names=["renamed.mp4", "", "my_pet & me.png", ""])  # the first cat again; two unknown names
+    out = tmp_path / "out"
+    (out / "chat_images").mkdir(parents=True)
+    (out / "chat_images" / "photo.png").write_bytes(b"an older export's picture")
+
+    text = export_markdown(store, conv, out / "chat.md").read_text()
+
+    plain = stored["plain"].rsplit("/", 1)[1]  # unknown name: the stored one, as before
+    assert text == (
+        "# Pets\n\n"
+        "## You\n\n"
+        "[video: cat.mp4](chat_videos/cat.mp4)\n\n"
+        "[video: cat (2).mp4](<chat_videos/cat (2).mp4>)\n\n"
+        "![image](chat_images/photo.png)\n\n"
+        "![image](<chat_images/PHOTO (2).png>)\n\n"  # names differing in case only are one name on Windows and macOS
+        "Two cats?\n\n"
+        "## Assistant\n\n"
+        "Yes.\n\n"
+        "## You\n\n"
+        "[video: cat.mp4](chat_videos/cat.mp4)\n\n"  # exported once, under its first name
+        "[video: video-3.webm](chat_videos/video-3.webm)\n\n"  # unknown name: the third video of the export
+        "![image](<chat_images/my_pet & me.png>)\n\n"
+        f"![image](chat_images/{plain})\n\n"
+        "Again, and these\n")
+    assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["cat (2).mp4", "cat.mp4", "video-3.webm"]
+    assert sorted(p.name for p in (out / "chat_images").iterdir()) == sorted(["PHOTO (2).png", "my_pet & me.png",
+                                                                             "photo.png", plain])
+    for folder, name, key in [("chat_videos", "cat.mp4", "cat1"), ("chat_videos", "cat (2).mp4", "cat2"),
+                              ("chat_videos", "video-3.webm", "old"), ("chat_images", "photo.png", "photo1"),
+                              ("chat_images", "PHOTO (2).png", "photo2"), ("chat_images", "my_pet & me.png", "snap")]:
+        assert (out / folder / name).read_bytes() == key.encode() * 3, name  # an older export's photo.png replaced
+
+
+def test_a_video_name_is_link_text_that_reads_as_typed(store, tmp_path):
+    video = store.store_image(_file(tmp_path, "v.mp4", b"v"))
+    conv = store.create_conversation("c").id
+    store.add_message(conv, "user", "", [video], names=["[my]_*clip*`~.mp4"])
+    text = export_markdown(store, conv, tmp_path / "chat.md").read_text()
+    assert "[video: \\[my\\]\\_\\_clip\\_\\`\\~.mp4](chat_videos/[my]__clip_`~.mp4)" in text  # * is reserved on Windows
+    assert (tmp_path / "chat_videos" / "[my]__clip_`~.mp4").read_bytes() == b"v"
+
+
+def test_hostile_stored_names_are_made_safe_and_stay_in_the_export_folders(store, tmp_path, data_dir):
+    files = [store.store_image(_file(tmp_path, f"f{i}{suffix}", b"x%d" % i))
+             for i, suffix in enumerate([".mp4", ".png", ".mp4", ".jpg", ".png", ".png", ".png"])]
+    conv = store.create_conversation("c").id
+    message = store.add_message(conv, "user", "", files)
+    hostile = ["../evil.mp4", "a/b.png", "CON.mp4", "x:y.jpg", "é" * 200 + ".png", "...", ".bashrc"]
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")  # written by hand: add_message would keep base names only
+    db.execute("UPDATE messages SET attached_names = ? WHERE id = ?", (json.dumps(hostile), message.id))
+    db.commit()
+    db.close()
+    out = tmp_path / "out"
+    out.mkdir()
+
+    export_markdown(store, conv, out / "chat.md")
+
+    assert sorted(p.name for p in out.iterdir()) == ["chat.md", "chat_images", "chat_videos"]
+    assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["_CON.mp4", "_evil.mp4"]
+    images = sorted(p.name for p in (out / "chat_images").iterdir())
+    long = "é" * ((MAX_NAME_BYTES - 4) // 2) + ".png"
+    assert images == sorted(["a_b.png", "x_y.jpg", long, files[5].rsplit("/", 1)[1], "bashrc.png"])
+    assert len(long.encode()) <= MAX_NAME_BYTES
+
+
+@pytest.mark.parametrize("name,safe", [
+    ("holiday.jpg", "holiday.jpg"),
+    ("../evil.mp4", "_evil.mp4"),
+    ("a/b.png", "a_b.png"),
+    ("a\\b.png", "a_b.png"),
+    ("x:y.jpg", "x_y.jpg"),
+    ('q?"<>|*.png', "q______.png"),
+    ("CON.mp4", "_CON.mp4"),
+    ("nul", "_nul"),
+    ("com1.tar.gz", "_com1.tar.gz"),
+    ("CONSOLE.mp4", "CONSOLE.mp4"),
+    (".hidden.png", "hidden.png"),
+    ("  spaced . ", "spaced"),
+    ("line\nbreak\x00.png", "line_break_.png"),
+    ("cat\u202egnp.exe", "cat_gnp.exe"),  # a right-to-left override would show "catexe.png"
+    ("bad\udcff.png", "bad_.png"),  # a name that was not UTF-8 on disk
+    ("...", ""),
+    ("", ""),
+    ("a" * 300 + ".mp4", "a" * (MAX_NAME_BYTES - 4) + ".mp4"),
+    ("x." + "y" * 300, "x." + "y" * (MAX_NAME_BYTES - 2)),  # no suffix: a dot in a long name
+])
+def test_safe_file_name(name, safe):
+    assert safe_file_name(name) == safe
+
+
+def test_json_export_gives_the_names_files_were_attached_as(store, tmp_path):
+    image = store.store_image(_file(tmp_path, "p.png", b"p"))
+    conv = store.create_conversation("c").id
+    store.add_message(conv, "user", "old", [image])
+    store.add_message(conv, "user", "new", [image, image], names=["holiday.png", ""])
+    data = json.loads(export_json(store, conv, tmp_path / "chat.json").read_text())
+    assert data["format"] == "smolchat-conversation" and data["version"] == 3
+    assert [(m["text"], m["images"], m["attached_names"]) for m in data["messages"]] == [
+        ("old", [image], [""]), ("new", [image, image], ["holiday.png", ""])]
+    assert [m["attached_names"] for m in data["all_messages"]] == [[""], ["holiday.png", ""]]
 
 
 def test_a_users_single_line_breaks_are_kept_as_hard_breaks(store, tmp_path):

@@ -294,8 +294,8 @@ def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, vi
     again._cancel_edit()
 
     md = export_markdown(again.store, conv_id, tmp_path / "out" / "chat.md")
-    copied = tmp_path / "out" / "chat_videos" / "video-1.mp4"
-    assert "[video: video-1.mp4](chat_videos/video-1.mp4)" in md.read_text()
+    copied = tmp_path / "out" / "chat_videos" / "walk.mp4"  # the name it was attached as, kept across the restart
+    assert "[video: walk.mp4](chat_videos/walk.mp4)" in md.read_text()
     assert copied.read_bytes() == clip.read_bytes()
     assert stored in export_json(again.store, conv_id, tmp_path / "out" / "chat.json").read_text()
 
