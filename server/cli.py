@@ -41,27 +41,28 @@ def port_number(text: str) -> int:
     return value
 
 
-def whole_number(least: int, most: int | None = None):
-    """argparse type: a whole number from ``least`` (to ``most``), refused at start with the rule:
-    --max-body-mb -1 or --max-images -1 had started a server that refused every request."""
+def _number(text: str, kind: type = int):
+    """``text`` as an ``int`` (or ``kind``) for an argparse type, or its error."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a {'whole ' if kind is int else ''}number: {text!r}") from None
+
+
+def whole_number(least: int):
+    """argparse type: a whole number from ``least``, refused at start with the rule: --max-body-mb -1
+    or --max-images -1 had started a server that refused every request."""
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < least or (most is not None and value > most):
-            raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}" if most is None
-                                             else f"must be from {least} to {most}, got {value}")
+        value = _number(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
         return value
     return parse
 
 
 def megabytes(text: str) -> float:
     """argparse type: a size in MB, more than 0 and finite."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _number(text, float)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a size in MB above 0, got {text!r}")
     return value
@@ -71,10 +72,7 @@ def context_size(text: str) -> int:
     """argparse type: KV cache tokens, 0 for the model's own (the app's rule, app.settings)."""
     from engine.api.events import MAX_CONTEXT, MIN_CONTEXT
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    value = _number(text)
     if value and not MIN_CONTEXT <= value <= MAX_CONTEXT:
         raise argparse.ArgumentTypeError(f"must be from {MIN_CONTEXT} to {MAX_CONTEXT} tokens, or 0 for the "
                                          f"model's own, got {value}")

@@ -155,22 +155,24 @@ def test_attached_name_is_the_users_file_name_never_a_hash(store, tmp_path, data
     assert attached_name(store.images_dir / "0a1b2c.jpg", store) == ""  # a stored copy: its name is unknown
 
 
+def export_chat(window, monkeypatch, out, kind: str = "md"):
+    """Chat ▸ Export as ``kind``, the save dialog answered with ``out``; returns ``out``."""
+    out.parent.mkdir(exist_ok=True)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    window.actions[f"export_{kind}"].trigger()
+    return out
+
+
 def test_export_markdown_with_images_and_json(qtbot, window, png, tmp_path, monkeypatch):
     drop(window.composer, file_mime(png))
     ask(qtbot, window, "What is it?")
-    out = tmp_path / "export" / "chat.md"
-    out.parent.mkdir()
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
-    window.actions["export_md"].trigger()
+    out = export_chat(window, monkeypatch, tmp_path / "export" / "chat.md")
     text = out.read_text()
     assert "## You" in text and "What is it?" in text and "The cat is orange." in text
     [image] = (out.parent / "chat_images").iterdir()
     assert f"(chat_images/{image.name})" in text and image.read_bytes() == png.read_bytes()
 
-    out_json = tmp_path / "export" / "chat.json"
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out_json), ""))
-    window.actions["export_json"].trigger()
-    data = json.loads(out_json.read_text())
+    data = json.loads(export_chat(window, monkeypatch, tmp_path / "export" / "chat.json", "json").read_text())
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
     assert data["messages"][1]["stats"]["generated_tokens"] == 5
 
@@ -180,10 +182,7 @@ def test_an_export_names_an_image_as_it_was_attached(qtbot, window, tmp_path, mo
     Image.new("RGB", (32, 24), (20, 90, 200)).save(holiday)
     drop(window.composer, file_mime(holiday))
     ask(qtbot, window, "Where is this?")
-    out = tmp_path / "export" / "chat.md"
-    out.parent.mkdir()
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
-    window.actions["export_md"].trigger()
+    out = export_chat(window, monkeypatch, tmp_path / "export" / "chat.md")
     assert "![image](chat_images/holiday.png)" in out.read_text()
     assert [p.name for p in (out.parent / "chat_images").iterdir()] == ["holiday.png"]
     assert (out.parent / "chat_images" / "holiday.png").read_bytes() == holiday.read_bytes()
