@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from engine.api.errors import MEDIA_SHARE
+
 FINISH_LABELS = {
     "stop": "",
     "length": "stopped at the token limit (length)",
@@ -67,8 +69,10 @@ def error_words(error_type: str, message: str) -> str:
         if "; the system prompt alone" in message:  # the setting fails every answer; it says so
             return message[0].upper() + message[1:] + "."
         head = message.split(";", 1)[0].removeprefix("the prompt has ")
-        return (f"Too long for the model's context: this message makes a prompt of {head}. Shorten it or "
-                "send it in parts (a long chat keeps only the earlier messages that fit).")
+        fix = "Shorten it, attach fewer images or a shorter video, or send it in parts" if MEDIA_SHARE in head \
+            else "Shorten it or send it in parts"
+        return (f"Too long for the model's context: this message makes a prompt of {head}. {fix} "
+                "(a long chat keeps only the earlier messages that fit).")
     return message
 
 

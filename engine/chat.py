@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from engine.api.backend import ProgressEvent
-from engine.api.errors import SYSTEM_PROMPT_TOO_LONG, PromptTooLongError, UnsupportedOperation
+from engine.api.errors import MEDIA_SHARE, SYSTEM_PROMPT_TOO_LONG, PromptTooLongError, UnsupportedOperation
 from engine.api.events import (
     DoneEvent,
     GenerationEvent,
@@ -135,6 +135,18 @@ class Turn:
     def media(self) -> list[ProcessedImage]:
         """Videos then images: the order their tiles take in the prompt."""
         return [*self.videos, *self.images]
+
+
+def _media_share(prompt: Prompt, turns: Sequence[Turn]) -> str:
+    """``" (1,530 of them for images)"`` in a too-long prompt's message: the part of the prompt the
+    images and video frames take, which fewer or smaller media would shrink; ``""`` without any.
+    Front ends look for :data:`~engine.api.errors.MEDIA_SHARE` to suggest sending fewer of them."""
+    if not prompt.image_positions:
+        return ""
+    videos = any(t.videos for t in turns)
+    images = any(t.images for t in turns)
+    what = "images and video frames" if videos and images else "video frames" if videos else "images"
+    return f" ({len(prompt.image_positions):,}{MEDIA_SHARE}{what})"
 
 
 class Prompt(NamedTuple):
@@ -701,7 +713,8 @@ class ChatSession:
             system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
             if system and system >= capacity // 2:  # a stored setting, not this message, fails every answer
                 alone = f"; the system prompt alone has {system} tokens{SYSTEM_PROMPT_TOO_LONG}"
-            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens but the context holds {capacity}{alone}")
+            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens{_media_share(prompt, self.turns)} "
+                                     f"but the context holds {capacity}{alone}")
         return prompt, dropped
 
     def _generate(self, prompt: Prompt, params: GenerationParams, t0: float, snapshot: list[Turn],

@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
+from engine.api.errors import MEDIA_SHARE, SYSTEM_PROMPT_TOO_LONG
 
 # As OpenAI's API types them: an unknown model (404, code model_not_found) and a body or image too
 # large (413) are the request's fault like any 400, "invalid_request_error" (clients branch on it).
@@ -52,8 +52,10 @@ def from_engine(error_type: str, message: str | None) -> APIError:
     if code == "context_length_exceeded" and message:
         if message.endswith(SYSTEM_PROMPT_TOO_LONG):  # the engine words it for the app's settings
             message = message.removesuffix(SYSTEM_PROMPT_TOO_LONG) + ": shorten the system message"
+        elif MEDIA_SHARE in message:  # images take part of it: fewer or smaller ones help too
+            message += ": shorten the prompt or the conversation, or send fewer images (or 'detail': 'low')"
         else:
-            message += ": shorten the prompt or the conversation (or send fewer images, or 'detail': 'low')"
+            message += ": shorten the prompt or the conversation"
     if code is not None:
         return APIError(400, message or error_type, code, CLIENT_ERROR_PARAMS.get(error_type))
     return APIError(500, message or "the engine failed", "engine_error")

@@ -44,6 +44,9 @@ class InvalidPromptError(EngineError, ValueError):
 #: How a :class:`PromptTooLongError`'s message ends when the system prompt alone fills half the
 #: context (worded for the app, where it is a setting; the HTTP server words it for its clients).
 SYSTEM_PROMPT_TOO_LONG = ": shorten it in Settings"
+#: In a :class:`PromptTooLongError`'s token count, before what the image tokens are for:
+#: "the prompt has 9,012 tokens (8,640 of them for images) but the context holds 8192".
+MEDIA_SHARE = " of them for "
 
 
 class InvalidLogitsError(EngineError):

@@ -126,15 +126,21 @@ def test_cancel_stops_between_tokens(session):
     assert events[-1].stats.generated_tokens == 2  # checked right after the token already yielded
 
 
-def test_bad_image_and_too_long_prompt_leave_conversation_unchanged(tiny_checkpoint, tmp_path):
+def test_bad_image_and_too_long_prompt_leave_conversation_unchanged(tiny_checkpoint, tmp_path, images_dir):
     session = ChatSession.load(str(tiny_checkpoint), device="cpu",
                                cache_config=CacheConfig(kind="contiguous", max_tokens=64))
     bad = tmp_path / "notes.png"
     bad.write_text("not an image")
     with pytest.raises(ImageError):
         session.send("What is this?", images=[bad])
-    with pytest.raises(PromptTooLongError, match="the prompt has 1[0-9]{3} tokens but the context holds 64"):
+    with pytest.raises(PromptTooLongError, match="^the prompt has 1[0-9]{3} tokens but the context holds 64$"):
         session.send("word " * 1000)
+    assert session.turns == []
+    # With media, the message says how much of the prompt they take (front ends then suggest fewer):
+    # the photo at "fast" is one tile of 64 image tokens.
+    with pytest.raises(PromptTooLongError, match=r"^the prompt has [0-9]{2,3} tokens \(64 of them for images\) but "
+                                                 "the context holds 64$"):
+        session.send("What is this?", images=[images_dir / "chelsea.png"], params=GenerationParams(image_detail="fast"))
     assert session.turns == []
     tokens, done, _ = run(session, "Hi", n=3)
     assert done.finish_reason == "length" and len(tokens) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -12,7 +13,9 @@ import pytest
 
 from server import ServerConfig, create_app
 from tests.server.fakes import FakeSession, fake_loader
-from tests.server.helpers import ThreadServer
+from tests.server.helpers import ThreadServer, png_bytes
+
+PNG = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
 
 
 def stream_lines(url: str, body: dict) -> tuple[httpx.Response, list[str]]:
@@ -50,14 +53,25 @@ def test_every_rule_of_the_stream_contract(url, include_usage):
         assert usage_chunks == [] and all("usage" not in c for c in chunks)
 
 
-def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url):
+@pytest.mark.parametrize("with_image", [False, True])
+def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url, with_image):
+    """A prompt beyond the context: 400 with what to do; sending fewer images is suggested only
+    where images take part of the prompt (64 tokens: the photo at 'detail': 'low')."""
+    content = [{"type": "text", "text": "x " * 9000}]
+    if with_image:
+        content.append({"type": "image_url", "image_url": {"url": PNG, "detail": "low"}})
     response, lines = stream_lines(url, {"model": "tiny-f32", "stream": True, "max_tokens": 5,
-                                         "messages": [{"role": "user", "content": "x " * 9000}]})
+                                         "messages": [{"role": "user", "content": content}]})
     assert response.status_code == 400
     error = json.loads("".join(lines))["error"]
     assert error["code"] == "context_length_exceeded"
-    assert re.fullmatch(r"the prompt has \d+ tokens but the context holds \d+: shorten the prompt or the "
-                        r"conversation \(or send fewer images, or 'detail': 'low'\)", error["message"]), error
+    if with_image:
+        assert re.fullmatch(r"the prompt has \d+ tokens \(64 of them for images\) but the context holds \d+: "
+                            r"shorten the prompt or the conversation, or send fewer images \(or 'detail': 'low'\)",
+                            error["message"]), error
+    else:
+        assert re.fullmatch(r"the prompt has \d+ tokens but the context holds \d+: shorten the prompt or the "
+                            r"conversation", error["message"]), error
 
 
 @pytest.fixture
