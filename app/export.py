@@ -62,7 +62,9 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
                 lines += [f"[video: {_link_text(name)}]({_destination(f'{videos.folder.name}/{name}')})", ""]
             else:
                 name = images.add(stored, attached, Path(stored).name)
-                lines += [f"![image]({_destination(f'{images.folder.name}/{name}')})", ""]
+                # The alt text a screen reader or a viewer without the file shows: its name, where known.
+                alt = _link_text(name) if attached else "image"
+                lines += [f"![{alt}]({_destination(f'{images.folder.name}/{name}')})", ""]
         if message.text:
             lines += [plain_markdown(message.text) if message.role == "user" else message.text, ""]
         if message.status not in ("done", "streaming"):

@@ -183,7 +183,7 @@ def test_an_export_names_an_image_as_it_was_attached(qtbot, window, tmp_path, mo
     drop(window.composer, file_mime(holiday))
     ask(qtbot, window, "Where is this?")
     out = export_chat(window, monkeypatch, tmp_path / "export" / "chat.md")
-    assert "![image](chat_images/holiday.png)" in out.read_text()
+    assert "![holiday.png](chat_images/holiday.png)" in out.read_text()
     assert [p.name for p in (out.parent / "chat_images").iterdir()] == ["holiday.png"]
     assert (out.parent / "chat_images" / "holiday.png").read_bytes() == holiday.read_bytes()
 

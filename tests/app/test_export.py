@@ -77,15 +77,15 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
         "## You\n\n"
         "[video: cat.mp4](chat_videos/cat.mp4)\n\n"
         "[video: cat (2).mp4](<chat_videos/cat (2).mp4>)\n\n"
-        "![image](chat_images/photo.png)\n\n"
-        "![image](<chat_images/PHOTO (2).png>)\n\n"  # names differing in case only are one name on Windows and macOS
+        "![photo.png](chat_images/photo.png)\n\n"
+        "![PHOTO (2).png](<chat_images/PHOTO (2).png>)\n\n"  # names differing in case only are one name on Windows and macOS
         "Two cats?\n\n"
         "## Assistant\n\n"
         "Yes.\n\n"
         "## You\n\n"
         "[video: cat.mp4](chat_videos/cat.mp4)\n\n"  # exported once, under its first name
         "[video: video-3.webm](chat_videos/video-3.webm)\n\n"  # unknown name: the third video of the export
-        "![image](<chat_images/my_pet & me.png>)\n\n"
+        "![my\\_pet \\& me.png](<chat_images/my_pet & me.png>)\n\n"
         f"![image](chat_images/{plain})\n\n"
         "Again, and these\n")
     assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["cat (2).mp4", "cat.mp4", "video-3.webm"]
