@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.api.errors import MEDIA_SHARE
+from engine.api.errors import MEDIA_KINDS, media_kind
 
 FINISH_LABELS = {
     "stop": "",
@@ -61,6 +61,13 @@ def pending_summary(counts: list[int | None]) -> str:
     return f"{label} · {sum(known):,} image tokens"
 
 
+# What to do where the engine says the media take what does not fit (engine.api.errors.media_kind).
+_FEWER_MEDIA = dict(zip(MEDIA_KINDS, [
+    "Attach fewer images or pick a lower image detail, shorten it, or send it in parts",
+    "Attach a shorter video or fewer frames (Settings ▸ Video frames), shorten it, or send it in parts",
+    "Attach fewer images or a shorter video, shorten it, or send it in parts"]))
+
+
 def error_words(error_type: str, message: str) -> str:
     """An engine error as the window says it: a sentence, and for a prompt beyond the context what
     to do about it (the engine's message is worded for every front end, the server's clients too)."""
@@ -69,8 +76,7 @@ def error_words(error_type: str, message: str) -> str:
         if "; the system prompt alone" in message:  # the setting fails every answer; it says so
             return message[0].upper() + message[1:] + "."
         head = message.split(";", 1)[0].removeprefix("the prompt has ")
-        fix = "Shorten it, attach fewer images or a shorter video, or send it in parts" if MEDIA_SHARE in head \
-            else "Shorten it or send it in parts"
+        fix = _FEWER_MEDIA.get(media_kind(head), "Shorten it or send it in parts")
         return (f"Too long for the model's context: this message makes a prompt of {head}. {fix} "
                 "(a long chat keeps only the earlier messages that fit).")
     return message

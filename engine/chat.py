@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from engine.api.backend import ProgressEvent
-from engine.api.errors import MEDIA_SHARE, SYSTEM_PROMPT_TOO_LONG, PromptTooLongError, UnsupportedOperation
+from engine.api.errors import MEDIA_KINDS, MEDIA_SHARE, SYSTEM_PROMPT_TOO_LONG, PromptTooLongError, UnsupportedOperation
 from engine.api.events import (
     DoneEvent,
     GenerationEvent,
@@ -137,16 +137,19 @@ class Turn:
         return [*self.videos, *self.images]
 
 
-def _media_share(prompt: Prompt, turns: Sequence[Turn]) -> str:
-    """``" (1,530 of them for images)"`` in a too-long prompt's message: the part of the prompt the
-    images and video frames take, which fewer or smaller media would shrink; ``""`` without any.
-    Front ends look for :data:`~engine.api.errors.MEDIA_SHARE` to suggest sending fewer of them."""
-    if not prompt.image_positions:
+def _media_share(prompt: Prompt, turns: Sequence[Turn], capacity: int) -> str:
+    """``" (1530 of them for images)"`` in a too-long prompt's message: the image tokens of its images
+    and video frames, where the rest of the prompt fits the context, so that fewer or smaller media
+    would make it fit; ``""`` otherwise (the text alone is too long). Front ends look for
+    :data:`~engine.api.errors.MEDIA_SHARE` and the kind named after it (:data:`~engine.api.errors.MEDIA_KINDS`)
+    to suggest what to send instead."""
+    media = len(prompt.image_positions)
+    if not media or len(prompt.ids) - media >= capacity:
         return ""
     videos = any(t.videos for t in turns)
     images = any(t.images for t in turns)
-    what = "images and video frames" if videos and images else "video frames" if videos else "images"
-    return f" ({len(prompt.image_positions):,}{MEDIA_SHARE}{what})"
+    kind = MEDIA_KINDS[2] if videos and images else MEDIA_KINDS[1] if videos else MEDIA_KINDS[0]
+    return f" ({media}{MEDIA_SHARE}{kind})"
 
 
 class Prompt(NamedTuple):
@@ -713,7 +716,7 @@ class ChatSession:
             system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
             if system and system >= capacity // 2:  # a stored setting, not this message, fails every answer
                 alone = f"; the system prompt alone has {system} tokens{SYSTEM_PROMPT_TOO_LONG}"
-            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens{_media_share(prompt, self.turns)} "
+            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens{_media_share(prompt, self.turns, capacity)} "
                                      f"but the context holds {capacity}{alone}")
         return prompt, dropped
 

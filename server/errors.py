@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from engine.api.errors import MEDIA_SHARE, SYSTEM_PROMPT_TOO_LONG
+from engine.api.errors import MEDIA_KINDS, SYSTEM_PROMPT_TOO_LONG, media_kind
 
 # As OpenAI's API types them: an unknown model (404, code model_not_found) and a body or image too
 # large (413) are the request's fault like any 400, "invalid_request_error" (clients branch on it).
@@ -26,6 +26,11 @@ CLIENT_ERROR_PARAMS = {"InvalidPromptError": "prompt"}
 # under what name the server keeps it.
 _MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+|\b[0-9a-f]{40}(?:\.\d+\.\d+\.part|\.[A-Za-z0-9]+)")
 T = TypeVar("T")
+# What a client can send instead where the engine says the media take what does not fit (a video's
+# frames are one tile each: 'detail' changes nothing for them, and the server samples them itself).
+_FEWER_MEDIA = dict(zip(MEDIA_KINDS, [", or send fewer images (or 'detail': 'low')",
+                                      ", or send fewer or shorter videos",
+                                      ", or send fewer images or videos (or images with 'detail': 'low')"]))
 
 
 class APIError(Exception):
@@ -52,10 +57,8 @@ def from_engine(error_type: str, message: str | None) -> APIError:
     if code == "context_length_exceeded" and message:
         if message.endswith(SYSTEM_PROMPT_TOO_LONG):  # the engine words it for the app's settings
             message = message.removesuffix(SYSTEM_PROMPT_TOO_LONG) + ": shorten the system message"
-        elif MEDIA_SHARE in message:  # images take part of it: fewer or smaller ones help too
-            message += ": shorten the prompt or the conversation, or send fewer images (or 'detail': 'low')"
-        else:
-            message += ": shorten the prompt or the conversation"
+        else:  # where the media are what does not fit, fewer or smaller ones help too
+            message += ": shorten the prompt or the conversation" + _FEWER_MEDIA.get(media_kind(message), "")
     if code is not None:
         return APIError(400, message or error_type, code, CLIENT_ERROR_PARAMS.get(error_type))
     return APIError(500, message or "the engine failed", "engine_error")

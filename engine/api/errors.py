@@ -44,9 +44,20 @@ class InvalidPromptError(EngineError, ValueError):
 #: How a :class:`PromptTooLongError`'s message ends when the system prompt alone fills half the
 #: context (worded for the app, where it is a setting; the HTTP server words it for its clients).
 SYSTEM_PROMPT_TOO_LONG = ": shorten it in Settings"
-#: In a :class:`PromptTooLongError`'s token count, before what the image tokens are for:
-#: "the prompt has 9,012 tokens (8,640 of them for images) but the context holds 8192".
+#: In a :class:`PromptTooLongError`'s token count, before what the image tokens are for, where the
+#: rest of the prompt fits: "the prompt has 9012 tokens (8640 of them for images) but the context holds 8192".
 MEDIA_SHARE = " of them for "
+#: What they are for: images only, video frames only, or both.
+MEDIA_KINDS = ("images", "video frames", "images and video frames")
+
+
+def media_kind(message: str) -> str | None:
+    """Which of :data:`MEDIA_KINDS` a :class:`PromptTooLongError`'s message says fewer of would make
+    the prompt fit; ``None`` where it names none (the text alone is too long, or no media)."""
+    for kind in sorted(MEDIA_KINDS, key=len, reverse=True):  # "images and video frames" before "video frames"
+        if f"{MEDIA_SHARE}{kind})" in message:
+            return kind
+    return None
 
 
 class InvalidLogitsError(EngineError):

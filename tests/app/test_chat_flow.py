@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QTextBrowser, QToolButton
 
@@ -115,17 +116,20 @@ def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
     assert win.composer.toPlainText() == ("word " * 30_000).strip()  # kept, to shorten
 
 
-def test_a_message_too_long_with_its_images_suggests_fewer(qtbot, make_window):
-    """Where images take part of the prompt the engine says how much, and the banner suggests fewer."""
-    win = make_window(FakeBackend(image_error="the prompt has 9012 tokens (8,640 of them for images) but the "
+@pytest.mark.parametrize("kind, advice", [
+    ("images", "Attach fewer images or pick a lower image detail, shorten it, or send it in parts"),
+    ("video frames", "Attach a shorter video or fewer frames (Settings ▸ Video frames), shorten it, or send it in parts"),
+])
+def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, kind, advice):
+    """Where the media are what does not fit, the engine says so and the banner suggests what helps."""
+    win = make_window(FakeBackend(image_error=f"the prompt has 9012 tokens (8640 of them for {kind}) but the "
                                               "context holds 8192", error_type="PromptTooLongError"))
     win.composer.setPlainText("Compare these.")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     assert win.banner.message() == (
-        "Too long for the model's context: this message makes a prompt of 9012 tokens (8,640 of them for images) "
-        "but the context holds 8192. Shorten it, attach fewer images or a shorter video, or send it in parts "
-        "(a long chat keeps only the earlier messages that fit).")
+        f"Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for {kind}) "
+        f"but the context holds 8192. {advice} (a long chat keeps only the earlier messages that fit).")
 
 
 def test_new_chat_clears_transcript_and_resets_session(qtbot, window, fake_session):

@@ -138,9 +138,13 @@ def test_bad_image_and_too_long_prompt_leave_conversation_unchanged(tiny_checkpo
     assert session.turns == []
     # With media, the message says how much of the prompt they take (front ends then suggest fewer):
     # the photo at "fast" is one tile of 64 image tokens.
-    with pytest.raises(PromptTooLongError, match=r"^the prompt has [0-9]{2,3} tokens \(64 of them for images\) but "
+    fast = GenerationParams(image_detail="fast")
+    with pytest.raises(PromptTooLongError, match=r"^the prompt has [0-9]{2} tokens \(64 of them for images\) but "
                                                  "the context holds 64$"):
-        session.send("What is this?", images=[images_dir / "chelsea.png"], params=GenerationParams(image_detail="fast"))
+        session.send("What is this?", images=[images_dir / "chelsea.png"], params=fast)
+    # ... and nothing of them where the text alone is too long: fewer images would not help.
+    with pytest.raises(PromptTooLongError, match="^the prompt has 1[0-9]{2} tokens but the context holds 64$"):
+        session.send("word " * 100, images=[images_dir / "chelsea.png"], params=fast)
     assert session.turns == []
     tokens, done, _ = run(session, "Hi", n=3)
     assert done.finish_reason == "length" and len(tokens) == 3

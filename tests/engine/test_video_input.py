@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -212,3 +213,29 @@ def test_an_image_too_large_to_open_is_not_an_animation(tmp_path):
     path = tmp_path / "huge.png"
     Image.new("1", (20000, 20000)).save(path)
     assert frame_count(path) == 1
+
+
+def test_a_video_too_long_for_the_context_says_its_frames_are_what_does_not_fit(family_checkpoint, tmp_path,
+                                                                                 images_dir):
+    """The refusal names the media's share where the rest fits (the front ends then suggest fewer
+    or shorter videos), and says nothing of it where the text alone is too long."""
+    from engine.api.errors import PromptTooLongError
+    from engine.cache import CacheConfig
+    from engine.chat import ChatSession
+
+    clip = write_video(tmp_path / "clip.mp4", [solid(64, 48, 4 * i) for i in range(60)], rate=10)  # 6 frames at 1 fps
+    session = ChatSession.load(family_checkpoint("SmolVLM2-256M-Video-Instruct"), device="cpu", dtype="float32",
+                               cache_config=CacheConfig(kind="contiguous", max_tokens=256))
+    params = GenerationParams(max_new_tokens=2, image_detail="fast")
+    for videos, images, kind in [([clip], [], "video frames"), ([clip], [images_dir / "chelsea.png"],
+                                                               "images and video frames")]:
+        with pytest.raises(PromptTooLongError) as info:
+            list(session.send("What happens?", images=images, videos=videos, params=params))
+        match = re.fullmatch(rf"the prompt has (\d+) tokens \((\d+) of them for {kind}\) but the context holds 256",
+                             str(info.value))
+        assert match, str(info.value)
+        total, media = int(match[1]), int(match[2])
+        assert media == 64 * (6 + len(images)) and total - media < 256  # a frame or a "fast" image is 64 tokens
+    with pytest.raises(PromptTooLongError, match=r"^the prompt has \d+ tokens but the context holds 256$"):
+        list(session.send("word " * 300, videos=[clip], params=params))
+    assert session.turns == []

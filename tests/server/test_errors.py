@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from server.errors import APIError, engine_result
+from server.errors import APIError, engine_result, from_engine
 
 
 async def _gives(value=None, error: BaseException | None = None):
@@ -48,3 +48,18 @@ def test_both_routes_use_it():
     for module in (routes_info, routes_tokenize):
         source = inspect.getsource(module)
         assert "engine_result(" in source and "from_engine(" not in source, module.__name__
+
+
+@pytest.mark.parametrize("share, advice", [
+    ("", ""),
+    (" (640 of them for images)", ", or send fewer images (or 'detail': 'low')"),
+    (" (384 of them for video frames)", ", or send fewer or shorter videos"),
+    (" (448 of them for images and video frames)", ", or send fewer images or videos (or images with 'detail': 'low')"),
+])
+def test_a_prompt_too_long_says_what_to_send_instead(share, advice):
+    """Fewer media are suggested only where the engine says they are what does not fit (the text
+    alone fits), and as what the media are: 'detail' does nothing for a video's frames."""
+    message = f"the prompt has 700 tokens{share} but the context holds 512"
+    error = from_engine("PromptTooLongError", message)
+    assert (error.status, error.code) == (400, "context_length_exceeded")
+    assert error.message == f"{message}: shorten the prompt or the conversation{advice}"

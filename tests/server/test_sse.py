@@ -57,9 +57,12 @@ def test_every_rule_of_the_stream_contract(url, include_usage):
 def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url, with_image):
     """A prompt beyond the context: 400 with what to do; sending fewer images is suggested only
     where images take part of the prompt (64 tokens: the photo at 'detail': 'low')."""
-    content = [{"type": "text", "text": "x " * 9000}]
-    if with_image:
-        content.append({"type": "image_url", "image_url": {"url": PNG, "detail": "low"}})
+    context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
+    if with_image:  # the text alone fits, the photo's 64 tokens do not
+        content = [{"type": "text", "text": "x" + " x" * (context - 40)},
+                   {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}]
+    else:
+        content = [{"type": "text", "text": "x " * 9000}]
     response, lines = stream_lines(url, {"model": "tiny-f32", "stream": True, "max_tokens": 5,
                                          "messages": [{"role": "user", "content": content}]})
     assert response.status_code == 400
