@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.api import DoneEvent, GenerationStats, PromptLogprobsEvent, TokenEvent
 from server.bridge import Answer, shutting_down
-from server.errors import APIError, from_engine
+from server.errors import APIError, client_text, from_engine
 
 
 class StopMatcher:
@@ -161,6 +161,14 @@ async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream
     if isinstance(event, DoneEvent) and event.finish_reason == "cancelled" and answer.shut_down:
         raise shutting_down(cut=False)
     return event
+
+
+def notice_of(outcome: Outcome) -> dict:
+    """``{"notice": text}`` where the engine answered with something the client should know (only
+    some of a video's frames could be read), ``{}`` otherwise: a field beside ``usage`` that OpenAI's
+    clients keep as an extra. The server's own names for uploaded files are not said."""
+    notice = getattr(outcome.stats, "notice", "")
+    return {"notice": client_text(notice, "the video")} if notice else {}
 
 
 def usage(outcome: Outcome) -> dict:

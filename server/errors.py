@@ -50,10 +50,16 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
     return {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
 
 
+def client_text(text: str, media: str = "the uploaded media") -> str:
+    """An engine message for a client: each path or stored name of a file in the server's media
+    folder said as ``media`` (what was wrong with the client's media, not where the server keeps it)."""
+    return _MEDIA_PATH.sub(media, text)
+
+
 def from_engine(error_type: str, message: str | None) -> APIError:
     """The APIError for an engine failure: 400 for the request's fault, 500 for anything else."""
     code = CLIENT_ERRORS.get(error_type)
-    message = _MEDIA_PATH.sub("the uploaded media", message) if message else message
+    message = client_text(message) if message else message
     if code == "context_length_exceeded" and message:
         if message.endswith(SYSTEM_PROMPT_TOO_LONG):  # the engine words it for the app's settings
             message = message.removesuffix(SYSTEM_PROMPT_TOO_LONG) + ": shorten the system message"

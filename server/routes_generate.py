@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.api import PromptLogprobsEvent, TokenEvent
-from server.answer_stream import Outcome, first_event, pieces, stops_of, usage
+from server.answer_stream import Outcome, first_event, notice_of, pieces, stops_of, usage
 from server.bridge import Answer, ClientDisconnected
 from server.conversation import Turns, params_for, to_turns
 from server.errors import APIError
@@ -294,10 +294,10 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
         # With include_usage, OpenAI's chunks carry "usage": null until the usage chunk.
         no_usage = {"usage": None} if include_usage else {}
 
-        def chunk(delta: dict, finish: str | None = None, logprobs: dict | None = None) -> str:
+        def chunk(delta: dict, finish: str | None = None, logprobs: dict | None = None, extra: dict | None = None) -> str:
             return sse({**base, "object": "chat.completion.chunk",
                         "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-                        **no_usage})
+                        **no_usage, **(extra or {})})
 
         async def stream() -> AsyncIterator[str]:
             # The role chunk goes out with the first text (or the end) in one write: one send and
@@ -330,8 +330,8 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                     yield sse(outcome.error.body())
                     return
                 _remember(state, "".join(streamed), outcome, turns.continuing)
-                # The finish chunk, the usage and [DONE] in one write, too.
-                yield role + chunk({}, outcome.finish_reason) + (sse({
+                # The finish chunk (with the answer's notice), the usage and [DONE] in one write, too.
+                yield role + chunk({}, outcome.finish_reason, extra=notice_of(outcome)) + (sse({
                     **base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
                     if include_usage else "") + "data: [DONE]\n\n"
             finally:
@@ -356,7 +356,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
                          "logprobs": {"content": content_lp} if logprobs is not None else None,
                          "finish_reason": outcome.finish_reason}],
-            "usage": usage(outcome)}
+            "usage": usage(outcome), **notice_of(outcome)}
 
 
 #: The 400 for a batch: this server answers one completion per request.

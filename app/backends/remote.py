@@ -110,9 +110,10 @@ def request_body(model: str, messages: list[dict], params: GenerationParams) -> 
 def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[tuple], None],
                 keep: Callable[[httpx.Response], None] = lambda r: None,
                 stop: threading.Event | None = None) -> None:
-    """POST ``body`` and ``put`` ``("token", text)``, ``("usage", dict)``, ``("finish", reason)`` as
-    they arrive; returns early once ``stop`` is set (leaving the ``with`` closes the connection, which
-    is how a server learns to stop generating). Raises RemoteError: HTTP errors, error bodies (also
+    """POST ``body`` and ``put`` ``("token", text)``, ``("usage", dict)``, ``("notice", text)`` (a
+    Smolchat server's word on the answer), ``("finish", reason)`` as they arrive; returns early once
+    ``stop`` is set (leaving the ``with`` closes the connection, which is how a server learns to stop
+    generating). Raises RemoteError: HTTP errors, error bodies (also
     inside an HTTP 200, as LM Studio sends them), malformed SSE, a connection closed before the end."""
     url = api_base(base_url) + "/chat/completions"
     finished = False
@@ -147,6 +148,7 @@ def _chunk(chunk: dict, put) -> bool:
     if chunk.get("error"):
         raise RemoteError("error", error_message(json.dumps(chunk)))
     usage = _usage(chunk.get("usage"))
+    notice = _typed(chunk.get("notice"), str, "notice")  # Smolchat's server: what the answer should say
     pieces = []
     for i, choice in enumerate(_objects(chunk.get("choices"), "choices")):
         delta = _typed(choice.get("delta"), dict, f"choices[{i}].delta") or {}
@@ -154,6 +156,8 @@ def _chunk(chunk: dict, put) -> bool:
                        _typed(choice.get("finish_reason"), str, f"choices[{i}].finish_reason")))
     if usage is not None:
         put(("usage", usage))
+    if notice:
+        put(("notice", notice))
     finished = False
     for content, finish in pieces:
         if content:
@@ -196,9 +200,12 @@ def _whole_answer(text: str, put) -> None:
     content = _typed(message.get("content"), str, "choices[0].message.content") or ""
     finish = _typed(choice.get("finish_reason"), str, "choices[0].finish_reason") or "stop"
     usage = _usage(data.get("usage"))
+    notice = _typed(data.get("notice"), str, "notice")
     put(("token", content))
     if usage is not None:
         put(("usage", usage))
+    if notice:
+        put(("notice", notice))
     put(("finish", finish))
 
 
@@ -390,7 +397,8 @@ class RemoteBackend:
         if dropped and error is None:
             stats.dropped_turns = dropped
             what = "the oldest message was" if dropped == 1 else f"the {dropped} oldest messages were"
-            stats.notice = f"The conversation no longer fits the context of {self.model} on {self.server.name}: {what} left out."
+            left_out = f"The conversation no longer fits the context of {self.model} on {self.server.name}: {what} left out."
+            stats.notice = f"{left_out} {stats.notice}" if stats.notice else left_out
         if text:  # the partial answer of a failed stream is kept, like a cancelled one
             self._history = [*history, HistoryMessage("assistant", text)]
         sink(DoneEvent(reason, stats, error, error_type))
@@ -432,6 +440,8 @@ class RemoteBackend:
                 sink(TokenEvent(item[1], -1))
             elif item[0] == "usage":
                 usage = item[1]
+            elif item[0] == "notice":
+                stats.notice = item[1]
             elif item[0] == "finish":
                 reason = "length" if item[1] == "length" else "stop"
             elif item[0] == "error":
