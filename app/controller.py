@@ -76,6 +76,7 @@ class ChatController(QObject):
         self.image_detail = "full"  # of the last answer: the detail a reopened chat's images are read at
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
+        self.last_images: list[str] = []  # the last question's stored files, for the composer when it fails
         # Stored copy -> the user's file it was made from: errors name the file the user attached.
         self.display_names: dict[str, str] = {}
 
@@ -159,7 +160,7 @@ class ChatController(QObject):
             return False
         for original, copy in zip(images, stored):  # a video is copied only now (an image when attached)
             self.display_names.setdefault(copy, original)
-        self.last_prompt = text
+        self.last_prompt, self.last_images = text, list(stored)
         attachments = attachments_for(stored, self.takes_video)
         self._start(history, params, lambda p, sp: self.backend.send(text, attachments, p, self.bridge.sink, sp))
         return True
@@ -175,7 +176,7 @@ class ChatController(QObject):
             return
         if found:
             history, user = found
-            self.last_prompt = user["text"]
+            self.last_prompt, self.last_images = user["text"], list(user["images"])
             # The backend holds the question and its answer: rebuild up to the question, then ask again.
             self._start(history, params, lambda p, sp: self.backend.send(
                 user["text"], attachments_for(user["images"], self.takes_video), p, self.bridge.sink, sp))

@@ -322,8 +322,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.transcript.end_answer(result.get("finish_reason", "error"),
                                    " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))
         if result.get("finish_reason") == "error" and answer is not None and not answer.text:
-            if not self.composer.toPlainText():
-                self.composer.setPlainText(self.controller.last_prompt)  # let the user fix and resend
+            if not self.composer.toPlainText() and not self.attachments.paths():
+                # Let the user fix and resend: the text and the files it was sent with.
+                self._fill_composer(self.controller.last_prompt, self.controller.last_images)
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")

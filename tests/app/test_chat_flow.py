@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QTextBrowser, QToolButton
 
@@ -120,13 +121,21 @@ def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
     ("images", "Attach fewer images or pick a lower image detail, shorten it, or send it in parts"),
     ("video frames", "Attach a shorter video or fewer frames (Settings ▸ Video frames), shorten it, or send it in parts"),
 ])
-def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, kind, advice):
-    """Where the media are what does not fit, the engine says so and the banner suggests what helps."""
+def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, kind, advice, tmp_path):
+    """Where the media are what does not fit, the engine says so and the banner suggests what helps;
+    the message comes back to the composer with its files, to send again with fewer (found by a
+    trial: only the text came back, and resending it dropped the photo without a word)."""
     win = make_window(FakeBackend(image_error=f"the prompt has 9012 tokens (8640 of them for {kind}) but the "
                                               "context holds 8192", error_type="PromptTooLongError"))
+    png = tmp_path / "shelf.png"
+    Image.new("RGB", (40, 30), (10, 120, 40)).save(png)
+    assert drop(win.composer, file_mime(png))
     win.composer.setPlainText("Compare these.")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.composer.toPlainText() == "Compare these."
+    [stored] = win.attachments.paths()  # the copy kept with the chat, shown under the name it was dropped as
+    assert Path(stored).read_bytes() == png.read_bytes() and win.controller.display_names[stored] == str(png)
     assert win.banner.message() == (
         f"Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for {kind}) "
         f"but the context holds 8192. {advice} (a long chat keeps only the earlier messages that fit).")
