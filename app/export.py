@@ -46,9 +46,10 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
     conv = store.conversation(conversation_id)
     images = _ExportFolder(path.with_name(f"{path.stem}_images"))
     videos = _ExportFolder(path.with_name(f"{path.stem}_videos"))
-    lines = [f"# {display_title(conv.title) or 'Smolchat conversation'}", ""]
-    if conv.settings.get("system_prompt"):
-        lines += [f"> System prompt: {conv.settings['system_prompt']}", ""]
+    lines = [f"# {_heading(display_title(conv.title)) or 'Smolchat conversation'}", ""]
+    if conv.settings.get("system_prompt"):  # a quote of as many lines as the prompt has, shown as typed
+        quoted = plain_markdown(f"System prompt: {conv.settings['system_prompt']}").split("\n")
+        lines += ["\n".join(f"> {line}" if line else ">" for line in quoted), ""]
     versions = store.versions(conversation_id)
     for message in store.messages(conversation_id):
         who = "You" if message.role == "user" else message.stats.get("model_name") or "Assistant"
@@ -66,7 +67,7 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
                 alt = _link_text(name) if attached else "image"
                 lines += [f"![{alt}]({_destination(f'{images.folder.name}/{name}')})", ""]
         if message.text:
-            lines += [plain_markdown(message.text) if message.role == "user" else message.text, ""]
+            lines += [_text_markdown(message), ""]
         if message.status not in ("done", "streaming"):
             lines += [f"*({message.status})*", ""]
         if count > 1:
@@ -145,9 +146,19 @@ def _link_text(text: str) -> str:
     return _MARKUP.sub(r"\\\1", text)
 
 
+def _heading(text: str) -> str:
+    """A one-line title as an ATX heading's text that reads as typed: markup characters escaped as in
+    a link's text, and a last ``#`` (which would be read as the heading's closing sequence)."""
+    text = _link_text(text)
+    return text[:-1] + "\\#" if text.endswith("#") else text
+
+
 def _destination(link: str) -> str:
-    """``link`` as a Markdown link's destination: as it is, or within ``<...>`` when it holds a space or a
-    parenthesis (a bare one would end there; CommonMark 0.31, "Links"), ``<``, ``>`` and ``\\`` escaped."""
+    """``link`` (a relative path) as a Markdown link's destination: ``%``, ``#`` and ``?`` percent-encoded
+    (a reader resolves the destination as a URL, where they start an escape, the fragment and the
+    query), then as it is, or within ``<...>`` when it holds a space or a parenthesis (a bare one
+    would end there; CommonMark 0.31, "Links"), ``<``, ``>`` and ``\\`` escaped."""
+    link = link.replace("%", "%25").replace("#", "%23").replace("?", "%3F")
     if not re.search(r"[\s()<>\\]", link):
         return link
     return "<" + re.sub(r"([<>\\])", r"\\\1", link) + ">"
@@ -168,8 +179,7 @@ def plain_markdown(text: str) -> str:
     for i, line in enumerate(lines):
         marker = _fence(line)
         if fence:
-            if marker.startswith(fence[0]) and len(marker) >= len(fence) and not line.strip()[len(marker):].strip():
-                fence = ""
+            fence = "" if _closes(line, marker, fence) else fence
             out.append(line)
             continue
         if marker:
@@ -181,7 +191,22 @@ def plain_markdown(text: str) -> str:
         if line.strip() and following.strip() and not _fence(following) and not line.endswith("  "):
             line += "  "
         out.append(line)
-    return "\n".join(out)
+    return "\n".join(out) + (f"\n{fence}" if fence else "")  # closed, as close_fences() does
+
+
+def close_fences(text: str) -> str:
+    """Markdown ``text`` with a fenced code block it leaves open closed at its end (an answer stopped
+    in the middle of its code, a question with only an opening fence): in an export, an open fence
+    would make everything after it, the later messages too, one code block (CommonMark 0.31,
+    "Fenced code blocks": it runs to the end of the document)."""
+    fence = ""
+    for line in text.split("\n"):
+        marker = _fence(line)
+        if fence:
+            fence = "" if _closes(line, marker, fence) else fence
+        elif marker:
+            fence = marker
+    return f"{text}\n{fence}" if fence else text
 
 
 # A line's start that Markdown reads as structure, after at most 3 spaces: an ATX heading, a block
@@ -219,13 +244,25 @@ def _fence(line: str) -> str:
     return ""
 
 
+def _closes(line: str, marker: str, fence: str) -> bool:
+    """``line`` (whose :func:`_fence` is ``marker``) closes the open ``fence``: the same character, at
+    least as many, nothing after them."""
+    return marker.startswith(fence[0]) and len(marker) >= len(fence) and not line.strip()[len(marker):].strip()
+
+
+def _text_markdown(message) -> str:
+    """A message's text in the export: a user's plain text shown as typed, an answer's Markdown as it
+    is, each with the code fence it leaves open closed (else every later message would be code)."""
+    return plain_markdown(message.text) if message.role == "user" else close_fences(message.text)
+
+
 def _other_versions(store: Store, message) -> list[str]:
     """A folded Markdown block with the text of ``message``'s other versions (not their branches)."""
     lines = ["<details><summary>Other versions</summary>", ""]
     for number, other in enumerate(store.siblings(message.id), 1):
         if other.id != message.id:
             lines += [f"**Version {number}**" + (f" *({other.status})*" if other.status != "done" else ""), "",
-                      (plain_markdown(other.text) if other.role == "user" else other.text) or "*(no text)*", ""]
+                      _text_markdown(other) or "*(no text)*", ""]
     return lines + ["</details>", ""]
 
 

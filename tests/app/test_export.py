@@ -195,6 +195,35 @@ def test_a_users_single_line_breaks_are_kept_as_hard_breaks(store, tmp_path):
     ("`<b>` stays code, <b> does not", "`<b>` stays code, \\<b> does not"),
     ("#hashtag, 3 > 2, - a list\n- item", "#hashtag, 3 > 2, - a list  \n- item"),
     ("```\n# a comment in code\n```", "```\n# a comment in code\n```"),
+    # A fence left open is closed at the end: in an export it would make every later message code.
+    ("```python\nprint(1)", "```python\nprint(1)\n```"),
+    ("~~~~\ncode\n~~~", "~~~~\ncode\n~~~\n~~~~"),  # ~~~ is shorter: it does not close ~~~~
 ])
 def test_plain_markdown(text, expected):
     assert plain_markdown(text) == expected
+
+
+def test_a_title_system_prompt_open_fence_and_odd_file_name_stay_in_their_place(store, tmp_path):
+    """Found by a trial: the title went out as raw HTML (a first message of ``<script>``), an open
+    fence in a question made the answer and every later turn code, and an image named with ``#``
+    did not show (a reader takes ``#`` as the start of a URL's fragment)."""
+    photo = store.store_image(_file(tmp_path, "shot.png", b"png bytes"))
+    conv = store.create_conversation("<script>alert(1)</script> *about* C#").id
+    store.update_conversation(conv, settings={"system_prompt": "Be brief.\n# Rules\nNo <b>HTML</b>."})
+    store.add_message(conv, "user", "Why does this fail?\n```python\nimport os", [photo], names=["50% #1?.png"])
+    store.add_message(conv, "assistant", "Try this:\n~~~\nimport sys")  # stopped in the middle of its code
+    store.add_message(conv, "user", "Thanks")
+
+    text = export_markdown(store, conv, tmp_path / "chat.md").read_text()
+
+    assert text == (
+        "# \\<script\\>alert(1)\\</script\\> \\*about\\* C\\#\n\n"
+        "> System prompt: Be brief.  \n> \\# Rules  \n> No \\<b>HTML\\</b>.\n\n"
+        "## You\n\n"
+        "![50% #1\\_.png](<chat_images/50%25 %231_.png>)\n\n"  # ? is no file name character on Windows
+        "Why does this fail?\n```python\nimport os\n```\n\n"
+        "## Assistant\n\n"
+        "Try this:\n~~~\nimport sys\n~~~\n\n"
+        "## You\n\n"
+        "Thanks\n")
+    assert (tmp_path / "chat_images" / "50% #1_.png").read_bytes() == b"png bytes"
