@@ -137,10 +137,7 @@ def _generate(args: argparse.Namespace) -> int:
                                        f"it takes no images (remove --image)")
     prompt = args.prompt
     if args.prompt_file is not None:
-        try:
-            prompt = Path(args.prompt_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read --prompt-file {args.prompt_file}: {exc}") from exc
+        prompt = _read_text(args.prompt_file, "--prompt-file")
     if args.server:
         return _generate_remote(args, prompt, params)
     cache = CacheConfig(kind=args.cache) if args.cache else None
@@ -265,14 +262,24 @@ def _embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_text(path: str, flag: str) -> str:
+    """The UTF-8 text of the file a flag names; ValueError (exit 2) saying why it cannot be read,
+    in words ("no such file or directory", "not UTF-8 text"), without Python's errno prefix."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot read {flag} {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {flag} {path}: {(exc.strerror or str(exc)).lower()}") from None
+
+
 def _perplexity(args: argparse.Namespace) -> int:
     from engine.perplexity import perplexity
     from engine.registry import load_model
     from engine.sources import resolve_source
     from engine.tokenizer import Tokenizer
 
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
+    text = _read_text(args.file, "--file")
     source = resolve_source(args.model)
     ids = Tokenizer.from_pretrained(source.folder).encode(text)
     model = load_model(source, args.device, args.dtype, weights=args.weights)

@@ -181,3 +181,19 @@ def test_an_in_process_main_leaves_signals_alone(tiny_checkpoint, capsys, monkey
     assert json.loads(capsys.readouterr().out)["name"] == tiny_checkpoint.name
     assert during == [signal.default_int_handler]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("command, flag", [("perplexity", "--file"), ("generate", "--prompt-file")])
+@pytest.mark.parametrize("kind, words", [("missing", "no such file or directory"), ("folder", "is a directory"),
+                                         ("latin-1", "not UTF-8 text (byte 3)")])
+def test_a_text_file_that_cannot_be_read_is_one_line_in_words(tiny_checkpoint, tmp_path, capsys, command, flag,
+                                                              kind, words):
+    """Found by a trial: ``perplexity --file /nonexistent`` printed Python's "[Errno 2] No such file ..."."""
+    path = {"missing": tmp_path / "gone.txt", "folder": tmp_path}.get(kind, tmp_path / "notes.txt")
+    if kind == "latin-1":
+        path.write_bytes("Caf\u00e9".encode("latin-1"))
+    import engine.__main__ as cli_main
+
+    code = cli_main.main([command, "--model", str(tiny_checkpoint), flag, str(path)])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: cannot read {flag} {path}: {words}"
