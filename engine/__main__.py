@@ -226,12 +226,19 @@ def _stats_json(stats) -> dict:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from engine.validate import model_info
+    """The checkpoint's metadata and the model manager's check of its files (tokenizer, processor,
+    every tensor's name and shape against the architecture): 1 when that finds problems, which are
+    listed (``"problems"`` in JSON); 2 when the folder or its config cannot be read at all."""
+    from engine.api.errors import ModelLoadError
+    from engine.validate import check_checkpoint
 
-    info = model_info(args.model)
+    report = check_checkpoint(args.model)
+    if not report.info:  # the folder or its config cannot be read: its one problem is the error line
+        raise ModelLoadError(report.problems[0])
+    info, problems = report.info, report.problems
     if args.json:
-        print(json.dumps(info))
-        return 0
+        print(json.dumps({**info, "problems": problems}))
+        return 1 if problems else 0
     print(f"{info['name']}  ({info['model_type']}, {info['parameters'] / 1e6:.1f}M parameters, {info['tensors']} tensors)")
     print(f"  folder        {info['folder']}")
     t, v = info["text"], info.get("vision")
@@ -245,6 +252,12 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  cpu decode    {info['cpu_decode_step']}")
     for k, val in info["capabilities"].items():
         print(f"  {k:<20} {'yes' if val is True else 'no' if val is False else val}")
+    if problems:
+        print(f"  problems      {len(problems)}: this checkpoint cannot be loaded as it is")
+        for problem in problems:
+            print(f"    - {problem}")
+        return 1
+    print("  check         config, tokenizer, processor and every tensor's name and shape: all right")
     return 0
 
 

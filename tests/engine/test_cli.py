@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -88,6 +89,29 @@ def test_info_json(tiny_checkpoint):
     assert info["model_type"] == "idefics3" and info["tensors"] == 59
     assert info["capabilities"]["vision"] is True and info["capabilities"]["max_context"] == 8192
     assert info["vision"]["image_tokens_per_tile"] == 64
+    assert info["problems"] == []
+
+
+def test_info_lists_what_the_checkpoint_lacks_and_exits_1(tiny_checkpoint, tmp_path):
+    """Found by a trial: info said a folder missing a tensor was fine; generate then failed on it."""
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    [weights] = broken.glob("*.safetensors")
+    tensors = load_file(weights)
+    gone = sorted(tensors)[0]
+    del tensors[gone]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    proc = cli("info", "--model", broken)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == ["  problems      1: this checkpoint cannot be loaded as it is",
+                                             f"    - 1 tensor(s) missing from the checkpoint: {gone}"], proc.stdout
+    proc = cli("info", "--model", broken, "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["problems"] == [
+        f"1 tensor(s) missing from the checkpoint: {gone}"]
+    proc = cli("info", "--model", tiny_checkpoint)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1].endswith(": all right"), proc.stdout
 
 
 def test_bad_image_is_reported_before_the_model_loads(tmp_path):
