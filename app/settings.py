@@ -22,7 +22,14 @@ from PySide6.QtCore import QSettings
 
 from app import safe_files
 from app.paths import data_dir
-from app.video_attachments import DEFAULT_FPS, DEFAULT_MAX_FRAMES, clamp_fps, clamp_max_frames
+from app.video_attachments import (
+    DEFAULT_FPS,
+    DEFAULT_MAX_FRAMES,
+    FPS_RANGE,
+    MAX_FRAMES_LIMIT,
+    clamp_fps,
+    clamp_max_frames,
+)
 from engine.api import DETAILS, GenerationParams
 from engine.api.events import MAX_CONTEXT, MIN_CONTEXT
 
@@ -379,11 +386,31 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         s.context_size = 0
         ignored.append(f"context_size {str(raw)[:40]!r} ({CONTEXT_RULE})")
     s.theme = _choice(qs, "ui/theme", THEMES, "system", ignored)
-    s.video_max_frames = clamp_max_frames(qs.value("chat/video_max_frames", DEFAULT_MAX_FRAMES))
-    s.video_fps = clamp_fps(qs.value("chat/video_fps", DEFAULT_FPS))
+    # A value out of range or no number is said and replaced by the default, as every other key's.
+    s.video_max_frames = _ranged(qs, "chat/video_max_frames", clamp_max_frames, DEFAULT_MAX_FRAMES,
+                                 f"a whole number from 1 to {MAX_FRAMES_LIMIT}", ignored)
+    s.video_fps = _ranged(qs, "chat/video_fps", clamp_fps, DEFAULT_FPS,
+                          f"frames per second from {FPS_RANGE[0]:g} to {FPS_RANGE[1]:g}", ignored)
     if ignored:
         s.problems.append(f"Settings file {qs.fileName()}: ignored {'; '.join(ignored)}. The defaults apply instead.")
     return s
+
+
+def _ranged(qs: QSettings, key: str, clamp, default, rule: str, ignored: list[str]):
+    """The number stored under ``key``, where ``clamp`` keeps it as it is (in range); else ``default``,
+    with why in ``ignored`` (absent or empty: the default without a word)."""
+    raw = qs.value(key)
+    if raw in (None, ""):
+        return default
+    value = clamp(raw)
+    try:
+        kept = float(str(raw).strip()) == value
+    except ValueError:
+        kept = False
+    if kept:
+        return value
+    ignored.append(f"{key.split('/')[-1]} {str(raw)[:40]!r} ({rule})")
+    return default
 
 
 def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:

@@ -36,8 +36,8 @@ def fake_hub(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
             part = dst / (f.name + ".incomplete")
             with open(part, "wb") as out:
                 for i in range(0, len(data), 1 << 16):
-                    if state["gate"] is not None:
-                        state["gate"].wait(5)
+                    if state["gate"] is not None:  # a threading.Semaphore: one chunk a release
+                        state["gate"].acquire(timeout=5)
                     out.write(data[i:i + (1 << 16)])
                     bar.update(len(data[i:i + (1 << 16)]))
             part.rename(dst / f.name)
@@ -95,15 +95,15 @@ def test_download_shows_progress_checks_and_installs(qtbot, manager, fake_hub):
 
 
 def test_cancel_then_resume(qtbot, manager, fake_hub):
-    gate = threading.Event()
+    # One chunk goes through before the cancel, the rest after it: the download cannot finish first
+    # (it did on a busy machine with the gate open until the first progress was seen).
+    gate = threading.Semaphore(1)
     fake_hub["gate"] = gate
     row = manager.rows[REPO]
     manager.start_download(REPO)
-    gate.set()
     qtbot.waitUntil(lambda: row.last_progress[0] > 0, timeout=10_000)
-    gate.clear()
     manager.cancel_download(REPO)
-    gate.set()
+    gate.release(10_000)
     qtbot.waitUntil(lambda: row.download_button.text() == "Resume download", timeout=10_000)
     assert "Cancelled" in row.status.text() and known_models() == []
     fake_hub["gate"] = None

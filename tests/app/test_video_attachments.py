@@ -95,10 +95,23 @@ def test_max_frames_setting_changes_the_budget_and_reaches_the_engine(qtbot, mak
 
 
 def test_max_frames_setting_is_validated_and_kept():
+    """A value out of range or no number is said, as every other key's, and the default applies
+    (found by a trial: 999 was clamped to 64 without a word)."""
     qs = open_settings()
-    for raw, expected in ((500, 64), (0, 1), ("lots", 64), (12, 12)):
+    for raw, expected in ((999, 64), (0, 64), ("lots", 64), (12, 12), ("", 64)):
         qs.setValue("chat/video_max_frames", raw)
-        assert load_settings(qs).video_max_frames == expected
+        loaded = load_settings(qs)
+        assert loaded.video_max_frames == expected
+        said = [p for p in loaded.problems if "video_max_frames" in p]
+        assert said == ([] if raw in (12, "") else [f"Settings file {qs.fileName()}: ignored video_max_frames "
+                                                     f"{str(raw)!r} (a whole number from 1 to 64). The defaults "
+                                                     "apply instead."]), loaded.problems
+    qs.setValue("chat/video_max_frames", 12)
+    for raw, expected, fine in ((0.5, 0.5, True), (50, 1.0, False), ("nan", 1.0, False)):
+        qs.setValue("chat/video_fps", raw)
+        loaded = load_settings(qs)
+        assert loaded.video_fps == expected and (not loaded.problems) == fine, loaded.problems
+    qs.setValue("chat/video_fps", 1.0)
     settings = load_settings(qs)
     save_settings(replace(settings, video_max_frames=7, video_fps=0.5), qs)
     again = load_settings(qs)
