@@ -13,7 +13,14 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from app.banner import Banner
 from app.chat_view import ChatView
 from app.formatting import finish_footer, stats_summary
-from app.paths import data_dir, data_dir_problem, data_dir_read_only, pasted_images_dir, use_temporary_data_dir
+from app.paths import (
+    DATABASE_NAME,
+    data_dir,
+    data_dir_problem,
+    data_dir_read_only,
+    pasted_images_dir,
+    use_temporary_data_dir,
+)
 from app.store import SCHEMA_VERSION, DeletedMessages, Message, NewerSchemaError, Store
 from app.video_attachments import VIDEO_SUFFIXES
 
@@ -181,12 +188,17 @@ def connect_store() -> tuple[Store, str]:
             reason = getattr(exc, "strerror", None) or str(exc)
             if getattr(exc, "filename", None):
                 reason = f"{exc.filename}: {reason}"
-    return Store(use_temporary_data_dir(reason)), data_dir_problem()
+    store = Store(use_temporary_data_dir(reason))
+    problem = data_dir_problem()
+    if reason.startswith(str(folder / DATABASE_NAME)):  # the database file itself: what to do about it
+        problem += (f" To keep conversations again, close Smolchat and move {DATABASE_NAME} aside (or put a "
+                    "backup in its place): the next start makes a new one.")
+    return store, problem
 
 
 def _database_problem(folder, exc: sqlite3.Error) -> str:
     """Why the database file cannot be opened, naming it (the file, not the folder, is the problem)."""
-    database = folder / "smolchat.sqlite3"
+    database = folder / DATABASE_NAME
     if database.is_dir():
         return f"{database} is a folder"
     return f"{database}: {exc}; it is left as it is"

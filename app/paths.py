@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -113,6 +115,17 @@ def use_temporary_data_dir(reason: str) -> Path:
     if path not in _fallbacks:
         _fallbacks[path] = (Path(tempfile.mkdtemp(prefix="smolchat-")), reason)
     return _fallbacks[path][0]
+
+
+def remove_temporary_dirs() -> None:
+    """Delete this run's temporary folders (run at exit): what they hold (the chats of a run whose
+    data folder could not be used, pasted photos) was said not to be kept, and it can be private.
+    A folder still open elsewhere (Windows) is left, never an error at exit."""
+    for folder in [fallback for fallback, _ in _fallbacks.values()] + _scratch:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(remove_temporary_dirs)
 
 
 def models_dir() -> Path:

@@ -534,3 +534,26 @@ def test_saved_servers_of_the_wrong_type_are_ignored_and_said(qtbot, make_window
     assert load_servers(win.qsettings) == [{"name": "gpu", "url": "http://gpu:8000/v1", "vision": {}}]
     ini.write_text("[remote]\nservers=5\n", encoding="utf-8")
     assert load_servers(win.qsettings.__class__(str(ini), win.qsettings.Format.IniFormat)) == []
+
+
+def test_a_damaged_database_is_left_as_it_is_says_what_to_do_and_its_stand_in_goes_at_exit(
+        qtbot, make_window, data_dir, monkeypatch):
+    """Found by a trial: the banner said what happened but not what to do, and the temporary folder
+    that stood in (with this run's chats and photos, said not to be kept) stayed in /tmp."""
+    import app.paths
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    data_dir.mkdir(parents=True)
+    junk = b"this is not SQLite" * 100
+    (data_dir / "smolchat.sqlite3").write_bytes(junk)
+    win = make_window(FakeBackend())
+    [(stand_in, _)] = app.paths._fallbacks.values()
+    assert win.storage_banner.message() == (
+        f"The data folder {data_dir} cannot be used ({data_dir / 'smolchat.sqlite3'}: file is not a database; it "
+        f"is left as it is). Conversations will not be kept after Smolchat closes: this session uses a temporary "
+        f"folder, {stand_in}. To keep conversations again, close Smolchat and move smolchat.sqlite3 aside (or put "
+        "a backup in its place): the next start makes a new one.")
+    assert stand_in.is_dir() and (stand_in / "smolchat.sqlite3").is_file()
+    app.paths.remove_temporary_dirs()  # what atexit runs
+    assert not stand_in.exists()
+    assert (data_dir / "smolchat.sqlite3").read_bytes() == junk
