@@ -144,6 +144,10 @@ def _generate(args: argparse.Namespace) -> int:
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
                                weights=args.weights,
                                system_prompt=args.system)
+    capacity = session.cache.capacity
+    if args.max_new_tokens >= capacity:  # taken (the answer ends where the context does), but said
+        print(f"note: --max-new-tokens {args.max_new_tokens} is more than the context holds ({capacity} tokens, "
+              "the prompt included): the answer stops at the context's end at the latest", file=sys.stderr)
     more = {"videos": args.video} if args.video else {}
     return _print_events(session.send(prompt, images=args.image, params=params, **more), args.json)
 

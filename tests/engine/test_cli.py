@@ -221,3 +221,16 @@ def test_a_text_file_that_cannot_be_read_is_one_line_in_words(tiny_checkpoint, t
     code = cli_main.main([command, "--model", str(tiny_checkpoint), flag, str(path)])
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: cannot read {flag} {path}: {words}"
+
+
+def test_max_new_tokens_beyond_the_context_is_taken_with_a_note(tiny_checkpoint):
+    """Found by a trial: the server refuses max_tokens beyond the context, the CLI took it without a word."""
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "hi", "--max-new-tokens", 100_000, "--json",
+               "--device", "cpu", "--cache", "contiguous")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == ("note: --max-new-tokens 100000 is more than the context holds (8192 "
+                                           "tokens, the prompt included): the answer stops at the context's end "
+                                           "at the latest"), proc.stderr
+    done = json.loads(proc.stdout.splitlines()[-1])
+    assert done["finish_reason"] in ("stop", "length")
+    assert done["prompt_tokens"] + done["generated_tokens"] <= 8192
