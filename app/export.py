@@ -53,7 +53,7 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
     versions = store.versions(conversation_id)
     for message in store.messages(conversation_id):
         who = "You" if message.role == "user" else message.stats.get("model_name") or "Assistant"
-        lines += [f"## {who}", ""]
+        lines += [f"## {_heading(who)}", ""]  # a model's name may hold * _ < #
         number, count = versions.get(message.id, (1, 1))
         if count > 1:
             lines += [f"*Version {number} of {count}*", ""]
@@ -154,11 +154,12 @@ def _heading(text: str) -> str:
 
 
 def _destination(link: str) -> str:
-    """``link`` (a relative path) as a Markdown link's destination: ``%``, ``#`` and ``?`` percent-encoded
-    (a reader resolves the destination as a URL, where they start an escape, the fragment and the
-    query), then as it is, or within ``<...>`` when it holds a space or a parenthesis (a bare one
-    would end there; CommonMark 0.31, "Links"), ``<``, ``>`` and ``\\`` escaped."""
-    link = link.replace("%", "%25").replace("#", "%23").replace("?", "%3F")
+    """``link`` (a relative path) as a Markdown link's destination: ``%``, ``#``, ``?`` and ``&``
+    percent-encoded (a reader resolves the destination as a URL, where the first three start an
+    escape, the fragment and the query, and decodes ``&amp;``-like entity references first), then
+    as it is, or within ``<...>`` when it holds a space or a parenthesis (a bare one would end there;
+    CommonMark 0.31, "Links"), ``<``, ``>`` and ``\\`` escaped."""
+    link = link.replace("%", "%25").replace("#", "%23").replace("?", "%3F").replace("&", "%26")
     if not re.search(r"[\s()<>\\]", link):
         return link
     return "<" + re.sub(r"([<>\\])", r"\\\1", link) + ">"
@@ -239,7 +240,8 @@ def _fence(line: str) -> str:
         return ""
     for char in "`~":
         n = len(stripped) - len(stripped.lstrip(char))
-        if n >= 3:
+        # A backtick fence's info string holds no backtick ("```a`b" is text with a code span).
+        if n >= 3 and not (char == "`" and "`" in stripped[n:]):
             return char * n
     return ""
 

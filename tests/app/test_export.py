@@ -85,7 +85,7 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
         "## You\n\n"
         "[video: cat.mp4](chat_videos/cat.mp4)\n\n"  # exported once, under its first name
         "[video: video-3.webm](chat_videos/video-3.webm)\n\n"  # unknown name: the third video of the export
-        "![my\\_pet \\& me.png](<chat_images/my_pet & me.png>)\n\n"
+        "![my\\_pet \\& me.png](<chat_images/my_pet %26 me.png>)\n\n"
         f"![image](chat_images/{plain})\n\n"
         "Again, and these\n")
     assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["cat (2).mp4", "cat.mp4", "video-3.webm"]
@@ -198,6 +198,8 @@ def test_a_users_single_line_breaks_are_kept_as_hard_breaks(store, tmp_path):
     # A fence left open is closed at the end: in an export it would make every later message code.
     ("```python\nprint(1)", "```python\nprint(1)\n```"),
     ("~~~~\ncode\n~~~", "~~~~\ncode\n~~~\n~~~~"),  # ~~~ is shorter: it does not close ~~~~
+    # A backtick in a backtick fence's info string makes it text (CommonMark 0.31), nothing to close.
+    ("```a`b\nnot code", "```a`b  \nnot code"),
 ])
 def test_plain_markdown(text, expected):
     assert plain_markdown(text) == expected
@@ -211,8 +213,8 @@ def test_a_title_system_prompt_open_fence_and_odd_file_name_stay_in_their_place(
     conv = store.create_conversation("<script>alert(1)</script> *about* C#").id
     store.update_conversation(conv, settings={"system_prompt": "Be brief.\n# Rules\nNo <b>HTML</b>."})
     store.add_message(conv, "user", "Why does this fail?\n```python\nimport os", [photo], names=["50% #1?.png"])
-    store.add_message(conv, "assistant", "Try this:\n~~~\nimport sys")  # stopped in the middle of its code
-    store.add_message(conv, "user", "Thanks")
+    store.add_message(conv, "assistant", "Try this:\n~~~\nimport sys", stats={"model_name": "smol*vlm*_v2"})
+    store.add_message(conv, "user", "Thanks", [store.store_image(_file(tmp_path, "x.png", b"x"))], names=["a&amp;b.png"])
 
     text = export_markdown(store, conv, tmp_path / "chat.md").read_text()
 
@@ -222,8 +224,9 @@ def test_a_title_system_prompt_open_fence_and_odd_file_name_stay_in_their_place(
         "## You\n\n"
         "![50% #1\\_.png](<chat_images/50%25 %231_.png>)\n\n"  # ? is no file name character on Windows
         "Why does this fail?\n```python\nimport os\n```\n\n"
-        "## Assistant\n\n"
-        "Try this:\n~~~\nimport sys\n~~~\n\n"
+        "## smol\\*vlm\\*\\_v2\n\n"  # the model's name as it is, not emphasis
+        "Try this:\n~~~\nimport sys\n~~~\n\n"  # stopped in the middle of its code: closed
         "## You\n\n"
+        "![a\\&amp;b.png](chat_images/a%26amp;b.png)\n\n"  # & encoded: a reader would decode &amp; to &
         "Thanks\n")
     assert (tmp_path / "chat_images" / "50% #1_.png").read_bytes() == b"png bytes"
