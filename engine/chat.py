@@ -36,7 +36,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -135,21 +135,6 @@ class Turn:
     def media(self) -> list[ProcessedImage]:
         """Videos then images: the order their tiles take in the prompt."""
         return [*self.videos, *self.images]
-
-
-def _media_share(prompt: Prompt, turns: Sequence[Turn], capacity: int) -> str:
-    """``" (1530 of them for images)"`` in a too-long prompt's message: the image tokens of its images
-    and video frames, where the rest of the prompt fits the context, so that fewer or smaller media
-    would make it fit; ``""`` otherwise (the text alone is too long). Front ends look for
-    :data:`~engine.api.errors.MEDIA_SHARE` and the kind named after it (:data:`~engine.api.errors.MEDIA_KINDS`)
-    to suggest what to send instead."""
-    media = len(prompt.image_positions)
-    if not media or len(prompt.ids) - media >= capacity:
-        return ""
-    videos = any(t.videos for t in turns)
-    images = any(t.images for t in turns)
-    kind = MEDIA_KINDS[2] if videos and images else MEDIA_KINDS[1] if videos else MEDIA_KINDS[0]
-    return f" ({media}{MEDIA_SHARE}{kind})"
 
 
 class Prompt(NamedTuple):
@@ -716,9 +701,27 @@ class ChatSession:
             system = len(self.tokenizer.encode(self.system_prompt)) if self.system_prompt else 0
             if system and system >= capacity // 2:  # a stored setting, not this message, fails every answer
                 alone = f"; the system prompt alone has {system} tokens{SYSTEM_PROMPT_TOO_LONG}"
-            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens{_media_share(prompt, self.turns, capacity)} "
+            raise PromptTooLongError(f"the prompt has {len(prompt.ids)} tokens{self._media_share(prompt, continuing)} "
                                      f"but the context holds {capacity}{alone}")
         return prompt, dropped
+
+    def _media_share(self, prompt: Prompt, continuing: bool) -> str:
+        """``" (1530 of them for images)"`` in a too-long prompt's message: the tokens its images and
+        videos bring (their tiles, a frame's time stamp, the wrappers around them), where the prompt
+        without them fits the context, so that fewer or smaller media would make it fit; ``""``
+        otherwise (the text alone is too long, or no media). Front ends look for
+        :data:`~engine.api.errors.MEDIA_SHARE` and the kind after it (:func:`~engine.api.errors.media_kind`)
+        to suggest what to send instead. Encodes the conversation once more: a refusal's cost only."""
+        if not prompt.image_positions:
+            return ""
+        text_only = [replace(t, images=[], videos=[], text_parts=None,
+                             text="".join(t.text_parts) if t.text_parts is not None else t.text) for t in self.turns]
+        text_tokens = len(self.prompt_ids(text_only, self.system_prompt, continuing))
+        if text_tokens >= self.cache.capacity:
+            return ""
+        videos, images = any(t.videos for t in self.turns), any(t.images for t in self.turns)
+        kind = MEDIA_KINDS[2] if videos and images else MEDIA_KINDS[1] if videos else MEDIA_KINDS[0]
+        return f" ({len(prompt.ids) - text_tokens}{MEDIA_SHARE}{kind})"
 
     def _generate(self, prompt: Prompt, params: GenerationParams, t0: float, snapshot: list[Turn],
                   dropped: int = 0, continuing: bool = False) -> Iterator[GenerationEvent]:

@@ -69,7 +69,7 @@ def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url, with
     error = json.loads("".join(lines))["error"]
     assert error["code"] == "context_length_exceeded"
     if with_image:
-        assert re.fullmatch(r"the prompt has \d+ tokens \(64 of them for images\) but the context holds \d+: "
+        assert re.fullmatch(r"the prompt has \d+ tokens \(\d+ of them for images\) but the context holds \d+: "
                             r"shorten the prompt or the conversation, or send fewer images \(or 'detail': 'low'\)",
                             error["message"]), error
     else:
