@@ -164,7 +164,8 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
                                       **_stats_json(event.stats), **frames,
                                       **({"error": event.error} if event.error else {})}) + "\n")
-            else:
+            elif event.finish_reason != "error" or event.stats.prompt_tokens or event.stats.generated_tokens:
+                # (a refusal before any work has nothing to measure: its error line alone)
                 s = event.stats
                 out.write("\n")
                 # TTFT includes reading the images and the vision tower; the prefill rate is the

@@ -89,11 +89,14 @@ def openai_messages(history: Sequence[HistoryMessage], system_prompt: str | None
     return out
 
 
-def request_body(model: str, messages: list[dict], params: GenerationParams) -> dict:
+def request_body(model: str, messages: list[dict], params: GenerationParams, context: int = 0) -> dict:
     """The streaming request; fields that are off (top_k 0, min_p 0, penalty 1) are left out, as
-    strict servers reject what they do not know."""
+    strict servers reject what they do not know. ``context``: the model's context length where the
+    server said it (0: unknown); ``max_tokens`` stays below it, as the local engine takes a limit
+    beyond its context and stops at the context's end (OpenAI-style servers refuse it instead)."""
+    limit = min(params.max_new_tokens, context - 1) if context > 1 else params.max_new_tokens
     body = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True},
-            "max_tokens": params.max_new_tokens, "temperature": params.temperature, "top_p": params.top_p}
+            "max_tokens": limit, "temperature": params.temperature, "top_p": params.top_p}
     if params.seed is not None:
         body["seed"] = params.seed
     if params.top_k:
@@ -380,7 +383,7 @@ class RemoteBackend:
         while True:
             try:
                 body = request_body(self.model, openai_messages(history[dropped:], system_prompt, params.image_detail),
-                                    params)
+                                    params, self._info.capabilities.max_context)
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return

@@ -332,3 +332,27 @@ def test_a_request_after_the_stop_began_is_refused_not_run():
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_the_cli_against_this_server_takes_max_new_tokens_beyond_the_context(url):
+    """Found by a trial: ``generate --server ... --max-new-tokens 100000`` failed with "The
+    conversation is longer than the model's context" (the server refuses max_tokens beyond its
+    context); the remote backend now asks for at most the context less one, as the local engine
+    takes any limit and stops at the context's end. A refusal before any work prints no stats line."""
+    import subprocess
+    import sys
+
+    from app.backends.remote import request_body
+    from engine.api import GenerationParams
+
+    assert request_body("m", [], GenerationParams(max_new_tokens=100_000), 8192)["max_tokens"] == 8191
+    assert request_body("m", [], GenerationParams(max_new_tokens=100_000))["max_tokens"] == 100_000  # unknown context
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    cmd = [sys.executable, "-m", "engine", "generate", "--server", url, "--model", model, "--prompt", "hi",
+           "--max-new-tokens", "100000", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout.splitlines()[-1])
+    assert done["type"] == "done" and done["finish_reason"] in ("stop", "length"), done
+    proc = subprocess.run([*cmd[:-3], "--system", "x " * 20_000], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: The conversation is longer"), proc.stderr
