@@ -242,10 +242,18 @@ class ConversationKeeper(QObject):
         self._last_flush = 0.0
         self._save_failed = False
         self._saved_chars = 0  # how much of the streaming answer the store holds
+        # The last chat's id names a row of this database: kept only where the settings file sits
+        # beside it (not for a temporary stand-in, whose ids would open the wrong chat of the real
+        # database once it is restored).
+        self._remembers_last = Path(store.folder).resolve() == Path(qsettings.fileName()).parent.resolve()
 
     # -- opening -----------------------------------------------------------------------------------
+    def _set_last(self, conversation_id: int | None) -> None:
+        if self._remembers_last:
+            self.qsettings.setValue("conversations/last", conversation_id or "")
+
     def last_opened(self) -> int | None:
-        wanted = self.qsettings.value("conversations/last")
+        wanted = self.qsettings.value("conversations/last") if self._remembers_last else None
         ids = [c.id for c in self.store.conversations()]
         try:
             wanted = int(wanted)
@@ -258,7 +266,7 @@ class ConversationKeeper(QObject):
         self.transcript.clear()
         conv = self.store.conversation(conversation_id) if conversation_id is not None else None
         self.current_id = conv.id if conv else None
-        self.qsettings.setValue("conversations/last", self.current_id or "")
+        self._set_last(self.current_id)
         if conv is None:
             return {}
         self._render(self.store.messages(conv.id))
@@ -347,7 +355,7 @@ class ConversationKeeper(QObject):
         if self.current_id is None:
             conv = self.store.create_conversation(title_from(text, images), model=model, settings=settings)
             self.current_id = conv.id
-            self.qsettings.setValue("conversations/last", conv.id)
+            self._set_last(conv.id)
         return self.current_id
 
     # -- the answer being streamed -----------------------------------------------------------------
@@ -378,7 +386,7 @@ class ConversationKeeper(QObject):
         except STORAGE_ERRORS:
             return
         self.current_id = None
-        self.qsettings.setValue("conversations/last", "")
+        self._set_last(None)
 
     def _begin(self, conv_id: int, user_text: str, images: list[str], names: list[str], model_name: str, model: str,
                settings: dict, replace_index: int | None) -> tuple[list[dict], list[str]]:

@@ -554,6 +554,12 @@ def test_a_damaged_database_is_left_as_it_is_says_what_to_do_and_its_stand_in_go
         f"folder, {stand_in}. To keep conversations again, close Smolchat and move smolchat.sqlite3 aside (or put "
         "a backup in its place): the next start makes a new one.")
     assert stand_in.is_dir() and (stand_in / "smolchat.sqlite3").is_file()
+    # The stand-in's chat ids are not remembered in the real folder's settings: once the user puts a
+    # backup in place, its id 1 would open the wrong chat (found by a re-check trial).
+    qtbot.keyClicks(win.composer, "hello")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.keeper.current_id is not None and win.qsettings.value("conversations/last") is None
     app.paths.remove_temporary_dirs()  # what atexit runs
     assert not stand_in.exists()
     assert (data_dir / "smolchat.sqlite3").read_bytes() == junk
