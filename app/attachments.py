@@ -13,13 +13,13 @@ from app.thumbnails import thumbnail
 CHIP_SIZE = QSize(64, 64)
 
 
-def add_remove_button(chip: QWidget, path: str) -> QToolButton:
+def add_remove_button(chip: QWidget, path: str, name: str) -> QToolButton:
     """The "✕" in the top-right corner of an attachment chip; it emits ``chip.remove_requested(path)``."""
     remove = QToolButton(chip)
     remove.setObjectName("removeAttachment")
     remove.setText("✕")
-    remove.setToolTip(f"Remove {Path(path).name}")
-    remove.setAccessibleName(f"Remove {Path(path).name}")
+    remove.setToolTip(f"Remove {name}")
+    remove.setAccessibleName(f"Remove {name}")
     remove.setCursor(Qt.CursorShape.PointingHandCursor)
     remove.setGeometry(chip.width() - 24, 0, 22, 22)
     remove.clicked.connect(lambda: chip.remove_requested.emit(path))
@@ -32,17 +32,18 @@ class AttachmentChip(QFrame):
     remove_requested = Signal(str)
     kind = "image"
 
-    def __init__(self, path: str, parent: QWidget | None = None) -> None:
+    def __init__(self, path: str, parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("attachmentChip")
         self.path = path
-        self.setToolTip(Path(path).name)
+        self.name = name or Path(path).name  # the user's file name (a stored copy's own is a hash)
+        self.setToolTip(self.name)
         self.setFixedSize(CHIP_SIZE + QSize(8, 8))
         image = QLabel(self)
         image.setObjectName("attachmentThumb")
         image.setGeometry(4, 4, CHIP_SIZE.width(), CHIP_SIZE.height())
         image.setPixmap(thumbnail(path, CHIP_SIZE, square=True, radius=8, dpr=self.devicePixelRatioF()))
-        add_remove_button(self, path)
+        add_remove_button(self, path, self.name)
 
 
 class AttachmentStrip(QWidget):
@@ -84,17 +85,18 @@ class AttachmentStrip(QWidget):
         return next((chip for chip in self._chips if chip.path == path), None)
 
     @Slot(str)
-    def add(self, path: str, video_plan=None) -> bool:
+    def add(self, path: str, video_plan=None, name: str = "") -> bool:
         """Add ``path`` unless it is already pending; True when added. With ``video_plan``
-        (:class:`app.video_attachments.VideoPlan`) it is a video and shows a filmstrip."""
+        (:class:`app.video_attachments.VideoPlan`) it is a video and shows a filmstrip. ``name``:
+        what the chip calls it (default the file's name; a stored copy's is a hash)."""
         if path in self.paths():
             return False
         if video_plan is not None:
             from app.filmstrip import VideoChip
 
-            chip = VideoChip(path, video_plan, self)
+            chip = VideoChip(path, video_plan, self, name=name)
         else:
-            chip = AttachmentChip(path, self)
+            chip = AttachmentChip(path, self, name=name)
         chip.remove_requested.connect(self.remove)
         self._chips.append(chip)
         self._layout.insertWidget(len(self._chips) - 1, chip)

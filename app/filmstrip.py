@@ -217,10 +217,11 @@ class VideoChip(QFrame):
     remove_requested = Signal(str)
     kind = "video"
 
-    def __init__(self, path: str, plan: VideoPlan | None, parent: QWidget | None = None) -> None:
+    def __init__(self, path: str, plan: VideoPlan | None, parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("videoChip")
         self.path = path
+        self.name = name or Path(path).name  # the user's file name (a stored copy's own is a hash)
         self.plan = plan
         self.problem = ""
         self.setFixedSize(CHIP_STRIP + QSize(8, 8))
@@ -235,7 +236,7 @@ class VideoChip(QFrame):
                                  "font-size: 10px; font-weight: bold;")
         self.badge.move(8, 8)
         self.badge.hide()
-        add_remove_button(self, path)
+        add_remove_button(self, path, self.name)
         self._tooltip()
 
     @property
@@ -258,7 +259,7 @@ class VideoChip(QFrame):
         self._tooltip()
 
     def _tooltip(self) -> None:
-        lines = [Path(self.path).name]
+        lines = [self.name]
         if self.plan:
             lines.append(f"{self.plan.caption} sampled for the model")
         if self.problem:

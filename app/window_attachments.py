@@ -96,14 +96,15 @@ class AttachmentsMixin:
     def reattach(self, paths: list[str]) -> None:
         """Put a stored message's images and videos back as pending attachments (editing it)."""
         for path in paths:
+            name = Path(self.controller.display_names.get(path, path)).name  # as the user's file was called
             if not is_video_file(path):
-                self.attachments.add(path)
+                self.attachments.add(path, name=name)
                 continue
             try:
                 plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
             except InvalidVideoError:
                 plan = None  # gone or damaged since: the chip says so when its filmstrip fails
-            if self.attachments.add(path, video_plan=plan or VideoPlan(0.0, 0, 0, 0)):
+            if self.attachments.add(path, video_plan=plan or VideoPlan(0.0, 0, 0, 0), name=name):
                 self.attachments.chip(path).strip.failed.connect(self._video_unreadable)
         self._count_pending_tokens()
 

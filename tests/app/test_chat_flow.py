@@ -136,6 +136,7 @@ def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, ki
     assert win.composer.toPlainText() == "Compare these."
     [stored] = win.attachments.paths()  # the copy kept with the chat, shown under the name it was dropped as
     assert Path(stored).read_bytes() == png.read_bytes() and win.controller.display_names[stored] == str(png)
+    assert win.attachments.chip(stored).toolTip() == "shelf.png"  # not the copy's hash name
     assert win.banner.message() == (
         f"Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for {kind}) "
         f"but the context holds 8192. {advice} (a long chat keeps only the earlier messages that fit).")
