@@ -281,10 +281,11 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _read_text(path: str, flag: str) -> str:
-    """The UTF-8 text of the file a flag names; ValueError (exit 2) saying why it cannot be read,
-    in words ("no such file or directory", "not UTF-8 text"), without Python's errno prefix."""
+    """The UTF-8 text of the file a flag names, without the byte order mark Windows editors put
+    first; ValueError (exit 2) saying why it cannot be read, in words ("no such file or
+    directory", "not UTF-8 text"), without Python's errno prefix."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ValueError(f"cannot read {flag} {path}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:

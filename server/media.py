@@ -452,7 +452,8 @@ class MediaStore:
         except VideoError as exc:
             part.unlink(missing_ok=True)
             # The engine's message names the file: say what is wrong, not where the server keeps it.
-            reason = "the data is not a video this server reads (MP4, WebM, MOV or MKV)" \
+            reason = "the data is not a video this server reads (MP4, WebM, MOV or MKV), or it is cut short or " \
+                "damaged" \
                 if str(exc).endswith(NOT_A_VIDEO) else str(exc).replace(part.name, "the data")
             raise APIError(400, f"the video cannot be read: {reason}", "invalid_video", param) from None
         except BaseException:

@@ -223,6 +223,15 @@ def test_a_text_file_that_cannot_be_read_is_one_line_in_words(tiny_checkpoint, t
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: cannot read {flag} {path}: {words}"
 
 
+def test_a_text_files_byte_order_mark_is_not_read_as_text(tmp_path):
+    """Found by a re-check trial: a Notepad file's BOM became prompt tokens."""
+    import engine.__main__ as cli_main
+
+    path = tmp_path / "question.txt"
+    path.write_bytes("\ufeffhello world".encode())
+    assert cli_main._read_text(str(path), "--prompt-file") == "hello world"
+
+
 def test_max_new_tokens_beyond_the_context_is_taken_with_a_note(tiny_checkpoint):
     """Found by a trial: the server refuses max_tokens beyond the context, the CLI took it without a word."""
     proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "hi", "--max-new-tokens", 100_000, "--json",
