@@ -737,9 +737,10 @@ class ChatSession:
         new_videos = self.turns[-1].videos if self.turns and self.turns[-1].role == "user" else []
         for video in new_videos:  # a file that ended early: the chip promised more frames than were read
             planned = getattr(video, "planned_frames", 0)
-            if planned > video.num_frames:
-                notices.append(f"Only {video.num_frames} of the {planned} frames of {video.name or 'the video'} "
-                               "could be read (the file ends early: truncated or damaged); the answer is about those.")
+            lost = (f"Only {video.num_frames} of the {planned} frames of {video.name or 'the video'} could be read "
+                    "(the file ends early: truncated or damaged); the answer is about those.")
+            if planned > video.num_frames and lost not in notices:  # (a file sent twice: said once)
+                notices.append(lost)
         if notices:
             stats.notice = " ".join(notices)
         answer_ids: list[int] = []

@@ -8,8 +8,9 @@ client never receives any part of a stop string; when one is found the answer is
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from engine.api import DoneEvent, GenerationStats, PromptLogprobsEvent, TokenEvent
@@ -163,12 +164,21 @@ async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream
     return event
 
 
-def notice_of(outcome: Outcome) -> dict:
+def notice_of(outcome: Outcome, videos: Sequence[str] = ()) -> dict:
     """``{"notice": text}`` where the engine answered with something the client should know (only
     some of a video's frames could be read), ``{}`` otherwise: a field beside ``usage`` that OpenAI's
-    clients keep as an extra. The server's own names for uploaded files are not said."""
+    clients keep as an extra. The server's own names for uploaded files are not said: each of the
+    last message's ``videos`` (stored paths, in order) is "the video", or "video 2 of 3" where it
+    sent several (the first place of a file sent twice)."""
     notice = getattr(outcome.stats, "notice", "")
-    return {"notice": client_text(notice, "the video")} if notice else {}
+    if not notice:
+        return {}
+    labels: dict[str, str] = {}
+    for number, path in enumerate(videos, 1):
+        labels.setdefault(PurePath(path).name, f"video {number} of {len(videos)}" if len(videos) > 1 else "the video")
+    for name, label in labels.items():
+        notice = notice.replace(name, label)
+    return {"notice": client_text(notice, "the video")}
 
 
 def usage(outcome: Outcome) -> dict:

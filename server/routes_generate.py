@@ -287,6 +287,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                                  (lambda: state.media.confirm(turns.pending)) if turns.pending else None)
     cid, created, stops, outcome = response_id("chatcmpl-"), int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "created": created, "model": state.model_id, "system_fingerprint": state.fingerprint}
+    videos = [a.path for a in turns.attachments if a.kind == "video"]  # how an answer's notice names them
 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -331,7 +332,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                     return
                 _remember(state, "".join(streamed), outcome, turns.continuing)
                 # The finish chunk (with the answer's notice), the usage and [DONE] in one write, too.
-                yield role + chunk({}, outcome.finish_reason, extra=notice_of(outcome)) + (sse({
+                yield role + chunk({}, outcome.finish_reason, extra=notice_of(outcome, videos)) + (sse({
                     **base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
                     if include_usage else "") + "data: [DONE]\n\n"
             finally:
@@ -356,7 +357,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
                          "logprobs": {"content": content_lp} if logprobs is not None else None,
                          "finish_reason": outcome.finish_reason}],
-            "usage": usage(outcome), **notice_of(outcome)}
+            "usage": usage(outcome), **notice_of(outcome, videos)}
 
 
 #: The 400 for a batch: this server answers one completion per request.

@@ -80,3 +80,16 @@ def test_the_apps_remote_backend_shows_the_servers_notice(video_server):
     done = events[-1]
     assert done.error is None and NOTICE.fullmatch(done.stats.notice), (done.error, done.stats.notice)
     backend.close()
+
+
+def test_with_several_videos_the_notice_says_which_and_once(video_server):
+    """Found by a re-check trial: "the video" for one of two, and the same sentence twice for a file sent twice."""
+    url, model, whole, cut = video_server
+    body = _body(model, whole)
+    video = body["messages"][0]["content"][0]
+    cut_part = {"type": "video_url", "video_url": {"url": data_uri(cut, "video/mp4")}}
+    body["messages"][0]["content"] = [video, cut_part, cut_part, {"type": "text", "text": "What happens?"}]
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(r"Only [1-5] of the 6 frames of video 2 of 3 could be read \(the file ends early: truncated "
+                        r"or damaged\); the answer is about those\.", r.json()["notice"]), r.json()["notice"]
