@@ -144,12 +144,24 @@ def _generate(args: argparse.Namespace) -> int:
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
                                weights=args.weights,
                                system_prompt=args.system)
-    capacity = session.cache.capacity
-    if args.max_new_tokens >= capacity:  # taken (the answer ends where the context does), but said
-        print(f"note: --max-new-tokens {args.max_new_tokens} is more than the context holds ({capacity} tokens, "
-              "the prompt included): the answer stops at the context's end at the latest", file=sys.stderr)
     more = {"videos": args.video} if args.video else {}
-    return _print_events(session.send(prompt, images=args.image, params=params, **more), args.json)
+    done = []
+    code = _print_events(_recording(session.send(prompt, images=args.image, params=params, **more), done), args.json)
+    stats, capacity = done[-1].stats if done else None, session.cache.capacity
+    if stats is not None and done[-1].finish_reason == "length" and stats.generated_tokens < args.max_new_tokens:
+        # Any limit is taken; where the context's end came first, say so (a server refuses such a limit).
+        print(f"note: the answer stopped at the end of the {capacity}-token context ({stats.prompt_tokens} prompt "
+              f"tokens + {stats.generated_tokens} generated), before --max-new-tokens {args.max_new_tokens}",
+              file=sys.stderr)
+    return code
+
+
+def _recording(events, done: list):
+    """``events`` as they are, their DoneEvent appended to ``done`` too."""
+    for event in events:
+        if isinstance(event, DoneEvent):
+            done.append(event)
+        yield event
 
 
 def _print_events(events, as_json: bool, remote: bool = False) -> int:

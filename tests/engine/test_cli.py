@@ -233,13 +233,16 @@ def test_a_text_files_byte_order_mark_is_not_read_as_text(tmp_path):
 
 
 def test_max_new_tokens_beyond_the_context_is_taken_with_a_note(tiny_checkpoint):
-    """Found by a trial: the server refuses max_tokens beyond the context, the CLI took it without a word."""
-    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "hi", "--max-new-tokens", 100_000, "--json",
-               "--device", "cpu", "--cache", "contiguous")
+    """Found by trials: the server refuses max_tokens beyond the context, the CLI took it without a
+    word (also a limit below the context that the prompt and the answer together pass)."""
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "hi", "--max-new-tokens", 8190, "--json",
+               "--device", "cpu", "--cache", "contiguous", "--ignore-eos")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[0] == ("note: --max-new-tokens 100000 is more than the context holds (8192 "
-                                           "tokens, the prompt included): the answer stops at the context's end "
-                                           "at the latest"), proc.stderr
     done = json.loads(proc.stdout.splitlines()[-1])
-    assert done["finish_reason"] in ("stop", "length")
-    assert done["prompt_tokens"] + done["generated_tokens"] <= 8192
+    assert done["finish_reason"] == "length" and done["prompt_tokens"] + done["generated_tokens"] == 8192
+    assert proc.stderr.splitlines()[-1] == (f"note: the answer stopped at the end of the 8192-token context "
+                                            f"({done['prompt_tokens']} prompt tokens + {done['generated_tokens']} "
+                                            "generated), before --max-new-tokens 8190"), proc.stderr
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "hi", "--max-new-tokens", 3, "--json",
+               "--device", "cpu", "--ignore-eos")
+    assert proc.returncode == 0 and "note:" not in proc.stderr, proc.stderr  # the limit itself: nothing to say
