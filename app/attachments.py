@@ -70,6 +70,7 @@ class AttachmentStrip(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self._scroll)
+        self._scroll.horizontalScrollBar().rangeChanged.connect(lambda *_: self._fit_height())
         self.hide()
 
     def paths(self) -> list[str]:
@@ -122,9 +123,11 @@ class AttachmentStrip(QWidget):
         self.changed.emit()
 
     def _fit_height(self) -> None:
-        """As tall as the chips, plus the scroll bar while they overflow the width."""
+        """As tall as the chips, plus the scroll bar while they overflow the width (also called when
+        the bar's range changes: a chip's size hint read right after it was added can be the layout's
+        old one, and the bar then covered the chips' lower edge on an 800 px wide window)."""
         bar = self._scroll.horizontalScrollBar()
-        overflow = self._scroll.widget().sizeHint().width() > self._scroll.viewport().width()
+        overflow = bar.maximum() > 0 or self._scroll.widget().sizeHint().width() > self._scroll.viewport().width()
         self._scroll.setFixedHeight(self._scroll.widget().sizeHint().height()
                                     + (bar.sizeHint().height() if overflow else 0))
 

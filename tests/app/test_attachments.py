@@ -161,7 +161,9 @@ def test_many_attachments_scroll_sideways_instead_of_widening_the_window(qtbot, 
     assert window.width() == 900
     scroll = window.attachments.findChild(QScrollArea)
     qtbot.waitUntil(lambda: scroll.horizontalScrollBar().maximum() > 0)
-    assert scroll.height() >= window.attachments.chips()[0].height()
+    # The chips whole above the scroll bar (found by a trial: at 800 px the bar covered their captions).
+    QApplication.processEvents()
+    assert scroll.viewport().height() >= scroll.widget().sizeHint().height() >= window.attachments.chips()[0].height()
     assert window.send_button.mapTo(window, window.send_button.rect().bottomRight()).x() < window.width()
     # Sent, they wrap in rows within the bubble (one row of 24 made the window ~3,000 px wide).
     message = window.transcript.add_user_message("Which one?", [str(p) for p in photos])
@@ -217,3 +219,21 @@ def test_the_strip_and_the_model_catalog_scroll_one_way_each(qtbot, window):
     assert catalog.objectName() == "catalogScroll" and catalog.widget().objectName() == "catalogRows"
     assert (catalog.horizontalScrollBarPolicy(), catalog.verticalScrollBarPolicy()) == (off, needed)
     assert catalog.frameShape() == strip.frameShape() == QFrame.Shape.NoFrame
+
+
+def test_a_row_that_just_overflows_keeps_its_chips_above_the_scroll_bar(qtbot, window, tmp_path, images_dir):
+    """Found by a trial at 800 x 600: a video and four photos overflowed the row by a few pixels,
+    the scroll bar appeared over the chips' lower edge and cut the video's "0:12 · 12 frames"."""
+    window.resize(800, 600)
+    qtbot.waitExposed(window)
+    scroll = window.attachments.findChild(QScrollArea, "attachmentScroll")
+    window.add_files([str(images_dir.parent / "videos" / "slideshow.mp4")])
+    for i in range(12):
+        if scroll.horizontalScrollBar().maximum() > 0:
+            break
+        photo = tmp_path / f"photo{i}.png"
+        Image.new("RGB", (40, 30), (20 * i, 80, 120)).save(photo)
+        window.add_files([str(photo)])
+        qtbot.wait(50)
+    assert scroll.horizontalScrollBar().maximum() > 0  # the row overflows: the bar shows
+    assert scroll.viewport().height() >= scroll.widget().sizeHint().height()  # below the chips, not over them
