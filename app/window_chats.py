@@ -40,6 +40,7 @@ class ChatsMixin:
             self.sidebar.select(self.keeper.current_id)
             return
         self._cancel_edit()
+        self.banner.dismiss()  # what it said was about the chat being left (the storage banner stays)
         saved = self.keeper.open(conversation_id)
         self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
         title = display_title(self.store.conversation(conversation_id).title) if saved else ""

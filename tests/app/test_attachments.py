@@ -73,6 +73,19 @@ def test_dismissing_the_banner_hides_it(qtbot, window, tmp_path):
     assert window.banner.isHidden() and window.banner.message() == ""
 
 
+def test_a_new_chat_or_another_chat_starts_without_the_last_ones_banner(qtbot, window, tmp_path):
+    """Found by a GUI trial: a broken image's error stayed up over the new, empty chat."""
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"nope")
+    drop(window, file_mime(bad))
+    assert window.banner.isVisible() and "bad.png" in window.banner.message()
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.banner.isHidden() and window.banner.message() == ""
+    drop(window, file_mime(bad))
+    window.open_conversation(None)  # as a click in the sidebar does
+    assert window.banner.isHidden()
+
+
 def test_ctrl_v_pastes_clipboard_image_as_png_in_data_dir(qtbot, window, data_dir):
     image = QImage(40, 30, QImage.Format.Format_RGB32)
     image.fill(Qt.GlobalColor.darkCyan)
