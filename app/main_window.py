@@ -8,6 +8,7 @@ runs behind a :class:`~engine.api.ChatBackend`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
@@ -25,6 +26,8 @@ from app.paths import resource
 from app.remote_models import RemoteModels
 from app.remote_settings import unreadable_servers
 from app.settings import (
+    add_known_model,
+    known_models,
     last_model,
     load_settings,
     open_settings,
@@ -287,7 +290,14 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     @Slot(dict)
     def _on_model_loaded(self, info: dict) -> None:
         self._token_counts.clear()
-        set_last_model(info.get("path", ""), self.qsettings)
+        path = info.get("path", "")
+        set_last_model(path, self.qsettings)
+        remembered = [m["path"] for m in known_models(self.qsettings)]
+        if path and path not in remembered and not str(info.get("backend", "")).startswith("remote:") \
+                and Path(path).exists():  # a folder or GGUF opened by --model or the picker: one of "Your models"
+            add_known_model(path, info.get("model_name", ""), qs=self.qsettings)
+        if self.model_manager is not None:
+            self.model_manager.refresh()  # which model is in use
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
         vision = info.get("capabilities", {}).get("vision", True)
         video = info.get("capabilities", {}).get("video", False)

@@ -190,6 +190,8 @@ class ModelManager(QDialog):
         # One row where there is room; wrapped onto more (not cut off, nor scrolling sideways) on a
         # narrow or scaled screen: at QT_SCALE_FACTOR=2 on a 1280 x 900 screen they took 760 px of 624.
         buttons = flow_row([add, add_gguf, use, check, remove])
+        self._selection_buttons = (use, check, remove)  # enabled while a model of the list is selected
+        self.local_list.itemSelectionChanged.connect(self._update_selection_buttons)
         self.report = QPlainTextEdit()
         self.report.setObjectName("validationReport")
         self.report.setAccessibleName("Model check report")
@@ -283,11 +285,18 @@ class ModelManager(QDialog):
     # -- state -------------------------------------------------------------------------------------
     def refresh(self) -> None:
         models = known_models()
+        in_use = (getattr(self.parent(), "model_info", None) or {}).get("path", "")
         self.local_list.clear()
         for model in models:
-            item = QListWidgetItem(f"{model['name']}  —  {model['path']}")
+            current = model["path"] == in_use
+            item = QListWidgetItem(f"{model['name']}{'  (in use)' if current else ''}  —  {model['path']}")
             item.setData(Qt.ItemDataRole.UserRole, model["path"])
+            if current:
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
             self.local_list.addItem(item)
+        self._update_selection_buttons()
         by_repo = {m.get("repo_id"): m for m in models if m.get("repo_id")}
         for repo_id, row in self.rows.items():
             if row.cancel_button.isVisible() or repo_id in self._pending_checks.values():
@@ -381,6 +390,10 @@ class ModelManager(QDialog):
             first = report["problems"][0] if report["problems"] else report["summary"]
             self.rows[repo_id].set_state("failed", f"Cannot be used: {first}")
         self.refresh()
+
+    def _update_selection_buttons(self) -> None:
+        for button in self._selection_buttons:
+            button.setEnabled(bool(self.local_list.selectedItems()))
 
     def _selected_path(self) -> str:
         item = self.local_list.currentItem()

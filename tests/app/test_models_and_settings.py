@@ -9,6 +9,7 @@ import threading
 import huggingface_hub
 import pytest
 from huggingface_hub import errors as hf_errors
+from PySide6.QtWidgets import QPushButton
 
 from app.backends.fake import FakeBackend
 from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
@@ -255,3 +256,22 @@ def test_settings_dialog_applies_to_the_engine(qtbot, window, fake_session):
     params = call["params"]
     assert (params.temperature, params.top_k, params.seed, params.image_detail) == (0.6, 30, 123, "balanced")
     assert call["system_prompt"] == "Answer like a pirate."
+
+
+def test_the_model_in_use_is_one_of_your_models_and_the_list_buttons_need_a_selection(qtbot, make_window, tmp_path):
+    """Found by a GUI trial: with a model opened by --model, "Your models" was empty, and Use /
+    Check / Remove looked enabled with nothing to select."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    win = make_window(FakeBackend(), model_path=str(folder))
+    assert [m["path"] for m in known_models()] == [str(folder)]
+    manager = win.open_model_manager()
+    [item] = [manager.local_list.item(i) for i in range(manager.local_list.count())]
+    assert item.text() == f"{win.model_info['model_name']}  (in use)  —  {folder}" and item.font().bold()
+    buttons = [manager.findChild(QPushButton, name) for name in
+               ("useSelectedButton", "checkSelectedButton", "removeModelButton")]
+    assert not any(b.isEnabled() for b in buttons)
+    manager.local_list.setCurrentItem(item)
+    assert all(b.isEnabled() for b in buttons)
+    make_window(FakeBackend())  # a path that is no file or folder (a repo id, a fake): not added
+    assert [m["path"] for m in known_models()] == [str(folder)]
