@@ -305,7 +305,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.composer.setPlaceholderText("Ask about an image or a video…" if video else
                                          "Ask about an image…" if vision else "Ask a question…")
         self.composer.viewport().update()  # an empty editor does not repaint its new placeholder by itself
-        show_attach_kinds(self.attach_button, video)
+        show_attach_kinds(self, video, vision)
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

@@ -56,15 +56,20 @@ class AttachmentsMixin:
         are read when the answer starts."""
         videos = [p for p in paths if is_video_file(p) or (self.takes_video() and is_animated_image(p))]
         others = [p for p in paths if p not in videos]
-        if others and self.refuse_images():
+        problems, notes = [], []
+        refusal = self.images_refusal() if others else ""
+        if refusal:  # said with the videos' problems (one banner), naming what was not attached
+            names = ", ".join(Path(p).name for p in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            problems.append(f"Not attached: {names}. {refusal}")
             others = []
         images = self.documents.take(others) if others else []
-        problems, notes = [], []
+        unreadable = False  # a video that could not be read: its error says enough
         for path in videos:
             try:
                 plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
             except InvalidVideoError as exc:
                 problems.append(str(exc))
+                unreadable = True
                 continue
             resolved = str(Path(path).resolve())
             if self.attachments.add(resolved, video_plan=plan):
@@ -72,6 +77,7 @@ class AttachmentsMixin:
                 chip.strip.failed.connect(self._video_unreadable)
                 if chip.error:  # decoded (and cached) before
                     problems.append(chip.error)
+                    unreadable = True
         for path in images:
             try:
                 original = str(validate_image(path))
@@ -83,7 +89,7 @@ class AttachmentsMixin:
             if is_animated_image(path):
                 notes.append(f"Only the first frame of {Path(path).name} is used: {self.model_info.get('model_name')}"
                              " takes no videos. Load a SmolVLM2 model to ask about the animation.")
-        if videos and not problems:
+        if videos and not unreadable:  # the chips' own problems (e.g. a model that takes no video)
             problems += self._video_problems()
         if problems:  # one line each: run together, eight broken files read as one sentence
             shown = problems[:MAX_PROBLEM_LINES]
@@ -190,18 +196,21 @@ class AttachmentsMixin:
 
     def refuse_images(self) -> bool:
         """Show why and return True when the loaded model takes no images (its capabilities say so)."""
+        refusal = self.images_refusal()
+        if refusal:
+            self.banner.show_error(f"{refusal} Remove the image, or load one that does.")
+        return bool(refusal)
+
+    def images_refusal(self) -> str:
+        """Why the loaded model takes no images ("" when it does, or nothing says it does not)."""
         capabilities = self.model_info.get("capabilities")
         if not capabilities or capabilities.get("vision", True):
-            return False
+            return ""
         name = self.model_info.get("model_name") or "This model"
         if str(self.model_info.get("backend", "")).startswith("remote:"):  # the server said so, or nobody did
-            self.banner.show_error(f"{name} on {self.model_info.get('device')} cannot read images, as far as "
-                                   "Smolchat knows. If it can, turn on “can see images” for it in Settings ▸ "
-                                   "Engines; or remove the image.")
-            return True
-        self.banner.show_error(f"{name} is a text-only model: it cannot read images. Remove the image, "
-                               "or load a vision model (SmolVLM) to ask about it.")
-        return True
+            return (f"{name} on {self.model_info.get('device')} cannot read images, as far as Smolchat knows "
+                    "(if it can, turn on “can see images” for it in Settings ▸ Engines).")
+        return f"{name} is a text-only model: it cannot read images; a vision model (SmolVLM) can."
 
     @Slot()
     def _pick_files(self) -> None:

@@ -33,16 +33,30 @@ from app.text_fit import ElidedLabel
 SEND_TIP = "Send (Enter)"
 
 
-def attach_tip(video: bool) -> str:
+KEYS_HINT = "Enter to send · Shift+Enter for a new line · Esc to stop"
+
+
+def attach_tip(video: bool, vision: bool = True) -> str:
     """The attach button's tooltip and accessible name: videos are named only for a model that takes them."""
+    if not vision:
+        return "Attach files: this model reads text only (images and videos need a SmolVLM model)"
     kinds = "images, videos or PDFs" if video else "images or PDFs"
     return f"Attach {kinds} (or drop / paste them, or a folder)"
 
 
-def show_attach_kinds(button: QToolButton, video: bool) -> None:
-    """Say on the attach button what the loaded model takes (it said "images or PDFs" to a video model too)."""
-    button.setToolTip(attach_tip(video))
-    button.setAccessibleName(attach_tip(video))
+def composer_hint(video: bool, vision: bool = True) -> str:
+    """The line under the composer: the keys, and what may be dropped for the loaded model."""
+    if not vision:
+        return f"{KEYS_HINT} · this model reads text only"
+    return f"{KEYS_HINT} · drop or paste images, {'videos, ' if video else ''}PDFs or a folder"
+
+
+def show_attach_kinds(window, video: bool, vision: bool = True) -> None:
+    """Say on the attach button and the hint under the composer what the loaded model takes (they said
+    "images or PDFs" to a video model, and offered images to a text-only model)."""
+    window.attach_button.setToolTip(attach_tip(video, vision))
+    window.attach_button.setAccessibleName(attach_tip(video, vision))
+    window.composer_hint.setText(composer_hint(video, vision))
 
 
 def tool_button(name: str, icon_name: str, tip: str) -> QToolButton:
@@ -98,7 +112,7 @@ def build_ui(window) -> None:
     frame_layout.setSpacing(4)
     frame_layout.addWidget(window.attachments)
     frame_layout.addLayout(row)
-    hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop · drop or paste images, videos, PDFs or a folder")
+    hint = window.composer_hint = QLabel(composer_hint(video=True))
     hint.setObjectName("composerHint")
     # Wraps in a narrow window (half a laptop screen) instead of holding it 730 px wide.
     hint.setWordWrap(True)

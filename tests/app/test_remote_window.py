@@ -152,7 +152,7 @@ def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, ma
         win.add_files([str(png)])
         assert win.attachments.paths() == [] and plain.requests == []
         assert "turn on “can see images” for it in Settings ▸ Engines" in win.banner.message()
-        assert win.banner.message().startswith("ok on plain cannot read images")
+        assert win.banner.message().startswith("Not attached: photo.png. ok on plain cannot read images")
 
 
 @pytest.mark.parametrize("name", ["content-number", "choices-string", "delta-list", "finish-number"])

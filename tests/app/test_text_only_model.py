@@ -62,3 +62,27 @@ def test_real_text_only_llama_answers_and_refuses_images(qtbot, llama_tiny_check
     drop(win.composer, file_mime(png))
     assert win.attachments.paths() == [] and "text-only model" in win.banner.message()
     win.close()
+
+
+def test_a_photo_and_a_video_dropped_together_are_both_named(make_window, png, images_dir):
+    """Found by a GUI trial: the photo vanished without a word (the video's message replaced its
+    refusal), and the hint under the composer still offered images, videos and PDFs."""
+    win, backend = _text_only_window(make_window)
+    assert win.composer_hint.text() == "Enter to send · Shift+Enter for a new line · Esc to stop · this model reads text only"
+    assert win.attach_button.toolTip() == ("Attach files: this model reads text only (images and videos need a "
+                                           "SmolVLM model)")
+    video = images_dir.parent / "videos" / "slideshow.mp4"
+    win.add_files([str(png), str(video)])
+    lines = win.banner.message().split("\n")
+    assert lines[0] == ("Not attached: photo.png. SmolLM2-135M-Instruct is a text-only model: it cannot read images; "
+                        "a vision model (SmolVLM) can."), lines
+    assert lines[1:] == ["SmolLM2-135M-Instruct cannot take videos: remove the video, or load a SmolVLM2 model to "
+                         "ask about it."], lines
+    assert win.attachments.paths() == [str(video.resolve())]  # marked on its chip; Send says why
+    assert backend.calls == []
+
+
+def test_the_hint_under_the_composer_names_what_the_model_takes(make_window):
+    assert make_window(FakeBackend(video=True)).composer_hint.text().endswith(
+        "· drop or paste images, videos, PDFs or a folder")
+    assert make_window(FakeBackend()).composer_hint.text().endswith("· drop or paste images, PDFs or a folder")
