@@ -46,6 +46,10 @@ class EnginesPanel(QGroupBox):
         self.servers.setObjectName("serverList")
         self.servers.setAccessibleName("Servers")
         self.servers.setMaximumHeight(90)
+        # A long name and URL elided in the middle (the whole in the tooltip), not a sideways scroll bar
+        # over a third of the list (found by a GUI trial).
+        self.servers.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.servers.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.servers.currentRowChanged.connect(self._show_server)
         self.name = self._line("serverName", "Server name", "e.g. GPU box")
         self.url = self._line("serverUrl", "Base URL", "http://gpu-box:8000/v1")
@@ -67,6 +71,7 @@ class EnginesPanel(QGroupBox):
         self.models.setObjectName("serverModels")
         self.models.setAccessibleName("The server's models and what they can do")
         self.models.setWordWrap(True)
+        self.models.hide()  # shown with a test's results: empty, it was a large box without a word
         self.vision_boxes: dict[str, QCheckBox] = {}  # model -> its "can see images" toggle
         self._result.connect(self._show_result)
 
@@ -88,7 +93,8 @@ class EnginesPanel(QGroupBox):
         layout.addWidget(self.key_note)
         layout.addLayout(buttons)
         layout.addWidget(self.verdict)
-        layout.addWidget(self.models)
+        layout.addWidget(self.models, 1)
+        layout.addStretch(0)  # takes the room while the models' list is hidden: the rest stays together, on top
         self._fill()
 
     def _line(self, name: str, accessible: str, placeholder: str) -> QLineEdit:
@@ -109,6 +115,7 @@ class EnginesPanel(QGroupBox):
         self.servers.clear()
         for entry in remote_settings.load_servers():
             item = QListWidgetItem(f"{entry['name']} — {entry['url']}")
+            item.setToolTip(item.text())
             item.setData(Qt.ItemDataRole.UserRole, entry["name"])
             self.servers.addItem(item)
             if entry["name"] == select:
@@ -125,12 +132,14 @@ class EnginesPanel(QGroupBox):
     def _show_server(self, _row: int) -> None:
         name = self.selected_name()
         entry = next((s for s in remote_settings.load_servers() if s["name"] == name), {"name": "", "url": ""})
-        self.name.setText(entry["name"])
-        self.url.setText(entry["url"])
+        for line, text in ((self.name, entry["name"]), (self.url, entry["url"])):
+            line.setText(text)
+            line.setCursorPosition(0)  # a long one shows its start, not its end
         self.key.setText(remote_settings.KEYS.get(name) if name else "")
         self.remove_button.setEnabled(bool(name))
         self.verdict.clear()
         self.models.clear()
+        self.models.hide()
 
     @Slot()
     def save_server(self) -> None:
@@ -175,6 +184,7 @@ class EnginesPanel(QGroupBox):
         self.test_button.setEnabled(False)
         self.verdict.setText(f"Testing {server.url}…")
         self.models.clear()
+        self.models.hide()
         self.vision_boxes.clear()
         threading.Thread(target=self._test, args=(server,), name="TestConnection", daemon=True).start()
 
@@ -215,6 +225,7 @@ class EnginesPanel(QGroupBox):
                                        f"(from {sources['vision']}) · {context}")
                 self.models.addItem(item)
             item.setData(Qt.ItemDataRole.UserRole, model)
+        self.models.setVisible(self.models.count() > 0)
         self.tested.emit(kind, verdict)
 
     def _toggle_vision(self, model: str, on: bool) -> None:

@@ -88,7 +88,8 @@ def from_exception(exc: BaseException) -> RemoteError:
                                 "Temporary failure in name resolution", "No address associated")):
         return RemoteError("dns", text)
     if any(isinstance(c, ConnectionRefusedError) for c in causes) or "refused" in text.lower():
-        return RemoteError("refused", text)
+        # "[Errno 111] Connection refused" says again what the verdict says: only other words are kept.
+        return RemoteError("refused", "" if re.fullmatch(r"(\[Errno -?\d+\] )?Connection refused", text) else text)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
         return RemoteError("closed", text)
     return RemoteError("network", text)

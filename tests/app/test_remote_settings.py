@@ -5,6 +5,7 @@ was read, with a "can see images" toggle where no server says."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from app import remote_settings
 from app.backends.remote_http import Server, probe_capabilities
@@ -69,7 +70,10 @@ def test_test_connection_verdicts(qtbot, dialog, case):
     expected = {"ok": ("ok", "✓ Connected: 12 models"), "401": ("unauthorized", "✗ 401 Unauthorized"),
                 "refused": ("refused", "✗ Connection refused"), "404": ("not_found", "✗ 404 Not found")}[case]
     assert kind == expected[0] and panel.verdict.text().startswith(expected[1])
+    if case == "refused":  # said once (it went on ": [Errno 111] Connection refused")
+        assert panel.verdict.text().count("refused") == 1, panel.verdict.text()
     assert panel.test_button.isEnabled()
+    assert panel.models.isVisibleTo(dialog) == (case == "ok")  # no empty box without a word (a GUI trial)
     if case == "ok":
         rows = [panel.models.item(i).text() for i in range(panel.models.count())]
         assert len(rows) == 8 and not panel.vision_boxes
@@ -123,3 +127,17 @@ def test_a_capability_source_of_an_odd_shape_counts_as_not_given(fields):
         caps, sources = probe_capabilities(Server("f", fake.url), "ok")
     assert caps.max_context == 0 and sources["context"] == ""
     assert caps.vision is ("models" not in fields)  # props and show still say it sees images
+
+
+def test_a_long_server_entry_is_elided_with_the_whole_in_its_tooltip(qtbot, dialog):
+    """Found by a GUI trial: a long name and URL were cut mid-URL, with a sideways scroll bar over the list."""
+    panel = dialog.engines
+    fill(panel, "GPU box in the basement with a long name", "http://127.0.0.1:9/v1")
+    panel.save_server()
+    item = panel.servers.currentItem()
+    assert item.toolTip() == "GPU box in the basement with a long name — http://127.0.0.1:9/v1"
+    assert panel.servers.textElideMode() == Qt.TextElideMode.ElideMiddle
+    assert panel.servers.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+    panel.servers.setCurrentRow(panel.servers.count() - 1)
+    panel.servers.setCurrentItem(item)
+    assert panel.name.cursorPosition() == 0  # its start shown, not its end
