@@ -307,7 +307,10 @@ def export_dialog(window, kind: str) -> Path | None:
     # In the folder of the last export, else Documents (not the folder Smolchat was started from).
     folder = str(window.qsettings.value("export/folder", "") or "") if hasattr(window, "qsettings") else ""
     if not folder or not Path(folder).is_dir():
-        folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) or str(Path.home())
+        documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+        # A home without a Documents folder (minimal Linux installs): the home folder, as the dialog
+        # would otherwise open where Smolchat was started from.
+        folder = documents if documents and Path(documents).is_dir() else str(Path.home())
     path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{safe}.{kind}"), filters[kind])
     if not path:
         return None

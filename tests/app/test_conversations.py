@@ -272,3 +272,20 @@ def test_bidi_controls_never_turn_a_title_around(qtbot, window):
     window.store.add_message(raw.id, "user", "hi")
     path = export_markdown(window.store, raw.id, window.store.folder / "raw.md")
     assert path.read_text().startswith("# stored raw\n")
+
+
+def test_the_first_export_opens_in_the_home_folder_where_there_is_no_documents_folder(qtbot, window, tmp_path,
+                                                                                    monkeypatch):
+    """Found by a GUI trial: without ~/Documents the dialog opened where Smolchat was started from."""
+    from PySide6.QtCore import QStandardPaths
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(QStandardPaths, "writableLocation", lambda kind: str(home / "Documents"))  # absent
+    ask(qtbot, window, "Where?")
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda parent, caption, start, filters: asked.append(start)
+                        or ("", filters))
+    window.actions["export_md"].trigger()
+    assert asked == [str(home / "Where_.md")]
