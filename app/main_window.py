@@ -41,6 +41,8 @@ from app.window_chats import ChatsMixin
 from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
 from engine.api import ChatBackend
 
+NO_MODEL_TEXT = "No model loaded.\nChoose or download a model with the button at the top right (or Model ▸ Manage models…)."
+
 
 @dataclass
 class Draft:
@@ -104,6 +106,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             self.load_model(path, device, dtype)
         else:
             self.stats_label.setText("No model loaded — choose or download one to start.")
+            self.transcript.set_placeholder(NO_MODEL_TEXT)  # not "Drop a photo here…": nothing could read it
+            self.composer.setPlaceholderText("Load a model to ask a question…")
             QTimer.singleShot(0, self.open_model_manager)
 
     def _connect_controller(self) -> None:
@@ -316,7 +320,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:
         self.model_picker.set_none()
-        self.transcript.set_placeholder("No model loaded.\nChoose or download a model with the button at the top right.")
+        self.transcript.set_placeholder(NO_MODEL_TEXT)
         self.banner.show_error(f"Could not load the model: {message}")
         self.stats_label.setText("No model loaded")
 

@@ -172,6 +172,9 @@ def test_no_model_opens_the_manager_and_picker_switches_models(qtbot, make_windo
     factory = (FakeBackend())
     win = make_window(factory, model_path=None, wait_loaded=False)
     qtbot.waitUntil(lambda: win.model_manager is not None and win.model_manager.isVisible(), timeout=5000)
+    # The empty chat does not invite a photo nothing could read (found by a GUI trial).
+    assert win.transcript._empty.text().startswith("No model loaded.\nChoose or download a model")
+    assert win.composer.placeholderText() == "Load a model to ask a question…"
     add_known_model("/models/a", "Model A")
     add_known_model("/models/b", "Model B")
     actions = [a for a in win.model_picker.model_actions() if a.text() in ("Model A", "Model B")]
