@@ -44,7 +44,9 @@ class WaitProgress(QWidget):
         """Show one ProgressEvent (see :func:`app.formatting.describe_progress`)."""
         text, done, total = describe_progress(event)
         self.label.setText(text)
-        if total > 0:
+        # A prompt read in one chunk reports nothing between its start and its end: a busy bar, not an
+        # empty one that looks stuck for the seconds that takes on a CPU (found by a GUI trial).
+        if total > 0 and (done > 0 or event.stage != "prefill"):
             self.bar.setRange(0, total)
             self.bar.setValue(done)
         else:
