@@ -53,7 +53,7 @@ ENGINE_KEYS = ("device", "dtype", "cache_kind", "context_size", "weights")
 
 
 MAX_SEED = 2**64 - 1
-SEED_RULE = f"a whole number from 0 to {MAX_SEED}, or empty for a random seed"
+SEED_RULE = f"a whole number from 0 to 2^64 − 1 ({MAX_SEED:,}), or empty for a random seed"
 INT_KEYS = ("top_k", "max_new_tokens")
 # What the settings dialog's fields can hold (Qt spin boxes are 32-bit); larger stored values are refused.
 LIMITS = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000), "repetition_penalty": (0.5, 2.0),

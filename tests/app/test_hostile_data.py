@@ -53,7 +53,7 @@ def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_th
     assert win.storage_banner.message() == (
         f"Settings file {ini}: ignored temperature must be a finite number, got nan; top_p must be in (0, 1], "
         "got 5.0; max_new_tokens must be from 1 to 32768, got 99999999999; the seed must be a whole number from 0 "
-        "to 18446744073709551615, or empty for a random seed, got 'abc'; device 'gpu9' (one of auto, cuda, mps, "
+        "to 2^64 − 1 (18,446,744,073,709,551,615), or empty for a random seed, got 'abc'; device 'gpu9' (one of auto, cuda, mps, "
         "cpu); context_size 'lots' (a whole number of tokens from 256 to 131072, or 0 for the model's own). The defaults "
         "apply instead.")
     assert win.settings.seed is None and win.settings.overrides == {"top_k": 40}
@@ -196,8 +196,8 @@ def test_settings_dialog_refuses_a_seed_outside_the_valid_range(qtbot, window):
         dialog.accept()
         assert dialog.isVisible(), typed  # refused: the dialog stays open
         assert error.isVisible() and error.text() == (
-            "Not applied: The seed must be a whole number from 0 to 18446744073709551615, or empty for a "
-            f"random seed, got {typed!r}.")
+            "Not applied: The seed must be a whole number from 0 to 2^64 − 1 (18,446,744,073,709,551,615), or "
+            f"empty for a random seed, got {typed!r}.")
         assert window.settings.seed is None
     dialog.seed.setText("18446744073709551615")
     dialog.accept()
@@ -260,7 +260,8 @@ def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtb
     message = win.banner.message()
     assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: ignored "
                               "temperature must be a number, got 'hot'")
-    assert "the seed must be a whole number from 0 to 18446744073709551615, or empty for a random seed, got '-1'" \
+    assert ("the seed must be a whole number from 0 to 2^64 − 1 (18,446,744,073,709,551,615), or empty for a random "
+            "seed, got '-1'") \
         in message and message.endswith("; the defaults apply instead.")
     assert (win.settings.seed, win.settings.overrides, win.settings.image_detail) == (None, {"top_k": 7}, "full")
     assert _ask(qtbot, win)["finish_reason"] == "stop"  # before: "Invalid settings: seed must be in [0, 2**64)"
