@@ -544,7 +544,7 @@ def test_a_damaged_database_is_left_as_it_is_says_what_to_do_and_its_stand_in_go
     import app.paths
 
     monkeypatch.setattr("app.paths._fallbacks", {})
-    data_dir.mkdir(parents=True)
+    data_dir.mkdir(parents=True, exist_ok=True)  # (a thread left by an earlier test may have made it)
     junk = b"this is not SQLite" * 100
     (data_dir / "smolchat.sqlite3").write_bytes(junk)
     win = make_window(FakeBackend())
