@@ -144,6 +144,10 @@ class ChatController(QObject):
                 Attachment(path, "video"), detail, GenerationParams(video_fps=video_fps, video_max_frames=video_max_frames))
         return self.backend.count_attachment_tokens(Attachment(path), detail)
 
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens the loaded model's tokenizer makes of ``text`` (-1: unknown, e.g. a server's model)."""
+        return self.backend.count_text_tokens(text)
+
     # -- answers -------------------------------------------------------------------------------------
     def send(self, text: str, images: list[str], chat_settings: dict, params: dict, edit_index: int | None) -> bool:
         """Store the user's message (as a new version of message ``edit_index``, whose old version and

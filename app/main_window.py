@@ -76,6 +76,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._editing: int | None = None  # the transcript index of the message being edited
         self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
+        self._text_count: tuple[str, int] | None = None  # the composer's text and its tokens, last counted
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
         ignored = ""
@@ -154,6 +155,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if not self.send_button.isEnabled():
             return
         if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
+            return
+        if self.refuse_too_long(text):
             return
         self.banner.dismiss()
         params = self.current_params()
@@ -294,6 +297,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     @Slot(dict)
     def _on_model_loaded(self, info: dict) -> None:
         self._token_counts.clear()
+        self._text_count = None  # another tokenizer
         path = info.get("path", "")
         set_last_model(path, self.qsettings)
         remembered = [m["path"] for m in known_models(self.qsettings)]

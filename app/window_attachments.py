@@ -150,15 +150,53 @@ class AttachmentsMixin:
         if problems:
             self.banner.show_error(" ".join(problems))
             return True
-        context, tokens = self.context_size(), getattr(self, "_pending_tokens", 0)
-        if context and tokens >= context:
+        return False
+
+    def refuse_too_long(self, text: str) -> bool:
+        """Show why and return True when ``text`` and the pending attachments make more tokens than
+        the loaded model's context holds (the text counted now, not when typing last paused: the
+        engine would refuse the prompt after the message had been stored)."""
+        context = self.context_size()
+        if not context:
+            return False
+        attached = getattr(self, "_pending_tokens", 0)
+        if attached >= context:
             videos = bool(self.attachments.video_chips())
             self.banner.show_error(
-                f"These attachments take {tokens:,} tokens, more than the {context:,} the model's context holds. "
+                f"These attachments take {attached:,} tokens, more than the {context:,} the model's context holds. "
                 + ("Remove some, or lower Settings ▸ Video frames (max)." if videos
                    else "Remove some, or send them at a lower image detail."))
             return True
-        return False
+        words = self.text_tokens(text, attached)
+        tokens = attached + words
+        if words <= 0 or tokens < context:
+            return False
+        if not attached:
+            self.banner.show_error(
+                f"This message is {tokens:,} tokens long, more than the {context:,} the model's context holds. "
+                "Shorten it, or send it in parts.")
+        else:
+            self.banner.show_error(
+                f"This message and its attachments take {tokens:,} tokens ({words:,} of them for the text), "
+                f"more than the {context:,} the model's context holds. Shorten the text, or remove some attachments.")
+        return True
+
+    def text_tokens(self, text: str, attached: int = 0) -> int:
+        """Tokens the loaded model makes of the composer's ``text`` (-1: not known), counted only
+        where they are what takes the message past the context: a token is at least one UTF-8 byte,
+        so a text of fewer bytes than the context has room for beside ``attached`` tokens fits, and
+        counts as 0, as does any text beside attachments that are too many already. The last count
+        is kept (typing reaches here a few times a second)."""
+        context = self.context_size()
+        if not text or not context or attached >= context \
+                or len(text.encode("utf-8", "surrogatepass")) + attached < context:
+            return 0
+        if not self.controller.ready:
+            return -1
+        known = getattr(self, "_text_count", None)
+        if known is None or known[0] != text:
+            known = self._text_count = (text, self.controller.count_text_tokens(text))
+        return known[1]
 
     def _keep_copy(self, original: str) -> None:
         """Copy ``original`` into the store; if that fails (full disk, read-only store) it is read at Send,
@@ -279,12 +317,29 @@ class AttachmentsMixin:
         counted = bool(tokens) and len(known) == len(counts)
         self._pending_tokens = tokens if counted else 0
         context = self.context_size()
+        words = self.text_tokens(self.composer.toPlainText().strip(), self._pending_tokens)
+        self._text_over = words > 0 and context and tokens + words >= context
+        if self._text_over:
+            # The text (with what is attached) cannot be sent as it is: say so before Send.
+            summary = " · ".join(p for p in (summary, f"text {words:,} tokens") if p)
+            self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
+            return
         if counted and context and tokens >= context:
             # It cannot be sent as it is: the engine would refuse the prompt after storing the message.
             self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
             return
         wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens)) if counted else ""
         self.pending_label.setText(" · ".join(p for p in (summary, wait) if p))
+
+    @Slot()
+    def _text_edited(self) -> None:
+        """Count the text again once typing pauses, where it could reach the context (or did at the
+        last count): a short message costs nothing per keystroke."""
+        context = self.context_size()
+        text = self.composer.toPlainText()
+        if getattr(self, "_text_over", False) or (
+                context and len(text.encode("utf-8", "surrogatepass")) + getattr(self, "_pending_tokens", 0) >= context):
+            self.text_count_timer.start()
 
     def context_size(self) -> int:
         """Tokens the loaded model's conversation holds (0: not known, e.g. a server that does not say)."""

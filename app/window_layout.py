@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -150,7 +150,7 @@ def build_ui(window) -> None:
     window.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     window.pending_label = ElidedLabel()
     window.pending_label.setObjectName("pendingTokens")
-    window.pending_label.setAccessibleName("Image tokens of the attachments")
+    window.pending_label.setAccessibleName("Tokens of the attachments, and of a text too long for the context")
     # The image detail of the message being written: Settings' choice until the user picks another
     # for this message (shown only while images are attached; back to Settings' after sending).
     window.detail_combo = QComboBox()
@@ -169,6 +169,13 @@ def build_ui(window) -> None:
     window.composer.submitted.connect(window.send_message)
     window.detail_combo.currentIndexChanged.connect(window._count_pending_tokens)
     window.composer.textChanged.connect(window._update_actions)
+    # A long text is counted once typing pauses (tokenizing a book chapter takes milliseconds, not
+    # nothing), to say before Send that it is beyond the context.
+    window.text_count_timer = QTimer(window)
+    window.text_count_timer.setSingleShot(True)
+    window.text_count_timer.setInterval(300)
+    window.text_count_timer.timeout.connect(window._count_pending_tokens)
+    window.composer.textChanged.connect(window._text_edited)
     window.composer.files_added.connect(window.add_files)
     window.composer.image_pasted.connect(window.add_image_data)
     window.attachments.changed.connect(window._update_actions)

@@ -295,6 +295,17 @@ class EngineService:
             log.debug("cannot count image tokens of %s", attachment.path, exc_info=True)
             return -1
 
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens the loaded tokenizer makes of ``text`` (-1: no model). On the calling thread, outside
+        the queue, with the GIL released while the tokenizer works (``encode_aside``): a window checks a
+        long message against the context before sending it, also during an answer. A special-token
+        string typed into ``text`` (``<image>``) counts as its one id here; the prompt reads it as
+        text, a few tokens more."""
+        session = self._session
+        if session is None:
+            return -1
+        return len(session.tokenizer.encode_aside(text))
+
     def check_checkpoint(self, path: str, on_done: Callable[[dict], None]) -> None:
         """``on_done(report)``: :func:`engine.validate.check_checkpoint` as a dict (never raises)."""
         def run(_request: _Request) -> None:

@@ -113,6 +113,9 @@ class FakeBackend:
             return -1  # no tokenizer: the window counts frames x tokens per frame
         return PER_IMAGE.get(resolve_detail(detail, "cpu"), -1)
 
+    def count_text_tokens(self, text: str) -> int:
+        return len(text.split())  # a token a word: what tests can count by eye
+
     def close(self) -> bool:
         self.closed = True
         return self.jobs.close()

@@ -75,6 +75,9 @@ class LocalBackend:
                                 params: GenerationParams | None = None) -> int:
         return self.service.count_tokens(attachment, detail, params)
 
+    def count_text_tokens(self, text: str) -> int:
+        return self.service.count_text_tokens(text)
+
     def close(self) -> bool:
         """Stop the engine thread within about a second; False when it is still finishing a kernel."""
         return self.service.shutdown(1.0)

@@ -335,6 +335,9 @@ class RemoteBackend:
                                 params: GenerationParams | None = None) -> int:
         return -1  # the server's tokenizer decides; asking would cost a round trip per image
 
+    def count_text_tokens(self, text: str) -> int:
+        return -1  # as above: the server refuses a prompt beyond its context itself
+
     def close(self) -> bool:
         return self.jobs.close()
 

@@ -74,6 +74,9 @@ class EngineSwitch:
                                 params: GenerationParams | None = None) -> int:
         return self.current.count_attachment_tokens(attachment, detail, params)
 
+    def count_text_tokens(self, text: str) -> int:
+        return self.current.count_text_tokens(text)
+
     def close(self) -> bool:
         """Close every backend (each within about a second); False when one is still busy."""
         backends = {id(b): b for b in (*self.remotes.values(), self.current, self.local)}

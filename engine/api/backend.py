@@ -135,5 +135,10 @@ class ChatBackend(Protocol):
         count is its whole prompt (intro, each frame's time stamp and image) at ``params``' frame
         sampling (``video_fps``, ``video_max_frames``; default the engine's)."""
 
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens the loaded model's tokenizer makes of ``text`` (-1 when unknown: no model, or a server
+        that does not say); the text alone, without the chat template's few tokens around a message.
+        Cheap (milliseconds for a book chapter), may block briefly; any thread."""
+
     def close(self) -> None:
         """Stop the backend's thread; returns within about a second."""

@@ -250,3 +250,51 @@ def test_a_row_that_just_overflows_keeps_its_chips_above_the_scroll_bar(qtbot, w
         qtbot.wait(50)
     assert scroll.horizontalScrollBar().maximum() > 0  # the row overflows: the bar shows
     assert scroll.viewport().height() >= scroll.widget().sizeHint().height()  # below the chips, not over them
+
+
+def test_a_text_beyond_the_context_is_said_while_typing_and_refused_at_send(qtbot, window, factory, png):
+    """The fake model counts a token a word and holds 8,192. A 9,000-word paste: once typing pauses
+    the status bar says it is beyond the context; Send refuses with the count, storing and sending
+    nothing, the text kept. With an image (1,088 tokens at full) 8,000 words are too many as well;
+    cut to 7,000 the message goes."""
+    win = window
+    win.composer.setPlainText("word " * 9000)
+    qtbot.waitUntil(lambda: "context" in win.pending_label.text(), timeout=3000)
+    assert win.pending_label.text() == "text 9,000 tokens · more than the 8,192-token context"
+    win.send_message()
+    assert win.banner.message() == ("This message is 9,000 tokens long, more than the 8,192 the model's context "
+                                    "holds. Shorten it, or send it in parts.")
+    assert factory.calls == [] and win.store.conversations() == []
+    assert win.composer.toPlainText() == "word " * 9000
+
+    drop(win.composer, file_mime(png))
+    win.composer.setPlainText("word " * 8000)
+    qtbot.waitUntil(lambda: "text 8,000" in win.pending_label.text(), timeout=3000)
+    assert win.pending_label.text() == ("1 image · 1,088 image tokens (full) · text 8,000 tokens · "
+                                        "more than the 8,192-token context")
+    win.send_message()
+    assert win.banner.message() == ("This message and its attachments take 9,088 tokens (8,000 of them for the "
+                                    "text), more than the 8,192 the model's context holds. Shorten the text, or "
+                                    "remove some attachments.")
+    assert factory.calls == []
+
+    win.composer.setPlainText("word " * 7000)
+    qtbot.waitUntil(lambda: "context" not in win.pending_label.text(), timeout=3000)
+    assert win.pending_label.text().startswith("1 image · 1,088 image tokens (full)")
+    win.send_message()
+    qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=5000)
+    assert len(factory.calls[0]["text"].split()) == 7000 and len(factory.calls[0]["images"]) == 1
+
+
+def test_a_text_shorter_in_bytes_than_the_context_is_never_tokenized(qtbot, window, factory):
+    """A token is at least one UTF-8 byte: a message of fewer bytes than the context fits, so typing
+    it costs no tokenizer call (neither does its Send)."""
+    counted = []
+    factory.count_text_tokens = lambda text: counted.append(text) or len(text.split())
+    qtbot.keyClicks(window.composer, "What is in this photo?")
+    window.composer.setPlainText("x " * 4000)  # 8,000 bytes < 8,192
+    qtbot.wait(400)
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        window.send_message()
+    assert counted == [] and "context" not in window.pending_label.text()
+    assert factory.calls[0]["text"] == ("x " * 4000).strip()

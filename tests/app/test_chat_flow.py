@@ -105,16 +105,18 @@ def test_engine_image_error_is_shown_and_prompt_restored(qtbot, make_window, png
 
 def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
     """Found by a trial: the banner was the engine's bare "the prompt has 30008 tokens but the
-    context holds 8192", lowercase, with nothing about what to do; the message stays in the composer."""
+    context holds 8192", lowercase, with nothing about what to do; the message stays in the composer.
+    (The window counts the text itself before sending, 3,000 tokens here: the engine's refusal is
+    for what it adds, the history and the template.)"""
     win = make_window(FakeBackend(image_error="the prompt has 30008 tokens but the context holds 8192",
                                   error_type="PromptTooLongError"))
-    win.composer.setPlainText("word " * 30_000)
+    win.composer.setPlainText("word " * 3_000)
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     assert win.banner.message() == (
         "Too long for the model's context: this message makes a prompt of 30008 tokens but the context holds "
         "8192. Shorten it or send it in parts (a long chat keeps only the earlier messages that fit).")
-    assert win.composer.toPlainText() == ("word " * 30_000).strip()  # kept, to shorten
+    assert win.composer.toPlainText() == ("word " * 3_000).strip()  # kept, to shorten
 
 
 @pytest.mark.parametrize("kind, advice", [

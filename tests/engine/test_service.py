@@ -398,3 +398,24 @@ def test_model_info_says_the_context_the_conversation_holds(tiny_checkpoint):
         assert service.shutdown()
         assert infos[-1].capabilities.max_context == capacity
     assert infos[1].capabilities.max_context == 512 < infos[0].capabilities.max_context
+
+
+def test_count_text_tokens_is_what_the_text_adds_to_the_prompt(tiny_checkpoint):
+    """The window's check of a long message before Send: the count is the prompt tokens the text
+    takes (two sends differ in prompt length by their texts' counts), -1 before a model is loaded."""
+    service = EngineService()
+    assert service.count_text_tokens("Hello") == -1
+    loaded = threading.Event()
+    service.load(str(tiny_checkpoint), {"device": "cpu"}, lambda info, message: loaded.set())
+    assert loaded.wait(60)
+    short, long = "Hi", "The quick brown fox jumps over the lazy dog. " * 40 + "Ünïcödé and 日本語 too."
+    prompts = []
+    for text in (short, long):
+        service.set_history([])
+        sink = Recorder()
+        service.send(text, [], GenerationParams(max_new_tokens=1, ignore_eos=True), sink)
+        prompts.append(sink.final.stats.prompt_tokens)
+    assert service.count_text_tokens(short) == 1
+    assert prompts[1] - prompts[0] == service.count_text_tokens(long) - 1
+    assert service.count_text_tokens(long) > 400
+    assert service.shutdown()
