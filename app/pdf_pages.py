@@ -115,8 +115,9 @@ def _digest(path: str | Path) -> str:
 
 
 def _render(document, index: int, stem: str, digest: str, folder: Path) -> Path:
-    name = f"{stem[:40]}-page{index + 1}-{digest}.png"
-    target = folder / name
+    # Named as a person would name the page ("report page 3.png": chips, errors and exports show the
+    # name), in a folder per content hash, so pages of an edited PDF are rendered again.
+    target = folder / digest / f"{_short(stem, 120)} page {index + 1}.png"
     if target.exists():
         return target
     page = document[index]
@@ -128,10 +129,16 @@ def _render(document, index: int, stem: str, digest: str, folder: Path) -> Path:
         raise DocumentError(f"{stem}.pdf: page {index + 1} cannot be rendered ({exc}).") from None
     finally:
         page.close()
-    folder.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     with safe_files.replacing(target) as tmp:  # a full disk leaves no half page (nor its .part) behind
         image.save(tmp, "PNG")
     return target
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes at a character boundary (a file name's part: most
+    file systems take 255 bytes a name)."""
+    return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
 
 
 def is_pdf(path: str | Path) -> bool:

@@ -57,7 +57,7 @@ def test_pdf_pages_are_rendered_off_the_ui_thread_and_attached(qtbot, window, fa
     assert drop(window.composer, file_mime(pdf))
     qtbot.waitUntil(lambda: len(window.attachments.paths()) == 3, timeout=10_000)
     assert threads and threads[0] != threading.get_ident()
-    assert [n.split("-")[:2] for n in names(window)] == [["scan", "page1"], ["scan", "page2"], ["scan", "page3"]]
+    assert names(window) == ["scan page 1.png", "scan page 2.png", "scan page 3.png"]
     with Image.open(window.attachments.paths()[1]) as page:  # 200 x 300 pt at the 4x cap
         assert page.size == (800, 1200) and page.getpixel((400, 600)) == (10, 10, 10)
     assert window.pending_label.text() == "3 images · 3,264 image tokens (full)"  # 1,088 a page at full detail
@@ -84,7 +84,7 @@ def test_a_long_pdf_opens_the_page_picker_with_the_pages_that_fit(qtbot, window,
     assert picker.cost_label.text() == "3 pages · 3,264 image tokens of 7,424 available"
     qtbot.mouseClick(picker.attach_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(window.attachments.paths()) == 3, timeout=10_000)
-    assert [n.split("-")[1] for n in names(window)] == ["page3", "page4", "page5"]
+    assert names(window) == ["manual page 3.png", "manual page 4.png", "manual page 5.png"]
 
 
 @pytest.mark.parametrize("kind, message", [
@@ -128,7 +128,7 @@ def test_a_dropped_folder_attaches_its_images_and_pdfs_sorted(qtbot, window, tmp
     make_pdf(folder / "c-ticket.pdf", 1)
     assert drop(window, file_mime(folder))
     qtbot.waitUntil(lambda: len(window.attachments.paths()) == 3, timeout=10_000)
-    assert names(window)[:2] == ["a.jpg", "b.png"] and names(window)[2].startswith("c-ticket-page1-")
+    assert names(window)[:2] == ["a.jpg", "b.png"] and names(window)[2] == "c-ticket page 1.png"
 
 
 def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, window, tmp_path):
@@ -184,7 +184,13 @@ def test_a_pasted_pdf_file_is_attached_page_by_page(qtbot, window, tmp_path, qap
     window.composer.setFocus()
     window.composer.paste()
     qtbot.waitUntil(lambda: len(window.attachments.paths()) == 2, timeout=10_000)
-    assert window.composer.toPlainText() == "" and names(window)[0].startswith("copied-page1-")
+    assert window.composer.toPlainText() == "" and names(window) == ["copied page 1.png", "copied page 2.png"]
+    # Kept with the message under those names: an export names the pages' files so.
+    qtbot.keyClicks(window.composer, "Summarise")
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        window.send_message()
+    [message] = [m for m in window.store.messages(window.keeper.current_id) if m.role == "user"]
+    assert message.attached_names == ["copied page 1.png", "copied page 2.png"]
 
 
 def test_a_white_page_keeps_a_visible_edge_in_its_thumbnail(qapp, tmp_path):
