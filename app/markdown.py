@@ -2,7 +2,9 @@
 
 While an answer streams it is plain text appended at the end of one document, so each token lays
 out only the last paragraph; when it is complete it is split into typed blocks (text / code) and
-rendered once.
+rendered once. Qt's Markdown importer leaves headings without space above them and block quotes
+as a bare indent: :meth:`RichText.setMarkdown` spaces and marks them (:func:`shape_blocks`). Code
+blocks keep each line whole and scroll sideways (:class:`CodeText`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,28 @@ import math
 import re
 from dataclasses import dataclass
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextCursor
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import (
+    QFontDatabase,
+    QGuiApplication,
+    QPainter,
+    QPalette,
+    QTextBlock,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QTextBrowser,
+    QTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.icons import icon
 
@@ -26,6 +47,26 @@ FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 #: ~10 min. A zero-width space after every LONG_RUN characters of a run keeps it linear (1.7 s).
 LONG_RUN = 1000
 ZERO_WIDTH_SPACE = "\u200b"
+
+#: Space above a heading, in pixels, by level (1-6). Qt's importer gives headings no margins, so a
+#: heading sat on the paragraph before it, reading as that paragraph's last line.
+HEADING_SPACE = {1: 18, 2: 16, 3: 12}
+HEADING_SPACE_DEFAULT = 10
+#: Space below a heading (px): less than above, so the heading goes with the text it introduces.
+HEADING_BELOW = 4
+#: Space between list items (px). Qt gives items a paragraph's 6 px, which spread a list as loosely
+#: as separate paragraphs; a list keeps 6 px from the text before and after it (Qt collapses adjacent
+#: margins to the larger one).
+LIST_ITEM_SPACE = 2
+#: Indent per block-quote level (px), the quote's rule included; Qt's own 40 px read as a stray indent.
+QUOTE_INDENT = 18
+#: Width (px) of the rule left of a block quote, one per level, drawn in the palette's Mid colour.
+QUOTE_RULE = 3
+#: Code lines up to this many characters are kept whole and the block scrolls sideways; a block with
+#: a longer line (minified code, data) wraps instead. Scrolling sideways through such a line reads
+#: nothing, and Qt's line widths (26.6 fixed point) overflow past ~33 million pixels: a 5-million
+#: character line laid out whole measured 72 px wide, the rest of it unreachable.
+CODE_SCROLL_LIMIT = 2000
 
 
 #: Where Qt's line breaking may already break: breaking spaces, line separators and the zero-width
@@ -76,6 +117,47 @@ def _trailing_run(text: str) -> int:
     return n
 
 
+def quote_level(block: QTextBlock) -> int:
+    """How deep ``block`` is in block quotes (0: not in one), as Qt's Markdown importer marks it."""
+    return int(block.blockFormat().property(QTextFormat.Property.BlockQuoteLevel) or 0)
+
+
+def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
+    """Space ``document``'s headings and list items and indent its block quotes (see
+    :data:`HEADING_SPACE`, :data:`LIST_ITEM_SPACE`, :data:`QUOTE_INDENT`); returns the quoted blocks,
+    whose rules :class:`RichText` paints. Only those blocks are changed, in one edit."""
+    quotes: list[QTextBlock] = []
+    cursor = QTextCursor(document)
+    cursor.beginEditBlock()
+    block = document.begin()
+    while block.isValid():
+        fmt = block.blockFormat()
+        level, heading = quote_level(block), fmt.headingLevel()
+        changed = True
+        if heading:
+            # The answer's first line stays at the top of its bubble.
+            fmt.setTopMargin(HEADING_SPACE.get(heading, HEADING_SPACE_DEFAULT) if block.previous().isValid() else 0)
+            fmt.setBottomMargin(HEADING_BELOW)
+        elif (items := block.textList()) is not None:
+            # A list's first item keeps its space above (a list straight after another stays apart),
+            # unless the list is nested in an item.
+            if items.itemNumber(block) != 0 or items.format().indent() > 1:
+                fmt.setTopMargin(LIST_ITEM_SPACE)
+            fmt.setBottomMargin(LIST_ITEM_SPACE)
+        else:
+            changed = False
+        if level:
+            fmt.setLeftMargin(level * QUOTE_INDENT)
+            quotes.append(block)
+            changed = True
+        if changed:
+            cursor.setPosition(block.position())
+            cursor.setBlockFormat(fmt)
+        block = block.next()
+    cursor.endEditBlock()
+    return quotes
+
+
 @dataclass(frozen=True)
 class Block:
     kind: str  # "text" | "code"
@@ -121,15 +203,46 @@ class RichText(QTextBrowser):
         self.viewport().setAutoFillBackground(False)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self._run = 0  # the document's trailing run without a break opportunity (breakable)
+        self._quotes: list[QTextBlock] = []  # the blocks in a block quote (shape_blocks), for their rules
         self._fit()
 
     def setPlainText(self, text: str) -> None:
         marked, self._run = breakable(text)
+        self._quotes = []
         super().setPlainText(marked)
 
     def setMarkdown(self, markdown: str) -> None:
+        """Show ``markdown`` rendered, its headings, lists and quotes shaped by :func:`shape_blocks`."""
         marked, self._run = breakable(markdown)
+        self._quotes = []
         super().setMarkdown(marked)
+        self._quotes = shape_blocks(self.document())
+
+    def quote_rules(self) -> list[QRectF]:
+        """Where the block quotes' rules are drawn, in viewport pixels: one per level of each quoted
+        block, joined down to the next block where that is quoted as deeply."""
+        dx, dy = -self.horizontalScrollBar().value(), -self.verticalScrollBar().value()
+        rules = []
+        for block in self._quotes:
+            layout = block.layout()
+            top = layout.position().y()
+            bottom = top + layout.boundingRect().height()
+            after = block.next()
+            deeper = quote_level(after) if after.isValid() else 0
+            for level in range(1, quote_level(block) + 1):
+                end = after.layout().position().y() if deeper >= level else bottom
+                x = (level - 1) * QUOTE_INDENT + 1
+                rules.append(QRectF(x + dx, top + dy, QUOTE_RULE, end - top))
+        return rules
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().paintEvent(event)
+        if self._quotes:
+            painter = QPainter(self.viewport())
+            color = self.palette().color(QPalette.ColorRole.Mid)  # at paint time: follows a theme switch
+            for rule in self.quote_rules():
+                painter.fillRect(rule, color)
+            painter.end()
 
     def createMimeDataFromSelection(self):  # noqa: N802 - Qt's name
         """What a copy or drag of the selection carries: the text without the display's zero-width spaces."""
@@ -160,6 +273,36 @@ class RichText(QTextBrowser):
         self._fit()
 
 
+class CodeText(RichText):
+    """A code block's text: monospaced, each line whole, scrolling sideways where a line is wider
+    than the block (as editors do: a wrapped line restarted at column 0, hiding its indentation).
+
+    The vertical wheel still scrolls the chat (this view never scrolls down, so it passes the wheel
+    on); a horizontal wheel or Shift+wheel scrolls the code. It is as tall as its lines plus the
+    scroll bar where one shows. A block with a line over :data:`CODE_SCROLL_LIMIT` characters wraps.
+    """
+
+    def __init__(self, code: str, parent: QWidget | None = None) -> None:
+        super().__init__("codeText", parent)
+        self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        whole = max((len(line) for line in code.split("\n")), default=0) <= CODE_SCROLL_LIMIT
+        if whole:
+            self.setLineWrapMode(QTextEdit.LineWrapMode.NoWrap)
+        self.setPlainText(code)
+
+    def _fit(self, *_args) -> None:
+        # The bar only where the code is wider than the view; decided here rather than left to Qt
+        # (as needed), so that the height below counts it before it shows.
+        wide = self.document().size().width() > self.viewport().width()
+        bar = self.horizontalScrollBar()
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn if wide else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        margins = self.contentsMargins()
+        height = math.ceil(self.document().size().height()) + margins.top() + margins.bottom()
+        height = max(height, self.fontMetrics().lineSpacing()) + (bar.sizeHint().height() if wide else 0)
+        if height != self.height() or self.minimumHeight() != height:
+            self.setFixedHeight(height)
+
+
 class CodeBlock(QFrame):
     """A monospaced code block with its language and a copy button."""
 
@@ -184,9 +327,7 @@ class CodeBlock(QFrame):
         header.addWidget(lang)
         header.addStretch(1)
         header.addWidget(copy)
-        self.view = RichText("codeText")
-        self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.view.setPlainText(code)
+        self.view = CodeText(code)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)

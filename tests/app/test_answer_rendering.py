@@ -1,0 +1,192 @@
+"""How finished answers render (a GUI trial's findings): block quotes look like quotes, headings have
+room above them, code lines stay whole and scroll sideways."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtCore import QPoint, QPointF, QRect, Qt
+from PySide6.QtGui import QPalette, QTextFormat
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QTextEdit
+
+from app.backends.fake import FakeBackend
+from app.markdown import (
+    CODE_SCROLL_LIMIT,
+    HEADING_SPACE,
+    LIST_ITEM_SPACE,
+    QUOTE_INDENT,
+    QUOTE_RULE,
+    ZERO_WIDTH_SPACE,
+    CodeBlock,
+    RichText,
+)
+
+LONG_CODE_LINE = "            print('a very long line " + "that goes on and on " * 12 + "past the edge')"
+ANSWER = ("Intro.\n\n# Title\n\nUnder the title.\n\n## Section\n\nBefore the quote.\n\n> Quoted words.\n>\n"
+          "> > Quoted deeper.\n\nThen a list:\n\n- one\n- two\n- three\n\nAfter the list.\n\n"
+          f"```python\ndef main():\n    for i in range(3):\n        if i:\n{LONG_CODE_LINE}\n    return 0\n```\n\nEnd.")
+
+
+def _settle(qtbot) -> None:
+    for _ in range(5):
+        QApplication.processEvents()
+        qtbot.wait(20)
+
+
+@pytest.fixture
+def app_style(qapp):
+    """The real style sheet (its 14 px answer text, 10 px scroll bars), light theme afterwards."""
+    from app.paths import resource
+    from app.theme import apply_theme
+
+    old = qapp.styleSheet()
+    qapp.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
+    yield
+    apply_theme("light")
+    qapp.setStyleSheet(old)
+
+
+def _answer(qtbot, make_window, width=1000, height=760):
+    win = make_window(FakeBackend(tokens=["ok"]))
+    win.resize(width, height)
+    win.transcript.add_user_message("Explain", [])
+    answer = win.transcript.add_stored_answer("FakeVLM", ANSWER, "stop", "12 tokens")
+    _settle(qtbot)
+    return win, answer
+
+
+def _blocks(view: RichText) -> dict[str, object]:
+    """The view's blocks by their text."""
+    found, block = {}, view.document().begin()
+    while block.isValid():
+        found[block.text()] = block
+        block = block.next()
+    return found
+
+
+def _top(block) -> float:
+    return block.layout().position().y()
+
+
+def _bottom(block) -> float:
+    return _top(block) + block.layout().boundingRect().height()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_block_quotes_are_indented_by_level_with_a_rule_in_the_theme_colour(qtbot, make_window, app_style, theme):
+    from app.theme import apply_theme
+
+    apply_theme(theme)
+    _win, answer = _answer(qtbot, make_window)
+    view = answer.rendered_widgets()[0]
+    blocks = _blocks(view)
+    quoted, deeper, plain = blocks["Quoted words."], blocks["Quoted deeper."], blocks["Before the quote."]
+    assert quoted.blockFormat().property(QTextFormat.Property.BlockQuoteLevel) == 1
+    assert quoted.blockFormat().leftMargin() == QUOTE_INDENT  # Qt's own: 40 px and no rule
+    assert deeper.blockFormat().leftMargin() == 2 * QUOTE_INDENT
+    assert plain.blockFormat().leftMargin() == 0
+    # The rules are painted, in the palette's Mid colour of the theme showing: one beside the first
+    # quote, two beside the nested one, none beside the plain paragraph.
+    image = view.viewport().grab().toImage()
+    mid = view.palette().color(QPalette.ColorRole.Mid)
+    assert mid == QApplication.palette().color(QPalette.ColorRole.Mid)
+
+    def rule_at(x: int, block) -> bool:
+        return image.pixelColor(x, round((_top(block) + _bottom(block)) / 2)) == mid
+
+    first, second = 1 + QUOTE_RULE // 2, QUOTE_INDENT + 1 + QUOTE_RULE // 2
+    assert rule_at(first, quoted) and not rule_at(second, quoted)
+    assert rule_at(first, deeper) and rule_at(second, deeper)
+    assert not rule_at(first, plain)
+    text_left = round(quoted.layout().lineAt(0).naturalTextRect().left() + quoted.layout().position().x())
+    assert text_left >= QUOTE_INDENT > first + QUOTE_RULE  # the words clear of the rule
+
+
+def test_headings_have_space_above_and_list_items_sit_close(qtbot, make_window, app_style):
+    _win, answer = _answer(qtbot, make_window)
+    blocks = _blocks(answer.rendered_widgets()[0])
+    title, section = blocks["Title"], blocks["Section"]
+    assert title.blockFormat().headingLevel() == 1 and section.blockFormat().headingLevel() == 2
+    # Measured as laid out: Qt's importer gave headings no margin (6 px, the paragraph's own).
+    assert _top(title) - _bottom(blocks["Intro."]) >= HEADING_SPACE[1]
+    assert _top(section) - _bottom(blocks["Under the title."]) >= HEADING_SPACE[2]
+    # A list: its items close together, apart from the text around it as paragraphs are.
+    assert _top(blocks["two"]) - _bottom(blocks["one"]) == LIST_ITEM_SPACE
+    assert _top(blocks["one"]) - _bottom(blocks["Then a list:"]) == 6
+    assert _top(blocks["After the list."]) - _bottom(blocks["three"]) == 6
+    # A heading opening an answer stays at the top of its bubble.
+    view = RichText()
+    view.setMarkdown("# Opening\n\nText.")
+    assert view.document().begin().blockFormat().topMargin() == 0
+
+
+def test_code_lines_stay_whole_and_the_block_scrolls_sideways(qtbot, make_window, app_style):
+    win, answer = _answer(qtbot, make_window, width=900, height=500)
+    code = answer.findChild(CodeBlock).view
+    assert code.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap
+    block = code.document().begin()
+    while block.isValid():  # every line one line: the long one's indentation stays visible
+        assert block.layout().lineCount() == 1, block.text()
+        block = block.next()
+    assert code.document().size().width() > code.viewport().width()
+    bar = code.horizontalScrollBar()
+    assert code.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOn and bar.isVisible()
+    assert bar.maximum() > 0
+    # All lines show above the bar: nothing to scroll down inside the block.
+    assert code.viewport().height() >= code.document().size().height()
+    assert code.verticalScrollBar().maximum() == 0
+    assert QRect(bar.mapTo(code, QPoint(0, 0)), bar.size()).top() >= code.viewport().geometry().bottom()
+
+    # The wheel over the code scrolls the chat down; sideways, it scrolls the code.
+    chat = win.transcript.verticalScrollBar()
+    win.transcript.ensureWidgetVisible(code, 0, 60)
+    _settle(qtbot)
+    centre = QPointF(code.viewport().mapTo(win, code.viewport().rect().center()))
+    assert win.childAt(centre.toPoint()) is code.viewport()
+    start = chat.value()
+    assert 0 < start
+
+    def wheel(dx: int, dy: int) -> None:  # as the system delivers it (spontaneous: it may propagate)
+        QTest.wheelEvent(win.windowHandle(), centre, QPoint(dx, dy))
+        QApplication.processEvents()
+
+    wheel(0, 120)
+    assert chat.value() < start and bar.value() == 0
+    chat.setValue(start)
+    wheel(-120, 0)
+    assert bar.value() > 0 and chat.value() == start
+
+    # Wide enough for every line: no bar, and the block no taller than its lines.
+    win.resize(1400, 800)
+    _settle(qtbot)
+    if code.document().size().width() <= code.viewport().width():
+        assert code.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        assert code.height() - code.contentsMargins().top() - code.contentsMargins().bottom() == round(
+            code.document().size().height())
+    short = CodeBlock("x = 1")
+    short.resize(400, 100)
+    short.show()
+    _settle(qtbot)
+    assert short.view.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+    short.close()
+
+
+def test_a_code_line_too_long_to_scroll_wraps_in_linear_time(qtbot):
+    """Past CODE_SCROLL_LIMIT characters a line wraps (laid out whole, 5 million characters measured
+    72 px wide: Qt's line width overflowed), with RichText's zero-width spaces keeping it linear."""
+    line = "    x = " + "a" * 300_000
+    started = time.monotonic()
+    block = CodeBlock(line)
+    block.resize(600, 100)
+    block.show()
+    QApplication.processEvents()
+    assert time.monotonic() - started < 20
+    view = block.view
+    assert view.lineWrapMode() == QTextEdit.LineWrapMode.WidgetWidth
+    assert ZERO_WIDTH_SPACE in view.toPlainText()
+    assert view.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+    assert view.height() >= view.document().size().height() > 100 * view.fontMetrics().lineSpacing()
+    block.close()
+    assert CodeBlock("y" * CODE_SCROLL_LIMIT).view.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap
