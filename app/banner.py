@@ -3,17 +3,64 @@
 Each kind has its own mark and colour (:data:`TONES`); the icon carries the ``tone`` property itself
 because a style-sheet rule on a child (``#errorBanner[tone="info"] #bannerIcon``) is not re-evaluated
 when only the parent is re-polished, which left notices with the red error mark (issue 19).
+
+The banner sits in the window's column above the transcript, so it pushes the transcript down; a
+long message shows :data:`MAX_LINES` lines and scrolls inside the banner (:class:`MessageScroll`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, Slot
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+from PySide6.QtCore import QSize, Qt, Slot
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QToolButton, QWidget
 
 #: kind -> (mark, accessible name); colours are in resources/style.qss (``#bannerIcon[tone=...]``).
 TONES = {"error": ("!", "Error message"), "info": ("i", "Notice"), "success": ("✓", "Done")}
+
+
+#: The most lines of a message the banner shows at once; a longer one scrolls inside it. Grown to its
+#: whole message (a dropped folder's refused files, one a line), the banner took the chat's column:
+#: the transcript left ~70 px tall, the message itself cut off mid-line at the banner's edge.
+MAX_LINES = 6
+
+
+class MessageScroll(QScrollArea):
+    """The banner's message: as tall as its wrapped text, at most :data:`MAX_LINES` lines, then it
+    scrolls. It reports its height for a width to the layout, as the bare label did."""
+
+    def __init__(self, label: QLabel) -> None:
+        super().__init__()
+        self.setObjectName("bannerScroll")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setWidget(label)
+        self.viewport().setAutoFillBackground(False)
+        label.setAutoFillBackground(False)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    def cap(self) -> int:
+        """The most height (px) it takes: :data:`MAX_LINES` lines of the message."""
+        return MAX_LINES * self.widget().fontMetrics().lineSpacing()
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt's name
+        return min(self.widget().heightForWidth(width), self.cap())
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt's name
+        return True
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        hint = self.widget().sizeHint()
+        return QSize(hint.width(), min(hint.height(), self.cap()))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        # A line at least (a window too short for more scrolls the rest), as narrow as the label goes.
+        line = self.widget().fontMetrics().lineSpacing()
+        return QSize(self.widget().minimumSizeHint().width(), min(self.widget().heightForWidth(self.width()), line))
 
 
 class Banner(QFrame):
@@ -46,7 +93,8 @@ class Banner(QFrame):
         layout.setContentsMargins(12, 8, 8, 8)
         layout.setSpacing(10)
         layout.addWidget(self._icon, 0, Qt.AlignmentFlag.AlignTop)
-        layout.addWidget(self._message, 1)
+        self._scroll = MessageScroll(self._message)
+        layout.addWidget(self._scroll, 1)
         layout.addWidget(self._action, 0, Qt.AlignmentFlag.AlignVCenter)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
@@ -95,6 +143,8 @@ class Banner(QFrame):
     def _show(self, text: str, tone: str) -> None:
         mark, name = TONES[tone]
         self._message.setText(text)
+        self._scroll.verticalScrollBar().setValue(0)  # a new message shows from its first line
+        self._scroll.updateGeometry()
         self._icon.setText(mark)
         self.setAccessibleName(name)
         for widget in (self, self._icon):  # each re-polished: its own rules depend on the tone

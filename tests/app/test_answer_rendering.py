@@ -1,5 +1,5 @@
 """How finished answers render (a GUI trial's findings): block quotes look like quotes, headings have
-room above them, code lines stay whole and scroll sideways."""
+room above them, code lines stay whole and scroll sideways, and the banner never covers the chat."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QPalette, QTextFormat
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication, QTextEdit
+from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QTextEdit
 
 from app.backends.fake import FakeBackend
 from app.markdown import (
@@ -190,3 +190,44 @@ def test_a_code_line_too_long_to_scroll_wraps_in_linear_time(qtbot):
     assert view.height() >= view.document().size().height() > 100 * view.fontMetrics().lineSpacing()
     block.close()
     assert CodeBlock("y" * CODE_SCROLL_LIMIT).view.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap
+
+
+@pytest.mark.parametrize("size", [(800, 600), (1280, 800)])
+def test_a_long_banner_pushes_the_chat_down_and_scrolls_its_message(qtbot, make_window, app_style, size):
+    from app.banner import MAX_LINES
+
+    win = make_window(FakeBackend(tokens=["ok"]))
+    win.resize(*size)
+    win.transcript.add_user_message("Explain", [])
+    win.transcript.add_stored_answer("FakeVLM", "An answer. " * 40, "stop", "12 tokens")
+    lines = [f"photo-{i}.heic was not attached: this model reads images it can decode, and this one it cannot."
+             for i in range(20)]
+    win.banner.show_error("\n".join(lines))
+    _settle(qtbot)
+    win.transcript.verticalScrollBar().setValue(0)
+    _settle(qtbot)
+
+    def rect(widget) -> QRect:
+        return QRect(widget.mapTo(win, QPoint(0, 0)), widget.size())
+
+    banner, viewport = rect(win.banner), rect(win.transcript.viewport())
+    first = rect(win.transcript.widgets()[0])
+    assert not banner.intersects(viewport) and not banner.intersects(first)
+    assert banner.bottom() < first.top()
+    # The chat keeps its room, and the whole message can be read: before, the banner grew to all of
+    # it (the transcript left 68 px at 800 x 600) and was still cut off mid-line at its edge.
+    label = win.banner.findChild(QLabel, "errorMessage")
+    line = label.fontMetrics().lineSpacing()
+    assert viewport.height() >= 150
+    assert label.height() >= label.heightForWidth(label.width())
+    header = win.findChild(QFrame, "header")
+    assert header.height() >= header.sizeHint().height()  # not squeezed either
+    # At most MAX_LINES lines tall (and its frame); the rest scrolls inside the banner.
+    assert banner.height() <= MAX_LINES * line + 40
+    scroll = win.banner.findChild(QScrollArea, "bannerScroll")
+    assert scroll.height() == MAX_LINES * line
+    assert scroll.verticalScrollBar().maximum() > 0
+    # A short message: the banner as tall as its line, no scroll bar.
+    win.banner.show_info("Exported.")
+    _settle(qtbot)
+    assert scroll.verticalScrollBar().maximum() == 0 and scroll.height() <= 2 * line
