@@ -211,7 +211,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             self.banner.show_info(f"Editing a message: sending adds a new version of it; ‹ › switches back. "
                                   f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
             self.composer.setFocus()
-            # The banner lies over the transcript's top: keep the message being edited below it.
+            # The edit's banner appears above the transcript and pushes it down: keep the message in view.
             QTimer.singleShot(0, self.transcript, lambda m=message: self._editing == index
                               and self.transcript.ensureWidgetVisible(m, 0, self.banner.height() + 24))
 
