@@ -314,14 +314,14 @@ class _FillsUp:
 
 @pytest.fixture
 def full_folder(tmp_path, monkeypatch):
-    """A folder on a "full disk": any file opened there for writing takes 100 characters, then fails."""
+    """A folder on a "full disk": any file opened in it (or below) for writing takes 100 characters, then fails."""
     folder = tmp_path / "fulldisk"
     folder.mkdir()
     real_open = io.open
 
     def open_on_full_disk(file, mode="r", *args, **kwargs):
         opened = real_open(file, mode, *args, **kwargs)
-        if isinstance(file, (str, os.PathLike)) and set(mode) & set("wxa") and Path(file).parent == folder:
+        if isinstance(file, (str, os.PathLike)) and set(mode) & set("wxa") and folder in Path(file).parents:
             return _FillsUp(opened, 100)
         return opened
 
@@ -398,4 +398,5 @@ def test_pasted_images_and_pdf_pages_on_a_full_disk_leave_no_partial_file(tmp_pa
     make_pdf(tmp_path / "doc.pdf", 1)
     with pytest.raises(OSError):
         pdf_pages.render_pages(tmp_path / "doc.pdf", [0], full_folder)
-    assert list(full_folder.iterdir()) == []  # no .tmp / .part for a later run to trip over
+    # No .tmp / .part for a later run to trip over (rendered pages sit in a folder per PDF content).
+    assert [p for p in full_folder.rglob("*") if p.is_file()] == []
