@@ -76,7 +76,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._editing: int | None = None  # the transcript index of the message being edited
         self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
-        self._text_count: tuple[str, int] | None = None  # the composer's text and its tokens, last counted
+        self._send_when_counted: str | None = None  # a text whose Send waits for its token count
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         build_ui(self)
         ignored = ""
@@ -297,7 +297,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     @Slot(dict)
     def _on_model_loaded(self, info: dict) -> None:
         self._token_counts.clear()
-        self._text_count = None  # another tokenizer
+        self.text_counter.forget()  # another tokenizer
         path = info.get("path", "")
         set_last_model(path, self.qsettings)
         remembered = [m["path"] for m in known_models(self.qsettings)]

@@ -168,6 +168,10 @@ class AttachmentsMixin:
                    else "Remove some, or send them at a lower image detail."))
             return True
         words = self.text_tokens(text, attached)
+        if words is None:  # sent once it is counted (_on_text_counted), unless the text changes first
+            self._send_when_counted = text
+            self.pending_label.setText("Counting the message's tokens…")
+            return True
         tokens = attached + words
         if words <= 0 or tokens < context:
             return False
@@ -181,22 +185,30 @@ class AttachmentsMixin:
                 f"more than the {context:,} the model's context holds. Shorten the text, or remove some attachments.")
         return True
 
-    def text_tokens(self, text: str, attached: int = 0) -> int:
-        """Tokens the loaded model makes of the composer's ``text`` (-1: not known), counted only
-        where they are what takes the message past the context: a token is at least one UTF-8 byte,
-        so a text of fewer bytes than the context has room for beside ``attached`` tokens fits, and
-        counts as 0, as does any text beside attachments that are too many already. The last count
-        is kept (typing reaches here a few times a second)."""
+    def text_tokens(self, text: str, attached: int = 0) -> int | None:
+        """Tokens the loaded model makes of the composer's ``text`` (-1: the backend cannot say;
+        None: being counted, :meth:`_on_text_counted` follows), counted only where they are what
+        takes the message past the context: a token is at least one UTF-8 byte, so a text of fewer
+        bytes than the context has room for beside ``attached`` tokens fits, and counts as 0, as does
+        any text beside attachments that are too many already. Counted on a worker thread
+        (:class:`~app.text_count.TextCounter`: a multi-megabyte paste takes seconds)."""
         context = self.context_size()
         if not text or not context or attached >= context \
                 or len(text.encode("utf-8", "surrogatepass")) + attached < context:
             return 0
         if not self.controller.ready:
             return -1
-        known = getattr(self, "_text_count", None)
-        if known is None or known[0] != text:
-            known = self._text_count = (text, self.controller.count_text_tokens(text))
-        return known[1]
+        tokens = self.text_counter.known(text)
+        if tokens is None:
+            self.text_counter.request(text)
+        return tokens
+
+    @Slot()
+    def _on_text_counted(self) -> None:
+        self._count_pending_tokens()
+        waiting, self._send_when_counted = getattr(self, "_send_when_counted", None), None
+        if waiting is not None and waiting == self.composer.toPlainText().strip():
+            self.send_message()  # Send was pressed before the count came
 
     def _keep_copy(self, original: str) -> None:
         """Copy ``original`` into the store; if that fails (full disk, read-only store) it is read at Send,
@@ -317,7 +329,7 @@ class AttachmentsMixin:
         counted = bool(tokens) and len(known) == len(counts)
         self._pending_tokens = tokens if counted else 0
         context = self.context_size()
-        words = self.text_tokens(self.composer.toPlainText().strip(), self._pending_tokens)
+        words = self.text_tokens(self.composer.toPlainText().strip(), self._pending_tokens) or 0
         self._text_over = words > 0 and context and tokens + words >= context
         if self._text_over:
             # The text (with what is attached) cannot be sent as it is: say so before Send.

@@ -28,6 +28,7 @@ from app.model_picker import ModelPicker
 from app.paths import resource
 from app.scroll_area import fit_to_screen
 from app.settings import MESSAGE_DETAILS
+from app.text_count import TextCounter
 from app.text_fit import ElidedLabel
 
 SEND_TIP = "Send (Enter)"
@@ -176,6 +177,9 @@ def build_ui(window) -> None:
     window.text_count_timer.setInterval(300)
     window.text_count_timer.timeout.connect(window._count_pending_tokens)
     window.composer.textChanged.connect(window._text_edited)
+    # On the worker thread: the controller is looked up there, the backend counts thread-safely.
+    window.text_counter = TextCounter(lambda text: window.controller.count_text_tokens(text), window)
+    window.text_counter.counted.connect(window._on_text_counted)
     window.composer.files_added.connect(window.add_files)
     window.composer.image_pasted.connect(window.add_image_data)
     window.attachments.changed.connect(window._update_actions)

@@ -298,3 +298,38 @@ def test_a_text_shorter_in_bytes_than_the_context_is_never_tokenized(qtbot, wind
         window.send_message()
     assert counted == [] and "context" not in window.pending_label.text()
     assert factory.calls[0]["text"] == ("x " * 4000).strip()
+
+
+def test_a_long_text_is_counted_off_the_ui_thread_and_send_waits_for_the_count(qtbot, window, factory):
+    """A multi-megabyte paste takes the tokenizer seconds: it is counted on a worker thread, and a
+    Send pressed before the count comes is carried out when it does (refused beyond the context,
+    sent otherwise), unless the text changed meanwhile."""
+    import threading
+    import time
+
+    threads = []
+
+    def slow_count(text):
+        threads.append(threading.get_ident())
+        time.sleep(0.3)
+        return len(text.split())
+    factory.count_text_tokens = slow_count
+    win = window
+    win.composer.setPlainText("word " * 9000)
+    win.send_message()  # at once: before the typing pause's count
+    assert win.pending_label.text() == "Counting the message's tokens…"
+    assert win.banner.message() == "" or not win.banner.isVisible()
+    qtbot.waitUntil(lambda: win.banner.isVisible(), timeout=3000)
+    assert win.banner.message().startswith("This message is 9,000 tokens long")
+    assert threads and threading.get_ident() not in threads and factory.calls == []
+
+    win.composer.setPlainText("word " * 3000)
+    win.send_message()
+    win.composer.setPlainText("other " * 3000)  # changed before its count came: not sent
+    qtbot.wait(900)
+    assert factory.calls == [] and win.composer.toPlainText() == ("other " * 3000)
+
+    win.composer.setPlainText("word " * 3000)
+    win.send_message()
+    qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=3000)
+    assert len(factory.calls[0]["text"].split()) == 3000 and win.composer.toPlainText() == ""
