@@ -142,8 +142,8 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent | PromptLogprobsE
     outcome.finish_reason = "length" if event.finish_reason == "length" else "stop"
 
 
-async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream: bool = False
-                      ) -> TokenEvent | DoneEvent | PromptLogprobsEvent | None:
+async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream: bool = False,
+                      all_images_low: bool = False) -> TokenEvent | DoneEvent | PromptLogprobsEvent | None:
     """Wait for the answer's first event before any byte is sent, so that a refusal (a prompt too
     long, an unreadable image or video) still gets a real HTTP status; raises its APIError.
 
@@ -151,14 +151,15 @@ async def first_event(answer: Answer, is_disconnected: Callable[[], Any], stream
     comes in the stream): past every refusal, and past the vision tower and the prefill, so an
     engine failure there (the GPU out of memory) still gets its status too. The response's
     headers go out while the engine thread waits for the GPU's first token. An error after that
-    is the stream's error event."""
+    is the stream's error event. A prompt too long is refused here (before its prefill), with advice
+    that knows whether the request's images were ``all_images_low`` (:func:`~server.errors.from_engine`)."""
     if stream:
         await answer.wait_prompt_read(is_disconnected)
         if not answer.events:
             return None
     event = await answer.next(is_disconnected)
     if isinstance(event, DoneEvent) and event.finish_reason == "error":
-        raise from_engine(event.error_type, event.error)
+        raise from_engine(event.error_type, event.error, all_images_low)
     if isinstance(event, DoneEvent) and event.finish_reason == "cancelled" and answer.shut_down:
         raise shutting_down(cut=False)
     return event

@@ -36,6 +36,9 @@ class Turns:
     text: str
     attachments: list[Attachment] = field(default_factory=list)
     detail: str = "balanced"
+    # Every image of the request was sent with 'detail': 'low' (videos aside: detail does nothing for
+    # them): a refusal of a prompt too long does not suggest it (server.errors.from_engine).
+    all_images_low: bool = False
     # New photos whose decode still runs: the route confirms them (MediaStore.confirm) once the
     # answer is queued, before its response starts.
     pending: list[PendingImage] = field(default_factory=list)
@@ -119,7 +122,7 @@ async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, 
 
 async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, answers: AnswerIds | None,
                     pending: list[PendingImage]) -> Turns:
-    system, messages, details = [], [], []
+    system, messages, details, image_details = [], [], [], []
     for i, message in enumerate(request.messages):
         if message.role in ("tool", "function"):
             raise APIError(400, f"a '{message.role}' message (a tool's result): this server runs no tools, so a "
@@ -153,6 +156,7 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
                 if decoding is not None:
                     pending.append(decoding)
                 attachments.append(Attachment(path, detail=DETAILS[detail]))
+                image_details.append(detail)
             details.append(DETAILS[detail])
         text = "\n".join(texts)
         if role == "system":
@@ -165,15 +169,17 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
                        "invalid_messages", "messages")
     # The finest detail asked for in the request (the engine takes one level per answer).
     detail = min(details, key=("full", "balanced", "fast").index) if details else "balanced"
+    all_images_low = bool(image_details) and all(d == "low" for d in image_details)
     if messages[-1].role == "assistant":
         # Continued where its text ends (vLLM's continue_final_message, llama-server's prefill). Its
         # ids as this server generated them would not be replayed: the open message is text.
         last = messages[-1]
         messages[-1] = HistoryMessage("assistant", last.text, last.attachments, None, last.text_parts)
-        return Turns("\n\n".join(system), messages, "", detail=detail, pending=pending, continuing=True)
+        return Turns("\n\n".join(system), messages, "", detail=detail, all_images_low=all_images_low,
+                     pending=pending, continuing=True)
     last = messages.pop()
-    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, pending=pending,
-                 text_parts=last.text_parts)
+    return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, all_images_low,
+                 pending=pending, text_parts=last.text_parts)
 
 
 def _text_parts(pieces: list[list[str]], attachments: list[Attachment]) -> tuple[str, ...] | None:

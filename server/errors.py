@@ -28,9 +28,11 @@ _MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+|\b[
 T = TypeVar("T")
 # What a client can send instead where the engine says the media take what does not fit (a video's
 # frames are one tile each: 'detail' changes nothing for them, and the server samples them itself).
-_FEWER_MEDIA = dict(zip(MEDIA_KINDS, [", or send fewer images (or 'detail': 'low')",
-                                      ", or send fewer or shorter videos",
-                                      ", or send fewer images or videos (or images with 'detail': 'low')"]))
+_FEWER_MEDIA = dict(zip(MEDIA_KINDS, [", or send fewer images", ", or send fewer or shorter videos",
+                                      ", or send fewer images or videos"]))
+# Said after it only where an image was sent finer than 'low': to a request whose images all are, it
+# would suggest what it already did.
+_LOWER_DETAIL = dict(zip(MEDIA_KINDS, [" (or 'detail': 'low')", "", " (or images with 'detail': 'low')"]))
 
 
 class APIError(Exception):
@@ -56,15 +58,19 @@ def client_text(text: str, media: str = "the uploaded media") -> str:
     return _MEDIA_PATH.sub(media, text)
 
 
-def from_engine(error_type: str, message: str | None) -> APIError:
-    """The APIError for an engine failure: 400 for the request's fault, 500 for anything else."""
+def from_engine(error_type: str, message: str | None, all_images_low: bool = False) -> APIError:
+    """The APIError for an engine failure: 400 for the request's fault, 500 for anything else.
+    ``all_images_low``: every image of the request was sent with ``'detail': 'low'`` (then a prompt
+    too long for its images is not told to send them at low detail)."""
     code = CLIENT_ERRORS.get(error_type)
     message = client_text(message) if message else message
     if code == "context_length_exceeded" and message:
         if message.endswith(SYSTEM_PROMPT_TOO_LONG):  # the engine words it for the app's settings
             message = message.removesuffix(SYSTEM_PROMPT_TOO_LONG) + ": shorten the system message"
         else:  # where the media are what does not fit, fewer or smaller ones help too
-            message += ": shorten the prompt or the conversation" + _FEWER_MEDIA.get(media_kind(message), "")
+            kind = media_kind(message)
+            message += ": shorten the prompt or the conversation" + _FEWER_MEDIA.get(kind, "") + \
+                ("" if all_images_low else _LOWER_DETAIL.get(kind, ""))
     if code is not None:
         return APIError(400, message or error_type, code, CLIENT_ERROR_PARAMS.get(error_type))
     return APIError(500, message or "the engine failed", "engine_error")

@@ -206,13 +206,14 @@ def refuse_unsupported(body: ChatRequest | CompletionRequest) -> None:
 
 async def _start(request: Request, model: str, submit: Callable[[Answer], object],
                  stream: bool, confirm: Callable[[], Awaitable[None]] | None = None,
-                 prompt_param: str = "messages") -> tuple[Answer, object]:
+                 prompt_param: str = "messages", all_images_low: bool = False) -> tuple[Answer, object]:
     """Admit a request (429/503), queue it with ``submit(answer)``, await ``confirm()`` (new photos'
     decodes, which the engine waits for too: a refusal raises its APIError and cancels the answer)
     and its first event, or for a stream only its start (``None``, see
     :func:`~server.answer_stream.first_event`). A non-streamed answer sends nothing before its end:
     the engine thread is never held for it. A prompt too long for the context is named by
-    ``prompt_param`` (the request field that holds the prompt), as OpenAI's error names it."""
+    ``prompt_param`` (the request field that holds the prompt), as OpenAI's error names it, and
+    suggests 'detail': 'low' only where not ``all_images_low`` (every image already was)."""
     state = request.app.state.smolchat
     state.check_model(model)
     answer = state.bridge.admit()
@@ -222,7 +223,7 @@ async def _start(request: Request, model: str, submit: Callable[[Answer], object
         answer.handle = submit(answer)
         if confirm is not None:
             await confirm()
-        return answer, await first_event(answer, request.is_disconnected, stream)
+        return answer, await first_event(answer, request.is_disconnected, stream, all_images_low)
     except APIError as exc:
         answer.cancel()
         if exc.code == "context_length_exceeded" and exc.param is None:
@@ -284,7 +285,8 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                                 text_parts=turns.text_parts)
 
     answer, first = await _start(request, body.model, submit, body.stream,
-                                 (lambda: state.media.confirm(turns.pending)) if turns.pending else None)
+                                 (lambda: state.media.confirm(turns.pending)) if turns.pending else None,
+                                 all_images_low=turns.all_images_low)
     cid, created, stops, outcome = response_id("chatcmpl-"), int(time.time()), stops_of(body.stop), Outcome()
     base = {"id": cid, "created": created, "model": state.model_id, "system_fingerprint": state.fingerprint}
     videos = [a.path for a in turns.attachments if a.kind == "video"]  # how an answer's notice names them

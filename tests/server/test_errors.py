@@ -63,3 +63,16 @@ def test_a_prompt_too_long_says_what_to_send_instead(share, advice):
     error = from_engine("PromptTooLongError", message)
     assert (error.status, error.code) == (400, "context_length_exceeded")
     assert error.message == f"{message}: shorten the prompt or the conversation{advice}"
+
+
+@pytest.mark.parametrize("share, advice", [
+    (" (640 of them for images)", ", or send fewer images"),
+    (" (384 of them for video frames)", ", or send fewer or shorter videos"),
+    (" (448 of them for images and video frames)", ", or send fewer images or videos"),
+])
+def test_images_all_sent_at_low_detail_are_not_told_to_use_it(share, advice):
+    """'detail': 'low' is advice only to a request with an image sent finer: to one whose images all
+    were, it suggests what it already did."""
+    message = f"the prompt has 700 tokens{share} but the context holds 512"
+    error = from_engine("PromptTooLongError", message, all_images_low=True)
+    assert error.message == f"{message}: shorten the prompt or the conversation{advice}"

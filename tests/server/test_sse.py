@@ -53,14 +53,15 @@ def test_every_rule_of_the_stream_contract(url, include_usage):
         assert usage_chunks == [] and all("usage" not in c for c in chunks)
 
 
-@pytest.mark.parametrize("with_image", [False, True])
-def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url, with_image):
+@pytest.mark.parametrize("details", [(), ("low",), ("auto",), ("low", "high")])
+def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url, details):
     """A prompt beyond the context: 400 with what to do; sending fewer images is suggested only
-    where images take part of the prompt (64 tokens: the photo at 'detail': 'low')."""
+    where images take part of the prompt (64 tokens: a photo at 'detail': 'low'), and 'detail':
+    'low' only where a photo was sent finer (to photos all at 'low' it would say nothing new)."""
     context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
-    if with_image:  # the text alone fits, the photo's 64 tokens do not
+    if details:  # the text alone fits, the photos' 64 tokens (or more) do not
         content = [{"type": "text", "text": "x" + " x" * (context - 40)},
-                   {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}]
+                   *({"type": "image_url", "image_url": {"url": PNG, "detail": d}} for d in details)]
     else:
         content = [{"type": "text", "text": "x " * 9000}]
     response, lines = stream_lines(url, {"model": "tiny-f32", "stream": True, "max_tokens": 5,
@@ -68,10 +69,10 @@ def test_an_error_before_the_first_token_is_a_real_status_not_a_stream(url, with
     assert response.status_code == 400
     error = json.loads("".join(lines))["error"]
     assert error["code"] == "context_length_exceeded"
-    if with_image:
+    if details:
         assert re.fullmatch(r"the prompt has \d+ tokens \(\d+ of them for images\) but the context holds \d+: "
-                            r"shorten the prompt or the conversation, or send fewer images \(or 'detail': 'low'\)",
-                            error["message"]), error
+                            r"shorten the prompt or the conversation, or send fewer images"
+                            + ("" if details == ("low",) else r" \(or 'detail': 'low'\)"), error["message"]), error
     else:
         assert re.fullmatch(r"the prompt has \d+ tokens but the context holds \d+: shorten the prompt or the "
                             r"conversation", error["message"]), error
