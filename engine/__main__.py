@@ -245,7 +245,8 @@ def _stats_json(stats) -> dict:
 def _info(args: argparse.Namespace) -> int:
     """The checkpoint's metadata and the model manager's check of its files (tokenizer, processor,
     every tensor's name and shape against the architecture): 1 when that finds problems, which are
-    listed (``"problems"`` in JSON); 2 when the folder or its config cannot be read at all."""
+    listed (``"problems"`` in JSON; a weights file cut short or damaged is one, its ``parameters``
+    and ``tensors`` then null); 2 when the folder or its config cannot be read at all."""
     from engine.api.errors import ModelLoadError
     from engine.validate import check_checkpoint
 
@@ -256,7 +257,9 @@ def _info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**info, "problems": problems}))
         return 1 if problems else 0
-    print(f"{info['name']}  ({info['model_type']}, {info['parameters'] / 1e6:.1f}M parameters, {info['tensors']} tensors)")
+    size = ("weights unreadable" if info["parameters"] is None else
+            f"{info['parameters'] / 1e6:.1f}M parameters, {info['tensors']} tensors")
+    print(f"{info['name']}  ({info['model_type']}, {size})")
     print(f"  folder        {info['folder']}")
     t, v = info["text"], info.get("vision")
     print(f"  text          {t['layers']} layers, hidden {t['hidden_size']}, heads {t['heads']}/{t['kv_heads']} "

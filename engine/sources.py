@@ -52,6 +52,46 @@ class ModelSource(abc.ABC):
         """Yield ``(name, tensor)`` pairs on the CPU, in the checkpoint's own dtype."""
 
 
+#: safetensors' own bound on a header's length: a larger one is damage, not a header.
+_MAX_HEADER_BYTES = 100_000_000
+
+
+def _unreadable_safetensors(path: Path, error: Exception) -> str:
+    """Why ``path``, a safetensors file that ``safe_open`` refused with ``error``, cannot be used, in
+    one line naming it: cut short (shorter than its own header says: an interrupted download or copy)
+    where its first bytes tell, else damaged (with safetensors' reason), or unreadable (an OSError)."""
+    if isinstance(error, OSError):
+        return f"{path}: the file cannot be read ({error})"
+    short = _safetensors_shortfall(path)
+    if short is not None:
+        return f"{path}: the file is cut short ({short}): download or copy it again"
+    return f"{path}: the file is damaged: not a readable safetensors file ({error})"
+
+
+def _safetensors_shortfall(path: Path) -> str | None:
+    """How much of a safetensors file is missing, in words ("12981912 of the 25963824 bytes its
+    header describes"), where it is shorter than its header says (the file: an 8-byte little-endian
+    header length, the JSON header, then the tensors' data, up to the largest end offset in the
+    header); None where it is not short, or its header is no safetensors header."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                return f"{size} bytes, not even its header's length"
+            header_end = 8 + int.from_bytes(prefix, "little")
+            if header_end - 8 > _MAX_HEADER_BYTES:
+                return None
+            if size < header_end:
+                return f"{size} bytes, less than its {header_end}-byte header"
+            header = json.loads(f.read(header_end - 8))
+        data_end = max((int(t["data_offsets"][1]) for name, t in header.items() if name != "__metadata__"), default=0)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    needed = header_end + data_end
+    return f"{size} of the {needed} bytes its header describes" if size < needed else None
+
+
 class LocalDirSource(ModelSource):
     """A checkpoint folder on disk.
 
@@ -96,7 +136,7 @@ class LocalDirSource(ModelSource):
             try:
                 handles.append(stack.enter_context(safe_open(str(shard), framework="pt", device="cpu")))
             except (SafetensorError, OSError) as exc:
-                raise ModelLoadError(f"{shard}: not a readable safetensors file ({exc})") from exc
+                raise ModelLoadError(_unreadable_safetensors(shard, exc)) from exc
         return handles
 
     def tensor_names(self) -> list[str]:

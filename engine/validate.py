@@ -84,22 +84,28 @@ def model_info(path_or_repo_id: str | Path) -> dict:
     """Metadata and capabilities of a checkpoint, read from its headers (no weights loaded).
 
     Raises:
-        ModelLoadError: (and subclasses) the folder or config is unusable.
+        ModelLoadError: (and subclasses) the folder or config is unusable, or a weights file unreadable.
     """
-    from engine.device import describe_vision
-    from engine.registry import model_class
     from engine.sources import resolve_source
 
     source = resolve_source(path_or_repo_id)
-    meta = source.metadata()
+    return _describe(source, source.metadata(), source.tensor_shapes())
+
+
+def _describe(source, meta, shapes: Mapping[str, tuple[int, ...]] | None) -> dict:
+    """:func:`model_info`'s dict; ``parameters`` and ``tensors`` are None where ``shapes`` is (the
+    weights could not be read)."""
+    from engine.device import describe_vision
+    from engine.registry import model_class
+
     cls = model_class(meta.model_type)
     with torch.device("meta"):
         probe = cls(meta)
-    shapes = source.tensor_shapes()
     t = meta.text
     info = {
         "name": meta.name, "folder": str(source.folder), "model_type": meta.model_type,
-        "parameters": sum(math.prod(s) for s in shapes.values()), "tensors": len(shapes),
+        "parameters": None if shapes is None else sum(math.prod(s) for s in shapes.values()),
+        "tensors": None if shapes is None else len(shapes),
         "text": {"hidden_size": t.hidden_size, "layers": t.num_hidden_layers, "heads": t.num_attention_heads,
                  "kv_heads": t.num_key_value_heads, "head_dim": t.head_dim, "vocab_size": t.vocab_size,
                  "rope_theta": t.rope_theta},
@@ -137,8 +143,13 @@ def check_checkpoint(path: str) -> CheckReport:
 
     report = CheckReport(path=str(path))
     try:
-        info = model_info(path)
         source = resolve_source(path)
+        meta = source.metadata()
+        try:
+            shapes, unreadable = source.tensor_shapes(), None
+        except ModelLoadError as exc:  # a weights file cut short or damaged: one more problem to list
+            shapes, unreadable = None, str(exc)
+        info = _describe(source, meta, shapes)
     except EngineError as exc:
         report.problems.append(str(exc))
         report.summary = _not_usable(path)
@@ -148,7 +159,8 @@ def check_checkpoint(path: str) -> CheckReport:
         report.summary = _not_usable(path)
         return report
     report.info, report.name = info, info["name"]
-    meta = source.metadata()
+    if unreadable is not None:
+        report.problems.append(unreadable)
     try:
         tokenizer = Tokenizer.from_pretrained(source.folder)
         if tokenizer.vocab_size > meta.text.vocab_size:
@@ -160,8 +172,11 @@ def check_checkpoint(path: str) -> CheckReport:
         model_package(meta.model_type).load_processor(source.folder, meta)
     except Exception as exc:  # noqa: BLE001
         report.problems.append(f"processor: {exc}")
+    if shapes is None:
+        report.summary = f"{info['name']}: its weights cannot be read — {len(report.problems)} problem(s)."
+        return report
     cls = model_class(meta.model_type)
-    found = cls.map_checkpoint(source.tensor_shapes().items(), meta)
+    found = cls.map_checkpoint(shapes.items(), meta)
     report.problems += tensor_problems(expected_shapes(cls, meta), found, limit=5)
     parts = [f"{info['text']['layers']} text layers"]
     if "vision" in info:

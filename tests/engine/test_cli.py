@@ -114,6 +114,50 @@ def test_info_lists_what_the_checkpoint_lacks_and_exits_1(tiny_checkpoint, tmp_p
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1].endswith(": all right"), proc.stdout
 
 
+def cut_short(checkpoint, folder, keep) -> tuple:
+    """A copy of ``checkpoint`` in ``folder`` whose model.safetensors keeps only its first ``keep(size)``
+    bytes (a download or copy interrupted); ``(folder, the file, its full size, where its header ends)``."""
+    shutil.copytree(checkpoint, folder)
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    header_end = 8 + int.from_bytes(weights.read_bytes()[:8], "little")
+    os.truncate(weights, keep(size))
+    return folder, weights, size, header_end
+
+
+@pytest.mark.parametrize("where", ["tensors", "header"])
+def test_info_lists_a_weights_file_cut_short_and_exits_1(tiny_checkpoint, tmp_path, where):
+    """Found by a trial: a model.safetensors cut short (in its tensors or in its header) gave exit 2
+    and a safetensors deserializing error, no report and no JSON, unlike any other damage."""
+    folder, weights, size, header_end = cut_short(tiny_checkpoint, tmp_path / "cut",
+                                                  (lambda n: n // 2) if where == "tensors" else (lambda n: 100))
+    short = f"{size // 2} of the {size} bytes its header describes" if where == "tensors" else \
+        f"100 bytes, less than its {header_end}-byte header"
+    problem = f"{weights}: the file is cut short ({short}): download or copy it again"
+    proc = cli("info", "--model", folder)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "cut  (idefics3, weights unreadable)", proc.stdout
+    assert lines[-2:] == ["  problems      1: this checkpoint cannot be loaded as it is", f"    - {problem}"]
+    proc = cli("info", "--model", folder, "--json")
+    assert proc.returncode == 1, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["problems"] == [problem]
+    assert (info["name"], info["parameters"], info["tensors"]) == ("cut", None, None)
+    assert info["capabilities"]["vision"] is True
+
+
+def test_info_calls_a_weights_file_that_is_no_safetensors_damaged(tiny_checkpoint, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "model.safetensors").write_bytes(b"\xff" * 64)  # a header length beyond safetensors' bound
+    proc = cli("info", "--model", broken, "--json")
+    assert proc.returncode == 1, proc.stderr
+    [problem] = json.loads(proc.stdout)["problems"]
+    assert problem.startswith(f"{broken / 'model.safetensors'}: the file is damaged: not a readable safetensors "
+                              "file (Error while deserializing header: "), problem
+
+
 def test_bad_image_is_reported_before_the_model_loads(tmp_path):
     bad = tmp_path / "photo.png"
     bad.write_bytes(b"")

@@ -324,6 +324,25 @@ def test_regenerate_and_edit_run_on_the_real_session(tiny_checkpoint):
     assert service.shutdown()
 
 
+def test_the_model_managers_check_lists_a_weights_file_cut_short(tiny_checkpoint, tmp_path):
+    """The app's check of a model folder (app.model_check, EngineService.check_checkpoint) says what
+    ``python -m engine info`` says of a model.safetensors cut short: one problem, naming the file."""
+    from app.model_check import validate_model
+    from tests.engine.test_cli import cut_short
+
+    folder, weights, size, _ = cut_short(tiny_checkpoint, tmp_path / "cut", lambda n: n // 2)
+    problem = f"{weights}: the file is cut short ({size // 2} of the {size} bytes its header describes): " \
+              "download or copy it again"
+    service, reports = EngineService(), []
+    done = threading.Event()
+    service.check_checkpoint(str(folder), lambda report: (reports.append(report), done.set()))
+    assert done.wait(60)
+    assert service.shutdown()
+    for report in (reports[0], validate_model(str(folder))):
+        assert (report["ok"], report["name"], report["problems"]) == (False, "cut", [problem])
+        assert report["summary"] == "cut: its weights cannot be read — 1 problem(s)."
+
+
 def test_video_attachments_reach_the_session_as_videos(family_checkpoint, shared_dir):
     """Attachment(kind="video") on a SmolVLM2 model: frames in the answer's stats, the token count
     from the headers, and a reopened conversation that holds the video again."""
