@@ -13,6 +13,15 @@ from pathlib import Path
 
 from engine.api.errors import EngineError
 from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationParams
+from engine.api.servers import check_server_address
+
+
+def _server_address(text: str) -> str:
+    """``--server``'s value, refused by argparse (usage, exit 2) when it is no server address."""
+    try:
+        return check_server_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -22,7 +31,7 @@ def _build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
     gen.add_argument("--model", required=True,
                      help="checkpoint folder or Hub repository id (with --server: the server's model name)")
-    gen.add_argument("--server", default=None, metavar="URL",
+    gen.add_argument("--server", default=None, metavar="URL", type=_server_address,
                      help="answer on this OpenAI-compatible server instead (vLLM, llama-server, Ollama, "
                           "smolchat serve); e.g. http://gpu-box:8000/v1")
     gen.add_argument("--api-key", default=None,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from engine.api import Capabilities
+from engine.api.servers import api_base
 
 #: Seconds to connect, and the longest silence between two streamed chunks before we call it a stall.
 CONNECT_TIMEOUT = 10.0
@@ -53,14 +54,6 @@ class RemoteError(Exception):
         if retry_after is not None:
             text += f" (Retry-After: {retry_after:g} s)"
         super().__init__(f"{text}: {detail}" if detail else text)
-
-
-def api_base(url: str) -> str:
-    """``http://host:port/v1`` from what a user typed (with or without ``/v1``, trailing slashes)."""
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    return url if url.endswith("/v1") else url + "/v1"
 
 
 def _root(url: str) -> str:

@@ -158,6 +158,29 @@ def test_info_calls_a_weights_file_that_is_no_safetensors_damaged(tiny_checkpoin
                               "file (Error while deserializing header: "), problem
 
 
+@pytest.mark.parametrize("server", ["not-a-url", "ftp://gpu-box:21", "http://"])
+def test_server_that_is_no_address_is_a_usage_error(server):
+    """Found by a trial: ``--server not-a-url`` was looked up as a host name and failed as DNS."""
+    proc = cli("generate", "--server", server, "--model", "m", "--prompt", "hi")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[0].startswith("usage: python -m engine generate")
+    assert proc.stderr.splitlines()[-1] == (f"python -m engine generate: error: argument --server: {server!r} is not "
+                                            "a server address; give one like http://127.0.0.1:8080"), proc.stderr
+
+
+def test_server_without_a_scheme_is_http():
+    """``127.0.0.1:PORT`` is taken as http://127.0.0.1:PORT (as the app takes it): nothing listens
+    there, so the connection is what fails."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = cli("generate", "--server", f"127.0.0.1:{port}", "--model", "m", "--prompt", "hi")
+    assert proc.returncode == 2 and proc.stderr == (f"error: 127.0.0.1:{port}: Connection refused: nothing is "
+                                                    "listening at that address and port\n"), proc.stderr
+
+
 def test_bad_image_is_reported_before_the_model_loads(tmp_path):
     bad = tmp_path / "photo.png"
     bad.write_bytes(b"")
