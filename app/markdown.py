@@ -48,6 +48,10 @@ FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 LONG_RUN = 1000
 ZERO_WIDTH_SPACE = "\u200b"
 
+#: How answers are read: GitHub's dialect (tables, strikethrough, task lists, autolinks) with raw
+#: HTML shown as the text it is (md4c's no-HTML flags).
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
+
 #: Space above a heading, in pixels, by level (1-6). Qt's importer gives headings no margins, so a
 #: heading sat on the paragraph before it, reading as that paragraph's last line.
 HEADING_SPACE = {1: 18, 2: 16, 3: 12}
@@ -215,7 +219,9 @@ class RichText(QTextBrowser):
         """Show ``markdown`` rendered, its headings, lists and quotes shaped by :func:`shape_blocks`."""
         marked, self._run = breakable(markdown)
         self._quotes = []
-        super().setMarkdown(marked)
+        # Raw HTML is text: Qt's importer treated "vector<int>" or "List<T>" in an answer as an
+        # unknown tag and dropped the rest of the answer with it (tags a model writes are meant to be read).
+        self.document().setMarkdown(marked, MARKDOWN_FEATURES)
         self._quotes = shape_blocks(self.document())
 
     def quote_rules(self) -> list[QRectF]:

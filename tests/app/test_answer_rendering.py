@@ -231,3 +231,20 @@ def test_a_long_banner_pushes_the_chat_down_and_scrolls_its_message(qtbot, make_
     win.banner.show_info("Exported.")
     _settle(qtbot)
     assert scroll.verticalScrollBar().maximum() == 0 and scroll.height() <= 2 * line
+
+
+def test_tags_in_an_answer_are_shown_as_text_not_swallowed(qtbot, make_window):
+    """Found by a trial: "vector<int>" outside a code span was read as an HTML tag, and the rest of
+    the answer vanished with it (the full text stored, the screen silently cut). Raw HTML is text;
+    Markdown around it, autolinks and code spans still render."""
+    win = make_window(FakeBackend(tokens=["ok"]))
+    text = ("Use vector<int> v; a List<T> too.\n\nThe <script> tag runs JS; <b>bold</b> stays as typed.\n\n"
+            "<div>\nA block of HTML\n</div>\n\n**Strong**, `code<T>` and <https://example.com>.\n\nLast paragraph.")
+    answer = win.transcript.add_stored_answer("FakeVLM", text, "stop", "")
+    _settle(qtbot)
+    [view] = answer.rendered_widgets()
+    shown = view.document().toPlainText()
+    assert shown == ("Use vector<int> v; a List<T> too.\nThe <script> tag runs JS; <b>bold</b> stays as typed.\n"
+                     "<div> A block of HTML </div>\nStrong, code<T> and https://example.com.\nLast paragraph.")
+    html = view.document().toHtml()
+    assert "font-weight:700" in html and 'href="https://example.com"' in html
