@@ -666,7 +666,7 @@ class ChatSession:
         kept = self.turns[-1:] if params.drop_old_turns else self.turns
         least = self.tokenizer.least_tokens(len(self.system_prompt or "") + sum(_chars(t) for t in kept))
         if least >= capacity:
-            raise PromptTooLongError(f"the prompt has at least {least:,} tokens but the context holds {capacity}")
+            raise PromptTooLongError(f"the prompt has at least {least} tokens but the context holds {capacity}")
         prompt = self._prompt(continuing)
         dropped = 0
         # Where an exchange starts: dropping turns[:s] for one of these leaves whole exchanges.

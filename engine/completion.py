@@ -51,7 +51,7 @@ def complete_text(session: Any, prompt: str | list[int], params: GenerationParam
     capacity = session.cache.capacity
     least = session.tokenizer.least_tokens(len(prompt)) if isinstance(prompt, str) else 0
     if least > capacity:  # megabytes of text: refused without the seconds its encoding would hold the engine
-        raise PromptTooLongError(f"the prompt has at least {least:,} tokens but the context holds {capacity}")
+        raise PromptTooLongError(f"the prompt has at least {least} tokens but the context holds {capacity}")
     ids = session.tokenizer.encode(prompt, allow_special=True) if isinstance(prompt, str) else _checked(session, prompt)
     if not ids:
         raise InvalidPromptError("the prompt is empty")

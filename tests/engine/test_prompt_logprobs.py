@@ -138,8 +138,9 @@ def test_a_text_prompt_far_beyond_the_context_is_refused_before_it_is_encoded(se
 
     text = "hello " * 500_000
     least = session.tokenizer.least_tokens(len(text))
-    assert least > session.cache.capacity
+    assert least > max(session.cache.capacity, 9999)
     monkeypatch.setattr(session.tokenizer, "encode", lambda *a, **k: pytest.fail("encoded"))
-    with pytest.raises(PromptTooLongError, match=f"^the prompt has at least {least:,} tokens but the context holds "
-                                                 f"{session.cache.capacity}$"):
+    with pytest.raises(PromptTooLongError) as err:
         complete_text(session, text, GenerationParams(max_new_tokens=1))
+    # Plain numbers, as every other count in these messages ("18518", not "18,518").
+    assert str(err.value) == f"the prompt has at least {least} tokens but the context holds {session.cache.capacity}"
