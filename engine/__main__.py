@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.api.errors import EngineError
 from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationParams
+from engine.api.hub import MODEL_HELP
 from engine.api.servers import check_server_address
 
 
@@ -30,7 +31,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
     gen.add_argument("--model", required=True,
-                     help="checkpoint folder or Hub repository id (with --server: the server's model name)")
+                     help=f"{MODEL_HELP} (with --server: the server's model name)")
     gen.add_argument("--server", default=None, metavar="URL", type=_server_address,
                      help="answer on this OpenAI-compatible server instead (vLLM, llama-server, Ollama, "
                           "smolchat serve); e.g. http://gpu-box:8000/v1")
@@ -41,13 +42,17 @@ def _build_parser() -> argparse.ArgumentParser:
     text.add_argument("--prompt", help="the question")
     text.add_argument("--prompt-file", help="read the question from this UTF-8 file (long prompts)")
     gen.add_argument("--system", default=None, help="system prompt")
-    gen.add_argument("--max-new-tokens", type=int, default=256, help="answer at most this many tokens (>= 1)")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--min-p", type=float, default=0.0)
-    gen.add_argument("--repetition-penalty", type=float, default=1.0)
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--max-new-tokens", type=int, default=256,
+                     help="answer at most this many tokens (>= 1; default %(default)s)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    gen.add_argument("--top-k", type=int, default=0, help="sample among the K likeliest tokens (default 0: all)")
+    gen.add_argument("--top-p", type=float, default=1.0,
+                     help="sample among the likeliest tokens that make up P of the probability (default 1: all)")
+    gen.add_argument("--min-p", type=float, default=0.0,
+                     help="leave out tokens less likely than P times the likeliest (default 0: none)")
+    gen.add_argument("--repetition-penalty", type=float, default=1.0,
+                     help="make tokens already in the text less likely (default 1: no penalty)")
+    gen.add_argument("--seed", type=int, default=None, help="the sampling's seed (default: a different one each run)")
     gen.add_argument("--image-detail", choices=list(DETAILS), default="auto",
                      help="auto (default, as in the app and the server: full on a GPU, balanced on a CPU), "
                           "full (the reference tiling), balanced (never upscaled), fast (one tile)")
@@ -59,7 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="frames per second to sample from a video (default: the checkpoint's, 1)")
     gen.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
-    gen.add_argument("--cache", choices=["paged", "contiguous"], default=None)
+    gen.add_argument("--cache", choices=["paged", "contiguous"], default=None,
+                     help="paged (default: memory follows the tokens in use) or contiguous")
     gen.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
                      help="int8: int8 weight-only text decoder on the CPU; int4: 4-bit groups of 32 on the CPU "
                           "or CUDA (less memory, slightly different answers); default $SMOLCHAT_WEIGHTS or auto")
@@ -67,36 +73,36 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
 
     info = sub.add_parser("info", help="print model metadata and capabilities")
-    info.add_argument("--model", required=True)
-    info.add_argument("--json", action="store_true")
+    info.add_argument("--model", required=True, help=MODEL_HELP)
+    info.add_argument("--json", action="store_true", help="one JSON object")
 
     emb = sub.add_parser("embed", help="a pooled, L2-normalised embedding of a text and/or images")
-    emb.add_argument("--model", required=True)
+    emb.add_argument("--model", required=True, help=MODEL_HELP)
     emb.add_argument("--text", default="", help="text to embed")
     emb.add_argument("--image", action="append", default=[], help="image file (repeat for several)")
     emb.add_argument("--pooling", choices=["mean", "last"], default="mean",
                      help="mean over content tokens (default) or the last content token")
     emb.add_argument("--image-detail", choices=list(DETAILS), default="full",
                      help="as for generate, but full by default: the same vector on every device")
-    emb.add_argument("--device", default=None)
-    emb.add_argument("--dtype", default=None)
+    emb.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
+    emb.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     emb.add_argument("--json", action="store_true", help='{"dim": H, "pooling": ..., "embedding": [...]}')
 
     ppl = sub.add_parser("perplexity", help="sliding-window perplexity of a text file")
-    ppl.add_argument("--model", required=True)
+    ppl.add_argument("--model", required=True, help=MODEL_HELP)
     ppl.add_argument("--file", required=True, help="UTF-8 text file")
     ppl.add_argument("--context", type=int, default=None, help="window length in tokens (default: the model's)")
     ppl.add_argument("--stride", type=int, default=None, help="tokens between window starts (default: --context)")
-    ppl.add_argument("--device", default=None)
-    ppl.add_argument("--dtype", default=None)
+    ppl.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
+    ppl.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     ppl.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
                      help="measure the quality of int8 / int4 weights against float32 (default: as generate)")
-    ppl.add_argument("--json", action="store_true")
+    ppl.add_argument("--json", action="store_true", help="one JSON object")
     srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (as smolchat serve)")
     try:
         from server.cli import add_arguments  # torch-free; FastAPI itself loads only when serving
     except ImportError:  # the engine installed without the server package
-        srv.add_argument("--model", required=True)
+        srv.add_argument("--model", required=True, help=MODEL_HELP)
     else:
         add_arguments(srv)
     return ap

@@ -93,8 +93,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     # config: tests/server/test_serve_command.py measures tune_process in a fresh process whose
     # heap the engine package's modules would change.
     from engine.api.events import MAX_CONTEXT, MIN_CONTEXT, WEIGHT_FORMATS
+    from engine.api.hub import MODEL_HELP
 
-    ap.add_argument("--model", required=True, help="checkpoint folder, Hub repository id or GGUF file")
+    ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--model-name", default="", help="the id clients use (default: the folder's name)")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     ap.add_argument("--port", type=port_number, default=8080, help="TCP port (default 8080; 0: any free one)")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: What ``--model`` takes, in every command's --help (``python -m engine generate``, ``info``, ``embed``,
+#: ``perplexity`` and ``serve``): engine.sources.resolve_source reads all three.
+MODEL_HELP = "checkpoint folder, Hub repository id or GGUF file"
+
 
 def looks_like_repo_id(text: str) -> bool:
     """``owner/name`` that is not a local path: exactly one ``/``, not starting with ``.``, ``/`` or ``~``,

@@ -313,3 +313,22 @@ def test_max_new_tokens_beyond_the_context_is_taken_with_a_note(tiny_checkpoint)
     proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "hi", "--max-new-tokens", 3, "--json",
                "--device", "cpu", "--ignore-eos")
     assert proc.returncode == 0 and "note:" not in proc.stderr, proc.stderr  # the limit itself: nothing to say
+
+
+@pytest.mark.parametrize("command", ["generate", "info", "embed", "perplexity", "serve"])
+def test_every_commands_help_says_model_takes_a_gguf_file(command, capsys, monkeypatch):
+    """Found by a trial: generate --help offered a checkpoint folder or a Hub id, serve --help also a
+    GGUF file; every command reads all three. --max-new-tokens did not say its default."""
+    from engine.__main__ import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # one line per option: argparse wraps at the terminal's width
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    model = [line for line in lines if line.startswith("--model MODEL")]
+    suffix = " (with --server: the server's model name)" if command == "generate" else ""
+    assert model == [f"--model MODEL checkpoint folder, Hub repository id or GGUF file{suffix}"]
+    if command == "generate":
+        index = lines.index("--max-new-tokens MAX_NEW_TOKENS")
+        assert lines[index + 1] == "answer at most this many tokens (>= 1; default 256)"
