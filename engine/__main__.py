@@ -129,13 +129,7 @@ def _generate(args: argparse.Namespace) -> int:
         ignore_eos=args.ignore_eos, image_detail=args.image_detail, video_fps=args.fps,
         video_max_frames=args.max_frames,
     )
-    from engine.models.smolvlm.processing import frame_count, load_image
-
-    for image in args.image:  # bad images fail here, before seconds of model loading
-        load_image(image)
-        frames = frame_count(image)
-        if frames > 1:
-            print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
+    _check_images(args.image)
     if args.video:  # bad videos fail here too, from their headers
         from engine.models.smolvlm.video import probe
 
@@ -169,6 +163,40 @@ def _generate(args: argparse.Namespace) -> int:
               f"tokens + {stats.generated_tokens} generated), before --max-new-tokens {args.max_new_tokens}",
               file=sys.stderr)
     return code
+
+
+def _check_images(paths: list[str]) -> None:
+    """Read each ``--image`` before the model loads (seconds), so that a bad one fails at once, and note
+    an animated one (its first frame is used).
+
+    Raises:
+        ImageError: a file is missing or no image; a PDF is named as one, with what to do instead
+            (the app takes PDFs, as page images, so a user may expect the command line to as well).
+    """
+    from engine.api.errors import ImageError
+    from engine.api.images import frame_count, load_image
+
+    for image in paths:
+        try:
+            load_image(image)
+        except ImageError:
+            if _is_pdf(image):
+                raise ImageError(f"{image} is a PDF: the command line takes images (PNG, JPEG, WebP…); attach "
+                                 "the PDF in the app, which reads its pages as images, or export its pages as "
+                                 "PNG") from None
+            raise
+        frames = frame_count(image)
+        if frames > 1:
+            print(f"note: {image} is animated ({frames} frames); its first frame is used", file=sys.stderr)
+
+
+def _is_pdf(path: str) -> bool:
+    """``path`` starts as a PDF does: ``%PDF-`` within its first 1024 bytes (where readers look for it)."""
+    try:
+        with open(path, "rb") as f:
+            return b"%PDF-" in f.read(1024)
+    except OSError:
+        return False
 
 
 def _recording(events, done: list):
@@ -301,6 +329,7 @@ def _embed(args: argparse.Namespace) -> int:
 
     if not args.text and not args.image:
         raise ValueError("give --text and/or --image")
+    _check_images(args.image)
     embedder = Embedder.load(args.model, device=args.device, dtype=args.dtype, pooling=args.pooling)
     vec = embedder.embed(args.text, args.image, image_detail=args.image_detail).tolist()
     if args.json:

@@ -332,3 +332,18 @@ def test_every_commands_help_says_model_takes_a_gguf_file(command, capsys, monke
     if command == "generate":
         index = lines.index("--max-new-tokens MAX_NEW_TOKENS")
         assert lines[index + 1] == "answer at most this many tokens (>= 1; default 256)"
+
+
+@pytest.mark.parametrize("command", ["generate", "embed"])
+def test_a_pdf_given_as_an_image_is_named_as_a_pdf(command, tiny_checkpoint, tmp_path, capsys):
+    """Found by a trial: ``--image x.pdf`` said "Not a recognised image file", though the app attaches
+    PDFs (as page images); the command line says what the file is and what to do with it."""
+    from engine.__main__ import main
+
+    pdf = tmp_path / "x.pdf"
+    Image.new("RGB", (64, 64), "white").save(pdf)
+    text = ["--prompt", "hi"] if command == "generate" else ["--text", "hi"]
+    assert main([command, "--model", str(tiny_checkpoint), "--image", str(pdf), *text]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {pdf} is a PDF: the command line takes images (PNG, JPEG, WebP…); attach the PDF in the app, "
+        "which reads its pages as images, or export its pages as PNG\n")
