@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from gguf import GGUFReader
 
 from engine import gguf_files
 from engine.api.errors import ModelLoadError, UnsupportedModelError
 from engine.gguf_files import GGUFMetadataError  # noqa: F401  (re-exported: raised for unusable metadata)
-from engine.sources import ModelSource
+from engine.sources import ModelSource, unreadable_weights
 
 CACHE_ENV = "SMOLCHAT_GGUF_CACHE"
 # Bump when the derived files change, so caches written by older code are not reused.
@@ -132,20 +133,55 @@ def _one_line(exc: BaseException) -> str:
     return text[:200] or type(exc).__name__
 
 
+#: No GGUF is a terabyte: a read that would end beyond is a damaged length or offset, not a file cut short.
+_MAX_GGUF_BYTES = 1 << 40
+
+
+class _PastTheEnd(Exception):
+    """The header describes data beyond the file's end (ending at ``end``, a byte offset)."""
+
+    def __init__(self, end: int):
+        super().__init__(f"a read up to byte {end}")
+        self.end = end
+
+
+class _Reader(GGUFReader):
+    """ggml's reader, saying where the header or a tensor runs past the file's end: its own reads then
+    come back short and fail later with numpy's errors ("cannot reshape array...", "not enough values
+    to unpack"), which tell a file cut short from no other damage. Every read of the header and of the
+    tensors' data goes through ``_get``."""
+
+    def _get(self, offset, dtype, count=1, override_order=None):
+        end = int(offset) + np.dtype(dtype).itemsize * int(count)
+        if end > self.data.size:
+            raise _PastTheEnd(end)
+        return super()._get(offset, dtype, count, override_order)
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """Why ``path`` is no GGUF that can be read (see :func:`engine.sources.unreadable_weights`):
+    cut short where the reader ran past its end (an empty file too), else damaged, without the
+    reader's own words, which name numpy's internals."""
+    size = path.stat().st_size if path.is_file() else 0
+    past = isinstance(error, _PastTheEnd) and error.end <= _MAX_GGUF_BYTES
+    shortfall = "0 bytes: it is empty" if size == 0 else f"{size} bytes; its header describes more" if past else None
+    try:
+        with path.open("rb") as f:
+            foreign = f.read(4) != b"GGUF"
+    except OSError:
+        foreign = False
+    return unreadable_weights(path, error, "GGUF", shortfall, "it does not start with GGUF" if foreign else "")
+
+
 class _GGUFFile:
     """One opened, checked GGUF file: its metadata and tensors (memory-mapped, read lazily)."""
 
     def __init__(self, path: Path):
-        from gguf import GGUFReader
-
         self.path = path
         try:
-            self.reader = GGUFReader(path)  # parses the header eagerly; tensor data stays memory-mapped
-        except Exception as exc:  # numpy/struct errors of a short or foreign file
-            raise GGUFFormatError(f"{path}: not a readable GGUF file, or truncated ({_one_line(exc)})") from exc
-        end = max((t.data_offset + t.n_bytes for t in self.reader.tensors), default=0)
-        if end > self.reader.data.size:
-            raise GGUFFormatError(f"{path}: truncated GGUF file ({self.reader.data.size} bytes, tensors need {end})")
+            self.reader = _Reader(path)  # parses the header eagerly; tensor data stays memory-mapped
+        except Exception as exc:  # noqa: BLE001 - numpy/struct errors of a short or foreign file, in words
+            raise GGUFFormatError(_unreadable(path, exc)) from exc
         self.architecture = self.get("general.architecture")
 
     def get(self, key: str, default: Any = None) -> Any:

@@ -56,16 +56,17 @@ class ModelSource(abc.ABC):
 _MAX_HEADER_BYTES = 100_000_000
 
 
-def _unreadable_safetensors(path: Path, error: Exception) -> str:
-    """Why ``path``, a safetensors file that ``safe_open`` refused with ``error``, cannot be used, in
-    one line naming it: cut short (shorter than its own header says: an interrupted download or copy)
-    where its first bytes tell, else damaged (with safetensors' reason), or unreadable (an OSError)."""
+def unreadable_weights(path: Path, error: Exception, file_format: str, shortfall: str | None,
+                       reason: str = "") -> str:
+    """Why ``path``, a weights file in ``file_format`` ("safetensors", "GGUF") that its reader refused
+    with ``error``, cannot be used, in one line naming it: unreadable (an OSError), cut short
+    (``shortfall`` says how: shorter than its own header says, an interrupted download or copy), else
+    damaged (``reason``, where there are words for it)."""
     if isinstance(error, OSError):
         return f"{path}: the file cannot be read ({error})"
-    short = _safetensors_shortfall(path)
-    if short is not None:
-        return f"{path}: the file is cut short ({short}): download or copy it again"
-    return f"{path}: the file is damaged: not a readable safetensors file ({error})"
+    if shortfall is not None:
+        return f"{path}: the {file_format} file is cut short ({shortfall}): download or copy it again"
+    return f"{path}: the file is damaged: not a readable {file_format} file" + (f" ({reason})" if reason else "")
 
 
 def _safetensors_shortfall(path: Path) -> str | None:
@@ -96,14 +97,17 @@ class LocalDirSource(ModelSource):
     """A checkpoint folder on disk.
 
     Raises:
-        ModelLoadError: the folder does not exist or holds no safetensors weights (naming the folder),
-            the index names a missing shard, or a file is not valid safetensors.
+        ModelLoadError: the folder does not exist, has no config.json or holds no safetensors weights
+            (naming the folder), the index names a missing shard, or a file is not valid safetensors.
     """
 
     def __init__(self, folder: str | Path):
         self._folder = Path(folder).expanduser()
         if not self._folder.is_dir():
             raise ModelLoadError(f"model folder not found: {self._folder}")
+        if not (self._folder / "config.json").is_file():  # checked first: it says what the folder is not
+            raise ModelLoadError(f"{self._folder} is not a model folder: it has no config.json (a Hugging Face "
+                                 "model folder holds config.json, tokenizer files and *.safetensors weights)")
         self._shards = self._find_shards()
 
     @property
@@ -136,7 +140,8 @@ class LocalDirSource(ModelSource):
             try:
                 handles.append(stack.enter_context(safe_open(str(shard), framework="pt", device="cpu")))
             except (SafetensorError, OSError) as exc:
-                raise ModelLoadError(_unreadable_safetensors(shard, exc)) from exc
+                raise ModelLoadError(unreadable_weights(shard, exc, "safetensors", _safetensors_shortfall(shard),
+                                                        str(exc))) from exc
         return handles
 
     def tensor_names(self) -> list[str]:

@@ -133,7 +133,7 @@ def test_info_lists_a_weights_file_cut_short_and_exits_1(tiny_checkpoint, tmp_pa
                                                   (lambda n: n // 2) if where == "tensors" else (lambda n: 100))
     short = f"{size // 2} of the {size} bytes its header describes" if where == "tensors" else \
         f"100 bytes, less than its {header_end}-byte header"
-    problem = f"{weights}: the file is cut short ({short}): download or copy it again"
+    problem = f"{weights}: the safetensors file is cut short ({short}): download or copy it again"
     proc = cli("info", "--model", folder)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
@@ -347,3 +347,14 @@ def test_a_pdf_given_as_an_image_is_named_as_a_pdf(command, tiny_checkpoint, tmp
     assert capsys.readouterr().err == (
         f"error: {pdf} is a PDF: the command line takes images (PNG, JPEG, WebP…); attach the PDF in the app, "
         "which reads its pages as images, or export its pages as PNG\n")
+
+
+def test_an_empty_folder_is_no_model_folder(tmp_path, capsys):
+    """Found by a trial: an empty folder was said to hold "no safetensors weights ... (expected
+    model.safetensors)", as if the weights were all it lacked."""
+    from engine.__main__ import main
+
+    assert main(["info", "--model", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path} is not a model folder: it has no config.json (a Hugging Face model folder holds "
+        "config.json, tokenizer files and *.safetensors weights)\n")

@@ -342,8 +342,9 @@ def _mmproj_alone(tmp_path, _, pair=None):
 
 
 BAD = {
-    "truncated": (_truncated, GGUFFormatError,
-                  r"truncated\.gguf: (not a readable GGUF file, or truncated|truncated GGUF)"),
+    "truncated": (_truncated, GGUFFormatError,  # 98362432 bytes whole
+                  r"truncated\.gguf: the GGUF file is cut short \(49181216 bytes; its header describes more\): "
+                  r"download or copy it again$"),
     "mamba": (_mamba, GGUFArchitectureError,
               r"mamba\.gguf: architecture 'mamba' is not supported \(supported: llama, "),
     "iq2_xxs": (_iq2, GGUFTensorTypeError,
@@ -376,6 +377,28 @@ def test_bad_gguf_raises_one_line_and_cli_exits_2(case, tmp_path, request):
     report = check_checkpoint(str(path))  # the model manager's check: a file is called a file
     assert report.summary == ("Not a usable model folder." if path.is_dir() else "Not a usable model file.")
     assert len(report.problems) == 1 and re.search(pattern, report.problems[0]), report.problems
+
+
+@pytest.mark.parametrize(("size", "shortfall"), [(1 << 20, "1048576 bytes; its header describes more"),
+                                                (8, "8 bytes; its header describes more"), (0, "0 bytes: it is empty")])
+def test_a_gguf_cut_short_says_so_without_numpys_words(smollm2_gguf, tmp_path, size, shortfall):
+    """Found by a trial: a GGUF cut to 1 MB or to its 8 first bytes was "not a readable GGUF file, or
+    truncated" with numpy's words after it ("When changing to a larger dtype...", "not enough values
+    to unpack (expected 2, got 0)"); cut in its metadata or its tensors, it is cut short, said plainly."""
+    path = tmp_path / "cut.gguf"
+    with open(smollm2_gguf, "rb") as src:
+        path.write_bytes(src.read(size))
+    with pytest.raises(GGUFFormatError) as info:
+        GGUFSource(path)
+    assert str(info.value) == f"{path}: the GGUF file is cut short ({shortfall}): download or copy it again"
+
+
+def test_a_file_that_is_no_gguf_is_called_damaged(tmp_path):
+    path = tmp_path / "page.gguf"  # what a failed download saves: the server's error page
+    path.write_text("<html><body>Not found</body></html>" * 10)
+    with pytest.raises(GGUFFormatError) as info:
+        GGUFSource(path)
+    assert str(info.value) == f"{path}: the file is damaged: not a readable GGUF file (it does not start with GGUF)"
 
 
 def test_mmproj_file_given_as_the_model(smolvlm_gguf_pair):

@@ -331,7 +331,7 @@ def test_the_model_managers_check_lists_a_weights_file_cut_short(tiny_checkpoint
     from tests.engine.test_cli import cut_short
 
     folder, weights, size, _ = cut_short(tiny_checkpoint, tmp_path / "cut", lambda n: n // 2)
-    problem = f"{weights}: the file is cut short ({size // 2} of the {size} bytes its header describes): " \
+    problem = f"{weights}: the safetensors file is cut short ({size // 2} of the {size} bytes its header describes): " \
               "download or copy it again"
     service, reports = EngineService(), []
     done = threading.Event()
