@@ -34,7 +34,10 @@ PASTED_NAME = "pasted image"
 
 def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str:
     """Why a write failed, in words: the disk being full said plainly, naming ``folder`` (where the
-    write went, e.g. the data folder) so that the user knows which disk needs space."""
+    write went, e.g. the data folder) so that the user knows which disk needs space, and ``folder``
+    missing said as that (Python's own words name the temporary file being written in it)."""
+    if getattr(exc, "errno", None) == errno.ENOENT and folder is not None and not Path(folder).is_dir():
+        return f"the folder {folder} does not exist"
     detail = str(exc) or type(exc).__name__
     full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in detail or "No space left" in detail
     if not full:

@@ -89,7 +89,7 @@ class _ExportFolder:
         if stored in self.names:
             return self.names[stored]
         name = _unique(_export_name(attached, stored) or fallback, self._taken)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(exist_ok=True)  # beside the export: its folder is not made, as the export's own file is not
         target = self.folder / name
         # A file named by its content (the stored name) that is there already holds the same bytes; under
         # any other name it may be an older export's other file, so it is copied again.
@@ -301,7 +301,8 @@ def export_dialog(window, kind: str) -> Path | None:
     if conv_id is None:
         window.banner.show_info("Nothing to export yet: this chat is empty.")
         return None
-    title = window.store.conversation(conv_id).title or "conversation"
+    # A title cut to fit the sidebar ends in "…", which no file name needs.
+    title = (window.store.conversation(conv_id).title or "").removesuffix("…").rstrip() or "conversation"
     safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "conversation"
     filters = {"md": "Markdown (*.md)", "json": "JSON (*.json)"}
     # In the folder of the last export, else Documents (not the folder Smolchat was started from).

@@ -289,3 +289,15 @@ def test_the_first_export_opens_in_the_home_folder_where_there_is_no_documents_f
                         or ("", filters))
     window.actions["export_md"].trigger()
     assert asked == [str(home / "Where_.md")]
+
+
+def test_the_export_name_of_a_cut_title_drops_its_ellipsis(qtbot, window, tmp_path, monkeypatch):
+    """Found by a trial: the "…" that ends a title cut to fit the sidebar became "_" in the file name."""
+    window.qsettings.setValue("export/folder", str(tmp_path))
+    ask(qtbot, window, "Show me a Python code block that prints hello world, with a comment")
+    assert window.store.conversation(window.keeper.current_id).title == "Show me a Python code block that prints hello w…"
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda parent, caption, start, filters: asked.append(start)
+                        or ("", filters))
+    window.actions["export_md"].trigger()
+    assert asked == [str(tmp_path / "Show me a Python code block that prints hello w.md")]

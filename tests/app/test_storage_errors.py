@@ -366,6 +366,24 @@ def test_failed_export_on_a_full_disk_leaves_no_file(qtbot, window, monkeypatch,
     assert window.banner.message().startswith("Could not export the chat: the disk is full ([Errno 28]")
 
 
+@pytest.mark.parametrize("kind", ["md", "json"])
+def test_export_to_a_folder_that_does_not_exist_says_so(qtbot, window, monkeypatch, tmp_path, png, kind):
+    """Found by a trial: the banner gave Python's words about the temporary file ("[Errno 2] No such file
+    or directory: '/tmp/x/export/.chat.md.25631-0.part'"). With an image, the Markdown export made the
+    missing folder for its images folder, unlike without one: it makes neither now."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.export import export_dialog
+
+    window.add_files([str(png)])
+    _ask(qtbot, window, "What is this?")
+    missing = tmp_path / "x" / "export"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(missing / f"chat.{kind}"), ""))
+    assert export_dialog(window, kind) is None
+    assert window.banner.message() == f"Could not export the chat: the folder {missing} does not exist."
+    assert not (tmp_path / "x").exists()
+
+
 def test_safe_files_replace_whole_keep_permissions_and_leave_nothing_on_failure(tmp_path, monkeypatch):
     from app import safe_files
 
