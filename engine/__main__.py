@@ -286,10 +286,12 @@ def _stats_json(stats) -> dict:
 
 
 def _info(args: argparse.Namespace) -> int:
-    """The checkpoint's metadata and the model manager's check of its files (tokenizer, processor,
-    every tensor's name and shape against the architecture): 1 when that finds problems, which are
-    listed (``"problems"`` in JSON; a weights file cut short or damaged is one, its ``parameters``
-    and ``tensors`` then null); 2 when the folder or its config cannot be read at all."""
+    """The checkpoint's metadata and the model manager's check of its files (config, tokenizer,
+    processor, every tensor's name and shape against the architecture, weights files as long as
+    their headers say; not the weights' values, which would mean reading gigabytes): 1 when that
+    finds problems, which are listed (``"problems"`` in JSON; a weights file cut short or damaged is
+    one, its ``parameters`` and ``tensors`` then null); 2 when the folder or its config cannot be
+    read at all."""
     from engine.api.errors import ModelLoadError
     from engine.validate import check_checkpoint
 
@@ -320,7 +322,8 @@ def _info(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"    - {problem}")
         return 1
-    print("  check         config, tokenizer, processor and every tensor's name and shape: all right")
+    print("  check         config, tokenizer, processor, every tensor's name and shape, weights files complete: "
+          "all right (the weights' values are not read)")
     return 0
 
 

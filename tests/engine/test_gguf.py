@@ -393,6 +393,24 @@ def test_a_gguf_cut_short_says_so_without_numpys_words(smollm2_gguf, tmp_path, s
     assert str(info.value) == f"{path}: the GGUF file is cut short ({shortfall}): download or copy it again"
 
 
+def test_info_says_the_weights_values_are_not_checked(smollm2_gguf, tmp_path):
+    """Found by a trial: a GGUF whose tensor data was overwritten with 0xFF bytes (NaN scales) passed
+    with "every tensor's name and shape: all right", and the README said info "checks every file and
+    tensor". Reading every value is too costly for big models: the check says what it covers."""
+    path = tmp_path / "nan.gguf"
+    data_start = GGUFSource(smollm2_gguf).text.reader.data_offset
+    with open(smollm2_gguf, "rb") as src:
+        path.write_bytes(src.read(data_start) + b"\xff" * (smollm2_gguf.stat().st_size - data_start))
+    proc = _cli("info", "--model", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == ("  check         config, tokenizer, processor, every tensor's name and "
+                                            "shape, weights files complete: all right (the weights' values are not "
+                                            "read)")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert ("info --model DIR_OR_REPO_OR_GGUF [--json]   # also checks config, tokenizer, processor, every tensor's "
+            "name and shape, weights files complete (not the weights' values): exit 1 with the problems") in readme
+
+
 def test_a_file_that_is_no_gguf_is_called_damaged(tmp_path):
     path = tmp_path / "page.gguf"  # what a failed download saves: the server's error page
     path.write_text("<html><body>Not found</body></html>" * 10)
