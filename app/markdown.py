@@ -46,6 +46,9 @@ FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 #: million letters without a space (a broken server, a model stuck on one token) held the window
 #: ~10 min. A zero-width space after every LONG_RUN characters of a run keeps it linear (1.7 s).
 LONG_RUN = 1000
+#: The longest paragraph (characters) a streaming answer grows before it goes on in a new one
+#: (:meth:`RichText.append_plain`): ~25 lines of a wide window, laid out in ~1 ms.
+STREAM_BLOCK = 2000
 ZERO_WIDTH_SPACE = "\u200b"
 
 #: How answers are read: GitHub's dialect (tables, strikethrough, task lists, autolinks) with raw
@@ -260,10 +263,24 @@ class RichText(QTextBrowser):
         return data
 
     def append_plain(self, text: str) -> None:
-        """Insert ``text`` at the end without touching the rest of the document."""
-        marked, self._run = breakable(text, self._run)
+        """Insert ``text`` at the end without touching the rest of the document.
+
+        Qt lays out a block (a paragraph) whole on every insert into it, so a streamed paragraph
+        cost its length per token: quadratic, a 500,000-character one held the window ~100 s. Past
+        :data:`STREAM_BLOCK` characters the last block is ended at a break opportunity of ``text``
+        (or where ``text`` starts) and the text goes on in a new one: a line breaks early there
+        while the answer streams, until the finished answer is rendered again."""
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
+        if cursor.block().length() + len(text) > STREAM_BLOCK and "\n" not in text:
+            cut = max(text.rfind(" "), text.rfind("\t")) + 1  # 0: no space in it, end the block before it
+            head, text = text[:cut], text[cut:]
+            if head:
+                marked, self._run = breakable(head, self._run)
+                cursor.insertText(marked)
+            cursor.insertBlock()
+            self._run = 0
+        marked, self._run = breakable(text, self._run)
         cursor.insertText(marked)
 
     def _fit(self, *_args) -> None:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QTextEd
 from app.backends.fake import FakeBackend
 from app.markdown import (
     CODE_SCROLL_LIMIT,
+    STREAM_BLOCK,
     HEADING_SPACE,
     LIST_ITEM_SPACE,
     QUOTE_INDENT,
@@ -248,3 +249,23 @@ def test_tags_in_an_answer_are_shown_as_text_not_swallowed(qtbot, make_window):
                      "<div> A block of HTML </div>\nStrong, code<T> and https://example.com.\nLast paragraph.")
     html = view.document().toHtml()
     assert "font-weight:700" in html and 'href="https://example.com"' in html
+
+
+@pytest.mark.parametrize("piece", ["Q" * 997, "lorem ipsum dolor sit amet " * 37])
+def test_a_streamed_paragraph_goes_on_in_new_blocks_so_each_token_lays_out_little(qapp, piece):
+    """Found by a trial: Qt lays out a whole paragraph on each insert into it, so an answer streamed
+    as one long paragraph cost its length per token (one 500,000-character word held the window
+    ~20 s). The streamed view's blocks stay short, broken at a space where a piece has one; the
+    text shown is the answer's (the answer keeps its own text; the finished one is rendered again)."""
+    view = RichText()
+    for _ in range(300):
+        view.append_plain(piece)
+    lengths, block = [], view.document().begin()
+    while block.isValid():
+        lengths.append(len(block.text()))
+        if " " in piece and block.next().isValid():
+            assert block.text().endswith(" ")
+        block = block.next()
+    assert len(lengths) > 100 and max(lengths) <= STREAM_BLOCK + len(piece)
+    shown = view.document().toPlainText().replace(ZERO_WIDTH_SPACE, "").replace("\n", "")
+    assert shown == piece * 300
