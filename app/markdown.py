@@ -26,6 +26,7 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -312,6 +313,18 @@ class CodeText(RichText):
         if whole:
             self.setLineWrapMode(QTextEdit.LineWrapMode.NoWrap)
         self.setPlainText(code)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        delta, bar = event.angleDelta(), self.horizontalScrollBar()
+        if event.modifiers() & Qt.KeyboardModifier.ShiftModifier and not delta.x() and delta.y() and bar.maximum():
+            # Shift+wheel is sideways for a mouse without a tilt wheel (Qt's scroll bar would take
+            # Shift as a page step, and the chat's would page the chat): as many steps a notch as
+            # Qt's own wheel scrolls lines. A system that turns Shift+wheel into a sideways wheel
+            # itself sends delta.x() and goes the usual way.
+            bar.setValue(bar.value() - delta.y() * QApplication.wheelScrollLines() * bar.singleStep() // 120)
+            event.accept()
+            return
+        super().wheelEvent(event)
 
     def _fit(self, *_args) -> None:
         # The bar only where the code is wider than the view; decided here rather than left to Qt

@@ -14,11 +14,11 @@ from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QTextEd
 from app.backends.fake import FakeBackend
 from app.markdown import (
     CODE_SCROLL_LIMIT,
-    STREAM_BLOCK,
     HEADING_SPACE,
     LIST_ITEM_SPACE,
     QUOTE_INDENT,
     QUOTE_RULE,
+    STREAM_BLOCK,
     ZERO_WIDTH_SPACE,
     CodeBlock,
     RichText,
@@ -149,8 +149,8 @@ def test_code_lines_stay_whole_and_the_block_scrolls_sideways(qtbot, make_window
     start = chat.value()
     assert 0 < start
 
-    def wheel(dx: int, dy: int) -> None:  # as the system delivers it (spontaneous: it may propagate)
-        QTest.wheelEvent(win.windowHandle(), centre, QPoint(dx, dy))
+    def wheel(dx: int, dy: int, keys=Qt.KeyboardModifier.NoModifier) -> None:  # as the system delivers it
+        QTest.wheelEvent(win.windowHandle(), centre, QPoint(dx, dy), QPoint(0, 0), keys)  # (spontaneous)
         QApplication.processEvents()
 
     wheel(0, 120)
@@ -158,6 +158,13 @@ def test_code_lines_stay_whole_and_the_block_scrolls_sideways(qtbot, make_window
     chat.setValue(start)
     wheel(-120, 0)
     assert bar.value() > 0 and chat.value() == start
+    # Shift+wheel, a mouse without a tilt wheel's sideways (a trial found it paged the chat instead):
+    # three lines' worth of steps a notch, as Qt's own wheel; back with the other way.
+    sideways = bar.value()
+    wheel(0, -120, Qt.KeyboardModifier.ShiftModifier)
+    assert bar.value() == sideways + 3 * bar.singleStep() and chat.value() == start
+    wheel(0, 120, Qt.KeyboardModifier.ShiftModifier)
+    assert bar.value() == sideways and chat.value() == start
 
     # Wide enough for every line: no bar, and the block no taller than its lines.
     win.resize(1400, 800)
