@@ -12,8 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QSize, Qt, Slot
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QToolButton, QWidget
+from PySide6.QtCore import QEvent, QSize, Qt, Slot
+from PySide6.QtGui import QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QWidget,
+)
+
+from app.markdown import breakable, unbreakable
 
 #: kind -> (mark, accessible name); colours are in resources/style.qss (``#bannerIcon[tone=...]``).
 TONES = {"error": ("!", "Error message"), "info": ("i", "Notice"), "success": ("✓", "Done")}
@@ -23,6 +36,9 @@ TONES = {"error": ("!", "Error message"), "info": ("i", "Notice"), "success": ("
 #: whole message (a dropped folder's refused files, one a line), the banner took the chat's column:
 #: the transcript left ~70 px tall, the message itself cut off mid-line at the banner's edge.
 MAX_LINES = 6
+#: The longest run of characters without a break opportunity a banner line holds (~half its width at
+#: 800 px): a longer one is given break opportunities.
+BREAK_RUN = 40
 
 
 class MessageScroll(QScrollArea):
@@ -76,6 +92,9 @@ class Banner(QFrame):
         self._message = QLabel()
         self._message.setObjectName("errorMessage")
         self._message.setWordWrap(True)
+        self._message.setTextFormat(Qt.TextFormat.PlainText)  # a file named "<b>x</b>.png" is not markup
+        self._text = ""  # the message as given (the label's has break opportunities put in)
+        self._message.installEventFilter(self)  # its copy leaves those out (eventFilter)
         self._message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QToolButton()
         close.setObjectName("dismissBanner")
@@ -99,8 +118,29 @@ class Banner(QFrame):
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
 
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        """The message's Copy (Ctrl+C, its context menu) carries the text without the zero-width
+        spaces put in for wrapping: a path or URL copied from an error must paste as it was."""
+        if watched is self._message:
+            if event.type() == QEvent.Type.KeyPress and event.matches(QKeySequence.StandardKey.Copy):
+                self.copy_selection()
+                return True
+            if event.type() == QEvent.Type.ContextMenu:
+                menu = QMenu(self)
+                copy = menu.addAction("Copy", self.copy_selection)
+                copy.setEnabled(self._message.hasSelectedText())
+                menu.addAction("Select All", lambda: self._message.setSelection(0, len(self._message.text())))
+                menu.exec(event.globalPos())
+                return True
+        return super().eventFilter(watched, event)
+
+    def copy_selection(self) -> None:
+        """Put the message's selected text on the clipboard, as the message has it."""
+        if self._message.hasSelectedText():
+            QGuiApplication.clipboard().setText(unbreakable(self._message.selectedText()))
+
     def message(self) -> str:
-        return self._message.text() if not self.isHidden() else ""
+        return self._text if not self.isHidden() else ""
 
     @Slot(str)
     def show_error(self, text: str) -> None:
@@ -142,7 +182,11 @@ class Banner(QFrame):
 
     def _show(self, text: str, tone: str) -> None:
         mark, name = TONES[tone]
-        self._message.setText(text)
+        self._text = text
+        # A path, URL or word wider than the banner wraps (a label wraps only where a line may
+        # break, and cut the rest off unreachable): a zero-width space every BREAK_RUN characters
+        # of a run without one, taken out again of what is copied.
+        self._message.setText(breakable(text, limit=BREAK_RUN)[0])
         self._scroll.verticalScrollBar().setValue(0)  # a new message shows from its first line
         self._scroll.updateGeometry()
         self._icon.setText(mark)
@@ -164,6 +208,7 @@ class Banner(QFrame):
     @Slot()
     def dismiss(self) -> None:
         self._message.clear()
+        self._text = ""
         self._action.hide()
         self._callback = None
         self.hide()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
-from PySide6.QtGui import QPalette, QTextFormat
+from PySide6.QtGui import QKeySequence, QPalette, QTextFormat
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QTextEdit
 
@@ -276,3 +276,27 @@ def test_a_streamed_paragraph_goes_on_in_new_blocks_so_each_token_lays_out_littl
     assert len(lengths) > 100 and max(lengths) <= STREAM_BLOCK + len(piece)
     shown = view.document().toPlainText().replace(ZERO_WIDTH_SPACE, "").replace("\n", "")
     assert shown == piece * 300
+
+
+def test_a_banner_message_with_a_long_path_wraps_and_copies_as_it_was(qtbot, make_window, qapp):
+    """Found by a trial: a word, path or URL wider than the banner showed as one line cut at its
+    right edge, the rest unreachable. It wraps now; the message, and a copy of it, are as given;
+    a file name that looks like markup is shown as text."""
+    win = make_window(FakeBackend(tokens=["ok"]))
+    win.resize(800, 600)
+    path = "/home/someone/" + "0123456789abcdef" * 16 + ".png"  # a content hash: no break opportunity
+    win.banner.show_error(f"Not a recognised image file: {path}")
+    _settle(qtbot)
+    label = win.banner.findChild(QLabel, "errorMessage")
+    assert label.textFormat() == Qt.TextFormat.PlainText
+    assert win.banner.message() == f"Not a recognised image file: {path}"
+    # Wrapped: more than one line tall, and no line wider than the label.
+    line = label.fontMetrics().lineSpacing()
+    assert label.heightForWidth(label.width()) >= 3 * line
+    assert label.sizeHint().width() <= label.width() + 1 or label.minimumSizeHint().width() <= label.width()
+    label.setSelection(0, len(label.text()))
+    QTest.keySequence(label, QKeySequence(QKeySequence.StandardKey.Copy))
+    assert qapp.clipboard().text() == f"Not a recognised image file: {path}"
+    win.banner.show_error("Not a recognised image file: <b>x</b>.png")
+    _settle(qtbot)
+    assert label.text() == "Not a recognised image file: <b>x</b>.png"
