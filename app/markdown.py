@@ -21,9 +21,11 @@ from PySide6.QtGui import (
     QPainter,
     QPalette,
     QTextBlock,
+    QTextCharFormat,
     QTextCursor,
     QTextDocument,
     QTextFormat,
+    QTextTable,
 )
 from PySide6.QtWidgets import (
     QApplication,
@@ -66,6 +68,8 @@ HEADING_BELOW = 4
 #: as separate paragraphs; a list keeps 6 px from the text before and after it (Qt collapses adjacent
 #: margins to the larger one).
 LIST_ITEM_SPACE = 2
+#: Space above and below a table (px), a paragraph's.
+TABLE_SPACE = 6
 #: Indent per block-quote level (px), the quote's rule included; Qt's own 40 px read as a stray indent.
 QUOTE_INDENT = 18
 #: Width (px) of the rule left of a block quote, one per level, drawn in the palette's Mid colour.
@@ -130,6 +134,14 @@ def quote_level(block: QTextBlock) -> int:
     return int(block.blockFormat().property(QTextFormat.Property.BlockQuoteLevel) or 0)
 
 
+def quote_base(block: QTextBlock) -> int:
+    """The indent steps (of the document's ``indentWidth``) a quoted block's quote starts at: 0 at
+    the answer's edge, one per list level it is nested in (a quote in a list item starts under the
+    item's text; a list in a quote counts its own level as the quote's content, not its start)."""
+    items = block.textList()
+    return max(items.format().indent() - 1, 0) if items is not None else block.blockFormat().indent()
+
+
 def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
     """Space ``document``'s headings and list items and indent its block quotes (see
     :data:`HEADING_SPACE`, :data:`LIST_ITEM_SPACE`, :data:`QUOTE_INDENT`); returns the quoted blocks,
@@ -161,7 +173,23 @@ def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
         if changed:
             cursor.setPosition(block.position())
             cursor.setBlockFormat(fmt)
+        if heading > 4:
+            # Qt draws levels 5 and 6 smaller than the text they head (size adjustment -1, -2):
+            # body size, bold, as GitHub shows them.
+            cursor.setPosition(block.position())
+            cursor.setPosition(block.position() + block.length() - 1, QTextCursor.MoveMode.KeepAnchor)
+            size = QTextCharFormat()
+            size.setProperty(QTextFormat.Property.FontSizeAdjustment, 0)
+            cursor.mergeCharFormat(size)
         block = block.next()
+    for frame in document.rootFrame().childFrames():
+        # A table has a paragraph's space above and below it (Qt's importer gives it none: its
+        # border sat on the list item before it).
+        if isinstance(frame, QTextTable):
+            table = frame.format()
+            table.setTopMargin(max(table.topMargin(), TABLE_SPACE))
+            table.setBottomMargin(max(table.bottomMargin(), TABLE_SPACE))
+            frame.setFormat(table)
     cursor.endEditBlock()
     return quotes
 
@@ -234,6 +262,7 @@ class RichText(QTextBrowser):
         dx, dy = -self.horizontalScrollBar().value(), -self.verticalScrollBar().value()
         rules = []
         for block in self._quotes:
+            base = quote_base(block) * self.document().indentWidth()
             layout = block.layout()
             top = layout.position().y()
             bottom = top + layout.boundingRect().height()
@@ -241,7 +270,7 @@ class RichText(QTextBrowser):
             deeper = quote_level(after) if after.isValid() else 0
             for level in range(1, quote_level(block) + 1):
                 end = after.layout().position().y() if deeper >= level else bottom
-                x = (level - 1) * QUOTE_INDENT + 1
+                x = base + (level - 1) * QUOTE_INDENT + 1
                 rules.append(QRectF(x + dx, top + dy, QUOTE_RULE, end - top))
         return rules
 

@@ -300,3 +300,41 @@ def test_a_banner_message_with_a_long_path_wraps_and_copies_as_it_was(qtbot, mak
     win.banner.show_error("Not a recognised image file: <b>x</b>.png")
     _settle(qtbot)
     assert label.text() == "Not a recognised image file: <b>x</b>.png"
+
+
+def test_a_quote_inside_a_list_item_has_its_rule_beside_its_text(qapp):
+    """Found by a trial: the rule of a quote in a list item was drawn at the answer's edge, left of
+    the bullets, ~57 px from its text. Each rule sits just left of its quote's text, a list inside
+    the quote included."""
+    view = RichText()
+    view.resize(600, 400)
+    view.setMarkdown("> top\n\n- one\n- two\n  > quoted in the item\n  > - a list in that quote\n\nend")
+    view.show()
+    QApplication.processEvents()
+    rules = view.quote_rules()
+    assert [r.x() for r in rules] == [1, 1 + view.document().indentWidth(), 1 + view.document().indentWidth()]
+    block = view.document().findBlockByNumber(3)
+    assert block.text() == "quoted in the item"
+    text_x = block.layout().lineAt(0).x()
+    assert 0 < text_x - (rules[1].x() + QUOTE_RULE) <= QUOTE_INDENT
+
+
+def test_small_headings_are_body_size_and_a_table_keeps_its_distance(qapp):
+    """Found by a trial: headings of levels 5 and 6 were drawn smaller than the text (about 10 and
+    8 px), and a table's border sat on the list item above it."""
+    from PySide6.QtGui import QTextTable
+
+    view = RichText()
+    view.resize(600, 400)
+    view.setMarkdown("Body text.\n\n##### Five\n\n###### Six\n\n1. first\n2. second\n\n| a | b |\n|---|---|\n| 1 | 2 |")
+    view.show()
+    QApplication.processEvents()
+    blocks = _blocks(view)
+    body = blocks["Body text."].layout().boundingRect().height()
+    for name in ("Five", "Six"):
+        block = blocks[name]
+        fmt = block.begin().fragment().charFormat()
+        assert fmt.property(QTextFormat.Property.FontSizeAdjustment) == 0 and fmt.fontWeight() == 700
+        assert block.layout().boundingRect().height() >= body
+    [table] = [f for f in view.document().rootFrame().childFrames() if isinstance(f, QTextTable)]
+    assert table.format().topMargin() >= 6 and table.format().bottomMargin() >= 6
