@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QSize, Qt, Slot
-from PySide6.QtGui import QGuiApplication, QKeySequence
+from PySide6.QtCore import QSize, Qt, Slot
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QMenu,
     QPushButton,
     QScrollArea,
     QSizePolicy,
@@ -26,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.markdown import breakable, unbreakable
+from app.text_fit import WrappingLabel
 
 #: kind -> (mark, accessible name); colours are in resources/style.qss (``#bannerIcon[tone=...]``).
 TONES = {"error": ("!", "Error message"), "info": ("i", "Notice"), "success": ("✓", "Done")}
@@ -89,13 +87,10 @@ class Banner(QFrame):
         self._icon = QLabel("!")
         self._icon.setObjectName("bannerIcon")
         self._icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self._message = QLabel()
+        # A path, URL or hash wider than the banner wraps (it was one line cut at the banner's edge).
+        self._message = WrappingLabel(run=BREAK_RUN)
         self._message.setObjectName("errorMessage")
-        self._message.setWordWrap(True)
-        self._message.setTextFormat(Qt.TextFormat.PlainText)  # a file named "<b>x</b>.png" is not markup
         self._text = ""  # the message as given (the label's has break opportunities put in)
-        self._message.installEventFilter(self)  # its copy leaves those out (eventFilter)
-        self._message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QToolButton()
         close.setObjectName("dismissBanner")
         close.setText("✕")
@@ -117,27 +112,6 @@ class Banner(QFrame):
         layout.addWidget(self._action, 0, Qt.AlignmentFlag.AlignVCenter)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
-        """The message's Copy (Ctrl+C, its context menu) carries the text without the zero-width
-        spaces put in for wrapping: a path or URL copied from an error must paste as it was."""
-        if watched is self._message:
-            if event.type() == QEvent.Type.KeyPress and event.matches(QKeySequence.StandardKey.Copy):
-                self.copy_selection()
-                return True
-            if event.type() == QEvent.Type.ContextMenu:
-                menu = QMenu(self)
-                copy = menu.addAction("Copy", self.copy_selection)
-                copy.setEnabled(self._message.hasSelectedText())
-                menu.addAction("Select All", lambda: self._message.setSelection(0, len(self._message.text())))
-                menu.exec(event.globalPos())
-                return True
-        return super().eventFilter(watched, event)
-
-    def copy_selection(self) -> None:
-        """Put the message's selected text on the clipboard, as the message has it."""
-        if self._message.hasSelectedText():
-            QGuiApplication.clipboard().setText(unbreakable(self._message.selectedText()))
 
     def message(self) -> str:
         return self._text if not self.isHidden() else ""
@@ -183,10 +157,7 @@ class Banner(QFrame):
     def _show(self, text: str, tone: str) -> None:
         mark, name = TONES[tone]
         self._text = text
-        # A path, URL or word wider than the banner wraps (a label wraps only where a line may
-        # break, and cut the rest off unreachable): a zero-width space every BREAK_RUN characters
-        # of a run without one, taken out again of what is copied.
-        self._message.setText(breakable(text, limit=BREAK_RUN)[0])
+        self._message.setText(text)
         self._scroll.verticalScrollBar().setValue(0)  # a new message shows from its first line
         self._scroll.updateGeometry()
         self._icon.setText(mark)

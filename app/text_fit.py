@@ -35,21 +35,22 @@ MIN_WRAP_WIDTH = 120
 WRAP_RUN = 24
 
 
-class FittingLabel(QLabel):
-    """Plain, selectable, word-wrapped text as wide as its longest line, up to ``max_width`` px."""
+class WrappingLabel(QLabel):
+    """Plain, selectable, word-wrapped text. A label wraps only where a line may break: a pasted
+    hash or a run of 300 letters ran on past the label's edge, clipped. So a run without a break
+    opportunity gets one (a zero-width space) every ``run`` characters, and what is copied (Copy,
+    the context menu, X11's selection) leaves them out: a path or hash pastes as it was."""
 
-    def __init__(self, text: str, object_name: str, max_width: int, parent: QWidget | None = None) -> None:
-        # A label wraps only where a line may break: a pasted hash or a run of 300 letters ran on
-        # past the bubble's edge, clipped. Break opportunities every WRAP_RUN characters of a run.
-        super().__init__(breakable(text, limit=WRAP_RUN)[0], parent)
-        self.setObjectName(object_name)
-        self.setTextFormat(Qt.TextFormat.PlainText)
+    def __init__(self, text: str = "", run: int = WRAP_RUN, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.run = run
+        self.setTextFormat(Qt.TextFormat.PlainText)  # a file named "<b>x</b>.png" is not markup
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-        self.max_width = max_width
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(breakable(text, limit=self.run)[0])
 
     # -- copying: the selection without the display's zero-width spaces (Qt's own copy keeps them) --
     def selected_text(self) -> str:
@@ -74,6 +75,18 @@ class FittingLabel(QLabel):
         copy.setEnabled(self.hasSelectedText())
         menu.addAction("Select All", lambda: self.setSelection(0, len(self.text())))
         menu.exec(event.globalPos())
+
+
+class FittingLabel(WrappingLabel):
+    """Plain, selectable, word-wrapped text as wide as its longest line, up to ``max_width`` px."""
+
+    def __init__(self, text: str, object_name: str, max_width: int, parent: QWidget | None = None) -> None:
+        super().__init__(text, WRAP_RUN, parent)
+        self.setObjectName(object_name)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self.max_width = max_width
 
     def natural_width(self) -> int:
         """Pixels the text needs unwrapped (its longest line), contents margins included, at most ``max_width``."""
