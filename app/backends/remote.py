@@ -29,6 +29,7 @@ from app.backends.remote_http import (
     RemoteError,
     Server,
     api_base,
+    count_text_tokens,
     error_message,
     from_exception,
     from_response,
@@ -336,7 +337,13 @@ class RemoteBackend:
         return -1  # the server's tokenizer decides; asking would cost a round trip per image
 
     def count_text_tokens(self, text: str) -> int:
-        return -1  # as above: the server refuses a prompt beyond its context itself
+        """The server's count from its ``/tokenize`` where it says its context (there is something to
+        count against) and has one (vLLM, llama-server, Smolchat's); else -1. Any thread: a request
+        of its own, not the backend thread's."""
+        server, info = self.server, self._info
+        if server is None or info is None or not info.capabilities.max_context:
+            return -1
+        return count_text_tokens(server, self.model, text)
 
     def close(self) -> bool:
         return self.jobs.close()

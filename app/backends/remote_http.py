@@ -249,6 +249,29 @@ def _context_of(entry: dict) -> int:
     return 0
 
 
+def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30.0) -> int:
+    """Tokens ``model`` on ``server`` makes of ``text`` (-1: the server cannot say), from its
+    ``/tokenize``: vLLM's and Smolchat's shape first (``{"model", "prompt", "add_special_tokens":
+    false}``, answering ``count``), else llama-server's (``{"content"}``, answering ``tokens``).
+    Ollama and OpenAI have none: two refused requests, -1."""
+    def count(data) -> int:
+        if isinstance(data.get("count"), int) and not isinstance(data["count"], bool) and data["count"] >= 0:
+            return data["count"]
+        return len(data["tokens"]) if isinstance(data.get("tokens"), list) else -1
+
+    url = _root(server.url) + "/tokenize"
+    with server.client(timeout) as client:
+        for body in ({"model": model, "prompt": text, "add_special_tokens": False}, {"content": text}):
+            try:
+                response = client.post(url, json=body)
+                data = response.json() if response.status_code < 400 else None
+            except (httpx.HTTPError, ValueError, RecursionError):
+                return -1
+            if isinstance(data, dict) and count(data) >= 0:
+                return count(data)
+    return -1
+
+
 def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tuple[Capabilities, dict]:
     """What ``model`` on ``server`` can do, and where each answer came from (``{"vision", "context"}``).
 

@@ -79,8 +79,9 @@ class FakeOpenAI:
     """``with FakeOpenAI() as fake: fake.url`` — a threaded server on 127.0.0.1 and a free port."""
 
     def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None,
-                 show: dict | None = None, model_info: dict | None = None) -> None:
+                 show: dict | None = None, model_info: dict | None = None, tokenize: bool = False) -> None:
         self.api_key, self.props, self.models, self.show = api_key, props, models, show
+        self.tokenize = tokenize  # llama-server's /tokenize: {"content"} -> {"tokens"}, a token a word
         self.model_info = model_info
         self.requests: list[dict] = []
         self.written = 0
@@ -130,6 +131,12 @@ class FakeOpenAI:
                     return
                 if self.path == "/api/show" and outer.show is not None:  # Ollama's model card
                     self._json(200, outer.show)
+                    return
+                if self.path == "/tokenize" and outer.tokenize:  # as llama-server: no "content", an error
+                    if "content" not in body:
+                        self._json(500, {"error": {"code": 500, "message": "\"content\" must be provided"}})
+                    else:
+                        self._json(200, {"tokens": list(range(len(body["content"].split())))})
                     return
                 if self.path != "/v1/chat/completions":
                     self._json(404, {"error": {"message": f"no route {self.path}"}})

@@ -434,3 +434,23 @@ def test_cli_generate_prints_split_surrogates_joined(bad_fake, model, expected):
     proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", timeout=60, cwd=repo,
                           env={**os.environ, "PYTHONPATH": str(repo), "PYTHONIOENCODING": "utf-8"})
     assert proc.returncode == 0 and proc.stdout == expected, (proc.stdout, proc.stderr)
+
+
+def test_a_long_text_is_counted_by_the_servers_tokenize():
+    """A server that says its context and has /tokenize counts the composer's text before Send
+    (llama-server's shape here: the vLLM one is refused, then {"content"} answers its tokens); one
+    without /tokenize, or without a context to count against, leaves it to the server (-1)."""
+    props = {"modalities": {"vision": False}, "default_generation_settings": {"n_ctx": 4096}}
+    with FakeOpenAI(props=props, tokenize=True) as fake:
+        backend, (info, _) = loaded(fake.url, "ok")
+        assert info.capabilities.max_context == 4096
+        assert backend.count_text_tokens("one two three four") == 4
+        backend.close()
+    with FakeOpenAI(props=props) as fake:  # no /tokenize
+        backend, _ = loaded(fake.url, "ok")
+        assert backend.count_text_tokens("one two three four") == -1
+        backend.close()
+    with FakeOpenAI(tokenize=True) as fake:  # no context said: nothing to count against
+        backend, (info, _) = loaded(fake.url, "ok")
+        assert info.capabilities.max_context == 0 and backend.count_text_tokens("one two") == -1
+        backend.close()

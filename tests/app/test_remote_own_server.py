@@ -94,3 +94,15 @@ def test_cli_generate_against_the_server(own_server, images_dir):
                          env={**env, "SMOLCHAT_API_KEY": "wrong"})
     assert bad.returncode == 2 and "401 Unauthorized: the API key is missing or wrong" in bad.stderr
     assert bad.stderr.count("\n") == 1  # one line, as for every bad input
+
+
+def test_the_servers_tokenize_counts_text_as_its_tokenizer(own_server, tiny_checkpoint):  # noqa: F811
+    """Smolchat's own server answers the window's count (vLLM's /tokenize shape): the model's tokens."""
+    from app.backends.remote_http import count_text_tokens
+    from engine.tokenizer import Tokenizer
+
+    text = "The quick brown fox jumps over the lazy dog. " * 50 + "日本語 too"
+    expected = len(Tokenizer.from_pretrained(tiny_checkpoint).encode_aside(text))
+    assert expected > 400
+    assert count_text_tokens(Server("own", own_server.url, KEY), own_server.model_id, text) == expected
+    assert count_text_tokens(Server("own", own_server.url, "wrong key"), own_server.model_id, text) == -1
