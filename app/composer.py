@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from PySide6.QtCore import QEvent, QMimeData, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QFocusEvent, QImage, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
+from app.markdown import BREAKS
 from app.mime import carries_images, image_from_mime, local_files
 
 MIN_LINES, MAX_LINES = 1, 8
+#: The most characters the composer takes (~250,000 tokens of English: past every model Smolchat runs,
+#: most served ones too). Qt lays out a paragraph whole, and one of 5 million characters stalled the
+#: window for up to a second at every cursor blink; a paste that would go past this is refused.
+MAX_TEXT_CHARS = 1_000_000
+#: The longest run of characters without a break opportunity (a space, a line break) a paste may
+#: hold: Qt wraps such a run scanning the rest of it for every line, quadratic: a pasted million
+#: characters of base64 held the window 43 s, 100,000 take ~0.4 s.
+MAX_PASTE_RUN = 100_000
+_LONG_RUN = re.compile(f"[^{re.escape(BREAKS)}]{{{MAX_PASTE_RUN + 1}}}")
 
 
 class Composer(QPlainTextEdit):
@@ -21,6 +33,7 @@ class Composer(QPlainTextEdit):
     submitted = Signal()
     files_added = Signal(list)
     image_pasted = Signal(QImage)
+    refused = Signal(str)  # why a paste or drop of text was not inserted
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -67,8 +80,26 @@ class Composer(QPlainTextEdit):
         return carries_images(source) or super().canInsertFromMimeData(source)
 
     def insertFromMimeData(self, source: QMimeData) -> None:
-        if not self._take_images(source):
+        if not self._take_images(source) and not self._too_long(source):
             super().insertFromMimeData(source)
+
+    def _too_long(self, source: QMimeData) -> bool:
+        """Emit :attr:`refused` and return True where ``source``'s text would take the composer past
+        :data:`MAX_TEXT_CHARS` (what is selected is replaced, so it does not count), or holds a run
+        longer than :data:`MAX_PASTE_RUN` without a break opportunity."""
+        text = source.text() if source.hasText() else ""
+        kept = self.document().characterCount() - 1 - len(self.textCursor().selectedText())
+        if len(text) + kept > MAX_TEXT_CHARS:
+            self.refused.emit(f"The text was not pasted: it has {len(text):,} characters, and a message takes at most "
+                              f"{MAX_TEXT_CHARS:,} (about 250,000 tokens, more than any model here reads). "
+                              "Paste a part of it.")
+            return True
+        if _LONG_RUN.search(text):
+            self.refused.emit(f"The text was not pasted: it has more than {MAX_PASTE_RUN:,} characters without a "
+                              "space or a line break (data rather than words?), which the message box cannot "
+                              "show without stalling. Paste a part of it, or attach the file it came from.")
+            return True
+        return False
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if carries_images(event.mimeData()):

@@ -182,6 +182,7 @@ def build_ui(window) -> None:
     window.text_counter.counted.connect(window._on_text_counted)
     window.composer.files_added.connect(window.add_files)
     window.composer.image_pasted.connect(window.add_image_data)
+    window.composer.refused.connect(window.banner.show_error)
     window.attachments.changed.connect(window._update_actions)
     window.attachments.changed.connect(window._count_pending_tokens)
     window.attach_button.clicked.connect(window._pick_files)

@@ -333,3 +333,31 @@ def test_a_long_text_is_counted_off_the_ui_thread_and_send_waits_for_the_count(q
     win.send_message()
     qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=3000)
     assert len(factory.calls[0]["text"].split()) == 3000 and win.composer.toPlainText() == ""
+
+
+def test_a_paste_past_the_composers_limit_is_refused_with_the_reason(qtbot, window):
+    """Found by a trial: a 5-million-character paste stalled the window at every cursor blink (Qt
+    lays out a paragraph whole). A paste that would take the composer past MAX_TEXT_CHARS is not
+    inserted and the banner says why; what fits is pasted, replacing a selection."""
+    from app.composer import MAX_TEXT_CHARS
+
+    def paste(text: str) -> None:
+        mime = QMimeData()
+        mime.setText(text)
+        window.composer.insertFromMimeData(mime)
+
+    paste("word " * 200_001)
+    assert window.composer.toPlainText() == ""
+    assert window.banner.message() == (
+        "The text was not pasted: it has 1,000,005 characters, and a message takes at most 1,000,000 (about "
+        "250,000 tokens, more than any model here reads). Paste a part of it.")
+    # A million characters of base64 held the window 43 s (Qt's wrapping of a run without a space).
+    paste("QUJD" * 25_001)
+    assert window.composer.toPlainText() == ""
+    assert window.banner.message().startswith("The text was not pasted: it has more than 100,000 characters without")
+    paste("y" * 10)
+    paste("word " * 199_998)
+    assert len(window.composer.toPlainText()) == MAX_TEXT_CHARS
+    window.composer.selectAll()
+    paste("short")
+    assert window.composer.toPlainText() == "short"
