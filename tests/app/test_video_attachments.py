@@ -306,6 +306,7 @@ def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, vi
     assert again.pending_label.text() == "1 video · 12 frames · 768 image tokens"
     again._cancel_edit()
 
+    (tmp_path / "out").mkdir()  # an export's folder is the user's choice: it is not made for it
     md = export_markdown(again.store, conv_id, tmp_path / "out" / "chat.md")
     copied = tmp_path / "out" / "chat_videos" / "walk.mp4"  # the name it was attached as, kept across the restart
     assert "[video: walk.mp4](chat_videos/walk.mp4)" in md.read_text()
