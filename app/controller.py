@@ -16,7 +16,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.backends.qt import BackendBridge
-from app.conversations import STORAGE_ERRORS, ConversationKeeper, attached_name, storage_problem
+from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
 from app.formatting import error_words
 from app.settings import generation_defaults
 from app.video_attachments import attachments_for, is_video_file
@@ -77,6 +77,7 @@ class ChatController(QObject):
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
         self.last_images: list[str] = []  # the last question's stored files, for the composer when it fails
+        self.last_names: list[str] = []  # the names they were attached as (attached_name; "": unknown)
         # Stored copy -> the user's file it was made from: errors name the file the user attached.
         self.display_names: dict[str, str] = {}
 
@@ -149,14 +150,16 @@ class ChatController(QObject):
         return self.backend.count_text_tokens(text)
 
     # -- answers -------------------------------------------------------------------------------------
-    def send(self, text: str, images: list[str], chat_settings: dict, params: dict, edit_index: int | None) -> bool:
+    def send(self, text: str, images: list[str], chat_settings: dict, params: dict, edit_index: int | None,
+             names: list[str]) -> bool:
         """Store the user's message (as a new version of message ``edit_index``, whose old version and
-        branch are kept) and ask for an answer. False (nothing sent) when idle conditions fail or storage fails."""
+        branch are kept) and ask for an answer. ``names``: the name each of ``images`` was attached as
+        (:func:`~app.conversations.attached_name`; "": unknown), kept with the message for exports; it
+        is given, not looked up by file, because identical files share one copy in the image store.
+        False (nothing sent) when idle conditions fail or storage fails."""
         if self.busy or not self.ready or not (text or images):
             return False
         try:
-            # Kept with the message for exports: the name of the user's file (an image's copy was made when attached).
-            names = [attached_name(self.display_names.get(p, p), self.keeper.store) for p in images]
             history, stored = self.keeper.begin(text, images, self.model_name, self.model_path, chat_settings,
                                                 replace_index=edit_index, names=names)
         except STORAGE_ERRORS as exc:  # the composer keeps the text and images
@@ -164,7 +167,7 @@ class ChatController(QObject):
             return False
         for original, copy in zip(images, stored):  # a video is copied only now (an image when attached)
             self.display_names.setdefault(copy, original)
-        self.last_prompt, self.last_images = text, list(stored)
+        self.last_prompt, self.last_images, self.last_names = text, list(stored), list(names)
         attachments = attachments_for(stored, self.takes_video)
         self._start(history, params, lambda p, sp: self.backend.send(text, attachments, p, self.bridge.sink, sp))
         return True
@@ -180,10 +183,10 @@ class ChatController(QObject):
             return
         if found:
             history, user = found
-            self.last_prompt, self.last_images = user["text"], list(user["images"])
+            self.last_prompt, self.last_images, self.last_names = user.text, list(user.images), list(user.attached_names)
             # The backend holds the question and its answer: rebuild up to the question, then ask again.
             self._start(history, params, lambda p, sp: self.backend.send(
-                user["text"], attachments_for(user["images"], self.takes_video), p, self.bridge.sink, sp))
+                user.text, attachments_for(user.images, self.takes_video), p, self.bridge.sink, sp))
 
     def _start(self, history: list[dict], params: dict, ask) -> None:
         self.busy = True

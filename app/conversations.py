@@ -423,9 +423,9 @@ class ConversationKeeper(QObject):
         return history, stored
 
     def begin_regenerate(self, index: int, model_name: str, model: str, settings: dict
-                         ) -> tuple[list[dict], dict] | None:
+                         ) -> tuple[list[dict], Message] | None:
         """Start a new version of answer ``index`` (the old one stays, one "‹ ›" step away); returns
-        (history, the user message to resend)."""
+        (history, the user message to resend), or None when ``index`` is no answer to a question."""
         widgets = self.transcript.widgets()
         if not (0 < index < len(widgets)) or widgets[index - 1].role != "user":
             return None
@@ -436,7 +436,7 @@ class ConversationKeeper(QObject):
         self.transcript.remove_from(index)  # only once saved: a failed save keeps the old answer shown
         self._show_answer(answer.id, model_name)
         self.show_versions()
-        return history, user.as_history()
+        return history, user
 
     def _save_answer(self, conv_id: int, model_name: str, model: str, settings: dict, parent: int) -> Message:
         self.store.update_conversation(conv_id, model=model, settings=settings)

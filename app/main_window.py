@@ -53,6 +53,7 @@ class Draft:
     attachments: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)  # attached file -> its copy in the image store
     detail: str | None = None  # the status bar's image detail for this message
+    names: dict[str, str] = field(default_factory=dict)  # stored copy put back -> the name it was attached as
 
 
 class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
@@ -78,6 +79,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._send_when_counted: str | None = None  # a text whose Send waits for its token count
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
+        self._names: dict[str, str] = {}  # stored copy put back by Edit or Resend -> the name it was attached as
         build_ui(self)
         ignored = ""
         if backend is None:  # before the banner, which says if SMOLCHAT_BACKEND was ignored
@@ -162,11 +164,13 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         params = self.current_params()
         if images:
             params["image_detail"] = self.message_detail()  # the status bar's choice for this message
-        if self.controller.send(text, self.kept_paths(), self.chat_settings(), params, self._editing):
+        if self.controller.send(text, self.kept_paths(), self.chat_settings(), params, self._editing,
+                                self.attached_names()):
             edited, self._editing = self._editing is not None, None
             self.composer.clear()
             self.attachments.clear()
             self._kept.clear()
+            self._names.clear()
             self.reset_message_detail()
             if edited:  # the draft that Edit set aside comes back, as it was
                 self._restore_draft()
@@ -204,7 +208,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             message = self.transcript.widgets()[index]
             if self._editing is None:  # editing another message instead keeps the draft set aside first
                 self._draft = self._take_draft()
-            self._fill_composer(message.text, message.images)
+            stored = self.keeper.messages()[index]
+            self._fill_composer(message.text, message.images, stored.attached_names)
             self._editing = index
             back = " puts back what you were writing" if self._draft.text.strip() or self._draft.attachments else \
                 " ends the edit"
@@ -226,18 +231,20 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     def _take_draft(self) -> Draft:
         """What the composer holds (text, cursor, attachments, the message's image detail)."""
         return Draft(self.composer.toPlainText(), self.composer.textCursor().position(), self.attachments.paths(),
-                     dict(self._kept), self.detail_combo.currentData())
+                     dict(self._kept), self.detail_combo.currentData(), dict(self._names))
 
-    def _fill_composer(self, text: str, images: list[str]) -> None:
+    def _fill_composer(self, text: str, images: list[str], names: list[str] | None = None) -> None:
+        """Put ``text`` and ``images`` (attached as ``names``, see :meth:`reattach`) in the composer."""
         self.composer.setPlainText(text)
         self.attachments.clear()
         self._kept.clear()
-        self.reattach(images)
+        self._names.clear()
+        self.reattach(images, names)
 
     def _restore_draft(self) -> None:
         """Put the draft set aside by Edit back into the composer (after the edit is cancelled or sent)."""
         draft, self._draft = self._draft, Draft()
-        self._fill_composer(draft.text, draft.attachments)
+        self._fill_composer(draft.text, draft.attachments, [draft.names.get(p) for p in draft.attachments])
         self._kept.update(draft.kept)
         cursor = self.composer.textCursor()
         cursor.setPosition(min(draft.cursor, len(draft.text)))
@@ -342,7 +349,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         if result.get("finish_reason") == "error" and answer is not None and not answer.text:
             if not self.composer.toPlainText() and not self.attachments.paths():
                 # Let the user fix and resend: the text and the files it was sent with.
-                self._fill_composer(self.controller.last_prompt, self.controller.last_images)
+                self._fill_composer(self.controller.last_prompt, self.controller.last_images,
+                                    self.controller.last_names)
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")

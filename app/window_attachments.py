@@ -8,7 +8,7 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
-from app.conversations import STORAGE_ERRORS, storage_problem
+from app.conversations import STORAGE_ERRORS, attached_name, storage_problem
 from app.documents import DocumentIntake
 from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
@@ -99,10 +99,19 @@ class AttachmentsMixin:
         elif notes:
             self.banner.show_info(" ".join(notes))
 
-    def reattach(self, paths: list[str]) -> None:
-        """Put a stored message's images and videos back as pending attachments (editing it)."""
-        for path in paths:
-            name = Path(self.controller.display_names.get(path, path)).name  # as the user's file was called
+    def reattach(self, paths: list[str], names: list[str] | None = None) -> None:
+        """Put a stored message's images and videos back as pending attachments (editing it).
+        ``names``: the name each was attached as (the message's ``attached_names``; "": unknown),
+        sent with it again (:meth:`attached_names`)."""
+        names = list(names or [])
+        for index, path in enumerate(paths):
+            if path in self.attachments.paths():
+                continue  # identical files share one copy: one chip, under the first one's name
+            known = names[index] if index < len(names) else None
+            if known is not None:
+                self._names[path] = known
+            # As the user's file was called: a stored copy's own name is its content hash.
+            name = known or Path(self.controller.display_names.get(path, path)).name
             if not is_video_file(path):
                 self.attachments.add(path, name=name)
                 continue
@@ -223,6 +232,12 @@ class AttachmentsMixin:
     def kept_paths(self) -> list[str]:
         """The pending attachments as sent: the copies made when they were attached, where there are some."""
         return [self._kept.get(p, p) for p in self.attachments.paths()]
+
+    def attached_names(self) -> list[str]:
+        """The name each pending attachment was attached as, in order (:func:`attached_name`; "":
+        unknown): kept with the message for exports. Taken from the attachments themselves: files of
+        identical bytes share one copy in the image store, so a map from copies would give them one name."""
+        return [self._names[p] if p in self._names else attached_name(p, self.store) for p in self.attachments.paths()]
 
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:

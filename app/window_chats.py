@@ -105,10 +105,10 @@ class ChatsMixin:
         if answer is not None:  # an empty interrupted answer: answer the question again in its place
             self._on_message_action("regenerate", answer)
             return
-        widget = self.transcript.widgets()[question]  # no answer row: send the question again, replacing it
+        stored = self.keeper.messages()[question]  # no answer row: send the question again, replacing it
         self._editing = question
-        if self.controller.send(widget.text, list(widget.images), self.chat_settings(), self.current_params(),
-                                question):
+        if self.controller.send(stored.text, list(stored.images), self.chat_settings(), self.current_params(),
+                                question, list(stored.attached_names)):
             self._editing = None
             self._answer_started()
         else:

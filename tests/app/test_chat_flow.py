@@ -144,6 +144,25 @@ def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, ki
         f"but the context holds 8192. {advice} (a long chat keeps only the earlier messages that fit).")
 
 
+def test_a_failed_question_comes_back_with_each_identical_file_under_its_own_name(qtbot, make_window, tmp_path):
+    """Identical files share one copy in the image store: the composer gets them back (one chip for the
+    one copy) under the name the first was attached as, and sends that name again, not the last one's."""
+    win = make_window(FakeBackend(image_error="the prompt has 9012 tokens (8640 of them for images) but the "
+                                              "context holds 8192", error_type="PromptTooLongError"))
+    holiday, cat = tmp_path / "holiday photo.png", tmp_path / "my cat.png"
+    Image.new("RGB", (40, 30), (10, 120, 40)).save(holiday)
+    cat.write_bytes(holiday.read_bytes())
+    assert drop(win.composer, file_mime(holiday)) and drop(win.composer, file_mime(cat))
+    assert win.attached_names() == ["holiday photo.png", "my cat.png"]
+    win.composer.setPlainText("Same?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    [question] = [m for m in win.store.messages(win.keeper.current_id) if m.role == "user"]
+    assert question.attached_names == ["holiday photo.png", "my cat.png"]
+    assert [c.name for c in win.attachments.chips()] == ["holiday photo.png"]
+    assert win.attached_names() == ["holiday photo.png"]
+
+
 def test_new_chat_clears_transcript_and_resets_session(qtbot, window, fake_session):
     qtbot.keyClicks(window.composer, "hi")
     with qtbot.waitSignal(window.answer_finished, timeout=5000):

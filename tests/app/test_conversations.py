@@ -301,3 +301,32 @@ def test_the_export_name_of_a_cut_title_drops_its_ellipsis(qtbot, window, tmp_pa
                         or ("", filters))
     window.actions["export_md"].trigger()
     assert asked == [str(tmp_path / "Show me a Python code block that prints hello w.md")]
+
+
+def test_identical_files_attached_under_different_names_keep_each_name(qtbot, make_window, tmp_path, data_dir):
+    """The image store keeps one copy of identical bytes: each file's name comes from the chip it was
+    attached as, in order, not from a map of copies (found by a trial: both were named "my cat.png"),
+    through Send, Edit and an edit after a restart."""
+    holiday, cat = tmp_path / "holiday photo.png", tmp_path / "my cat.png"
+    Image.new("RGB", (32, 24), (20, 90, 200)).save(holiday)
+    cat.write_bytes(holiday.read_bytes())
+    win = make_window(FakeBackend())
+    drop(win.composer, file_mime(holiday))
+    drop(win.composer, file_mime(cat))
+    ask(qtbot, win, "Same?")
+    [question, _answer] = win.store.messages(win.keeper.current_id)
+    assert question.images[0] == question.images[1]
+    assert question.attached_names == ["holiday photo.png", "my cat.png"]
+
+    win.transcript.widgets()[0].actions_row.button("edit").click()
+    assert [c.name for c in win.attachments.chips()] == ["holiday photo.png"]  # one copy: one chip
+    ask(qtbot, win, "Same, really?")
+    assert win.store.messages(win.keeper.current_id)[0].attached_names == ["holiday photo.png"]
+    win.close()
+
+    again = make_window(FakeBackend())
+    assert again.controller.switch_version(0, -1)  # back to the version with both files
+    again.transcript.widgets()[0].actions_row.button("edit").click()
+    assert [c.name for c in again.attachments.chips()] == ["holiday photo.png"]
+    ask(qtbot, again, "Once more")
+    assert again.store.messages(again.keeper.current_id)[0].attached_names == ["holiday photo.png"]

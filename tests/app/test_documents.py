@@ -193,6 +193,22 @@ def test_a_pasted_pdf_file_is_attached_page_by_page(qtbot, window, tmp_path, qap
     assert message.attached_names == ["copied page 1.png", "copied page 2.png"]
 
 
+def test_identical_pages_of_two_pdfs_keep_each_pdfs_name(qtbot, window, tmp_path):
+    """One copy in the image store for both pages: each keeps the name of the PDF it came from (found by
+    a trial: both were kept as the last one's)."""
+    first = make_pdf(tmp_path / "Quarterly report.pdf", 1)
+    (tmp_path / "四半期.pdf").write_bytes(first.read_bytes())
+    drop(window.composer, file_mime(first, tmp_path / "四半期.pdf"))
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 2, timeout=10_000)
+    assert window.attached_names() == ["Quarterly report page 1.png", "四半期 page 1.png"]
+    qtbot.keyClicks(window.composer, "Compare")
+    with qtbot.waitSignal(window.answer_finished, timeout=10_000):
+        window.send_message()
+    [message] = [m for m in window.store.messages(window.keeper.current_id) if m.role == "user"]
+    assert message.images[0] == message.images[1]
+    assert message.attached_names == ["Quarterly report page 1.png", "四半期 page 1.png"]
+
+
 def test_a_white_page_keeps_a_visible_edge_in_its_thumbnail(qapp, tmp_path):
     from PySide6.QtCore import QSize
 
