@@ -29,6 +29,9 @@ _DEVICE_NAME = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])", re
 #: The longest exported file name in UTF-8 bytes: file systems take 255, and room is left for " (2)" and
 #: the temporary name a file is first copied under.
 MAX_NAME_BYTES = 120
+#: Characters at the end of a long name's stem kept when it is cut: what tells its files apart is often
+#: there (a PDF's pages are "<pdf> page 12.png"). At most 96 bytes: with a 16-byte suffix it always fits.
+_KEPT_END = 24
 #: Characters that Markdown may read as markup in a link's text.
 _MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
 
@@ -60,11 +63,12 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
         for stored, attached in zip(message.images, message.attached_names):
             if is_video_file(stored):  # Markdown has no video syntax: a link to the copied file
                 name = videos.add(stored, attached, f"video-{len(videos.names) + 1}{Path(stored).suffix}")
-                lines += [f"[video: {_link_text(name)}]({_destination(f'{videos.folder.name}/{name}')})", ""]
+                text = _name_text(attached or name)
+                lines += [f"[video: {text}]({_destination(f'{videos.folder.name}/{name}')})", ""]
             else:
                 name = images.add(stored, attached, Path(stored).name)
                 # The alt text a screen reader or a viewer without the file shows: its name, where known.
-                alt = _link_text(name) if attached else "image"
+                alt = _name_text(attached) if attached else "image"
                 lines += [f"![{alt}]({_destination(f'{images.folder.name}/{name}')})", ""]
         if message.text:
             lines += [_text_markdown(message), ""]
@@ -104,7 +108,8 @@ def safe_file_name(name: str) -> str:
     left): Windows' reserved characters (path separators among them) and control or format characters
     (a right-to-left override would disguise the suffix) become ``_``; no dot or space leads (a hidden
     file) or ends it (Windows drops those); a Windows device name gets a ``_`` before it; and the part
-    before the suffix is cut to fit :data:`MAX_NAME_BYTES`."""
+    before the suffix is cut to fit :data:`MAX_NAME_BYTES`, in front of its last characters (they tell
+    ``… page 1.png`` from ``… page 2.png``)."""
     if len(name) > 2 * MAX_NAME_BYTES:  # it is cut below anyway; its end holds the suffix
         name = name[:MAX_NAME_BYTES] + name[-MAX_NAME_BYTES:]
     name = "".join("_" if c in _RESERVED_CHARACTERS or unicodedata.category(c) in ("Cc", "Cf", "Cs") else c
@@ -115,8 +120,11 @@ def safe_file_name(name: str) -> str:
     stem, suffix = os.path.splitext(name)
     if len(suffix) > 16:  # no file type's suffix: a name with a dot in it
         stem, suffix = name, ""
-    while len(f"{stem}{suffix}".encode()) > MAX_NAME_BYTES:
-        stem = stem[:-1]
+    if len(f"{stem}{suffix}".encode()) > MAX_NAME_BYTES:
+        front, end = stem[:-_KEPT_END], stem[-_KEPT_END:]
+        while front and len(f"{front}{end}{suffix}".encode()) > MAX_NAME_BYTES:
+            front = front[:-1]
+        stem = front + end
     return f"{stem.rstrip(' .')}{suffix}" if stem.strip(" .") else ""
 
 
@@ -144,6 +152,13 @@ def _unique(name: str, taken: set[str]) -> str:
 def _link_text(text: str) -> str:
     """``text`` with a backslash before each character that Markdown may read as markup in a link's text."""
     return _MARKUP.sub(r"\\\1", text)
+
+
+def _name_text(name: str) -> str:
+    """A file's name as the text of a link or an image's alt text: as attached, but for control and
+    format characters (a line break would end the line; a right-to-left override would disguise the
+    suffix), which become ``_`` as in :func:`safe_file_name`, and markup escaped (:func:`_link_text`)."""
+    return _link_text("".join("_" if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in name))
 
 
 def _heading(text: str) -> str:

@@ -303,10 +303,11 @@ def test_the_export_name_of_a_cut_title_drops_its_ellipsis(qtbot, window, tmp_pa
     assert asked == [str(tmp_path / "Show me a Python code block that prints hello w.md")]
 
 
-def test_identical_files_attached_under_different_names_keep_each_name(qtbot, make_window, tmp_path, data_dir):
+def test_identical_files_attached_under_different_names_keep_each_name(qtbot, make_window, tmp_path, monkeypatch,
+                                                                       data_dir):
     """The image store keeps one copy of identical bytes: each file's name comes from the chip it was
     attached as, in order, not from a map of copies (found by a trial: both were named "my cat.png"),
-    through Send, Edit and an edit after a restart."""
+    through Send, the export, Edit and an edit after a restart."""
     holiday, cat = tmp_path / "holiday photo.png", tmp_path / "my cat.png"
     Image.new("RGB", (32, 24), (20, 90, 200)).save(holiday)
     cat.write_bytes(holiday.read_bytes())
@@ -317,6 +318,10 @@ def test_identical_files_attached_under_different_names_keep_each_name(qtbot, ma
     [question, _answer] = win.store.messages(win.keeper.current_id)
     assert question.images[0] == question.images[1]
     assert question.attached_names == ["holiday photo.png", "my cat.png"]
+    out = export_chat(win, monkeypatch, tmp_path / "export" / "chat.md")  # one file, under its first name
+    assert "![holiday photo.png](<chat_images/holiday photo.png>)\n\n![my cat.png](<chat_images/holiday photo.png>)" \
+        in out.read_text()
+    assert [p.name for p in (out.parent / "chat_images").iterdir()] == ["holiday photo.png"]
 
     win.transcript.widgets()[0].actions_row.button("edit").click()
     assert [c.name for c in win.attachments.chips()] == ["holiday photo.png"]  # one copy: one chip

@@ -76,14 +76,14 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
         "# Pets\n\n"
         "## You\n\n"
         "[video: cat.mp4](chat_videos/cat.mp4)\n\n"
-        "[video: cat (2).mp4](<chat_videos/cat (2).mp4>)\n\n"
+        "[video: cat.mp4](<chat_videos/cat (2).mp4>)\n\n"  # the text is the name attached; the file's is numbered
         "![photo.png](chat_images/photo.png)\n\n"
-        "![PHOTO (2).png](<chat_images/PHOTO (2).png>)\n\n"  # names differing in case only are one name on Windows and macOS
+        "![PHOTO.png](<chat_images/PHOTO (2).png>)\n\n"  # names differing in case only are one name on Windows and macOS
         "Two cats?\n\n"
         "## Assistant\n\n"
         "Yes.\n\n"
         "## You\n\n"
-        "[video: cat.mp4](chat_videos/cat.mp4)\n\n"  # exported once, under its first name
+        "[video: renamed.mp4](chat_videos/cat.mp4)\n\n"  # exported once, under its first name
         "[video: video-3.webm](chat_videos/video-3.webm)\n\n"  # unknown name: the third video of the export
         "![my\\_pet \\& me.png](<chat_images/my_pet %26 me.png>)\n\n"
         f"![image](chat_images/{plain})\n\n"
@@ -102,8 +102,39 @@ def test_a_video_name_is_link_text_that_reads_as_typed(store, tmp_path):
     conv = store.create_conversation("c").id
     store.add_message(conv, "user", "", [video], names=["[my]_*clip*`~.mp4"])
     text = export_markdown(store, conv, tmp_path / "chat.md").read_text()
-    assert "[video: \\[my\\]\\_\\_clip\\_\\`\\~.mp4](chat_videos/[my]__clip_`~.mp4)" in text  # * is reserved on Windows
+    # The file's name has no * (reserved on Windows); the text is the name as attached.
+    assert "[video: \\[my\\]\\_\\*clip\\*\\`\\~.mp4](chat_videos/[my]__clip_`~.mp4)" in text
     assert (tmp_path / "chat_videos" / "[my]__clip_`~.mp4").read_bytes() == b"v"
+
+
+def test_long_pdf_page_names_keep_their_page_numbers_and_link_text_is_the_attached_name(store, tmp_path):
+    """The file on disk is the safe name, cut at its front; what a reader sees is the name attached."""
+    pages = [store.store_image(_file(tmp_path, f"p{i}.png", b"page %d" % i)) for i in (1, 2)]
+    weird = store.store_image(_file(tmp_path, "w.png", b"weird"))
+    video = store.store_image(_file(tmp_path, "v.mp4", b"video"))
+    long = "a" * 200
+    conv = store.create_conversation("c").id
+    store.add_message(conv, "user", "", [*pages, weird, video, weird],
+                      names=[f"{long} page 1.png", f"{long} page 2.png", "weird`name*.png", "clip<1>.mp4", "again.png"])
+    text = export_markdown(store, conv, tmp_path / "chat.md").read_text()
+    cut = "a" * (MAX_NAME_BYTES - 11)
+    assert text == (
+        "# c\n\n## You\n\n"
+        f"![{long} page 1.png](<chat_images/{cut} page 1.png>)\n\n"
+        f"![{long} page 2.png](<chat_images/{cut} page 2.png>)\n\n"
+        "![weird\\`name\\*.png](chat_images/weird`name_.png)\n\n"
+        "[video: clip\\<1\\>.mp4](chat_videos/clip_1_.mp4)\n\n"
+        "![again.png](chat_images/weird`name_.png)\n")  # the same file, exported once
+    assert sorted(p.name for p in (tmp_path / "chat_images").iterdir()) == [
+        f"{cut} page 1.png", f"{cut} page 2.png", "weird`name_.png"]
+
+
+def test_a_line_break_or_bidi_override_in_a_name_stays_out_of_its_alt_text(store, tmp_path):
+    image = store.store_image(_file(tmp_path, "i.png", b"i"))
+    conv = store.create_conversation("c").id
+    store.add_message(conv, "user", "", [image], names=["two\nlines\u202egnp.exe.png"])
+    text = export_markdown(store, conv, tmp_path / "chat.md").read_text()
+    assert text == "# c\n\n## You\n\n![two\\_lines\\_gnp.exe.png](chat_images/two_lines_gnp.exe.png)\n"
 
 
 def test_hostile_stored_names_are_made_safe_and_stay_in_the_export_folders(store, tmp_path, data_dir):
@@ -149,6 +180,10 @@ def test_hostile_stored_names_are_made_safe_and_stay_in_the_export_folders(store
     ("", ""),
     ("a" * 300 + ".mp4", "a" * (MAX_NAME_BYTES - 4) + ".mp4"),
     ("x." + "y" * 300, "x." + "y" * (MAX_NAME_BYTES - 2)),  # no suffix: a dot in a long name
+    # The end tells a PDF's pages apart: the front is cut instead.
+    ("a" * 200 + " page 12.png", "a" * (MAX_NAME_BYTES - 12) + " page 12.png"),
+    ("a" * 300 + " page 3.png", "a" * (MAX_NAME_BYTES - 11) + " page 3.png"),
+    ("é" * 100 + " page 1.png", "é" * ((MAX_NAME_BYTES - 11) // 2) + " page 1.png"),
 ])
 def test_safe_file_name(name, safe):
     assert safe_file_name(name) == safe
@@ -222,7 +257,7 @@ def test_a_title_system_prompt_open_fence_and_odd_file_name_stay_in_their_place(
         "# \\<script\\>alert(1)\\</script\\> \\*about\\* C\\#\n\n"
         "> System prompt: Be brief.  \n> \\# Rules  \n> No \\<b>HTML\\</b>.\n\n"
         "## You\n\n"
-        "![50% #1\\_.png](<chat_images/50%25 %231_.png>)\n\n"  # ? is no file name character on Windows
+        "![50% #1?.png](<chat_images/50%25 %231_.png>)\n\n"  # ? is no file name character on Windows: in the file's
         "Why does this fail?\n```python\nimport os\n```\n\n"
         "## smol\\*vlm\\*\\_v2\n\n"  # the model's name as it is, not emphasis
         "Try this:\n~~~\nimport sys\n~~~\n\n"  # stopped in the middle of its code: closed
