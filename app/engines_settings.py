@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app import remote_settings
 from app.backends.remote_http import Server, check_connection, probe_capabilities
+from engine.api.servers import masked_url
 
 PROBED_MODELS = 8  # capability probes per test (each is a few requests)
 
@@ -114,7 +115,7 @@ class EnginesPanel(QGroupBox):
     def _fill(self, select: str = "") -> None:
         self.servers.clear()
         for entry in remote_settings.load_servers():
-            item = QListWidgetItem(f"{entry['name']} — {entry['url']}")
+            item = QListWidgetItem(f"{entry['name']} — {masked_url(entry['url'])}")
             item.setToolTip(item.text())
             item.setData(Qt.ItemDataRole.UserRole, entry["name"])
             self.servers.addItem(item)
@@ -182,7 +183,7 @@ class EnginesPanel(QGroupBox):
             self.verdict.setText("Enter the server's base URL first.")
             return
         self.test_button.setEnabled(False)
-        self.verdict.setText(f"Testing {server.url}…")
+        self.verdict.setText(f"Testing {masked_url(server.url)}…")
         self.models.clear()
         self.models.hide()
         self.vision_boxes.clear()

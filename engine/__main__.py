@@ -14,7 +14,7 @@ from pathlib import Path
 from engine.api.errors import EngineError
 from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationParams
 from engine.api.hub import MODEL_HELP
-from engine.api.servers import check_server_address
+from engine.api.servers import check_server_address, masked_url
 
 
 def _server_address(text: str) -> str:
@@ -256,7 +256,7 @@ def _generate_remote(args: argparse.Namespace, prompt: str, params: GenerationPa
     from engine.api import Attachment
 
     key = args.api_key or os.environ.get("SMOLCHAT_API_KEY") or ""
-    backend = RemoteBackend(Server(args.server, args.server, key))
+    backend = RemoteBackend(Server(masked_url(args.server), args.server, key))  # the name: in every message
     events: queue.Queue = queue.Queue()
     backend.load(args.model, {}, lambda info, error: events.put((info, error)))
     info, error = events.get()

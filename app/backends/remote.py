@@ -51,6 +51,7 @@ from engine.api import (
 )
 from engine.api.backend import EventSink, LoadCallback
 from engine.api.errors import describe_error
+from engine.api.servers import masked_url
 
 log = logging.getLogger(__name__)
 
@@ -360,12 +361,13 @@ class RemoteBackend:
                                   f"(it has: {', '.join(ids[:5]) or 'none'})")
             caps, sources = probe_capabilities(self.server, model)
         except (RemoteError, KeyError) as exc:
-            on_done(None, f"{getattr(self.server, 'name', 'server')}: {exc}")
+            # An error may quote the server's URL, and a URL may hold a password.
+            on_done(None, masked_url(f"{getattr(self.server, 'name', 'server')}: {exc}"))
             return
         except Exception as exc:  # noqa: BLE001 - a bug, or an answer of a shape not foreseen: a load
             # reports every failure, else the window waits on it for good (the engine's service does the same)
             log.error("loading %s failed", spec, exc_info=exc)
-            on_done(None, f"{getattr(self.server, 'name', 'server')}: {describe_error(exc)}")
+            on_done(None, masked_url(f"{getattr(self.server, 'name', 'server')}: {describe_error(exc)}"))
             return
         self.model, self._history = model, []
         self._info = ModelInfo(name=model, path=spec, capabilities=caps, device=self.server.name,
@@ -431,7 +433,7 @@ class RemoteBackend:
             except RemoteError as exc:
                 events.put(("error", exc))
             except Exception as exc:  # a bug must still end the answer, not hang the window
-                log.error("reading the stream of %s failed", self.server.url, exc_info=exc)
+                log.error("reading the stream of %s failed", masked_url(self.server.url), exc_info=exc)
                 events.put(("error", RemoteError("network", f"{type(exc).__name__}: {exc}")))
 
         threading.Thread(target=read, name="RemoteStream", daemon=True).start()
@@ -474,7 +476,7 @@ class RemoteBackend:
         text = "".join(pieces)
         if error is None:
             return reason, None, "", text
-        message = str(error)
+        message = masked_url(str(error))
         if pieces:
             message += f" — after {len(pieces)} chunks; the answer so far is kept"
         return "error", message, f"Remote:{error.kind}", text

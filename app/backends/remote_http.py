@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from engine.api import Capabilities
-from engine.api.servers import api_base
+from engine.api.servers import api_base, masked_url
 
 #: Seconds to connect, and the longest silence between two streamed chunks before we call it a stall.
 CONNECT_TIMEOUT = 10.0
@@ -194,10 +194,10 @@ def get_json(client: httpx.Client, url: str) -> dict:
     try:
         data = response.json()
     except (ValueError, RecursionError):  # (RecursionError: nested too deep)
-        raise RemoteError("not_openai", f"{url} answered {response.headers.get('content-type', 'no type')}, "
+        raise RemoteError("not_openai", f"{masked_url(url)} answered {response.headers.get('content-type', 'no type')}, "
                           "not JSON") from None
     if not isinstance(data, dict):
-        raise RemoteError("not_openai", f"{url} answered a JSON {type(data).__name__}, not an object")
+        raise RemoteError("not_openai", f"{masked_url(url)} answered a JSON {type(data).__name__}, not an object")
     return data
 
 
@@ -220,7 +220,7 @@ def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, l
     try:
         models = list_models(server, timeout)
     except RemoteError as exc:
-        return exc.kind, str(exc), []
+        return exc.kind, masked_url(str(exc)), []  # a transport error may quote the URL, password and all
     ids = [m["id"] for m in models]
     if not ids:
         return "ok", "Connected, but the server lists no models", []

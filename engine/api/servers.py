@@ -3,10 +3,14 @@ remote engine and the CLI's ``generate --server`` read it alike)."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 #: What an error about an address shows as the form to give.
 EXAMPLE = "http://127.0.0.1:8080"
+#: A URL's start up to its host: the scheme (or the text's start: an address typed without one) and the
+#: user information before the last ``@`` of the authority (which ends at ``/``, ``?``, ``#`` or a space).
+_USER_INFO = re.compile(r"(^\s*|[A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
 
 
 def api_base(url: str) -> str:
@@ -20,23 +24,34 @@ def _with_scheme(url: str) -> str:
     return url if "://" in url else "http://" + url
 
 
+def masked_url(text: str) -> str:
+    """``text`` (a server's address, or a message that holds URLs) fit to show in a message or a log:
+    a password in a URL as ``***`` (``http://user:***@host:9``), a user name without one too
+    (``http://***@host``: it may be the key); everything else as it was."""
+    def mask(found: re.Match) -> str:
+        user, colon, _password = found.group(2).partition(":")
+        return f"{found.group(1)}{user + ':***' if colon else '***'}@"
+    return _USER_INFO.sub(mask, text)
+
+
 def check_server_address(text: str) -> str:
     """``text`` if it can be a server's address: ``http(s)://host[:port][/path]``, or ``host:port``
-    without a scheme (http, as :func:`api_base` takes it). A bare word is refused rather than taken
-    as a host name: it is far more often something else (a model name, a typo) than a server on
-    port 80, and a failed DNS lookup would not say so.
+    without a scheme (http, as :func:`api_base` takes it); a port from 1 to 65535. A bare word is
+    refused rather than taken as a host name: it is far more often something else (a model name, a
+    typo) than a server on port 80, and a failed DNS lookup would not say so.
 
     Raises:
-        ValueError: "'TEXT' is not a server address; give one like http://127.0.0.1:8080".
+        ValueError: "'TEXT' is not a server address; give one like http://127.0.0.1:8080" (TEXT
+            :func:`masked_url`).
     """
     url = text.strip()
     parts = urlsplit(_with_scheme(url))
-    refused = ValueError(f"{text!r} is not a server address; give one like {EXAMPLE}")
+    refused = ValueError(f"{masked_url(text)!r} is not a server address; give one like {EXAMPLE}")
     try:
         port = parts.port
     except ValueError:  # a port that is no number, or beyond 65535
         raise refused from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url) \
-            or ("://" not in url and port is None):
+            or ("://" not in url and port is None) or port == 0:  # 0 asks the system for a free port: no server's
         raise refused
     return text

@@ -454,3 +454,34 @@ def test_a_long_text_is_counted_by_the_servers_tokenize():
         backend, (info, _) = loaded(fake.url, "ok")
         assert info.capabilities.max_context == 0 and backend.count_text_tokens("one two") == -1
         backend.close()
+
+
+def test_a_password_in_the_servers_url_never_reaches_a_message(tmp_path):
+    """The URL's user information goes to the server (basic auth), never into what the user or a log
+    reads: the load's error and the Test button's verdict quote the URL masked."""
+    import http.server
+    import threading
+
+    class Html(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>a login page</html>")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://user:pw@127.0.0.1:{httpd.server_address[1]}"
+        backend, (info, error) = loaded(url, "ok")
+        backend.close()
+        shown = (f"Not an OpenAI-compatible server (unexpected answer): http://user:***@127.0.0.1:"
+                 f"{httpd.server_address[1]}/v1/models answered text/html, not JSON")
+        assert info is None and error == f"fake: {shown}"
+        assert check_connection(Server("fake", url)) == ("not_openai", shown, [])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -160,7 +160,7 @@ def test_info_calls_a_weights_file_that_is_no_safetensors_damaged(tiny_checkpoin
                               "file (Error while deserializing header: "), problem
 
 
-@pytest.mark.parametrize("server", ["not-a-url", "ftp://gpu-box:21", "http://"])
+@pytest.mark.parametrize("server", ["not-a-url", "ftp://gpu-box:21", "http://", "host:0", "http://localhost:0"])
 def test_server_that_is_no_address_is_a_usage_error(server):
     """Found by a trial: ``--server not-a-url`` was looked up as a host name and failed as DNS."""
     proc = cli("generate", "--server", server, "--model", "m", "--prompt", "hi")
@@ -181,6 +181,21 @@ def test_server_without_a_scheme_is_http():
     proc = cli("generate", "--server", f"127.0.0.1:{port}", "--model", "m", "--prompt", "hi")
     assert proc.returncode == 2 and proc.stderr == (f"error: 127.0.0.1:{port}: Connection refused: nothing is "
                                                     "listening at that address and port\n"), proc.stderr
+
+
+def test_a_password_in_the_server_address_is_masked_in_errors():
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = cli("generate", "--server", f"http://user:pw@127.0.0.1:{port}", "--model", "m", "--prompt", "hi")
+    assert proc.returncode == 2 and proc.stderr == (f"error: http://user:***@127.0.0.1:{port}: Connection refused: "
+                                                    "nothing is listening at that address and port\n"), proc.stderr
+    proc = cli("generate", "--server", "http://user:pw@localhost:0", "--model", "m", "--prompt", "hi")
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "python -m engine generate: error: argument --server: 'http://user:***@localhost:0' is not a server "
+        "address; give one like http://127.0.0.1:8080"), proc.stderr
 
 
 def test_bad_image_is_reported_before_the_model_loads(tmp_path):

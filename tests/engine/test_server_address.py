@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.api.servers import api_base, check_server_address
+from engine.api.servers import api_base, check_server_address, masked_url
 
 
 @pytest.mark.parametrize("text", ["http://127.0.0.1:8080", "https://gpu-box/v1", "http://gpu-box:8000/v1/",
@@ -14,7 +14,8 @@ def test_addresses_are_taken_as_given(text):
 
 
 @pytest.mark.parametrize("text", ["not-a-url", "gpu-box", "ftp://gpu-box:21", "http://", "https://", "",
-                                  "localhost:http", "http://localhost:99999", "http://gpu box:8000", ":8080"])
+                                  "localhost:http", "http://localhost:99999", "http://gpu box:8000", ":8080",
+                                  "host:0", "http://localhost:0", "https://gpu-box:0/v1"])  # 0: no port to connect to
 def test_what_is_no_address_is_refused_in_words(text):
     with pytest.raises(ValueError) as refused:
         check_server_address(text)
@@ -24,3 +25,25 @@ def test_what_is_no_address_is_refused_in_words(text):
 def test_an_address_without_a_scheme_is_http_as_the_app_reads_it():
     assert api_base("localhost:8080") == "http://localhost:8080/v1"
     assert api_base("https://gpu-box/v1/") == "https://gpu-box/v1"
+
+
+def test_a_refused_address_shows_no_password():
+    with pytest.raises(ValueError) as refused:
+        check_server_address("http://user:pw@localhost:0")
+    assert str(refused.value) == "'http://user:***@localhost:0' is not a server address; give one like http://127.0.0.1:8080"
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://user:pw@localhost:9", "http://user:***@localhost:9"),
+    ("https://me:s3cr:et@gpu-box/v1/models", "https://me:***@gpu-box/v1/models"),
+    ("user:pw@gpu-box:8000", "user:***@gpu-box:8000"),  # no scheme, as the CLI and the app take it
+    ("http://sk-token@gpu-box:8000/v1", "http://***@gpu-box:8000/v1"),  # a user name alone may be the key
+    ("http://a@b:pw@gpu-box:1", "http://a@b:***@gpu-box:1"),  # the host follows the last @
+    ("http://gpu-box:8000/v1?q=a@b", "http://gpu-box:8000/v1?q=a@b"),  # an @ after the host is no user
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ("not a url", "not a url"),
+    ("gpu: http://u:p@h:1/v1/models answered text/html, not JSON; see https://t@docs/x",  # a message holding URLs
+     "gpu: http://u:***@h:1/v1/models answered text/html, not JSON; see https://***@docs/x"),
+])
+def test_masked_url_hides_what_is_before_the_host(url, shown):
+    assert masked_url(url) == shown
