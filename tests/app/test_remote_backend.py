@@ -5,6 +5,7 @@ error body, a dropped connection, refused, DNS), the partial answer kept."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import re
@@ -222,7 +223,9 @@ def test_tls_failure_is_named(fake):
     assert kind == "tls" and verdict.startswith("TLS/SSL failed")
 
 
-def test_not_openai_compatible():
+@contextlib.contextmanager
+def html_server():
+    """A local server that answers every GET with a web page (a router's login, say); yields its port."""
     import http.server
     import threading
 
@@ -239,11 +242,16 @@ def test_not_openai_compatible():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        kind, verdict, _ = check_connection(Server("f", f"http://127.0.0.1:{httpd.server_address[1]}"))
-        assert kind == "not_openai" and "not JSON" in verdict
+        yield httpd.server_address[1]
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_not_openai_compatible():
+    with html_server() as port:
+        kind, verdict, _ = check_connection(Server("f", f"http://127.0.0.1:{port}"))
+        assert kind == "not_openai" and "not JSON" in verdict
 
 
 def test_stop_hangs_up_so_the_server_stops_generating(fake):
@@ -456,32 +464,14 @@ def test_a_long_text_is_counted_by_the_servers_tokenize():
         backend.close()
 
 
-def test_a_password_in_the_servers_url_never_reaches_a_message(tmp_path):
+def test_a_password_in_the_servers_url_never_reaches_a_message():
     """The URL's user information goes to the server (basic auth), never into what the user or a log
     reads: the load's error and the Test button's verdict quote the URL masked."""
-    import http.server
-    import threading
-
-    class Html(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(b"<html>a login page</html>")
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://user:pw@127.0.0.1:{httpd.server_address[1]}"
+    with html_server() as port:
+        url = f"http://user:pw@127.0.0.1:{port}"
         backend, (info, error) = loaded(url, "ok")
         backend.close()
-        shown = (f"Not an OpenAI-compatible server (unexpected answer): http://user:***@127.0.0.1:"
-                 f"{httpd.server_address[1]}/v1/models answered text/html, not JSON")
+        shown = (f"Not an OpenAI-compatible server (unexpected answer): http://user:***@127.0.0.1:{port}/v1/models "
+                 "answered text/html, not JSON")
         assert info is None and error == f"fake: {shown}"
         assert check_connection(Server("fake", url)) == ("not_openai", shown, [])
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

@@ -160,6 +160,15 @@ def test_info_calls_a_weights_file_that_is_no_safetensors_damaged(tiny_checkpoin
                               "file (Error while deserializing header: "), problem
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.parametrize("server", ["not-a-url", "ftp://gpu-box:21", "http://", "host:0", "http://localhost:0"])
 def test_server_that_is_no_address_is_a_usage_error(server):
     """Found by a trial: ``--server not-a-url`` was looked up as a host name and failed as DNS."""
@@ -173,22 +182,14 @@ def test_server_that_is_no_address_is_a_usage_error(server):
 def test_server_without_a_scheme_is_http():
     """``127.0.0.1:PORT`` is taken as http://127.0.0.1:PORT (as the app takes it): nothing listens
     there, so the connection is what fails."""
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on once it is closed
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     proc = cli("generate", "--server", f"127.0.0.1:{port}", "--model", "m", "--prompt", "hi")
     assert proc.returncode == 2 and proc.stderr == (f"error: 127.0.0.1:{port}: Connection refused: nothing is "
                                                     "listening at that address and port\n"), proc.stderr
 
 
 def test_a_password_in_the_server_address_is_masked_in_errors():
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on once it is closed
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     proc = cli("generate", "--server", f"http://user:pw@127.0.0.1:{port}", "--model", "m", "--prompt", "hi")
     assert proc.returncode == 2 and proc.stderr == (f"error: http://user:***@127.0.0.1:{port}: Connection refused: "
                                                     "nothing is listening at that address and port\n"), proc.stderr
