@@ -50,7 +50,7 @@ FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 #: ~10 min. A zero-width space after every LONG_RUN characters of a run keeps it linear (1.7 s).
 LONG_RUN = 1000
 #: The longest paragraph (characters) a streaming answer grows before it goes on in a new one
-#: (:meth:`RichText.append_plain`): ~25 lines of a wide window, laid out in ~1 ms.
+#: (:meth:`RichText.append_plain`): ~25 lines of a wide window.
 STREAM_BLOCK = 2000
 ZERO_WIDTH_SPACE = "\u200b"
 
@@ -296,7 +296,7 @@ class RichText(QTextBrowser):
         """Insert ``text`` at the end without touching the rest of the document.
 
         Qt lays out a block (a paragraph) whole on every insert into it, so a streamed paragraph
-        cost its length per token: quadratic, a 500,000-character one held the window ~100 s. Past
+        cost its length per token: quadratic, a 500,000-character one held the window ~20 s. Past
         :data:`STREAM_BLOCK` characters the last block is ended at a break opportunity of ``text``
         (or where ``text`` starts) and the text goes on in a new one: a line breaks early there
         while the answer streams, until the finished answer is rendered again."""
