@@ -142,6 +142,36 @@ def quote_base(block: QTextBlock) -> int:
     return max(items.format().indent() - 1, 0) if items is not None else block.blockFormat().indent()
 
 
+#: What ends a sentence after a bare URL rather than the URL (GitHub's autolinks leave these out; Qt's
+#: importer kept a full stop in the link: "see https://x.y/z." linked to "https://x.y/z.").
+_LINK_END = ".,:;!?"
+
+
+def _trim_link_ends(block: QTextBlock, cursor: QTextCursor) -> None:
+    """Take sentence punctuation off the end of ``block``'s bare links (text and target the same URL)."""
+    it = block.begin()
+    found = []
+    while not it.atEnd():
+        fragment = it.fragment()
+        fmt = fragment.charFormat()
+        text, href = fragment.text(), fmt.anchorHref()
+        if fmt.isAnchor() and text == href and text.rstrip(_LINK_END) != text and text.rstrip(_LINK_END):
+            found.append((fragment.position(), text, fmt))
+        it += 1
+    for position, text, fmt in found:
+        kept = text.rstrip(_LINK_END)
+        link, plain = QTextCharFormat(fmt), QTextCharFormat(fmt)
+        link.setAnchorHref(kept)
+        for prop in (QTextFormat.Property.IsAnchor, QTextFormat.Property.AnchorHref, QTextFormat.Property.ForegroundBrush):
+            plain.clearProperty(prop)  # the link's own, not the text's (bold, italic stay)
+        cursor.setPosition(position)
+        cursor.setPosition(position + len(kept), QTextCursor.MoveMode.KeepAnchor)
+        cursor.setCharFormat(link)
+        cursor.setPosition(position + len(kept))
+        cursor.setPosition(position + len(text), QTextCursor.MoveMode.KeepAnchor)
+        cursor.setCharFormat(plain)
+
+
 def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
     """Space ``document``'s headings and list items and indent its block quotes (see
     :data:`HEADING_SPACE`, :data:`LIST_ITEM_SPACE`, :data:`QUOTE_INDENT`); returns the quoted blocks,
@@ -181,6 +211,7 @@ def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
             size = QTextCharFormat()
             size.setProperty(QTextFormat.Property.FontSizeAdjustment, 0)
             cursor.mergeCharFormat(size)
+        _trim_link_ends(block, cursor)
         block = block.next()
     for frame in document.rootFrame().childFrames():
         # A table has a paragraph's space above and below it (Qt's importer gives it none: its

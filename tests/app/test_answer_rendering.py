@@ -338,3 +338,20 @@ def test_small_headings_are_body_size_and_a_table_keeps_its_distance(qapp):
         assert block.layout().boundingRect().height() >= body
     [table] = [f for f in view.document().rootFrame().childFrames() if isinstance(f, QTextTable)]
     assert table.format().topMargin() >= 6 and table.format().bottomMargin() >= 6
+
+
+def test_a_bare_url_ending_a_sentence_leaves_the_full_stop_out_of_its_link(qapp):
+    """Found by a trial: "see https://x.y/z." linked to "https://x.y/z." (GitHub leaves sentence
+    punctuation out of its autolinks); bold around the URL stays bold, the text is unchanged."""
+    view = RichText()
+    view.setMarkdown("See https://x.y/z. Then **https://x.y/q!** and [a link](https://x.y/r.) too.")
+    block = view.document().begin()
+    fragments, it = [], block.begin()
+    while not it.atEnd():
+        fmt = it.fragment().charFormat()
+        fragments.append((it.fragment().text(), fmt.anchorHref() if fmt.isAnchor() else None, fmt.fontWeight()))
+        it += 1
+    assert fragments == [("See ", None, 400), ("https://x.y/z", "https://x.y/z", 400), (". Then ", None, 400),
+                         ("https://x.y/q", "https://x.y/q", 700), ("!", None, 700), (" and ", None, 400),
+                         ("a link", "https://x.y/r.", 400), (" too.", None, 400)]
+    assert view.document().toPlainText() == "See https://x.y/z. Then https://x.y/q! and a link too."
