@@ -77,6 +77,7 @@ class ChatController(QObject):
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
         self.last_images: list[str] = []  # the last question's stored files, for the composer when it fails
+        self._said = ""  # the running answer's notice, said already by its first progress event
         self.last_names: list[str] = []  # the names they were attached as (attached_name; "": unknown)
         # Stored copy -> the user's file it was made from: errors name the file the user attached.
         self.display_names: dict[str, str] = {}
@@ -215,6 +216,9 @@ class ChatController(QObject):
             self.token.emit(event.text)
             self.keeper.token_arrived()
         elif isinstance(event, ProgressEvent):
+            if event.notice:  # said while the prompt is read, not only once the answer has ended
+                self._said = event.notice
+                self.notice.emit(self.user_words(event.notice))
             self.progress.emit(event)
         elif isinstance(event, DoneEvent):
             result = result_of(event)
@@ -226,8 +230,9 @@ class ChatController(QObject):
             self.busy = False
             self.finished.emit(result)  # the window ends the answer on screen first
             self.keeper.finish(result, self.model_name)
-            if event.stats.notice and not event.error:
+            if event.stats.notice and not event.error and event.stats.notice != self._said:
                 self.notice.emit(self.user_words(event.stats.notice))  # e.g. old messages dropped to fit the context
+            self._said = ""
             self.busy_changed.emit()
             if self.reload_pending:
                 path, device, dtype, options = self.reload_pending

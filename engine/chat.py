@@ -260,6 +260,7 @@ class ChatSession:
         #: Called (on the generating thread) with progress through the vision tower and the prefill.
         self.progress: Callable[[ProgressEvent], None] | None = None
         self._last_progress: ProgressEvent | None = None
+        self._notice = ""  # the running answer's notice, until its first progress event carries it
         self._reading: list[tuple[str, int]] = []  # (media kind, tiles) of each image this answer reads
 
     @classmethod
@@ -743,6 +744,7 @@ class ChatSession:
                 notices.append(lost)
         if notices:
             stats.notice = " ".join(notices)
+        self._notice = stats.notice  # said on this answer's first progress event too (_checkpoint)
         answer_ids: list[int] = []
         reason = "error"
         error = None
@@ -800,6 +802,7 @@ class ChatSession:
             reason, error = "error", f"{type(exc).__name__}: {exc}"
         finally:
             stats.total_s = time.perf_counter() - t0
+            self._notice = ""  # not carried into another request's progress
             # The cache and its keys must describe the same tokens, whatever failed.
             kept = min(self.cache.seq_len, len(self._cached_keys))
             self.cache.truncate(kept)
@@ -983,4 +986,6 @@ class ChatSession:
         if self._cancel.is_set():
             raise Cancelled()
         if self.progress is not None:
+            if self._notice:  # the answer's first event: its notice now, not only with the answer's end
+                event, self._notice = replace(event, notice=self._notice), ""
             self.progress(event)

@@ -64,6 +64,10 @@ class ProgressEvent:
 
     ``stage`` "prefill" (the decoder reading the prompt): ``done``/``total`` prompt tokens of those not
     already cached.
+
+    ``notice``: on an answer's first event, what its :class:`DoneEvent` will also say in
+    ``stats.notice`` (old messages dropped to fit the context, a video read in part), so that a
+    front end can say it while the prompt is read instead of after the answer; "" otherwise.
     """
 
     stage: Literal["image", "prefill"]
@@ -74,6 +78,7 @@ class ProgressEvent:
     tile: int = 0
     tiles: int = 0
     media: Literal["image", "video"] = "image"
+    notice: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,3 +216,31 @@ def test_send_has_a_tooltip_with_its_key(qtbot, window):
     with qtbot.waitSignal(window.answer_finished, timeout=10_000):
         window.send_message()
     assert window.send_button.toolTip() == "Send (Enter)"
+
+
+def test_a_drop_notice_shows_while_the_prompt_is_read_and_once(qtbot, make_window):
+    """Found by a trial: "the 4 oldest messages were dropped" came only after the answer. The
+    engine's first progress event carries it: the banner says it before the first word, and the
+    answer's end does not say it again."""
+    from engine.api import DoneEvent, GenerationStats, ProgressEvent, TokenEvent
+
+    notice = "The conversation no longer fits the 8192-token context: the 4 oldest messages were dropped."
+    gate = threading.Event()
+
+    class Dropping(FakeBackend):
+        def _answer(self, kind, text, attachments, params, sink, system_prompt):
+            sink(ProgressEvent("prefill", 0, 100, notice=notice))
+            gate.wait(5)
+            sink(TokenEvent(token_id=1, text="Fine."))
+            sink(DoneEvent("stop", GenerationStats(notice=notice)))
+
+    win = make_window(Dropping())
+    said = []
+    win.controller.notice.connect(said.append)
+    win.composer.setPlainText("And now?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.send_message()
+        qtbot.waitUntil(lambda: win.banner.message() == notice, timeout=5000)
+        assert win.transcript.last_assistant().text == ""  # before the answer's first word
+        gate.set()
+    assert said == [notice] and win.banner.message() == notice

@@ -352,3 +352,19 @@ def test_one_dropped_message_is_named_in_the_singular(parts):
     _, done = consume(session.send("Third?", params=params(8)))
     assert done.stats.dropped_turns == 1
     assert done.stats.notice == "The conversation no longer fits the 200-token context: the oldest message was dropped."
+
+
+def test_the_drop_notice_comes_with_the_answers_first_progress_event(parts):
+    """A front end says the notice while the prompt is read (trial: the banner came only after the
+    answer): the first progress event carries it, the later ones and the next answer's do not."""
+    session = new_session(parts, max_tokens=200)
+    events = []
+    session.progress = events.append
+    session.turns[:] = [Turn("user", "word " * 180), Turn("user", "Second question?"), Turn("assistant", "Yes.")]
+    _, done = consume(session.send("Third?", params=params(8)))
+    assert done.stats.notice.startswith("The conversation no longer fits the 200-token context")
+    assert events and events[0].notice == done.stats.notice
+    assert all(e.notice == "" for e in events[1:])
+    events.clear()
+    _, again = consume(session.send("Fourth?", params=params(8)))
+    assert again.stats.notice == "" and events and all(e.notice == "" for e in events)
