@@ -227,7 +227,7 @@ def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
 
 @dataclass(frozen=True)
 class Block:
-    kind: str  # "text" | "code"
+    kind: str  # "text" | "code" | "table"
     text: str
     language: str = ""
 
@@ -250,6 +250,36 @@ def split_blocks(markdown: str) -> list[Block]:
         blocks.append(Block("code", markdown[start.end() + 1:body_end].rstrip("\n"), language))
         pos = end.end() if end else len(markdown)
     rest = markdown[pos:].strip("\n")
+    if rest.strip():
+        blocks.append(Block("text", rest))
+    return blocks
+
+
+#: A GitHub table's delimiter row: cells of dashes, optionally aligned with colons ("| :-- | --: |").
+_TABLE_DELIMITER = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+
+
+def split_tables(text: str) -> list[Block]:
+    """``text`` (a text block, no fences) split into text and GitHub tables (a header row, a
+    delimiter row, then rows while lines hold a "|"), in order: a table is laid out in a view of its
+    own that scrolls sideways (:class:`TableText`) instead of squeezing its columns to the bubble."""
+    lines = text.split("\n")
+    blocks: list[Block] = []
+    start = i = 0
+    while i < len(lines) - 1:
+        if "|" in lines[i] and _TABLE_DELIMITER.match(lines[i + 1]) and "-" in lines[i + 1] \
+                and lines[i].count("|") >= 1 and not lines[i].lstrip().startswith(">"):
+            end = i + 2
+            while end < len(lines) and "|" in lines[end] and lines[end].strip():
+                end += 1
+            before = "\n".join(lines[start:i]).strip("\n")
+            if before.strip():
+                blocks.append(Block("text", before))
+            blocks.append(Block("table", "\n".join(lines[i:end])))
+            start = i = end
+            continue
+        i += 1
+    rest = "\n".join(lines[start:]).strip("\n")
     if rest.strip():
         blocks.append(Block("text", rest))
     return blocks
@@ -285,6 +315,8 @@ class RichText(QTextBrowser):
         # Raw HTML is text: Qt's importer treated "vector<int>" or "List<T>" in an answer as an
         # unknown tag and dropped the rest of the answer with it (tags a model writes are meant to be read).
         self.document().setMarkdown(marked, MARKDOWN_FEATURES)
+        self.moveCursor(QTextCursor.MoveOperation.Start)  # (the document's own setter leaves it at the end:
+        # a table wider than its view showed its last columns)
         self._quotes = shape_blocks(self.document())
 
     def quote_rules(self) -> list[QRectF]:
@@ -357,22 +389,15 @@ class RichText(QTextBrowser):
         self._fit()
 
 
-class CodeText(RichText):
-    """A code block's text: monospaced, each line whole, scrolling sideways where a line is wider
-    than the block (as editors do: a wrapped line restarted at column 0, hiding its indentation).
+class SidewaysText(RichText):
+    """A view whose lines stay whole and that scrolls sideways where one is wider than the view
+    (code, tables): as tall as its lines plus the scroll bar where one shows. The vertical wheel
+    still scrolls the chat (this view never scrolls down, so it passes the wheel on); a horizontal
+    wheel or Shift+wheel scrolls the view."""
 
-    The vertical wheel still scrolls the chat (this view never scrolls down, so it passes the wheel
-    on); a horizontal wheel or Shift+wheel scrolls the code. It is as tall as its lines plus the
-    scroll bar where one shows. A block with a line over :data:`CODE_SCROLL_LIMIT` characters wraps.
-    """
-
-    def __init__(self, code: str, parent: QWidget | None = None) -> None:
-        super().__init__("codeText", parent)
-        self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        whole = max((len(line) for line in code.split("\n")), default=0) <= CODE_SCROLL_LIMIT
-        if whole:
-            self.setLineWrapMode(QTextEdit.LineWrapMode.NoWrap)
-        self.setPlainText(code)
+    def __init__(self, object_name: str, parent: QWidget | None = None) -> None:
+        super().__init__(object_name, parent)
+        self.setLineWrapMode(QTextEdit.LineWrapMode.NoWrap)
 
     def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
         delta, bar = event.angleDelta(), self.horizontalScrollBar()
@@ -387,7 +412,7 @@ class CodeText(RichText):
         super().wheelEvent(event)
 
     def _fit(self, *_args) -> None:
-        # The bar only where the code is wider than the view; decided here rather than left to Qt
+        # The bar only where the content is wider than the view; decided here rather than left to Qt
         # (as needed), so that the height below counts it before it shows.
         wide = self.document().size().width() > self.viewport().width()
         bar = self.horizontalScrollBar()
@@ -397,6 +422,28 @@ class CodeText(RichText):
         height = max(height, self.fontMetrics().lineSpacing()) + (bar.sizeHint().height() if wide else 0)
         if height != self.height() or self.minimumHeight() != height:
             self.setFixedHeight(height)
+
+
+class CodeText(SidewaysText):
+    """A code block's text: monospaced, each line whole, scrolling sideways where a line is wider
+    than the block (as editors do: a wrapped line restarted at column 0, hiding its indentation).
+    A block with a line over :data:`CODE_SCROLL_LIMIT` characters wraps."""
+
+    def __init__(self, code: str, parent: QWidget | None = None) -> None:
+        super().__init__("codeText", parent)
+        self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        if max((len(line) for line in code.split("\n")), default=0) > CODE_SCROLL_LIMIT:
+            self.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.setPlainText(code)
+
+
+class TableText(SidewaysText):
+    """A Markdown table at its columns' own widths, scrolling sideways where it is wider than the
+    bubble: squeezed to it, a 30-column table wrapped its cells a letter a line (4,355 px tall)."""
+
+    def __init__(self, table: str, parent: QWidget | None = None) -> None:
+        super().__init__("assistantText", parent)
+        self.setMarkdown(table)
 
 
 class CodeBlock(QFrame):
@@ -439,11 +486,15 @@ class CodeBlock(QFrame):
 
 
 def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]:
-    """Widgets for a finished answer: Markdown text views and code blocks, in order."""
+    """Widgets for a finished answer: Markdown text views, tables and code blocks, in order."""
     widgets: list[QWidget] = []
-    for block in split_blocks(markdown):
+    blocks = [part for block in split_blocks(markdown)
+              for part in ([block] if block.kind == "code" else split_tables(block.text))]
+    for block in blocks:
         if block.kind == "code":
             widgets.append(CodeBlock(block.text, block.language, parent))
+        elif block.kind == "table":
+            widgets.append(TableText(block.text, parent))
         else:
             view = RichText("assistantText", parent)
             view.setMarkdown(block.text)

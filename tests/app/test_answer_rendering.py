@@ -355,3 +355,32 @@ def test_a_bare_url_ending_a_sentence_leaves_the_full_stop_out_of_its_link(qapp)
                          ("https://x.y/q", "https://x.y/q", 700), ("!", None, 700), (" and ", None, 400),
                          ("a link", "https://x.y/r.", 400), (" too.", None, 400)]
     assert view.document().toPlainText() == "See https://x.y/z. Then https://x.y/q! and a link too."
+
+
+def test_tables_are_blocks_of_their_own_that_scroll_sideways(qtbot, make_window):
+    """Found by a trial: a 30-column table was squeezed into the bubble, its cells wrapped a letter a
+    line (4,355 px tall). A table is laid out at its columns' widths in a view of its own that
+    scrolls sideways, from its first column; text around it and small tables are unchanged."""
+    from app.markdown import TableText, split_tables
+
+    table = "| " + " | ".join(f"col{i}" for i in range(30)) + " |\n|" + "---|" * 30 + "\n" + "\n".join(
+        "| " + " | ".join(f"cell {r}.{i}" for i in range(30)) + " |" for r in range(4))
+    text = f"Intro with a | pipe.\n\n{table}\n\nAfter.\n\n> | quoted | table |\n> |---|---|\n> | 1 | 2 |"
+    assert [(b.kind, b.text) for b in split_tables(text)] == [
+        ("text", "Intro with a | pipe."), ("table", table),
+        ("text", "After.\n\n> | quoted | table |\n> |---|---|\n> | 1 | 2 |")]
+
+    win = make_window(FakeBackend(tokens=["ok"]))
+    win.resize(1000, 760)
+    answer = win.transcript.add_stored_answer("FakeVLM", text, "stop", "")
+    _settle(qtbot)
+    views = answer.rendered_widgets()
+    assert [type(v).__name__ for v in views] == ["RichText", "TableText", "RichText"]
+    wide = views[1]
+    assert isinstance(wide, TableText) and wide.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap
+    assert wide.horizontalScrollBar().maximum() > 0 and wide.horizontalScrollBar().value() == 0
+    block, line = wide.document().begin(), wide.fontMetrics().lineSpacing()
+    while block.isValid():  # every cell on one line
+        assert block.layout().lineCount() <= 1, block.text()
+        block = block.next()
+    assert wide.height() < 12 * line  # five rows and the bar (squeezed: 4,355 px)
