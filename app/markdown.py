@@ -267,8 +267,7 @@ def split_tables(text: str) -> list[Block]:
     blocks: list[Block] = []
     start = i = 0
     while i < len(lines) - 1:
-        if "|" in lines[i] and _TABLE_DELIMITER.match(lines[i + 1]) and "-" in lines[i + 1] \
-                and lines[i].count("|") >= 1 and not lines[i].lstrip().startswith(">"):
+        if "|" in lines[i] and _TABLE_DELIMITER.match(lines[i + 1]) and not lines[i].lstrip().startswith(">"):
             end = i + 2
             while end < len(lines) and "|" in lines[end] and lines[end].strip():
                 end += 1
