@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from PySide6.QtCore import QEvent, QMimeData, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QFocusEvent, QImage, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
-from app.markdown import BREAKS
+from app.markdown import longest_run
 from app.mime import carries_images, image_from_mime, local_files
 
 MIN_LINES, MAX_LINES = 1, 8
@@ -20,7 +18,6 @@ MAX_TEXT_CHARS = 1_000_000
 #: hold: Qt wraps such a run scanning the rest of it for every line, quadratic: a pasted million
 #: characters of base64 held the window 43 s, 100,000 take ~0.4 s.
 MAX_PASTE_RUN = 100_000
-_LONG_RUN = re.compile(f"[^{re.escape(BREAKS)}]{{{MAX_PASTE_RUN + 1}}}")
 
 
 class Composer(QPlainTextEdit):
@@ -94,7 +91,7 @@ class Composer(QPlainTextEdit):
                               f"{MAX_TEXT_CHARS:,} (about 250,000 tokens, more than any model here reads). "
                               "Paste a part of it.")
             return True
-        if _LONG_RUN.search(text):
+        if longest_run(text) > MAX_PASTE_RUN:
             self.refused.emit(f"The text was not pasted: it has more than {MAX_PASTE_RUN:,} characters without a "
                               "space or a line break (data rather than words?), which the message box cannot "
                               "show without stalling. Paste a part of it, or attach the file it came from.")

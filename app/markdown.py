@@ -112,6 +112,16 @@ def unbreakable(text: str) -> str:
     return text.replace(ZERO_WIDTH_SPACE, "")
 
 
+_BREAK = re.compile(f"[{re.escape(BREAKS)}]")
+
+
+def longest_run(text: str) -> int:
+    """Characters in ``text``'s longest run without a break opportunity (:data:`BREAKS`). Linear: a
+    search for a run longer than N restarts at every character of a shorter run (a million characters
+    in runs of 99,999 took 124 s)."""
+    return max(map(len, _BREAK.split(text)), default=0)
+
+
 @functools.cache
 def _unbroken(limit: int) -> re.Pattern:
     run = f"[^{re.escape(BREAKS)}]"

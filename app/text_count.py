@@ -26,15 +26,14 @@ class TextCounter(QObject):
     """
 
     counted = Signal()  # a new count is in :meth:`known` (UI thread)
-    _finished = Signal(int, int)  # request number, tokens (from the worker)
+    _finished = Signal(int)  # tokens of the text running (from the worker)
 
     def __init__(self, count: Callable[[str], int], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._count = count
-        self._texts: dict[int, str] = {}  # request number -> text, for the one running and the one waiting
-        self._running: int | None = None
-        self._waiting: int | None = None
-        self._serial = 0
+        self._running: str | None = None  # being counted on the worker
+        self._waiting: str | None = None  # to count next: only the newest text asked for
+        self._keep = True  # the running count is of the loaded tokenizer (forget() clears it)
         self._last: tuple[str, int] | None = None  # the newest text counted, and its tokens
         self._finished.connect(self._on_finished)
 
@@ -44,32 +43,26 @@ class TextCounter(QObject):
 
     def pending(self, text: str) -> bool:
         """``text`` is being counted or waits to be."""
-        return any(self._texts.get(n) == text for n in (self._running, self._waiting) if n is not None)
+        return text in (self._running, self._waiting)
 
     def request(self, text: str) -> None:
         """Count ``text`` unless it is counted or pending; a text waiting before is dropped for it."""
         if self.known(text) is not None or self.pending(text):
             return
-        self._serial += 1
-        if self._waiting is not None:
-            self._texts.pop(self._waiting, None)
-        self._texts[self._serial] = text
-        self._waiting = self._serial
+        self._waiting = text
         if self._running is None:
             self._start()
 
     def forget(self) -> None:
         """Drop the last count and the one running (another model: another tokenizer)."""
-        self._last = None
-        if self._running is not None:
-            self._texts.pop(self._running, None)  # its result is not kept when it comes
+        self._last, self._keep = None, False
 
     def _start(self) -> None:
-        number, self._waiting = self._waiting, None
-        if number is None:
+        text, self._waiting = self._waiting, None
+        if text is None:
             return
-        self._running = number
-        text, count, finished = self._texts[number], self._count, self._finished
+        self._running, self._keep = text, True
+        count, finished = self._count, self._finished
 
         def job() -> None:
             try:
@@ -78,16 +71,15 @@ class TextCounter(QObject):
                 log.warning("counting the message's tokens failed", exc_info=True)
                 tokens = -1
             try:
-                finished.emit(number, tokens)
+                finished.emit(tokens)
             except RuntimeError:  # the window closed while this ran
                 pass
         _WORKER.submit(job)
 
-    @Slot(int, int)
-    def _on_finished(self, number: int, tokens: int) -> None:
-        text = self._texts.pop(number, None)
-        self._running = None
-        if text is not None:
+    @Slot(int)
+    def _on_finished(self, tokens: int) -> None:
+        text, self._running = self._running, None
+        if self._keep:
             self._last = (text, tokens)
         self._start()
         self.counted.emit()

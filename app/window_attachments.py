@@ -201,9 +201,7 @@ class AttachmentsMixin:
         bytes than the context has room for beside ``attached`` tokens fits, and counts as 0, as does
         any text beside attachments that are too many already. Counted on a worker thread
         (:class:`~app.text_count.TextCounter`: a multi-megabyte paste takes seconds)."""
-        context = self.context_size()
-        if not text or not context or attached >= context \
-                or len(text.encode("utf-8", "surrogatepass")) + attached < context:
+        if not text or attached >= self.context_size() or self._fits_by_bytes(text, attached):
             return 0
         if not self.controller.ready:
             return -1
@@ -214,7 +212,7 @@ class AttachmentsMixin:
 
     @Slot()
     def _on_text_counted(self) -> None:
-        self._count_pending_tokens()
+        self._show_pending()
         waiting, self._send_when_counted = getattr(self, "_send_when_counted", None), None
         if waiting is not None and waiting == self.composer.toPlainText().strip():
             self.send_message()  # Send was pressed before the count came
@@ -343,6 +341,14 @@ class AttachmentsMixin:
         tokens = sum(known) + video_tokens
         counted = bool(tokens) and len(known) == len(counts)
         self._pending_tokens = tokens if counted else 0
+        self._attached = (summary, tokens, counted)
+        self._show_pending()
+
+    @Slot()
+    def _show_pending(self) -> None:
+        """The status bar's line: the attachments as last counted (:meth:`_count_pending_tokens`), the
+        text where it takes the message past the context, else the expected wait."""
+        summary, tokens, counted = getattr(self, "_attached", ("", 0, False))
         context = self.context_size()
         words = self.text_tokens(self.composer.toPlainText().strip(), self._pending_tokens) or 0
         self._text_over = words > 0 and context and tokens + words >= context
@@ -362,11 +368,16 @@ class AttachmentsMixin:
     def _text_edited(self) -> None:
         """Count the text again once typing pauses, where it could reach the context (or did at the
         last count): a short message costs nothing per keystroke."""
-        context = self.context_size()
-        text = self.composer.toPlainText()
-        if getattr(self, "_text_over", False) or (
-                context and len(text.encode("utf-8", "surrogatepass")) + getattr(self, "_pending_tokens", 0) >= context):
+        if getattr(self, "_text_over", False) or \
+                not self._fits_by_bytes(self.composer.toPlainText(), getattr(self, "_pending_tokens", 0)):
             self.text_count_timer.start()
+
+    def _fits_by_bytes(self, text: str, attached: int) -> bool:
+        """``text`` fits beside ``attached`` tokens without being counted: a token is at least one
+        UTF-8 byte, so fewer bytes than the context has room for fit (as does anything where the
+        context is not known)."""
+        context = self.context_size()
+        return not context or len(text.encode("utf-8", "surrogatepass")) + attached < context
 
     def context_size(self) -> int:
         """Tokens the loaded model's conversation holds (0: not known, e.g. a server that does not say)."""

@@ -175,7 +175,7 @@ def build_ui(window) -> None:
     window.text_count_timer = QTimer(window)
     window.text_count_timer.setSingleShot(True)
     window.text_count_timer.setInterval(300)
-    window.text_count_timer.timeout.connect(window._count_pending_tokens)
+    window.text_count_timer.timeout.connect(window._show_pending)
     window.composer.textChanged.connect(window._text_edited)
     # On the worker thread: the controller is looked up there, the backend counts thread-safely.
     window.text_counter = TextCounter(lambda text: window.controller.count_text_tokens(text), window)

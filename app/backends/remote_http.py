@@ -267,8 +267,9 @@ def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30
                 data = response.json() if response.status_code < 400 else None
             except (httpx.HTTPError, ValueError, RecursionError):
                 return -1
-            if isinstance(data, dict) and count(data) >= 0:
-                return count(data)
+            tokens = count(data) if isinstance(data, dict) else -1
+            if tokens >= 0:
+                return tokens
     return -1
 
 
