@@ -3,8 +3,6 @@ room above them, code lines stay whole and scroll sideways, and the banner never
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QKeySequence, QPalette, QTextFormat
@@ -181,16 +179,14 @@ def test_code_lines_stay_whole_and_the_block_scrolls_sideways(qtbot, make_window
     short.close()
 
 
-def test_a_code_line_too_long_to_scroll_wraps_in_linear_time(qtbot):
+def test_a_code_line_too_long_to_scroll_wraps_with_break_opportunities(qtbot):
     """Past CODE_SCROLL_LIMIT characters a line wraps (laid out whole, 5 million characters measured
     72 px wide: Qt's line width overflowed), with RichText's zero-width spaces keeping it linear."""
     line = "    x = " + "a" * 300_000
-    started = time.monotonic()
     block = CodeBlock(line)
     block.resize(600, 100)
     block.show()
     QApplication.processEvents()
-    assert time.monotonic() - started < 20
     view = block.view
     assert view.lineWrapMode() == QTextEdit.LineWrapMode.WidgetWidth
     assert ZERO_WIDTH_SPACE in view.toPlainText()

@@ -326,7 +326,10 @@ def test_a_long_text_is_counted_off_the_ui_thread_and_send_waits_for_the_count(q
     win.composer.setPlainText("word " * 3000)
     win.send_message()
     win.composer.setPlainText("other " * 3000)  # changed before its count came: not sent
-    qtbot.wait(900)
+    other = ("other " * 3000).strip()  # counted too once typing pauses: wait for both counts
+    qtbot.waitUntil(lambda: win.text_counter.known(other) is not None and not win.text_counter.pending(other),
+                    timeout=5000)
+    QApplication.processEvents()
     assert factory.calls == [] and win.composer.toPlainText() == ("other " * 3000)
 
     win.composer.setPlainText("word " * 3000)
