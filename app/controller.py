@@ -45,7 +45,8 @@ def history_messages(history: list[dict], takes_video: bool = False, detail: str
 def result_of(done: DoneEvent) -> dict:
     """A finished answer as the plain dict the window, footers and store use (``token_ids``: a list, or
     None when the backend did not say)."""
-    return {"finish_reason": done.finish_reason, "error": done.error, **done.stats.to_dict(),
+    return {"finish_reason": done.finish_reason, "error": done.error, "error_type": done.error_type,
+            **done.stats.to_dict(),
             "token_ids": list(done.token_ids) if done.token_ids else None}
 
 
@@ -76,6 +77,7 @@ class ChatController(QObject):
         self.image_detail = "full"  # of the last answer: the detail a reopened chat's images are read at
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
         self.last_prompt = ""
+        self.last_was_new = False  # the last answer was to a new question (not an edit or a regenerate)
         self.last_images: list[str] = []  # the last question's stored files, for the composer when it fails
         self._said = ""  # the running answer's notice, said already by its first progress event
         self.last_names: list[str] = []  # the names they were attached as (attached_name; "": unknown)
@@ -169,6 +171,7 @@ class ChatController(QObject):
         for original, copy in zip(images, stored):  # a video is copied only now (an image when attached)
             self.display_names.setdefault(copy, original)
         self.last_prompt, self.last_images, self.last_names = text, list(stored), list(names)
+        self.last_was_new = edit_index is None
         attachments = attachments_for(stored, self.takes_video)
         self._start(history, params, lambda p, sp: self.backend.send(text, attachments, p, self.bridge.sink, sp))
         return True
@@ -185,6 +188,7 @@ class ChatController(QObject):
         if found:
             history, user = found
             self.last_prompt, self.last_images, self.last_names = user.text, list(user.images), list(user.attached_names)
+            self.last_was_new = False
             # The backend holds the question and its answer: rebuild up to the question, then ask again.
             self._start(history, params, lambda p, sp: self.backend.send(
                 user.text, attachments_for(user.images, self.takes_video), p, self.bridge.sink, sp))

@@ -241,6 +241,7 @@ class ConversationKeeper(QObject):
         self.qsettings = qsettings
         self.current_id: int | None = None
         self._streaming_id: int | None = None
+        self._created = False  # the last begin() started the chat (withdraw_last then drops it)
         self._pending = 0
         self._last_flush = 0.0
         self._save_failed = False
@@ -372,6 +373,7 @@ class ConversationKeeper(QObject):
         as (:func:`attached_name`; "" or None: unknown); a file the old version had keeps its name there."""
         created = self.current_id is None
         conv_id = self.ensure_conversation(user_text, images, model, settings)
+        self._created = created
         try:
             return self._begin(conv_id, user_text, images, list(names or [""] * len(images)), model_name, model,
                                settings, replace_index)
@@ -513,6 +515,24 @@ class ConversationKeeper(QObject):
             answer = self.transcript.last_assistant()
             self._save_answer_text(answer.text if answer else "", last=True, status="interrupted")
             self._streaming_id = None
+
+    def withdraw_last(self) -> None:
+        """Take back the last question and its failed answer, as if never sent: for a message the model
+        can never take as it is (longer than its context, found only by the server that refused it),
+        which goes back to the composer to shorten. A chat that this question started goes with it.
+        Raises the store's error (:data:`STORAGE_ERRORS`) when the delete fails; nothing changes then."""
+        widgets = self.transcript.widgets()
+        if len(widgets) < 2 or widgets[-2].role != "user":
+            return
+        self.store.delete_message(widgets[-2].message_id)
+        self._streaming_id = None  # its answer went with it: nothing left to finish
+        if self._created and not self.store.messages(self.current_id):
+            self._drop_new(self.current_id)
+            self.transcript.clear()
+            return
+        index = len(widgets) - 2  # an edit's other version (and its branch) takes its place, if there is one
+        self.transcript.remove_from(index)
+        self._render(self.store.messages(self.current_id)[index:])
 
     # -- edits -------------------------------------------------------------------------------------
     def delete_message(self, index: int) -> DeletedMessages | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from engine.api.errors import MEDIA_KINDS, media_kind
+import re
+
+from app.backends.remote_http import VERDICTS
+from engine.api.errors import MEDIA_KINDS, SYSTEM_PROMPT_TOO_LONG, media_kind
 
 FINISH_LABELS = {
     "stop": "",
@@ -68,18 +71,33 @@ _FEWER_MEDIA = dict(zip(MEDIA_KINDS, [
     "Attach fewer images or a shorter video, shorten it, or send it in parts"]))
 
 
+# The error types of a prompt beyond the context: the engine's, and a server's refusal (app.backends.remote).
+CONTEXT_ERRORS = ("PromptTooLongError", "Remote:context")
+
+
 def error_words(error_type: str, message: str) -> str:
     """An engine error as the window says it: a sentence, and for a prompt beyond the context what
-    to do about it (the engine's message is worded for every front end, the server's clients too)."""
-    if error_type in ("PromptTooLongError", "Remote:context") and message.startswith("the prompt has "):
-        # "the prompt has N tokens but the context holds M[; why]"
-        if "; the system prompt alone" in message:  # the setting fails every answer; it says so
-            return message[0].upper() + message[1:] + "."
-        head = message.split(";", 1)[0].removeprefix("the prompt has ")
-        fix = _FEWER_MEDIA.get(media_kind(head), "Shorten it or send it in parts")
-        return (f"Too long for the model's context: this message makes a prompt of {head}. {fix} "
-                "(a long chat keeps only the earlier messages that fit).")
-    return message
+    to do about it (the engine's message is worded for every front end, the server's clients too).
+    A server's refusal comes after the backend has left out every earlier message (app.backends.remote):
+    this message alone is too long; a Smolchat server's words hold the engine's "the prompt has"."""
+    if error_type not in CONTEXT_ERRORS:
+        return message
+    at = message.find("the prompt has ")
+    if at < 0:
+        if error_type == "Remote:context":
+            said = message.removeprefix(VERDICTS["context"]).removeprefix(": ")
+            return ("Too long for the model's context: the server refused this message even without the earlier "
+                    f"ones{f' (“{said}”)' if said else ''}. Shorten it or send it in parts.")
+        return message
+    # "the prompt has N tokens but the context holds M[; why][: the server's advice]"
+    said = message[at:]
+    if "; the system prompt alone" in said:  # the setting fails every answer; it says so
+        head = said.split(": ", 1)[0]  # a server words its own advice there
+        return head[0].upper() + head[1:] + SYSTEM_PROMPT_TOO_LONG + "."
+    head = re.split(r"[;:]", said, maxsplit=1)[0].removeprefix("the prompt has ")
+    fix = _FEWER_MEDIA.get(media_kind(head), "Shorten it or send it in parts")
+    return (f"Too long for the model's context: this message makes a prompt of {head}. {fix} "
+            "(a long chat keeps only the earlier messages that fit).")
 
 
 def finish_footer(result: dict) -> str:

@@ -19,7 +19,7 @@ from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
-from app.formatting import finish_footer, model_summary, progress_summary, stats_summary
+from app.formatting import CONTEXT_ERRORS, finish_footer, model_summary, progress_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
@@ -348,6 +348,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                                    " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))
         if result.get("finish_reason") == "error" and answer is not None and not answer.text:
             if not self.composer.toPlainText() and not self.attachments.paths():
+                if result.get("error_type") in CONTEXT_ERRORS and self.controller.last_was_new:
+                    # Never answerable as it is (a server without /tokenize finds it only now): not sent
+                    # after all, back in the composer alone, as a refusal before Send leaves it.
+                    if self._storage("take back the message", self.keeper.withdraw_last):
+                        self.refresh_sidebar()
                 # Let the user fix and resend: the text and the files it was sent with.
                 self._fill_composer(self.controller.last_prompt, self.controller.last_images,
                                     self.controller.last_names)

@@ -117,6 +117,41 @@ def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
         "Too long for the model's context: this message makes a prompt of 30008 tokens but the context holds "
         "8192. Shorten it or send it in parts (a long chat keeps only the earlier messages that fit).")
     assert win.composer.toPlainText() == ("word " * 3_000).strip()  # kept, to shorten
+    # ... and taken back from the chat, which it started: Send stores it once, not twice.
+    assert win.store.conversations() == [] and win.transcript.widgets() == []
+
+
+def test_a_refused_follow_up_leaves_the_chat_as_it_was_and_an_edit_or_regenerate_is_kept(qtbot, make_window):
+    """Taken back: a new question the engine refuses as too long (its earlier exchange stays).
+    Kept, as failed: a refused edit (the composer holds the draft set aside, not the edit) and a
+    regenerate (the question was there before), both with their other versions."""
+    backend = FakeBackend(tokens=["Fine", "."])
+    win = make_window(backend)
+    win.composer.setPlainText("First.")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    chat = win.keeper.current_id
+    backend.image_error, backend.error_type = "the prompt has 9000 tokens but the context holds 8192", \
+        "PromptTooLongError"
+    win.composer.setPlainText("Second.")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert [m.text for m in win.store.messages(chat)] == ["First.", "Fine."]
+    assert [w.text for w in win.transcript.widgets()] == ["First.", "Fine."]
+    assert win.composer.toPlainText() == "Second." and win.keeper.current_id == chat
+    win.composer.clear()
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win._on_message_action("regenerate", 1)
+    assert [(m.role, m.text, m.status) for m in win.store.messages(chat)] == [
+        ("user", "First.", "done"), ("assistant", "", "error")]
+    assert win.composer.toPlainText() == "First."  # to send again from there, as before
+    win.composer.setPlainText("My draft")
+    win._on_message_action("edit", 0)
+    win.composer.setPlainText("First, edited.")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert [m.text for m in win.store.messages(chat)] == ["First, edited.", ""]  # the new version, failed
+    assert win.composer.toPlainText() == "My draft"
 
 
 @pytest.mark.parametrize("kind, advice", [
@@ -147,8 +182,7 @@ def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, ki
 def test_a_failed_question_comes_back_with_each_identical_file_under_its_own_name(qtbot, make_window, tmp_path):
     """Identical files share one copy in the image store: the composer gets them back (one chip for the
     one copy) under the name the first was attached as, and sends that name again, not the last one's."""
-    win = make_window(FakeBackend(image_error="the prompt has 9012 tokens (8640 of them for images) but the "
-                                              "context holds 8192", error_type="PromptTooLongError"))
+    win = make_window(FakeBackend(image_error="the server hung up", error_type="Remote:closed"))
     holiday, cat = tmp_path / "holiday photo.png", tmp_path / "my cat.png"
     Image.new("RGB", (40, 30), (10, 120, 40)).save(holiday)
     cat.write_bytes(holiday.read_bytes())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.formatting import finish_footer, model_summary, pending_summary, stats_summary
+from app.formatting import error_words, finish_footer, model_summary, pending_summary, stats_summary
 from app.images import InvalidImageError, validate_image
 from app.main import create_app, parse_args
 from app.paths import data_dir, pasted_images_dir, resource, resources_dir
@@ -115,3 +115,33 @@ def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
         validate_image(pipe)
     with pytest.raises(InvalidImageError, match=r"is a folder, not an image file"):
         validate_image(tmp_path)
+
+
+@pytest.mark.parametrize("error_type, message, words", [
+    # The engine's own words (the local engine).
+    ("PromptTooLongError", "the prompt has 9000 tokens but the context holds 8192",
+     "Too long for the model's context: this message makes a prompt of 9000 tokens but the context holds 8192. "
+     "Shorten it or send it in parts (a long chat keeps only the earlier messages that fit)."),
+    ("PromptTooLongError", "the prompt has 8300 tokens but the context holds 8192; the system prompt alone has "
+     "5000 tokens: shorten it in Settings",
+     "The prompt has 8300 tokens but the context holds 8192; the system prompt alone has 5000 tokens: "
+     "shorten it in Settings."),
+    # A Smolchat server's (app.backends.remote prefixes the verdict; the server adds its advice).
+    ("Remote:context", "The conversation is longer than the model's context: the prompt has 9012 tokens (8640 of "
+     "them for images) but the context holds 8192: shorten the prompt or the conversation, or send fewer images",
+     "Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for images) but "
+     "the context holds 8192. Attach fewer images or pick a lower image detail, shorten it, or send it in parts "
+     "(a long chat keeps only the earlier messages that fit)."),
+    ("Remote:context", "The conversation is longer than the model's context: the prompt has 8300 tokens but the "
+     "context holds 8192; the system prompt alone has 5000 tokens: shorten the system message",
+     "The prompt has 8300 tokens but the context holds 8192; the system prompt alone has 5000 tokens: "
+     "shorten it in Settings."),
+    # llama-server's words.
+    ("Remote:context", "The conversation is longer than the model's context: the request exceeds the available "
+     "context size, try increasing it",
+     "Too long for the model's context: the server refused this message even without the earlier ones (“the "
+     "request exceeds the available context size, try increasing it”). Shorten it or send it in parts."),
+    ("Remote:closed", "The server closed the connection", "The server closed the connection"),
+])
+def test_error_words_say_what_to_do_about_a_message_beyond_the_context(error_type, message, words):
+    assert error_words(error_type, message) == words

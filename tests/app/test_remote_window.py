@@ -201,3 +201,53 @@ def test_a_server_model_id_with_a_lone_surrogate_is_listed_chosen_and_stored(qtb
         stored = win.store.messages(win.keeper.current_id)[-1]
         assert stored.text == "The cat is orange." and stored.stats["model_name"] == "smol\ufffdlm"
         assert win.store.conversation(win.keeper.current_id).model == "remote:fake::smol\ufffdlm"
+
+
+@pytest.fixture
+def small():
+    """A server of one model whose context is 100 characters of message text, and no /tokenize."""
+    with FakeOpenAI(models=[{"id": "ctx:100", "object": "model"}]) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        yield server
+
+
+def test_a_message_the_server_refuses_as_too_long_is_taken_back_to_the_composer(qtbot, make_window, fake_session,
+                                                                                small):
+    """A server without /tokenize finds a message too long only when it is sent (OpenAI's 400
+    ``context_length_exceeded``, after the backend left out every earlier exchange): the question and
+    its failed answer were stored, and the text came back to the composer too, so Send stored it twice.
+    Now the refused question is taken back: the chat holds what it held before, the text is in the
+    composer, and the banner says why in the window's words."""
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "ctx:100")
+    assert ask(qtbot, win, "Short one.")["finish_reason"] == "stop"
+    conversation = win.keeper.current_id
+    before = [(m.role, m.text) for m in win.store.messages(conversation)]
+    long_text = "word " * 40  # 199 characters once stripped: more than the fake's context alone
+    result = ask(qtbot, win, long_text)
+    assert result["finish_reason"] == "error" and result["error_type"] == "Remote:context"
+    assert [(m.role, m.text) for m in win.store.messages(conversation)] == before  # taken back
+    assert [w.text for w in win.transcript.widgets()] == [text for _, text in before]
+    assert win.composer.toPlainText() == long_text.strip()
+    assert win.banner.message() == (
+        "Too long for the model's context: the server refused this message even without the earlier ones "
+        "(“This model's maximum context length is exceeded (199 characters)”). Shorten it or send it in parts.")
+    win.composer.setPlainText("Shorter.")  # sent once, after the first question
+    ask(qtbot, win, "Shorter.")
+    assert [m.text for m in win.store.messages(conversation) if m.role == "user"] == ["Short one.", "Shorter."]
+
+
+def test_a_new_chat_whose_first_message_is_refused_as_too_long_is_not_kept(qtbot, make_window, fake_session,
+                                                                             small):
+    """The chat the refused message started goes with it: no sidebar entry named after a message that
+    was never sent."""
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "ctx:100")
+    ask(qtbot, win, "word " * 40)
+    assert win.keeper.current_id is None and win.store.conversations() == []
+    assert win.sidebar.list.count() == 0 and win.transcript.widgets() == []
+    assert win.composer.toPlainText() == ("word " * 40).strip()
+    result = ask(qtbot, win, "Fits.")  # the next message starts a chat of its own
+    assert result["finish_reason"] == "stop"
+    [chat] = win.store.conversations()
+    assert [m.text for m in win.store.messages(chat.id)] == ["Fits.", "The cat is orange."]
