@@ -19,6 +19,7 @@ from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
+from app.drafts import DraftKeeper
 from app.formatting import CONTEXT_ERRORS, finish_footer, model_summary, progress_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
@@ -102,6 +103,13 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.reset_message_detail()
         self._connect_controller()
         self.open_conversation(self.keeper.last_opened())
+        self.drafts = DraftKeeper(self)
+        gone = self.drafts.restore()  # what was being written when Smolchat last closed
+        if gone:
+            self.banner.show_info(f"Your unsent message is back without {', '.join(gone)}: "
+                                  f"{'that file is' if len(gone) == 1 else 'those files are'} gone.")
+        self.composer.textChanged.connect(self.drafts.changed)
+        self.attachments.changed.connect(self.drafts.changed)
         self._update_actions()
         self.remote_models.refresh()
         path = model_path or last_model(self.qsettings)
@@ -368,6 +376,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         store (idempotent). False when the engine thread is still finishing a kernel."""
         if self.controller.closed:
             return self.controller.shutdown()  # what the first call found
+        self.drafts.save()  # at once: the timer would not fire again
         self.local_server.stop()  # before the engine thread it serves from
         stopped = self.controller.shutdown()
         if self.model_manager is not None:

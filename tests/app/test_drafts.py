@@ -1,0 +1,99 @@
+"""The unsent message outlives the window (app/drafts.py): text and attachments come back at the next
+start, after a quit or a crash; a sent message leaves nothing behind; an edit keeps the draft it set
+aside; a file gone since is left out and said; an unreadable kept draft is ignored."""
+
+from __future__ import annotations
+
+import json
+
+from PIL import Image
+from PySide6.QtCore import QSettings, Qt
+
+from app.backends.fake import FakeBackend
+from app.drafts import KEY, SAVE_DELAY_MS
+from tests.app.helpers import drop, file_mime
+
+
+def write_png(path, colour=(200, 40, 40)):
+    Image.new("RGB", (40, 30), colour).save(path)
+    return path
+
+
+def test_text_and_photo_come_back_at_the_next_start(qtbot, make_window, tmp_path):
+    win = make_window(FakeBackend())
+    photo = write_png(tmp_path / "holiday.png")
+    assert drop(win.composer, file_mime(photo))
+    win.composer.setPlainText("What is in this photo, and where was it taken?")
+    win.close()  # a quit saves at once
+
+    again = make_window(FakeBackend())
+    assert again.composer.toPlainText() == "What is in this photo, and where was it taken?"
+    [chip] = again.attachments.chips()
+    assert chip.name == "holiday.png" and open(chip.path, "rb").read() == photo.read_bytes()
+    assert again.attached_names() == ["holiday.png"]
+    assert again.composer.textCursor().position() == len(again.composer.toPlainText())  # to go on typing
+    with qtbot.waitSignal(again.answer_finished, timeout=5000):
+        qtbot.keyClick(again.composer, Qt.Key.Key_Return)
+    [question] = [m for m in again.store.messages(again.keeper.current_id) if m.role == "user"]
+    assert question.text == "What is in this photo, and where was it taken?"
+    assert question.attached_names == ["holiday.png"]
+
+
+def test_the_draft_is_written_soon_after_typing_not_only_at_quit(qtbot, make_window):
+    """A crash (no close event) loses at most the last moment's keystrokes."""
+    win = make_window(FakeBackend())
+    qtbot.keyClicks(win.composer, "Half a question")
+    settings = QSettings(win.qsettings.fileName(), QSettings.Format.IniFormat)
+    assert settings.value(KEY) is None  # not on every keystroke
+    qtbot.wait(SAVE_DELAY_MS + 200)
+    settings.sync()
+    assert json.loads(settings.value(KEY)) == {"text": "Half a question", "files": [], "names": []}
+
+
+def test_a_sent_message_leaves_no_draft(qtbot, make_window):
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    qtbot.keyClicks(win.composer, "Sent now")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    win.close()
+    assert win.qsettings.value(KEY) is None
+    again = make_window(FakeBackend())
+    assert again.composer.toPlainText() == "" and again.attachments.paths() == []
+
+
+def test_quitting_mid_edit_keeps_the_draft_set_aside(qtbot, make_window):
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    win.composer.setPlainText("First question")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    win.composer.setPlainText("The next question, half written")
+    win._on_message_action("edit", 0)
+    win.composer.setPlainText("First question, edited")
+    win.close()
+    again = make_window(FakeBackend())
+    assert again.composer.toPlainText() == "The next question, half written"
+
+
+def test_an_attachment_gone_since_is_left_out_and_said(qtbot, make_window, tmp_path):
+    win = make_window(FakeBackend(video=True))
+    clip = tmp_path / "clip.mp4"  # a video is kept by its own path (copied into the store only when sent)
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    win.shutdown()
+    draft = {"text": "What happens here?", "files": [str(clip)], "names": ["clip.mp4"]}
+    win.qsettings.setValue(KEY, json.dumps(draft))
+    win.qsettings.sync()
+    clip.unlink()
+    again = make_window(FakeBackend(video=True))
+    assert again.composer.toPlainText() == "What happens here?" and again.attachments.paths() == []
+    assert again.banner.message() == "Your unsent message is back without clip.mp4: that file is gone."
+
+
+def test_an_unreadable_kept_draft_is_ignored(qtbot, make_window):
+    win = make_window(FakeBackend())
+    win.shutdown()
+    for value in ("{not json", json.dumps([1, 2]), json.dumps({"text": 5, "files": "x", "names": None})):
+        win.qsettings.setValue(KEY, value)
+        win.qsettings.sync()
+        again = make_window(FakeBackend())
+        assert again.composer.toPlainText() == "" and again.attachments.paths() == []
+        again.shutdown()
