@@ -7,6 +7,7 @@ JSON also carries every version of every message with its ``parent_id`` (the who
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -36,7 +37,7 @@ _KEPT_END = 24
 _MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
 
 
-def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Path:
+def export_markdown(store: Store, conversation_id: int, path: str | Path, missing: list[str] | None = None) -> Path:
     """Write ``path`` (.md), ``<stem>_images/`` with the conversation's images and ``<stem>_videos/``
     with its videos.
 
@@ -44,11 +45,27 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
     second file of a name already given in its folder as ``cat (2).mp4``; a file shown twice is
     exported once. Where that name is unknown (messages stored before names were kept) a video is
     ``video-N`` (the Nth video of the export: a content hash names nothing a reader recognises) and
-    an image keeps its stored name."""
+    an image keeps its stored name. A stored file gone from Smolchat's data folder is named in its
+    place as missing, and its name appended to ``missing``.
+
+    Raises OSError (and sqlite3.Error from the store); a failed export removes the files and folders
+    it had made so far, and leaves the file it would have replaced as it was."""
     path = Path(path)
-    conv = store.conversation(conversation_id)
+    if path.is_dir():  # found before any image is copied beside it
+        raise IsADirectoryError(errno.EISDIR, "a folder of that name is there", str(path))
     images = _ExportFolder(path.with_name(f"{path.stem}_images"))
     videos = _ExportFolder(path.with_name(f"{path.stem}_videos"))
+    try:
+        return _write_markdown(store, conversation_id, path, images, videos, missing if missing is not None else [])
+    except BaseException:
+        images.undo()
+        videos.undo()
+        raise
+
+
+def _write_markdown(store: Store, conversation_id: int, path: Path, images: _ExportFolder, videos: _ExportFolder,
+                    missing: list[str]) -> Path:
+    conv = store.conversation(conversation_id)
     lines = [f"# {_heading(display_title(conv.title)) or 'Smolchat conversation'}", ""]
     if conv.settings.get("system_prompt"):  # a quote of as many lines as the prompt has, shown as typed
         quoted = plain_markdown(f"System prompt: {conv.settings['system_prompt']}").split("\n")
@@ -61,7 +78,12 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path) -> Pat
         if count > 1:
             lines += [f"*Version {number} of {count}*", ""]
         for stored, attached in zip(message.images, message.attached_names):
-            if is_video_file(stored):  # Markdown has no video syntax: a link to the copied file
+            if not Path(stored).is_file():
+                kind = "video" if is_video_file(stored) else "image"
+                missing.append(attached or Path(stored).name)
+                lines += [f"*({kind} missing: {_name_text(attached or Path(stored).name)}, gone from Smolchat's "
+                          "data folder)*", ""]
+            elif is_video_file(stored):  # Markdown has no video syntax: a link to the copied file
                 name = videos.add(stored, attached, f"video-{len(videos.names) + 1}{Path(stored).suffix}")
                 text = _name_text(attached or name)
                 lines += [f"[video: {text}]({_destination(f'{videos.folder.name}/{name}')})", ""]
@@ -86,6 +108,8 @@ class _ExportFolder:
         self.folder = folder
         self.names: dict[str, str] = {}  # stored path -> its name here
         self._taken: set[str] = set()  # the names given, casefolded: Windows and macOS tell no case apart
+        self._made_folder = False
+        self._copied: list[Path] = []  # files this export put there (not those an older export left)
 
     def add(self, stored: str, attached: str, fallback: str) -> str:
         """The name ``stored`` (attached as ``attached``, "" if unknown) has in the folder, copied there
@@ -93,14 +117,30 @@ class _ExportFolder:
         if stored in self.names:
             return self.names[stored]
         name = _unique(_export_name(attached, stored) or fallback, self._taken)
-        self.folder.mkdir(exist_ok=True)  # beside the export: its folder is not made, as the export's own file is not
+        if not self.folder.is_dir():
+            self.folder.mkdir()  # beside the export: its folder is not made, as the export's own file is not
+            self._made_folder = True
         target = self.folder / name
         # A file named by its content (the stored name) that is there already holds the same bytes; under
         # any other name it may be an older export's other file, so it is copied again.
         if name != Path(stored).name or not target.exists():
+            existed = target.exists()
             safe_files.copy_file(stored, target)  # a failed copy leaves no half file to be kept later
+            if not existed:
+                self._copied.append(target)
         self.names[stored] = name
         return name
+
+    def undo(self) -> None:
+        """After a failed export: remove the files it added, and the folder if it made it (an older
+        export's files it replaced keep the new copies, of the same names and files)."""
+        for target in self._copied:
+            target.unlink(missing_ok=True)
+        if self._made_folder:
+            try:
+                self.folder.rmdir()
+            except OSError:  # something else was put there meanwhile: not ours to remove
+                pass
 
 
 def safe_file_name(name: str) -> str:
@@ -338,10 +378,20 @@ def export_dialog(window, kind: str) -> Path | None:
             return None
     if hasattr(window, "qsettings"):
         window.qsettings.setValue("export/folder", str(Path(path).parent))
+    missing: list[str] = []
     try:
-        out = (export_markdown if kind == "md" else export_json)(window.store, conv_id, path)
+        if kind == "md":
+            out = export_markdown(window.store, conv_id, path, missing)
+        else:
+            out = export_json(window.store, conv_id, path)
     except (OSError, sqlite3.Error) as exc:
         window.banner.show_error(f"Could not export the chat: {storage_problem(exc, Path(path).parent)}.")
         return None
-    window.banner.show_success(f"Exported to {out}")
+    if missing:
+        gone = f"{len(missing)} files" if len(missing) > 1 else "1 file"
+        window.banner.show_info(f"Exported to {out}, without {gone} gone from Smolchat's data folder "
+                                f"({', '.join(missing)}): the export names "
+                                f"{'them in their places' if len(missing) > 1 else 'it in its place'}.")
+    else:
+        window.banner.show_success(f"Exported to {out}")
     return out

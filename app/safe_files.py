@@ -32,8 +32,12 @@ def replacing(path: str | Path) -> Iterator[Path]:
         if path.exists():
             shutil.copymode(path, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno and str(tmp) in (str(exc.filename), str(exc.filename2)):
+            # The temporary file is no name the user knows: the error names the file being written
+            # (OSError(errno, ...) is the errno's own subclass, e.g. IsADirectoryError).
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
 
 

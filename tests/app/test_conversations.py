@@ -177,6 +177,17 @@ def test_export_markdown_with_images_and_json(qtbot, window, png, tmp_path, monk
     assert data["messages"][1]["stats"]["generated_tokens"] == 5
 
 
+def test_an_export_without_a_stored_image_gone_since_says_so(qtbot, window, png, tmp_path, monkeypatch):
+    drop(window.composer, file_mime(png))
+    ask(qtbot, window, "What is it?")
+    [question] = [m for m in window.store.messages(window.keeper.current_id) if m.role == "user"]
+    Path(question.images[0]).unlink()
+    out = export_chat(window, monkeypatch, tmp_path / "export" / "chat.md")
+    assert "*(image missing: photo.png, gone from Smolchat's data folder)*" in out.read_text()
+    assert window.banner.message() == (f"Exported to {out}, without 1 file gone from Smolchat's data folder "
+                                       "(photo.png): the export names it in its place.")
+
+
 def test_an_export_names_an_image_as_it_was_attached(qtbot, window, tmp_path, monkeypatch):
     holiday = tmp_path / "holiday.png"
     Image.new("RGB", (32, 24), (20, 90, 200)).save(holiday)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -265,3 +266,72 @@ def test_a_title_system_prompt_open_fence_and_odd_file_name_stay_in_their_place(
         "![a\\&amp;b.png](chat_images/a%26amp;b.png)\n\n"  # & encoded: a reader would decode &amp; to &
         "Thanks\n")
     assert (tmp_path / "chat_images" / "50% #1_.png").read_bytes() == b"png bytes"
+
+
+def test_a_stored_file_gone_from_the_data_folder_is_named_in_its_place(store, tmp_path):
+    """Found by a trial: one image deleted from the data folder made every Markdown export fail
+    ("[Errno 2] No such file or directory: .../images/596aa...png") and left the images folder made
+    so far; now the export is written, the file named where it was, and listed as missing."""
+    cat, rocket = _file(tmp_path, "cat photo.png", b"cat"), _file(tmp_path, "rocket.jpg", b"rocket")
+    stored = [store.store_image(cat), store.store_image(rocket)]
+    conv = store.create_conversation("Two photos").id
+    store.add_message(conv, "user", "Compare them.", stored, names=["cat photo.png", "rocket.jpg"])
+    store.add_message(conv, "assistant", "One is a cat.")
+    Path(stored[0]).unlink()
+    missing: list[str] = []
+    out = tmp_path / "out"
+    out.mkdir()
+    text = export_markdown(store, conv, out / "chat.md", missing).read_text()
+    assert text == (
+        "# Two photos\n\n"
+        "## You\n\n"
+        "*(image missing: cat photo.png, gone from Smolchat's data folder)*\n\n"
+        "![rocket.jpg](chat_images/rocket.jpg)\n\n"
+        "Compare them.\n\n"
+        "## Assistant\n\n"
+        "One is a cat.\n")
+    assert missing == ["cat photo.png"]
+    assert [p.name for p in (out / "chat_images").iterdir()] == ["rocket.jpg"]
+
+
+def test_a_failed_export_removes_the_files_and_folders_it_made(store, tmp_path, monkeypatch):
+    """Found by a trial: the images were copied before the .md was written, so each failed try left a
+    ``<name>_images`` folder. An older export's folder and files stay."""
+    from app import safe_files
+
+    photos = [store.store_image(_file(tmp_path, f"p{i}.png", bytes([i]) * 8)) for i in range(2)]
+    conv = store.create_conversation("Photos").id
+    store.add_message(conv, "user", "Look.", photos, names=["p0.png", "p1.png"])
+    out = tmp_path / "out"
+    out.mkdir()
+    real_write = safe_files.write_text
+
+    def full(path, text, encoding="utf-8"):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(safe_files, "write_text", full)
+    with pytest.raises(OSError):
+        export_markdown(store, conv, out / "chat.md")
+    assert list(out.iterdir()) == []
+    (out / "older_images").mkdir()
+    (out / "older_images" / "p0.png").write_bytes(b"an older export's p0")
+    (out / "older_images" / "notes.txt").write_bytes(b"the user's")
+    with pytest.raises(OSError):
+        export_markdown(store, conv, out / "older.md")
+    assert sorted(p.name for p in (out / "older_images").iterdir()) == ["notes.txt", "p0.png"]
+    monkeypatch.setattr(safe_files, "write_text", real_write)
+    assert export_markdown(store, conv, out / "older.md").read_text().count("older_images/") == 2
+
+
+def test_an_export_onto_a_folder_says_so_before_copying_anything(store, tmp_path):
+    photo = store.store_image(_file(tmp_path, "p.png", b"png"))
+    conv = store.create_conversation("Photo").id
+    store.add_message(conv, "user", "Look.", [photo], names=["p.png"])
+    (tmp_path / "dir.md").mkdir()
+    with pytest.raises(IsADirectoryError) as caught:
+        export_markdown(store, conv, tmp_path / "dir.md")
+    assert str(caught.value) == f"[Errno 21] a folder of that name is there: '{tmp_path / 'dir.md'}'"
+    assert not (tmp_path / "dir_images").exists()
+    with pytest.raises(IsADirectoryError) as caught:  # JSON: the rename's error, naming the chosen path
+        export_json(store, conv, tmp_path / "dir.md")
+    assert str(caught.value) == f"[Errno 21] Is a directory: '{tmp_path / 'dir.md'}'"
