@@ -84,8 +84,8 @@ def error_words(error_type: str, message: str) -> str:
         return message
     at = message.find("the prompt has ")
     if at < 0:
-        if error_type == "Remote:context":
-            said = message.removeprefix(VERDICTS["context"]).removeprefix(": ")
+        if error_type == "Remote:context":  # "<server>: <verdict>: <the server's words>"
+            said = message.partition(VERDICTS["context"])[2].removeprefix(": ")
             return ("Too long for the model's context: the server refused this message even without the earlier "
                     f"ones{f' (“{said}”)' if said else ''}. Shorten it or send it in parts.")
         return message

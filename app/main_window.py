@@ -20,7 +20,7 @@ from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
 from app.drafts import DraftKeeper
-from app.formatting import CONTEXT_ERRORS, finish_footer, model_summary, progress_summary, stats_summary
+from app.formatting import finish_footer, model_summary, progress_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
@@ -77,6 +77,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_manager = None
         self._editing: int | None = None  # the transcript index of the message being edited
         self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
+        self._sent: Draft | None = None  # the new question being answered, as the composer held it
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._send_when_counted: str | None = None  # a text whose Send waits for its token count
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
@@ -172,8 +173,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         params = self.current_params()
         if images:
             params["image_detail"] = self.message_detail()  # the status bar's choice for this message
+        sent = self._take_draft()
         if self.controller.send(text, self.kept_paths(), self.chat_settings(), params, self._editing,
                                 self.attached_names()):
+            self._sent = sent if self._editing is None else None  # back in the composer if it fails
             edited, self._editing = self._editing is not None, None
             self.composer.clear()
             self.attachments.clear()
@@ -249,9 +252,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self._names.clear()
         self.reattach(images, names)
 
-    def _restore_draft(self) -> None:
-        """Put the draft set aside by Edit back into the composer (after the edit is cancelled or sent)."""
-        draft, self._draft = self._draft, Draft()
+    def _restore_draft(self, draft: Draft | None = None) -> None:
+        """Put ``draft`` (by default the one set aside by Edit, after the edit is cancelled or sent) back
+        into the composer."""
+        if draft is None:
+            draft, self._draft = self._draft, Draft()
         self._fill_composer(draft.text, draft.attachments, [draft.names.get(p) for p in draft.attachments])
         self._kept.update(draft.kept)
         cursor = self.composer.textCursor()
@@ -356,14 +361,17 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                                    " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))
         if result.get("finish_reason") == "error" and answer is not None and not answer.text:
             if not self.composer.toPlainText() and not self.attachments.paths():
-                if result.get("error_type") in CONTEXT_ERRORS and self.controller.last_was_new:
-                    # Never answerable as it is (a server without /tokenize finds it only now): not sent
-                    # after all, back in the composer alone, as a refusal before Send leaves it.
-                    if self._storage("take back the message", self.keeper.withdraw_last):
-                        self.refresh_sidebar()
-                # Let the user fix and resend: the text and the files it was sent with.
-                self._fill_composer(self.controller.last_prompt, self.controller.last_images,
-                                    self.controller.last_names)
+                # Let the user fix and resend: the text and the files it was sent with. A new question
+                # is taken back from the chat as not sent (the composer's draft outlives a quit), so
+                # that sending it again does not store it twice; an edit or a regenerate stays, failed.
+                if self._sent is not None and self.controller.last_was_new and \
+                        self._storage("take back the message", self.keeper.withdraw_last):
+                    self.refresh_sidebar()
+                    self._restore_draft(self._sent)  # each file as attached, identical ones too
+                else:
+                    self._fill_composer(self.controller.last_prompt, self.controller.last_images,
+                                        self.controller.last_names)
+        self._sent = None
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")

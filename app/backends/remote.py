@@ -476,9 +476,9 @@ class RemoteBackend:
         text = "".join(pieces)
         if error is None:
             return reason, None, "", text
-        message = masked_url(str(error))
+        message = masked_url(f"{self.server.name}: {error}")  # which server, where several are set up
         if pieces:
-            message += f" — after {len(pieces)} chunks; the answer so far is kept"
+            message += "; the answer so far is kept"
         return "error", message, f"Remote:{error.kind}", text
 
     def _close_stream(self) -> None:

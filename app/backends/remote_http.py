@@ -84,6 +84,12 @@ def from_exception(exc: BaseException) -> RemoteError:
         # "[Errno 111] Connection refused" says again what the verdict says: only other words are kept.
         return RemoteError("refused", "" if re.fullmatch(r"(\[Errno -?\d+\] )?Connection refused", text) else text)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        # httpx's words ("peer closed connection without sending complete message body (incomplete
+        # chunked read)") in a user's: what was cut short.
+        if "complete message body" in text or "incomplete" in text:
+            text = "before the answer was complete"
+        elif "without sending" in text and "response" in text:
+            text = "without answering"
         return RemoteError("closed", text)
     return RemoteError("network", text)
 

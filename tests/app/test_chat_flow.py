@@ -98,8 +98,8 @@ def test_engine_image_error_is_shown_and_prompt_restored(qtbot, make_window, png
         qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
 
     assert win.banner.message() == f"cannot decode image {png.name}: truncated data"
-    assert win.composer.toPlainText() == "What is this?"
-    assert win.transcript.last_assistant().finish_reason == "error"
+    assert win.composer.toPlainText() == "What is this?" and win.attachments.paths() == [str(png)]
+    assert win.transcript.widgets() == [] and win.store.conversations() == []  # not sent, so not kept
     assert win.send_button.isEnabled() and not win.stop_button.isEnabled()
 
 
@@ -116,7 +116,7 @@ def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
     assert win.banner.message() == (
         "Too long for the model's context: this message makes a prompt of 30008 tokens but the context holds "
         "8192. Shorten it or send it in parts (a long chat keeps only the earlier messages that fit).")
-    assert win.composer.toPlainText() == ("word " * 3_000).strip()  # kept, to shorten
+    assert win.composer.toPlainText() == "word " * 3_000  # kept as typed, to shorten
     # ... and taken back from the chat, which it started: Send stores it once, not twice.
     assert win.store.conversations() == [] and win.transcript.widgets() == []
 
@@ -171,18 +171,20 @@ def test_a_message_too_long_with_its_media_suggests_fewer(qtbot, make_window, ki
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     assert win.composer.toPlainText() == "Compare these."
-    [stored] = win.attachments.paths()  # the copy kept with the chat, shown under the name it was dropped as
-    assert Path(stored).read_bytes() == png.read_bytes() and win.controller.display_names[stored] == str(png)
-    assert win.attachments.chip(stored).toolTip() == "shelf.png"  # not the copy's hash name
+    assert win.attachments.paths() == [str(png)]  # as it was attached, with the copy made then
+    [stored] = win.kept_paths()
+    assert Path(stored).read_bytes() == png.read_bytes() and stored != str(png)
+    assert win.attachments.chip(str(png)).toolTip() == "shelf.png"
     assert win.banner.message() == (
         f"Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for {kind}) "
         f"but the context holds 8192. {advice} (a long chat keeps only the earlier messages that fit).")
 
 
 def test_a_failed_question_comes_back_with_each_identical_file_under_its_own_name(qtbot, make_window, tmp_path):
-    """Identical files share one copy in the image store: the composer gets them back (one chip for the
-    one copy) under the name the first was attached as, and sends that name again, not the last one's."""
-    win = make_window(FakeBackend(image_error="the server hung up", error_type="Remote:closed"))
+    """Identical files share one copy in the image store, but the composer gets back the files as
+    attached (two chips), so sending again keeps both names."""
+    backend = FakeBackend(image_error="fake: The server closed the connection", error_type="Remote:closed")
+    win = make_window(backend)
     holiday, cat = tmp_path / "holiday photo.png", tmp_path / "my cat.png"
     Image.new("RGB", (40, 30), (10, 120, 40)).save(holiday)
     cat.write_bytes(holiday.read_bytes())
@@ -191,10 +193,13 @@ def test_a_failed_question_comes_back_with_each_identical_file_under_its_own_nam
     win.composer.setPlainText("Same?")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.store.conversations() == []
+    assert [c.name for c in win.attachments.chips()] == ["holiday photo.png", "my cat.png"]
+    backend.image_error = None
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     [question] = [m for m in win.store.messages(win.keeper.current_id) if m.role == "user"]
-    assert question.attached_names == ["holiday photo.png", "my cat.png"]
-    assert [c.name for c in win.attachments.chips()] == ["holiday photo.png"]
-    assert win.attached_names() == ["holiday photo.png"]
+    assert question.text == "Same?" and question.attached_names == ["holiday photo.png", "my cat.png"]
 
 
 def test_new_chat_clears_transcript_and_resets_session(qtbot, window, fake_session):

@@ -127,7 +127,7 @@ def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
      "The prompt has 8300 tokens but the context holds 8192; the system prompt alone has 5000 tokens: "
      "shorten it in Settings."),
     # A Smolchat server's (app.backends.remote prefixes the verdict; the server adds its advice).
-    ("Remote:context", "The conversation is longer than the model's context: the prompt has 9012 tokens (8640 of "
+    ("Remote:context", "home: The conversation is longer than the model's context: the prompt has 9012 tokens (8640 of "
      "them for images) but the context holds 8192: shorten the prompt or the conversation, or send fewer images",
      "Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for images) but "
      "the context holds 8192. Attach fewer images or pick a lower image detail, shorten it, or send it in parts "
@@ -137,7 +137,7 @@ def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
      "The prompt has 8300 tokens but the context holds 8192; the system prompt alone has 5000 tokens: "
      "shorten it in Settings."),
     # llama-server's words.
-    ("Remote:context", "The conversation is longer than the model's context: the request exceeds the available "
+    ("Remote:context", "laptop: The conversation is longer than the model's context: the request exceeds the available "
      "context size, try increasing it",
      "Too long for the model's context: the server refused this message even without the earlier ones (“the "
      "request exceeds the available context size, try increasing it”). Shorten it or send it in parts."),

@@ -310,7 +310,7 @@ def test_an_event_of_the_wrong_shape_is_not_openai_and_the_backend_goes_on(bad_f
     done = events[-1]
     assert [e.text for e in events[:-1]] == ["The"]  # nothing of the bad event, nothing after it
     assert done.finish_reason == "error" and done.error_type == "Remote:not_openai"
-    assert done.error.startswith(NOT_OPENAI) and done.error.endswith("after 1 chunks; the answer so far is kept")
+    assert done.error.startswith("fake: " + NOT_OPENAI) and done.error.endswith("; the answer so far is kept")
     assert not re.search(r"\w+(Error|Exception)\b", done.error)  # no Python exception names
     _, (info, err) = loaded(bad_fake.url, "ok", backend=backend)
     assert err is None and ask(backend)[0] == "".join(TOKENS)
@@ -369,7 +369,7 @@ def test_a_whole_answer_of_the_wrong_shape_is_not_openai(bad_fake, name):
     wait_done(events)
     done = events[-1]
     assert events == [done] and done.finish_reason == "error" and done.error_type == "Remote:not_openai"
-    assert done.error.startswith(NOT_OPENAI) and not re.search(r"\w+(Error|Exception)\b", done.error)
+    assert done.error.startswith("fake: " + NOT_OPENAI) and not re.search(r"\w+(Error|Exception)\b", done.error)
     _, (info, err) = loaded(bad_fake.url, "ok", backend=backend)
     assert err is None and ask(backend)[0] == "".join(TOKENS)
     backend.close()
@@ -385,7 +385,8 @@ def test_cli_generate_says_a_wrong_shape_in_one_line(bad_fake, name):
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert proc.returncode == 1 and proc.stdout == "The\n", (proc.stdout, proc.stderr)
     stats, error = proc.stderr.splitlines()  # the usual stats line, then the error in one line
-    assert stats.startswith("[error] prompt ") and error.startswith("error: " + NOT_OPENAI)
+    assert stats.startswith("[error] prompt ") and error.startswith("error: http://127.0.0.1:")  # the server
+    assert error.split("/v1: ", 1)[1].startswith(NOT_OPENAI)
 
 
 def test_json_nested_too_deep_to_parse_is_not_an_answer():
