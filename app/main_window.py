@@ -303,9 +303,14 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         return open_dialog(self)
 
     def _servers_changed(self, name: str) -> None:
-        """A server was added, edited or removed: new model lists, and a fresh backend next time."""
+        """A server was added, edited or removed: new model lists, and a fresh backend next time; the
+        model in use on it loads again (now, or when the answer ends), so a new key or address applies
+        to the next question, not only after another model was picked."""
         self.engines.forget_server(name)
         self.remote_models.refresh()
+        if self.model_info.get("backend") == f"remote:{name}":
+            s = self.settings
+            self.controller.reload_when_idle(s.device_arg(), s.dtype_arg(), s.load_options())
 
     # -- controller signals ------------------------------------------------------------------------
     @Slot(str)

@@ -254,3 +254,22 @@ def test_a_new_chat_whose_first_message_is_refused_as_too_long_is_not_kept(qtbot
     assert result["finish_reason"] == "stop"
     [chat] = win.store.conversations()
     assert [m.text for m in win.store.messages(chat.id)] == ["Fits.", "The cat is orange."]
+
+
+def test_a_new_key_for_the_server_in_use_applies_to_the_next_question(qtbot, make_window, fake_session):
+    """Found by a trial: a key saved in Settings ▸ Engines was used only after another model had been
+    picked and this one again; the model in use kept the old key (a revoked one kept failing, a wrong
+    one kept working). Saving the server now loads its model again with what was saved."""
+    with FakeOpenAI(api_key="old-key", models=[{"id": "ok", "object": "model"}]) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        remote_settings.KEYS.set("fake", "old-key")
+        win = make_window(fake_session)
+        load_remote(qtbot, win, "ok")
+        assert ask(qtbot, win, "First")["finish_reason"] == "stop"
+        server.api_key = "new-key"  # rotated on the server, then in Settings
+        remote_settings.KEYS.set("fake", "new-key")
+        win.controller.ready = False
+        win._servers_changed("fake")
+        qtbot.waitUntil(lambda: win.controller.ready, timeout=10_000)
+        assert ask(qtbot, win, "Second")["finish_reason"] == "stop"
+        assert server.requests[-1]["messages"][-1]["content"] == "Second"
