@@ -90,6 +90,17 @@ MIGRATIONS: dict[int, str] = {
 }
 
 
+def apply_migration(db: sqlite3.Connection, version: int) -> None:
+    """Bring ``db`` from schema ``version - 1`` to ``version`` (inside the caller's transaction).
+
+    :class:`Store` runs every step a database lacks; :mod:`app.salvage` builds a database up to a damaged
+    file's own version with it, so that rows are copied into the columns they were written for and the
+    later steps (Store's own) convert them as they would have converted the original."""
+    for statement in filter(str.strip, MIGRATIONS[version].split(";")):
+        db.execute(statement)
+    db.execute(f"PRAGMA user_version = {version}")
+
+
 def _base_name(name: str) -> str:
     """``name`` without any folder, whichever system's separator it uses."""
     return re.split(r"[/\\]", name)[-1]
@@ -267,9 +278,7 @@ class Store:
                         f"{self.path} was written by a newer Smolchat (schema {current} > {SCHEMA_VERSION})", current)
                 if current == SCHEMA_VERSION:
                     return
-                for statement in filter(str.strip, MIGRATIONS[current + 1].split(";")):
-                    self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version = {current + 1}")
+                apply_migration(self.db, current + 1)
 
     def _mark_interrupted(self) -> int:
         cur = self._write("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
