@@ -21,6 +21,7 @@ from app.paths import (
     pasted_images_dir,
     use_temporary_data_dir,
 )
+from app.salvage import SalvageError, looks_damaged, salvage_database
 from app.store import SCHEMA_VERSION, DeletedMessages, Message, NewerSchemaError, Store
 from app.video_attachments import VIDEO_SUFFIXES
 
@@ -153,8 +154,11 @@ def connect_store() -> tuple[Store, str]:
 
     A database of a newer Smolchat, one locked by another program for more than ``store.OPEN_TIMEOUT_S`` (2 s), or
     one in a folder that cannot be written, opens read-only (never a silent new database, never a write
-    to it). A folder or file that cannot be used at all (not a
-    database, a file in the way) is left as it is and a temporary folder serves this run."""
+    to it). A damaged database (SQLite says "malformed", or "not a database" of a file that starts as one)
+    is salvaged (:func:`app.salvage.salvage_database`): the damaged file is kept as a copy beside it and
+    replaced by what could be read of it, and the message says how much that was. A folder or file that
+    cannot be used at all (not a database, a file in the way, a damaged one that could not be salvaged)
+    is left as it is and a temporary folder serves this run. Never raises for what is on disk."""
     folder = data_dir()
     read_only = data_dir_read_only()
     try:
@@ -186,6 +190,9 @@ def connect_store() -> tuple[Store, str]:
                 reason = _database_problem(folder, again)
     except STORAGE_ERRORS as exc:
         if isinstance(exc, sqlite3.Error):
+            salvaged = _salvage(folder, exc)
+            if salvaged is not None:
+                return salvaged
             reason = _database_problem(folder, exc)
         else:  # e.g. "images" is a file: name what is in the way
             reason = getattr(exc, "strerror", None) or str(exc)
@@ -197,6 +204,23 @@ def connect_store() -> tuple[Store, str]:
         problem += (f" To keep conversations again, close Smolchat and move {DATABASE_NAME} aside (or put a "
                     "backup in its place): the next start makes a new one.")
     return store, problem
+
+
+def _salvage(folder: Path, exc: sqlite3.Error) -> tuple[Store, str] | None:
+    """The store opened on what could be salvaged of the damaged database in ``folder`` that raised
+    ``exc``, and the message saying so; None (nothing changed on disk) when ``exc`` is not about damage or
+    the salvage failed, for the caller to go on as it did before salvages existed."""
+    if not looks_damaged(exc, folder / DATABASE_NAME):
+        return None
+    try:
+        report = salvage_database(folder, DATABASE_NAME)
+    except (SalvageError, *STORAGE_ERRORS):
+        return None  # it removed what it made: the damaged file stands as it was
+    try:
+        store = Store(folder)
+    except STORAGE_ERRORS:  # the new file is not usable either: the temporary folder serves this run
+        return None
+    return store, " ".join(line for line in (report.words(), data_dir_problem()) if line)
 
 
 def _database_problem(folder, exc: sqlite3.Error) -> str:

@@ -1,0 +1,183 @@
+"""A damaged conversations database is salvaged: one bad page must not hide the whole history.
+
+Found by a tester: one damaged page made the app set the whole file aside (a temporary folder, an
+empty history) although SQLite could still read every chat and most messages. Each test damages a
+real database at a page found by what it holds, so the rows lost are known exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from app.backends.fake import FakeBackend
+from app.store import Store
+
+PAGE = 4096
+FILLER = "x" * 600  # about six messages a page, so a chat spans several pages
+CHATS = {"Cats": 24, "Dogs": 6, "Birds": 6}
+
+
+def _text(title: str, i: int) -> str:
+    return f"{title} {i:02d} {FILLER}"
+
+
+def _history(data_dir) -> None:
+    store = Store(data_dir)
+    assert store.db.execute("PRAGMA page_size").fetchone()[0] == PAGE
+    for title, count in CHATS.items():
+        conv = store.create_conversation(title)
+        for i in range(count):
+            store.add_message(conv.id, "user" if i % 2 == 0 else "assistant", _text(title, i))
+    store.close()
+
+
+def _damage_page_holding(path, marker: str) -> set[str]:
+    """Overwrite, with the same garbage every run, the page that holds ``marker``; returns the messages
+    (their "Title NN" starts) that were on it."""
+    data = bytearray(path.read_bytes())
+    where = data.index(marker.encode())
+    start = where - where % PAGE
+    page = bytes(data[start:start + PAGE])
+    lost = {f"{t} {i:02d}" for t, n in CHATS.items() for i in range(n) if f"{t} {i:02d} x".encode() in page}
+    data[start:start + PAGE] = random.Random(7).randbytes(PAGE)
+    path.write_bytes(bytes(data))
+    return lost
+
+
+def _today(data_dir, stand_in, error: str) -> str:
+    return (f"The data folder {data_dir} cannot be used ({data_dir / 'smolchat.sqlite3'}: {error}; it is left as it "
+            f"is). Conversations will not be kept after Smolchat closes: this session uses a temporary folder, "
+            f"{stand_in}. To keep conversations again, close Smolchat and move smolchat.sqlite3 aside (or put a backup "
+            "in its place): the next start makes a new one.")
+
+
+def test_a_damaged_page_loses_only_its_messages_and_the_damaged_file_is_kept(qtbot, make_window, data_dir,
+                                                                              monkeypatch):
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    _history(data_dir)
+    path = data_dir / "smolchat.sqlite3"
+    lost = _damage_page_holding(path, "Cats 10 x")
+    assert lost and len(lost) < CHATS["Cats"] - 4 and all(m.startswith("Cats") for m in lost)
+    damaged = path.read_bytes()
+
+    win = make_window(FakeBackend())
+
+    [kept] = data_dir.glob("smolchat.sqlite3.damaged-*[0-9]")
+    assert kept.read_bytes() == damaged  # the damaged file as it was, byte for byte
+    assert win.storage_banner.message() == (
+        f"The conversation database was damaged. Recovered 3 of 3 chats and {36 - len(lost)} of 36 messages; "
+        f"the damaged file is kept as {kept}.")
+    assert sorted(win.sidebar.titles()) == ["Birds", "Cats", "Dogs"]
+    for conv in win.store.conversations():
+        expected = [_text(conv.title, i) for i in range(CHATS[conv.title]) if f"{conv.title} {i:02d}" not in lost]
+        # The messages after the lost ones follow the last message before them: the chat reads on.
+        assert [m.text for m in win.store.messages(conv.id)] == expected
+        assert [m.text for m in win.store.all_messages(conv.id)] == expected
+    shown = win.store.conversation(win.keeper.current_id).title
+    assert [m["text"] for m in win.transcript.messages()] == [m.text for m in win.store.messages(win.keeper.current_id)]
+    assert shown in CHATS
+    assert win.store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert not list(data_dir.glob(".salvage-*"))
+    win.close()
+
+
+def test_a_lost_chat_row_keeps_its_messages_as_a_recovered_chat(data_dir, monkeypatch):
+    from app.conversations import connect_store
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    _history(data_dir)
+    path = data_dir / "smolchat.sqlite3"
+    db = sqlite3.connect(path)
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'conversations'").fetchone()[0]
+    db.close()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * PAGE:root * PAGE] = random.Random(7).randbytes(PAGE)  # every chat's own row
+    path.write_bytes(bytes(data))
+
+    store, message = connect_store()
+    try:
+        [kept] = data_dir.glob("smolchat.sqlite3.damaged-*[0-9]")
+        assert message == (
+            "The conversation database was damaged. Recovered 3 chats (the titles of 3 were lost: they are named "
+            f"\"Recovered messages: …\") and 36 messages (what could be read); the damaged file is kept as {kept}.")
+        chats = {c.title: [m.text for m in store.messages(c.id)] for c in store.conversations()}
+        assert chats == {f"Recovered messages: {_text(t, 0)[:40]}…": [_text(t, i) for i in range(n)]
+                         for t, n in CHATS.items()}
+    finally:
+        store.close()
+
+
+def test_a_file_of_garbage_after_the_header_is_left_as_it_is(qtbot, make_window, data_dir, monkeypatch):
+    import app.paths
+    import app.salvage
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    tried = []
+    salvage = app.salvage.salvage_database
+
+    def spy(*args):
+        try:
+            return salvage(*args)
+        except Exception as exc:
+            tried.append(exc)
+            raise
+
+    monkeypatch.setattr(app.salvage, "salvage_database", spy)
+    monkeypatch.setattr("app.conversations.salvage_database", spy)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    junk = b"SQLite format 3\x00" + random.Random(7).randbytes(8 * PAGE - 16)
+    (data_dir / "smolchat.sqlite3").write_bytes(junk)
+
+    win = make_window(FakeBackend())
+
+    [(stand_in, _)] = app.paths._fallbacks.values()
+    assert [type(e).__name__ for e in tried] == ["SalvageError"]  # it was tried, and found nothing to keep
+    assert win.storage_banner.message() == _today(data_dir, stand_in, "file is not a database")
+    assert (data_dir / "smolchat.sqlite3").read_bytes() == junk
+    assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith(("smolchat", "."))) == ["smolchat.sqlite3"]
+    win.close()
+
+
+@pytest.mark.parametrize("where", ["copy", "rows", "store"])
+def test_a_salvage_whose_writes_fail_leaves_the_damaged_file_as_it_was(data_dir, monkeypatch, where):
+    import shutil
+
+    import app.paths
+    import app.salvage
+    from app.conversations import connect_store
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    _history(data_dir)
+    path = data_dir / "smolchat.sqlite3"
+    _damage_page_holding(path, "Cats 10 x")
+    damaged = path.read_bytes()
+    reached = []
+
+    def full(*args, **kwargs):
+        reached.append(where)
+        raise OSError(28, "No space left on device")
+
+    def full_db(*args, **kwargs):
+        reached.append(where)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    if where == "copy":  # the copy aside
+        monkeypatch.setattr(app.salvage.shutil, "copyfile", lambda *a: (shutil.copyfileobj(open(a[0], "rb"), open(
+            a[1], "wb"), 1000), full()))
+    elif where == "rows":  # writing the new database
+        monkeypatch.setattr(app.salvage, "_copy_rows", full_db)
+    else:  # opening it as a store, when it is complete
+        monkeypatch.setattr(app.salvage, "Store", full)
+
+    store, message = connect_store()
+    store.close()
+
+    [(stand_in, _)] = app.paths._fallbacks.values()
+    assert reached == [where]
+    assert message == _today(data_dir, stand_in, "database disk image is malformed")
+    assert path.read_bytes() == damaged
+    assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith(("smolchat.", "."))) == [
+        "smolchat.sqlite3"]
