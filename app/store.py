@@ -11,7 +11,8 @@ What cannot be read never stops the app: a database written by a newer Smolchat,
 that cannot be written, opens read-only (:attr:`Store.read_only` says why; every write then raises
 :class:`ReadOnlyStore`); a message or chat whose JSON columns do not parse is shown with what did
 parse (:attr:`Store.unreadable` counts them) and is not rewritten to "repair" it (a chat's settings are
-written again, whole, with its next answer).
+written again, whole, with its next answer). A damaged file (SQLite's "malformed") makes :class:`Store`
+raise ``sqlite3.DatabaseError``; :func:`app.conversations.connect_store` then salvages it (:mod:`app.salvage`).
 
 Versions (schema 4): a conversation is a tree of messages. Each message names the message it follows
 (``parent_id``; NULL for a first message), so regenerating an answer or editing a question adds a
