@@ -143,8 +143,6 @@ def test_a_file_of_garbage_after_the_header_is_left_as_it_is(qtbot, make_window,
 
 @pytest.mark.parametrize("where", ["copy", "rows", "store"])
 def test_a_salvage_whose_writes_fail_leaves_the_damaged_file_as_it_was(data_dir, monkeypatch, where):
-    import shutil
-
     import app.paths
     import app.salvage
     from app.conversations import connect_store
@@ -164,9 +162,13 @@ def test_a_salvage_whose_writes_fail_leaves_the_damaged_file_as_it_was(data_dir,
         reached.append(where)
         raise sqlite3.OperationalError("database or disk is full")
 
-    if where == "copy":  # the copy aside
-        monkeypatch.setattr(app.salvage.shutil, "copyfile", lambda *a: (shutil.copyfileobj(open(a[0], "rb"), open(
-            a[1], "wb"), 1000), full()))
+    def half_copy(source, target):  # the disk fills up part-way through the copy aside
+        with open(source, "rb") as f, open(target, "wb") as out:
+            out.write(f.read(1000))
+        full()
+
+    if where == "copy":
+        monkeypatch.setattr(app.salvage.shutil, "copyfile", half_copy)
     elif where == "rows":  # writing the new database
         monkeypatch.setattr(app.salvage, "_copy_rows", full_db)
     else:  # opening it as a store, when it is complete
