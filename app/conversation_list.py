@@ -108,6 +108,17 @@ class ConversationList(QFrame):
         self.list.setCurrentItem(self._item(conversation_id)) if self._item(conversation_id) else self.list.clearSelection()
         self._filling = False
 
+    def step(self, current_id: int | None, step: int) -> int | None:
+        """The chat ``step`` places below (+) or above (-) ``current_id`` in the list as shown, round
+        from the last to the first; the first (or last) when ``current_id`` is not listed; None when the
+        list is empty."""
+        ids = self.ids()
+        if not ids:
+            return None
+        if current_id not in ids:
+            return ids[0] if step > 0 else ids[-1]
+        return ids[(ids.index(current_id) + step) % len(ids)]
+
     def start_rename(self, conversation_id: int) -> None:
         item = self._item(conversation_id)
         if item is not None:

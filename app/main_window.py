@@ -273,6 +273,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.send_button.setEnabled(self.controller.ready and not busy and has_input and writable)
         self.send_button.setToolTip(SEND_TIP if writable else f"Sending is off: {self.store.read_only}")
         self.stop_button.setEnabled(busy)
+        self.actions["stop"].setEnabled(busy)
         self.stop_button.setVisible(busy)  # Stop takes Send's place while answering
         self.send_button.setVisible(not busy)
         self.new_chat_button.setEnabled(not busy)

@@ -37,7 +37,11 @@ def build_menus(window) -> dict[str, QAction]:
         "quit": _action(window, "&Quit", window.close, QKeySequence.StandardKey.Quit),
         # The attach button's file dialog from the keyboard (the button itself is a Tab stop too).
         "attach": _action(window, "&Attach files…", window._pick_files, QKeySequence.StandardKey.Open, "attach"),
-        "stop": _action(window, "&Stop answer", window.stop, None, "stop"),
+        # Esc is the window's own key (it also cancels an edit): shown in the menu after a tab.
+        "stop": _action(window, "&Stop answer\tEsc", window.stop, None, "stop"),
+        "next_chat": _action(window, "Ne&xt chat", lambda: window.step_conversation(1), "Ctrl+PgDown"),
+        "previous_chat": _action(window, "&Previous chat", lambda: window.step_conversation(-1), "Ctrl+PgUp"),
+        "search": _action(window, "Searc&h chats", window.focus_search, QKeySequence.StandardKey.Find),
         "rename": _action(window, "&Rename chat", lambda: window.sidebar.start_rename(window.keeper.current_id),
                            "F2"),
         "models": _action(window, "&Manage models…", window.open_model_manager, "Ctrl+M", "models"),
@@ -46,8 +50,13 @@ def build_menus(window) -> dict[str, QAction]:
         "shortcuts": _action(window, "&Keyboard shortcuts", lambda: shortcuts_dialog(window), "Ctrl+/"),
     }
     acts["stop"].setShortcutVisibleInContextMenu(True)
+    acts["stop"].setEnabled(False)  # until an answer runs (MainWindow._update_actions)
+    # Ctrl+Tab as well, as browsers and editors switch tabs (the composer takes no Tab with Ctrl).
+    acts["next_chat"].setShortcuts([QKeySequence("Ctrl+PgDown"), QKeySequence("Ctrl+Tab")])
+    acts["previous_chat"].setShortcuts([QKeySequence("Ctrl+PgUp"), QKeySequence("Ctrl+Shift+Tab")])
     for title, names in (("&File", ["new_chat", "export_md", "export_json", None, "quit"]),
-                         ("&Chat", ["attach", None, "stop", "rename"]),
+                         ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
+                                    "search"]),
                          ("&Model", ["models", "settings", "local_server"]),
                          ("&Help", ["shortcuts"])):
         menu = bar.addMenu(title)
@@ -58,7 +67,8 @@ def build_menus(window) -> dict[str, QAction]:
 
 def shortcut_rows(window) -> list[tuple[str, str]]:
     """``(key, what it does)`` for every shortcut, each key once (a menu action wins over a widget's)."""
-    rows = [(a.shortcut().toString(QKeySequence.SequenceFormat.NativeText), a.text().replace("&", "").rstrip("…"))
+    rows = [(", ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in a.shortcuts()),
+             a.text().replace("&", "").split("\t")[0].rstrip("…"))
             for a in window.actions.values() if not a.shortcut().isEmpty()]
     keys = {key for key, _ in rows}
     return rows + [(key, what) for key, what in WIDGET_SHORTCUTS if key not in keys]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Slot
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QStandardPaths, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
@@ -277,8 +277,14 @@ class AttachmentsMixin:
 
     @Slot()
     def _pick_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images, videos or PDFs", "", IMAGE_FILTER)
+        # In the folder of the last files picked, else Pictures (not the folder Smolchat was started from).
+        folder = str(self.qsettings.value("attach/folder", "") or "")
+        if not folder or not Path(folder).is_dir():
+            pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+            folder = pictures if pictures and Path(pictures).is_dir() else str(Path.home())
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images, videos or PDFs", folder, IMAGE_FILTER)
         if paths:
+            self.qsettings.setValue("attach/folder", str(Path(paths[0]).parent))
             self.add_files(paths)
 
     def message_detail(self) -> str:

@@ -60,6 +60,18 @@ class ChatsMixin:
         self.controller.conversation_opened()
         self.refresh_sidebar()
 
+    def step_conversation(self, step: int) -> None:
+        """Open the chat ``step`` places down (+1) or up (-1) the sidebar's list (Ctrl+PgDown/PgUp,
+        Ctrl+Tab); not while an answer runs, as a click on the list is not."""
+        target = self.sidebar.step(self.keeper.current_id, step)
+        if target is not None and target != self.keeper.current_id and not self._busy:
+            self.open_conversation(target)
+
+    def focus_search(self) -> None:
+        """Ctrl+F: the cursor in the sidebar's search field, its text selected to type over."""
+        self.sidebar.search.setFocus()
+        self.sidebar.search.selectAll()
+
     def update_regenerate_note(self) -> None:
         """Regenerate's tooltip says when it would give the same answer (the chat's settings, the model's defaults)."""
         self.transcript.set_regenerate_note(regenerate_note(self.current_params()))

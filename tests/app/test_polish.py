@@ -3,9 +3,11 @@ accessibility."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from PIL import Image
-from PySide6.QtCore import QMimeData, QSize, Qt
+from PySide6.QtCore import QMimeData, QSize, QStandardPaths, Qt
 from PySide6.QtGui import QImage, QPalette
 from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLineEdit, QListWidget
 
@@ -166,5 +168,43 @@ def test_ctrl_o_attaches_files_through_the_chat_menu(window, monkeypatch, shared
     asked = []
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (asked.append(a[1:3]) or ([photo], "")))
     window.actions["attach"].trigger()
-    assert asked == [("Attach images, videos or PDFs", "")]
+    # Found by a trial: the dialog opened in the folder Smolchat was started from. Pictures (or the
+    # home folder without one) first, then the folder of the files picked last.
+    pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+    first = pictures if pictures and Path(pictures).is_dir() else str(Path.home())
+    assert asked == [("Attach images, videos or PDFs", first)]
     assert window.attachments.paths() == [photo]
+    window.attachments.clear()
+    window.actions["attach"].trigger()
+    assert asked[1] == ("Attach images, videos or PDFs", str(shared_dir / "images"))
+
+
+def test_the_keyboard_switches_chats_finds_them_and_shows_stop(qtbot, make_window):
+    """Found by a trial: no key switched chats or reached the search field, and Chat ▸ Stop answer
+    showed no key and was on with nothing to stop."""
+    from app.menus import shortcut_rows
+
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    stop = win.actions["stop"]
+    assert stop.text() == "&Stop answer\tEsc" and not stop.isEnabled()
+    for question in ("First", "Second", "Third"):
+        win.new_chat()
+        win.composer.setPlainText(question)
+        with qtbot.waitSignal(win.answer_finished, timeout=5000):
+            qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    ids = win.sidebar.ids()  # newest first: Third, Second, First
+    assert [win.store.conversation(i).title for i in ids] == ["Third", "Second", "First"]
+    assert win.keeper.current_id == ids[0]
+    win.composer.setFocus()
+    qtbot.keyClick(win.composer, Qt.Key.Key_PageDown, Qt.KeyboardModifier.ControlModifier)
+    assert win.keeper.current_id == ids[1] and win.transcript.widgets()[0].text == "Second"
+    qtbot.keyClick(win.composer, Qt.Key.Key_Tab, Qt.KeyboardModifier.ControlModifier)
+    assert win.keeper.current_id == ids[2]
+    qtbot.keyClick(win.composer, Qt.Key.Key_Tab, Qt.KeyboardModifier.ControlModifier)  # round to the top
+    assert win.keeper.current_id == ids[0]
+    qtbot.keyClick(win.composer, Qt.Key.Key_PageUp, Qt.KeyboardModifier.ControlModifier)
+    assert win.keeper.current_id == ids[2]
+    qtbot.keyClick(win.composer, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert win.sidebar.search.hasFocus()
+    keys = dict(shortcut_rows(win))
+    assert keys["Ctrl+PgDown, Ctrl+Tab"] == "Next chat" and keys["Ctrl+F"] == "Search chats"
