@@ -30,7 +30,8 @@ def stats_summary(result: dict) -> str:
     """TTFT, decode speed and token counts from a ``finished`` dict ("" when there are none, or when
     nothing was read or generated: an answer refused before its prefill has only zeros to show).
     A time or rate that was never measured (0: an answer stopped before its first token has no TTFT,
-    one of fewer than two tokens no decode rate) is left out, not shown as "0.00 s" or "0.0 tok/s"."""
+    one of fewer than two tokens no decode rate) is left out, not shown as "0.00 s" or "0.0 tok/s"; so
+    is a prompt count of 0 (a server's answer stopped before the usage that says it)."""
     if "generated_tokens" not in result:
         return ""
     if not result.get("prompt_tokens") and not result.get("generated_tokens"):
@@ -40,8 +41,11 @@ def stats_summary(result: dict) -> str:
         parts.append(f"TTFT {result['ttft_s']:.2f} s")
     if result.get("decode_tokens_per_s"):
         parts.append(f"{result['decode_tokens_per_s']:.1f} tok/s")
-    parts.append(f"{result.get('prompt_tokens', 0)} prompt / {result.get('cached_tokens', 0)} cached / "
-                 f"{result.get('generated_tokens', 0)} generated tokens")
+    if result.get("prompt_tokens"):
+        parts.append(f"{result['prompt_tokens']} prompt / {result.get('cached_tokens', 0)} cached / "
+                     f"{result.get('generated_tokens', 0)} generated tokens")
+    else:  # a server's answer cut off or stopped before its usage came: the prompt's count is unknown, not 0
+        parts.append(f"{result.get('generated_tokens', 0)} generated tokens")
     if result.get("dropped_turns"):
         parts.append(dropped_summary(result["dropped_turns"]))
     return " · ".join(parts)

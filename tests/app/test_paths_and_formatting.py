@@ -68,6 +68,9 @@ def test_summaries():
         "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 generated tokens · "
         "4 old messages dropped to fit the context")
     assert stats_summary({**result, "dropped_turns": 1}).endswith(" · 1 old message dropped to fit the context")
+    # A server's answer stopped before its usage came (trial 44: "0 prompt / 0 cached / 109 generated").
+    assert stats_summary({**result, "prompt_tokens": 0, "generated_tokens": 109}) == (
+        "TTFT 0.04 s · 212.3 tok/s · 109 generated tokens")
     # Stopped before the first token: no TTFT or speed was measured, so none is shown (was
     # "TTFT 0.00 s · 0.0 tok/s · ..."); one token has a TTFT but no decode rate.
     assert stats_summary({"finish_reason": "cancelled", "prompt_tokens": 1141, "generated_tokens": 0, "ttft_s": 0.0,
