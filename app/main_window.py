@@ -340,6 +340,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                                          "Ask about an image…" if vision else "Ask a question…")
         self.composer.viewport().update()  # an empty editor does not repaint its new placeholder by itself
         show_attach_kinds(self, video, vision)
+        if vision and "cannot read images" in (self.banner.message() or ""):
+            self.banner.dismiss()  # about the model before (images dropped while this one loaded): not true now
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

@@ -283,3 +283,18 @@ def test_a_drop_notice_shows_while_the_prompt_is_read_and_once(qtbot, make_windo
         assert win.transcript.last_assistant().text == ""  # before the answer's first word
         gate.set()
     assert said == [notice] and win.banner.message() == notice
+
+
+def test_a_refusal_of_images_goes_once_a_model_that_reads_them_is_loaded(qtbot, make_window, png):
+    """Found by a trial: a photo dropped while a vision model loaded was refused by the text model still
+    in use, and the banner kept saying the model cannot read images after the new one could."""
+    backend = FakeBackend(vision=False)
+    win = make_window(backend)
+    win.add_files([str(png)])
+    assert "is a text-only model: it cannot read images" in win.banner.message()
+    backend.vision = True
+    win.load_model("/models/fake-vision")
+    qtbot.waitUntil(lambda: win.controller.ready and win.model_info["capabilities"]["vision"], timeout=5000)
+    assert win.banner.message() == ""
+    win.add_files([str(png)])
+    assert len(win.attachments.paths()) == 1
