@@ -17,17 +17,37 @@ from app.settings import open_settings
 
 log = logging.getLogger(__name__)
 SERVERS_KEY = "remote/servers"
+UNREADABLE_KEY = "remote/servers_unreadable"  # a damaged list as it was
 KEYRING_SERVICE = "smolchat"
 
 
-def load_servers(qs: QSettings | None = None) -> list[dict]:
-    """``[{"name", "url", "vision": {model: bool}}]`` in the order added."""
+def _entries(raw: str) -> tuple[list, bool]:
+    """The JSON list ``raw`` read as far as its entries are whole: ``(entries, whole)``; ``whole`` is
+    False when the list is cut short or damaged after them (a settings file cut off by a crash or a
+    full disk still gives back the servers written before the cut)."""
     try:
-        servers = json.loads(str((qs or open_settings()).value(SERVERS_KEY, "[]") or "[]"))
-    except ValueError:
-        return []
-    if not isinstance(servers, list):  # a hand-edited settings file: nothing usable, nothing to crash on
-        return []
+        value = json.loads(raw)
+        return (value, True) if isinstance(value, list) else ([], False)
+    except (ValueError, RecursionError):
+        pass
+    decoder, entries = json.JSONDecoder(), []
+    text = raw.lstrip()
+    if not text.startswith("["):
+        return [], False
+    pos = 1
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            entry, pos = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return entries, False
+        entries.append(entry)
+
+
+def load_servers(qs: QSettings | None = None) -> list[dict]:
+    """``[{"name", "url", "vision": {model: bool}}]`` in the order added (those whole in a list cut short)."""
+    servers, _ = _entries(str((qs or open_settings()).value(SERVERS_KEY, "[]") or "[]"))
     out = []
     for s in servers:
         if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"] and isinstance(s.get("url"), str) \
@@ -38,19 +58,28 @@ def load_servers(qs: QSettings | None = None) -> list[dict]:
 
 
 def unreadable_servers(qs: QSettings | None = None) -> str:
-    """One line when the saved servers list holds entries :func:`load_servers` had to ignore ("" otherwise)."""
+    """One line when the saved servers list holds entries :func:`load_servers` had to ignore, or is cut
+    short ("" otherwise). The value as it was is kept under ``remote/servers_unreadable`` (once: a later
+    start does not overwrite it with what was saved since), as a settings file that cannot be read is
+    kept beside it, since the next save of a server replaces the list."""
     qs = qs or open_settings()
-    raw = qs.value(SERVERS_KEY, "[]") or "[]"
-    try:
-        servers = json.loads(str(raw))
-    except ValueError:
-        servers = None
-    total = len(servers) if isinstance(servers, list) else 1
-    dropped = total - len(load_servers(qs))
-    if not dropped:
+    raw = str(qs.value(SERVERS_KEY, "[]") or "[]")
+    servers, whole = _entries(raw)
+    read = len(load_servers(qs))
+    dropped = len(servers) - read
+    if whole and not dropped:
         return ""
+    if not qs.contains(UNREADABLE_KEY):
+        qs.setValue(UNREADABLE_KEY, raw)
+        qs.sync()
+    kept = f"the value as it was is kept as {UNREADABLE_KEY}"
+    if not whole:
+        got = "none could be read" if not read else f"{read} {'was' if read == 1 else 'were'} read"
+        return (f"Settings file {qs.fileName()}: the saved servers ({SERVERS_KEY}) are cut short or damaged: "
+                f"{got}; {kept}.")
     what = "1 saved server" if dropped == 1 else f"{dropped} saved servers"
-    return f"Settings file {qs.fileName()}: ignored {what} that could not be read ({SERVERS_KEY}); the rest apply."
+    return (f"Settings file {qs.fileName()}: ignored {what} that could not be read ({SERVERS_KEY}); the rest "
+            f"apply; {kept}.")
 
 
 def save_servers(servers: list[dict], qs: QSettings | None = None) -> None:

@@ -8,6 +8,7 @@ leaves what it could not read unchanged on disk.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 
 from PySide6.QtCore import Qt
@@ -529,12 +530,36 @@ def test_saved_servers_of_the_wrong_type_are_ignored_and_said(qtbot, make_window
                    '\\"yes\\"}, {\\"name\\": 5, \\"url\\": [1]}, 7]"\n', encoding="utf-8")
     win = make_window(FakeBackend())  # before: TypeError / ValueError from the servers list
     assert win.storage_banner.message() == (f"Settings file {ini}: ignored 2 saved servers that could not be read "
-                                            "(remote/servers); the rest apply.")
+                                            "(remote/servers); the rest apply; the value as it was is kept as "
+                                            "remote/servers_unreadable.")
     from app.remote_settings import load_servers
 
     assert load_servers(win.qsettings) == [{"name": "gpu", "url": "http://gpu:8000/v1", "vision": {}}]
     ini.write_text("[remote]\nservers=5\n", encoding="utf-8")
     assert load_servers(win.qsettings.__class__(str(ini), win.qsettings.Format.IniFormat)) == []
+
+
+def test_a_saved_servers_list_cut_short_keeps_the_servers_written_whole(qtbot, make_window, data_dir):
+    """Found by a trial: a settings file cut inside the servers list lost all three servers, said
+    "ignored 1 saved server", and the next save of a server overwrote the list with no copy kept."""
+    from app import remote_settings
+
+    data_dir.mkdir(parents=True)
+    ini = data_dir / "settings.ini"
+    full = json.dumps([{"name": "gpu", "url": "http://gpu:8000/v1", "vision": {"m": True}},
+                       {"name": "laptop", "url": "http://laptop:8080/v1", "vision": {}},
+                       {"name": "third", "url": "http://third:1/v1", "vision": {}}])
+    cut = full[:full.index('"third"') + 3]
+    ini.write_text("[remote]\nservers=" + json.dumps(cut) + "\n", encoding="utf-8")
+    win = make_window(FakeBackend())
+    assert win.storage_banner.message() == (
+        f"Settings file {ini}: the saved servers (remote/servers) are cut short or damaged: 2 were read; the value "
+        "as it was is kept as remote/servers_unreadable.")
+    assert [s["name"] for s in remote_settings.load_servers(win.qsettings)] == ["gpu", "laptop"]
+    assert remote_settings.load_servers(win.qsettings)[0]["vision"] == {"m": True}
+    remote_settings.save_servers([*remote_settings.load_servers(win.qsettings),
+                                  {"name": "new", "url": "http://new:1/v1"}], win.qsettings)
+    assert win.qsettings.value(remote_settings.UNREADABLE_KEY) == cut  # the list as it was, for the user to mend
 
 
 def test_a_damaged_database_is_left_as_it_is_says_what_to_do_and_its_stand_in_goes_at_exit(
