@@ -8,6 +8,7 @@ best source a server offers, and says which source it used.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import socket
@@ -186,7 +187,15 @@ class Server:
         """An httpx client with our timeouts; ``stall`` bounds the wait for each streamed chunk."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return httpx.Client(headers=headers, timeout=httpx.Timeout(stall, connect=CONNECT_TIMEOUT),
-                            follow_redirects=True)
+                            follow_redirects=True, verify=tls_context())
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS settings (certifi's CAs, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), made once: a
+    client built without it reads the CA bundle again, ~40 ms of CPU per request (more on a busy
+    laptop), and the window makes one client per answer and per model list."""
+    return httpx.create_ssl_context()
 
 
 def get_json(client: httpx.Client, url: str) -> dict:

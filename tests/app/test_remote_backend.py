@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -476,3 +477,15 @@ def test_a_password_in_the_servers_url_never_reaches_a_message():
                  "answered text/html, not JSON")
         assert info is None and error == f"fake: {shown}"
         assert check_connection(Server("fake", url)) == ("not_openai", shown, [])
+
+
+def test_clients_share_one_tls_context():
+    """A client built with httpx's default ``verify=True`` reads the CA bundle again (~40 ms of CPU here);
+    the window builds one per answer and per model list, so they share one context, made once."""
+    from app.backends.remote_http import tls_context
+
+    server = Server("f", "https://gpu-box:8000/v1")
+    with server.client() as first, server.client() as second:
+        contexts = [c._transport._pool._ssl_context for c in (first, second)]
+    assert contexts[0] is contexts[1] is tls_context()
+    assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname  # still verified
