@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app import remote_settings
 from app.backends.remote_http import Server, check_connection, probe_capabilities
-from engine.api.servers import masked_url
+from engine.api.servers import check_server_address, masked_url
 
 PROBED_MODELS = 8  # capability probes per test (each is a few requests)
 
@@ -148,6 +148,11 @@ class EnginesPanel(QGroupBox):
         if not name or not url:
             self.verdict.setText("Give the server a name and a base URL.")
             return
+        try:
+            check_server_address(url)
+        except ValueError as exc:  # a typo saved would only fail later, as an unknown host
+            self.verdict.setText(f"✗ {exc}.")
+            return
         old = self.selected_name()
         remote_settings.upsert_server({"name": name, "url": url}, old_name=old)
         if old and old != name:
@@ -181,6 +186,11 @@ class EnginesPanel(QGroupBox):
         server = self.current_server()
         if not server.url:
             self.verdict.setText("Enter the server's base URL first.")
+            return
+        try:
+            check_server_address(server.url)
+        except ValueError as exc:  # not "Unknown host ... (DNS)" for what is no address at all
+            self.verdict.setText(f"✗ {exc}.")
             return
         self.test_button.setEnabled(False)
         self.verdict.setText(f"Testing {masked_url(server.url)}…")

@@ -141,3 +141,16 @@ def test_a_long_server_entry_is_elided_with_the_whole_in_its_tooltip(qtbot, dial
     panel.servers.setCurrentRow(panel.servers.count() - 1)
     panel.servers.setCurrentItem(item)
     assert panel.name.cursorPosition() == 0  # its start shown, not its end
+
+
+@pytest.mark.parametrize("url", ["not a url at all", "ftp://host:21", "gpubox"])
+def test_what_is_no_server_address_is_said_so_before_testing_or_saving(qtbot, dialog, url):
+    """Found by a trial: "not a url at all" was tested as a host name ("✗ Unknown host: the name does
+    not resolve (DNS)") and could be saved, to fail later."""
+    panel = dialog.engines
+    fill(panel, "box", url)
+    panel.test_connection()
+    said = f"✗ '{url}' is not a server address; give one like http://127.0.0.1:8080."
+    assert panel.verdict.text() == said and panel.test_button.isEnabled()
+    panel.save_server()
+    assert panel.verdict.text() == said and remote_settings.load_servers() == []
