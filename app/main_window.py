@@ -164,6 +164,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         """Send the composer's text and pending images, if the model is ready and idle."""
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
+            if self.controller.loading and (text or images):  # Enter did nothing, and said nothing
+                self.banner.show_info("The model is still loading: your message stays here, to send once "
+                                      "the status bar says ready.")
             return
         if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
             return

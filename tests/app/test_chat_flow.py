@@ -298,3 +298,22 @@ def test_a_refusal_of_images_goes_once_a_model_that_reads_them_is_loaded(qtbot, 
     assert win.banner.message() == ""
     win.add_files([str(png)])
     assert len(win.attachments.paths()) == 1
+
+
+def test_enter_while_the_model_loads_says_why_nothing_was_sent(qtbot, make_window):
+    """Found by a trial: Enter while a model loaded did nothing and said nothing."""
+    import threading
+
+    backend = FakeBackend()
+    win = make_window(backend)
+    gate = threading.Event()
+    backend.jobs.put(gate.wait)  # the next load waits behind this
+    win.load_model("/models/other")
+    assert win.controller.loading
+    win.composer.setPlainText("Hello?")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message() == ("The model is still loading: your message stays here, to send once the status "
+                                    "bar says ready.")
+    assert win.composer.toPlainText() == "Hello?" and win.store.conversations() == []
+    gate.set()
+    qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
