@@ -214,8 +214,9 @@ def params_for(request: SamplingFields, max_tokens: int | None, capacity: int, c
     if request.n != 1:
         raise APIError(400, "n must be 1: this server generates one choice per request", "invalid_value", "n")
     if max_tokens is not None and capacity and max_tokens >= capacity:
-        raise APIError(400, f"{max_tokens_field} is {max_tokens} but the context holds {capacity} tokens",
-                       "context_length_exceeded", max_tokens_field)
+        # ">=": the prompt takes at least one position, so an answer of the whole context cannot fit either.
+        raise APIError(400, f"{max_tokens_field} is {max_tokens} but must be less than the context's {capacity} "
+                       "tokens (the prompt takes some of them)", "context_length_exceeded", max_tokens_field)
     temperature = 1.0 if request.temperature is None else request.temperature  # OpenAI's default
     if temperature < GREEDY_BELOW:  # logits / 1e-300 overflow to inf and NaN probabilities: that is greedy
         temperature = 0.0
