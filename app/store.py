@@ -585,7 +585,13 @@ class Store:
             self.unreadable.add(key)
             token_ids = None  # unusable ids: the text is re-tokenized instead
         parent_id = row["parent_id"] if "parent_id" in row.keys() else None  # absent before schema 4
-        return Message(row["id"], row["conversation_id"], str(row["role"]), str(row["text"] or ""), images,
+        role, text = row["role"], row["text"]
+        if role not in ("user", "assistant"):  # another program's row ('system', 'wizard'): shown as an answer, said
+            self.unreadable.add(key)
+        if isinstance(text, bytes):  # a BLOB written by another program: its text, not Python's b'...'
+            self.unreadable.add(key)
+            text = text.decode("utf-8", errors="replace")
+        return Message(row["id"], row["conversation_id"], str(role), "" if text is None else str(text), images,
                        stats, str(row["status"]), token_ids, parent_id, attached_names)
 
     def _attached_names(self, row: sqlite3.Row, count: int, key: tuple[str, int]) -> list[str]:

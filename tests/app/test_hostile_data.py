@@ -301,6 +301,21 @@ def test_a_database_of_a_newer_smolchat_opens_read_only_and_is_never_written(qtb
     db.close()
 
 
+def test_a_row_of_an_unknown_role_or_blob_text_is_shown_as_text_and_said(qtbot, make_window, data_dir):
+    """Found by a trial: a row of role 'wizard' showed as an answer without a word, and a text stored as
+    a BLOB showed as Python's b'\\xff\\xfe...'."""
+    conv_id, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET role = 'wizard' WHERE id = ?", (ids[1],))
+    db.execute("UPDATE messages SET text = ? WHERE id = ?", ("4 é.".encode() + b"\xff", ids[3]))
+    db.commit()
+    db.close()
+    win = make_window(FakeBackend())
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4 é.\ufffd"]
+    assert win.banner.message().startswith("2 messages of this chat have stored data that could not be read (its role, "
+                                           "text,")
+
+
 def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbot, make_window, data_dir):
     conv_id, ids = _chat(data_dir)
     db = sqlite3.connect(data_dir / "smolchat.sqlite3")
@@ -314,8 +329,8 @@ def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbo
 
     assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
     assert win.banner.message().split("\n") == [
-        "1 message of this chat has stored data that could not be read (images, their names, statistics or token ids): "
-        "shown with what could be read, and left unchanged on disk.",
+        "1 message of this chat has stored data that could not be read (its role, text, images, their names, "
+        "statistics or token ids): shown with what could be read, and left unchanged on disk.",
         # Its settings column ('nope') was passed over without a word.
         "This chat's stored settings could not be read: the current settings apply (and are stored with its next "
         "answer)."]
