@@ -170,6 +170,13 @@ class Banner(QFrame):
         self._callback = None
         self.show()
 
+    def undo(self) -> bool:
+        """Press the banner's "Undo" if it shows one (Ctrl+Z outside a text field); True when it did."""
+        if self._callback is None or self._action.text() != "Undo" or self.isHidden():
+            return False
+        self._run_action()
+        return True
+
     def _run_action(self) -> None:
         callback = self._callback
         self.dismiss()

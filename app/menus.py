@@ -14,6 +14,7 @@ WIDGET_SHORTCUTS = [
     ("Esc", "Stop the answer; cancel an edit"),
     ("Ctrl+V", "Paste text or an image into the message"),
     ("Del", "Delete the selected chat"),
+    ("Ctrl+Z", "Undo a delete (outside the message box)"),
 ]
 
 

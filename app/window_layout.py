@@ -198,6 +198,9 @@ def build_ui(window) -> None:
     window.sidebar.delete_requested.connect(window.delete_conversation)
     window.sidebar.search_changed.connect(lambda _text: window.refresh_sidebar())
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
+    # Ctrl+Z undoes a delete the banner offers to undo; a text field with the focus keeps the key for its
+    # own undo (Qt gives an editor's standard keys to the editor first).
+    QShortcut(QKeySequence.StandardKey.Undo, window, window.banner.undo)
     set_tab_order(window)
     fit_to_screen(window, window.size())  # no larger than a small (or scaled) screen
     window.composer.setFocus()

@@ -208,3 +208,22 @@ def test_the_keyboard_switches_chats_finds_them_and_shows_stop(qtbot, make_windo
     assert win.sidebar.search.hasFocus()
     keys = dict(shortcut_rows(win))
     assert keys["Ctrl+PgDown, Ctrl+Tab"] == "Next chat" and keys["Ctrl+F"] == "Search chats"
+
+
+def test_ctrl_z_undoes_a_chat_delete_outside_the_message_box(qtbot, make_window):
+    """Found by a trial: Del deleted the chat with an Undo in the banner, but Ctrl+Z did nothing; in
+    the message box Ctrl+Z stays the text's own undo."""
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    win.composer.setPlainText("Keep me")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    [chat] = win.sidebar.ids()
+    win.sidebar.list.setFocus()
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Delete)
+    assert win.sidebar.ids() == [] and win.banner.message().startswith("Deleted “Keep me”")
+    qtbot.keyClicks(win.composer, "abc")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert win.composer.toPlainText() != "abc" and win.sidebar.ids() == []  # the text's undo, not the chat's
+    win.sidebar.list.setFocus()
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert win.sidebar.ids() == [chat] and win.keeper.current_id == chat and win.banner.message() == ""
