@@ -356,4 +356,4 @@ def test_the_cli_against_this_server_takes_max_new_tokens_beyond_the_context(url
     done = json.loads(proc.stdout.splitlines()[-1])
     assert done["type"] == "done" and done["finish_reason"] in ("stop", "length"), done
     proc = subprocess.run([*cmd[:-3], "--system", "x " * 20_000], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: The conversation is longer"), proc.stderr
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error: {url}: The conversation is longer"), proc.stderr
