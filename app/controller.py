@@ -69,7 +69,8 @@ class ChatController(QObject):
         self.keeper = keeper
         self.bridge = BackendBridge(self)
         self.bridge.event.connect(self._on_event)
-        self.bridge.loaded.connect(self._on_loaded)
+        self.bridge.loaded_as.connect(self._on_loaded)
+        self._loads = 0  # loads asked for: only the last one's result counts
         self.model_info: dict = {}
         self.busy = self.ready = self.loading = self.closed = False
         self._stopped = True  # the backend's thread ended at shutdown
@@ -92,7 +93,8 @@ class ChatController(QObject):
         self.loading, self.ready = True, False
         self.busy_changed.emit()
         self.model_loading.emit(path)
-        self.backend.load(path, {"device": device, "dtype": dtype, **options}, self.bridge.on_loaded)
+        self._loads += 1
+        self.backend.load(path, {"device": device, "dtype": dtype, **options}, self.bridge.load_callback(self._loads))
         return True
 
     def reload_when_idle(self, device: str | None, dtype: str | None, options: dict) -> None:
@@ -105,9 +107,11 @@ class ChatController(QObject):
         else:
             self.load(self.model_info["path"], device, dtype, options)
 
-    @Slot(object, object)
-    def _on_loaded(self, info, message) -> None:
-        if self.closed:
+    @Slot(int, object, object)
+    def _on_loaded(self, number: int, info, message) -> None:
+        # A model picked while another loads: the slower, earlier load (the last model at start, a
+        # large local one) must not take over, unannounced, when it ends after the one picked.
+        if self.closed or number != self._loads:
             return
         self.loading = False
         if info is None:

@@ -17,6 +17,13 @@ class BackendBridge(QObject):
         """An :data:`~engine.api.backend.EventSink`."""
         self.event.emit(event)
 
+    loaded_as = Signal(int, object, object)  # the load's number, ModelInfo | None, error message | None
+
     def on_loaded(self, info, message) -> None:
         """A :data:`~engine.api.backend.LoadCallback`."""
         self.loaded.emit(info, message)
+
+    def load_callback(self, number: int):
+        """A :data:`~engine.api.backend.LoadCallback` whose result comes as :attr:`loaded_as` with
+        ``number``: a receiver can tell the answer to its last request from an earlier one's."""
+        return lambda info, message: self.loaded_as.emit(number, info, message)

@@ -273,3 +273,23 @@ def test_a_new_key_for_the_server_in_use_applies_to_the_next_question(qtbot, mak
         qtbot.waitUntil(lambda: win.controller.ready, timeout=10_000)
         assert ask(qtbot, win, "Second")["finish_reason"] == "stop"
         assert server.requests[-1]["messages"][-1]["content"] == "Second"
+
+
+def test_a_model_picked_while_another_loads_is_not_replaced_when_that_load_ends(qtbot, make_window, fake_session,
+                                                                                fake):
+    """Found by a trial: a server's model picked while the last local model still loaded at start was
+    ready at once, then replaced, unannounced, minutes later when the local load ended."""
+    import threading
+
+    win = make_window(fake_session)
+    gate = threading.Event()
+    fake_session.jobs.put(gate.wait)  # the local load below waits behind this
+    win.load_model("/models/slow-local")
+    load_remote(qtbot, win, "ok")
+    assert win.model_info["backend"] == "remote:fake"
+    gate.set()
+    qtbot.waitUntil(lambda: fake_session.loads[-1][0] == "/models/slow-local", timeout=5000)
+    qtbot.wait(300)  # the local load's result is delivered, and must be passed over
+    assert win.model_info["backend"] == "remote:fake" and win.model_info["model_name"] == "ok"
+    assert win.controller.ready and not win.controller.loading
+    assert ask(qtbot, win, "Still you?")["engine"] == "remote:fake"
