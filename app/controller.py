@@ -77,11 +77,7 @@ class ChatController(QObject):
         self.extra_params: dict = {}  # GenerationParams fields on top of the settings (tests, screenshots)
         self.image_detail = "full"  # of the last answer: the detail a reopened chat's images are read at
         self.reload_pending: tuple | None = None  # (path, device, dtype, options): after the answer
-        self.last_prompt = ""
-        self.last_was_new = False  # the last answer was to a new question (not an edit or a regenerate)
-        self.last_images: list[str] = []  # the last question's stored files, for the composer when it fails
         self._said = ""  # the running answer's notice, said already by its first progress event
-        self.last_names: list[str] = []  # the names they were attached as (attached_name; "": unknown)
         # Stored copy -> the user's file it was made from: errors name the file the user attached.
         self.display_names: dict[str, str] = {}
 
@@ -174,8 +170,6 @@ class ChatController(QObject):
             return False
         for original, copy in zip(images, stored):  # a video is copied only now (an image when attached)
             self.display_names.setdefault(copy, original)
-        self.last_prompt, self.last_images, self.last_names = text, list(stored), list(names)
-        self.last_was_new = edit_index is None
         attachments = attachments_for(stored, self.takes_video)
         self._start(history, params, lambda p, sp: self.backend.send(text, attachments, p, self.bridge.sink, sp))
         return True
@@ -191,8 +185,6 @@ class ChatController(QObject):
             return
         if found:
             history, user = found
-            self.last_prompt, self.last_images, self.last_names = user.text, list(user.images), list(user.attached_names)
-            self.last_was_new = False
             # The backend holds the question and its answer: rebuild up to the question, then ask again.
             self._start(history, params, lambda p, sp: self.backend.send(
                 user.text, attachments_for(user.images, self.takes_video), p, self.bridge.sink, sp))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QIcon
+from PySide6.QtGui import QCloseEvent, QIcon, QTextCursor
 from PySide6.QtWidgets import QMainWindow
 
 from app.backends import backend_from_env, ignored_backend
@@ -77,7 +77,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_manager = None
         self._editing: int | None = None  # the transcript index of the message being edited
         self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
-        self._sent: Draft | None = None  # the new question being answered, as the composer held it
+        self._sent: tuple[int | None, Draft] | None = None  # (index edited, composer) of the question answered
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._send_when_counted: str | None = None  # a text whose Send waits for its token count
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
@@ -179,7 +179,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         sent = self._take_draft()
         if self.controller.send(text, self.kept_paths(), self.chat_settings(), params, self._editing,
                                 self.attached_names()):
-            self._sent = sent if self._editing is None else None  # back in the composer if it fails
+            self._sent = (self._editing, sent)  # back in the composer if it fails (_take_back)
             edited, self._editing = self._editing is not None, None
             self.composer.clear()
             self.attachments.clear()
@@ -370,24 +370,40 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         answer = self.transcript.last_assistant()
         self.transcript.end_answer(result.get("finish_reason", "error"),
                                    " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))
-        if result.get("finish_reason") == "error" and answer is not None and not answer.text:
-            if not self.composer.toPlainText() and not self.attachments.paths():
-                # Let the user fix and resend: the text and the files it was sent with. A new question
-                # is taken back from the chat as not sent (the composer's draft outlives a quit), so
-                # that sending it again does not store it twice; an edit or a regenerate stays, failed.
-                if self._sent is not None and self.controller.last_was_new and \
-                        self._storage("take back the message", self.keeper.withdraw_last):
-                    self.refresh_sidebar()
-                    self._restore_draft(self._sent)  # each file as attached, identical ones too
-                else:
-                    self._fill_composer(self.controller.last_prompt, self.controller.last_images,
-                                        self.controller.last_names)
+        if result.get("finish_reason") == "error" and answer is not None and not answer.text and \
+                self._sent is not None:
+            self._take_back(*self._sent)
         self._sent = None
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")
         self.composer.setFocus()
         self.answer_finished.emit(result)
+
+    def _take_back(self, edited: int | None, sent: Draft) -> None:
+        """A message whose answer failed before its first word is taken back from the chat as not sent
+        (sending it again must not store it twice), and the composer gets it back as it was at Send
+        (``sent``: text as typed, each file as attached), for the user to fix and send again (the
+        composer's draft outlives a quit). Anything typed meanwhile follows it. An edit (``edited``:
+        the index of the message edited) goes back to editing that message, its other version shown
+        again. A regenerate stays, failed: its question is in the chat, with Regenerate beside it."""
+        typed = self._take_draft()
+        if not self._storage("take back the message", self.keeper.withdraw_last):
+            return
+        self.refresh_sidebar()
+        if edited is not None:
+            self._draft = typed  # the draft set aside for the edit, as after Edit
+            typed = Draft()
+        self._restore_draft(sent)
+        if typed.text.strip() or typed.attachments:
+            self.composer.moveCursor(QTextCursor.MoveOperation.End)
+            self.composer.insertPlainText(("\n\n" if sent.text.strip() else "") + typed.text)
+            self.reattach(typed.attachments, [typed.names.get(p) for p in typed.attachments])
+            self._kept.update(typed.kept)
+        if edited is not None:
+            self._editing = edited
+            self.banner.add_info("Still editing that message: change it and send again, or press Esc to cancel "
+                                 "the edit.")
 
     # -- shutdown ------------------------------------------------------------------------------
     def shutdown(self) -> bool:

@@ -121,10 +121,12 @@ def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
     assert win.store.conversations() == [] and win.transcript.widgets() == []
 
 
-def test_a_refused_follow_up_leaves_the_chat_as_it_was_and_an_edit_or_regenerate_is_kept(qtbot, make_window):
-    """Taken back: a new question the engine refuses as too long (its earlier exchange stays).
-    Kept, as failed: a refused edit (the composer holds the draft set aside, not the edit) and a
-    regenerate (the question was there before), both with their other versions."""
+def test_a_refused_follow_up_leaves_the_chat_as_it_was_an_edit_is_edited_again_a_regenerate_kept(qtbot,
+                                                                                                   make_window):
+    """Taken back: a new question the engine refuses as too long (its earlier exchange stays), and an
+    edit (its other version shown again, the composer editing it again with the draft set aside kept:
+    found by a trial, the edited text came back outside the edit, so Send added it as a new question).
+    Kept, as failed: a regenerate, whose question stays in the chat (the composer gets no copy of it)."""
     backend = FakeBackend(tokens=["Fine", "."])
     win = make_window(backend)
     win.composer.setPlainText("First.")
@@ -139,19 +141,42 @@ def test_a_refused_follow_up_leaves_the_chat_as_it_was_and_an_edit_or_regenerate
     assert [m.text for m in win.store.messages(chat)] == ["First.", "Fine."]
     assert [w.text for w in win.transcript.widgets()] == ["First.", "Fine."]
     assert win.composer.toPlainText() == "Second." and win.keeper.current_id == chat
-    win.composer.clear()
-    with qtbot.waitSignal(win.answer_finished, timeout=5000):
-        win._on_message_action("regenerate", 1)
-    assert [(m.role, m.text, m.status) for m in win.store.messages(chat)] == [
-        ("user", "First.", "done"), ("assistant", "", "error")]
-    assert win.composer.toPlainText() == "First."  # to send again from there, as before
+
     win.composer.setPlainText("My draft")
     win._on_message_action("edit", 0)
     win.composer.setPlainText("First, edited.")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    assert [m.text for m in win.store.messages(chat)] == ["First, edited.", ""]  # the new version, failed
-    assert win.composer.toPlainText() == "My draft"
+    assert [m.text for m in win.store.messages(chat)] == ["First.", "Fine."]  # the old version, shown again
+    assert {count for _, count in win.store.versions(chat).values()} == {1}  # the failed version is gone
+    assert win.composer.toPlainText() == "First, edited." and win._editing == 0
+    assert win.banner.message().endswith("Still editing that message: change it and send again, or press Esc to "
+                                         "cancel the edit.")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Escape)  # cancel: the draft set aside comes back
+    assert win._editing is None and win.composer.toPlainText() == "My draft"
+
+    win.composer.clear()
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win._on_message_action("regenerate", 1)
+    assert [(m.role, m.text, m.status) for m in win.store.messages(chat)] == [
+        ("user", "First.", "done"), ("assistant", "", "error")]
+    assert win.composer.toPlainText() == ""  # no second copy of the question to send
+
+
+def test_text_typed_while_a_question_fails_follows_it_back_into_the_composer(qtbot, make_window, png):
+    """Found by a trial: with anything typed during a slow failing answer, the failed question stayed in
+    the chat (and a new chat in the sidebar), its text and files not given back."""
+    backend = FakeBackend(image_error="fake: The server closed the connection", error_type="Remote:closed",
+                          progress_delay=0.2)
+    win = make_window(backend)
+    win.add_files([str(png)])
+    win.composer.setPlainText("Compare these")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+        win.composer.setPlainText("meanwhile")
+    assert win.store.conversations() == [] and win.transcript.widgets() == []
+    assert win.composer.toPlainText() == "Compare these\n\nmeanwhile"
+    assert win.attachments.paths() == [str(png)]
 
 
 @pytest.mark.parametrize("kind, advice", [
