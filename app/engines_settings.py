@@ -9,6 +9,7 @@ read, and a "can see images" toggle for models no source describes.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from PySide6.QtCore import Qt, Signal, Slot
@@ -28,7 +29,10 @@ from PySide6.QtWidgets import (
 
 from app import remote_settings
 from app.backends.remote_http import Server, check_connection, probe_capabilities
+from engine.api.errors import describe_error
 from engine.api.servers import check_server_address, masked_url
+
+log = logging.getLogger(__name__)
 
 PROBED_MODELS = 8  # capability probes per test (each is a few requests)
 
@@ -200,16 +204,25 @@ class EnginesPanel(QGroupBox):
         threading.Thread(target=self._test, args=(server,), name="TestConnection", daemon=True).start()
 
     def _test(self, server: Server) -> None:
-        kind, verdict, ids = check_connection(server)
         rows = []
-        for model in ids[:PROBED_MODELS]:
-            caps, sources = probe_capabilities(server, model)
-            rows.append((model, caps, sources))
-        self._result.emit(kind, verdict, rows)
+        try:
+            kind, verdict, ids = check_connection(server)
+            for model in ids[:PROBED_MODELS]:
+                caps, sources = probe_capabilities(server, model)
+                rows.append((model, caps, sources))
+        except Exception as exc:  # a bug must still end the test: else "Testing…" stays, the button off
+            log.error("testing %s failed", masked_url(server.url), exc_info=exc)
+            kind, verdict, rows = "error", f"The test failed: {describe_error(exc)}", []
+        self._result.emit(kind, verdict, (server, rows))
 
     @Slot(str, str, object)
-    def _show_result(self, kind: str, verdict: str, rows) -> None:
+    def _show_result(self, kind: str, verdict: str, result) -> None:
         self.test_button.setEnabled(True)
+        server, rows = result
+        if (server.name, server.url, server.api_key) != (self.name.text().strip() or "server",
+                                                         self.url.text().strip(), self.key.text().strip()):
+            self.verdict.clear()  # about fields changed since: not said over the new ones
+            return
         self.verdict.setText(("✓ " if kind == "ok" else "✗ ") + verdict)
         self.verdict.setProperty("verdict", kind)
         for model, caps, sources in rows:

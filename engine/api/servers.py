@@ -54,4 +54,20 @@ def check_server_address(text: str) -> str:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url) \
             or ("://" not in url and port is None) or port == 0:  # 0 asks the system for a free port: no server's
         raise refused
+    if not _host_ok(parts.hostname):
+        raise refused
     return text
+
+
+#: A host name's label (RFC 1123): letters, digits, hyphens inside, at most 63 characters; any
+#: other character passes (an internationalised name is the resolver's to judge).
+_LABEL = re.compile(r"(?!-)[^.\s]{1,63}(?<!-)")
+
+
+def _host_ok(host: str) -> bool:
+    """``host`` can name a machine: an IP address (``[::1]`` arrives without brackets), or labels of 1-63
+    characters joined by single dots, none starting or ending with a hyphen ("...." and "-bad-.com"
+    are refused here: the resolver's codec would raise on the first, DNS fail on the second)."""
+    if ":" in host:  # an IPv6 address, which urlsplit has checked for brackets
+        return True
+    return all(_LABEL.fullmatch(label) for label in host.rstrip(".").split("."))

@@ -4,6 +4,8 @@ was read, with a "can see images" toggle where no server says."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from PySide6.QtCore import Qt
 
@@ -154,3 +156,33 @@ def test_what_is_no_server_address_is_said_so_before_testing_or_saving(qtbot, di
     assert panel.verdict.text() == said and panel.test_button.isEnabled()
     panel.save_server()
     assert panel.verdict.text() == said and remote_settings.load_servers() == []
+
+
+def test_a_test_that_breaks_ends_in_a_verdict_and_one_for_old_fields_is_not_shown(qtbot, dialog, monkeypatch):
+    """Found by a trial: a test whose thread raised left "Testing …" for good and the button off for the
+    dialog's life; a test still running when the fields changed wrote its verdict over the new ones."""
+    from app import engines_settings
+
+    panel = dialog.engines
+
+    def broken(server, timeout=10.0):
+        raise UnicodeError("encoding with 'idna' codec failed (label empty or too long)")
+
+    monkeypatch.setattr(engines_settings, "check_connection", broken)
+    fill(panel, "box", "http://gpu-box:8000/v1")
+    with qtbot.waitSignal(panel.tested, timeout=10_000):
+        panel.test_connection()
+    assert panel.verdict.text().startswith("✗ The test failed: ") and panel.test_button.isEnabled()
+
+    release = threading.Event()
+
+    def slow(server, timeout=10.0):
+        release.wait(10)
+        return "unauthorized", "401 Unauthorized: the API key is missing or wrong", []
+
+    monkeypatch.setattr(engines_settings, "check_connection", slow)
+    panel.test_connection()
+    panel.url.setText("http://other-box:8000/v1")  # changed while the first test runs
+    release.set()
+    qtbot.waitUntil(panel.test_button.isEnabled, timeout=10_000)
+    assert "401" not in panel.verdict.text()

@@ -8,14 +8,19 @@ from engine.api.servers import api_base, check_server_address, masked_url
 
 
 @pytest.mark.parametrize("text", ["http://127.0.0.1:8080", "https://gpu-box/v1", "http://gpu-box:8000/v1/",
-                                  "localhost:8080", "127.0.0.1:8080", "[::1]:8080", "gpu-box:8000/v1"])
+                                  "localhost:8080", "127.0.0.1:8080", "[::1]:8080", "gpu-box:8000/v1",
+                                  "http://bücher.example:8080", "http://my_box.local.:8000/v1",
+                                  "http://a.b-c.d/v1"])
 def test_addresses_are_taken_as_given(text):
     assert check_server_address(text) == text
 
 
 @pytest.mark.parametrize("text", ["not-a-url", "gpu-box", "ftp://gpu-box:21", "http://", "https://", "",
                                   "localhost:http", "http://localhost:99999", "http://gpu box:8000", ":8080",
-                                  "host:0", "http://localhost:0", "https://gpu-box:0/v1"])  # 0: no port to connect to
+                                  "host:0", "http://localhost:0", "https://gpu-box:0/v1",  # 0: no port to connect to
+                                  # Found by a trial: the first killed the test thread (IDNA codec), the
+                                  # second failed only later, in DNS.
+                                  "https://..../v1", "http://-bad-.com/v1", "http://a..b:80", "http://x" + "y" * 63 + ".z"])
 def test_what_is_no_address_is_refused_in_words(text):
     with pytest.raises(ValueError) as refused:
         check_server_address(text)
