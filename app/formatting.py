@@ -86,6 +86,12 @@ def error_words(error_type: str, message: str) -> str:
     this message alone is too long; a Smolchat server's words hold the engine's "the prompt has"."""
     if error_type not in CONTEXT_ERRORS:
         return message
+    # A server's words start with its name ("Box: The conversation is longer..."): kept in front.
+    server = message.partition(VERDICTS["context"])[0] if VERDICTS["context"] in message else ""
+    return server + _context_words(error_type, message)
+
+
+def _context_words(error_type: str, message: str) -> str:
     at = message.find("the prompt has ")
     if at < 0:
         if error_type == "Remote:context":  # "<server>: <verdict>: <the server's words>"

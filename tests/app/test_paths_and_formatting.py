@@ -132,7 +132,7 @@ def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
     # A Smolchat server's (app.backends.remote prefixes the verdict; the server adds its advice).
     ("Remote:context", "home: The conversation is longer than the model's context: the prompt has 9012 tokens (8640 of "
      "them for images) but the context holds 8192: shorten the prompt or the conversation, or send fewer images",
-     "Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for images) but "
+     "home: Too long for the model's context: this message makes a prompt of 9012 tokens (8640 of them for images) but "
      "the context holds 8192. Attach fewer images or pick a lower image detail, shorten it, or send it in parts "
      "(a long chat keeps only the earlier messages that fit)."),
     ("Remote:context", "The conversation is longer than the model's context: the prompt has 8300 tokens but the "
@@ -142,7 +142,7 @@ def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
     # llama-server's words.
     ("Remote:context", "laptop: The conversation is longer than the model's context: the request exceeds the available "
      "context size, try increasing it",
-     "Too long for the model's context: the server refused this message even without the earlier ones (“the "
+     "laptop: Too long for the model's context: the server refused this message even without the earlier ones (“the "
      "request exceeds the available context size, try increasing it”). Shorten it or send it in parts."),
     ("Remote:closed", "The server closed the connection", "The server closed the connection"),
 ])

@@ -233,7 +233,7 @@ def test_a_message_the_server_refuses_as_too_long_is_taken_back_to_the_composer(
     assert [w.text for w in win.transcript.widgets()] == [text for _, text in before]
     assert win.composer.toPlainText() == long_text  # as it was typed
     assert win.banner.message() == (
-        "Too long for the model's context: the server refused this message even without the earlier ones "
+        "fake: Too long for the model's context: the server refused this message even without the earlier ones "
         "(“This model's maximum context length is exceeded (199 characters)”). Shorten it or send it in parts.")
     win.composer.setPlainText("Shorter.")  # sent once, after the first question
     ask(qtbot, win, "Shorter.")
