@@ -42,6 +42,7 @@ from app.window_chats import ChatsMixin
 from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
 from engine.api import ChatBackend
 
+LOADING_NOTE = "The model is still loading: your message stays here, to send once the status bar says ready."
 NO_MODEL_TEXT = "No model loaded.\nChoose or download a model with the button at the top right (or Model ▸ Manage models…)."
 
 
@@ -165,8 +166,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         text, images = self.composer.toPlainText().strip(), self.attachments.paths()
         if not self.send_button.isEnabled():
             if self.controller.loading and (text or images):  # Enter did nothing, and said nothing
-                self.banner.show_info("The model is still loading: your message stays here, to send once "
-                                      "the status bar says ready.")
+                self.banner.show_info(LOADING_NOTE)
             return
         if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
             return
@@ -343,8 +343,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
                                          "Ask about an image…" if vision else "Ask a question…")
         self.composer.viewport().update()  # an empty editor does not repaint its new placeholder by itself
         show_attach_kinds(self, video, vision)
-        if vision and "cannot read images" in (self.banner.message() or ""):
-            self.banner.dismiss()  # about the model before (images dropped while this one loaded): not true now
+        shown = self.banner.message() or ""
+        # What was said about the model before, or its load, is not true now: images refused by a text
+        # model while this one loaded, a load that failed, Enter pressed during the load.
+        if (vision and "cannot read images" in shown) or shown.startswith(("Could not load the model: ",
+                                                                           LOADING_NOTE)):
+            self.banner.dismiss()
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()

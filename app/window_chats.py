@@ -200,12 +200,14 @@ class ChatsMixin:
         from app.theme import apply_theme
 
         engine_changed = any(getattr(settings, k) != getattr(self.settings, k) for k in ENGINE_KEYS)
+        theme_changed = settings.theme != self.settings.theme
         self.settings = settings
         save_settings(settings, self.qsettings)
         if self.keeper.current_id is not None:
             self._storage("save this chat's settings", lambda: self.store.update_conversation(
                 self.keeper.current_id, settings=self.chat_settings()))
-        apply_theme(settings.theme)
+        if theme_changed:  # else $SMOLCHAT_THEME's theme, applied at start, stays (trial 45)
+            apply_theme(settings.theme)
         self.update_regenerate_note()
         self.reset_message_detail()
         self._count_pending_tokens()

@@ -342,3 +342,25 @@ def test_enter_while_the_model_loads_says_why_nothing_was_sent(qtbot, make_windo
     assert win.composer.toPlainText() == "Hello?" and win.store.conversations() == []
     gate.set()
     qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
+
+
+def test_what_was_said_about_a_load_goes_once_a_model_is_ready(qtbot, make_window):
+    """Found by a trial: "Could not load the model: ..." and "The model is still loading..." stayed
+    up after a model had loaded."""
+    import threading
+
+    backend = FakeBackend()
+    win = make_window(backend)
+    backend.fail = "Box: 401 Unauthorized: the API key is missing or wrong"
+    win.load_model("/models/locked")
+    qtbot.waitUntil(lambda: win.banner.message().startswith("Could not load the model: Box: 401"), timeout=5000)
+    backend.fail = None
+    gate = threading.Event()
+    backend.jobs.put(gate.wait)
+    win.load_model("/models/fake")
+    win.composer.setPlainText("Hello?")
+    win.send_message()
+    assert win.banner.message().startswith("The model is still loading")
+    gate.set()
+    qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
+    assert win.banner.message() == ""

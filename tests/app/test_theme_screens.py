@@ -258,3 +258,21 @@ def test_model_given_on_the_command_line_stays_in_the_list(qtbot, make_window):
     assert len(back) == 1
     back[0].trigger()
     qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/from-command-line", timeout=5000)
+
+
+def test_settings_ok_keeps_the_theme_from_the_environment_unless_the_theme_was_changed(window):
+    """Found by a trial: with $SMOLCHAT_THEME=dark, pressing OK in Settings (the theme untouched)
+    turned the window light: the saved "system" theme was applied again."""
+    import dataclasses
+
+    from app import theme
+
+    before = theme._state["theme"]
+    theme.apply_theme("dark")  # as create_app does for SMOLCHAT_THEME=dark
+    try:
+        window._apply_settings(dataclasses.replace(window.settings, system_prompt="Be brief."))
+        assert theme._state["theme"] == "dark"
+        window._apply_settings(dataclasses.replace(window.settings, theme="light"))
+        assert theme._state["theme"] == "light"
+    finally:
+        theme.apply_theme(before)
