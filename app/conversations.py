@@ -42,6 +42,8 @@ def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str
     detail = str(exc) or type(exc).__name__
     full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in detail or "No space left" in detail
     if not full:
+        if isinstance(exc, OSError) and exc.strerror:  # "[Errno 21] Is a directory: 'x'" without the number
+            return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
         return detail
     where = f"; free some space on the disk that holds {folder}" if folder is not None else ""
     return f"the disk is full ({detail}){where}"

@@ -372,6 +372,9 @@ def export_dialog(window, kind: str) -> Path | None:
         return None
     if not Path(path).suffix:  # "notes" typed in the JSON dialog: Qt's own dialog adds no extension
         path = f"{path}.{kind}"
+        if Path(path).is_dir():  # not "folder.md already exists. Replace it?" about a folder
+            window.banner.show_error(f"Could not export the chat: {path} is a folder.")
+            return None
         # The dialog asked about overwriting "notes", not "notes.json".
         if Path(path).exists() and QMessageBox.question(
                 window, "Export chat", f"{Path(path).name} already exists. Replace it?") != QMessageBox.StandardButton.Yes:

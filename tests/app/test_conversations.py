@@ -346,3 +346,23 @@ def test_identical_files_attached_under_different_names_keep_each_name(qtbot, ma
     assert [c.name for c in again.attachments.chips()] == ["holiday photo.png"]
     ask(qtbot, again, "Once more")
     assert again.store.messages(again.keeper.current_id)[0].attached_names == ["holiday photo.png"]
+
+
+def test_an_export_onto_a_folder_says_so_in_words(qtbot, window, tmp_path, monkeypatch):
+    """Found by a trial: "[Errno 21] ..." in the banner; and "folder" typed without an extension asked
+    "folder.md already exists. Replace it?" about a folder."""
+    from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+    from app.export import export_dialog
+
+    ask(qtbot, window, "Hello")
+    (tmp_path / "folder.md").mkdir()
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a) or QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "folder.md"), ""))
+    assert export_dialog(window, "md") is None
+    assert window.banner.message() == (f"Could not export the chat: {tmp_path / 'folder.md'}: a folder of that name "
+                                       "is there.")
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "folder"), ""))
+    assert export_dialog(window, "md") is None and asked == []
+    assert window.banner.message() == f"Could not export the chat: {tmp_path / 'folder.md'} is a folder."
