@@ -102,6 +102,29 @@ def apply_migration(db: sqlite3.Connection, version: int) -> None:
     db.execute(f"PRAGMA user_version = {version}")
 
 
+#: Stored copies up to this size are hashed again when the same file is stored again, to find one
+#: damaged since it was stored; a larger one (a long video) is compared by size alone.
+REHASH_LIMIT = 256 << 20
+
+
+def _same_content(stored: Path, fresh: Path, digest: str) -> bool:
+    """``stored`` (the copy named by ``digest``) still holds ``fresh``'s bytes: the same size and, up
+    to :data:`REHASH_LIMIT`, the same SHA-256. False also when it cannot be read."""
+    try:
+        size = stored.stat().st_size
+        if size != fresh.stat().st_size:
+            return False
+        if size > REHASH_LIMIT:
+            return True
+        check = hashlib.sha256()
+        with stored.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                check.update(block)
+        return check.hexdigest() == digest
+    except OSError:
+        return False
+
+
 def _base_name(name: str) -> str:
     """``name`` without any folder, whichever system's separator it uses."""
     return re.split(r"[/\\]", name)[-1]
@@ -547,9 +570,9 @@ class Store:
                 for block in iter(lambda: copy.read(1 << 20), b""):
                     digest.update(block)
             target = self.images_dir / f"{digest.hexdigest()[:32]}{suffix}"
-            if target.exists():
+            if target.exists() and _same_content(target, tmp, digest.hexdigest()):
                 tmp.unlink()
-            else:
+            else:  # new, or a stored copy damaged since (a disk error): the intact file replaces it
                 tmp.replace(target)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a full disk must not leave half an image behind

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -223,3 +224,17 @@ def test_names_stay_with_their_files_when_a_damaged_images_entry_is_left_out(sto
     db.close()
     read = store.message(message.id)
     assert (read.images, read.attached_names) == ([image], ["b.png"])
+
+
+def test_a_stored_copy_damaged_since_is_replaced_when_the_file_is_stored_again(store, tmp_path):
+    """Found by a trial: a copy in the image store damaged on disk was reused for good (the intact
+    original could never be sent again, and the error named the original)."""
+    photo = tmp_path / "red.png"
+    photo.write_bytes(b"\x89PNG" + bytes(range(256)) * 4)
+    stored = Path(store.store_image(photo))
+    stored.write_bytes(stored.read_bytes()[:100])  # cut short
+    assert store.store_image(photo) == str(stored) and stored.read_bytes() == photo.read_bytes()
+    damaged = bytearray(photo.read_bytes())
+    damaged[500] ^= 0xFF  # the same size, one byte flipped
+    stored.write_bytes(bytes(damaged))
+    assert store.store_image(photo) == str(stored) and stored.read_bytes() == photo.read_bytes()
