@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QSettings, QTimer
 
 from app.conversations import attached_name
 
@@ -27,6 +27,7 @@ class DraftKeeper(QObject):
         self.window = window
         self._timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
         self._timer.timeout.connect(self.save)
+        self._said = False  # that the settings file cannot be written
 
     def changed(self) -> None:
         """The composer's text or attachments changed: save soon."""
@@ -43,12 +44,19 @@ class DraftKeeper(QObject):
         return {"text": w.composer.toPlainText(), "files": w.kept_paths(), "names": w.attached_names()}
 
     def save(self) -> None:
+        """Write the draft now. A settings file that cannot be written (read-only, a full disk) is said
+        once in the window's banner: the message would otherwise be lost at quit without a word."""
         self._timer.stop()
-        draft = self.contents()
+        draft, qs = self.contents(), self.window.qsettings
         if draft["text"].strip() or draft["files"]:
-            self.window.qsettings.setValue(KEY, json.dumps(draft))
+            qs.setValue(KEY, json.dumps(draft))
         else:
-            self.window.qsettings.remove(KEY)
+            qs.remove(KEY)
+        qs.sync()
+        if qs.status() != QSettings.Status.NoError and not self._said:
+            self._said = True
+            self.window.banner.add_error(f"Your unsent message cannot be kept for the next start: the settings file "
+                                         f"{qs.fileName()} cannot be written.")
 
     def restore(self) -> list[str]:
         """Put the kept draft in the composer; the names of attachments gone since (left out)."""

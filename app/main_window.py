@@ -107,9 +107,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.open_conversation(self.keeper.last_opened())
         self.drafts = DraftKeeper(self)
         gone = self.drafts.restore()  # what was being written when Smolchat last closed
-        if gone:
-            self.banner.show_info(f"Your unsent message is back without {', '.join(gone)}: "
-                                  f"{'that file is' if len(gone) == 1 else 'those files are'} gone.")
+        if gone:  # in the lasting banner: a model that fails to load at start would replace it in the other
+            self.storage_banner.add_info(f"Your unsent message is back without {', '.join(gone)}: "
+                                         f"{'that file is' if len(gone) == 1 else 'those files are'} gone.")
         self.composer.textChanged.connect(self.drafts.changed)
         self.attachments.changed.connect(self.drafts.changed)
         self._update_actions()
