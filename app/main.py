@@ -14,11 +14,13 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSocketNotifier, QTimer, Slot
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from app import safe_files
 from app.application import create_app
 from app.main_window import MainWindow
+from app.paths import data_dir
+from app.single_instance import already_open_text, take_lock
 
 
 def model_argument(value: str) -> str:
@@ -175,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
             return self_test_main([a for a in argv if a != "--self-test"])
     args = parse_args(argv)
     app = create_app(sys.argv[:1])
+    lock, already_open = take_lock(data_dir())
+    if already_open:
+        said = already_open_text(data_dir())
+        print(said, file=sys.stderr)
+        QMessageBox.information(None, "Smolchat", said)
+        return 0
     with SignalsClose(app) as signals:
         window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
         window.show()  # before the model is loaded: loading runs in the engine thread
@@ -189,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             from engine.service import exit_process
 
             exit_process(code)
+    if lock is not None:
+        lock.unlock()
     return code
 
 
