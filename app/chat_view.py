@@ -7,9 +7,11 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.messages import AssistantMessage, UserMessage
 
-EMPTY_TEXT = "Drop a photo here, or paste one, and ask a question about it.\nEverything runs on this computer."
+#: The empty chat's second line with a local model (a server's model names the server instead).
+LOCAL_LINE = "Everything runs on this computer."
+EMPTY_TEXT = f"Drop a photo here, or paste one, and ask a question about it.\n{LOCAL_LINE}"
 #: The empty chat's line for a model that takes no images.
-EMPTY_TEXT_ONLY = "Ask a question below.\nEverything runs on this computer."
+EMPTY_TEXT_ONLY = f"Ask a question below.\n{LOCAL_LINE}"
 
 
 class ChatView(QScrollArea):

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QMainWindow
 
 from app.backends import backend_from_env, ignored_backend
 from app.backends.switch import EngineSwitch, make_remote_backend
-from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY
+from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY, LOCAL_LINE
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
 from app.drafts import DraftKeeper
@@ -198,9 +198,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
     @Slot()
     def stop(self) -> None:
         """Stop the current answer (within ~200 ms, also before its first token); Esc with no answer
-        running cancels an edit."""
+        running cancels an edit, and in the chat search clears it."""
         if self._busy:
             self.controller.stop()
+        elif self.sidebar.search.hasFocus() and self.sidebar.search.text():
+            self.sidebar.search.clear()  # every chat listed again
         else:
             self._cancel_edit()
 
@@ -338,7 +340,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.model_picker.set_model(info.get("model_name", ""), info.get("path", ""))
         vision = info.get("capabilities", {}).get("vision", True)
         video = info.get("capabilities", {}).get("video", False)
-        self.transcript.set_placeholder(EMPTY_TEXT if vision else EMPTY_TEXT_ONLY)
+        placeholder = EMPTY_TEXT if vision else EMPTY_TEXT_ONLY
+        if str(info.get("backend", "")).startswith("remote:"):  # not "Everything runs on this computer"
+            placeholder = placeholder.replace(LOCAL_LINE, f"Answers come from the server {info.get('device')}.")
+        self.transcript.set_placeholder(placeholder)
         self.composer.setPlaceholderText("Ask about an image or a video…" if video else
                                          "Ask about an image…" if vision else "Ask a question…")
         self.composer.viewport().update()  # an empty editor does not repaint its new placeholder by itself

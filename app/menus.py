@@ -11,7 +11,7 @@ from app.icons import icon
 WIDGET_SHORTCUTS = [
     ("Enter", "Send the message"),
     ("Shift+Enter", "New line in the message"),
-    ("Esc", "Stop the answer; cancel an edit"),
+    ("Esc", "Stop the answer; cancel an edit; clear the chat search"),
     ("Ctrl+V", "Paste text or an image into the message"),
     ("Del", "Delete the selected chat"),
     ("Ctrl+Z", "Undo a delete (outside the message box)"),

@@ -227,3 +227,15 @@ def test_ctrl_z_undoes_a_chat_delete_outside_the_message_box(qtbot, make_window)
     win.sidebar.list.setFocus()
     qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert win.sidebar.ids() == [chat] and win.keeper.current_id == chat and win.banner.message() == ""
+
+
+def test_esc_in_the_chat_search_clears_it_and_a_remote_chat_names_its_server(qtbot, make_window):
+    """Found by a trial: Esc left the search's filter on; an empty chat with a server's model said
+    "Everything runs on this computer"."""
+    win = make_window(FakeBackend())
+    win.actions["search"].trigger()
+    qtbot.keyClicks(win.sidebar.search, "cats")
+    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Escape)
+    assert win.sidebar.search.text() == ""
+    win._on_model_loaded({**win.model_info, "backend": "remote:Box", "device": "Box"})
+    assert win.transcript._empty.text().endswith("\nAnswers come from the server Box.")
