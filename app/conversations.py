@@ -543,10 +543,11 @@ class ConversationKeeper(QObject):
             self._streaming_id = None
 
     def withdraw_last(self) -> None:
-        """Take back the last question and its failed answer, as if never sent: for a message the model
-        can never take as it is (longer than its context, found only by the server that refused it),
-        which goes back to the composer to shorten. A chat that this question started goes with it.
-        Raises the store's error (:data:`STORAGE_ERRORS`) when the delete fails; nothing changes then."""
+        """Take back the last question (a new one, or an edit's new version) and its answer that failed
+        before its first word, as if never sent: the window gives it back to the composer
+        (``MainWindow._take_back``), so sending it again stores it once. A chat that this question
+        started goes with it; an edit's other version is shown again. Raises the store's error
+        (:data:`STORAGE_ERRORS`) when the delete fails; nothing changes then."""
         widgets = self.transcript.widgets()
         if len(widgets) < 2 or widgets[-2].role != "user":
             return

@@ -62,7 +62,9 @@ class DraftKeeper(QObject):
         """Put the kept draft in the composer; the names of attachments gone since (left out)."""
         try:
             draft = json.loads(str(self.window.qsettings.value(KEY, "") or "{}"))
-            text, files, names = str(draft.get("text", "")), list(draft.get("files", [])), list(draft.get("names", []))
+            text, files, names = draft.get("text", ""), draft.get("files", []), draft.get("names", [])
+            if not (isinstance(text, str) and isinstance(files, list) and isinstance(names, list)):
+                raise TypeError("not a draft")  # another program's value, or a hand-edited one
             files = [str(f) for f in files]
             names = [str(n) if n else "" for n in names] + [""] * (len(files) - len(names))
         except (ValueError, TypeError, AttributeError, RecursionError):

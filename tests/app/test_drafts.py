@@ -91,11 +91,13 @@ def test_an_attachment_gone_since_is_left_out_and_said(qtbot, make_window, tmp_p
 def test_an_unreadable_kept_draft_is_ignored(qtbot, make_window):
     win = make_window(FakeBackend())
     win.shutdown()
-    for value in ("{not json", json.dumps([1, 2]), json.dumps({"text": 5, "files": "x", "names": None})):
+    for value in ("{not json", json.dumps([1, 2]), json.dumps({"text": 5, "files": "x", "names": None}),
+                  json.dumps({"text": "", "files": "abc"})):
         win.qsettings.setValue(KEY, value)
         win.qsettings.sync()
         again = make_window(FakeBackend())
         assert again.composer.toPlainText() == "" and again.attachments.paths() == []
+        assert "unsent" not in again.storage_banner.message()  # no "back without a, b, c" from a string
         again.shutdown()
 
 
