@@ -551,15 +551,11 @@ class ConversationKeeper(QObject):
         widgets = self.transcript.widgets()
         if len(widgets) < 2 or widgets[-2].role != "user":
             return
-        self.store.delete_message(widgets[-2].message_id)
+        self.delete_message(len(widgets) - 2)  # an edit's other version (and its branch) takes its place
         self._streaming_id = None  # its answer went with it: nothing left to finish
         if self._created and not self.store.messages(self.current_id):
             self._drop_new(self.current_id)
             self.transcript.clear()
-            return
-        index = len(widgets) - 2  # an edit's other version (and its branch) takes its place, if there is one
-        self.transcript.remove_from(index)
-        self._render(self.store.messages(self.current_id)[index:])
 
     # -- edits -------------------------------------------------------------------------------------
     def delete_message(self, index: int) -> DeletedMessages | None:

@@ -47,7 +47,11 @@ def _entries(raw: str) -> tuple[list, bool]:
 
 def load_servers(qs: QSettings | None = None) -> list[dict]:
     """``[{"name", "url", "vision": {model: bool}}]`` in the order added (those whole in a list cut short)."""
-    servers, _ = _entries(str((qs or open_settings()).value(SERVERS_KEY, "[]") or "[]"))
+    return _usable(_entries(str((qs or open_settings()).value(SERVERS_KEY, "[]") or "[]"))[0])
+
+
+def _usable(servers: list) -> list[dict]:
+    """The entries of ``servers`` that name a server and its URL, with their "can see images" toggles."""
     out = []
     for s in servers:
         if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"] and isinstance(s.get("url"), str) \
@@ -65,7 +69,7 @@ def unreadable_servers(qs: QSettings | None = None) -> str:
     qs = qs or open_settings()
     raw = str(qs.value(SERVERS_KEY, "[]") or "[]")
     servers, whole = _entries(raw)
-    read = len(load_servers(qs))
+    read = len(_usable(servers))
     dropped = len(servers) - read
     if whole and not dropped:
         return ""
