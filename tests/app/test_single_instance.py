@@ -33,7 +33,7 @@ def ready():
 
 entry.create_app(sys.argv[:1])
 QTimer.singleShot(50, ready)
-code = entry.main([])
+code = entry.main(["--model", "/models/slow-fake"])  # no model manager dialog (a modal loop)
 print("EXIT", code, flush=True)
 sys.exit(code)
 """
