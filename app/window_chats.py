@@ -59,6 +59,8 @@ class ChatsMixin:
             self.stats_label.setText(f"{model_summary(self.model_info)} · ready")
         self.controller.conversation_opened()
         self.refresh_sidebar()
+        if conversation_id is not None and conversation_id not in self.sidebar.ids() and self.sidebar.search.text():
+            self.sidebar.search.clear()  # a chat opened by Undo or a link, hidden by the search: list them all
 
     def step_conversation(self, step: int) -> None:
         """Open the chat ``step`` places down (+1) or up (-1) the sidebar's list (Ctrl+PgDown/PgUp,

@@ -229,6 +229,24 @@ def test_ctrl_z_undoes_a_chat_delete_outside_the_message_box(qtbot, make_window)
     assert win.sidebar.ids() == [chat] and win.keeper.current_id == chat and win.banner.message() == ""
 
 
+def test_a_chat_restored_while_a_search_hides_it_is_listed(qtbot, make_window):
+    """Found by a trial: a chat deleted and restored by Undo while the sidebar's search matched
+    nothing of it was opened but not listed (the search is cleared so it shows)."""
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    win.composer.setPlainText("Keep me")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    [chat] = win.sidebar.ids()
+    win.delete_conversation(chat)
+    qtbot.keyClicks(win.sidebar.search, "zebra")
+    assert win.sidebar.ids() == []
+    win.banner.undo()
+    assert win.keeper.current_id == chat and win.sidebar.ids() == [chat] and win.sidebar.search.text() == ""
+    qtbot.keyClicks(win.sidebar.search, "Keep")  # a search that lists the open chat is left alone
+    win.open_conversation(chat)
+    assert win.sidebar.search.text() == "Keep" and win.sidebar.ids() == [chat]
+
+
 def test_esc_in_the_chat_search_clears_it_and_a_remote_chat_names_its_server(qtbot, make_window):
     """Found by a trial: Esc left the search's filter on; an empty chat with a server's model said
     "Everything runs on this computer"."""
