@@ -56,6 +56,10 @@ class AttachmentStrip(QWidget):
         super().__init__(parent)
         self.setObjectName("attachments")
         self._chips: list = []  # AttachmentChip, or app.filmstrip.VideoChip for a video
+        # Each chip's place: (pick, position in the pick[, page…]). A PDF's pages come back from
+        # rendering later and take the PDF's place among the files picked with it, not the end.
+        self._ranks: dict[str, tuple[int, ...]] = {}
+        self._picks = 0
         # In a scroll area: a row of chips in a plain layout asked for its whole width as the window's
         # minimum (24 photos of a dropped folder: 2,063 px, Send and the settings off a 1,280 px screen).
         row = QWidget()
@@ -85,13 +89,23 @@ class AttachmentStrip(QWidget):
     def chip(self, path: str):
         return next((chip for chip in self._chips if chip.path == path), None)
 
+    def new_pick(self) -> int:
+        """A number for one pick, drop or paste of files, above every earlier one (see :meth:`add`)."""
+        self._picks += 1
+        return self._picks
+
     @Slot(str)
-    def add(self, path: str, video_plan=None, name: str = "") -> bool:
+    def add(self, path: str, video_plan=None, name: str = "", rank: tuple[int, ...] | None = None) -> bool:
         """Add ``path`` unless it is already pending; True when added. With ``video_plan``
         (:class:`app.video_attachments.VideoPlan`) it is a video and shows a filmstrip. ``name``:
-        what the chip calls it (default the file's name; a stored copy's is a hash)."""
+        what the chip calls it (default the file's name; a stored copy's is a hash). ``rank``:
+        ``(pick, position[, sub-position…])``, where the chip goes among the others (compared as
+        tuples); default: after every chip."""
         if path in self.paths():
             return False
+        rank = rank if rank is not None else (self.new_pick(),)
+        self._picks = max(self._picks, rank[0])
+        index = sum(1 for chip in self._chips if self._ranks.get(chip.path, ()) <= rank)
         if video_plan is not None:
             from app.filmstrip import VideoChip
 
@@ -99,13 +113,15 @@ class AttachmentStrip(QWidget):
         else:
             chip = AttachmentChip(path, self, name=name)
         chip.remove_requested.connect(self.remove)
-        self._chips.append(chip)
-        self._layout.insertWidget(len(self._chips) - 1, chip)
+        self._chips.insert(index, chip)
+        self._ranks[path] = rank
+        self._layout.insertWidget(index, chip)
         self._sync()
         return True
 
     @Slot(str)
     def remove(self, path: str) -> None:
+        self._ranks.pop(path, None)
         for chip in [c for c in self._chips if c.path == path]:
             self._chips.remove(chip)
             chip.hide()

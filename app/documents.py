@@ -114,8 +114,8 @@ class PagePicker(QDialog):
 class DocumentIntake(QObject):
     """Turns dropped, pasted or picked paths into image attachments for ``window`` (a MainWindow)."""
 
-    _probed = Signal(object, str)  # PdfInfo | None, error (worker thread → UI thread, queued)
-    _rendered = Signal(str, object, str)  # pdf path, [png paths] | None, error
+    _probed = Signal(object, str, object)  # PdfInfo | None, error, rank (worker thread → UI thread, queued)
+    _rendered = Signal(str, object, str, object)  # pdf path, [png paths] | None, error, rank
     _progress = Signal(str, int, int)  # pdf path, pages done, pages
 
     def __init__(self, window) -> None:
@@ -147,19 +147,28 @@ class DocumentIntake(QObject):
                 if self.window.controller.ready else 0 for p in paths]
 
     # -- taking paths ----------------------------------------------------------------------------------
-    def take(self, paths: list[str]) -> list[str]:
+    def take(self, paths: list[str], ranks: list[tuple[int, ...]]) -> tuple[list[str], dict[str, tuple[int, ...]]]:
         """The files to attach now: folders expanded, PDFs sent to the worker (their pages come back
-        through ``window.add_files``), and of several images only those that fit the budget."""
-        files, notes = pdf_pages.expand_folders(paths)
+        through ``window.add_files`` with the PDF's rank, so they take its place), and of several
+        images only those that fit the budget. ``ranks``: each path's place among the attachments
+        (:meth:`app.attachments.AttachmentStrip.add`); a folder's files get one more position each.
+        Returns (images, each image's rank)."""
+        files, rank_of, notes = [], {}, []
+        for path, rank in zip(paths, ranks, strict=True):
+            found, more = pdf_pages.expand_folders([path])
+            notes += more
+            for position, file in enumerate(found):
+                files.append(file)
+                rank_of.setdefault(file, rank if file == path else (*rank, position))
         images = [p for p in files if not pdf_pages.is_pdf(p)]
-        for pdf in (p for p in files if pdf_pages.is_pdf(p)):
-            self._open(pdf)
+        for pdf in dict.fromkeys(p for p in files if pdf_pages.is_pdf(p)):
+            self._open(pdf, rank_of[pdf])
         if len(images) > 1:
             images, note = self._fit(images)
             notes += [note] if note else []
         if notes:
             self.window.banner.show_info(" ".join(notes))
-        return images
+        return images, rank_of
 
     def _fit(self, images: list[str]) -> tuple[list[str], str]:
         budget = self.budget()
@@ -180,22 +189,22 @@ class DocumentIntake(QObject):
                        "Lower the image detail in Settings to fit more.")
 
     # -- PDFs ------------------------------------------------------------------------------------------
-    def _open(self, path: str) -> None:
+    def _open(self, path: str, rank: tuple[int, ...]) -> None:
         self.working += 1
         self._show_status(f"Opening {Path(path).name}…")
         folder = pages_dir()
 
         def job() -> None:
             try:
-                self._probed.emit(pdf_pages.probe(path, folder), "")
+                self._probed.emit(pdf_pages.probe(path, folder), "", rank)
             except pdf_pages.DocumentError as exc:
-                self._probed.emit(None, str(exc))
+                self._probed.emit(None, str(exc), rank)
             except Exception as exc:  # noqa: BLE001 - never lose a job: the window waits for it
-                self._probed.emit(None, f"{Path(path).name} cannot be read: {exc}")
+                self._probed.emit(None, f"{Path(path).name} cannot be read: {exc}", rank)
         _WORKER.submit(job)
 
-    @Slot(object, str)
-    def _on_probed(self, info, error: str) -> None:
+    @Slot(object, str, object)
+    def _on_probed(self, info, error: str, rank: tuple[int, ...]) -> None:
         self._done()
         if info is None:
             self.window.banner.add_error(error)
@@ -209,13 +218,13 @@ class DocumentIntake(QObject):
                                         "available).")
             return
         if info.pages <= pages_that_fit(cost, budget, info.pages):
-            self._render(info.path, range(info.pages))
+            self._render(info.path, range(info.pages), rank)
             return
         self.picker = PagePicker(Path(info.path).name, info.pages, cost, budget, detail, self.window)
-        self.picker.chosen.connect(lambda first, last, p=info.path: self._render(p, range(first - 1, last)))
+        self.picker.chosen.connect(lambda first, last, p=info.path: self._render(p, range(first - 1, last), rank))
         self.picker.open()
 
-    def _render(self, path: str, pages: range) -> None:
+    def _render(self, path: str, pages: range, rank: tuple[int, ...]) -> None:
         self.working += 1
         folder = pages_dir()
 
@@ -227,24 +236,24 @@ class DocumentIntake(QObject):
         def job() -> None:
             try:
                 pngs = pdf_pages.render_pages(path, list(pages), folder, progress)
-                self._rendered.emit(path, pngs, "")
+                self._rendered.emit(path, pngs, "", rank)
             except pdf_pages.DocumentError as exc:
-                self._rendered.emit(path, None, str(exc))
+                self._rendered.emit(path, None, str(exc), rank)
             except Exception as exc:  # noqa: BLE001
-                self._rendered.emit(path, None, f"{Path(path).name} cannot be rendered: {exc}")
+                self._rendered.emit(path, None, f"{Path(path).name} cannot be rendered: {exc}", rank)
         _WORKER.submit(job)
 
     @Slot(str, int, int)
     def _on_progress(self, path: str, done: int, total: int) -> None:
         self._show_status(f"Reading {Path(path).name}: page {done} of {total}…")
 
-    @Slot(str, object, str)
-    def _on_rendered(self, path: str, pngs, error: str) -> None:
+    @Slot(str, object, str, object)
+    def _on_rendered(self, path: str, pngs, error: str, rank: tuple[int, ...]) -> None:
         self._done()
         if pngs is None:
             self.window.banner.add_error(error)
             return
-        self.window.add_files(pngs)
+        self.window.add_files(pngs, [(*rank, page) for page in range(len(pngs))])
 
     def _show_status(self, text: str) -> None:
         self.window.pending_label.setText(text)

@@ -44,7 +44,7 @@ class AttachmentsMixin:
         return self._documents
 
     @Slot(list)
-    def add_files(self, paths: list[str]) -> None:
+    def add_files(self, paths: list[str], ranks: list[tuple[int, ...]] | None = None) -> None:
         """Attach image and video files, PDFs (their pages, rendered in the background) and folders'
         images; a file that is not a readable image or video shows an error instead, and so does any
         image or PDF while the loaded model is text-only. A video is attached even when the model
@@ -53,7 +53,14 @@ class AttachmentsMixin:
         Each image is copied into the image store now, so what is sent is the file as it was when it
         was attached, even if it changes or is deleted before Send (:meth:`kept_paths`); errors about
         that copy name the user's file (``controller.display_names``). Videos (possibly gigabytes)
-        are read when the answer starts."""
+        are read when the answer starts.
+
+        The chips keep the order of ``paths`` (a PDF's pages, rendered later, take its place);
+        ``ranks``: each path's place among the attachments (default: after them, in this order)."""
+        if ranks is None:
+            pick = self.attachments.new_pick()
+            ranks = [(pick, position) for position in range(len(paths))]
+        rank_of = dict(zip(paths, ranks, strict=True))
         videos = [p for p in paths if is_video_file(p) or (self.takes_video() and is_animated_image(p))]
         others = [p for p in paths if p not in videos]
         problems, notes = [], []
@@ -62,7 +69,7 @@ class AttachmentsMixin:
             names = ", ".join(Path(p).name for p in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
             problems.append(f"Not attached: {names}. {refusal}")
             others = []
-        images = self.documents.take(others) if others else []
+        images, image_ranks = self.documents.take(others, [rank_of[p] for p in others]) if others else ([], {})
         unreadable = False  # a video that could not be read: its error says enough
         for path in videos:
             try:
@@ -72,7 +79,7 @@ class AttachmentsMixin:
                 unreadable = True
                 continue
             resolved = str(Path(path).resolve())
-            if self.attachments.add(resolved, video_plan=plan):
+            if self.attachments.add(resolved, video_plan=plan, rank=rank_of[path]):
                 chip = self.attachments.chip(resolved)
                 chip.strip.failed.connect(self._video_unreadable)
                 if chip.error:  # decoded (and cached) before
@@ -84,7 +91,7 @@ class AttachmentsMixin:
             except InvalidImageError as exc:
                 problems.append(str(exc))
                 continue
-            if self.attachments.add(original):
+            if self.attachments.add(original, rank=image_ranks[path]):
                 self._keep_copy(original)
             if is_animated_image(path):
                 notes.append(f"Only the first frame of {Path(path).name} is used: {self.model_info.get('model_name')}"

@@ -67,6 +67,25 @@ def test_pdf_pages_are_rendered_off_the_ui_thread_and_attached(qtbot, window, fa
     assert len(fake_session.calls[-1]["images"]) == 3
 
 
+def test_picked_files_keep_their_order_with_pdf_pages_and_videos_in_place(qtbot, window, tmp_path, images_dir):
+    """Found by a trial: a PDF picked with other files attached its pages after them (they come back
+    from rendering later), and a video went before the photos picked ahead of it; "the first
+    image" then meant another file to the model than to the user."""
+    photos = []
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (32, 32), "red" if name == "a.png" else "blue").save(tmp_path / name)
+        photos.append(str(tmp_path / name))
+    first, second = make_pdf(tmp_path / "first.pdf", 2), make_pdf(tmp_path / "second.pdf", 1)
+    video = str(images_dir.parent / "videos" / "slideshow.mp4")
+    window.add_files([str(first), photos[0], video, str(second), photos[1]])
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 6 and window.documents.working == 0, timeout=10_000)
+    assert names(window) == ["first page 1.png", "first page 2.png", "a.png", "slideshow.mp4",
+                             "second page 1.png", "b.png"]
+    Image.new("RGB", (32, 32), "green").save(tmp_path / "later.png")  # a later pick goes after them
+    window.add_files([str(tmp_path / "later.png")])
+    assert names(window)[-1] == "later.png"
+
+
 def test_a_long_pdf_opens_the_page_picker_with_the_pages_that_fit(qtbot, window, tmp_path):
     window.generation_params = {"max_new_tokens": 512}
     window.add_files([str(make_pdf(tmp_path / "manual.pdf", 12))])
