@@ -2,9 +2,10 @@
 settings file (``composer/draft``, JSON) a moment after each change and when the window closes, and
 come back at the next start, as a chat app keeps what was being written through a quit or a crash.
 
-While a message is being edited, what is kept is the draft that Edit set aside (the edit itself is
-a change to a sent message, ended by the quit). Attachments are kept as sent: an image's copy in
-Smolchat's image store, a video's own path; one gone by the next start is left out, and said."""
+While a message is being edited, both are kept: the draft that Edit set aside, and the edit (under
+``"edit"``, with the chat's and the message's ids); the edit resumes at the next start when that chat
+opens with that message shown. Attachments are kept as sent: an image's copy in Smolchat's image
+store, a video's own path; one gone by the next start is left out, and said."""
 
 from __future__ import annotations
 
@@ -34,21 +35,25 @@ class DraftKeeper(QObject):
         self._timer.start()
 
     def contents(self) -> dict:
-        """``{"text", "files", "names"}`` of the message that is not sent yet (see the module docstring)."""
+        """``{"text", "files", "names"}`` of the message that is not sent yet, and while a message is
+        edited ``"edit": {"chat", "message", "text", "files", "names"}`` (see the module docstring)."""
         w = self.window
-        if w._editing is not None:
-            draft = w._draft
-            files = [draft.kept.get(p, p) for p in draft.attachments]
-            names = [draft.names.get(p) or attached_name(p, w.store) for p in draft.attachments]
-            return {"text": draft.text, "files": files, "names": names}
-        return {"text": w.composer.toPlainText(), "files": w.kept_paths(), "names": w.attached_names()}
+        typed = {"text": w.composer.toPlainText(), "files": w.kept_paths(), "names": w.attached_names()}
+        if w._editing is None:
+            return typed
+        draft = w._draft
+        files = [draft.kept.get(p, p) for p in draft.attachments]
+        names = [draft.names.get(p) or attached_name(p, w.store) for p in draft.attachments]
+        message = getattr(w.transcript.widgets()[w._editing], "message_id", None)
+        return {"text": draft.text, "files": files, "names": names,
+                "edit": {"chat": w.keeper.current_id, "message": message, **typed}}
 
     def save(self) -> None:
         """Write the draft now. A settings file that cannot be written (read-only, a full disk) is said
         once in the window's banner: the message would otherwise be lost at quit without a word."""
         self._timer.stop()
         draft, qs = self.contents(), self.window.qsettings
-        if draft["text"].strip() or draft["files"]:
+        if draft["text"].strip() or draft["files"] or "edit" in draft:
             qs.setValue(KEY, json.dumps(draft))
         else:
             qs.remove(KEY)
@@ -59,19 +64,42 @@ class DraftKeeper(QObject):
                                          f"{qs.fileName()} cannot be written.")
 
     def restore(self) -> list[str]:
-        """Put the kept draft in the composer; the names of attachments gone since (left out)."""
+        """Put the kept draft in the composer, and resume a kept edit of a message of the chat open
+        (:meth:`~app.main_window.MainWindow.begin_edit`); the names of attachments gone since (left
+        out)."""
         try:
             draft = json.loads(str(self.window.qsettings.value(KEY, "") or "{}"))
-            text, files, names = draft.get("text", ""), draft.get("files", []), draft.get("names", [])
-            if not (isinstance(text, str) and isinstance(files, list) and isinstance(names, list)):
-                raise TypeError("not a draft")  # another program's value, or a hand-edited one
-            files = [str(f) for f in files]
-            names = [str(n) if n else "" for n in names] + [""] * (len(files) - len(names))
+            text, files, names = _message(draft)
+            edit = draft.get("edit")
+            edit = (edit.get("chat"), edit.get("message"), *_message(edit)) if isinstance(edit, dict) else None
         except (ValueError, TypeError, AttributeError, RecursionError):
             return []  # unreadable: a draft is not worth a warning at start; the next save replaces it
-        there = [(f, n) for f, n in zip(files, names) if Path(f).is_file()]
-        gone = [n or Path(f).name for f, n in zip(files, names) if not Path(f).is_file()]
+        there, gone = _present(files, names)
         if text or there:
             self.window._fill_composer(text, [f for f, _ in there], [n for _, n in there])
             self.window.composer.moveCursor(self.window.composer.textCursor().MoveOperation.End)
+        w = self.window
+        shown = [getattr(m, "message_id", None) for m in w.transcript.widgets()]
+        if edit is not None and edit[0] == w.keeper.current_id and edit[1] is not None and edit[1] in shown:
+            edit_there, edit_gone = _present(edit[3], edit[4])
+            w.begin_edit(shown.index(edit[1]), edit[2], [f for f, _ in edit_there], [n for _, n in edit_there],
+                         again=True)
+            w.composer.moveCursor(w.composer.textCursor().MoveOperation.End)
+            gone += [n for n in edit_gone if n not in gone]
         return gone
+
+
+def _message(value: dict) -> tuple[str, list[str], list[str]]:
+    """(text, files, names) of a kept message; TypeError when it is not one (another program's value,
+    or a hand-edited one)."""
+    text, files, names = value.get("text", ""), value.get("files", []), value.get("names", [])
+    if not (isinstance(text, str) and isinstance(files, list) and isinstance(names, list)):
+        raise TypeError("not a draft")
+    files = [str(f) for f in files]
+    return text, files, [str(n) if n else "" for n in names] + [""] * (len(files) - len(names))
+
+
+def _present(files: list[str], names: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (file, name) pairs still on disk, and the names of those gone."""
+    there = [(f, n) for f, n in zip(files, names) if Path(f).is_file()]
+    return there, [n or Path(f).name for f, n in zip(files, names) if not Path(f).is_file()]

@@ -222,19 +222,26 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
             self.regenerate_answer(index)
         elif action == "edit":
             message = self.transcript.widgets()[index]
-            if self._editing is None:  # editing another message instead keeps the draft set aside first
-                self._draft = self._take_draft()
-            stored = self.keeper.messages()[index]
-            self._fill_composer(message.text, message.images, stored.attached_names)
-            self._editing = index
-            back = " puts back what you were writing" if self._draft.text.strip() or self._draft.attachments else \
-                " ends the edit"
-            self.banner.show_info(f"Editing a message: sending adds a new version of it; ‹ › switches back. "
-                                  f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
-            self.composer.setFocus()
-            # The edit's banner appears above the transcript and pushes it down: keep the message in view.
-            QTimer.singleShot(0, self.transcript, lambda m=message: self._editing == index
-                              and self.transcript.ensureWidgetVisible(m, 0, self.banner.height() + 24))
+            self.begin_edit(index, message.text, message.images, self.keeper.messages()[index].attached_names)
+
+    def begin_edit(self, index: int, text: str, files: list[str], names: list[str], again: bool = False) -> None:
+        """Edit the transcript's message ``index`` in the composer, holding ``text`` and ``files``
+        (attached as ``names``); what the composer held is set aside until the edit ends. ``again``:
+        an edit kept through a quit (:mod:`app.drafts`), said as such."""
+        message = self.transcript.widgets()[index]
+        if self._editing is None:  # editing another message instead keeps the draft set aside first
+            self._draft = self._take_draft()
+        self._fill_composer(text, files, names)
+        self._editing = index
+        back = " puts back what you were writing" if self._draft.text.strip() or self._draft.attachments else \
+            " ends the edit"
+        what = "Still editing a message, as when Smolchat closed" if again else "Editing a message"
+        self.banner.show_info(f"{what}: sending adds a new version of it; ‹ › switches back. "
+                              f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
+        self.composer.setFocus()
+        # The edit's banner appears above the transcript and pushes it down: keep the message in view.
+        QTimer.singleShot(0, self.transcript, lambda: self._editing == index
+                          and self.transcript.ensureWidgetVisible(message, 0, self.banner.height() + 24))
 
     def _cancel_edit(self) -> None:
         """End the edit unsent (Cancel edit, Esc, or another change to the chat): the composer holds what

@@ -61,7 +61,7 @@ def test_a_sent_message_leaves_no_draft(qtbot, make_window):
     assert again.composer.toPlainText() == "" and again.attachments.paths() == []
 
 
-def test_quitting_mid_edit_keeps_the_draft_set_aside(qtbot, make_window):
+def test_quitting_mid_edit_keeps_the_edit_and_the_draft_set_aside(qtbot, make_window):
     win = make_window(FakeBackend(tokens=["Yes", "."]))
     win.composer.setPlainText("First question")
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
@@ -71,7 +71,51 @@ def test_quitting_mid_edit_keeps_the_draft_set_aside(qtbot, make_window):
     win.composer.setPlainText("First question, edited")
     win.close()
     again = make_window(FakeBackend())
-    assert again.composer.toPlainText() == "The next question, half written"
+    assert again.composer.toPlainText() == "First question, edited"  # the edit goes on
+    assert again.banner.message().startswith("Still editing a message, as when Smolchat closed: sending adds")
+    again.stop()  # Esc: the draft set aside comes back
+    assert again.composer.toPlainText() == "The next question, half written" and again.banner.message() == ""
+
+
+def test_an_edit_kept_through_a_quit_is_sent_as_a_new_version(qtbot, make_window, tmp_path):
+    """Found by a trial: an edit in progress was lost at quit (only the draft it set aside was kept)."""
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    photo = write_png(tmp_path / "dog.png")
+    for text in ("First question", "Second question"):
+        win.composer.setPlainText(text)
+        with qtbot.waitSignal(win.answer_finished, timeout=5000):
+            qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    win._on_message_action("edit", 2)
+    win.composer.setPlainText("Second question, with a photo")
+    assert drop(win.composer, file_mime(photo))
+    win.close()
+    again = make_window(FakeBackend(tokens=["Sure", "."]))
+    assert again._editing == 2 and again.composer.toPlainText() == "Second question, with a photo"
+    assert again.attached_names() == ["dog.png"]
+    with qtbot.waitSignal(again.answer_finished, timeout=5000):
+        qtbot.keyClick(again.composer, Qt.Key.Key_Return)
+    texts = [w.text for w in again.transcript.widgets()]
+    assert texts == ["First question", "Yes.", "Second question, with a photo", "Sure."]
+    assert again.transcript.widgets()[2].actions_row.versions.label.text() == "2 / 2"
+    again.close()
+    assert again.qsettings.value(KEY) is None  # sent: nothing left to keep
+
+
+def test_a_kept_edit_of_a_message_no_longer_shown_is_dropped(qtbot, make_window):
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    win.composer.setPlainText("Only question")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    win.composer.setPlainText("Half written")
+    win._on_message_action("edit", 0)
+    win.composer.setPlainText("Only question, edited")
+    win.close()
+    draft = json.loads(win.qsettings.value(KEY))
+    draft["edit"]["message"] = 10_000  # deleted meanwhile (another copy of the data folder, a salvage)
+    win.qsettings.setValue(KEY, json.dumps(draft))
+    win.qsettings.sync()
+    again = make_window(FakeBackend())
+    assert again._editing is None and again.composer.toPlainText() == "Half written"
 
 
 def test_an_attachment_gone_since_is_left_out_and_said(qtbot, make_window, tmp_path):
