@@ -28,6 +28,7 @@ def _action(window: QMainWindow, text: str, slot, shortcut=None, icon_name: str 
 
 def build_menus(window) -> dict[str, QAction]:
     """Menus for ``window`` (a MainWindow); returns the actions by name."""
+    from app.about import about_dialog
     from app.export import export_dialog
 
     bar = window.menuBar()
@@ -49,6 +50,7 @@ def build_menus(window) -> dict[str, QAction]:
         "settings": _action(window, "&Settings…", window.open_settings_dialog, "Ctrl+,", "settings"),
         "local_server": _action(window, "&Local server…", window.open_local_server),
         "shortcuts": _action(window, "&Keyboard shortcuts", lambda: shortcuts_dialog(window), "Ctrl+/"),
+        "about": _action(window, "&About Smolchat", lambda: about_dialog(window)),
     }
     acts["stop"].setShortcutVisibleInContextMenu(True)
     acts["stop"].setEnabled(False)  # until an answer runs (MainWindow._update_actions)
@@ -59,7 +61,7 @@ def build_menus(window) -> dict[str, QAction]:
                          ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
                                     "search"]),
                          ("&Model", ["models", "settings", "local_server"]),
-                         ("&Help", ["shortcuts"])):
+                         ("&Help", ["shortcuts", "about"])):
         menu = bar.addMenu(title)
         for name in names:
             menu.addSeparator() if name is None else menu.addAction(acts[name])
