@@ -12,7 +12,9 @@ from app.backends.fake import FakeBackend
 
 
 def test_about_names_the_version_folders_and_model_and_copies_them(qtbot, make_window, monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # read once, at its import
     win = make_window(FakeBackend())
     win.actions["about"].trigger()
     dialog = win.findChild(QDialog, "aboutDialog")
