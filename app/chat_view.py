@@ -17,10 +17,12 @@ EMPTY_TEXT_ONLY = f"Ask a question below.\n{LOCAL_LINE}"
 class ChatView(QScrollArea):
     """Shows the conversation; new answers stream into the last :class:`AssistantMessage`.
 
-    ``message_action(action, index)`` reports a click on a message's copy/edit/regenerate/delete.
+    ``message_action(action, index)`` reports a click on a message's copy/edit/regenerate/delete;
+    ``zoom_requested(step)`` a Ctrl+wheel over the chat (+1 in, -1 out; see :mod:`app.zoom`).
     """
 
     message_action = Signal(str, int)
+    zoom_requested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -51,6 +53,14 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            if event.angleDelta().y():
+                self.zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
+            event.accept()
+            return
+        super().wheelEvent(event)
 
     def messages(self) -> list[dict]:
         """The conversation as plain data: ``[{"role", "text", "images"}...]``."""

@@ -40,6 +40,7 @@ from app.wait_estimate import record_answer
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
 from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
+from app.zoom import ZoomMixin, saved_zoom
 from engine.api import ChatBackend
 
 LOADING_NOTE = "The model is still loading: your message stays here, to send once the status bar says ready."
@@ -58,7 +59,7 @@ class Draft:
     names: dict[str, str] = field(default_factory=dict)  # stored copy put back -> the name it was attached as
 
 
-class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
+class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     """The chat window. ``model_path`` starts loading at once; without it the last used model loads,
     and with none the model manager opens. ``backend`` replaces the engine (tests: a FakeBackend);
     by default :func:`app.backends.backend_from_env` picks one."""
@@ -95,6 +96,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, QMainWindow):
         self.keeper.storage_error.connect(self.banner.show_error)
         self.keeper.storage_recovered.connect(self.banner.show_success)
         self.actions = build_menus(self)
+        self.set_zoom(saved_zoom(self.qsettings))
+        self.transcript.zoom_requested.connect(self.zoom_text)
         self.local_server = install_local_server(self)
         self.remote_models = RemoteModels(self)
         self.model_picker.remote_models = self.remote_models

@@ -364,6 +364,18 @@ class RichText(QTextBrowser):
             data.setText(unbreakable(data.text()))
         return data
 
+    def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            # The whole chat zooms (app.zoom): QTextEdit's own Ctrl+wheel would zoom this text alone.
+            view = self.parentWidget()
+            while view is not None and not hasattr(view, "zoom_requested"):
+                view = view.parentWidget()
+            if view is not None and event.angleDelta().y():
+                view.zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
+            event.accept()
+            return
+        super().wheelEvent(event)
+
     def append_plain(self, text: str) -> None:
         """Insert ``text`` at the end without touching the rest of the document.
 

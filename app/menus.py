@@ -46,6 +46,9 @@ def build_menus(window) -> dict[str, QAction]:
         "search": _action(window, "Searc&h chats", window.focus_search, QKeySequence.StandardKey.Find),
         "rename": _action(window, "&Rename chat", lambda: window.sidebar.start_rename(window.keeper.current_id),
                            "F2"),
+        "zoom_in": _action(window, "Zoom &in", lambda: window.zoom_text(1), QKeySequence.StandardKey.ZoomIn),
+        "zoom_out": _action(window, "Zoom &out", lambda: window.zoom_text(-1), QKeySequence.StandardKey.ZoomOut),
+        "zoom_reset": _action(window, "&Actual size", lambda: window.zoom_text(0), "Ctrl+0"),
         "models": _action(window, "&Manage models…", window.open_model_manager, "Ctrl+M", "models"),
         "settings": _action(window, "&Settings…", window.open_settings_dialog, "Ctrl+,", "settings"),
         "local_server": _action(window, "&Local server…", window.open_local_server),
@@ -57,9 +60,12 @@ def build_menus(window) -> dict[str, QAction]:
     # Ctrl+Tab as well, as browsers and editors switch tabs (the composer takes no Tab with Ctrl).
     acts["next_chat"].setShortcuts([QKeySequence("Ctrl+PgDown"), QKeySequence("Ctrl+Tab")])
     acts["previous_chat"].setShortcuts([QKeySequence("Ctrl+PgUp"), QKeySequence("Ctrl+Shift+Tab")])
+    # Ctrl+= as well: "+" is a shifted key on most keyboards, and browsers take both.
+    acts["zoom_in"].setShortcuts([QKeySequence(QKeySequence.StandardKey.ZoomIn), QKeySequence("Ctrl+=")])
     for title, names in (("&File", ["new_chat", "export_md", "export_json", None, "quit"]),
                          ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
                                     "search"]),
+                         ("&View", ["zoom_in", "zoom_out", "zoom_reset"]),
                          ("&Model", ["models", "settings", "local_server"]),
                          ("&Help", ["shortcuts", "about"])):
         menu = bar.addMenu(title)

@@ -1,0 +1,67 @@
+"""View ▸ Zoom: the chat's text larger or smaller (the messages, their code and tables, the message
+box), as browsers and chat apps do with Ctrl+plus / Ctrl+minus / Ctrl+0 and Ctrl+wheel; kept in the
+settings file (``view/zoom``, percent) for the next start.
+
+The sizes are the style sheet's (``resources/style.qss``) times the zoom, set as a style sheet on
+the transcript and on the message box: their rules win over the application's for those widgets
+alone, and Qt lays the messages out again at the new size (each one's height follows its text)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings
+
+KEY = "view/zoom"
+STEPS = (67, 80, 90, 100, 110, 125, 150, 175, 200)  # percent, as browsers step
+DEFAULT = 100
+
+# (selector, size in px at 100 %), as in resources/style.qss.
+_SIZES = (("#userText, #assistantText, #codeText", 14), ("#assistantName, #messageFooter, #waitText, #versionLabel", 12),
+          ("#emptyState", 15), ("#codeLanguage, #copyCode", 11))
+
+
+def transcript_css(percent: int) -> str:
+    """The transcript's style sheet at ``percent`` ("" at 100 %: the application's sizes)."""
+    if percent == DEFAULT:
+        return ""
+    return " ".join(f"{selector} {{ font-size: {round(px * percent / 100)}px; }}" for selector, px in _SIZES)
+
+
+def composer_css(percent: int) -> str:
+    """The message box's style sheet at ``percent``."""
+    return "" if percent == DEFAULT else f"#composer {{ font-size: {round(14 * percent / 100)}px; }}"
+
+
+def saved_zoom(qsettings: QSettings) -> int:
+    """The kept zoom, or 100 % for one missing or not among :data:`STEPS` (a hand-edited file)."""
+    try:
+        value = int(qsettings.value(KEY, DEFAULT))
+    except (TypeError, ValueError):
+        return DEFAULT
+    return value if value in STEPS else DEFAULT
+
+
+def step_zoom(percent: int, step: int) -> int:
+    """The zoom ``step`` steps (+1 in, -1 out) from ``percent``, kept within :data:`STEPS`; 0: 100 %."""
+    if step == 0:
+        return DEFAULT
+    index = STEPS.index(percent) if percent in STEPS else STEPS.index(DEFAULT)
+    return STEPS[max(0, min(len(STEPS) - 1, index + step))]
+
+
+class ZoomMixin:
+    """Methods of :class:`~app.main_window.MainWindow` for its text zoom (``self.zoom``, percent)."""
+
+    zoom: int = DEFAULT
+
+    def zoom_text(self, step: int) -> None:
+        """Zoom in (+1), out (-1) or back to 100 % (0), and keep it for the next start."""
+        self.set_zoom(step_zoom(self.zoom, step))
+        self.qsettings.setValue(KEY, self.zoom)
+
+    def set_zoom(self, percent: int) -> None:
+        self.zoom = percent
+        self.transcript.setStyleSheet(transcript_css(percent))
+        self.composer.setStyleSheet(composer_css(percent))
+        self.actions["zoom_in"].setEnabled(percent < STEPS[-1])
+        self.actions["zoom_out"].setEnabled(percent > STEPS[0])
+        self.actions["zoom_reset"].setText(f"&Actual size ({percent} %)" if percent != DEFAULT else "&Actual size")

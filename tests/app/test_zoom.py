@@ -1,0 +1,76 @@
+"""View ▸ Zoom: the chat's text (messages, code, the message box) grows and shrinks by browser-like
+steps with the menu, the keys and Ctrl+wheel, lays out again, and is kept for the next start."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication
+
+from app.backends.fake import FakeBackend
+from app.markdown import RichText
+from app.zoom import KEY, STEPS, step_zoom
+
+
+def answered(qtbot, make_window):
+    win = make_window(FakeBackend(tokens=["A line of text, then code:\n\n```python\nprint('hi')\n```\n"]))
+    win.composer.setPlainText("Show me")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return win
+
+
+def answer_text(win) -> RichText:
+    return [t for t in win.transcript.widgets()[1].findChildren(RichText) if t.objectName() == "assistantText"][0]
+
+
+def ctrl_wheel(widget, up: bool) -> None:
+    pos = QPointF(widget.rect().center())
+    event = QWheelEvent(pos, QPointF(widget.mapToGlobal(pos.toPoint())), QPoint(), QPoint(0, 120 if up else -120),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.ControlModifier, Qt.ScrollPhase.NoScrollPhase,
+                        False)
+    QApplication.sendEvent(widget, event)
+
+
+def test_steps_stay_within_the_range():
+    assert step_zoom(100, 1) == 110 and step_zoom(100, -1) == 90 and step_zoom(150, 0) == 100
+    assert step_zoom(STEPS[-1], 1) == STEPS[-1] and step_zoom(STEPS[0], -1) == STEPS[0]
+    assert step_zoom(123, 1) == 110  # a value not among the steps counts from 100 %
+
+
+def test_zoom_in_grows_the_text_and_the_message_and_is_kept(qtbot, make_window):
+    win = answered(qtbot, make_window)
+    text = answer_text(win)
+    before_height = text.height()
+    win.actions["zoom_in"].trigger()
+    win.actions["zoom_in"].trigger()
+    qtbot.waitUntil(lambda: text.height() > before_height)
+    assert win.zoom == 125 and text.font().pixelSize() == 18 and win.composer.font().pixelSize() == 18
+    assert win.actions["zoom_reset"].text() == "&Actual size (125 %)"
+    win.close()
+    again = make_window(FakeBackend())
+    assert again.zoom == 125 and again.composer.font().pixelSize() == 18 and again.qsettings.value(KEY) in (125, "125")
+    again.actions["zoom_reset"].trigger()
+    assert again.zoom == 100 and again.composer.styleSheet() == "" and again.transcript.styleSheet() == ""
+    assert again.actions["zoom_reset"].text() == "&Actual size"  # the application's sizes again
+
+
+def test_ctrl_wheel_over_a_message_zooms_the_whole_chat_not_that_message(qtbot, make_window):
+    """QTextEdit's own Ctrl+wheel zoomed the one answer under the mouse, out of step with the rest."""
+    win = answered(qtbot, make_window)
+    text = answer_text(win)
+    ctrl_wheel(text.viewport(), up=True)
+    assert win.zoom == 110 and text.font().pixelSize() == 15
+    ctrl_wheel(text.viewport(), up=False)
+    ctrl_wheel(text.viewport(), up=False)
+    assert win.zoom == 90 and text.font().pixelSize() == 13 and win.composer.font().pixelSize() == 13
+
+
+def test_the_limits_disable_the_actions_and_a_bad_saved_value_is_100(qtbot, make_window):
+    win = make_window(FakeBackend())
+    for _ in range(len(STEPS)):
+        win.actions["zoom_out"].trigger()
+    assert win.zoom == STEPS[0] and not win.actions["zoom_out"].isEnabled() and win.actions["zoom_in"].isEnabled()
+    win.qsettings.setValue(KEY, "huge")
+    win.close()
+    assert make_window(FakeBackend()).zoom == 100
