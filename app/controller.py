@@ -71,6 +71,7 @@ class ChatController(QObject):
         self.bridge.event.connect(self._on_event)
         self.bridge.loaded_as.connect(self._on_loaded)
         self._loads = 0  # loads asked for: only the last one's result counts
+        self.asked = ""  # the last model asked for: loaded again with new engine settings if it failed
         self.model_info: dict = {}
         self.busy = self.ready = self.loading = self.closed = False
         self._stopped = True  # the backend's thread ended at shutdown
@@ -90,18 +91,22 @@ class ChatController(QObject):
         self.busy_changed.emit()
         self.model_loading.emit(path)
         self._loads += 1
+        self.asked = path
         self.backend.load(path, {"device": device, "dtype": dtype, **options}, self.bridge.load_callback(self._loads))
         return True
 
     def reload_when_idle(self, device: str | None, dtype: str | None, options: dict) -> None:
-        """Engine settings changed: reload the model now, or when the running answer ends."""
-        if not self.model_info:
+        """Engine settings changed: reload the model now, or when the running answer ends. A model
+        whose load failed or is under way is asked for again with them (the settings may be the
+        fix: a device this computer lacks, a dtype it cannot run)."""
+        path = self.model_info.get("path") if self.ready else self.asked
+        if not path:
             return
         if self.busy:  # never swap the model under a running answer
-            self.reload_pending = (self.model_info["path"], device, dtype, options)
+            self.reload_pending = (path, device, dtype, options)
             self.notice.emit("The new engine settings apply when this answer finishes.")
         else:
-            self.load(self.model_info["path"], device, dtype, options)
+            self.load(path, device, dtype, options)
 
     @Slot(int, object, object)
     def _on_loaded(self, number: int, info, message) -> None:

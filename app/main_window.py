@@ -43,6 +43,8 @@ from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
 from app.zoom import ZoomMixin, saved_zoom
 from engine.api import ChatBackend
 
+NO_MODEL_NOTE = ("No model is loaded: your message stays here. Choose a model at the top right (or Model ▸ "
+                 "Manage models…, Ctrl+M) to send it.")
 LOADING_NOTE = "The model is still loading: your message stays here, to send once the status bar says ready."
 NO_MODEL_TEXT = "No model loaded.\nChoose or download a model with the button at the top right (or Model ▸ Manage models…)."
 
@@ -170,6 +172,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if not self.send_button.isEnabled():
             if self.controller.loading and (text or images):  # Enter did nothing, and said nothing
                 self.banner.show_info(LOADING_NOTE)
+            elif not self.controller.ready and not self._busy and (text or images):
+                self.banner.add_info(NO_MODEL_NOTE)  # under the load's error, if one shows
             return
         if images and self.refuse_attachments():  # attached for another model, or a video this one cannot take
             return
@@ -362,7 +366,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         # What was said about the model before, or its load, is not true now: images refused by a text
         # model while this one loaded, a load that failed, Enter pressed during the load.
         if (vision and "cannot read images" in shown) or shown.startswith(("Could not load the model: ",
-                                                                           LOADING_NOTE)):
+                                                                           LOADING_NOTE, NO_MODEL_NOTE)):
             self.banner.dismiss()
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()

@@ -12,6 +12,7 @@ from huggingface_hub import errors as hf_errors
 from PySide6.QtWidgets import QPushButton
 
 from app.backends.fake import FakeBackend
+from app.main_window import NO_MODEL_NOTE
 from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 
@@ -223,6 +224,25 @@ def test_choosing_int8_weights_reloads_the_model_with_them(qtbot, window, factor
     dialog.accept()
     qtbot.wait(100)
     assert len(factory.loads) == 2
+
+
+def test_a_model_that_failed_to_load_loads_again_when_the_engine_settings_change(qtbot, make_window):
+    """Found by a trial: Device = CUDA on a computer without one failed the load; setting Device back
+    to Automatic then did nothing (no model was loaded, so nothing was reloaded), the old error
+    stayed, and Enter said nothing."""
+    backend = FakeBackend(fail="device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
+    window = make_window(backend, wait_loaded=False)
+    qtbot.waitUntil(lambda: window.banner.message().startswith("Could not load the model: device 'cuda'"), timeout=5000)
+    window.composer.setPlainText("hello?")
+    window.send_message()
+    assert window.banner.message().endswith("\n" + NO_MODEL_NOTE) and window.composer.toPlainText() == "hello?"
+    backend.fail = None
+    dialog = window.open_settings_dialog()
+    dialog.device.setCurrentIndex(dialog.device.findData("cpu"))
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.controller.ready, timeout=5000)
+    assert [path for path, *_ in backend.loads] == ["/models/fake", "/models/fake"]
+    assert backend.loads[-1][1]["device"] == "cpu" and window.banner.message() == ""
 
 
 def test_engine_settings_changed_during_an_answer_apply_when_it_ends(qtbot, make_window):
