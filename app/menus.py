@@ -30,12 +30,14 @@ def build_menus(window) -> dict[str, QAction]:
     """Menus for ``window`` (a MainWindow); returns the actions by name."""
     from app.about import about_dialog
     from app.export import export_dialog
+    from app.import_chat import import_dialog
 
     bar = window.menuBar()
     acts = {
         "new_chat": _action(window, "&New chat", window.new_chat, QKeySequence.StandardKey.New, "new-chat"),
         "export_md": _action(window, "Export chat as &Markdown…", lambda: export_dialog(window, "md"), None, "export"),
         "export_json": _action(window, "Export chat as &JSON…", lambda: export_dialog(window, "json")),
+        "import_json": _action(window, "&Import chat…", lambda: import_dialog(window)),
         "quit": _action(window, "&Quit", window.close, QKeySequence.StandardKey.Quit),
         # The attach button's file dialog from the keyboard (the button itself is a Tab stop too).
         "attach": _action(window, "&Attach files…", window._pick_files, QKeySequence.StandardKey.Open, "attach"),
@@ -62,7 +64,7 @@ def build_menus(window) -> dict[str, QAction]:
     acts["previous_chat"].setShortcuts([QKeySequence("Ctrl+PgUp"), QKeySequence("Ctrl+Shift+Tab")])
     # Ctrl+= as well: "+" is a shifted key on most keyboards, and browsers take both.
     acts["zoom_in"].setShortcuts([QKeySequence(QKeySequence.StandardKey.ZoomIn), QKeySequence("Ctrl+=")])
-    for title, names in (("&File", ["new_chat", "export_md", "export_json", None, "quit"]),
+    for title, names in (("&File", ["new_chat", "export_md", "export_json", "import_json", None, "quit"]),
                          ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
                                     "search"]),
                          ("&View", ["zoom_in", "zoom_out", "zoom_reset"]),

@@ -1,0 +1,196 @@
+"""File ▸ Import chat: a conversation exported as JSON (:func:`app.export.export_json`, any version
+1-3) becomes a new chat, every version of every message with the branch that was shown, its images
+and videos copied into the store from the paths the export names.
+
+A file that is not such an export, or is damaged, is refused with what is wrong and changes nothing;
+a file the export names that is gone (an export from another computer) is left out of its message
+and named, the message kept."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.conversations import STORAGE_ERRORS
+from app.store import Store
+
+FORMAT = "smolchat-conversation"
+NEWEST = 3  # the export version this Smolchat writes (app/export.py)
+MAX_BYTES = 256 * 1024 * 1024  # text only: images are files beside it; a larger one is not an export
+ROLES = ("user", "assistant")
+
+
+class ImportProblem(ValueError):
+    """The file cannot be imported; the message says why, naming the file."""
+
+
+@dataclass
+class Imported:
+    conversation_id: int
+    title: str
+    messages: int
+    missing: list[str] = field(default_factory=list)  # names of images/videos not found
+
+
+def read_export(path: str | Path) -> dict:
+    """The export in ``path``, checked; :class:`ImportProblem` when it is not one Smolchat can read."""
+    path = Path(path)
+    name = path.name
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise ImportProblem(f"{name} is {path.stat().st_size / 2**20:,.0f} MB: too large for a chat export")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ImportProblem(f"{name} is not a text file (byte {exc.start} is not UTF-8)") from None
+    except json.JSONDecodeError as exc:
+        raise ImportProblem(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise ImportProblem(f"{name} is nested too deeply to be a chat export") from None
+    except OSError as exc:
+        raise ImportProblem(f"{name} cannot be read: {exc.strerror or exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ImportProblem(f"{name} is not a chat exported by Smolchat (File ▸ Export chat as JSON)")
+    version = data.get("version", 1)
+    if not isinstance(version, int) or version > NEWEST:
+        raise ImportProblem(f"{name} was exported by a newer Smolchat (format version {version}); "
+                            "update Smolchat to import it")
+    messages = data.get("all_messages") if version >= 2 else data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ImportProblem(f"{name} holds no messages")
+    for number, entry in enumerate(messages, 1):
+        problem = _entry_problem(entry, version)
+        if problem:
+            raise ImportProblem(f"{name} is damaged: message {number} {problem}")
+    return data
+
+
+def _entry_problem(entry, version: int) -> str:
+    if not isinstance(entry, dict):
+        return "is not an object"
+    if entry.get("role") not in ROLES:
+        return f"has the role {entry.get('role')!r} (user or assistant expected)"
+    if not isinstance(entry.get("text", ""), str):
+        return "has a text that is not a string"
+    images = entry.get("images", [])
+    if not isinstance(images, list) or not all(isinstance(p, str) for p in images):
+        return "has images that are not a list of paths"
+    if version >= 2 and not isinstance(entry.get("id"), int):
+        return "has no id"
+    return ""
+
+
+def import_chat(store: Store, path: str | Path) -> Imported:
+    """Add the chat exported in ``path`` to ``store`` as a new conversation. Raises
+    :class:`ImportProblem` (the file), or the store's errors (``STORAGE_ERRORS``: a full disk, a
+    read-only store); either way nothing is left behind."""
+    data = read_export(path)
+    version = data.get("version", 1)
+    entries = data["all_messages"] if version >= 2 else data["messages"]
+    title = data.get("title") if isinstance(data.get("title"), str) else ""
+    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+    model = data.get("model") if isinstance(data.get("model"), str) else ""
+    try:
+        ordered = _parents_first(entries, version)
+    except ImportProblem as exc:
+        raise ImportProblem(f"{Path(path).name} is damaged: {exc}") from None
+    conv = store.create_conversation(title or Path(path).stem, model, settings)
+    missing: list[str] = []
+    try:
+        ids: dict[int, int] = {}
+        previous = None
+        for entry in ordered:
+            if version >= 2:
+                parent = entry.get("parent_id")
+                parent_id = ids.get(parent) if parent is not None else None
+            else:
+                parent_id = previous  # version 1: the branch shown, in order
+            images, names = _stored_media(store, entry, missing)
+            stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
+            status = entry.get("status") if isinstance(entry.get("status"), str) else "done"
+            message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,
+                                        stats=stats, parent_id=parent_id, names=names)
+            previous = message.id
+            if version >= 2:
+                ids[entry["id"]] = message.id
+        for entry in data.get("messages", []) if version >= 2 else []:
+            if isinstance(entry, dict) and entry.get("id") in ids:
+                store.select(ids[entry["id"]])  # the branch that was shown
+    except STORAGE_ERRORS:
+        with contextlib.suppress(*STORAGE_ERRORS):
+            store.delete_conversation(conv.id)  # half a chat is not kept
+        raise
+    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing)
+
+
+def _parents_first(entries: list[dict], version: int) -> list[dict]:
+    """``entries`` with every message after the one it follows (an export lists them by id, which
+    is already so; a hand-edited file need not be). A message whose parent is not in the file, or
+    that is its own ancestor, makes the file damaged."""
+    if version < 2:
+        return entries
+    known = {e["id"] for e in entries}
+    if len(known) < len(entries):
+        raise ImportProblem("two messages have the same id")
+    done: set[int] = set()
+    ordered, waiting = [], list(entries)
+    while waiting:
+        ready = [e for e in waiting if e.get("parent_id") is None or e.get("parent_id") in done]
+        if not ready:
+            parent = waiting[0].get("parent_id")
+            why = "is not in the file" if parent not in known else "follows itself"
+            raise ImportProblem(f"the message that message {waiting[0]['id']} follows ({parent}) {why}")
+        for entry in ready:
+            done.add(entry["id"])
+        ordered += ready
+        waiting = [e for e in waiting if e["id"] not in done]
+    return ordered
+
+
+def _stored_media(store: Store, entry: dict, missing: list[str]) -> tuple[list[str], list[str]]:
+    """Each of the entry's images and videos copied into the store, with the name it was attached as;
+    those gone are added to ``missing`` (by that name) and left out."""
+    names = entry.get("attached_names") if isinstance(entry.get("attached_names"), list) else []
+    images, kept_names = [], []
+    for index, path in enumerate(entry.get("images", [])):
+        name = names[index] if index < len(names) and isinstance(names[index], str) and names[index] else Path(path).name
+        if not Path(path).is_file():
+            missing.append(name)
+            continue
+        images.append(store.store_image(path))
+        kept_names.append(name)
+    return images, kept_names
+
+
+def import_dialog(window) -> Imported | None:
+    """Ask for an exported chat (JSON), import it and open it; problems show in the banner."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.conversations import storage_problem
+
+    folder = str(window.qsettings.value("export/folder", "") or "")
+    path, _ = QFileDialog.getOpenFileName(window, "Import chat", folder if Path(folder).is_dir() else str(Path.home()),
+                                          "Smolchat chat export (*.json);;All files (*)")
+    if not path:
+        return None
+    try:
+        imported = import_chat(window.store, path)
+    except ImportProblem as exc:
+        window.banner.show_error(f"Could not import the chat: {exc}.")
+        return None
+    except STORAGE_ERRORS as exc:
+        window.banner.show_error(f"Could not import the chat: {storage_problem(exc, window.store.folder)}.")
+        return None
+    window.refresh_sidebar()
+    if not window._busy:
+        window.open_conversation(imported.conversation_id)
+    title = imported.title or "New chat"
+    text = f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
+    if imported.missing:
+        shown = ", ".join(imported.missing[:5]) + (f" and {len(imported.missing) - 5} more" if len(imported.missing) > 5 else "")
+        window.banner.show_info(f"{text} Not found, so left out: {shown} (the export names files on the computer "
+                                "it was made on).")
+    else:
+        window.banner.show_success(text + ("" if not window._busy else " It is in the list of chats."))
+    return imported

@@ -1,0 +1,143 @@
+"""File ▸ Import chat: a JSON export comes back as a new chat with every version, the branch that
+was shown and its files; what is not an export, or is damaged, is refused with the reason and
+leaves nothing behind; files gone are named and left out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtWidgets import QFileDialog
+
+from app.backends.fake import FakeBackend
+from app.export import export_json
+from app.import_chat import ImportProblem, import_chat
+from app.store import Store
+
+
+def branching_chat(store: Store, tmp_path) -> int:
+    photo = tmp_path / "cat.png"
+    photo.write_bytes(b"\x89PNG not really, but bytes")
+    conv = store.create_conversation("Cats", model="SmolVLM-256M", settings={"temperature": 0.2}).id
+    q1 = store.add_message(conv, "user", "What is this?", [store.store_image(photo)], names=["cat.png"])
+    store.add_message(conv, "assistant", "A cat.", stats={"ttft_s": 0.2})
+    second = store.add_message(conv, "assistant", "A small cat.", status="length", parent_id=q1.id)
+    store.add_message(conv, "user", "Its colour?", parent_id=second.id)
+    store.add_message(conv, "assistant", "Orange.")
+    store.select(second.id - 1)  # the first answer's branch is the one shown
+    return conv
+
+
+def rows(store: Store, conv: int) -> list[tuple]:
+    return [(m.role, m.text, m.status, m.attached_names) for m in store.messages(conv)]
+
+
+def test_an_export_comes_back_with_every_version_and_the_branch_shown(store, tmp_path):
+    conv = branching_chat(store, tmp_path)
+    path = export_json(store, conv, tmp_path / "cats.json")
+    imported = import_chat(store, path)
+    new = imported.conversation_id
+    assert new != conv and imported.title == "Cats" and imported.messages == 5 and imported.missing == []
+    assert rows(store, new) == rows(store, conv) == [("user", "What is this?", "done", ["cat.png"]),
+                                                     ("assistant", "A cat.", "done", [])]
+    assert [(m.role, m.text, m.status) for m in store.all_messages(new)] == \
+        [(m.role, m.text, m.status) for m in store.all_messages(conv)]
+    assert sorted(store.versions(new).values()) == sorted(store.versions(conv).values())
+    assert store.messages(new)[0].images == store.messages(conv)[0].images  # the same stored copy
+    assert store.messages(new)[1].stats == {"ttft_s": 0.2}
+    assert store.conversation(new).settings == {"temperature": 0.2} and store.conversation(new).model == "SmolVLM-256M"
+    other = [m for m in store.all_messages(new) if m.text == "A small cat."][0]
+    store.select(other.id)
+    assert [m.text for m in store.messages(new)] == ["What is this?", "A small cat.", "Its colour?", "Orange."]
+
+
+def test_a_file_gone_is_named_and_left_out_of_its_message(store, tmp_path):
+    photo = tmp_path / "dog.png"
+    photo.write_bytes(b"dog bytes")
+    data = {"format": "smolchat-conversation", "version": 3, "title": "From elsewhere",
+            "all_messages": [{"id": 7, "parent_id": None, "role": "user", "text": "Look",
+                              "images": [str(photo), "/nowhere/on/this/computer/3f2a.png"],
+                              "attached_names": ["dog.png", "beach.png"]},
+                             {"id": 9, "parent_id": 7, "role": "assistant", "text": "A dog."}],
+            "messages": []}
+    path = tmp_path / "elsewhere.json"
+    path.write_text(json.dumps(data))
+    imported = import_chat(store, path)
+    assert imported.missing == ["beach.png"]
+    [question, answer] = store.messages(imported.conversation_id)
+    assert question.attached_names == ["dog.png"] and open(question.images[0], "rb").read() == b"dog bytes"
+    assert answer.text == "A dog."
+
+
+def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "title": "Old", "messages": [
+        {"role": "user", "text": "Hi", "images": []}, {"role": "assistant", "text": "Hello."}]}))
+    new = import_chat(store, path).conversation_id
+    assert [(m.role, m.text) for m in store.messages(new)] == [("user", "Hi"), ("assistant", "Hello.")]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe\x00garbage", "bad.json is not a text file (byte 0 is not UTF-8)"),
+    (b'{"format": "smolchat-conversation", "version": 3,', "bad.json is not valid JSON (line 1, column 50: "
+                                                          "Expecting property name enclosed in double quotes)"),
+    (b'{"title": "x", "messages": []}', "bad.json is not a chat exported by Smolchat (File ▸ Export chat as JSON)"),
+    (b'[1, 2]', "bad.json is not a chat exported by Smolchat (File ▸ Export chat as JSON)"),
+    (b'{"format": "smolchat-conversation", "version": 9}', "bad.json was exported by a newer Smolchat (format "
+                                                            "version 9); update Smolchat to import it"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": []}', "bad.json holds no messages"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "role": "system", "text": ""}]}',
+     "bad.json is damaged: message 1 has the role 'system' (user or assistant expected)"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "role": "user", "text": 5}]}',
+     "bad.json is damaged: message 1 has a text that is not a string"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "role": "user", "images": "x"}]}',
+     "bad.json is damaged: message 1 has images that are not a list of paths"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 4, "role": "user"}]}',
+     "bad.json is damaged: the message that message 1 follows (4) is not in the file"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
+     b' {"id": 2, "parent_id": 1, "role": "assistant"}]}',
+     "bad.json is damaged: the message that message 1 follows (2) follows itself"),
+    (b"[" * 100_000, "bad.json is nested too deeply to be a chat export"),
+])
+def test_what_is_not_an_export_is_refused_with_the_reason_and_adds_nothing(store, tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    before = store.conversations()
+    with pytest.raises(ImportProblem) as caught:
+        import_chat(store, path)
+    assert str(caught.value) == message and store.conversations() == before
+
+
+def test_a_full_disk_mid_import_leaves_no_half_chat(store, tmp_path, monkeypatch):
+    conv = branching_chat(store, tmp_path)
+    path = export_json(store, conv, tmp_path / "cats.json")
+    real = store.add_message
+    calls = []
+
+    def add_message(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "add_message", add_message)
+    with pytest.raises(OSError):
+        import_chat(store, path)
+    assert [c.id for c in store.conversations()] == [conv]
+
+
+def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp_path, monkeypatch):
+    win = make_window(FakeBackend())
+    conv = branching_chat(win.store, tmp_path)
+    path = export_json(win.store, conv, tmp_path / "cats.json")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.keeper.current_id not in (None, conv) and len(win.sidebar.ids()) == 2
+    assert [w.text for w in win.transcript.widgets()] == ["What is this?", "A cat."]
+    assert win.banner.message() == "Imported “Cats” (5 messages)."
+    (tmp_path / "notes.json").write_text("not json")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(tmp_path / "notes.json"), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == ("Could not import the chat: notes.json is not valid JSON (line 1, column 1: "
+                                    "Expecting value).")
+    assert len(win.sidebar.ids()) == 2
