@@ -375,7 +375,8 @@ class ChatSession:
         prompt it answered (``...<end_of_utterance>`` + ``"\nAssistant:"``) and ends at the next
         special token; that chunk becomes the generation prompt's tail plus the generated ids. A turn
         is left as text when this layout does not hold, its ids contain ``<image>`` (no tile) or an id
-        outside the vocabulary (stored ids that are damaged or another model's).
+        outside the vocabulary (stored ids that are damaged or another model's). The last turn, left
+        open for :meth:`continue_answer`, has no special token after it: its chunk runs to the end.
         """
         turns = self.turns if turns is None else turns
         special = self.tokenizer.special_ids
@@ -398,6 +399,8 @@ class ChatSession:
                 # ("<end_of_utterance>\nAssistant:"), not over the whole ~900-token prompt.
                 start = next((i + 1 for i in range(len(asked) - 1, -1, -1) if asked[i] in special), 0)
                 end = next((i for i in range(start, len(ids)) if ids[i] in special), None)
+                if end is None and j == len(turns) - 1:
+                    end = len(ids)  # the last turn left open (continue_answer): its text runs to the end
                 if end is not None and ids[:start] == asked[:start]:
                     swaps.append((start, end, asked[start:] + list(turn.token_ids)))
                     break
@@ -811,10 +814,13 @@ class ChatSession:
             if reason == "error" and not answer_ids:
                 self.turns[:] = snapshot  # nothing was answered: the conversation is as before the call
             elif continuing:
-                # One turn, its text as a client sends it back (prefill + continuation). Its ids are
-                # not the generated ones alone: the text is tokenized again in later prompts.
+                # One turn, its text as a client sends it back (prefill + continuation). An answer
+                # replayed from its ids keeps them, the continuation's after them (the tokens the model
+                # read and wrote); a text prefill is tokenized again in later prompts.
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
-                self.turns[-1] = Turn("assistant", self.turns[-1].text + text)
+                last = self.turns[-1]
+                ids = None if last.token_ids is None else [*last.token_ids, *answer_ids]
+                self.turns[-1] = Turn("assistant", last.text + text, token_ids=ids, prompt_ids=last.prompt_ids)
             else:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,

@@ -235,6 +235,27 @@ def test_done_event_carries_the_answer_ids_and_damaged_stored_ids_fall_back_to_t
     assert done.finish_reason == "length" and done.error is None
 
 
+def test_a_continued_answer_is_the_uncut_answer_token_for_token(session, tiny_checkpoint):
+    """An answer cut at 6 tokens and continued for 6 more is the greedy 12-token answer: the cut
+    answer's ids are replayed (its open turn has no special token after it; before, its text was
+    tokenized again, other ids for a random model, and the continuation went elsewhere), and the
+    continued turn keeps them with the continuation's after them, also across a new session."""
+    params = GenerationParams(max_new_tokens=12, ignore_eos=True)
+    whole = list(session.send("Tell me about cats", params=params))[-1].token_ids
+    session.reset()
+    cut = list(session.send("Tell me about cats", params=GenerationParams(max_new_tokens=6, ignore_eos=True)))
+    more = list(session.continue_answer(GenerationParams(max_new_tokens=6, ignore_eos=True)))
+    assert [*cut[-1].token_ids, *more[-1].token_ids] == list(whole) and len(whole) == 12
+    assert session.turns[-1].token_ids == list(whole)
+    # From a stored history (the app after a restart): the same continuation.
+    fresh = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    fresh.turns[:] = [Turn("user", "Tell me about cats"),
+                      Turn("assistant", session.tokenizer.decode(list(cut[-1].token_ids)).lstrip(),
+                           token_ids=list(cut[-1].token_ids))]
+    again = list(fresh.continue_answer(GenerationParams(max_new_tokens=6, ignore_eos=True)))
+    assert list(again[-1].token_ids) == list(more[-1].token_ids)
+
+
 def test_text_far_beyond_the_context_is_refused_before_it_is_encoded(tiny_checkpoint, monkeypatch):
     """Trial 39: an 18 MB message held the engine thread 12-22 s (template and encoding) before its
     refusal, and every other client waited behind it. Far beyond the context, nothing is encoded."""
