@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.messages import AssistantMessage, UserMessage
+from app.messages import CONTINUABLE, AssistantMessage, UserMessage
 
 #: The empty chat's second line with a local model (a server's model names the server instead).
 LOCAL_LINE = "Everything runs on this computer."
@@ -77,6 +77,7 @@ class ChatView(QScrollArea):
         self._add(message)
         message.set_text(text)
         message.finish(finish_reason, footer)
+        self.mark_continuable()
         return message
 
     def remove_from(self, index: int) -> None:
@@ -86,10 +87,12 @@ class ChatView(QScrollArea):
         del self._messages[index:]
         self._current = None
         self._empty.setVisible(not self._messages)
+        self.mark_continuable()
 
     def remove_at(self, index: int) -> None:
         self._discard(self._messages.pop(index))
         self._empty.setVisible(not self._messages)
+        self.mark_continuable()
 
     def last_assistant(self) -> AssistantMessage | None:
         return next((m for m in reversed(self._messages) if isinstance(m, AssistantMessage)), None)
@@ -122,6 +125,23 @@ class ChatView(QScrollArea):
         if self._current is not None:
             self._current.finish(finish_reason, footer)
             self._current = None
+        self.mark_continuable()
+
+    def resume_answer(self, index: int) -> AssistantMessage:
+        """Stream the continuation of answer ``index`` (the last message) into it."""
+        self._current = self._messages[index]
+        self._current.resume()
+        self._follow = True
+        return self._current
+
+    def mark_continuable(self) -> None:
+        """Continue under the last message when it is an answer cut short (:data:`CONTINUABLE`) with
+        text to go on from; under no other (continuing an earlier answer would drop what follows it)."""
+        last = self._messages[-1] if self._messages else None
+        for message in self._messages:
+            if message.role == "assistant":
+                message.set_continuable(message is last and message is not self._current
+                                        and message.status in CONTINUABLE and bool(message.text.strip()))
 
     @Slot()
     def clear(self) -> None:
@@ -166,6 +186,7 @@ class ChatView(QScrollArea):
         self._messages.append(message)
         self._follow = True
         self._column.insertWidget(self._column.count() - 1, message)
+        self.mark_continuable()  # a message after a cut answer: Continue goes
 
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self._follow:

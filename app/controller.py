@@ -194,6 +194,21 @@ class ChatController(QObject):
             self._start(history, params, lambda p, sp: self.backend.send(
                 user.text, attachments_for(user.images, self.takes_video), p, self.bridge.sink, sp))
 
+    def continue_answer(self, index: int, chat_settings: dict, params: dict) -> bool:
+        """Continue answer ``index`` (the chat's last message, cut short) where its text ends; the
+        continuation streams into it. False when it is not one that can be continued, or busy."""
+        if self.busy or not self.ready:
+            return False
+        try:
+            history = self.keeper.begin_continue(index, self.model_path, chat_settings)
+        except STORAGE_ERRORS as exc:
+            self.failed.emit(f"Could not continue the answer: {storage_problem(exc, self.keeper.store.folder)}.")
+            return False
+        if history is None:
+            return False
+        self._start(history, params, lambda p, sp: self.backend.continue_answer(p, self.bridge.sink, sp))
+        return True
+
     def _start(self, history: list[dict], params: dict, ask) -> None:
         self.busy = True
         self.busy_changed.emit()

@@ -272,6 +272,8 @@ class ConversationKeeper(QObject):
         self._last_flush = 0.0
         self._save_failed = False
         self._saved_chars = 0  # how much of the streaming answer the store holds
+        self._continuing = False  # the streaming answer is one continued (begin_continue)
+        self._continued_ids: list[int] | None = None  # its ids before the continuation
         # The last chat's id names a row of this database: kept only where the settings file sits
         # beside it (not for a temporary stand-in, whose ids would open the wrong chat of the real
         # database once it is restored).
@@ -466,6 +468,27 @@ class ConversationKeeper(QObject):
         self.show_versions()
         return history, user
 
+    def begin_continue(self, index: int, model: str, settings: dict) -> list[dict] | None:
+        """Continue answer ``index``, the chat's last message, where its text ends: marked streaming
+        again, the transcript streams into it; returns the engine history, that answer last (with its
+        token ids when ``model`` generated it), or None when ``index`` is not the last answer."""
+        widgets = self.transcript.widgets()
+        if index != len(widgets) - 1 or widgets[index].role != "assistant" or not widgets[index].text.strip():
+            return None
+        messages = self.store.messages(self.current_id)
+        answer = messages[index]
+        history = engine_history(messages[:index + 1], model)
+        self.store.update_conversation(self.current_id, model=model, settings=settings)
+        # Its ids would not match its text while it grows (a quit mid-way keeps the text only).
+        self.store.update_message(answer.id, status="streaming", forget_token_ids=True)
+        self.transcript.resume_answer(index)
+        self._show_answer_state(answer.id)
+        self._saved_chars = len(answer.text)
+        # The ids the continuation's follow (None: unknown, or another model's: re-tokenized then).
+        self._continued_ids = history[-1].get("token_ids") if history else None
+        self._continuing = True
+        return history
+
     def _save_answer(self, conv_id: int, model_name: str, model: str, settings: dict, parent: int) -> Message:
         self.store.update_conversation(conv_id, model=model, settings=settings)
         return self.store.add_message(conv_id, "assistant", "", status="streaming",
@@ -484,6 +507,10 @@ class ConversationKeeper(QObject):
 
     def _show_answer(self, answer_id: int, model_name: str) -> None:
         self.transcript.begin_answer(model_name).message_id = answer_id
+        self._show_answer_state(answer_id)
+        self._continuing = False
+
+    def _show_answer_state(self, answer_id: int) -> None:
         self._streaming_id = answer_id
         self._pending = 0
         self._last_flush = time.monotonic()
@@ -529,8 +556,13 @@ class ConversationKeeper(QObject):
         reason = result.get("finish_reason", "error")
         stats = {k: v for k, v in result.items() if k not in ("finish_reason", "token_ids")}
         stats["model_name"] = model_name
+        token_ids = result.get("token_ids")
+        if self._continuing:  # the answer's ids are those it had, then the continuation's
+            token_ids = None if token_ids is None or self._continued_ids is None else \
+                list(self._continued_ids) + list(token_ids)
+            self._continuing = False
         self._save_answer_text(answer.text if answer else "", last=True, status="done" if reason == "stop" else reason,
-                               stats=stats, token_ids=result.get("token_ids"))
+                               stats=stats, token_ids=token_ids)
         self._streaming_id = None
 
     def abandon(self) -> None:

@@ -227,6 +227,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
                 self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
         elif action == "regenerate":
             self.regenerate_answer(index)
+        elif action == "continue":
+            if self.controller.continue_answer(index, self.chat_settings(), self.current_params()):
+                self._answer_started()
         elif action == "edit":
             message = self.transcript.widgets()[index]
             self.begin_edit(index, message.text, message.images, self.keeper.messages()[index].attached_names)

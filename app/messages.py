@@ -31,7 +31,11 @@ ACTIONS = {
     "edit": ("edit", "Edit and resend"),
     "regenerate": ("regenerate", "Regenerate answer"),
     "delete": ("delete", "Delete message"),
+    "continue": ("continue", "Continue the answer from where it stopped"),
 }
+#: The answers Continue is offered for (the chat's last one, with text): cut short by the token limit,
+#: by Stop, or by a quit.
+CONTINUABLE = ("length", "cancelled", "interrupted")
 
 
 def _tab_stops(widget: QWidget) -> list[QWidget]:
@@ -75,6 +79,10 @@ class ActionRow(QWidget):
             button.setAccessibleName(tip)
             button.setAutoRaise(True)
             button.clicked.connect(lambda _=False, n=name: self.triggered.emit(n))
+            if name == "continue":  # words, not an icon alone: the one way on after a cut-off answer
+                button.setText("Continue")
+                button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+                button.hide()
             row.addWidget(button)
         if not align_right:
             row.addStretch(1)
@@ -236,7 +244,7 @@ class AssistantMessage(QWidget):
         bubble_layout = QVBoxLayout(bubble)
         bubble_layout.setContentsMargins(14, 10, 14, 10)
         bubble_layout.addLayout(self._column)
-        self.actions_row = ActionRow(["copy", "regenerate", "delete"], align_right=False)
+        self.actions_row = ActionRow(["copy", "regenerate", "delete", "continue"], align_right=False)
         self.actions_row.triggered.connect(self._on_action)
         self.actions_row.hide()
         right = QVBoxLayout()
@@ -287,6 +295,23 @@ class AssistantMessage(QWidget):
         self._footer.setText(footer)
         self._footer.setVisible(bool(footer))
         self.actions_row.show()
+
+    def resume(self) -> None:
+        """Stream again after the text already here (Continue): the rendered Markdown goes back to
+        the plain text that tokens are appended to, until :meth:`finish` renders it again."""
+        for widget in self._blocks:
+            widget.hide()
+            widget.deleteLater()
+        self._blocks = []
+        self._stream.setPlainText(self.text)
+        self._stream.show()
+        self.status, self.finish_reason = "streaming", None
+        self._footer.hide()
+        self.actions_row.hide()
+
+    def set_continuable(self, continuable: bool) -> None:
+        """Show Continue under this answer (see :data:`CONTINUABLE`)."""
+        self.actions_row.button("continue").setVisible(continuable)
 
     def footer(self) -> str:
         return self._footer.text()

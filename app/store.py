@@ -439,9 +439,12 @@ class Store:
         return self._message(row) if row else None
 
     def update_message(self, message_id: int, *, text: str | None = None, status: str | None = None,
-                       stats: dict | None = None, token_ids: list[int] | tuple[int, ...] | None = None) -> None:
-        """One small committed write; called every few hundred ms while an answer streams."""
-        sets, args = [], []
+                       stats: dict | None = None, token_ids: list[int] | tuple[int, ...] | None = None,
+                       forget_token_ids: bool = False) -> None:
+        """One small committed write; called every few hundred ms while an answer streams. A field left
+        None is not changed; ``forget_token_ids``: the answer's ids are unknown now (its text is read
+        again by the model's tokenizer), as while it is continued."""
+        sets, args = (["token_ids = NULL"] if forget_token_ids else []), []
         for column, value in (("text", text), ("status", status)):
             if value is not None:
                 sets.append(f"{column} = ?")

@@ -104,6 +104,17 @@ class FakeBackend:
             self._answer("edit", text, list(kept), params, events, system_prompt)
         self.jobs.put_answer(run, sink)
 
+    def continue_answer(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        def run(events: EventSink) -> None:
+            if len(self.history) < 2 or self.history[-1].role != "assistant":
+                events(DoneEvent("error", GenerationStats(), "there is no answer to continue: the conversation "
+                                 "does not end with one", "ValueError"))
+                return
+            answer, question = self.history.pop(), self.history.pop()
+            self._answer("continue", question.text, list(question.attachments), params, events, system_prompt,
+                         answer.text)
+        self.jobs.put_answer(run, sink)
+
     def cancel(self) -> None:
         self.jobs.cancel()
 
@@ -135,7 +146,7 @@ class FakeBackend:
         on_done(self._info, None)
 
     def _answer(self, kind: str, text: str, attachments: list[Attachment], params: GenerationParams, sink: EventSink,
-                system_prompt: str | None) -> None:
+                system_prompt: str | None, answered: str = "") -> None:
         self.calls.append({"kind": kind, "text": text, "images": [a.path for a in attachments], "params": params,
                            "kinds": [a.kind for a in attachments],
                            "history": list(self.history), "system_prompt": system_prompt,
@@ -150,10 +161,13 @@ class FakeBackend:
         start, produced, reason = time.perf_counter(), 0, "stop"
         prompt_tokens = self._read_prompt(attachments, params, sink)
         if prompt_tokens is None:  # cancelled before the first token
-            self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", "")]
+            self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", answered)]
             sink(DoneEvent("cancelled", GenerationStats(total_s=time.perf_counter() - start)))
             return
-        for i, piece in enumerate(self.tokens):
+        # A continued answer goes on from the canned tokens it ends with (all of them: from the start).
+        start = next((k for k in range(1, len(self.tokens) + 1)
+                      if answered and "".join(self.tokens[:k]).strip() == answered.strip()), 0)
+        for i, piece in enumerate(self.tokens[start:], start):
             if self._cancel.is_set():
                 reason = "cancelled"
                 break
@@ -167,7 +181,7 @@ class FakeBackend:
             sink(TokenEvent(piece, 1000 + i))
         else:
             reason = "cancelled" if self._cancel.is_set() else reason
-        answer = "".join(self.tokens[:produced]).strip()
+        answer = (answered + "".join(self.tokens[start:start + produced])).strip()
         self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", answer)]
         sink(DoneEvent(reason, GenerationStats(prompt_tokens=prompt_tokens, generated_tokens=produced, ttft_s=0.125,
                                                decode_tokens_per_s=25.0, total_s=time.perf_counter() - start)))

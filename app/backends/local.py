@@ -63,6 +63,11 @@ class LocalBackend:
              sink: EventSink, system_prompt: str | None = None) -> None:
         self._track(self.service.edit(turn_index, text, attachments, params, sink, system_prompt))
 
+    def continue_answer(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        with self.service.atomic():
+            self.service.set_history(self._history)
+            self._track(self.service.continue_answer(params, sink, system_prompt))
+
     def _track(self, handle) -> None:
         self._handles = [h for h in self._handles if not h.cancelled.is_set()][-8:] + [handle]
 

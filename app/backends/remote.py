@@ -330,6 +330,15 @@ class RemoteBackend:
             self._answer(self._history[:turn_index], HistoryMessage("user", text, kept), params, events, system_prompt)
         self.jobs.put_answer(run, sink)
 
+    def continue_answer(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        def run(events: EventSink) -> None:
+            if not self._history or self._history[-1].role != "assistant":
+                events(DoneEvent("error", GenerationStats(), "there is no answer to continue: the conversation "
+                                 "does not end with one", "ValueError"))
+                return
+            self._answer(self._history[:-1], self._history[-1], params, events, system_prompt)
+        self.jobs.put_answer(run, sink)
+
     def cancel(self) -> None:
         self.jobs.cancel()
 
@@ -377,6 +386,9 @@ class RemoteBackend:
 
     def _answer(self, turns: list[HistoryMessage], user: HistoryMessage, params: GenerationParams,
                 sink: EventSink, system_prompt: str | None) -> None:
+        """Stream the answer to ``turns`` + ``user``; a ``user`` that is an answer is continued
+        (vLLM's ``continue_final_message``; llama-server, Ollama and Smolchat's server continue a last
+        assistant message by themselves)."""
         stats = GenerationStats()
         if self._info is None:
             sink(DoneEvent("error", stats, "No model is loaded yet.", "RuntimeError"))
@@ -396,6 +408,8 @@ class RemoteBackend:
             try:
                 body = request_body(self.model, openai_messages(history[dropped:], system_prompt, params.image_detail),
                                     params, self._info.capabilities.max_context)
+                if user.role == "assistant":
+                    body.update(continue_final_message=True, add_generation_prompt=False)
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return
@@ -414,7 +428,9 @@ class RemoteBackend:
             what = "the oldest message was" if dropped == 1 else f"the {dropped} oldest messages were"
             left_out = f"The conversation no longer fits the context of {self.model} on {self.server.name}: {what} left out."
             stats.notice = f"{left_out} {stats.notice}" if stats.notice else left_out
-        if text:  # the partial answer of a failed stream is kept, like a cancelled one
+        if text and user.role == "assistant":
+            self._history = [*turns, HistoryMessage("assistant", user.text + text)]
+        elif text:  # the partial answer of a failed stream is kept, like a cancelled one
             self._history = [*history, HistoryMessage("assistant", text)]
         sink(DoneEvent(reason, stats, error, error_type))
 

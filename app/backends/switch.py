@@ -67,6 +67,9 @@ class EngineSwitch:
              sink: EventSink, system_prompt: str | None = None) -> None:
         self.current.edit(turn_index, text, attachments, params, sink, system_prompt)
 
+    def continue_answer(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        self.current.continue_answer(params, sink, system_prompt)
+
     def cancel(self) -> None:
         self.current.cancel()
 

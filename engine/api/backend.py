@@ -7,7 +7,7 @@ crosses it is a plain dataclass, string or number.
 Calls never block the caller on model work: ``load``, ``send``, ``regenerate`` and ``edit`` queue
 the work and return at once; results arrive through the ``sink`` callable, which the backend calls
 from its own thread (a Qt front end re-emits them as queued signals). Each ``send``/``regenerate``/
-``edit`` ends with exactly one :class:`~engine.api.events.DoneEvent`, also when it fails or is
+``edit``/``continue_answer`` ends with exactly one :class:`~engine.api.events.DoneEvent`, also when it fails or is
 cancelled; :class:`ProgressEvent` s may come before the first token.
 """
 
@@ -130,6 +130,12 @@ class ChatBackend(Protocol):
     def edit(self, turn_index: int, text: str, attachments: Sequence[Attachment] | None,
              params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
         """Replace user message ``turn_index``, drop what follows, and answer it."""
+
+    def continue_answer(self, params: GenerationParams, sink: EventSink, system_prompt: str | None = None) -> None:
+        """Continue the conversation's last message, an answer cut short (the token limit, Stop),
+        where its text ends, streaming only the continuation into ``sink``; the answer becomes its
+        text plus the continuation. A conversation that does not end with an answer ends in an
+        error ``DoneEvent``."""
 
     def cancel(self) -> None:
         """Stop the running or queued answer soon (thread-safe; a no-op when idle)."""

@@ -94,6 +94,32 @@ def test_regenerate_and_edit_resend_the_history(fake):
     backend.close()
 
 
+def test_continue_sends_the_cut_answer_last_and_keeps_answer_plus_continuation(fake):
+    """Continue: the answer cut short is the last message, with vLLM's continue_final_message (llama-server,
+    Ollama and Smolchat's server continue a last assistant message by themselves); the backend's history
+    then holds the answer and its continuation as one."""
+    backend, _ = loaded(fake.url, "ok")
+    backend.set_history([HistoryMessage("user", "Q1"), HistoryMessage("assistant", "The cat")])
+    events = []
+    backend.continue_answer(PARAMS, events.append, "Be brief.")
+    wait_done(events)
+    body = fake.requests[-1]
+    assert [(m["role"], m["content"]) for m in body["messages"]] == [
+        ("system", "Be brief."), ("user", "Q1"), ("assistant", "The cat")]
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert events[-1].finish_reason == "stop" and "".join(e.text for e in events if isinstance(e, TokenEvent)) == \
+        "".join(TOKENS)
+    ask(backend, "And?")
+    assert [m["content"] for m in fake.requests[-1]["messages"]] == ["Q1", "The cat" + "".join(TOKENS), "And?"]
+    assert "continue_final_message" not in fake.requests[-1]
+    backend.set_history([HistoryMessage("user", "Q1")])  # nothing to continue
+    events = []
+    backend.continue_answer(PARAMS, events.append)
+    wait_done(events)
+    assert events[-1].finish_reason == "error" and events[-1].error_type == "ValueError"
+    backend.close()
+
+
 def test_a_chat_longer_than_the_servers_context_leaves_out_its_oldest_exchanges():
     """A server that keeps every message (OpenAI's API, vLLM, llama-server and, now, Smolchat's own)
     refuses a conversation beyond its context: the app leaves out the oldest exchanges, as its local

@@ -1,0 +1,119 @@
+"""Continue: an answer cut short (the token limit, Stop, a quit) goes on where its text ends, in the
+same message: shown under the chat's last answer only, streamed into it, stored as one answer; with
+the real engine the continued answer is token for token the one generated without the cut."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.backends.fake import FakeBackend
+from app.messages import CONTINUABLE
+from engine.api.events import DoneEvent, GenerationParams
+from engine.chat import ChatSession
+from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
+
+
+def ask(qtbot, win, text: str, max_new_tokens: int) -> dict:
+    win.generation_params = {"max_new_tokens": max_new_tokens}
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=120_000) as finished:
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def continue_button(message):
+    return message.actions_row.button("continue")
+
+
+def offered(message) -> bool:
+    """Continue shows under ``message`` (as soon as its row is laid out: Qt shows a widget added to a
+    shown window on the next event loop turn)."""
+    return continue_button(message).isVisibleTo(message)
+
+
+def test_an_answer_cut_at_the_token_limit_continues_in_the_same_message(qtbot, make_window):
+    backend = FakeBackend(tokens=["The", " cat", " is", " orange", "."])
+    win = make_window(backend)
+    assert ask(qtbot, win, "What is it?", 2)["finish_reason"] == "length"
+    question, answer = win.transcript.widgets()
+    assert answer.text == "The cat" and offered(answer)
+    assert continue_button(answer).text() == "Continue"
+    win.generation_params = {"max_new_tokens": 10}
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000) as finished:
+        continue_button(answer).click()
+    assert finished.args[0]["finish_reason"] == "stop"
+    assert win.transcript.widgets() == [question, answer]  # the same message, not a new one
+    assert answer.text == "The cat is orange." and not offered(answer)
+    assert answer.footer().startswith("TTFT")  # the continuation's numbers
+    assert (backend.calls[-1]["kind"], backend.calls[-1]["text"]) == ("continue", "What is it?")
+    [_q, stored] = win.store.messages(win.keeper.current_id)
+    assert stored.text == "The cat is orange." and stored.status == "done"
+    assert len(win.store.all_messages(win.keeper.current_id)) == 2  # no second version
+
+
+def test_continue_is_offered_only_under_the_last_answer_when_it_was_cut(qtbot, make_window):
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    ask(qtbot, win, "First?", 3)
+    first = win.transcript.widgets()[1]
+    assert offered(first)
+    ask(qtbot, win, "Second?", 10)
+    second = win.transcript.widgets()[3]
+    assert not offered(first) and not offered(second)  # finished
+    win._on_message_action("delete", 2)  # the second question goes: the first answer is last again
+    assert offered(first)
+    win._on_message_action("continue", 0)  # not an answer: nothing happens
+    assert not win._busy
+    assert set(CONTINUABLE) == {"length", "cancelled", "interrupted"}
+
+
+def test_an_answer_stopped_by_the_user_continues_and_a_reopened_chat_still_offers_it(qtbot, make_window):
+    backend = FakeBackend(tokens=[f" w{i}" for i in range(60)], delay=0.02)
+    win = make_window(backend)
+    win.composer.setPlainText("Count")
+    win.generation_params = {"max_new_tokens": 100}
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(win.transcript.widgets()) == 2 and len(win.transcript.widgets()[1].text) > 10,
+                    timeout=5000)
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.stop()
+    answer = win.transcript.widgets()[1]
+    cut = answer.text
+    assert answer.status == "cancelled" and offered(answer)
+    conv = win.keeper.current_id
+    win.open_conversation(None)
+    win.open_conversation(conv)
+    reopened = win.transcript.widgets()[1]
+    assert reopened.text == cut and offered(reopened)
+    backend.delay = 0
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        continue_button(reopened).click()
+    assert reopened.text == "".join(f" w{i}" for i in range(60)).strip()
+
+
+def test_continue_with_the_real_engine_gives_the_uncut_answer_token_for_token(qtbot, tiny_checkpoint):  # noqa: F811
+    """Greedy, a random tiny model: 6 tokens then Continue for 6 more are the 12 tokens of one answer
+    (the cut answer's stored ids are replayed, the continuation's ids appended to them)."""
+    from app.main_window import MainWindow
+
+    win = MainWindow(str(tiny_checkpoint))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: bool(win.model_info), timeout=60_000)
+    win.generation_params = {"max_new_tokens": 6, "ignore_eos": True}
+    win.composer.setPlainText("Tell me about cats")
+    with qtbot.waitSignal(win.answer_finished, timeout=120_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    answer = win.transcript.widgets()[1]
+    assert answer.status == "length" and offered(answer)
+    with qtbot.waitSignal(win.answer_finished, timeout=120_000) as finished:
+        continue_button(answer).click()
+    assert finished.args[0]["generated_tokens"] == 6
+
+    direct = ChatSession.load(str(tiny_checkpoint), device="cpu")
+    events = list(direct.send("Tell me about cats", params=GenerationParams(max_new_tokens=12, ignore_eos=True)))
+    expected_ids = list(events[-1].token_ids)
+    expected = "".join(e.text for e in events if not isinstance(e, DoneEvent)).strip()
+    [_q, stored] = win.store.messages(win.keeper.current_id)
+    assert stored.token_ids == expected_ids and len(expected_ids) == 12
+    assert stored.text == answer.text == expected
+    win.close()
