@@ -17,6 +17,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPushButton, QVBoxLayout
 
 from app.formatting import model_summary
+from engine.api import smolchat_version
 
 PRIVACY = ("Answers come from a model on this computer: nothing you write or attach leaves it, unless you "
            "choose a server's model (Settings ▸ Engines).")
@@ -42,7 +43,7 @@ def details(window) -> list[tuple[str, str]]:
     info = window.model_info or {}
     model = model_summary(info) if info.get("model_name") else "none loaded"
     return [
-        ("Version", f"Smolchat {package_version('smolchat')}"),
+        ("Version", f"Smolchat {smolchat_version()}"),
         ("Model", model),
         ("Chats", str(Path(window.store.folder))),
         ("Settings", window.qsettings.fileName()),

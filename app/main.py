@@ -21,6 +21,7 @@ from app.application import create_app
 from app.main_window import MainWindow
 from app.paths import data_dir
 from app.single_instance import already_open_text, take_lock
+from engine.api import smolchat_version
 
 
 def model_argument(value: str) -> str:
@@ -35,9 +36,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      epilog="smolchat serve --model DIR_OR_REPO_OR_GGUF [...] runs the local "
                                             "OpenAI-compatible server instead of the window (smolchat serve --help).")
     parser.add_argument("--model", metavar="DIR_OR_REPO", type=model_argument,
-                        help="model folder or Hugging Face repo id")
-    parser.add_argument("--device", choices=["cuda", "mps", "cpu"], help="default: the best available")
-    parser.add_argument("--dtype", help="e.g. float32 or bfloat16 (default: chosen for the device)")
+                        help="model folder, GGUF file or Hugging Face repo id")
+    parser.add_argument("--version", action="version", version=f"smolchat {smolchat_version()}")
+    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"],
+                        help="auto (default: the best available), cuda, mps or cpu")
+    # Checked here, as --device is: a dtype the engine refuses would open the window only to fail there.
+    parser.add_argument("--dtype", type=str.lower, choices=["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"],
+                        metavar="{auto,float32,bfloat16,float16}",
+                        help="auto (default: chosen for the device), float32, bfloat16 or float16")
     parser.add_argument("--self-test", action="store_true",
                         help="headless check: answer one built-in image question, print JSON, exit "
                              "(see smolchat --self-test --help)")
@@ -184,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         QMessageBox.information(None, "Smolchat", said)
         return 0
     with SignalsClose(app) as signals:
-        window = MainWindow(model_path=args.model, device=args.device, dtype=args.dtype)
+        window = MainWindow(model_path=args.model, device=None if args.device == "auto" else args.device,
+                            dtype=None if args.dtype == "auto" else args.dtype)
         window.show()  # before the model is loaded: loading runs in the engine thread
         signals.attach(window)
         report = os.environ.get("SMOLCHAT_STARTUP_REPORT")

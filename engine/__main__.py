@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from engine.api import smolchat_version
 from engine.api.errors import EngineError
 from engine.api.events import DETAILS, WEIGHT_FORMATS, DoneEvent, GenerationParams
 from engine.api.hub import MODEL_HELP
@@ -27,6 +28,7 @@ def _server_address(text: str) -> str:
 
 def _build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM and SmolLM2 on your own machine")
+    ap.add_argument("--version", action="version", version=f"Smolchat engine {smolchat_version()}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="answer a prompt (with images) and stream the answer")
@@ -147,6 +149,9 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = args.prompt
     if args.prompt_file is not None:
         prompt = _read_text(args.prompt_file, "--prompt-file")
+    if not prompt.strip() and not args.image and not args.video:  # before the model loads (seconds)
+        raise ValueError(f"{'--prompt-file' if args.prompt_file is not None else '--prompt'} is empty: "
+                         "ask a question (or give an --image or --video to ask about)")
     if args.server:
         return _generate_remote(args, prompt, params)
     cache = CacheConfig(kind=args.cache) if args.cache else None
@@ -387,12 +392,15 @@ def main(argv: list[str] | None = None) -> int:
     Ctrl-C is a KeyboardInterrupt answered with 130."""
     program = argv is None
     args = _build_parser().parse_args(argv)
+    as_json = bool(getattr(args, "json", False))
     try:
         if args.command == "serve" or not program:  # serve: uvicorn handles Ctrl-C, the engine has its thread
             return COMMANDS[args.command](args)
         from engine.service import ctrl_c_exits_process
 
-        with ctrl_c_exits_process(restore=False):
+        # With --json a script reads stdout only: the answer ends with a record there, also on Ctrl-C.
+        last_words = (lambda: _json_done("cancelled")) if as_json and args.command == "generate" else None
+        with ctrl_c_exits_process(restore=False, last_words=last_words):
             return COMMANDS[args.command](args)
     except BrokenPipeError:
         # The reader went away (``... | head -n 1``): stop quietly, like a process killed by SIGPIPE.
@@ -402,9 +410,20 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + 13
     except (EngineError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if as_json and args.command == "generate":
+            _json_done("error", error=str(exc), error_type=type(exc).__name__)
         return 2
     except KeyboardInterrupt:
+        if as_json and args.command == "generate":
+            _json_done("cancelled")
         return 130
+
+
+def _json_done(reason: str, **fields) -> None:
+    """``generate --json``'s last line where no answer's DoneEvent made one: an error before the
+    answer (a bad image, a model that cannot load) or Ctrl-C."""
+    sys.stdout.write(json.dumps({"type": "done", "finish_reason": reason, **fields}) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

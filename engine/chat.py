@@ -43,7 +43,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from engine.api.backend import ProgressEvent
-from engine.api.errors import MEDIA_KINDS, MEDIA_SHARE, SYSTEM_PROMPT_TOO_LONG, PromptTooLongError, UnsupportedOperation
+from engine.api.errors import (
+    MEDIA_KINDS,
+    MEDIA_SHARE,
+    SYSTEM_PROMPT_TOO_LONG,
+    PromptTooLongError,
+    UnsupportedOperation,
+    describe_error,
+    is_engine_error,
+)
 from engine.api.events import (
     DoneEvent,
     GenerationEvent,
@@ -750,7 +758,7 @@ class ChatSession:
         self._notice = stats.notice  # said on this answer's first progress event too (_checkpoint)
         answer_ids: list[int] = []
         reason = "error"
-        error = None
+        error, error_type = None, ""
         try:
             if params.max_new_tokens < 1:  # (0 only reads a raw completion's prompt: engine.completion)
                 raise ValueError("an answer needs max_new_tokens >= 1")
@@ -802,7 +810,10 @@ class ChatSession:
         except Cancelled:  # during the vision tower or the prefill: the user turn stays, the answer is empty
             reason = "cancelled"
         except Exception as exc:  # noqa: BLE001  (reported in the DoneEvent; the session stays usable)
-            reason, error = "error", f"{type(exc).__name__}: {exc}"
+            # An engine error's words alone (they name what failed) and its name; anything else (a bug)
+            # with its type in the words, and no name a front end would take for the user's mistake.
+            reason, error = "error", describe_error(exc)
+            error_type = type(exc).__name__ if is_engine_error(exc) else ""
         finally:
             stats.total_s = time.perf_counter() - t0
             self._notice = ""  # not carried into another request's progress
@@ -825,7 +836,7 @@ class ChatSession:
                 text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
                                        token_ids=list(answer_ids), prompt_ids=self._plain_prompt))
-        yield DoneEvent(reason, stats, error, token_ids=tuple(answer_ids))
+        yield DoneEvent(reason, stats, error, error_type, token_ids=tuple(answer_ids))
 
     def _logprobs(self, sampler, token: int) -> tuple:
         """``(logprob, top_logprobs, token_bytes)`` of ``token`` for its TokenEvent when the answer

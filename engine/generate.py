@@ -141,4 +141,5 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
 
 
 def _invalid(n: int) -> str:
-    return f"the model produced invalid numbers (NaN or infinity) at token {n}"
+    return (f"the model produced invalid numbers (NaN or infinity) at token {n}: its weights may be damaged, "
+            "or float16 overflowed (try the bfloat16 or float32 data type)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import queue
@@ -575,12 +576,15 @@ def exit_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _exit_130(signum: int, frame: Any) -> None:
+def _exit_130(signum: int, frame: Any, last_words: Callable[[], None] | None = None) -> None:
+    if last_words is not None:
+        with contextlib.suppress(Exception):  # a closed pipe: exit all the same
+            last_words()
     exit_process(130)
 
 
 @contextlib.contextmanager
-def ctrl_c_exits_process(restore: bool = True) -> Iterator[None]:
+def ctrl_c_exits_process(restore: bool = True, last_words: Callable[[], None] | None = None) -> Iterator[None]:
     """For a program that runs torch on its main thread (the command line, the headless self-test):
     within this block Ctrl-C ends the process at once with 130 (:func:`exit_process`).
 
@@ -592,12 +596,13 @@ def ctrl_c_exits_process(restore: bool = True) -> Iterator[None]:
     library, the Triton key) appear by an atomic rename, so at most a temporary one is left. Only
     on the main thread and where Python's own handler is in place (a background job keeps SIGINT
     ignored). ``restore=False`` keeps the handler after the block, through the interpreter's exit
-    (threading's joins and ``atexit``; Python puts the default back before its final teardown)."""
+    (threading's joins and ``atexit``; Python puts the default back before its final teardown).
+    ``last_words``: called first (the command line's ``--json`` ends with a "cancelled" record)."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
         return
-    previous = signal.signal(signal.SIGINT, _exit_130)
+    previous = signal.signal(signal.SIGINT, functools.partial(_exit_130, last_words=last_words))
     try:
         yield
     finally:

@@ -276,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     unusable settings (as ``python -m engine serve``)."""
     import sys
 
+    from engine.api import smolchat_version
+
     ap = argparse.ArgumentParser(prog="smolchat serve", description="Smolchat's OpenAI-compatible local server")
+    ap.add_argument("--version", action="version", version=f"smolchat serve {smolchat_version()}")
     add_arguments(ap)
     args = ap.parse_args(argv)
     try:

@@ -41,6 +41,18 @@ from engine.api.events import (
 )
 from engine.api.hub import looks_like_repo_id
 
+
+def smolchat_version() -> str:
+    """The installed Smolchat's version (package metadata), or "unknown" for a tree that is not
+    installed; what ``--version`` and Help ▸ About say."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("smolchat")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 __all__ = [
     "Attachment",
     "Capabilities",
@@ -72,4 +84,5 @@ __all__ = [
     "WEIGHT_FORMATS",
     "is_engine_error",
     "looks_like_repo_id",
+    "smolchat_version",
 ]

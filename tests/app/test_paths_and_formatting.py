@@ -48,6 +48,19 @@ def test_parse_args():
     assert parse_args([]).model is None
     with pytest.raises(SystemExit):
         parse_args(["--device", "tpu"])
+    # Found by a trial: --dtype int3 opened the window only to fail there; "auto" was not accepted.
+    with pytest.raises(SystemExit):
+        parse_args(["--dtype", "int3"])
+    assert (parse_args(["--device", "auto", "--dtype", "BF16"]).device, parse_args(["--dtype", "BF16"]).dtype) == \
+        ("auto", "bf16")
+
+
+def test_version(capsys):
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"smolchat {metadata.version('smolchat')}"
 
 
 def test_summaries():

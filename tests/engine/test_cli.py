@@ -270,6 +270,43 @@ def test_ctrl_c_during_the_load_exits_130_at_once(tiny_checkpoint):
     assert "interpreter teardown" not in out and "Traceback" not in err and "KeyboardInterrupt" not in err, (out, err)
 
 
+def test_ctrl_c_with_json_ends_stdout_with_a_cancelled_record(tiny_checkpoint):
+    """Found by a trial: a script reading --json's lines got no last record after Ctrl-C."""
+    code, out, err = ctrl_c_once_ready([sys.executable, "-c", SLOW_LOAD_GENERATE, "generate", "--model",
+                                        str(tiny_checkpoint), "--prompt", "Hello", "--json"], "load started")
+    assert code == 130, err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1]) == {"type": "done", "finish_reason": "cancelled"}
+
+
+def test_json_errors_before_the_answer_are_a_done_record_on_stdout(tmp_path):
+    """Found by a trial: with --json a missing image or model left stdout empty (the error on stderr only)."""
+    proc = cli("generate", "--model", tmp_path / "no-model", "--image", tmp_path / "nope.png", "--prompt", "What?",
+               "--json")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ")
+    record = json.loads(proc.stdout)
+    assert record == {"type": "done", "finish_reason": "error", "error": proc.stderr.strip().removeprefix("error: "),
+                      "error_type": "ImageError"}
+
+
+@pytest.mark.parametrize("text", [["--prompt", ""], ["--prompt", "  \n "], ["--prompt-file", "empty.txt"]])
+def test_an_empty_prompt_is_refused_before_the_model_loads(tmp_path, text):
+    """Found by a trial: an empty --prompt was answered (the app refuses an empty message)."""
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    if text[0] == "--prompt-file":
+        text = [text[0], str(tmp_path / "empty.txt")]
+    proc = cli("generate", "--model", tmp_path / "no-model", *text)
+    flag = text[0]
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: {flag} is empty: ask a question (or give an --image or --video to ask about)")
+
+
+def test_version():
+    from importlib import metadata
+
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"Smolchat engine {metadata.version('smolchat')}"
+
+
 def test_an_in_process_main_leaves_signals_alone(tiny_checkpoint, capsys, monkeypatch):
     """Called with its arguments (tests, a program embedding the CLI), ``main`` changes no signal
     handler, during the command or after it: the host keeps its own Ctrl-C."""

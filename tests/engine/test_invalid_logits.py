@@ -47,7 +47,9 @@ def test_invalid_logits_end_the_answer_with_an_error_naming_the_token(session, m
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason == "error"
     # Token 1 comes from the prefill, tokens 2 and 3 from decode calls 1 and 2.
-    assert "InvalidLogitsError: the model produced invalid numbers (NaN or infinity) at token 3" == done.error
+    assert done.error == ("the model produced invalid numbers (NaN or infinity) at token 3: its weights may be "
+                          "damaged, or float16 overflowed (try the bfloat16 or float32 data type)")
+    assert done.error_type == "InvalidLogitsError"
     assert [e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0][:2] and \
         len([e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]) == 2
 
@@ -56,7 +58,7 @@ def test_invalid_prefill_logits_fail_at_token_1(session):
     sampler = make_sampler(GenerationParams())
     cache = session.model.create_kv_cache(session.cache_config)
     bad = torch.full((1, 10), float("nan"))
-    with pytest.raises(InvalidLogitsError, match="at token 1$"):
+    with pytest.raises(InvalidLogitsError, match="at token 1: its weights may be damaged"):
         next(token_stream(session.model, cache, sampler, [], bad, 4))
 
 
@@ -99,5 +101,7 @@ def test_invalid_logits_in_the_token_step(tiny_checkpoint, monkeypatch, value, s
     done = events[-1]
     assert calls, "the token step did not run"
     assert isinstance(done, DoneEvent) and done.finish_reason == "error"
-    assert "InvalidLogitsError: the model produced invalid numbers (NaN or infinity) at token 3" == done.error
+    assert done.error == ("the model produced invalid numbers (NaN or infinity) at token 3: its weights may be "
+                          "damaged, or float16 overflowed (try the bfloat16 or float32 data type)")
+    assert done.error_type == "InvalidLogitsError"
     assert len([e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]) == 2
