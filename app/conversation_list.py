@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, QSize, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QPoint, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -81,6 +81,7 @@ class ConversationList(QFrame):
         delete.triggered.connect(self._delete_current)
         self.list.addAction(delete)
         self._filling = False
+        self.list.viewport().installEventFilter(self)
 
     # -- contents ----------------------------------------------------------------------------------
     def set_conversations(self, conversations: list[Conversation], current_id: int | None) -> None:
@@ -96,6 +97,18 @@ class ConversationList(QFrame):
             if conv.id == current_id:
                 self.list.setCurrentItem(item)
         self._filling = False
+        self._show_current()
+
+    def _show_current(self) -> None:
+        """The open chat's row in view: the one reopened at start (or opened by a key) may sit below
+        the list's fold; the list is filled before the window has its size, so again on a resize."""
+        if self.list.currentItem() is not None:
+            self.list.scrollToItem(self.list.currentItem(), QAbstractItemView.ScrollHint.EnsureVisible)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.list.viewport() and event.type() == QEvent.Type.Resize:
+            self._show_current()
+        return super().eventFilter(watched, event)
 
     def ids(self) -> list[int]:
         return [self.list.item(i).data(ID_ROLE) for i in range(self.list.count())]

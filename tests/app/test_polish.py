@@ -229,6 +229,26 @@ def test_ctrl_z_undoes_a_chat_delete_outside_the_message_box(qtbot, make_window)
     assert win.sidebar.ids() == [chat] and win.keeper.current_id == chat and win.banner.message() == ""
 
 
+def test_the_chat_reopened_at_start_is_scrolled_into_view_in_the_list(qtbot, make_window):
+    """Found by a trial: with 200 chats, the one reopened at start was highlighted below the list's fold."""
+    win = make_window(FakeBackend())
+    for i in range(60):
+        win.store.create_conversation(f"chat number {i}")
+    ids = [c.id for c in win.store.conversations()]
+    win.refresh_sidebar()
+    win.open_conversation(ids[45])  # far down the list (newest first)
+    win.resize(800, 600)
+    win.close()
+    again = make_window(FakeBackend())
+    again.resize(800, 600)
+    qtbot.waitExposed(again)
+    qtbot.wait(50)
+    assert again.keeper.current_id == ids[45]
+    item = again.sidebar.list.currentItem()
+    rect, view = again.sidebar.list.visualItemRect(item), again.sidebar.list.viewport().rect()
+    assert view.contains(rect), (rect, view)
+
+
 def test_a_chat_restored_while_a_search_hides_it_is_listed(qtbot, make_window):
     """Found by a trial: a chat deleted and restored by Undo while the sidebar's search matched
     nothing of it was opened but not listed (the search is cleared so it shows)."""
