@@ -160,8 +160,13 @@ class SettingsDialog(QDialog):
         look.addRow("Theme", self.theme)
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
-                                   | QDialogButtonBox.StandardButton.Cancel)
+                                   | QDialogButtonBox.StandardButton.Cancel
+                                   | QDialogButtonBox.StandardButton.RestoreDefaults)
         buttons.setObjectName("settingsButtons")
+        restore = buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
+        restore.setToolTip("Put every setting on this side back to Smolchat's default (the servers stay); "
+                           "OK or Apply saves it")
+        restore.clicked.connect(self.restore_defaults)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self.apply)
@@ -216,6 +221,21 @@ class SettingsDialog(QDialog):
         self.repetition_penalty.setValue(values["repetition_penalty"])
         self.max_new_tokens.setValue(values["max_new_tokens"])
         self.seed.clear()
+
+    def restore_defaults(self) -> None:
+        """Every field at its default (:class:`AppSettings`'s, the model's for sampling): a way back
+        from a device this computer lacks or a value that makes answers odd. Not saved until OK or
+        Apply, as any edit; the servers of Settings ▸ Engines stay."""
+        defaults = AppSettings()
+        self.system_prompt.setPlainText(defaults.system_prompt)
+        self.reset_sampling()
+        for combo, value in ((self.image_detail, defaults.image_detail), (self.device, defaults.device),
+                             (self.dtype, defaults.dtype), (self.cache_kind, defaults.cache_kind),
+                             (self.weights, defaults.weights), (self.theme, defaults.theme)):
+            combo.setCurrentIndex(combo.findData(value))
+        self.context_size.setValue(defaults.context_size)
+        self.video_max_frames.setValue(defaults.video_max_frames)
+        self.video_fps.setValue(defaults.video_fps)
 
     def result_settings(self) -> AppSettings:
         """The settings as edited. Raises :class:`RefusedValue` (one line, naming the field) for a seed

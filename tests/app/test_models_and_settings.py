@@ -211,6 +211,28 @@ def test_settings_round_trip_and_model_defaults(tmp_path):
     assert (tmp_path.parent / "appdata" / "settings.ini").exists() or open_settings().fileName().endswith("settings.ini")
 
 
+def test_restore_defaults_puts_every_field_back_and_ok_saves_it(qtbot, window, factory):
+    """Found by a trial: no way back to the defaults but deleting settings.ini, whose place the app
+    did not show."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    custom = AppSettings(system_prompt="Be terse.", overrides={"temperature": 1.5}, seed=9, image_detail="fast",
+                         device="cpu", dtype="bfloat16", cache_kind="contiguous", context_size=4096, theme="dark",
+                         weights="int8", video_max_frames=8, video_fps=2.0)
+    save_settings(custom)
+    loads = len(factory.loads)
+    window._apply_settings(custom)
+    qtbot.waitUntil(lambda: len(factory.loads) == loads + 1 and window.controller.ready, timeout=5000)
+    dialog = window.open_settings_dialog()
+    assert dialog.result_settings() == custom
+    dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.RestoreDefaults).click()
+    assert load_settings() == custom  # not saved before OK
+    dialog.accept()
+    defaults = AppSettings()
+    assert load_settings() == defaults and window.settings == defaults
+    qtbot.waitUntil(lambda: len(factory.loads) == loads + 2, timeout=5000)  # device, dtype...: reloaded
+
+
 def test_choosing_int8_weights_reloads_the_model_with_them(qtbot, window, factory):
     assert len(factory.loads) == 1 and factory.options == {}
     dialog = window.open_settings_dialog()
