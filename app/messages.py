@@ -324,9 +324,15 @@ class AssistantMessage(QWidget):
         self._blocks = render_blocks(self.text)
         if not self._blocks:
             return
+        width = self._stream.width()
         self._stream.hide()
         for offset, widget in enumerate(self._blocks):
             self._column.insertWidget(index + 1 + offset, widget)
+            # Shown and sized now, at the width of the text they replace: shown later (Qt's default for
+            # a widget added to a shown window) and sized by later layout passes, the answer was drawn
+            # for a moment as an empty bubble, or with its last lines over its footer.
+            widget.show()
+            widget.resize(width, widget.sizeHint().height())
         # Qt appends the new widgets to the window's focus chain, after this answer's buttons (and
         # any later message's): put them back where they are on the screen, text before buttons.
         chain = [self._stream] + [w for block in self._blocks for w in _tab_stops(block)] + _tab_stops(self.actions_row)

@@ -69,6 +69,29 @@ def test_long_answer_ends_above_its_footer_live_and_restored(qtbot, make_window,
         win.grab().save(os.environ["SMOLCHAT_LAYOUT_SHOTS"] + f"/restored{width}.png")
 
 
+def test_the_rendered_answer_is_shown_at_its_height_when_the_answer_ends(qtbot, make_window):
+    """Found by a trial: right after an answer ended its Markdown was not shown yet (Qt shows a widget
+    added to a shown window on a later turn of the event loop) and was one line tall until later
+    layout passes: the window drew an empty bubble, or the last lines over the footer, for a moment."""
+    win = make_window(FakeBackend(tokens=[f" word{i}" for i in range(300)]))
+    win.resize(800, 600)
+    qtbot.waitExposed(win)
+    seen = []
+
+    def at_finish(_result):
+        answer = win.transcript.widgets()[-1]
+        [block] = answer.rendered_widgets()
+        seen.append((block.isVisibleTo(answer), block.height(), block.document().size().height()))
+
+    win.answer_finished.connect(at_finish)
+    win.generation_params = {"max_new_tokens": 300}
+    win.composer.setPlainText("go")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    [(visible, height, text_height)] = seen
+    assert visible and text_height > 200 and height >= text_height
+
+
 @pytest.mark.parametrize("width", [760, 1200])
 def test_a_long_question_leaves_no_blank_space_below_the_last_answer(qtbot, make_window, app_style, width):
     """Found by a trial: after a ~1,000-character question the transcript scrolled to the bottom of a
