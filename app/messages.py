@@ -34,8 +34,8 @@ ACTIONS = {
     "continue": ("continue", "Continue the answer from where it stopped"),
 }
 #: The answers Continue is offered for (the chat's last one, with text): cut short by the token limit,
-#: by Stop, or by a quit.
-CONTINUABLE = ("length", "cancelled", "interrupted")
+#: by Stop, by a quit, or by an error after some of it (a server that hung up: Continue tries again).
+CONTINUABLE = ("length", "cancelled", "interrupted", "error")
 
 
 def _tab_stops(widget: QWidget) -> list[QWidget]:

@@ -63,7 +63,25 @@ def test_continue_is_offered_only_under_the_last_answer_when_it_was_cut(qtbot, m
     assert offered(first)
     win._on_message_action("continue", 0)  # not an answer: nothing happens
     assert not win._busy
-    assert set(CONTINUABLE) == {"length", "cancelled", "interrupted"}
+    assert set(CONTINUABLE) == {"length", "cancelled", "interrupted", "error"}
+
+
+def test_a_continue_that_fails_keeps_the_answer_and_offers_continue_again(qtbot, make_window):
+    backend = FakeBackend(tokens=["The", " cat", " is", " orange", "."])
+    win = make_window(backend)
+    ask(qtbot, win, "What is it?", 2)
+    answer = win.transcript.widgets()[1]
+    backend.image_error, backend.error_type = "Box: Connection refused", "Remote:network"
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        continue_button(answer).click()
+    assert answer.text == "The cat" and answer.status == "error" and offered(answer)
+    assert [w.text for w in win.transcript.widgets()] == ["What is it?", "The cat"]  # nothing taken back
+    assert win.store.messages(win.keeper.current_id)[1].text == "The cat"
+    backend.image_error = None
+    win.generation_params = {"max_new_tokens": 10}
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        continue_button(answer).click()
+    assert answer.text == "The cat is orange." and not offered(answer)
 
 
 def test_an_answer_stopped_by_the_user_continues_and_a_reopened_chat_still_offers_it(qtbot, make_window):
