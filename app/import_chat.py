@@ -4,7 +4,10 @@ and videos copied into the store from the paths the export names.
 
 A file that is not such an export, or is damaged, is refused with what is wrong and changes nothing;
 a file the export names that is gone (an export from another computer) is left out of its message
-and named, the message kept."""
+and named, the message kept; so is one that is no image or video Smolchat can read (an export is
+a file anyone can write: it must not copy other files of this computer into the data folder).
+The chat's settings are kept as written; :func:`app.settings.chat_values` checks them when the
+chat is opened, as any stored chat's."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ class Imported:
     title: str
     messages: int
     missing: list[str] = field(default_factory=list)  # names of images/videos not found
+    refused: list[str] = field(default_factory=list)  # names of files that are no readable image or video
 
 
 def read_export(path: str | Path) -> dict:
@@ -76,8 +80,11 @@ def _entry_problem(entry, version: int) -> str:
     images = entry.get("images", [])
     if not isinstance(images, list) or not all(isinstance(p, str) for p in images):
         return "has images that are not a list of paths"
-    if version >= 2 and not isinstance(entry.get("id"), int):
+    if version >= 2 and (not isinstance(entry.get("id"), int) or isinstance(entry.get("id"), bool)):
         return "has no id"
+    parent = entry.get("parent_id")
+    if version >= 2 and parent is not None and (not isinstance(parent, int) or isinstance(parent, bool)):
+        return "follows something that is not a message id"
     return ""
 
 
@@ -97,6 +104,7 @@ def import_chat(store: Store, path: str | Path) -> Imported:
         raise ImportProblem(f"{Path(path).name} is damaged: {exc}") from None
     conv = store.create_conversation(title or Path(path).stem, model, settings)
     missing: list[str] = []
+    refused: list[str] = []
     try:
         ids: dict[int, int] = {}
         previous = None
@@ -106,7 +114,7 @@ def import_chat(store: Store, path: str | Path) -> Imported:
                 parent_id = ids.get(parent) if parent is not None else None
             else:
                 parent_id = previous  # version 1: the branch shown, in order
-            images, names = _stored_media(store, entry, missing)
+            images, names = _stored_media(store, entry, missing, refused)
             stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
             status = entry.get("status") if isinstance(entry.get("status"), str) else "done"
             message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,
@@ -114,14 +122,16 @@ def import_chat(store: Store, path: str | Path) -> Imported:
             previous = message.id
             if version >= 2:
                 ids[entry["id"]] = message.id
-        for entry in data.get("messages", []) if version >= 2 else []:
-            if isinstance(entry, dict) and entry.get("id") in ids:
-                store.select(ids[entry["id"]])  # the branch that was shown
-    except STORAGE_ERRORS:
+        shown = data.get("messages") if version >= 2 and isinstance(data.get("messages"), list) else []
+        for entry in shown:  # the branch that was shown; anything else in that list is passed over
+            message_id = entry.get("id") if isinstance(entry, dict) else None
+            if isinstance(message_id, int) and message_id in ids:
+                store.select(ids[message_id])
+    except BaseException:
         with contextlib.suppress(*STORAGE_ERRORS):
-            store.delete_conversation(conv.id)  # half a chat is not kept
+            store.delete_conversation(conv.id)  # half a chat is not kept, whatever stopped it
         raise
-    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing)
+    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing, refused)
 
 
 def _parents_first(entries: list[dict], version: int) -> list[dict]:
@@ -148,9 +158,10 @@ def _parents_first(entries: list[dict], version: int) -> list[dict]:
     return ordered
 
 
-def _stored_media(store: Store, entry: dict, missing: list[str]) -> tuple[list[str], list[str]]:
+def _stored_media(store: Store, entry: dict, missing: list[str], refused: list[str]) -> tuple[list[str], list[str]]:
     """Each of the entry's images and videos copied into the store, with the name it was attached as;
-    those gone are added to ``missing`` (by that name) and left out."""
+    those gone are added to ``missing``, those that are no image or video Smolchat reads (checked as
+    an attachment is) to ``refused`` (by that name), and left out."""
     names = entry.get("attached_names") if isinstance(entry.get("attached_names"), list) else []
     images, kept_names = [], []
     for index, path in enumerate(entry.get("images", [])):
@@ -158,9 +169,24 @@ def _stored_media(store: Store, entry: dict, missing: list[str]) -> tuple[list[s
         if not Path(path).is_file():
             missing.append(name)
             continue
+        if not _readable_media(path):
+            refused.append(name)
+            continue
         images.append(store.store_image(path))
         kept_names.append(name)
     return images, kept_names
+
+
+def _readable_media(path: str) -> bool:
+    """``path`` is an image Smolchat decodes, or a video whose header PyAV reads."""
+    from app.images import InvalidImageError, validate_image
+    from app.video_attachments import InvalidVideoError, is_video_file, plan_video
+
+    try:
+        plan_video(path) if is_video_file(path) else validate_image(path)
+    except (InvalidImageError, InvalidVideoError):
+        return False
+    return True
 
 
 def import_dialog(window) -> Imported | None:
@@ -182,15 +208,30 @@ def import_dialog(window) -> Imported | None:
     except STORAGE_ERRORS as exc:
         window.banner.show_error(f"Could not import the chat: {storage_problem(exc, window.store.folder)}.")
         return None
+    except Exception as exc:  # noqa: BLE001 - a shape read_export does not know: said, never a silent failure
+        window.banner.show_error(f"Could not import the chat: {Path(path).name} is damaged ({type(exc).__name__}: "
+                                 f"{exc}).")
+        return None
     window.refresh_sidebar()
     if not window._busy:
-        window.open_conversation(imported.conversation_id)
+        window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use
     title = imported.title or "New chat"
-    text = f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
+    lines = [f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
+             + ("" if not window._busy else " It is in the list of chats.")]
     if imported.missing:
-        shown = ", ".join(imported.missing[:5]) + (f" and {len(imported.missing) - 5} more" if len(imported.missing) > 5 else "")
-        window.banner.show_info(f"{text} Not found, so left out: {shown} (the export names files on the computer "
-                                "it was made on).")
+        lines.append(f"Not found, so left out: {_names(imported.missing)} (the export names files on the computer it "
+                     "was made on).")
+    if imported.refused:
+        lines.append(f"Not an image or video Smolchat can read, so left out: {_names(imported.refused)}.")
+    if window.banner.message():  # the chat's own notice (settings it cannot use): kept, these under it
+        for line in lines:
+            window.banner.add_info(line)
+    elif len(lines) > 1:
+        window.banner.show_info(" ".join(lines))
     else:
-        window.banner.show_success(text + ("" if not window._busy else " It is in the list of chats."))
+        window.banner.show_success(lines[0])
     return imported
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

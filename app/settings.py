@@ -128,7 +128,7 @@ def chat_values(saved, where: str) -> tuple[dict, list[str]]:
         except ValueError as exc:
             problems.append(f"{where}: ignored {exc}")
     if "image_detail" in saved:
-        if saved["image_detail"] in IMAGE_DETAILS:
+        if isinstance(saved["image_detail"], str) and saved["image_detail"] in IMAGE_DETAILS:
             out["image_detail"] = saved["image_detail"]
         else:
             problems.append(f"{where}: ignored image_detail {str(saved['image_detail'])[:40]!r} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from PIL import Image
 from PySide6.QtWidgets import QFileDialog
 
 from app.backends.fake import FakeBackend
@@ -15,9 +16,13 @@ from app.import_chat import ImportProblem, import_chat
 from app.store import Store
 
 
+def png(path, colour=(200, 120, 40)):
+    Image.new("RGB", (40, 30), colour).save(path)
+    return path
+
+
 def branching_chat(store: Store, tmp_path) -> int:
-    photo = tmp_path / "cat.png"
-    photo.write_bytes(b"\x89PNG not really, but bytes")
+    photo = png(tmp_path / "cat.png")
     conv = store.create_conversation("Cats", model="SmolVLM-256M", settings={"temperature": 0.2}).id
     q1 = store.add_message(conv, "user", "What is this?", [store.store_image(photo)], names=["cat.png"])
     store.add_message(conv, "assistant", "A cat.", stats={"ttft_s": 0.2})
@@ -52,8 +57,7 @@ def test_an_export_comes_back_with_every_version_and_the_branch_shown(store, tmp
 
 
 def test_a_file_gone_is_named_and_left_out_of_its_message(store, tmp_path):
-    photo = tmp_path / "dog.png"
-    photo.write_bytes(b"dog bytes")
+    photo = png(tmp_path / "dog.png", (10, 20, 30))
     data = {"format": "smolchat-conversation", "version": 3, "title": "From elsewhere",
             "all_messages": [{"id": 7, "parent_id": None, "role": "user", "text": "Look",
                               "images": [str(photo), "/nowhere/on/this/computer/3f2a.png"],
@@ -65,7 +69,7 @@ def test_a_file_gone_is_named_and_left_out_of_its_message(store, tmp_path):
     imported = import_chat(store, path)
     assert imported.missing == ["beach.png"]
     [question, answer] = store.messages(imported.conversation_id)
-    assert question.attached_names == ["dog.png"] and open(question.images[0], "rb").read() == b"dog bytes"
+    assert question.attached_names == ["dog.png"] and open(question.images[0], "rb").read() == photo.read_bytes()
     assert answer.text == "A dog."
 
 
@@ -98,6 +102,11 @@ def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
      b' {"id": 2, "parent_id": 1, "role": "assistant"}]}',
      "bad.json is damaged: the message that message 1 follows (2) follows itself"),
     (b"[" * 100_000, "bad.json is nested too deeply to be a chat export"),
+    # Found by a trial: these raised TypeError (unhashable) with no word to the user.
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": [20], "role": "user"}]}',
+     "bad.json is damaged: message 1 follows something that is not a message id"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": [1], "role": "user"}]}',
+     "bad.json is damaged: message 1 has no id"),
 ])
 def test_what_is_not_an_export_is_refused_with_the_reason_and_adds_nothing(store, tmp_path, content, message):
     path = tmp_path / "bad.json"
@@ -141,3 +150,57 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     assert win.banner.message() == ("Could not import the chat: notes.json is not valid JSON (line 1, column 1: "
                                     "Expecting value).")
     assert len(win.sidebar.ids()) == 2
+
+
+def test_a_file_that_is_no_image_or_video_is_not_copied_into_the_data_folder(store, tmp_path, data_dir):
+    """Found by a trial: an export naming /etc/passwd (or an SSH key) as an image had it copied into the
+    data folder, and a Markdown export then shipped it as "passwd.png"."""
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot really\n")
+    photo = png(tmp_path / "ok.png")
+    path = tmp_path / "sent-to-me.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Look", "images": [str(secret), str(tmp_path), str(photo)],
+         "attached_names": ["passwd.png", "dir", "ok.png"]}]}))
+    imported = import_chat(store, path)
+    assert imported.refused == ["passwd.png"] and imported.missing == ["dir"]
+    [question] = store.messages(imported.conversation_id)
+    assert question.attached_names == ["ok.png"]
+    stored = [p.read_bytes() for p in (data_dir / "images").iterdir()]
+    assert secret.read_bytes() not in stored and photo.read_bytes() in stored
+
+
+def test_junk_in_the_shown_branch_is_passed_over_and_a_failure_mid_way_leaves_nothing(store, tmp_path, monkeypatch):
+    conv = branching_chat(store, tmp_path)
+    data = json.loads(export_json(store, conv, tmp_path / "cats.json").read_text())
+    data["messages"] = [{"id": 999_999}, "junk", {"id": [1]}]  # found by a trial: a TypeError after the chat was stored
+    (tmp_path / "junk.json").write_text(json.dumps(data))
+    imported = import_chat(store, tmp_path / "junk.json")
+    assert [m.text for m in store.messages(imported.conversation_id)][:1] == ["What is this?"]
+    before = store.conversations()
+    monkeypatch.setattr(store, "select", lambda _id: 1 / 0)  # any failure once messages are stored
+    data["messages"] = [{"id": data["all_messages"][0]["id"]}]
+    (tmp_path / "other.json").write_text(json.dumps(data))
+    with pytest.raises(ZeroDivisionError):
+        import_chat(store, tmp_path / "other.json")
+    assert store.conversations() == before
+
+
+def test_an_imported_chat_with_settings_of_the_wrong_type_opens_and_smolchat_starts_again(qtbot, make_window, tmp_path,
+                                                                                          monkeypatch):
+    """Found by a trial: image_detail ["fast"] in an imported chat's settings raised TypeError when the chat
+    opened, and every later start failed the same way (the chat is reopened at start)."""
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "title": "x",
+                                "settings": {"image_detail": ["fast"], "seed": 7},
+                                "all_messages": [{"id": 1, "parent_id": None, "role": "user", "text": "hi"}],
+                                "messages": [{"id": 1}]}))
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    lines = win.banner.message().split("\n")
+    assert lines[0].startswith("Chat “x”: ignored image_detail \"['fast']\"") and lines[-1] == "Imported “x” (1 message)."
+    assert win.settings.seed == 7
+    win.close()
+    again = make_window(FakeBackend())
+    assert again.keeper.current_id == win.keeper.current_id and again.transcript.widgets()[0].text == "hi"
