@@ -274,6 +274,7 @@ class ConversationKeeper(QObject):
         self._saved_chars = 0  # how much of the streaming answer the store holds
         self._continuing = False  # the streaming answer is one continued (begin_continue)
         self._continued_ids: list[int] | None = None  # its ids before the continuation
+        self._continued_by = ""  # the model name(s) of the answer continued
         # The last chat's id names a row of this database: kept only where the settings file sits
         # beside it (not for a temporary stand-in, whose ids would open the wrong chat of the real
         # database once it is restored).
@@ -486,6 +487,7 @@ class ConversationKeeper(QObject):
         self._saved_chars = len(answer.text)
         # The ids the continuation's follow (None: unknown, or another model's: re-tokenized then).
         self._continued_ids = history[-1].get("token_ids") if history else None
+        self._continued_by = answer.stats.get("model_name") or ""  # who wrote it so far
         self._continuing = True
         return history
 
@@ -561,6 +563,10 @@ class ConversationKeeper(QObject):
             token_ids = None if token_ids is None or self._continued_ids is None else \
                 list(self._continued_ids) + list(token_ids)
             self._continuing = False
+            if self._continued_by and model_name not in self._continued_by.split(" + "):
+                stats["model_name"] = f"{self._continued_by} + {model_name}"  # both wrote it
+                if answer is not None:
+                    answer.set_model_name(stats["model_name"])
         self._save_answer_text(answer.text if answer else "", last=True, status="done" if reason == "stop" else reason,
                                stats=stats, token_ids=token_ids)
         self._streaming_id = None

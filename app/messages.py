@@ -222,7 +222,7 @@ class AssistantMessage(QWidget):
         avatar.setObjectName("assistantAvatar")
         avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
         avatar.setFixedSize(30, 30)
-        name = QLabel(model_name)
+        name = self._name = QLabel(model_name)
         name.setObjectName("assistantName")
         self._stream = RichText("assistantText")
         self._stream.setPlainText("…")
@@ -308,6 +308,10 @@ class AssistantMessage(QWidget):
         self.status, self.finish_reason = "streaming", None
         self._footer.hide()
         self.actions_row.hide()
+
+    def set_model_name(self, name: str) -> None:
+        """The name over the answer: who wrote it (two models for one continued by another)."""
+        self._name.setText(name)
 
     def set_continuable(self, continuable: bool) -> None:
         """Show Continue under this answer (see :data:`CONTINUABLE`)."""

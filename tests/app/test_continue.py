@@ -84,6 +84,26 @@ def test_a_continue_that_fails_keeps_the_answer_and_offers_continue_again(qtbot,
     assert answer.text == "The cat is orange." and not offered(answer)
 
 
+def test_an_answer_continued_by_another_model_names_both(qtbot, make_window):
+    """Found by a trial: live the answer kept the first model's name, after a restart only the second's."""
+    first = FakeBackend(tokens=["The", " cat", " is", " orange", "."], model_name="FirstVLM")
+    win = make_window(first)
+    ask(qtbot, win, "What is it?", 2)
+    first.model_name = "SecondVLM"  # another model loaded (the fake names what it loads)
+    win.load_model("/models/other")
+    qtbot.waitUntil(lambda: win.model_info.get("model_name") == "SecondVLM" and win.controller.ready, timeout=5000)
+    answer = win.transcript.widgets()[1]
+    win.generation_params = {"max_new_tokens": 10}
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        continue_button(answer).click()
+    assert answer._name.text() == "FirstVLM + SecondVLM"
+    assert win.store.messages(win.keeper.current_id)[1].stats["model_name"] == "FirstVLM + SecondVLM"
+    conv = win.keeper.current_id
+    win.open_conversation(None)
+    win.open_conversation(conv)
+    assert win.transcript.widgets()[1]._name.text() == "FirstVLM + SecondVLM"
+
+
 def test_an_answer_stopped_by_the_user_continues_and_a_reopened_chat_still_offers_it(qtbot, make_window):
     backend = FakeBackend(tokens=[f" w{i}" for i in range(60)], delay=0.02)
     win = make_window(backend)
