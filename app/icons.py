@@ -31,6 +31,8 @@ class SvgIconEngine(QIconEngine):
         painter.restore()
 
     def pixmap(self, size: QSize, mode: QIcon.Mode, state: QIcon.State) -> QPixmap:
+        if size.isEmpty():  # a button squeezed for a moment by a layout pass (QPainter cannot paint it)
+            return QPixmap()
         pixmap = QPixmap(size)
         pixmap.fill(Qt.GlobalColor.transparent)
         painter = QPainter(pixmap)

@@ -182,6 +182,23 @@ def _trim_link_ends(block: QTextBlock, cursor: QTextCursor) -> None:
         cursor.setCharFormat(plain)
 
 
+def _code_spans_at_text_size(block: QTextBlock, cursor: QTextCursor) -> None:
+    """Inline code at the size of the text around it: Qt's Markdown importer gives it the system's
+    fixed font with that font's point size, which stayed put when View ▸ Zoom sized the text."""
+    it = block.begin()
+    spans = []
+    while not it.atEnd():
+        fragment = it.fragment()
+        if fragment.charFormat().fontFixedPitch() and fragment.charFormat().hasProperty(QTextFormat.Property.FontPointSize):
+            spans.append((fragment.position(), fragment.length(), QTextCharFormat(fragment.charFormat())))
+        it += 1
+    for position, length, fmt in spans:
+        fmt.clearProperty(QTextFormat.Property.FontPointSize)
+        cursor.setPosition(position)
+        cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+        cursor.setCharFormat(fmt)
+
+
 def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
     """Space ``document``'s headings and list items and indent its block quotes (see
     :data:`HEADING_SPACE`, :data:`LIST_ITEM_SPACE`, :data:`QUOTE_INDENT`); returns the quoted blocks,
@@ -222,6 +239,7 @@ def shape_blocks(document: QTextDocument) -> list[QTextBlock]:
             size.setProperty(QTextFormat.Property.FontSizeAdjustment, 0)
             cursor.mergeCharFormat(size)
         _trim_link_ends(block, cursor)
+        _code_spans_at_text_size(block, cursor)
         block = block.next()
     for frame in document.rootFrame().childFrames():
         # A table has a paragraph's space above and below it (Qt's importer gives it none: its

@@ -17,7 +17,7 @@ from app.filmstrip import message_video
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
-from app.text_fit import FittingLabel
+from app.text_fit import ElidedLabel, FittingLabel
 from app.thumbnails import thumbnail
 from app.versions import VersionSwitcher
 from app.video_attachments import is_video_file
@@ -222,7 +222,10 @@ class AssistantMessage(QWidget):
         avatar.setObjectName("assistantAvatar")
         avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
         avatar.setFixedSize(30, 30)
-        name = self._name = QLabel(model_name)
+        # Elided: a long model name ("SmolLM2-135M-Instruct.Q4_1.gguf + …") at a large zoom made the
+        # bubble wider than the chat in a small window, its right side out of reach.
+        name = self._name = ElidedLabel()
+        name.setText(model_name)
         name.setObjectName("assistantName")
         self._stream = RichText("assistantText")
         self._stream.setPlainText("…")
@@ -328,15 +331,19 @@ class AssistantMessage(QWidget):
         self._blocks = render_blocks(self.text)
         if not self._blocks:
             return
-        width = self._stream.width()
+        width, live = self._stream.width(), self.isVisible()
         self._stream.hide()
         for offset, widget in enumerate(self._blocks):
             self._column.insertWidget(index + 1 + offset, widget)
-            # Shown and sized now, at the width of the text they replace: shown later (Qt's default for
-            # a widget added to a shown window) and sized by later layout passes, the answer was drawn
-            # for a moment as an empty bubble, or with its last lines over its footer.
-            widget.show()
-            widget.resize(width, widget.sizeHint().height())
+            if live:
+                # Shown and sized now, at the width of the streamed text they replace: shown later (Qt's
+                # default for a widget added to a shown window) and sized by later layout passes, the
+                # answer was drawn for a moment as an empty bubble, or with its last lines over its
+                # footer. (A stored answer is laid out before it is first drawn: its width is not known
+                # yet, and a guess squeezed its code blocks.)
+                widget.show()
+                for _ in range(2):  # a code block's text takes its height from the first, its frame from the second
+                    widget.resize(width, widget.sizeHint().height())
         # Qt appends the new widgets to the window's focus chain, after this answer's buttons (and
         # any later message's): put them back where they are on the screen, text before buttons.
         chain = [self._stream] + [w for block in self._blocks for w in _tab_stops(block)] + _tab_stops(self.actions_row)

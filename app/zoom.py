@@ -15,7 +15,8 @@ STEPS = (67, 80, 90, 100, 110, 125, 150, 175, 200)  # percent, as browsers step
 DEFAULT = 100
 
 # (selector, size in px at 100 %), as in resources/style.qss.
-_SIZES = (("#userText, #assistantText, #codeText", 14), ("#assistantName, #messageFooter, #waitText, #versionLabel", 12),
+_SIZES = (("#userText, #assistantText, #codeText", 14),
+          ("#assistantName, #messageFooter, #waitText, #versionLabel, #continueMessage", 12),
           ("#emptyState", 15), ("#codeLanguage, #copyCode", 11))
 
 

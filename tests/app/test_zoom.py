@@ -74,3 +74,35 @@ def test_the_limits_disable_the_actions_and_a_bad_saved_value_is_100(qtbot, make
     win.qsettings.setValue(KEY, "huge")
     win.close()
     assert make_window(FakeBackend()).zoom == 100
+
+
+def test_inline_code_and_a_long_model_name_follow_the_zoom(qtbot, make_window):
+    """Found by a trial: inline code kept the system fixed font's point size while the text around it
+    scaled, and at 200 % a long model name made the bubble wider than the chat in an 800 x 600 window
+    (its right side out of reach); an empty icon size no longer makes QPainter warnings."""
+    from PySide6.QtCore import QSize
+    from PySide6.QtGui import QTextFormat
+
+    from app.icons import icon
+
+    backend = FakeBackend(tokens=["Run `make all` now."], model_name="SmolLM2-135M-Instruct.Q4_1.gguf + cktiny")
+    win = make_window(backend)
+    win.resize(800, 600)
+    qtbot.waitExposed(win)
+    win.composer.setPlainText("How?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    for _ in range(5):
+        win.actions["zoom_in"].trigger()
+    assert win.zoom == 200
+    [text] = win.transcript.widgets()[1].rendered_widgets()
+    it = text.document().begin().begin()
+    spans = []
+    while not it.atEnd():
+        fmt = it.fragment().charFormat()
+        spans.append((it.fragment().text(), fmt.fontFixedPitch(), fmt.hasProperty(QTextFormat.Property.FontPointSize)))
+        it += 1
+    assert ("make all", True, False) in spans  # the document's (zoomed) size, not 9 pt
+    answer = win.transcript.widgets()[1]
+    qtbot.waitUntil(lambda: answer.geometry().right() <= win.transcript.viewport().width())
+    assert icon("copy").pixmap(QSize(16, 0)).isNull()
