@@ -140,7 +140,7 @@ class ChatView(QScrollArea):
         last = self._messages[-1] if self._messages else None
         for message in self._messages:
             if message.role == "assistant":
-                message.set_continuable(message is last and message is not self._current
+                message.set_continuable(message is last and message is not self._current and message.can_continue
                                         and message.status in CONTINUABLE and bool(message.text.strip()))
 
     @Slot()

@@ -244,6 +244,8 @@ class ChatController(QObject):
             result = result_of(event)
             # Which engine and model answered (a conversation may switch engines between answers).
             result["engine"], result["model"] = self.model_info.get("backend", "local"), self.model_path
+            # The context the answer had (tokens): one that ends there is said so, and not continued.
+            result["context"] = int(self.model_info.get("capabilities", {}).get("max_context") or 0)
             if event.error:
                 result["error"] = self.user_words(error_words(event.error_type, event.error))
                 self.failed.emit(result["error"])

@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 
 from app.banner import Banner
 from app.chat_view import ChatView
-from app.formatting import finish_footer, stats_summary
+from app.formatting import context_full, finish_footer, stats_summary
 from app.paths import (
     DATABASE_NAME,
     data_dir,
@@ -275,6 +275,7 @@ class ConversationKeeper(QObject):
         self._continuing = False  # the streaming answer is one continued (begin_continue)
         self._continued_ids: list[int] | None = None  # its ids before the continuation
         self._continued_by = ""  # the model name(s) of the answer continued
+        self._before_continue: Message | None = None
         # The last chat's id names a row of this database: kept only where the settings file sits
         # beside it (not for a temporary stand-in, whose ids would open the wrong chat of the real
         # database once it is restored).
@@ -315,7 +316,9 @@ class ConversationKeeper(QObject):
                 widget = self.transcript.add_stored_answer(name, message.text, _reason(message.status),
                                                            answer_footer(message))
                 widget.status = message.status
+                widget.can_continue = not context_full({"finish_reason": _reason(message.status), **message.stats})
             widget.message_id = message.id
+        self.transcript.mark_continuable()  # with the stored status and context of the last answer
         self.show_versions()
 
     def show_versions(self) -> None:
@@ -488,6 +491,7 @@ class ConversationKeeper(QObject):
         # The ids the continuation's follow (None: unknown, or another model's: re-tokenized then).
         self._continued_ids = history[-1].get("token_ids") if history else None
         self._continued_by = answer.stats.get("model_name") or ""  # who wrote it so far
+        self._before_continue = answer  # put back as it was if the continuation adds nothing
         self._continuing = True
         return history
 
@@ -559,6 +563,18 @@ class ConversationKeeper(QObject):
         stats = {k: v for k, v in result.items() if k not in ("finish_reason", "token_ids")}
         stats["model_name"] = model_name
         token_ids = result.get("token_ids")
+        if self._continuing and answer is not None and answer.text == self._before_continue.text:
+            # Nothing was added (a refusal, a server that is down, Stop before the first word): the
+            # answer stays as it was, status, footer and ids; the banner says what went wrong.
+            self._continuing = False
+            before = self._before_continue
+            self._save_answer_text(before.text, last=True, status=before.status, stats=before.stats,
+                                   token_ids=before.token_ids)
+            answer.finish(_reason(before.status), answer_footer(before))
+            answer.status = before.status
+            self.transcript.mark_continuable()
+            self._streaming_id = None
+            return
         if self._continuing:  # the answer's ids are those it had, then the continuation's
             token_ids = None if token_ids is None or self._continued_ids is None else \
                 list(self._continued_ids) + list(token_ids)

@@ -110,11 +110,21 @@ def _context_words(error_type: str, message: str) -> str:
             "(a long chat keeps only the earlier messages that fit).")
 
 
+def context_full(result: dict) -> bool:
+    """An answer that stopped at the end of the model's context (``result["context"]``, tokens, as
+    the controller records it), not at the token limit: it cannot be continued."""
+    context = result.get("context") or 0
+    tokens = (result.get("prompt_tokens") or 0) + (result.get("generated_tokens") or 0)
+    return result.get("finish_reason") == "length" and isinstance(context, int) and 0 < context <= tokens
+
+
 def finish_footer(result: dict) -> str:
     """The muted line under an answer: why it ended when that is not a normal stop."""
     reason = result.get("finish_reason", "error")
     if reason == "error" and result.get("error"):
         return f"failed (error): {result['error']}"
+    if context_full(result):
+        return f"stopped: the model's context is full ({result['context']:,} tokens)"
     return FINISH_LABELS.get(reason, reason)
 
 

@@ -23,6 +23,7 @@ FORMAT = "smolchat-conversation"
 NEWEST = 3  # the export version this Smolchat writes (app/export.py)
 MAX_BYTES = 256 * 1024 * 1024  # text only: images are files beside it; a larger one is not an export
 ROLES = ("user", "assistant")
+STATUSES = ("done", "interrupted", "cancelled", "length", "error")  # app.store.Message.status, at rest
 
 
 class ImportProblem(ValueError):
@@ -116,7 +117,7 @@ def import_chat(store: Store, path: str | Path) -> Imported:
                 parent_id = previous  # version 1: the branch shown, in order
             images, names = _stored_media(store, entry, missing, refused)
             stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
-            status = entry.get("status") if isinstance(entry.get("status"), str) else "done"
+            status = _status(entry.get("status"))
             message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,
                                         stats=stats, parent_id=parent_id, names=names)
             previous = message.id
@@ -132,6 +133,14 @@ def import_chat(store: Store, path: str | Path) -> Imported:
             store.delete_conversation(conv.id)  # half a chat is not kept, whatever stopped it
         raise
     return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing, refused)
+
+
+def _status(value) -> str:
+    """A stored answer's status: an answer exported while it streamed is one a quit interrupted (it
+    can be continued); a word Smolchat does not know, "done"."""
+    if value == "streaming":
+        return "interrupted"
+    return value if value in STATUSES else "done"
 
 
 def _parents_first(entries: list[dict], version: int) -> list[dict]:

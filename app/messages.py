@@ -218,6 +218,7 @@ class AssistantMessage(QWidget):
         self.images: list[str] = []
         self.finish_reason: str | None = None
         self.status = "streaming"
+        self.can_continue = True  # False: it filled the model's context (see app.formatting.context_full)
         avatar = QLabel("S")
         avatar.setObjectName("assistantAvatar")
         avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -302,10 +303,7 @@ class AssistantMessage(QWidget):
     def resume(self) -> None:
         """Stream again after the text already here (Continue): the rendered Markdown goes back to
         the plain text that tokens are appended to, until :meth:`finish` renders it again."""
-        for widget in self._blocks:
-            widget.hide()
-            widget.deleteLater()
-        self._blocks = []
+        self._drop_blocks()
         self._stream.setPlainText(self.text)
         self._stream.show()
         self.status, self.finish_reason = "streaming", None
@@ -326,7 +324,14 @@ class AssistantMessage(QWidget):
     def rendered_widgets(self) -> list[QWidget]:
         return list(self._blocks)
 
+    def _drop_blocks(self) -> None:
+        for widget in self._blocks:
+            widget.hide()
+            widget.deleteLater()
+        self._blocks = []
+
     def _render_markdown(self) -> None:
+        self._drop_blocks()  # finished again (a continuation that added nothing is put back as it was)
         index = self._column.indexOf(self._stream)
         self._blocks = render_blocks(self.text)
         if not self._blocks:

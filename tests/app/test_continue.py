@@ -66,17 +66,24 @@ def test_continue_is_offered_only_under_the_last_answer_when_it_was_cut(qtbot, m
     assert set(CONTINUABLE) == {"length", "cancelled", "interrupted", "error"}
 
 
-def test_a_continue_that_fails_keeps_the_answer_and_offers_continue_again(qtbot, make_window):
+def test_a_continue_that_adds_nothing_leaves_the_answer_as_it_was(qtbot, make_window):
+    """Found by a trial: a Continue that failed (there: refused as longer than the context) turned the
+    answer into "failed (error)", its numbers gone and no Continue left."""
     backend = FakeBackend(tokens=["The", " cat", " is", " orange", "."])
     win = make_window(backend)
     ask(qtbot, win, "What is it?", 2)
     answer = win.transcript.widgets()[1]
+    footer, stored = answer.footer(), win.store.messages(win.keeper.current_id)[1]
     backend.image_error, backend.error_type = "Box: Connection refused", "Remote:network"
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         continue_button(answer).click()
-    assert answer.text == "The cat" and answer.status == "error" and offered(answer)
+    assert win.banner.message() == "Box: Connection refused"  # said in the banner, not on the answer
+    assert (answer.text, answer.status, answer.footer()) == ("The cat", "length", footer) and offered(answer)
     assert [w.text for w in win.transcript.widgets()] == ["What is it?", "The cat"]  # nothing taken back
-    assert win.store.messages(win.keeper.current_id)[1].text == "The cat"
+    again = win.store.messages(win.keeper.current_id)[1]
+    assert (again.text, again.status, again.stats, again.token_ids) == (stored.text, stored.status, stored.stats,
+                                                                        stored.token_ids)
+    assert len(answer.rendered_widgets()) == 1  # rendered once, not twice
     backend.image_error = None
     win.generation_params = {"max_new_tokens": 10}
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
@@ -155,3 +162,23 @@ def test_continue_with_the_real_engine_gives_the_uncut_answer_token_for_token(qt
     assert stored.token_ids == expected_ids and len(expected_ids) == 12
     assert stored.text == answer.text == expected
     win.close()
+
+
+def test_an_answer_that_filled_the_context_says_so_and_offers_no_continue(qtbot, make_window):
+    """Found by a trial: an answer cut by the end of a 256-token context said "stopped at the token
+    limit" and offered Continue, which could only fail."""
+    from app.formatting import context_full
+
+    backend = FakeBackend(tokens=[f" w{i}" for i in range(40)])
+    win = make_window(backend)
+    win.controller.model_info["capabilities"]["max_context"] = 50  # the fake's prompt is 42 tokens
+    ask(qtbot, win, "Go on", 8)
+    answer = win.transcript.widgets()[1]
+    assert answer.footer().startswith("stopped: the model's context is full (50 tokens)") and not offered(answer)
+    conv = win.keeper.current_id
+    win.open_conversation(None)
+    win.open_conversation(conv)
+    reopened = win.transcript.widgets()[1]
+    assert reopened.footer().startswith("stopped: the model's context is full") and not offered(reopened)
+    assert not context_full({"finish_reason": "length", "prompt_tokens": 42, "generated_tokens": 7, "context": 50})
+    assert not context_full({"finish_reason": "stop", "prompt_tokens": 42, "generated_tokens": 8, "context": 50})

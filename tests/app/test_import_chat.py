@@ -204,3 +204,16 @@ def test_an_imported_chat_with_settings_of_the_wrong_type_opens_and_smolchat_sta
     win.close()
     again = make_window(FakeBackend())
     assert again.keeper.current_id == win.keeper.current_id and again.transcript.widgets()[0].text == "hi"
+
+
+@pytest.mark.parametrize("status, kept", [("streaming", "interrupted"), ("bogus", "done"), (["x"], "done"),
+                                          ("length", "length")])
+def test_an_answer_exported_while_it_streamed_is_imported_as_interrupted(store, tmp_path, status, kept):
+    """Found by a trial: an export made during an answer held "streaming", shown as a dead answer
+    (no Continue) after the import; a made-up status was shown as the footer's word."""
+    path = tmp_path / "mid.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Story?"},
+        {"id": 2, "parent_id": 1, "role": "assistant", "text": "Once upon", "status": status}]}))
+    [_q, answer] = store.messages(import_chat(store, path).conversation_id)
+    assert answer.status == kept
