@@ -47,6 +47,7 @@ class ChatView(QScrollArea):
         self.setWidget(content)
         self._messages: list[UserMessage | AssistantMessage] = []
         self._current: AssistantMessage | None = None
+        self._continuable: AssistantMessage | None = None  # the answer showing Continue
         self._follow = True
         self._changes_enabled = True
         self._regenerate_note = ""
@@ -136,12 +137,17 @@ class ChatView(QScrollArea):
 
     def mark_continuable(self) -> None:
         """Continue under the last message when it is an answer cut short (:data:`CONTINUABLE`) with
-        text to go on from; under no other (continuing an earlier answer would drop what follows it)."""
+        text to go on from; under no other (continuing an earlier answer would drop what follows it).
+        Only the one showing it and the last are touched: called for every message a chat opens with."""
         last = self._messages[-1] if self._messages else None
-        for message in self._messages:
-            if message.role == "assistant":
-                message.set_continuable(message is last and message is not self._current and message.can_continue
-                                        and message.status in CONTINUABLE and bool(message.text.strip()))
+        offer = last is not None and last.role == "assistant" and last is not self._current and last.can_continue \
+            and last.status in CONTINUABLE and bool(last.text.strip())
+        shown = self._continuable
+        if shown is not None and shown is not last:
+            shown.set_continuable(False)
+        if last is not None and last.role == "assistant":
+            last.set_continuable(offer)
+        self._continuable = last if offer else None
 
     @Slot()
     def clear(self) -> None:
@@ -156,6 +162,8 @@ class ChatView(QScrollArea):
         is removing it), and until Qt does so it must not show: out of the layout it would stay drawn
         where it was, under or over the next chat's messages (trial 37, finding 6, seen whenever the
         deferred deletion waits, e.g. while code runs inside a nested event loop)."""
+        if message is self._continuable:
+            self._continuable = None
         self._column.removeWidget(message)
         message.hide()
         message.deleteLater()

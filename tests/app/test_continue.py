@@ -182,3 +182,22 @@ def test_an_answer_that_filled_the_context_says_so_and_offers_no_continue(qtbot,
     assert reopened.footer().startswith("stopped: the model's context is full") and not offered(reopened)
     assert not context_full({"finish_reason": "length", "prompt_tokens": 42, "generated_tokens": 7, "context": 50})
     assert not context_full({"finish_reason": "stop", "prompt_tokens": 42, "generated_tokens": 8, "context": 50})
+
+
+def test_opening_a_long_chat_checks_continue_for_the_last_answer_only(qtbot, make_window, monkeypatch):
+    """Found by a trial: every message added while a chat opened re-checked Continue under every answer
+    (3,000 passes over a 2,000-message chat: quadratic, most of a 25 s freeze)."""
+    from app.messages import AssistantMessage
+
+    win = make_window(FakeBackend())
+    conv = win.store.create_conversation("long").id
+    for i in range(300):
+        win.store.add_message(conv, "user" if i % 2 == 0 else "assistant", f"message {i}",
+                              status="length" if i % 2 else "done")
+    calls = []
+    real = AssistantMessage.set_continuable
+    monkeypatch.setattr(AssistantMessage, "set_continuable", lambda self, on: calls.append(on) or real(self, on))
+    win.open_conversation(conv)
+    assert len(calls) <= 2 * 300  # a few a message, not one per answer per message (~22,500)
+    answers = [w for w in win.transcript.widgets() if w.role == "assistant"]
+    assert offered(answers[-1]) and not any(offered(a) for a in answers[:-1])
