@@ -421,8 +421,12 @@ class EngineService:
             keep += 1
         if forget:
             session.reset()
+        if forget or keep < len(self._synced):
+            # Turns go: what they left out no longer applies. Kept, it is still unsaid when the same
+            # history is set again before the next answer (a front end re-states it with each request):
+            # cleared there, the files an image chat lost on a text model went unsaid.
+            self._left_out = []
         del session.turns[keep:]
-        self._left_out = []
         for message in messages[keep:]:
             session.turns.append(self._turn(session, message))
         self._synced = wanted

@@ -400,6 +400,14 @@ def test_an_unreadable_image_of_an_earlier_message_is_left_out_not_the_whole_his
     assert done.final.stats.notice in caplog.messages
     service.send("q4", [], GenerationParams(), again := Recorder())
     assert again.final.stats.notice == ""
+    # Found by a trial: the window re-states the same history with each request (after the model
+    # switch that rebuilt it); that second set_history cleared the reasons and the answer said nothing.
+    assert service.shutdown()
+    service = scripted(session := MissingImage())
+    service.set_history(history)
+    service.set_history(history)
+    service.send("q3", [], GenerationParams(), third := Recorder())
+    assert third.final.stats.notice == done.final.stats.notice
     assert service.shutdown()
 
 
