@@ -30,6 +30,7 @@ class Composer(QPlainTextEdit):
     submitted = Signal()
     files_added = Signal(list)
     image_pasted = Signal(QImage)
+    zoom_requested = Signal(int)  # Ctrl+wheel: +1 in, -1 out (app.zoom), as over the chat
     refused = Signal(str)  # why a paste or drop of text was not inserted
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -41,6 +42,14 @@ class Composer(QPlainTextEdit):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # see _fit_height
         self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self._fit_height()
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            if event.angleDelta().y():
+                self.zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
+            event.accept()
+            return
+        super().wheelEvent(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         is_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)

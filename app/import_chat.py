@@ -46,7 +46,10 @@ def read_export(path: str | Path) -> dict:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise ImportProblem(f"{name} is {path.stat().st_size / 2**20:,.0f} MB: too large for a chat export")
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        raw = path.read_bytes().decode("utf-8-sig")  # a byte order mark (Notepad's) is no content
+        if path.suffix.lower() in (".md", ".markdown") or raw.lstrip().startswith("#"):
+            raise ImportProblem(f"{name} is a Markdown export: Import reads the JSON one (File ▸ Export chat as JSON)")
+        data = json.loads(raw)
     except UnicodeDecodeError as exc:
         raise ImportProblem(f"{name} is not a text file (byte {exc.start} is not UTF-8)") from None
     except json.JSONDecodeError as exc:
@@ -58,7 +61,9 @@ def read_export(path: str | Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ImportProblem(f"{name} is not a chat exported by Smolchat (File ▸ Export chat as JSON)")
     version = data.get("version", 1)
-    if not isinstance(version, int) or version > NEWEST:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ImportProblem(f"{name} is damaged: its format version is {str(version)[:20]!r}, not a whole number")
+    if version > NEWEST:
         raise ImportProblem(f"{name} was exported by a newer Smolchat (format version {version}); "
                             "update Smolchat to import it")
     messages = data.get("all_messages") if version >= 2 else data.get("messages")
@@ -225,6 +230,8 @@ def import_dialog(window) -> Imported | None:
     if not window._busy:
         window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use
     title = imported.title or "New chat"
+    if len(title) > 80:  # a banner line, not the whole of a hand-made 100,000-character title
+        title = title[:79] + "…"
     lines = [f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
              + ("" if not window._busy else " It is in the list of chats.")]
     if imported.missing:
@@ -243,4 +250,5 @@ def import_dialog(window) -> Imported | None:
 
 
 def _names(names: list[str]) -> str:
+    names = list(dict.fromkeys(names))  # a file of several versions of a message is one file
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -100,6 +100,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.actions = build_menus(self)
         self.set_zoom(saved_zoom(self.qsettings))
         self.transcript.zoom_requested.connect(self.zoom_text)
+        self.composer.zoom_requested.connect(self.zoom_text)
         self.local_server = install_local_server(self)
         self.remote_models = RemoteModels(self)
         self.model_picker.remote_models = self.remote_models

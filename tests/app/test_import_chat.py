@@ -102,6 +102,9 @@ def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
      b' {"id": 2, "parent_id": 1, "role": "assistant"}]}',
      "bad.json is damaged: the message that message 1 follows (2) follows itself"),
     (b"[" * 100_000, "bad.json is nested too deeply to be a chat export"),
+    (b"# Cats\n\n**You:** hi", "bad.json is a Markdown export: Import reads the JSON one (File \u25b8 Export chat as JSON)"),
+    (b'{"format": "smolchat-conversation", "version": "3"}', "bad.json is damaged: its format version is '3', not a "
+                                                            "whole number"),
     # Found by a trial: these raised TypeError (unhashable) with no word to the user.
     (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": [20], "role": "user"}]}',
      "bad.json is damaged: message 1 follows something that is not a message id"),
@@ -217,3 +220,11 @@ def test_an_answer_exported_while_it_streamed_is_imported_as_interrupted(store, 
         {"id": 2, "parent_id": 1, "role": "assistant", "text": "Once upon", "status": status}]}))
     [_q, answer] = store.messages(import_chat(store, path).conversation_id)
     assert answer.status == kept
+
+
+def test_a_byte_order_mark_is_read_past(store, tmp_path):
+    """Found by a trial: a JSON saved by Notepad (a UTF-8 BOM first) was refused with Python's words."""
+    conv = branching_chat(store, tmp_path)
+    data = export_json(store, conv, tmp_path / "cats.json").read_bytes()
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + data)
+    assert import_chat(store, tmp_path / "bom.json").messages == 5

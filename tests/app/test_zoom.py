@@ -66,6 +66,15 @@ def test_ctrl_wheel_over_a_message_zooms_the_whole_chat_not_that_message(qtbot, 
     assert win.zoom == 90 and text.font().pixelSize() == 13 and win.composer.font().pixelSize() == 13
 
 
+def test_ctrl_wheel_over_the_message_box_zooms_too(qtbot, make_window):
+    """Found by a trial: the keys zoom the message box, Ctrl+wheel over it did nothing."""
+    win = make_window(FakeBackend())
+    ctrl_wheel(win.composer.viewport(), up=True)
+    assert win.zoom == 110
+    ctrl_wheel(win.composer.viewport(), up=False)
+    assert win.zoom == 100
+
+
 def test_the_limits_disable_the_actions_and_a_bad_saved_value_is_100(qtbot, make_window):
     win = make_window(FakeBackend())
     for _ in range(len(STEPS)):
