@@ -6,13 +6,15 @@ importing them: the UI thread never imports torch (seconds on a cold start)."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import platform
 from importlib import metadata
 from pathlib import Path
 
+import shiboken6
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QUrl, qVersion
+from PySide6.QtCore import Qt, QUrl, qVersion
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPushButton, QVBoxLayout
 
@@ -54,17 +56,34 @@ def details(window) -> list[tuple[str, str]]:
     ]
 
 
+def _text(window) -> str:
+    rows = details(window)
+    table = "".join(f"<tr><td style='padding-right:12px'><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>"
+                    for k, v in rows[1:])
+    return (f"<h3>{html.escape(rows[0][1])}</h3><p>Private, local multimodal chat.</p>"
+            f"<p>{html.escape(PRIVACY)}</p><table style='margin-top:6px'>{table}</table>")
+
+
+def _disconnect(window, slot) -> None:
+    with contextlib.suppress(RuntimeError, TypeError):  # the window (or its controller) is gone first
+        window.controller.model_loaded.disconnect(slot)
+
+
 def about_dialog(window) -> QDialog:
     """Show the About box (non-modal) and return it."""
     dialog = QDialog(window)
     dialog.setObjectName("aboutDialog")
     dialog.setWindowTitle("About Smolchat")
-    rows = details(window)
-    table = "".join(f"<tr><td style='padding-right:12px'><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>"
-                    for k, v in rows[1:])
-    label = QLabel(f"<h3>{html.escape(rows[0][1])}</h3><p>Private, local multimodal chat.</p>"
-                   f"<p>{html.escape(PRIVACY)}</p><table style='margin-top:6px'>{table}</table>")
+    label = QLabel(_text(window))
     label.setObjectName("aboutText")
+    # Another model loaded while the box is open: its Model line follows (as Copy details does).
+    def follow(_info) -> None:
+        if shiboken6.isValid(label):
+            label.setText(_text(window))
+
+    window.controller.model_loaded.connect(follow)
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    dialog.destroyed.connect(lambda *_: _disconnect(window, follow))
     label.setWordWrap(True)
     label.setTextInteractionFlags(label.textInteractionFlags().TextSelectableByMouse)
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

@@ -249,6 +249,7 @@ class ChatController(QObject):
             if event.error:
                 result["error"] = self.user_words(error_words(event.error_type, event.error))
                 self.failed.emit(result["error"])
+            self.keeper.count_continued(result)
             self.busy = False
             self.finished.emit(result)  # the window ends the answer on screen first
             self.keeper.finish(result, self.model_name)

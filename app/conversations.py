@@ -495,6 +495,14 @@ class ConversationKeeper(QObject):
         self._continuing = True
         return history
 
+    def count_continued(self, result: dict) -> None:
+        """A continuation's finished ``result`` counts the answer's tokens in all (its own part's
+        speed and prompt stay): the footer had said 20 generated under an answer of 40."""
+        if self._continuing and self._before_continue is not None:
+            before = self._before_continue.stats.get("generated_tokens")
+            if isinstance(before, int) and not isinstance(before, bool) and before > 0:
+                result["generated_tokens"] = int(result.get("generated_tokens") or 0) + before
+
     def _save_answer(self, conv_id: int, model_name: str, model: str, settings: dict, parent: int) -> Message:
         self.store.update_conversation(conv_id, model=model, settings=settings)
         return self.store.add_message(conv_id, "assistant", "", status="streaming",

@@ -39,3 +39,14 @@ def test_about_says_when_no_model_is_loaded_and_is_in_the_help_menu(qtbot, make_
     assert "&About Smolchat" in [a.text() for a in help_menu.actions()]
     win.actions["about"].trigger()
     assert "<td>none loaded</td>" in win.findChild(QDialog, "aboutDialog").findChild(QLabel, "aboutText").text()
+
+
+def test_the_open_about_box_follows_a_model_loaded_meanwhile(qtbot, make_window):
+    """Found by a trial: the box kept the old model while Copy details copied the new one."""
+    backend = FakeBackend()
+    win = make_window(backend)
+    win.actions["about"].trigger()
+    label = win.findChild(QDialog, "aboutDialog").findChild(QLabel, "aboutText")
+    backend.model_name = "OtherVLM"
+    win.load_model("/models/other")
+    qtbot.waitUntil(lambda: "OtherVLM · cpu · float32" in label.text(), timeout=5000)

@@ -44,7 +44,7 @@ def test_an_answer_cut_at_the_token_limit_continues_in_the_same_message(qtbot, m
     assert finished.args[0]["finish_reason"] == "stop"
     assert win.transcript.widgets() == [question, answer]  # the same message, not a new one
     assert answer.text == "The cat is orange." and not offered(answer)
-    assert answer.footer().startswith("TTFT")  # the continuation's numbers
+    assert answer.footer().startswith("TTFT") and answer.footer().endswith("/ 5 generated tokens")  # 2 + 3 in all
     assert (backend.calls[-1]["kind"], backend.calls[-1]["text"]) == ("continue", "What is it?")
     [_q, stored] = win.store.messages(win.keeper.current_id)
     assert stored.text == "The cat is orange." and stored.status == "done"
@@ -152,7 +152,7 @@ def test_continue_with_the_real_engine_gives_the_uncut_answer_token_for_token(qt
     assert answer.status == "length" and offered(answer)
     with qtbot.waitSignal(win.answer_finished, timeout=120_000) as finished:
         continue_button(answer).click()
-    assert finished.args[0]["generated_tokens"] == 6
+    assert finished.args[0]["generated_tokens"] == 12  # the answer in all: 6 + 6
 
     direct = ChatSession.load(str(tiny_checkpoint), device="cpu")
     events = list(direct.send("Tell me about cats", params=GenerationParams(max_new_tokens=12, ignore_eos=True)))
