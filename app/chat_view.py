@@ -6,6 +6,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.messages import CONTINUABLE, AssistantMessage, UserMessage
+from app.zoom import ctrl_wheel
 
 #: The empty chat's second line with a local model (a server's model names the server instead).
 LOCAL_LINE = "Everything runs on this computer."
@@ -56,12 +57,8 @@ class ChatView(QScrollArea):
         bar.valueChanged.connect(self._on_scrolled)
 
     def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
-            if event.angleDelta().y():
-                self.zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
-            event.accept()
-            return
-        super().wheelEvent(event)
+        if not ctrl_wheel(event, self.zoom_requested):
+            super().wheelEvent(event)
 
     def messages(self) -> list[dict]:
         """The conversation as plain data: ``[{"role", "text", "images"}...]``."""

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from app.markdown import longest_run
 from app.mime import carries_images, image_from_mime, local_files
+from app.zoom import ctrl_wheel
 
 MIN_LINES, MAX_LINES = 1, 8
 #: The most characters the composer takes (~250,000 tokens of English: past every model Smolchat runs,
@@ -44,12 +45,8 @@ class Composer(QPlainTextEdit):
         self._fit_height()
 
     def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
-            if event.angleDelta().y():
-                self.zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
-            event.accept()
-            return
-        super().wheelEvent(event)
+        if not ctrl_wheel(event, self.zoom_requested):
+            super().wheelEvent(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         is_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)

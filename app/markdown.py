@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.icons import icon
+from app.zoom import ctrl_wheel
 
 FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 
@@ -388,8 +389,8 @@ class RichText(QTextBrowser):
             view = self.parentWidget()
             while view is not None and not hasattr(view, "zoom_requested"):
                 view = view.parentWidget()
-            if view is not None and event.angleDelta().y():
-                view.zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
+            if view is not None:
+                ctrl_wheel(event, view.zoom_requested)
             event.accept()
             return
         super().wheelEvent(event)

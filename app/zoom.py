@@ -8,7 +8,7 @@ alone, and Qt lays the messages out again at the new size (each one's height fol
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 
 KEY = "view/zoom"
 STEPS = (67, 80, 90, 100, 110, 125, 150, 175, 200)  # percent, as browsers step
@@ -30,6 +30,17 @@ def transcript_css(percent: int) -> str:
 def composer_css(percent: int) -> str:
     """The message box's style sheet at ``percent``."""
     return "" if percent == DEFAULT else f"#composer {{ font-size: {round(14 * percent / 100)}px; }}"
+
+
+def ctrl_wheel(event, zoom_requested) -> bool:
+    """For a ``wheelEvent``: a Ctrl+wheel ``event`` emits ``zoom_requested(+1 / -1)`` and is taken
+    (True); without Ctrl, False (the widget scrolls as usual)."""
+    if not event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+        return False
+    if event.angleDelta().y():
+        zoom_requested.emit(1 if event.angleDelta().y() > 0 else -1)
+    event.accept()
+    return True
 
 
 def saved_zoom(qsettings: QSettings) -> int:
