@@ -272,10 +272,10 @@ class ConversationKeeper(QObject):
         self._last_flush = 0.0
         self._save_failed = False
         self._saved_chars = 0  # how much of the streaming answer the store holds
-        self._continuing = False  # the streaming answer is one continued (begin_continue)
-        self._continued_ids: list[int] | None = None  # its ids before the continuation
-        self._continued_by = ""  # the model name(s) of the answer continued
+        # The answer being continued, as it was (begin_continue; None: the streaming answer is new),
+        # and its ids the continuation's follow (None: unknown, or another model's).
         self._before_continue: Message | None = None
+        self._continued_ids: list[int] | None = None
         # The last chat's id names a row of this database: kept only where the settings file sits
         # beside it (not for a temporary stand-in, whose ids would open the wrong chat of the real
         # database once it is restored).
@@ -488,17 +488,14 @@ class ConversationKeeper(QObject):
         self.transcript.resume_answer(index)
         self._show_answer_state(answer.id)
         self._saved_chars = len(answer.text)
-        # The ids the continuation's follow (None: unknown, or another model's: re-tokenized then).
         self._continued_ids = history[-1].get("token_ids") if history else None
-        self._continued_by = answer.stats.get("model_name") or ""  # who wrote it so far
         self._before_continue = answer  # put back as it was if the continuation adds nothing
-        self._continuing = True
         return history
 
     def count_continued(self, result: dict) -> None:
         """A continuation's finished ``result`` counts the answer's tokens in all (its own part's
         speed and prompt stay): the footer had said 20 generated under an answer of 40."""
-        if self._continuing and self._before_continue is not None:
+        if self._before_continue is not None:
             before = self._before_continue.stats.get("generated_tokens")
             if isinstance(before, int) and not isinstance(before, bool) and before > 0:
                 result["generated_tokens"] = int(result.get("generated_tokens") or 0) + before
@@ -522,7 +519,7 @@ class ConversationKeeper(QObject):
     def _show_answer(self, answer_id: int, model_name: str) -> None:
         self.transcript.begin_answer(model_name).message_id = answer_id
         self._show_answer_state(answer_id)
-        self._continuing = False
+        self._before_continue = None
 
     def _show_answer_state(self, answer_id: int) -> None:
         self._streaming_id = answer_id
@@ -571,11 +568,10 @@ class ConversationKeeper(QObject):
         stats = {k: v for k, v in result.items() if k not in ("finish_reason", "token_ids")}
         stats["model_name"] = model_name
         token_ids = result.get("token_ids")
-        if self._continuing and answer is not None and answer.text == self._before_continue.text:
+        before, self._before_continue = self._before_continue, None
+        if before is not None and answer is not None and answer.text == before.text:
             # Nothing was added (a refusal, a server that is down, Stop before the first word): the
             # answer stays as it was, status, footer and ids; the banner says what went wrong.
-            self._continuing = False
-            before = self._before_continue
             self._save_answer_text(before.text, last=True, status=before.status, stats=before.stats,
                                    token_ids=before.token_ids)
             answer.finish(_reason(before.status), answer_footer(before))
@@ -583,12 +579,12 @@ class ConversationKeeper(QObject):
             self.transcript.mark_continuable()
             self._streaming_id = None
             return
-        if self._continuing:  # the answer's ids are those it had, then the continuation's
+        if before is not None:  # the answer's ids are those it had, then the continuation's
             token_ids = None if token_ids is None or self._continued_ids is None else \
                 list(self._continued_ids) + list(token_ids)
-            self._continuing = False
-            if self._continued_by and model_name not in self._continued_by.split(" + "):
-                stats["model_name"] = f"{self._continued_by} + {model_name}"  # both wrote it
+            written_by = before.stats.get("model_name") or ""
+            if written_by and model_name not in written_by.split(" + "):
+                stats["model_name"] = f"{written_by} + {model_name}"  # both wrote it
                 if answer is not None:
                     answer.set_model_name(stats["model_name"])
         self._save_answer_text(answer.text if answer else "", last=True, status="done" if reason == "stop" else reason,

@@ -7,21 +7,15 @@ from PySide6.QtCore import QObject, Signal
 
 
 class BackendBridge(QObject):
-    """Lives in the UI thread. :meth:`sink` and :meth:`on_loaded` may be called from any thread: the
-    signals they emit are delivered, queued, to receivers in the UI thread."""
+    """Lives in the UI thread. :meth:`sink` and the callbacks of :meth:`load_callback` may be called
+    from any thread: the signals they emit are delivered, queued, to receivers in the UI thread."""
 
     event = Signal(object)  # TokenEvent | ProgressEvent | DoneEvent
-    loaded = Signal(object, object)  # ModelInfo | None, error message | None
+    loaded_as = Signal(int, object, object)  # the load's number, ModelInfo | None, error message | None
 
     def sink(self, event) -> None:
         """An :data:`~engine.api.backend.EventSink`."""
         self.event.emit(event)
-
-    loaded_as = Signal(int, object, object)  # the load's number, ModelInfo | None, error message | None
-
-    def on_loaded(self, info, message) -> None:
-        """A :data:`~engine.api.backend.LoadCallback`."""
-        self.loaded.emit(info, message)
 
     def load_callback(self, number: int):
         """A :data:`~engine.api.backend.LoadCallback` whose result comes as :attr:`loaded_as` with

@@ -42,7 +42,7 @@ def bridge(qtbot):
     bridge = BackendBridge()
     received = []
     bridge.event.connect(lambda e: received.append((e, threading.get_ident())))
-    bridge.loaded.connect(lambda info, message: received.append(((info, message), threading.get_ident())))
+    bridge.loaded_as.connect(lambda _n, info, message: received.append(((info, message), threading.get_ident())))
     bridge.received = received
     return bridge
 
@@ -54,7 +54,7 @@ def done_events(bridge) -> list[DoneEvent]:
 def test_local_backend_events_reach_the_ui_thread_in_order(qtbot, bridge):
     backend = LocalBackend(lambda model, options: Session(["Hi", " there"]))
     assert isinstance(backend, ChatBackend)
-    backend.load("/models/words", {"device": None}, bridge.on_loaded)
+    backend.load("/models/words", {"device": None}, bridge.load_callback(1))
     backend.send("hello", [], GenerationParams(max_new_tokens=4), bridge.sink)
     qtbot.waitUntil(lambda: len(bridge.received) == 4, timeout=5000)
     events = [e for e, _ in bridge.received]
@@ -71,7 +71,7 @@ def test_fake_backend_cancel_before_the_queued_answer_starts(qtbot, bridge):
     backend = FakeBackend(tokens=["t"] * 100)
     gate = threading.Event()
     backend.jobs.put(lambda: gate.wait(5))  # keeps the fake's thread busy while we queue and cancel
-    backend.load("/models/fake", {}, bridge.on_loaded)
+    backend.load("/models/fake", {}, bridge.load_callback(1))
     backend.send("go", [], GenerationParams(), bridge.sink)
     backend.cancel()
     gate.set()
@@ -87,7 +87,7 @@ def test_fake_backend_cancel_before_the_queued_answer_starts(qtbot, bridge):
 
 def test_fake_backend_follows_history_and_limits(qtbot, bridge):
     backend = FakeBackend(tokens=list("abcdef"))
-    backend.load("/models/fake", {"weights": "int8", "device": None}, bridge.on_loaded)
+    backend.load("/models/fake", {"weights": "int8", "device": None}, bridge.load_callback(1))
     backend.set_history([HistoryMessage("user", "q1", (Attachment("/img/a.png"),)), HistoryMessage("assistant", "a1")])
     backend.send("q2", [], GenerationParams(max_new_tokens=3), bridge.sink, system_prompt="Be brief.")
     qtbot.waitUntil(lambda: bool(done_events(bridge)), timeout=5000)
@@ -116,7 +116,7 @@ def test_an_answer_that_raises_ends_in_an_error_and_the_thread_goes_on(qtbot, br
     so that answer never finished (the window "generating…" for good, Stop doing nothing) and every later
     load and answer waited on a dead thread. Now the answer ends with the local engine's error shape."""
     backend = FakeBackend(tokens=["ok"])
-    backend.load("/models/fake", {}, bridge.on_loaded)
+    backend.load("/models/fake", {}, bridge.load_callback(1))
     real = backend._answer
 
     def broken(*args):

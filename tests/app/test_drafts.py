@@ -61,15 +61,22 @@ def test_a_sent_message_leaves_no_draft(qtbot, make_window):
     assert again.composer.toPlainText() == "" and again.attachments.paths() == []
 
 
-def test_quitting_mid_edit_keeps_the_edit_and_the_draft_set_aside(qtbot, make_window):
+def quit_while_editing(qtbot, make_window, question: str, draft: str, edited: str):
+    """A window that answered ``question``, then had ``draft`` typed and the question edited to
+    ``edited``, closed mid-edit."""
     win = make_window(FakeBackend(tokens=["Yes", "."]))
-    win.composer.setPlainText("First question")
+    win.composer.setPlainText(question)
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    win.composer.setPlainText("The next question, half written")
+    win.composer.setPlainText(draft)
     win._on_message_action("edit", 0)
-    win.composer.setPlainText("First question, edited")
+    win.composer.setPlainText(edited)
     win.close()
+    return win
+
+
+def test_quitting_mid_edit_keeps_the_edit_and_the_draft_set_aside(qtbot, make_window):
+    quit_while_editing(qtbot, make_window, "First question", "The next question, half written", "First question, edited")
     again = make_window(FakeBackend())
     assert again.composer.toPlainText() == "First question, edited"  # the edit goes on
     assert again.banner.message().startswith("Still editing a message, as when Smolchat closed: sending adds")
@@ -102,14 +109,7 @@ def test_an_edit_kept_through_a_quit_is_sent_as_a_new_version(qtbot, make_window
 
 
 def test_a_kept_edit_of_a_message_no_longer_shown_is_dropped(qtbot, make_window):
-    win = make_window(FakeBackend(tokens=["Yes", "."]))
-    win.composer.setPlainText("Only question")
-    with qtbot.waitSignal(win.answer_finished, timeout=5000):
-        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    win.composer.setPlainText("Half written")
-    win._on_message_action("edit", 0)
-    win.composer.setPlainText("Only question, edited")
-    win.close()
+    win = quit_while_editing(qtbot, make_window, "Only question", "Half written", "Only question, edited")
     draft = json.loads(win.qsettings.value(KEY))
     draft["edit"]["message"] = 10_000  # deleted meanwhile (another copy of the data folder, a salvage)
     win.qsettings.setValue(KEY, json.dumps(draft))
