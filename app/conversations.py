@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from app.banner import Banner
-from app.chat_view import ChatView
+from app.chat_view import ChatView, StoredMessage
 from app.formatting import context_full, finish_footer, stats_summary
 from app.paths import (
     DATABASE_NAME,
@@ -308,26 +308,22 @@ class ConversationKeeper(QObject):
 
     def _render(self, messages: list[Message]) -> None:
         """Append stored ``messages`` to the transcript, then show every message's versions."""
+        records = []
         for message in messages:
-            if message.role == "user":
-                widget = self.transcript.add_user_message(message.text, message.images)
-            else:
-                name = message.stats.get("model_name") or "Smolchat"
-                widget = self.transcript.add_stored_answer(name, message.text, _reason(message.status),
-                                                           answer_footer(message))
-                widget.status = message.status
-                widget.can_continue = not context_full({"finish_reason": _reason(message.status), **message.stats})
-            widget.message_id = message.id
-        self.transcript.mark_continuable()  # with the stored status and context of the last answer
+            record = StoredMessage(message.role, message.text, list(message.images), message.id, message.status)
+            if message.role == "assistant":
+                record.model_name = message.stats.get("model_name") or "Smolchat"
+                record.finish_reason = _reason(message.status)
+                record.footer = answer_footer(message)
+                record.can_continue = not context_full({"finish_reason": record.finish_reason, **message.stats})
+            records.append(record)
+        self.transcript.add_stored(records)
         self.show_versions()
 
     def show_versions(self) -> None:
         """Set each shown message's "‹ n / m ›" switcher from the store."""
-        if self.current_id is None:
-            return
-        versions = self.store.versions(self.current_id)
-        for widget in self.transcript.widgets():
-            widget.actions_row.versions.set_versions(*versions.get(getattr(widget, "message_id", None), (1, 1)))
+        if self.current_id is not None:
+            self.transcript.set_versions(self.store.versions(self.current_id))
 
     def switch_version(self, index: int, step: int) -> bool:
         """Show the previous (``step`` -1) or next (+1) version of message ``index`` with the branch that

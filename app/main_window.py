@@ -239,7 +239,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         """Edit the transcript's message ``index`` in the composer, holding ``text`` and ``files``
         (attached as ``names``); what the composer held is set aside until the edit ends. ``again``:
         an edit kept through a quit (:mod:`app.drafts`), said as such."""
-        message = self.transcript.widgets()[index]
+        self.transcript.message_widget(index)  # built now if it was not yet (an edit kept through a quit)
         if self._editing is None:  # editing another message instead keeps the draft set aside first
             self._draft = self._take_draft()
         self._fill_composer(text, files, names)
@@ -252,7 +252,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.composer.setFocus()
         # The edit's banner appears above the transcript and pushes it down: keep the message in view.
         QTimer.singleShot(0, self.transcript, lambda: self._editing == index
-                          and self.transcript.ensureWidgetVisible(message, 0, self.banner.height() + 24))
+                          and self.transcript.show_message(index, self.banner.height() + 24))
 
     def _cancel_edit(self) -> None:
         """End the edit unsent (Cancel edit, Esc, or another change to the chat): the composer holds what
