@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.find_in_chat import hit_top, holds, mark
 from app.messages import CONTINUABLE, AssistantMessage, UserMessage
 from app.zoom import ctrl_wheel
 
@@ -84,6 +85,9 @@ class ChatView(QScrollArea):
         self._anchor: int | None = None  # the distance from the bottom kept while earlier ones are built
         self._adjusting = False  # the view being moved by this class, not by the user
         self._earlier_due = False
+        self._query = ""  # the chat search's text, marked in every message built (app.find_in_chat)
+        self._hit: UserMessage | AssistantMessage | None = None  # the message the search last showed
+        self._pin: QWidget | None = None  # the hit's text view held in place until the view is scrolled
         self._current: AssistantMessage | None = None
         self._continuable: AssistantMessage | None = None  # the answer showing Continue
         self._follow = True
@@ -125,6 +129,45 @@ class ChatView(QScrollArea):
         QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
         self._follow = False
         self.ensureWidgetVisible(message, 0, margin)
+
+    def set_query(self, query: str) -> list[int]:
+        """Mark ``query`` (the chat search's text; "" for none) in every message, also those built
+        later; returns the indices of the messages that hold it, oldest first."""
+        if query != self._query:
+            self._query = query
+            if not query:
+                self._hit = self._pin = None
+            for message in self._messages[self._first_built:]:
+                mark(message, query, message is self._hit)
+        return [i for i, message in enumerate(self._messages) if holds(message.text, query)]
+
+    def show_hit(self, index: int) -> None:
+        """Scroll to message ``index``'s first hit of the query and mark it as the current one. The
+        hit is held a third of the way down the view while the layout settles (a message just built
+        gets its height over several passes), until the view is scrolled."""
+        previous, self._hit = self._hit, self.message_widget(index)
+        if previous is not None and previous is not self._hit and previous in self._messages:
+            mark(previous, self._query, False)
+        self._follow, self._anchor = False, None
+        self._pin = mark(self._hit, self._query, True) or self._hit
+        self._hold_pin()
+
+    def hit_index(self) -> int | None:
+        """The index of the message :meth:`show_hit` showed last (None: none, or it is gone)."""
+        return next((i for i, m in enumerate(self._messages) if m is self._hit), None) if self._hit else None
+
+    def _hold_pin(self) -> None:
+        """Put the pinned hit a third of the way down the view."""
+        pin = self._pin
+        if pin is None or self._hit is None:
+            return
+        y = pin.mapTo(self.widget(), pin.rect().topLeft()).y() + hit_top(pin, self._query)
+        bar = self.verticalScrollBar()
+        self._adjusting = True
+        try:
+            bar.setValue(max(0, y - self.viewport().height() // 3))
+        finally:
+            self._adjusting = False
 
     def built(self) -> int:
         """How many messages, the last ones, are built as widgets."""
@@ -189,6 +232,8 @@ class ChatView(QScrollArea):
     def add_user_message(self, text: str, images: list[str]) -> UserMessage:
         message = UserMessage(text, images)
         self._add(message)
+        if self._query:
+            mark(message, self._query, False)
         return message
 
     def begin_answer(self, model_name: str) -> AssistantMessage:
@@ -210,6 +255,8 @@ class ChatView(QScrollArea):
     def end_answer(self, finish_reason: str, footer: str = "") -> None:
         if self._current is not None:
             self._current.finish(finish_reason, footer)
+            if self._query:
+                mark(self._current, self._query, False)
             self._current = None
         self.mark_continuable()
 
@@ -241,7 +288,7 @@ class ChatView(QScrollArea):
         self._messages.clear()
         self._first_built = 0
         self._anchor = None
-        self._current = None
+        self._current = self._hit = self._pin = None
         self._empty.show()
 
     def _discard(self, message: UserMessage | AssistantMessage) -> None:
@@ -253,6 +300,8 @@ class ChatView(QScrollArea):
             return
         if message is self._continuable:
             self._continuable = None
+        if message is self._hit:
+            self._hit = self._pin = None
         self._column.removeWidget(message)
         message.hide()
         message.deleteLater()
@@ -299,6 +348,8 @@ class ChatView(QScrollArea):
             message.status, message.can_continue = record.status, record.can_continue
         message.message_id = record.message_id
         message.actions_row.versions.set_versions(*record.versions)
+        if self._query:
+            mark(message, self._query, False)
         return message
 
     def _build_back_to(self, index: int) -> None:
@@ -307,7 +358,7 @@ class ChatView(QScrollArea):
         if index >= self._first_built:
             return
         follow = self._follow
-        if not follow:
+        if not follow and self._pin is None:
             bar = self.verticalScrollBar()
             self._anchor = bar.maximum() - bar.value()
         for offset, position in enumerate(range(index, self._first_built)):
@@ -322,6 +373,8 @@ class ChatView(QScrollArea):
         try:
             if self._follow:
                 bar.setValue(maximum)
+            elif self._pin is not None:
+                self._hold_pin()
             elif self._anchor is not None:  # messages were built above: what was on screen stays there
                 bar.setValue(maximum - self._anchor)
         finally:
@@ -331,7 +384,7 @@ class ChatView(QScrollArea):
     def _on_scrolled(self, value: int) -> None:
         if not self._adjusting:
             self._follow = value >= self.verticalScrollBar().maximum() - 8
-            self._anchor = None
+            self._anchor = self._pin = None
         self._want_earlier(value)
 
     def _want_earlier(self, value: int) -> None:

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversations import display_title
+from app.find_in_chat import FindRow
 from app.icons import icon
 from app.store import Conversation
 
@@ -28,7 +29,8 @@ class ConversationList(QFrame):
     """Lists conversations newest first. It only emits; the window talks to the store.
 
     Signals: ``open_requested(id)``, ``new_requested()``, ``rename_requested(id, title)``,
-    ``delete_requested(id)``, ``search_changed(text)``.
+    ``delete_requested(id)``, ``search_changed(text)``, ``find_step(step)`` (the search's hits in the
+    open chat: +1 the next older, -1 the next newer; the ↑ ↓ buttons, Enter and Shift+Enter in the search).
     """
 
     open_requested = Signal(int)
@@ -36,6 +38,7 @@ class ConversationList(QFrame):
     rename_requested = Signal(int, str)
     delete_requested = Signal(int)
     search_changed = Signal(str)
+    find_step = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -68,6 +71,9 @@ class ConversationList(QFrame):
         layout.setSpacing(8)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
+        self.find_row = FindRow()
+        self.find_row.step.connect(self.find_step)
+        layout.addWidget(self.find_row)
         layout.addWidget(self.list, 1)
 
         self.new_button.clicked.connect(lambda: self.new_requested.emit())
@@ -82,6 +88,7 @@ class ConversationList(QFrame):
         self.list.addAction(delete)
         self._filling = False
         self.list.viewport().installEventFilter(self)
+        self.search.installEventFilter(self)
 
     # -- contents ----------------------------------------------------------------------------------
     def set_conversations(self, conversations: list[Conversation], current_id: int | None) -> None:
@@ -108,6 +115,10 @@ class ConversationList(QFrame):
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
         if watched is self.list.viewport() and event.type() == QEvent.Type.Resize:
             self._show_current()
+        if watched is self.search and event.type() == QEvent.Type.KeyPress \
+                and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.search.text().strip():
+            self.find_step.emit(-1 if event.modifiers() & Qt.KeyboardModifier.ShiftModifier else 1)
+            return True
         return super().eventFilter(watched, event)
 
     def ids(self) -> list[int]:

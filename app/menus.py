@@ -12,6 +12,7 @@ WIDGET_SHORTCUTS = [
     ("Enter", "Send the message"),
     ("Shift+Enter", "New line in the message"),
     ("Esc", "Stop the answer; cancel an edit; clear the chat search"),
+    ("Enter, Shift+Enter in the search", "Older, newer match in the open chat"),
     ("Ctrl+V", "Paste text or an image into the message"),
     ("Del", "Delete the selected chat"),
     ("Ctrl+Z", "Undo a delete (outside the message box)"),
@@ -46,6 +47,8 @@ def build_menus(window) -> dict[str, QAction]:
         "next_chat": _action(window, "Ne&xt chat", lambda: window.step_conversation(1), "Ctrl+PgDown"),
         "previous_chat": _action(window, "&Previous chat", lambda: window.step_conversation(-1), "Ctrl+PgUp"),
         "search": _action(window, "Searc&h chats", window.focus_search, QKeySequence.StandardKey.Find),
+        "find_older": _action(window, "&Older match in this chat", lambda: window.step_find(1), "F3"),
+        "find_newer": _action(window, "Ne&wer match in this chat", lambda: window.step_find(-1), "Shift+F3"),
         "rename": _action(window, "&Rename chat", lambda: window.sidebar.start_rename(window.keeper.current_id),
                            "F2"),
         "zoom_in": _action(window, "Zoom &in", lambda: window.zoom_text(1), QKeySequence.StandardKey.ZoomIn),
@@ -59,6 +62,8 @@ def build_menus(window) -> dict[str, QAction]:
     }
     acts["stop"].setShortcutVisibleInContextMenu(True)
     acts["stop"].setEnabled(False)  # until an answer runs (MainWindow._update_actions)
+    for name in ("find_older", "find_newer"):
+        acts[name].setEnabled(False)  # until the chat search finds something in the open chat (update_find)
     # Ctrl+Tab as well, as browsers and editors switch tabs (the composer takes no Tab with Ctrl).
     acts["next_chat"].setShortcuts([QKeySequence("Ctrl+PgDown"), QKeySequence("Ctrl+Tab")])
     acts["previous_chat"].setShortcuts([QKeySequence("Ctrl+PgUp"), QKeySequence("Ctrl+Shift+Tab")])
@@ -66,7 +71,7 @@ def build_menus(window) -> dict[str, QAction]:
     acts["zoom_in"].setShortcuts([QKeySequence(QKeySequence.StandardKey.ZoomIn), QKeySequence("Ctrl+=")])
     for title, names in (("&File", ["new_chat", "export_md", "export_json", "import_json", None, "quit"]),
                          ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
-                                    "search"]),
+                                    "search", "find_older", "find_newer"]),
                          ("&View", ["zoom_in", "zoom_out", "zoom_reset"]),
                          ("&Model", ["models", "settings", "local_server"]),
                          ("&Help", ["shortcuts", "about"])):

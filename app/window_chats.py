@@ -61,6 +61,7 @@ class ChatsMixin:
         self.refresh_sidebar()
         if conversation_id is not None and conversation_id not in self.sidebar.ids() and self.sidebar.search.text():
             self.sidebar.search.clear()  # a chat opened by Undo or a link, hidden by the search: list them all
+        self.update_find(show_newest=True)  # opened from the search's list: where it holds the text
 
     def step_conversation(self, step: int) -> None:
         """Open the chat ``step`` places down (+1) or up (-1) the sidebar's list (Ctrl+PgDown/PgUp,
@@ -68,6 +69,29 @@ class ChatsMixin:
         target = self.sidebar.step(self.keeper.current_id, step)
         if target is not None and target != self.keeper.current_id and not self._busy:
             self.open_conversation(target)
+
+    def update_find(self, show_newest: bool = False) -> None:
+        """Mark the chat search's text in the open chat and count the messages holding it (the row under
+        the search, F3); ``show_newest``: scroll to the newest of them (a chat opened from the search's list)."""
+        hits = self.transcript.set_query(self.sidebar.search.text().strip())
+        if show_newest and hits:
+            self.transcript.show_hit(hits[-1])
+        current = self.transcript.hit_index()
+        self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits))
+        for name in ("find_older", "find_newer"):
+            self.actions[name].setEnabled(bool(hits))
+
+    def step_find(self, step: int) -> None:
+        """Show the open chat's next message holding the search's text: ``step`` +1 the next older
+        (F3), -1 the next newer (Shift+F3); round from the oldest to the newest. The first step
+        shows the newest."""
+        hits = self.transcript.set_query(self.sidebar.search.text().strip())
+        if not hits:
+            return
+        current = self.transcript.hit_index()
+        at = (hits.index(current) - step) % len(hits) if current in hits else len(hits) - 1
+        self.transcript.show_hit(hits[at])
+        self.update_find()
 
     def focus_search(self) -> None:
         """Ctrl+F: the cursor in the sidebar's search field, its text selected to type over."""

@@ -192,11 +192,15 @@ def build_ui(window) -> None:
     window.model_picker.model_chosen.connect(window.load_model)
     window.model_picker.manage_requested.connect(window.open_model_manager)
     window.transcript.message_action.connect(window._on_message_action)
+    # After the action (connected later, called later): a delete or another version changes what the search finds.
+    window.transcript.message_action.connect(lambda _action, _index: window.update_find())
+    window.answer_finished.connect(lambda _result: window.update_find())
     window.sidebar.new_requested.connect(window.new_chat)
     window.sidebar.open_requested.connect(window.open_conversation)
     window.sidebar.rename_requested.connect(window.rename_conversation)
     window.sidebar.delete_requested.connect(window.delete_conversation)
-    window.sidebar.search_changed.connect(lambda _text: window.refresh_sidebar())
+    window.sidebar.search_changed.connect(lambda _text: (window.refresh_sidebar(), window.update_find()))
+    window.sidebar.find_step.connect(window.step_find)
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
     # Ctrl+Z undoes a delete the banner offers to undo; a text field with the focus keeps the key for its
     # own undo (Qt gives an editor's standard keys to the editor first).
@@ -220,7 +224,8 @@ def set_tab_order(window) -> None:
     # The attachments' scroll area took a Tab of its own and showed nothing: each chip's button does.
     window.attachments.findChild(QScrollArea).setFocusPolicy(Qt.FocusPolicy.NoFocus)
     chain = [window.attach_button, window.composer, window.send_button, window.stop_button, window.detail_combo,
-             sidebar.new_button, sidebar.search, sidebar.list, window.model_picker, window.settings_button,
+             sidebar.new_button, sidebar.search, sidebar.find_row.older, sidebar.find_row.newer, sidebar.list,
+             window.model_picker, window.settings_button,
              *window.banner.findChildren(QAbstractButton), window.transcript]
     for first, second in zip(chain, chain[1:]):
         QWidget.setTabOrder(first, second)

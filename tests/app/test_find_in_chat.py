@@ -1,0 +1,191 @@
+"""The chat search in the open chat: its messages holding the text are counted, the words marked, and
+the view steps through them newest first (F3 / Shift+F3, Enter / Shift+Enter in the search, ↑ ↓)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt
+
+from app.backends.fake import FakeBackend
+from app.chat_view import StoredMessage
+from app.find_in_chat import FindRow, hit_top, mark
+from app.markdown import ZERO_WIDTH_SPACE, RichText
+from app.messages import AssistantMessage
+from app.store import Store
+from app.text_fit import FittingLabel
+
+FILLER = "A paragraph of filler that wraps over a few lines of the bubble, read and forgotten. " * 12
+
+
+def recipes(data_dir, pairs: int = 30) -> list[int]:
+    """A chat where every fifth answer mentions sourdough (at its end, after three paragraphs), every
+    tenth question too; and another chat without it. Returns the chat's message ids."""
+    store = Store(data_dir)
+    other = store.create_conversation("Other")
+    store.add_message(other.id, "user", "Hello")
+    store.add_message(other.id, "assistant", "Hi!")
+    chat = store.create_conversation("Baking")
+    ids = []
+    for i in range(pairs):
+        ids.append(store.add_message(chat.id, "user", f"Question {i}" + (" on SOURDOUGH" if i % 10 == 0 else "")).id)
+        tail = f"\n\nFeed the **sourdough** starter ({i})." if i % 5 == 0 else ""
+        ids.append(store.add_message(chat.id, "assistant", f"{FILLER}\n\n{FILLER}\n\n{FILLER}{tail}").id)
+    store.close()
+    return ids
+
+
+def hits_expected(ids: list[int], pairs: int = 30) -> list[int]:
+    """The ids of the messages holding "sourdough", oldest first."""
+    return [ids[2 * i + k] for i in range(pairs) for k in (0, 1) if (i % 10 == 0 if k == 0 else i % 5 == 0)]
+
+
+def marked(message) -> int:
+    """How many hits are marked in ``message`` (extra selections, a question's selected text)."""
+    views = sum(len(v.extraSelections()) for v in message.findChildren(RichText))
+    return views + sum(1 for label in message.findChildren(FittingLabel) if label.hasSelectedText())
+
+
+def on_screen(win, message) -> bool:
+    view = win.transcript.viewport()
+    top = message.mapTo(view, QPoint(0, 0)).y()
+    return top < view.height() and top + message.height() > 0
+
+
+def hit_on_screen(win, index: int) -> bool:
+    """Message ``index``'s first marked hit is within the view (not just the message's top)."""
+    message = win.transcript.widgets()[index]
+    view = next(v for v in message.findChildren(RichText) if v.extraSelections()) \
+        if message.role == "assistant" else message.findChildren(FittingLabel)[0]
+    y = view.mapTo(win.transcript.viewport(), QPoint(0, 0)).y() + hit_top(view, "sourdough")
+    return 0 <= y < win.transcript.viewport().height()
+
+
+def searched(qtbot, make_window, data_dir, pairs: int = 30):
+    ids = recipes(data_dir, pairs)
+    win = make_window(FakeBackend())
+    chat = win.keeper.current_id
+    win.open_conversation(None)
+    win.sidebar.search.setText("sourdough")
+    assert win.sidebar.ids() == [chat]
+    win.open_conversation(chat)  # as a click on it in the search's list
+    qtbot.wait(50)
+    return win, ids
+
+
+def index_of(win, message_id: int) -> int:
+    return [m.message_id for m in win.transcript.widgets()].index(message_id)
+
+
+def test_opening_a_chat_from_the_search_shows_its_newest_hit_marked(qtbot, make_window, data_dir):
+    win, ids = searched(qtbot, make_window, data_dir)
+    expected = hits_expected(ids)
+    row = win.sidebar.find_row
+    assert row.isVisible() and row.label.text() == f"1 of {len(expected)} in this chat"
+    newest = index_of(win, expected[-1])  # answer 25's "sourdough", after its three paragraphs
+    assert win.transcript.hit_index() == newest
+    qtbot.waitUntil(lambda: hit_on_screen(win, newest), timeout=3000)
+    assert not win.transcript.verticalScrollBar().value() == win.transcript.verticalScrollBar().maximum()
+    assert marked(win.transcript.widgets()[newest]) == 1
+    for message in win.transcript.widgets()[win.transcript.widgets().index(win.transcript.widgets()[-40]):]:
+        assert marked(message) == (1 if message.message_id in expected else 0), message.text[:40]
+    assert win.actions["find_older"].isEnabled() and win.actions["find_newer"].isEnabled()
+
+
+def test_f3_and_enter_step_to_older_hits_and_round(qtbot, make_window, data_dir):
+    win, ids = searched(qtbot, make_window, data_dir)
+    expected = hits_expected(ids)
+    seen = []
+    for _ in range(len(expected)):
+        seen.append(win.transcript.widgets()[win.transcript.hit_index()].message_id)
+        win.actions["find_older"].trigger()
+    assert seen == expected[::-1]  # newest first, each once
+    assert win.transcript.widgets()[win.transcript.hit_index()].message_id == expected[-1]  # round again
+    assert win.sidebar.find_row.label.text() == f"1 of {len(expected)} in this chat"
+    win.actions["find_newer"].trigger()  # from the newest, newer is the oldest
+    oldest = index_of(win, expected[0])
+    assert win.transcript.hit_index() == oldest
+    assert win.sidebar.find_row.label.text() == f"{len(expected)} of {len(expected)} in this chat"
+    qtbot.waitUntil(lambda: hit_on_screen(win, oldest), timeout=3000)
+
+    win.sidebar.search.setFocus()
+    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert win.transcript.hit_index() == index_of(win, expected[1])
+    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Return)
+    assert win.transcript.hit_index() == oldest
+    qtbot.mouseClick(win.sidebar.find_row.older, Qt.MouseButton.LeftButton)
+    assert win.transcript.hit_index() == index_of(win, expected[-1])
+
+
+def test_an_old_hit_of_a_long_chat_is_built_and_shown(qtbot, make_window, data_dir):
+    win, ids = searched(qtbot, make_window, data_dir, pairs=150)
+    expected = hits_expected(ids, 150)
+    assert isinstance(win.transcript.widgets()[0], StoredMessage)  # not built at opening
+    win.actions["find_newer"].trigger()  # the oldest: the chat's first question
+    assert win.transcript.hit_index() == 0
+    first = win.transcript.widgets()[0]
+    assert marked(first) == 1 and first.findChildren(FittingLabel)[0].selectedText() == "SOURDOUGH"
+    qtbot.waitUntil(lambda: on_screen(win, first), timeout=3000)
+    qtbot.wait(100)  # the batches built above and below it settle; it stays in view
+    assert on_screen(win, first)
+    assert win.sidebar.find_row.label.text() == f"{len(expected)} of {len(expected)} in this chat"
+
+
+def test_clearing_the_search_clears_the_marks(qtbot, make_window, data_dir):
+    win, ids = searched(qtbot, make_window, data_dir)
+    newest = win.transcript.hit_index()
+    win.sidebar.search.setFocus()
+    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Escape)
+    assert win.sidebar.search.text() == ""
+    assert not win.sidebar.find_row.isVisible()
+    assert marked(win.transcript.widgets()[newest]) == 0 and win.transcript.hit_index() is None
+    assert not win.actions["find_older"].isEnabled()
+    win.actions["find_older"].trigger()  # nothing to find: nothing happens
+    assert win.transcript.hit_index() is None
+
+
+def test_the_count_follows_the_chat(qtbot, make_window, data_dir):
+    win, ids = searched(qtbot, make_window, data_dir)
+    expected = hits_expected(ids)
+    newest = index_of(win, expected[-1])
+    win.transcript.widgets()[newest].actions_row.button("delete").click()
+    assert win.sidebar.find_row.label.text() == f"{len(expected) - 1} messages in this chat"
+    assert win.transcript.hit_index() is None
+    win.sidebar.search.setText("no such words")
+    assert not win.sidebar.find_row.isVisible()
+    win.sidebar.search.setText("Hi!")  # another chat holds it; this one does not
+    assert not win.sidebar.find_row.isVisible() and win.sidebar.find_row.label.text() == "0 messages in this chat"
+
+
+def test_a_new_answer_holding_the_text_is_marked_and_counted(qtbot, make_window, data_dir):
+    recipes(data_dir, pairs=2)
+    win = make_window(FakeBackend(tokens=["More", " sourdough", "."]))
+    win.sidebar.search.setText("sourdough")
+    assert win.sidebar.find_row.label.text() == "2 messages in this chat"
+    win.composer.setPlainText("And then?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.sidebar.find_row.label.text() == "3 messages in this chat"
+    assert marked(win.transcript.widgets()[-1]) == 1
+
+
+def test_marks_are_found_across_the_displays_breaks_and_case(qapp):
+    """A long run gets zero-width spaces for display (app.markdown.breakable); a hit across one is still
+    marked, in any case, and the hidden streamed text of a rendered answer is not searched."""
+    answer = AssistantMessage("Fake")
+    run = "x" * 995 + "SourDough" + "y" * 50  # a break opportunity is put after the 1,000th character
+    answer.set_text(run)
+    answer.finish("stop", "")
+    shown = [v for v in answer.findChildren(RichText) if v.isVisibleTo(answer)]
+    assert ZERO_WIDTH_SPACE in shown[0].toPlainText()
+    assert mark(answer, "sourdough", True) is shown[0]
+    assert marked(answer) == 1
+    assert mark(answer, "", False) is None and marked(answer) == 0
+
+
+def test_the_count_row_words(qapp):
+    row = FindRow()
+    row.show_count(None, 1)
+    assert row.label.text() == "1 message in this chat" and not row.isHidden()
+    row.show_count(2, 5)
+    assert row.label.text() == "2 of 5 in this chat"
+    row.show_count(None, 0)
+    assert row.isHidden()
