@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QPoint, QSize, Qt, Signal, Slot
+import datetime as dt
+
+from PySide6.QtCore import QEvent, QLocale, QPoint, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -23,6 +25,25 @@ from app.store import Conversation
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 UNTITLED = "New chat"
+
+
+def period(updated: float, today: dt.date) -> str:
+    """The heading a chat last changed at ``updated`` (seconds since the epoch) is listed under, as
+    of ``today`` (local time): Today, Yesterday, Previous 7 days, Previous 30 days, then the month
+    ("October") within the year, then the year ("2025")."""
+    day = dt.datetime.fromtimestamp(updated).date()
+    age = (today - day).days
+    if age <= 0:
+        return "Today"  # (a clock set back: a date ahead of today counts as today)
+    if age == 1:
+        return "Yesterday"
+    if age <= 7:
+        return "Previous 7 days"
+    if age <= 30:
+        return "Previous 30 days"
+    if day.year == today.year:
+        return QLocale(QLocale.Language.English).standaloneMonthName(day.month)  # as the rest of the window
+    return str(day.year)
 
 
 class ConversationList(QFrame):
@@ -91,10 +112,23 @@ class ConversationList(QFrame):
         self.search.installEventFilter(self)
 
     # -- contents ----------------------------------------------------------------------------------
-    def set_conversations(self, conversations: list[Conversation], current_id: int | None) -> None:
+    def set_conversations(self, conversations: list[Conversation], current_id: int | None,
+                          today: dt.date | None = None) -> None:
+        """List ``conversations`` (newest first) under headings of when each last changed (:func:`period`
+        as of ``today``, default the local date); ``current_id``'s row selected."""
         self._filling = True
         self.list.clear()
+        today, heading = today or dt.date.today(), None
         for conv in conversations:
+            if period(conv.updated, today) != heading:
+                heading = period(conv.updated, today)
+                header = QListWidgetItem(heading)
+                header.setFlags(Qt.ItemFlag.NoItemFlags)  # not selectable: keys and clicks pass over it
+                font = header.font()
+                font.setBold(True)
+                font.setPointSizeF(font.pointSizeF() * 0.85)
+                header.setFont(font)
+                self.list.addItem(header)
             title = display_title(conv.title).strip() or UNTITLED  # a stored title may hold bidi controls
             item = QListWidgetItem(title)
             item.setData(ID_ROLE, conv.id)
@@ -121,11 +155,20 @@ class ConversationList(QFrame):
             return True
         return super().eventFilter(watched, event)
 
+    def chat_items(self) -> list[QListWidgetItem]:
+        """The list's rows that are chats (not headings), top to bottom."""
+        items = (self.list.item(i) for i in range(self.list.count()))
+        return [item for item in items if item.data(ID_ROLE) is not None]
+
     def ids(self) -> list[int]:
-        return [self.list.item(i).data(ID_ROLE) for i in range(self.list.count())]
+        return [item.data(ID_ROLE) for item in self.chat_items()]
 
     def titles(self) -> list[str]:
-        return [self.list.item(i).text() for i in range(self.list.count())]
+        return [item.text() for item in self.chat_items()]
+
+    def headings(self) -> list[str]:
+        items = (self.list.item(i) for i in range(self.list.count()))
+        return [item.text() for item in items if item.data(ID_ROLE) is None]
 
     def select(self, conversation_id: int | None) -> None:
         self._filling = True
@@ -149,10 +192,9 @@ class ConversationList(QFrame):
             self.list.editItem(item)
 
     def _item(self, conversation_id: int | None) -> QListWidgetItem | None:
-        for i in range(self.list.count()):
-            if self.list.item(i).data(ID_ROLE) == conversation_id:
-                return self.list.item(i)
-        return None
+        if conversation_id is None:
+            return None
+        return next((item for item in self.chat_items() if item.data(ID_ROLE) == conversation_id), None)
 
     # -- user actions ------------------------------------------------------------------------------
     @Slot(QListWidgetItem, QListWidgetItem)
@@ -173,7 +215,7 @@ class ConversationList(QFrame):
     @Slot(QPoint)
     def _context_menu(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
+        if item is None or item.data(ID_ROLE) is None:
             return
         menu = QMenu(self)
         menu.addAction(icon("edit"), "Rename", lambda: self.list.editItem(item))

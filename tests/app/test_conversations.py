@@ -33,14 +33,14 @@ def test_sidebar_lists_new_rename_delete_undo_and_search(qtbot, window):
     assert window.sidebar.titles() == ["Read this receipt", "What colour is the cat?"]
 
     first = window.sidebar.ids()[1]
-    window.sidebar.list.item(1).setText("Cat chat")  # what an inline rename does
+    window.sidebar.chat_items()[1].setText("Cat chat")  # what an inline rename does
     assert window.store.conversation(first).title == "Cat chat"
 
     window.sidebar.search.setText("sofa")
     assert window.sidebar.titles() == ["Cat chat"]
     window.sidebar.search.clear()
 
-    window.sidebar.list.setCurrentRow(1)  # opens it
+    window.sidebar.list.setCurrentItem(window.sidebar.chat_items()[1])  # opens it
     assert window.keeper.current_id == first
     assert [m["text"] for m in window.transcript.messages()][:2] == ["What colour is the cat?", "The cat is orange."]
     window.delete_conversation(first)
@@ -205,7 +205,7 @@ def test_long_titles_are_elided_not_scrolled(qtbot, window):
     sidebar = window.sidebar.list
     assert sidebar.textElideMode() == Qt.TextElideMode.ElideRight
     assert not sidebar.horizontalScrollBar().isVisible()
-    assert sidebar.item(0).toolTip() == window.store.conversation(window.sidebar.ids()[0]).title
+    assert window.sidebar.chat_items()[0].toolTip() == window.store.conversation(window.sidebar.ids()[0]).title
 
 
 def test_closing_the_window_mid_answer_keeps_it_as_interrupted(qtbot, make_window, data_dir):
@@ -271,7 +271,7 @@ def test_bidi_controls_never_turn_a_title_around(qtbot, window):
     window.store.create_conversation("\u202e\u2069")
     window.refresh_sidebar()
     assert window.sidebar.titles() == ["New chat", "evil override #1998", "evil override #1999"]
-    assert [window.sidebar.list.item(i).toolTip() for i in range(3)] == window.sidebar.titles()
+    assert [item.toolTip() for item in window.sidebar.chat_items()] == window.sidebar.titles()
     window.delete_conversation(older.id)
     assert window.banner.message() == "Deleted “evil override #1998”."
     # A chat renamed to such a title keeps it without them (trial 38b), and so does its export's heading.
@@ -366,3 +366,50 @@ def test_an_export_onto_a_folder_says_so_in_words(qtbot, window, tmp_path, monke
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "folder"), ""))
     assert export_dialog(window, "md") is None and asked == []
     assert window.banner.message() == f"Could not export the chat: {tmp_path / 'folder.md'} is a folder."
+
+
+def test_chats_are_listed_under_when_they_last_changed(qtbot, window):
+    """Headings (Today, Yesterday, Previous 7 / 30 days, the month, the year) that keys and clicks pass
+    over: Down from the last chat of one period opens the first of the next."""
+    import datetime as dt
+    import time
+
+    from PySide6.QtCore import QLocale
+
+    from app.conversation_list import period
+
+    today = dt.date(2026, 12, 5)
+    noon = dt.datetime(2026, 12, 5, 12).timestamp()
+    day = 86400
+    QLocale.setDefault(QLocale(QLocale.Language.German))  # the window's words are English, months too
+    try:
+        assert [period(noon - d * day, today) for d in (0, 1, 2, 7, 8, 30, 31, 70, 400)] == [
+            "Today", "Yesterday", "Previous 7 days", "Previous 7 days", "Previous 30 days", "Previous 30 days",
+            "November", "September", "2025"]
+    finally:
+        QLocale.setDefault(QLocale.system())
+    assert period(noon + 3 * day, today) == "Today"  # a clock set back
+
+    now = time.time()
+    for title, days in (("Old", 400), ("Week", 3), ("Today 1", 0), ("Today 2", 0)):
+        conv = window.store.create_conversation(title)
+        window.store.add_message(conv.id, "user", title)
+        window.store.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now - days * day, conv.id))
+    window.store.db.commit()
+    window.refresh_sidebar()
+    sidebar = window.sidebar
+    year = str(dt.date.fromtimestamp(now - 400 * day).year)
+    assert sidebar.headings() == ["Today", "Previous 7 days", year]
+    assert sidebar.titles() == ["Today 2", "Today 1", "Week", "Old"]
+    rows = [sidebar.list.item(i).text() for i in range(sidebar.list.count())]
+    assert rows == ["Today", "Today 2", "Today 1", "Previous 7 days", "Week", year, "Old"]
+
+    sidebar.list.setCurrentItem(sidebar.chat_items()[1])  # "Today 1"
+    sidebar.list.setFocus()
+    qtbot.keyClick(sidebar.list, Qt.Key.Key_Down)  # over the heading
+    assert window.store.conversation(window.keeper.current_id).title == "Week"
+    heading = sidebar.list.item(rows.index(year))
+    qtbot.mouseClick(sidebar.list.viewport(), Qt.MouseButton.LeftButton, pos=sidebar.list.visualItemRect(heading).center())
+    assert window.store.conversation(window.keeper.current_id).title == "Week"  # a heading opens nothing
+    window.step_conversation(1)
+    assert window.store.conversation(window.keeper.current_id).title == "Old"

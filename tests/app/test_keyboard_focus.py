@@ -112,9 +112,9 @@ def test_the_chat_lists_current_item_is_ringed(answered):
     win.send_message()
     QTest.qWait(300)
     items = win.sidebar.list
-    assert items.count() == 2
-    items.setCurrentRow(1)
-    rect = items.visualItemRect(items.item(1))
+    assert len(win.sidebar.chat_items()) == 2
+    items.setCurrentItem(win.sidebar.chat_items()[1])
+    rect = items.visualItemRect(win.sidebar.chat_items()[1])
     item = QWidget(items.viewport())  # a stand-in placed on the item, to measure just its rectangle
     item.setGeometry(rect)
     item.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
