@@ -8,6 +8,7 @@ widget of a 2,000-message chat took 15 s on a 2-core machine, with the window fr
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal, Slot
@@ -34,7 +35,8 @@ class StoredMessage:
     callers read of a message widget (``role``, ``text``, ``images``, ``message_id``, ``status``).
 
     ``finish_reason``, ``footer``, ``model_name`` and ``can_continue`` apply to answers only;
-    ``versions`` is its "‹ n / m ›" switcher, ``(1, 1)`` for a message with no other version."""
+    ``versions`` is its "‹ n / m ›" switcher, ``(1, 1)`` for a message with no other version;
+    ``created`` the time shown under it."""
 
     role: str
     text: str
@@ -46,6 +48,7 @@ class StoredMessage:
     footer: str = ""
     can_continue: bool = True
     versions: tuple[int, int] = (1, 1)
+    created: float | None = None  # when it was stored (seconds since the epoch; None: unknown)
 
 
 class ChatView(QScrollArea):
@@ -231,6 +234,7 @@ class ChatView(QScrollArea):
 
     def add_user_message(self, text: str, images: list[str]) -> UserMessage:
         message = UserMessage(text, images)
+        message.actions_row.set_time(time.time())
         self._add(message)
         if self._query:
             mark(message, self._query, False)
@@ -238,6 +242,7 @@ class ChatView(QScrollArea):
 
     def begin_answer(self, model_name: str) -> AssistantMessage:
         self._current = AssistantMessage(model_name)
+        self._current.actions_row.set_time(time.time())
         self._add(self._current)
         return self._current
 
@@ -348,6 +353,7 @@ class ChatView(QScrollArea):
             message.status, message.can_continue = record.status, record.can_continue
         message.message_id = record.message_id
         message.actions_row.versions.set_versions(*record.versions)
+        message.actions_row.set_time(record.created)
         if self._query:
             mark(message, self._query, False)
         return message

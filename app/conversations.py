@@ -310,7 +310,8 @@ class ConversationKeeper(QObject):
         """Append stored ``messages`` to the transcript, then show every message's versions."""
         records = []
         for message in messages:
-            record = StoredMessage(message.role, message.text, list(message.images), message.id, message.status)
+            record = StoredMessage(message.role, message.text, list(message.images), message.id, message.status,
+                                   created=message.created)
             if message.role == "assistant":
                 record.model_name = message.stats.get("model_name") or "Smolchat"
                 record.finish_reason = _reason(message.status)

@@ -333,12 +333,13 @@ def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
         number, count = versions.get(m.id, (1, 1))
         return {"id": m.id, "parent_id": m.parent_id, "version": number, "versions": count, "role": m.role,
                 "text": m.text, "images": m.images, "attached_names": m.attached_names, "status": m.status,
-                "stats": m.stats}
+                "stats": m.stats, "created": m.created}
 
     data = {
         "format": "smolchat-conversation",
         # 2: ids, versions and "all_messages" (every version, a tree by parent_id). 3: "attached_names", the
-        # name each of "images" was attached as ("" where unknown).
+        # name each of "images" was attached as ("" where unknown); a message's "created" (seconds since
+        # the epoch, null where unknown) came later in 3: readers take it where it is a time.
         "version": 3,
         "title": conv.title,
         "created": conv.created,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from app.backends.remote_http import VERDICTS
@@ -151,3 +152,27 @@ def describe_progress(event) -> tuple[str, int, int]:
         return f"Reading {media} {event.index + 1} of {count} — {part} {current} of {event.tiles}", done, total
     return f"Reading the {media} — {part} {min(done + 1, total)} of {total}", done, total
 
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def message_time(when: float, now: float) -> tuple[str, str]:
+    """``(shown, tooltip)`` for a message sent at ``when`` (seconds since the epoch, local time) as of
+    ``now``: "16:30" the same day, "Yesterday 16:30", "3 Dec 16:30" this year, "3 Dec 2025" before;
+    the tooltip always has the full date and time ("Sat 5 Dec 2026, 16:30:12"). English words, as the
+    rest of the window; 24-hour times."""
+    moment, today = dt.datetime.fromtimestamp(when), dt.datetime.fromtimestamp(now).date()
+    clock = f"{moment:%H:%M}"
+    date = f"{moment.day} {_MONTHS[moment.month - 1]}"
+    days = (today - moment.date()).days
+    if days <= 0:
+        shown = clock  # (a clock set back: a time ahead of now is shown as today's)
+    elif days == 1:
+        shown = f"Yesterday {clock}"
+    elif moment.year == today.year:
+        shown = f"{date} {clock}"
+    else:
+        shown = f"{date} {moment.year}"
+    weekday = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[moment.weekday()]
+    return shown, f"{weekday} {date} {moment.year}, {moment:%H:%M:%S}"

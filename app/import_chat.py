@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.conversations import STORAGE_ERRORS
-from app.store import Store
+from app.store import Store, is_time
 
 FORMAT = "smolchat-conversation"
 NEWEST = 3  # the export version this Smolchat writes (app/export.py)
@@ -123,8 +123,9 @@ def import_chat(store: Store, path: str | Path) -> Imported:
             images, names = _stored_media(store, entry, missing, refused)
             stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
             status = _status(entry.get("status"))
+            created = entry.get("created") if is_time(entry.get("created")) else None  # else: now
             message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,
-                                        stats=stats, parent_id=parent_id, names=names)
+                                        stats=stats, parent_id=parent_id, names=names, created=created)
             previous = message.id
             if version >= 2:
                 ids[entry["id"]] = message.id

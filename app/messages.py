@@ -7,6 +7,7 @@ Each message has a row of actions (copy; edit for the user, regenerate for the a
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
@@ -14,6 +15,7 @@ from PySide6.QtGui import QGuiApplication, QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.filmstrip import message_video
+from app.formatting import message_time
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
@@ -63,8 +65,12 @@ class ActionRow(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(2)
+        # When it was sent, on the side away from the bubble's edge (set_time; empty until then).
+        self.time = QLabel()
+        self.time.setObjectName("messageTime")
         if align_right:
             row.addStretch(1)
+            row.addWidget(self.time)
         self._notes: dict[str, str] = {}  # action -> a second tooltip line (set_note)
         self.versions = VersionSwitcher()  # "‹ 2 / 3 ›" once the message has other versions
         self.versions.step.connect(lambda step: self.triggered.emit("previous_version" if step < 0 else "next_version"))
@@ -85,10 +91,19 @@ class ActionRow(QWidget):
                 button.hide()
             row.addWidget(button)
         if not align_right:
+            row.addWidget(self.time)
             row.addStretch(1)
 
     def button(self, name: str) -> QToolButton:
         return self.findChild(QToolButton, f"{name}Message")
+
+    def set_time(self, when: float | None, now: float | None = None) -> None:
+        """Show when the message was sent (seconds since the epoch; None: nothing shown), as of ``now``
+        (default: the clock), the full date and time in its tooltip (:func:`app.formatting.message_time`)."""
+        shown, full = message_time(when, time.time() if now is None else now) if when is not None else ("", "")
+        self.time.setText(shown)
+        self.time.setToolTip(full)
+        self.time.setAccessibleName(f"Sent {full}" if full else "")
 
     def set_changes_enabled(self, enabled: bool) -> None:
         """Enable or grey out what changes the conversation (edit, regenerate, delete, the version

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -125,6 +126,13 @@ def _same_content(stored: Path, fresh: Path, digest: str) -> bool:
         return False
 
 
+def is_time(value) -> bool:
+    """Whether ``value`` is a time to show: seconds since the epoch, a finite number from 1970 to
+    5138 (not a string, a bool, NaN, or a value ``datetime`` cannot take)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and 0 <= value < 1e11
+
+
 def _base_name(name: str) -> str:
     """``name`` without any folder, whichever system's separator it uses."""
     return re.split(r"[/\\]", name)[-1]
@@ -165,6 +173,7 @@ class Message:
     parent_id: int | None = None  # the message this one follows (None: the conversation's first)
     # The name each of ``images`` was attached as (a base name; "" where unknown), one per image.
     attached_names: list[str] = field(default_factory=list)
+    created: float | None = None  # when it was stored, seconds since the epoch (None: not a number)
 
     def as_history(self) -> dict:
         history = {"role": self.role, "text": self.text, "images": list(self.images)}
@@ -407,12 +416,13 @@ class Store:
 
     def add_message(self, conversation_id: int, role: str, text: str = "", images: list[str] = (),
                     status: str = "done", stats: dict | None = None, parent_id=_LAST,
-                    names: list[str] | None = None) -> Message:
+                    names: list[str] | None = None, created: float | None = None) -> Message:
         """Add a message after ``parent_id`` (default: the active branch's last message; None: a new
         first message) as the selected version among its siblings.
 
         ``names``: the name each of ``images`` was attached as ("" where unknown; None: all unknown).
-        Only base names are kept: the folder a file came from is nobody's business but the user's."""
+        Only base names are kept: the folder a file came from is nobody's business but the user's.
+        ``created``: when it was sent (seconds since the epoch; default now; an imported chat's own)."""
         if names is not None and len(names) != len(images):
             raise ValueError(f"{len(names)} names for {len(images)} images")
         if parent_id is _LAST:
@@ -429,7 +439,7 @@ class Store:
                 """INSERT INTO messages (conversation_id, position, role, text, images, stats, status, created,
                    parent_id, selected, attached_names) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)""",
                 (conversation_id, position, role, text, json.dumps(stored), json.dumps(stats or {}), status,
-                 time.time(), parent_id, kept),
+                 time.time() if created is None else created, parent_id, kept),
             )
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
@@ -617,8 +627,9 @@ class Store:
         if isinstance(text, bytes):  # a BLOB written by another program: its text, not Python's b'...'
             self.unreadable.add(key)
             text = text.decode("utf-8", errors="replace")
+        created = row["created"] if is_time(row["created"]) else None  # another program's value is no time to show
         return Message(row["id"], row["conversation_id"], str(role), "" if text is None else str(text), images,
-                       stats, str(row["status"]), token_ids, parent_id, attached_names)
+                       stats, str(row["status"]), token_ids, parent_id, attached_names, created)
 
     def _attached_names(self, row: sqlite3.Row, count: int, key: tuple[str, int]) -> list[str]:
         """The row's ``count`` attached names, one per entry of its stored ``images`` list ("" where unknown).

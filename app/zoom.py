@@ -17,7 +17,7 @@ DEFAULT = 100
 # (selector, size in px at 100 %), as in resources/style.qss.
 _SIZES = (("#userText, #assistantText, #codeText", 14),
           ("#assistantName, #messageFooter, #waitText, #versionLabel, #continueMessage", 12),
-          ("#emptyState", 15), ("#codeLanguage, #copyCode", 11))
+          ("#emptyState", 15), ("#codeLanguage, #copyCode, #messageTime", 11))
 
 
 def transcript_css(percent: int) -> str:

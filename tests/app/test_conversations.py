@@ -413,3 +413,37 @@ def test_chats_are_listed_under_when_they_last_changed(qtbot, window):
     assert window.store.conversation(window.keeper.current_id).title == "Week"  # a heading opens nothing
     window.step_conversation(1)
     assert window.store.conversation(window.keeper.current_id).title == "Old"
+
+
+def test_each_message_shows_when_it_was_sent(qtbot, make_window, data_dir):
+    """The stored time under a message reopened (the day said when not today), now under a new one;
+    a stored time that is not a number (another program's row) shows nothing."""
+    import time
+
+    from app.formatting import message_time
+    from app.store import Store
+
+    store = Store(data_dir)
+    chat = store.create_conversation("Birds")
+    old = store.add_message(chat.id, "user", "What is this bird?")
+    answer = store.add_message(chat.id, "assistant", "A robin.")
+    odd = store.add_message(chat.id, "user", "And this?")
+    last_week = time.time() - 6 * 86400
+    store.db.execute("UPDATE messages SET created = ? WHERE id IN (?, ?)", (last_week, old.id, answer.id))
+    store.db.execute("UPDATE messages SET created = 'yesterday' WHERE id = ?", (odd.id,))
+    store.db.commit()
+    store.close()
+    fake = FakeBackend(tokens=["A", " blackbird", "."])
+    win = make_window(fake)
+    shown = [m.actions_row.time for m in win.transcript.widgets()]
+    assert [t.text() for t in shown] == [message_time(last_week, time.time())[0]] * 2 + [""]
+    assert shown[0].toolTip() == message_time(last_week, time.time())[1] and shown[0].text() != ""
+    assert win.keeper.messages()[2].created is None
+    before = time.time()
+    win.composer.setPlainText("And the other one?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    for message in win.transcript.widgets()[-2:]:
+        assert message.actions_row.time.text() == message_time(before, before)[0] or \
+            message.actions_row.time.text() == message_time(time.time(), time.time())[0]  # (a minute may turn)
+        assert message.actions_row.time.isVisible()

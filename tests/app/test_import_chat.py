@@ -228,3 +228,28 @@ def test_a_byte_order_mark_is_read_past(store, tmp_path):
     data = export_json(store, conv, tmp_path / "cats.json").read_bytes()
     (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + data)
     assert import_chat(store, tmp_path / "bom.json").messages == 5
+
+
+def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
+    """Each message's time goes into the export and comes back with the import; an export without it (an
+    older Smolchat) or with something that is not a time gets the time of the import."""
+    import time
+
+    conv = branching_chat(store, tmp_path)
+    sent = [1700000000.5, 1700000060.25, 1700000120.0, 1700000180.0, 1700000240.0]
+    for message, when in zip(store.all_messages(conv), sent):
+        store.db.execute("UPDATE messages SET created = ? WHERE id = ?", (when, message.id))
+    store.db.commit()
+    path = export_json(store, conv, tmp_path / "cats.json")
+    data = json.loads(path.read_text())
+    assert [m["created"] for m in data["all_messages"]] == sent
+    new = import_chat(store, path).conversation_id
+    assert [m.created for m in store.all_messages(new)] == sent
+
+    for entry, value in zip(data["all_messages"], (None, "yesterday", True, float("inf"), -5)):
+        entry["created"] = value
+    del data["messages"][0]["created"]
+    (tmp_path / "odd.json").write_text(json.dumps(data))
+    before = time.time()
+    times = [m.created for m in store.all_messages(import_chat(store, tmp_path / "odd.json").conversation_id)]
+    assert all(before <= t <= time.time() for t in times)

@@ -161,3 +161,17 @@ def test_validate_image_names_a_pipe_or_a_folder_for_what_it_is(tmp_path):
 ])
 def test_error_words_say_what_to_do_about_a_message_beyond_the_context(error_type, message, words):
     assert error_words(error_type, message) == words
+
+
+def test_message_times_say_the_day_only_when_it_is_not_today():
+    import datetime as dt
+
+    from app.formatting import message_time
+
+    now = dt.datetime(2026, 12, 5, 16, 47).timestamp()
+    at = lambda *args: dt.datetime(*args).timestamp()  # noqa: E731 - local times
+    assert message_time(at(2026, 12, 5, 9, 5, 7), now) == ("09:05", "Sat 5 Dec 2026, 09:05:07")
+    assert message_time(at(2026, 12, 4, 23, 59), now)[0] == "Yesterday 23:59"
+    assert message_time(at(2026, 11, 28, 8, 0), now)[0] == "28 Nov 08:00"
+    assert message_time(at(2025, 12, 31, 22, 0), now) == ("31 Dec 2025", "Wed 31 Dec 2025, 22:00:00")
+    assert message_time(at(2026, 12, 6, 1, 0), now)[0] == "01:00"  # a clock set back: not "tomorrow"
