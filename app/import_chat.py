@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.conversations import STORAGE_ERRORS
-from app.store import Store, is_time
+from app.store import Store, clean_stats, is_time
 
 FORMAT = "smolchat-conversation"
 NEWEST = 3  # the export version this Smolchat writes (app/export.py)
@@ -121,7 +121,7 @@ def import_chat(store: Store, path: str | Path) -> Imported:
             else:
                 parent_id = previous  # version 1: the branch shown, in order
             images, names = _stored_media(store, entry, missing, refused)
-            stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
+            stats = clean_stats(entry.get("stats"))[0] if isinstance(entry.get("stats"), dict) else {}
             status = _status(entry.get("status"))
             created = entry.get("created") if is_time(entry.get("created")) else None  # else: now
             message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,

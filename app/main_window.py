@@ -7,6 +7,7 @@ runs behind a :class:`~engine.api.ChatBackend`.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,7 +111,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.controller.image_detail = self.settings.image_detail  # what a reopened chat's images are read at
         self.reset_message_detail()
         self._connect_controller()
-        self.open_conversation(self.keeper.last_opened())
+        self._open_last_chat()
         self.drafts = DraftKeeper(self)
         gone = self.drafts.restore()  # what was being written when Smolchat last closed
         if gone:  # in the lasting banner: a model that fails to load at start would replace it in the other
@@ -198,6 +199,22 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
                 self._restore_draft()
             self._count_pending_tokens()
             self._answer_started()
+
+    def _open_last_chat(self) -> None:
+        """Reopen the chat open when Smolchat last closed. One that cannot be shown (stored data no check
+        foresaw) must not stop Smolchat from starting on every later start: a new chat opens instead,
+        the banner says so, and the chat stays in the list."""
+        last = self.keeper.last_opened()
+        try:
+            self.open_conversation(last)
+        except Exception as exc:  # noqa: BLE001 - any failure: the window still starts
+            traceback.print_exc()
+            title = self.store.conversation(last).title if last is not None and self.store.conversation(last) else ""
+            self.keeper.open(None)
+            self.refresh_sidebar()
+            self.storage_banner.add_error(f"The chat “{title or 'New chat'}” could not be shown ({type(exc).__name__}: "
+                                          f"{str(exc)[:200]}); a new chat is open instead, and that chat is "
+                                          "still in the list.")
 
     def _answer_started(self) -> None:
         self.refresh_sidebar()

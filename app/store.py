@@ -126,6 +126,29 @@ def _same_content(stored: Path, fresh: Path, digest: str) -> bool:
         return False
 
 
+#: The numbers an answer's stats hold (engine.api.GenerationStats, the window's "context") and their
+#: texts (app.controller.result_of and what the keeper adds). A value of another type (a hand-edited row,
+#: an import of a file made elsewhere) is left out as unreadable: the footer formats these as numbers.
+STAT_NUMBERS = frozenset({"prompt_tokens", "cached_tokens", "generated_tokens", "image_tokens", "video_frames",
+                          "ttft_s", "prefill_tokens_per_s", "decode_tokens_per_s", "total_s", "dropped_turns",
+                          "draft_tokens", "accepted_tokens", "context"})
+STAT_TEXTS = frozenset({"model_name", "model", "engine", "error", "error_type", "notice"})
+
+
+def clean_stats(stats: dict) -> tuple[dict, bool]:
+    """``(stats without the values of a wrong type, whether any was left out)``: numbers
+    (:data:`STAT_NUMBERS`) finite ints or floats, texts (:data:`STAT_TEXTS`) strings; other keys kept."""
+    kept = {}
+    for key, value in stats.items():
+        if key in STAT_NUMBERS and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                        and math.isfinite(value)):
+            continue
+        if key in STAT_TEXTS and not isinstance(value, str):
+            continue
+        kept[key] = value
+    return kept, len(kept) != len(stats)
+
+
 def is_time(value) -> bool:
     """Whether ``value`` is a time to show: seconds since the epoch, a finite number from 1970 to
     5138 (not a string, a bool, NaN, or a value ``datetime`` cannot take)."""
@@ -239,6 +262,7 @@ class Store:
             self.db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
             if recover:
+                self._ensure_indexes()
                 self.interrupted = self._mark_interrupted()
                 self._purge_deleted()
             self.db.execute("PRAGMA busy_timeout = 10000")
@@ -318,8 +342,32 @@ class Store:
         return cur.rowcount
 
     def _purge_deleted(self) -> None:
-        """Conversations deleted in an earlier run can no longer be undone: remove them."""
-        self._write("DELETE FROM conversations WHERE deleted IS NOT NULL")
+        """Conversations deleted in an earlier run can no longer be undone: remove them (their messages
+        unlinked first: see :meth:`_delete_messages`)."""
+        with self._transaction():
+            self.db.execute("""UPDATE messages SET parent_id = NULL WHERE parent_id IS NOT NULL AND conversation_id IN
+                               (SELECT id FROM conversations WHERE deleted IS NOT NULL)""")
+            self.db.execute("DELETE FROM conversations WHERE deleted IS NOT NULL")
+
+    def _delete_messages(self, ids: list[int]) -> None:
+        """Delete the messages ``ids`` (a whole subtree: nothing else follows them), inside the caller's
+        transaction. Their links to each other are cut first: SQLite runs ON DELETE CASCADE one level of
+        trigger per message of a chain and stops at 1,000 levels ("too many levels of trigger
+        recursion"), so a branch or chat of over 1,000 messages could not be deleted, nor a start that
+        purges one get past it."""
+        for start in range(0, len(ids), 500):  # (SQLite's limit on a statement's parameters)
+            chunk = ids[start:start + 500]
+            marks = ", ".join("?" * len(chunk))
+            self.db.execute(f"UPDATE messages SET parent_id = NULL WHERE id IN ({marks})", chunk)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            self.db.execute(f"DELETE FROM messages WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+
+    def _ensure_indexes(self) -> None:
+        """The index a message's follow-ups are found by (every delete looks them up for its cascade: a
+        full scan per deleted message without it, seconds each in a database of hundreds of MB). Not a
+        schema step: an older Smolchat opens the database with it as before."""
+        self._write("CREATE INDEX IF NOT EXISTS messages_by_parent_id ON messages(parent_id)")
 
     # -- conversations ---------------------------------------------------------------------------
     def create_conversation(self, title: str = "", model: str = "", settings: dict | None = None) -> Conversation:
@@ -341,12 +389,13 @@ class Store:
         if not search.strip():
             rows = self.db.execute("SELECT * FROM conversations WHERE deleted IS NULL ORDER BY updated DESC, id DESC")
         else:
-            like = f"%{search.strip()}%"
+            # "%", "_" and the escape character itself are the words searched for, not LIKE's wildcards.
+            escaped = search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             rows = self.db.execute(
-                """SELECT * FROM conversations c WHERE deleted IS NULL AND (title LIKE ?1 OR EXISTS
-                   (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.text LIKE ?1))
+                """SELECT * FROM conversations c WHERE deleted IS NULL AND (title LIKE ?1 ESCAPE '\\' OR EXISTS
+                   (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.text LIKE ?1 ESCAPE '\\'))
                    ORDER BY updated DESC, id DESC""",
-                (like,),
+                (f"%{escaped}%",),
             )
         return [self._conversation(r) for r in rows]
 
@@ -512,7 +561,7 @@ class Store:
             for k in lifted:
                 self.db.execute("UPDATE messages SET parent_id = ?, selected = ? WHERE id = ?",
                                 (parent, int(k == keep), k))
-            self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))  # ON DELETE CASCADE: the rest
+            self._delete_messages(gone)
             self._reselect(conv, parent)
         return record
 
@@ -543,8 +592,17 @@ class Store:
         row = self.db.execute("SELECT parent_id FROM messages WHERE id = ? AND conversation_id = ?",
                               (message_id, conversation_id)).fetchone()
         if row is not None:
-            self._write("DELETE FROM messages WHERE id = ?", (message_id,))  # ON DELETE CASCADE: the subtree
-            self._reselect(conversation_id, row[0])
+            children: dict[int | None, list[int]] = {}
+            for child, parent in self.db.execute("SELECT id, parent_id FROM messages WHERE conversation_id = ?",
+                                                 (conversation_id,)):
+                children.setdefault(parent, []).append(child)
+            gone, stack = [], [message_id]
+            while stack:
+                gone.append(stack.pop())
+                stack += children.get(gone[-1], [])
+            with self._transaction():
+                self._delete_messages(gone)
+                self._reselect(conversation_id, row[0])
 
     def _reselect(self, conversation_id: int, parent_id: int | None) -> None:
         """After a deletion: if no sibling under ``parent_id`` is selected, select the newest."""
@@ -603,7 +661,12 @@ class Store:
     # -- rows ------------------------------------------------------------------------------------
     def _conversation(self, row: sqlite3.Row) -> Conversation:
         settings = self._json(row["settings"], dict, ("conversation", row["id"]))
-        return Conversation(row["id"], str(row["title"] or ""), row["created"], row["updated"], str(row["model"] or ""),
+        title = row["title"]
+        if isinstance(title, bytes):  # a BLOB written by another program: its text, not Python's b'...'
+            title = title.decode("utf-8", errors="replace")
+        # Times another program wrote as text (or not at all) sort and show as the epoch, not as a crash.
+        created, updated = (value if is_time(value) else 0.0 for value in (row["created"], row["updated"]))
+        return Conversation(row["id"], str(title or ""), created, updated, str(row["model"] or ""),
                             {} if settings is None else settings)
 
     def _message(self, row: sqlite3.Row) -> Message:
@@ -614,7 +677,9 @@ class Store:
         if len(images) != len(names):
             self.unreadable.add(key)
         attached_names = [name for name, ok in zip(self._attached_names(row, len(names), key), readable) if ok]
-        stats = self._json(row["stats"], dict, key) or {}
+        stats, odd = clean_stats(self._json(row["stats"], dict, key) or {})
+        if odd:
+            self.unreadable.add(key)
         raw_ids = row["token_ids"] if "token_ids" in row.keys() else None  # absent before schema 3
         token_ids = self._json(raw_ids, list, key) if raw_ids is not None else None
         if token_ids is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):

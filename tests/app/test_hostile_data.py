@@ -604,3 +604,41 @@ def test_a_damaged_database_is_left_as_it_is_says_what_to_do_and_its_stand_in_go
     app.paths.remove_temporary_dirs()  # what atexit runs
     assert not stand_in.exists()
     assert (data_dir / "smolchat.sqlite3").read_bytes() == junk
+
+
+def test_an_answer_whose_stats_have_the_wrong_types_is_shown_and_smolchat_starts(qtbot, make_window, data_dir):
+    """Trial 48: `{"ttft_s": "0.42"}` or `{"model_name": 5}` (valid JSON, e.g. from an imported file) made
+    the chat blank and, when it was the last one open, every start end in a traceback."""
+    conv, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET stats = ? WHERE id = ?",
+               (json.dumps({"ttft_s": "0.42", "model_name": 5, "generated_tokens": 3}), ids[3]))
+    db.commit()
+    db.close()
+    win = make_window(FakeBackend())
+    assert win.keeper.current_id == conv
+    assert [m.text for m in win.transcript.widgets()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    answer = win.transcript.widgets()[3]
+    assert answer.footer() == "3 generated tokens" and answer._name.text() == "Smolchat"
+    assert "could not be read" in win.banner.message()
+
+
+def test_a_chat_that_cannot_be_shown_does_not_stop_smolchat_from_starting(qtbot, make_window, data_dir, monkeypatch):
+    """Whatever a stored chat holds that no check foresaw: the window starts on a new chat and says so."""
+    from app.conversations import ConversationKeeper
+
+    conv, _ = _chat(data_dir, "Unshowable")
+    real = ConversationKeeper._render
+
+    def broken(self, messages):
+        if messages:
+            raise ValueError("Unknown format code 'f' for object of type 'str'")
+        return real(self, messages)
+    monkeypatch.setattr(ConversationKeeper, "_render", broken)
+    win = make_window(FakeBackend())
+    assert win.keeper.current_id is None and win.transcript.widgets() == []
+    assert win.sidebar.titles() == ["Unshowable"]
+    said = win.storage_banner.message()
+    assert "“Unshowable” could not be shown (ValueError: Unknown format code" in said
+    assert "a new chat is open instead" in said
+    _ask(qtbot, win)  # and it answers
