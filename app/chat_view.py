@@ -1,17 +1,21 @@
 """The transcript: a scrolling column of message widgets that follows the newest answer.
 
-A long chat opens with only its last messages built as widgets (:data:`SHOWN_AT_OPEN`); the earlier
-ones stay :class:`StoredMessage` records until the view is scrolled up to them, then are built
-:data:`EARLIER_BATCH` at a time above what is shown, the view held where it was. Building every
-widget of a 2,000-message chat took 15 s on a 2-core machine, with the window frozen.
+Only a window of a chat's messages is built as widgets (at most :data:`MAX_BUILT`, about half a MB
+each); the others are :class:`StoredMessage` records. A chat opens with its last
+:data:`SHOWN_AT_OPEN` built. Within a screen of either end of what is built, :data:`BATCH` more
+are built on that side and as many dropped back to records on the far side, the view held on what it
+shows. A message jumped to (the search's hit, an edit resumed after a restart, the chat's start)
+gets a window of its own. Building every widget of a 2,000-message chat took 15 s on a 2-core
+machine, and each layout pass grows with the widgets built (a batch took 2 s at 4,500 built).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.find_in_chat import hit_top, holds, mark
@@ -23,16 +27,23 @@ LOCAL_LINE = "Everything runs on this computer."
 EMPTY_TEXT = f"Drop a photo here, or paste one, and ask a question about it.\n{LOCAL_LINE}"
 #: The empty chat's line for a model that takes no images.
 EMPTY_TEXT_ONLY = f"Ask a question below.\n{LOCAL_LINE}"
-#: Messages built as widgets when a chat opens (its last ones); the rest wait for a scroll up.
+#: Messages built as widgets when a chat opens (its last ones).
 SHOWN_AT_OPEN = 40
-#: Earlier messages built at once when the view comes within a screen of the first one built.
-EARLIER_BATCH = 15
+#: Messages built at once on the side the view comes within a screen of.
+BATCH = 15
+#: The most messages built at once: further ones are records again (widgets of a message cost
+#: ~0.5 MB, and every layout pass of the column costs time in proportion to them).
+MAX_BUILT = 120
+#: Messages built on each side of one jumped to (a search hit, an edit, the chat's start).
+AROUND = 20
+
+Message = UserMessage | AssistantMessage
 
 
 @dataclass
 class StoredMessage:
-    """A stored message for the transcript: what building its widget needs, and until then what its
-    callers read of a message widget (``role``, ``text``, ``images``, ``message_id``, ``status``).
+    """A message not built as a widget: what building its widget needs, and what callers read of a
+    message widget (``role``, ``text``, ``images``, ``message_id``, ``status``).
 
     ``finish_reason``, ``footer``, ``model_name`` and ``can_continue`` apply to answers only;
     ``versions`` is its "‹ n / m ›" switcher, ``(1, 1)`` for a message with no other version;
@@ -56,6 +67,7 @@ class ChatView(QScrollArea):
 
     ``message_action(action, index)`` reports a click on a message's copy/edit/regenerate/delete;
     ``zoom_requested(step)`` a Ctrl+wheel over the chat (+1 in, -1 out; see :mod:`app.zoom`).
+    Indices are those of the chat's shown branch, built or not.
     """
 
     message_action = Signal(str, int)
@@ -82,20 +94,24 @@ class ChatView(QScrollArea):
         self._column.addWidget(self._empty, 1)
         self._column.addStretch(0)
         self.setWidget(content)
-        # One entry a message, oldest first: from _first_built on its widget, before that its record.
-        self._messages: list[UserMessage | AssistantMessage | StoredMessage] = []
-        self._first_built = 0
-        self._anchor: int | None = None  # the distance from the bottom kept while earlier ones are built
-        self._adjusting = False  # the view being moved by this class, not by the user
-        self._earlier_due = False
-        self._query = ""  # the chat search's text, marked in every message built (app.find_in_chat)
-        self._hit: UserMessage | AssistantMessage | None = None  # the message the search last showed
-        self._pin: QWidget | None = None  # the hit's text view held in place until the view is scrolled
+        # One entry a message, oldest first: in [_lo, _hi) its widget (at column position 1 + i - _lo),
+        # elsewhere its record.
+        self._messages: list[Message | StoredMessage] = []
+        self._lo = self._hi = 0
         self._current: AssistantMessage | None = None
         self._continuable: AssistantMessage | None = None  # the answer showing Continue
-        self._follow = True
+        self._follow = True  # the view stays at the chat's end (its newest message)
+        # The scroll position to keep while the layout settles, until the user scrolls: a widget's place
+        # ("anchor", when messages are built or dropped around the view) or a message jumped to ("pin").
+        self._hold: Callable[[], int] | None = None
+        self._hold_kind = ""
+        self._held: Message | None = None  # the message the hold keeps in place
+        self._adjusting = False  # the view being moved by this class, not by the user
+        self._more_due = False
         self._changes_enabled = True
         self._regenerate_note = ""
+        self._query = ""  # the chat search's text, marked in every message built (app.find_in_chat)
+        self._hit: Message | None = None  # the message the search last showed
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -104,43 +120,90 @@ class ChatView(QScrollArea):
         if not ctrl_wheel(event, self.zoom_requested):
             super().wheelEvent(event)
 
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """Home and End go to the chat's first and newest message (the scroll bar spans only what is built)."""
+        if event.key() == Qt.Key.Key_Home:
+            self.show_start()
+        elif event.key() == Qt.Key.Key_End:
+            self.show_end()
+        else:
+            super().keyPressEvent(event)
+
+    # -- reading -----------------------------------------------------------------------------------
     def messages(self) -> list[dict]:
         """The conversation as plain data: ``[{"role", "text", "images"}...]``."""
         return [
             {"role": m.role, "text": m.text, "images": list(getattr(m, "images", []))} for m in self._messages
         ]
 
-    def widgets(self) -> list[UserMessage | AssistantMessage | StoredMessage]:
-        """One entry a message, oldest first: its widget, or the :class:`StoredMessage` of an earlier
-        one not built yet (:meth:`message_widget` builds it). Both have ``role``, ``text``, ``images``,
+    def widgets(self) -> list[Message | StoredMessage]:
+        """One entry a message, oldest first: its widget, or the :class:`StoredMessage` of one not
+        built (:meth:`message_widget` builds it). Both have ``role``, ``text``, ``images``,
         ``message_id`` and ``status``."""
         return list(self._messages)
 
-    def message_widget(self, index: int) -> UserMessage | AssistantMessage:
-        """Message ``index``'s widget, built (with every message after it) if it was not yet.
-        Raises IndexError for an index out of range."""
+    def built(self) -> int:
+        """How many messages are built as widgets."""
+        return self._hi - self._lo
+
+    def built_range(self) -> range:
+        """The indices of the messages built as widgets (consecutive)."""
+        return range(self._lo, self._hi)
+
+    def message_widget(self, index: int) -> Message:
+        """Message ``index``'s widget, built if it was not (with the messages between it and what is
+        built, or with a window of its own when those are many). Raises IndexError out of range."""
         index = range(len(self._messages))[index]
-        self._build_back_to(index)
+        self._ensure_built(index)
         return self._messages[index]
 
-    def show_message(self, index: int, margin: int = 0) -> None:
-        """Scroll message ``index`` into view, ``margin`` pixels clear of the view's edges; it is built
-        first if it was not yet, and laid out with what was built with it so that it is found where it
-        ends up."""
-        message = self.message_widget(index)
-        self.widget().layout().activate()
-        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
-        self._follow = False
-        self.ensureWidgetVisible(message, 0, margin)
+    def last_assistant(self) -> AssistantMessage | None:
+        return next((m for m in reversed(self._messages[self._lo:self._hi]) if isinstance(m, AssistantMessage)), None)
 
+    # -- going places ------------------------------------------------------------------------------
+    def show_message(self, index: int, margin: int = 0) -> None:
+        """Scroll message ``index`` into view, its top ``margin`` pixels below the view's, built first
+        if it was not; held there while the layout settles, until the view is scrolled."""
+        laid_out = index in self.built_range()  # (one built now has no place until the layout runs)
+        message = self.message_widget(index)
+        bar = self.verticalScrollBar()
+        top = message.y()
+        if not (laid_out and bar.value() + margin <= top
+                and top + min(message.height(), self.viewport().height() - margin) <= bar.value() + self.viewport().height()):
+            self._follow = False
+            self._set_hold(lambda: message.y() - margin, "pin", message)
+
+    def show_start(self) -> None:
+        """Show the chat's first message (Home, Ctrl+Home)."""
+        if not self._messages:
+            return
+        if self._lo > 0:
+            self._rebuild(0, min(len(self._messages), SHOWN_AT_OPEN))
+        first = self._messages[0]
+        self._follow = False
+        self._set_hold(lambda: first.y() - self._column.contentsMargins().top(), "pin", first)
+
+    def show_end(self) -> None:
+        """Show the chat's newest message, and follow it (End, Ctrl+End; a message sent)."""
+        if self._hi < len(self._messages):
+            self._rebuild(max(0, len(self._messages) - SHOWN_AT_OPEN), len(self._messages))
+            self.mark_continuable()
+        self._follow, self._hold = True, None
+        self._adjusting = True
+        try:
+            self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
+        finally:
+            self._adjusting = False
+
+    # -- the chat search ---------------------------------------------------------------------------
     def set_query(self, query: str) -> list[int]:
         """Mark ``query`` (the chat search's text; "" for none) in every message, also those built
         later; returns the indices of the messages that hold it, oldest first."""
         if query != self._query:
             self._query = query
             if not query:
-                self._hit = self._pin = None
-            for message in self._messages[self._first_built:]:
+                self._hit = None
+            for message in self._messages[self._lo:self._hi]:
                 mark(message, query, message is self._hit)
         return [i for i, message in enumerate(self._messages) if holds(message.text, query)]
 
@@ -151,43 +214,33 @@ class ChatView(QScrollArea):
         previous, self._hit = self._hit, self.message_widget(index)
         if previous is not None and previous is not self._hit and previous in self._messages:
             mark(previous, self._query, False)
-        self._follow, self._anchor = False, None
-        self._pin = mark(self._hit, self._query, True) or self._hit
-        self._hold_pin()
+        view = mark(self._hit, self._query, True) or self._hit
+        content = self.widget()
+        self._follow = False
+        self._set_hold(lambda: view.mapTo(content, QPoint(0, 0)).y() + hit_top(view, self._query)
+                       - self.viewport().height() // 3, "pin", self._hit)
 
     def hit_index(self) -> int | None:
         """The index of the message :meth:`show_hit` showed last (None: none, or it is gone)."""
         return next((i for i, m in enumerate(self._messages) if m is self._hit), None) if self._hit else None
 
-    def _hold_pin(self) -> None:
-        """Put the pinned hit a third of the way down the view."""
-        pin = self._pin
-        if pin is None or self._hit is None:
-            return
-        y = pin.mapTo(self.widget(), pin.rect().topLeft()).y() + hit_top(pin, self._query)
-        bar = self.verticalScrollBar()
-        self._adjusting = True
-        try:
-            bar.setValue(max(0, y - self.viewport().height() // 3))
-        finally:
-            self._adjusting = False
-
-    def built(self) -> int:
-        """How many messages, the last ones, are built as widgets."""
-        return len(self._messages) - self._first_built
-
+    # -- adding and removing -----------------------------------------------------------------------
     def add_stored(self, records: list[StoredMessage]) -> None:
-        """Append stored messages. A chat opening (nothing shown before) builds only its last
-        :data:`SHOWN_AT_OPEN`; after messages already shown every record is built."""
+        """Append stored messages. A chat opening (nothing built) builds its last :data:`SHOWN_AT_OPEN`
+        and follows its end; after messages built up to the end (the branch after a message that was
+        deleted or switched to another version) the first :data:`AROUND` appended are built and the
+        view stays where it was; after messages not built, none."""
         start = len(self._messages)
         self._messages.extend(records)
-        if self._first_built == start:
-            self._first_built, self._follow = len(self._messages), True
-            self._build_back_to(max(0, len(self._messages) - SHOWN_AT_OPEN))
-        else:
-            for index in range(start, len(self._messages)):
-                self._messages[index] = self._build(self._messages[index])
-                self._place(self._messages[index], self._column.count() - 1)
+        if self._hi == self._lo:
+            self._lo = self._hi = len(self._messages)
+            self._build_range(max(0, len(self._messages) - SHOWN_AT_OPEN), len(self._messages))
+            self._follow = True
+        elif self._hi == start:
+            self._build_range(self._lo, min(len(self._messages), start + AROUND))
+            self._trim(keep=start)
+            if self._hi < len(self._messages):
+                self._follow = False
         self._empty.setVisible(not self._messages)
         self.mark_continuable()
 
@@ -196,41 +249,6 @@ class ChatView(QScrollArea):
         self.add_stored([StoredMessage("assistant", text, model_name=model_name, finish_reason=finish_reason,
                                        footer=footer, status=_status(finish_reason))])
         return self._messages[-1]
-
-    def set_versions(self, versions: dict[int, tuple[int, int]]) -> None:
-        """Each message's "‹ n / m ›" switcher from ``versions`` (message id -> (n, m); absent: 1 / 1)."""
-        for message in self._messages:
-            shown = versions.get(message.message_id, (1, 1))
-            if isinstance(message, StoredMessage):
-                message.versions = shown
-            else:
-                message.actions_row.versions.set_versions(*shown)
-
-    def remove_from(self, index: int) -> None:
-        """Remove message ``index`` and everything after it."""
-        for message in self._messages[index:]:
-            self._discard(message)
-        del self._messages[index:]
-        self._after_removal()
-
-    def remove_at(self, index: int) -> None:
-        self._discard(self._messages.pop(index))
-        self._after_removal()
-
-    def _after_removal(self) -> None:
-        self._first_built = min(self._first_built, len(self._messages))
-        if self._first_built == len(self._messages):  # every message shown went: show the end again
-            self._build_back_to(max(0, len(self._messages) - SHOWN_AT_OPEN))
-        if self._current not in self._messages:
-            self._current = None
-        self._empty.setVisible(not self._messages)
-        self.mark_continuable()
-
-    def last_assistant(self) -> AssistantMessage | None:
-        return next((m for m in reversed(self._messages) if isinstance(m, AssistantMessage)), None)
-
-    def set_placeholder(self, text: str) -> None:
-        self._empty.setText(text)
 
     def add_user_message(self, text: str, images: list[str]) -> UserMessage:
         message = UserMessage(text, images)
@@ -246,6 +264,48 @@ class ChatView(QScrollArea):
         self._add(self._current)
         return self._current
 
+    def set_versions(self, versions: dict[int, tuple[int, int]]) -> None:
+        """Each message's "‹ n / m ›" switcher from ``versions`` (message id -> (n, m); absent: 1 / 1)."""
+        for message in self._messages:
+            shown = versions.get(message.message_id, (1, 1))
+            if isinstance(message, StoredMessage):
+                message.versions = shown
+            else:
+                message.actions_row.versions.set_versions(*shown)
+
+    def remove_from(self, index: int) -> None:
+        """Remove message ``index`` and everything after it. The message before it is built if it was
+        not, so that what follows (:meth:`add_stored`) is built after it and the view stays there."""
+        if index > 0 and not self._follow:
+            before = self.message_widget(index - 1)
+            self._hold = None  # (a message held may be one going)
+            self._set_anchor(before)
+        for message in self._messages[index:]:
+            self._discard(message)
+        del self._messages[index:]
+        self._hi = min(self._hi, len(self._messages))
+        self._lo = min(self._lo, self._hi)
+        if self._hi == self._lo and self._messages:  # nothing built is left: the end, as at opening
+            self._rebuild(max(0, len(self._messages) - SHOWN_AT_OPEN), len(self._messages))
+        if self._current not in self._messages:
+            self._current = None
+        self._empty.setVisible(not self._messages)
+        self.mark_continuable()
+
+    @Slot()
+    def clear(self) -> None:
+        for message in self._messages:
+            self._discard(message)
+        self._messages.clear()
+        self._lo = self._hi = 0
+        self._current = self._hit = self._hold = None
+        self._follow = True
+        self._empty.show()
+
+    def set_placeholder(self, text: str) -> None:
+        self._empty.setText(text)
+
+    # -- the streamed answer -----------------------------------------------------------------------
     @Slot(str)
     def append_token(self, piece: str) -> None:
         if self._current is not None:
@@ -267,9 +327,9 @@ class ChatView(QScrollArea):
 
     def resume_answer(self, index: int) -> AssistantMessage:
         """Stream the continuation of answer ``index`` (the last message) into it."""
+        self.show_end()
         self._current = self._messages[index]
         self._current.resume()
-        self._follow = True
         return self._current
 
     def mark_continuable(self) -> None:
@@ -277,6 +337,8 @@ class ChatView(QScrollArea):
         text to go on from; under no other (continuing an earlier answer would drop what follows it).
         Only the one showing it and the last are touched: called for every message a chat opens with."""
         last = self._messages[-1] if self._messages else None
+        if isinstance(last, StoredMessage):  # not built: checked again when it is
+            last = None
         offer = last is not None and last.role == "assistant" and last is not self._current and last.can_continue \
             and last.status in CONTINUABLE and bool(last.text.strip())
         shown = self._continuable
@@ -286,37 +348,13 @@ class ChatView(QScrollArea):
             last.set_continuable(offer)
         self._continuable = last if offer else None
 
-    @Slot()
-    def clear(self) -> None:
-        for message in self._messages:
-            self._discard(message)
-        self._messages.clear()
-        self._first_built = 0
-        self._anchor = None
-        self._current = self._hit = self._pin = None
-        self._empty.show()
-
-    def _discard(self, message: UserMessage | AssistantMessage) -> None:
-        """Take ``message`` off the transcript at once. It is deleted later (a click on it may be what
-        is removing it), and until Qt does so it must not show: out of the layout it would stay drawn
-        where it was, under or over the next chat's messages (trial 37, finding 6, seen whenever the
-        deferred deletion waits, e.g. while code runs inside a nested event loop)."""
-        if isinstance(message, StoredMessage):
-            return
-        if message is self._continuable:
-            self._continuable = None
-        if message is self._hit:
-            self._hit = self._pin = None
-        self._column.removeWidget(message)
-        message.hide()
-        message.deleteLater()
-
+    # -- buttons' state ----------------------------------------------------------------------------
     def set_regenerate_note(self, note: str) -> None:
         """A line added to every Regenerate button's tooltip, the answers added later too ("" for none)."""
         if note == self._regenerate_note:
             return
         self._regenerate_note = note
-        for message in self._messages[self._first_built:]:
+        for message in self._messages[self._lo:self._hi]:
             message.actions_row.set_note("regenerate", note)
 
     def set_changes_enabled(self, enabled: bool) -> None:
@@ -324,26 +362,30 @@ class ChatView(QScrollArea):
         the messages added later too."""
         if enabled != self._changes_enabled:
             self._changes_enabled = enabled
-            for message in self._messages[self._first_built:]:
+            for message in self._messages[self._lo:self._hi]:
                 message.actions_row.set_changes_enabled(enabled)
 
-    def _add(self, message: UserMessage | AssistantMessage) -> None:
+    # -- building and dropping widgets -------------------------------------------------------------
+    def _add(self, message: Message) -> None:
+        """A new message at the chat's end (a question sent, an answer begun): the view goes there."""
+        self.show_end()
         self._empty.hide()
         self._messages.append(message)
+        self._hi = len(self._messages)
         self._place(message, self._column.count() - 1)
+        self._trim(keep=self._hi - 1)
         self.mark_continuable()  # a message after a cut answer: Continue goes
 
-    def _place(self, message: UserMessage | AssistantMessage, position: int) -> None:
+    def _place(self, message: Message, position: int) -> None:
         """Put a new widget in the column at layout ``position`` with the buttons' current state."""
         if not self._changes_enabled:
             message.actions_row.set_changes_enabled(False)
         if self._regenerate_note:
             message.actions_row.set_note("regenerate", self._regenerate_note)
         message.action_requested.connect(lambda name, m=message: self._on_action(name, m))
-        self._follow = True
         self._column.insertWidget(position, message)
 
-    def _build(self, record: StoredMessage) -> UserMessage | AssistantMessage:
+    def _build(self, record: StoredMessage) -> Message:
         if record.role == "user":
             message = UserMessage(record.text, record.images)
         else:
@@ -358,52 +400,161 @@ class ChatView(QScrollArea):
             mark(message, self._query, False)
         return message
 
-    def _build_back_to(self, index: int) -> None:
-        """Build the messages from ``index`` to the first one built, above it in the column; the view
-        stays on what it shows (unless it follows the end)."""
-        if index >= self._first_built:
-            return
-        follow = self._follow
-        if not follow and self._pin is None:
-            bar = self.verticalScrollBar()
-            self._anchor = bar.maximum() - bar.value()
-        for offset, position in enumerate(range(index, self._first_built)):
-            self._messages[position] = self._build(self._messages[position])
-            self._place(self._messages[position], 1 + offset)  # after the empty chat's placeholder
-        self._first_built = index
-        self._follow = follow
+    def _record(self, message: Message) -> StoredMessage:
+        """What building ``message`` again needs, from its widget (an answer continued or renamed since it
+        was built, a message added live)."""
+        versions = message.actions_row.versions
+        record = StoredMessage(message.role, message.text, list(message.images), getattr(message, "message_id", None),
+                               message.status, versions=(versions.number, versions.count),
+                               created=message.actions_row.sent_at)
+        if isinstance(message, AssistantMessage):
+            record.model_name, record.footer = message.model_name(), message.footer()
+            record.finish_reason, record.can_continue = message.finish_reason or "stop", message.can_continue
+        return record
 
-    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
-        bar = self.verticalScrollBar()
+    def _build_range(self, lo: int, hi: int) -> None:
+        """Build the messages of ``[lo, hi)`` that are not: ``lo`` at most, ``hi`` at least what is built."""
+        for offset, index in enumerate(range(lo, self._lo)):
+            self._messages[index] = self._build(self._messages[index])
+            self._place(self._messages[index], 1 + offset)  # after the empty chat's placeholder
+        self._lo = min(self._lo, lo)
+        for index in range(self._hi, hi):
+            self._messages[index] = self._build(self._messages[index])
+            self._place(self._messages[index], 1 + index - self._lo)
+        self._hi = max(self._hi, hi)
+
+    def _drop(self, index: int) -> None:
+        """Message ``index``'s widget goes back to a record (the first or last one built)."""
+        message = self._messages[index]
+        self._messages[index] = self._record(message)
+        self._discard(message)
+
+    def _trim(self, keep: int) -> None:
+        """Drop widgets from the end of what is built farther from message ``keep`` until at most
+        :data:`MAX_BUILT` are; never the answer streaming."""
+        while self._hi - self._lo > MAX_BUILT:
+            if keep - self._lo >= self._hi - 1 - keep and self._messages[self._lo] is not self._current:
+                self._drop(self._lo)
+                self._lo += 1
+            elif self._messages[self._hi - 1] is not self._current:
+                self._drop(self._hi - 1)
+                self._hi -= 1
+            else:
+                break
+
+    def _rebuild(self, lo: int, hi: int) -> None:
+        """Drop every widget and build ``[lo, hi)`` instead (a jump far from what is built)."""
+        for index in range(self._lo, self._hi):
+            if self._messages[index] is not self._current:
+                self._drop(index)
+        self._lo = self._hi = lo
+        self._build_range(lo, hi)
+
+    def _ensure_built(self, index: int) -> None:
+        if self._lo <= index < self._hi:
+            return
+        if self._hi > self._lo and max(self._hi, index + 1) - min(self._lo, index) <= MAX_BUILT:
+            if not self._follow:
+                self._set_anchor(self._first_visible())
+            self._build_range(min(self._lo, index), max(self._hi, index + 1))
+        else:
+            self._rebuild(max(0, index - AROUND), min(len(self._messages), index + AROUND + 1))
+        if self._hi < len(self._messages):
+            self._follow = False
+        self._trim(keep=index)
+        self.mark_continuable()
+
+    def _discard(self, message: Message | StoredMessage) -> None:
+        """Take ``message`` off the transcript at once. It is deleted later (a click on it may be what
+        is removing it), and until Qt does so it must not show: out of the layout it would stay drawn
+        where it was, under or over the next chat's messages (trial 37, finding 6, seen whenever the
+        deferred deletion waits, e.g. while code runs inside a nested event loop)."""
+        if isinstance(message, StoredMessage):
+            return
+        if message is self._continuable:
+            self._continuable = None
+        if message is self._hit:
+            self._hit = None
+        self._column.removeWidget(message)
+        message.hide()
+        message.deleteLater()
+
+    # -- the view ----------------------------------------------------------------------------------
+    def _first_visible(self) -> Message | None:
+        top = self.verticalScrollBar().value()
+        built = self._messages[self._lo:self._hi]
+        return next((m for m in built if m.y() + m.height() > top), built[-1] if built else None)
+
+    def _set_anchor(self, message: Message | None) -> None:
+        """Keep ``message`` where it is in the view while widgets are built or dropped around it. A hold
+        already set stays (until the user scrolls): while the layout settles, what is "in view" is not
+        known, and the message it holds is."""
+        if message is None or self._hold is not None:
+            return
+        offset = message.y() - self.verticalScrollBar().value()
+        self._set_hold(lambda: message.y() - offset, "anchor", message)
+
+    def _set_hold(self, where: Callable[[], int], kind: str, message: Message) -> None:
+        self._hold, self._hold_kind, self._held = where, kind, message
+        self._apply_hold()
+        QTimer.singleShot(0, self, self._apply_hold)  # again once the layout has run
+
+    def _apply_hold(self) -> None:
+        if self._hold is None or self._follow:
+            return
         self._adjusting = True
         try:
-            if self._follow:
-                bar.setValue(maximum)
-            elif self._pin is not None:
-                self._hold_pin()
-            elif self._anchor is not None:  # messages were built above: what was on screen stays there
-                bar.setValue(maximum - self._anchor)
+            self.verticalScrollBar().setValue(max(0, self._hold()))
+        except RuntimeError:  # the widget held was deleted meanwhile (a chat switched): nothing to hold
+            self._hold = None
         finally:
             self._adjusting = False
-        self._want_earlier(bar.value())
+
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self._adjusting = True
+            try:
+                self.verticalScrollBar().setValue(maximum)
+            finally:
+                self._adjusting = False
+        else:
+            self._apply_hold()
+        self._want_more(self.verticalScrollBar().value())
 
     def _on_scrolled(self, value: int) -> None:
         if not self._adjusting:
-            self._follow = value >= self.verticalScrollBar().maximum() - 8
-            self._anchor = self._pin = None
-        self._want_earlier(value)
+            self._follow = self._hi == len(self._messages) and value >= self.verticalScrollBar().maximum() - 8
+            self._hold = None
+        self._want_more(value)
 
-    def _want_earlier(self, value: int) -> None:
-        """Within a screen of the first message built: build the batch before it, once events are
+    def _want_more(self, value: int) -> None:
+        """Within a screen of either end of what is built: build a batch there, once events are
         processed (the layout is not done while a scroll or range change is being handled)."""
-        if self._first_built > 0 and value < self.viewport().height() and not self._earlier_due:
-            self._earlier_due = True
-            QTimer.singleShot(0, self, self._build_earlier)
+        bar, page = self.verticalScrollBar(), self.viewport().height()
+        if not self._more_due and ((self._lo > 0 and value < page)
+                                   or (self._hi < len(self._messages) and value > bar.maximum() - page)):
+            self._more_due = True
+            QTimer.singleShot(0, self, self._build_more)
 
-    def _build_earlier(self) -> None:
-        self._earlier_due = False
-        if self._first_built > 0 and self.verticalScrollBar().value() < self.viewport().height():
-            self._build_back_to(max(0, self._first_built - EARLIER_BATCH))
+    def _build_more(self) -> None:
+        self._more_due = False
+        bar, page = self.verticalScrollBar(), self.viewport().height()
+        built = self._messages[self._lo:self._hi]
+        visible = self._held if self._hold is not None and self._held in built else self._first_visible()
+        if visible is None:
+            return
+        keep = self._messages.index(visible, self._lo, self._hi)
+        if self._lo > 0 and bar.value() < page:
+            self._set_anchor(visible)
+            self._build_range(max(0, self._lo - BATCH), self._hi)
+        elif self._hi < len(self._messages) and bar.value() > bar.maximum() - page:
+            self._set_anchor(visible)
+            self._build_range(self._lo, min(len(self._messages), self._hi + BATCH))
+            if self._hi == len(self._messages):
+                self.mark_continuable()
+        else:
+            return
+        self._trim(keep=keep)
 
     def _on_action(self, name: str, message) -> None:
         if message in self._messages:

@@ -174,6 +174,7 @@ class ConversationList(QFrame):
         self._filling = True
         self.list.setCurrentItem(self._item(conversation_id)) if self._item(conversation_id) else self.list.clearSelection()
         self._filling = False
+        self._show_current()
 
     def step(self, current_id: int | None, step: int) -> int | None:
         """The chat ``step`` places below (+) or above (-) ``current_id`` in the list as shown, round

@@ -54,6 +54,9 @@ def build_menus(window) -> dict[str, QAction]:
         "zoom_in": _action(window, "Zoom &in", lambda: window.zoom_text(1), QKeySequence.StandardKey.ZoomIn),
         "zoom_out": _action(window, "Zoom &out", lambda: window.zoom_text(-1), QKeySequence.StandardKey.ZoomOut),
         "zoom_reset": _action(window, "&Actual size", lambda: window.zoom_text(0), "Ctrl+0"),
+        # (In the message box these keys move its cursor, as in any text field: the box takes them first.)
+        "chat_start": _action(window, "Go to the chat's &first message", window.transcript.show_start, "Ctrl+Home"),
+        "chat_end": _action(window, "Go to the chat's &newest message", window.transcript.show_end, "Ctrl+End"),
         "models": _action(window, "&Manage models…", window.open_model_manager, "Ctrl+M", "models"),
         "settings": _action(window, "&Settings…", window.open_settings_dialog, "Ctrl+,", "settings"),
         "local_server": _action(window, "&Local server…", window.open_local_server),
@@ -72,7 +75,7 @@ def build_menus(window) -> dict[str, QAction]:
     for title, names in (("&File", ["new_chat", "export_md", "export_json", "import_json", None, "quit"]),
                          ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
                                     "search", "find_older", "find_newer"]),
-                         ("&View", ["zoom_in", "zoom_out", "zoom_reset"]),
+                         ("&View", ["zoom_in", "zoom_out", "zoom_reset", None, "chat_start", "chat_end"]),
                          ("&Model", ["models", "settings", "local_server"]),
                          ("&Help", ["shortcuts", "about"])):
         menu = bar.addMenu(title)

@@ -68,6 +68,7 @@ class ActionRow(QWidget):
         # When it was sent, on the side away from the bubble's edge (set_time; empty until then).
         self.time = QLabel()
         self.time.setObjectName("messageTime")
+        self.sent_at: float | None = None
         if align_right:
             row.addStretch(1)
             row.addWidget(self.time)
@@ -100,6 +101,7 @@ class ActionRow(QWidget):
     def set_time(self, when: float | None, now: float | None = None) -> None:
         """Show when the message was sent (seconds since the epoch; None: nothing shown), as of ``now``
         (default: the clock), the full date and time in its tooltip (:func:`app.formatting.message_time`)."""
+        self.sent_at = when
         shown, full = message_time(when, time.time() if now is None else now) if when is not None else ("", "")
         self.time.setText(shown)
         self.time.setToolTip(full)
@@ -328,6 +330,9 @@ class AssistantMessage(QWidget):
     def set_model_name(self, name: str) -> None:
         """The name over the answer: who wrote it (two models for one continued by another)."""
         self._name.setText(name)
+
+    def model_name(self) -> str:
+        return self._name.text()
 
     def set_continuable(self, continuable: bool) -> None:
         """Show Continue under this answer (see :data:`CONTINUABLE`)."""

@@ -137,9 +137,13 @@ STAT_TEXTS = frozenset({"model_name", "model", "engine", "error", "error_type", 
 
 def clean_stats(stats: dict) -> tuple[dict, bool]:
     """``(stats without the values of a wrong type, whether any was left out)``: numbers
-    (:data:`STAT_NUMBERS`) finite ints or floats, texts (:data:`STAT_TEXTS`) strings; other keys kept."""
+    (:data:`STAT_NUMBERS`) finite ints or floats, texts (:data:`STAT_TEXTS`) strings, either None;
+    other keys kept."""
     kept = {}
     for key, value in stats.items():
+        if value is None:  # (not measured, no error: as written)
+            kept[key] = value
+            continue
         if key in STAT_NUMBERS and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                         and math.isfinite(value)):
             continue

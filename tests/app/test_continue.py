@@ -198,7 +198,11 @@ def test_opening_a_long_chat_checks_continue_for_the_last_answer_only(qtbot, mak
     real = AssistantMessage.set_continuable
     monkeypatch.setattr(AssistantMessage, "set_continuable", lambda self, on: calls.append(on) or real(self, on))
     win.open_conversation(conv)
-    win.transcript.message_widget(0)  # every message built, as when scrolled to the top
+    win.transcript.message_widget(0)  # the chat's start built, as when scrolled to the top
+    win.transcript.show_end()  # and its end again
     assert len(calls) <= 2 * 300  # a few a message, not one per answer per message (~22,500)
-    answers = [w for w in win.transcript.widgets() if w.role == "assistant"]
+    answers = [w for w in win.transcript.widgets() if isinstance(w, AssistantMessage)]  # (those built)
     assert offered(answers[-1]) and not any(offered(a) for a in answers[:-1])
+    win.transcript.show_start()
+    answers = [w for w in win.transcript.widgets() if isinstance(w, AssistantMessage)]
+    assert answers and not any(offered(a) for a in answers)

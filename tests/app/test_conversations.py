@@ -447,3 +447,32 @@ def test_each_message_shows_when_it_was_sent(qtbot, make_window, data_dir):
         assert message.actions_row.time.text() == message_time(before, before)[0] or \
             message.actions_row.time.text() == message_time(time.time(), time.time())[0]  # (a minute may turn)
         assert message.actions_row.time.isVisible()
+
+
+def test_delete_in_the_list_goes_on_to_the_next_chat_and_switching_does_not_refill_the_list(qtbot, window, monkeypatch):
+    """Trial 48: after Delete in the list the open chat was a new one with no chat current, so the next
+    Delete did nothing; and every switch refilled the whole list (0.1 s with 5,000 chats)."""
+    store = window.store
+    for title in ("Oldest", "Middle", "Newest"):
+        store.add_message(store.create_conversation(title).id, "user", title)
+    window.refresh_sidebar()
+    assert window.sidebar.titles() == ["Newest", "Middle", "Oldest"]
+    fills = []
+    real = window.sidebar.set_conversations
+    monkeypatch.setattr(window.sidebar, "set_conversations", lambda *a, **k: fills.append(1) or real(*a, **k))
+    window.sidebar.list.setFocus()
+    window.sidebar.list.setCurrentItem(window.sidebar.chat_items()[0])  # opens "Newest"
+    window.step_conversation(1)
+    assert store.conversation(window.keeper.current_id).title == "Middle" and fills == []
+    assert window.sidebar.list.currentItem().text() == "Middle"
+
+    window.sidebar.list.setFocus()
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Delete)
+    assert window.sidebar.titles() == ["Newest", "Oldest"]
+    assert store.conversation(window.keeper.current_id).title == "Oldest"  # the chat that took its row
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Delete)
+    assert window.sidebar.titles() == ["Newest"] and store.conversation(window.keeper.current_id).title == "Newest"
+
+    window.composer.setFocus()  # deleted from elsewhere (the menu, a click): a new chat, as before
+    window.delete_conversation(window.keeper.current_id)
+    assert window.keeper.current_id is None and window.sidebar.titles() == []

@@ -1,12 +1,13 @@
-"""A long chat opens with only its last messages built as widgets; earlier ones are built as the view
-is scrolled up to them, above what is shown, and every action still finds the right stored message."""
+"""A long chat opens with only its last messages built as widgets; others are built as the view comes
+near them and dropped again far from it (at most MAX_BUILT at once), the view held on what it shows;
+every action still finds the right stored message."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, Qt
 
 from app.backends.fake import FakeBackend
-from app.chat_view import EARLIER_BATCH, SHOWN_AT_OPEN, StoredMessage
+from app.chat_view import BATCH, MAX_BUILT, SHOWN_AT_OPEN, StoredMessage
 from app.messages import AssistantMessage, UserMessage
 from app.store import Store
 
@@ -39,6 +40,20 @@ def in_layout(win) -> list[int]:
 
 def settle(qtbot, win) -> None:
     qtbot.wait(50)
+
+
+def steady_y(qtbot, win, message) -> int:
+    """``message``'s y in the view once the layout has settled (unchanged over 50 ms; a busy machine
+    takes longer to lay new widgets out)."""
+    where = lambda: message.mapTo(win.transcript.viewport(), QPoint(0, 0)).y()  # noqa: E731
+    seen = [where()]
+
+    def still() -> bool:
+        seen.append(where())
+        return seen[-1] == seen[-2]
+    qtbot.wait(50)
+    qtbot.waitUntil(lambda: qtbot.wait(50) or still(), timeout=5000)
+    return seen[-1]
 
 
 def test_a_long_chat_opens_with_its_last_messages_built(qtbot, make_window, data_dir):
@@ -76,18 +91,78 @@ def test_scrolling_up_builds_earlier_messages_and_keeps_the_view_still(qtbot, ma
     bar = win.transcript.verticalScrollBar()
     bar.setValue(win.transcript.viewport().height() // 2)  # within a screen of the first one built
     message, y = top_message(win)
-    qtbot.waitUntil(lambda: win.transcript.built() >= SHOWN_AT_OPEN + EARLIER_BATCH, timeout=5000)
+    qtbot.waitUntil(lambda: win.transcript.built() >= SHOWN_AT_OPEN + BATCH, timeout=5000)
     settle(qtbot, win)
     assert top_message(win) == (message, y)  # the same message where it was, the new ones above it
     assert bar.value() > win.transcript.viewport().height()
-    for _ in range(40):  # to the top, a batch at a time
-        if win.transcript.built() == len(ids):
+    most = 0
+    for _ in range(60):  # to the top, a batch at a time, the far end dropped
+        if win.transcript.built_range().start == 0:
             break
         bar.setValue(0)
         settle(qtbot, win)
-    assert win.transcript.built() == len(ids)
-    assert in_layout(win) == ids
+        most = max(most, win.transcript.built())
+        assert in_layout(win) == ids[win.transcript.built_range().start:win.transcript.built_range().stop]
+    assert win.transcript.built_range().start == 0 and most == MAX_BUILT
     assert ids_shown(win) == ids
+    assert all(isinstance(e, StoredMessage) for e in win.transcript.widgets()[MAX_BUILT:])
+
+    for _ in range(60):  # and down again to the end
+        if win.transcript.built_range().stop == len(ids):
+            break
+        message, y = top_message(win)
+        bar.setValue(bar.maximum())
+        settle(qtbot, win)
+        assert win.transcript.built() <= MAX_BUILT
+        assert in_layout(win) == ids[win.transcript.built_range().start:win.transcript.built_range().stop]
+    assert win.transcript.built_range().stop == len(ids)
+    last = win.transcript.widgets()[-1]
+    # (scrolled on down while the last widgets get their heights, as a wheel does)
+    qtbot.waitUntil(lambda: bar.setValue(bar.maximum()) or last.visibleRegion().boundingRect().height() > 0,
+                    timeout=5000)
+    assert last.actions_row.isVisible()
+
+
+def test_home_and_end_go_to_the_chats_first_and_newest_message(qtbot, make_window, data_dir):
+    ids = long_chat(data_dir)
+    win = make_window(FakeBackend())
+    settle(qtbot, win)
+    win.transcript.setFocus()
+    qtbot.keyClick(win.transcript, Qt.Key.Key_Home)
+    settle(qtbot, win)
+    first = win.transcript.widgets()[0]
+    assert isinstance(first, UserMessage) and first.message_id == ids[0]
+    assert win.transcript.verticalScrollBar().value() == 0
+    assert win.transcript.built() <= MAX_BUILT and isinstance(win.transcript.widgets()[-1], StoredMessage)
+    win.actions["chat_end"].trigger()
+    settle(qtbot, win)
+    last = win.transcript.widgets()[-1]
+    assert isinstance(last, AssistantMessage)
+    bar = win.transcript.verticalScrollBar()
+    assert bar.value() == bar.maximum()
+    win.actions["chat_start"].trigger()
+    settle(qtbot, win)
+    assert win.transcript.verticalScrollBar().value() == 0 and win.transcript.built_range().start == 0
+    qtbot.keyClick(win.transcript, Qt.Key.Key_End)
+    settle(qtbot, win)
+    assert bar.value() == bar.maximum() and win.transcript.built_range().stop == len(ids)
+
+
+def test_a_delete_while_scrolled_up_keeps_the_view_and_builds_little(qtbot, make_window, data_dir):
+    """Trial 48: a delete or another version of a message far up rebuilt everything after it (7-20 s
+    in a 5,000-message chat) and sent the view to the end."""
+    ids = long_chat(data_dir, pairs=300)
+    win = make_window(FakeBackend())
+    settle(qtbot, win)
+    win.transcript.show_message(100)
+    above = win.transcript.widgets()[99]
+    y = steady_y(qtbot, win, above)
+    win.transcript.widgets()[100].actions_row.button("delete").click()  # question 50 and its answer
+    assert steady_y(qtbot, win, above) == y
+    assert ids_shown(win) == ids[:100] + ids[102:] == [m.id for m in win.keeper.messages()]
+    assert win.transcript.built() <= MAX_BUILT
+    assert win.transcript.widgets()[99] is above
+    assert isinstance(win.transcript.widgets()[-1], StoredMessage)  # the end was not built for it
 
 
 def test_a_chat_of_short_messages_builds_until_the_view_is_full(qtbot, make_window, data_dir):
@@ -106,10 +181,11 @@ def test_editing_an_earlier_message_builds_it_and_shows_it(qtbot, make_window, d
     win = make_window(FakeBackend(tokens=["Fine", "."]))
     settle(qtbot, win)
     win.begin_edit(2, "Question 1, edited", [], [])  # as a kept edit is resumed after a restart
-    assert win.transcript.built() == len(ids) - 2
+    assert win.transcript.built() <= MAX_BUILT
     message = win.transcript.message_widget(2)
     assert isinstance(message, UserMessage) and message.message_id == ids[2]
-    assert in_layout(win) == ids[2:]
+    lo, hi = win.transcript.built_range().start, win.transcript.built_range().stop
+    assert lo == 0 and in_layout(win) == ids[lo:hi]
     qtbot.waitUntil(lambda: message.visibleRegion().boundingRect().height() > 0, timeout=5000)
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         win.send_message()
@@ -145,5 +221,6 @@ def test_removing_every_built_message_builds_the_end_again(qtbot, make_window, d
     win.transcript.remove_from(len(ids) - SHOWN_AT_OPEN)
     assert win.transcript.built() == SHOWN_AT_OPEN
     assert in_layout(win) == ids[-2 * SHOWN_AT_OPEN:-SHOWN_AT_OPEN]
+    assert win.transcript.verticalScrollBar().value() == win.transcript.verticalScrollBar().maximum()
     settle(qtbot, win)
     assert win.transcript.widgets()[-1].actions_row.isVisible()
