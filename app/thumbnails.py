@@ -22,7 +22,7 @@ def read_image(path: str, size_for: Callable[[QSize], QSize] | None = None) -> t
     then scaled. Qt refuses to decode more than 256 MB at once (a 67-megapixel photo): that limit is
     raised for this read as far as an image the app accepts needs (up to the engine's own limit,
     Pillow's, about 179 megapixels: :func:`engine.api.images.load_image`), so whatever was attached
-    can be shown, and anything larger is still refused."""
+    can be shown; a larger one gets no more than Qt's own limit."""
     reader = QImageReader(path)
     reader.setAutoTransform(True)
     stored = reader.size()  # as stored in the file: before the EXIF orientation turns it
@@ -34,7 +34,8 @@ def read_image(path: str, size_for: Callable[[QSize], QSize] | None = None) -> t
             reader.setScaledSize(wanted.transposed() if turned else wanted)
     limit = QImageReader.allocationLimit()
     pixels = stored.width() * stored.height() if stored.isValid() else 0
-    if pixels <= 2 * Image.MAX_IMAGE_PIXELS:  # Pillow's bomb limit, which the engine refuses beyond
+    bomb = Image.MAX_IMAGE_PIXELS  # Pillow refuses (and the engine with it) more than twice this; None: no limit
+    if bomb is None or pixels <= 2 * bomb:
         # 8 bytes a pixel: a 16-bit PNG decodes to 64-bit pixels.
         QImageReader.setAllocationLimit(max(limit, math.ceil(pixels * 8 / 2**20) + 1))
     try:
