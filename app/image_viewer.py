@@ -1,29 +1,58 @@
-"""A window that shows one image at full size (scrollable), upright per its EXIF orientation."""
+"""A window that shows one image at full size (scrollable; a huge one reduced), upright per its EXIF orientation."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QImageReader, QKeySequence, QPixmap, QShortcut
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import QDialog, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from app.thumbnails import read_image
+
+#: The most pixels shown: what Qt decodes by default (256 MB at 4 bytes a pixel, 8192 × 8192). A larger
+#: image (up to the 179 megapixels the engine accepts) is shown reduced to it, its aspect ratio kept:
+#: at full size its pixels and their on-screen copy would take 1.4 GB. A cap on the long side
+#: instead would shrink a tall full-page screenshot to a thin strip.
+MAX_SHOWN_PIXELS = 8192 * 8192
+
+
+def shown_size(full: QSize) -> QSize:
+    """The size in pixels an image of ``full`` pixels is shown at: its own, or reduced to
+    :data:`MAX_SHOWN_PIXELS` if it has more."""
+    pixels = full.width() * full.height()
+    if pixels <= MAX_SHOWN_PIXELS:
+        return full
+    scale = math.sqrt(MAX_SHOWN_PIXELS / pixels)
+    return QSize(max(1, int(full.width() * scale)), max(1, int(full.height() * scale)))
 
 
 class ImageViewer(QDialog):
-    def __init__(self, path: str, parent: QWidget | None = None) -> None:
+    """The image at ``path``, titled ``name``: the name it was attached as ("": the file's own, which
+    for a copy in the image store is a hash that names nothing the user chose)."""
+
+    def __init__(self, path: str, parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
+        name = name or Path(path).name
         self.setObjectName("imageViewer")
-        self.setWindowTitle(Path(path).name)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        reader = QImageReader(path)
-        reader.setAutoTransform(True)
-        self.image = reader.read()
+        sizes: list[QSize] = []  # the image's own, upright, once it is known to be an image
+        self.image, problem = read_image(path, lambda upright: sizes.append(upright) or shown_size(upright))
+        full = sizes[0] if sizes else self.image.size()
+        if self.image.isNull() or self.image.size() == full:
+            self.setWindowTitle(name)
+        else:  # reduced to MAX_SHOWN_PIXELS
+            percent = round(100 * self.image.width() / full.width())
+            self.setWindowTitle(f"{name} (shown at {percent}% of {full.width():,} × {full.height():,} pixels)")
         label = QLabel()
         label.setObjectName("fullImage")
-        label.setAccessibleName(f"Image {Path(path).name}")
+        label.setAccessibleName(f"Image {name}")
         label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         if self.image.isNull():
-            label.setText(f"“{Path(path).name}” cannot be shown ({reader.errorString()}).")
+            label.setText(f"“{name}” cannot be shown ({problem}).")
+            label.setWordWrap(True)  # the window is small then: the sentence would be cut off
+            label.setMargin(12)
         else:
             label.setPixmap(QPixmap.fromImage(self.image))
         scroll = QScrollArea()

@@ -4,7 +4,8 @@ While an answer streams it is plain text appended at the end of one document, so
 out only the last paragraph; when it is complete it is split into typed blocks (text / code) and
 rendered once. Qt's Markdown importer leaves headings without space above them and block quotes
 as a bare indent: :meth:`RichText.setMarkdown` spaces and marks them (:func:`shape_blocks`). Code
-blocks keep each line whole and scroll sideways (:class:`CodeText`).
+blocks keep each line whole and scroll sideways (:class:`CodeText`), as do tables (:class:`TableText`;
+one too big to lay out quickly is shown as its text, :class:`TableAsText`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ QUOTE_RULE = 3
 #: nothing, and Qt's line widths (26.6 fixed point) overflow past ~33 million pixels: a 5-million
 #: character line laid out whole measured 72 px wide, the rest of it unreachable.
 CODE_SCROLL_LIMIT = 2000
+#: The most cells (rows × columns, the header row counted) a Markdown table is laid out as a table
+#: with. Qt's table layout takes about 0.25 ms a cell, all at once when the answer ends or the chat
+#: opens, whatever the rows and columns: 1,000 cells took 0.25 s, a 5,000-row table of 3 columns
+#: 5.4 s, and a chat holding one of 20,000 rows 28 s to open. A larger table is shown as its Markdown
+#: text in a code block instead (:class:`TableAsText`): that chat opens in 0.5 s.
+TABLE_CELL_LIMIT = 1000
 
 
 #: Where Qt's line breaking may already break: breaking spaces, line separators and the zero-width
@@ -525,6 +532,34 @@ class CodeBlock(QFrame):
         self.copied.emit(self.code)
 
 
+def table_size(table: str) -> tuple[int, int]:
+    """The rows (the header not counted) and columns of a Markdown ``table`` (a table block of
+    :func:`split_tables`), columns counted in its delimiter row."""
+    lines = table.split("\n")
+    columns = len(lines[1].strip().strip("|").split("|")) if len(lines) > 1 else 1
+    return max(len(lines) - 2, 0), columns
+
+
+class TableAsText(QWidget):
+    """A table too big to lay out as one (over :data:`TABLE_CELL_LIMIT` cells): its Markdown text in
+    a code block (monospaced, each row a whole line, scrolling sideways; Copy copies it), under a
+    muted note that says why it is not a table."""
+
+    def __init__(self, table: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        rows, columns = table_size(table)
+        self.note = QLabel(f"This table has {rows:,} rows and {columns:,} columns, too many to lay out quickly, "
+                           "so it is shown as text.")
+        self.note.setObjectName("tableNote")
+        self.note.setWordWrap(True)
+        self.code = CodeBlock(table, "table")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addWidget(self.note)
+        layout.addWidget(self.code)
+
+
 def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]:
     """Widgets for a finished answer: Markdown text views, tables and code blocks, in order."""
     widgets: list[QWidget] = []
@@ -534,7 +569,9 @@ def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]
         if block.kind == "code":
             widgets.append(CodeBlock(block.text, block.language, parent))
         elif block.kind == "table":
-            widgets.append(TableText(block.text, parent))
+            rows, columns = table_size(block.text)
+            big = (rows + 1) * columns > TABLE_CELL_LIMIT
+            widgets.append(TableAsText(block.text, parent) if big else TableText(block.text, parent))
         else:
             view = RichText("assistantText", parent)
             view.setMarkdown(block.text)

@@ -26,6 +26,11 @@ from app.video_attachments import is_video_file
 from app.wait_progress import WaitProgress
 
 BUBBLE_MAX_WIDTH = 560
+#: The most characters of a question its bubble shows; the rest is counted in a line under them. A
+#: word-wrapped label lays its whole text out again whenever the chat scrolls past it: a stored
+#: 1,000,000-character question (an import, a server model's long context) scrolled the chat at
+#: 170 ms a wheel notch; 20,000 characters take 5 ms. Copy and Edit take the whole text.
+USER_TEXT_SHOWN = 20_000
 IMAGE_BOX = QSize(240, 180)
 VIDEO_BOX = QSize(260, 96)
 ACTIONS = {
@@ -134,14 +139,16 @@ class ActionRow(QWidget):
 
 
 class ClickableImage(QLabel):
-    """A thumbnail that opens the full image when clicked."""
+    """A thumbnail that opens the full image when clicked. ``name``: the name it was attached as
+    ("": the file's own, which for a copy in the image store is a hash)."""
 
-    def __init__(self, path: str, box: QSize, square: bool, parent: QWidget | None = None) -> None:
+    def __init__(self, path: str, box: QSize, square: bool, parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
         self.path = path
+        self.name = name or Path(path).name
         self.setObjectName("messageImage")
-        self.setToolTip(f"{Path(path).name} — click to view full size")
-        self.setAccessibleName(f"Image {Path(path).name}")
+        self.setToolTip(f"{self.name} — click to view full size")
+        self.setAccessibleName(f"Image {self.name}")
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.setPixmap(thumbnail(path, box, square=square, radius=12, dpr=self.devicePixelRatioF()))
         self.viewer: ImageViewer | None = None
@@ -152,18 +159,20 @@ class ClickableImage(QLabel):
         super().mouseReleaseEvent(event)
 
     def open_viewer(self) -> ImageViewer:
-        self.viewer = ImageViewer(self.path, self.window())
+        self.viewer = ImageViewer(self.path, self.window(), self.name)
         self.viewer.show()
         return self.viewer
 
 
 class UserMessage(QWidget):
-    """A right-aligned bubble with the user's images (thumbnails) above their text."""
+    """A right-aligned bubble with the user's images (thumbnails) above their text. ``names``: the name
+    each image was attached as (the message's ``attached_names``; "" or missing: unknown), which its
+    thumbnail and viewer show instead of the stored copy's hash."""
 
     role = "user"
     action_requested = Signal(str)
 
-    def __init__(self, text: str, images: list[str], parent: QWidget | None = None) -> None:
+    def __init__(self, text: str, images: list[str], parent: QWidget | None = None, names: list[str] | None = None) -> None:
         super().__init__(parent)
         self.text = text
         self.images = list(images)
@@ -181,11 +190,12 @@ class UserMessage(QWidget):
             rows.setSpacing(6)
             box = IMAGE_BOX if len(images) == 1 else QSize(120, 120)
             row, width = None, 0
-            for path in images:
+            padded = list(names or []) + [""] * len(images)  # zip stops at the images' end
+            for path, name in zip(images, padded):
                 if is_video_file(path):  # a filmstrip; a click plays it
                     widget = message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height()))
                 else:
-                    widget = ClickableImage(path, box, len(images) > 1)
+                    widget = ClickableImage(path, box, len(images) > 1, name=name)
                 wide = max(widget.sizeHint().width(), widget.minimumWidth(), 1)
                 if row is None or width + 6 + wide > BUBBLE_MAX_WIDTH - 12:
                     if row is not None:
@@ -198,10 +208,17 @@ class UserMessage(QWidget):
             row.addStretch(1)
             inner.addLayout(rows)
         if text:  # as wide as the sentence needs, up to the bubble's width (not Qt's narrow guess)
-            label = FittingLabel(text, "userText", BUBBLE_MAX_WIDTH - 28)
+            label = FittingLabel(text[:USER_TEXT_SHOWN], "userText", BUBBLE_MAX_WIDTH - 28)
             if images:
                 label.setContentsMargins(8, 0, 8, 4)
             inner.addWidget(label)
+            if len(text) > USER_TEXT_SHOWN:
+                more = QLabel(f"… {len(text) - USER_TEXT_SHOWN:,} more characters (Copy copies all, Edit shows all)")
+                more.setObjectName("userTextMore")
+                more.setWordWrap(True)
+                if images:
+                    more.setContentsMargins(8, 0, 8, 4)
+                inner.addWidget(more)
         self.actions_row = ActionRow(["copy", "edit", "delete"], align_right=True)
         self.actions_row.triggered.connect(self._on_action)
         line = QHBoxLayout()

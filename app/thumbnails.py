@@ -2,20 +2,59 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
+from PIL import Image
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QImage, QImageReader, QPainter, QPainterPath, QPen, QPixmap
+from PySide6.QtGui import QColor, QImage, QImageIOHandler, QImageReader, QPainter, QPainterPath, QPen, QPixmap
 
 # A faint outline, so a white page (a scanned document) still has an edge on a white or dark background.
 OUTLINE = QColor(128, 128, 128, 110)
 
 
-def _read_scaled(path: str, box: QSize, crop_square: bool) -> QImage:
+def read_image(path: str, size_for: Callable[[QSize], QSize] | None = None) -> tuple[QImage, str]:
+    """``path`` decoded upright (its EXIF orientation applied, as phones expect) at the size that
+    ``size_for`` gives for its upright size in pixels (default: its own), aspect ratio as given; and
+    "" or, with a null image, why it cannot be read (Qt's words: not an image, truncated, …).
+
+    A JPEG is decoded at the size asked for directly (quick, and little memory); other formats whole,
+    then scaled. Qt refuses to decode more than 256 MB at once (a 67-megapixel photo): that limit is
+    raised for this read as far as an image the app accepts needs (up to the engine's own limit,
+    Pillow's, about 179 megapixels: :func:`engine.api.images.load_image`), so whatever was attached
+    can be shown; a larger one gets no more than Qt's own limit."""
     reader = QImageReader(path)
-    reader.setAutoTransform(True)  # honour EXIF orientation, as phones expect
-    image = reader.read()
+    reader.setAutoTransform(True)
+    stored = reader.size()  # as stored in the file: before the EXIF orientation turns it
+    if stored.isValid():
+        turned = bool(reader.transformation() & QImageIOHandler.Transformation.TransformationRotate90)
+        upright = stored.transposed() if turned else stored
+        wanted = size_for(upright) if size_for is not None else upright
+        if wanted != upright:
+            reader.setScaledSize(wanted.transposed() if turned else wanted)
+    limit = QImageReader.allocationLimit()
+    pixels = stored.width() * stored.height() if stored.isValid() else 0
+    bomb = Image.MAX_IMAGE_PIXELS  # Pillow refuses (and the engine with it) more than twice this; None: no limit
+    if bomb is None or pixels <= 2 * bomb:
+        # 8 bytes a pixel: a 16-bit PNG decodes to 64-bit pixels.
+        QImageReader.setAllocationLimit(max(limit, math.ceil(pixels * 8 / 2**20) + 1))
+    try:
+        image = reader.read()
+    finally:
+        QImageReader.setAllocationLimit(limit)
+    return image, "" if not image.isNull() else reader.errorString()
+
+
+def _read_scaled(path: str, box: QSize, crop_square: bool) -> QImage:
+    mode = Qt.AspectRatioMode.KeepAspectRatioByExpanding if crop_square else Qt.AspectRatioMode.KeepAspectRatio
+
+    def decoded_size(full: QSize) -> QSize:  # the box's size, or the image's own if that is smaller
+        shown = full.scaled(box, mode).expandedTo(QSize(1, 1))
+        return full if shown.width() >= full.width() or shown.height() >= full.height() else shown
+
+    image, _ = read_image(path, decoded_size)
     if image.isNull():
         return image
-    mode = Qt.AspectRatioMode.KeepAspectRatioByExpanding if crop_square else Qt.AspectRatioMode.KeepAspectRatio
     image = image.scaled(box, mode, Qt.TransformationMode.SmoothTransformation)
     if crop_square:
         x = (image.width() - box.width()) // 2

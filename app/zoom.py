@@ -16,7 +16,7 @@ DEFAULT = 100
 
 # (selector, size in px at 100 %), as in resources/style.qss.
 _SIZES = (("#userText, #assistantText, #codeText", 14),
-          ("#assistantName, #messageFooter, #waitText, #versionLabel, #continueMessage", 12),
+          ("#assistantName, #messageFooter, #tableNote, #userTextMore, #waitText, #versionLabel, #continueMessage", 12),
           ("#emptyState", 15), ("#codeLanguage, #copyCode, #messageTime", 11))
 
 

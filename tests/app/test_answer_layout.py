@@ -209,6 +209,39 @@ def test_copying_a_selection_gives_the_text_without_the_displays_break_marks(qtb
     assert QApplication.clipboard().text() == long_run
 
 
+def test_a_huge_question_shows_its_start_and_a_count_and_copy_and_edit_take_it_whole(qtbot, make_window, store):
+    """Found by a trial: a stored 1,000,000-character question scrolled the chat at 170 ms a wheel
+    notch (its label laid the whole text out again). The bubble shows the first USER_TEXT_SHOWN
+    characters and counts the rest; Copy copies and Edit puts back the whole question."""
+    from app.messages import USER_TEXT_SHOWN
+
+    text = ("lorem ipsum dolor sit amet " * 4000)[:100_000 - 4] + " END"
+    conv = store.create_conversation("big", model="/models/fake").id
+    store.add_message(conv, "user", text)
+    store.add_message(conv, "assistant", "ok")
+    win = make_window(FakeBackend(tokens=["ok"]))
+    user, _ = win.transcript.widgets()
+    label = user.findChild(QLabel, "userText")
+    assert USER_TEXT_SHOWN == 20_000 and label.text() == text[:20_000]
+    more = user.findChild(QLabel, "userTextMore")
+    assert more.text() == "… 80,000 more characters (Copy copies all, Edit shows all)"
+    _settle(qtbot, win)
+    assert more.isVisible() and more.geometry().top() >= label.geometry().bottom()
+    user.actions_row.button("copy").click()
+    assert QApplication.clipboard().text() == text
+    user.actions_row.button("edit").click()
+    assert win.composer.toPlainText() == text
+
+
+def test_a_question_of_at_most_the_shown_length_is_shown_whole_without_a_count(qtbot, make_window):
+    from app.messages import USER_TEXT_SHOWN, UserMessage
+
+    text = "x " * (USER_TEXT_SHOWN // 2)
+    message = UserMessage(text, [])
+    assert message.findChild(QLabel, "userText").text() == text and message.findChild(QLabel, "userTextMore") is None
+    message.deleteLater()
+
+
 def _fully_shown_or_elided_with_tip(label) -> bool:
     """``label``'s whole text fits its width, or (elided) its tooltip holds the whole text."""
     fits = label.fontMetrics().horizontalAdvance(label.text()) <= label.contentsRect().width()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
-from PySide6.QtGui import QKeySequence, QPalette, QTextFormat
+from PySide6.QtGui import QKeySequence, QPalette, QTextFormat, QTextTable
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QTextEdit
 
@@ -380,3 +380,38 @@ def test_tables_are_blocks_of_their_own_that_scroll_sideways(qtbot, make_window)
         assert block.layout().lineCount() <= 1, block.text()
         block = block.next()
     assert wide.height() < 12 * line  # five rows and the bar (squeezed: 4,355 px)
+
+
+def test_a_table_too_big_to_lay_out_quickly_is_shown_as_its_text_under_a_note(qtbot, make_window):
+    """Found by a trial: an answer holding a 5,000-row table held the window 5.4 s when it ended, and
+    a chat with a 20,000-row one took 28 s to open (Qt lays a table out cell by cell). A table of more
+    than TABLE_CELL_LIMIT cells is its Markdown text in a code block, a note above saying why; a
+    smaller one in the same answer is still a table."""
+    from app.markdown import TABLE_CELL_LIMIT, TableAsText, TableText
+
+    def table(rows: int, columns: int) -> str:
+        return "| " + " | ".join(f"h{c}" for c in range(columns)) + " |\n|" + "---|" * columns + "\n" + "\n".join(
+            "| " + " | ".join(f"r{r}c{c}" for c in range(columns)) + " |" for r in range(rows))
+
+    assert TABLE_CELL_LIMIT == 1000
+    big, small = table(2500, 4), table(249, 4)  # 10,004 cells; 1,000 with the header
+    win = make_window(FakeBackend(tokens=["ok"]))
+    win.resize(1000, 760)
+    answer = win.transcript.add_stored_answer("FakeVLM", f"Big:\n\n{big}\n\nSmall:\n\n{small}", "stop", "")
+    _settle(qtbot)
+    views = answer.rendered_widgets()
+    assert [type(v).__name__ for v in views] == ["RichText", "TableAsText", "RichText", "TableText"]
+    shown = views[1]
+    assert isinstance(shown, TableAsText) and shown.isVisible()
+    assert shown.note.text() == "This table has 2,500 rows and 4 columns, too many to lay out quickly, so it is shown as text."
+    assert shown.note.geometry().bottom() < shown.code.geometry().top()  # the note above the text
+    metrics = shown.code.view.fontMetrics()
+    assert shown.code.view.toPlainText() == big and metrics.horizontalAdvance("iiii") == metrics.horizontalAdvance("WWWW")
+    assert shown.code.view.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap
+    shown.code.copy()
+    assert QApplication.clipboard().text() == big
+    rendered = views[3]
+    [grid] = rendered.document().rootFrame().childFrames()
+    assert isinstance(rendered, TableText) and isinstance(grid, QTextTable)
+    assert (grid.rows(), grid.columns()) == (250, 4)
+    assert grid.cellAt(249, 3).firstCursorPosition().block().text() == "r248c3"

@@ -253,3 +253,35 @@ def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
     before = time.time()
     times = [m.created for m in store.all_messages(import_chat(store, tmp_path / "odd.json").conversation_id)]
     assert all(before <= t <= time.time() for t in times)
+
+
+class _Counted(dict):
+    """A message entry that counts how often it is read."""
+
+    reads = 0
+
+    def get(self, key, default=None):
+        _Counted.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        _Counted.reads += 1
+        return super().__getitem__(key)
+
+
+def test_a_long_chat_is_put_parents_first_reading_each_message_a_few_times(store, tmp_path):
+    """Found by a trial: importing a 10,008-message chat took 10.6 s, 4.8 s of it putting the messages
+    in order, one pass over the messages still waiting for every message. Each is read a few times
+    now, and the order is the same: the first messages, then those that follow them, and so on, each
+    generation in the file's order."""
+    from app.import_chat import _parents_first
+
+    n = 3000
+    chain = [_Counted(id=i, parent_id=i - 1 if i else None, role="user") for i in range(n)]
+    other = _Counted(id=n, parent_id=5, role="assistant")  # another version of message 6
+    entries = chain[::-1] + [other]  # every message before the one it follows
+    _Counted.reads = 0
+    ordered = _parents_first(entries, 3)
+    reads = _Counted.reads
+    assert [e["id"] for e in ordered] == [0, 1, 2, 3, 4, 5, 6, n] + list(range(7, n))
+    assert reads <= 10 * len(entries)  # one pass a message read them 13.5 million times

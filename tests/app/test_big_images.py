@@ -1,0 +1,97 @@
+"""Photos of more pixels than Qt decodes by default (256 MB: about 67 megapixels), up to the engine's own
+limit, are shown like any other: in the composer's chip, in the sent message and in the viewer."""
+
+from __future__ import annotations
+
+from PIL import Image
+from PySide6.QtCore import QSize
+from PySide6.QtGui import QImageReader
+from PySide6.QtWidgets import QLabel
+
+from app.image_viewer import ImageViewer
+from app.messages import ClickableImage, UserMessage
+from app.thumbnails import thumbnail
+
+BLUE = (40, 120, 200)
+
+
+def _big(path, fmt: str, **options):
+    """A 9000 × 8000 (72-megapixel) image of one colour: 288 MB decoded whole, over Qt's 256 MB."""
+    Image.new("RGB", (9000, 8000), BLUE).save(path, fmt, **options)
+    return path
+
+
+def _centre(pixmap_or_image) -> tuple[int, int, int]:
+    image = pixmap_or_image.toImage() if hasattr(pixmap_or_image, "toImage") else pixmap_or_image
+    colour = image.pixelColor(image.width() // 2, image.height() // 2)
+    return colour.red(), colour.green(), colour.blue()
+
+
+def _near(colour: tuple[int, int, int], expected: tuple[int, int, int]) -> bool:
+    return all(abs(a - b) <= 3 for a, b in zip(colour, expected))  # JPEG's rounding
+
+
+def test_a_72_megapixel_photo_is_shown_in_its_chip_its_message_and_the_viewer(qtbot, window, tmp_path):
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored landscape, shown turned 90°: a portrait 8000 × 9000
+    path = _big(tmp_path / "panorama.jpg", "JPEG", exif=exif)
+    window.add_files([str(path)])
+    assert window.attachments.paths() == [str(path.resolve())]
+    chip = window.attachments.findChild(QLabel, "attachmentThumb").pixmap()
+    assert not chip.isNull() and _near(_centre(chip), BLUE)
+
+    window.composer.setPlainText("What is this?")
+    with qtbot.waitSignal(window.answer_finished, timeout=30_000):
+        window.send_message()
+    [image] = window.transcript.widgets()[0].findChildren(ClickableImage)
+    shown = image.pixmap()
+    assert (shown.width(), shown.height()) == (160, 180)  # upright, in the 240 × 180 box
+    assert _near(_centre(shown), BLUE)
+
+    viewer = image.open_viewer()
+    # Reduced to Qt's default budget (8192² pixels), the aspect ratio kept, and said so in the title.
+    assert (viewer.image.width(), viewer.image.height()) == (7723, 8688)
+    assert _near(_centre(viewer.image), BLUE)
+    assert viewer.windowTitle().endswith("(shown at 97% of 8,000 × 9,000 pixels)")
+    viewer.close()
+
+
+def test_a_big_image_of_a_format_qt_decodes_only_whole_is_shown_and_qt_keeps_its_limit(qapp, tmp_path):
+    path = _big(tmp_path / "screenshot.png", "PNG", compress_level=1)  # the quickest to write small
+    limit = QImageReader.allocationLimit()
+    pixmap = thumbnail(str(path), QSize(120, 120), square=True)
+    assert (pixmap.width(), pixmap.height()) == (120, 120) and _near(_centre(pixmap), BLUE)
+    viewer = ImageViewer(str(path))
+    assert (viewer.image.width(), viewer.image.height()) == (8688, 7723)
+    assert QImageReader.allocationLimit() == limit  # raised for those reads only
+    viewer.close()
+
+
+def test_an_image_the_viewer_cannot_show_is_named_as_it_was_attached(qapp, tmp_path):
+    stored = tmp_path / "b99dfd6326eb2b142ea56c9541959aa0.jpg"  # a copy in the image store is named by its hash
+    stored.write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
+    message = UserMessage("Look", [str(stored)], names=["holiday.jpg"])
+    [image] = message.findChildren(ClickableImage)
+    assert image.toolTip() == "holiday.jpg — click to view full size"
+    viewer = image.open_viewer()
+    text = viewer.findChild(QLabel, "fullImage").text()
+    assert text.startswith("“holiday.jpg” cannot be shown (") and "b99dfd" not in text
+    assert viewer.windowTitle() == "holiday.jpg"
+    viewer.close()
+    message.deleteLater()
+
+
+def test_a_small_image_is_shown_at_its_own_size_titled_by_its_name(qapp, png):
+    viewer = ImageViewer(str(png))
+    assert (viewer.image.width(), viewer.image.height()) == (64, 48) and viewer.windowTitle() == "photo.png"
+    assert viewer.image.pixelColor(10, 10).name() == "#e6781e"
+    viewer.close()
+
+
+def test_thumbnails_keep_the_exif_orientation_when_decoded_small(qapp, tmp_path):
+    exif = Image.Exif()
+    exif[0x0112] = 8  # turned 90° the other way
+    path = tmp_path / "tall.jpg"
+    Image.new("RGB", (800, 200), "white").save(path, exif=exif)
+    pixmap = thumbnail(str(path), QSize(240, 180))
+    assert (pixmap.width(), pixmap.height()) == (45, 180)  # upright: 200 × 800 in the 240 × 180 box
