@@ -47,7 +47,8 @@ class StoredMessage:
 
     ``finish_reason``, ``footer``, ``model_name`` and ``can_continue`` apply to answers only;
     ``versions`` is its "‹ n / m ›" switcher, ``(1, 1)`` for a message with no other version;
-    ``created`` the time shown under it."""
+    ``created`` the time shown under it; ``attached_names`` what its images' thumbnails and viewer
+    call them."""
 
     role: str
     text: str
@@ -60,6 +61,7 @@ class StoredMessage:
     can_continue: bool = True
     versions: tuple[int, int] = (1, 1)
     created: float | None = None  # when it was stored (seconds since the epoch; None: unknown)
+    attached_names: list[str] = field(default_factory=list)  # each image's name as attached ("": unknown)
 
 
 class ChatView(QScrollArea):
@@ -250,8 +252,9 @@ class ChatView(QScrollArea):
                                        footer=footer, status=_status(finish_reason))])
         return self._messages[-1]
 
-    def add_user_message(self, text: str, images: list[str]) -> UserMessage:
-        message = UserMessage(text, images)
+    def add_user_message(self, text: str, images: list[str], names: list[str] | None = None) -> UserMessage:
+        """A question sent: ``images`` stored copies, ``names`` what each was attached as ("": unknown)."""
+        message = UserMessage(text, images, names=names)
         message.actions_row.set_time(time.time())
         self._add(message)
         if self._query:
@@ -387,7 +390,7 @@ class ChatView(QScrollArea):
 
     def _build(self, record: StoredMessage) -> Message:
         if record.role == "user":
-            message = UserMessage(record.text, record.images)
+            message = UserMessage(record.text, record.images, names=record.attached_names)
         else:
             message = AssistantMessage(record.model_name)
             message.set_text(record.text)
@@ -406,7 +409,8 @@ class ChatView(QScrollArea):
         versions = message.actions_row.versions
         record = StoredMessage(message.role, message.text, list(message.images), getattr(message, "message_id", None),
                                message.status, versions=(versions.number, versions.count),
-                               created=message.actions_row.sent_at)
+                               created=message.actions_row.sent_at,
+                               attached_names=list(getattr(message, "attached_names", [])))
         if isinstance(message, AssistantMessage):
             record.model_name, record.footer = message.model_name(), message.footer()
             record.finish_reason, record.can_continue = message.finish_reason or "stop", message.can_continue

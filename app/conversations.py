@@ -311,7 +311,7 @@ class ConversationKeeper(QObject):
         records = []
         for message in messages:
             record = StoredMessage(message.role, message.text, list(message.images), message.id, message.status,
-                                   created=message.created)
+                                   created=message.created, attached_names=list(message.attached_names))
             if message.role == "assistant":
                 record.model_name = message.stats.get("model_name") or "Smolchat"
                 record.finish_reason = _reason(message.status)
@@ -448,7 +448,7 @@ class ConversationKeeper(QObject):
             raise
         if replace_index is not None:
             self.transcript.remove_from(replace_index)  # only once saved: a failed save keeps it shown
-        self.transcript.add_user_message(user_text, stored).message_id = user.id
+        self.transcript.add_user_message(user_text, stored, user.attached_names).message_id = user.id
         self._show_answer(answer.id, model_name)
         self.show_versions()
         return history, stored

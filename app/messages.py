@@ -176,6 +176,7 @@ class UserMessage(QWidget):
         super().__init__(parent)
         self.text = text
         self.images = list(images)
+        self.attached_names = list(names or [])
         self.status = "done"
         bubble = QFrame()
         bubble.setObjectName("userBubble")

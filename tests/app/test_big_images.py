@@ -95,3 +95,26 @@ def test_thumbnails_keep_the_exif_orientation_when_decoded_small(qapp, tmp_path)
     Image.new("RGB", (800, 200), "white").save(path, exif=exif)
     pixmap = thumbnail(str(path), QSize(240, 180))
     assert (pixmap.width(), pixmap.height()) == (45, 180)  # upright: 200 × 800 in the 240 × 180 box
+
+
+def test_a_sent_photo_is_named_as_attached_in_the_chat_and_after_reopening(qtbot, make_window, png):
+    """The stored copy is named by its content hash: the thumbnail's tooltip and the viewer's title
+    give the name the photo was attached as, live and when the chat is opened again."""
+    from PySide6.QtCore import Qt
+
+    from app.backends.fake import FakeBackend
+
+    win = make_window(FakeBackend())
+    win.add_files([str(png)])
+    win.composer.setPlainText("What is this?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    [image] = win.transcript.widgets()[0].findChildren(ClickableImage)
+    assert image.path != str(png) and image.toolTip() == "photo.png — click to view full size"
+    chat = win.keeper.current_id
+    win.open_conversation(None)
+    win.open_conversation(chat)
+    [image] = win.transcript.widgets()[0].findChildren(ClickableImage)
+    viewer = image.open_viewer()
+    assert viewer.windowTitle() == "photo.png"
+    viewer.close()
