@@ -620,6 +620,9 @@ class Store:
         children: dict[int | None, list[tuple[Message, bool]]] = {}
         for row in self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)):
             children.setdefault(row["parent_id"], []).append((self._message(row), bool(row["selected"])))
+        known = {message.id for kids in children.values() for message, _ in kids}
+        for parent in set(children) - known - {None}:  # following a message not in this chat: never shown, said
+            self.unreadable.update(("message", message.id) for message, _ in children[parent])
         return children
 
     # -- images ----------------------------------------------------------------------------------

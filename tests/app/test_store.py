@@ -323,3 +323,16 @@ def test_a_title_or_times_written_by_another_program_are_read_as_far_as_they_can
                      (b"\xe2\x9c\x93 blob", conv))
     [read] = store.conversations()
     assert (read.title, read.created, read.updated) == ("✓ blob", 0.0, 0.0)
+
+
+def test_a_message_following_one_not_in_its_chat_is_said_as_unreadable(store):
+    """Another program's row (or a damaged one) whose parent is gone cannot be placed in the chat: it is
+    not shown, and the chat says a message could not be read instead of losing it without a word."""
+    conv = store.create_conversation("x").id
+    question = store.add_message(conv, "user", "Hi?")
+    store.db.execute("PRAGMA foreign_keys = OFF")
+    stray = store.add_message(conv, "assistant", "lost", parent_id=question.id)
+    store.db.execute("UPDATE messages SET parent_id = 999 WHERE id = ?", (stray.id,))
+    store.db.execute("PRAGMA foreign_keys = ON")
+    assert [m.text for m in store.messages(conv)] == ["Hi?"]
+    assert ("message", stray.id) in store.unreadable and ("message", question.id) not in store.unreadable
