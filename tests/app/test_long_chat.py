@@ -224,3 +224,23 @@ def test_removing_every_built_message_builds_the_end_again(qtbot, make_window, d
     assert win.transcript.verticalScrollBar().value() == win.transcript.verticalScrollBar().maximum()
     settle(qtbot, win)
     assert win.transcript.widgets()[-1].actions_row.isVisible()
+
+
+def test_opening_a_chat_reads_it_once(qtbot, make_window, data_dir, monkeypatch):
+    """Opening a chat read it five times (the branch, the unanswered check, the unreadable rows, the
+    engine's history, the versions): 0.9 of the 1.2 s it took with 5,000 messages. Each row now once,
+    until the next write."""
+    ids = long_chat(data_dir, pairs=50)
+    win = make_window(FakeBackend())
+    chat = win.keeper.current_id
+    other = win.store.create_conversation("other").id
+    win.store.add_message(other, "user", "hello")
+    win.open_conversation(other)
+    reads = []
+    real = Store._message
+    monkeypatch.setattr(Store, "_message", lambda self, row: reads.append(row["id"]) or real(self, row))
+    win.open_conversation(chat)
+    assert sorted(reads) == ids
+    win.store.add_message(chat, "user", "one more")  # a write: read again
+    assert [m.text for m in win.keeper.messages()][-1] == "one more"
+    assert len(reads) == len(ids) + 1 + (len(ids) + 1)  # (add_message reads the new row back; then the chat)
