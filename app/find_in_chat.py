@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidg
 
 from app.markdown import ZERO_WIDTH_SPACE
 from app.text_fit import WrappingLabel
+from app.versions import step_button
 
 
 def holds(text: str, query: str) -> bool:
@@ -107,15 +108,7 @@ class FindRow(QWidget):
         self.hide()
 
     def _button(self, name: str, text: str, tip: str, step: int) -> QToolButton:
-        button = QToolButton()
-        button.setObjectName(name)
-        button.setText(text)
-        button.setToolTip(tip)
-        button.setAccessibleName(tip.split(" (")[0])
-        button.setAutoRaise(True)
-        button.setCursor(Qt.CursorShape.PointingHandCursor)
-        button.clicked.connect(lambda: self.step.emit(step))
-        return button
+        return step_button(name, text, tip, tip.split(" (")[0], lambda: self.step.emit(step))
 
     def show_count(self, number: int | None, count: int) -> None:
         """``number`` of ``count`` hits (1: the newest; None: none shown yet); hidden for no hits."""

@@ -10,6 +10,19 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 
+def step_button(name: str, text: str, tip: str, accessible: str, clicked) -> QToolButton:
+    """A flat one-character button that steps through something (‹ › versions, ↑ ↓ search matches)."""
+    button = QToolButton()
+    button.setObjectName(name)
+    button.setText(text)
+    button.setToolTip(tip)
+    button.setAccessibleName(accessible)
+    button.setAutoRaise(True)
+    button.setCursor(Qt.CursorShape.PointingHandCursor)
+    button.clicked.connect(lambda: clicked())
+    return button
+
+
 class VersionSwitcher(QWidget):
     """``‹ number / count ›``; hidden while the message has a single version."""
 
@@ -32,15 +45,7 @@ class VersionSwitcher(QWidget):
         self.hide()
 
     def _button(self, name: str, text: str, tip: str, step: int) -> QToolButton:
-        button = QToolButton()
-        button.setObjectName(name)
-        button.setText(text)
-        button.setToolTip(tip)
-        button.setAccessibleName(tip)
-        button.setAutoRaise(True)
-        button.setCursor(Qt.CursorShape.PointingHandCursor)
-        button.clicked.connect(lambda: self.step.emit(step))
-        return button
+        return step_button(name, text, tip, tip, lambda: self.step.emit(step))
 
     def set_versions(self, number: int, count: int) -> None:
         """Show version ``number`` (1-based) of ``count``."""
