@@ -4,8 +4,9 @@ Only a window of a chat's messages is built as widgets (at most :data:`MAX_BUILT
 each); the others are :class:`StoredMessage` records. A chat opens with its last
 :data:`SHOWN_AT_OPEN` built. Within a screen of either end of what is built, :data:`BATCH` more
 are built on that side and as many dropped back to records on the far side, the view held on what it
-shows. A message jumped to (the search's hit, an edit resumed after a restart, the chat's start)
-gets a window of its own. Building every widget of a 2,000-message chat took 15 s on a 2-core
+shows (the answer streaming, when dropped, stays a widget out of the column and goes on growing). A
+message jumped to (the search's hit, an edit resumed after a restart, the chat's start) gets a
+window of its own. Building every widget of a 2,000-message chat took 15 s on a 2-core
 machine, and each layout pass grows with the widgets built (a batch took 2 s at 4,500 built).
 """
 
@@ -160,6 +161,12 @@ class ChatView(QScrollArea):
         return self._messages[index]
 
     def last_assistant(self) -> AssistantMessage | None:
+        """The answer streaming, else the chat's last message when it is an answer's widget (shown or
+        not), else the last answer built."""
+        if self._current is not None:
+            return self._current
+        if self._messages and isinstance(self._messages[-1], AssistantMessage):
+            return self._messages[-1]
         return next((m for m in reversed(self._messages[self._lo:self._hi]) if isinstance(m, AssistantMessage)), None)
 
     # -- going places ------------------------------------------------------------------------------
@@ -373,6 +380,7 @@ class ChatView(QScrollArea):
         """A new message at the chat's end (a question sent, an answer begun): the view goes there."""
         self.show_end()
         self._empty.hide()
+        self._connect(message)
         self._messages.append(message)
         self._hi = len(self._messages)
         self._place(message, self._column.count() - 1)
@@ -380,13 +388,15 @@ class ChatView(QScrollArea):
         self.mark_continuable()  # a message after a cut answer: Continue goes
 
     def _place(self, message: Message, position: int) -> None:
-        """Put a new widget in the column at layout ``position`` with the buttons' current state."""
-        if not self._changes_enabled:
-            message.actions_row.set_changes_enabled(False)
-        if self._regenerate_note:
-            message.actions_row.set_note("regenerate", self._regenerate_note)
-        message.action_requested.connect(lambda name, m=message: self._on_action(name, m))
+        """Put a widget in the column at layout ``position`` with the buttons' current state."""
+        message.actions_row.set_changes_enabled(self._changes_enabled)
+        message.actions_row.set_note("regenerate", self._regenerate_note)
         self._column.insertWidget(position, message)
+        message.show()  # (one taken out of the column was hidden)
+
+    def _connect(self, message: Message) -> Message:
+        message.action_requested.connect(lambda name, m=message: self._on_action(name, m))
+        return message
 
     def _build(self, record: StoredMessage) -> Message:
         if record.role == "user":
@@ -401,7 +411,7 @@ class ChatView(QScrollArea):
         message.actions_row.set_time(record.created)
         if self._query:
             mark(message, self._query, False)
-        return message
+        return self._connect(message)
 
     def _record(self, message: Message) -> StoredMessage:
         """What building ``message`` again needs, from its widget (an answer continued or renamed since it
@@ -419,38 +429,44 @@ class ChatView(QScrollArea):
     def _build_range(self, lo: int, hi: int) -> None:
         """Build the messages of ``[lo, hi)`` that are not: ``lo`` at most, ``hi`` at least what is built."""
         for offset, index in enumerate(range(lo, self._lo)):
-            self._messages[index] = self._build(self._messages[index])
+            self._messages[index] = self._widget(index)
             self._place(self._messages[index], 1 + offset)  # after the empty chat's placeholder
         self._lo = min(self._lo, lo)
         for index in range(self._hi, hi):
-            self._messages[index] = self._build(self._messages[index])
+            self._messages[index] = self._widget(index)
             self._place(self._messages[index], 1 + index - self._lo)
         self._hi = max(self._hi, hi)
 
+    def _widget(self, index: int) -> Message:
+        entry = self._messages[index]
+        return self._build(entry) if isinstance(entry, StoredMessage) else entry  # (the answer taken out)
+
     def _drop(self, index: int) -> None:
-        """Message ``index``'s widget goes back to a record (the first or last one built)."""
+        """Message ``index``'s widget goes back to a record (the first or last one built). The answer
+        streaming is only taken out of the column: tokens go on into it, the keeper saves its text."""
         message = self._messages[index]
+        if message is self._current:
+            self._column.removeWidget(message)
+            message.hide()
+            return
         self._messages[index] = self._record(message)
         self._discard(message)
 
     def _trim(self, keep: int) -> None:
         """Drop widgets from the end of what is built farther from message ``keep`` until at most
-        :data:`MAX_BUILT` are; never the answer streaming."""
+        :data:`MAX_BUILT` are."""
         while self._hi - self._lo > MAX_BUILT:
-            if keep - self._lo >= self._hi - 1 - keep and self._messages[self._lo] is not self._current:
+            if keep - self._lo >= self._hi - 1 - keep:
                 self._drop(self._lo)
                 self._lo += 1
-            elif self._messages[self._hi - 1] is not self._current:
+            else:
                 self._drop(self._hi - 1)
                 self._hi -= 1
-            else:
-                break
 
     def _rebuild(self, lo: int, hi: int) -> None:
         """Drop every widget and build ``[lo, hi)`` instead (a jump far from what is built)."""
         for index in range(self._lo, self._hi):
-            if self._messages[index] is not self._current:
-                self._drop(index)
+            self._drop(index)
         self._lo = self._hi = lo
         self._build_range(lo, hi)
 

@@ -244,3 +244,30 @@ def test_opening_a_chat_reads_it_once(qtbot, make_window, data_dir, monkeypatch)
     win.store.add_message(chat, "user", "one more")  # a write: read again
     assert [m.text for m in win.keeper.messages()][-1] == "one more"
     assert len(reads) == len(ids) + 1 + (len(ids) + 1)  # (add_message reads the new row back; then the chat)
+
+
+def test_going_to_the_start_while_an_answer_streams_keeps_the_answer(qtbot, make_window, data_dir):
+    """The answer streaming is taken out of the view, not dropped: it goes on growing, is saved whole, and
+    is there again at the end (Home mid-answer built the start around it and lost its place)."""
+    long_chat(data_dir)
+    win = make_window(FakeBackend(tokens=[f" w{i}" for i in range(60)], delay=0.01))
+    settle(qtbot, win)
+    win.composer.setPlainText("Tell me more")
+    with qtbot.waitSignal(win.answer_finished, timeout=20_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: len(win.transcript.widgets()[-1].text) > 10, timeout=5000)
+        win.transcript.show_start()
+        assert win.transcript.built_range().start == 0
+        assert win.transcript.verticalScrollBar().value() == 0
+        win.transcript.show_start()  # again, while it streams
+    answer = win.transcript.widgets()[-1]
+    whole = "".join(f" w{i}" for i in range(60)).strip()
+    assert isinstance(answer, AssistantMessage) and answer.text == whole
+    assert win.keeper.messages()[-1].text == whole and win.keeper.messages()[-1].status == "done"
+    assert win.transcript.built_range().start == 0  # the view stayed at the start
+    assert win.transcript.widgets().count(answer) == 1 and answer not in win.transcript.widgets()[:-1]
+    win.actions["chat_end"].trigger()
+    settle(qtbot, win)
+    assert win.transcript.widgets()[-1] is answer and in_layout(win)[-1] == answer.message_id
+    qtbot.waitUntil(lambda: answer.visibleRegion().boundingRect().height() > 0, timeout=3000)
+    assert answer.actions_row.isVisible() and answer.footer()
