@@ -153,6 +153,15 @@ def clean_stats(stats: dict) -> tuple[dict, bool]:
     return kept, len(kept) != len(stats)
 
 
+#: Newest first; a time another program wrote as text sorts as the epoch, as it is shown (SQLite
+#: sorts text after every number: such chats came first, under a "1970" heading of their own).
+_TIME_ORDER = "CASE WHEN typeof(updated) IN ('integer', 'real') THEN updated ELSE 0 END DESC"
+
+
+def _casefolded(value) -> str | None:
+    return value.casefold() if isinstance(value, str) else None
+
+
 def is_time(value) -> bool:
     """Whether ``value`` is a time to show: seconds since the epoch, a finite number from 1970 to
     5138 (not a string, a bool, NaN, or a value ``datetime`` cannot take)."""
@@ -257,6 +266,7 @@ class Store:
         self._read: tuple[tuple[int, int], dict] | None = None
         if read_only:
             self.db = self._connect_read_only()
+            self.db.create_function("casefolded", 1, _casefolded, deterministic=True)
             return
         self.images_dir.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)  # autocommit; explicit BEGIN for groups
@@ -268,6 +278,7 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast enough per flush
             self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.create_function("casefolded", 1, _casefolded, deterministic=True)
             self._migrate()
             if recover:
                 self._ensure_indexes()
@@ -398,15 +409,20 @@ class Store:
     def conversations(self, search: str = "") -> list[Conversation]:
         """Newest first; ``search`` matches titles and message text (case-insensitive)."""
         if not search.strip():
-            rows = self.db.execute("SELECT * FROM conversations WHERE deleted IS NULL ORDER BY updated DESC, id DESC")
+            rows = self.db.execute(f"SELECT * FROM conversations WHERE deleted IS NULL ORDER BY {_TIME_ORDER}, id DESC")
         else:
-            # "%", "_" and the escape character itself are the words searched for, not LIKE's wildcards.
-            escaped = search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            words = search.strip()
+            if words.isascii():
+                # "%", "_" and the escape character itself are the words searched for, not LIKE's wildcards.
+                escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                test, arg = "{} LIKE ?1 ESCAPE '\\'", f"%{escaped}%"
+            else:  # SQLite's LIKE ignores the case of A-Z only: "привет" did not find "Привет"
+                test, arg = "instr(casefolded({}), ?1) > 0", words.casefold()
             rows = self.db.execute(
-                """SELECT * FROM conversations c WHERE deleted IS NULL AND (title LIKE ?1 ESCAPE '\\' OR EXISTS
-                   (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.text LIKE ?1 ESCAPE '\\'))
-                   ORDER BY updated DESC, id DESC""",
-                (f"%{escaped}%",),
+                f"""SELECT * FROM conversations c WHERE deleted IS NULL AND ({test.format('title')} OR EXISTS
+                   (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND {test.format('m.text')}))
+                   ORDER BY {_TIME_ORDER}, id DESC""",
+                (arg,),
             )
         return [self._conversation(r) for r in rows]
 

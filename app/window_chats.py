@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Slot
+import time
+
+from PySide6.QtCore import QTimer, Slot
 
 from app.conversations import STORAGE_ERRORS, deleted_words, display_title, storage_problem
 from app.formatting import model_summary
@@ -72,6 +74,26 @@ class ChatsMixin:
         target = self.sidebar.step(self.keeper.current_id, step)
         if target is not None and target != self.keeper.current_id and not self._busy:
             self.open_conversation(target)
+
+    def search_typed(self) -> None:
+        """The chat search's text changed: list the chats holding it and mark it in the open chat. When
+        the last search took long (a database of hundreds of MB, a word beyond A-Z that SQLite cannot
+        match by index: ~0.7 s), after a pause in typing instead of at every key."""
+        timer = getattr(self, "_search_timer", None)
+        if timer is None:
+            timer = self._search_timer = QTimer(self)
+            timer.setSingleShot(True)
+            timer.timeout.connect(self._search_now)
+        if getattr(self, "_search_slow", False):
+            timer.start(300)
+        else:
+            self._search_now()
+
+    def _search_now(self) -> None:
+        started = time.perf_counter()
+        self.refresh_sidebar()
+        self.update_find()
+        self._search_slow = time.perf_counter() - started > 0.1
 
     def update_find(self, show_newest: bool = False) -> None:
         """Mark the chat search's text in the open chat and count the messages holding it (the row under

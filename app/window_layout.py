@@ -199,7 +199,7 @@ def build_ui(window) -> None:
     window.sidebar.open_requested.connect(window.open_conversation)
     window.sidebar.rename_requested.connect(window.rename_conversation)
     window.sidebar.delete_requested.connect(window.delete_conversation)
-    window.sidebar.search_changed.connect(lambda _text: (window.refresh_sidebar(), window.update_find()))
+    window.sidebar.search_changed.connect(lambda _text: window.search_typed())
     window.sidebar.find_step.connect(window.step_find)
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
     # Ctrl+Z undoes a delete the banner offers to undo; a text field with the focus keeps the key for its

@@ -476,3 +476,26 @@ def test_delete_in_the_list_goes_on_to_the_next_chat_and_switching_does_not_refi
     window.composer.setFocus()  # deleted from elsewhere (the menu, a click): a new chat, as before
     window.delete_conversation(window.keeper.current_id)
     assert window.keeper.current_id is None and window.sidebar.titles() == []
+
+
+def test_a_slow_search_waits_for_a_pause_in_typing(qtbot, window, monkeypatch):
+    """A search of ~0.7 s (a database of hundreds of MB, a word beyond A-Z) ran at every key: typing
+    "привет" held the window ~4 s. After one slow search the next ones wait for a pause."""
+    import time
+
+    for title in ("Привет", "Hello"):
+        window.store.add_message(window.store.create_conversation(title).id, "user", title)
+    runs = []
+    real = window.refresh_sidebar
+
+    def slow() -> None:
+        runs.append(window.sidebar.search.text())
+        time.sleep(0.15)
+        real()
+    monkeypatch.setattr(window, "refresh_sidebar", slow)
+    window.sidebar.search.setText("п")  # slow: the next ones wait
+    for text in ("пр", "при", "прив"):
+        window.sidebar.search.setText(text)
+    assert runs == ["п"]
+    qtbot.waitUntil(lambda: runs[-1] == "прив", timeout=3000)
+    assert runs == ["п", "прив"] and window.sidebar.titles() == ["Привет"]

@@ -336,3 +336,16 @@ def test_a_message_following_one_not_in_its_chat_is_said_as_unreadable(store):
     store.db.execute("PRAGMA foreign_keys = ON")
     assert [m.text for m in store.messages(conv)] == ["Hi?"]
     assert ("message", stray.id) in store.unreadable and ("message", question.id) not in store.unreadable
+
+
+def test_search_ignores_case_beyond_a_to_z_and_odd_times_sort_as_the_epoch(store):
+    """SQLite's LIKE folds A-Z only: "привет" found no "Привет" (nor "école" "École")."""
+    for title, text in (("Russian", "Привет, мир"), ("French", "École du soir"), ("German", "STRASSE")):
+        store.add_message(store.create_conversation(title).id, "user", text)
+    assert [c.title for c in store.conversations("привет")] == ["Russian"]
+    assert [c.title for c in store.conversations("école")] == ["French"]
+    assert [c.title for c in store.conversations("straße")] == ["German"]  # casefolded, as the open chat's count
+    assert [c.title for c in store.conversations("Strasse")] == ["German"]
+    odd = store.create_conversation("odd").id
+    store.db.execute("UPDATE conversations SET updated = 'soon' WHERE id = ?", (odd,))
+    assert [c.title for c in store.conversations()][-1] == "odd"  # (text sorted before every number)
