@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from PySide6.QtCore import QEvent, QLocale, QPoint, QSize, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -109,6 +109,7 @@ class ConversationList(QFrame):
         self.list.addAction(delete)
         self._filling = False
         self.list.viewport().installEventFilter(self)
+        self.list.installEventFilter(self)
         self.search.installEventFilter(self)
 
     # -- contents ----------------------------------------------------------------------------------
@@ -149,11 +150,27 @@ class ConversationList(QFrame):
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
         if watched is self.list.viewport() and event.type() == QEvent.Type.Resize:
             self._show_current()
+        if watched is self.list and event.type() == QEvent.Type.KeyPress and self.chat_items() \
+                and event.key() in (Qt.Key.Key_Home, Qt.Key.Key_End, Qt.Key.Key_PageUp, Qt.Key.Key_PageDown):
+            return self._jump(event.key())
         if watched is self.search and event.type() == QEvent.Type.KeyPress \
                 and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.search.text().strip():
             self.find_step.emit(-1 if event.modifiers() & Qt.KeyboardModifier.ShiftModifier else 1)
             return True
         return super().eventFilter(watched, event)
+
+    def _jump(self, key) -> bool:
+        """Home / End: the first / last chat (Qt's own went to the first row, a heading it cannot
+        select, and stayed put); PageUp / PageDown: Qt's, else the first / last chat where it stayed."""
+        items = self.chat_items()
+        if key in (Qt.Key.Key_Home, Qt.Key.Key_End):
+            self.list.setCurrentItem(items[0] if key == Qt.Key.Key_Home else items[-1])
+            return True
+        before = self.list.currentItem()
+        QListWidget.keyPressEvent(self.list, QKeyEvent(QEvent.Type.KeyPress, key, Qt.KeyboardModifier.NoModifier))
+        if self.list.currentItem() is before:
+            self.list.setCurrentItem(items[0] if key == Qt.Key.Key_PageUp else items[-1])
+        return True
 
     def chat_items(self) -> list[QListWidgetItem]:
         """The list's rows that are chats (not headings), top to bottom."""

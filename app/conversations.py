@@ -627,5 +627,9 @@ class ConversationKeeper(QObject):
         """Undo a :meth:`delete_message`; the open chat is shown again if it is the one it was in."""
         self.store.restore_messages(deleted)
         if deleted.conversation_id == self.current_id:
+            messages = self.store.messages(self.current_id)
             self.transcript.clear()
-            self._render(self.store.messages(self.current_id))
+            self._render(messages)
+            at = next((i for i, m in enumerate(messages) if m.id == deleted.message_id), None)
+            if at is not None and at < len(messages) - 1:  # back where it was, not at the chat's end
+                self.transcript.show_message(at, self.transcript.viewport().height() // 3)

@@ -19,10 +19,20 @@ from app.markdown import ZERO_WIDTH_SPACE
 from app.text_fit import WrappingLabel
 from app.versions import step_button
 
+#: Markdown's marks around words (emphasis, code) and a link's address: not in the displayed text.
+_MARKS = re.compile(r"\*\*|__|~~|`|\]\([^)\s]*\)|\[(?=[^\]\n]*\]\()")
+
+
+def shown_text(markdown: str) -> str:
+    """``markdown`` as the chat shows its words, near enough to count hits: without emphasis and code
+    marks (``**very** good`` reads "very good") and links' addresses (``[docs](https://…)`` reads "docs")."""
+    return _MARKS.sub("", markdown)
+
 
 def holds(text: str, query: str) -> bool:
-    """Whether ``text`` holds ``query`` in any case (casefolded: "STRASSE" finds "Straße")."""
-    return bool(query) and query.casefold() in text.casefold()
+    """Whether ``text`` (a message's stored Markdown) shows ``query`` in any case (casefolded:
+    "STRASSE" finds "Straße"), as :func:`shown_text` reads it: a hit counted is one that can be marked."""
+    return bool(query) and query.casefold() in shown_text(text).casefold()
 
 
 def _pattern(query: str) -> str:
@@ -67,7 +77,9 @@ def mark(message: QWidget, query: str, current: bool) -> QWidget | None:
     for label in message.findChildren(WrappingLabel):
         hit = re.search(_pattern(query), label.text()) if query else None
         if hit is not None:
-            label.setSelection(hit.start(), hit.end() - hit.start())
+            # (Qt counts UTF-16 units: an emoji before the hit is two of them, one Python character)
+            start = len(label.text()[:hit.start()].encode("utf-16-le")) // 2
+            label.setSelection(start, len(hit.group(0).encode("utf-16-le")) // 2)
             first = first or label
         elif label.hasSelectedText():
             label.setSelection(0, 0)

@@ -232,6 +232,7 @@ class ChatsMixin:
             self.open_conversation(deleted.conversation_id)
         self.controller.conversation_opened()  # the engine holds the branch shown now
         self.refresh_sidebar()
+        self.update_find()  # (the restored messages may hold the search's words)
 
     def _storage(self, what: str, write, *args) -> bool:
         """Run one store write; a failure shows in the banner. True when it worked."""

@@ -499,3 +499,23 @@ def test_a_slow_search_waits_for_a_pause_in_typing(qtbot, window, monkeypatch):
     assert runs == ["п"]
     qtbot.waitUntil(lambda: runs[-1] == "прив", timeout=3000)
     assert runs == ["п", "прив"] and window.sidebar.titles() == ["Привет"]
+
+
+def test_home_end_and_page_keys_in_the_list_reach_the_first_and_last_chat(qtbot, window):
+    """Trial 49: the list's first row is a heading, which cannot be selected: Home and PageUp near the
+    top did nothing."""
+    import time
+
+    for i, days in enumerate((40, 20, 3, 0)):
+        conv = window.store.create_conversation(f"Chat {i}")
+        window.store.add_message(conv.id, "user", "hi")
+        window.store.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time() - days * 86400, conv.id))
+    window.store.db.commit()
+    window.refresh_sidebar()
+    first, last = window.sidebar.ids()[0], window.sidebar.ids()[-1]
+    window.sidebar.list.setFocus()
+    for key, target in ((Qt.Key.Key_End, last), (Qt.Key.Key_Home, first), (Qt.Key.Key_PageDown, last),
+                        (Qt.Key.Key_PageUp, first)):
+        qtbot.keyClick(window.sidebar.list, key)
+        assert window.keeper.current_id == target, key
+        assert window.sidebar.list.currentItem().data(Qt.ItemDataRole.UserRole) == target

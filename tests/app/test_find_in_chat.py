@@ -189,3 +189,22 @@ def test_the_count_row_words(qapp):
     assert row.label.text() == "2 of 5 in this chat"
     row.show_count(None, 0)
     assert row.isHidden()
+
+
+def test_a_hit_is_counted_as_the_chat_shows_the_words(qtbot, make_window, data_dir):
+    """Trial 49: the count read the stored Markdown and the marks the displayed text: "**very" or a link's
+    address counted "1 of 1" with nothing marked, and a phrase across bold or a link was never found."""
+    store = Store(data_dir)
+    chat = store.create_conversation("Marks")
+    store.add_message(chat.id, "user", "Tell me 😀😀 about very good bread")
+    store.add_message(chat.id, "assistant", "It is **very** good; see [the docs](https://example.org/bread).")
+    store.close()
+    win = make_window(FakeBackend())
+    for query, count in (("very good", 2), ("the docs", 1), ("**very", 0), ("example.org", 0)):
+        win.sidebar.search.setText(query)
+        assert len(win.transcript.set_query(query)) == count, query
+    win.sidebar.search.setText("very good")
+    [question, answer] = win.transcript.widgets()
+    assert marked(answer) == 1
+    label = question.findChildren(FittingLabel)[0]
+    assert label.selectedText() == "very good"  # (after two emoji: Qt counts UTF-16 units)

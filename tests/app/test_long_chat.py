@@ -271,3 +271,24 @@ def test_going_to_the_start_while_an_answer_streams_keeps_the_answer(qtbot, make
     assert win.transcript.widgets()[-1] is answer and in_layout(win)[-1] == answer.message_id
     qtbot.waitUntil(lambda: answer.visibleRegion().boundingRect().height() > 0, timeout=3000)
     assert answer.actions_row.isVisible() and answer.footer()
+
+
+def test_undo_of_a_delete_far_up_shows_the_message_where_it_was(qtbot, make_window, data_dir):
+    """Trial 49: Undo re-drew the chat at its end, the place scrolled back to lost."""
+    from PySide6.QtWidgets import QPushButton
+
+    ids = long_chat(data_dir, pairs=150)
+    win = make_window(FakeBackend())
+    win.sidebar.search.setText("Question 50")
+    win.transcript.show_message(100)
+    steady_y(qtbot, win, win.transcript.widgets()[100])
+    win.transcript.widgets()[100].actions_row.button("delete").click()
+    assert win.sidebar.find_row.label.text() == "0 messages in this chat"
+    undo = win.banner.findChild(QPushButton, "bannerAction")
+    qtbot.mouseClick(undo, Qt.MouseButton.LeftButton)
+    assert ids_shown(win) == ids
+    back = win.transcript.widgets()[100]
+    assert isinstance(back, UserMessage) and back.message_id == ids[100]
+    y = steady_y(qtbot, win, back)
+    assert 0 <= y < win.transcript.viewport().height()
+    assert win.sidebar.find_row.label.text() == "1 message in this chat"
