@@ -358,6 +358,11 @@ class ChatView(QScrollArea):
             last.set_continuable(offer)
         self._continuable = last if offer else None
 
+    def refresh_times(self) -> None:
+        """Say each shown message's time again as of now ("16:30" becomes "Yesterday 16:30" at midnight)."""
+        for message in self._messages[self._lo:self._hi]:
+            message.actions_row.set_time(message.actions_row.sent_at)
+
     # -- buttons' state ----------------------------------------------------------------------------
     def set_regenerate_note(self, note: str) -> None:
         """A line added to every Regenerate button's tooltip, the answers added later too ("" for none)."""

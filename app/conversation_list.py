@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 from PySide6.QtCore import QEvent, QLocale, QPoint, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
@@ -119,7 +120,7 @@ class ConversationList(QFrame):
         as of ``today``, default the local date); ``current_id``'s row selected."""
         self._filling = True
         self.list.clear()
-        today, heading = today or dt.date.today(), None
+        today, heading = today or dt.date.fromtimestamp(time.time()), None
         for conv in conversations:
             if period(conv.updated, today) != heading:
                 heading = period(conv.updated, today)

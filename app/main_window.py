@@ -112,6 +112,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.reset_message_detail()
         self._connect_controller()
         self._open_last_chat()
+        self.watch_the_date()
         self.drafts = DraftKeeper(self)
         gone = self.drafts.restore()  # what was being written when Smolchat last closed
         if gone:  # in the lasting banner: a model that fails to load at start would replace it in the other

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 from PySide6.QtCore import QTimer, Slot
@@ -74,6 +75,18 @@ class ChatsMixin:
         target = self.sidebar.step(self.keeper.current_id, step)
         if target is not None and target != self.keeper.current_id and not self._busy:
             self.open_conversation(target)
+
+    def watch_the_date(self) -> None:
+        """At each local midnight (and once more after a sleep past it: timers wait), the list's headings
+        and the messages' times are said again: "Today" and "16:30" were yesterday's."""
+        now = dt.datetime.now()
+        midnight = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time())
+        QTimer.singleShot(int((midnight - now).total_seconds() * 1000) + 2000, self, self._new_day)
+
+    def _new_day(self) -> None:
+        self.refresh_sidebar()
+        self.transcript.refresh_times()
+        self.watch_the_date()
 
     def search_typed(self) -> None:
         """The chat search's text changed: list the chats holding it and mark it in the open chat. When

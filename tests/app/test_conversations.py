@@ -519,3 +519,23 @@ def test_home_end_and_page_keys_in_the_list_reach_the_first_and_last_chat(qtbot,
         qtbot.keyClick(window.sidebar.list, key)
         assert window.keeper.current_id == target, key
         assert window.sidebar.list.currentItem().data(Qt.ItemDataRole.UserRole) == target
+
+
+def test_at_midnight_the_headings_and_times_say_yesterday(qtbot, make_window, data_dir, monkeypatch):
+    import time
+
+    from app.store import Store
+
+    store = Store(data_dir)
+    conv = store.create_conversation("Tonight")
+    store.add_message(conv.id, "user", "Still up?")
+    store.close()
+    win = make_window(FakeBackend())
+    [message] = win.transcript.widgets()
+    shown = message.actions_row.time.text()
+    assert win.sidebar.headings() == ["Today"] and ":" in shown and not shown.startswith("Yesterday")
+    later = time.time() + 86400
+    monkeypatch.setattr(time, "time", lambda: later)
+    win._new_day()  # what the timer set for midnight calls
+    assert win.sidebar.headings() == ["Yesterday"]
+    assert message.actions_row.time.text() == f"Yesterday {shown}"
