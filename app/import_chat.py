@@ -94,10 +94,15 @@ def _entry_problem(entry, version: int) -> str:
     return ""
 
 
-def import_chat(store: Store, path: str | Path) -> Imported:
+class ImportCancelled(Exception):
+    """The user cancelled an import part-way (nothing of it is kept)."""
+
+
+def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
     """Add the chat exported in ``path`` to ``store`` as a new conversation. Raises
     :class:`ImportProblem` (the file), or the store's errors (``STORAGE_ERRORS``: a full disk, a
-    read-only store); either way nothing is left behind."""
+    read-only store); either way nothing is left behind. ``progress(done, total)``, when given, is
+    called every 100 messages and may return False to cancel (:class:`ImportCancelled`)."""
     data = read_export(path)
     version = data.get("version", 1)
     entries = data["all_messages"] if version >= 2 else data["messages"]
@@ -114,7 +119,9 @@ def import_chat(store: Store, path: str | Path) -> Imported:
     try:
         ids: dict[int, int] = {}
         previous = None
-        for entry in ordered:
+        for done, entry in enumerate(ordered):
+            if progress is not None and done % 100 == 0 and progress(done, len(ordered)) is False:
+                raise ImportCancelled
             if version >= 2:
                 parent = entry.get("parent_id")
                 parent_id = ids.get(parent) if parent is not None else None
@@ -216,7 +223,8 @@ def _readable_media(path: str) -> bool:
 
 def import_dialog(window) -> Imported | None:
     """Ask for an exported chat (JSON), import it and open it; problems show in the banner."""
-    from PySide6.QtWidgets import QFileDialog
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
     from app.conversations import storage_problem
 
@@ -225,8 +233,21 @@ def import_dialog(window) -> Imported | None:
                                           "Smolchat chat export (*.json);;All files (*)")
     if not path:
         return None
+    # A long chat takes seconds (10,000 messages: ~4 s): shown as it goes, and it can be cancelled.
+    busy = QProgressDialog("Importing the chat…", "Cancel", 0, 100, window)
+    busy.setWindowTitle("Import chat")
+    busy.setWindowModality(Qt.WindowModality.WindowModal)
+    busy.setMinimumDuration(500)
+
+    def progress(done: int, total: int) -> bool:
+        busy.setMaximum(total)
+        busy.setValue(done)  # (processes events while the dialog is up: Cancel can be clicked)
+        return not busy.wasCanceled()
     try:
-        imported = import_chat(window.store, path)
+        imported = import_chat(window.store, path, progress)
+    except ImportCancelled:
+        window.banner.show_info("Import cancelled: nothing of it was kept.")
+        return None
     except ImportProblem as exc:
         window.banner.show_error(f"Could not import the chat: {exc}.")
         return None
@@ -237,6 +258,8 @@ def import_dialog(window) -> Imported | None:
         window.banner.show_error(f"Could not import the chat: {Path(path).name} is damaged ({type(exc).__name__}: "
                                  f"{exc}).")
         return None
+    finally:
+        busy.close()
     window.refresh_sidebar()
     if not window._busy:
         window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use

@@ -285,3 +285,19 @@ def test_a_long_chat_is_put_parents_first_reading_each_message_a_few_times(store
     reads = _Counted.reads
     assert [e["id"] for e in ordered] == [0, 1, 2, 3, 4, 5, 6, n] + list(range(7, n))
     assert reads <= 10 * len(entries)  # one pass a message read them 13.5 million times
+
+
+def test_a_long_import_reports_progress_and_can_be_cancelled(store, tmp_path):
+    from app.import_chat import ImportCancelled
+
+    conv = store.create_conversation("Long").id
+    for i in range(250):
+        store.add_message(conv, "user" if i % 2 == 0 else "assistant", f"m{i}")
+    path = export_json(store, conv, tmp_path / "long.json")
+    calls = []
+    imported = import_chat(store, path, lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 250), (100, 250), (200, 250)] and imported.messages == 250
+    before = [c.id for c in store.conversations()]
+    with pytest.raises(ImportCancelled):
+        import_chat(store, path, lambda done, total: done < 100)  # Cancel clicked after the first 100
+    assert [c.id for c in store.conversations()] == before  # nothing of it kept
