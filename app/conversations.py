@@ -368,6 +368,10 @@ class ConversationKeeper(QObject):
             which = "1 message of this chat has" if bad == 1 else f"{bad} messages of this chat have"
             lines.append(f"{which} stored data that could not be read (its role, text, images, their names, "
                          "statistics or token ids): shown with what could be read, and left unchanged on disk.")
+        stray = len(self.store.stray.get(self.current_id, ()))
+        if stray:
+            lines.append(f"{stray} stored message{' follows' if stray == 1 else 's follow'} a message that is not in "
+                         "this chat, so cannot be placed in it: not shown, and left unchanged on disk.")
         if self.current_id is not None:
             self.store.conversation(self.current_id)  # reads its settings: noted when they do not parse
             if ("conversation", self.current_id) in self.store.unreadable:

@@ -260,6 +260,7 @@ class Store:
         self.read_only = read_only
         self.unreadable: set[tuple[str, int]] = set()  # ("message" | "conversation", id) whose JSON did not parse
         self.interrupted = 0
+        self.stray: dict[int, set[int]] = {}  # conversation id -> messages following one not in it (not shown)
         # Writes so far (each _write and each transaction's end): the last chat read (_children) is
         # kept until the next one. Opening a chat read it five times (0.9 of 1.2 s for 5,000 messages).
         self._writes = 0
@@ -649,6 +650,7 @@ class Store:
         known = {message.id for kids in children.values() for message, _ in kids}
         for parent in set(children) - known - {None}:  # following a message not in this chat: never shown, said
             self.unreadable.update(("message", message.id) for message, _ in children[parent])
+            self.stray.setdefault(conversation_id, set()).update(message.id for message, _ in children[parent])
         self._read = ((conversation_id, self._writes), children)
         return children
 

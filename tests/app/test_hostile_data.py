@@ -642,3 +642,16 @@ def test_a_chat_that_cannot_be_shown_does_not_stop_smolchat_from_starting(qtbot,
     assert "“Unshowable” could not be shown (ValueError: Unknown format code" in said
     assert "a new chat is open instead" in said
     _ask(qtbot, win)  # and it answers
+
+
+def test_an_answer_following_a_message_not_in_its_chat_is_said(qtbot, make_window, data_dir):
+    """Trial 49: the store noted it, but the window counted only the messages it shows: the answer
+    vanished without a word."""
+    conv, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET parent_id = 999 WHERE id = ?", (ids[3],))
+    db.commit()
+    db.close()
+    win = make_window(FakeBackend())
+    assert [m.text for m in win.transcript.widgets()] == ["Hello?", "Hi there.", "What is 2+2?"]
+    assert "1 stored message follows a message that is not in this chat" in win.banner.message()
