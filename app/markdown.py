@@ -85,7 +85,8 @@ CODE_SCROLL_LIMIT = 2000
 #: with. Qt's table layout takes about 0.25 ms a cell, all at once when the answer ends or the chat
 #: opens, whatever the rows and columns: 1,000 cells took 0.25 s, a 5,000-row table of 3 columns
 #: 5.4 s, and a chat holding one of 20,000 rows 28 s to open. A larger table is shown as its Markdown
-#: text in a code block instead (:class:`TableAsText`): that chat opens in 0.5 s.
+#: text in a code block instead (:class:`TableAsText`): that chat opens in 0.5 s. The limit is an
+#: answer's, all its tables together: 20 tables of 999 cells each took 3.8 s.
 TABLE_CELL_LIMIT = 1000
 
 
@@ -543,13 +544,16 @@ def table_size(table: str) -> tuple[int, int]:
 class TableAsText(QWidget):
     """A table too big to lay out as one (over :data:`TABLE_CELL_LIMIT` cells): its Markdown text in
     a code block (monospaced, each row a whole line, scrolling sideways; Copy copies it), under a
-    muted note that says why it is not a table."""
+    muted note that says why it is not a table (``alone``: it is too big by itself, else with the
+    answer's tables before it)."""
 
-    def __init__(self, table: str, parent: QWidget | None = None) -> None:
+    def __init__(self, table: str, parent: QWidget | None = None, alone: bool = True) -> None:
         super().__init__(parent)
         rows, columns = table_size(table)
         self.note = QLabel(f"This table has {rows:,} rows and {columns:,} columns, too many to lay out quickly, "
-                           "so it is shown as text.")
+                           "so it is shown as text." if alone else
+                           f"This table ({rows:,} rows, {columns:,} columns) is shown as text: with this answer's "
+                           "tables before it, there are too many cells to lay out quickly.")
         self.note.setObjectName("tableNote")
         self.note.setWordWrap(True)
         self.code = CodeBlock(table, "table")
@@ -565,13 +569,16 @@ def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]
     widgets: list[QWidget] = []
     blocks = [part for block in split_blocks(markdown)
               for part in ([block] if block.kind == "code" else split_tables(block.text))]
+    cells = 0  # laid out as tables so far
     for block in blocks:
         if block.kind == "code":
             widgets.append(CodeBlock(block.text, block.language, parent))
         elif block.kind == "table":
             rows, columns = table_size(block.text)
-            big = (rows + 1) * columns > TABLE_CELL_LIMIT
-            widgets.append(TableAsText(block.text, parent) if big else TableText(block.text, parent))
+            alone = (rows + 1) * columns > TABLE_CELL_LIMIT
+            big = alone or cells + (rows + 1) * columns > TABLE_CELL_LIMIT
+            cells += 0 if big else (rows + 1) * columns
+            widgets.append(TableAsText(block.text, parent, alone) if big else TableText(block.text, parent))
         else:
             view = RichText("assistantText", parent)
             view.setMarkdown(block.text)

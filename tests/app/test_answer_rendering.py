@@ -415,3 +415,21 @@ def test_a_table_too_big_to_lay_out_quickly_is_shown_as_its_text_under_a_note(qt
     assert isinstance(rendered, TableText) and isinstance(grid, QTextTable)
     assert (grid.rows(), grid.columns()) == (250, 4)
     assert grid.cellAt(249, 3).firstCursorPosition().block().text() == "r248c3"
+
+
+def test_an_answers_tables_share_one_cell_budget(qapp):
+    """Trial 49: twenty tables just under the limit each took 3.8 s together. The first that would take
+    the answer past TABLE_CELL_LIMIT, and every later one, is shown as text, its note saying why."""
+    from app.markdown import TABLE_CELL_LIMIT, TableAsText, TableText, render_blocks
+
+    rows = TABLE_CELL_LIMIT // 4 - 2  # (rows + the header) x 4 columns: just under the limit alone
+    table = "| a | b | c | d |\n|---|---|---|---|\n" + "".join(f"| {i} | x | y | z |\n" for i in range(rows))
+    widgets = render_blocks("\n\n".join([table] * 3))
+    assert [type(w).__name__ for w in widgets] == ["TableText", "TableAsText", "TableAsText"]
+    assert isinstance(widgets[0], TableText)
+    note = widgets[1].note.text()
+    assert isinstance(widgets[1], TableAsText) and note == (
+        f"This table ({rows:,} rows, 4 columns) is shown as text: with this answer's tables before it, there are "
+        "too many cells to lay out quickly.")
+    for widget in widgets:
+        widget.deleteLater()
