@@ -107,7 +107,6 @@ class ChatView(QScrollArea):
         # The scroll position to keep while the layout settles, until the user scrolls: a widget's place
         # ("anchor", when messages are built or dropped around the view) or a message jumped to ("pin").
         self._hold: Callable[[], int] | None = None
-        self._hold_kind = ""
         self._held: Message | None = None  # the message the hold keeps in place
         self._adjusting = False  # the view being moved by this class, not by the user
         self._more_due = False
@@ -180,7 +179,7 @@ class ChatView(QScrollArea):
         if not (laid_out and bar.value() + margin <= top
                 and top + min(message.height(), self.viewport().height() - margin) <= bar.value() + self.viewport().height()):
             self._follow = False
-            self._set_hold(lambda: message.y() - margin, "pin", message)
+            self._set_hold(lambda: message.y() - margin, message)
 
     def show_start(self) -> None:
         """Show the chat's first message (Home, Ctrl+Home)."""
@@ -190,7 +189,7 @@ class ChatView(QScrollArea):
             self._rebuild(0, min(len(self._messages), SHOWN_AT_OPEN))
         first = self._messages[0]
         self._follow = False
-        self._set_hold(lambda: first.y() - self._column.contentsMargins().top(), "pin", first)
+        self._set_hold(lambda: first.y() - self._column.contentsMargins().top(), first)
 
     def show_end(self) -> None:
         """Show the chat's newest message, and follow it (End, Ctrl+End; a message sent)."""
@@ -227,7 +226,7 @@ class ChatView(QScrollArea):
         content = self.widget()
         self._follow = False
         self._set_hold(lambda: view.mapTo(content, QPoint(0, 0)).y() + hit_top(view, self._query)
-                       - self.viewport().height() // 3, "pin", self._hit)
+                       - self.viewport().height() // 3, self._hit)
 
     def hit_index(self) -> int | None:
         """The index of the message :meth:`show_hit` showed last (None: none, or it is gone)."""
@@ -517,10 +516,10 @@ class ChatView(QScrollArea):
         if message is None or self._hold is not None:
             return
         offset = message.y() - self.verticalScrollBar().value()
-        self._set_hold(lambda: message.y() - offset, "anchor", message)
+        self._set_hold(lambda: message.y() - offset, message)
 
-    def _set_hold(self, where: Callable[[], int], kind: str, message: Message) -> None:
-        self._hold, self._hold_kind, self._held = where, kind, message
+    def _set_hold(self, where: Callable[[], int], message: Message) -> None:
+        self._hold, self._held = where, message
         self._apply_hold()
         QTimer.singleShot(0, self, self._apply_hold)  # again once the layout has run
 

@@ -122,8 +122,8 @@ class ConversationList(QFrame):
         self.list.clear()
         today, heading = today or dt.date.fromtimestamp(time.time()), None
         for conv in conversations:
-            if period(conv.updated, today) != heading:
-                heading = period(conv.updated, today)
+            if (when := period(conv.updated, today)) != heading:
+                heading = when
                 header = QListWidgetItem(heading)
                 header.setFlags(Qt.ItemFlag.NoItemFlags)  # not selectable: keys and clicks pass over it
                 font = header.font()
@@ -190,7 +190,8 @@ class ConversationList(QFrame):
 
     def select(self, conversation_id: int | None) -> None:
         self._filling = True
-        self.list.setCurrentItem(self._item(conversation_id)) if self._item(conversation_id) else self.list.clearSelection()
+        item = self._item(conversation_id)
+        self.list.setCurrentItem(item) if item is not None else self.list.clearSelection()
         self._filling = False
         self._show_current()
 

@@ -210,7 +210,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.open_conversation(last)
         except Exception as exc:  # noqa: BLE001 - any failure: the window still starts
             traceback.print_exc()
-            title = self.store.conversation(last).title if last is not None and self.store.conversation(last) else ""
+            conv = self.store.conversation(last) if last is not None else None
+            title = conv.title if conv is not None else ""
             self.keeper.open(None)
             self.refresh_sidebar()
             self.storage_banner.add_error(f"The chat “{title or 'New chat'}” could not be shown ({type(exc).__name__}: "
