@@ -265,6 +265,9 @@ class Store:
         # kept until the next one. Opening a chat read it five times (0.9 of 1.2 s for 5,000 messages).
         self._writes = 0
         self._read: tuple[tuple[int, int], dict] | None = None
+        # The open chat's rows as last parsed ({id: (row values, Message)}): a write changes a row or
+        # two, so a read after it parses only those (sending in a 5,000-message chat: 0.46 -> 0.05 s).
+        self._parsed: tuple[int, dict[int, tuple[tuple, Message]]] = (-1, {})
         if read_only:
             self.db = self._connect_read_only()
             self.db.create_function("casefolded", 1, _casefolded, deterministic=True)
@@ -645,8 +648,15 @@ class Store:
         if self._read is not None and self._read[0] == (conversation_id, self._writes):
             return self._read[1]
         children: dict[int | None, list[tuple[Message, bool]]] = {}
+        before = self._parsed[1] if self._parsed[0] == conversation_id else {}
+        parsed: dict[int, tuple[tuple, Message]] = {}
         for row in self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)):
-            children.setdefault(row["parent_id"], []).append((self._message(row), bool(row["selected"])))
+            values = tuple(row)
+            last = before.get(row["id"])
+            message = last[1] if last is not None and last[0] == values else self._message(row)
+            parsed[message.id] = (values, message)
+            children.setdefault(row["parent_id"], []).append((message, bool(row["selected"])))
+        self._parsed = (conversation_id, parsed)
         known = {message.id for kids in children.values() for message, _ in kids}
         for parent in set(children) - known - {None}:  # following a message not in this chat: never shown, said
             self.unreadable.update(("message", message.id) for message, _ in children[parent])

@@ -349,3 +349,26 @@ def test_search_ignores_case_beyond_a_to_z_and_odd_times_sort_as_the_epoch(store
     odd = store.create_conversation("odd").id
     store.db.execute("UPDATE conversations SET updated = 'soon' WHERE id = ?", (odd,))
     assert [c.title for c in store.conversations()][-1] == "odd"  # (text sorted before every number)
+
+
+def test_a_read_after_a_write_parses_only_the_rows_that_changed(store, monkeypatch):
+    conv = store.create_conversation("long", "m")
+    for i in range(20):
+        store.add_message(conv.id, "user" if i % 2 == 0 else "assistant", f"message {i}")
+    first = store.messages(conv.id)
+    parsed = []
+    real = Store._message
+    monkeypatch.setattr(Store, "_message", lambda self, row: parsed.append(row["id"]) or real(self, row))
+    answer = store.add_message(conv.id, "assistant", "", status="streaming", parent_id=first[-1].id)
+    store.update_message(first[3].id, text="edited")
+    store.update_message(answer.id, text="done now", status="done")
+    parsed.clear()
+    again = store.messages(conv.id)
+    assert [m.text for m in again] == [f"message {i}" if i != 3 else "edited" for i in range(20)] + ["done now"]
+    assert again[-1].status == "done"
+    assert again[0] is first[0]  # an unchanged row is not parsed again
+    assert sorted(parsed) == sorted([first[3].id, answer.id])
+    other = store.create_conversation("other", "m")
+    store.add_message(other.id, "user", "hello")
+    assert [m.text for m in store.messages(other.id)] == ["hello"]
+    assert store.messages(conv.id)[3].text == "edited"  # back in the first chat: read from the database
