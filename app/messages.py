@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTextBoundaryFinder, Signal
 from PySide6.QtGui import QGuiApplication, QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
@@ -31,6 +31,27 @@ BUBBLE_MAX_WIDTH = 560
 #: 1,000,000-character question (an import, a server model's long context) scrolled the chat at
 #: 170 ms a wheel notch; 20,000 characters take 5 ms. Copy and Edit take the whole text.
 USER_TEXT_SHOWN = 20_000
+
+
+def shown_length(text: str, limit: int = USER_TEXT_SHOWN) -> int:
+    """How many characters of ``text`` to show: at most ``limit``, cut between two graphemes (Unicode
+    UAX #29, Qt's boundary finder), so an emoji sequence, a flag or a letter with its accents is shown
+    whole or not at all. The finder reads 64 characters either side of the cut, not the whole text."""
+    if len(text) <= limit:
+        return len(text)
+    start = max(0, limit - 64)
+    window = text[start:limit + 64]
+    finder = QTextBoundaryFinder(QTextBoundaryFinder.BoundaryType.Grapheme, window)
+    finder.setPosition(_utf16(window[:limit - start]))  # Qt counts UTF-16 units, Python code points
+    if not finder.isAtBoundary():
+        finder.toPreviousBoundary()
+    cut = finder.position()
+    kept = window.encode("utf-16-le")[:2 * max(cut, 0)].decode("utf-16-le")
+    return start + len(kept)
+
+
+def _utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
 IMAGE_BOX = QSize(240, 180)
 VIDEO_BOX = QSize(260, 96)
 ACTIONS = {
@@ -209,12 +230,13 @@ class UserMessage(QWidget):
             row.addStretch(1)
             inner.addLayout(rows)
         if text:  # as wide as the sentence needs, up to the bubble's width (not Qt's narrow guess)
-            label = FittingLabel(text[:USER_TEXT_SHOWN], "userText", BUBBLE_MAX_WIDTH - 28)
+            shown = shown_length(text)
+            label = FittingLabel(text[:shown], "userText", BUBBLE_MAX_WIDTH - 28)
             if images:
                 label.setContentsMargins(8, 0, 8, 4)
             inner.addWidget(label)
-            if len(text) > USER_TEXT_SHOWN:
-                more = QLabel(f"… {len(text) - USER_TEXT_SHOWN:,} more characters (Copy copies all, Edit shows all)")
+            if len(text) > shown:
+                more = QLabel(f"… {len(text) - shown:,} more characters (Copy copies all, Edit shows all)")
                 more.setObjectName("userTextMore")
                 more.setWordWrap(True)
                 if images:

@@ -297,3 +297,26 @@ def test_at_460_px_the_placeholder_wraps_and_the_status_texts_elide_with_a_toolt
     assert composer.placeholder_lines() == 1 and composer.height() == two_lines - line
     for label in (win.stats_label, win.pending_label):
         assert label.shown_text() == label.text() and label.toolTip() == ""
+
+
+@pytest.mark.parametrize("whole", [
+    "👩‍👩‍👧‍👦",  # a family: four emoji joined by ZWJ (11 code points)
+    "🇫🇷",  # a flag: two regional indicators
+    "e\u0301\u0323",  # a letter with two combining accents
+    "👍🏽",  # an emoji with a skin tone
+])
+def test_a_huge_questions_cut_keeps_a_grapheme_whole(qtbot, whole):
+    """The cut at USER_TEXT_SHOWN characters falls inside ``whole`` (at each of its inner points):
+    the bubble ends before it, and the count says how many characters are not shown."""
+    from app.messages import USER_TEXT_SHOWN, UserMessage, shown_length
+
+    for inside in range(1, len(whole)):
+        text = "a" * (USER_TEXT_SHOWN - inside) + whole + "b" * 50
+        assert shown_length(text) == USER_TEXT_SHOWN - inside
+        message = UserMessage(text, [])
+        shown = message.findChild(QLabel, "userText").text().replace("\u200b", "")  # (break opportunities)
+        assert shown == "a" * (USER_TEXT_SHOWN - inside)
+        assert message.findChild(QLabel, "userTextMore").text().startswith(f"… {len(whole) + 50} more characters")
+        message.deleteLater()
+    text = "a" * (USER_TEXT_SHOWN - len(whole)) + whole + "b" * 50  # ends right at the limit: shown whole
+    assert shown_length(text) == USER_TEXT_SHOWN
