@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.find_in_chat import hit_top, holds, mark
-from app.messages import CONTINUABLE, AssistantMessage, UserMessage
+from app.find_in_chat import count, hit_top, mark
+from app.messages import CONTINUABLE, AssistantMessage, UserMessage, shown_length
 from app.zoom import ctrl_wheel
 
 #: The empty chat's second line with a local model (a server's model names the server instead).
@@ -113,6 +113,7 @@ class ChatView(QScrollArea):
         self._changes_enabled = True
         self._regenerate_note = ""
         self._query = ""  # the chat search's text, marked in every message built (app.find_in_chat)
+        self._hit_number = 0  # which of the current hit message's hits is the current one
         self._hit: Message | None = None  # the message the search last showed
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
@@ -204,33 +205,45 @@ class ChatView(QScrollArea):
             self._adjusting = False
 
     # -- the chat search ---------------------------------------------------------------------------
-    def set_query(self, query: str) -> list[int]:
+    def set_query(self, query: str) -> list[tuple[int, int]]:
         """Mark ``query`` (the chat search's text; "" for none) in every message, also those built
-        later; returns the indices of the messages that hold it, oldest first."""
+        later; returns its hits, oldest first, as (message index, hit number within the message). A
+        question's hits are counted in the part its bubble shows (:func:`app.messages.shown_length`)."""
         if query != self._query:
             self._query = query
             if not query:
                 self._hit = None
             for message in self._messages[self._lo:self._hi]:
-                mark(message, query, message is self._hit)
-        return [i for i, message in enumerate(self._messages) if holds(message.text, query)]
+                mark(message, query, self._hit_number if message is self._hit else None)
+        hits = []
+        for i, message in enumerate(self._messages):
+            text = message.text[:shown_length(message.text)] if message.role == "user" else message.text
+            hits += [(i, number) for number in range(count(text, query))]
+        return hits
 
-    def show_hit(self, index: int) -> None:
-        """Scroll to message ``index``'s first hit of the query and mark it as the current one. The
-        hit is held a third of the way down the view while the layout settles (a message just built
-        gets its height over several passes), until the view is scrolled."""
+    def show_hit(self, index: int, number: int = 0) -> None:
+        """Scroll to hit ``number`` (0: the first) of the query in message ``index`` and mark it as the
+        current one. The hit is held a third of the way down the view while the layout settles (a
+        message just built gets its height over several passes), until the view is scrolled."""
         previous, self._hit = self._hit, self.message_widget(index)
+        self._hit_number = number
         if previous is not None and previous is not self._hit and previous in self._messages:
-            mark(previous, self._query, False)
-        view = mark(self._hit, self._query, True) or self._hit
+            mark(previous, self._query, None)
+        hit = mark(self._hit, self._query, number)
+        view = hit[0] if hit is not None else self._hit
         content = self.widget()
         self._follow = False
-        self._set_hold(lambda: view.mapTo(content, QPoint(0, 0)).y() + hit_top(view, self._query)
+        self._set_hold(lambda: view.mapTo(content, QPoint(0, 0)).y() + (hit_top(hit) if hit is not None else 0)
                        - self.viewport().height() // 3, self._hit)
 
     def hit_index(self) -> int | None:
         """The index of the message :meth:`show_hit` showed last (None: none, or it is gone)."""
         return next((i for i, m in enumerate(self._messages) if m is self._hit), None) if self._hit else None
+
+    def current_hit(self) -> tuple[int, int] | None:
+        """(message index, hit number) that :meth:`show_hit` showed last (None: none, or it is gone)."""
+        index = self.hit_index()
+        return None if index is None else (index, self._hit_number)
 
     # -- adding and removing -----------------------------------------------------------------------
     def add_stored(self, records: list[StoredMessage]) -> None:
@@ -264,7 +277,7 @@ class ChatView(QScrollArea):
         message.actions_row.set_time(time.time())
         self._add(message)
         if self._query:
-            mark(message, self._query, False)
+            mark(message, self._query, None)
         return message
 
     def begin_answer(self, model_name: str) -> AssistantMessage:
@@ -330,7 +343,7 @@ class ChatView(QScrollArea):
         if self._current is not None:
             self._current.finish(finish_reason, footer)
             if self._query:
-                mark(self._current, self._query, False)
+                mark(self._current, self._query, None)
             self._current = None
         self.mark_continuable()
 
@@ -414,7 +427,7 @@ class ChatView(QScrollArea):
         message.actions_row.versions.set_versions(*record.versions)
         message.actions_row.set_time(record.created)
         if self._query:
-            mark(message, self._query, False)
+            mark(message, self._query, None)
         return self._connect(message)
 
     def _record(self, message: Message) -> StoredMessage:

@@ -1,10 +1,12 @@
 """The chat search's hits in the open chat: the words found are marked in its messages, and the view
-steps from one message holding them to the next, newest first (as a messenger's search in a chat).
+steps from one hit to the next, newest first (as a messenger's search in a chat), hit by hit inside
+a message too.
 
 The sidebar's search lists the chats whose title or messages hold its text; this module is the other
-half, for the chat that is open: which of its shown messages hold the text (any case; a message's
-stored text, so Markdown marks count), where in them (the display's zero-width spaces skipped), and
-the count row under the search field ("2 of 5 in this chat", ↑ older, ↓ newer).
+half, for the chat that is open: how often each message shows the text (any case; as the chat shows
+its words: Markdown's marks and link addresses left out), where in the message (the display's
+zero-width spaces skipped), and the count row under the search field ("2 of 5 in this chat",
+↑ older, ↓ newer).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 
 from PySide6.QtCore import QRegularExpression, Qt, Signal
-from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidget
 
 from app.markdown import ZERO_WIDTH_SPACE
@@ -29,10 +31,10 @@ def shown_text(markdown: str) -> str:
     return _MARKS.sub("", markdown)
 
 
-def holds(text: str, query: str) -> bool:
-    """Whether ``text`` (a message's stored Markdown) shows ``query`` in any case (casefolded:
+def count(text: str, query: str) -> int:
+    """How many times ``text`` (a message's stored Markdown) shows ``query`` in any case (casefolded:
     "STRASSE" finds "Straße"), as :func:`shown_text` reads it: a hit counted is one that can be marked."""
-    return bool(query) and query.casefold() in shown_text(text).casefold()
+    return shown_text(text).casefold().count(query.casefold()) if query else 0
 
 
 def _pattern(query: str) -> str:
@@ -46,55 +48,104 @@ def _q_pattern(query: str) -> QRegularExpression:
     return QRegularExpression(body, QRegularExpression.PatternOption.CaseInsensitiveOption)
 
 
-def mark(message: QWidget, query: str, current: bool) -> QWidget | None:
-    """Mark ``query`` wherever ``message`` (a transcript message widget) shows it: its answer text's
-    views get an extra selection per hit (the theme's highlight colour; ``current``: full, else a
-    lighter tint), a question's text label selects its first hit. ``""`` clears the marks.
-    Returns the first view or label holding a hit, None when no displayed text does."""
-    first = None
+def _utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+#: Where a hit is shown: a text view and the cursor selecting it, or a label and the hit's start and
+#: length in its text (UTF-16 units, as Qt counts).
+Hit = tuple[QTextEdit, QTextCursor] | tuple[QLabel, int, int]
+
+
+def _hits(message: QWidget, query: str) -> list[Hit]:
+    """Every displayed hit of ``query`` in ``message``, in reading order: its text views' (answers; at
+    most 1,000 a view), then its labels' (a question's text)."""
+    hits: list[Hit] = []
+    if not query:
+        return hits
+    expression = _q_pattern(query)
     for view in message.findChildren(QTextEdit):
-        selections = []
         # Not in the streamed text that a finished answer's rendered blocks replace (hidden, not deleted).
-        if query and not (view.isHidden() and view.testAttribute(Qt.WidgetAttribute.WA_WState_ExplicitShowHide)):
-            colour = view.palette().color(QPalette.ColorRole.Highlight)
-            if not current:
-                colour = QColor(colour)
-                colour.setAlpha(90)
-            look = QTextCharFormat()
-            look.setBackground(colour)
-            if current:
-                look.setForeground(view.palette().color(QPalette.ColorRole.HighlightedText))
-            expression = _q_pattern(query)
-            cursor = view.document().find(expression)
-            while not cursor.isNull() and len(selections) < 1000:
-                selection = QTextEdit.ExtraSelection()
-                selection.cursor, selection.format = cursor, look
-                selections.append(selection)
-                cursor = view.document().find(expression, cursor)
-        view.setExtraSelections(selections)
-        if selections and first is None:
-            first = view
+        if view.isHidden() and view.testAttribute(Qt.WidgetAttribute.WA_WState_ExplicitShowHide):
+            continue
+        found = 0
+        cursor = view.document().find(expression)
+        while not cursor.isNull() and found < 1000:
+            hits.append((view, cursor))
+            found += 1
+            cursor = view.document().find(expression, cursor)
     for label in message.findChildren(WrappingLabel):
-        hit = re.search(_pattern(query), label.text()) if query else None
-        if hit is not None:
-            # (Qt counts UTF-16 units: an emoji before the hit is two of them, one Python character)
-            start = len(label.text()[:hit.start()].encode("utf-16-le")) // 2
-            label.setSelection(start, len(hit.group(0).encode("utf-16-le")) // 2)
-            first = first or label
+        text = label.text()
+        for hit in re.finditer(_pattern(query), text):
+            hits.append((label, _utf16(text[:hit.start()]), _utf16(hit.group(0))))
+    return hits
+
+
+def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None:
+    """Mark ``query`` wherever ``message`` (a transcript message widget) shows it; ``""`` clears the marks.
+
+    ``current``: which of the message's hits (0: the first in reading order) is the one the search
+    is at, or None. Text views get an extra selection per hit, the theme's highlight colour for the
+    current one and a lighter tint for the others; a label can show one selection: the current hit,
+    else its first. Returns the current hit (the last displayed one when ``current`` counts past
+    them, as the stored text may hold more than is shown), or None (no ``current``, or no hit shown)."""
+    hits = _hits(message, query)
+    at = min(current, len(hits) - 1) if current is not None and hits else None
+    looks: dict[QTextEdit, tuple[QTextCharFormat, QTextCharFormat]] = {}
+    selections: dict[QTextEdit, list[QTextEdit.ExtraSelection]] = {v: [] for v in message.findChildren(QTextEdit)}
+    labels: dict[QLabel, tuple[int, int]] = {}
+    for number, hit in enumerate(hits):
+        if isinstance(hit[0], QTextEdit):
+            view, cursor = hit
+            if view not in looks:
+                looks[view] = _looks(view)
+            selection = QTextEdit.ExtraSelection()
+            selection.cursor, selection.format = cursor, looks[view][number == at]
+            selections[view].append(selection)
+        elif number == at or hit[0] not in labels:
+            labels[hit[0]] = hit[1:]
+    for view, chosen in selections.items():
+        view.setExtraSelections(chosen)
+    for label in message.findChildren(WrappingLabel):
+        if label in labels:
+            label.setSelection(*labels[label])
         elif label.hasSelectedText():
             label.setSelection(0, 0)
-    return first
+    return hits[at] if at is not None else None
 
 
-def hit_top(view: QWidget, query: str) -> int:
-    """The y of the first hit of ``query`` in ``view`` (a text view or label that :func:`mark` found),
-    in ``view``'s pixels: where the view should scroll to."""
-    if isinstance(view, QTextEdit):
-        cursor = view.document().find(_q_pattern(query))
-        if not cursor.isNull():
-            cursor.setPosition(cursor.selectionStart())
-            return view.viewport().mapTo(view, view.cursorRect(QTextCursor(cursor)).topLeft()).y()
-    return 0
+def _looks(view: QTextEdit) -> tuple[QTextCharFormat, QTextCharFormat]:
+    """(another hit's format: the highlight colour, lighter; the current hit's: the highlight)."""
+    full = QTextCharFormat()
+    full.setBackground(view.palette().color(QPalette.ColorRole.Highlight))
+    full.setForeground(view.palette().color(QPalette.ColorRole.HighlightedText))
+    light = QTextCharFormat()
+    tint = QColor(view.palette().color(QPalette.ColorRole.Highlight))
+    tint.setAlpha(90)
+    light.setBackground(tint)
+    return light, full
+
+
+def hit_top(hit: Hit) -> int:
+    """The y of ``hit`` (from :func:`mark`) in its view's or label's pixels: where to scroll to.
+    A label does not tell where its characters are laid out: its text is laid out again in a
+    document of the label's font and width."""
+    if isinstance(hit[0], QTextEdit):
+        view, cursor = hit
+        start = QTextCursor(cursor)
+        start.setPosition(cursor.selectionStart())
+        return view.viewport().mapTo(view, view.cursorRect(start).topLeft()).y()
+    label, start, _length = hit
+    document = QTextDocument()
+    document.setDocumentMargin(0)
+    document.setDefaultFont(label.font())
+    document.setPlainText(label.text())
+    document.setTextWidth(max(1, label.contentsRect().width()))
+    block = document.findBlock(start)
+    top = document.documentLayout().blockBoundingRect(block).top()  # (lays the block out)
+    line = block.layout().lineForTextPosition(start - block.position())
+    top += line.y() if line.isValid() else 0
+    return label.contentsRect().top() + int(top)
 
 
 class FindRow(QWidget):
@@ -125,5 +176,5 @@ class FindRow(QWidget):
     def show_count(self, number: int | None, count: int) -> None:
         """``number`` of ``count`` hits (1: the newest; None: none shown yet); hidden for no hits."""
         self.label.setText(f"{number} of {count} in this chat" if number else
-                           f"{count} message{'s' if count != 1 else ''} in this chat")
+                           f"{count} match{'es' if count != 1 else ''} in this chat")
         self.setVisible(count > 0)

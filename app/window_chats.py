@@ -109,26 +109,26 @@ class ChatsMixin:
         self._search_slow = time.perf_counter() - started > 0.1
 
     def update_find(self, show_newest: bool = False) -> None:
-        """Mark the chat search's text in the open chat and count the messages holding it (the row under
-        the search, F3); ``show_newest``: scroll to the newest of them (a chat opened from the search's list)."""
+        """Mark the chat search's text in the open chat and count its hits (the row under the search,
+        F3); ``show_newest``: scroll to the newest of them (a chat opened from the search's list)."""
         hits = self.transcript.set_query(self.sidebar.search.text().strip())
         if show_newest and hits:
-            self.transcript.show_hit(hits[-1])
-        current = self.transcript.hit_index()
+            self.transcript.show_hit(*hits[-1])
+        current = self.transcript.current_hit()
         self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits))
         for name in ("find_older", "find_newer"):
             self.actions[name].setEnabled(bool(hits))
 
     def step_find(self, step: int) -> None:
-        """Show the open chat's next message holding the search's text: ``step`` +1 the next older
-        (F3), -1 the next newer (Shift+F3); round from the oldest to the newest. The first step
-        shows the newest."""
+        """Show the open chat's next hit of the search's text: ``step`` +1 the next older (F3), -1 the
+        next newer (Shift+F3), within a message too; round from the oldest to the newest. The first
+        step shows the newest."""
         hits = self.transcript.set_query(self.sidebar.search.text().strip())
         if not hits:
             return
-        current = self.transcript.hit_index()
+        current = self.transcript.current_hit()
         at = (hits.index(current) - step) % len(hits) if current in hits else len(hits) - 1
-        self.transcript.show_hit(hits[at])
+        self.transcript.show_hit(*hits[at])
         self.update_find()
 
     def focus_search(self) -> None:

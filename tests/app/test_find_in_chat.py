@@ -1,9 +1,10 @@
-"""The chat search in the open chat: its messages holding the text are counted, the words marked, and
-the view steps through them newest first (F3 / Shift+F3, Enter / Shift+Enter in the search, ↑ ↓)."""
+"""The chat search in the open chat: its hits are counted and marked, and the view steps through them
+newest first, hit by hit within a message too (F3 / Shift+F3, Enter / Shift+Enter in the search, ↑ ↓)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextFormat
 
 from app.backends.fake import FakeBackend
 from app.chat_view import StoredMessage
@@ -50,12 +51,10 @@ def on_screen(win, message) -> bool:
     return top < view.height() and top + message.height() > 0
 
 
-def hit_on_screen(win, index: int) -> bool:
-    """Message ``index``'s first marked hit is within the view (not just the message's top)."""
-    message = win.transcript.widgets()[index]
-    view = next(v for v in message.findChildren(RichText) if v.extraSelections()) \
-        if message.role == "assistant" else message.findChildren(FittingLabel)[0]
-    y = view.mapTo(win.transcript.viewport(), QPoint(0, 0)).y() + hit_top(view, "sourdough")
+def hit_on_screen(win, index: int, number: int = 0, query: str = "sourdough") -> bool:
+    """Message ``index``'s hit ``number`` is within the view (not just the message's top)."""
+    hit = mark(win.transcript.widgets()[index], query, number)
+    y = hit[0].mapTo(win.transcript.viewport(), QPoint(0, 0)).y() + hit_top(hit)
     return 0 <= y < win.transcript.viewport().height()
 
 
@@ -147,23 +146,23 @@ def test_the_count_follows_the_chat(qtbot, make_window, data_dir):
     expected = hits_expected(ids)
     newest = index_of(win, expected[-1])
     win.transcript.widgets()[newest].actions_row.button("delete").click()
-    assert win.sidebar.find_row.label.text() == f"{len(expected) - 1} messages in this chat"
+    assert win.sidebar.find_row.label.text() == f"{len(expected) - 1} matches in this chat"
     assert win.transcript.hit_index() is None
     win.sidebar.search.setText("no such words")
     assert not win.sidebar.find_row.isVisible()
     win.sidebar.search.setText("Hi!")  # another chat holds it; this one does not
-    assert not win.sidebar.find_row.isVisible() and win.sidebar.find_row.label.text() == "0 messages in this chat"
+    assert not win.sidebar.find_row.isVisible() and win.sidebar.find_row.label.text() == "0 matches in this chat"
 
 
 def test_a_new_answer_holding_the_text_is_marked_and_counted(qtbot, make_window, data_dir):
     recipes(data_dir, pairs=2)
     win = make_window(FakeBackend(tokens=["More", " sourdough", "."]))
     win.sidebar.search.setText("sourdough")
-    assert win.sidebar.find_row.label.text() == "2 messages in this chat"
+    assert win.sidebar.find_row.label.text() == "2 matches in this chat"
     win.composer.setPlainText("And then?")
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    assert win.sidebar.find_row.label.text() == "3 messages in this chat"
+    assert win.sidebar.find_row.label.text() == "3 matches in this chat"
     assert marked(win.transcript.widgets()[-1]) == 1
 
 
@@ -176,15 +175,15 @@ def test_marks_are_found_across_the_displays_breaks_and_case(qapp):
     answer.finish("stop", "")
     shown = [v for v in answer.findChildren(RichText) if v.isVisibleTo(answer)]
     assert ZERO_WIDTH_SPACE in shown[0].toPlainText()
-    assert mark(answer, "sourdough", True) is shown[0]
+    assert mark(answer, "sourdough", 0)[0] is shown[0]
     assert marked(answer) == 1
-    assert mark(answer, "", False) is None and marked(answer) == 0
+    assert mark(answer, "", None) is None and marked(answer) == 0
 
 
 def test_the_count_row_words(qapp):
     row = FindRow()
     row.show_count(None, 1)
-    assert row.label.text() == "1 message in this chat" and not row.isHidden()
+    assert row.label.text() == "1 match in this chat" and not row.isHidden()
     row.show_count(2, 5)
     assert row.label.text() == "2 of 5 in this chat"
     row.show_count(None, 0)
@@ -208,3 +207,65 @@ def test_a_hit_is_counted_as_the_chat_shows_the_words(qtbot, make_window, data_d
     assert marked(answer) == 1
     label = question.findChildren(FittingLabel)[0]
     assert label.selectedText() == "very good"  # (after two emoji: Qt counts UTF-16 units)
+
+
+def current_marks(message) -> list[int]:
+    """The start of each hit marked as the current one (the full highlight) in ``message``'s text views."""
+    return [s.cursor.selectionStart() for v in message.findChildren(RichText) for s in v.extraSelections()
+            if s.format.hasProperty(QTextFormat.Property.ForegroundBrush)]
+
+
+def test_f3_steps_hit_by_hit_within_a_message(qtbot, make_window, data_dir):
+    """Trial 49: a message holding the words many times counted once ("1 of 1" for 111 hits in one
+    table) and F3 went on to the next message; a question's label marked only its first hit."""
+    store = Store(data_dir)
+    chat = store.create_conversation("Bread")
+    question = f"Rye or wheat? {FILLER} And which rye?"
+    store.add_message(chat.id, "user", question)
+    answer_text = f"Rye first. {FILLER}\n\nThen rye again. {FILLER}\n\nLast, rye."
+    store.add_message(chat.id, "assistant", answer_text)
+    store.close()
+    win = make_window(FakeBackend())
+    win.resize(700, 400)
+    win.sidebar.search.setText("rye")
+    [asked, answer] = win.transcript.widgets()
+    assert win.sidebar.find_row.label.text() == "5 matches in this chat"
+    assert marked(answer) == 3 and current_marks(answer) == []
+    starts = []
+    for step in range(5):
+        win.actions["find_older"].trigger()
+        assert win.sidebar.find_row.label.text() == f"{step + 1} of 5 in this chat"
+        index, number = win.transcript.current_hit()
+        assert (index, number) == ((1, 2 - step) if step < 3 else (0, 4 - step))
+        qtbot.waitUntil(lambda: hit_on_screen(win, index, number, "rye"), timeout=3000)
+        if index == 1:
+            [current] = current_marks(answer)
+            starts.append(current)
+            assert marked(answer) == 3
+        else:
+            label = asked.findChildren(FittingLabel)[0]
+            plain = label.text().replace(ZERO_WIDTH_SPACE, "")
+            assert label.selectedText() == ("rye" if number == 1 else "Rye")
+            starts.append(plain.index("rye") if number == 1 else plain.index("Rye"))
+            assert current_marks(answer) == []  # the answer's hits are all lighter now
+    assert starts[0] > starts[1] > starts[2] and starts[3] > starts[4] == 0  # newest first: up the page
+    win.actions["find_older"].trigger()  # round: the newest again
+    assert win.transcript.current_hit() == (1, 2)
+
+
+def test_a_hit_far_down_a_long_question_is_where_the_view_scrolls(qtbot, make_window, data_dir):
+    store = Store(data_dir)
+    chat = store.create_conversation("Long question")
+    store.add_message(chat.id, "user", FILLER * 4 + "Where is the needle?")
+    store.add_message(chat.id, "assistant", "Here.")
+    store.close()
+    win = make_window(FakeBackend())
+    win.resize(700, 400)
+    win.sidebar.search.setText("needle")
+    win.actions["find_older"].trigger()
+    [asked, _] = win.transcript.widgets()
+    label = asked.findChildren(FittingLabel)[0]
+    qtbot.waitUntil(lambda: hit_on_screen(win, 0, 0, "needle"), timeout=3000)
+    hit = mark(asked, "needle", 0)
+    assert hit[0] is label and label.selectedText() == "needle"
+    assert hit_top(hit) > label.height() * 3 // 4  # its last line, not the label's top
