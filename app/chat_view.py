@@ -209,12 +209,10 @@ class ChatView(QScrollArea):
         """Mark ``query`` (the chat search's text; "" for none) in every message, also those built
         later; returns its hits, oldest first, as (message index, hit number within the message). A
         question's hits are counted in the part its bubble shows (:func:`app.messages.shown_length`)."""
-        if query != self._query:
-            self._query = query
-            if not query:
-                self._hit = None
+        if query != self._query:  # other words: no hit is the current one until F3 or a chat opened from the list
+            self._query, self._hit = query, None
             for message in self._messages[self._lo:self._hi]:
-                mark(message, query, self._hit_number if message is self._hit else None)
+                mark(message, query, None)
         hits = []
         for i, message in enumerate(self._messages):
             text = message.text[:shown_length(message.text)] if message.role == "user" else message.text

@@ -269,3 +269,16 @@ def test_a_hit_far_down_a_long_question_is_where_the_view_scrolls(qtbot, make_wi
     hit = mark(asked, "needle", 0)
     assert hit[0] is label and label.selectedText() == "needle"
     assert hit_top(hit) > label.height() * 3 // 4  # its last line, not the label's top
+
+
+def test_other_words_have_no_current_hit_until_f3(qtbot, make_window, data_dir):
+    """The row said "N matches" for the new words while the old current hit kept its full highlight."""
+    win, ids = searched(qtbot, make_window, data_dir)
+    assert win.sidebar.find_row.label.text().startswith("1 of ")
+    win.sidebar.search.setText("sourdough starter")
+    assert win.sidebar.find_row.label.text() == "6 matches in this chat"  # (across the answers' bold)
+    assert win.transcript.current_hit() is None
+    assert all(current_marks(win.transcript.widgets()[i]) == [] for i in win.transcript.built_range())
+    win.actions["find_older"].trigger()
+    assert win.sidebar.find_row.label.text() == "1 of 6 in this chat"
+    assert len(current_marks(win.transcript.widgets()[win.transcript.hit_index()])) == 1
