@@ -9,6 +9,7 @@ from PySide6.QtCore import QEvent, QLocale, QPoint, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QAbstractScrollArea,
     QFrame,
     QLineEdit,
     QListWidget,
@@ -151,6 +152,12 @@ class ConversationList(QFrame):
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
         if watched is self.list.viewport() and event.type() == QEvent.Type.Resize:
             self._show_current()
+        if watched is self.list and event.type() == QEvent.Type.FocusIn and self.list.currentItem() is None:
+            # Qt makes a list's first row current when Tab reaches a list without one: from a new chat,
+            # Tab towards the model picker opened the newest chat, the unsent text and photo with it.
+            # Focus alone changes nothing; an arrow key then opens the first chat.
+            QAbstractScrollArea.focusInEvent(self.list, event)
+            return True
         if watched is self.list and event.type() == QEvent.Type.KeyPress and self.chat_items() \
                 and event.key() in (Qt.Key.Key_Home, Qt.Key.Key_End, Qt.Key.Key_PageUp, Qt.Key.Key_PageDown):
             return self._jump(event.key())

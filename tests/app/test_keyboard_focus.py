@@ -209,3 +209,28 @@ def test_an_answers_text_comes_before_its_buttons(answered):
     walk = _tab_walk(answered, 20)
     start = walk.index("copyMessage")
     assert walk[start:start + len(expected)] == expected
+
+
+def test_tab_through_the_chat_list_keeps_a_new_chat_open(qtbot, window):
+    """Trial 50: from a new chat, Tab reaching the chat list opened its first chat (Qt makes a list's
+    first row current on focus), the unsent text going along. Focus alone changes nothing now; an
+    arrow key opens a chat."""
+    from .test_conversations import ask
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    ask(qtbot, window, "first")
+    chat = window.keeper.current_id
+    window.new_chat()
+    window.composer.setPlainText("unsent words")
+    window.sidebar.search.setFocus()
+    QTest.keyClick(window.sidebar.search, Qt.Key.Key_Tab)
+    assert QApplication.focusWidget() is window.sidebar.list
+    assert window.keeper.current_id is None and window.composer.toPlainText() == "unsent words"
+    walk = _tab_walk(window, 2)
+    assert walk[0] == "modelPicker" and window.keeper.current_id is None
+    QTest.keyClick(window.composer, Qt.Key.Key_Tab, Qt.KeyboardModifier.ShiftModifier)
+    window.sidebar.list.setFocus(Qt.FocusReason.BacktabFocusReason)
+    assert window.keeper.current_id is None
+    QTest.keyClick(window.sidebar.list, Qt.Key.Key_Down)
+    assert window.keeper.current_id == chat
