@@ -564,6 +564,52 @@ class TableAsText(QWidget):
         layout.addWidget(self.code)
 
 
+LINE_SEPARATOR = "\u2028"
+#: A line that starts a block of its own: a list item, a heading, a quote, a table row, a setext
+#: underline or thematic break (CommonMark's block starts, fences excepted: code is split out before).
+_BLOCK_START = re.compile(r" {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|#{1,6}(?:[ \t]|$)|>|\|"
+                          r"|(?:=+|-+)[ \t]*$|(?:[-*_][ \t]*){3,}$)")
+
+
+_QUOTE = re.compile(r" {0,3}(?:>[ \t]?)+")
+_ITEM = re.compile(r" {0,3}(?:[-*+]|\d{1,9}[.)])[ \t]")
+
+
+def hard_breaks(markdown: str) -> str:
+    """``markdown`` with the line breaks inside a paragraph kept, as chat apps show an answer: a poem or
+    an address streamed line by line, then ran into one paragraph (each break read as a space) once
+    the finished answer was rendered (trial 50).
+
+    Such a break becomes U+2028 LINE SEPARATOR inside the paragraph's text, which Qt lays out as a new
+    line of the same paragraph (Markdown's own hard break, two spaces or a backslash, became a new
+    paragraph in Qt's importer, spaced as one); the next line's indent (and its quote marks, in a
+    quote as deep) goes, as Markdown drops it. A break stays as it is where either line starts a
+    block (a list item's marker, a heading, a table row, an underline; a list item's line may go on),
+    around a blank line, and before or after a line indented as code. Code blocks are not given to this."""
+    lines = markdown.split("\n")
+    out = lines[:1]
+    for line in lines[1:]:
+        last = out[-1].rsplit(LINE_SEPARATOR, 1)[-1]  # the previous line as written
+        quoted, inner = _QUOTE.match(last), _QUOTE.match(line)
+        depth = quoted.group(0).count(">") if quoted else 0
+        if depth != (inner.group(0).count(">") if inner else 0):
+            out.append(line)
+            continue
+        if depth:
+            last, line_text = last[quoted.end():], line[inner.end():]
+        else:
+            line_text = line
+        if (last.strip() and line_text.strip() and not _BLOCK_START.match(line_text)
+                and not last.startswith(("    ", "\t")) and (not _BLOCK_START.match(last) or _ITEM.match(last))):
+            kept = out[-1].rstrip(" \t")
+            if kept.endswith("\\") and not kept.endswith("\\\\"):  # Markdown's backslash hard break
+                kept = kept[:-1]
+            out[-1] = kept + LINE_SEPARATOR + line_text.lstrip(" \t")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]:
     """Widgets for a finished answer: Markdown text views, tables and code blocks, in order."""
     widgets: list[QWidget] = []
@@ -581,6 +627,6 @@ def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]
             widgets.append(TableAsText(block.text, parent, alone) if big else TableText(block.text, parent))
         else:
             view = RichText("assistantText", parent)
-            view.setMarkdown(block.text)
+            view.setMarkdown(hard_breaks(block.text))
             widgets.append(view)
     return widgets

@@ -249,7 +249,7 @@ def test_tags_in_an_answer_are_shown_as_text_not_swallowed(qtbot, make_window):
     [view] = answer.rendered_widgets()
     shown = view.document().toPlainText()
     assert shown == ("Use vector<int> v; a List<T> too.\nThe <script> tag runs JS; <b>bold</b> stays as typed.\n"
-                     "<div> A block of HTML </div>\nStrong, code<T> and https://example.com.\nLast paragraph.")
+                     "<div>\nA block of HTML\n</div>\nStrong, code<T> and https://example.com.\nLast paragraph.")
     html = view.document().toHtml()
     assert "font-weight:700" in html and 'href="https://example.com"' in html
 
@@ -433,3 +433,33 @@ def test_an_answers_tables_share_one_cell_budget(qapp):
         "too many cells to lay out quickly.")
     for widget in widgets:
         widget.deleteLater()
+
+
+def test_a_finished_answer_keeps_its_single_line_breaks(qtbot, make_window):
+    """Trial 50: a poem streamed line by line, then ran into one paragraph when the finished answer was
+    rendered (Markdown joins single line breaks with a space). Lines of one paragraph are lines of one
+    block (not paragraphs spaced apart); lists, headings, quotes and code as before."""
+    win = make_window(FakeBackend(tokens=["ok"]))
+    text = ("Bread is a humble bread,\nA simple yet precious thing,\nKneaded by hand.\n\n"
+            "- one\n- two\n\n> quoted\n> again\n\n## Next\nends here\\\nafter a backslash  \nafter two spaces\n\n"
+            "```\ncode\nlines\n```")
+    answer = win.transcript.add_stored_answer("FakeVLM", text, "stop", "")
+    _settle(qtbot)
+    view, code = answer.rendered_widgets()
+    assert view.document().toPlainText() == ("Bread is a humble bread,\nA simple yet precious thing,\nKneaded by hand.\n"
+                                             "one\ntwo\nquoted\nagain\nNext\nends here\nafter a backslash\n"
+                                             "after two spaces")
+    poem = view.document().firstBlock()
+    assert poem.text().count("\u2028") == 2  # one paragraph, its lines broken (not three paragraphs)
+    assert "\\" not in view.document().toPlainText()
+    assert [b.text() for b in blocks(view)][1:3] == ["one", "two"]  # (list items stay items)
+    view.selectAll()
+    view.copy()
+    assert QApplication.clipboard().text().startswith("Bread is a humble bread,\nA simple yet precious thing,\n")
+
+
+def blocks(view):
+    block = view.document().firstBlock()
+    while block.isValid():
+        yield block
+        block = block.next()
