@@ -198,6 +198,7 @@ class ModelManager(QDialog):
         self.report.setReadOnly(True)
         self.report.setPlaceholderText("Reports of model checks appear here.")
         self.report.setFixedHeight(96)
+        self.report.setTabChangesFocus(True)
 
         # The rows at their own height in a scroll area: squeezed into a dialog shorter than they
         # are, their two lines clipped each other's descenders (the trial: 760 x 640).

@@ -89,6 +89,7 @@ class SettingsDialog(QDialog):
         self.system_prompt.setAccessibleName("System prompt")
         self.system_prompt.setPlaceholderText("Optional instructions for every answer in new chats")
         self.system_prompt.setFixedHeight(72)
+        self.system_prompt.setTabChangesFocus(True)  # Tab goes on to the other settings, as in the message box
 
         self.temperature = self._double("temperature", "Temperature", 0.0, 2.0, 0.05, values["temperature"])
         self.top_p = self._double("topP", "Top-p", 0.01, 1.0, 0.01, values["top_p"])

@@ -234,3 +234,16 @@ def test_tab_through_the_chat_list_keeps_a_new_chat_open(qtbot, window):
     assert window.keeper.current_id is None
     QTest.keyClick(window.sidebar.list, Qt.Key.Key_Down)
     assert window.keeper.current_id == chat
+
+
+def test_tab_leaves_the_system_prompt_for_the_other_settings(qtbot, window):
+    """Trial 50: the settings open in the system prompt, where Tab typed tab characters: the other
+    settings were out of reach forwards, and Enter then saved a prompt of tabs."""
+    dialog = window.open_settings_dialog()
+    dialog.activateWindow()
+    QTest.qWaitForWindowActive(dialog)
+    dialog.system_prompt.setFocus()
+    QTest.keyClick(dialog.system_prompt, Qt.Key.Key_Tab)
+    assert dialog.system_prompt.toPlainText() == window.settings.system_prompt
+    assert dialog.focusWidget() is not dialog.system_prompt and dialog.isAncestorOf(dialog.focusWidget())
+    dialog.reject()
