@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
-from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.find_in_chat import count, hit_top, mark
 from app.messages import CONTINUABLE, AssistantMessage, UserMessage, shown_length
@@ -300,7 +300,14 @@ class ChatView(QScrollArea):
             before = self.message_widget(index - 1)
             self._hold = None  # (a message held may be one going)
             self._set_anchor(before)
-        for message in self._messages[index:]:
+        focused = QApplication.focusWidget()
+        for at, message in enumerate(self._messages[index:], index):
+            if focused is not None and isinstance(message, QWidget) and message.isAncestorOf(focused):
+                # Regenerate or ‹ › pressed from the keyboard: its message goes, and Qt would hand the
+                # focus to the next control in the chain (the Attach button, where a typed space opened
+                # the file dialog). It goes to the same control of what takes the message's place.
+                name = focused.objectName()
+                QTimer.singleShot(0, lambda at=at, name=name: self.focus_message(at, name))
             self._discard(message)
         del self._messages[index:]
         self._hi = min(self._hi, len(self._messages))
@@ -311,6 +318,21 @@ class ChatView(QScrollArea):
             self._current = None
         self._empty.setVisible(not self._messages)
         self.mark_continuable()
+
+    def focus_message(self, index: int, name: str) -> None:
+        """Focus the control named ``name`` of message ``index`` (what replaced a message that had the
+        focus; an answer whose streamed text, focused, was replaced by the finished one), else that
+        message's version arrows, else another of its controls, else the transcript. Not while another
+        window is active (the user is elsewhere)."""
+        if not self.window().isActiveWindow() or index >= len(self._messages):
+            return
+        message = self.message_widget(index)
+        for wanted in (name, "previousVersion", "nextVersion", None):  # None: any (a streaming answer's text)
+            for widget in message.findChildren(QWidget, wanted) if wanted else message.findChildren(QWidget):
+                if widget.isVisible() and widget.isEnabled() and widget.focusPolicy() & Qt.FocusPolicy.TabFocus:
+                    widget.setFocus(Qt.FocusReason.OtherFocusReason)
+                    return
+        self.setFocus(Qt.FocusReason.OtherFocusReason)
 
     @Slot()
     def clear(self) -> None:

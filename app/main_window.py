@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon, QTextCursor
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtWidgets import QApplication, QMainWindow
 
 from app.backends import backend_from_env, ignored_backend
 from app.backends.switch import EngineSwitch, make_remote_backend
@@ -413,6 +413,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:
         record_answer(self.qsettings, self.model_info, result)  # this machine's speed, for the next estimate
+        # Ready for the next question, unless the user went on elsewhere meanwhile: to a message's
+        # buttons (‹ › and Regenerate from the keyboard), the chat list or its search.
+        reading = self._reading()
         answer = self.transcript.last_assistant()
         if answer is not None:
             answer.can_continue = not context_full(result)
@@ -425,8 +428,17 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")
-        self.composer.setFocus()
+        if not reading:
+            self.composer.setFocus()
+        elif not self._reading() and answer in self.transcript.widgets():  # the streamed text had it
+            self.transcript.focus_message(self.transcript.widgets().index(answer), "regenerateMessage")
         self.answer_finished.emit(result)
+
+    def _reading(self) -> bool:
+        """Whether the focus is in the chat (a message's text or buttons) or the sidebar."""
+        focused = QApplication.focusWidget()
+        return focused is not None and (focused is self.transcript or self.transcript.isAncestorOf(focused)
+                                        or self.sidebar.isAncestorOf(focused))
 
     def _take_back(self, edited: int | None, sent: Draft) -> None:
         """A message whose answer failed before its first word is taken back from the chat as not sent

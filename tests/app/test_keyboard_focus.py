@@ -247,3 +247,31 @@ def test_tab_leaves_the_system_prompt_for_the_other_settings(qtbot, window):
     assert dialog.system_prompt.toPlainText() == window.settings.system_prompt
     assert dialog.focusWidget() is not dialog.system_prompt and dialog.isAncestorOf(dialog.focusWidget())
     dialog.reject()
+
+
+def test_version_arrows_and_regenerate_keep_the_focus_on_the_answer(qtbot, answered):
+    """Trial 50: ‹ › or Regenerate pressed from the keyboard replaced the answer, and Qt gave the focus
+    to the Attach button (a space typed next opened the file dialog). The focus stays on the answer."""
+    win = answered
+    answer = win.transcript.widgets()[1]
+    arrow = answer.findChild(QToolButton, "previousVersion")
+    arrow.setFocus()
+    QTest.keyClick(arrow, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: win.transcript.widgets()[1] is not answer, timeout=3000)
+    first = win.transcript.widgets()[1]
+    qtbot.waitUntil(lambda: first.isAncestorOf(QApplication.focusWidget()), timeout=3000)
+    assert QApplication.focusWidget().objectName() == "nextVersion"  # ‹ is disabled at version 1
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: win.transcript.widgets()[1] is not first, timeout=3000)
+    second = win.transcript.widgets()[1]
+    qtbot.waitUntil(lambda: second.isAncestorOf(QApplication.focusWidget()), timeout=3000)
+    assert QApplication.focusWidget().objectName() == "previousVersion"
+    regenerate = second.findChild(QToolButton, "regenerateMessage")
+    regenerate.setFocus()
+    on_the_answer = lambda: (QApplication.focusWidget() is win.transcript  # noqa: E731 - (a streaming answer has no button yet)
+                             or win.transcript.widgets()[1].isAncestorOf(QApplication.focusWidget()))
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        QTest.keyClick(regenerate, Qt.Key.Key_Space)
+        qtbot.waitUntil(lambda: win.transcript.widgets()[1] is not second, timeout=3000)
+        qtbot.waitUntil(on_the_answer, timeout=3000)
+    assert on_the_answer()  # also once it is finished
