@@ -224,12 +224,13 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
 
     @Slot()
     def stop(self) -> None:
-        """Stop the current answer (within ~200 ms, also before its first token); Esc with no answer
-        running cancels an edit, and in the chat search clears it."""
-        if self._busy:
-            self.controller.stop()
-        elif self.sidebar.search.hasFocus() and self.sidebar.search.text():
+        """Stop the current answer (within ~200 ms, also before its first token). Esc in the chat search
+        holding text clears it (also while an answer runs: the next Esc stops it); with no answer
+        running, Esc cancels an edit."""
+        if self.sidebar.search.hasFocus() and self.sidebar.search.text():
             self.sidebar.search.clear()  # every chat listed again
+        elif self._busy:
+            self.controller.stop()
         else:
             self._cancel_edit()
 

@@ -11,7 +11,7 @@ from app.icons import icon
 WIDGET_SHORTCUTS = [
     ("Enter", "Send the message"),
     ("Shift+Enter", "New line in the message"),
-    ("Esc", "Stop the answer; cancel an edit; clear the chat search"),
+    ("Esc", "Stop the answer; cancel an edit; in the chat search, clear it first"),
     ("Enter, Shift+Enter in the search", "Older, newer match in the open chat"),
     ("Ctrl+V", "Paste text or an image into the message"),
     ("Del", "Delete the selected chat"),

@@ -277,3 +277,21 @@ def test_esc_in_the_chat_search_clears_it_and_a_remote_chat_names_its_server(qtb
     assert win.sidebar.search.text() == ""
     win._on_model_loaded({**win.model_info, "backend": "remote:Box", "device": "Box"})
     assert win.transcript._empty.text().endswith("\nAnswers come from the server Box.")
+
+
+def test_esc_in_the_chat_search_clears_it_while_an_answer_runs_and_then_stops_it(qtbot, make_window):
+    """Trial 50: Esc in the search, meant to clear it, cancelled the answer being waited for."""
+    win = make_window(FakeBackend(tokens=[f" w{i}" for i in range(400)], delay=0.01))
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    win.composer.setPlainText("Write a long essay about rivers.")
+    with qtbot.waitSignal(win.answer_finished, timeout=20_000) as finished:
+        win.send_message()
+        qtbot.waitUntil(lambda: len(win.transcript.widgets()[-1].text) > 20, timeout=5000)
+        win.actions["search"].trigger()
+        qtbot.keyClicks(win.sidebar.search, "riv")
+        qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Escape)
+        assert win.sidebar.search.text() == "" and win._busy  # cleared; the answer goes on
+        qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Escape)  # the next Esc stops it
+    assert finished.args[0]["finish_reason"] == "cancelled"
+    assert win.sidebar.search.hasFocus()  # (the end of the answer does not take the focus away)
