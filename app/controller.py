@@ -72,6 +72,7 @@ class ChatController(QObject):
         self.bridge.loaded_as.connect(self._on_loaded)
         self._loads = 0  # loads asked for: only the last one's result counts
         self.asked = ""  # the last model asked for: loaded again with new engine settings if it failed
+        self._before: dict = {}  # the model in use when a load began (kept if that load fails)
         self.model_info: dict = {}
         self.busy = self.ready = self.loading = self.closed = False
         self._stopped = True  # the backend's thread ended at shutdown
@@ -87,6 +88,9 @@ class ChatController(QObject):
         """Load ``path`` in the backend unless an answer is running; False when refused."""
         if self.busy or self.closed:
             return False
+        # The backends keep the model they have until another one has loaded: one that fails to load
+        # (a folder missing a tensor, an unreachable server) leaves this one in use.
+        self._before = dict(self.model_info) if self.ready else {}
         self.loading, self.ready = True, False
         self.busy_changed.emit()
         self.model_loading.emit(path)
@@ -116,7 +120,8 @@ class ChatController(QObject):
             return
         self.loading = False
         if info is None:
-            self.ready, self.model_info = False, {}
+            self.model_info = self._before
+            self.ready = bool(self.model_info)  # still the model loaded before (see load)
             self.model_load_failed.emit(message or "unknown error")
         else:
             self.ready = True

@@ -401,6 +401,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
 
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:
+        if self.controller.ready:  # the model loaded before is still there: the chat goes on with it
+            self._on_model_loaded(self.controller.model_info)
+            self.banner.show_error(f"Could not load the model: {message}\n"
+                                   f"Still using {self.controller.model_info.get('model_name') or 'the model before'}.")
+            return
         self.model_picker.set_none()
         self.transcript.set_placeholder(NO_MODEL_TEXT)
         self.banner.show_error(f"Could not load the model: {message}")

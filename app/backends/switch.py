@@ -42,10 +42,16 @@ class EngineSwitch:
             if parsed[0] not in self.remotes:
                 self.remotes[parsed[0]] = self._make_remote(parsed[0])
             target = self.remotes[parsed[0]]
-        if target is not self.current:
-            self.current.cancel()
+        previous = self.current
+        if target is not previous:
+            previous.cancel()
         self.current = target
-        target.load(model, options, on_done)
+
+        def done(info, error) -> None:
+            if info is None and self.current is target and target is not previous:
+                self.current = previous  # it still holds its model: the window goes on with it
+            on_done(info, error)
+        target.load(model, options, done)
 
     def forget_server(self, name: str) -> None:
         """A server was edited or removed: its next use builds a backend with the new settings."""

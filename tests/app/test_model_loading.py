@@ -66,3 +66,40 @@ def test_window_without_model_asks_for_one(qtbot, make_window):
     assert "No model loaded" in win.stats_label.text()
     qtbot.keyClicks(win.composer, "hello")
     assert not win.send_button.isEnabled()
+
+
+def test_a_model_that_fails_to_load_leaves_the_one_in_use(qtbot, make_window):
+    """Trial 50: picking a folder missing a tensor said why, but the working model was gone from the
+    window ("No model loaded") although the engine still held it: the user had to pick and wait for
+    it again. The window goes on with it."""
+    factory = FakeBackend()
+    win = make_window(factory)
+    assert win.model_info["path"] == "/models/fake"
+    factory.fail = "1 tensor(s) missing from the checkpoint: model.layers.1.q_proj.weight"
+    win.model_picker.model_chosen.emit("/models/missing-tensor")
+    qtbot.waitUntil(lambda: not win.banner.isHidden(), timeout=5000)
+    assert win.banner.message() == ("Could not load the model: 1 tensor(s) missing from the checkpoint: "
+                                    "model.layers.1.q_proj.weight\nStill using FakeVLM-256M.")
+    assert win.model_info["path"] == "/models/fake" and win.controller.ready
+    assert win.model_picker.text().startswith("FakeVLM-256M")
+    assert win.stats_label.text() == "FakeVLM-256M · cpu · float32 · ready"
+    win.composer.setPlainText("still there?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+    assert win.transcript.messages()[-1]["text"] == "Hello, world!"
+
+
+def test_a_server_model_that_fails_to_load_leaves_the_local_one_in_use():
+    """The switch between the local engine and servers goes back to the backend that holds the model."""
+    import queue
+
+    from app.backends.switch import EngineSwitch
+
+    local, remote = FakeBackend(), FakeBackend(fail="Box: 401 wrong key")
+    switch = EngineSwitch(local, lambda name: remote)
+    results: queue.Queue = queue.Queue()
+    switch.load("/models/fake", {}, lambda info, error: results.put((info, error)))
+    assert results.get(timeout=5)[0].path == "/models/fake"
+    switch.load("remote:Box::big-model", {}, lambda info, error: results.put((info, error)))
+    assert results.get(timeout=5) == (None, "Box: 401 wrong key")
+    assert switch.current is local and switch.info.path == "/models/fake"
