@@ -7,6 +7,8 @@ runs behind a :class:`~engine.api.ChatBackend`.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,8 @@ from app.window_chats import ChatsMixin
 from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
 from app.zoom import ZoomMixin, saved_zoom
 from engine.api import ChatBackend
+
+log = logging.getLogger(__name__)
 
 NO_MODEL_NOTE = ("No model is loaded: your message stays here. Choose a model at the top right (or Model ▸ "
                  "Manage models…, Ctrl+M) to send it.")
@@ -120,6 +124,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
                                          f"{'that file is' if len(gone) == 1 else 'those files are'} gone.")
         self.composer.textChanged.connect(self.drafts.changed)
         self.attachments.changed.connect(self.drafts.changed)
+        self._remove_unused_media()
         self._update_actions()
         self.remote_models.refresh()
         path = model_path or last_model(self.qsettings)
@@ -130,6 +135,18 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.transcript.set_placeholder(NO_MODEL_TEXT)  # not "Drop a photo here…": nothing could read it
             self.composer.setPlaceholderText("Load a model to ask a question…")
             QTimer.singleShot(0, self.open_model_manager)
+
+    def _remove_unused_media(self) -> None:
+        """At start, before anything can be deleted or sent: the stored files no message names any more
+        (:meth:`Store.remove_unused_media`), those of the unsent message and of an edit kept."""
+        keep = [*self.attachments.paths(), *self._draft.attachments, *self._kept, *self._kept.values()]
+        try:
+            removed, freed = self.store.remove_unused_media(keep)
+        except (OSError, sqlite3.Error) as exc:  # a folder or database that cannot be read: nothing is lost
+            log.warning("could not look for stored files no message uses: %s", exc)
+            return
+        if removed:
+            log.info("removed %d stored file(s) no message uses (%.1f MB)", removed, freed / 1e6)
 
     def _connect_controller(self) -> None:
         c = self.controller

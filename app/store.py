@@ -39,6 +39,7 @@ import re
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -689,12 +690,46 @@ class Store:
             target = self.images_dir / f"{digest.hexdigest()[:32]}{suffix}"
             if target.exists() and _same_content(target, tmp, digest.hexdigest()):
                 tmp.unlink()
+                os.utime(target)  # in use again: not a file that remove_unused_media may take
             else:  # new, or a stored copy damaged since (a disk error): the intact file replaces it
                 tmp.replace(target)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a full disk must not leave half an image behind
             raise
         return str(target)
+
+    def remove_unused_media(self, keep: Iterable[str] = ()) -> tuple[int, int]:
+        """Delete the stored images and videos that no message refers to any more: those of chats
+        deleted in an earlier run (purged at the start), of messages deleted and not undone, of a
+        question whose send was refused. Without this a deleted chat's 2 GB video stayed on disk for good.
+
+        ``keep``: paths still wanted outside the database (the unsent message's attachments). A file is
+        taken only when no message's ``images`` value names it (read as text, so a value that is not
+        valid JSON still keeps its files) and it was not stored or reused since this call began.
+        Returns (files deleted, bytes freed); a file that cannot be deleted is left. A read-only store
+        deletes nothing."""
+        if self.read_only:
+            return 0, 0
+        started = time.time()
+        files = [f for f in self.images_dir.iterdir() if f.is_file() and not f.name.endswith(".part")]
+        if not files:
+            return 0, 0
+        named = "\n".join(str(row[0]) for row in self.db.execute(
+            "SELECT images FROM messages WHERE images IS NOT NULL AND images NOT IN ('', '[]')"))
+        wanted = {Path(path).name for path in keep}
+        removed = freed = 0
+        for file in files:
+            if file.name in wanted or file.name in named:
+                continue
+            try:
+                stat = file.stat()
+                if stat.st_mtime >= started - 1:  # (coarse file-system clocks): stored or reused just now
+                    continue
+                file.unlink()
+            except OSError:
+                continue
+            removed, freed = removed + 1, freed + stat.st_size
+        return removed, freed
 
     def _remove_partial_images(self) -> None:
         """Copies cut short by a crash or a full disk in an earlier run."""

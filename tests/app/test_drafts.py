@@ -5,6 +5,7 @@ aside; a file gone since is left out and said; an unreadable kept draft is ignor
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from PIL import Image
 from PySide6.QtCore import QSettings, Qt
@@ -158,3 +159,27 @@ def test_a_settings_file_that_cannot_be_written_is_said_once(qtbot, make_window,
     win.banner.dismiss()
     win.drafts.save()
     assert win.banner.message() == ""  # once
+
+
+def test_a_deleted_chats_photos_go_at_the_next_start_but_not_the_unsent_messages(qtbot, make_window, tmp_path):
+    """Trial 50: stored files stayed in the data folder for good once no message used them."""
+    import os
+    import time
+
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    stored = []
+    for name, colour in (("cat.png", (200, 40, 40)), ("dog.png", (40, 200, 40))):
+        win.new_chat()
+        assert drop(win.composer, file_mime(write_png(tmp_path / name, colour)))
+        win.composer.setPlainText(f"What is in {name}?")
+        with qtbot.waitSignal(win.answer_finished, timeout=5000):
+            qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+        stored.append(win.keeper.messages()[0].images[0])
+        win.delete_conversation(win.keeper.current_id)
+    win.reattach([stored[0]], ["cat.png"])  # the first chat's photo, attached again to a message not sent
+    win.close()
+    for path in stored:
+        os.utime(path, (time.time() - 60, time.time() - 60))  # stored in an earlier run
+    again = make_window(FakeBackend())  # the start purges the deleted chats, then their files
+    assert again.attachments.paths() == [stored[0]] and Path(stored[0]).exists()
+    assert not Path(stored[1]).exists()

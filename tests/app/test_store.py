@@ -372,3 +372,34 @@ def test_a_read_after_a_write_parses_only_the_rows_that_changed(store, monkeypat
     store.add_message(other.id, "user", "hello")
     assert [m.text for m in store.messages(other.id)] == ["hello"]
     assert store.messages(conv.id)[3].text == "edited"  # back in the first chat: read from the database
+
+
+def test_files_no_message_uses_are_removed_and_used_ones_kept(store, data_dir, tmp_path):
+    """Trial 50: a deleted chat's files (a video can be gigabytes) and a refused attachment's copy
+    stayed in the data folder for good."""
+    import os
+    import time
+
+    def stored(name: str, size: int) -> Path:
+        source = tmp_path / name
+        source.write_bytes(os.urandom(size))
+        path = Path(store.store_image(source))
+        os.utime(path, (time.time() - 60, time.time() - 60))  # stored in an earlier run
+        return path
+
+    kept_chat, gone_chat = store.create_conversation("kept"), store.create_conversation("gone")
+    photo, video, refused, draft = stored("a.png", 100), stored("b.mp4", 5000), stored("c.img", 7), stored("d.png", 9)
+    store.add_message(kept_chat.id, "user", "look", [str(photo)])
+    store.add_message(gone_chat.id, "user", "watch", [str(video)])
+    store.db.execute("UPDATE messages SET images = ? WHERE conversation_id = ?",  # not JSON: still names its file
+                     (f'["{photo.name}"', kept_chat.id))
+    store.delete_conversation(gone_chat.id)
+    assert store.remove_unused_media(keep=[str(draft)]) == (1, 7)  # the refused copy; the draft's is wanted
+    assert video.exists() and photo.exists() and draft.exists() and not refused.exists()  # (a deleted chat
+    # can be undone until the next start: its video is kept...)
+    store.close()
+    again = Store(data_dir)  # ...the start purges the chat
+    reused = stored("e.png", 11)
+    assert Path(again.store_image(tmp_path / "e.png")) == reused  # attached again just now, not yet sent
+    assert again.remove_unused_media(keep=[str(video), str(draft)]) == (0, 0)  # named by the unsent message
+    assert again.remove_unused_media() == (2, 5009) and not video.exists() and photo.exists() and reused.exists()
