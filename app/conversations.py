@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtCore import QObject, QSettings, QTimer, Signal
 
 from app.banner import Banner
 from app.chat_view import ChatView, StoredMessage
@@ -27,6 +27,8 @@ from app.video_attachments import VIDEO_SUFFIXES
 
 FLUSH_INTERVAL_S = 0.25
 FLUSH_TOKENS = 32
+#: How often a finished answer whose last save failed is written again (ms).
+UNSAVED_RETRY_MS = 10_000
 TITLE_LENGTH = 48
 STORAGE_ERRORS = (OSError, sqlite3.Error)
 #: The name kept for an image pasted or dropped as data (its file is named by its content hash).
@@ -51,13 +53,11 @@ def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str
 
 def unsaved_answer(saved_chars: int, last: bool) -> str:
     """What is kept of an answer whose save failed, the store holding its first ``saved_chars``
-    characters; ``last``: that was its final save, so nothing more will be written."""
+    characters; ``last``: that was its final save (tried again later: ``ConversationKeeper.save_unsaved``)."""
     if last:
-        if not saved_chars:
-            return ("Kept: the question, as unanswered (with Resend when the chat is reopened). "
-                    "The answer stays on screen but is not kept.")
-        return (f"Kept: its first {saved_chars:,} characters, saved while it streamed (marked interrupted "
-                "when the chat is reopened). The rest stays on screen but is not kept.")
+        kept = f"its first {saved_chars:,} characters" if saved_chars else "the question"
+        return (f"Kept so far: {kept}. The answer stays on screen, and Smolchat saves it as soon as the disk "
+                f"takes it (it tries every {UNSAVED_RETRY_MS // 1000} s, before your next question and at quit).")
     kept = f"its first {saved_chars:,} characters, saved before that" if saved_chars else "nothing of it yet"
     return f"Kept: {kept}. The rest stays on screen, and Smolchat tries again to save it until the answer ends."
 
@@ -141,7 +141,7 @@ def answer_footer(message: Message) -> str:
     if message.status == "interrupted" and not message.text.strip():
         return "unanswered — Smolchat closed before this answer started"
     if message.status == "interrupted":
-        return "interrupted — Smolchat closed before this answer was complete"
+        return "interrupted — Smolchat closed (or could not save) before this answer was complete"
     parts = [p for p in (finish_footer({"finish_reason": _reason(message.status), **message.stats}),
                          stats_summary(message.stats)) if p]
     return " · ".join(parts)
@@ -272,6 +272,12 @@ class ConversationKeeper(QObject):
         self._last_flush = 0.0
         self._save_failed = False
         self._saved_chars = 0  # how much of the streaming answer the store holds
+        # A finished answer whose last save failed (a full disk): (id, text, fields), written again
+        # every UNSAVED_RETRY_MS, before the next question and at quit, until a write works.
+        self._unsaved: tuple[int, str, dict] | None = None
+        self._retry = QTimer(self)
+        self._retry.setInterval(UNSAVED_RETRY_MS)
+        self._retry.timeout.connect(self.save_unsaved)
         # The answer being continued, as it was (begin_continue; None: the streaming answer is new),
         # and its ids the continuation's follow (None: unknown, or another model's).
         self._before_continue: Message | None = None
@@ -404,6 +410,7 @@ class ConversationKeeper(QObject):
         it follows the same message, the old version and its branch stay in the store, and the
         transcript shows the new branch from there. ``names``: the name each of ``images`` was attached
         as (:func:`attached_name`; "" or None: unknown); a file the old version had keeps its name there."""
+        self.save_unsaved()  # the last answer first: it comes before this question
         created = self.current_id is None
         conv_id = self.ensure_conversation(user_text, images, model, settings)
         self._created = created
@@ -540,10 +547,31 @@ class ConversationKeeper(QObject):
                 self._save_failed = True
                 self.storage_error.emit(f"Could not save the answer: {storage_problem(exc, self.store.folder)}. "
                                         + unsaved_answer(self._saved_chars, last))
+            if last:
+                self._unsaved = (self._streaming_id, text, fields)
+                self._retry.start()
             return
         self._saved_chars = len(text)
         if self._save_failed and last:
             self.storage_recovered.emit("The answer was saved in full after all: a later save worked.")
+
+    def save_unsaved(self) -> bool:
+        """Write the finished answer whose last save failed, again (see ``_unsaved``); True when nothing
+        is left unsaved. Said in the banner when it works."""
+        if self._unsaved is None:
+            return True
+        message_id, text, fields = self._unsaved
+        try:
+            there = self.store.message(message_id) is not None  # (deleted meanwhile: nothing to save)
+            if there:
+                self.store.update_message(message_id, text=text, **fields)
+        except STORAGE_ERRORS:
+            return False
+        self._unsaved = None
+        self._retry.stop()
+        if there:
+            self.storage_recovered.emit("The answer was saved in full after all: a later save worked.")
+        return True
 
     def token_arrived(self) -> None:
         """Flush the growing answer every FLUSH_TOKENS tokens or FLUSH_INTERVAL_S seconds."""
@@ -593,13 +621,15 @@ class ConversationKeeper(QObject):
         self._streaming_id = None
 
     def abandon(self) -> None:
-        """The window closes mid-answer: keep what arrived, marked interrupted as a crash leaves it
-        ("stopped by you" is for Stop). An answer that had not started leaves its question unanswered,
+        """The window closes (mid-answer, or not): keep what arrived, marked interrupted as a crash leaves
+        it ("stopped by you" is for Stop). An answer that had not started leaves its question unanswered,
         offered again with Resend when the chat is next opened."""
+        self.save_unsaved()  # an answer of before whose last save failed: a last try
         if self._streaming_id is not None:
             answer = self.transcript.last_assistant()
             self._save_answer_text(answer.text if answer else "", last=True, status="interrupted")
             self._streaming_id = None
+        self._retry.stop()
 
     def withdraw_last(self) -> None:
         """Take back the last question (a new one, or an edit's new version) and its answer that failed

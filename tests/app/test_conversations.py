@@ -209,7 +209,7 @@ def test_long_titles_are_elided_not_scrolled(qtbot, window):
 
 
 def test_closing_the_window_mid_answer_keeps_it_as_interrupted(qtbot, make_window, data_dir):
-    """What arrived is kept, footed "interrupted — Smolchat closed before this answer was complete"
+    """What arrived is kept, footed "interrupted — Smolchat closed (or could not save) before this answer was complete"
     when reopened, not "stopped by you" (which is Stop's)."""
     from PySide6.QtWidgets import QLabel
 
@@ -223,7 +223,7 @@ def test_closing_the_window_mid_answer_keeps_it_as_interrupted(qtbot, make_windo
     assert answer.status == "interrupted" and answer.text.startswith("t0 t1 t2")
     again = make_window(FakeBackend())
     footer = again.transcript.widgets()[-1].findChild(QLabel, "messageFooter")
-    assert footer.text() == "interrupted — Smolchat closed before this answer was complete"
+    assert footer.text() == "interrupted — Smolchat closed (or could not save) before this answer was complete"
 
 
 def test_export_adds_the_extension_and_starts_in_the_last_export_folder(qtbot, window, tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
 from app.backends.fake import FakeBackend
+from app.store import Store
 
 
 def test_data_dir_under_a_file_falls_back_to_a_temporary_folder(qtbot, make_window, tmp_path, monkeypatch):
@@ -114,8 +115,8 @@ def test_full_disk_mid_answer_says_the_text_saved_so_far_is_kept(qtbot, make_win
     assert shown == [  # once when the flush fails, once more when the last save fails too
         problem + "Kept: its first 3 characters, saved before that. The rest stays on screen, and Smolchat "
                   "tries again to save it until the answer ends.",
-        problem + "Kept: its first 3 characters, saved while it streamed (marked interrupted when the chat is "
-                  "reopened). The rest stays on screen but is not kept."]
+        problem + "Kept so far: its first 3 characters. The answer stays on screen, and Smolchat saves it as soon "
+                  "as the disk takes it (it tries every 10 s, before your next question and at quit)."]
     assert win.banner.message() == shown[-1]
     assert win.transcript.messages()[-1]["text"] == "The cat is orange."
     stored = win.store.messages(win.keeper.current_id)[-1]
@@ -126,8 +127,8 @@ def test_full_disk_before_the_first_save_says_the_question_is_kept(qtbot, window
     _update_failing_after(window.store, monkeypatch, works=0)
     _ask(qtbot, window)
     assert window.banner.message().endswith(
-        "Kept: the question, as unanswered (with Resend when the chat is reopened). "
-        "The answer stays on screen but is not kept.")
+        "Kept so far: the question. The answer stays on screen, and Smolchat saves it as soon as the disk "
+        "takes it (it tries every 10 s, before your next question and at quit).")
     stored = window.store.messages(window.keeper.current_id)
     assert [(m.role, m.text) for m in stored] == [("user", "What colour is the cat?"), ("assistant", "")]
 
@@ -418,3 +419,44 @@ def test_pasted_images_and_pdf_pages_on_a_full_disk_leave_no_partial_file(tmp_pa
         pdf_pages.render_pages(tmp_path / "doc.pdf", [0], full_folder)
     # No .tmp / .part for a later run to trip over (rendered pages sit in a folder per PDF content).
     assert [p for p in full_folder.rglob("*") if p.is_file()] == []
+
+
+def test_an_answer_whose_last_save_failed_is_saved_when_the_disk_has_room_again(qtbot, make_window, monkeypatch):
+    """Trial 50: the answer's end, not saved on a full disk, was lost even after space was freed (and
+    reopened it read "Smolchat closed before this answer was complete"). It is written again every
+    10 s, before the next question and at quit, until a write works."""
+    monkeypatch.setattr("app.conversations.UNSAVED_RETRY_MS", 50)
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    real = win.store.update_message
+    monkeypatch.setattr(win.store, "update_message", _disk_full)
+    _ask(qtbot, win)
+    assert win.banner.message().startswith("Could not save the answer: the disk is full")
+    stored = win.store.messages(win.keeper.current_id)[-1]
+    assert (stored.text, stored.status) == ("", "streaming")
+    qtbot.wait(200)  # still full: tried again, quietly
+    monkeypatch.setattr(win.store, "update_message", real)  # space freed
+    qtbot.waitUntil(lambda: win.banner.message() == "The answer was saved in full after all: a later save worked.",
+                    timeout=3000)
+    stored = win.store.messages(win.keeper.current_id)[-1]
+    assert (stored.text, stored.status) == ("The cat is orange.", "done")
+
+
+def test_an_unsaved_answer_is_saved_before_the_next_question_and_at_quit(qtbot, make_window, monkeypatch):
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    real = win.store.update_message
+    monkeypatch.setattr(win.store, "update_message", _disk_full)
+    _ask(qtbot, win, "First?")
+    monkeypatch.setattr(win.store, "update_message", real)
+    win.composer.clear()
+    _ask(qtbot, win, "Second?")  # the first answer is written before this question
+    assert [(m.text, m.status) for m in win.store.messages(win.keeper.current_id)][:2] == [("First?", "done"),
+                                                                                         ("Yes.", "done")]
+    monkeypatch.setattr(win.store, "update_message", _disk_full)
+    win.composer.clear()
+    _ask(qtbot, win, "Third?")
+    monkeypatch.setattr(win.store, "update_message", real)
+    chat, folder = win.keeper.current_id, win.store.folder
+    win.close()  # at quit
+    again = Store(folder, recover=False)
+    assert [(m.text, m.status) for m in again.messages(chat)][-2:] == [("Third?", "done"), ("Yes.", "done")]
+    again.close()
