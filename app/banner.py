@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.a11y import announce
 from app.text_fit import WrappingLabel
 
 #: kind -> (mark, accessible name); colours are in resources/style.qss (``#bannerIcon[tone=...]``).
@@ -135,7 +136,7 @@ class Banner(QFrame):
         shown = self.message() if self.tone() in ("error", "info") and not self._action.isVisibleTo(self) else ""
         if text in shown.split("\n"):
             return
-        self._show(f"{shown}\n{text}" if shown else text, "error" if self.tone() == "error" else tone)
+        self._show(f"{shown}\n{text}" if shown else text, "error" if self.tone() == "error" else tone, (text, tone))
 
     def show_success(self, text: str) -> None:
         """Something the user asked for worked (e.g. an export)."""
@@ -154,7 +155,9 @@ class Banner(QFrame):
             self._callback = callback
             self._action.show()
 
-    def _show(self, text: str, tone: str) -> None:
+    def _show(self, text: str, tone: str, said: tuple[str, str] | None = None) -> None:
+        """Show ``text`` in ``tone``; a screen reader is told ``said`` ((text, tone); default: the whole
+        text, in ``tone``), at once for an error."""
         mark, name = TONES[tone]
         self._text = text
         self._message.setText(text)
@@ -169,6 +172,8 @@ class Banner(QFrame):
         self._action.hide()
         self._callback = None
         self.show()
+        said_text, said_tone = said or (text, tone)
+        announce(self, said_text, assertive=said_tone == "error")
 
     def undo(self) -> bool:
         """Press the banner's "Undo" if it shows one (Ctrl+Z outside a text field); True when it did."""

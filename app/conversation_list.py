@@ -16,6 +16,8 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QStyledItemDelegate,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -48,6 +50,16 @@ def period(updated: float, today: dt.date) -> str:
     return str(day.year)
 
 
+class _TitleDelegate(QStyledItemDelegate):
+    """The list's editor for a chat's title (F2), named for a screen reader ("edit" alone before)."""
+
+    def createEditor(self, parent, option, index):  # noqa: N802 - Qt's name
+        editor = super().createEditor(parent, option, index)
+        editor.setAccessibleName("Chat title")
+        editor.setAccessibleDescription("Enter renames the chat, Esc keeps its title")
+        return editor
+
+
 class ConversationList(QFrame):
     """Lists conversations newest first. It only emits; the window talks to the store.
 
@@ -75,6 +87,9 @@ class ConversationList(QFrame):
         self.search.setPlaceholderText("Search chats")
         self.search.setAccessibleName("Search conversations")
         self.search.setClearButtonEnabled(True)
+        for button in self.search.findChildren(QToolButton):  # Qt's clear button: no name of its own
+            button.setAccessibleName("Clear search")
+            button.setToolTip("Clear search (Esc)")
         # The magnifier is a button to assistive technology: named, and clicking it puts the cursor in the field.
         find = self.search.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
         find.setText("Search chats")
@@ -86,6 +101,7 @@ class ConversationList(QFrame):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setAccessibleName("Conversations")
         self.list.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
+        self.list.setItemDelegate(_TitleDelegate(self.list))
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setIconSize(QSize(16, 16))
         self.list.setUniformItemSizes(True)
@@ -127,6 +143,9 @@ class ConversationList(QFrame):
                 heading = when
                 header = QListWidgetItem(heading)
                 header.setFlags(Qt.ItemFlag.NoItemFlags)  # not selectable: keys and clicks pass over it
+                # Read as a heading, not as a chat named "Today".
+                header.setData(Qt.ItemDataRole.AccessibleTextRole, f"{heading}, heading")
+                header.setData(Qt.ItemDataRole.AccessibleDescriptionRole, f"The chats below last changed {heading}")
                 font = header.font()
                 font.setBold(True)
                 font.setPointSizeF(font.pointSizeF() * 0.85)

@@ -245,7 +245,7 @@ def install(window) -> LocalServer:
     server = LocalServer(window)
     label = QLabel("")
     label.setObjectName("serverStatus")
-    label.setAccessibleName("Local server address")
+    label.setAccessibleDescription("Local server address")  # (its text, the address, is its name)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     label.setVisible(False)
     window.statusBar().addPermanentWidget(label)

@@ -17,6 +17,7 @@ from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon, QTextCursor
 from PySide6.QtWidgets import QApplication, QMainWindow
 
+from app.a11y import announce
 from app.backends import backend_from_env, ignored_backend
 from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY, LOCAL_LINE
@@ -47,6 +48,10 @@ from app.zoom import ZoomMixin, saved_zoom
 from engine.api import ChatBackend
 
 log = logging.getLogger(__name__)
+
+#: What a screen reader is told when an answer ends (app.a11y.announce), by finish reason.
+ANSWER_ENDS = {"stop": "Answer finished", "cancelled": "Answer stopped",
+               "length": "Answer stopped at the token limit", "interrupted": "Answer interrupted"}
 
 NO_MODEL_NOTE = ("No model is loaded: your message stays here. Choose a model at the top right (or Model ▸ "
                  "Manage models…, Ctrl+M) to send it.")
@@ -260,9 +265,14 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if action == "delete":
             self.delete_message(index)
         elif action in ("previous_version", "next_version"):
-            if self._storage("switch versions", self.controller.switch_version, index,
-                             -1 if action == "previous_version" else 1) and self.controller.ready:
-                self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
+            switched: list[bool] = []
+            step = -1 if action == "previous_version" else 1
+            if self._storage("switch versions", lambda: switched.append(self.controller.switch_version(index, step))):
+                if switched[0]:
+                    shown = self.transcript.message_widget(index)
+                    announce(self.transcript, f"{shown.actions_row.versions.label.accessibleName()} shown")
+                if self.controller.ready:
+                    self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
         elif action == "regenerate":
             self.regenerate_answer(index)
         elif action == "continue":
@@ -451,6 +461,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")
         self.stats_label.setText(summary if reason == "stop" else f"{summary} · {reason}")
+        announce(self.transcript, ANSWER_ENDS.get(reason, ""))  # (an error is said by its banner)
         if not reading:
             self.composer.setFocus()
         elif not self._reading() and answer in self.transcript.widgets():  # the streamed text had it

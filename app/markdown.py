@@ -327,6 +327,8 @@ class RichText(QTextBrowser):
     def __init__(self, object_name: str = "assistantText", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(object_name)
+        if object_name == "assistantText":  # (its text is its value; the name says what the text is)
+            self.setAccessibleName("Answer text")
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setOpenExternalLinks(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

@@ -61,6 +61,10 @@ ACTIONS = {
     "delete": ("delete", "Delete message"),
     "continue": ("continue", "Continue the answer from where it stopped"),
 }
+#: The buttons' accessible names, where the tooltip's words would not say whose message it is.
+SPOKEN = {"copy": "Copy {whose}", "edit": "Edit question and resend", "delete": "Delete {whose}"}
+#: How much of a message its buttons' accessible description quotes (characters).
+DESCRIBED_CHARS = 80
 #: The answers Continue is offered for (the chat's last one, with text): cut short by the token limit,
 #: by Stop, by a quit, or by an error after some of it (a server that hung up: Continue tries again).
 CONTINUABLE = ("length", "cancelled", "interrupted", "error")
@@ -85,9 +89,12 @@ class ActionRow(QWidget):
 
     triggered = Signal(str)
 
-    def __init__(self, names: list[str], align_right: bool, parent: QWidget | None = None) -> None:
+    def __init__(self, names: list[str], align_right: bool, parent: QWidget | None = None, whose: str = "message") -> None:
+        """``whose``: "question" or "answer", in the buttons' accessible names (a screen reader tabbing
+        through a chat heard "Copy text, Delete message" for every message alike)."""
         super().__init__(parent)
         self.setObjectName("messageActions")
+        self.whose = whose
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(2)
@@ -109,7 +116,7 @@ class ActionRow(QWidget):
             button.setIcon(icon(icon_name))
             button.setIconSize(QSize(15, 15))
             button.setToolTip(tip)
-            button.setAccessibleName(tip)
+            button.setAccessibleName(SPOKEN.get(name, tip).format(whose=whose))
             button.setAutoRaise(True)
             button.clicked.connect(lambda _=False, n=name: self.triggered.emit(n))
             if name == "continue":  # words, not an icon alone: the one way on after a cut-off answer
@@ -123,6 +130,14 @@ class ActionRow(QWidget):
 
     def button(self, name: str) -> QToolButton:
         return self.findChild(QToolButton, f"{name}Message")
+
+    def describe(self, text: str) -> None:
+        """Say which message the buttons act on: its start, as each button's accessible description."""
+        start = " ".join(text.split())
+        start = start if len(start) <= DESCRIBED_CHARS else start[:DESCRIBED_CHARS].rstrip() + "…"
+        description = f"{self.whose.capitalize()}: {start}" if start else ""
+        for button in self.findChildren(QToolButton):
+            button.setAccessibleDescription(description)
 
     def set_time(self, when: float | None, now: float | None = None) -> None:
         """Show when the message was sent (seconds since the epoch; None: nothing shown), as of ``now``
@@ -242,7 +257,8 @@ class UserMessage(QWidget):
                 if images:
                     more.setContentsMargins(8, 0, 8, 4)
                 inner.addWidget(more)
-        self.actions_row = ActionRow(["copy", "edit", "delete"], align_right=True)
+        self.actions_row = ActionRow(["copy", "edit", "delete"], align_right=True, whose="question")
+        self.actions_row.describe(text)
         self.actions_row.triggered.connect(self._on_action)
         line = QHBoxLayout()
         line.addStretch(1)
@@ -278,6 +294,7 @@ class AssistantMessage(QWidget):
         self.can_continue = True  # False: it filled the model's context (see app.formatting.context_full)
         avatar = QLabel("S")
         avatar.setObjectName("assistantAvatar")
+        avatar.setAccessibleName("Answer")  # (read first: what follows is an answer, not a letter "S")
         avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
         avatar.setFixedSize(30, 30)
         # Elided: a long model name ("SmolLM2-135M-Instruct.Q4_1.gguf + …") at a large zoom made the
@@ -305,7 +322,7 @@ class AssistantMessage(QWidget):
         bubble_layout = QVBoxLayout(bubble)
         bubble_layout.setContentsMargins(14, 10, 14, 10)
         bubble_layout.addLayout(self._column)
-        self.actions_row = ActionRow(["copy", "regenerate", "delete", "continue"], align_right=False)
+        self.actions_row = ActionRow(["copy", "regenerate", "delete", "continue"], align_right=False, whose="answer")
         self.actions_row.triggered.connect(self._on_action)
         self.actions_row.hide()
         right = QVBoxLayout()
@@ -355,6 +372,7 @@ class AssistantMessage(QWidget):
             self._render_markdown()
         self._footer.setText(footer)
         self._footer.setVisible(bool(footer))
+        self.actions_row.describe(self.text)
         self.actions_row.show()
 
     def resume(self) -> None:

@@ -147,11 +147,13 @@ def build_ui(window) -> None:
     # room; the attachments' count keeps its width first, the model and statistics take what is left.
     window.stats_label = ElidedLabel()
     window.stats_label.setObjectName("statusStats")
-    window.stats_label.setAccessibleName("Model and answer statistics")
+    # (A label's text is its accessible name, said again when it changes: a name of its own would hide
+    # "ready", "loading…" or why an answer stopped from a screen reader. What it is: the description.)
+    window.stats_label.setAccessibleDescription("Model and answer statistics")
     window.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     window.pending_label = ElidedLabel()
     window.pending_label.setObjectName("pendingTokens")
-    window.pending_label.setAccessibleName("Tokens of the attachments, and of a text too long for the context")
+    window.pending_label.setAccessibleDescription("Tokens of the attachments, and of a text too long for the context")
     # The image detail of the message being written: Settings' choice until the user picks another
     # for this message (shown only while images are attached; back to Settings' after sending).
     window.detail_combo = QComboBox()
