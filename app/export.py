@@ -1,7 +1,8 @@
 """Export a conversation to Markdown (images and videos copied into folders beside it) or JSON.
 
 Both give the branch shown in the window (the active versions). Markdown marks a message that has
-other versions ("Version 2 of 3") and lists those versions' text in a folded ``<details>`` block;
+other versions ("Version 2 of 3") and lists those versions' text (a question's with its answer) in a
+folded ``<details>`` block;
 JSON also carries every version of every message with its ``parent_id`` (the whole tree).
 """
 
@@ -314,12 +315,18 @@ def _text_markdown(message) -> str:
 
 
 def _other_versions(store: Store, message) -> list[str]:
-    """A folded Markdown block with the text of ``message``'s other versions (not their branches)."""
+    """A folded Markdown block with the text of ``message``'s other versions and, for a question, the
+    answer each got (not the rest of their branches: the JSON export has the whole tree)."""
     lines = ["<details><summary>Other versions</summary>", ""]
     for number, other in enumerate(store.siblings(message.id), 1):
         if other.id != message.id:
             lines += [f"**Version {number}**" + (f" *({other.status})*" if other.status != "done" else ""), "",
                       _text_markdown(other) or "*(no text)*", ""]
+            answer = store.follow_up(other.id) if other.role == "user" else None
+            if answer is not None:
+                who = _name_text(answer.stats.get("model_name") or "Assistant")
+                status = f" *({answer.status})*" if answer.status not in ("done", "streaming") else ""
+                lines += [f"*{who} answered:*{status}", "", _text_markdown(answer) or "*(no text)*", ""]
     return lines + ["</details>", ""]
 
 

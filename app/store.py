@@ -480,6 +480,13 @@ class Store:
                                (row[0], row[1]))
         return [self._message(r) for r in rows]
 
+    def follow_up(self, message_id: int) -> Message | None:
+        """The message shown after ``message_id`` when its branch is (its selected follow-up, else the
+        newest; a question's answer), or None."""
+        row = self.db.execute("SELECT * FROM messages WHERE parent_id = ? ORDER BY selected DESC, id DESC LIMIT 1",
+                              (message_id,)).fetchone()
+        return self._message(row) if row else None
+
     def versions(self, conversation_id: int) -> dict[int, tuple[int, int]]:
         """``{message id: (number, count)}`` for every message: it is version ``number`` (1-based) of ``count``."""
         out: dict[int, tuple[int, int]] = {}

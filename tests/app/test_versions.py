@@ -390,3 +390,19 @@ def test_regenerate_says_when_the_settings_make_the_same_answer(qtbot, make_wind
     win._apply_settings(settings)
     assert "The seed is fixed" in win.transcript.widgets()[1].actions_row.button("regenerate").toolTip()
     assert regenerate_note({"temperature": 1.0, "seed": None}) == ""
+
+
+def test_the_markdown_export_gives_another_version_of_a_question_with_its_answer(store, tmp_path):
+    """Trial 50: an edited question's other version was in the fold, what it was answered was not."""
+    from app.export import export_markdown
+
+    chat = store.create_conversation("Dragons")
+    first = store.add_message(chat.id, "user", "Write a long story about a dragon.")
+    store.add_message(chat.id, "assistant", "Erebor's dragon slept.", stats={"model_name": "SmolLM2"},
+                      status="cancelled")
+    store.add_message(chat.id, "user", "Write a short poem about bread.", parent_id=first.parent_id)
+    store.add_message(chat.id, "assistant", "Bread is good.", stats={"model_name": "SmolLM2"})
+    text = export_markdown(store, chat.id, tmp_path / "chat.md").read_text()
+    assert ("<details><summary>Other versions</summary>\n\n**Version 1**\n\nWrite a long story about a dragon.\n\n"
+            "*SmolLM2 answered:* *(cancelled)*\n\nErebor's dragon slept.\n\n</details>") in text
+    assert text.index("Bread is good.") > text.index("</details>")
