@@ -153,6 +153,39 @@ def test_the_window_fits_half_a_laptop_screen(qtbot, window):
     assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().lineSpacing()  # wrapped, whole
 
 
+@pytest.mark.parametrize("zoom_steps", [0, 5])
+def test_the_message_box_shows_a_whole_line_at_the_windows_minimum_size(qtbot, make_window, zoom_steps):
+    """Trial 50 (F15): at the window's minimum size the placeholder "Ask about an image…" was cut in half:
+    the key hint under the box wrapped onto more lines than the window's minimum height had room for,
+    and the layout squeezed the box's frame below its own height (by the hint's extra line). At 100 %
+    and at 200 % (a taller box)."""
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    from app.paths import resource
+
+    QApplication.instance().setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
+    try:
+        win = make_window(FakeBackend())
+        qtbot.waitExposed(win)
+        for _ in range(zoom_steps):
+            win.actions["zoom_in"].trigger()
+        hint = win.findChild(QLabel, "composerHint")
+        for _ in range(3):
+            win.resize(100, 100)  # to the minimum
+            for _ in range(5):
+                QApplication.processEvents()
+        composer, frame = win.composer, win.composer.parentWidget()
+        inside = QRect(composer.mapTo(frame, QPoint(0, 0)), composer.size())
+        seen = (win.size().toTuple(), hint.height() // hint.fontMetrics().lineSpacing())  # (size, hint's lines)
+        assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().lineSpacing(), seen
+        assert frame.height() >= frame.minimumSizeHint().height(), seen
+        assert frame.contentsRect().contains(inside), seen  # the box whole inside its frame
+        assert composer.viewport().height() >= composer.fontMetrics().lineSpacing(), seen
+    finally:
+        QApplication.instance().setStyleSheet("")
+
+
 def test_ctrl_o_attaches_files_through_the_chat_menu(window, monkeypatch, shared_dir):
     """The attach button's file dialog has a menu item and a key (Ctrl+O), listed in the shortcut
     sheet; the files picked are attached."""
