@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDialog, QLabel, QMainWindow, QVBoxLayout
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QHeaderView,
+    QMainWindow,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+)
 
+from app.focus import give_focus_back
 from app.icons import icon
+from app.scroll_area import fit_to_screen
 
 # Keys handled by widgets rather than menu actions; listed in the shortcuts dialog too.
 WIDGET_SHORTCUTS = [
@@ -16,6 +28,13 @@ WIDGET_SHORTCUTS = [
     ("Ctrl+V", "Paste text or an image into the message"),
     ("Del", "Delete the selected chat"),
     ("Ctrl+Z", "Undo a delete (outside the message box)"),
+    # A message's buttons have no keys of their own: they are reached by Tab (trial 50: not listed).
+    ("Tab, Shift+Tab", "Next, previous control: the chat list, the chat, each message's photos and "
+                       "buttons (Copy, Edit, Regenerate, Delete, Continue, ‹ › versions), the message box"),
+    ("Space", "Press the focused button (a message's Copy, Edit, Regenerate, Delete, Continue, ‹ ›)"),
+    ("Enter, Space on a photo", "View a sent photo full size"),
+    ("Home, End in the chat", "The chat's first, newest message"),
+    ("↑, ↓, Home, End in the chat list", "Open the next, previous, first, last chat"),
 ]
 
 
@@ -94,13 +113,51 @@ def shortcut_rows(window) -> list[tuple[str, str]]:
 
 
 def shortcuts_dialog(window) -> QDialog:
+    """Help ▸ Keyboard shortcuts: a table of :func:`shortcut_rows` and a Close button.
+
+    Trial 50: it was one rich-text label, so nothing in it took the focus (a screen reader announced
+    an empty dialog), only Esc closed it, and the focus came back to the Attach button. Now the table
+    has the focus (the arrow keys read it row by row; Tab goes on to Close), and closing gives the
+    focus back to the widget that had it."""
+    rows = shortcut_rows(window)
     dialog = QDialog(window)
     dialog.setObjectName("shortcutsDialog")
     dialog.setWindowTitle("Keyboard shortcuts")
-    rows = "".join(f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in shortcut_rows(window))
-    label = QLabel(f"<table>{rows}</table>")
-    label.setObjectName("shortcutsTable")
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    table = QTableWidget(len(rows), 2)
+    table.setObjectName("shortcutsTable")
+    table.setAccessibleName("Keyboard shortcuts")
+    table.setHorizontalHeaderLabels(["Keys", "What they do"])
+    table.verticalHeader().hide()
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.setTabKeyNavigation(False)  # Tab leaves the table for Close; the arrows move within it
+    table.setWordWrap(True)
+    table.setShowGrid(False)
+    table.setAlternatingRowColors(True)
+    for row, (keys, what) in enumerate(rows):
+        for column, text in enumerate((keys, what)):
+            item = QTableWidgetItem(text)
+            item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+            if column == 0:
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
+            table.setItem(row, column, item)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+    table.setCurrentCell(0, 0)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    buttons.rejected.connect(dialog.reject)
     layout = QVBoxLayout(dialog)
-    layout.addWidget(label)
+    layout.addWidget(table)
+    layout.addWidget(buttons)
+    give_focus_back(dialog, window)
+    fit_to_screen(dialog, QSize(720, 640))
+    table.resizeRowsToContents()
     dialog.show()
+    table.setFocus(Qt.FocusReason.OtherFocusReason)
     return dialog
+

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTextBoundaryFinder, Signal
-from PySide6.QtGui import QGuiApplication, QMouseEvent
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.filmstrip import message_video
+from app.focus import give_focus_back
 from app.formatting import message_time
 from app.icons import icon
 from app.image_viewer import ImageViewer
@@ -175,8 +176,9 @@ class ActionRow(QWidget):
 
 
 class ClickableImage(QLabel):
-    """A thumbnail that opens the full image when clicked. ``name``: the name it was attached as
-    ("": the file's own, which for a copy in the image store is a hash)."""
+    """A thumbnail that opens the full image when clicked, or when Enter or Space is pressed on it: it
+    is a Tab stop with a focus ring (trial 50: only a mouse could open it). ``name``: the name it was
+    attached as ("": the file's own, which for a copy in the image store is a hash)."""
 
     def __init__(self, path: str, box: QSize, square: bool, parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
@@ -184,7 +186,9 @@ class ClickableImage(QLabel):
         self.name = name or Path(path).name
         self.setObjectName("messageImage")
         self.setToolTip(f"{self.name} — click to view full size")
-        self.setAccessibleName(f"Image {self.name}")
+        self.setAccessibleName(f"View {self.name} full size")
+        self.setAccessibleDescription("Press Enter or Space to open the image at full size")
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click opens it: no focus ring left behind
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.setPixmap(thumbnail(path, box, square=square, radius=12, dpr=self.devicePixelRatioF()))
         self.viewer: ImageViewer | None = None
@@ -194,8 +198,17 @@ class ClickableImage(QLabel):
             self.open_viewer()
         super().mouseReleaseEvent(event)
 
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
+        keys = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space)
+        if event.key() in keys and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            event.accept()
+            self.open_viewer()
+            return
+        super().keyPressEvent(event)
+
     def open_viewer(self) -> ImageViewer:
         self.viewer = ImageViewer(self.path, self.window(), self.name)
+        give_focus_back(self.viewer, self.window())  # to this photo, when it was opened from the keyboard
         self.viewer.show()
         return self.viewer
 

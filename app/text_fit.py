@@ -1,4 +1,5 @@
-"""Labels that fit their room: :class:`FittingLabel` (word-wrapped at its text's natural width) and
+"""Labels that fit their room: :class:`FittingLabel` (word-wrapped at its text's natural width),
+:class:`WrappedLabel` (word-wrapped, at least as tall as its lines at its width) and
 :class:`ElidedLabel` (one line, shortened with "…" and the whole text in its tooltip).
 
 A word-wrapped label that asks for its text's natural width, not Qt's narrow word-wrap guess.
@@ -105,6 +106,32 @@ class FittingLabel(WrappingLabel):
         # by the transcript's scroll area as the bubble's minimum (a long question: ~900 px of blank
         # space below the last answer).
         return QSize(min(self.natural_width(), MIN_WRAP_WIDTH), self.heightForWidth(self.natural_width()))
+
+
+class WrappedLabel(QLabel):
+    """Word-wrapped text whose least height is what its lines take at the width it has.
+
+    A window's least height is the sum of its widgets' least heights, and Qt's for a word-wrapped
+    label is one guess, whatever the width: where a narrow window wrapped the line under the message box
+    onto more lines than that, the column came up short and its layout squeezed the widgets above the
+    label below their own minimums: at the window's minimum size the message box was cut through its
+    line of text (trial 50). Here a narrower label asks for the height it needs, and a top-level window
+    then keeps at least that much taller."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setWordWrap(True)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        hint = super().minimumSizeHint()
+        if not self.isVisible():  # not laid out yet: its width is Qt's default, not one it was given
+            return hint
+        return QSize(hint.width(), max(hint.height(), self.heightForWidth(self.width())))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self.updateGeometry()  # the layouts above ask minimumSizeHint again
 
 
 class ElidedLabel(QLabel):

@@ -29,7 +29,7 @@ from app.paths import resource
 from app.scroll_area import fit_to_screen
 from app.settings import MESSAGE_DETAILS
 from app.text_count import TextCounter
-from app.text_fit import ElidedLabel
+from app.text_fit import ElidedLabel, WrappedLabel
 
 SEND_TIP = "Send (Enter)"
 
@@ -113,10 +113,10 @@ def build_ui(window) -> None:
     frame_layout.setSpacing(4)
     frame_layout.addWidget(window.attachments)
     frame_layout.addLayout(row)
-    hint = window.composer_hint = QLabel(composer_hint(video=True))
+    # Wraps in a narrow window (half a laptop screen) instead of holding it 730 px wide, and keeps the
+    # window tall enough for its lines (see WrappedLabel: the message box was squeezed instead).
+    hint = window.composer_hint = WrappedLabel(composer_hint(video=True))
     hint.setObjectName("composerHint")
-    # Wraps in a narrow window (half a laptop screen) instead of holding it 730 px wide.
-    hint.setWordWrap(True)
     hint.setAlignment(Qt.AlignmentFlag.AlignHCenter)
     bottom = QVBoxLayout()
     bottom.setContentsMargins(20, 0, 20, 10)

@@ -20,11 +20,24 @@ _SIZES = (("#userText, #assistantText, #codeText", 14),
           ("#emptyState", 15), ("#codeLanguage, #copyCode, #messageTime", 11))
 
 
+# A message's action icons (copy, edit, delete, regenerate, continue) and its ‹ › version arrows, px at
+# 100 % as in resources/style.qss: the smallest targets of the chat, which stayed at 100 % while the
+# text around them grew (trial 50). The icons' size is the buttons' ``iconSize`` property, which a
+# style sheet sets with ``qproperty-iconSize``; the application's sheet sets the 100 % size the same way,
+# so it comes back when this sheet goes (a property set once stays set).
+ACTION_ICON = 15
+_ARROWS = (15, 18)  # the arrows' font-size and min-width
+
+
 def transcript_css(percent: int) -> str:
     """The transcript's style sheet at ``percent`` ("" at 100 %: the application's sizes)."""
     if percent == DEFAULT:
         return ""
-    return " ".join(f"{selector} {{ font-size: {round(px * percent / 100)}px; }}" for selector, px in _SIZES)
+    scale = lambda px: round(px * percent / 100)  # noqa: E731
+    rules = [f"{selector} {{ font-size: {scale(px)}px; }}" for selector, px in _SIZES]
+    rules.append(f"#messageActions QToolButton {{ qproperty-iconSize: {scale(ACTION_ICON)}px {scale(ACTION_ICON)}px; }}")
+    rules.append(f"#versionSwitcher QToolButton {{ font-size: {scale(_ARROWS[0])}px; min-width: {scale(_ARROWS[1])}px; }}")
+    return " ".join(rules)
 
 
 def composer_css(percent: int) -> str:

@@ -275,3 +275,38 @@ def test_version_arrows_and_regenerate_keep_the_focus_on_the_answer(qtbot, answe
         qtbot.waitUntil(lambda: win.transcript.widgets()[1] is not second, timeout=3000)
         qtbot.waitUntil(on_the_answer, timeout=3000)
     assert on_the_answer()  # also once it is finished
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_a_sent_photo_is_a_tab_stop_that_opens_with_enter_or_space(qtbot, make_window, app_style, png, theme):
+    """Trial 50 (F7): a sent photo's thumbnail opened the full-size viewer by mouse only (no focus).
+    Tab reaches it (before its question's buttons), it shows a ring, says what it does, Enter or Space
+    opens the viewer, and closing the viewer puts the focus back on it."""
+    from app.theme import apply_theme
+
+    apply_theme(theme)
+    win = make_window(FakeBackend())
+    win.resize(1100, 760)
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    win.add_files([str(png)])
+    win.composer.setPlainText("What is this?")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.send_message()
+    QApplication.processEvents()
+    image = win.transcript.widgets()[0].findChild(QWidget, "messageImage")
+    assert QAccessible.queryAccessibleInterface(image).text(QAccessible.Text.Name) == "View photo.png full size"
+    pixels, best = ring(image)
+    assert pixels >= RING_MIN_PIXELS and best >= 3.0, (pixels, best)
+    win.transcript.setFocus(Qt.FocusReason.TabFocusReason)
+    assert _tab_walk(win, 2) == ["messageImage", "copyMessage"]
+    for key in (Qt.Key.Key_Return, Qt.Key.Key_Space):
+        QTest.keyClick(image, Qt.Key.Key_Tab, Qt.KeyboardModifier.ShiftModifier)  # (back onto the photo)
+        assert QApplication.focusWidget() is image
+        QTest.keyClick(image, key)
+        viewer = image.viewer
+        assert viewer is not None and viewer.isVisible() and viewer.windowTitle() == "photo.png"
+        qtbot.waitUntil(viewer.isActiveWindow, timeout=5000)
+        QTest.keyClick(viewer, Qt.Key.Key_Escape)
+        qtbot.waitUntil(lambda: QApplication.focusWidget() is image, timeout=3000)
+        QTest.keyClick(image, Qt.Key.Key_Tab)

@@ -73,16 +73,56 @@ def test_shortcuts_are_listed_in_the_help_menu(window):
     keys = dict(shortcut_rows(window))
     for key in ("Ctrl+N", "Enter", "Shift+Enter", "Esc", "Ctrl+V", "Ctrl+,"):
         assert key in keys, key
-    from PySide6.QtWidgets import QDialog, QLabel
+    from PySide6.QtWidgets import QDialog, QTableWidget
 
     assert window.findChild(QDialog, "shortcutsDialog") is None
     window.actions["shortcuts"].trigger()  # returns None: look for the dialog it opened
     dialog = window.findChild(QDialog, "shortcutsDialog")
     assert dialog is not None and dialog.isVisible()
-    table = dialog.findChild(QLabel, "shortcutsTable").text()
-    assert "Ctrl+N" in table and "Stop the answer" in table
+    table = dialog.findChild(QTableWidget, "shortcutsTable")
+    shown = {table.item(row, 0).text(): table.item(row, 1).text() for row in range(table.rowCount())}
+    assert shown["Ctrl+N"] == "New chat" and shown["Esc"].startswith("Stop the answer")
     help_menu = [a for a in window.menuBar().actions() if a.text() == "&Help"]
     assert help_menu and help_menu[0].menu().actions()[0].text() == "&Keyboard shortcuts"
+
+
+def test_the_shortcuts_dialog_takes_the_focus_closes_and_gives_it_back(qtbot, window):
+    """Trial 50 (F16): Help ▸ Keyboard shortcuts was one label: nothing in it took the focus (a screen
+    reader met an empty dialog), only Esc closed it, the focus then went to the Attach button, and how
+    to reach a message's buttons was not listed. Now its table has the focus and is read row by row,
+    Tab reaches a Close button, and closing (by Close or Esc) puts the focus back where it was."""
+    import shiboken6
+    from PySide6.QtGui import QAccessible
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QDialog, QPushButton, QTableWidget
+
+    from .test_conversations import ask
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    ask(qtbot, window, "What is this?")
+    regenerate = window.transcript.widgets()[1].actions_row.button("regenerate")
+    for close_with in (Qt.Key.Key_Space, Qt.Key.Key_Escape):  # Space on the Close button; Esc
+        regenerate.setFocus(Qt.FocusReason.TabFocusReason)
+        QTest.keyClick(regenerate, Qt.Key.Key_Slash, Qt.KeyboardModifier.ControlModifier)
+        dialog = window.findChild(QDialog, "shortcutsDialog")
+        qtbot.waitUntil(dialog.isActiveWindow, timeout=5000)
+        table = dialog.findChild(QTableWidget, "shortcutsTable")
+        assert QApplication.focusWidget() is table and table.currentRow() == 0
+        assert QAccessible.queryAccessibleInterface(table).text(QAccessible.Text.Name) == "Keyboard shortcuts"
+        rows = {table.item(row, 0).text(): table.item(row, 1).text() for row in range(table.rowCount())}
+        assert all(name in rows["Tab, Shift+Tab"] for name in ("Copy", "Edit", "Regenerate", "Delete", "‹ ›"))
+        assert "Regenerate" in rows["Space"] and rows["Home, End in the chat"] == "The chat's first, newest message"
+        assert rows["F3"] == "Older match in this chat" and rows["Enter, Space on a photo"] == "View a sent photo full size"
+        QTest.keyClick(table, Qt.Key.Key_Down)  # the arrows move through the rows, and Tab leaves them
+        assert table.currentRow() == 1
+        QTest.keyClick(table, Qt.Key.Key_Tab)
+        close = QApplication.focusWidget()
+        assert isinstance(close, QPushButton) and close.text() == "Close"
+        QTest.keyClick(close, close_with)
+        qtbot.waitUntil(lambda: not shiboken6.isValid(dialog) or not dialog.isVisible(), timeout=3000)
+        qtbot.waitUntil(lambda: QApplication.focusWidget() is regenerate, timeout=3000)
+        assert window.isActiveWindow()
 
 
 def test_markdown_blocks_and_code_copy(qtbot, make_window):
@@ -151,6 +191,39 @@ def test_the_window_fits_half_a_laptop_screen(qtbot, window):
         QApplication.processEvents()
     hint = window.findChild(QLabel, "composerHint")
     assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().lineSpacing()  # wrapped, whole
+
+
+@pytest.mark.parametrize("zoom_steps", [0, 5])
+def test_the_message_box_shows_a_whole_line_at_the_windows_minimum_size(qtbot, make_window, zoom_steps):
+    """Trial 50 (F15): at the window's minimum size the placeholder "Ask about an image…" was cut in half:
+    the key hint under the box wrapped onto more lines than the window's minimum height had room for,
+    and the layout squeezed the box's frame below its own height (by the hint's extra line). At 100 %
+    and at 200 % (a taller box)."""
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    from app.paths import resource
+
+    QApplication.instance().setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))
+    try:
+        win = make_window(FakeBackend())
+        qtbot.waitExposed(win)
+        for _ in range(zoom_steps):
+            win.actions["zoom_in"].trigger()
+        hint = win.findChild(QLabel, "composerHint")
+        for _ in range(3):
+            win.resize(100, 100)  # to the minimum
+            for _ in range(5):
+                QApplication.processEvents()
+        composer, frame = win.composer, win.composer.parentWidget()
+        inside = QRect(composer.mapTo(frame, QPoint(0, 0)), composer.size())
+        seen = (win.size().toTuple(), hint.height() // hint.fontMetrics().lineSpacing())  # (size, hint's lines)
+        assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().lineSpacing(), seen
+        assert frame.height() >= frame.minimumSizeHint().height(), seen
+        assert frame.contentsRect().contains(inside), seen  # the box whole inside its frame
+        assert composer.viewport().height() >= composer.fontMetrics().lineSpacing(), seen
+    finally:
+        QApplication.instance().setStyleSheet("")
 
 
 def test_ctrl_o_attaches_files_through_the_chat_menu(window, monkeypatch, shared_dir):

@@ -3,6 +3,7 @@ steps with the menu, the keys and Ctrl+wheel, lays out again, and is kept for th
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
@@ -10,6 +11,8 @@ from PySide6.QtWidgets import QApplication
 from app.backends.fake import FakeBackend
 from app.markdown import RichText
 from app.zoom import KEY, STEPS, step_zoom
+
+from .test_theme_screens import app_style  # noqa: F401 - a fixture: the real style sheet
 
 
 def answered(qtbot, make_window):
@@ -115,3 +118,41 @@ def test_inline_code_and_a_long_model_name_follow_the_zoom(qtbot, make_window):
     answer = win.transcript.widgets()[1]
     qtbot.waitUntil(lambda: answer.geometry().right() <= win.transcript.viewport().width())
     assert icon("copy").pixmap(QSize(16, 0)).isNull()
+
+
+@pytest.mark.usefixtures("app_style")
+def test_message_buttons_and_version_arrows_follow_the_zoom(qtbot, make_window):
+    """Trial 50 (F15): zoomed in, the text grew but a message's copy / edit / delete / regenerate icons
+    and its ‹ › arrows stayed at 100 %, the chat's smallest targets. They grow with it (in a message
+    built after the zoom too) and come back with Actual size."""
+    win = answered(qtbot, make_window)
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()  # now ‹ 2 / 2 ›
+
+    def sizes(message) -> dict:
+        row = message.actions_row
+        found = {name: row.button(name).iconSize().width() for name in ("copy", "edit", "regenerate", "delete")
+                 if row.button(name) is not None}
+        found["arrow font"] = row.versions.previous.font().pixelSize()
+        found["arrow height"] = row.versions.previous.sizeHint().height()
+        return found
+
+    question, answer = win.transcript.widgets()
+    before = {**sizes(question), **sizes(answer)}
+    assert before["copy"] == 15 and before["arrow font"] == 15
+    for _ in range(5):
+        win.actions["zoom_in"].trigger()
+    assert win.zoom == 200
+    question, answer = win.transcript.widgets()
+    zoomed = {**sizes(question), **sizes(answer)}
+    assert {name: zoomed[name] for name in ("copy", "edit", "regenerate", "delete", "arrow font")} == {
+        "copy": 30, "edit": 30, "regenerate": 30, "delete": 30, "arrow font": 30}
+    assert zoomed["arrow height"] >= 1.6 * before["arrow height"]
+    assert answer.actions_row.button("copy").sizeHint().height() >= 30  # the button round the icon too
+    win.composer.setPlainText("And now?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.send_message()
+    assert sizes(win.transcript.widgets()[3])["copy"] == 30  # a message built at 200 %
+    win.actions["zoom_reset"].trigger()
+    assert {**sizes(win.transcript.widgets()[2]), **sizes(win.transcript.widgets()[3])}["copy"] == 15
+    assert sizes(win.transcript.widgets()[1]) == sizes(answer) and sizes(answer)["regenerate"] == 15
