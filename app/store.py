@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_VERSION = 5
+#: What separates the file names in a message's stored ``images`` value (JSON, or what is left of it).
+_PATH_PARTS = re.compile(r'["\\/,\[\]\s]+')
 
 # Migration N brings a database from version N-1 to N. Never edit a released step; add one.
 MIGRATIONS: dict[int, str] = {
@@ -721,8 +723,9 @@ class Store:
         files = [f for f in self.images_dir.iterdir() if f.is_file() and not f.name.endswith(".part")]
         if not files:
             return 0, 0
-        named = "\n".join(str(row[0]) for row in self.db.execute(
-            "SELECT images FROM messages WHERE images IS NOT NULL AND images NOT IN ('', '[]')"))
+        named: set[str] = set()  # every path part of every value: a set, as there may be 100,000 rows
+        for (value,) in self.db.execute("SELECT images FROM messages WHERE images IS NOT NULL AND images NOT IN ('', '[]')"):
+            named.update(_PATH_PARTS.split(str(value)))
         wanted = {Path(path).name for path in keep}
         removed = freed = 0
         for file in files:
