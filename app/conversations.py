@@ -57,7 +57,7 @@ def unsaved_answer(saved_chars: int, last: bool) -> str:
     if last:
         kept = f"its first {saved_chars:,} characters" if saved_chars else "the question"
         return (f"Kept so far: {kept}. The answer stays on screen, and Smolchat saves it as soon as the disk "
-                f"takes it (it tries every {UNSAVED_RETRY_MS // 1000} s, before your next question and at quit).")
+                f"takes it (it tries every {UNSAVED_RETRY_MS // 1000} s and before your next question; a quit asks first).")
     kept = f"its first {saved_chars:,} characters, saved before that" if saved_chars else "nothing of it yet"
     return f"Kept: {kept}. The rest stays on screen, and Smolchat tries again to save it until the answer ends."
 
@@ -554,6 +554,10 @@ class ConversationKeeper(QObject):
         self._saved_chars = len(text)
         if self._save_failed and last:
             self.storage_recovered.emit("The answer was saved in full after all: a later save worked.")
+
+    def unsaved_text(self) -> str | None:
+        """The text of the finished answer whose last save failed and is still not saved (None: none)."""
+        return self._unsaved[1] if self._unsaved is not None else None
 
     def save_unsaved(self) -> bool:
         """Write the finished answer whose last save failed, again (see ``_unsaved``); True when nothing

@@ -514,5 +514,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         return stopped
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.controller.closed and not self.may_close():
+            event.ignore()  # the question about an answer not saved decides (ChatsMixin.may_close)
+            return
         self.shutdown()
         super().closeEvent(event)

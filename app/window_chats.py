@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from pathlib import Path
 
 from PySide6.QtCore import QTimer, Slot
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from app import safe_files
 from app.conversations import STORAGE_ERRORS, deleted_words, display_title, storage_problem
 from app.formatting import model_summary
 from app.settings import chat_values, load_settings
@@ -246,6 +249,50 @@ class ChatsMixin:
         self.controller.conversation_opened()  # the engine holds the branch shown now
         self.refresh_sidebar()
         self.update_find()  # (the restored messages may hold the search's words)
+
+    def may_close(self) -> bool:
+        """Whether the window may close now: yes, unless an answer's last save failed (a full disk) and
+        fails again now. Then a question offers to save the answer as a file, quit without it, or stay
+        (trial 51: the quit went ahead, and the answer's end with it); it closes the window itself."""
+        if getattr(self, "_closing_anyway", False) or self.keeper.save_unsaved():
+            return True
+        asking = self.findChild(QMessageBox, "unsavedAnswerBox")
+        if asking is not None and asking.isVisible():  # asked already (the close button pressed again)
+            asking.raise_()
+            return False
+        box = QMessageBox(QMessageBox.Icon.Warning, "The last answer is not saved",
+                          "The last answer could not be saved: the disk is still full. Free some space and quit "
+                          "again, save the answer as a file elsewhere, or quit without it (the chat keeps what was "
+                          "saved before).", parent=self)
+        box.setObjectName("unsavedAnswerBox")
+        save = box.addButton("Save as a file…", QMessageBox.ButtonRole.AcceptRole)
+        drop = box.addButton("Quit without it", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+
+        def chosen() -> None:
+            box.setObjectName("")  # answered
+            box.deleteLater()
+            if box.clickedButton() is save and not self._save_answer_as_file():
+                return
+            if box.clickedButton() in (save, drop):
+                self._closing_anyway = True
+                self.close()
+        box.finished.connect(lambda _result: chosen())
+        box.open()
+        return False
+
+    def _save_answer_as_file(self) -> bool:
+        """Ask where, and write the unsaved answer there as text; False when cancelled or not written."""
+        path, _ = QFileDialog.getSaveFileName(self, "Save the answer as", str(Path.home() / "answer.md"),
+                                              "Markdown (*.md);;Text (*.txt)")
+        if not path:
+            return False
+        try:
+            safe_files.write_text(path, self.keeper.unsaved_text() or "")
+        except OSError as exc:
+            self.banner.show_error(f"Could not save the answer to {path}: {storage_problem(exc)}.")
+            return False
+        return True
 
     def _storage(self, what: str, write, *args) -> bool:
         """Run one store write; a failure shows in the banner. True when it worked."""

@@ -116,7 +116,7 @@ def test_full_disk_mid_answer_says_the_text_saved_so_far_is_kept(qtbot, make_win
         problem + "Kept: its first 3 characters, saved before that. The rest stays on screen, and Smolchat "
                   "tries again to save it until the answer ends.",
         problem + "Kept so far: its first 3 characters. The answer stays on screen, and Smolchat saves it as soon "
-                  "as the disk takes it (it tries every 10 s, before your next question and at quit)."]
+                  "as the disk takes it (it tries every 10 s and before your next question; a quit asks first)."]
     assert win.banner.message() == shown[-1]
     assert win.transcript.messages()[-1]["text"] == "The cat is orange."
     stored = win.store.messages(win.keeper.current_id)[-1]
@@ -128,7 +128,7 @@ def test_full_disk_before_the_first_save_says_the_question_is_kept(qtbot, window
     _ask(qtbot, window)
     assert window.banner.message().endswith(
         "Kept so far: the question. The answer stays on screen, and Smolchat saves it as soon as the disk "
-        "takes it (it tries every 10 s, before your next question and at quit).")
+        "takes it (it tries every 10 s and before your next question; a quit asks first).")
     stored = window.store.messages(window.keeper.current_id)
     assert [(m.role, m.text) for m in stored] == [("user", "What colour is the cat?"), ("assistant", "")]
 
@@ -460,3 +460,46 @@ def test_an_unsaved_answer_is_saved_before_the_next_question_and_at_quit(qtbot, 
     again = Store(folder, recover=False)
     assert [(m.text, m.status) for m in again.messages(chat)][-2:] == [("Third?", "done"), ("Yes.", "done")]
     again.close()
+
+
+def test_quitting_while_the_answer_is_still_not_saved_asks_first(qtbot, make_window, monkeypatch, tmp_path):
+    """Trial 51: the banner said the answer would be saved at quit; with the disk still full the quit
+    went ahead without a word and the answer's end was lost. Now: save it as a file, quit without
+    it, or stay."""
+    from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    monkeypatch.setattr(win.store, "update_message", _disk_full)
+    _ask(qtbot, win)
+
+    def box():
+        qtbot.waitUntil(lambda: win.findChild(QMessageBox, "unsavedAnswerBox") is not None
+                        and win.findChild(QMessageBox, "unsavedAnswerBox").isVisible(), timeout=3000)
+        return win.findChild(QMessageBox, "unsavedAnswerBox")
+
+    def press(found, text):
+        button = next(b for b in found.buttons() if b.text() == text)
+        button.click()
+
+    assert not win.close()  # still full: not closed, asked
+    press(box(), "Cancel")
+    assert win.isVisible() and not win.controller.closed
+    target = tmp_path / "kept answer.md"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
+    win.close()
+    press(box(), "Save as a file…")
+    qtbot.waitUntil(lambda: win.controller.closed, timeout=3000)
+    assert target.read_text() == "The cat is orange."
+
+
+def test_quitting_without_the_unsaved_answer_when_chosen(qtbot, make_window, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    monkeypatch.setattr(win.store, "update_message", _disk_full)
+    _ask(qtbot, win)
+    win.close()
+    qtbot.waitUntil(lambda: win.findChild(QMessageBox, "unsavedAnswerBox") is not None, timeout=3000)
+    found = win.findChild(QMessageBox, "unsavedAnswerBox")
+    next(b for b in found.buttons() if b.text() == "Quit without it").click()
+    qtbot.waitUntil(lambda: win.controller.closed, timeout=3000)
