@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import safe_files
 from app.conversations import display_title, storage_problem
+from app.markdown import hard_breaks
 from app.store import MEDIA_SUFFIXES, Store
 from app.video_attachments import is_video_file
 
@@ -309,9 +310,34 @@ def _closes(line: str, marker: str, fence: str) -> bool:
 
 
 def _text_markdown(message) -> str:
-    """A message's text in the export: a user's plain text shown as typed, an answer's Markdown as it
-    is, each with the code fence it leaves open closed (else every later message would be code)."""
-    return plain_markdown(message.text) if message.role == "user" else close_fences(message.text)
+    """A message's text in the export: a user's plain text shown as typed, an answer's Markdown with
+    its line breaks kept as the app shows them (:func:`answer_markdown`), each with the code fence it
+    leaves open closed (else every later message would be code)."""
+    return plain_markdown(message.text) if message.role == "user" else close_fences(answer_markdown(message.text))
+
+
+def answer_markdown(text: str) -> str:
+    """An answer's Markdown with each line break inside a paragraph written as Markdown's hard break
+    (:func:`app.markdown.hard_breaks`), outside fenced code: the app shows a poem line by line, and a
+    Markdown viewer ran the exported lines into one paragraph (trial 51)."""
+    out, prose, fence = [], [], ""
+    for line in text.split("\n"):
+        marker = _fence(line)
+        if fence:
+            fence = "" if _closes(line, marker, fence) else fence
+            out.append(line)
+            continue
+        if marker:
+            fence = marker
+            if prose:
+                out.append(hard_breaks("\n".join(prose), "  \n"))
+                prose = []
+            out.append(line)
+            continue
+        prose.append(line)
+    if prose:
+        out.append(hard_breaks("\n".join(prose), "  \n"))
+    return "\n".join(out)
 
 
 def _other_versions(store: Store, message) -> list[str]:

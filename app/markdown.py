@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
@@ -577,7 +578,7 @@ _QUOTE = re.compile(r" {0,3}(?:>[ \t]?)+")
 _ITEM = re.compile(r" {0,3}(?:[-*+]|\d{1,9}[.)])[ \t]")
 
 
-def hard_breaks(markdown: str) -> str:
+def hard_breaks(markdown: str, separator: str = LINE_SEPARATOR) -> str:
     """``markdown`` with the line breaks inside a paragraph kept, as chat apps show an answer: a poem or
     an address streamed line by line, then ran into one paragraph (each break read as a space) once
     the finished answer was rendered (trial 50).
@@ -587,11 +588,13 @@ def hard_breaks(markdown: str) -> str:
     paragraph in Qt's importer, spaced as one); the next line's indent (and its quote marks, in a
     quote as deep) goes, as Markdown drops it. A break stays as it is where either line starts a
     block (a list item's marker, a heading, a table row, an underline; a list item's line may go on),
-    around a blank line, and before or after a line indented as code. Code blocks are not given to this."""
+    around a blank line, and before or after a line indented as code. Code blocks are not given to this.
+    ``separator``: what a kept break becomes (an export writes Markdown's own hard break, two spaces
+    and a newline, which Markdown viewers show as a new line)."""
     lines = markdown.split("\n")
     out = lines[:1]
     for line in lines[1:]:
-        last = out[-1].rsplit(LINE_SEPARATOR, 1)[-1]  # the previous line as written
+        last = out[-1].rsplit(separator, 1)[-1]  # the previous line as written
         quoted, inner = _QUOTE.match(last), _QUOTE.match(line)
         depth = quoted.group(0).count(">") if quoted else 0
         if depth != (inner.group(0).count(">") if inner else 0):
@@ -602,14 +605,39 @@ def hard_breaks(markdown: str) -> str:
         else:
             line_text = line
         if (last.strip() and line_text.strip() and not _BLOCK_START.match(line_text)
-                and not last.startswith(("    ", "\t")) and (not _BLOCK_START.match(last) or _ITEM.match(last))):
+                and not last.startswith(("    ", "\t")) and (not _BLOCK_START.match(last) or _ITEM.match(last))
+                and _same_way(line_text, out[-1])):
             kept = out[-1].rstrip(" \t")
             if kept.endswith("\\") and not kept.endswith("\\\\"):  # Markdown's backslash hard break
                 kept = kept[:-1]
-            out[-1] = kept + LINE_SEPARATOR + line_text.lstrip(" \t")
+            out[-1] = kept + separator + line_text.lstrip(" \t")
+        elif last.strip() and line_text.strip() and not depth and not _same_way(line_text, out[-1]) \
+                and not _BLOCK_START.match(line_text) and not _BLOCK_START.match(last):
+            # A line in the other direction than its paragraph (Hebrew after English): a paragraph of its
+            # own, laid out in its direction. In one paragraph the first line's direction ruled them all (trial 51:
+            # Hebrew lines left-aligned, an English line's full stop on its left).
+            out += ["", line]
         else:
             out.append(line)
     return "\n".join(out)
+
+
+def _same_way(line: str, paragraph: str) -> bool:
+    """Whether ``line`` reads in ``paragraph``'s direction (either without a strong character does)."""
+    ways = {_direction(line), _direction(paragraph)} - {""}
+    return len(ways) < 2
+
+
+def _direction(text: str) -> str:
+    """"L" or "R": the direction of ``text``'s first strong character (Unicode's bidi classes: "R" for
+    Hebrew and Arabic letters), "" when it has none (digits, punctuation)."""
+    for char in text:
+        kind = unicodedata.bidirectional(char)
+        if kind == "L":
+            return "L"
+        if kind in ("R", "AL"):
+            return "R"
+    return ""
 
 
 def render_blocks(markdown: str, parent: QWidget | None = None) -> list[QWidget]:

@@ -463,3 +463,18 @@ def blocks(view):
     while block.isValid():
         yield block
         block = block.next()
+
+
+def test_a_line_in_the_other_direction_is_a_paragraph_of_its_own(qtbot, make_window):
+    """Trial 51: lines kept together in one paragraph took its first line's direction: Hebrew lines
+    left-aligned under an English one, an English line's full stop on its left under a Hebrew one."""
+    win = make_window(FakeBackend(tokens=["ok"]))
+    text = ("Here is the translation:\nשלום, מה שלומך?\nאני בסדר, תודה!\n\n"
+            "שאלה: מה השעה?\nThe answer is 10:30 (am).\n12:00 sharp")
+    answer = win.transcript.add_stored_answer("FakeVLM", text, "stop", "")
+    _settle(qtbot)
+    [view] = answer.rendered_widgets()
+    shown = [(b.text(), b.textDirection()) for b in blocks(view)]
+    rtl, ltr = Qt.LayoutDirection.RightToLeft, Qt.LayoutDirection.LeftToRight
+    assert shown == [("Here is the translation:", ltr), ("שלום, מה שלומך?\u2028אני בסדר, תודה!", rtl),
+                     ("שאלה: מה השעה?", rtl), ("The answer is 10:30 (am).\u202812:00 sharp", ltr)]

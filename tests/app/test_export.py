@@ -203,6 +203,7 @@ def test_json_export_gives_the_names_files_were_attached_as(store, tmp_path):
 
 
 def test_a_users_single_line_breaks_are_kept_as_hard_breaks(store, tmp_path):
+    """(An answer's too, as the app shows them since trial 50.)"""
     conv = store.create_conversation("Lines").id
     store.add_message(conv, "user", "Line one\nLine two\n\nNew paragraph\n```\ncode line\nmore code\n```\nAfter")
     store.add_message(conv, "assistant", "Model markdown\nstays as written.")
@@ -211,7 +212,7 @@ def test_a_users_single_line_breaks_are_kept_as_hard_breaks(store, tmp_path):
 
     assert text == ("# Lines\n\n## You\n\n"
                     "Line one  \nLine two\n\nNew paragraph\n```\ncode line\nmore code\n```\nAfter\n\n"
-                    "## Assistant\n\nModel markdown\nstays as written.\n")
+                    "## Assistant\n\nModel markdown  \nstays as written.\n")
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -335,3 +336,15 @@ def test_an_export_onto_a_folder_says_so_before_copying_anything(store, tmp_path
     with pytest.raises(IsADirectoryError) as caught:  # JSON: the rename's error, naming the chosen path
         export_json(store, conv, tmp_path / "dir.md")
     assert str(caught.value) == f"[Errno 21] Is a directory: '{tmp_path / 'dir.md'}'"
+
+
+def test_an_answers_line_breaks_are_exported_as_markdown_hard_breaks(store, tmp_path):
+    """Trial 51: the app shows a poem line by line; the exported Markdown ran it into one paragraph in
+    any viewer. Code keeps its lines as they are."""
+    from app.export import export_markdown
+
+    chat = store.create_conversation("Poem")
+    store.add_message(chat.id, "user", "A poem, then code")
+    store.add_message(chat.id, "assistant", "Roses are red,\nViolets are blue.\n\n```py\nx = 1\ny = 2\n```\n- a\n- b")
+    text = export_markdown(store, chat.id, tmp_path / "poem.md").read_text()
+    assert "Roses are red,  \nViolets are blue.\n\n```py\nx = 1\ny = 2\n```\n- a\n- b" in text
