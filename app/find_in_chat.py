@@ -52,6 +52,11 @@ def _utf16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+#: The most hits marked in one text view: beyond it a view of a giant table takes long to mark (the
+#: count is not bounded; hits past it are stepped to as the last one marked). At 1,000 an answer of
+#: 1,500 hits left its last 500, where the search starts, unmarked (trial 51).
+MAX_MARKS = 10_000
+
 #: Where a hit is shown: a text view and the cursor selecting it, or a label and the hit's start and
 #: length in its text (UTF-16 units, as Qt counts).
 Hit = tuple[QTextEdit, QTextCursor] | tuple[QLabel, int, int]
@@ -59,7 +64,7 @@ Hit = tuple[QTextEdit, QTextCursor] | tuple[QLabel, int, int]
 
 def _hits(message: QWidget, query: str) -> list[Hit]:
     """Every displayed hit of ``query`` in ``message``, in reading order: its text views' (answers; at
-    most 1,000 a view), then its labels' (a question's text)."""
+    most MAX_MARKS a view), then its labels' (a question's text)."""
     hits: list[Hit] = []
     if not query:
         return hits
@@ -70,7 +75,7 @@ def _hits(message: QWidget, query: str) -> list[Hit]:
             continue
         found = 0
         cursor = view.document().find(expression)
-        while not cursor.isNull() and found < 1000:
+        while not cursor.isNull() and found < MAX_MARKS:
             hits.append((view, cursor))
             found += 1
             cursor = view.document().find(expression, cursor)
@@ -86,8 +91,9 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
 
     ``current``: which of the message's hits (0: the first in reading order) is the one the search
     is at, or None. Text views get an extra selection per hit, the theme's highlight colour for the
-    current one and a lighter tint for the others; a label can show one selection: the current hit,
-    else its first. Returns the current hit (the last displayed one when ``current`` counts past
+    current one and a lighter tint for the others; a label can show one selection, in the current
+    hit's look: it marks the current hit only (a question's other hits are counted, not marked).
+    Returns the current hit (the last displayed one when ``current`` counts past
     them, as the stored text may hold more than is shown), or None (no ``current``, or no hit shown)."""
     hits = _hits(message, query)
     at = min(current, len(hits) - 1) if current is not None and hits else None
@@ -102,7 +108,7 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
             selection = QTextEdit.ExtraSelection()
             selection.cursor, selection.format = cursor, looks[view][number == at]
             selections[view].append(selection)
-        elif number == at or hit[0] not in labels:
+        elif number == at:  # (a label's one selection looks current: only the current hit gets it)
             labels[hit[0]] = hit[1:]
     for view, chosen in selections.items():
         view.setExtraSelections(chosen)
