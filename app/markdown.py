@@ -193,13 +193,16 @@ def _trim_link_ends(block: QTextBlock, cursor: QTextCursor) -> None:
 
 
 def _code_spans_at_text_size(block: QTextBlock, cursor: QTextCursor) -> None:
-    """Inline code at the size of the text around it: Qt's Markdown importer gives it the system's
-    fixed font with that font's point size, which stayed put when View ▸ Zoom sized the text."""
+    """Code at the size of the text around it: Qt's Markdown importer gives inline code (fixed pitch)
+    and an indented code block (a monospace family) the system's fixed font with that font's point
+    size, which stayed put when View ▸ Zoom sized the text (trial 51, the indented block)."""
     it = block.begin()
     spans = []
     while not it.atEnd():
         fragment = it.fragment()
-        if fragment.charFormat().fontFixedPitch() and fragment.charFormat().hasProperty(QTextFormat.Property.FontPointSize):
+        look = fragment.charFormat()
+        if look.hasProperty(QTextFormat.Property.FontPointSize) and (
+                look.fontFixedPitch() or look.hasProperty(QTextFormat.Property.FontFamilies)):
             spans.append((fragment.position(), fragment.length(), QTextCharFormat(fragment.charFormat())))
         it += 1
     for position, length, fmt in spans:

@@ -156,3 +156,23 @@ def test_message_buttons_and_version_arrows_follow_the_zoom(qtbot, make_window):
     win.actions["zoom_reset"].trigger()
     assert {**sizes(win.transcript.widgets()[2]), **sizes(win.transcript.widgets()[3])}["copy"] == 15
     assert sizes(win.transcript.widgets()[1]) == sizes(answer) and sizes(answer)["regenerate"] == 15
+
+
+def test_an_indented_code_block_follows_the_zoom(qapp):
+    """Trial 51: the text, tables and fenced code doubled; an indented code block stayed at 9 pt."""
+    from PySide6.QtGui import QTextFormat
+
+    from app.markdown import render_blocks
+
+    [view] = render_blocks("text\n\n    indented code\n    second line\n\nafter")
+    block, sized = view.document().begin(), []
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            look = it.fragment().charFormat()
+            sized.append((it.fragment().text(), look.hasProperty(QTextFormat.Property.FontPointSize),
+                          look.hasProperty(QTextFormat.Property.FontFamilies)))
+            it += 1
+        block = block.next()
+    assert sized == [("text", False, False), ("indented code", False, True),  # monospace, at the text's size
+                     ("second line", False, True), ("after", False, False)]
