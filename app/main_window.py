@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon, QTextCursor
 from PySide6.QtWidgets import QApplication, QMainWindow
 
@@ -347,9 +347,25 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.stop_button.setVisible(busy)  # Stop takes Send's place while answering
         self.send_button.setVisible(not busy)
         self.new_chat_button.setEnabled(not busy)
-        self.model_picker.setEnabled(not busy and not self.controller.loading)
+        self._set_picker_enabled(not busy and not self.controller.loading)
         self.transcript.set_changes_enabled(not busy)
         self.update_regenerate_note()  # the loaded model's defaults may set the temperature
+
+    def _set_picker_enabled(self, enabled: bool) -> None:
+        """The model picker is off while a model loads, and Qt moves the focus off a widget turned off
+        (trial 51: a model chosen from the keyboard left the focus on the Settings button). It comes
+        back to the picker when it is on again, unless the user took the focus elsewhere meanwhile."""
+        picker = self.model_picker
+        if not enabled and picker.isEnabled() and picker.hasFocus():
+            picker.setEnabled(False)
+            self._focus_moved_to = QApplication.focusWidget()  # where Qt put it
+            return
+        picker.setEnabled(enabled)
+        if not enabled:
+            return
+        moved_to, self._focus_moved_to = getattr(self, "_focus_moved_to", None), None
+        if moved_to is not None and QApplication.focusWidget() is moved_to and self.isActiveWindow():
+            picker.setFocus(Qt.FocusReason.OtherFocusReason)
 
     # -- models and settings -----------------------------------------------------------------------
     @Slot(str)

@@ -6,7 +6,7 @@ server added in Settings ▸ Engines, listing that server's models (:class:`app.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
 
 from app.backends.remote import remote_spec
@@ -91,5 +91,8 @@ class ModelPicker(QPushButton):
     @Slot()
     def _choose(self) -> None:
         folder = QFileDialog.getExistingDirectory(self.window(), "Choose a model folder")
+        # Back on the picker it was opened from (trial 51: the focus came back on the Settings button).
+        self.window().activateWindow()
+        self.setFocus(Qt.FocusReason.OtherFocusReason)
         if folder:
             self.model_chosen.emit(folder)

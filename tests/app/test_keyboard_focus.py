@@ -310,3 +310,16 @@ def test_a_sent_photo_is_a_tab_stop_that_opens_with_enter_or_space(qtbot, make_w
         QTest.keyClick(viewer, Qt.Key.Key_Escape)
         qtbot.waitUntil(lambda: QApplication.focusWidget() is image, timeout=3000)
         QTest.keyClick(image, Qt.Key.Key_Tab)
+
+
+def test_the_model_folder_dialog_gives_the_focus_back_to_the_picker(qtbot, window, monkeypatch):
+    """Trial 51: after Open model folder… the focus came back on the Settings button."""
+    from PySide6.QtWidgets import QFileDialog
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "/models/other")
+    window.composer.setFocus()
+    window.model_picker._choose()
+    qtbot.waitUntil(lambda: window.model_info.get("path") == "/models/other", timeout=5000)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.model_picker, timeout=3000)
