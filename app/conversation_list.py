@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QAbstractScrollArea,
     QFrame,
+    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -126,6 +127,12 @@ class ConversationList(QFrame):
         delete.triggered.connect(self._delete_current)
         self.list.addAction(delete)
         self._filling = False
+        # An empty list said nothing (trial 51: a blank box once every chat was deleted).
+        self._nothing = QLabel(self.list.viewport())
+        self._nothing.setObjectName("noChats")
+        self._nothing.setWordWrap(True)
+        self._nothing.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
+        self._nothing.hide()
         self.list.viewport().installEventFilter(self)
         self.list.installEventFilter(self)
         self.search.installEventFilter(self)
@@ -161,6 +168,10 @@ class ConversationList(QFrame):
                 self.list.setCurrentItem(item)
         self._filling = False
         self._show_current()
+        searching = bool(self.search.text().strip())
+        self._nothing.setText("No chat holds these words" if searching else "No chats yet: a message you send starts one")
+        self._nothing.setVisible(not conversations)
+        self.list.setAccessibleDescription(self._nothing.text() if not conversations else "")
 
     def _show_current(self) -> None:
         """The open chat's row in view: the one reopened at start (or opened by a key) may sit below
@@ -171,6 +182,7 @@ class ConversationList(QFrame):
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
         if watched is self.list.viewport() and event.type() == QEvent.Type.Resize:
             self._show_current()
+            self._nothing.setGeometry(self.list.viewport().rect().adjusted(8, 8, -8, -8))
         if watched is self.list and event.type() == QEvent.Type.FocusIn and self.list.currentItem() is None:
             # Qt makes a list's first row current when Tab reaches a list without one: from a new chat,
             # Tab towards the model picker opened the newest chat, the unsent text and photo with it.

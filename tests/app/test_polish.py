@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QMimeData, QSize, QStandardPaths, Qt
 from PySide6.QtGui import QImage, QPalette
-from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLineEdit, QListWidget
+from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLabel, QLineEdit, QListWidget
 
 from app.backends.fake import FakeBackend
 from app.markdown import CodeBlock, split_blocks
@@ -368,3 +368,20 @@ def test_esc_in_the_chat_search_clears_it_while_an_answer_runs_and_then_stops_it
         qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Escape)  # the next Esc stops it
     assert finished.args[0]["finish_reason"] == "cancelled"
     assert win.sidebar.search.hasFocus()  # (the end of the answer does not take the focus away)
+
+
+def test_an_empty_chat_list_says_so(qtbot, make_window):
+    """Trial 51: with every chat deleted the list was a blank box."""
+    win = make_window(FakeBackend(tokens=["ok"]))
+    label = win.sidebar.findChild(QLabel, "noChats")
+    assert win.sidebar.ids() == [] and label.isVisibleTo(win.sidebar)
+    assert label.text() == "No chats yet: a message you send starts one"
+    win.composer.setPlainText("hello")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.send_message()
+    assert not label.isVisibleTo(win.sidebar)
+    win.sidebar.search.setText("zebra")
+    assert label.isVisibleTo(win.sidebar) and label.text() == "No chat holds these words"
+    win.sidebar.search.clear()
+    win.delete_conversation(win.keeper.current_id)
+    assert label.isVisibleTo(win.sidebar) and label.text().startswith("No chats yet")
