@@ -597,16 +597,17 @@ def hard_breaks(markdown: str, separator: str = LINE_SEPARATOR) -> str:
     lines = markdown.split("\n")
     out = lines[:1]
     for line in lines[1:]:
-        last = out[-1].rsplit(separator, 1)[-1]  # the previous line as written
-        quoted, inner = _QUOTE.match(last), _QUOTE.match(line)
-        depth = quoted.group(0).count(">") if quoted else 0
-        if depth != (inner.group(0).count(">") if inner else 0):
+        lines_so_far = out[-1].rsplit(separator, 1)  # the paragraph's lines: its quote marks on its first
+        quoted, inner = _QUOTE.match(out[-1]), _QUOTE.match(line)
+        depth, line_depth = (m.group(0).count(">") if m else 0 for m in (quoted, inner))
+        last = lines_so_far[-1][quoted.end():] if quoted and len(lines_so_far) == 1 else lines_so_far[-1]
+        if depth == line_depth:
+            line_text = line[inner.end():] if inner else line
+        elif depth and not line_depth:  # a line without the marks goes on in the quote (CommonMark's "lazy" line)
+            line_text = line
+        else:
             out.append(line)
             continue
-        if depth:
-            last, line_text = last[quoted.end():], line[inner.end():]
-        else:
-            line_text = line
         if (last.strip() and line_text.strip() and not _BLOCK_START.match(line_text)
                 and not last.startswith(("    ", "\t")) and (not _BLOCK_START.match(last) or _ITEM.match(last))
                 and _same_way(line_text, out[-1])):

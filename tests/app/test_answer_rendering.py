@@ -478,3 +478,16 @@ def test_a_line_in_the_other_direction_is_a_paragraph_of_its_own(qtbot, make_win
     rtl, ltr = Qt.LayoutDirection.RightToLeft, Qt.LayoutDirection.LeftToRight
     assert shown == [("Here is the translation:", ltr), ("שלום, מה שלומך?\u2028אני בסדר, תודה!", rtl),
                      ("שאלה: מה השעה?", rtl), ("The answer is 10:30 (am).\u202812:00 sharp", ltr)]
+
+
+@pytest.mark.parametrize("markdown, kept", [
+    ("> a\n> b\n> c", "> a\u2028b\u2028c"),  # every line of a quote (the third was joined with a space)
+    (">> nested quote\nback at level one?", ">> nested quote\u2028back at level one?"),  # a "lazy" line
+    ("- item one\ncontinued", "- item one\u2028continued"),
+    ("> a\n>> b", "> a\n>> b"), ("> - x\n> - y", "> - x\n> - y"), ("> # H\n> t", "> # H\n> t"),
+    ("p\n> q", "p\n> q"), ("> quoted\n# heading", "> quoted\n# heading"), ("a\n\nb", "a\n\nb"),
+])
+def test_hard_breaks_keep_a_paragraphs_lines_and_no_others(markdown, kept):
+    from app.markdown import hard_breaks
+
+    assert hard_breaks(markdown) == kept
