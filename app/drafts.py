@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from PIL import Image
 from PySide6.QtCore import QObject, QSettings, QTimer
 
 from app.conversations import attached_name
+from app.video_attachments import is_video_file
 
 KEY = "composer/draft"
 SAVE_DELAY_MS = 800  # after the last keystroke: a burst of typing is one write
@@ -100,6 +102,22 @@ def _message(value: dict) -> tuple[str, list[str], list[str]]:
 
 
 def _present(files: list[str], names: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """The (file, name) pairs still on disk, and the names of those gone."""
-    there = [(f, n) for f, n in zip(files, names) if Path(f).is_file()]
-    return there, [n or Path(f).name for f, n in zip(files, names) if not Path(f).is_file()]
+    """The (file, name) pairs still on disk as an image or a video, and the names of the others (gone,
+    or no image: a settings file edited by hand named /etc/passwd, shown as a blank image chip)."""
+    usable = [Path(f).is_file() and _attachable(f) for f in files]
+    there = [(f, n) for f, n, ok in zip(files, names, usable) if ok]
+    return there, [n or Path(f).name for f, n, ok in zip(files, names, usable) if not ok]
+
+
+def _attachable(path: str) -> bool:
+    """A video by its name, or a file Pillow takes for an image by its header (not decoded: a start
+    with a draft of ten photos would wait for ten decodes; Send reads them whole)."""
+    if is_video_file(path):
+        return True
+    try:
+        with Image.open(path):
+            return True
+    except Image.DecompressionBombError:
+        return True  # an image, only a very large one (the window shows such photos)
+    except (OSError, SyntaxError, ValueError):
+        return False

@@ -126,7 +126,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         gone = self.drafts.restore()  # what was being written when Smolchat last closed
         if gone:  # in the lasting banner: a model that fails to load at start would replace it in the other
             self.storage_banner.add_info(f"Your unsent message is back without {', '.join(gone)}: "
-                                         f"{'that file is' if len(gone) == 1 else 'those files are'} gone.")
+                                         f"{'that file is' if len(gone) == 1 else 'those files are'} gone "
+                                         "or unreadable.")
         self.composer.textChanged.connect(self.drafts.changed)
         self.attachments.changed.connect(self.drafts.changed)
         self._remove_unused_media()

@@ -130,7 +130,8 @@ def test_an_attachment_gone_since_is_left_out_and_said(qtbot, make_window, tmp_p
     clip.unlink()
     again = make_window(FakeBackend(video=True))
     assert again.composer.toPlainText() == "What happens here?" and again.attachments.paths() == []
-    assert again.storage_banner.message() == "Your unsent message is back without clip.mp4: that file is gone."
+    assert again.storage_banner.message() == ("Your unsent message is back without clip.mp4: that file is gone or "
+                                              "unreadable.")
 
 
 def test_an_unreadable_kept_draft_is_ignored(qtbot, make_window):
@@ -183,3 +184,19 @@ def test_a_deleted_chats_photos_go_at_the_next_start_but_not_the_unsent_messages
     again = make_window(FakeBackend())  # the start purges the deleted chats, then their files
     assert again.attachments.paths() == [stored[0]] and Path(stored[0]).exists()
     assert not Path(stored[1]).exists()
+
+
+def test_a_kept_draft_naming_a_file_that_is_no_image_leaves_it_out(qtbot, make_window, tmp_path):
+    """Trial 50: a settings file edited by hand named /etc/passwd in the draft: it came back as a blank
+    image chip counted as an image (and a copy of it went into the data folder)."""
+    photo, text_file = write_png(tmp_path / "cat.png"), tmp_path / "notes.txt"
+    text_file.write_text("root:x:0:0")
+    win = make_window(FakeBackend())
+    win.shutdown()
+    win.qsettings.setValue(KEY, json.dumps({"text": "Look", "files": [str(photo), str(text_file)],
+                                            "names": ["cat.png", "notes.txt"]}))
+    win.qsettings.sync()
+    again = make_window(FakeBackend())
+    assert again.attachments.paths() == [str(photo)]
+    assert again.storage_banner.message() == ("Your unsent message is back without notes.txt: that file is gone or "
+                                              "unreadable.")
