@@ -594,35 +594,51 @@ def hard_breaks(markdown: str, separator: str = LINE_SEPARATOR) -> str:
     around a blank line, and before or after a line indented as code. Code blocks are not given to this.
     ``separator``: what a kept break becomes (an export writes Markdown's own hard break, two spaces
     and a newline, which Markdown viewers show as a new line)."""
-    lines = markdown.split("\n")
-    out = lines[:1]
-    for line in lines[1:]:
-        lines_so_far = out[-1].rsplit(separator, 1)  # the paragraph's lines: its quote marks on its first
-        quoted, inner = _QUOTE.match(out[-1]), _QUOTE.match(line)
-        depth, line_depth = (m.group(0).count(">") if m else 0 for m in (quoted, inner))
-        last = lines_so_far[-1][quoted.end():] if quoted and len(lines_so_far) == 1 else lines_so_far[-1]
+    out: list[str] = []  # finished lines and paragraphs
+    para: list[str] = []  # the paragraph being read: its lines as they will be joined (kept as a list, so
+    # a paragraph of 100,000 lines is joined once, not copied at each line)
+    depth, last, way = 0, "", ""  # its quote depth, its last line without marks, its direction
+
+    def start(line: str) -> None:
+        nonlocal depth, last, way
+        out.append(separator.join(para)) if para else None
+        para[:] = [line]
+        marks = _QUOTE.match(line)
+        depth = marks.group(0).count(">") if marks else 0
+        last, way = (line[marks.end():] if marks else line), _direction(line)
+
+    for number, line in enumerate(markdown.split("\n")):
+        if number == 0:
+            start(line)
+            continue
+        marks = _QUOTE.match(line)
+        line_depth = marks.group(0).count(">") if marks else 0
         if depth == line_depth:
-            line_text = line[inner.end():] if inner else line
+            line_text = line[marks.end():] if marks else line
         elif depth and not line_depth:  # a line without the marks goes on in the quote (CommonMark's "lazy" line)
             line_text = line
         else:
-            out.append(line)
+            start(line)
             continue
-        if (last.strip() and line_text.strip() and not _BLOCK_START.match(line_text)
-                and not last.startswith(("    ", "\t")) and (not _BLOCK_START.match(last) or _ITEM.match(last))
-                and _same_way(line_text, out[-1])):
-            kept = out[-1].rstrip(" \t")
+        line_way = _direction(line_text)
+        prose = last.strip() and line_text.strip() and not _BLOCK_START.match(line_text)
+        if (prose and not last.startswith(("    ", "\t")) and (not _BLOCK_START.match(last) or _ITEM.match(last))
+                and (not way or not line_way or way == line_way)):
+            kept = para[-1].rstrip(" \t")
             if kept.endswith("\\") and not kept.endswith("\\\\"):  # Markdown's backslash hard break
                 kept = kept[:-1]
-            out[-1] = kept + separator + line_text.lstrip(" \t")
-        elif last.strip() and line_text.strip() and not depth and not _same_way(line_text, out[-1]) \
-                and not _BLOCK_START.match(line_text) and not _BLOCK_START.match(last):
+            para[-1] = kept
+            para.append(line_text.lstrip(" \t"))
+            last, way = line_text, way or line_way
+        elif prose and way and line_way and way != line_way and not depth and not _BLOCK_START.match(last):
             # A line in the other direction than its paragraph (Hebrew after English): a paragraph of its
-            # own, laid out in its direction. In one paragraph the first line's direction ruled them all (trial 51:
-            # Hebrew lines left-aligned, an English line's full stop on its left).
-            out += ["", line]
+            # own, laid out in its direction. In one paragraph the first line's direction ruled them all
+            # (trial 51: Hebrew lines left-aligned, an English line's full stop on its left).
+            start("")
+            start(line)
         else:
-            out.append(line)
+            start(line)
+    out.append(separator.join(para))
     return "\n".join(out)
 
 
