@@ -134,7 +134,7 @@ class ActionRow(QWidget):
 
     def describe(self, text: str) -> None:
         """Say which message the buttons act on: its start, as each button's accessible description."""
-        start = " ".join(text.split())
+        start = " ".join(text[:4 * DESCRIBED_CHARS].split())  # (an answer may be megabytes)
         start = start if len(start) <= DESCRIBED_CHARS else start[:DESCRIBED_CHARS].rstrip() + "…"
         description = f"{self.whose.capitalize()}: {start}" if start else ""
         for button in self.findChildren(QToolButton):
