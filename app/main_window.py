@@ -297,6 +297,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         what = "Still editing a message, as when Smolchat closed" if again else "Editing a message"
         self.banner.show_info(f"{what}: sending adds a new version of it; ‹ › switches back. "
                               f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)  # to go on writing it (it was at its start)
         self.composer.setFocus()
         # The edit's banner appears above the transcript and pushes it down: keep the message in view.
         QTimer.singleShot(0, self.transcript, lambda: self._editing == index

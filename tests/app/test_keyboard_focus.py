@@ -323,3 +323,13 @@ def test_the_model_folder_dialog_gives_the_focus_back_to_the_picker(qtbot, windo
     window.model_picker._choose()
     qtbot.waitUntil(lambda: window.model_info.get("path") == "/models/other", timeout=5000)
     qtbot.waitUntil(lambda: QApplication.focusWidget() is window.model_picker, timeout=3000)
+
+
+def test_edit_puts_the_cursor_at_the_end_of_the_question(qtbot, window):
+    """Trial 52: the caret sat at the question's start, so words typed to extend it went in front."""
+    from .test_conversations import ask
+
+    ask(qtbot, window, "What colour is the cat?")
+    window.transcript.widgets()[0].actions_row.button("edit").click()
+    assert window.composer.toPlainText() == "What colour is the cat?"
+    assert window.composer.textCursor().position() == len("What colour is the cat?")
