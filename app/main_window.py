@@ -357,16 +357,18 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         """The model picker is off while a model loads, and Qt moves the focus off a widget turned off
         (trial 51: a model chosen from the keyboard left the focus on the Settings button). It comes
         back to the picker when it is on again, unless the user took the focus elsewhere meanwhile."""
+        # The window's focus widget, not the application's: just after a file dialog the window is
+        # not active again yet on X11 (activation is asynchronous), and has no application focus.
         picker = self.model_picker
-        if not enabled and picker.isEnabled() and picker.hasFocus():
+        if not enabled and picker.isEnabled() and self.focusWidget() is picker:
             picker.setEnabled(False)
-            self._focus_moved_to = QApplication.focusWidget()  # where Qt put it
+            self._focus_moved_to = self.focusWidget()  # where Qt put it
             return
         picker.setEnabled(enabled)
         if not enabled:
             return
         moved_to, self._focus_moved_to = getattr(self, "_focus_moved_to", None), None
-        if moved_to is not None and QApplication.focusWidget() is moved_to and self.isActiveWindow():
+        if moved_to is not None and self.focusWidget() is moved_to:
             picker.setFocus(Qt.FocusReason.OtherFocusReason)
 
     # -- models and settings -----------------------------------------------------------------------

@@ -333,3 +333,31 @@ def test_edit_puts_the_cursor_at_the_end_of_the_question(qtbot, window):
     window.transcript.widgets()[0].actions_row.button("edit").click()
     assert window.composer.toPlainText() == "What colour is the cat?"
     assert window.composer.textCursor().position() == len("What colour is the cat?")
+
+
+def test_the_picker_gets_the_focus_back_also_when_the_window_is_activated_late(qtbot, window, monkeypatch):
+    """Trial 52: under a window manager the window is active again only after the dialog's return (X11
+    activates asynchronously): the load then turned the picker off with no application focus on it,
+    and the focus ended on the Settings button."""
+    from PySide6.QtWidgets import QFileDialog, QWidget
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    other = QWidget()
+    qtbot.addWidget(other)
+
+    def dialog(*_args, **_kwargs):  # another window keeps the activation past the dialog's return
+        other.show()
+        other.activateWindow()
+        qtbot.waitUntil(other.isActiveWindow, timeout=5000)
+        return "/models/other"
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", dialog)
+    monkeypatch.setattr(window, "activateWindow", lambda: None)  # (the activation asked for comes later)
+    window.model_picker._choose()
+    qtbot.waitUntil(lambda: window.model_info.get("path") == "/models/other", timeout=5000)
+    other.hide()
+    monkeypatch.undo()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    assert QApplication.focusWidget() is window.model_picker
