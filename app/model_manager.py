@@ -173,7 +173,8 @@ class ModelManager(QDialog):
         self.local_list = QListWidget()
         self.local_list.setObjectName("localModels")
         self.local_list.setAccessibleName("Your models")
-        self.local_list.itemDoubleClicked.connect(lambda item: self._use(item.data(Qt.ItemDataRole.UserRole)))
+        # A double click, or Enter on the current row (trial 52: only the mouse could use a listed model).
+        self.local_list.itemActivated.connect(lambda item: self._use(item.data(Qt.ItemDataRole.UserRole)))
         def button(text: str, name: str, accessible: str, slot, icon_name: str | None = None) -> QPushButton:
             b = QPushButton(icon(icon_name), text) if icon_name else QPushButton(text)
             b.setObjectName(name)
@@ -391,6 +392,10 @@ class ModelManager(QDialog):
             first = report["problems"][0] if report["problems"] else report["summary"]
             self.rows[repo_id].set_state("failed", f"Cannot be used: {first}")
         self.refresh()
+        if report["ok"]:  # the model just added is the selected one: Use selected (or Enter) takes it
+            for row in range(self.local_list.count()):
+                if self.local_list.item(row).data(Qt.ItemDataRole.UserRole) == path:
+                    self.local_list.setCurrentRow(row)
 
     def _update_selection_buttons(self) -> None:
         for button in self._selection_buttons:

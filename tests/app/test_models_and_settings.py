@@ -9,6 +9,7 @@ import threading
 import huggingface_hub
 import pytest
 from huggingface_hub import errors as hf_errors
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
 from app.backends.fake import FakeBackend
@@ -165,6 +166,13 @@ def test_local_folder_is_checked_before_it_is_added(qtbot, manager, tiny_checkpo
         manager.check_folder(str(tiny_checkpoint), register=True)
     qtbot.waitUntil(lambda: len(known_models()) == 1, timeout=5000)
     assert "✔" in manager.report.toPlainText() and manager.local_list.count() == 1
+    # Trial 52: the model added is selected, and Enter on it uses it (only a double click did).
+    assert manager.local_list.selectedItems() == [manager.local_list.item(0)]
+    used = []
+    manager.use_requested.connect(used.append)
+    manager.local_list.setFocus()
+    qtbot.keyClick(manager.local_list, Qt.Key.Key_Return)
+    assert used == [str(tiny_checkpoint)]
 
 
 def test_no_model_opens_the_manager_and_picker_switches_models(qtbot, make_window):
