@@ -32,7 +32,7 @@ WIDGET_SHORTCUTS = [
     ("Tab, Shift+Tab", "Next, previous control: the chat list, the chat, each message's photos and "
                        "buttons (Copy, Edit, Regenerate, Delete, Continue, ‹ › versions), the message box"),
     ("Space", "Press the focused button (a message's Copy, Edit, Regenerate, Delete, Continue, ‹ ›)"),
-    ("Enter, Space on a photo", "View a sent photo full size"),
+    ("Enter, Space on a photo or video", "View a sent photo full size, play a sent video"),
     ("Home, End in the chat", "The chat's first, newest message"),
     ("↑, ↓, Home, End in the chat list", "Open the next, previous, first, last chat"),
 ]

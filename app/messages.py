@@ -243,7 +243,7 @@ class UserMessage(QWidget):
             padded = list(names or []) + [""] * len(images)  # zip stops at the images' end
             for path, name in zip(images, padded):
                 if is_video_file(path):  # a filmstrip; a click plays it
-                    widget = message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height()))
+                    widget = message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height()), name)
                 else:
                     widget = ClickableImage(path, box, len(images) > 1, name=name)
                 wide = max(widget.sizeHint().width(), widget.minimumWidth(), 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog
 
 from app.backends.fake import FakeBackend
@@ -292,6 +293,17 @@ def test_sent_video_is_stored_shown_reopened_and_exported(qtbot, make_window, vi
     assert video is not None and video.path == stored and video.caption == "0:12"
     qtbot.waitUntil(lambda: video.loaded, timeout=20000)
     assert video.error == ""
+    # Trial 52: named by its content hash and played only by a click. Named as attached, a Tab stop,
+    # and Enter or Space plays it.
+    assert video.accessibleName() == f"Play {clip.name}" and video.toolTip() == f"{clip.name} — click to play"
+    assert video.focusPolicy() & Qt.FocusPolicy.TabFocus
+    played = []
+    real_play = video.play
+    video.play = lambda: played.append(video.path)
+    qtbot.keyClick(video, Qt.Key.Key_Return)
+    qtbot.keyClick(video, Qt.Key.Key_Space)
+    assert played == [stored, stored]
+    video.play = real_play
     again.composer.setPlainText("And then?")
     again.send_message()
     qtbot.waitUntil(lambda: not again._busy, timeout=5000)
