@@ -144,6 +144,9 @@ def describe_progress(event) -> tuple[str, int, int]:
     done = min(max(0, int(event.done)), total)
     if event.stage == "prefill":
         return f"Reading your question ({total:,} tokens)", done, total
+    if event.stage == "frames":  # decoding the sampled frames of a video, before the vision tower reads them
+        which = f"video {event.index + 1} of {event.count}" if event.count > 1 else "the video"
+        return f"Taking frames from {which} — frame {min(done + 1, total)} of {total}", done, total
     media = getattr(event, "media", "image")
     part = "frame" if media == "video" else "tile"
     count = getattr(event, "count", 0)

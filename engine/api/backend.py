@@ -65,12 +65,16 @@ class ProgressEvent:
     ``stage`` "prefill" (the decoder reading the prompt): ``done``/``total`` prompt tokens of those not
     already cached.
 
+    ``stage`` "frames" (decoding a new video's sampled frames, before the vision tower reads them):
+    ``done``/``total`` frames of video ``index`` of ``count`` (``media`` "video"). On a CPU a long or
+    large video's seeking and decoding can take longer than everything after it.
+
     ``notice``: on an answer's first event, what its :class:`DoneEvent` will also say in
     ``stats.notice`` (old messages dropped to fit the context, a video read in part), so that a
     front end can say it while the prompt is read instead of after the answer; "" otherwise.
     """
 
-    stage: Literal["image", "prefill"]
+    stage: Literal["image", "prefill", "frames"]
     done: int
     total: int
     index: int = 0

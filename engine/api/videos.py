@@ -23,7 +23,8 @@ Where we differ from transformers on purpose:
 - animated WebP and APNG, which FFmpeg's demuxers do not decode as a stream of pictures, are read
   with Pillow (:func:`_read_animation`): each frame lasts its own ``duration``, and the file counts
   as a video of ``n_frames`` frames at ``n_frames / total duration`` fps (a GIF goes through PyAV);
-- ``check()``, when given, is called before every decoded frame: the engine's cancellation point.
+- ``check(done, total)``, when given, is called before every decoded frame with the sampled frames
+  read so far and the number to read: the engine's cancellation point, and its progress.
 
 Every failure is a one-line :class:`~engine.api.errors.VideoError`.
 """
@@ -195,7 +196,7 @@ def _read_animation(path, times: list[float], indices: list[int], resize, check)
         with Image.open(path) as image:
             for index in indices:
                 if check is not None:
-                    check()
+                    check(len(out), len(indices))
                 target = index / info.fps
                 frame = max(i for i in range(info.total_frames) if times[i] <= target + 1e-9)
                 image.seek(frame)
@@ -386,7 +387,7 @@ def _decode_frames(container, stream, info: VideoInfo, indices: list[int], resiz
                 chosen = prev
         while chosen is None:
             if check is not None:
-                check()  # between frames: a cancel never waits for a whole seek-and-decode run
+                check(len(out), len(indices))  # between frames: a cancel never waits for a seek-and-decode run
             try:
                 frame = next(it)
             except StopIteration:

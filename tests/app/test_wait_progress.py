@@ -77,6 +77,11 @@ def test_progress_text_for_videos_and_without_a_breakdown():
         ("Reading video 1 of 1 — frame 13 of 40", 12, 40)
     assert describe_progress(ProgressEvent("image", 3, 13)) == ("Reading the image — tile 4 of 13", 3, 13)
     assert describe_progress(ProgressEvent("prefill", 512, 1141)) == ("Reading your question (1,141 tokens)", 512, 1141)
+    # The frames of a video being taken from the file (trial 52: seconds said as "Waiting for the first word…").
+    assert describe_progress(ProgressEvent("frames", 11, 60, 0, 1, 11, 60, "video")) == \
+        ("Taking frames from the video — frame 12 of 60", 11, 60)
+    assert describe_progress(ProgressEvent("frames", 0, 30, 1, 2, 0, 30, "video")) == \
+        ("Taking frames from video 2 of 2 — frame 1 of 30", 0, 30)
 
 
 def test_estimate_text():

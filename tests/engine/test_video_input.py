@@ -25,18 +25,20 @@ def test_check_runs_before_every_decoded_frame_and_stops_the_sampling(tmp_path):
     path = write_video(tmp_path / "clip.mp4", [solid(32, 32, 10 * i) for i in range(20)], rate=10)
     calls = []
 
-    def check():
-        calls.append(1)
+    def check(done, total):
+        calls.append((done, total))
         if len(calls) == 4:
             raise Stop()
 
     with pytest.raises(Stop):
         read_video(path, fps=10, max_frames=20, check=check)
-    assert len(calls) == 4  # it stopped at the fourth frame, not after all twenty
+    assert len(calls) == 4 and all(total == 20 for _, total in calls)  # it stopped at the fourth frame
 
     counted = []
-    video = read_video(path, fps=10, max_frames=20, check=lambda: counted.append(1))
+    video = read_video(path, fps=10, max_frames=20, check=lambda done, total: counted.append(done))
     assert video.decoded_frames <= len(counted) <= video.decoded_frames + 1  # one per frame (+1: end of stream)
+    # The sampled frames read so far, before each decode: the sampling's progress, 0 to 19 in order.
+    assert counted == sorted(counted) and set(counted) == set(range(20))
 
 
 def test_cancel_while_sampling_ends_the_answer_and_keeps_the_conversation(family_checkpoint, tmp_path, monkeypatch):
@@ -248,3 +250,21 @@ def test_a_video_too_long_for_the_context_says_its_frames_are_what_does_not_fit(
     with pytest.raises(PromptTooLongError, match=r"^the prompt has \d+ tokens but the context holds 256$"):
         list(session.send("word " * 300, videos=[clip], params=params))
     assert session.turns == []
+
+
+def test_the_sampling_of_a_video_is_reported_frame_by_frame(family_checkpoint, tmp_path):
+    """Trial 52: a 4K video's seeking took 14 s of the first answer with nothing but "Waiting for the
+    first word…" on screen. The answer's progress says each sampled frame ("frames"), then the tiles."""
+    from engine.api import ProgressEvent
+    from engine.chat import ChatSession
+
+    session = ChatSession.load(family_checkpoint("SmolVLM2-256M-Video-Instruct"), device="cpu", dtype="float32")
+    path = write_video(tmp_path / "clip.mp4", [solid(32, 32, 20 * i) for i in range(8)], rate=1)
+    seen: list[ProgressEvent] = []
+    session.progress = seen.append
+    done = list(session.send("What happens?", params=GenerationParams(max_new_tokens=2, ignore_eos=True,
+                                                                        video_fps=1.0), videos=[path]))[-1]
+    assert done.finish_reason == "length"
+    frames = [(e.done, e.total, e.index, e.count, e.media) for e in seen if e.stage == "frames"]
+    assert frames == [(i, 8, 0, 1, "video") for i in range(8)]
+    assert [e.stage for e in seen].index("image") > [e.stage for e in seen].index("frames")

@@ -553,8 +553,9 @@ class ImageProcessor:
         """Sample, decode and resize a video's frames (:func:`engine.models.smolvlm.video.read_video`)
         into a :class:`~engine.models.smolvlm.video.ProcessedVideo`: one ``M x M`` tile per frame.
 
-        ``fps`` and ``max_frames`` default to the checkpoint's ``video_sampling``. ``check()`` is
-        called before each decoded frame (a cancellation point: it raises to stop).
+        ``fps`` and ``max_frames`` default to the checkpoint's ``video_sampling``. ``check(done, total)``
+        is called before each decoded frame with the sampled frames read so far and their number (a
+        cancellation point: it raises to stop; and the progress of the sampling).
 
         Raises:
             VideoError: the file cannot be read, or the checkpoint takes no videos.
