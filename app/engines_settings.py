@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -47,6 +48,7 @@ class EnginesPanel(QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Engines", parent)
         self.setObjectName("enginesPanel")
+        self.testing = False  # a Test connection is running
         self.servers = QListWidget()
         self.servers.setObjectName("serverList")
         self.servers.setAccessibleName("Servers")
@@ -66,7 +68,7 @@ class EnginesPanel(QGroupBox):
         self.key_note.setObjectName("keyNote")
         self.key_note.setWordWrap(True)
         self.save_button = self._button("saveServer", "Save server", self.save_server)
-        self.remove_button = self._button("removeServer", "Remove", self.remove_server)
+        self.remove_button = self._button("removeServer", "Remove", self._ask_remove)
         self.test_button = self._button("testConnection", "Test connection", self.test_connection)
         self.verdict = QLabel("")
         self.verdict.setObjectName("testVerdict")
@@ -170,6 +172,22 @@ class EnginesPanel(QGroupBox):
             self.servers_changed.emit(old)
 
     @Slot()
+    def _ask_remove(self) -> None:
+        """Remove asks first: a server's address and its API key go for good (trial 52: a key press
+        meant for another button removed one)."""
+        name = self.selected_name()
+        if not name:
+            return
+        box = QMessageBox(QMessageBox.Icon.Question, "Remove server", f"Remove the server {name} and its API key?",
+                          QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("removeServerBox")
+        remove = box.addButton("Remove", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.finished.connect(lambda _result: self.remove_server() if box.clickedButton() is remove else None)
+        box.finished.connect(box.deleteLater)
+        box.open()
+
+    @Slot()
     def remove_server(self) -> None:
         name = self.selected_name()
         if name:
@@ -186,7 +204,10 @@ class EnginesPanel(QGroupBox):
 
     @Slot()
     def test_connection(self) -> None:
-        """Check the fields' server on a helper thread; :attr:`tested` and the verdict label follow."""
+        """Check the fields' server on a helper thread; :attr:`tested` and the verdict label follow.
+        While :attr:`testing`, another press does nothing."""
+        if self.testing:
+            return
         server = self.current_server()
         if not server.url:
             self.verdict.setText("Enter the server's base URL first.")
@@ -196,7 +217,10 @@ class EnginesPanel(QGroupBox):
         except ValueError as exc:  # not "Unknown host ... (DNS)" for what is no address at all
             self.verdict.setText(f"✗ {exc}.")
             return
-        self.test_button.setEnabled(False)
+        # Not turned off while it runs: a button turned off hands the focus on (to Remove, which the
+        # next key press then pressed: trial 52); a press meanwhile is ignored instead.
+        self.testing = True
+        self.test_button.setText("Testing…")
         self.verdict.setText(f"Testing {masked_url(server.url)}…")
         self.models.clear()
         self.models.hide()
@@ -217,7 +241,8 @@ class EnginesPanel(QGroupBox):
 
     @Slot(str, str, object)
     def _show_result(self, kind: str, verdict: str, result) -> None:
-        self.test_button.setEnabled(True)
+        self.testing = False
+        self.test_button.setText("Test connection")
         server, rows = result
         if (server.name, server.url, server.api_key) != (self.name.text().strip() or "server",
                                                          self.url.text().strip(), self.key.text().strip()):

@@ -74,7 +74,7 @@ def test_test_connection_verdicts(qtbot, dialog, case):
     assert kind == expected[0] and panel.verdict.text().startswith(expected[1])
     if case == "refused":  # said once (it went on ": [Errno 111] Connection refused")
         assert panel.verdict.text().count("refused") == 1, panel.verdict.text()
-    assert panel.test_button.isEnabled()
+    assert not panel.testing and panel.test_button.text() == "Test connection"
     assert panel.models.isVisibleTo(dialog) == (case == "ok")  # no empty box without a word (a GUI trial)
     if case == "ok":
         rows = [panel.models.item(i).text() for i in range(panel.models.count())]
@@ -153,7 +153,7 @@ def test_what_is_no_server_address_is_said_so_before_testing_or_saving(qtbot, di
     fill(panel, "box", url)
     panel.test_connection()
     said = f"✗ '{url}' is not a server address; give one like http://127.0.0.1:8080."
-    assert panel.verdict.text() == said and panel.test_button.isEnabled()
+    assert panel.verdict.text() == said and not panel.testing
     panel.save_server()
     assert panel.verdict.text() == said and remote_settings.load_servers() == []
 
@@ -172,7 +172,7 @@ def test_a_test_that_breaks_ends_in_a_verdict_and_one_for_old_fields_is_not_show
     fill(panel, "box", "http://gpu-box:8000/v1")
     with qtbot.waitSignal(panel.tested, timeout=10_000):
         panel.test_connection()
-    assert panel.verdict.text().startswith("✗ The test failed: ") and panel.test_button.isEnabled()
+    assert panel.verdict.text().startswith("✗ The test failed: ") and not panel.testing
 
     release = threading.Event()
 
@@ -184,5 +184,42 @@ def test_a_test_that_breaks_ends_in_a_verdict_and_one_for_old_fields_is_not_show
     panel.test_connection()
     panel.url.setText("http://other-box:8000/v1")  # changed while the first test runs
     release.set()
-    qtbot.waitUntil(panel.test_button.isEnabled, timeout=10_000)
+    qtbot.waitUntil(lambda: not panel.testing, timeout=10_000)
     assert "401" not in panel.verdict.text()
+
+
+def test_test_connection_keeps_the_focus_and_remove_asks_first(qtbot, dialog, monkeypatch):
+    """Trial 52: Test connection turned itself off while it ran, Qt gave the focus to Remove, and the
+    next key press removed the server (and its key) without a word."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from app import engines_settings
+
+    panel = dialog.engines
+    fill(panel, "box", "http://127.0.0.1:9/v1", "k")
+    panel.save_server()
+    release = threading.Event()
+
+    def slow(server):
+        release.wait(10)
+        return "refused", "Connection refused", []
+
+    monkeypatch.setattr(engines_settings, "check_connection", slow)
+    panel.test_button.setFocus()
+    panel.test_connection()
+    assert panel.testing and panel.test_button.isEnabled() and panel.test_button.text() == "Testing…"
+    assert dialog.focusWidget() is panel.test_button
+    panel.test_connection()  # pressed again meanwhile: nothing more starts
+    release.set()
+    qtbot.waitUntil(lambda: not panel.testing, timeout=10_000)
+    assert dialog.focusWidget() is panel.test_button
+
+    panel.remove_button.click()
+    box = panel.findChild(QMessageBox, "removeServerBox")
+    assert box is not None and box.text() == "Remove the server box and its API key?"
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert [s["name"] for s in remote_settings.load_servers()] == ["box"]
+    panel.remove_button.click()
+    box = [b for b in panel.findChildren(QMessageBox, "removeServerBox") if b.isVisible()][0]
+    next(b for b in box.buttons() if b.text() == "Remove").click()
+    assert remote_settings.load_servers() == []
