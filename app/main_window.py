@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,10 @@ from engine.api import ChatBackend
 
 log = logging.getLogger(__name__)
 
+#: Seconds without a word from a server mid-answer before the status bar says it has gone quiet, and
+#: how often that is looked at (ms).
+QUIET_S = 20
+QUIET_CHECK_MS = 5000
 #: What a screen reader is told when an answer ends (app.a11y.announce), by finish reason.
 ANSWER_ENDS = {"stop": "Answer finished", "cancelled": "Answer stopped",
                "length": "Answer stopped at the token limit", "interrupted": "Answer interrupted"}
@@ -155,11 +160,17 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             log.info("removed %d stored file(s) no message uses (%.1f MB)", removed, freed / 1e6)
 
     def _connect_controller(self) -> None:
+        self._last_heard, self._said_quiet = time.monotonic(), False
+        self._quiet = QTimer(self)  # watches a server that goes quiet mid-answer (_check_quiet)
+        self._quiet.setInterval(QUIET_CHECK_MS)
+        self._quiet.timeout.connect(self._check_quiet)
         c = self.controller
         c.model_loading.connect(self._on_model_loading)
         c.model_loaded.connect(self._on_model_loaded)
         c.model_load_failed.connect(self._on_model_load_failed)
         c.token.connect(self.transcript.append_token)
+        c.token.connect(self._heard)
+        c.progress.connect(self._heard)
         c.progress.connect(self.transcript.show_progress)
         c.progress.connect(self._on_progress)
         c.finished.connect(self._on_finished)
@@ -244,6 +255,28 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     def _answer_started(self) -> None:
         self.refresh_sidebar()
         self.stats_label.setText(f"{model_summary(self.model_info)} · generating…")
+        self._heard()
+        self._quiet.start()
+
+    def _heard(self, *_event) -> None:
+        """A word or a progress event of the answer came: the server is not quiet (any more)."""
+        self._last_heard = time.monotonic()
+        if self._said_quiet:
+            self._said_quiet = False
+            self.stats_label.setText(f"{model_summary(self.model_info)} · generating…")
+
+    def _check_quiet(self) -> None:
+        """A server that stopped sending mid-answer showed "generating…" until the stall timeout, 2 minutes
+        later (trial 52): after QUIET_S without a word the status bar says so, and how to stop."""
+        if not self._busy:
+            self._quiet.stop()
+            return
+        quiet, info = time.monotonic() - self._last_heard, self.model_info
+        if str(info.get("backend", "")).startswith("remote:") and quiet >= QUIET_S:
+            server = info.get("device") or "the server"
+            self.stats_label.setText(f"{model_summary(info)} · {server} has sent nothing for {int(quiet)} s · "
+                                     "Esc stops the answer")
+            self._said_quiet = True
 
     @Slot()
     def stop(self) -> None:

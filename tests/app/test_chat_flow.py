@@ -364,3 +364,22 @@ def test_what_was_said_about_a_load_goes_once_a_model_is_ready(qtbot, make_windo
     gate.set()
     qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
     assert win.banner.message() == ""
+
+
+def test_a_server_quiet_mid_answer_is_said_in_the_status_bar(qtbot, make_window, monkeypatch):
+    """Trial 52: a server that stopped sending mid-answer showed "generating…" for two minutes (the
+    stall timeout) with no hint. After a while without a word the status bar says so, and how to stop."""
+    import app.main_window as main_window
+
+    monkeypatch.setattr(main_window, "QUIET_S", 0.3)
+    monkeypatch.setattr(main_window, "QUIET_CHECK_MS", 50)
+    win = make_window(FakeBackend(tokens=["Half", " an", " answer", " then", " silence"], delay=0.6))
+    win.controller.model_info.update(backend="remote:Box", device="Box")
+    win.composer.setPlainText("Hello?")
+    with qtbot.waitSignal(win.answer_finished, timeout=20_000):
+        win.send_message()
+        qtbot.waitUntil(lambda: "Box has sent nothing for 0 s · Esc stops the answer" in win.stats_label.text(),
+                        timeout=5000)
+        words = len(win.transcript.widgets()[-1].text)
+        qtbot.waitUntil(lambda: len(win.transcript.widgets()[-1].text) > words, timeout=5000)  # a word came
+        assert win.stats_label.text().endswith(" · generating…")
