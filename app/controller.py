@@ -254,6 +254,8 @@ class ChatController(QObject):
             if event.error:
                 result["error"] = self.user_words(error_words(event.error_type, event.error))
                 self.failed.emit(result["error"])
+            if result.get("notice"):  # kept under the answer (and stored) naming the files as attached
+                result["notice"] = self.user_words(str(result["notice"]))
             self.keeper.count_continued(result)
             self.busy = False
             self.finished.emit(result)  # the window ends the answer on screen first

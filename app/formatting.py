@@ -120,13 +120,18 @@ def context_full(result: dict) -> bool:
 
 
 def finish_footer(result: dict) -> str:
-    """The muted line under an answer: why it ended when that is not a normal stop."""
+    """The muted line under an answer: why it ended when that is not a normal stop, and the answer's
+    notice (a video read in part, old messages left out): said in a banner while it ran, and kept
+    here after it (trial 52: gone once the banner was dismissed, or after a restart)."""
     reason = result.get("finish_reason", "error")
     if reason == "error" and result.get("error"):
-        return f"failed (error): {result['error']}"
-    if context_full(result):
-        return f"stopped: the model's context is full ({result['context']:,} tokens)"
-    return FINISH_LABELS.get(reason, reason)
+        why = f"failed (error): {result['error']}"
+    elif context_full(result):
+        why = f"stopped: the model's context is full ({result['context']:,} tokens)"
+    else:
+        why = FINISH_LABELS.get(reason, reason)
+    notice = str(result.get("notice") or "") if reason != "error" else ""
+    return " · ".join(part for part in (why, notice) if part)
 
 
 def progress_summary(event) -> str:

@@ -46,6 +46,9 @@ class FakeBackend:
                  image_error: str | None = None, fail: str | None = None, vision: bool = True,
                  video: bool = False, progress_delay: float = 0.0, error_type: str = "") -> None:
         self.progress_delay = progress_delay
+        # The answer's notice (engine.api.GenerationStats.notice), "{0}" naming the first attachment as
+        # the engine got it (a stored copy): e.g. "Only 4 of the 12 frames of {0} could be read".
+        self.notice = ""
         self.error_type = error_type  # the engine exception's name that image_error stands for
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
@@ -183,8 +186,10 @@ class FakeBackend:
             reason = "cancelled" if self._cancel.is_set() else reason
         answer = (answered + "".join(self.tokens[start:start + produced])).strip()
         self.history += [HistoryMessage("user", text, tuple(attachments)), HistoryMessage("assistant", answer)]
+        notice = self.notice.format(*[a.path for a in attachments]) if self.notice else ""
         sink(DoneEvent(reason, GenerationStats(prompt_tokens=prompt_tokens, generated_tokens=produced, ttft_s=0.125,
-                                               decode_tokens_per_s=25.0, total_s=time.perf_counter() - start)))
+                                               decode_tokens_per_s=25.0, total_s=time.perf_counter() - start,
+                                               notice=notice)))
 
     def _read_prompt(self, attachments: list[Attachment], params: GenerationParams, sink: EventSink) -> int | None:
         """Report the vision tower's tiles and the prefill's chunks as the engine would; the prompt's

@@ -383,3 +383,22 @@ def test_a_server_quiet_mid_answer_is_said_in_the_status_bar(qtbot, make_window,
         words = len(win.transcript.widgets()[-1].text)
         qtbot.waitUntil(lambda: len(win.transcript.widgets()[-1].text) > words, timeout=5000)  # a word came
         assert win.stats_label.text().endswith(" · generating…")
+
+
+def test_an_answers_notice_stays_under_it_naming_the_file_as_attached(qtbot, make_window, png):
+    """Trial 52: "Only 4 of the 12 frames of … could be read" was a banner alone: gone once dismissed,
+    and after a restart; stored with the copy's content hash for a name."""
+    backend = FakeBackend(tokens=["A", " cat."])
+    backend.notice = "Only 4 of the 12 frames of {0} could be read (the file ends early)"
+    win = make_window(backend)
+    assert drop(win.composer, file_mime(png))
+    win.composer.setPlainText("What is it?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.send_message()
+    said = f"Only 4 of the 12 frames of {png.resolve()} could be read (the file ends early)"
+    assert said in win.transcript.widgets()[-1].footer() and said in win.banner.message()
+    chat = win.keeper.current_id
+    win.close()
+    again = make_window(FakeBackend())
+    again.open_conversation(chat)
+    assert said in again.transcript.widgets()[-1].footer()
