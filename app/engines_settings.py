@@ -270,8 +270,9 @@ class EnginesPanel(QGroupBox):
                 self.models.setItemWidget(holder, box)
                 self.vision_boxes[model] = box
             else:
+                video = " · video: yes" if caps.video else ""  # (a SmolVLM2 behind smolchat serve)
                 item = QListWidgetItem(f"{model}\n    images: {'yes' if caps.vision else 'no'} "
-                                       f"(from {sources['vision']}) · {context}")
+                                       f"(from {sources['vision']}){video} · {context}")
                 self.models.addItem(item)
             item.setData(Qt.ItemDataRole.UserRole, model)
         self.models.setVisible(self.models.count() > 0)

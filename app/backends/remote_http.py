@@ -337,6 +337,9 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
             sources["vision"] = "/v1/models"
         if not context and _context_of(entry):
             context, sources["context"] = _context_of(entry), "/v1/models"
+        # Smolchat's own server says the tokens a tile (a video frame) takes: the composer's count of a
+        # video's tokens against it (others say nothing of it: 0, no count).
+        per_tile = _count(_obj(_obj(entry.get("meta")).get("capabilities")).get("image_tokens_per_tile"))
         if vision is None:
             show = optional("POST", root + "/api/show", json={"model": model})
             if show and isinstance(show.get("capabilities"), list):
@@ -347,4 +350,4 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
     if vision is None:
         vision, sources["vision"] = bool(server.vision_toggles.get(model, False)), "your setting"
     sources.setdefault("context", "")
-    return Capabilities(vision=vision, video=bool(video), max_context=context), sources
+    return Capabilities(vision=vision, video=bool(video), max_context=context, image_tokens_per_tile=per_tile), sources

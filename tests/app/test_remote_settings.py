@@ -108,6 +108,16 @@ def test_models_list_modalities_and_context_are_read():
     assert sources == {"vision": "/v1/models", "context": "/v1/models"}
 
 
+def test_a_smolchat_servers_video_and_tokens_per_frame_are_read():
+    """Trial 52: against `smolchat serve` with a SmolVLM2, the composer counted a video's frames but no
+    tokens (the server says its tokens a tile in /v1/models' meta)."""
+    models = [{"id": "tiny2", "architecture": {"input_modalities": ["text", "image", "video"]},
+               "meta": {"n_ctx": 8192, "capabilities": {"video": True, "image_tokens_per_tile": 64}}}]
+    with FakeOpenAI(models=models) as fake:
+        caps, _ = probe_capabilities(Server("s", fake.url), "tiny2")
+    assert caps.video is True and caps.image_tokens_per_tile == 64
+
+
 def test_ollama_show_gives_vision_and_context():
     show = {"capabilities": ["completion", "vision"], "model_info": {"gemma3.context_length": 131072}}
     with FakeOpenAI(show=show) as fake:
