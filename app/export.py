@@ -14,6 +14,7 @@ import os
 import re
 import sqlite3
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
@@ -232,16 +233,12 @@ def plain_markdown(text: str) -> str:
     does a ``<`` that would start HTML (CommonMark 0.31, "Backslash escapes"), so it reads as typed. Lines in a fenced code
     block (``` or ~~~) are left as they are: a fence is what a user types to show code."""
     lines = text.split("\n")
-    fence = ""  # the open fence's marker, "" outside one
     out = []
-    for i, line in enumerate(lines):
-        marker = _fence(line)
-        if fence:
-            fence = "" if _closes(line, marker, fence) else fence
-            out.append(line)
+    for i, (line, fence) in enumerate(_fenced(lines)):
+        if i == len(lines):  # a fence left open: closed, as close_fences() does
+            out.append(fence)
             continue
-        if marker:
-            fence = marker
+        if fence:
             out.append(line)
             continue
         line = _literal_start(line)
@@ -249,7 +246,7 @@ def plain_markdown(text: str) -> str:
         if line.strip() and following.strip() and not _fence(following) and not line.endswith("  "):
             line += "  "
         out.append(line)
-    return "\n".join(out) + (f"\n{fence}" if fence else "")  # closed, as close_fences() does
+    return "\n".join(out)
 
 
 def close_fences(text: str) -> str:
@@ -257,14 +254,9 @@ def close_fences(text: str) -> str:
     in the middle of its code, a question with only an opening fence): in an export, an open fence
     would make everything after it, the later messages too, one code block (CommonMark 0.31,
     "Fenced code blocks": it runs to the end of the document)."""
-    fence = ""
-    for line in text.split("\n"):
-        marker = _fence(line)
-        if fence:
-            fence = "" if _closes(line, marker, fence) else fence
-        elif marker:
-            fence = marker
-    return f"{text}\n{fence}" if fence else text
+    lines = text.split("\n")
+    tail = [fence for i, (_, fence) in enumerate(_fenced(lines)) if i == len(lines)]
+    return f"{text}\n{tail[0]}" if tail else text
 
 
 # A line's start that Markdown reads as structure, after at most 3 spaces: an ATX heading, a block
@@ -309,6 +301,24 @@ def _closes(line: str, marker: str, fence: str) -> bool:
     return marker.startswith(fence[0]) and len(marker) >= len(fence) and not line.strip()[len(marker):].strip()
 
 
+def _fenced(lines: list[str]) -> Iterator[tuple[str, str]]:
+    """Each of ``lines`` with the fence it belongs to ("" outside fenced code; a fence's own opening and
+    closing lines belong to it), then, when the text leaves a fence open, ("", that fence)."""
+    fence = ""
+    for line in lines:
+        marker = _fence(line)
+        if fence:
+            yield line, fence
+            fence = "" if _closes(line, marker, fence) else fence
+        elif marker:
+            fence = marker
+            yield line, fence
+        else:
+            yield line, ""
+    if fence:
+        yield "", fence
+
+
 def _text_markdown(message) -> str:
     """A message's text in the export: a user's plain text shown as typed, an answer's Markdown with
     its line breaks kept as the app shows them (:func:`answer_markdown`), each with the code fence it
@@ -320,21 +330,18 @@ def answer_markdown(text: str) -> str:
     """An answer's Markdown with each line break inside a paragraph written as Markdown's hard break
     (:func:`app.markdown.hard_breaks`), outside fenced code: the app shows a poem line by line, and a
     Markdown viewer ran the exported lines into one paragraph (trial 51)."""
-    out, prose, fence = [], [], ""
-    for line in text.split("\n"):
-        marker = _fence(line)
-        if fence:
-            fence = "" if _closes(line, marker, fence) else fence
-            out.append(line)
+    lines = text.split("\n")
+    out, prose = [], []
+    for i, (line, fence) in enumerate(_fenced(lines)):
+        if i == len(lines):  # (a fence left open: close_fences closes it)
+            break
+        if not fence:
+            prose.append(line)
             continue
-        if marker:
-            fence = marker
-            if prose:
-                out.append(hard_breaks("\n".join(prose), "  \n"))
-                prose = []
-            out.append(line)
-            continue
-        prose.append(line)
+        if prose:
+            out.append(hard_breaks("\n".join(prose), "  \n"))
+            prose = []
+        out.append(line)
     if prose:
         out.append(hard_breaks("\n".join(prose), "  \n"))
     return "\n".join(out)

@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor, QDesktopServices, QImage, QKeyEvent, QMouseEve
 from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 
 from app.attachments import add_remove_button
+from app.focus import activates
 from app.video_attachments import VideoPlan
 
 MAX_CELLS = 4
@@ -291,8 +292,7 @@ class VideoThumbnail(Filmstrip):
         super().mouseReleaseEvent(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
-        keys = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space)
-        if event.key() in keys and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+        if activates(event):
             event.accept()
             self.play()
             return

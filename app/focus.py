@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shiboken6
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QDialog, QWidget
 
 
@@ -22,3 +23,10 @@ def give_focus_back(dialog: QDialog, window: QWidget) -> None:
         before.setFocus(Qt.FocusReason.OtherFocusReason)
 
     dialog.finished.connect(lambda _result: back())
+
+
+def activates(event: QKeyEvent) -> bool:
+    """Whether ``event`` presses a focused control that is not a button (a sent photo or video): Enter,
+    Return or Space, without a modifier (the keypad's Enter too)."""
+    keys = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space)
+    return event.key() in keys and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier

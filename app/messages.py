@@ -15,7 +15,7 @@ from PySide6.QtGui import QGuiApplication, QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.filmstrip import message_video
-from app.focus import give_focus_back
+from app.focus import activates, give_focus_back
 from app.formatting import message_time
 from app.icons import icon
 from app.image_viewer import ImageViewer
@@ -199,8 +199,7 @@ class ClickableImage(QLabel):
         super().mouseReleaseEvent(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
-        keys = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space)
-        if event.key() in keys and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+        if activates(event):
             event.accept()
             self.open_viewer()
             return
