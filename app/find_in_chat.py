@@ -18,7 +18,7 @@ from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor, QTextD
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidget
 
 from app.markdown import ZERO_WIDTH_SPACE
-from app.text_fit import WrappingLabel
+from app.text_fit import WrappingLabel, utf16_length
 from app.versions import step_button
 
 #: Markdown's marks around words (emphasis, code) and a link's address: not in the displayed text.
@@ -46,10 +46,6 @@ def _pattern(query: str) -> str:
 def _q_pattern(query: str) -> QRegularExpression:
     body = "\\x{200B}?".join(QRegularExpression.escape(c) for c in query)
     return QRegularExpression(body, QRegularExpression.PatternOption.CaseInsensitiveOption)
-
-
-def _utf16(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 
 
 #: The most hits marked in one text view: beyond it a view of a giant table takes long to mark (the
@@ -82,7 +78,7 @@ def _hits(message: QWidget, query: str) -> list[Hit]:
     for label in message.findChildren(WrappingLabel):
         text = label.text()
         for hit in re.finditer(_pattern(query), text):
-            hits.append((label, _utf16(text[:hit.start()]), _utf16(hit.group(0))))
+            hits.append((label, utf16_length(text[:hit.start()]), utf16_length(hit.group(0))))
     return hits
 
 

@@ -591,9 +591,10 @@ def hard_breaks(markdown: str, separator: str = LINE_SEPARATOR) -> str:
     paragraph in Qt's importer, spaced as one); the next line's indent (and its quote marks, in a
     quote as deep) goes, as Markdown drops it. A break stays as it is where either line starts a
     block (a list item's marker, a heading, a table row, an underline; a list item's line may go on),
-    around a blank line, and before or after a line indented as code. Code blocks are not given to this.
-    ``separator``: what a kept break becomes (an export writes Markdown's own hard break, two spaces
-    and a newline, which Markdown viewers show as a new line)."""
+    around a blank line, and before or after a line indented as code; a line whose first strong letter
+    reads the other way than its paragraph's (Hebrew after English) starts a paragraph of its own.
+    Code blocks are not given to this. ``separator``: what a kept break becomes (an export writes
+    Markdown's own hard break, two spaces and a newline, which Markdown viewers show as a new line)."""
     out: list[str] = []  # finished lines and paragraphs
     para: list[str] = []  # the paragraph being read: its lines as they will be joined (kept as a list, so
     # a paragraph of 100,000 lines is joined once, not copied at each line)
@@ -601,7 +602,8 @@ def hard_breaks(markdown: str, separator: str = LINE_SEPARATOR) -> str:
 
     def start(line: str) -> None:
         nonlocal depth, last, way
-        out.append(separator.join(para)) if para else None
+        if para:
+            out.append(separator.join(para))
         para[:] = [line]
         marks = _QUOTE.match(line)
         depth = marks.group(0).count(">") if marks else 0
@@ -640,12 +642,6 @@ def hard_breaks(markdown: str, separator: str = LINE_SEPARATOR) -> str:
             start(line)
     out.append(separator.join(para))
     return "\n".join(out)
-
-
-def _same_way(line: str, paragraph: str) -> bool:
-    """Whether ``line`` reads in ``paragraph``'s direction (either without a strong character does)."""
-    ways = {_direction(line), _direction(paragraph)} - {""}
-    return len(ways) < 2
 
 
 def _direction(text: str) -> str:

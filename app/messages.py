@@ -20,7 +20,7 @@ from app.formatting import message_time
 from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
-from app.text_fit import ElidedLabel, FittingLabel
+from app.text_fit import ElidedLabel, FittingLabel, utf16_length
 from app.thumbnails import thumbnail
 from app.versions import VersionSwitcher
 from app.video_attachments import is_video_file
@@ -43,7 +43,7 @@ def shown_length(text: str, limit: int = USER_TEXT_SHOWN) -> int:
     start = max(0, limit - 64)
     window = text[start:limit + 64]
     finder = QTextBoundaryFinder(QTextBoundaryFinder.BoundaryType.Grapheme, window)
-    finder.setPosition(_utf16(window[:limit - start]))  # Qt counts UTF-16 units, Python code points
+    finder.setPosition(utf16_length(window[:limit - start]))  # Qt counts UTF-16 units, Python code points
     if not finder.isAtBoundary():
         finder.toPreviousBoundary()
     cut = finder.position()
@@ -51,8 +51,6 @@ def shown_length(text: str, limit: int = USER_TEXT_SHOWN) -> int:
     return start + len(kept)
 
 
-def _utf16(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 IMAGE_BOX = QSize(240, 180)
 VIDEO_BOX = QSize(260, 96)
 ACTIONS = {

@@ -28,6 +28,13 @@ from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QWidget
 
 from app.markdown import breakable, unbreakable
 
+
+def utf16_length(text: str) -> int:
+    """``text``'s length as Qt counts it (UTF-16 units: an emoji outside the BMP is two, one Python
+    character): for positions in a label's or a document's text."""
+    return len(text.encode("utf-16-le")) // 2
+
+
 #: The narrowest a label shrinks to in a tight window (pixels), unless its text is shorter.
 MIN_WRAP_WIDTH = 120
 #: The longest run of characters without a break opportunity a label shows as it is: longer than
