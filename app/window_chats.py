@@ -117,6 +117,10 @@ class ChatsMixin:
         hits = self.transcript.set_query(self.sidebar.search.text().strip())
         if show_newest and hits:
             self.transcript.show_hit(*hits[-1])
+        self._show_find_count(hits)
+
+    def _show_find_count(self, hits: list[tuple[int, int]]) -> None:
+        """The row under the search ("2 of 5 in this chat") and F3's actions, for the open chat's ``hits``."""
         current = self.transcript.current_hit()
         self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits))
         for name in ("find_older", "find_newer"):
@@ -132,7 +136,7 @@ class ChatsMixin:
         current = self.transcript.current_hit()
         at = (hits.index(current) - step) % len(hits) if current in hits else len(hits) - 1
         self.transcript.show_hit(*hits[at])
-        self.update_find()
+        self._show_find_count(hits)  # (the hits just counted: not counted again)
 
     def focus_search(self) -> None:
         """Ctrl+F: the cursor in the sidebar's search field, its text selected to type over."""
