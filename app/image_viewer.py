@@ -1,4 +1,5 @@
-"""A window that shows one image at full size (scrollable; a huge one reduced), upright per its EXIF orientation."""
+"""A window that shows one image at full size (scrollable; a huge one reduced), upright per its EXIF
+orientation; an animation (GIF, WebP) plays."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import math
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QKeySequence, QPixmap, QShortcut
+from PySide6.QtGui import QKeySequence, QMovie, QPixmap, QShortcut
 from PySide6.QtWidgets import QDialog, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.thumbnails import read_image
+from app.thumbnails import is_animation, read_image
 
 #: The most pixels shown: what Qt decodes by default (256 MB at 4 bytes a pixel, 8192 × 8192). A larger
 #: image (up to the 179 megapixels the engine accepts) is shown reduced to it, its aspect ratio kept:
@@ -45,6 +46,7 @@ class ImageViewer(QDialog):
         else:  # reduced to MAX_SHOWN_PIXELS
             percent = round(100 * self.image.width() / full.width())
             self.setWindowTitle(f"{name} (shown at {percent}% of {full.width():,} × {full.height():,} pixels)")
+        self.movie: QMovie | None = None
         label = QLabel()
         label.setObjectName("fullImage")
         label.setAccessibleName(f"Image {name}")
@@ -53,6 +55,12 @@ class ImageViewer(QDialog):
             label.setText(f"“{name}” cannot be shown ({problem}).")
             label.setWordWrap(True)  # the window is small then: the sentence would be cut off
             label.setMargin(12)
+        elif is_animation(path):  # played at the size the still would be shown at
+            self.movie = QMovie(path, parent=label)
+            if self.image.size() != full:
+                self.movie.setScaledSize(self.image.size())
+            label.setMovie(self.movie)
+            self.movie.start()
         else:
             label.setPixmap(QPixmap.fromImage(self.image))
         scroll = QScrollArea()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTextBoundaryFinder, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QMouseEvent
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QMouseEvent, QMovie
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.filmstrip import message_video
@@ -21,7 +21,7 @@ from app.icons import icon
 from app.image_viewer import ImageViewer
 from app.markdown import RichText, render_blocks
 from app.text_fit import ElidedLabel, FittingLabel, utf16_length
-from app.thumbnails import thumbnail
+from app.thumbnails import fit_image, is_animation, rounded, thumbnail
 from app.versions import VersionSwitcher
 from app.video_attachments import is_video_file
 from app.wait_progress import WaitProgress
@@ -176,20 +176,78 @@ class ActionRow(QWidget):
 class ClickableImage(QLabel):
     """A thumbnail that opens the full image when clicked, or when Enter or Space is pressed on it: it
     is a Tab stop with a focus ring (trial 50: only a mouse could open it). ``name``: the name it was
-    attached as ("": the file's own, which for a copy in the image store is a hash)."""
+    attached as ("": the file's own, which for a copy in the image store is a hash).
+
+    An animation (GIF, WebP) carries a "GIF" badge and plays while the pointer is over it or it has
+    the focus, then stops on the frame it reached: a chat of them playing at once would take the CPU
+    an answer on the CPU needs, and movement beside the text being read distracts."""
 
     def __init__(self, path: str, box: QSize, square: bool, parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
         self.path = path
         self.name = name or Path(path).name
         self.setObjectName("messageImage")
-        self.setToolTip(f"{self.name} — click to view full size")
-        self.setAccessibleName(f"View {self.name} full size")
-        self.setAccessibleDescription("Press Enter or Space to open the image at full size")
         self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click opens it: no focus ring left behind
         self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self._box, self._square = box, square
         self.setPixmap(thumbnail(path, box, square=square, radius=12, dpr=self.devicePixelRatioF()))
         self.viewer: ImageViewer | None = None
+        self.movie: QMovie | None = None
+        if is_animation(path):
+            self.movie = QMovie(path, parent=self)
+            self.movie.frameChanged.connect(self._show_frame)
+            self.badge = QLabel("GIF", self)
+            self.badge.setObjectName("animationBadge")
+        what = "animation" if self.movie else "image"
+        self.setToolTip(f"{self.name} — click to view full size" + (" (hover to play)" if self.movie else ""))
+        self.setAccessibleName(f"View {self.name} full size" + (", an animation" if self.movie else ""))
+        self.setAccessibleDescription(f"Press Enter or Space to open the {what} at full size")
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.movie is not None:  # the badge in the picture's lower left corner (QLabel centres it vertically)
+            self.badge.adjustSize()
+            area, shown = self.contentsRect(), self.pixmap().deviceIndependentSize().toSize()
+            bottom = area.top() + (area.height() + shown.height()) // 2
+            self.badge.move(area.left() + 6, max(area.top(), bottom - self.badge.height() - 6))
+
+    def playing(self) -> bool:
+        return self.movie is not None and self.movie.state() == QMovie.MovieState.Running
+
+    def _play(self, on: bool) -> None:
+        if self.movie is None or on == self.playing():
+            return
+        if on:
+            self.movie.start() if self.movie.state() == QMovie.MovieState.NotRunning else self.movie.setPaused(False)
+        else:
+            self.movie.setPaused(True)
+
+    def _show_frame(self, _number: int) -> None:
+        dpr = self.devicePixelRatioF()
+        box = QSize(round(self._box.width() * dpr), round(self._box.height() * dpr))
+        frame = self.movie.currentImage()
+        if not frame.isNull():
+            self.setPixmap(rounded(fit_image(frame, box, self._square), 12, dpr))
+
+    def enterEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._play(True)
+        super().enterEvent(event)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._play(self.hasFocus())
+        super().leaveEvent(event)
+
+    def focusInEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._play(True)
+        super().focusInEvent(event)
+
+    def focusOutEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._play(self.underMouse())
+        super().focusOutEvent(event)
+
+    def hideEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._play(False)  # its chat closed, or the window minimised
+        super().hideEvent(event)
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
@@ -204,6 +262,7 @@ class ClickableImage(QLabel):
         super().keyPressEvent(event)
 
     def open_viewer(self) -> ImageViewer:
+        self._play(False)  # the viewer plays it
         self.viewer = ImageViewer(self.path, self.window(), self.name)
         give_focus_back(self.viewer, self.window())  # to this photo, when it was opened from the keyboard
         self.viewer.show()

@@ -53,8 +53,13 @@ def _read_scaled(path: str, box: QSize, crop_square: bool) -> QImage:
         return full if shown.width() >= full.width() or shown.height() >= full.height() else shown
 
     image, _ = read_image(path, decoded_size)
-    if image.isNull():
-        return image
+    return image if image.isNull() else fit_image(image, box, crop_square)
+
+
+def fit_image(image: QImage, box: QSize, crop_square: bool) -> QImage:
+    """``image`` scaled to fit ``box`` (pixels), or to fill it and cropped to its middle when
+    ``crop_square``, aspect ratio kept."""
+    mode = Qt.AspectRatioMode.KeepAspectRatioByExpanding if crop_square else Qt.AspectRatioMode.KeepAspectRatio
     image = image.scaled(box, mode, Qt.TransformationMode.SmoothTransformation)
     if crop_square:
         x = (image.width() - box.width()) // 2
@@ -63,7 +68,15 @@ def _read_scaled(path: str, box: QSize, crop_square: bool) -> QImage:
     return image
 
 
-def _rounded(image: QImage, radius: float, dpr: float) -> QPixmap:
+def is_animation(path: str) -> bool:
+    """True for an image file that Qt can play (:class:`QMovie`: GIF, WebP) with more than one frame.
+    Qt reads only an APNG's first frame, so one is shown still (the engine still takes its frames)."""
+    reader = QImageReader(path)
+    return reader.supportsAnimation() and reader.imageCount() > 1
+
+
+def rounded(image: QImage, radius: float, dpr: float) -> QPixmap:
+    """``image`` (device pixels) with rounded corners and a faint outline, as a pixmap for ``dpr``."""
     pixmap = QPixmap(image.size())
     pixmap.fill(Qt.GlobalColor.transparent)
     painter = QPainter(pixmap)
@@ -87,4 +100,4 @@ def thumbnail(path: str, max_size: QSize, *, square: bool = False, radius: float
     image = _read_scaled(path, box, square)
     if image.isNull():
         return QPixmap()
-    return _rounded(image, radius, dpr)
+    return rounded(image, radius, dpr)
