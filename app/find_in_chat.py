@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from PySide6.QtCore import QRegularExpression, Qt, Signal
-from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidget
 
 from app.markdown import ZERO_WIDTH_SPACE
@@ -87,15 +87,16 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
 
     ``current``: which of the message's hits (0: the first in reading order) is the one the search
     is at, or None. Text views get an extra selection per hit, the theme's highlight colour for the
-    current one and a lighter tint for the others; a label can show one selection, in the current
-    hit's look: it marks the current hit only (a question's other hits are counted, not marked).
+    current one and a lighter tint for the others; a label (a question's text) selects the current
+    hit and tints the others (:meth:`WrappingLabel.set_marks`).
     Returns the current hit (the last displayed one when ``current`` counts past
     them, as the stored text may hold more than is shown), or None (no ``current``, or no hit shown)."""
     hits = _hits(message, query)
     at = min(current, len(hits) - 1) if current is not None and hits else None
     looks: dict[QTextEdit, tuple[QTextCharFormat, QTextCharFormat]] = {}
     selections: dict[QTextEdit, list[QTextEdit.ExtraSelection]] = {v: [] for v in message.findChildren(QTextEdit)}
-    labels: dict[QLabel, tuple[int, int]] = {}
+    current_in: dict[QLabel, tuple[int, int]] = {}
+    tints: dict[QLabel, list[tuple[int, int]]] = {}
     for number, hit in enumerate(hits):
         if isinstance(hit[0], QTextEdit):
             view, cursor = hit
@@ -104,13 +105,16 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
             selection = QTextEdit.ExtraSelection()
             selection.cursor, selection.format = cursor, looks[view][number == at]
             selections[view].append(selection)
-        elif number == at:  # (a label's one selection looks current: only the current hit gets it)
-            labels[hit[0]] = hit[1:]
+        elif number == at:  # the label's selection: the current hit's look
+            current_in[hit[0]] = hit[1:]
+        else:
+            tints.setdefault(hit[0], []).append(hit[1:])
     for view, chosen in selections.items():
         view.setExtraSelections(chosen)
     for label in message.findChildren(WrappingLabel):
-        if label in labels:
-            label.setSelection(*labels[label])
+        label.set_marks(tints.get(label, []))
+        if label in current_in:
+            label.setSelection(*current_in[label])
         elif label.hasSelectedText():
             label.setSelection(0, 0)
     return hits[at] if at is not None else None
@@ -129,20 +133,15 @@ def _looks(view: QTextEdit) -> tuple[QTextCharFormat, QTextCharFormat]:
 
 
 def hit_top(hit: Hit) -> int:
-    """The y of ``hit`` (from :func:`mark`) in its view's or label's pixels: where to scroll to.
-    A label does not tell where its characters are laid out: its text is laid out again in a
-    document of the label's font and width."""
+    """The y of ``hit`` (from :func:`mark`) in its view's or label's pixels: where to scroll to
+    (a label's from :meth:`WrappingLabel.text_layout`)."""
     if isinstance(hit[0], QTextEdit):
         view, cursor = hit
         start = QTextCursor(cursor)
         start.setPosition(cursor.selectionStart())
         return view.viewport().mapTo(view, view.cursorRect(start).topLeft()).y()
     label, start, _length = hit
-    document = QTextDocument()
-    document.setDocumentMargin(0)
-    document.setDefaultFont(label.font())
-    document.setPlainText(label.text())
-    document.setTextWidth(max(1, label.contentsRect().width()))
+    document = label.text_layout()
     block = document.findBlock(start)
     top = document.documentLayout().blockBoundingRect(block).top()  # (lays the block out)
     line = block.layout().lineForTextPosition(start - block.position())

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTextBoundaryFinder, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QMouseEvent, QMovie
+from PySide6.QtGui import QColor, QGuiApplication, QKeyEvent, QMouseEvent, QMovie
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.filmstrip import message_video
@@ -52,6 +52,9 @@ def shown_length(text: str, limit: int = USER_TEXT_SHOWN) -> int:
 
 
 IMAGE_BOX = QSize(240, 180)
+#: The tint of a search hit in a question (not the current one, which is selected: white): a darker
+#: blue under the white text, which keeps it readable (the bubble's #4a5af0 darkened by 45%).
+QUESTION_MARK = QColor(0, 0, 40, 115)
 VIDEO_BOX = QSize(260, 96)
 ACTIONS = {
     "copy": ("copy", "Copy text"),
@@ -316,6 +319,7 @@ class UserMessage(QWidget):
         if text:  # as wide as the sentence needs, up to the bubble's width (not Qt's narrow guess)
             shown = shown_length(text)
             label = FittingLabel(text[:shown], "userText", BUBBLE_MAX_WIDTH - 28)
+            label.mark_colour = QUESTION_MARK  # search hits: the highlight's tint would not show on the blue
             if images:
                 label.setContentsMargins(8, 0, 8, 4)
             inner.addWidget(label)

@@ -12,9 +12,10 @@ in a narrow window; the height then follows from ``heightForWidth``.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import (
     QClipboard,
+    QColor,
     QContextMenuEvent,
     QGuiApplication,
     QKeyEvent,
@@ -22,7 +23,9 @@ from PySide6.QtGui import (
     QMouseEvent,
     QPainter,
     QPaintEvent,
+    QPalette,
     QResizeEvent,
+    QTextDocument,
 )
 from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QWidget
 
@@ -58,7 +61,78 @@ class WrappingLabel(QLabel):
         self.setText(text)
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        self._marks: list[tuple[int, int]] = []
+        self._mark_rects: list[QRectF] | None = None
         super().setText(breakable(text, limit=self.run)[0])
+
+    def text_layout(self) -> QTextDocument:
+        """The label's text laid out in a document of its font and its contents' width, as the label
+        lays it out (a label does not tell where its characters are): positions in UTF-16 units,
+        coordinates from the contents' top left."""
+        document = QTextDocument()
+        document.setDocumentMargin(0)
+        document.setDefaultFont(self.font())
+        document.setPlainText(self.text())
+        document.setTextWidth(max(1, self.contentsRect().width()))
+        return document
+
+    #: The tint of :meth:`set_marks` where the highlight colour would not show (a blue bubble).
+    mark_colour: QColor | None = None
+
+    def set_marks(self, marks: list[tuple[int, int]]) -> None:
+        """Tint the text's ``(start, length)`` spans (UTF-16 units) under the text, as a text view's
+        extra selections do (a label's own selection shows one span only): in :attr:`mark_colour`,
+        else the highlight colour, lighter. ``[]`` clears them."""
+        colour = self.mark_colour
+        if colour is None:
+            colour = QColor(self.palette().color(QPalette.ColorRole.Highlight))
+            colour.setAlpha(90)
+        if marks or self._marks:
+            self._marks, self._mark_colour, self._mark_rects = list(marks), colour, None
+            self.update()
+
+    def marks(self) -> list[tuple[int, int]]:
+        return list(self._marks)
+
+    def mark_rects(self) -> list[QRectF]:
+        """The tinted areas of :meth:`set_marks`' spans, one a line a span covers (label pixels)."""
+        if self._mark_rects is None:
+            document, rects = self.text_layout(), []
+            layout, origin = document.documentLayout(), self.contentsRect().topLeft()
+            for start, length in self._marks:
+                end, position = start + length, start
+                while position < end:
+                    block = document.findBlock(position)
+                    if not block.isValid():
+                        break
+                    top = layout.blockBoundingRect(block).top()
+                    lines = block.layout()
+                    for number in range(lines.lineCount()):
+                        line = lines.lineAt(number)
+                        first = block.position() + line.textStart()
+                        last = first + line.textLength()
+                        if last <= start or first >= end:
+                            continue
+                        x1 = line.cursorToX(max(start, first) - block.position())
+                        x2 = line.cursorToX(min(end, last) - block.position())
+                        x1, x2 = (x1[0] if isinstance(x1, tuple) else x1), (x2[0] if isinstance(x2, tuple) else x2)
+                        rects.append(QRectF(min(x1, x2), top + line.y(), abs(x2 - x1), line.height())
+                                     .translated(origin.x(), origin.y()))
+                    position = block.position() + block.length()
+            self._mark_rects = rects
+        return self._mark_rects
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._mark_rects = None  # the lines break elsewhere
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
+        if self._marks:
+            painter = QPainter(self)
+            for rect in self.mark_rects():
+                painter.fillRect(rect, self._mark_colour)
+            painter.end()
+        super().paintEvent(event)
 
     # -- copying: the selection without the display's zero-width spaces (Qt's own copy keeps them) --
     def selected_text(self) -> str:

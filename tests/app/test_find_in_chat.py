@@ -40,9 +40,10 @@ def hits_expected(ids: list[int], pairs: int = 30) -> list[int]:
 
 
 def marked(message) -> int:
-    """How many hits are marked in ``message`` (extra selections, a question's selected text)."""
+    """How many hits are marked in ``message`` (extra selections; a question's tints and selected text)."""
     views = sum(len(v.extraSelections()) for v in message.findChildren(RichText))
-    return views + sum(1 for label in message.findChildren(FittingLabel) if label.hasSelectedText())
+    labels = message.findChildren(FittingLabel)
+    return views + sum(len(label.marks()) + label.hasSelectedText() for label in labels)
 
 
 def on_screen(win, message) -> bool:
@@ -85,9 +86,7 @@ def test_opening_a_chat_from_the_search_shows_its_newest_hit_marked(qtbot, make_
     assert not win.transcript.verticalScrollBar().value() == win.transcript.verticalScrollBar().maximum()
     assert marked(win.transcript.widgets()[newest]) == 1
     for message in win.transcript.widgets()[win.transcript.widgets().index(win.transcript.widgets()[-40]):]:
-        # (a question marks its hit only when it is the current one: its one selection looks current)
-        assert marked(message) == (1 if message.message_id in expected and message.role == "assistant" else 0), \
-            message.text[:40]
+        assert marked(message) == (1 if message.message_id in expected else 0), message.text[:40]
     assert win.actions["find_older"].isEnabled() and win.actions["find_newer"].isEnabled()
 
 
@@ -242,16 +241,20 @@ def test_f3_steps_hit_by_hit_within_a_message(qtbot, make_window, data_dir):
         index, number = win.transcript.current_hit()
         assert (index, number) == ((1, 2 - step) if step < 3 else (0, 4 - step))
         qtbot.waitUntil(lambda: hit_on_screen(win, index, number, "rye"), timeout=3000)
+        label = asked.findChildren(FittingLabel)[0]
+        plain = label.text().replace(ZERO_WIDTH_SPACE, "")
         if index == 1:
             [current] = current_marks(answer)
             starts.append(current)
             assert marked(answer) == 3
+            # The question's two hits are tinted, neither selected (a selection looks current).
+            assert len(label.marks()) == 2 and not label.hasSelectedText()
         else:
-            label = asked.findChildren(FittingLabel)[0]
-            plain = label.text().replace(ZERO_WIDTH_SPACE, "")
             assert label.selectedText() == ("rye" if number == 1 else "Rye")
             starts.append(plain.index("rye") if number == 1 else plain.index("Rye"))
             assert current_marks(answer) == []  # the answer's hits are all lighter now
+            [other] = label.marks()  # the question's other hit: tinted
+            assert label.text()[other[0]:other[0] + other[1]] == ("Rye" if number == 1 else "rye")
     assert starts[0] > starts[1] > starts[2] and starts[3] > starts[4] == 0  # newest first: up the page
     win.actions["find_older"].trigger()  # round: the newest again
     assert win.transcript.current_hit() == (1, 2)
@@ -296,3 +299,30 @@ def test_an_answer_of_more_hits_than_marked_before_has_them_all_marked(qapp):
     answer.finish("stop", "")
     hit = mark(answer, "zq", 1499)
     assert marked(answer) == 1500 and hit[1].selectionStart() == 3 * 1499
+
+
+def test_a_questions_other_hits_are_tinted_where_their_words_are(qtbot, make_window, data_dir):
+    """Trial 50's leftover: a question's label showed its current hit only (one selection); its
+    other hits are tinted under their words, as an answer's are."""
+    store = Store(data_dir)
+    chat = store.create_conversation("Bread")
+    store.add_message(chat.id, "user", f"Rye or wheat? {FILLER} And which rye?")
+    store.add_message(chat.id, "assistant", "Wheat.")
+    store.close()
+    win = make_window(FakeBackend())
+    win.resize(700, 500)
+    win.sidebar.search.setText("rye")
+    [asked, _] = win.transcript.widgets()
+    label = asked.findChildren(FittingLabel)[0]
+    assert len(label.marks()) == 2 and not label.hasSelectedText()  # no current hit until F3
+    first, last = label.mark_rects()
+    width = label.fontMetrics().horizontalAdvance
+    assert abs(first.width() - width("Rye")) <= 1 and abs(last.width() - width("rye")) <= 1
+    assert first.left() == label.contentsRect().left() and last.top() > first.top()  # first word; a later line
+    assert abs(last.top() - hit_top(mark(asked, "rye", 1))) <= 1  # where the view scrolls for it
+    picture = label.grab().toImage()
+    tinted = picture.pixelColor(int(first.left()) + 1, int(first.top()) + 1)
+    plain = picture.pixelColor(int(first.right()) + 30, int(first.top()) + 1)
+    assert tinted != plain  # the tint is painted, under the text
+    win.sidebar.search.setText("")
+    assert label.marks() == [] and label.mark_rects() == []
