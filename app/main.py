@@ -1,5 +1,7 @@
-"""Entry point: ``smolchat [--model DIR_OR_REPO] [--device ...] [--dtype ...]``; ``smolchat serve ...`` runs
-the local OpenAI-compatible server instead of the window (``server.cli``)."""
+"""Entry point: ``smolchat [--model DIR_OR_REPO] [--device ...] [--dtype ...] [FILE ...]``; ``smolchat
+serve ...`` runs the local OpenAI-compatible server instead of the window (``server.cli``). Files (a
+file manager's "Open with Smolchat": the desktop entry's ``%F``) are attached to the message box, or
+handed to the window already open on the data folder (:mod:`app.single_instance`)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from app import safe_files
 from app.application import create_app
 from app.main_window import MainWindow
 from app.paths import data_dir
-from app.single_instance import already_open_text, take_lock
+from app.single_instance import InstanceListener, already_open_text, hand_over, take_lock
 from engine.api import smolchat_version
 
 
@@ -29,6 +31,16 @@ def model_argument(value: str) -> str:
     from another folder); anything else (a Hub id) as given."""
     path = Path(value).expanduser()
     return str(path.resolve()) if path.exists() else value
+
+
+def file_argument(value: str) -> str:
+    """A file to attach as an absolute path (the running window may have another working folder); a
+    ``file://`` URL (what some desktops pass) as its path."""
+    if value.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        value = unquote(urlparse(value).path)
+    return str(Path(value).expanduser().absolute())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -47,6 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--self-test", action="store_true",
                         help="headless check: answer one built-in image question, print JSON, exit "
                              "(see smolchat --self-test --help)")
+    parser.add_argument("files", nargs="*", metavar="FILE", type=file_argument,
+                        help="photos, videos, PDFs or folders to attach to the message box (given to the "
+                             "window already open, if one is)")
     return parser.parse_args(argv)
 
 
@@ -185,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(sys.argv[:1])
     lock, already_open = take_lock(data_dir())
     if already_open:
+        if hand_over(data_dir(), args.files):
+            print(f"Smolchat is already open with the conversations in {data_dir()}: "
+                  + ("its window attached the files." if args.files else "its window was brought to the front."),
+                  file=sys.stderr)
+            return 0
         said = already_open_text(data_dir())
         print(said, file=sys.stderr)
         QMessageBox.information(None, "Smolchat", said)
@@ -194,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                             dtype=None if args.dtype == "auto" else args.dtype)
         window.show()  # before the model is loaded: loading runs in the engine thread
         signals.attach(window)
+        if lock is not None:  # (a folder that cannot be written has no lock, and so no hand-over)
+            window.instance_listener = InstanceListener(data_dir(), window.open_files, window)
+        if args.files:
+            QTimer.singleShot(0, lambda: window.open_files(args.files))
         report = os.environ.get("SMOLCHAT_STARTUP_REPORT")
         if report:
             window._startup_report = StartupReport(app, window, Path(report))

@@ -3,17 +3,27 @@
 Two processes on one data folder would each keep their unsent message under the same settings key
 (the last to quit wins: the other's is lost without a word) and both write the conversations'
 database. So a start takes a lock file in the data folder (``QLockFile``: it holds the owner's process
-id, and a lock whose process is gone, after a crash, is taken over); a second start finds it held,
-says that Smolchat is already open, and ends before making a window.
+id, and a lock whose process is gone, after a crash, is taken over); a second start finds it held
+and ends before making a window.
+
+That second start hands its files over: the window that holds the lock listens on a local socket
+named after the data folder (:class:`InstanceListener`; ``QLocalServer``, this user only), and a
+second start (a file manager's "Open with Smolchat", ``smolchat photo.png``) sends it the files to
+attach and the running window comes to the front (:func:`hand_over`). Where no window answers (an
+older version, a window still starting) the second start says that Smolchat is already open.
 
 A data folder that cannot be written takes no lock: the store opens read-only there anyway.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QLockFile
+from PySide6.QtCore import QByteArray, QLockFile, QObject
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 LOCK_NAME = "smolchat.lock"
 WAIT_MS = 200  # a lock being released by a window that is closing right now
@@ -39,3 +49,78 @@ def already_open_text(data_dir: Path) -> str:
     """What a second start says (a dialog and the terminal)."""
     return (f"Smolchat is already open with the conversations in {data_dir}: switch to its window. (A second "
             "window on the same conversations would overwrite the first one's unsent message.)")
+
+
+#: The most bytes a hand-over may send (a few thousand paths); more is not a hand-over.
+MAX_MESSAGE = 1 << 20
+#: How long a second start waits for the running window to connect, take its files and reply (ms).
+HAND_OVER_MS = 3000
+
+
+def socket_name(data_dir: Path) -> str:
+    """The local socket's name for ``data_dir``: one per data folder, short enough for a Unix socket
+    path (the folder's own path may be longer than the 108 bytes one allows)."""
+    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:24]
+    return f"smolchat-{digest}"
+
+
+class InstanceListener(QObject):
+    """The running window's end of :func:`hand_over`: each message (one JSON object and a newline,
+    ``{"files": [absolute paths]}``) calls ``on_files(files)`` on the UI thread (an empty list: just
+    come to the front), and is answered ``ok``. Made by the process that holds the lock, so a socket
+    file left by a crashed window is removed first."""
+
+    def __init__(self, data_dir: Path, on_files: Callable[[list[str]], None], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.on_files = on_files
+        self.name = socket_name(data_dir)
+        self.server = QLocalServer(self)
+        self.server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+        QLocalServer.removeServer(self.name)
+        self.listening = self.server.listen(self.name)  # False: second starts say Smolchat is open
+        self.server.newConnection.connect(self._accept)
+
+    def _accept(self) -> None:
+        while self.server.hasPendingConnections():
+            connection = self.server.nextPendingConnection()
+            received = bytearray()
+
+            def read(connection=connection, received=received) -> None:
+                received.extend(connection.readAll().data())
+                if len(received) > MAX_MESSAGE:
+                    connection.abort()
+                elif received.endswith(b"\n"):
+                    self._take(connection, bytes(received))
+
+            connection.readyRead.connect(read)
+            connection.disconnected.connect(connection.deleteLater)
+
+    def _take(self, connection: QLocalSocket, message: bytes) -> None:
+        try:
+            files = json.loads(message)["files"]
+            if not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+                raise ValueError("files: not a list of paths")
+        except (ValueError, KeyError, TypeError):
+            connection.abort()
+            return
+        connection.write(QByteArray(b"ok\n"))
+        connection.flush()
+        self.on_files(files)
+        connection.disconnectFromServer()
+
+
+def hand_over(data_dir: Path, files: list[str], wait_ms: int = HAND_OVER_MS) -> bool:
+    """Send ``files`` (absolute paths; ``[]``: none) to the window running on ``data_dir``; True once
+    it has taken them (it attaches them and comes to the front), False where none answered."""
+    connection = QLocalSocket()
+    connection.connectToServer(socket_name(data_dir))
+    if not connection.waitForConnected(wait_ms):
+        return False
+    connection.write(QByteArray(json.dumps({"files": files}).encode() + b"\n"))
+    if not connection.waitForBytesWritten(wait_ms):
+        return False
+    reply = bytearray()
+    while not reply.endswith(b"\n") and connection.waitForReadyRead(wait_ms):
+        reply.extend(connection.readAll().data())
+    connection.abort()
+    return bytes(reply) == b"ok\n"

@@ -44,6 +44,18 @@ class AttachmentsMixin:
         return self._documents
 
     @Slot(list)
+    def open_files(self, paths: list[str]) -> None:
+        """Files given at start or by a second start (``smolchat photo.png``, a file manager's "Open with
+        Smolchat"): the window comes to the front and they are attached as a drop's would be (a missing
+        file is named in the banner). ``[]``: only come to the front."""
+        if self.isMinimized():
+            self.showNormal()
+        self.raise_()
+        self.activateWindow()
+        if paths:
+            self.add_files(paths)
+            self.composer.setFocus()
+
     def add_files(self, paths: list[str], ranks: list[tuple[int, ...]] | None = None) -> None:
         """Attach image and video files, PDFs (their pages, rendered in the background) and folders'
         images; a file that is not a readable image or video shows an error instead, and so does any

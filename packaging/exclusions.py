@@ -23,8 +23,9 @@ EXCLUDED_MODULES = [
     "torchvision", "torchaudio", "triton", "tensorboard", "torch.utils.tensorboard", "onnx",
     "onnxruntime", "scipy", "pandas", "sklearn", "cv2", "tensorflow", "jax",
     "torch.utils.benchmark", "torch.utils.bottleneck",  # (torch.testing._internal is imported by torch.utils.checkpoint)
-    # Qt modules the app does not use (it uses QtCore, QtGui, QtWidgets; QtSvg through plugins)
-    "PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtQuickWidgets",
+    # Qt modules the app does not use (it uses QtCore, QtGui, QtWidgets, QtNetwork's local socket
+    # for a second start's files: app/single_instance.py; QtSvg through plugins)
+    "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtQuickWidgets",
     "PySide6.QtOpenGL", "PySide6.QtOpenGLWidgets", "PySide6.QtDesigner", "PySide6.QtUiTools",
     "PySide6.QtHelp", "PySide6.QtSql", "PySide6.QtTest", "PySide6.QtXml", "PySide6.QtConcurrent",
     "PySide6.QtPdf", "PySide6.QtPdfWidgets", "PySide6.QtPrintSupport", "PySide6.QtDBus",

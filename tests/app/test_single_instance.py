@@ -4,6 +4,7 @@ process that is gone, does not stop a start. Runs the real entry point in subpro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,10 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 
 STAY = r"""
+import json
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
@@ -22,18 +25,22 @@ from app import main as entry
 from app.main_window import MainWindow
 
 QMessageBox.information = staticmethod(lambda *a, **k: print("DIALOG " + a[2], flush=True))
+opened = MainWindow.open_files
+MainWindow.open_files = lambda self, files: (print("OPENED " + json.dumps(files), flush=True), opened(self, files))
 
 def ready():
     if any(isinstance(w, MainWindow) for w in QApplication.topLevelWidgets()):
         print("WINDOW", flush=True)
         if sys.argv[1] == "quit":
+            window = next(w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow))
+            print("ATTACHED", len(window.attachments.paths()), flush=True)
             QApplication.quit()
     else:
         QTimer.singleShot(50, ready)
 
 entry.create_app(sys.argv[:1])
 QTimer.singleShot(50, ready)
-code = entry.main(["--model", "/models/slow-fake"])  # no model manager dialog (a modal loop)
+code = entry.main(["--model", "/models/slow-fake", *sys.argv[2:]])  # no model manager dialog (a modal loop)
 print("EXIT", code, flush=True)
 sys.exit(code)
 """
@@ -44,30 +51,83 @@ def _env(data_dir: Path) -> dict:
                 SMOLCHAT_BACKEND="app.backends.fake:slow_backend")
 
 
-def _run(data_dir: Path, then: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", STAY, then], cwd=REPO, env=_env(data_dir), capture_output=True,
+def _run(data_dir: Path, then: str, *files: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", STAY, then, *files], cwd=REPO, env=_env(data_dir), capture_output=True,
                           text=True, timeout=120)
 
 
+HOLD_LOCK = r"""
+import os, sys, time
+from PySide6.QtCore import QLockFile
+os.makedirs(sys.argv[1], exist_ok=True)
+lock = QLockFile(sys.argv[1] + "/smolchat.lock")
+lock.setStaleLockTime(0)
+assert lock.tryLock(1000)
+print("LOCKED", flush=True)
+time.sleep(120)
+"""
+
+
+def _wait_for(process: subprocess.Popen, word: str) -> None:
+    deadline = time.monotonic() + 90
+    while (line := process.stdout.readline()) and line.strip() != word:
+        assert time.monotonic() < deadline
+    assert line.strip() == word
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process handling in the test")
-def test_a_second_start_on_the_same_data_folder_says_smolchat_is_open_and_ends(data_dir, tmp_path):
+def test_a_second_start_on_the_same_data_folder_hands_its_files_to_the_open_window(data_dir, tmp_path):
     """Found by a trial: two windows on one data folder each kept their unsent message under one key
-    (the last to quit won, the other's was lost) and both wrote the database."""
+    (the last to quit won, the other's was lost) and both wrote the database. Trial 53: the desktop
+    entry's "Open with Smolchat" (``smolchat photo.png``) ended at once on an unknown argument."""
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (32, 24), (200, 120, 40)).save(photo)
     first = subprocess.Popen([sys.executable, "-c", STAY, "stay"], cwd=REPO, env=_env(data_dir),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while (line := first.stdout.readline()) and line.strip() != "WINDOW":
-            assert time.monotonic() < deadline
-        second = _run(data_dir, "quit")
-        said = (f"Smolchat is already open with the conversations in {data_dir}: switch to its window. (A second "
-                "window on the same conversations would overwrite the first one's unsent message.)")
+        _wait_for(first, "WINDOW")
+        second = _run(data_dir, "quit")  # no files: the open window comes to the front
         assert second.returncode == 0 and "WINDOW" not in second.stdout, second.stdout + second.stderr
-        assert f"DIALOG {said}" in second.stdout and said in second.stderr
+        assert "DIALOG" not in second.stdout and "its window was brought to the front" in second.stderr
+        _wait_for(first, "OPENED []")
+        third = subprocess.run([sys.executable, "-c", STAY, "quit", "photo.png"], cwd=tmp_path,  # relative to its folder
+                               env=_env(data_dir), capture_output=True, text=True, timeout=120)
+        assert third.returncode == 0 and "WINDOW" not in third.stdout and "attached the files" in third.stderr
+        _wait_for(first, f"OPENED {json.dumps([str(photo)])}")
         other = _run(tmp_path / "other-data", "quit")  # another data folder: its own window
         assert "WINDOW" in other.stdout and "EXIT 0" in other.stdout, other.stdout + other.stderr
     finally:
         first.kill()
         first.wait(10)
-    after = _run(data_dir, "quit")  # the lock of a process that is gone is taken over
+    second_photo = tmp_path / "second.png"
+    Image.new("RGB", (32, 24), (40, 120, 200)).save(second_photo)
+    after = _run(data_dir, "quit", str(second_photo))  # the lock (and socket) of a process that is gone are taken over
     assert "WINDOW" in after.stdout and "EXIT 0" in after.stdout, after.stdout + after.stderr
+    # Attached beside the unsent message's photo, which the killed window's draft kept.
+    assert f"OPENED {json.dumps([str(second_photo)])}" in after.stdout and "ATTACHED 2" in after.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process handling in the test")
+def test_a_second_start_that_no_window_answers_says_smolchat_is_open(data_dir):
+    """A lock held by a Smolchat that does not take files (an older one, one still starting)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(data_dir)], cwd=REPO, env=_env(data_dir),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(holder, "LOCKED")
+        second = _run(data_dir, "quit")
+        said = (f"Smolchat is already open with the conversations in {data_dir}: switch to its window. (A second "
+                "window on the same conversations would overwrite the first one's unsent message.)")
+        assert second.returncode == 0 and "WINDOW" not in second.stdout, second.stdout + second.stderr
+        assert f"DIALOG {said}" in second.stdout and said in second.stderr
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_file_arguments_are_absolute_paths(tmp_path, monkeypatch):
+    from app.main import parse_args
+
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["a photo.png", "file:///tmp/some%20clip.mp4", "--model", "/m"])
+    assert args.files == [str(tmp_path / "a photo.png"), "/tmp/some clip.mp4"] and args.model == "/m"
+    assert parse_args([]).files == []
