@@ -8,7 +8,9 @@ on stdout, a one-line message on stderr, and exits 1. Works from source and from
 Without ``--model`` it tests the model the app last used (``models/last`` in settings.ini), else one
 found in the app's models folder or the Hugging Face cache. Qt's widgets are not imported unless
 ``--gui`` also asks to build the main window (offscreen) and load the model through the app's engine
-thread (QtCore reads settings.ini).
+thread (QtCore reads settings.ini). That window keeps its conversations and settings in a temporary
+folder, removed after: the check writes nothing into the user's data folder (trial 53: the tested
+model joined the user's list and became the one the app opened next, beside a window open on it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -182,8 +186,23 @@ def run_engine(model: str, args: argparse.Namespace) -> dict:
 
 
 def run_gui(model: str, args: argparse.Namespace) -> dict:
-    """Build the real main window offscreen and wait until its engine thread has loaded the model."""
+    """Build the real main window offscreen, on a temporary data folder, and wait until its engine
+    thread has loaded the model."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    scratch = tempfile.mkdtemp(prefix="smolchat-self-test-")
+    previous = os.environ.get("SMOLCHAT_DATA_DIR")
+    os.environ["SMOLCHAT_DATA_DIR"] = scratch
+    try:
+        return _run_gui(model, args)
+    finally:
+        if previous is None:
+            os.environ.pop("SMOLCHAT_DATA_DIR", None)
+        else:
+            os.environ["SMOLCHAT_DATA_DIR"] = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_gui(model: str, args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     from app.application import create_app
     from app.main_window import MainWindow

@@ -102,7 +102,10 @@ def test_the_installed_app_answers_an_image_question(installed_root, tiny_checkp
     assert result["gui"]["platform"] == "offscreen"
     print("installed self-test:", lines[-1])
 
-    # Without --model: the model the app last loaded (the GUI run above loaded it).
+    # Without --model: the model the app last loaded (the GUI self-test above leaves the settings alone).
+    assert not (tmp_path / "data" / "settings.ini").exists()
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "settings.ini").write_text(f"[models]\nlast={tiny_checkpoint}\n")
     proc = subprocess.run(["smolchat", "--self-test", "--max-new-tokens", "2"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]

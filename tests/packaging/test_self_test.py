@@ -53,11 +53,21 @@ def test_self_test_answers_the_built_in_image_question(tiny_checkpoint, tmp_path
 
 
 def test_self_test_with_the_main_window_offscreen(tiny_checkpoint, tmp_path, monkeypatch, capsys, qapp):
-    monkeypatch.setenv("SMOLCHAT_DATA_DIR", str(tmp_path / "data"))
+    """Trial 53: ``--gui`` wrote the tested model into the user's settings (their model list and the
+    model the app opens next) and a conversations database into their data folder."""
+    from app.settings import last_model, open_settings, set_last_model
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("SMOLCHAT_DATA_DIR", str(data))
+    set_last_model("/models/the-users-own", open_settings())
+    before = {p.relative_to(data): p.read_bytes() for p in data.rglob("*") if p.is_file()}
     assert app_main(["--self-test", "--gui", "--model", str(tiny_checkpoint), "--max-new-tokens", "1"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["ok"] and result["generated_tokens"] == 1
     assert result["gui"]["platform"] == "offscreen" and result["gui"]["window_load_s"] > 0
+    assert os.environ["SMOLCHAT_DATA_DIR"] == str(data)
+    assert {p.relative_to(data): p.read_bytes() for p in data.rglob("*") if p.is_file()} == before
+    assert last_model(open_settings()) == "/models/the-users-own"
 
 
 def test_without_any_model_it_fails_with_a_clear_message(tmp_path, monkeypatch, capsys):
