@@ -82,21 +82,20 @@ class AttachmentsMixin:
             problems.append(f"Not attached: {names}. {refusal}")
             others = []
         images, image_ranks = self.documents.take(others, [rank_of[p] for p in others]) if others else ([], {})
-        unreadable = False  # a video that could not be read: its error says enough
         for path in videos:
             try:
                 plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
             except InvalidVideoError as exc:
                 problems.append(str(exc))
-                unreadable = True
                 continue
             resolved = str(Path(path).resolve())
             if self.attachments.add(resolved, video_plan=plan, rank=rank_of[path]):
                 chip = self.attachments.chip(resolved)
-                chip.strip.failed.connect(self._video_unreadable)
-                if chip.error:  # decoded (and cached) before
+                if chip.error:  # decoded (and cached) before: it cannot be sent, so no chip
                     problems.append(chip.error)
-                    unreadable = True
+                    self.attachments.remove(resolved)
+                else:
+                    self._watch_video(chip)
         for path in images:
             try:
                 original = str(validate_image(path))
@@ -108,8 +107,8 @@ class AttachmentsMixin:
             if is_animated_image(path):
                 notes.append(f"Only the first frame of {Path(path).name} is used: {self.model_info.get('model_name')}"
                              " takes no videos. Load a SmolVLM2 model to ask about the animation.")
-        if videos and not unreadable:  # the chips' own problems (e.g. a model that takes no video)
-            problems += self._video_problems()
+        if videos and self.attachments.video_chips():  # the chips' own problems (e.g. a model that takes no video)
+            problems += [line for line in self._video_problems() if line not in problems]
         if problems:  # one line each: run together, eight broken files read as one sentence
             shown = problems[:MAX_PROBLEM_LINES]
             if len(problems) > MAX_PROBLEM_LINES:
@@ -139,14 +138,20 @@ class AttachmentsMixin:
             except InvalidVideoError:
                 plan = None  # gone or damaged since: the chip says so when its filmstrip fails
             if self.attachments.add(path, video_plan=plan or VideoPlan(0.0, 0, 0, 0), name=name):
-                self.attachments.chip(path).strip.failed.connect(self._video_unreadable)
+                self._watch_video(self.attachments.chip(path))
         self._count_pending_tokens()
 
-    @Slot(str)
-    def _video_unreadable(self, error: str) -> None:
-        """A pending video's frames could not be decoded: say so now, not after Send."""
+    def _watch_video(self, chip) -> None:
+        chip.strip.failed.connect(lambda error, path=chip.path: self._video_unreadable(path, error))
+
+    def _video_unreadable(self, path: str, error: str) -> None:
+        """A pending video's frames could not be decoded (its filmstrip, off the UI thread, found it):
+        its chip goes, as it could not be sent, and the error is said now, under the lines of any
+        other file the same drop refused (trial 53: it replaced them, and the chip stayed, counted
+        as 12 frames, while Send only said the error again)."""
+        self.attachments.remove(path)
         self._video_problems()
-        self.banner.show_error(error)
+        self.banner.add_error(error)
 
     def takes_video(self) -> bool:
         """The loaded model takes videos (its capabilities say ``video``)."""

@@ -212,22 +212,49 @@ def test_bad_video_files_give_one_line_and_no_chip(qtbot, make_window, video_mod
     assert win.store.conversations() == []
 
 
-def test_header_fine_but_frames_unreadable_marks_the_chip_and_refuses_send(qtbot, make_window, video_model, tmp_path):
-    """The index is read but every frame's data is gone: the filmstrip decode says so on the chip."""
+def _frameless(tmp_path: Path) -> Path:
+    """An mp4 whose index reads but whose frames' data is gone (cut where it starts)."""
     src = _clip(tmp_path / "fast.mp4", 4, container_options={"movflags": "faststart"})
     data = src.read_bytes()
-    moov_end = data.index(b"mdat") + 4  # everything up to the start of the frame data
     broken = tmp_path / "broken.mp4"
-    broken.write_bytes(data[:moov_end])
+    broken.write_bytes(data[:data.index(b"mdat") + 4])
+    return broken
+
+
+def test_header_fine_but_frames_unreadable_gives_one_line_and_no_chip(qtbot, make_window, video_model, tmp_path):
+    """The index is read but every frame's data is gone: the filmstrip's decode (off the UI thread)
+    finds it, and the chip goes (trial 53: it stayed, counted as frames in the budget, and Send only
+    said the error again)."""
+    broken = _frameless(tmp_path)
     win = make_window(video_model)
+    qtbot.keyClicks(win.composer, "What happens?")
     drop(win, file_mime(broken))
     chip = win.attachments.video_chips()[0]
     _wait_strip(qtbot, chip)
-    assert chip.error == "No frame could be decoded from broken.mp4 (truncated or damaged)"
-    qtbot.waitUntil(lambda: chip.problem == chip.error, timeout=2000)
-    assert win.banner.message() == chip.error
-    win.send_message()
-    assert video_model.calls == [] and win.store.conversations() == []
+    error = "No frame could be decoded from broken.mp4 (truncated or damaged)"
+    qtbot.waitUntil(lambda: win.attachments.paths() == [], timeout=2000)
+    assert win.banner.message() == error and win.pending_label.text() == ""
+    assert win.composer.toPlainText() == "What happens?"
+    drop(win, file_mime(broken))  # again: its decode is known, refused at once
+    assert win.attachments.paths() == [] and win.banner.message() == error
+
+
+def test_bad_photos_and_a_bad_video_in_one_drop_are_all_named(qtbot, make_window, video_model, tmp_path):
+    """Trial 53: the video's error, found after the drop, replaced the photos' lines."""
+    fake = tmp_path / "fake.png"
+    fake.write_text("not a picture")
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(b"\xff\xd8\xff\xe0" + b"\0" * 40)
+    good = tmp_path / "good.png"
+    Image.new("RGB", (40, 30), (10, 200, 90)).save(good)
+    win = make_window(video_model)
+    drop(win, file_mime(cut, fake, _frameless(tmp_path), good))
+    qtbot.waitUntil(lambda: len(win.attachments.paths()) == 1, timeout=20000)
+    lines = win.banner.message().split("\n")
+    assert len(lines) == 3 and lines[-1] == "No frame could be decoded from broken.mp4 (truncated or damaged)"
+    assert "cut.jpg" in lines[0] and "fake.png" in lines[1]
+    assert [Path(p).name for p in win.attachments.paths()] == ["good.png"]
+    assert "video" not in win.pending_label.text()
 
 
 def test_8k_clip_previews_at_chip_size(qtbot, make_window, video_model, tmp_path):
