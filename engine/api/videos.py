@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -148,7 +149,19 @@ def _name(path: str | os.PathLike) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or type(exc).__name__
+    """An error's words for a user: one line, without FFmpeg's error number and function name
+    ("[Errno 1094995529] Invalid data found when processing input: 'avcodec_receive_frame()'" reads
+    "its data is damaged or cut short"; trial 53)."""
+    try:
+        import av
+
+        if isinstance(exc, av.InvalidDataError):
+            return "its data is damaged or cut short"
+    except ImportError:  # (PyAV is a dependency; an animation's Pillow errors come without it too)
+        pass
+    text = re.sub(r"^\[Errno -?\d+\]\s*", "", " ".join(str(exc).split()))
+    text = re.sub(r":\s*'[\w.]+\(\)'$", "", text)
+    return text[:200] or type(exc).__name__
 
 
 ANIMATION_SUFFIXES = (".webp", ".png", ".apng")

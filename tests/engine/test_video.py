@@ -226,6 +226,20 @@ def test_zero_length_missing_and_not_a_video(tmp_path):
         assert str(info.value) == "notes.mp4 is not a video Smolchat can read (damaged, or not a video)"
 
 
+def test_a_file_cut_inside_its_first_frame_is_said_in_plain_words(tmp_path):
+    """Trial 53: "cannot be decoded: [Errno 1094995529] Invalid data found when processing input:
+    'avcodec_receive_frame()'" in the app, the command line and the server."""
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(8)]
+    whole = write_video(tmp_path / "whole.mp4", frames, rate=2, container_options={"movflags": "faststart"})
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[:data.index(b"mdat") + 1000])  # the index whole, the first frame's data not
+    with pytest.raises(VideoError) as info:
+        read_video(cut)
+    assert str(info.value) == "cut.mp4 cannot be decoded: its data is damaged or cut short"
+
+
 def test_audio_only_file(tmp_path):
     path = write_audio_only(tmp_path / "sound.mp4")
     for read in (read_video, probe):
