@@ -221,8 +221,11 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
         if isinstance(event, DoneEvent):
             if as_json:
                 frames = {"frames": event.stats.video_frames} if event.stats.video_frames else {}
+                # What the engine noted (a video read in part, turns left out to fit), as the server's
+                # ``notice`` and the app's line under the answer (trial 53: the command line said nothing).
+                notice = {"notice": event.stats.notice} if event.stats.notice else {}
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
-                                      **_stats_json(event.stats), **frames,
+                                      **_stats_json(event.stats), **frames, **notice,
                                       **({"error": event.error} if event.error else {})}) + "\n")
             elif event.finish_reason != "error" or event.stats.prompt_tokens or event.stats.generated_tokens:
                 # (a refusal before any work has nothing to measure: its error line alone)
@@ -236,6 +239,8 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
                       f"{' (images and vision tower included)' if s.image_tokens else ''}, "
                       f"decoder prefill {s.prefill_tokens_per_s:.1f} tok/s, decode {s.decode_tokens_per_s:.1f} tok/s",
                       file=sys.stderr)
+                if s.notice:
+                    print(f"note: {s.notice}", file=sys.stderr)
             out.flush()
             if event.finish_reason == "error":
                 print(f"error: {event.error}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -185,6 +186,27 @@ def test_rebuilt_history_samples_videos_with_the_last_answers_settings(family_ch
     assert done.wait(60) and results[-1].stats.video_frames == 3
     assert service._session.turns[0].videos[0].num_frames == 3
     assert service.shutdown()
+
+
+def test_the_command_line_says_a_video_was_read_in_part(family_checkpoint, tmp_path, capsys):
+    """Trial 53: the app and the server said "Only 4 of the 12 frames ..."; the command line did not."""
+    from engine.__main__ import main
+
+    frames = [solid(64, 48, 4 * i) for i in range(60)]
+    whole = write_video(tmp_path / "fast.mp4", frames, rate=10, container_options={"movflags": "faststart"})
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    model = family_checkpoint("SmolVLM2-256M-Video-Instruct")
+    common = ["generate", "--model", str(model), "--device", "cpu", "--video", str(cut), "--prompt", "What happens?",
+              "--max-new-tokens", "2", "--ignore-eos"]
+    assert main([*common, "--json"]) == 0
+    done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert done["type"] == "done" and 1 <= done["frames"] < 6
+    said = (f"Only {done['frames']} of the 6 frames of cut.mp4 could be read (the file ends early: truncated or "
+            "damaged); the answer is about those.")
+    assert done["notice"] == said
+    assert main(common) == 0
+    assert f"note: {said}" in capsys.readouterr().err.splitlines()
 
 
 def test_a_truncated_video_answers_with_a_notice_of_the_frames_it_lost(family_checkpoint, tmp_path):
