@@ -148,6 +148,16 @@ class ChatController(QObject):
         self.conversation_opened()
         return True
 
+    def show_branch_of(self, message_id: int) -> int | None:
+        """Show the branch holding ``message_id`` (see ConversationKeeper.show_branch_of) and give the
+        backend its history; its index, or None (while an answer runs, or not in the open chat)."""
+        if self.busy:
+            return None
+        index = self.keeper.show_branch_of(message_id)
+        if index is not None:
+            self.conversation_opened()
+        return index
+
     def count_tokens(self, path: str, detail: str, video_fps: float | None = None,
                      video_max_frames: int | None = None) -> int:
         """Prompt tokens the attachment at ``path`` takes (-1: unknown): an image's at ``detail``, a

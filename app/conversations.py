@@ -349,6 +349,23 @@ class ConversationKeeper(QObject):
         self._render(self.store.messages(self.current_id)[index:])
         return True
 
+    def show_branch_of(self, message_id: int) -> int | None:
+        """Show the branch that holds ``message_id`` (a version not shown: the chat search found its
+        words there), re-rendering from where it parts from the branch shown; its index in the
+        transcript, or None when it is not in the open chat. The caller gives the backend the history."""
+        if self.current_id is None:
+            return None
+        before = [m.id for m in self.store.messages(self.current_id)]
+        self.store.select_branch(message_id)
+        after = self.store.messages(self.current_id)
+        ids = [m.id for m in after]
+        if message_id not in ids:
+            return None
+        keep = next((i for i, (a, b) in enumerate(zip(before, ids)) if a != b), min(len(before), len(ids)))
+        self.transcript.remove_from(keep)
+        self._render(after[keep:])
+        return ids.index(message_id)
+
     def messages(self) -> list[Message]:
         return self.store.messages(self.current_id) if self.current_id is not None else []
 

@@ -164,6 +164,7 @@ class FindRow(QWidget):
         row.setSpacing(2)
         self.label = QLabel()
         self.label.setObjectName("findCount")
+        self.label.setWordWrap(True)  # a long line would widen the sidebar
         row.addWidget(self.label, 1)
         self.older = self._button("findOlder", "↑", "Older match (F3, Enter in the search)", 1)
         self.newer = self._button("findNewer", "↓", "Newer match (Shift+F3, Shift+Enter in the search)", -1)
@@ -173,6 +174,12 @@ class FindRow(QWidget):
 
     def _button(self, name: str, text: str, tip: str, step: int) -> QToolButton:
         return step_button(name, text, tip, tip.split(" (")[0], lambda: self.step.emit(step))
+
+    def show_elsewhere(self, messages: int) -> None:
+        """None in the versions shown, but in ``messages`` versions not shown ("‹ 1 / 2" under a message)."""
+        self.label.setText("In another version: F3 shows it" if messages == 1 else
+                           f"In other versions of {messages} messages: F3 shows one")
+        self.setVisible(True)
 
     def show_count(self, number: int | None, count: int) -> None:
         """``number`` of ``count`` hits (1: the newest; None: none shown yet); hidden for no hits."""

@@ -414,18 +414,42 @@ class Store:
         ).fetchone()
         return self._conversation(row) if row else None
 
+    @staticmethod
+    def _text_test(words: str) -> tuple[str, str]:
+        """An SQL test (``{}``: the column) and its argument ``?1`` for text holding ``words`` in any case."""
+        if words.isascii():
+            # "%", "_" and the escape character itself are the words searched for, not LIKE's wildcards.
+            escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            return "{} LIKE ?1 ESCAPE '\\'", f"%{escaped}%"
+        # SQLite's LIKE ignores the case of A-Z only: "привет" did not find "Привет"
+        return "instr(casefolded({}), ?1) > 0", words.casefold()
+
+    def other_version_hits(self, conversation_id: int, search: str) -> list[int]:
+        """Ids of the messages holding ``search`` (as :meth:`conversations` matches it) that are not on
+        the active branch, oldest first: the words are in a version not shown."""
+        words = search.strip()
+        if not words:
+            return []
+        test, arg = self._text_test(words)
+        rows = self.db.execute(f"SELECT id FROM messages WHERE conversation_id = ?2 AND {test.format('text')} ORDER BY id",
+                               (arg, conversation_id))
+        shown = {m.id for m in self.messages(conversation_id)}
+        return [row[0] for row in rows if row[0] not in shown]
+
+    def select_branch(self, message_id: int) -> None:
+        """Make the branch through ``message_id`` the active one: it and each message before it become
+        the shown version among their siblings."""
+        while message_id is not None:
+            self.select(message_id)
+            row = self.db.execute("SELECT parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            message_id = row[0] if row else None
+
     def conversations(self, search: str = "") -> list[Conversation]:
         """Newest first; ``search`` matches titles and message text (case-insensitive)."""
         if not search.strip():
             rows = self.db.execute(f"SELECT * FROM conversations WHERE deleted IS NULL ORDER BY {_TIME_ORDER}, id DESC")
         else:
-            words = search.strip()
-            if words.isascii():
-                # "%", "_" and the escape character itself are the words searched for, not LIKE's wildcards.
-                escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                test, arg = "{} LIKE ?1 ESCAPE '\\'", f"%{escaped}%"
-            else:  # SQLite's LIKE ignores the case of A-Z only: "привет" did not find "Привет"
-                test, arg = "instr(casefolded({}), ?1) > 0", words.casefold()
+            test, arg = self._text_test(search.strip())
             rows = self.db.execute(
                 f"""SELECT * FROM conversations c WHERE deleted IS NULL AND ({test.format('title')} OR EXISTS
                    (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND {test.format('m.text')}))

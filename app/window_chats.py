@@ -120,19 +120,46 @@ class ChatsMixin:
         self._show_find_count(hits)
 
     def _show_find_count(self, hits: list[tuple[int, int]]) -> None:
-        """The row under the search ("2 of 5 in this chat") and F3's actions, for the open chat's ``hits``."""
+        """The row under the search ("2 of 5 in this chat") and F3's actions, for the open chat's ``hits``;
+        with none shown but some in a version not shown, the row says so and F3 shows that version."""
         current = self.transcript.current_hit()
-        self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits))
+        elsewhere = [] if hits else self._other_version_hits()
+        if elsewhere:
+            self.sidebar.find_row.show_elsewhere(len(elsewhere))
+        else:
+            self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits))
         for name in ("find_older", "find_newer"):
-            self.actions[name].setEnabled(bool(hits))
+            self.actions[name].setEnabled(bool(hits or elsewhere))
+
+    def _other_version_hits(self) -> list[int]:
+        words = self.sidebar.search.text().strip()
+        if not words or self.keeper.current_id is None:
+            return []
+        return self.store.other_version_hits(self.keeper.current_id, words)
 
     def step_find(self, step: int) -> None:
         """Show the open chat's next hit of the search's text: ``step`` +1 the next older (F3), -1 the
         next newer (Shift+F3), within a message too; round from the oldest to the newest. The first
-        step shows the newest."""
+        step shows the newest. Where the shown versions hold none, the newest version holding the words
+        is shown (trial 53: the chat was listed, and nothing in it was found)."""
         hits = self.transcript.set_query(self.sidebar.search.text().strip())
         if not hits:
-            return
+            elsewhere = self._other_version_hits()
+            if not elsewhere:
+                return
+            if self.controller.busy:  # the versions shown stay while an answer runs
+                self.banner.show_info("The words are in another version of a message: F3 shows it after this answer.")
+                return
+            shown: list[int | None] = []
+            if not self._storage("show that version", lambda: shown.append(self.controller.show_branch_of(elsewhere[-1]))) \
+                    or shown[0] is None:
+                return
+            if self.controller.ready:
+                self.stats_label.setText(f"{model_summary(self.model_info)} · ready")  # not the other branch's stats
+            hits = self.transcript.set_query(self.sidebar.search.text().strip())
+            if not hits:  # (the stored text held the words, the shown one not: Markdown's marks)
+                self._show_find_count(hits)
+                return
         current = self.transcript.current_hit()
         at = (hits.index(current) - step) % len(hits) if current in hits else len(hits) - 1
         self.transcript.show_hit(*hits[at])

@@ -326,3 +326,38 @@ def test_a_questions_other_hits_are_tinted_where_their_words_are(qtbot, make_win
     assert tinted != plain  # the tint is painted, under the text
     win.sidebar.search.setText("")
     assert label.marks() == [] and label.mark_rects() == []
+
+
+def test_words_only_in_another_version_are_said_and_f3_shows_that_version(qtbot, make_window, data_dir):
+    """Trial 53: a search whose words were only in another version of a message listed the chat, and
+    opened it with no mark, no count, and F3 doing nothing."""
+    store = Store(data_dir)
+    chat = store.create_conversation("Capitals")
+    store.add_message(chat.id, "user", "Capital of France?")
+    paris = store.add_message(chat.id, "assistant", "Paris.")
+    store.add_message(chat.id, "user", "And of Italy?", parent_id=paris.id)
+    store.add_message(chat.id, "assistant", "Rome, once the heart of the Roman Empire.")
+    spain = store.add_message(chat.id, "user", "And of Spain?", parent_id=paris.id)  # the edit: shown now
+    store.add_message(chat.id, "assistant", "Madrid.")
+    assert store.other_version_hits(chat.id, "roman empire") == [spain.id - 1]
+    assert store.other_version_hits(chat.id, "madrid") == []
+    store.close()
+    backend = FakeBackend()
+    win = make_window(backend)
+    sidebar_width = win.sidebar.width()
+    win.sidebar.search.setText("Roman Empire")
+    assert [c.title for c in win.store.conversations("Roman Empire")] == ["Capitals"]
+    assert [w.text for w in win.transcript.widgets()][-2:] == ["And of Spain?", "Madrid."]
+    row = win.sidebar.find_row
+    assert row.isVisible() and row.label.text() == "In another version: F3 shows it"
+    assert win.actions["find_older"].isEnabled()
+    assert win.sidebar.width() == sidebar_width  # the row's words do not widen the sidebar
+    win.actions["find_older"].trigger()
+    texts = [w.text for w in win.transcript.widgets()]
+    assert texts == ["Capital of France?", "Paris.", "And of Italy?", "Rome, once the heart of the Roman Empire."]
+    assert row.label.text() == "1 of 1 in this chat" and win.transcript.current_hit() == (3, 0)
+    assert win.transcript.widgets()[2].actions_row.versions.label.text() == "1 / 2"
+    qtbot.waitUntil(lambda: [m.text for m in backend.history][-1:] == [texts[-1]], timeout=3000)
+    reopened = Store(data_dir)  # the version shown is stored, as ‹ › stores it
+    assert [m.text for m in reopened.messages(chat.id)][-1] == texts[-1]
+    reopened.close()
