@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.text_fit import WrappedLabel
+
 DEFAULT_PORT = 8080
 
 
@@ -175,10 +177,11 @@ class LocalServerDialog(QDialog):
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.setPlaceholderText("optional: clients then send 'Authorization: Bearer KEY'")
         store = keys()
-        self.key_note = QLabel("The key is kept in the system keyring." if store.persistent
-                               else f"Note: {store.problem}: the key is kept until Smolchat quits.")
+        # Wrapped labels as tall as their lines at the dialog's width (trial 53: QLabel's one guess cut
+        # the port-in-use message's second line and the keyring note's in half).
+        self.key_note = WrappedLabel("The key is kept in the system keyring." if store.persistent
+                                     else f"Note: {store.problem}: the key is kept until Smolchat quits.")
         self.key_note.setObjectName("serverKeyNote")
-        self.key_note.setWordWrap(True)
         self._key_ready = key is not None
         self.key_loaded.connect(self._key_read)
         self.url = QLabel(server.url or "Not running")
@@ -187,9 +190,8 @@ class LocalServerDialog(QDialog):
         self.copy = QPushButton("Copy")
         self.copy.setObjectName("copyServerUrl")
         self.copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.server.url))
-        self.message = QLabel("")
+        self.message = WrappedLabel("")
         self.message.setObjectName("serverMessage")
-        self.message.setWordWrap(True)
         row = QHBoxLayout()
         row.addWidget(self.url, 1)
         row.addWidget(self.copy)

@@ -109,3 +109,20 @@ def test_windows_and_their_buttons_fit_a_small_screen(tmp_path, width, height, s
     if scale == 1:  # the dialogs keep their width where the screen has it, and only lose height
         assert found["manager"][2] == 840 and found["manager"][3] < 760
         assert scrolls == [False, True]  # Settings scrolls down, not sideways as well
+
+
+def test_the_local_server_dialogs_wrapped_lines_are_shown_whole(qtbot):
+    """Trial 53: the port-in-use message's second line and the keyring note's were cut in half (a
+    word-wrapped QLabel's one height guess), the dialog not growing for them."""
+    from app.local_server import LocalServer, LocalServerDialog
+
+    dialog = LocalServerDialog(LocalServer(), None, 8092, "", None)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    before = dialog.height()
+    dialog._failed("Port 8092 is in use by another program: choose another port and turn the server on again.")
+    for label in (dialog.message, dialog.key_note):  # (the note: one line or two, as the keyring is there or not)
+        qtbot.waitUntil(lambda label=label: label.height() >= label.heightForWidth(label.width()), timeout=2000)
+    assert dialog.message.heightForWidth(dialog.message.width()) > dialog.message.fontMetrics().height() * 3 // 2
+    assert dialog.height() > before
