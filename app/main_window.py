@@ -257,6 +257,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.stats_label.setText(f"{model_summary(self.model_info)} · generating…")
         self._heard()
         self._quiet.start()
+        ahead = self.controller.backend.answers_ahead()
+        widgets = self.transcript.widgets()
+        if ahead and widgets and hasattr(widgets[-1], "waiting"):
+            # The engine answers the local server's clients too, one answer at a time (trial 53: seven
+            # seconds of "Waiting for the first word…" behind an API client's answer said nothing of it).
+            widgets[-1].waiting.set_queued(ahead)
 
     def _heard(self, *_event) -> None:
         """A word or a progress event of the answer came: the server is not quiet (any more)."""

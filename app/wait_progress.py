@@ -40,6 +40,14 @@ class WaitProgress(QWidget):
     def text(self) -> str:
         return self.label.text()
 
+    def set_queued(self, ahead: int) -> None:
+        """Another program's answers come first (``ahead`` of them, through the local server), until
+        this answer's first progress event replaces the line."""
+        text = ("Waiting for the answer the local server is giving another program…" if ahead == 1 else
+                f"Waiting for {ahead} answers the local server is giving other programs…")
+        self.label.setText(text)
+        self.label.setAccessibleName(text)
+
     def set_event(self, event) -> None:
         """Show one ProgressEvent (see :func:`app.formatting.describe_progress`)."""
         text, done, total = describe_progress(event)

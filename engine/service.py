@@ -360,6 +360,18 @@ class EngineService:
         with self._group:
             yield
 
+    def answers_ahead(self, request: _Request, own: Sequence[_Request] = ()) -> int:
+        """How many answers run or wait before ``request`` (a handle from :meth:`send` & co) that are not
+        cancelled and not in ``own`` (the asking client's earlier ones): other clients' (the local
+        server's, beside a window), which this one waits for; 0 once it runs."""
+        with self._lock:
+            if request not in self._pending or request.cancelled.is_set():
+                return 0
+            before = self._pending[:self._pending.index(request)]
+            if self._current is not None and self._current.sink is not None:
+                before.append(self._current)
+            return sum(1 for r in before if not r.cancelled.is_set() and all(r is not o for o in own))
+
     def _put(self, request: _Request) -> None:
         with self._group, self._lock:
             if self._closed:

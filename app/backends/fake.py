@@ -49,6 +49,7 @@ class FakeBackend:
         # The answer's notice (engine.api.GenerationStats.notice), "{0}" naming the first attachment as
         # the engine got it (a stored copy): e.g. "Only 4 of the 12 frames of {0} could be read".
         self.notice = ""
+        self.ahead = 0  # answers_ahead(): other clients' answers before the next one
         self.error_type = error_type  # the engine exception's name that image_error stands for
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
@@ -129,6 +130,9 @@ class FakeBackend:
 
     def count_text_tokens(self, text: str) -> int:
         return len(text.split())  # a token a word: what tests can count by eye
+
+    def answers_ahead(self) -> int:
+        return self.ahead  # tests set it: another client's answers before this one
 
     def close(self) -> bool:
         self.closed = True

@@ -80,6 +80,9 @@ class LocalBackend:
                                 params: GenerationParams | None = None) -> int:
         return self.service.count_tokens(attachment, detail, params)
 
+    def answers_ahead(self) -> int:
+        return self.service.answers_ahead(self._handles[-1], self._handles) if self._handles else 0
+
     def count_text_tokens(self, text: str) -> int:
         return self.service.count_text_tokens(text)
 

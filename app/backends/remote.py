@@ -346,6 +346,9 @@ class RemoteBackend:
                                 params: GenerationParams | None = None) -> int:
         return -1  # the server's tokenizer decides; asking would cost a round trip per image
 
+    def answers_ahead(self) -> int:
+        return 0  # a server does not say what else it answers
+
     def count_text_tokens(self, text: str) -> int:
         """The server's count from its ``/tokenize`` where it says its context (there is something to
         count against) and has one (vLLM, llama-server, Smolchat's); else -1. Any thread: a request

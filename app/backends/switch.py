@@ -86,6 +86,9 @@ class EngineSwitch:
     def count_text_tokens(self, text: str) -> int:
         return self.current.count_text_tokens(text)
 
+    def answers_ahead(self) -> int:
+        return self.current.answers_ahead()
+
     def close(self) -> bool:
         """Close every backend (each within about a second); False when one is still busy."""
         backends = {id(b): b for b in (*self.remotes.values(), self.current, self.local)}

@@ -155,5 +155,9 @@ class ChatBackend(Protocol):
         that does not say); the text alone, without the chat template's few tokens around a message.
         Cheap (milliseconds for a book chapter), may block briefly; any thread."""
 
+    def answers_ahead(self) -> int:
+        """How many answers to other clients run or wait before this front end's last request (the
+        local engine shared with the app's local server); 0 when none, or unknown (a remote server)."""
+
     def close(self) -> None:
         """Stop the backend's thread; returns within about a second."""

@@ -72,6 +72,33 @@ def test_a_backend_without_progress_shows_an_indeterminate_bar(qtbot, make_windo
     assert answer.text == "Hi" and not answer.waiting.isVisibleTo(win)
 
 
+def test_an_answer_behind_the_local_servers_says_so_until_its_own_work_starts(qtbot, make_window, monkeypatch):
+    """Trial 53: behind an API client's answer the window said "Waiting for the first word…" for 7 s."""
+    backend = FakeBackend(tokens=["Hi"])
+    backend.ahead = 1
+    gate = threading.Event()
+
+    def later(attachments, params, sink):
+        gate.wait(5)
+        sink(ProgressEvent("prefill", 0, 12))
+        return 12
+    monkeypatch.setattr(backend, "_read_prompt", later)
+    win = make_window(backend)
+    win.composer.setPlainText("Hello")
+    win.send_message()
+    answer = win.transcript.last_assistant()
+    assert answer.waiting.text() == "Waiting for the answer the local server is giving another program…"
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        gate.set()
+    assert answer.text == "Hi"
+    backend.ahead = 3
+    win.composer.setPlainText("Again")
+    win.send_message()
+    assert win.transcript.last_assistant().waiting.text() == ("Waiting for 3 answers the local server is giving "
+                                                             "other programs…")
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=5000)
+
+
 def test_progress_text_for_videos_and_without_a_breakdown():
     assert describe_progress(ProgressEvent("image", 12, 40, 0, 1, 12, 40, "video")) == \
         ("Reading video 1 of 1 — frame 13 of 40", 12, 40)

@@ -133,6 +133,25 @@ def test_cancel_ends_the_running_answer_and_every_queued_one_without_running_the
     assert service.shutdown()
 
 
+def test_answers_ahead_counts_other_clients_answers_until_this_one_runs():
+    """A window's answer behind the local server's (trial 53: it said only "Waiting for the first word")."""
+    session = ScriptedSession(delay=0.02)
+    service = scripted(session)
+    server_running, server_queued, window = Recorder(), Recorder(), Recorder()
+    first = service.send("a " * 30, [], GenerationParams(), server_running)
+    second = service.send("b " * 5, [], GenerationParams(), server_queued)
+    mine = service.send("mine", [], GenerationParams(), window)
+    while not server_running.events:
+        time.sleep(0.005)
+    assert service.answers_ahead(mine) == 2 and service.answers_ahead(second) == 1
+    assert service.answers_ahead(mine, own=[second]) == 1  # the asking client's own are not others'
+    service.cancel_request(second)  # a cancelled one no longer comes first
+    assert service.answers_ahead(mine) == 1
+    assert service.answers_ahead(first) == 0  # running
+    assert window.final.finish_reason == "stop" and service.answers_ahead(mine) == 0
+    assert service.shutdown()
+
+
 def test_errors_become_done_error_and_the_service_keeps_serving():
     session = ScriptedSession(fail_on="broken.png")
     service = scripted(session)
