@@ -8,6 +8,8 @@ never leaves something half-installed that the app would try to load.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QDialog,
@@ -386,16 +388,28 @@ class ModelManager(QDialog):
             return
         repo_id = self._pending_checks.pop(path)
         if report["ok"]:
-            add_known_model(path, report["name"] or path.rstrip("/").split("/")[-1], repo_id)
+            # A GGUF file by its file name, as the engine names it once loaded (the picker, the answers'
+            # headers, the server's model id); trial 53 saw "X.Q4_1" here and "X.Q4_1.gguf" there.
+            gguf = path.lower().endswith(".gguf")
+            add_known_model(path, Path(path).name if gguf else report["name"] or path.rstrip("/").split("/")[-1], repo_id)
         elif repo_id:
             self.rows[repo_id].cached = ""
             first = report["problems"][0] if report["problems"] else report["summary"]
             self.rows[repo_id].set_state("failed", f"Cannot be used: {first}")
         self.refresh()
+        if report["ok"] and not self._window_has_model():
+            self._use(path)  # the first model, added (or downloaded) to be used: trial 53 had to find "Use selected"
+            return
         if report["ok"]:  # the model just added is the selected one: Use selected (or Enter) takes it
             for row in range(self.local_list.count()):
                 if self.local_list.item(row).data(Qt.ItemDataRole.UserRole) == path:
                     self.local_list.setCurrentRow(row)
+
+    def _window_has_model(self) -> bool:
+        """The window has a model loaded or loading (else a model just added is loaded at once)."""
+        window = self.parent()
+        controller = getattr(window, "controller", None)
+        return bool(getattr(window, "model_info", None)) or bool(getattr(controller, "loading", False))
 
     def _update_selection_buttons(self) -> None:
         for button in self._selection_buttons:

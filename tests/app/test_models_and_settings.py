@@ -175,6 +175,18 @@ def test_local_folder_is_checked_before_it_is_added(qtbot, manager, tiny_checkpo
     assert used == [str(tiny_checkpoint)]
 
 
+def test_the_first_model_added_is_loaded_at_once(qtbot, make_window, tiny_checkpoint):  # noqa: F811
+    """Trial 53: with no model loaded, a model added in the manager was only listed; the window kept
+    saying "Choose a model…" until "Use selected" was found."""
+    win = make_window(FakeBackend(), model_path=None, wait_loaded=False)
+    qtbot.waitUntil(lambda: win.model_manager is not None and win.model_manager.isVisible(), timeout=5000)
+    manager = win.model_manager
+    with qtbot.waitSignal(manager.tasks.validated, timeout=60_000):
+        manager.check_folder(str(tiny_checkpoint), register=True)
+    qtbot.waitUntil(lambda: win.model_info.get("path") == str(tiny_checkpoint), timeout=10_000)
+    assert not manager.isVisible() and len(known_models()) == 1
+
+
 def test_no_model_opens_the_manager_and_picker_switches_models(qtbot, make_window):
     from app.settings import add_known_model
 

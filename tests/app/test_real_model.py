@@ -69,7 +69,8 @@ def test_model_manager_adds_a_gguf_file_after_checking_it(qtbot, make_window, sm
     assert asked["filters"] == "GGUF models (*.gguf)"
     qtbot.waitUntil(lambda: len(known_models()) == 1, timeout=5000)
     assert known_models()[0]["path"] == str(smollm2_gguf)
-    assert known_models()[0]["name"] == "SmolLM2-135M-Instruct.Q4_1"
+    # As the engine names it once loaded (the picker, the server's model id): trial 53 saw both.
+    assert known_models()[0]["name"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
     report = manager.report.toPlainText()
     assert report.startswith("✔ SmolLM2-135M-Instruct.Q4_1: 135M parameters in 272 tensors") and "File: " in report
     assert manager.local_list.count() == 1
