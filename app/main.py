@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSocketNotifier, QTimer, Slot
+from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from app import safe_files
@@ -63,6 +63,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="photos, videos, PDFs or folders to attach to the message box (given to the "
                              "window already open, if one is)")
     return parser.parse_args(argv)
+
+
+class FileOpenEvents(QObject):
+    """macOS hands a file to an app that is open, or that it opens for the file (Finder's Open With, a
+    file dropped on the Dock icon), as Qt's FileOpen event instead of the command line: each is
+    attached as a command line's files are (``open_files``)."""
+
+    def __init__(self, open_files, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.open_files = open_files
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.FileOpen:
+            path = event.file() or event.url().toLocalFile()
+            if path:
+                self.open_files([file_argument(path)])
+                return True
+        return False
 
 
 class StartupReport(QObject):
@@ -216,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         signals.attach(window)
         if lock is not None:  # (a folder that cannot be written has no lock, and so no hand-over)
             window.instance_listener = InstanceListener(data_dir(), window.open_files, window)
+        window.file_open_events = FileOpenEvents(window.open_files, window)
+        app.installEventFilter(window.file_open_events)
         if args.files:
             QTimer.singleShot(0, lambda: window.open_files(args.files))
         report = os.environ.get("SMOLCHAT_STARTUP_REPORT")

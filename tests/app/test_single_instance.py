@@ -131,3 +131,23 @@ def test_file_arguments_are_absolute_paths(tmp_path, monkeypatch):
     args = parse_args(["a photo.png", "file:///tmp/some%20clip.mp4", "--model", "/m"])
     assert args.files == [str(tmp_path / "a photo.png"), "/tmp/some clip.mp4"] and args.model == "/m"
     assert parse_args([]).files == []
+
+
+def test_a_file_macos_opens_with_smolchat_is_attached(qtbot, make_window, tmp_path):
+    """Finder's Open With (and the Dock) hands files over as Qt's FileOpen event, not the command line."""
+    from PySide6.QtGui import QFileOpenEvent
+    from PySide6.QtWidgets import QApplication
+
+    from app.backends.fake import FakeBackend
+    from app.main import FileOpenEvents
+
+    photo = tmp_path / "from finder.png"
+    Image.new("RGB", (32, 24), (90, 30, 160)).save(photo)
+    win = make_window(FakeBackend())
+    events = FileOpenEvents(win.open_files, win)
+    QApplication.instance().installEventFilter(events)
+    try:
+        QApplication.sendEvent(QApplication.instance(), QFileOpenEvent(str(photo)))
+    finally:
+        QApplication.instance().removeEventFilter(events)
+    assert [Path(p).name for p in win.attachments.paths()] == ["from finder.png"]
