@@ -195,20 +195,19 @@ class ClickableImage(QLabel):
         self._box, self._square = box, square
         self.setPixmap(thumbnail(path, box, square=square, radius=12, dpr=self.devicePixelRatioF()))
         self.viewer: ImageViewer | None = None
-        self.movie: QMovie | None = None
-        if is_animation(path):
-            self.movie = QMovie(path, parent=self)
-            self.movie.frameChanged.connect(self._show_frame)
+        self.movie: QMovie | None = None  # made when first played: a long chat of them holds no open files
+        self.animated = is_animation(path)
+        if self.animated:
             self.badge = QLabel("GIF", self)
             self.badge.setObjectName("animationBadge")
-        what = "animation" if self.movie else "image"
-        self.setToolTip(f"{self.name} — click to view full size" + (" (hover to play)" if self.movie else ""))
-        self.setAccessibleName(f"View {self.name} full size" + (", an animation" if self.movie else ""))
+        what = "animation" if self.animated else "image"
+        self.setToolTip(f"{self.name} — click to view full size" + (" (hover to play)" if self.animated else ""))
+        self.setAccessibleName(f"View {self.name} full size" + (", an animation" if self.animated else ""))
         self.setAccessibleDescription(f"Press Enter or Space to open the {what} at full size")
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if self.movie is not None:  # the badge in the picture's lower left corner (QLabel centres it vertically)
+        if self.animated:  # the badge in the picture's lower left corner (QLabel centres it vertically)
             self.badge.adjustSize()
             area, shown = self.contentsRect(), self.pixmap().deviceIndependentSize().toSize()
             bottom = area.top() + (area.height() + shown.height()) // 2
@@ -218,8 +217,11 @@ class ClickableImage(QLabel):
         return self.movie is not None and self.movie.state() == QMovie.MovieState.Running
 
     def _play(self, on: bool) -> None:
-        if self.movie is None or on == self.playing():
+        if not self.animated or on == self.playing():
             return
+        if on and self.movie is None:
+            self.movie = QMovie(self.path, parent=self)
+            self.movie.frameChanged.connect(self._show_frame)
         if on:
             self.movie.start() if self.movie.state() == QMovie.MovieState.NotRunning else self.movie.setPaused(False)
         else:

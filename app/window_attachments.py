@@ -56,6 +56,7 @@ class AttachmentsMixin:
             self.add_files(paths)
             self.composer.setFocus()
 
+    @Slot(list)
     def add_files(self, paths: list[str], ranks: list[tuple[int, ...]] | None = None) -> None:
         """Attach image and video files, PDFs (their pages, rendered in the background) and folders'
         images; a file that is not a readable image or video shows an error instead, and so does any

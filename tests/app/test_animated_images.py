@@ -50,6 +50,10 @@ def _enter(widget) -> None:
 
 
 def test_an_animated_gif_is_badged_plays_under_the_pointer_and_stops_where_it_was(qtbot, tmp_path):
+    unshown = UserMessage("Not shown", [_animation(tmp_path / "b.gif")])
+    [still] = unshown.findChildren(ClickableImage)
+    assert still.animated and still.movie is None  # no file held open until it plays
+    unshown.deleteLater()
     image = _message(qtbot, _animation(tmp_path / "a.gif"), "cat.gif")
     badge = image.findChild(QLabel, "animationBadge")
     assert badge is not None and badge.text() == "GIF" and badge.isVisible()
@@ -91,10 +95,10 @@ def test_a_still_gif_and_an_apng_are_plain_pictures(qtbot, tmp_path):
     Image.new("RGB", (64, 48), COLOURS[2]).save(still)
     for path, name in ((str(still), "still.gif"), (_animation(tmp_path / "a.png", "PNG"), "moving.png")):
         image = _message(qtbot, path, name)
-        assert image.movie is None and image.findChild(QLabel, "animationBadge") is None
+        assert not image.animated and image.findChild(QLabel, "animationBadge") is None
         assert image.toolTip() == f"{name} — click to view full size"
         _enter(image)
-        assert not image.playing()
+        assert not image.playing() and image.movie is None
         viewer = image.open_viewer()
         assert viewer.movie is None and not viewer.findChild(QLabel, "fullImage").pixmap().isNull()
         viewer.close()
