@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if already_open:
         if hand_over(data_dir(), args.files):
             print(f"Smolchat is already open with the conversations in {data_dir()}: "
-                  + ("its window attached the files." if args.files else "its window was brought to the front."),
+                  + ("its window was given the files (it says there what it attached)." if args.files
+                     else "its window was brought to the front."),
                   file=sys.stderr)
             return 0
         said = already_open_text(data_dir())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QStandardPaths, Slot
@@ -14,6 +15,7 @@ from app.formatting import pending_summary
 from app.images import InvalidImageError, save_png_bytes, validate_image
 from app.mime import carries_images, image_from_mime, local_files
 from app.paths import pasted_images_dir
+from app.pdf_pages import IMAGE_SUFFIXES, is_pdf
 from app.video_attachments import (
     VIDEO_FILTER,
     InvalidVideoError,
@@ -74,13 +76,30 @@ class AttachmentsMixin:
             pick = self.attachments.new_pick()
             ranks = [(pick, position) for position in range(len(paths))]
         rank_of = dict(zip(paths, ranks, strict=True))
+        problems, notes = [], []
+        # A pipe, socket or device is refused before anything opens it: opening a pipe waits for a
+        # writer, and the window froze on one named photo.png (trial 54; stat does not open it).
+        special = [p for p in paths if os.path.exists(p) and not os.path.isfile(p) and not os.path.isdir(p)]
+        problems += [f"{p} is not a regular file (a pipe or a device): it cannot be attached" for p in special]
+        paths = [p for p in paths if p not in special]
         videos = [p for p in paths if is_video_file(p) or (self.takes_video() and is_animated_image(p))]
         others = [p for p in paths if p not in videos]
-        problems, notes = [], []
         refusal = self.images_refusal() if others else ""
         if refusal:  # said with the videos' problems (one banner), naming what was not attached
-            names = ", ".join(Path(p).name for p in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-            problems.append(f"Not attached: {names}. {refusal}")
+            refused = []
+            for path in others:  # a file that is no image at all is said as such, not as one the model cannot read
+                if os.path.isdir(path) or is_pdf(path) or Path(path).suffix.lower() in IMAGE_SUFFIXES:
+                    refused.append(path)
+                    continue
+                try:
+                    validate_image(path)
+                    refused.append(path)
+                except InvalidImageError as exc:
+                    problems.append(str(exc))
+            if refused:
+                names = ", ".join(Path(p).name for p in refused[:3]) + \
+                    (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+                problems.append(f"Not attached: {names}. {refusal}")
             others = []
         images, image_ranks = self.documents.take(others, [rank_of[p] for p in others]) if others else ([], {})
         for path in videos:

@@ -251,7 +251,10 @@ def load_image(source: str | os.PathLike | bytes | Image.Image) -> Image.Image:
 
 
 def frame_count(source: str | os.PathLike) -> int:
-    """Frames in an image file (animated GIF, APNG, WebP: more than 1), from its headers; 1 if unknown."""
+    """Frames in an image file (animated GIF, APNG, WebP: more than 1), from its headers; 1 if unknown,
+    and for what is no regular file (a pipe: opening it would wait for a writer)."""
+    if not os.path.isfile(source):
+        return 1
     try:
         with Image.open(source) as image:
             return int(getattr(image, "n_frames", 1))

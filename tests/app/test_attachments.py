@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
+import time
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import QImage
@@ -364,3 +369,37 @@ def test_a_paste_past_the_composers_limit_is_refused_with_the_reason(qtbot, wind
     window.composer.selectAll()
     paste("short")
     assert window.composer.toPlainText() == "short"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_pipe_named_like_a_photo_is_refused_without_opening_it(make_window, tmp_path):
+    """Trial 54: a pipe named photo.png froze the window (opening it waits for a writer): a video
+    model's window opened it to see whether it was an animation."""
+    from app.backends.fake import FakeBackend
+
+    window = make_window(FakeBackend(video=True))
+    pipes = [tmp_path / name for name in ("photo.png", "loop.gif", "doc.pdf", "clip.mp4")]
+    for pipe in pipes:
+        os.mkfifo(pipe)
+    done = threading.Event()
+
+    def release() -> None:  # if the window did open one, a writer that closes at once lets it go on (and fail)
+        if done.wait(5.0):
+            return
+        while not done.is_set():
+            for pipe in pipes:
+                with contextlib.suppress(OSError):
+                    os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+            time.sleep(0.2)
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
+    started = time.monotonic()
+    try:
+        window.add_files([str(p) for p in pipes])
+    finally:
+        done.set()
+        releaser.join(5)
+    assert time.monotonic() - started < 4.0
+    assert window.attachments.paths() == []
+    assert window.banner.message().split("\n") == [
+        f"{p} is not a regular file (a pipe or a device): it cannot be attached" for p in pipes]

@@ -86,3 +86,15 @@ def test_the_hint_under_the_composer_names_what_the_model_takes(make_window):
     assert make_window(FakeBackend(video=True)).composer_hint.text().endswith(
         "· drop or paste images, videos, PDFs or a folder")
     assert make_window(FakeBackend()).composer_hint.text().endswith("· drop or paste images, PDFs or a folder")
+
+
+def test_a_file_that_is_no_image_is_said_as_such_not_as_one_the_model_cannot_read(make_window, png, tmp_path):
+    """Trial 54: notes.txt handed to a text-only model was refused as an image it cannot read."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a shopping list")
+    win, _ = _text_only_window(make_window)
+    win.add_files([str(notes), str(png)])
+    lines = win.banner.message().split("\n")
+    assert lines[0].startswith("Not a recognised image file") and "notes.txt" in lines[0]
+    assert lines[1].startswith(f"Not attached: {png.name}. ") and "notes.txt" not in lines[1]
+    assert win.attachments.paths() == []
