@@ -115,13 +115,17 @@ class DocumentIntake(QObject):
     """Turns dropped, pasted or picked paths into image attachments for ``window`` (a MainWindow)."""
 
     _probed = Signal(object, str, object)  # PdfInfo | None, error, rank (worker thread → UI thread, queued)
-    _rendered = Signal(str, object, str, object)  # pdf path, [png paths] | None, error, rank
+    _rendered = Signal(str, object, str, object)  # pdf path, [png paths] | None, error, (rank, pages' tokens)
     _progress = Signal(str, int, int)  # pdf path, pages done, pages
 
     def __init__(self, window) -> None:
         super().__init__(window)
         self.window = window
         self.picker: PagePicker | None = None
+        # PDFs opened while a picker was showing: offered one after the other (trial 54: two pickers
+        # stacked, each promising the same room).
+        self._waiting: list[tuple[object, tuple[int, ...]]] = []
+        self._rendering_cost = 0  # image tokens of the pages being rendered: not attached yet, but taken
         self.working = 0  # PDFs being opened or rendered
         # Set when the app quits: a long rendering stops at the next page instead of holding up the exit.
         self._stop = threading.Event()
@@ -139,7 +143,8 @@ class DocumentIntake(QObject):
         if context <= 0:
             return None
         answer = min(int(self.window.current_params().get("max_new_tokens") or 0), context // 4)
-        return max(0, context - answer - TEXT_MARGIN - sum(self._costs(self.window.attachments.paths())))
+        attached = sum(self._costs(self.window.attachments.paths()))
+        return max(0, context - answer - TEXT_MARGIN - attached - self._rendering_cost)
 
     def _costs(self, paths: list[str]) -> list[int]:
         detail, settings = self.window.message_detail(), self.window.settings
@@ -209,6 +214,14 @@ class DocumentIntake(QObject):
         if info is None:
             self.window.banner.add_error(error)
             return
+        self._offer(info, rank)
+
+    def _offer(self, info, rank: tuple[int, ...]) -> None:
+        """Attach a probed PDF's pages, all of them where they fit, else those the page picker gives
+        (one picker at a time: a PDF coming meanwhile waits for it to close, then counts its pages)."""
+        if self.picker is not None and self.picker.isVisible():
+            self._waiting.append((info, rank))
+            return
         detail = self.window.detail_in_use(self.window.message_detail())
         cost = self._costs([info.first_page])[0]
         budget = self.budget()
@@ -218,14 +231,21 @@ class DocumentIntake(QObject):
                                         "available).")
             return
         if info.pages <= pages_that_fit(cost, budget, info.pages):
-            self._render(info.path, range(info.pages), rank)
+            self._render(info.path, range(info.pages), rank, cost)
             return
         self.picker = PagePicker(Path(info.path).name, info.pages, cost, budget, detail, self.window)
-        self.picker.chosen.connect(lambda first, last, p=info.path: self._render(p, range(first - 1, last), rank))
+        self.picker.chosen.connect(lambda first, last, p=info.path, c=cost: self._render(p, range(first - 1, last), rank, c))
+        self.picker.finished.connect(self._next_picker)
         self.picker.open()
 
-    def _render(self, path: str, pages: range, rank: tuple[int, ...]) -> None:
+    def _next_picker(self) -> None:
+        if self._waiting:
+            info, rank = self._waiting.pop(0)
+            self._offer(info, rank)
+
+    def _render(self, path: str, pages: range, rank: tuple[int, ...], cost: int = 0) -> None:
         self.working += 1
+        self._rendering_cost += len(pages) * max(0, cost)
         folder = pages_dir()
 
         def progress(done: int, total: int) -> None:
@@ -236,11 +256,12 @@ class DocumentIntake(QObject):
         def job() -> None:
             try:
                 pngs = pdf_pages.render_pages(path, list(pages), folder, progress)
-                self._rendered.emit(path, pngs, "", rank)
+                self._rendered.emit(path, pngs, "", (rank, len(pages) * max(0, cost)))
             except pdf_pages.DocumentError as exc:
-                self._rendered.emit(path, None, str(exc), rank)
+                self._rendered.emit(path, None, str(exc), (rank, len(pages) * max(0, cost)))
             except Exception as exc:  # noqa: BLE001
-                self._rendered.emit(path, None, f"{Path(path).name} cannot be rendered: {exc}", rank)
+                self._rendered.emit(path, None, f"{Path(path).name} cannot be rendered: {exc}",
+                                    (rank, len(pages) * max(0, cost)))
         _WORKER.submit(job)
 
     @Slot(str, int, int)
@@ -248,7 +269,9 @@ class DocumentIntake(QObject):
         self._show_status(f"Reading {Path(path).name}: page {done} of {total}…")
 
     @Slot(str, object, str, object)
-    def _on_rendered(self, path: str, pngs, error: str, rank: tuple[int, ...]) -> None:
+    def _on_rendered(self, path: str, pngs, error: str, rank_and_cost) -> None:
+        rank, cost = rank_and_cost
+        self._rendering_cost -= cost  # attached now (or not at all): counted as attachments
         self._done()
         if pngs is None:
             self.window.banner.add_error(error)

@@ -481,6 +481,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()
+        self.attach_files_after_load()
+        refusal = self.images_refusal()
+        if refusal and any(chip.kind == "image" for chip in self.attachments.chips()):
+            # Photos attached before this model loaded (trial 54: said only at Send).
+            self.banner.show_error(f"The attached photos cannot be sent: {refusal} Remove them, or load one that does.")
         if str(info.get("backend", "")).startswith("remote:") and not info.get("capabilities", {}).get("max_context"):
             self.banner.show_info(f"{info.get('device')} does not say how many tokens {info.get('model_name')} "
                                   "takes: Smolchat assumes no limit and the server decides what fits.")
@@ -496,6 +501,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.transcript.set_placeholder(NO_MODEL_TEXT)
         self.banner.show_error(f"Could not load the model: {message}")
         self.stats_label.setText("No model loaded")
+        self.attach_files_after_load()
 
     @Slot(object)
     def _on_progress(self, event) -> None:

@@ -54,8 +54,25 @@ class AttachmentsMixin:
             self.showNormal()
         self.raise_()
         self.activateWindow()
+        if paths and self.controller.loading:
+            # What fits, and a long PDF's page picker, count against the model's context: known once it
+            # is loaded (trial 54: a PDF given at start had 6 of 40 pages cut to fit, no picker shown).
+            self._files_after_load = [*getattr(self, "_files_after_load", []), *paths]
+            count = len(self._files_after_load)
+            self.banner.show_info(f"{'The file' if count == 1 else f'The {count} files'} will be attached once the "
+                                  "model has loaded.")
+            return
         if paths:
             self.add_files(paths)
+            self.composer.setFocus()
+
+    def attach_files_after_load(self) -> None:
+        """Attach the files :meth:`open_files` kept while the model loaded (it loaded, or failed to)."""
+        files, self._files_after_load = getattr(self, "_files_after_load", []), []
+        if files:
+            if self.banner.message().endswith("will be attached once the model has loaded."):
+                self.banner.dismiss()
+            self.add_files(files)
             self.composer.setFocus()
 
     @Slot(list)

@@ -238,3 +238,52 @@ def test_a_white_page_keeps_a_visible_edge_in_its_thumbnail(qapp, tmp_path):
     image = thumbnail(str(page), QSize(64, 64), square=True, radius=8).toImage()
     edge, centre = image.pixelColor(0, 32), image.pixelColor(32, 32)
     assert centre.name() == "#ffffff" and edge.alpha() > 0 and edge.red() < 230
+
+
+def test_a_second_long_pdf_waits_for_the_first_picker_and_counts_its_pages(qtbot, window, tmp_path):
+    """Trial 54: two pickers stacked, each promising the same room; after both, "Attached 0 of 6"."""
+    window.generation_params = {"max_new_tokens": 512}
+    window.add_files([str(make_pdf(tmp_path / "first.pdf", 12))])
+    window.add_files([str(make_pdf(tmp_path / "second.pdf", 12))])
+    qtbot.waitUntil(lambda: window.documents.picker is not None and window.documents.picker.isVisible(),
+                    timeout=10_000)
+    first = window.documents.picker
+    qtbot.waitUntil(lambda: window.documents.working == 0 and bool(window.documents._waiting), timeout=10_000)
+    assert first.windowTitle() == "Pages of first.pdf" and len(window.findChildren(type(first))) == 1
+    first.last.setValue(3)
+    qtbot.mouseClick(first.attach_button, Qt.MouseButton.LeftButton)  # 3 pages: 3,264 tokens, rendering
+    qtbot.waitUntil(lambda: window.documents.picker is not first and window.documents.picker.isVisible(),
+                    timeout=10_000)
+    second = window.documents.picker
+    assert second.windowTitle() == "Pages of second.pdf"
+    # The first PDF's three pages count, rendered or not: 7,424 - 3,264 = 4,160 tokens, 3 pages.
+    assert (second.first.value(), second.last.value()) == (1, 3)
+    assert second.cost_label.text() == "3 pages · 3,264 image tokens of 4,160 available"
+    qtbot.mouseClick(second.attach_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.attachments.paths()) == 6, timeout=10_000)
+    assert names(window) == [f"first page {n}.png" for n in (1, 2, 3)] + [f"second page {n}.png" for n in (1, 2, 3)]
+    assert "Attached" not in (window.banner.message() or "")
+
+
+def test_files_given_while_the_model_loads_wait_for_it(qtbot, make_window, tmp_path):
+    """Trial 54: a PDF given at start (``smolchat doc.pdf``) was cut to fit before the model said its
+    context, with no page picker."""
+    from app.backends.fake import FakeBackend
+
+    backend = FakeBackend()
+    gate = threading.Event()
+    real_load = backend.load
+
+    def slow_load(model, options, on_done):
+        threading.Thread(target=lambda: (gate.wait(10), real_load(model, options, on_done)), daemon=True).start()
+    backend.load = slow_load
+    win = make_window(backend, wait_loaded=False)
+    win.generation_params = {"max_new_tokens": 512}
+    pdf = make_pdf(tmp_path / "manual.pdf", 12)
+    win.open_files([str(pdf)])
+    assert win.controller.loading and win.attachments.paths() == []
+    assert win.banner.message() == "The file will be attached once the model has loaded."
+    gate.set()
+    qtbot.waitUntil(lambda: win.documents.picker is not None and win.documents.picker.isVisible(), timeout=10_000)
+    assert win.documents.picker.windowTitle() == "Pages of manual.pdf"
+    assert win.banner.message() != "The file will be attached once the model has loaded."

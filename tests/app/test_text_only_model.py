@@ -98,3 +98,22 @@ def test_a_file_that_is_no_image_is_said_as_such_not_as_one_the_model_cannot_rea
     assert lines[0].startswith("Not a recognised image file") and "notes.txt" in lines[0]
     assert lines[1].startswith(f"Not attached: {png.name}. ") and "notes.txt" not in lines[1]
     assert win.attachments.paths() == []
+
+
+def test_a_photo_attached_while_a_text_only_model_loads_is_said_when_it_has(qtbot, make_window, png):
+    """Trial 54: the photo's chip stayed as if it could be sent; only Send said why not."""
+    import threading
+
+    backend = FakeBackend(model_name="SmolLM2-135M-Instruct", vision=False)
+    gate = threading.Event()
+    real_load = backend.load
+    backend.load = lambda model, options, on_done: threading.Thread(
+        target=lambda: (gate.wait(10), real_load(model, options, on_done)), daemon=True).start()
+    win = make_window(backend, wait_loaded=False)
+    drop(win.composer, file_mime(png))
+    assert win.attachments.paths() != []
+    gate.set()
+    qtbot.waitUntil(lambda: win.controller.ready, timeout=10_000)
+    assert win.banner.message() == ("The attached photos cannot be sent: SmolLM2-135M-Instruct is a text-only model: "
+                                    "it cannot read images; a vision model (SmolVLM) can. Remove them, or load one "
+                                    "that does.")
