@@ -218,11 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(sys.argv[:1])
     lock, already_open = take_lock(data_dir())
     if already_open:
-        if hand_over(data_dir(), args.files):
-            print(f"Smolchat is already open with the conversations in {data_dir()}: "
-                  + ("its window was given the files (it says there what it attached)." if args.files
-                     else "its window was brought to the front."),
-                  file=sys.stderr)
+        taken = hand_over(data_dir(), args.files)
+        if taken is not None:
+            given = ("its window was brought to the front." if not args.files else
+                     "its window was given the files (it says there what it attached)." if taken == len(args.files)
+                     else f"its window was given the first {taken:,} of the {len(args.files):,} files, as many as "
+                          "one hand-over takes.")
+            print(f"Smolchat is already open with the conversations in {data_dir()}: {given}", file=sys.stderr)
             return 0
         said = already_open_text(data_dir())
         print(said, file=sys.stderr)

@@ -109,18 +109,24 @@ class InstanceListener(QObject):
         connection.disconnectFromServer()
 
 
-def hand_over(data_dir: Path, files: list[str], wait_ms: int = HAND_OVER_MS) -> bool:
-    """Send ``files`` (absolute paths; ``[]``: none) to the window running on ``data_dir``; True once
-    it has taken them (it attaches them and comes to the front), False where none answered."""
+def hand_over(data_dir: Path, files: list[str], wait_ms: int = HAND_OVER_MS) -> int | None:
+    """Send ``files`` (absolute paths; ``[]``: none) to the window running on ``data_dir``; how many it
+    took (it attaches them and comes to the front), or None where none answered. A list of more than
+    :data:`MAX_MESSAGE` bytes is cut to the files that fit (trial 54: 3,000 long paths were refused
+    as if no window were open)."""
+    message = json.dumps({"files": files}).encode() + b"\n"
+    while len(message) > MAX_MESSAGE and files:
+        files = files[:len(files) * MAX_MESSAGE // len(message) - 1] if len(files) > 1 else []
+        message = json.dumps({"files": files}).encode() + b"\n"
     connection = QLocalSocket()
     connection.connectToServer(socket_name(data_dir))
     if not connection.waitForConnected(wait_ms):
-        return False
-    connection.write(QByteArray(json.dumps({"files": files}).encode() + b"\n"))
+        return None
+    connection.write(QByteArray(message))
     if not connection.waitForBytesWritten(wait_ms):
-        return False
+        return None
     reply = bytearray()
     while not reply.endswith(b"\n") and connection.waitForReadyRead(wait_ms):
         reply.extend(connection.readAll().data())
     connection.abort()
-    return bytes(reply) == b"ok\n"
+    return len(files) if bytes(reply) == b"ok\n" else None

@@ -152,3 +152,25 @@ def test_a_file_macos_opens_with_smolchat_is_attached(qtbot, make_window, tmp_pa
     finally:
         QApplication.instance().removeEventFilter(events)
     assert [Path(p).name for p in win.attachments.paths()] == ["from finder.png"]
+
+
+def test_a_hand_over_too_long_for_one_message_gives_the_files_that_fit(qtbot, tmp_path):
+    """Trial 54: 3,000 long paths (over 1 MB) were dropped by the window, and the second start said
+    Smolchat was open, as if no window had answered."""
+    from app.single_instance import MAX_MESSAGE, InstanceListener
+
+    got: list[list[str]] = []
+    listener = InstanceListener(tmp_path, got.append)
+    assert listener.listening
+    files = [f"/photos/{'long folder name ' * 20}/p{i}.png" for i in range(3000)]  # ~1.1 MB as JSON
+    assert len(json.dumps({"files": files})) > MAX_MESSAGE
+    (tmp_path / "files.json").write_text(json.dumps(files))
+    second = subprocess.Popen(
+        [sys.executable, "-c", "import json, sys; from app.single_instance import hand_over; "
+                               "print(hand_over(sys.argv[1], json.load(open(sys.argv[2]))))",
+         str(tmp_path), str(tmp_path / "files.json")],
+        cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True)
+    qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
+    taken = int(second.stdout.read())
+    assert 2000 < taken < 3000 and got == [files[:taken]]
+    listener.server.close()
