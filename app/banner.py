@@ -92,6 +92,7 @@ class Banner(QFrame):
         self._message = WrappingLabel(run=BREAK_RUN)
         self._message.setObjectName("errorMessage")
         self._text = ""  # the message as given (the label's has break opportunities put in)
+        self._lasting: tuple[str, str, Callable[[], None] | None] | None = None  # show_lasting's
         close = QToolButton()
         close.setObjectName("dismissBanner")
         close.setText("✕")
@@ -190,8 +191,26 @@ class Banner(QFrame):
 
     @Slot()
     def dismiss(self) -> None:
+        """Close the message; a lasting one (:meth:`show_lasting`) that another had replaced comes back."""
+        closed = self._text
         self._message.clear()
         self._text = ""
         self._action.hide()
         self._callback = None
         self.hide()
+        lasting = self._lasting
+        if lasting is not None and closed != lasting[0]:
+            self.show_info(*lasting)
+
+    def show_lasting(self, text: str, action: str = "", callback: Callable[[], None] | None = None) -> None:
+        """An info message about a state that lasts (a message being edited): shown now, and again when
+        a later message is closed, until :meth:`end_lasting` (trial 54: an attachment's refusal
+        replaced the edit's notice, and its "Cancel edit" was gone for the rest of the edit)."""
+        self._lasting = (text, action, callback)
+        self.show_info(text, action, callback)
+
+    def end_lasting(self) -> None:
+        """The state is over: its message goes, if it shows."""
+        lasting, self._lasting = self._lasting, None
+        if lasting is not None and self._text == lasting[0] and not self.isHidden():
+            self.dismiss()

@@ -225,6 +225,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
                                 self.attached_names()):
             self._sent = (self._editing, sent)  # back in the composer if it fails (_take_back)
             edited, self._editing = self._editing is not None, None
+            self.banner.end_lasting()
             self.composer.clear()
             self.attachments.clear()
             self._kept.clear()
@@ -334,8 +335,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         back = " puts back what you were writing" if self._draft.text.strip() or self._draft.attachments else \
             " ends the edit"
         what = "Still editing a message, as when Smolchat closed" if again else "Editing a message"
-        self.banner.show_info(f"{what}: sending adds a new version of it; ‹ › switches back. "
-                              f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
+        self.banner.show_lasting(f"{what}: sending adds a new version of it; ‹ › switches back. "
+                                 f"Cancel edit (Esc){back}.", "Cancel edit", self._cancel_edit)
         self.composer.moveCursor(QTextCursor.MoveOperation.End)  # to go on writing it (it was at its start)
         self.composer.setFocus()
         # The edit's banner appears above the transcript and pushes it down: keep the message in view.
@@ -347,6 +348,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         it held before Edit again, text and attachments."""
         if self._editing is not None:
             self._editing = None
+            self.banner.end_lasting()
             self.banner.dismiss()
             self._restore_draft()
 

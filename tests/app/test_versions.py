@@ -406,3 +406,23 @@ def test_the_markdown_export_gives_another_version_of_a_question_with_its_answer
     assert ("<details><summary>Other versions</summary>\n\n**Version 1**\n\nWrite a long story about a dragon.\n\n"
             "*SmolLM2 answered:* *(cancelled)*\n\nErebor's dragon slept.\n\n</details>") in text
     assert text.index("Bread is good.") > text.index("</details>")
+
+
+def test_the_edit_notice_comes_back_after_another_message_is_closed(qtbot, make_window, tmp_path):
+    """Trial 54: a refused attachment's line replaced the edit's notice, and once closed the edit went
+    on with no notice and no Cancel edit."""
+    from PySide6.QtWidgets import QPushButton
+
+    win, _fake, _photo = draft_and_edit(qtbot, make_window, tmp_path)
+    notice = win.banner.message()
+    assert notice.startswith("Editing a message: ")
+    win.add_files([str(tmp_path / "gone.png")])  # an attachment's error while editing
+    assert win.banner.message().startswith("Image file not found")
+    win.banner.dismiss()
+    assert win.banner.message() == notice and win._editing is not None
+    assert win.banner.findChild(QPushButton, "bannerAction").text() == "Cancel edit"
+    qtbot.keyClick(win.composer, Qt.Key.Key_Escape)  # the edit ends: its notice does not come back
+    assert win._editing is None and not win.banner.isVisible()
+    win.banner.show_info("Something else")
+    win.banner.dismiss()
+    assert not win.banner.isVisible()
