@@ -152,12 +152,14 @@ class DocumentIntake(QObject):
                 if self.window.controller.ready else 0 for p in paths]
 
     # -- taking paths ----------------------------------------------------------------------------------
-    def take(self, paths: list[str], ranks: list[tuple[int, ...]]) -> tuple[list[str], dict[str, tuple[int, ...]]]:
+    def take(self, paths: list[str], ranks: list[tuple[int, ...]]
+             ) -> tuple[list[str], dict[str, tuple[int, ...]], list[str]]:
         """The files to attach now: folders expanded, PDFs sent to the worker (their pages come back
         through ``window.add_files`` with the PDF's rank, so they take its place), and of several
         images only those that fit the budget. ``ranks``: each path's place among the attachments
         (:meth:`app.attachments.AttachmentStrip.add`); a folder's files get one more position each.
-        Returns (images, each image's rank)."""
+        Returns (images, each image's rank, notes to show: a folder with none, images left out), the
+        notes for the caller to show with the other files' lines (trial 54: its error lines hid them)."""
         files, rank_of, notes = [], {}, []
         for path, rank in zip(paths, ranks, strict=True):
             found, more = pdf_pages.expand_folders([path])
@@ -171,9 +173,7 @@ class DocumentIntake(QObject):
         if len(images) > 1:
             images, note = self._fit(images)
             notes += [note] if note else []
-        if notes:
-            self.window.banner.show_info(" ".join(notes))
-        return images, rank_of
+        return images, rank_of, notes
 
     def _fit(self, images: list[str]) -> tuple[list[str], str]:
         budget = self.budget()

@@ -40,7 +40,7 @@ def file_argument(value: str) -> str:
         from urllib.parse import unquote, urlparse
 
         value = unquote(urlparse(value).path)
-    return str(Path(value).expanduser().absolute())
+    return os.path.abspath(Path(value).expanduser())  # "../x.png" as /folder/x.png, a link's own name kept
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("files", nargs="*", metavar="FILE", type=file_argument,
                         help="photos, videos, PDFs or folders to attach to the message box (given to the "
                              "window already open, if one is)")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # files before and after the options alike
 
 
 class FileOpenEvents(QObject):

@@ -118,7 +118,9 @@ class AttachmentsMixin:
                     (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
                 problems.append(f"Not attached: {names}. {refusal}")
             others = []
-        images, image_ranks = self.documents.take(others, [rank_of[p] for p in others]) if others else ([], {})
+        images, image_ranks, taken_notes = self.documents.take(others, [rank_of[p] for p in others]) \
+            if others else ([], {}, [])
+        notes += taken_notes
         for path in videos:
             try:
                 plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
@@ -150,7 +152,7 @@ class AttachmentsMixin:
             shown = problems[:MAX_PROBLEM_LINES]
             if len(problems) > MAX_PROBLEM_LINES:
                 shown[-1] = f"… and {len(problems) - MAX_PROBLEM_LINES + 1} more files could not be attached."
-            self.banner.show_error("\n".join(shown))
+            self.banner.show_error("\n".join(shown + notes))
         elif notes:
             self.banner.show_info(" ".join(notes))
 

@@ -287,3 +287,11 @@ def test_files_given_while_the_model_loads_wait_for_it(qtbot, make_window, tmp_p
     qtbot.waitUntil(lambda: win.documents.picker is not None and win.documents.picker.isVisible(), timeout=10_000)
     assert win.documents.picker.windowTitle() == "Pages of manual.pdf"
     assert win.banner.message() != "The file will be attached once the model has loaded."
+
+
+def test_an_empty_folders_line_stays_beside_other_files_errors(window, tmp_path):
+    """Trial 54: with a broken file in the same drop, the empty folder's line was left out."""
+    (tmp_path / "empty").mkdir()
+    window.add_files([str(tmp_path / "gone.png"), str(tmp_path / "empty")])
+    lines = window.banner.message().split("\n")
+    assert lines[0].startswith("Image file not found") and lines[1] == "The folder empty holds no images or PDFs."

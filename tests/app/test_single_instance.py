@@ -129,8 +129,9 @@ def test_file_arguments_are_absolute_paths(tmp_path, monkeypatch):
     from app.main import parse_args
 
     monkeypatch.chdir(tmp_path)
-    args = parse_args(["a photo.png", "file:///tmp/some%20clip.mp4", "--model", "/m"])
-    assert args.files == [str(tmp_path / "a photo.png"), "/tmp/some clip.mp4"] and args.model == "/m"
+    args = parse_args(["a photo.png", "file:///tmp/some%20clip.mp4", "--model", "/m", "../up.png"])
+    assert args.files == [str(tmp_path / "a photo.png"), "/tmp/some clip.mp4", str(tmp_path.parent / "up.png")]
+    assert args.model == "/m"
     assert parse_args([]).files == []
 
 
