@@ -240,7 +240,9 @@ def test_an_animated_image_says_which_frame_is_used(tiny_checkpoint, tmp_path):
 
 
 #: ``python -m engine generate`` whose model load blocks on the main thread (as a large checkpoint's
-#: does), with a marker printed by the interpreter's teardown (``atexit``).
+#: does: Python runs between its tensors, so the load sleeps in slices; one 60 s sleep is not
+#: interrupted when the kernel gives the SIGINT to another of the process's threads, and CI saw the
+#: handler wait out the sleep once), with a marker printed by the interpreter's teardown (``atexit``).
 SLOW_LOAD_GENERATE = """
 import atexit, sys, time
 import engine.registry
@@ -248,7 +250,8 @@ from engine.__main__ import main
 
 def slow_load_model(*args, **kwargs):
     print("load started", flush=True)
-    time.sleep(60)
+    for _ in range(600):
+        time.sleep(0.1)
 
 engine.registry.load_model = slow_load_model
 atexit.register(lambda: print("interpreter teardown", flush=True))
