@@ -74,6 +74,7 @@ class _Request:
     run: Callable[[_Request], None]
     sink: EventSink | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    answered: bool = False  # cancelled while queued and told so at once: the engine thread skips it
 
 
 _STOP = object()
@@ -322,20 +323,31 @@ class EngineService:
     def cancel(self) -> None:
         """End the running answer soon and every queued one at once (thread-safe; no-op when idle)."""
         with self._lock:
-            for request in self._pending:
+            queued, self._pending = self._pending, []
+            for request in queued:
                 request.cancelled.set()
+                request.answered = True
             if self._current is not None and self._current.sink is not None:
                 self._current.cancelled.set()
                 if self._session is not None:
                     self._session.cancel()
+        for request in queued:
+            request.sink(DoneEvent("cancelled"))
 
     def cancel_request(self, request: _Request) -> None:
-        """End one answer (a handle from :meth:`send` & co): skipped if still queued, stopped soon if
-        running, a no-op when it has finished (thread-safe)."""
+        """End one answer (a handle from :meth:`send` & co): answered "cancelled" at once if still queued
+        (a window's Stop behind the local server's answer to another program waited for that answer
+        to end), stopped soon if running, a no-op when it has finished (thread-safe)."""
         with self._lock:
             request.cancelled.set()
-            if self._current is request and self._session is not None:
+            queued = request in self._pending
+            if queued:
+                self._pending.remove(request)
+                request.answered = True
+            elif self._current is request and self._session is not None:
                 self._session.cancel()
+        if queued:
+            request.sink(DoneEvent("cancelled"))
 
     def shutdown(self, timeout: float = 1.0) -> bool:
         """Cancel, stop the engine thread and wait at most ``timeout`` s; True when it has ended.
@@ -392,7 +404,9 @@ class EngineService:
                     self._pending.remove(request)
                 self._current = request
             try:
-                if request.sink is not None and request.cancelled.is_set():
+                if request.answered:
+                    pass  # told "cancelled" when it was cancelled in the queue
+                elif request.sink is not None and request.cancelled.is_set():
                     request.sink(DoneEvent("cancelled"))
                 else:
                     request.run(request)

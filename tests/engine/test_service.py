@@ -152,6 +152,22 @@ def test_answers_ahead_counts_other_clients_answers_until_this_one_runs():
     assert service.shutdown()
 
 
+def test_an_answer_cancelled_while_queued_is_told_so_at_once_and_never_runs():
+    """A window's Stop behind the local server's answer to another program waited for that answer
+    to end (3.9 s of a 4 s answer) before the window heard "cancelled"."""
+    session = ScriptedSession(delay=0.02)
+    service = scripted(session)
+    other, mine = Recorder(), Recorder()
+    service.send("a " * 200, [], GenerationParams(), other)
+    handle = service.send("mine", [], GenerationParams(), mine)
+    while not other.events:
+        time.sleep(0.005)
+    service.cancel_request(handle)
+    assert mine.done.is_set() and mine.events == [mine.final] and mine.final.finish_reason == "cancelled"
+    assert other.final.finish_reason == "stop" and session.asked == ["a " * 200]  # it ran on; "mine" never ran
+    assert mine.events == [mine.final] and service.shutdown()
+
+
 def test_errors_become_done_error_and_the_service_keeps_serving():
     session = ScriptedSession(fail_on="broken.png")
     service = scripted(session)
