@@ -139,6 +139,23 @@ class Banner(QFrame):
             return
         self._show(f"{shown}\n{text}" if shown else text, "error" if self.tone() == "error" else tone, (text, tone))
 
+    def withdraw(self, lines: list[str]) -> None:
+        """Take ``lines`` out of the message showing, where they are among its lines (a notice about
+        attachments that are no longer pending); the banner closes when no line is left, as
+        :meth:`dismiss` does. A message with a button is left whole (its button acts on it)."""
+        if self.isHidden() or self._action.isVisibleTo(self) or not lines:
+            return
+        shown = self._text.split("\n")
+        kept = [line for line in shown if line not in lines]
+        if len(kept) == len(shown):
+            return
+        if not kept:
+            self.dismiss()
+            return
+        self._text = "\n".join(kept)
+        self._message.setText(self._text)
+        self._scroll.updateGeometry()
+
     def show_success(self, text: str) -> None:
         """Something the user asked for worked (e.g. an export)."""
         self._show(text, "success")
@@ -208,6 +225,13 @@ class Banner(QFrame):
         replaced the edit's notice, and its "Cancel edit" was gone for the rest of the edit)."""
         self._lasting = (text, action, callback)
         self.show_info(text, action, callback)
+
+    def add_lasting(self, text: str, action: str = "", callback: Callable[[], None] | None = None) -> None:
+        """:meth:`show_lasting` under the message showing (an error that ended the state's first try), as
+        :meth:`add_info` adds a line: the state's own message, with its button, comes back once the
+        user closes them."""
+        self._lasting = (text, action, callback)
+        self.add_info(text)
 
     def end_lasting(self) -> None:
         """The state is over: its message goes, if it shows."""

@@ -563,8 +563,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self._kept.update(typed.kept)
         if edited is not None:
             self._editing = edited
-            self.banner.add_info("Still editing that message: change it and send again, or press Esc to cancel "
-                                 "the edit.")
+            # Lasting, as Edit's own notice: once the error is closed, "Cancel edit" is back (trial 54).
+            self.banner.add_lasting("Still editing that message: change it and send again, or press Esc to cancel "
+                                    "the edit.", "Cancel edit", self._cancel_edit)
 
     # -- shutdown ------------------------------------------------------------------------------
     def shutdown(self) -> bool:

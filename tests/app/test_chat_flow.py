@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QTextBrowser, QToolButton
+from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser, QToolButton
 
 from app.backends.fake import FakeBackend
 from tests.app.helpers import drop, file_mime
@@ -150,9 +150,16 @@ def test_a_refused_follow_up_leaves_the_chat_as_it_was_an_edit_is_edited_again_a
     assert [m.text for m in win.store.messages(chat)] == ["First.", "Fine."]  # the old version, shown again
     assert {count for _, count in win.store.versions(chat).values()} == {1}  # the failed version is gone
     assert win.composer.toPlainText() == "First, edited." and win._editing == 0
-    assert win.banner.message().endswith("Still editing that message: change it and send again, or press Esc to "
-                                         "cancel the edit.")
+    still = "Still editing that message: change it and send again, or press Esc to cancel the edit."
+    assert win.banner.message().split("\n") == [
+        "Too long for the model's context: this message makes a prompt of 9000 tokens but the context holds 8192. "
+        "Shorten it or send it in parts (a long chat keeps only the earlier messages that fit).", still]
+    win.banner.dismiss()  # the error read and closed: the edit's notice stays, with its button
+    assert win.banner.message() == still
+    button = win.banner.findChild(QPushButton, "bannerAction")
+    assert button.isVisibleTo(win.banner) and button.text() == "Cancel edit"
     qtbot.keyClick(win.composer, Qt.Key.Key_Escape)  # cancel: the draft set aside comes back
+    assert win.banner.isHidden()
     assert win._editing is None and win.composer.toPlainText() == "My draft"
 
     win.composer.clear()
