@@ -23,6 +23,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from app import pdf_pages
+from app.images import InvalidImageError, validate_image
 from app.paths import data_dir
 
 # The engine keeps min(max_new_tokens, a quarter of the context) for the answer
@@ -153,27 +154,38 @@ class DocumentIntake(QObject):
 
     # -- taking paths ----------------------------------------------------------------------------------
     def take(self, paths: list[str], ranks: list[tuple[int, ...]]
-             ) -> tuple[list[str], dict[str, tuple[int, ...]], list[str]]:
+             ) -> tuple[list[str], dict[str, tuple[int, ...]], list[str], list[str]]:
         """The files to attach now: folders expanded, PDFs sent to the worker (their pages come back
         through ``window.add_files`` with the PDF's rank, so they take its place), and of several
         images only those that fit the budget. ``ranks``: each path's place among the attachments
         (:meth:`app.attachments.AttachmentStrip.add`); a folder's files get one more position each.
-        Returns (images, each image's rank, notes to show: a folder with none, images left out), the
-        notes for the caller to show with the other files' lines (trial 54: its error lines hid them)."""
-        files, rank_of, notes = [], {}, []
+        Returns (images, each resolved and decoded once here; each image's rank, by the path given;
+        notes to show: a folder with none, images left out; problems: each file that is no readable
+        image, one line each), the notes for the caller to show with the other files' lines (trial 54:
+        its error lines hid them). A file that is no image takes no room among those that fit (it
+        counted as attached in "Attached 6 of 11 images", beside its own error)."""
+        files, rank_of, notes, problems = [], {}, [], []
         for path, rank in zip(paths, ranks, strict=True):
             found, more = pdf_pages.expand_folders([path])
             notes += more
             for position, file in enumerate(found):
                 files.append(file)
                 rank_of.setdefault(file, rank if file == path else (*rank, position))
-        images = [p for p in files if not pdf_pages.is_pdf(p)]
+        images = []
+        for path in (p for p in files if not pdf_pages.is_pdf(p)):
+            try:
+                resolved = str(validate_image(path))
+            except InvalidImageError as exc:
+                problems.append(str(exc))
+                continue
+            rank_of.setdefault(resolved, rank_of[path])
+            images.append(resolved)
         for pdf in dict.fromkeys(p for p in files if pdf_pages.is_pdf(p)):
             self._open(pdf, rank_of[pdf])
         if len(images) > 1:
             images, note = self._fit(images)
             notes += [note] if note else []
-        return images, rank_of, notes
+        return images, rank_of, notes, problems
 
     def _fit(self, images: list[str]) -> tuple[list[str], str]:
         budget = self.budget()
@@ -226,9 +238,9 @@ class DocumentIntake(QObject):
         cost = self._costs([info.first_page])[0]
         budget = self.budget()
         if budget is not None and 0 < cost and budget < cost:  # the folder's images (or others) took the room first
-            self.window.banner.add_info(f"{Path(info.path).name} was not attached: the attachments already fill "
-                                        f"the model's context ({cost:,} tokens a page at {detail} detail, {budget:,} "
-                                        "available).")
+            self.window.note_attachments(f"{Path(info.path).name} was not attached: the attachments already fill "
+                                          f"the model's context ({cost:,} tokens a page at {detail} detail, "
+                                          f"{budget:,} available).")
             return
         if info.pages <= pages_that_fit(cost, budget, info.pages):
             self._render(info.path, range(info.pages), rank, cost)

@@ -118,9 +118,10 @@ class AttachmentsMixin:
                     (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
                 problems.append(f"Not attached: {names}. {refusal}")
             others = []
-        images, image_ranks, taken_notes = self.documents.take(others, [rank_of[p] for p in others]) \
-            if others else ([], {}, [])
+        images, image_ranks, taken_notes, not_images = self.documents.take(others, [rank_of[p] for p in others]) \
+            if others else ([], {}, [], [])
         notes += taken_notes
+        problems += not_images
         for path in videos:
             try:
                 plan = plan_video(path, self.settings.video_fps, self.settings.video_max_frames)
@@ -135,14 +136,9 @@ class AttachmentsMixin:
                     self.attachments.remove(resolved)
                 else:
                     self._watch_video(chip)
-        for path in images:
-            try:
-                original = str(validate_image(path))
-            except InvalidImageError as exc:
-                problems.append(str(exc))
-                continue
-            if self.attachments.add(original, rank=image_ranks[path]):
-                self._keep_copy(original)
+        for path in images:  # each decoded by documents.take
+            if self.attachments.add(path, rank=image_ranks[path]):
+                self._keep_copy(path)
             if is_animated_image(path):
                 notes.append(f"Only the first frame of {Path(path).name} is used: {self.model_info.get('model_name')}"
                              " takes no videos. Load a SmolVLM2 model to ask about the animation.")
@@ -154,7 +150,25 @@ class AttachmentsMixin:
                 shown[-1] = f"… and {len(problems) - MAX_PROBLEM_LINES + 1} more files could not be attached."
             self.banner.show_error("\n".join(shown + notes))
         elif notes:
-            self.banner.show_info(" ".join(notes))
+            self.banner.show_info("\n".join(notes))
+        self._attach_notes = [*getattr(self, "_attach_notes", []), *notes]
+
+    def note_attachments(self, text: str) -> None:
+        """Add a note about the files being attached to the banner (a PDF left out once its pages were
+        counted), withdrawn with the others (:meth:`_withdraw_attach_notes`)."""
+        self.banner.add_info(text)
+        self._attach_notes = [*getattr(self, "_attach_notes", []), text]
+
+    @Slot()
+    def _withdraw_attach_notes(self) -> None:
+        """Once no attachment is pending (sent, or each chip removed), the notes about the files attached
+        ("Attached 6 of 40 images: …", "Only the first frame of …") leave the banner: they no longer
+        describe anything on screen (trial 54: the note outlived the chips it counted). Errors about files
+        that were refused stay until dismissed."""
+        notes = getattr(self, "_attach_notes", [])
+        if notes and not self.attachments.chips():
+            self._attach_notes = []
+            self.banner.withdraw(notes)
 
     def reattach(self, paths: list[str], names: list[str] | None = None) -> None:
         """Put a stored message's images and videos back as pending attachments (editing it).

@@ -187,6 +187,7 @@ def build_ui(window) -> None:
     window.composer.refused.connect(window.banner.show_error)
     window.attachments.changed.connect(window._update_actions)
     window.attachments.changed.connect(window._count_pending_tokens)
+    window.attachments.changed.connect(window._withdraw_attach_notes)
     window.attach_button.clicked.connect(window._pick_files)
     window.send_button.clicked.connect(window.send_message)
     window.stop_button.clicked.connect(window.stop)

@@ -163,6 +163,43 @@ def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, wind
                                        "Lower the image detail in Settings to fit more.")
 
 
+def test_the_note_on_images_left_out_goes_with_the_last_chip(qtbot, window, tmp_path):
+    """Trial 54: "Attached 6 of 40 images" stayed in the banner after the chips it counted were removed
+    (or sent); an error about a refused file of the same drop stays."""
+    window.generation_params = {"max_new_tokens": 512}
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for i in range(10):
+        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    window.add_files([str(broken), str(folder)])
+    note = ("Attached 6 of 10 images: the rest would not fit the model's context (1,088 tokens an image at full "
+            "detail, 7,424 available). Lower the image detail in Settings to fit more.")
+    lines = window.banner.message().split("\n")
+    assert len(lines) == 2 and lines[1] == note and "broken.png" in lines[0]
+    for path in window.attachments.paths()[:-1]:
+        window.attachments.remove(path)
+    assert window.banner.message().split("\n") == lines  # one chip left: the note still counts it
+    window.attachments.remove(window.attachments.paths()[0])
+    assert window.banner.message() == lines[0]
+    assert window.banner.tone() == "error"
+
+
+def test_a_note_alone_closes_the_banner_when_the_chips_are_sent(qtbot, window, tmp_path):
+    window.generation_params = {"max_new_tokens": 512}
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for i in range(8):
+        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    window.add_files([str(folder)])
+    assert window.banner.message().startswith("Attached 6 of 8 images")
+    window.composer.setPlainText("What do these say?")
+    window.send_message()
+    qtbot.waitUntil(lambda: not window.attachments.paths(), timeout=5_000)
+    assert window.banner.isHidden()
+
+
 def test_a_pdf_in_a_folder_the_images_filled_is_left_out_with_the_others(qtbot, window, tmp_path):
     """Found by a trial: the folder's images filled the context, then its PDF's page was attached
     anyway (a page always went in), one more than the banner said, and the answer hit the context's end."""
