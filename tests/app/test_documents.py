@@ -150,12 +150,19 @@ def test_a_dropped_folder_attaches_its_images_and_pdfs_sorted(qtbot, window, tmp
     assert names(window)[:2] == ["a.jpg", "b.png"] and names(window)[2] == "c-ticket page 1.png"
 
 
-def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, window, tmp_path):
+def _scans(window, tmp_path, count: int):
+    """A folder of ``count`` small PNGs, of which 6 fit the fake model's context with 512 tokens kept for
+    the answer (1,088 tokens an image at full detail, 7,424 available)."""
     window.generation_params = {"max_new_tokens": 512}
     folder = tmp_path / "scans"
     folder.mkdir()
-    for i in range(10):
+    for i in range(count):
         Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    return folder
+
+
+def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, window, tmp_path):
+    folder = _scans(window, tmp_path, 10)
     window.add_files([str(folder)])
     assert names(window) == [f"scan{i:02}.png" for i in range(6)]
     assert window.banner.message() == ("Attached 6 of 10 images: the rest would not fit the model's context "
@@ -166,11 +173,7 @@ def test_too_many_images_for_the_context_are_left_out_with_a_message(qtbot, wind
 def test_the_note_on_images_left_out_goes_with_the_last_chip(qtbot, window, tmp_path):
     """Trial 54: "Attached 6 of 40 images" stayed in the banner after the chips it counted were removed
     (or sent); an error about a refused file of the same drop stays."""
-    window.generation_params = {"max_new_tokens": 512}
-    folder = tmp_path / "scans"
-    folder.mkdir()
-    for i in range(10):
-        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    folder = _scans(window, tmp_path, 10)
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not a png")
     window.add_files([str(broken), str(folder)])
@@ -187,11 +190,7 @@ def test_the_note_on_images_left_out_goes_with_the_last_chip(qtbot, window, tmp_
 
 
 def test_a_note_alone_closes_the_banner_when_the_chips_are_sent(qtbot, window, tmp_path):
-    window.generation_params = {"max_new_tokens": 512}
-    folder = tmp_path / "scans"
-    folder.mkdir()
-    for i in range(8):
-        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    folder = _scans(window, tmp_path, 8)
     window.add_files([str(folder)])
     assert window.banner.message().startswith("Attached 6 of 8 images")
     window.composer.setPlainText("What do these say?")
@@ -203,11 +202,7 @@ def test_a_note_alone_closes_the_banner_when_the_chips_are_sent(qtbot, window, t
 def test_a_pdf_in_a_folder_the_images_filled_is_left_out_with_the_others(qtbot, window, tmp_path):
     """Found by a trial: the folder's images filled the context, then its PDF's page was attached
     anyway (a page always went in), one more than the banner said, and the answer hit the context's end."""
-    window.generation_params = {"max_new_tokens": 512}
-    folder = tmp_path / "scans"
-    folder.mkdir()
-    for i in range(10):
-        Image.new("RGB", (40, 30), (i, 0, 0)).save(folder / f"scan{i:02}.png")
+    folder = _scans(window, tmp_path, 10)
     make_pdf(folder / "ticket.pdf", 1)
     window.add_files([str(folder)])
     qtbot.waitUntil(lambda: window.documents.working == 0, timeout=10_000)
