@@ -25,9 +25,10 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QS
 from app import pdf_pages
 from app.images import InvalidImageError, validate_image
 from app.paths import data_dir
+from engine.api import answer_room
 
-# The engine keeps min(max_new_tokens, a quarter of the context) for the answer
-# (engine.chat.ANSWER_ROOM_FRACTION); this much more is left for the question's text and the template.
+# Beside the answer's room (engine.api.answer_room, as the engine keeps it), this much more is left for
+# the question's text and the template.
 TEXT_MARGIN = 256
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smolchat-pdf")
 
@@ -143,7 +144,7 @@ class DocumentIntake(QObject):
         context = (self.window.model_info.get("capabilities") or {}).get("max_context") or 0
         if context <= 0:
             return None
-        answer = min(int(self.window.current_params().get("max_new_tokens") or 0), context // 4)
+        answer = answer_room(int(self.window.current_params().get("max_new_tokens") or 0), context)
         attached = sum(self._costs(self.window.attachments.paths()))
         return max(0, context - answer - TEXT_MARGIN - attached - self._rendering_cost)
 

@@ -58,6 +58,7 @@ from engine.api.events import (
     GenerationParams,
     GenerationStats,
     TokenEvent,
+    answer_room,
     resolve_detail,
 )
 from engine.api.images import bytes_digest, file_digest
@@ -86,8 +87,6 @@ WARMUP_ENV = "SMOLCHAT_WARMUP"
 WARMUP_PHOTO_ENV = "SMOLCHAT_WARMUP_PHOTO"
 # Tiled images kept for reuse (ChatSession._preprocess_one): about eight 17-tile photos.
 PROCESSED_CACHE_BYTES = 128 * 2**20
-# Room kept for the answer when old turns must be dropped: min(max_new_tokens, this share of the context).
-ANSWER_ROOM_FRACTION = 0.25
 #: On CUDA a prefill of at most this many new tokens runs without per-layer cancel points (see _prefill).
 SHORT_PREFILL = 64
 
@@ -680,7 +679,7 @@ class ChatSession:
             PromptTooLongError: the prompt does not fit even with every earlier turn dropped.
         """
         capacity = self.cache.capacity
-        room = min(params.max_new_tokens, int(capacity * ANSWER_ROOM_FRACTION))
+        room = answer_room(params.max_new_tokens, capacity)
         # What is kept whatever is dropped: far longer than the context is refused before it is
         # rendered and encoded (seconds of the engine thread for megabytes of text).
         kept = self.turns[-1:] if params.drop_old_turns else self.turns

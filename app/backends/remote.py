@@ -26,6 +26,7 @@ from httpx_sse import EventSource
 from app.backends.jobs import JobThread
 from app.backends.remote_http import (
     STALL_TIMEOUT,
+    Overflow,
     RemoteError,
     Server,
     api_base,
@@ -48,6 +49,7 @@ from engine.api import (
     ImageError,
     ModelInfo,
     TokenEvent,
+    answer_room,
 )
 from engine.api.backend import EventSink, LoadCallback
 from engine.api.errors import describe_error
@@ -58,6 +60,42 @@ log = logging.getLogger(__name__)
 REMOTE_PREFIX = "remote:"
 SEPARATOR = "::"
 POLL = 0.05  # seconds between cancel checks while waiting for the network
+
+
+#: An image or a video frame counted as this many characters of text when the tokens a refused
+#: conversation holds are shared out among its messages (a photo is ~1,000 tokens, text ~4 characters one).
+MEDIA_WEIGHT = 4_000
+#: Leave out this much more than the refusal's numbers say (the shares are estimates).
+LEAVE_OUT_MARGIN = 1.03
+
+
+def exchanges_to_leave_out(history: Sequence[HistoryMessage], starts: list[int], tried: int,
+                           overflow: Overflow | None, max_new_tokens: int, system_prompt: str | None) -> int | None:
+    """How many of the oldest exchanges to leave out after a server refused ``history[starts[tried-1]:]``
+    (``tried`` = 0: all of it) as too long, from the refusal's ``overflow`` (:class:`Overflow`): enough
+    for the prompt plus the answer's room (:func:`engine.api.answer_room`, as the local engine keeps;
+    at least the ``max_tokens`` the server counted) to fit, the prompt's tokens shared out among the
+    messages by their text and media. At least one more than ``tried``, at most ``len(starts)``;
+    None when the server gave no numbers."""
+    if overflow is None or not starts:
+        return None
+    room = max(answer_room(max_new_tokens, overflow.context), overflow.completion)
+    excess = overflow.prompt - (overflow.context - room)
+    sent = history[starts[tried - 1] if tried else 0:]
+
+    def weight(m: HistoryMessage) -> int:
+        return len(m.text) + MEDIA_WEIGHT * len(m.attachments) + 16  # 16: the template's tokens around it
+
+    total = len(system_prompt or "") + sum(weight(m) for m in sent)
+    per = overflow.prompt / max(1, total)
+    leave, left_out, counted = tried + 1, 0, starts[tried - 1] if tried else 0
+    while leave < len(starts):
+        left_out += sum(weight(m) for m in history[counted:starts[leave - 1]])
+        counted = starts[leave - 1]
+        if left_out * per >= excess * LEAVE_OUT_MARGIN:
+            break
+        leave += 1
+    return min(leave, len(starts))
 
 
 def remote_spec(server: str, model: str) -> str:
@@ -416,13 +454,17 @@ class RemoteBackend:
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return
-            reason, error, error_type, text = self._stream(body, sink, stats)
+            reason, error, error_type, text, overflow = self._stream(body, sink, stats)
             if error_type != "Remote:context" or text or self._cancel.is_set() or tried == len(starts):
                 break
             # The server refused the conversation as longer than its context (it keeps every message,
-            # as OpenAI's API does): leave out the oldest exchanges, as the local engine drops them,
-            # one more, then 2, 4, ... more at each refusal (a refusal costs the server no prefill).
-            tried, step = min(len(starts), tried + step), 2 * step
+            # as OpenAI's API does): leave out the oldest exchanges, as the local engine drops them.
+            # Where the refusal says its numbers, as many as make the rest fit with room for the answer;
+            # else one more, then 2, 4, ... more at each refusal (a refusal costs the server no prefill).
+            # The doubling alone overshot by up to 2x: all 300 messages of a chat left out, where the
+            # last 20 fitted (trial 55).
+            estimate = exchanges_to_leave_out(history, starts, tried, overflow, params.max_new_tokens, system_prompt)
+            tried, step = (estimate, step) if estimate is not None else (min(len(starts), tried + step), 2 * step)
             dropped = starts[tried - 1]
         if error is None:
             self._left_out = tried
@@ -437,8 +479,10 @@ class RemoteBackend:
             self._history = [*history, HistoryMessage("assistant", text)]
         sink(DoneEvent(reason, stats, error, error_type))
 
-    def _stream(self, body: dict, sink: EventSink, stats: GenerationStats) -> tuple[str, str | None, str, str]:
-        """Stream one answer into ``sink``; ``(finish reason, error, error type, text so far)``."""
+    def _stream(self, body: dict, sink: EventSink, stats: GenerationStats
+                ) -> tuple[str, str | None, str, str, Overflow | None]:
+        """Stream one answer into ``sink``; ``(finish reason, error, error type, text so far, the numbers
+        of a context refusal where the server said them)``."""
         events: queue.Queue = queue.Queue()
         stop = threading.Event()  # this answer's own: the backend's cancel flag is reset by the next answer
         start = time.perf_counter()
@@ -494,11 +538,11 @@ class RemoteBackend:
         stats.total_s = time.perf_counter() - start
         text = "".join(pieces)
         if error is None:
-            return reason, None, "", text
+            return reason, None, "", text, None
         message = masked_url(f"{self.server.name}: {error}")  # which server, where several are set up
         if pieces:
             message += "; the answer so far is kept"
-        return "error", message, f"Remote:{error.kind}", text
+        return "error", message, f"Remote:{error.kind}", text, error.overflow
 
     def _close_stream(self) -> None:
         response = self._response

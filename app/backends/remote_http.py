@@ -47,8 +47,10 @@ class RemoteError(Exception):
     """A failure talking to a server. ``kind`` is a key of :data:`VERDICTS`; ``status`` the HTTP
     status (0 without one); ``retry_after`` the seconds a 429 asked to wait (``None`` if unsaid)."""
 
-    def __init__(self, kind: str, detail: str = "", status: int = 0, retry_after: float | None = None) -> None:
+    def __init__(self, kind: str, detail: str = "", status: int = 0, retry_after: float | None = None,
+                 overflow: Overflow | None = None) -> None:
         self.kind, self.detail, self.status, self.retry_after = kind, detail, status, retry_after
+        self.overflow = overflow  # a "context" refusal's numbers, where the server said them
         text = VERDICTS.get(kind, kind)
         if kind == "server_error" and status:
             text = f"{status} {text}"
@@ -156,8 +158,51 @@ def from_response(status: int, headers, body: str) -> RemoteError:
     if status >= 500:
         return RemoteError("server_error", detail, status)
     if status == 400 and _too_long(body, detail):
-        return RemoteError("context", detail, status)
+        return RemoteError("context", detail, status, overflow=overflow_of(body, detail))
     return RemoteError("error", f"HTTP {status}: {detail}", status)
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """What a server said of a conversation it refused as longer than its context (tokens):
+    ``prompt`` (the messages), ``context`` (the model's), ``completion`` (the answer's share it counted
+    against the context too: vLLM counts ``max_tokens``; 0 where unsaid)."""
+
+    prompt: int
+    context: int
+    completion: int = 0
+
+
+# vLLM and OpenAI: "This model's maximum context length is 2048 tokens. However, you requested 12400 tokens
+# (12000 in the messages, 400 in the completion)." / "... your request has 12000 input tokens" / "... your
+# messages resulted in 130000 tokens".
+_MAXIMUM = re.compile(r"maximum context length is (\d+) tokens.*?(?:requested|resulted in|request has) (\d+)(?: input)?"
+                      r" tokens(?: \((\d+) in the messages, (\d+) in the completion\))?", re.IGNORECASE | re.DOTALL)
+# llama-server: "request (12345 tokens) exceeds the available context size (2048 tokens)".
+_REQUEST = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
+# Smolchat's own server: "the prompt has 9000 tokens (...) but the context holds 8192".
+_PROMPT_HAS = re.compile(r"the prompt has (?:at least )?(\d+) tokens.*?but the context holds (\d+)", re.DOTALL)
+
+
+def overflow_of(body: str, detail: str) -> Overflow | None:
+    """The numbers of a context refusal (:class:`Overflow`), from llama-server's ``n_prompt_tokens`` and
+    ``n_ctx`` or from the words of vLLM, OpenAI, llama-server and Smolchat's own server; None where the
+    server gave none (the caller then guesses, leaving out more at each refusal)."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError, RecursionError):
+        error = None
+    if isinstance(error, dict):
+        prompt, context = error.get("n_prompt_tokens"), error.get("n_ctx")
+        if isinstance(prompt, int) and isinstance(context, int) and prompt > 0 and context > 0:
+            return Overflow(prompt, context)
+    if match := _MAXIMUM.search(detail):
+        context, total, messages, completion = (int(g) if g else 0 for g in match.groups())
+        return Overflow(messages or total, context, completion)
+    for pattern in (_REQUEST, _PROMPT_HAS):
+        if match := pattern.search(detail):
+            return Overflow(int(match.group(1)), int(match.group(2)))
+    return None
 
 
 def _too_long(body: str, detail: str) -> bool:

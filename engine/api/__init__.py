@@ -37,6 +37,7 @@ from engine.api.events import (
     GenerationStats,
     PromptLogprobsEvent,
     TokenEvent,
+    answer_room,
     resolve_detail,
 )
 from engine.api.hub import looks_like_repo_id
@@ -82,6 +83,7 @@ __all__ = [
     "UnsupportedModelError",
     "UnsupportedOperation",
     "WEIGHT_FORMATS",
+    "answer_room",
     "is_engine_error",
     "looks_like_repo_id",
     "smolchat_version",

@@ -33,6 +33,18 @@ WEIGHT_FORMATS = ("auto", "int8", "int4")
 #: 0 for the model's own: below 256 tokens not even a short question and its answer fit.
 MIN_CONTEXT, MAX_CONTEXT = 256, 131072
 
+#: Room kept for the answer when a conversation's oldest exchanges are dropped to fit the context:
+#: min(max_new_tokens, this share of the context) (:func:`answer_room`).
+ANSWER_ROOM_FRACTION = 0.25
+
+
+def answer_room(max_new_tokens: int, context: int) -> int:
+    """Tokens kept free for the answer when old turns are dropped to fit ``context`` (tokens): the
+    whole ``max_new_tokens`` where it is at most a quarter of the context, else that quarter (a long
+    limit must not empty the conversation). Used alike by the engine, the app's attachment budget
+    and the remote backend, so that a chat keeps the same turns whatever answers it."""
+    return max(0, min(max_new_tokens, int(context * ANSWER_ROOM_FRACTION)))
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationParams:

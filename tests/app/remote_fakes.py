@@ -5,7 +5,8 @@ pauses, ``stall`` sends one token then says nothing, ``midstream500`` sends an e
 tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disconnects`` counts clients
 that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
 ``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
-``ctx:N`` refuses messages of more than N characters in all with OpenAI's 400 ``context_length_exceeded``.
+``ctx:N`` refuses messages of more than N characters in all with OpenAI's 400 ``context_length_exceeded``;
+``llamactx:N`` as llama-server does (its numbers said, a character a token).
 ``props``, ``show`` and ``model_info`` are served as llama-server's ``/props``, Ollama's ``/api/show`` and
 LiteLLM's ``/v1/model/info``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
@@ -154,6 +155,15 @@ class FakeOpenAI:
                         self._json(400, {"error": {"message": f"This model's maximum context length is exceeded "
                                                               f"({size} characters)", "type": "invalid_request_error",
                                                    "param": "messages", "code": "context_length_exceeded"}})
+                        return
+                if model.startswith("llamactx:"):  # llama-server's refusal, its numbers: a character a token
+                    size = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
+                    context = int(model.split(":")[1])
+                    if size >= context:
+                        self._json(400, {"error": {"code": 400, "message": f"request ({size} tokens) exceeds the "
+                                                   f"available context size ({context} tokens), try increasing it",
+                                                   "type": "exceed_context_size_error", "n_prompt_tokens": size,
+                                                   "n_ctx": context}})
                         return
                 if model == "error200":
                     self._json(200, {"error": "Model failed to load: out of memory"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import os
 import re
 import ssl
@@ -19,9 +20,9 @@ import pytest
 from PIL import Image
 
 from app.backends.remote import RemoteBackend, openai_messages, remote_spec
-from app.backends.remote_http import Server, check_connection
+from app.backends.remote_http import Overflow, Server, check_connection, from_response
 from app.backends.remote_media import image_data_uri, target_size
-from engine.api import GenerationParams, HistoryMessage, TokenEvent
+from engine.api import GenerationParams, HistoryMessage, TokenEvent, answer_room
 from tests.app.remote_fakes import (
     BAD_EVENTS,
     BAD_WHOLE,
@@ -154,6 +155,51 @@ def _long_chat_on(fake) -> None:
     text, done = ask(backend, "x" * 200)
     assert done.finish_reason == "error" and "maximum context length" in done.error and done.stats.dropped_turns == 0
     backend.close()
+
+
+def test_a_refusal_that_says_its_numbers_leaves_out_what_makes_the_rest_fit():
+    """Trial 55: the doubling overshot to the whole chat. With llama-server's numbers (n_prompt_tokens,
+    n_ctx) the backend leaves out as many of the oldest exchanges as make the prompt plus the answer's
+    room fit, after one refusal."""
+    with FakeOpenAI(models=[{"id": "llamactx:1000", "object": "model"}]) as fake:
+        backend, _ = loaded(fake.url, "llamactx:1000")
+        history = []
+        for i in range(40):
+            history += [HistoryMessage("user", f"Question {i:02} is this one."),  # 24 characters each
+                        HistoryMessage("assistant", f"Answer {i:02} is that one...")]
+        backend.set_history(history)
+        text, done = ask(backend, "Last?")
+        assert done.error is None and text == "".join(TOKENS)
+        sizes = [sum(len(m["content"]) for m in r["messages"]) for r in fake.requests]
+        assert len(fake.requests) == 2 and sizes[0] == 80 * 24 + 5
+        room = answer_room(PARAMS.max_new_tokens, 1000)  # the answer's 32 tokens
+        # What was sent fits with that room and fills most of it (the doubling sent 30% of it, or nothing).
+        assert 0.9 * (1000 - room) < sizes[1] <= 1000 - room
+        assert done.stats.dropped_turns == (sizes[0] - sizes[1]) // 24
+        backend.close()
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"error": {"message": "request (7826 tokens) exceeds the available context size (2048 tokens), try increasing "
+                "it", "type": "exceed_context_size_error", "n_prompt_tokens": 7826, "n_ctx": 2048}},
+     Overflow(7826, 2048)),
+    ({"error": {"message": "request (7826 tokens) exceeds the available context size (2048 tokens), try increasing "
+                "it", "type": "exceed_context_size_error"}}, Overflow(7826, 2048)),
+    ({"object": "error", "message": "This model's maximum context length is 2048 tokens. However, you requested 12400 "
+      "tokens (12000 in the messages, 400 in the completion). Please reduce the length of the messages or "
+      "completion.", "type": "BadRequestError", "code": 400}, Overflow(12000, 2048, 400)),
+    ({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+                "9000 tokens. Please reduce the length of the messages.", "code": "context_length_exceeded"}},
+     Overflow(9000, 8192)),
+    ({"error": {"message": "the prompt has 9012 tokens (8640 of them for images) but the context holds 8192: shorten "
+                "the prompt or the conversation", "code": "context_length_exceeded"}}, Overflow(9012, 8192)),
+    ({"error": {"message": "This model's maximum context length is exceeded", "code": "context_length_exceeded"}},
+     None),
+])
+def test_the_numbers_of_a_context_refusal_are_read_from_each_servers_words(body, expected):
+    raw = json.dumps(body)
+    error = from_response(400, {}, raw)
+    assert error.kind == "context" and error.overflow == expected
 
 
 def test_images_are_downscaled_and_reencoded(tmp_path):

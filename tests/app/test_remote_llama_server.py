@@ -20,7 +20,7 @@ import pytest
 from app import remote_settings
 from app.backends.remote import RemoteBackend, remote_spec
 from app.backends.remote_http import Server, probe_capabilities
-from engine.api import Attachment, DoneEvent, GenerationParams, TokenEvent
+from engine.api import Attachment, DoneEvent, GenerationParams, HistoryMessage, TokenEvent, answer_room
 from tests.app.remote_fakes import wait_done
 from tests.engine.conftest import llama_cpp_source, smolvlm_gguf_pair, tiny_checkpoint  # noqa: F401  (fixtures)
 from tests.server.helpers import free_port
@@ -112,3 +112,34 @@ def test_window_through_llama_server(qtbot, make_window, fake_session, llama_ser
     footer = win.transcript.widgets()[-1].footer()
     assert footer.startswith("stopped at the token limit (length) · TTFT ") and " / 4 generated tokens" in footer
     assert finished.args[0]["prompt_tokens"] > 64  # usage from llama-server, the image's tokens included
+
+
+def test_a_long_chat_keeps_the_recent_exchanges_that_fit_llama_servers_context(llama_server):
+    """Trial 55: against llama-server (-c 2048) a 150-exchange chat was sent with none of its history
+    (doubling the exchanges left out at each refusal overshot to all of them). The refusal's numbers
+    (``n_prompt_tokens``, ``n_ctx``) say how many to leave out: the prompt sent fills most of the
+    context less the answer's room, and one refusal is enough."""
+    url, model = llama_server
+    backend = RemoteBackend(Server("llama", url), stall_timeout=60)
+    loaded = []
+    backend.load(model, {}, lambda info, err: loaded.append((info, err)))
+    deadline = time.monotonic() + 30
+    while not loaded:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    history = []
+    for i in range(150):
+        history += [HistoryMessage("user", f"Question {i}: what does the note on page {i} of the report say?"),
+                    HistoryMessage("assistant", f"Page {i} says the figures for week {i} were checked twice "
+                                                "and the totals agree with the ledger.")]
+    backend.set_history(history)
+    events = []
+    params = GenerationParams(max_new_tokens=64, ignore_eos=True)
+    backend.send("Summarize our chat in one sentence.", [], params, events.append)
+    wait_done(events, 180)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason == "length", done
+    room = answer_room(64, 2048)
+    assert 0 < done.stats.dropped_turns < len(history)
+    assert 0.85 * (2048 - room) < done.stats.prompt_tokens <= 2048 - room, done.stats
+    assert backend.close()
