@@ -4,8 +4,10 @@ come back at the next start, as a chat app keeps what was being written through 
 
 While a message is being edited, both are kept: the draft that Edit set aside, and the edit (under
 ``"edit"``, with the chat's and the message's ids); the edit resumes at the next start when that chat
-opens with that message shown. Attachments are kept as sent: an image's copy in Smolchat's image
-store, a video's own path; one gone by the next start is left out, and said."""
+opens with that message shown. The unsent messages of the other chats (each chat keeps its own) are
+kept under ``"chats"``, each with its chat's id (null: a new chat's). Attachments are kept as sent: an
+image's copy in Smolchat's image store, a video's own path; one gone by the next start is left out,
+and said."""
 
 from __future__ import annotations
 
@@ -41,13 +43,12 @@ class DraftKeeper(QObject):
         edited ``"edit": {"chat", "message", "text", "files", "names"}`` (see the module docstring)."""
         w = self.window
         typed = {"text": w.composer.toPlainText(), "files": w.kept_paths(), "names": w.attached_names()}
+        parked = [{"chat": chat, **_kept(d, w.store)} for chat, d in w._chat_drafts.items()]
+        others = {"chat": w.keeper.current_id, **({"chats": parked} if parked else {})}
         if w._editing is None:
-            return typed
-        draft = w._draft
-        files = [draft.kept.get(p, p) for p in draft.attachments]
-        names = [draft.names.get(p) or attached_name(p, w.store) for p in draft.attachments]
+            return {**typed, **others}
         message = getattr(w.transcript.widgets()[w._editing], "message_id", None)
-        return {"text": draft.text, "files": files, "names": names,
+        return {**_kept(w._draft, w.store), **others,
                 "edit": {"chat": w.keeper.current_id, "message": message, **typed}}
 
     def save(self) -> None:
@@ -55,7 +56,7 @@ class DraftKeeper(QObject):
         once in the window's banner: the message would otherwise be lost at quit without a word."""
         self._timer.stop()
         draft, qs = self.contents(), self.window.qsettings
-        if draft["text"].strip() or draft["files"] or "edit" in draft:
+        if draft["text"].strip() or draft["files"] or "edit" in draft or "chats" in draft:
             qs.setValue(KEY, json.dumps(draft))
         else:
             qs.remove(KEY)
@@ -76,11 +77,20 @@ class DraftKeeper(QObject):
             edit = (edit.get("chat"), edit.get("message"), *_message(edit)) if isinstance(edit, dict) else None
         except (ValueError, TypeError, AttributeError, RecursionError):
             return []  # unreadable: a draft is not worth a warning at start; the next save replaces it
-        there, gone = _present(files, names)
-        if text or there:
-            self.window._fill_composer(text, [f for f, _ in there], [n for _, n in there])
-            self.window.composer.moveCursor(self.window.composer.textCursor().MoveOperation.End)
         w = self.window
+        parked = draft.get("chats") if isinstance(draft.get("chats"), list) else []
+        owner = draft.get("chat", w.keeper.current_id)  # (kept before each chat had its own: the one open)
+        if owner != w.keeper.current_id:  # that chat did not open again (a new chat's, or one gone): set aside
+            parked = [*parked, {"chat": owner, "text": text, "files": files, "names": names}]
+            text, files, names = "", [], []
+        gone = self._restore_parked(parked)
+        there, missing = _present(files, names)
+        gone += [n for n in missing if n not in gone]
+        if text or there:
+            w._fill_composer(text, [f for f, _ in there], [n for _, n in there])
+            w.composer.moveCursor(w.composer.textCursor().MoveOperation.End)
+        elif w.keeper.current_id in w._chat_drafts:
+            w.unpark_draft(w.keeper.current_id)
         shown = [getattr(m, "message_id", None) for m in w.transcript.widgets()]
         if edit is not None and edit[0] == w.keeper.current_id and edit[1] is not None and edit[1] in shown:
             edit_there, edit_gone = _present(edit[3], edit[4])
@@ -89,6 +99,35 @@ class DraftKeeper(QObject):
             w.composer.moveCursor(w.composer.textCursor().MoveOperation.End)
             gone += [n for n in edit_gone if n not in gone]
         return gone
+
+
+    def _restore_parked(self, parked) -> list[str]:
+        """The other chats' unsent messages back in the window's keeping (a chat deleted since is left
+        out); the names of their attachments gone since."""
+        from app.main_window import Draft
+
+        w, gone = self.window, []
+        for entry in parked:
+            try:
+                chat = entry.get("chat")
+                text, files, names = _message(entry)
+            except (TypeError, AttributeError):
+                continue  # one damaged entry costs only itself
+            if not (chat is None or (isinstance(chat, int) and w.store.conversation(chat) is not None)):
+                continue
+            there, missing = _present(files, names)
+            gone += [n for n in missing if n not in gone]
+            if text.strip() or there:
+                w._chat_drafts[chat] = Draft(text, len(text), [f for f, _ in there], {},
+                                             None, {f: n for f, n in there if n})
+        return gone
+
+
+def _kept(draft, store) -> dict:
+    """``{"text", "files", "names"}`` of a :class:`~app.main_window.Draft` set aside, its images as
+    their copies in the image store."""
+    return {"text": draft.text, "files": [draft.kept.get(p, p) for p in draft.attachments],
+            "names": [draft.names.get(p) or attached_name(p, store) for p in draft.attachments]}
 
 
 def _message(value: dict) -> tuple[str, list[str], list[str]]:

@@ -96,6 +96,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.model_manager = None
         self._editing: int | None = None  # the transcript index of the message being edited
         self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
+        # The unsent message of each chat not shown (None: a new chat's), back in the composer when it
+        # opens again (trial 55: one composer for all chats sent a question taken back after a failure
+        # to the next chat opened, joined to what was typed there).
+        self._chat_drafts: dict[int | None, Draft] = {}
         self._sent: tuple[int | None, Draft] | None = None  # (index edited, composer) of the question answered
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._send_when_counted: str | None = None  # a text whose Send waits for its token count
@@ -150,7 +154,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     def _remove_unused_media(self) -> None:
         """At start, before anything can be deleted or sent: the stored files no message names any more
         (:meth:`Store.remove_unused_media`), those of the unsent message and of an edit kept."""
-        keep = [*self.attachments.paths(), *self._draft.attachments, *self._kept, *self._kept.values()]
+        parked = [p for d in self._chat_drafts.values() for p in (*d.attachments, *d.kept.values())]
+        keep = [*self.attachments.paths(), *self._draft.attachments, *self._kept, *self._kept.values(), *parked]
         try:
             removed, freed = self.store.remove_unused_media(keep)
         except (OSError, sqlite3.Error) as exc:  # a folder or database that cannot be read: nothing is lost
@@ -364,6 +369,20 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self._kept.clear()
         self._names.clear()
         self.reattach(images, names)
+
+    def park_draft(self, chat: int | None) -> None:
+        """Set the composer's message aside as ``chat``'s unsent one (a chat is being left)."""
+        draft = self._take_draft()
+        if draft.text.strip() or draft.attachments:
+            self._chat_drafts[chat] = draft
+        else:
+            self._chat_drafts.pop(chat, None)
+
+    def unpark_draft(self, chat: int | None) -> None:
+        """Put ``chat``'s unsent message in the composer (empty when it has none): the chat opened."""
+        self.reset_message_detail()
+        self._restore_draft(self._chat_drafts.pop(chat, None) or Draft())
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)
 
     def _restore_draft(self, draft: Draft | None = None) -> None:
         """Put ``draft`` (by default the one set aside by Edit, after the edit is cancelled or sent) back

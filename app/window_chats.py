@@ -45,8 +45,11 @@ class ChatsMixin:
         if self._busy:
             self.sidebar.select(self.keeper.current_id)
             return
+        leaving = self.keeper.current_id
         self._cancel_edit()
         self.banner.dismiss()  # what it said was about the chat being left (the storage banner stays)
+        if conversation_id != leaving:
+            self.park_draft(leaving)
         saved = self.keeper.open(conversation_id)
         self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
         title = display_title(self.store.conversation(conversation_id).title) if saved else ""
@@ -54,6 +57,8 @@ class ChatsMixin:
         for key in CHAT_KEYS:
             if key in values:
                 setattr(self.settings, key, values[key])
+        if conversation_id != leaving:  # at this chat's image detail
+            self.unpark_draft(conversation_id)
         lines = [" · ".join(problems) + "; the defaults apply instead."] if problems else []
         lines += self.keeper.unreadable_lines()
         if lines:  # what this chat could not use, said when it is opened

@@ -48,7 +48,7 @@ def test_the_draft_is_written_soon_after_typing_not_only_at_quit(qtbot, make_win
     assert settings.value(KEY) is None  # not on every keystroke
     qtbot.wait(SAVE_DELAY_MS + 200)
     settings.sync()
-    assert json.loads(settings.value(KEY)) == {"text": "Half a question", "files": [], "names": []}
+    assert json.loads(settings.value(KEY)) == {"text": "Half a question", "files": [], "names": [], "chat": None}
 
 
 def test_a_sent_message_leaves_no_draft(qtbot, make_window):
@@ -200,3 +200,73 @@ def test_a_kept_draft_naming_a_file_that_is_no_image_leaves_it_out(qtbot, make_w
     assert again.attachments.paths() == [str(photo)]
     assert again.storage_banner.message() == ("Your unsent message is back without notes.txt: that file is gone or "
                                               "unreadable.")
+
+
+def _ask(qtbot, win, text):
+    win.composer.setPlainText(text)
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    return win.keeper.current_id
+
+
+def test_each_chat_keeps_its_own_unsent_message(qtbot, make_window, tmp_path):
+    """Trial 55: one message box for every chat; what was typed in one chat was still there in the next,
+    and sent to it."""
+    win = make_window(FakeBackend(tokens=["Fine", "."]))
+    chat_a = _ask(qtbot, win, "First chat.")
+    win.new_chat()
+    chat_b = _ask(qtbot, win, "Second chat.")
+    photo = write_png(tmp_path / "receipt.png")
+    win.add_files([str(photo)])
+    win.composer.setPlainText("Draft for B")
+    win.open_conversation(chat_a)
+    assert win.composer.toPlainText() == "" and win.attachments.paths() == []
+    win.composer.setPlainText("Draft for A")
+    win.new_chat()
+    assert win.composer.toPlainText() == ""
+    win.composer.setPlainText("Draft for a new chat")
+    win.open_conversation(chat_b)
+    assert win.composer.toPlainText() == "Draft for B" and win.attached_names() == ["receipt.png"]
+    assert win.composer.textCursor().position() == len("Draft for B")  # to go on typing
+    win.open_conversation(chat_a)
+    assert win.composer.toPlainText() == "Draft for A" and win.attachments.paths() == []
+    win.new_chat()
+    assert win.composer.toPlainText() == "Draft for a new chat"
+    win.close()  # all three through a quit: the one shown, and the two set aside
+
+    again = make_window(FakeBackend(tokens=["Fine", "."]))
+    drafts = {chat_a: "Draft for A", chat_b: "Draft for B", None: "Draft for a new chat"}
+    assert again.composer.toPlainText() == drafts[again.keeper.current_id]  # the last chat saved reopens
+    again.new_chat()
+    assert again.composer.toPlainText() == "Draft for a new chat"
+    again.open_conversation(chat_b)
+    assert again.composer.toPlainText() == "Draft for B" and again.attached_names() == ["receipt.png"]
+    [chip] = again.attachments.chips()
+    assert open(chip.path, "rb").read() == photo.read_bytes()  # the stored copy, kept through the start's cleanup
+    again.open_conversation(chat_a)
+    assert again.composer.toPlainText() == "Draft for A"
+    _ask(qtbot, again, again.composer.toPlainText())
+    assert [m.text for m in again.store.messages(chat_a) if m.role == "user"] == ["First chat.", "Draft for A"]
+    assert [m.text for m in again.store.messages(chat_b) if m.role == "user"] == ["Second chat."]
+
+
+def test_a_question_taken_back_after_a_failure_stays_with_its_chat(qtbot, make_window):
+    """Trial 55 F1: "And of Germany?" came back to the message box after a 401, then went, joined to
+    the next text typed, to the chat opened next."""
+    backend = FakeBackend(tokens=["Paris", "."])
+    win = make_window(backend)
+    chat_a = _ask(qtbot, win, "What is the capital of France?")
+    win.new_chat()
+    chat_b = _ask(qtbot, win, "Another topic.")
+    win.open_conversation(chat_a)
+    backend.image_error, backend.error_type = "fake: 401 Unauthorized", "Remote:unauthorized"
+    _ask(qtbot, win, "And of Germany?")
+    assert win.composer.toPlainText() == "And of Germany?"  # taken back, to send again
+    backend.image_error = None
+    win.open_conversation(chat_b)
+    assert win.composer.toPlainText() == ""
+    _ask(qtbot, win, "Summarize our chat in one sentence.")
+    assert [m.text for m in win.store.messages(chat_b) if m.role == "user"] == [
+        "Another topic.", "Summarize our chat in one sentence."]
+    win.open_conversation(chat_a)
+    assert win.composer.toPlainText() == "And of Germany?"
