@@ -667,6 +667,22 @@ class ConversationKeeper(QObject):
             self._drop_new(self.current_id)
             self.transcript.clear()
 
+    def withdraw_failed_version(self) -> bool:
+        """Take back the last answer, a new version (Regenerate) that failed before its first word: the
+        version it was to replace is shown again, with its branch, as if Regenerate had not been
+        pressed. False (nothing changes) where the answer has no other version: it stays, failed, with
+        Regenerate beside it. Raises the store's error (:data:`STORAGE_ERRORS`) when the delete fails."""
+        widgets = self.transcript.widgets()
+        if not widgets or widgets[-1].role != "assistant" or widgets[-1].text:
+            return False
+        _number, count = self.store.versions(self.current_id).get(widgets[-1].message_id, (1, 1))
+        if count < 2:
+            return False
+        self.delete_message(len(widgets) - 1)
+        self._streaming_id = None
+        self.show_versions()
+        return True
+
     # -- edits -------------------------------------------------------------------------------------
     def delete_message(self, index: int) -> DeletedMessages | None:
         """Delete message ``index`` as :meth:`Store.delete_message` does (a question with its answers, a

@@ -543,6 +543,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if result.get("finish_reason") == "error" and answer is not None and not answer.text and \
                 self._sent is not None:
             self._take_back(*self._sent)
+        elif result.get("finish_reason") == "error" and answer is not None and not answer.text and \
+                getattr(self, "_regenerated", (None, ""))[0] is not None:
+            # A new version that never started (a server down) is not added: the answer it was to replace
+            # stays shown (trial 55: an empty "(failed)" 2 / 2 hid it).
+            self._storage("take back the failed version", self.keeper.withdraw_failed_version)
         self._sent = None
         summary = " · ".join(p for p in (model_summary(self.model_info), stats_summary(result)) if p)
         reason = result.get("finish_reason")

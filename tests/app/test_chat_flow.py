@@ -121,12 +121,12 @@ def test_a_message_too_long_for_the_context_says_what_to_do(qtbot, make_window):
     assert win.store.conversations() == [] and win.transcript.widgets() == []
 
 
-def test_a_refused_follow_up_leaves_the_chat_as_it_was_an_edit_is_edited_again_a_regenerate_kept(qtbot,
+def test_a_refused_follow_up_leaves_the_chat_as_it_was_an_edit_is_edited_again_a_regenerate_adds_nothing(qtbot,
                                                                                                    make_window):
     """Taken back: a new question the engine refuses as too long (its earlier exchange stays), and an
     edit (its other version shown again, the composer editing it again with the draft set aside kept:
     found by a trial, the edited text came back outside the edit, so Send added it as a new question).
-    Kept, as failed: a regenerate, whose question stays in the chat (the composer gets no copy of it)."""
+    A regenerate that never started adds no version (the composer gets no copy of its question)."""
     backend = FakeBackend(tokens=["Fine", "."])
     win = make_window(backend)
     win.composer.setPlainText("First.")
@@ -165,8 +165,13 @@ def test_a_refused_follow_up_leaves_the_chat_as_it_was_an_edit_is_edited_again_a
     win.composer.clear()
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         win._on_message_action("regenerate", 1)
+    # The new version never started: it is not added, the answer it was to replace stays shown (trial 55:
+    # an empty "(failed)" 2 / 2 hid it), and the banner says why.
     assert [(m.role, m.text, m.status) for m in win.store.messages(chat)] == [
-        ("user", "First.", "done"), ("assistant", "", "error")]
+        ("user", "First.", "done"), ("assistant", "Fine.", "done")]
+    assert [w.text for w in win.transcript.widgets()] == ["First.", "Fine."]
+    assert {count for _, count in win.store.versions(chat).values()} == {1}
+    assert win.banner.message().startswith("Too long for the model's context")
     assert win.composer.toPlainText() == ""  # no second copy of the question to send
 
 

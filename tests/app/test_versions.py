@@ -80,6 +80,23 @@ def test_regenerate_keeps_the_old_answer_and_its_branch(qtbot, make_window, data
     assert shown(again) == ["What colour?", "Orange.", "Why?", "Orange.", "Really?", "Because."]
 
 
+def test_a_regenerate_that_never_starts_brings_back_the_answer_and_its_branch(qtbot, make_window):
+    """Trial 55 F6: Regenerate with the server down added an empty "(failed)" version, shown instead of
+    the answer (and its follow-up); now nothing is added and the branch is shown as it was."""
+    fake = FakeBackend(tokens=["Orange", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "What colour?")
+    ask(qtbot, win, "Why?")
+    fake.image_error, fake.error_type = "server: Connection refused", "Remote:refused"
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    assert shown(win) == ["What colour?", "Orange.", "Why?", "Orange."]
+    assert switchers(win) == ["", "", "", ""]
+    assert win.banner.message() == "server: Connection refused"
+    assert [m.text for m in win.store.messages(win.keeper.current_id)] == ["What colour?", "Orange.", "Why?",
+                                                                         "Orange."]
+
+
 def test_an_edited_question_is_a_new_version_beside_the_old_one(qtbot, make_window):
     fake = FakeBackend(tokens=["A", "."])
     win = make_window(fake)
