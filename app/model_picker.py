@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
 
-from app.backends.remote import remote_spec
+from app.backends.remote import model_label, remote_spec
 from app.icons import icon
 from app.settings import known_models
 
@@ -36,6 +36,7 @@ class ModelPicker(QPushButton):
         self.set_none()
 
     def set_none(self) -> None:
+        self._current = ""  # the path or remote spec of the model in use, checked in the menu
         self.setText("Choose a model…")
 
     def set_loading(self, path: str) -> None:
@@ -43,6 +44,7 @@ class ModelPicker(QPushButton):
         self.setToolTip(path)
 
     def set_model(self, name: str, path: str) -> None:
+        self._current = path
         self.setText(name)
         self.setToolTip(f"{path}\nClick to switch model")
         if path and not path.startswith("remote:") and all(m["path"] != path for m in self._loaded):
@@ -65,9 +67,11 @@ class ModelPicker(QPushButton):
         remote = self.remote_models.lists if self.remote_models is not None else {}
         if remote:
             self._menu.addSection("On this computer")
-        for model in local:
+        for model in local:  # the one in use checked: two servers' "fake" or a local and a served model look alike
             action = self._menu.addAction(model["name"])
             action.setToolTip(model["path"])
+            action.setCheckable(True)
+            action.setChecked(model["path"] == self._current)
             action.triggered.connect(lambda _=False, p=model["path"]: self.model_chosen.emit(p))
         for server, models in remote.items():
             self._menu.addSection(server)
@@ -75,9 +79,11 @@ class ModelPicker(QPushButton):
                 self._menu.addAction(models).setEnabled(False)
                 continue
             for name in models:
-                action = self._menu.addAction(name)
-                action.setToolTip(f"{name} on {server}")
                 spec = remote_spec(server, name)
+                action = self._menu.addAction(model_label(name))
+                action.setToolTip(f"{name} on {server}")
+                action.setCheckable(True)
+                action.setChecked(spec == self._current)
                 action.triggered.connect(lambda _=False, p=spec: self.model_chosen.emit(p))
             if not models:
                 self._menu.addAction("no models").setEnabled(False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -96,6 +97,15 @@ def exchanges_to_leave_out(history: Sequence[HistoryMessage], starts: list[int],
             break
         leave += 1
     return min(leave, len(starts))
+
+
+def model_label(model: str) -> str:
+    """How a server's model id is shown: a file path's last part (llama-server names its model by the
+    path it was started with, "/home/me/models/SmolLM2.gguf", which filled the picker and every answer's
+    header), else the id as the server gives it (a Hub id "org/name" stays whole)."""
+    if model.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", model):
+        return re.split(r"[\\/]", model.rstrip("/\\"))[-1] or model
+    return model
 
 
 def remote_spec(server: str, model: str) -> str:
@@ -420,7 +430,7 @@ class RemoteBackend:
             on_done(None, masked_url(f"{getattr(self.server, 'name', 'server')}: {describe_error(exc)}"))
             return
         self.model, self._history = model, []
-        self._info = ModelInfo(name=model, path=spec, capabilities=caps, device=self.server.name,
+        self._info = ModelInfo(name=model_label(model), path=spec, capabilities=caps, device=self.server.name,
                                dtype="", weights="", folder="", backend=f"remote:{self.server.name}")
         self.sources = sources
         on_done(self._info, None)
@@ -437,7 +447,7 @@ class RemoteBackend:
         history = [*turns, user]
         needs_images = any(a.kind == "image" for m in history for a in m.attachments)
         if needs_images and not self._info.capabilities.vision:
-            sink(DoneEvent("error", stats, f"{self.model} on {self.server.name} cannot see images (said by "
+            sink(DoneEvent("error", stats, f"{model_label(self.model)} on {self.server.name} cannot see images (said by "
                            f"{self.sources.get('vision', 'the server')}). If it can, turn on “can see images” "
                            "for it in Settings ▸ Engines.", "UnsupportedOperation"))
             return
@@ -471,7 +481,8 @@ class RemoteBackend:
         if dropped and error is None:
             stats.dropped_turns = dropped
             what = "the oldest message was" if dropped == 1 else f"the {dropped} oldest messages were"
-            left_out = f"The conversation no longer fits the context of {self.model} on {self.server.name}: {what} left out."
+            left_out = (f"The conversation no longer fits the context of {model_label(self.model)} on {self.server.name}: "
+                        f"{what} left out.")
             stats.notice = f"{left_out} {stats.notice}" if stats.notice else left_out
         if text and user.role == "assistant":
             self._history = [*turns, HistoryMessage("assistant", user.text + text)]

