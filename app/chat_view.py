@@ -63,6 +63,7 @@ class StoredMessage:
     versions: tuple[int, int] = (1, 1)
     created: float | None = None  # when it was stored (seconds since the epoch; None: unknown)
     attached_names: list[str] = field(default_factory=list)  # each image's name as attached ("": unknown)
+    engine: str = ""  # an answer's: where it was written ("local", "remote:SERVER"; "": unknown)
 
 
 class ChatView(QScrollArea):
@@ -440,6 +441,7 @@ class ChatView(QScrollArea):
             message = UserMessage(record.text, record.images, names=record.attached_names)
         else:
             message = AssistantMessage(record.model_name)
+            message.set_engine(record.engine)
             message.set_text(record.text)
             message.finish(record.finish_reason, record.footer)
             message.status, message.can_continue = record.status, record.can_continue
@@ -459,7 +461,7 @@ class ChatView(QScrollArea):
                                created=message.actions_row.sent_at,
                                attached_names=list(getattr(message, "attached_names", [])))
         if isinstance(message, AssistantMessage):
-            record.model_name, record.footer = message.model_name(), message.footer()
+            record.model_name, record.footer, record.engine = message.model_name(), message.footer(), message.engine
             record.finish_reason, record.can_continue = message.finish_reason or "stop", message.can_continue
         return record
 

@@ -320,6 +320,7 @@ class ConversationKeeper(QObject):
                                    created=message.created, attached_names=list(message.attached_names))
             if message.role == "assistant":
                 record.model_name = message.stats.get("model_name") or "Smolchat"
+                record.engine = str(message.stats.get("engine") or "")
                 record.finish_reason = _reason(message.status)
                 record.footer = answer_footer(message)
                 record.can_continue = not context_full({"finish_reason": record.finish_reason, **message.stats})
@@ -619,6 +620,8 @@ class ConversationKeeper(QObject):
         stats["model_name"] = model_name
         token_ids = result.get("token_ids")
         before, self._before_continue = self._before_continue, None
+        if answer is not None:
+            answer.set_engine(str(result.get("engine") or ""))
         if before is not None and answer is not None and answer.text == before.text:
             # Nothing was added (a refusal, a server that is down, Stop before the first word): the
             # answer stays as it was, status, footer and ids; the banner says what went wrong.

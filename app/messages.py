@@ -377,6 +377,7 @@ class AssistantMessage(QWidget):
         name = self._name = ElidedLabel()
         name.setText(model_name)
         name.setObjectName("assistantName")
+        self.engine = ""  # where it was written (set_engine)
         self._stream = RichText("assistantText")
         self._stream.setPlainText("…")
         self._blocks: list[QWidget] = []
@@ -463,6 +464,15 @@ class AssistantMessage(QWidget):
     def set_model_name(self, name: str) -> None:
         """The name over the answer: who wrote it (two models for one continued by another)."""
         self._name.setText(name)
+        self.set_engine(self.engine)
+
+    def set_engine(self, engine: str) -> None:
+        """Where the answer was written (its stats' ``engine``: "local", "remote:SERVER"; "": unknown),
+        said in the name's tooltip: a local model and a server's of one name look alike (trial 55)."""
+        self.engine = engine
+        where = f"on the server {engine.removeprefix('remote:')}" if engine.startswith("remote:") else \
+            "on this computer" if engine else ""
+        self._name.set_tip(f"Written by {self._name.text()} {where}" if where else "")
 
     def model_name(self) -> str:
         return self._name.text()

@@ -224,9 +224,15 @@ class ElidedLabel(QLabel):
         super().__init__(parent)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.min_chars = min_chars
+        self._tip = ""
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         super().setText(text)
+        self._sync_tip()
+
+    def set_tip(self, tip: str) -> None:
+        """A tooltip shown whether or not the text fits (it should hold the whole text); "": the default."""
+        self._tip = tip
         self._sync_tip()
 
     def shown_text(self) -> str:
@@ -252,4 +258,4 @@ class ElidedLabel(QLabel):
                                   self.isEnabled(), self.shown_text(), self.foregroundRole())
 
     def _sync_tip(self) -> None:
-        self.setToolTip(self.text() if self.is_elided() else "")
+        self.setToolTip(self._tip or (self.text() if self.is_elided() else ""))

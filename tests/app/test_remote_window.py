@@ -8,6 +8,7 @@ import time
 
 import pytest
 from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel
 
 from app import remote_settings
 from app.backends.remote import remote_spec
@@ -62,6 +63,15 @@ def test_switching_engine_mid_conversation_resends_the_history(qtbot, make_windo
         ("user", "Local question"), ("assistant", "The cat is orange."), ("user", "Remote question")]
     engines = [m.stats.get("engine") for m in win.store.messages(win.keeper.current_id) if m.role == "assistant"]
     assert engines == ["local", "remote:fake"]
+    # Each answer's name says where it was written, live and once the chat is opened again (trial 55).
+    tips = ["Written by FakeVLM-256M on this computer", "Written by ok on the server fake"]
+    answers = [w for w in win.transcript.widgets() if w.role == "assistant"]
+    assert [a.findChild(QLabel, "assistantName").toolTip() for a in answers] == tips
+    chat = win.keeper.current_id
+    win.new_chat()
+    win.open_conversation(chat)
+    answers = [w for w in win.transcript.widgets() if w.role == "assistant"]
+    assert [a.findChild(QLabel, "assistantName").toolTip() for a in answers] == tips
 
 
 @pytest.mark.parametrize("model, words", [
