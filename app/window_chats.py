@@ -44,6 +44,8 @@ class ChatsMixin:
     def open_conversation(self, conversation_id: int | None) -> None:
         if self._busy:
             self.sidebar.select(self.keeper.current_id)
+            if conversation_id != self.keeper.current_id:
+                self._say_busy("open another chat")
             return
         leaving = self.keeper.current_id
         self._cancel_edit()
@@ -77,12 +79,17 @@ class ChatsMixin:
             self.sidebar.search.clear()  # a chat opened by Undo or a link, hidden by the search: list them all
         self.update_find(show_newest=True)  # opened from the search's list: where it holds the text
 
+    def _say_busy(self, what: str) -> None:
+        """A chat action refused while an answer is written: said, not silent (trial 55: clicks on the chat
+        list and its Delete did nothing, and a server gone quiet looked like a frozen window)."""
+        self.banner.show_info(f"An answer is being written in this chat: stop it (Esc) to {what}.")
+
     def step_conversation(self, step: int) -> None:
         """Open the chat ``step`` places down (+1) or up (-1) the sidebar's list (Ctrl+PgDown/PgUp,
         Ctrl+Tab); not while an answer runs, as a click on the list is not."""
         target = self.sidebar.step(self.keeper.current_id, step)
-        if target is not None and target != self.keeper.current_id and not self._busy:
-            self.open_conversation(target)
+        if target is not None and target != self.keeper.current_id:
+            self.open_conversation(target)  # (refused while an answer runs, and said)
 
     def watch_the_date(self) -> None:
         """At each local midnight (and once more after a sleep past it: timers wait), the list's headings
@@ -245,7 +252,10 @@ class ChatsMixin:
     @Slot(int)
     def delete_conversation(self, conversation_id: int) -> None:
         conv = self.store.conversation(conversation_id)
-        if conv is None or (self._busy and conversation_id == self.keeper.current_id):
+        if conv is None:
+            return
+        if self._busy and conversation_id == self.keeper.current_id:
+            self._say_busy("delete this chat")
             return
         listed = self.sidebar.ids()
         from_list = self.sidebar.list.hasFocus()

@@ -539,3 +539,32 @@ def test_at_midnight_the_headings_and_times_say_yesterday(qtbot, make_window, da
     win._new_day()  # what the timer set for midnight calls
     assert win.sidebar.headings() == ["Yesterday"]
     assert message.actions_row.time.text() == f"Yesterday {shown}"
+
+
+def test_opening_or_deleting_the_chat_mid_answer_is_refused_with_a_reason(qtbot, make_window):
+    """Trial 55 F5: while an answer ran, a click on another chat, Delete and Ctrl+PgDown did nothing, with
+    no word why (with a server gone quiet the window looked frozen)."""
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "first chat")
+    first = win.keeper.current_id
+    win.new_chat()
+    ask(qtbot, win, "second chat")
+    second = win.keeper.current_id
+    fake.tokens, fake.delay = ["slow"] * 400, 0.02
+    win.composer.setPlainText("more")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: win._busy)
+    win.open_conversation(first)
+    assert win.keeper.current_id == second
+    assert win.banner.message() == "An answer is being written in this chat: stop it (Esc) to open another chat."
+    win.banner.dismiss()
+    win.step_conversation(1)
+    assert win.keeper.current_id == second and win.banner.message().endswith("to open another chat.")
+    win.delete_conversation(second)
+    assert win.store.conversation(second) is not None
+    assert win.banner.message() == "An answer is being written in this chat: stop it (Esc) to delete this chat."
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.stop()
+    win.open_conversation(first)
+    assert win.keeper.current_id == first
