@@ -26,8 +26,20 @@ def _server_address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error for a bad value (trial 55: twenty lines of usage came before the one
+    line that said what was wrong); a missing argument keeps the usage, which lists what is needed."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's
+        if message.startswith("the following arguments are required"):
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists the options)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description="Smolchat engine: SmolVLM and SmolLM2 on your own machine")
+    # As it was started: the installed command, or the module (the usage and errors name it).
+    prog = "smolchat-cli" if os.path.basename(sys.argv[0]).startswith("smolchat-cli") else "python -m engine"
+    ap = _Parser(prog=prog, description="Smolchat engine: SmolVLM and SmolLM2 on your own machine")
     ap.add_argument("--version", action="version", version=f"Smolchat engine {smolchat_version()}")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -224,8 +236,11 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
                 # What the engine noted (a video read in part, turns left out to fit), as the server's
                 # ``notice`` and the app's line under the answer (trial 53: the command line said nothing).
                 notice = {"notice": event.stats.notice} if event.stats.notice else {}
+                stats = _stats_json(event.stats)
+                if remote:  # a server's stream says no prefill time: unknown, not 0 (trial 55)
+                    stats["prefill_tokens_per_s"] = None
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
-                                      **_stats_json(event.stats), **frames, **notice,
+                                      **stats, **frames, **notice,
                                       **({"error": event.error} if event.error else {})}) + "\n")
             elif event.finish_reason != "error" or event.stats.prompt_tokens or event.stats.generated_tokens:
                 # (a refusal before any work has nothing to measure: its error line alone)
@@ -237,7 +252,8 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
                 print(f"[{event.finish_reason}] prompt {s.prompt_tokens} tokens ({s.cached_tokens} cached{images}), "
                       f"generated {s.generated_tokens}, TTFT {s.ttft_s:.3f} s"
                       f"{' (images and vision tower included)' if s.image_tokens else ''}, "
-                      f"decoder prefill {s.prefill_tokens_per_s:.1f} tok/s, decode {s.decode_tokens_per_s:.1f} tok/s",
+                      + ("" if remote else f"decoder prefill {s.prefill_tokens_per_s:.1f} tok/s, ")
+                      + f"decode {s.decode_tokens_per_s:.1f} tok/s",
                       file=sys.stderr)
                 if s.notice:
                     print(f"note: {s.notice}", file=sys.stderr)

@@ -417,8 +417,9 @@ class RemoteBackend:
             self.server = self._server_source() if callable(self._server_source) else self._server_source
             ids = [m["id"] for m in list_models(self.server)]
             if model not in ids:
-                raise RemoteError("not_found", f"{self.server.name} has no model {model!r} "
-                                  f"(it has: {', '.join(ids[:5]) or 'none'})")
+                # The URL answered with a model list: it is right, only the model is not (trial 55: "404
+                # Not found: check the base URL" sent the user to fix what was not wrong).
+                raise RemoteError("no_model", f"{model!r} (it has: {', '.join(ids[:5]) or 'none'})")
             caps, sources = probe_capabilities(self.server, model)
         except (RemoteError, KeyError) as exc:
             # An error may quote the server's URL, and a URL may hold a password.

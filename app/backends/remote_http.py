@@ -34,6 +34,7 @@ VERDICTS = {
     "unauthorized": "401 Unauthorized: the API key is missing or wrong",
     "forbidden": "403 Forbidden: the key is valid but not allowed to do this",
     "not_found": "404 Not found: check the base URL (it usually ends in /v1)",
+    "no_model": "No such model on the server",
     "rate_limited": "429 Too many requests: the server asks to wait",
     "server_error": "Server error",
     "not_openai": "Not an OpenAI-compatible server (unexpected answer)",
@@ -254,8 +255,9 @@ def get_json(client: httpx.Client, url: str) -> dict:
     try:
         data = response.json()
     except (ValueError, RecursionError):  # (RecursionError: nested too deep)
-        raise RemoteError("not_openai", f"{masked_url(url)} answered {response.headers.get('content-type', 'no type')}, "
-                          "not JSON") from None
+        kind = response.headers.get("content-type", "")
+        said = f" (though its Content-Type says {kind})" if "json" in kind.lower() else f" ({kind})" if kind else ""
+        raise RemoteError("not_openai", f"{masked_url(url)} sent a body that is not valid JSON{said}") from None
     if not isinstance(data, dict):
         raise RemoteError("not_openai", f"{masked_url(url)} answered a JSON {type(data).__name__}, not an object")
     return data

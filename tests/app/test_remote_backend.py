@@ -314,17 +314,18 @@ def test_tls_failure_is_named(fake):
 
 
 @contextlib.contextmanager
-def html_server():
-    """A local server that answers every GET with a web page (a router's login, say); yields its port."""
+def html_server(kind: str = "text/html", body: bytes = b"<html>router login</html>"):
+    """A local server that answers every GET with a web page (a router's login, say), or ``body`` as
+    ``kind``; yields its port."""
     import http.server
     import threading
 
     class Html(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200)
-            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Type", kind)
             self.end_headers()
-            self.wfile.write(b"<html>router login</html>")
+            self.wfile.write(body)
 
         def log_message(self, *a):
             pass
@@ -341,7 +342,10 @@ def html_server():
 def test_not_openai_compatible():
     with html_server() as port:
         kind, verdict, _ = check_connection(Server("f", f"http://127.0.0.1:{port}"))
-        assert kind == "not_openai" and "not JSON" in verdict
+        assert kind == "not_openai" and verdict.endswith("sent a body that is not valid JSON (text/html)")
+    with html_server("application/json", b'{"data": [') as port:  # trial 55: "answered application/json, not JSON"
+        kind, verdict, _ = check_connection(Server("f", f"http://127.0.0.1:{port}"))
+        assert verdict.endswith("sent a body that is not valid JSON (though its Content-Type says application/json)")
 
 
 def test_stop_hangs_up_so_the_server_stops_generating(fake):
@@ -512,8 +516,7 @@ def test_a_model_id_with_a_lone_surrogate_is_mended_where_it_is_read():
         assert (kind, verdict, ids) == ("ok", "Connected: 2 models (smol\ufffdlm, ok)", ["smol\ufffdlm", "ok"])
         verdict.encode("utf-8")
         _, (_, err) = loaded(fake.url, "nope")
-        assert err == "fake: 404 Not found: check the base URL (it usually ends in /v1): fake has no model 'nope' " \
-                      "(it has: smol\ufffdlm, ok)"
+        assert err == "fake: No such model on the server: 'nope' (it has: smol\ufffdlm, ok)"
         backend, (loaded_info, err) = loaded(fake.url, "smol\ufffdlm")
         assert err is None and loaded_info.name == "smol\ufffdlm" and loaded_info.path == "remote:fake::smol\ufffdlm"
         assert loaded_info.capabilities.vision and loaded_info.capabilities.max_context == 2048  # /v1/model/info matched
@@ -563,7 +566,7 @@ def test_a_password_in_the_servers_url_never_reaches_a_message():
         backend, (info, error) = loaded(url, "ok")
         backend.close()
         shown = (f"Not an OpenAI-compatible server (unexpected answer): http://user:***@127.0.0.1:{port}/v1/models "
-                 "answered text/html, not JSON")
+                 "sent a body that is not valid JSON (text/html)")
         assert info is None and error == f"fake: {shown}"
         assert check_connection(Server("fake", url)) == ("not_openai", shown, [])
 

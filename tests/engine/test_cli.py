@@ -174,9 +174,29 @@ def test_server_that_is_no_address_is_a_usage_error(server):
     """Found by a trial: ``--server not-a-url`` was looked up as a host name and failed as DNS."""
     proc = cli("generate", "--server", server, "--model", "m", "--prompt", "hi")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.splitlines()[0].startswith("usage: python -m engine generate")
-    assert proc.stderr.splitlines()[-1] == (f"python -m engine generate: error: argument --server: {server!r} is not "
-                                            "a server address; give one like http://127.0.0.1:8080"), proc.stderr
+    # One line says what is wrong (trial 55: after twenty lines of usage), the next where the options are.
+    assert proc.stderr.splitlines() == [
+        f"python -m engine generate: error: argument --server: {server!r} is not a server address; give one like "
+        "http://127.0.0.1:8080", "(python -m engine generate --help lists the options)"], proc.stderr
+
+
+def test_the_installed_command_names_itself_in_its_errors():
+    """Trial 55: ``smolchat-cli`` said "usage: python -m engine generate"."""
+    from pathlib import Path
+
+    command = Path(sys.executable).parent / "smolchat-cli"
+    if not command.exists():
+        pytest.skip(f"{command} is not installed (pip install -e . puts it there)")
+    proc = subprocess.run([str(command), "generate", "--server", "ftp://x", "--model", "m", "--prompt", "hi"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("smolchat-cli generate: error: argument --server:")
+
+
+def test_a_missing_argument_keeps_the_usage_which_lists_what_is_needed():
+    proc = cli("generate", "--prompt", "hi")
+    assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith("usage: python -m engine generate")
+    assert proc.stderr.splitlines()[-1] == ("python -m engine generate: error: the following arguments are "
+                                            "required: --model")
 
 
 def test_server_without_a_scheme_is_http():
@@ -194,7 +214,7 @@ def test_a_password_in_the_server_address_is_masked_in_errors():
     assert proc.returncode == 2 and proc.stderr == (f"error: http://user:***@127.0.0.1:{port}: Connection refused: "
                                                     "nothing is listening at that address and port\n"), proc.stderr
     proc = cli("generate", "--server", "http://user:pw@localhost:0", "--model", "m", "--prompt", "hi")
-    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+    assert proc.returncode == 2 and proc.stderr.splitlines()[0] == (
         "python -m engine generate: error: argument --server: 'http://user:***@localhost:0' is not a server "
         "address; give one like http://127.0.0.1:8080"), proc.stderr
 

@@ -355,5 +355,8 @@ def test_the_cli_against_this_server_takes_max_new_tokens_beyond_the_context(url
     assert proc.returncode == 0, proc.stderr
     done = json.loads(proc.stdout.splitlines()[-1])
     assert done["type"] == "done" and done["finish_reason"] in ("stop", "length"), done
+    assert done["prefill_tokens_per_s"] is None and done["ttft_s"] > 0  # a stream says no prefill time (trial 55)
+    proc = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300)  # the text form: no made-up rate
+    assert proc.returncode == 0 and "prefill" not in proc.stderr and " decode " in proc.stderr, proc.stderr
     proc = subprocess.run([*cmd[:-3], "--system", "x " * 20_000], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and proc.stderr.startswith(f"error: {url}: The conversation is longer"), proc.stderr
