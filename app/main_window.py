@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QApplication, QMainWindow
 
 from app.a11y import announce
 from app.backends import backend_from_env, ignored_backend
+from app.backends.remote import model_label, parse_spec
 from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY, LOCAL_LINE
 from app.controller import ChatController
@@ -467,6 +468,12 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     @Slot(str)
     def _on_model_loading(self, path: str) -> None:
         self.model_picker.set_loading(path)
+        remote = parse_spec(path)
+        if remote is not None:  # said as the user chose it, not as the internal "remote:SERVER::MODEL"
+            where = f"{model_label(remote[1])} on {remote[0]}"
+            self.transcript.set_placeholder(f"Connecting…\n{where}")
+            self.stats_label.setText(f"Connecting to {where}…")
+            return
         self.transcript.set_placeholder(f"Loading model…\n{path}")
         self.stats_label.setText(f"Loading model from {path}…")
 

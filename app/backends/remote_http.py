@@ -335,6 +335,11 @@ def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30
     return -1
 
 
+#: Seconds an optional source of :func:`probe_capabilities` is waited for (a server answers a route it
+#: lacks with a 404 at once; the model list, which every server has, keeps the full timeout).
+OPTIONAL_TIMEOUT = 3.0
+
+
 def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tuple[Capabilities, dict]:
     """What ``model`` on ``server`` can do, and where each answer came from (``{"vision", "context"}``).
 
@@ -349,7 +354,9 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
     with server.client(timeout) as client:
         def optional(method: str, url: str, **kw) -> dict | None:
             try:  # each source is optional: a server without it answers 404 or something else
-                response = client.request(method, url, **kw)
+                # Soon given up: a server that holds an unknown route open (Ollama's /api/show asked of
+                # another server) delayed each model switch and command-line answer by its 10 s (trial 55).
+                response = client.request(method, url, timeout=min(timeout, OPTIONAL_TIMEOUT), **kw)
                 data = response.json() if response.status_code < 400 else None
             except (httpx.HTTPError, ValueError, RecursionError):
                 return None

