@@ -69,6 +69,25 @@ def test_long_answer_ends_above_its_footer_live_and_restored(qtbot, make_window,
         win.grab().save(os.environ["SMOLCHAT_LAYOUT_SHOTS"] + f"/restored{width}.png")
 
 
+def test_the_answers_name_text_and_footer_start_on_one_line(qtbot, make_window, app_style):
+    """Trial 55: the text sat 4 px right of the name and the footer (its focus ring's inset), as if it
+    began with a space."""
+    from PySide6.QtGui import QTextCursor
+
+    win = make_window(FakeBackend(tokens=["The", " capital", "."]))
+    qtbot.keyClicks(win.composer, "Q")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    _settle(qtbot, win)
+    answer = win.transcript.last_assistant()
+    name, footer, text = answer.findChild(QLabel, "assistantName"), answer._footer, answer._stream
+    first = QTextCursor(text.document())
+    starts = [name.mapTo(win, QPoint(0, 0)).x() + name.contentsRect().x(),
+              text.viewport().mapTo(win, QPoint(0, 0)).x() + text.cursorRect(first).x(),
+              footer.mapTo(win, QPoint(0, 0)).x() + footer.contentsRect().x()]
+    assert len(set(starts)) == 1, starts
+
+
 def test_the_rendered_answer_is_shown_at_its_height_when_the_answer_ends(qtbot, make_window):
     """Found by a trial: right after an answer ended its Markdown was not shown yet (Qt shows a widget
     added to a shown window on a later turn of the event loop) and was one line tall until later
