@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from PySide6.QtCore import QEvent, QLocale, QPoint, QSize, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QLocale, QPoint, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -59,6 +59,12 @@ class _TitleDelegate(QStyledItemDelegate):
         editor.setAccessibleName("Chat title")
         editor.setAccessibleDescription("Enter renames the chat, Esc keeps its title")
         return editor
+
+    def setEditorData(self, editor, index) -> None:  # noqa: N802 - Qt's name
+        super().setEditorData(editor, index)
+        # All selected as the view leaves it, the cursor at the start: a title longer than the row showed
+        # its end, its first letters cut off (trial 55). After the view's own selectAll, hence the timer.
+        QTimer.singleShot(0, editor, lambda: editor.setSelection(len(editor.text()), -len(editor.text())))
 
 
 class ConversationList(QFrame):

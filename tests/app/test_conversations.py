@@ -568,3 +568,18 @@ def test_opening_or_deleting_the_chat_mid_answer_is_refused_with_a_reason(qtbot,
         win.stop()
     win.open_conversation(first)
     assert win.keeper.current_id == first
+
+
+def test_renaming_a_long_title_shows_its_start_all_selected(qtbot, make_window):
+    """Trial 55 F8: the rename field opened scrolled to the title's end ("hat number 22 about …")."""
+    from PySide6.QtWidgets import QLineEdit
+
+    win = make_window(FakeBackend(tokens=["A", "."]))
+    win.resize(900, 600)
+    title = "Chat number 22 about topic 22, with a title far longer than the sidebar is wide"
+    ask(qtbot, win, title)
+    win.sidebar.start_rename(win.keeper.current_id)
+    editor = win.sidebar.list.findChild(QLineEdit)
+    qtbot.waitUntil(lambda: editor.cursorPosition() == 0)
+    assert editor.selectedText() == editor.text() and editor.text().startswith("Chat number 22")
+    assert editor.cursorRect().left() < 10  # the first letter is in view
