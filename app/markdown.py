@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
+    QColor,
     QFontDatabase,
     QGuiApplication,
     QPainter,
@@ -192,10 +193,16 @@ def _trim_link_ends(block: QTextBlock, cursor: QTextCursor) -> None:
         cursor.setCharFormat(plain)
 
 
+#: Behind inline code: grey at 16% shows on the light and the dark bubble alike (a theme switch keeps it
+#: right without rendering the answer again); a monospace font alone read as plain text (trial 55).
+CODE_SPAN_BACKGROUND = QColor(128, 128, 128, 40)
+
+
 def _code_spans_at_text_size(block: QTextBlock, cursor: QTextCursor) -> None:
-    """Code at the size of the text around it: Qt's Markdown importer gives inline code (fixed pitch)
-    and an indented code block (a monospace family) the system's fixed font with that font's point
-    size, which stayed put when View ▸ Zoom sized the text (trial 51, the indented block)."""
+    """Code at the size of the text around it, on a grey ground (:data:`CODE_SPAN_BACKGROUND`): Qt's
+    Markdown importer gives inline code (fixed pitch) and an indented code block (a monospace family)
+    the system's fixed font with that font's point size, which stayed put when View ▸ Zoom sized the
+    text (trial 51, the indented block)."""
     it = block.begin()
     spans = []
     while not it.atEnd():
@@ -207,6 +214,7 @@ def _code_spans_at_text_size(block: QTextBlock, cursor: QTextCursor) -> None:
         it += 1
     for position, length, fmt in spans:
         fmt.clearProperty(QTextFormat.Property.FontPointSize)
+        fmt.setBackground(CODE_SPAN_BACKGROUND)
         cursor.setPosition(position)
         cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
         cursor.setCharFormat(fmt)

@@ -112,9 +112,12 @@ def test_inline_code_and_a_long_model_name_follow_the_zoom(qtbot, make_window):
     spans = []
     while not it.atEnd():
         fmt = it.fragment().charFormat()
-        spans.append((it.fragment().text(), fmt.fontFixedPitch(), fmt.hasProperty(QTextFormat.Property.FontPointSize)))
+        spans.append((it.fragment().text(), fmt.fontFixedPitch(), fmt.hasProperty(QTextFormat.Property.FontPointSize),
+                      fmt.background().color().alpha() if fmt.background().style() != Qt.BrushStyle.NoBrush else 0))
         it += 1
-    assert ("make all", True, False) in spans  # the document's (zoomed) size, not 9 pt
+    # The document's (zoomed) size, not 9 pt; on a grey ground, the plain text on none (trial 55: a
+    # monospace font alone read as plain text).
+    assert ("make all", True, False, 40) in spans and ("Run ", False, False, 0) in spans, spans
     answer = win.transcript.widgets()[1]
     qtbot.waitUntil(lambda: answer.geometry().right() <= win.transcript.viewport().width())
     assert icon("copy").pixmap(QSize(16, 0)).isNull()
