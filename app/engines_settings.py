@@ -36,6 +36,8 @@ from engine.api.servers import check_server_address, masked_url
 log = logging.getLogger(__name__)
 
 PROBED_MODELS = 8  # capability probes per test (each is a few requests)
+#: The most servers the list shows at once (it scrolls beyond).
+LIST_ROWS = 8
 
 
 class EnginesPanel(QGroupBox):
@@ -52,7 +54,6 @@ class EnginesPanel(QGroupBox):
         self.servers = QListWidget()
         self.servers.setObjectName("serverList")
         self.servers.setAccessibleName("Servers")
-        self.servers.setMaximumHeight(90)
         # A long name and URL elided in the middle (the whole in the tooltip), not a sideways scroll bar
         # over a third of the list (found by a GUI trial).
         self.servers.setTextElideMode(Qt.TextElideMode.ElideMiddle)
@@ -130,6 +131,15 @@ class EnginesPanel(QGroupBox):
         self.servers.addItem("+ New server…")
         if not select:
             self.servers.setCurrentRow(self.servers.count() - 1)
+        self._fit_list()
+
+    def _fit_list(self) -> None:
+        """The server list as tall as its rows, up to :data:`LIST_ROWS` (then it scrolls): at a fixed 90 px,
+        a seventh server put "+ New server…" out of view while the panel had room to spare (trial 55)."""
+        rows = min(self.servers.count(), LIST_ROWS)
+        row = self.servers.sizeHintForRow(0) if self.servers.count() else self.fontMetrics().height()
+        self.servers.setFixedHeight(rows * row + 2 * self.servers.frameWidth() + 4)
+        self.servers.scrollToItem(self.servers.currentItem())
 
     def selected_name(self) -> str:
         item = self.servers.currentItem()

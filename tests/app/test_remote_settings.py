@@ -233,3 +233,26 @@ def test_test_connection_keeps_the_focus_and_remove_asks_first(qtbot, dialog, mo
     box = [b for b in panel.findChildren(QMessageBox, "removeServerBox") if b.isVisible()][0]
     next(b for b in box.buttons() if b.text() == "Remove").click()
     assert remote_settings.load_servers() == []
+
+
+def test_new_server_stays_in_view_with_many_servers(qtbot, dialog):
+    """Trial 55 F8: the list was 90 px tall; with 7 servers "+ New server…" scrolled out of view while the
+    panel had room to spare. It grows with its rows, up to LIST_ROWS, then scrolls to the one chosen."""
+    from app.engines_settings import LIST_ROWS
+
+    panel = dialog.engines
+    dialog.show()
+    for i in range(7):
+        fill(panel, f"box {i}", f"http://127.0.0.1:{9000 + i}/v1")
+        panel.save_server()
+    assert panel.servers.count() == 8
+    last = panel.servers.item(panel.servers.count() - 1)
+    assert last.text() == "+ New server…"
+    assert panel.servers.viewport().rect().contains(panel.servers.visualItemRect(last))
+    for i in range(7, 12):
+        fill(panel, f"box {i}", f"http://127.0.0.1:{9000 + i}/v1")
+        panel.save_server()
+    assert panel.servers.height() < (LIST_ROWS + 1) * panel.servers.sizeHintForRow(0)  # it scrolls past 8
+    panel.servers.setCurrentRow(panel.servers.count() - 1)
+    qtbot.waitUntil(lambda: panel.servers.viewport().rect().contains(
+        panel.servers.visualItemRect(panel.servers.currentItem())))
