@@ -141,6 +141,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
             message_id = entry.get("id") if isinstance(entry, dict) else None
             if isinstance(message_id, int) and message_id in ids:
                 store.select(ids[message_id])
+        store.date_by_messages(conv.id)
     except BaseException:
         with contextlib.suppress(*STORAGE_ERRORS):
             store.delete_conversation(conv.id)  # half a chat is not kept, whatever stopped it

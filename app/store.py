@@ -477,6 +477,17 @@ class Store:
     def undelete_conversation(self, conversation_id: int) -> None:
         self._write("UPDATE conversations SET deleted = NULL WHERE id = ?", (conversation_id,))
 
+    def date_by_messages(self, conversation_id: int) -> None:
+        """Date a chat by its messages (an imported one): created at its first, last used at its
+        newest, so that the list files it where its messages fall (trial 55: a chat of last year's
+        messages was listed under Today, the day it was imported). Nothing changes for a chat with no
+        message."""
+        self._write("""UPDATE conversations SET
+                         created = (SELECT MIN(created) FROM messages WHERE conversation_id = ?1),
+                         updated = (SELECT MAX(created) FROM messages WHERE conversation_id = ?1)
+                       WHERE id = ?1 AND EXISTS (SELECT 1 FROM messages WHERE conversation_id = ?1)""",
+                    (conversation_id,))
+
     def _touch(self, conversation_id: int) -> None:
         self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 

@@ -245,6 +245,10 @@ def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
     assert [m["created"] for m in data["all_messages"]] == sent
     new = import_chat(store, path).conversation_id
     assert [m.created for m in store.all_messages(new)] == sent
+    # The chat is dated by its messages, so the list files it in November 2023, not under Today (trial 55).
+    chat = store.conversation(new)
+    assert (chat.created, chat.updated) == (sent[0], sent[-1])
+    assert [c.id for c in store.conversations()][-1] == new  # older than the chat it was exported from
 
     for entry, value in zip(data["all_messages"], (None, "yesterday", True, float("inf"), -5)):
         entry["created"] = value
