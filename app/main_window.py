@@ -62,6 +62,7 @@ ANSWER_ENDS = {"stop": "Answer finished", "cancelled": "Answer stopped",
 NO_MODEL_NOTE = ("No model is loaded: your message stays here. Choose a model at the top right (or Model ▸ "
                  "Manage models…, Ctrl+M) to send it.")
 LOADING_NOTE = "The model is still loading: your message stays here, to send once the status bar says ready."
+READY_NOTE = "The model is ready: press Enter to send your message."
 NO_MODEL_TEXT = "No model loaded.\nChoose or download a model with the button at the top right (or Model ▸ Manage models…)."
 
 
@@ -506,6 +507,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if (vision and "cannot read images" in shown) or shown.startswith(("Could not load the model: ",
                                                                            LOADING_NOTE, NO_MODEL_NOTE)):
             self.banner.dismiss()
+        waiting = shown.startswith(LOADING_NOTE) and bool(self.composer.toPlainText().strip())
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
         self._count_pending_tokens()
@@ -517,6 +519,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if str(info.get("backend", "")).startswith("remote:") and not info.get("capabilities", {}).get("max_context"):
             self.banner.show_info(f"{info.get('device')} does not say how many tokens {info.get('model_name')} "
                                   "takes: Smolchat assumes no limit and the server decides what fits.")
+        if waiting:  # Enter was pressed during the load: the message waits for it (trial 55: with the note
+            # gone, or replaced by the line above, it sat there unsent without a word)
+            self.banner.add_info(READY_NOTE)
 
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:

@@ -354,6 +354,8 @@ def test_enter_while_the_model_loads_says_why_nothing_was_sent(qtbot, make_windo
     assert win.composer.toPlainText() == "Hello?" and win.store.conversations() == []
     gate.set()
     qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
+    # Once loaded, the message still waiting is said (trial 55: it sat there unsent without a word).
+    assert win.banner.message() == "The model is ready: press Enter to send your message."
 
 
 def test_what_was_said_about_a_load_goes_once_a_model_is_ready(qtbot, make_window):
@@ -375,6 +377,17 @@ def test_what_was_said_about_a_load_goes_once_a_model_is_ready(qtbot, make_windo
     assert win.banner.message().startswith("The model is still loading")
     gate.set()
     qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
+    assert win.banner.message() == "The model is ready: press Enter to send your message."
+    win.banner.dismiss()
+    win.composer.clear()  # nothing waiting: nothing said
+    gate.clear()
+    backend.jobs.put(gate.wait)
+    win.load_model("/models/other")
+    win.composer.setPlainText("Hello?")
+    win.send_message()
+    win.composer.clear()
+    gate.set()
+    qtbot.waitUntil(lambda: win.controller.ready and win.model_info.get("path") == "/models/other", timeout=5000)
     assert win.banner.message() == ""
 
 
