@@ -100,7 +100,6 @@ class DraftKeeper(QObject):
             gone += [n for n in edit_gone if n not in gone]
         return gone
 
-
     def _restore_parked(self, parked) -> list[str]:
         """The other chats' unsent messages back in the window's keeping (a chat deleted since is left
         out); the names of their attachments gone since."""
