@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 
 from PySide6.QtCore import QRegularExpression, Qt, Signal
-from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QPalette, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidget
 
 from app.markdown import ZERO_WIDTH_SPACE
-from app.text_fit import WrappingLabel, utf16_length
+from app.text_fit import WrappingLabel, hit_tint, utf16_length
 from app.versions import step_button
 
 #: Markdown's marks around words (emphasis, code) and a link's address: not in the displayed text.
@@ -126,9 +126,7 @@ def _looks(view: QTextEdit) -> tuple[QTextCharFormat, QTextCharFormat]:
     full.setBackground(view.palette().color(QPalette.ColorRole.Highlight))
     full.setForeground(view.palette().color(QPalette.ColorRole.HighlightedText))
     light = QTextCharFormat()
-    tint = QColor(view.palette().color(QPalette.ColorRole.Highlight))
-    tint.setAlpha(90)
-    light.setBackground(tint)
+    light.setBackground(hit_tint(view.palette()))
     return light, full
 
 

@@ -46,6 +46,14 @@ MIN_WRAP_WIDTH = 120
 WRAP_RUN = 24
 
 
+
+def hit_tint(palette: QPalette) -> QColor:
+    """The colour behind a search hit that is not the current one: ``palette``'s highlight, lighter
+    (the current hit gets the highlight itself)."""
+    tint = QColor(palette.color(QPalette.ColorRole.Highlight))
+    tint.setAlpha(90)
+    return tint
+
 class WrappingLabel(QLabel):
     """Plain, selectable, word-wrapped text. A label wraps only where a line may break: a pasted
     hash or a run of 300 letters ran on past the label's edge, clipped. So a run without a break
@@ -83,10 +91,7 @@ class WrappingLabel(QLabel):
         """Tint the text's ``(start, length)`` spans (UTF-16 units) under the text, as a text view's
         extra selections do (a label's own selection shows one span only): in :attr:`mark_colour`,
         else the highlight colour, lighter. ``[]`` clears them."""
-        colour = self.mark_colour
-        if colour is None:
-            colour = QColor(self.palette().color(QPalette.ColorRole.Highlight))
-            colour.setAlpha(90)
+        colour = self.mark_colour if self.mark_colour is not None else hit_tint(self.palette())
         if marks or self._marks:
             self._marks, self._mark_colour, self._mark_rects = list(marks), colour, None
             self.update()
