@@ -20,6 +20,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import httpx
 from httpx_sse import EventSource
@@ -445,13 +446,20 @@ class RemoteBackend:
         if self._info is None:
             sink(DoneEvent("error", stats, "No model is loaded yet.", "RuntimeError"))
             return
-        history = [*turns, user]
-        needs_images = any(a.kind == "image" for m in history for a in m.attachments)
-        if needs_images and not self._info.capabilities.vision:
+        vision = self._info.capabilities.vision
+        if any(a.kind == "image" for a in user.attachments) and not vision:
             sink(DoneEvent("error", stats, f"{model_label(self.model)} on {self.server.name} cannot see images (said by "
                            f"{self.sources.get('vision', 'the server')}). If it can, turn on “can see images” "
                            "for it in Settings ▸ Engines.", "UnsupportedOperation"))
             return
+        # Photos of earlier messages go unsent to a model that cannot see them, said under the answer, as
+        # the local engine leaves them out (trial 56: the whole chat was refused for good, each question).
+        unseen = 0 if vision else sum(a.kind == "image" for m in turns for a in m.attachments)
+        if unseen:
+            turns = [replace(m, attachments=tuple(a for a in m.attachments if a.kind != "image")) for m in turns]
+            photos = "1 earlier photo of this chat is" if unseen == 1 else f"{unseen} earlier photos of this chat are"
+            unsent = f"{photos} not sent: {model_label(self.model)} on {self.server.name} cannot see images."
+        history = [*turns, user]
         # Where an exchange starts: leaving out history[:s] for one of these keeps whole exchanges.
         starts = [i for i in range(1, len(history)) if history[i].role == "user"]
         tried = min(self._left_out, len(starts))
@@ -485,6 +493,8 @@ class RemoteBackend:
             left_out = (f"The conversation no longer fits the context of {model_label(self.model)} on {self.server.name}: "
                         f"{what} left out.")
             stats.notice = f"{left_out} {stats.notice}" if stats.notice else left_out
+        if unseen:
+            stats.notice = f"{stats.notice} {unsent}" if stats.notice else unsent
         if text and user.role == "assistant":
             self._history = [*turns, HistoryMessage("assistant", user.text + text)]
         elif text:  # the partial answer of a failed stream is kept, like a cancelled one

@@ -290,6 +290,24 @@ def test_image_to_a_text_only_model_is_refused_before_sending(fake, png):
     backend.close()
 
 
+def test_earlier_photos_are_left_out_for_a_text_only_model_and_said(fake, png):
+    """Trial 56: a chat that once held a photo (answered by a model that sees) could not go on on a
+    text-only server: each question was refused. The photos go unsent, said under the answer, as the
+    local engine leaves them out."""
+    from engine.api import Attachment
+
+    backend, _ = loaded(fake.url, "text-only")
+    backend.set_history([HistoryMessage("user", "What is in this photo?", (Attachment(str(png)),)),
+                         HistoryMessage("assistant", "A cup.")])
+    text, done = ask(backend, "And what colour is it?")
+    assert done.error is None and text == "".join(TOKENS)
+    assert fake.requests[-1]["messages"] == [{"role": "user", "content": "What is in this photo?"},
+                                             {"role": "assistant", "content": "A cup."},
+                                             {"role": "user", "content": "And what colour is it?"}]
+    assert done.stats.notice == "1 earlier photo of this chat is not sent: text-only on fake cannot see images."
+    backend.close()
+
+
 @pytest.mark.parametrize("model, kind, words", [
     ("status:500", "server_error", "500 Server error: fake 500"),
     ("status:429", "rate_limited", "429 Too many requests: the server asks to wait (Retry-After: 7 s)"),
