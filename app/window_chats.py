@@ -269,8 +269,16 @@ class ChatsMixin:
             self.open_conversation(rest[min(at, len(rest) - 1)] if from_list and rest and at >= 0 else None)
         self.refresh_sidebar()
         self.banner.show_info(f"Deleted “{display_title(conv.title) or 'New chat'}”.", "Undo",
-                              lambda: self._storage("restore the chat", self.store.undelete_conversation,
-                                                    conversation_id) and self.open_conversation(conversation_id))
+                              lambda: self._undo_delete_chat(conversation_id))
+
+    def _undo_delete_chat(self, conversation_id: int) -> None:
+        """Undo of a chat's delete: back in the list, and opened unless an answer is being written in the chat
+        shown (trial 56: the open was refused then, and the chat, restored, stayed out of the list)."""
+        if not self._storage("restore the chat", self.store.undelete_conversation, conversation_id):
+            return
+        self.refresh_sidebar()
+        if not self._busy:
+            self.open_conversation(conversation_id)
 
     def delete_message(self, index: int) -> None:
         """Delete message ``index`` of the open chat (see ConversationKeeper.delete_message), with Undo."""

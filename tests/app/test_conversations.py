@@ -583,3 +583,26 @@ def test_renaming_a_long_title_shows_its_start_all_selected(qtbot, make_window):
     qtbot.waitUntil(lambda: editor.cursorPosition() == 0)
     assert editor.selectedText() == editor.text() and editor.text().startswith("Chat number 22")
     assert editor.cursorRect().left() < 10  # the first letter is in view
+
+
+def test_undo_of_a_chat_deleted_while_another_answers_puts_it_back_in_the_list(qtbot, make_window):
+    """Trial 56: Undo said "stop it (Esc) to open another chat" and the chat, restored, stayed out of
+    the list until it was next redrawn."""
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    ask(qtbot, win, "first chat")
+    first = win.keeper.current_id
+    win.new_chat()
+    ask(qtbot, win, "second chat")
+    second = win.keeper.current_id
+    fake.tokens, fake.delay = ["slow"] * 400, 0.02
+    win.composer.setPlainText("more")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: win._busy)
+    win.delete_conversation(first)
+    assert first not in win.sidebar.ids() and win.banner.message() == "Deleted “first chat”."
+    assert win.banner.undo()
+    assert first in win.sidebar.ids() and win.keeper.current_id == second
+    assert win.banner.isHidden()
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.stop()
