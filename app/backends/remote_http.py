@@ -314,7 +314,8 @@ def _context_of(entry: dict) -> int:
 def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30.0) -> int:
     """Tokens ``model`` on ``server`` makes of ``text`` (-1: the server cannot say), from its
     ``/tokenize``: vLLM's and Smolchat's shape first (``{"model", "prompt", "add_special_tokens":
-    false}``, answering ``count``), else llama-server's (``{"content"}``, answering ``tokens``).
+    false}``, answering ``count``), else llama-server's (``{"content"}``, answering ``tokens``; it
+    answers the first shape with no tokens, which is no count for a text).
     Ollama and OpenAI have none: two refused requests, -1."""
     def count(data) -> int:
         if isinstance(data.get("count"), int) and not isinstance(data["count"], bool) and data["count"] >= 0:
@@ -330,7 +331,9 @@ def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30
             except (httpx.HTTPError, ValueError, RecursionError):
                 return -1
             tokens = count(data) if isinstance(data, dict) else -1
-            if tokens >= 0:
+            # llama-server answers the first shape's unknown "prompt" with no tokens: for a text, that is
+            # no count (trial 56: read as 0, a 6,000-token paste was never said to be too long).
+            if tokens > 0 or (tokens == 0 and not text):
                 return tokens
     return -1
 

@@ -143,3 +143,15 @@ def test_a_long_chat_keeps_the_recent_exchanges_that_fit_llama_servers_context(l
     assert 0 < done.stats.dropped_turns < len(history)
     assert 0.85 * (2048 - room) < done.stats.prompt_tokens <= 2048 - room, done.stats
     assert backend.close()
+
+
+def test_a_typed_text_is_counted_by_llama_servers_tokenizer(llama_server):
+    """Trial 56: llama-server answers vLLM's /tokenize shape (``prompt``) with ``{"tokens": []}``, read as
+    0 tokens, so a paste past the context was never said to be too long before Send."""
+    from app.backends.remote_http import count_text_tokens
+
+    url, model = llama_server
+    text = "Smolchat counts a long paste before it is sent. " * 40
+    own = httpx.post(f"{url}/tokenize", json={"content": text}, timeout=30).json()["tokens"]
+    assert len(own) > 100
+    assert count_text_tokens(Server("llama", url), model, text) == len(own)
