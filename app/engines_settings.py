@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 PROBED_MODELS = 8  # capability probes per test (each is a few requests)
 #: The most servers the list shows at once (it scrolls beyond).
-LIST_ROWS = 8
+LIST_ROWS = 12
 
 
 class EnginesPanel(QGroupBox):

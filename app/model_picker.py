@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
 
-from app.backends.remote import model_label, remote_spec
+from app.backends.remote import model_label, parse_spec, remote_spec
 from app.icons import icon
 from app.settings import known_models
 
@@ -46,7 +46,8 @@ class ModelPicker(QPushButton):
     def set_model(self, name: str, path: str) -> None:
         self._current = path
         self.setText(name)
-        self.setToolTip(f"{path}\nClick to switch model")
+        remote = parse_spec(path)  # said as the user knows it, not as "remote:SERVER::MODEL" (trial 56)
+        self.setToolTip(f"{remote[1] if remote else path}{f' on {remote[0]}' if remote else ''}\nClick to switch model")
         if path and not path.startswith("remote:") and all(m["path"] != path for m in self._loaded):
             self._loaded.append({"name": name or path.rstrip("/").split("/")[-1], "path": path})
 

@@ -417,6 +417,9 @@ class RemoteBackend:
         try:
             self.server = self._server_source() if callable(self._server_source) else self._server_source
             ids = [m["id"] for m in list_models(self.server)]
+            named = [i for i in ids if model_label(i) == model]
+            if model not in ids and len(named) == 1:  # as shown: llama-server's path by its file name (trial 56)
+                model = named[0]
             if model not in ids:
                 # The URL answered with a model list: it is right, only the model is not (trial 55: "404
                 # Not found: check the base URL" sent the user to fix what was not wrong).

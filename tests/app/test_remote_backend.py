@@ -237,6 +237,12 @@ def test_a_model_named_by_its_file_path_is_shown_by_its_file_name():
         ask(backend, "Hi")
         assert fake.requests[-1]["model"] == path
         backend.close()
+        # Named as shown (the command line's --model, trial 56): the one id of that file name.
+        backend, (info, error) = loaded(fake.url, "SmolLM2.gguf")
+        assert error is None and info.name == "SmolLM2.gguf"
+        ask(backend, "Hi")
+        assert fake.requests[-1]["model"] == path
+        backend.close()
 
 
 @pytest.mark.parametrize(("body", "expected"), [

@@ -242,14 +242,14 @@ def test_new_server_stays_in_view_with_many_servers(qtbot, dialog):
 
     panel = dialog.engines
     dialog.show()
-    for i in range(7):
+    for i in range(8):  # (trial 56: at 8, the list's cap then, the last row was cut in half)
         fill(panel, f"box {i}", f"http://127.0.0.1:{9000 + i}/v1")
         panel.save_server()
-    assert panel.servers.count() == 8
+    assert panel.servers.count() == 9
     last = panel.servers.item(panel.servers.count() - 1)
     assert last.text() == "+ New server…"
     assert panel.servers.viewport().rect().contains(panel.servers.visualItemRect(last))
-    for i in range(7, 12):
+    for i in range(8, 14):
         fill(panel, f"box {i}", f"http://127.0.0.1:{9000 + i}/v1")
         panel.save_server()
     assert panel.servers.height() < (LIST_ROWS + 1) * panel.servers.sizeHintForRow(0)  # it scrolls past 8

@@ -157,6 +157,7 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     # The model in use is checked (trial 55: a local and a served model of one name looked alike).
     checked = [a.text() for a in win.model_picker.model_actions() if a.isChecked()]
     assert checked == ["ok"]
+    assert win.model_picker.toolTip() == "ok on fake\nClick to switch model"  # not "remote:fake::ok" (trial 56)
 
 
 def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, make_window, fake_session, png):
