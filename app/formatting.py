@@ -174,7 +174,9 @@ def message_time(when: float, now: float) -> tuple[str, str]:
     clock = f"{moment:%H:%M}"
     date = f"{moment.day} {_MONTHS[moment.month - 1]}"
     days = (today - moment.date()).days
-    if days <= 0:
+    if days < -1:  # a date ahead (an import from a machine whose clock was wrong): said whole (trial 56)
+        shown = f"{date} {moment.year}"
+    elif days <= 0:
         shown = clock  # (a clock set back: a time ahead of now is shown as today's)
     elif days == 1:
         shown = f"Yesterday {clock}"

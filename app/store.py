@@ -482,11 +482,14 @@ class Store:
         newest, so that the list files it where its messages fall (trial 55: a chat of last year's
         messages was listed under Today, the day it was imported). Nothing changes for a chat with no
         message."""
+        # Never later than now: a chat of dates ahead (a machine whose clock was wrong) would stay at the
+        # top of the list for years (trial 56).
+        now = time.time()
         self._write("""UPDATE conversations SET
-                         created = (SELECT MIN(created) FROM messages WHERE conversation_id = ?1),
-                         updated = (SELECT MAX(created) FROM messages WHERE conversation_id = ?1)
+                         created = MIN(?2, (SELECT MIN(created) FROM messages WHERE conversation_id = ?1)),
+                         updated = MIN(?2, (SELECT MAX(created) FROM messages WHERE conversation_id = ?1))
                        WHERE id = ?1 AND EXISTS (SELECT 1 FROM messages WHERE conversation_id = ?1)""",
-                    (conversation_id,))
+                    (conversation_id, now))
 
     def _touch(self, conversation_id: int) -> None:
         self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))

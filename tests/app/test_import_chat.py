@@ -250,6 +250,12 @@ def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
     assert (chat.created, chat.updated) == (sent[0], sent[-1])
     assert [c.id for c in store.conversations()][-1] == new  # older than the chat it was exported from
 
+    for entry in data["all_messages"]:  # dated ahead (a wrong clock): filed as of now, not atop the list for years
+        entry["created"] = 4070908800.0  # 2099
+    (tmp_path / "ahead.json").write_text(json.dumps(data))
+    before = time.time()
+    ahead = store.conversation(import_chat(store, tmp_path / "ahead.json").conversation_id)
+    assert before <= ahead.created <= ahead.updated <= time.time()
     for entry, value in zip(data["all_messages"], (None, "yesterday", True, float("inf"), -5)):
         entry["created"] = value
     del data["messages"][0]["created"]

@@ -175,3 +175,4 @@ def test_message_times_say_the_day_only_when_it_is_not_today():
     assert message_time(at(2026, 11, 28, 8, 0), now)[0] == "28 Nov 08:00"
     assert message_time(at(2025, 12, 31, 22, 0), now) == ("31 Dec 2025", "Wed 31 Dec 2025, 22:00:00")
     assert message_time(at(2026, 12, 6, 1, 0), now)[0] == "01:00"  # a clock set back: not "tomorrow"
+    assert message_time(at(2099, 1, 1, 0, 1), now)[0] == "1 Jan 2099"  # far ahead: said whole (trial 56)
