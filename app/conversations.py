@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, QSettings, QTimer, Signal
 
 from app.banner import Banner
 from app.chat_view import ChatView, StoredMessage
-from app.formatting import context_full, finish_footer, stats_summary
+from app.formatting import context_full, footer_text
 from app.paths import (
     DATABASE_NAME,
     data_dir,
@@ -142,9 +142,7 @@ def answer_footer(message: Message) -> str:
         return "unanswered — Smolchat closed before this answer started"
     if message.status == "interrupted":
         return "interrupted — Smolchat closed (or could not save) before this answer was complete"
-    parts = [p for p in (finish_footer({"finish_reason": _reason(message.status), **message.stats}),
-                         stats_summary(message.stats)) if p]
-    return " · ".join(parts)
+    return footer_text({"finish_reason": _reason(message.status), **message.stats})
 
 
 def _reason(status: str) -> str:

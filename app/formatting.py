@@ -27,12 +27,22 @@ def model_summary(info: dict) -> str:
     return " · ".join(p for p in parts if p)
 
 
-def stats_summary(result: dict) -> str:
+def footer_text(result: dict) -> str:
+    """The line under an answer: why it ended and what its engine noted (:func:`finish_footer`), then
+    its numbers (:func:`stats_summary`), the count of old messages left out only where the note does
+    not already say it (trial 56: "the 282 oldest messages were left out. · … · 282 old messages
+    dropped to fit the context")."""
+    said = finish_footer(result)
+    return " · ".join(p for p in (said, stats_summary(result, dropped="oldest message" not in said)) if p)
+
+
+def stats_summary(result: dict, dropped: bool = True) -> str:
     """TTFT, decode speed and token counts from a ``finished`` dict ("" when there are none, or when
     nothing was read or generated: an answer refused before its prefill has only zeros to show).
     A time or rate that was never measured (0: an answer stopped before its first token has no TTFT,
     one of fewer than two tokens no decode rate) is left out, not shown as "0.00 s" or "0.0 tok/s"; so
-    is a prompt count of 0 (a server's answer stopped before the usage that says it)."""
+    is a prompt count of 0 (a server's answer stopped before the usage that says it). ``dropped``: with
+    the count of old messages left out to fit the context."""
     if "generated_tokens" not in result:
         return ""
     if not result.get("prompt_tokens") and not result.get("generated_tokens"):
@@ -47,7 +57,7 @@ def stats_summary(result: dict) -> str:
                      f"{result.get('generated_tokens', 0)} generated tokens")
     else:  # a server's answer cut off or stopped before its usage came: the prompt's count is unknown, not 0
         parts.append(f"{result.get('generated_tokens', 0)} generated tokens")
-    if result.get("dropped_turns"):
+    if result.get("dropped_turns") and dropped:
         parts.append(dropped_summary(result["dropped_turns"]))
     return " · ".join(parts)
 

@@ -26,7 +26,7 @@ from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY, LOCAL_LINE
 from app.controller import ChatController
 from app.conversations import ConversationKeeper, open_store
 from app.drafts import DraftKeeper
-from app.formatting import context_full, finish_footer, model_summary, progress_summary, stats_summary
+from app.formatting import context_full, footer_text, model_summary, progress_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
 from app.paths import resource
@@ -550,8 +550,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         answer = self.transcript.last_assistant()
         if answer is not None:
             answer.can_continue = not context_full(result)
-        self.transcript.end_answer(result.get("finish_reason", "error"),
-                                   " · ".join(p for p in (finish_footer(result), stats_summary(result)) if p))
+        self.transcript.end_answer(result.get("finish_reason", "error"), footer_text(result))
         if result.get("finish_reason") == "error" and answer is not None and not answer.text and \
                 self._sent is not None:
             self._take_back(*self._sent)

@@ -81,6 +81,14 @@ def test_summaries():
         "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 generated tokens · "
         "4 old messages dropped to fit the context")
     assert stats_summary({**result, "dropped_turns": 1}).endswith(" · 1 old message dropped to fit the context")
+    # Under an answer whose note says it already, once (trial 56: said twice in one line).
+    from app.formatting import footer_text
+
+    noted = {**result, "finish_reason": "stop", "dropped_turns": 282,
+             "notice": "The conversation no longer fits the context of m on llama: the 282 oldest messages were left out."}
+    assert footer_text(noted) == (noted["notice"] + " · TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 "
+                                  "generated tokens")
+    assert footer_text({**noted, "notice": ""}).endswith(" · 282 old messages dropped to fit the context")
     # A server's answer stopped before its usage came (trial 44: "0 prompt / 0 cached / 109 generated").
     assert stats_summary({**result, "prompt_tokens": 0, "generated_tokens": 109}) == (
         "TTFT 0.04 s · 212.3 tok/s · 109 generated tokens")
