@@ -80,6 +80,8 @@ class DraftKeeper(QObject):
         w = self.window
         parked = draft.get("chats") if isinstance(draft.get("chats"), list) else []
         owner = draft.get("chat", w.keeper.current_id)  # (kept before each chat had its own: the one open)
+        if owner is None and w.keeper.current_id is not None and (text.strip() or files):
+            w.open_conversation(None)  # written in a new chat, unsent at quit: that new chat again (trial 56)
         if owner != w.keeper.current_id:  # that chat did not open again (a new chat's, or one gone): set aside
             parked = [*parked, {"chat": owner, "text": text, "files": files, "names": names}]
             text, files, names = "", [], []

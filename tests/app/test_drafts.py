@@ -270,3 +270,20 @@ def test_a_question_taken_back_after_a_failure_stays_with_its_chat(qtbot, make_w
         "Another topic.", "Summarize our chat in one sentence."]
     win.open_conversation(chat_a)
     assert win.composer.toPlainText() == "And of Germany?"
+
+
+def test_a_new_chats_unsent_message_opens_a_new_chat_at_the_next_start(qtbot, make_window):
+    """Trial 56: quit with a new, unsent chat open, and the next start opened the last saved chat, the
+    message being written hidden behind New chat."""
+    win = make_window(FakeBackend(tokens=["Fine", "."]))
+    chat = _ask(qtbot, win, "A saved chat.")
+    win.new_chat()
+    win.composer.setPlainText("unsaved new-chat draft")
+    win.close()
+
+    again = make_window(FakeBackend())
+    assert again.keeper.current_id is None and again.composer.toPlainText() == "unsaved new-chat draft"
+    again.open_conversation(chat)
+    assert again.composer.toPlainText() == ""
+    again.new_chat()
+    assert again.composer.toPlainText() == "unsaved new-chat draft"
