@@ -76,6 +76,9 @@ class Draft:
     kept: dict[str, str] = field(default_factory=dict)  # attached file -> its copy in the image store
     detail: str | None = None  # the status bar's image detail for this message
     names: dict[str, str] = field(default_factory=dict)  # stored copy put back -> the name it was attached as
+    # A chat left in the middle of an edit: (the id of the message edited, the edit as it was), resumed when
+    # that chat opens again (trial 56: switching chats dropped the edit without a word).
+    edit: tuple[int, Draft] | None = None
 
 
 class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
@@ -372,19 +375,36 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self._names.clear()
         self.reattach(images, names)
 
-    def park_draft(self, chat: int | None) -> None:
-        """Set the composer's message aside as ``chat``'s unsent one (a chat is being left)."""
+    def park_draft(self, chat: int | None, edit: tuple[int, Draft] | None = None) -> None:
+        """Set the composer's message aside as ``chat``'s unsent one (a chat is being left), with the edit
+        in progress there (``edit``: :attr:`Draft.edit`)."""
         draft = self._take_draft()
-        if draft.text.strip() or draft.attachments:
+        draft.edit = edit
+        if draft.text.strip() or draft.attachments or edit is not None:
             self._chat_drafts[chat] = draft
         else:
             self._chat_drafts.pop(chat, None)
 
     def unpark_draft(self, chat: int | None) -> None:
-        """Put ``chat``'s unsent message in the composer (empty when it has none): the chat opened."""
+        """Put ``chat``'s unsent message in the composer (empty when it has none), and resume the edit it
+        was left in, if its message is still shown: the chat opened."""
         self.reset_message_detail()
-        self._restore_draft(self._chat_drafts.pop(chat, None) or Draft())
+        draft = self._chat_drafts.pop(chat, None) or Draft()
+        self._restore_draft(draft)
         self.composer.moveCursor(QTextCursor.MoveOperation.End)
+        if draft.edit is not None:
+            message_id, edit = draft.edit
+            shown = [getattr(m, "message_id", None) for m in self.transcript.widgets()]
+            if message_id in shown:
+                self.begin_edit(shown.index(message_id), edit.text, [edit.kept.get(p, p) for p in edit.attachments],
+                                [edit.names.get(p, "") for p in edit.attachments])
+
+    def edit_in_progress(self) -> tuple[int, Draft] | None:
+        """The edit being written, as :attr:`Draft.edit` keeps it; None when no message is edited."""
+        if self._editing is None:
+            return None
+        message_id = getattr(self.transcript.widgets()[self._editing], "message_id", None)
+        return (message_id, self._take_draft()) if message_id is not None else None
 
     def _restore_draft(self, draft: Draft | None = None) -> None:
         """Put ``draft`` (by default the one set aside by Edit, after the edit is cancelled or sent) back

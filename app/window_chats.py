@@ -48,10 +48,11 @@ class ChatsMixin:
                 self._say_busy("open another chat")
             return
         leaving = self.keeper.current_id
+        edit = self.edit_in_progress() if conversation_id != leaving else None
         self._cancel_edit()
         self.banner.dismiss()  # what it said was about the chat being left (the storage banner stays)
         if conversation_id != leaving:
-            self.park_draft(leaving)
+            self.park_draft(leaving, edit)
         saved = self.keeper.open(conversation_id)
         self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
         title = display_title(self.store.conversation(conversation_id).title) if saved else ""

@@ -287,3 +287,23 @@ def test_a_new_chats_unsent_message_opens_a_new_chat_at_the_next_start(qtbot, ma
     assert again.composer.toPlainText() == ""
     again.new_chat()
     assert again.composer.toPlainText() == "unsaved new-chat draft"
+
+
+def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, make_window):
+    """Trial 56: switching chats in the middle of an edit dropped the edit without a word (its draft set
+    aside came back, the edited text did not)."""
+    win = make_window(FakeBackend(tokens=["Fine", "."]))
+    chat_a = _ask(qtbot, win, "And of Germany?")
+    win.new_chat()
+    chat_b = _ask(qtbot, win, "Another chat.")
+    win.open_conversation(chat_a)
+    win.composer.setPlainText("draft A")
+    win._on_message_action("edit", 0)
+    win.composer.setPlainText("EDITED: And of Italy?")
+    win.open_conversation(chat_b)
+    assert win._editing is None and win.composer.toPlainText() == ""
+    win.open_conversation(chat_a)
+    assert win._editing == 0 and win.composer.toPlainText() == "EDITED: And of Italy?"
+    assert win.banner.message().startswith("Editing a message")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Escape)  # cancelled: the draft set aside comes back
+    assert win._editing is None and win.composer.toPlainText() == "draft A"
