@@ -340,7 +340,7 @@ def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30
 
 #: Seconds an optional source of :func:`probe_capabilities` is waited for (a server answers a route it
 #: lacks with a 404 at once; the model list, which every server has, keeps the full timeout).
-OPTIONAL_TIMEOUT = 3.0
+OPTIONAL_TIMEOUT = 2.0
 
 
 def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tuple[Capabilities, dict]:
