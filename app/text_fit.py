@@ -46,13 +46,13 @@ MIN_WRAP_WIDTH = 120
 WRAP_RUN = 24
 
 
-
 def hit_tint(palette: QPalette) -> QColor:
     """The colour behind a search hit that is not the current one: ``palette``'s highlight, lighter
     (the current hit gets the highlight itself)."""
     tint = QColor(palette.color(QPalette.ColorRole.Highlight))
     tint.setAlpha(90)
     return tint
+
 
 class WrappingLabel(QLabel):
     """Plain, selectable, word-wrapped text. A label wraps only where a line may break: a pasted
