@@ -571,11 +571,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if answer is not None:
             answer.can_continue = not context_full(result)
         self.transcript.end_answer(result.get("finish_reason", "error"), footer_text(result))
-        if result.get("finish_reason") == "error" and answer is not None and not answer.text and \
-                self._sent is not None:
+        never_started = result.get("finish_reason") == "error" and answer is not None and not answer.text
+        if never_started and self._sent is not None:
             self._take_back(*self._sent)
-        elif result.get("finish_reason") == "error" and answer is not None and not answer.text and \
-                getattr(self, "_regenerated", (None, ""))[0] is not None:
+        elif never_started and getattr(self, "_regenerated", (None, ""))[0] is not None:
             # A new version that never started (a server down) is not added: the answer it was to replace
             # stays shown (trial 55: an empty "(failed)" 2 / 2 hid it).
             self._storage("take back the failed version", self.keeper.withdraw_failed_version)

@@ -541,9 +541,9 @@ def test_at_midnight_the_headings_and_times_say_yesterday(qtbot, make_window, da
     assert message.actions_row.time.text() == f"Yesterday {shown}"
 
 
-def test_opening_or_deleting_the_chat_mid_answer_is_refused_with_a_reason(qtbot, make_window):
-    """Trial 55 F5: while an answer ran, a click on another chat, Delete and Ctrl+PgDown did nothing, with
-    no word why (with a server gone quiet the window looked frozen)."""
+def _answering_in_the_second_of_two_chats(qtbot, make_window):
+    """A window with chats "first chat" and "second chat", a slow answer running in the second (shown);
+    returns (window, first chat's id, second chat's id)."""
     fake = FakeBackend(tokens=["A", "."])
     win = make_window(fake)
     ask(qtbot, win, "first chat")
@@ -555,6 +555,13 @@ def test_opening_or_deleting_the_chat_mid_answer_is_refused_with_a_reason(qtbot,
     win.composer.setPlainText("more")
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: win._busy)
+    return win, first, second
+
+
+def test_opening_or_deleting_the_chat_mid_answer_is_refused_with_a_reason(qtbot, make_window):
+    """Trial 55 F5: while an answer ran, a click on another chat, Delete and Ctrl+PgDown did nothing, with
+    no word why (with a server gone quiet the window looked frozen)."""
+    win, first, second = _answering_in_the_second_of_two_chats(qtbot, make_window)
     win.open_conversation(first)
     assert win.keeper.current_id == second
     assert win.banner.message() == "An answer is being written in this chat: stop it (Esc) to open another chat."
@@ -588,17 +595,7 @@ def test_renaming_a_long_title_shows_its_start_all_selected(qtbot, make_window):
 def test_undo_of_a_chat_deleted_while_another_answers_puts_it_back_in_the_list(qtbot, make_window):
     """Trial 56: Undo said "stop it (Esc) to open another chat" and the chat, restored, stayed out of
     the list until it was next redrawn."""
-    fake = FakeBackend(tokens=["A", "."])
-    win = make_window(fake)
-    ask(qtbot, win, "first chat")
-    first = win.keeper.current_id
-    win.new_chat()
-    ask(qtbot, win, "second chat")
-    second = win.keeper.current_id
-    fake.tokens, fake.delay = ["slow"] * 400, 0.02
-    win.composer.setPlainText("more")
-    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: win._busy)
+    win, first, second = _answering_in_the_second_of_two_chats(qtbot, make_window)
     win.delete_conversation(first)
     assert first not in win.sidebar.ids() and win.banner.message() == "Deleted “first chat”."
     assert win.banner.undo()

@@ -72,12 +72,8 @@ def llama_server(llama_binary, smolvlm_gguf_pair):  # noqa: F811 - the binary fi
         log.close()
 
 
-def test_capabilities_from_props_and_an_image_answer_streams(llama_server, images_dir):
-    url, model = llama_server
-    caps, sources = probe_capabilities(Server("llama", url), model)
-    assert caps.vision is True and sources["vision"] == "/props"
-    assert caps.max_context == 2048 and sources["context"] == "/props"  # -c 2048, never a guessed 4096
-
+def _loaded(url: str, model: str):
+    """A RemoteBackend on the llama-server at ``url`` with ``model`` loaded: (backend, info, error)."""
     backend = RemoteBackend(Server("llama", url), stall_timeout=60)
     loaded = []
     backend.load(model, {}, lambda info, err: loaded.append((info, err)))
@@ -85,7 +81,17 @@ def test_capabilities_from_props_and_an_image_answer_streams(llama_server, image
     while not loaded:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert loaded[0][1] is None and loaded[0][0].capabilities.vision is True
+    return backend, *loaded[0]
+
+
+def test_capabilities_from_props_and_an_image_answer_streams(llama_server, images_dir):
+    url, model = llama_server
+    caps, sources = probe_capabilities(Server("llama", url), model)
+    assert caps.vision is True and sources["vision"] == "/props"
+    assert caps.max_context == 2048 and sources["context"] == "/props"  # -c 2048, never a guessed 4096
+
+    backend, info, error = _loaded(url, model)
+    assert error is None and info.capabilities.vision is True
     events = []
     backend.send("What is in the cup?", [Attachment(str(images_dir / "coffee.png"))],
                  GenerationParams(max_new_tokens=8, ignore_eos=True, image_detail="fast"), events.append)
@@ -118,15 +124,9 @@ def test_a_long_chat_keeps_the_recent_exchanges_that_fit_llama_servers_context(l
     """Trial 55: against llama-server (-c 2048) a 150-exchange chat was sent with none of its history
     (doubling the exchanges left out at each refusal overshot to all of them). The refusal's numbers
     (``n_prompt_tokens``, ``n_ctx``) say how many to leave out: the prompt sent fills most of the
-    context less the answer's room, and one refusal is enough."""
+    context less the answer's room."""
     url, model = llama_server
-    backend = RemoteBackend(Server("llama", url), stall_timeout=60)
-    loaded = []
-    backend.load(model, {}, lambda info, err: loaded.append((info, err)))
-    deadline = time.monotonic() + 30
-    while not loaded:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    backend, _, _ = _loaded(url, model)
     history = []
     for i in range(150):
         history += [HistoryMessage("user", f"Question {i}: what does the note on page {i} of the report say?"),
