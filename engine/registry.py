@@ -127,11 +127,10 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     if dtype not in (None, "", "auto"):
         dtype = choose_dtype(torch.device("cpu"), dtype)  # a named dtype is the same on every device
     device_chosen = _choose_device_in_background(device)
-    model = model_class(meta.model_type).load(source, device_chosen.result, dtype)
-    from engine.layers.linear import INT8_DEVICES, quantize_weights
+    model = model_class(meta.model_type).load(source, device_chosen.result, dtype, weights=weights)
+    from engine.device import release_free_host_memory
 
-    if weights == "int4" or (weights == "int8" and model.device.type in INT8_DEVICES):
-        quantize_weights(model, weights, inplace=True)
+    release_free_host_memory()
     return model
 
 

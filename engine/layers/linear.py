@@ -77,18 +77,30 @@ class Int8Linear(nn.Module):
     widened to the activation dtype (float32 on the CPU) for an ordinary matmul.
     """
 
+    #: Rows quantized at a time: each row's scale and values depend on that row alone, and in chunks
+    #: the float32 temporaries stay ~32 MB instead of three copies of the whole weight (1.2 GB for the
+    #: 2.2B shape's lm_head, the peak of its int8 load).
+    QUANTIZE_ROWS = 4096
+
     def __init__(self, linear: nn.Linear):
         super().__init__()
-        w = linear.weight.detach().float()
-        self.in_features, self.out_features = w.shape[1], w.shape[0]
-        exact = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-8)
-        # The kernel multiplies by the bfloat16 scale, so round with that one: quantizing against the
-        # float32 scale left every row off by up to 2**-9 of itself, a systematic error that cost 0.2% of
-        # perplexity on SmolLM2's real weights (+1.02% against +0.83% over float32, Apache licence).
-        # Rounding the scale up keeps |w / scale| <= 127.
-        scale = exact.to(torch.bfloat16)
-        scale = torch.where(scale.float() < exact, torch.nextafter(scale, torch.full_like(scale, float("inf"))), scale)
-        self.register_buffer("weight", torch.round(w / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8))
+        source = linear.weight.detach()
+        self.out_features, self.in_features = source.shape
+        weight = torch.empty(source.shape, dtype=torch.int8, device=source.device)
+        scale = torch.empty(self.out_features, dtype=torch.bfloat16, device=source.device)
+        for start in range(0, self.out_features, self.QUANTIZE_ROWS):
+            rows = slice(start, start + self.QUANTIZE_ROWS)
+            w = source[rows].float()
+            exact = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-8)
+            # The kernel multiplies by the bfloat16 scale, so round with that one: quantizing against
+            # the float32 scale left every row off by up to 2**-9 of itself, a systematic error that
+            # cost 0.2% of perplexity on SmolLM2's real weights (+1.02% against +0.83% over float32,
+            # Apache licence). Rounding the scale up keeps |w / scale| <= 127.
+            s = exact.to(torch.bfloat16)
+            s = torch.where(s.float() < exact, torch.nextafter(s, torch.full_like(s, float("inf"))), s)
+            scale[rows] = s
+            weight[rows] = torch.round(w / s.float()[:, None]).clamp_(-127, 127)
+        self.register_buffer("weight", weight)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", linear.bias.detach().float() if linear.bias is not None else None)
 
@@ -186,12 +198,8 @@ QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
 INT8_DEVICES = ("cpu", "cuda")
 
 
-def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.Module:
-    """The text decoder's projections and the lm_head of ``model`` (a model with ``decoder`` and
-    ``lm_head``, :class:`~engine.models.llama.lm.LlamaLM`) as ``kind`` (``int8`` / ``int4``) layers.
-
-    The vision tower and connector (compute-bound, run once per image) and the embedding table stay
-    in floating point. With tied embeddings the lm_head gets its own quantized copy.
+def quantized_class(kind: str, device: torch.device) -> type[nn.Module]:
+    """The layer class that holds ``kind`` (``int8`` / ``int4``) weights on ``device``.
 
     Raises:
         ValueError: an unknown ``kind``, or int8 on a device other than the CPU and CUDA (no kernel
@@ -199,22 +207,57 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
     """
     if kind not in QUANTIZED:
         raise ValueError(f"unknown weight format {kind!r} (use {' or '.join(QUANTIZED)})")
-    if kind == "int8" and model.device.type not in INT8_DEVICES:
-        raise ValueError(f"int8 weight-only quantization runs on {' and '.join(INT8_DEVICES)}, not {model.device.type}")
-    if not inplace:
-        model = copy.deepcopy(model)
-    layer_cls = QUANTIZED[kind]
-    if kind == "int4" and model.device.type == "cpu":
+    if kind == "int8" and device.type not in INT8_DEVICES:
+        raise ValueError(f"int8 weight-only quantization runs on {' and '.join(INT8_DEVICES)}, not {device.type}")
+    if kind == "int4" and device.type == "cpu":
         # Our own 4-bit blocks: the native CPU decode step streams them (ATen's int4pack CPU kernel
         # was slower than int8 here).
         from engine.layers.q4 import Q4Linear
 
-        layer_cls = Q4Linear
+        return Q4Linear
+    return QUANTIZED[kind]
+
+
+def load_class(weights: str | None, device: torch.device) -> type[nn.Module] | None:
+    """The layer class a load with ``weights=`` gives the text projections on ``device``
+    (:func:`quantized_class`), or ``None`` where they keep the float dtype: ``None``/``auto``, and
+    ``int8`` on a device no int8 kernel runs on (MPS: ignored, as ``engine.registry.load_model`` says).
+
+    Raises:
+        ValueError: an unknown ``weights`` value.
+    """
+    if weights in (None, "auto") or (weights == "int8" and device.type not in INT8_DEVICES):
+        return None
+    return quantized_class(weights, device)
+
+
+def quantize_layer(layer: nn.Module, layer_cls: type[nn.Module]) -> None:
+    """Replace, in place, the ``nn.Linear`` projections of one decoder ``layer`` (its ``self_attn`` and
+    ``mlp``) by ``layer_cls`` layers made from them (:func:`quantized_class`); norms stay float."""
+    for parent in (layer.self_attn, layer.mlp):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, layer_cls(child))
+
+
+def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.Module:
+    """The text decoder's projections and the lm_head of ``model`` (a model with ``decoder`` and
+    ``lm_head``, :class:`~engine.models.llama.lm.LlamaLM`) as ``kind`` (``int8`` / ``int4``) layers.
+
+    The vision tower and connector (compute-bound, run once per image) and the embedding table stay
+    in floating point. With tied embeddings the lm_head gets its own quantized copy. A load quantizes
+    layer by layer instead (``GenerativeModel.load(..., weights=)``), never holding the whole float
+    decoder; this converts a model already loaded.
+
+    Raises:
+        ValueError: an unknown ``kind``, or int8 on a device other than the CPU and CUDA (no kernel
+            reads it there).
+    """
+    layer_cls = quantized_class(kind, model.device)
+    if not inplace:
+        model = copy.deepcopy(model)
     for layer in model.decoder.layers:
-        for parent in (layer.self_attn, layer.mlp):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, layer_cls(child))
+        quantize_layer(layer, layer_cls)
     model.lm_head = layer_cls(model.lm_head)
     model._static = None
     model._native = None

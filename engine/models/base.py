@@ -53,14 +53,18 @@ class GenerativeModel(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def load(cls, source: ModelSource, device: torch.device | Callable[[], torch.device],
-             dtype: torch.dtype | None = None) -> Self:
+             dtype: torch.dtype | None = None, *, weights: str | None = None) -> Self:
         """Build the model from ``source`` on ``device``: a ``torch.device``, or a callable that returns
         one, called when the model needs it (``load_model`` chooses the device while the model is
         built). ``dtype``: ``None`` for the device's default (:func:`engine.device.choose_dtype`).
+        ``weights``: ``None``/``auto`` keeps ``dtype``; ``int8`` / ``int4`` quantize the text decoder's
+        projections and lm_head as they are built (:func:`engine.layers.linear.load_class`: int8 is
+        ignored where no kernel reads it), so a load never holds the whole float decoder.
 
         Raises:
             ModelLoadError: a tensor is missing, mis-shaped or unreadable.
             EngineError: what the ``device`` callable raises (the device asked for is not available).
+            ValueError: an unknown ``weights`` value.
         """
 
     @classmethod

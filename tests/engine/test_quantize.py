@@ -97,6 +97,65 @@ def test_weights_option_reaches_the_model(monkeypatch, tiny_checkpoint):
         load_model(tiny_checkpoint, device="cpu", weights="q4")
 
 
+def test_int8_linear_quantized_in_row_chunks_equals_the_whole_weight_at_once(monkeypatch):
+    """Rows quantized a chunk at a time (the load's memory bound) give the same int8 values and scales
+    as one pass, and leave the float weight as it was (a tied lm_head's weight is the embedding)."""
+    torch.manual_seed(3)
+    lin = nn.Linear(32, 10, bias=False)
+    before = lin.weight.detach().clone()
+    whole = Int8Linear(lin)
+    monkeypatch.setattr(Int8Linear, "QUANTIZE_ROWS", 3)  # 10 rows: chunks of 3, 3, 3, 1
+    chunked = Int8Linear(lin)
+    assert torch.equal(chunked.weight, whole.weight) and torch.equal(chunked.scale, whole.scale)
+    assert torch.equal(lin.weight, before)
+    # Against the formula itself, row by row: round(w / s) with s = max|w| / 127 rounded up to bf16.
+    exact = lin.weight.abs().amax(dim=1) / 127
+    assert (whole.scale.float() >= exact).all() and (whole.scale.float() < exact * (1 + 2 ** -7)).all()
+    assert torch.equal(whole.weight, torch.round(lin.weight / whole.scale.float()[:, None]).to(torch.int8))
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+@pytest.mark.parametrize("fixture", ["tiny_checkpoint", "llama_tiny_checkpoint"])
+def test_a_quantized_load_builds_one_layer_at_a_time(request, monkeypatch, fixture, weights):
+    """``load_model(weights=)`` fuses, converts and quantizes each decoder layer before it touches the
+    next (a whole float32 decoder first held 8.6 GiB for the 2.2B shape's 2.6 GiB int8 model), and
+    gives the same layers as quantizing a float model after its load."""
+    import engine.layers.linear as linear
+
+    checkpoint = request.getfixturevalue(fixture)
+    seen = []
+    quantize_layer = linear.quantize_layer
+
+    def spy(layer, layer_cls):
+        layers = list(model_layers[0])
+        i = layers.index(layer)
+        # This layer is fused and float, every later one still as the checkpoint holds it (unfused).
+        assert hasattr(layer.self_attn, "qkv_proj") and isinstance(layer.self_attn.qkv_proj, nn.Linear)
+        assert all(hasattr(later.self_attn, "q_proj") for later in layers[i + 1:])
+        assert all(not isinstance(earlier.self_attn.o_proj, nn.Linear) for earlier in layers[:i])
+        seen.append(i)
+        quantize_layer(layer, layer_cls)
+
+    from engine.models.llama.decoder import LlamaDecoder
+
+    model_layers = []
+    init = LlamaDecoder.__init__
+
+    def remember(self, cfg):
+        init(self, cfg)
+        model_layers.append(self.layers)
+
+    monkeypatch.setattr(LlamaDecoder, "__init__", remember)
+    monkeypatch.setattr(linear, "quantize_layer", spy)
+    model = load_model(checkpoint, device="cpu", dtype="float32", weights=weights)
+    assert seen == list(range(len(model.decoder.layers))) and len(seen) >= 2
+    assert weight_format(model) == weights
+    monkeypatch.setattr(linear, "quantize_layer", quantize_layer)
+    after = linear.quantize_weights(load_model(checkpoint, device="cpu", dtype="float32"), weights)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, after.state_dict()[name]), name
+
+
 def test_int8_refuses_devices_without_an_int8_kernel(tiny_checkpoint):
     """int8 runs on the CPU and on CUDA (the Triton decode step); anywhere else it is refused."""
     model = load_model(tiny_checkpoint, device="cpu")

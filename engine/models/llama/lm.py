@@ -67,6 +67,48 @@ class LlamaLM:
         model.requires_grad_(False)
         return model, device, dtype
 
+    def _build_text(self, device: torch.device, dtype: torch.dtype, weights: str | None = None) -> None:
+        """After :meth:`_assign_checkpoint`: fuse each decoder layer's projections in ``dtype``, convert
+        the rest of the text model and the lm_head to ``dtype`` and, for ``weights`` ``int8`` /
+        ``int4`` (:func:`engine.layers.linear.load_class`), quantize them, one layer at a time.
+
+        Layer by layer, the float copies of one layer exist at once, not of the whole decoder: the
+        2.2B shape's int8 load on the CPU held 8.6 GiB of float32 before quantizing to 2.6 GiB. On
+        CUDA each part goes to the GPU as the checkpoint stores it and is fused and quantized there
+        (one more single-threaded host pass over the weights otherwise); elsewhere it is converted on
+        the host, and moved by the caller, except that a quantized layer is made on ``device``
+        (int4's packed layout is the device's own).
+
+        Raises:
+            ValueError: an unknown ``weights`` value.
+        """
+        from engine.device import release_free_host_memory, single_thread
+        from engine.layers.linear import load_class, quantize_layer
+
+        layer_cls = load_class(weights, device)
+        on_device_first = device.type == "cuda"
+        decoder = self.decoder
+        rest = [child for name, child in decoder.named_children() if name != "layers"] + [self.lm_head]
+        for part in rest:
+            if on_device_first:
+                part.to(device)
+            with single_thread():
+                part.to(dtype)
+        if layer_cls is not None:
+            self.lm_head = layer_cls(self.lm_head.to(device))  # a tied head gets its own copy
+        for layer in decoder.layers:
+            if on_device_first:
+                layer.to(device)
+            with single_thread():
+                layer.fuse(dtype)  # the fused weights are built in ``dtype`` straight from the checkpoint
+                layer.to(dtype)
+            if layer_cls is not None:
+                quantize_layer(layer.to(device), layer_cls)
+                if not on_device_first:
+                    # The layer's float copies just freed, back to the system before the next layer's
+                    # are made: the 2.2B's int8 CPU load peaked at 3.1-3.2 GiB so, 3.1-4.3 without.
+                    release_free_host_memory()
+
     @property
     def device(self) -> torch.device:
         return self.decoder.embed_tokens.weight.device

@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from engine.api.errors import UnsupportedOperation
-from engine.device import single_thread
 from engine.models.base import GenerativeModel
 from engine.models.config import ModelMetadata
 from engine.models.llama.decoder import LlamaDecoder
@@ -53,20 +52,18 @@ class LlamaModel(LlamaLM, GenerativeModel, nn.Module):
 
     @classmethod
     def load(cls, source: ModelSource, device: torch.device | Callable[[], torch.device],
-             dtype: torch.dtype | None = None) -> Self:
+             dtype: torch.dtype | None = None, *, weights: str | None = None) -> Self:
         """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes),
-        fuse the q/k/v and gate/up projections in ``dtype`` and move to ``device``.
+        fuse the q/k/v and gate/up projections in ``dtype``, quantize them for ``weights`` ``int8`` /
+        ``int4`` (layer by layer, :meth:`LlamaLM._build_text`) and move to ``device``.
 
         Raises:
             ModelLoadError: a tensor is missing, mis-shaped, not float, or has no place in this model
                 (:func:`engine.validate.check_state`).
+            ValueError: an unknown ``weights`` value.
         """
         model, device, dtype = cls._assign_checkpoint(source, device, dtype, "model.embed_tokens.weight")
-        if device.type == "cuda":  # fused on the GPU (see SmolVlmModel.load)
-            model.to(device)
-        with single_thread():
-            model.model.fuse(dtype)  # the fused weights are built in ``dtype`` straight from the checkpoint
-            model.to(dtype)
+        model._build_text(device, dtype, weights)
         model.to(device)
         return model
 

@@ -104,33 +104,37 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
 
     @classmethod
     def load(cls, source: ModelSource, device: torch.device | Callable[[], torch.device],
-             dtype: torch.dtype | None = None) -> Self:
-        """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes).
+             dtype: torch.dtype | None = None, *, weights: str | None = None) -> Self:
+        """Build on the ``meta`` device, then assign the checkpoint's tensors (strict names and shapes);
+        the text model as :meth:`LlamaLM._build_text` makes it (``weights`` ``int8`` / ``int4``: its
+        projections quantized layer by layer), the vision tower in its own dtype.
 
         Raises:
             ModelLoadError: a tensor is missing (names listed, up to 10), has the wrong shape (name and
                 both shapes), or the checkpoint holds tensors this model has no place for
                 (:func:`engine.validate.check_state`).
+            ValueError: an unknown ``weights`` value.
         """
         model, device, dtype = cls._assign_checkpoint(source, device, dtype, "model.text_model.embed_tokens.weight")
         vision_dtype = choose_vision_dtype(device, dtype)  # bf16 on AMX CPUs; see its docstring
+        vision = (model.model.vision_model, model.model.connector)
         if device.type == "cuda":
             # Each memory-mapped tensor goes to the GPU as it is, and the fusing runs there: on the
-            # host it was one more single-threaded pass over most of the text weights.
-            model.to(device)
+            # host it was one more single-threaded pass over the weights.
+            for part in vision:
+                part.to(device)
         with single_thread():
-            # Each part straight from the checkpoint's dtype to its own (no float32 round trip for a
+            # Straight from the checkpoint's dtype to the tower's own (no float32 round trip for a
             # bf16 vision tower: that cost ~0.2-0.7 s of the CPU load).
-            model.model.text_model.fuse(dtype)
             model.model.vision_model.fuse(vision_dtype)
-            model.model.text_model.to(dtype)
-            model.lm_head.to(dtype)
-            model.model.vision_model.to(vision_dtype)
-            model.model.connector.to(vision_dtype)
+            for part in vision:
+                part.to(vision_dtype)
         if choose_vision_int8(device, dtype):
             # The encoder's linears as int8 GEMMs on AVX2 CPUs (~2.1x their float32 speed), in the
             # native library that load_model starts finding or building before the weights load.
+            # Before the text model, so that the tower's float32 copy is gone while that is built.
             model.model.vision_model.quantize_int8()
+        model._build_text(device, dtype, weights)
         model.to(device)
         return model
 
