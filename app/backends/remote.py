@@ -455,13 +455,22 @@ class RemoteBackend:
                            f"{self.sources.get('vision', 'the server')}). If it can, turn on “can see images” "
                            "for it in Settings ▸ Engines.", "UnsupportedOperation"))
             return
-        # Photos of earlier messages go unsent to a model that cannot see them, said under the answer, as
-        # the local engine leaves them out (trial 56: the whole chat was refused for good, each question).
-        unseen = 0 if vision else sum(a.kind == "image" for m in turns for a in m.attachments)
-        if unseen:
-            turns = [replace(m, attachments=tuple(a for a in m.attachments if a.kind != "image")) for m in turns]
-            photos = "1 earlier photo of this chat is" if unseen == 1 else f"{unseen} earlier photos of this chat are"
-            unsent = f"{photos} not sent: {model_label(self.model)} on {self.server.name} cannot see images."
+        video = self._info.capabilities.video
+        if any(a.kind == "video" for a in user.attachments) and not video:
+            sink(DoneEvent("error", stats, f"{model_label(self.model)} on {self.server.name} cannot take videos, as "
+                           "far as Smolchat knows: remove the video, or ask a SmolVLM2 model.", "UnsupportedOperation"))
+            return
+        # Photos and videos of earlier messages go unsent to a model that cannot take them, said under the
+        # answer, as the local engine leaves them out (trial 56: the whole chat was refused for good, each
+        # question: a server rejects a part type it does not know).
+        unsent = []
+        for kind, takes, one, many, cannot in (("image", vision, "photo", "photos", "cannot see images"),
+                                               ("video", video, "video", "videos", "cannot take videos")):
+            count = 0 if takes else sum(a.kind == kind for m in turns for a in m.attachments)
+            if count:
+                turns = [replace(m, attachments=tuple(a for a in m.attachments if a.kind != kind)) for m in turns]
+                what = f"1 earlier {one} of this chat is" if count == 1 else f"{count} earlier {many} of this chat are"
+                unsent.append(f"{what} not sent: {model_label(self.model)} on {self.server.name} {cannot}.")
         history = [*turns, user]
         # Where an exchange starts: leaving out history[:s] for one of these keeps whole exchanges.
         starts = [i for i in range(1, len(history)) if history[i].role == "user"]
@@ -496,8 +505,8 @@ class RemoteBackend:
             left_out = (f"The conversation no longer fits the context of {model_label(self.model)} on {self.server.name}: "
                         f"{what} left out.")
             stats.notice = f"{left_out} {stats.notice}" if stats.notice else left_out
-        if unseen:
-            stats.notice = f"{stats.notice} {unsent}" if stats.notice else unsent
+        if unsent:
+            stats.notice = " ".join([stats.notice, *unsent] if stats.notice else unsent)
         if text and user.role == "assistant":
             self._history = [*turns, HistoryMessage("assistant", user.text + text)]
         elif text:  # the partial answer of a failed stream is kept, like a cancelled one

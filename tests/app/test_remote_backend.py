@@ -325,6 +325,46 @@ def test_earlier_photos_are_left_out_for_a_text_only_model_and_said(fake, png):
     backend.close()
 
 
+def test_videos_go_only_to_a_model_that_takes_them(tmp_path, png):
+    """A chat with a video (answered by a local SmolVLM2) goes on against a server model that takes no
+    video: the earlier video goes unsent, said under the answer (a server refuses a ``video_url`` part
+    it does not know, each question), its photo still goes; a new video is refused before sending.
+    A model that says it takes videos (Smolchat's own server) gets them."""
+    from engine.api import Attachment
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42fake")
+    earlier = [HistoryMessage("user", "What happens?", (Attachment(str(clip), "video"), Attachment(str(png)))),
+               HistoryMessage("assistant", "A cup is filled.")]
+    models = [{"id": "vlm", "architecture": {"input_modalities": ["text", "image"]}},
+              {"id": "tiny2", "architecture": {"input_modalities": ["text", "image", "video"]},
+               "meta": {"n_ctx": 8192, "capabilities": {"video": True, "image_tokens_per_tile": 64}}}]
+    with FakeOpenAI(models=models) as fake:
+        backend, (info, _) = loaded(fake.url, "vlm")
+        assert info.capabilities.vision is True and info.capabilities.video is False
+        backend.set_history(earlier)
+        text, done = ask(backend, "And then?")
+        assert done.error is None and text == "".join(TOKENS)
+        first = fake.requests[-1]["messages"][0]["content"]
+        assert [part["type"] for part in first] == ["image_url", "text"]
+        assert done.stats.notice == "1 earlier video of this chat is not sent: vlm on fake cannot take videos."
+        sent = len(fake.requests)
+        _, done = ask(backend, "What is this?", [Attachment(str(clip), "video")])
+        assert done.finish_reason == "error" and done.error == (
+            "vlm on fake cannot take videos, as far as Smolchat knows: remove the video, or ask a SmolVLM2 model.")
+        assert len(fake.requests) == sent
+        backend.close()
+
+        backend, (info, _) = loaded(fake.url, "tiny2")
+        assert info.capabilities.video is True
+        backend.set_history(earlier)
+        _, done = ask(backend, "And then?")
+        assert done.error is None and done.stats.notice in (None, "")
+        first = fake.requests[-1]["messages"][0]["content"]
+        assert [part["type"] for part in first] == ["video_url", "image_url", "text"]
+        backend.close()
+
+
 @pytest.mark.parametrize("model, kind, words", [
     ("status:500", "server_error", "500 Server error: fake 500"),
     ("status:429", "rate_limited", "429 Too many requests: the server asks to wait (Retry-After: 7 s)"),
