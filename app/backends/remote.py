@@ -75,13 +75,13 @@ def exchanges_to_leave_out(history: Sequence[HistoryMessage], starts: list[int],
                            overflow: Overflow | None, max_new_tokens: int, system_prompt: str | None) -> int | None:
     """How many of the oldest exchanges to leave out after a server refused ``history[starts[tried-1]:]``
     (``tried`` = 0: all of it) as too long, from the refusal's ``overflow`` (:class:`Overflow`): enough
-    for the prompt plus the answer's room (:func:`engine.api.answer_room`, as the local engine keeps;
-    at least the ``max_tokens`` the server counted) to fit, the prompt's tokens shared out among the
-    messages by their text and media. At least one more than ``tried``, at most ``len(starts)``;
-    None when the server gave no numbers."""
+    for the prompt plus the answer's room (:func:`engine.api.answer_room`, as the local engine keeps) to
+    fit, the prompt's tokens shared out among the messages by their text and media (a server that
+    counted more ``max_tokens`` than that room is then asked for fewer: see ``RemoteBackend._answer``).
+    At least one more than ``tried``, at most ``len(starts)``; None when the server gave no numbers."""
     if overflow is None or not starts:
         return None
-    target = overflow.context - max(answer_room(max_new_tokens, overflow.context), overflow.completion)
+    target = overflow.context - answer_room(max_new_tokens, overflow.context)
     sent = history[starts[tried - 1] if tried else 0:]
 
     def weight(m: HistoryMessage) -> int:
@@ -476,17 +476,28 @@ class RemoteBackend:
         starts = [i for i in range(1, len(history)) if history[i].role == "user"]
         tried = min(self._left_out, len(starts))
         dropped, step = (starts[tried - 1] if tried else 0), 1
+        asked = params  # with max_new_tokens lowered where the server counts it against the context
         while True:
             try:
                 body = request_body(self.model, openai_messages(history[dropped:], system_prompt, params.image_detail),
-                                    params, self._info.capabilities.max_context)
+                                    asked, self._info.capabilities.max_context)
                 if user.role == "assistant":
                     body.update(continue_final_message=True, add_generation_prompt=False)
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return
             reason, error, error_type, text, overflow = self._stream(body, sink, stats)
-            if error_type != "Remote:context" or text or self._cancel.is_set() or tried == len(starts):
+            if error_type != "Remote:context" or text or self._cancel.is_set():
+                break
+            if overflow is not None and overflow.completion and asked.max_new_tokens > overflow.context - overflow.prompt \
+                    and overflow.prompt + answer_room(params.max_new_tokens, overflow.context) <= overflow.context:
+                # vLLM counts max_tokens against the context: the messages fit with the answer's room, the
+                # limit asked for did not (a long limit, or the context less 1 where the server said it:
+                # every question was refused). Ask for what is left, as the local engine stops at the
+                # context's end.
+                asked = replace(params, max_new_tokens=overflow.context - overflow.prompt)
+                continue
+            if tried == len(starts):
                 break
             # The server refused the conversation as longer than its context (it keeps every message,
             # as OpenAI's API does): leave out the oldest exchanges, as the local engine drops them.

@@ -6,7 +6,8 @@ tokens, ``long`` streams 60 tokens 50 ms apart (``written`` counts them, ``disco
 that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers HTTP 200 with an error body (LM Studio),
 ``close`` drops the connection mid-answer, ``status:N`` answers status N (429 with ``Retry-After: 7``).
 ``ctx:N`` refuses messages of more than N characters in all with OpenAI's 400 ``context_length_exceeded``;
-``llamactx:N`` as llama-server does (its numbers said, a character a token).
+``llamactx:N`` as llama-server does (its numbers said, a character a token); ``vllmctx:N`` as vLLM does,
+which counts ``max_tokens`` against the context too and says both numbers.
 ``props``, ``show`` and ``model_info`` are served as llama-server's ``/props``, Ollama's ``/api/show`` and
 LiteLLM's ``/v1/model/info``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
@@ -164,6 +165,15 @@ class FakeOpenAI:
                                                    f"available context size ({context} tokens), try increasing it",
                                                    "type": "exceed_context_size_error", "n_prompt_tokens": size,
                                                    "n_ctx": context}})
+                        return
+                if model.startswith("vllmctx:"):  # vLLM's refusal: messages and max_tokens against N
+                    size = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
+                    context, completion = int(model.split(":")[1]), int(body.get("max_tokens") or 16)
+                    if size + completion > context:
+                        self._json(400, {"object": "error", "message": f"This model's maximum context length is "
+                                         f"{context} tokens. However, you requested {size + completion} tokens ({size} "
+                                         f"in the messages, {completion} in the completion). Please reduce the length "
+                                         "of the messages or completion.", "type": "BadRequestError", "code": 400})
                         return
                 if model == "error200":
                     self._json(200, {"error": "Model failed to load: out of memory"})

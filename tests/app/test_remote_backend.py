@@ -157,6 +157,34 @@ def _long_chat_on(fake) -> None:
     backend.close()
 
 
+def test_a_server_that_counts_max_tokens_against_its_context_is_asked_for_what_is_left():
+    """vLLM counts ``max_tokens`` against the context: with a long answer limit (or the context less one,
+    where the server said its context) every question was refused, and leaving out the chat did not
+    help. The answer is asked for with what the context leaves, as the local engine stops at its end;
+    a chat too long for it still leaves out its oldest exchanges first."""
+    models = [{"id": "vllmctx:200", "object": "model", "max_model_len": 200}]
+    with FakeOpenAI(models=models) as fake:
+        backend, (info, _) = loaded(fake.url, "vllmctx:200")
+        assert info.capabilities.max_context == 200
+        params = GenerationParams(max_new_tokens=4096, temperature=0.0)
+        text, done = ask(backend, "Why is the sky blue?", params=params)
+        assert done.error is None and text == "".join(TOKENS) and done.stats.dropped_turns == 0
+        assert [r["max_tokens"] for r in fake.requests] == [199, 200 - len("Why is the sky blue?")]
+        # A long chat: its oldest exchanges go (the answer's room, a quarter of 200, kept), then the
+        # limit is lowered to what the kept messages leave.
+        fake.requests.clear()
+        history = []
+        for i in range(6):
+            history += [HistoryMessage("user", f"Question number {i} here."), HistoryMessage("assistant", f"Answer {i}.")]
+        backend.set_history(history)
+        text, done = ask(backend, "And the last one?", params=params)
+        assert done.error is None and text == "".join(TOKENS) and done.stats.dropped_turns == 6
+        sizes = [sum(len(m["content"]) for m in r["messages"]) for r in fake.requests]
+        assert [len(r["messages"]) for r in fake.requests] == [13, 7, 7] and sizes == [209, 113, 113]
+        assert [r["max_tokens"] for r in fake.requests] == [199, 199, 200 - 113]
+        backend.close()
+
+
 def test_a_refusal_that_says_its_numbers_leaves_out_what_makes_the_rest_fit():
     """Trial 55: the doubling overshot to the whole chat. With llama-server's numbers (n_prompt_tokens,
     n_ctx) the backend leaves out as many of the oldest exchanges as make the prompt plus the answer's
