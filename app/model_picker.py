@@ -71,8 +71,7 @@ class ModelPicker(QPushButton):
         for model in local:  # the one in use checked: two servers' "fake" or a local and a served model look alike
             action = self._menu.addAction(model["name"])
             action.setToolTip(model["path"])
-            action.setCheckable(True)
-            action.setChecked(model["path"] == self._current)
+            _mark_current(action, model["path"] == self._current)
             action.triggered.connect(lambda _=False, p=model["path"]: self.model_chosen.emit(p))
         for server, models in remote.items():
             self._menu.addSection(server)
@@ -83,8 +82,7 @@ class ModelPicker(QPushButton):
                 spec = remote_spec(server, name)
                 action = self._menu.addAction(model_label(name))
                 action.setToolTip(f"{name} on {server}")
-                action.setCheckable(True)
-                action.setChecked(spec == self._current)
+                _mark_current(action, spec == self._current)
                 action.triggered.connect(lambda _=False, p=spec: self.model_chosen.emit(p))
             if not models:
                 self._menu.addAction("no models").setEnabled(False)
@@ -103,3 +101,10 @@ class ModelPicker(QPushButton):
         self.setFocus(Qt.FocusReason.OtherFocusReason)
         if folder:
             self.model_chosen.emit(folder)
+
+
+def _mark_current(action, current: bool) -> None:
+    """A check beside the model in use only: every checkable row of a menu gets an indicator, and in
+    the light theme the others showed empty boxes, as if the list were a set of options to tick."""
+    action.setCheckable(current)
+    action.setChecked(current)

@@ -157,6 +157,8 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     # The model in use is checked (trial 55: a local and a served model of one name looked alike).
     checked = [a.text() for a in win.model_picker.model_actions() if a.isChecked()]
     assert checked == ["ok"]
+    # Only that row has a check box (the light theme drew an empty one beside every other model).
+    assert [a.text() for a in win.model_picker.model_actions() if a.isCheckable()] == ["ok"]
     assert win.model_picker.toolTip() == "ok on fake\nClick to switch model"  # not "remote:fake::ok" (trial 56)
 
 
