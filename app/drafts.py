@@ -5,7 +5,8 @@ come back at the next start, as a chat app keeps what was being written through 
 While a message is being edited, both are kept: the draft that Edit set aside, and the edit (under
 ``"edit"``, with the chat's and the message's ids); the edit resumes at the next start when that chat
 opens with that message shown. The unsent messages of the other chats (each chat keeps its own) are
-kept under ``"chats"``, each with its chat's id (null: a new chat's). Attachments are kept as sent: an
+kept under ``"chats"``, each with its chat's id (null: a new chat's) and, for a chat left in the middle
+of an edit, that edit (``"edit"``: the message's id, its text and attachments). Attachments are kept as sent: an
 image's copy in Smolchat's image store, a video's own path; one gone by the next start is left out,
 and said."""
 
@@ -43,7 +44,7 @@ class DraftKeeper(QObject):
         edited ``"edit": {"chat", "message", "text", "files", "names"}`` (see the module docstring)."""
         w = self.window
         typed = {"text": w.composer.toPlainText(), "files": w.kept_paths(), "names": w.attached_names()}
-        parked = [{"chat": chat, **_kept(d, w.store)} for chat, d in w._chat_drafts.items()]
+        parked = [{"chat": chat, **_kept(d, w.store), **_parked_edit(d, w.store)} for chat, d in w._chat_drafts.items()]
         others = {"chat": w.keeper.current_id, **({"chats": parked} if parked else {})}
         if w._editing is None:
             return {**typed, **others}
@@ -112,15 +113,23 @@ class DraftKeeper(QObject):
             try:
                 chat = entry.get("chat")
                 text, files, names = _message(entry)
+                edit = entry.get("edit")
+                edit = (edit["message"], *_message(edit)) if isinstance(edit, dict) and isinstance(
+                    edit.get("message"), int) else None
             except (TypeError, AttributeError):
                 continue  # one damaged entry costs only itself
             if not (chat is None or (isinstance(chat, int) and w.store.conversation(chat) is not None)):
                 continue
             there, missing = _present(files, names)
             gone += [n for n in missing if n not in gone]
-            if text.strip() or there:
+            if edit is not None:  # resumed when the chat opens with that message shown (unpark_draft)
+                edit_there, edit_gone = _present(edit[2], edit[3])
+                gone += [n for n in edit_gone if n not in gone]
+                edit = (edit[0], Draft(edit[1], len(edit[1]), [f for f, _ in edit_there], {}, None,
+                                       {f: n for f, n in edit_there if n}))
+            if text.strip() or there or edit is not None:
                 w._chat_drafts[chat] = Draft(text, len(text), [f for f, _ in there], {},
-                                             None, {f: n for f, n in there if n})
+                                             None, {f: n for f, n in there if n}, edit)
         return gone
 
 
@@ -129,6 +138,15 @@ def _kept(draft, store) -> dict:
     their copies in the image store."""
     return {"text": draft.text, "files": [draft.kept.get(p, p) for p in draft.attachments],
             "names": [draft.names.get(p) or attached_name(p, store) for p in draft.attachments]}
+
+
+def _parked_edit(draft, store) -> dict:
+    """``{"edit": {"message", "text", "files", "names"}}`` for a chat set aside in the middle of an
+    edit (:attr:`~app.main_window.Draft.edit`), else ``{}``."""
+    if draft.edit is None:
+        return {}
+    message, edit = draft.edit
+    return {"edit": {"message": message, **_kept(edit, store)}}
 
 
 def _message(value: dict) -> tuple[str, list[str], list[str]]:

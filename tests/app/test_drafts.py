@@ -307,3 +307,31 @@ def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, mak
     assert win.banner.message().startswith("Editing a message")
     qtbot.keyClick(win.composer, Qt.Key.Key_Escape)  # cancelled: the draft set aside comes back
     assert win._editing is None and win.composer.toPlainText() == "draft A"
+
+
+def test_an_edit_left_for_another_chat_is_kept_through_a_quit(qtbot, make_window, tmp_path):
+    """Session 47's leftover: a chat left in the middle of an edit kept the edit while the window
+    stayed open; at a quit only the draft it set aside was kept, and the edit was gone."""
+    win = make_window(FakeBackend(tokens=["Fine", "."]))
+    chat_a = _ask(qtbot, win, "And of Germany?")
+    win.new_chat()
+    chat_b = _ask(qtbot, win, "Another chat.")
+    win.open_conversation(chat_a)
+    win.composer.setPlainText("draft A")
+    win._on_message_action("edit", 0)
+    win.composer.setPlainText("EDITED: And of Italy?")
+    photo = write_png(tmp_path / "map.png")
+    assert drop(win.composer, file_mime(photo))
+    win.open_conversation(chat_b)
+    win.close()
+
+    again = make_window(FakeBackend(tokens=["Rome", "."]))
+    assert again.keeper.current_id == chat_b and again._editing is None and again.composer.toPlainText() == ""
+    again.open_conversation(chat_a)
+    assert again._editing == 0 and again.composer.toPlainText() == "EDITED: And of Italy?"
+    assert again.attached_names() == ["map.png"]
+    with qtbot.waitSignal(again.answer_finished, timeout=5000):
+        qtbot.keyClick(again.composer, Qt.Key.Key_Return)
+    assert [w.text for w in again.transcript.widgets()] == ["EDITED: And of Italy?", "Rome."]
+    assert again.transcript.widgets()[0].actions_row.versions.label.text() == "2 / 2"
+    assert again.composer.toPlainText() == "draft A"  # the draft the edit set aside, back after it
