@@ -17,13 +17,14 @@ FINISH_LABELS = {
 
 
 def model_summary(info: dict) -> str:
-    """``"SmolVLM-256M-Instruct · cpu · float32"`` (``· int8`` with int8 weights) from a ``model_loaded`` dict."""
+    """``"SmolVLM-256M-Instruct · cpu · float32"`` (``· int8`` / ``· int4`` with quantized weights) from a
+    ``model_loaded`` dict."""
     weights = info.get("weights") or ""
     backend = str(info.get("backend") or "")
     if backend.startswith("remote:"):  # "model · on my-gpu-box": the answer comes from elsewhere
         return f"{info.get('model_name') or 'model'} · on {backend[len('remote:'):]}"
     parts = [info.get("model_name") or "model", info.get("device") or "", info.get("dtype") or "",
-             weights if weights == "int8" else ""]
+             weights if weights in ("int8", "int4") else ""]
     return " · ".join(p for p in parts if p)
 
 

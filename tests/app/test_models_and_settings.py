@@ -253,15 +253,18 @@ def test_restore_defaults_puts_every_field_back_and_ok_saves_it(qtbot, window, f
     qtbot.waitUntil(lambda: len(factory.loads) == loads + 2, timeout=5000)  # device, dtype...: reloaded
 
 
-def test_choosing_int8_weights_reloads_the_model_with_them(qtbot, window, factory):
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_choosing_quantized_weights_reloads_the_model_with_them(qtbot, window, factory, weights):
+    """int8 and 4-bit (which the command line had and the window did not offer) reach the load."""
     assert len(factory.loads) == 1 and factory.options == {}
     dialog = window.open_settings_dialog()
     assert dialog.weights.currentData() == "auto"
-    dialog.weights.setCurrentIndex(dialog.weights.findData("int8"))
+    assert [dialog.weights.itemData(i) for i in range(dialog.weights.count())] == ["auto", "int8", "int4"]
+    dialog.weights.setCurrentIndex(dialog.weights.findData(weights))
     dialog.accept()
     qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
-    assert factory.options == {"weights": "int8"}
-    assert load_settings().weights == "int8"
+    assert factory.options == {"weights": weights}
+    assert load_settings().weights == weights
     dialog = window.open_settings_dialog()  # nothing changed: no reload
     dialog.accept()
     qtbot.wait(100)

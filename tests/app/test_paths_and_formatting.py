@@ -66,6 +66,8 @@ def test_version(capsys):
 def test_summaries():
     info = {"model_name": "SmolVLM-256M", "device": "cuda", "dtype": "bfloat16"}
     assert model_summary(info) == "SmolVLM-256M · cuda · bfloat16"
+    assert model_summary({**info, "weights": "int8"}) == "SmolVLM-256M · cuda · bfloat16 · int8"
+    assert model_summary({**info, "weights": "int4"}) == "SmolVLM-256M · cuda · bfloat16 · int4"
     result = {"finish_reason": "stop", "prompt_tokens": 1141, "generated_tokens": 64, "ttft_s": 0.041,
               "decode_tokens_per_s": 212.34, "cached_tokens": 0}
     assert stats_summary(result) == "TTFT 0.04 s · 212.3 tok/s · 1141 prompt / 0 cached / 64 generated tokens"
