@@ -108,9 +108,9 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     ``weights`` (default ``$SMOLCHAT_WEIGHTS``, else ``auto``): ``auto`` keeps the weights in
     ``dtype``; ``int8`` quantizes the text decoder's projections and lm_head to int8 weight-only
     (:mod:`engine.layers.linear`) when the model runs on the CPU or CUDA (half of bf16's and a quarter
-    of float32's weight bytes a token: faster decode, slightly different logits; on MPS it is
-    ignored); ``int4`` to 4 bits in groups of 32 on the CPU and on CUDA (an eighth of float32's
-    weight bytes).
+    of float32's weight bytes a token: faster decode, slightly different logits); ``int4`` to 4 bits
+    in groups of 32 (an eighth of float32's weight bytes). Both are ignored on MPS (no kernel reads
+    them there), and applied layer by layer as the model is built (``GenerativeModel.load``).
 
     Raises:
         ModelLoadError: (and subclasses) the folder, config or tensors are unusable.

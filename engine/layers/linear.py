@@ -194,21 +194,22 @@ class Int4Linear(nn.Module):
 #: and the lm_head weight-only.
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
 
-#: Devices with a kernel that reads int8 weights: the CPU (ATen, the native step) and CUDA (Triton).
-INT8_DEVICES = ("cpu", "cuda")
+#: Devices with kernels that read quantized weights: the CPU (ATen, the native step) and CUDA (Triton
+#: for int8, ATen's int4pack for 4-bit). Int4Linear packs for one of these two layouts only.
+QUANTIZED_DEVICES = ("cpu", "cuda")
 
 
 def quantized_class(kind: str, device: torch.device) -> type[nn.Module]:
     """The layer class that holds ``kind`` (``int8`` / ``int4``) weights on ``device``.
 
     Raises:
-        ValueError: an unknown ``kind``, or int8 on a device other than the CPU and CUDA (no kernel
-            reads it there).
+        ValueError: an unknown ``kind``, or a device other than the CPU and CUDA (no kernel reads
+            quantized weights there).
     """
     if kind not in QUANTIZED:
         raise ValueError(f"unknown weight format {kind!r} (use {' or '.join(QUANTIZED)})")
-    if kind == "int8" and device.type not in INT8_DEVICES:
-        raise ValueError(f"int8 weight-only quantization runs on {' and '.join(INT8_DEVICES)}, not {device.type}")
+    if device.type not in QUANTIZED_DEVICES:
+        raise ValueError(f"{kind} weight-only quantization runs on {' and '.join(QUANTIZED_DEVICES)}, not {device.type}")
     if kind == "int4" and device.type == "cpu":
         # Our own 4-bit blocks: the native CPU decode step streams them (ATen's int4pack CPU kernel
         # was slower than int8 here).
@@ -220,13 +221,13 @@ def quantized_class(kind: str, device: torch.device) -> type[nn.Module]:
 
 def load_class(weights: str | None, device: torch.device) -> type[nn.Module] | None:
     """The layer class a load with ``weights=`` gives the text projections on ``device``
-    (:func:`quantized_class`), or ``None`` where they keep the float dtype: ``None``/``auto``, and
-    ``int8`` on a device no int8 kernel runs on (MPS: ignored, as ``engine.registry.load_model`` says).
+    (:func:`quantized_class`), or ``None`` where they keep the float dtype: ``None``/``auto``, and a
+    device no quantized kernel runs on (MPS: ignored, as ``engine.registry.load_model`` says).
 
     Raises:
         ValueError: an unknown ``weights`` value.
     """
-    if weights in (None, "auto") or (weights == "int8" and device.type not in INT8_DEVICES):
+    if weights in (None, "auto") or (weights in QUANTIZED and device.type not in QUANTIZED_DEVICES):
         return None
     return quantized_class(weights, device)
 
@@ -250,8 +251,8 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
     decoder; this converts a model already loaded.
 
     Raises:
-        ValueError: an unknown ``kind``, or int8 on a device other than the CPU and CUDA (no kernel
-            reads it there).
+        ValueError: an unknown ``kind``, or a device other than the CPU and CUDA (no kernel reads
+            quantized weights there).
     """
     layer_cls = quantized_class(kind, model.device)
     if not inplace:

@@ -164,6 +164,21 @@ def test_int8_refuses_devices_without_an_int8_kernel(tiny_checkpoint):
         quantize_int8(model_on_meta)
 
 
+def test_a_load_keeps_float_weights_where_no_quantized_kernel_runs():
+    """Settings offers int8 and 4-bit on every computer: on an Apple GPU a load keeps the float weights
+    (4-bit's packing is the CPU's or CUDA's layout: a load there used to fail), as load_model says."""
+    from engine.layers.linear import load_class, quantized_class
+
+    for weights in ("int8", "int4"):
+        assert load_class(weights, torch.device("mps")) is None
+        with pytest.raises(ValueError, match=f"{weights} weight-only quantization runs on cpu and cuda, not mps"):
+            quantized_class(weights, torch.device("mps"))
+    assert load_class("int8", torch.device("cuda")) is Int8Linear and load_class("int4", torch.device("cuda")) is Int4Linear
+    assert load_class("int4", torch.device("cpu")) is Q4Linear and load_class("auto", torch.device("cpu")) is None
+    with pytest.raises(ValueError, match="unknown weight format 'q4'"):
+        load_class("q4", torch.device("cpu"))
+
+
 # -- int4 -------------------------------------------------------------------------------------------
 def test_int4_linear_matches_its_dequantized_weights():
     torch.manual_seed(0)
