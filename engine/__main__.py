@@ -80,9 +80,10 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
     gen.add_argument("--cache", choices=["paged", "contiguous"], default=None,
                      help="paged (default: memory follows the tokens in use) or contiguous")
-    gen.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
-                     help="int8: int8 weight-only text decoder on the CPU; int4: 4-bit groups of 32 on the CPU "
-                          "or CUDA (less memory, slightly different answers); default $SMOLCHAT_WEIGHTS or auto")
+    gen.add_argument("--weights", type=str.lower, choices=list(WEIGHT_FORMATS), default=None,
+                     help="int8: int8 weight-only text decoder; int4: 4-bit groups of 32 (both on the CPU or "
+                          "CUDA: less memory, faster decode, answers change slightly with int8 and more with "
+                          "int4); default $SMOLCHAT_WEIGHTS or auto")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")
     gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
 
@@ -109,7 +110,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--stride", type=int, default=None, help="tokens between window starts (default: --context)")
     ppl.add_argument("--device", default=None, help="auto (default), cuda, mps or cpu")
     ppl.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
-    ppl.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
+    ppl.add_argument("--weights", type=str.lower, choices=list(WEIGHT_FORMATS), default=None,
                      help="measure the quality of int8 / int4 weights against float32 (default: as generate)")
     ppl.add_argument("--json", action="store_true", help="one JSON object")
     srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (as smolchat serve)")

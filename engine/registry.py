@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import threading
 from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from engine.api.errors import ConfigError, EngineError, UnsupportedModelError
+from engine.api.errors import ConfigError, EngineError, ModelLoadError, UnsupportedModelError
 from engine.api.events import WEIGHT_FORMATS
 
 if TYPE_CHECKING:
@@ -127,11 +128,41 @@ def load_model(path_or_repo_id: str | Path | ModelSource, device: str | torch.de
     if dtype not in (None, "", "auto"):
         dtype = choose_dtype(torch.device("cpu"), dtype)  # a named dtype is the same on every device
     device_chosen = _choose_device_in_background(device)
-    model = model_class(meta.model_type).load(source, device_chosen.result, dtype, weights=weights)
+    try:
+        model = model_class(meta.model_type).load(source, device_chosen.result, dtype, weights=weights)
+    except (MemoryError, RuntimeError) as exc:
+        if not out_of_memory(exc):
+            raise
+        smaller = {"auto": "int8 or 4-bit weights (Settings ▸ Weights in the app, --weights on the command line), or ",
+                   "int8": "4-bit weights, or "}.get(weights, "")
+        raise ModelLoadError(f"Not enough memory to load {getattr(source, 'folder', path_or_repo_id)}: "
+                             f"{_first_line(exc)}. Close other programs, or use {smaller}a smaller model") from exc
     from engine.device import release_free_host_memory
 
     release_free_host_memory()
     return model
+
+
+#: What PyTorch says when memory runs out: the CPU allocator ("DefaultCPUAllocator: not enough memory"),
+#: a memory map of the weights ("unable to mmap N bytes ... Cannot allocate memory (12)"), CUDA and MPS
+#: ("out of memory").
+_OUT_OF_MEMORY = ("not enough memory", "cannot allocate memory", "out of memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is memory running out (``MemoryError``, ``torch.OutOfMemoryError``, or a
+    ``RuntimeError`` in PyTorch's words for it, :data:`_OUT_OF_MEMORY`)."""
+    import torch
+
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(words in str(exc).lower() for words in _OUT_OF_MEMORY)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, without PyTorch's "[enforce fail at ...]" prefix."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return re.sub(r"^\[enforce fail at [^\]]*\][^.]*\.\s*", "", text).rstrip(".") or type(exc).__name__
 
 
 def _choose_device_in_background(preference: str | torch.device | None) -> Future[torch.device]:

@@ -205,6 +205,14 @@ def serve(args: argparse.Namespace) -> int:
             choose_device(args.device)
         except EngineError as exc:
             raise ValueError(f"--device: {exc}") from None
+    if not args.weights:  # $SMOLCHAT_WEIGHTS, said before an address is printed as --weights is (trial 57)
+        from engine.api.errors import EngineError
+        from engine.registry import resolve_weights
+
+        try:
+            resolve_weights(None)
+        except EngineError as exc:
+            raise ValueError(str(exc)) from None
     if not str(config.model).strip():
         raise ValueError("--model is empty: give a model folder, a .gguf file or a Hub id")
     try:  # a missing folder is said before an address is printed that would serve nothing

@@ -436,3 +436,41 @@ def test_an_empty_folder_is_no_model_folder(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"error: {tmp_path} is not a model folder: it has no config.json (a Hugging Face model folder holds "
         "config.json, tokenizer files and *.safetensors weights)\n")
+
+
+@pytest.mark.parametrize("weights, advice", [
+    (None, "use int8 or 4-bit weights (Settings ▸ Weights in the app, --weights on the command line), or a smaller model"),
+    ("INT8", "use 4-bit weights, or a smaller model"),  # any case, as $SMOLCHAT_WEIGHTS takes it (trial 57)
+    ("int4", "use a smaller model"),
+])
+def test_running_out_of_memory_during_a_load_is_one_line(tiny_checkpoint, monkeypatch, capsys, weights, advice):
+    """Trial 57: a load under `ulimit -v` ended in a 39-line traceback and exit 1 ("unable to mmap
+    4493654912 bytes ... Cannot allocate memory (12)"); it is a load error, said in one line, exit 2.
+    PyTorch's allocator failure is raised here where the real one was (the weights' first read)."""
+    import engine.sources
+    from engine.__main__ import main
+
+    def no_memory(self):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 134217728 bytes. Error code 12 (Cannot allocate memory)")
+        yield
+
+    monkeypatch.setattr(engine.sources.LocalDirSource, "tensors", no_memory)
+    flags = ["--weights", weights] if weights else []
+    assert main(["generate", "--model", str(tiny_checkpoint), "--prompt", "hi", *flags]) == 2
+    assert capsys.readouterr().err == (
+        f"error: Not enough memory to load {tiny_checkpoint}: DefaultCPUAllocator: can't allocate memory: you tried "
+        f"to allocate 134217728 bytes. Error code 12 (Cannot allocate memory). Close other programs, or {advice}\n")
+
+
+def test_an_error_that_is_not_memory_still_reaches_the_caller(tiny_checkpoint, monkeypatch):
+    import engine.sources
+    from engine.registry import load_model
+
+    def broken(self):
+        raise RuntimeError("a bug")
+        yield
+
+    monkeypatch.setattr(engine.sources.LocalDirSource, "tensors", broken)
+    with pytest.raises(RuntimeError, match="^a bug$"):
+        load_model(tiny_checkpoint, device="cpu")

@@ -61,6 +61,19 @@ def test_limits_and_names_are_refused_before_an_address(tiny_checkpoint, capsys,
     assert "Smolchat server:" not in out and "Traceback" not in err
 
 
+def test_an_unknown_weights_value_in_the_environment_is_refused_before_an_address(tiny_checkpoint, capsys,
+                                                                               monkeypatch):
+    """Trial 57: ``SMOLCHAT_WEIGHTS=int3 smolchat serve`` printed its address and started serving before
+    the load failed on it; ``--weights int3`` was refused up front."""
+    from server.cli import main
+
+    monkeypatch.setenv("SMOLCHAT_WEIGHTS", "int3")
+    code = main(["--model", str(tiny_checkpoint), "--port", "0"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "error: $SMOLCHAT_WEIGHTS: unknown value 'int3' (use auto, int8, int4)" in err, err
+    assert "Smolchat server:" not in out and "Traceback" not in err
+
+
 def test_the_printed_address_and_the_context_note():
     from server.cli import _context_note, base_url
 
