@@ -46,7 +46,7 @@ IMAGE_DETAILS = {detail: _DETAIL_LABELS.get(detail, detail.capitalize()) for det
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CACHE_KINDS = ("paged", "contiguous")  # the engine's default first
-WEIGHTS = ("auto", "int8", "int4")  # engine.registry.WEIGHTS; int8 applies on the CPU and CUDA
+WEIGHTS = ("auto", "int8", "int4")  # engine.registry.WEIGHTS; applied on the CPU and CUDA, ignored on MPS
 THEMES = ("system", "light", "dark")
 # AppSettings fields that need the model loaded again when they change.
 ENGINE_KEYS = ("device", "dtype", "cache_kind", "context_size", "weights")

@@ -58,8 +58,8 @@ class GenerativeModel(abc.ABC):
         one, called when the model needs it (``load_model`` chooses the device while the model is
         built). ``dtype``: ``None`` for the device's default (:func:`engine.device.choose_dtype`).
         ``weights``: ``None``/``auto`` keeps ``dtype``; ``int8`` / ``int4`` quantize the text decoder's
-        projections and lm_head as they are built (:func:`engine.layers.linear.load_class`: int8 is
-        ignored where no kernel reads it), so a load never holds the whole float decoder.
+        projections and lm_head as they are built (:func:`engine.layers.linear.load_class`: ignored
+        where no kernel reads them, MPS), so a load never holds the whole float decoder.
 
         Raises:
             ModelLoadError: a tensor is missing, mis-shaped or unreadable.
