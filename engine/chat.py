@@ -65,7 +65,7 @@ from engine.api.images import bytes_digest, file_digest
 from engine.cache import CacheConfig, KVCache
 from engine.cache.paged import PagedKVCache
 from engine.cache.prefix import chain_digests
-from engine.cancellation import Cancelled, layer_cancel_points
+from engine.cancellation import Cancelled, layer_cancel_points, load_cancel_point
 from engine.generate import token_stream
 from engine.models.base import GenerativeModel
 from engine.sampling import LogprobSampler, make_sampler
@@ -280,6 +280,7 @@ class ChatSession:
         session = cls(*load_components(path_or_repo_id, device, dtype, weights), cache_config,
                       name=kwargs.pop("name", None) or Path(str(path_or_repo_id)).name, **kwargs)
         if session.model.device.type == "cuda" and os.environ.get(WARMUP_ENV, "1") not in ("0", "false", "no"):
+            load_cancel_point()
             session.warmup()
         return session
 
@@ -292,6 +293,7 @@ class ChatSession:
         self.model.warmup(self.cache)
         if self.processor is not None and self.model.device.type == "cuda" and \
                 os.environ.get(WARMUP_PHOTO_ENV, "1") not in ("0", "false", "no"):
+            load_cancel_point()
             self._warm_photo_question()
         if self.model.device.type == "cuda":
             torch.cuda.synchronize()

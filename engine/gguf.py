@@ -322,9 +322,12 @@ class GGUFSource(ModelSource):
         Q/K weights of the llama text model get their rows put back in Hugging Face order
         (:func:`unpermute_rows`); everything else keeps the GGUF layout, which is already HF's.
         """
+        from engine.cancellation import load_cancel_point
+
         heads = int(self.text.get("llama.attention.head_count"))
         kv_heads = int(self.text.get("llama.attention.head_count_kv", heads))
         for file, t, hf in self._names:
+            load_cancel_point()  # dequantizing a 2B model's file takes seconds: Stop is heard per tensor
             w = file.dequantize(t)
             if not file.is_mmproj and hf.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):
                 w = unpermute_rows(w, heads)

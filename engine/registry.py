@@ -207,6 +207,7 @@ def load_components(path_or_repo_id: str | Path, device: str | torch.device | No
     tokenizer files."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from engine.cancellation import load_cancel_point
     from engine.sources import resolve_source
     from engine.tokenizer import Tokenizer
 
@@ -216,6 +217,7 @@ def load_components(path_or_repo_id: str | Path, device: str | torch.device | No
     with ThreadPoolExecutor(1, thread_name_prefix="smolchat-tokenizer") as pool:
         tokenizer = pool.submit(Tokenizer.from_pretrained, source.folder)
         model = load_model(source, device, dtype, weights)
+        load_cancel_point()
         processor = model_package(model.metadata.model_type).load_processor(source.folder, model.metadata)
         if processor is not None and model.device.type == "cuda" and hasattr(processor, "resize_device"):
             # Pillow resizes a photo on one host thread in ~0.15 s; the same bytes take milliseconds there.

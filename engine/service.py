@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from engine.api.backend import Attachment, EventSink, HistoryMessage, LoadCallback, ModelInfo
+from engine.api.backend import LOAD_CANCELLED, Attachment, EventSink, HistoryMessage, LoadCallback, LoadTicket, ModelInfo
 from engine.api.capabilities import Capabilities
-from engine.api.errors import describe_error, is_engine_error
+from engine.api.errors import LoadCancelled, describe_error, is_engine_error
 from engine.api.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
 from engine.api.hub import looks_like_repo_id
 from engine.api.images import withdraw
@@ -108,6 +108,7 @@ class EngineService:
         self._lock = threading.Lock()  # guards _current, _pending and _session against cancel()
         self._group = threading.RLock()  # held by atomic(): several requests queued back to back
         self._pending: list[_Request] = []  # queued generations (cancel answers them)
+        self._loads: list[LoadTicket] = []  # queued or running loads (cancel_load stops them)
         self._current: _Request | None = None
         self._session: Any = None
         self._info: ModelInfo | None = None
@@ -135,9 +136,24 @@ class EngineService:
         return self._thread.is_alive()
 
     # -- requests (any thread) -------------------------------------------------------------------
-    def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
-        """Load ``model`` (replacing the current one); ``on_done(info, None)`` or ``(None, message)``."""
-        self._put(_Request(lambda r: self._load(model, dict(options), on_done)))
+    def load(self, model: str, options: dict, on_done: LoadCallback) -> LoadTicket:
+        """Load ``model`` (replacing the current one once it has loaded); ``on_done(info, None)``, or
+        ``(None, message)`` (the current model stays), ``(None, LOAD_CANCELLED)`` when stopped by
+        :meth:`cancel_load` or the returned ticket's ``cancel``."""
+        ticket = LoadTicket()
+        with self._lock:
+            self._loads.append(ticket)
+        self._put(_Request(lambda r: self._load(model, dict(options), on_done, ticket)))
+        return ticket
+
+    def cancel_load(self) -> bool:
+        """Stop every queued or running load (thread-safe): the model loaded before stays for every
+        request made after this call. A running load stops at its next cancellation point
+        (:func:`engine.cancellation.load_cancel_point`: one decoder layer at most) and frees what it
+        built. True when a load stopped in time, False when none was under way or it had ended."""
+        with self._lock:
+            tickets, self._loads = self._loads, []
+        return any([ticket.cancel() for ticket in tickets])  # a list: every ticket is cancelled
 
     def set_history(self, messages: Sequence[HistoryMessage], system_prompt: str | None = None) -> None:
         """Make the conversation hold ``messages``, keeping the prefix it already holds."""
@@ -357,6 +373,7 @@ class EngineService:
         with self._lock:
             self._closed = True
         self.cancel()
+        self.cancel_load()  # a 2B model's load on a CPU takes 15 s: it stops within a layer
         self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -416,19 +433,42 @@ class EngineService:
                 with self._lock:
                     self._current = None
 
-    def _load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+    def _load(self, model: str, options: dict, on_done: LoadCallback, ticket: LoadTicket) -> None:
+        from engine.cancellation import cancellable_load
+
+        cancelled = False
         try:
-            session = self._loader(model, options)
+            if ticket.cancelled:  # stopped while queued
+                raise LoadCancelled("the load was stopped")
+            with cancellable_load(ticket):
+                session = self._loader(model, options)
+            info = model_info(session, model)
+
+            def install() -> None:
+                with self._lock:
+                    self._session, self._info, self._synced = session, info, []
+            if not ticket.finish(install):  # stopped after its last cancellation point: dropped
+                del session
+                raise LoadCancelled("the load was stopped")
+        except LoadCancelled:
+            cancelled = True  # handled below, once the traceback no longer holds the half-built model
         except Exception as exc:  # noqa: BLE001 - every failure goes to the caller
+            ticket.finish()
             if is_engine_error(exc):
                 log.warning("loading %s failed: %s", model, describe_error(exc))
             else:
                 log.error("loading %s failed", model, exc_info=exc)
             on_done(None, describe_error(exc))
             return
-        info = model_info(session, model)
-        with self._lock:
-            self._session, self._info, self._synced = session, info, []
+        finally:
+            with self._lock:
+                if ticket in self._loads:
+                    self._loads.remove(ticket)
+        if cancelled:
+            log.info("loading %s was stopped", model)
+            _free_memory()
+            on_done(None, LOAD_CANCELLED)
+            return
         on_done(info, None)
 
     def _set_history(self, messages: list[HistoryMessage], system_prompt: str | None, forget: bool = False) -> None:
@@ -638,6 +678,22 @@ def ctrl_c_exits_process(restore: bool = True, last_words: Callable[[], None] | 
     finally:
         if restore:
             signal.signal(signal.SIGINT, previous)
+
+
+def _free_memory() -> None:
+    """Give back what a stopped load built (engine thread): its tensors are unreachable once the
+    exception that stopped it is gone, but the allocators keep their memory cached."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")  # a fake loader in a test never imported it
+    if torch is None:
+        return
+    from engine.device import release_free_host_memory
+
+    release_free_host_memory()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def model_info(session: Any, path: str) -> ModelInfo:

@@ -5,9 +5,11 @@ never imports torch, so a UI thread can use it.
 """
 
 from engine.api.backend import (
+    LOAD_CANCELLED,
     Attachment,
     ChatBackend,
     HistoryMessage,
+    LoadTicket,
     ModelInfo,
     ProgressEvent,
 )
@@ -20,6 +22,7 @@ from engine.api.errors import (
     ImageError,
     InvalidLogitsError,
     InvalidPromptError,
+    LoadCancelled,
     ModelLoadError,
     PromptTooLongError,
     UnsupportedModelError,
@@ -55,6 +58,7 @@ def smolchat_version() -> str:
 
 
 __all__ = [
+    "LOAD_CANCELLED",
     "Attachment",
     "Capabilities",
     "ChatBackend",
@@ -69,8 +73,10 @@ __all__ = [
     "GenerationParams",
     "GenerationStats",
     "HistoryMessage",
+    "LoadTicket",
     "ImageError",
     "InvalidPromptError",
+    "LoadCancelled",
     "VideoError",
     "resolve_detail",
     "InvalidLogitsError",

@@ -13,6 +13,7 @@ cancelled; :class:`ProgressEvent` s may come before the first token.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -102,7 +103,43 @@ class ModelInfo:
 BackendEvent = TokenEvent | DoneEvent | ProgressEvent
 EventSink = Callable[[BackendEvent], None]
 LoadCallback = Callable[[ModelInfo | None, str | None], None]
-"""Called once per ``load``: ``(info, None)`` on success, ``(None, message)`` on failure."""
+"""Called once per ``load``: ``(info, None)`` on success, ``(None, message)`` on failure, and
+``(None, LOAD_CANCELLED)`` for a load stopped by :meth:`ChatBackend.cancel_load`."""
+
+LOAD_CANCELLED = "The load was stopped."
+
+
+class LoadTicket:
+    """One load's race between :meth:`cancel` (any thread) and :meth:`finish` (the loading thread):
+    whichever comes first wins, so a front end that was told "cancelled" never finds the new model
+    installed behind its back, and one told "too late" gets the load's result as usual."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = "running"  # -> "cancelled" | "done"
+
+    @property
+    def cancelled(self) -> bool:
+        return self._state == "cancelled"
+
+    def cancel(self) -> bool:
+        """Stop the load: True when it will not install its model (it ends with ``LOAD_CANCELLED``),
+        False when it has already ended (its result is on its way)."""
+        with self._lock:
+            if self._state == "running":
+                self._state = "cancelled"
+            return self._state == "cancelled"
+
+    def finish(self, install: Callable[[], None] | None = None) -> bool:
+        """The load ended: run ``install`` (make its model the current one) unless it was cancelled
+        first; False when cancelled (the loader then drops what it built)."""
+        with self._lock:
+            if self._state == "cancelled":
+                return False
+            if install is not None:
+                install()
+            self._state = "done"
+            return True
 
 
 @runtime_checkable
@@ -143,6 +180,13 @@ class ChatBackend(Protocol):
 
     def cancel(self) -> None:
         """Stop the running or queued answer soon (thread-safe; a no-op when idle)."""
+
+    def cancel_load(self) -> bool:
+        """Stop the running or queued load (thread-safe). True when it stopped in time: the model
+        loaded before stays in use for every later call, and the load's ``on_done`` gets
+        ``(None, LOAD_CANCELLED)``. False when no load was under way or it has already ended (its
+        ``on_done`` result stands). The work itself stops at its next cancellation point (a decoder
+        layer; a server's answer) and what it built is freed."""
 
     def count_attachment_tokens(self, attachment: Attachment, detail: str,
                                 params: GenerationParams | None = None) -> int:

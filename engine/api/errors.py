@@ -76,6 +76,11 @@ class DownloadCancelled(DownloadError):
     """The user cancelled a download."""
 
 
+class LoadCancelled(ModelLoadError):
+    """The front end stopped a model load (:meth:`engine.api.LoadTicket.cancel`); raised at the next
+    cancellation point of the load (:func:`engine.cancellation.load_cancel_point`)."""
+
+
 def is_engine_error(exc: BaseException) -> bool:
     """An expected problem (bad model, prompt too long, no network) rather than a bug."""
     return isinstance(exc, EngineError)

@@ -81,7 +81,9 @@ class LlamaLM:
 
         Raises:
             ValueError: an unknown ``weights`` value.
+            LoadCancelled: the load was stopped (:func:`engine.cancellation.load_cancel_point`).
         """
+        from engine.cancellation import load_cancel_point
         from engine.device import release_free_host_memory, single_thread
         from engine.layers.linear import load_class, quantize_layer
 
@@ -89,14 +91,17 @@ class LlamaLM:
         on_device_first = device.type == "cuda"
         decoder = self.decoder
         rest = [child for name, child in decoder.named_children() if name != "layers"] + [self.lm_head]
+        load_cancel_point()
         for part in rest:
             if on_device_first:
                 part.to(device)
             with single_thread():
                 part.to(dtype)
         if layer_cls is not None:
+            load_cancel_point()
             self.lm_head = layer_cls(self.lm_head.to(device))  # a tied head gets its own copy
         for layer in decoder.layers:
+            load_cancel_point()  # a front end's Stop during a long load waits for one layer at most
             if on_device_first:
                 layer.to(device)
             with single_thread():
@@ -285,9 +290,12 @@ class LlamaLM:
         ids = torch.zeros(1, total, dtype=torch.long, device=self.device)
         embeds = self.embed(ids)
         first = total - 256 if total > 512 else total // 2
+        from engine.cancellation import load_cancel_point  # (a no-op outside a load: see its docstring)
+
         try:
             self.prefill(embeds[:, :first], cache, range(0, first))  # no past: causal fast path
             self.prefill(embeds[:, first:], cache, range(first, total))  # with past: masked path
+            load_cancel_point()  # the decode compiles the fused Triton kernels: seconds with a cold cache
             # One decode in the bucket a photo question reaches: compiles the fused kernels and captures
             # that bucket's graph. Smaller buckets are captured when first used (tens of ms each): every
             # captured graph keeps its own buffers, and peak memory is a target.
@@ -295,6 +303,7 @@ class LlamaLM:
                 self.decode_token(ids[0, :1], cache)
             else:
                 self.decode(self.embed(ids[:, :1]), cache)
+            load_cancel_point()
             # A follow-up question in that bucket: the short-prefill step's graph.
             self.prefill(embeds[:, :8], cache, range(cache.seq_len, cache.seq_len + 8))
             cache.truncate(min(cache.seq_len, 64))

@@ -114,8 +114,12 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
                 both shapes), or the checkpoint holds tensors this model has no place for
                 (:func:`engine.validate.check_state`).
             ValueError: an unknown ``weights`` value.
+            LoadCancelled: the load was stopped (:func:`engine.cancellation.load_cancel_point`).
         """
+        from engine.cancellation import load_cancel_point
+
         model, device, dtype = cls._assign_checkpoint(source, device, dtype, "model.text_model.embed_tokens.weight")
+        load_cancel_point()
         vision_dtype = choose_vision_dtype(device, dtype)  # bf16 on AMX CPUs; see its docstring
         vision = (model.model.vision_model, model.model.connector)
         if device.type == "cuda":
@@ -133,6 +137,7 @@ class SmolVlmModel(LlamaLM, GenerativeModel, nn.Module):
             # The encoder's linears as int8 GEMMs on AVX2 CPUs (~2.1x their float32 speed), in the
             # native library that load_model starts finding or building before the weights load.
             # Before the text model, so that the tower's float32 copy is gone while that is built.
+            load_cancel_point()
             model.model.vision_model.quantize_int8()
         model._build_text(device, dtype, weights)
         model.to(device)
