@@ -56,6 +56,7 @@ class ChatController(QObject):
     model_loading = Signal(str)  # path
     model_loaded = Signal(dict)  # {"model_name", "device", "dtype", "weights", "path", "folder", "defaults"}
     model_load_failed = Signal(str)
+    model_load_stopped = Signal(str)  # the path whose load cancel_load stopped
     token = Signal(str)
     progress = Signal(object)  # ProgressEvent
     finished = Signal(dict)  # result_of(DoneEvent)
@@ -89,8 +90,12 @@ class ChatController(QObject):
         if self.busy or self.closed:
             return False
         # The backends keep the model they have until another one has loaded: one that fails to load
-        # (a folder missing a tensor, an unreachable server) leaves this one in use.
-        self._before = dict(self.model_info) if self.ready else {}
+        # (a folder missing a tensor, an unreachable server) leaves this one in use. A model picked
+        # while another loads replaces that load (stopped, not waited for) and keeps the same one before.
+        if self.loading:
+            self.backend.cancel_load()
+        else:
+            self._before = dict(self.model_info) if self.ready else {}
         self.loading, self.ready = True, False
         self.busy_changed.emit()
         self.model_loading.emit(path)
@@ -112,11 +117,30 @@ class ChatController(QObject):
         else:
             self.load(path, device, dtype, options)
 
+    def cancel_load(self) -> bool:
+        """Stop the model load under way (Esc, Stop): the model loaded before stays in use, or none
+        (``model_load_stopped``). False when no load is under way, or it has just ended: its result,
+        on its way, is shown as usual."""
+        if not self.loading or self.closed or not self.backend.cancel_load():
+            return False
+        self._loads += 1  # its "stopped" answer is not news
+        self.loading = False
+        self.model_info = self._before
+        self.ready = bool(self.model_info)
+        stopped, self.asked = self.asked, self.model_info.get("path", "")  # new settings reload this one
+        self.model_load_stopped.emit(stopped)
+        self.busy_changed.emit()
+        return True
+
     @Slot(int, object, object)
     def _on_loaded(self, number: int, info, message) -> None:
         # A model picked while another loads: the slower, earlier load (the last model at start, a
         # large local one) must not take over, unannounced, when it ends after the one picked.
         if self.closed or number != self._loads:
+            if info is not None and not self.closed:
+                # It ended before it could be stopped: the backend holds it now, and a later load
+                # that fails leaves it, not the one before it, in use.
+                self._before = self._info_dict(info)
             return
         self.loading = False
         if info is None:
@@ -125,13 +149,17 @@ class ChatController(QObject):
             self.model_load_failed.emit(message or "unknown error")
         else:
             self.ready = True
-            self.model_info = {"model_name": info.name, "device": info.device, "dtype": info.dtype,
-                               "weights": info.weights, "path": info.path, "folder": info.folder,
-                               "backend": info.backend,
-                               "capabilities": asdict(info.capabilities), "vision": info.capabilities.vision,
-                               "defaults": generation_defaults(info.folder)}
+            self.model_info = self._info_dict(info)
             self.model_loaded.emit(dict(self.model_info))
         self.busy_changed.emit()
+
+    @staticmethod
+    def _info_dict(info) -> dict:
+        """What :attr:`model_info` holds of a backend's :class:`~engine.api.ModelInfo`."""
+        return {"model_name": info.name, "device": info.device, "dtype": info.dtype, "weights": info.weights,
+                "path": info.path, "folder": info.folder, "backend": info.backend,
+                "capabilities": asdict(info.capabilities), "vision": info.capabilities.vision,
+                "defaults": generation_defaults(info.folder)}
 
     # -- conversations -------------------------------------------------------------------------------
     def conversation_opened(self) -> None:

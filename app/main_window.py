@@ -45,7 +45,15 @@ from app.settings import (
 from app.wait_estimate import record_answer
 from app.window_attachments import AttachmentsMixin
 from app.window_chats import ChatsMixin
-from app.window_layout import SEND_TIP, build_ui, show_attach_kinds
+from app.window_layout import (
+    SEND_TIP,
+    STOP_ACTION,
+    STOP_LOAD_ACTION,
+    STOP_LOAD_TIP,
+    STOP_TIP,
+    build_ui,
+    show_attach_kinds,
+)
 from app.zoom import ZoomMixin, saved_zoom
 from engine.api import ChatBackend
 
@@ -178,6 +186,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         c.model_loading.connect(self._on_model_loading)
         c.model_loaded.connect(self._on_model_loaded)
         c.model_load_failed.connect(self._on_model_load_failed)
+        c.model_load_stopped.connect(self._on_model_load_stopped)
         c.token.connect(self.transcript.append_token)
         c.token.connect(self._heard)
         c.progress.connect(self._heard)
@@ -304,6 +313,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.sidebar.search.clear()  # every chat listed again
         elif self._busy:
             self.controller.stop()
+        elif self.controller.loading:  # a large model picked by mistake: no waiting for it to load
+            self.controller.cancel_load()
         else:
             self._cancel_edit()
 
@@ -423,15 +434,21 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
 
     def _update_actions(self) -> None:
         busy, has_input = self._busy, bool(self.composer.toPlainText().strip() or self.attachments.paths())
+        loading = self.controller.loading and not busy
         writable = not self.store.read_only  # a read-only store: the banner says why; nothing to send into
         self.send_button.setEnabled(self.controller.ready and not busy and has_input and writable)
         self.send_button.setToolTip(SEND_TIP if writable else f"Sending is off: {self.store.read_only}")
-        self.stop_button.setEnabled(busy)
-        self.actions["stop"].setEnabled(busy)
-        self.stop_button.setVisible(busy)  # Stop takes Send's place while answering
-        self.send_button.setVisible(not busy)
+        # Stop takes Send's place while answering, and while a model loads (it stops the load).
+        self.stop_button.setEnabled(busy or loading)
+        self.stop_button.setVisible(busy or loading)
+        self.stop_button.setToolTip(STOP_LOAD_TIP if loading else STOP_TIP)
+        self.stop_button.setAccessibleName(self.stop_button.toolTip())
+        self.actions["stop"].setEnabled(busy or loading)
+        self.actions["stop"].setText(STOP_LOAD_ACTION if loading else STOP_ACTION)
+        self.send_button.setVisible(not (busy or loading))
         self.new_chat_button.setEnabled(not busy)
-        self._set_picker_enabled(not busy and not self.controller.loading)
+        # On while a model loads: picking another one stops that load and loads this one.
+        self._set_picker_enabled(not busy)
         self.transcript.set_changes_enabled(not busy)
         self.update_regenerate_note()  # the loaded model's defaults may set the temperature
 
@@ -495,8 +512,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.transcript.set_placeholder(f"Connecting…\n{where}")
             self.stats_label.setText(f"Connecting to {where}…")
             return
-        self.transcript.set_placeholder(f"Loading model…\n{path}")
-        self.stats_label.setText(f"Loading model from {path}…")
+        self.transcript.set_placeholder(f"Loading model…\n{path}\n\nEsc stops the load.")
+        self.stats_label.setText(f"Loading model from {path}… · Esc stops")
 
     @Slot(dict)
     def _on_model_loaded(self, info: dict) -> None:
@@ -553,6 +570,21 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.model_picker.set_none()
         self.transcript.set_placeholder(NO_MODEL_TEXT)
         self.banner.show_error(f"Could not load the model: {message}")
+        self.stats_label.setText("No model loaded")
+        self.attach_files_after_load()
+
+    @Slot(str)
+    def _on_model_load_stopped(self, path: str) -> None:
+        remote = parse_spec(path)
+        what = f"{model_label(remote[1])} on {remote[0]}" if remote else Path(path).name or path
+        if self.controller.ready:  # the model before is still loaded: the chat goes on with it
+            self._on_model_loaded(self.controller.model_info)
+            self.banner.show_info(f"Stopped loading {what}. Still using "
+                                  f"{self.controller.model_info.get('model_name') or 'the model before'}.")
+            return
+        self.model_picker.set_none()
+        self.transcript.set_placeholder(NO_MODEL_TEXT)
+        self.banner.show_info(f"Stopped loading {what}: no model is loaded.")
         self.stats_label.setText("No model loaded")
         self.attach_files_after_load()
 

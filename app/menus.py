@@ -18,12 +18,13 @@ from PySide6.QtWidgets import (
 from app.focus import give_focus_back
 from app.icons import icon
 from app.scroll_area import fit_to_screen
+from app.window_layout import STOP_ACTION
 
 # Keys handled by widgets rather than menu actions; listed in the shortcuts dialog too.
 WIDGET_SHORTCUTS = [
     ("Enter", "Send the message"),
     ("Shift+Enter", "New line in the message"),
-    ("Esc", "Stop the answer; cancel an edit; in the chat search, clear it first"),
+    ("Esc", "Stop the answer or the model's load; cancel an edit; in the chat search, clear it first"),
     ("Enter, Shift+Enter in the search", "Older, newer match in the open chat"),
     ("Ctrl+V", "Paste text or an image into the message"),
     ("Del", "Delete the selected chat"),
@@ -62,7 +63,7 @@ def build_menus(window) -> dict[str, QAction]:
         # The attach button's file dialog from the keyboard (the button itself is a Tab stop too).
         "attach": _action(window, "&Attach files…", window._pick_files, QKeySequence.StandardKey.Open, "attach"),
         # Esc is the window's own key (it also cancels an edit): shown in the menu after a tab.
-        "stop": _action(window, "&Stop answer\tEsc", window.stop, None, "stop"),
+        "stop": _action(window, STOP_ACTION, window.stop, None, "stop"),
         "next_chat": _action(window, "Ne&xt chat", lambda: window.step_conversation(1), "Ctrl+PgDown"),
         "previous_chat": _action(window, "&Previous chat", lambda: window.step_conversation(-1), "Ctrl+PgUp"),
         "search": _action(window, "Searc&h chats", window.focus_search, QKeySequence.StandardKey.Find),

@@ -32,6 +32,9 @@ from app.text_count import TextCounter
 from app.text_fit import ElidedLabel, WrappedLabel
 
 SEND_TIP = "Send (Enter)"
+# The Stop button and Edit ▸ Stop say what they stop: the answer, or the model's load.
+STOP_TIP, STOP_LOAD_TIP = "Stop the answer (Esc)", "Stop loading the model (Esc)"
+STOP_ACTION, STOP_LOAD_ACTION = "&Stop answer\tEsc", "&Stop loading the model\tEsc"
 
 
 KEYS_HINT = "Enter to send · Shift+Enter for a new line · Esc to stop"
@@ -97,7 +100,7 @@ def build_ui(window) -> None:
     window.attachments = AttachmentStrip()
     window.composer = Composer()
     window.attach_button = tool_button("attachButton", "attach", attach_tip(video=False))
-    window.stop_button = tool_button("stopButton", "stop", "Stop the answer (Esc)")
+    window.stop_button = tool_button("stopButton", "stop", STOP_TIP)
     window.send_button = tool_button("sendButton", "send", SEND_TIP)
 
     composer_frame = QFrame()

@@ -14,12 +14,14 @@ from collections.abc import Sequence
 
 from app.backends.jobs import JobThread
 from engine.api import (
+    LOAD_CANCELLED,
     Attachment,
     Capabilities,
     DoneEvent,
     GenerationParams,
     GenerationStats,
     HistoryMessage,
+    LoadTicket,
     ModelInfo,
     ProgressEvent,
     TokenEvent,
@@ -44,8 +46,10 @@ class FakeBackend:
 
     def __init__(self, tokens: list[str] | None = None, delay: float = 0.0, model_name: str = "FakeVLM-256M",
                  image_error: str | None = None, fail: str | None = None, vision: bool = True,
-                 video: bool = False, progress_delay: float = 0.0, error_type: str = "") -> None:
+                 video: bool = False, progress_delay: float = 0.0, error_type: str = "",
+                 load_delay: float = 0.0) -> None:
         self.progress_delay = progress_delay
+        self.load_delay = load_delay  # seconds each load takes
         # The answer's notice (engine.api.GenerationStats.notice), "{0}" naming the first attachment as
         # the engine got it (a stored copy): e.g. "Only 4 of the 12 frames of {0} could be read".
         self.notice = ""
@@ -66,6 +70,7 @@ class FakeBackend:
         self.options: dict = {}  # the last load's options besides device and dtype
         self.closed = False
         self._info: ModelInfo | None = None
+        self._loading: LoadTicket | None = None  # the last load's (cancel_load)
         self.jobs = JobThread("FakeBackend")
         self._cancel = self.jobs.cancelled  # the running answer's flag
 
@@ -79,7 +84,12 @@ class FakeBackend:
         return self._info.capabilities if self._info else Capabilities()
 
     def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
-        self.jobs.put(lambda: self._load(model, dict(options), on_done))
+        ticket = self._loading = LoadTicket()
+        self.jobs.put(lambda: self._load(model, dict(options), on_done, ticket))
+
+    def cancel_load(self) -> bool:
+        ticket, self._loading = self._loading, None
+        return ticket is not None and ticket.cancel()
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
         messages = list(messages)
@@ -140,17 +150,22 @@ class FakeBackend:
 
     # -- the fake engine thread --------------------------------------------------------------------
 
-    def _load(self, model: str, options: dict, on_done: LoadCallback) -> None:
+    def _load(self, model: str, options: dict, on_done: LoadCallback, ticket: LoadTicket) -> None:
         self.loads.append((model, options, threading.get_ident()))
         self.options = {k: v for k, v in options.items() if k not in ("device", "dtype")}
-        if self.fail:
-            on_done(None, self.fail)
-            return
-        self._info = ModelInfo(name=self.model_name, path=model, device="cpu", dtype="float32",
-                               capabilities=Capabilities(vision=self.vision, video=self.video, max_context=8192,
-                                                         image_tokens_per_tile=64 if self.vision else 0))
-        self.history = []
-        on_done(self._info, None)
+        deadline = time.monotonic() + self.load_delay  # a large model's load, which cancel_load stops
+        while time.monotonic() < deadline and not ticket.cancelled:
+            time.sleep(0.01)
+        info = ModelInfo(name=self.model_name, path=model, device="cpu", dtype="float32",
+                         capabilities=Capabilities(vision=self.vision, video=self.video, max_context=8192,
+                                                   image_tokens_per_tile=64 if self.vision else 0))
+
+        def install() -> None:
+            self._info, self.history = info, []
+        if not ticket.finish(None if self.fail else install):
+            on_done(None, LOAD_CANCELLED)
+        else:
+            on_done(*((None, self.fail) if self.fail else (info, None)))
 
     def _answer(self, kind: str, text: str, attachments: list[Attachment], params: GenerationParams, sink: EventSink,
                 system_prompt: str | None, answered: str = "") -> None:

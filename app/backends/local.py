@@ -14,6 +14,7 @@ from engine.api import (
     Capabilities,
     GenerationParams,
     HistoryMessage,
+    LoadTicket,
     ModelInfo,
 )
 from engine.api.backend import EventSink, LoadCallback
@@ -34,6 +35,7 @@ class LocalBackend:
         # conversation atomically with its request, and Stop cancels only this window's answers.
         self._history: list[HistoryMessage] = []
         self._handles: list = []
+        self._loading: LoadTicket | None = None  # the last load's: cancel_load stops only this window's load
 
     @property
     def info(self) -> ModelInfo | None:
@@ -44,7 +46,11 @@ class LocalBackend:
         return self.service.capabilities
 
     def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
-        self.service.load(model, options, on_done)
+        self._loading = self.service.load(model, options, on_done)
+
+    def cancel_load(self) -> bool:
+        ticket, self._loading = self._loading, None
+        return ticket is not None and ticket.cancel()
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
         self._history = list(messages)

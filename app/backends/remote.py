@@ -42,6 +42,7 @@ from app.backends.remote_http import (
 )
 from app.backends.remote_media import image_data_uri, video_data_uri
 from engine.api import (
+    LOAD_CANCELLED,
     Attachment,
     Capabilities,
     DoneEvent,
@@ -49,6 +50,8 @@ from engine.api import (
     GenerationStats,
     HistoryMessage,
     ImageError,
+    LoadCancelled,
+    LoadTicket,
     ModelInfo,
     TokenEvent,
     answer_room,
@@ -336,6 +339,7 @@ class RemoteBackend:
         self.jobs = JobThread("RemoteBackend")
         self._cancel = self.jobs.cancelled  # the running answer's flag
         self._response: httpx.Response | None = None
+        self._loading: LoadTicket | None = None  # the last load's (cancel_load)
 
     # -- ChatBackend -------------------------------------------------------------------------------
     @property
@@ -347,7 +351,12 @@ class RemoteBackend:
         return self._info.capabilities if self._info else Capabilities()
 
     def load(self, model: str, options: dict, on_done: LoadCallback) -> None:
-        self.jobs.put(lambda: self._load(model, on_done))
+        ticket = self._loading = LoadTicket()
+        self.jobs.put(lambda: self._load(model, on_done, ticket))
+
+    def cancel_load(self) -> bool:
+        ticket, self._loading = self._loading, None
+        return ticket is not None and ticket.cancel()
 
     def set_history(self, messages: Sequence[HistoryMessage]) -> None:
         messages = list(messages)
@@ -411,12 +420,16 @@ class RemoteBackend:
         return self.jobs.close()
 
     # -- the backend thread ------------------------------------------------------------------------
-    def _load(self, spec: str, on_done: LoadCallback) -> None:
+    def _load(self, spec: str, on_done: LoadCallback, ticket: LoadTicket) -> None:
+        # The server and model in use change only when the load ends uncancelled (ticket.finish): a
+        # load stopped while the server was asked leaves the model before in use, on its server.
         parsed = parse_spec(spec)
-        model = parsed[1] if parsed else spec
+        model, server = parsed[1] if parsed else spec, None
         try:
-            self.server = self._server_source() if callable(self._server_source) else self._server_source
-            ids = [m["id"] for m in list_models(self.server)]
+            if ticket.cancelled:
+                raise LoadCancelled("the load was stopped")
+            server = self._server_source() if callable(self._server_source) else self._server_source
+            ids = [m["id"] for m in list_models(server)]
             named = [i for i in ids if model_label(i) == model]
             if model not in ids and len(named) == 1:  # as shown: llama-server's path by its file name (trial 56)
                 model = named[0]
@@ -424,21 +437,33 @@ class RemoteBackend:
                 # The URL answered with a model list: it is right, only the model is not (trial 55: "404
                 # Not found: check the base URL" sent the user to fix what was not wrong).
                 raise RemoteError("no_model", f"{model!r} (it has: {', '.join(ids[:5]) or 'none'})")
-            caps, sources = probe_capabilities(self.server, model)
+            if ticket.cancelled:  # (the capability probe is one more round trip or two)
+                raise LoadCancelled("the load was stopped")
+            caps, sources = probe_capabilities(server, model)
+        except LoadCancelled:
+            ticket.cancel()
         except (RemoteError, KeyError) as exc:
             # An error may quote the server's URL, and a URL may hold a password.
-            on_done(None, masked_url(f"{getattr(self.server, 'name', 'server')}: {exc}"))
-            return
+            if ticket.finish():
+                on_done(None, masked_url(f"{getattr(server, 'name', 'server')}: {exc}"))
+                return
         except Exception as exc:  # noqa: BLE001 - a bug, or an answer of a shape not foreseen: a load
             # reports every failure, else the window waits on it for good (the engine's service does the same)
             log.error("loading %s failed", spec, exc_info=exc)
-            on_done(None, masked_url(f"{getattr(self.server, 'name', 'server')}: {describe_error(exc)}"))
-            return
-        self.model, self._history = model, []
-        self._info = ModelInfo(name=model_label(model), path=spec, capabilities=caps, device=self.server.name,
-                               dtype="", weights="", folder="", backend=f"remote:{self.server.name}")
-        self.sources = sources
-        on_done(self._info, None)
+            if ticket.finish():
+                on_done(None, masked_url(f"{getattr(server, 'name', 'server')}: {describe_error(exc)}"))
+                return
+        else:
+            info = ModelInfo(name=model_label(model), path=spec, capabilities=caps, device=server.name,
+                             dtype="", weights="", folder="", backend=f"remote:{server.name}")
+
+            def install() -> None:
+                self.server, self.model, self._history = server, model, []
+                self._info, self.sources = info, sources
+            if ticket.finish(install):
+                on_done(info, None)
+                return
+        on_done(None, LOAD_CANCELLED)
 
     def _answer(self, turns: list[HistoryMessage], user: HistoryMessage, params: GenerationParams,
                 sink: EventSink, system_prompt: str | None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.backends.remote import parse_spec
-from engine.api import Attachment, Capabilities, ChatBackend, GenerationParams, HistoryMessage, ModelInfo
+from engine.api import LOAD_CANCELLED, Attachment, Capabilities, ChatBackend, GenerationParams, HistoryMessage, ModelInfo
 from engine.api.backend import EventSink, LoadCallback
 
 
@@ -25,6 +25,7 @@ class EngineSwitch:
         self._make_remote = remote
         self.remotes: dict[str, ChatBackend] = {}
         self.current: ChatBackend = local
+        self._loading: tuple[ChatBackend, ChatBackend] | None = None  # (loading, in use before) for cancel_load
 
     @property
     def info(self) -> ModelInfo | None:
@@ -46,12 +47,22 @@ class EngineSwitch:
         if target is not previous:
             previous.cancel()
         self.current = target
+        self._loading = (target, previous)
 
         def done(info, error) -> None:
-            if info is None and self.current is target and target is not previous:
+            # (A stopped load went back in cancel_load already: another load may have begun since.)
+            if info is None and error != LOAD_CANCELLED and self.current is target and target is not previous:
                 self.current = previous  # it still holds its model: the window goes on with it
             on_done(info, error)
         target.load(model, options, done)
+
+    def cancel_load(self) -> bool:
+        loading, self._loading = self._loading, None
+        if loading is None or not loading[0].cancel_load():
+            return False
+        if self.current is loading[0]:
+            self.current = loading[1]  # every later call goes to the model in use before
+        return True
 
     def forget_server(self, name: str) -> None:
         """A server was edited or removed: its next use builds a backend with the new settings."""

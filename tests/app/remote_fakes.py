@@ -11,6 +11,7 @@ which counts ``max_tokens`` against the context too and says both numbers.
 ``props``, ``show`` and ``model_info`` are served as llama-server's ``/props``, Ollama's ``/api/show`` and
 LiteLLM's ``/v1/model/info``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
+``models_delay`` seconds pass before ``/v1/models`` answers (a server busy loading its own model).
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
 wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
 ``whole:NAME`` (:data:`BAD_WHOLE`, :data:`ODD_WHOLE`) answers that JSON body instead of a stream.
@@ -81,8 +82,10 @@ class FakeOpenAI:
     """``with FakeOpenAI() as fake: fake.url`` — a threaded server on 127.0.0.1 and a free port."""
 
     def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None,
-                 show: dict | None = None, model_info: dict | None = None, tokenize: bool = False) -> None:
+                 show: dict | None = None, model_info: dict | None = None, tokenize: bool = False,
+                 models_delay: float = 0.0) -> None:
         self.api_key, self.props, self.models, self.show = api_key, props, models, show
+        self.models_delay = models_delay
         self.tokenize = tokenize  # llama-server's /tokenize: {"content"} -> {"tokens"}, a token a word
         self.model_info = model_info
         self.requests: list[dict] = []
@@ -117,6 +120,7 @@ class FakeOpenAI:
                 if not self._authorized():
                     return
                 if self.path == "/v1/models":
+                    outer.stop.wait(min(outer.models_delay, STALL_LIMIT))
                     data = outer.models or [{"id": m, "object": "model"} for m in MODELS]
                     self._json(200, {"object": "list", "data": data})
                 elif self.path == "/props" and outer.props is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from PySide6.QtCore import Qt
 
@@ -17,9 +18,9 @@ class SlowFactory(FakeBackend):
         super().__init__(**kwargs)
         self.release = threading.Event()
 
-    def _load(self, model, options, on_done):
+    def _load(self, model, options, on_done, ticket):
         self.release.wait(5)
-        super()._load(model, options, on_done)
+        super()._load(model, options, on_done, ticket)
 
 
 def test_window_shows_loading_state_and_disables_send(qtbot, make_window):
@@ -103,3 +104,120 @@ def test_a_server_model_that_fails_to_load_leaves_the_local_one_in_use():
     switch.load("remote:Box::big-model", {}, lambda info, error: results.put((info, error)))
     assert results.get(timeout=5) == (None, "Box: 401 wrong key")
     assert switch.current is local and switch.info.path == "/models/fake"
+
+
+# -- stopping a load (trial 57: a 2B model picked by mistake on a small machine could only be waited out) --
+def test_esc_stops_a_load_and_the_model_before_stays(qtbot, make_window):
+    factory = FakeBackend()
+    win = make_window(factory)
+    factory.load_delay = 30  # a model that would take half a minute
+    win.model_picker.model_chosen.emit("/models/SmolVLM2-2.2B-Instruct")
+    qtbot.waitUntil(lambda: win.controller.loading and win.stop_button.isVisible(), timeout=5000)
+    assert not win.send_button.isVisible()
+    assert win.stop_button.isEnabled() and win.stop_button.toolTip() == "Stop loading the model (Esc)"
+    assert win.stop_button.accessibleName() == "Stop loading the model (Esc)"
+    assert win.actions["stop"].isEnabled() and win.actions["stop"].text() == "&Stop loading the model\tEsc"
+    assert win.stats_label.text() == "Loading model from /models/SmolVLM2-2.2B-Instruct… · Esc stops"
+    assert win.model_picker.isEnabled()  # another model can be picked meanwhile
+    qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
+
+    qtbot.keyClick(win.composer, Qt.Key.Key_Escape)
+    assert not win.controller.loading and win.controller.ready
+    assert win.model_info["path"] == "/models/fake"
+    assert win.banner.message() == "Stopped loading SmolVLM2-2.2B-Instruct. Still using FakeVLM-256M."
+    assert win.stats_label.text() == "FakeVLM-256M · cpu · float32 · ready"
+    assert win.model_picker.text().startswith("FakeVLM-256M")
+    assert win.send_button.isVisible() and not win.stop_button.isVisible()
+    assert win.actions["stop"].text() == "&Stop answer\tEsc" and not win.actions["stop"].isEnabled()
+    # The backend stopped too (not in 30 s): the next question is answered by the model before.
+    win.composer.setPlainText("still there?")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.mouseClick(win.send_button, Qt.MouseButton.LeftButton)
+    assert win.transcript.messages()[-1]["text"] == "Hello, world!"
+    assert factory.info.path == "/models/fake"
+
+
+def test_stopping_the_first_load_leaves_no_model_and_a_message_waiting(qtbot, make_window):
+    factory = FakeBackend(load_delay=30)
+    win = make_window(factory, wait_loaded=False)
+    qtbot.waitUntil(lambda: win.stop_button.isVisible(), timeout=5000)
+    qtbot.keyClicks(win.composer, "early question")
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.banner.message().startswith("The model is still loading")
+    qtbot.mouseClick(win.stop_button, Qt.MouseButton.LeftButton)
+    assert not win.controller.loading and not win.controller.ready
+    assert win.banner.message() == "Stopped loading fake: no model is loaded."
+    assert win.stats_label.text() == "No model loaded" and win.model_picker.text() == "Choose a model…"
+    assert win.composer.toPlainText() == "early question"  # kept
+    assert not win.stop_button.isVisible() and win.send_button.isVisible() and not win.send_button.isEnabled()
+    # Another model loads, at once (the stopped load does not hold the backend's thread for 30 s).
+    factory.load_delay = 0
+    win.model_picker.model_chosen.emit("/models/small")
+    qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=5000)
+    assert win.model_info["path"] == "/models/small"
+
+
+def test_a_model_picked_while_another_loads_replaces_that_load(qtbot, make_window):
+    factory = FakeBackend()
+    win = make_window(factory)
+    factory.load_delay = 30
+    win.model_picker.model_chosen.emit("/models/huge")
+    qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
+    factory.load_delay = 0
+    win.model_picker.model_chosen.emit("/models/small")
+    qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)  # not after the first one's 30 s
+    assert win.model_info["path"] == "/models/small" and factory.info.path == "/models/small"
+    assert [load[0] for load in factory.loads] == ["/models/fake", "/models/huge", "/models/small"]
+    assert "huge" not in win.banner.message()  # replaced, not "stopped": nothing to say about it
+
+
+def test_a_stopped_load_on_a_server_goes_back_to_the_local_model():
+    """The switch routes every call after ``cancel_load`` to the backend in use before, and a stopped
+    load's late "stopped" answer does not move it back once another load began."""
+    import queue
+
+    from app.backends.switch import EngineSwitch
+    from engine.api import LOAD_CANCELLED
+
+    local, remote = FakeBackend(), FakeBackend(load_delay=30)
+    switch = EngineSwitch(local, lambda name: remote)
+    results: queue.Queue = queue.Queue()
+    switch.load("/models/fake", {}, lambda info, error: results.put((info, error)))
+    assert results.get(timeout=5)[0].path == "/models/fake"
+    assert not switch.cancel_load()  # it has loaded: nothing to stop
+    switch.load("remote:Box::big-model", {}, lambda info, error: results.put((info, error)))
+    assert switch.current is remote
+    assert switch.cancel_load()
+    assert switch.current is local and switch.info.path == "/models/fake"
+    assert results.get(timeout=5) == (None, LOAD_CANCELLED)
+    remote.load_delay = 0
+    switch.load("remote:Box::small-model", {}, lambda info, error: results.put((info, error)))
+    assert results.get(timeout=5)[0].path == "remote:Box::small-model"
+    assert switch.current is remote
+
+
+def test_a_stopped_server_load_keeps_the_server_model_before():
+    """A server slow to list its models: the load stopped meanwhile leaves the model in use on it."""
+    from app.backends.remote import RemoteBackend, remote_spec
+    from app.backends.remote_http import Server
+    from engine.api import LOAD_CANCELLED
+    from tests.app.remote_fakes import FakeOpenAI
+
+    with FakeOpenAI() as fake:
+        backend = RemoteBackend(Server("fake", fake.url))
+        done = threading.Semaphore(0)
+        results = []
+
+        def on_done(info, error):
+            results.append((info, error))
+            done.release()
+        backend.load(remote_spec("fake", "ok"), {}, on_done)
+        assert done.acquire(timeout=10) and results[-1][1] is None
+        fake.models_delay = 1.0
+        backend.load(remote_spec("fake", "text-only"), {}, on_done)
+        time.sleep(0.2)  # (inside the request for /v1/models)
+        assert backend.cancel_load()
+        assert done.acquire(timeout=10) and results[-1] == (None, LOAD_CANCELLED)
+        assert backend.info.name == "ok" and backend.model == "ok" and backend.server.url == fake.url
+        assert not backend.cancel_load()
+        backend.close()
