@@ -173,7 +173,9 @@ def _generate(args: argparse.Namespace) -> int:
                                system_prompt=args.system)
     more = {"videos": args.video} if args.video else {}
     done = []
-    code = _print_events(_recording(session.send(prompt, images=args.image, params=params, **more), done), args.json)
+    engine = {"device": session.device, "dtype": session.dtype, "weights": session.weights}
+    code = _print_events(_recording(session.send(prompt, images=args.image, params=params, **more), done), args.json,
+                         engine=engine)
     stats, capacity = done[-1].stats if done else None, session.cache.capacity
     if stats is not None and done[-1].finish_reason == "length" and stats.generated_tokens < args.max_new_tokens:
         # Any limit is taken; where the context's end came first, say so (a server refuses such a limit).
@@ -225,10 +227,13 @@ def _recording(events, done: list):
         yield event
 
 
-def _print_events(events, as_json: bool, remote: bool = False) -> int:
+def _print_events(events, as_json: bool, remote: bool = False, engine: dict | None = None) -> int:
     """Stream tokens to stdout (text, or one JSON object per line); 1 when the answer failed.
 
-    A server's tokens have no id here (``"id": null``); local events with id -1 carry no token."""
+    A server's tokens have no id here (``"id": null``); local events with id -1 carry no token.
+    ``engine``: ``{"device", "dtype", "weights"}`` of the local model, said with the final numbers
+    (int8 and int4 answers differ from float ones: a run's record says which it was)."""
+    engine = engine or {}
     out = sys.stdout
     for event in events:
         if isinstance(event, DoneEvent):
@@ -241,7 +246,7 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
                 if remote:  # a server's stream says no prefill time: unknown, not 0 (trial 55)
                     stats["prefill_tokens_per_s"] = None
                 out.write(json.dumps({"type": "done", "finish_reason": event.finish_reason,
-                                      **stats, **frames, **notice,
+                                      **stats, **frames, **notice, **engine,
                                       **({"error": event.error} if event.error else {})}) + "\n")
             elif event.finish_reason != "error" or event.stats.prompt_tokens or event.stats.generated_tokens:
                 # (a refusal before any work has nothing to measure: its error line alone)
@@ -254,7 +259,10 @@ def _print_events(events, as_json: bool, remote: bool = False) -> int:
                       f"generated {s.generated_tokens}, TTFT {s.ttft_s:.3f} s"
                       f"{' (images and vision tower included)' if s.image_tokens else ''}, "
                       + ("" if remote else f"decoder prefill {s.prefill_tokens_per_s:.1f} tok/s, ")
-                      + f"decode {s.decode_tokens_per_s:.1f} tok/s",
+                      + f"decode {s.decode_tokens_per_s:.1f} tok/s"
+                      + (f" ({engine['device']}, {engine['dtype']}"
+                         f"{', ' + engine['weights'] + ' weights' if engine['weights'] in ('int8', 'int4') else ''})"
+                         if engine else ""),
                       file=sys.stderr)
                 if s.notice:
                     print(f"note: {s.notice}", file=sys.stderr)

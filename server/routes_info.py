@@ -34,8 +34,16 @@ def _model_entry(state) -> dict:
         "context_length": context, "max_model_len": context,
         "architecture": {"input_modalities": _modalities(caps), "output_modalities": ["text"]},
         "meta": {"n_ctx": context, "n_ctx_train": caps.max_context, "capabilities": caps.to_dict(),
-                 "status": state.bridge.state},
+                 "status": state.bridge.state, **_engine(state)},
     }
+
+
+def _engine(state) -> dict:
+    """Where and how the model runs: ``device``, ``dtype`` and ``weights`` (``int8`` / ``int4`` when
+    quantized, else the dtype): a client comparing answers can tell a quantized model's apart.
+    Empty while the model loads."""
+    info = state.bridge.service.info
+    return {"device": info.device, "dtype": info.dtype, "weights": info.weights} if info else {}
 
 
 @router.get("/v1/models", summary="The served model, its input modalities and context length")
@@ -62,7 +70,7 @@ async def model_info(request: Request):
                        "supports_embeddings": caps.embeddings, "supports_system_messages": True,
                        "supports_response_schema": False, "supports_function_calling": False,
                        "max_input_tokens": context, "max_output_tokens": context, "max_tokens": context,
-                       "input_cost_per_token": 0.0, "output_cost_per_token": 0.0},
+                       "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, **_engine(state)},
     }]}
 
 

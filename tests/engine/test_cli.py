@@ -38,6 +38,7 @@ def test_generate_json_token_ids_equal_transformers(tiny_checkpoint, images_dir)
     assert done["type"] == "done" and done["finish_reason"] == "length"
     assert set(done) >= {"prompt_tokens", "cached_tokens", "generated_tokens", "ttft_s",
                          "prefill_tokens_per_s", "decode_tokens_per_s"}
+    assert (done["device"], done["dtype"], done["weights"]) == ("cpu", "float32", "float32")
     model = transformers.Idefics3ForConditionalGeneration.from_pretrained(
         tiny_checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
     processor = transformers.AutoProcessor.from_pretrained(tiny_checkpoint, backend="pil")
@@ -52,11 +53,15 @@ def test_generate_json_token_ids_equal_transformers(tiny_checkpoint, images_dir)
     assert done["prompt_tokens"] == len(ref_ids) and done["generated_tokens"] == 12
 
 
-def test_plain_output_streams_text_and_stats(tiny_checkpoint):
-    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "Hello", "--max-new-tokens", 4, "--ignore-eos")
+@pytest.mark.parametrize("weights, said", [("auto", "(cpu, float32)"), ("int8", "(cpu, float32, int8 weights)")])
+def test_plain_output_streams_text_and_stats(tiny_checkpoint, weights, said):
+    proc = cli("generate", "--model", tiny_checkpoint, "--prompt", "Hello", "--max-new-tokens", 4, "--ignore-eos",
+               "--device", "cpu", "--weights", weights)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
-    assert "[length] prompt" in proc.stderr and "generated 4" in proc.stderr
+    stats = [line for line in proc.stderr.splitlines() if line.startswith("[length] prompt")]
+    assert len(stats) == 1 and "generated 4" in stats[0]
+    assert stats[0].endswith(f" tok/s {said}")  # which weights wrote the answer (trial 57)
 
 
 @pytest.mark.parametrize("content", [b"", b"plain text, not a picture"])

@@ -30,6 +30,8 @@ def test_models_lists_the_served_model_with_its_modalities(client):
     assert [m.id for m in models] == [MODEL]
     extra = models[0].model_extra
     assert extra["architecture"]["input_modalities"] == ["text", "image"] and extra["context_length"] > 0
+    assert {k: extra["meta"][k] for k in ("device", "dtype", "weights")} == {
+        "device": "cpu", "dtype": "float32", "weights": "float32"}  # trial 57: which weights answer
     one = client.models.retrieve(MODEL)  # GET /v1/models/{id}
     assert one.id == MODEL and one.model_extra["context_length"] == extra["context_length"]
     with pytest.raises(openai.NotFoundError):

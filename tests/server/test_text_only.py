@@ -13,7 +13,8 @@ from tests.server.helpers import ThreadServer, data_uri, png_bytes, wait_ready
 
 @pytest.fixture(scope="module")
 def llama_url(llama_tiny_checkpoint):  # noqa: F811
-    srv = ThreadServer(create_app(ServerConfig(model=str(llama_tiny_checkpoint), model_id="smollm2")))
+    srv = ThreadServer(create_app(ServerConfig(model=str(llama_tiny_checkpoint), model_id="smollm2",
+                                               load_options={"device": "cpu", "weights": "int4"})))
     try:
         wait_ready(srv.url, timeout=60)
         yield srv.url
@@ -26,6 +27,8 @@ def test_text_only_model_reports_text_input_and_answers(llama_url):
     assert model["architecture"]["input_modalities"] == ["text"]
     info = httpx.get(f"{llama_url}/v1/model/info").json()["data"][0]["model_info"]
     assert info["supports_vision"] is False and info["supports_video"] is False and info["max_input_tokens"] > 0
+    # Which weights answer (trial 57: a quantized server said nothing of it).
+    assert model["meta"]["weights"] == info["weights"] == "int4" and info["device"] == "cpu"
     reply = httpx.post(f"{llama_url}/v1/chat/completions", timeout=60, json={
         "model": "smollm2", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
         "max_tokens": 3, "temperature": 0})
