@@ -7,6 +7,22 @@ from collections.abc import Callable
 
 import torch
 
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # device index -> the one capture stream
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream every capture on ``device`` runs on, shared by all models the process loads.
+
+    cuBLAS keeps a workspace per stream (32 MiB on Hopper) that is never given back while the process
+    lives: a stream of each model's own left one more workspace behind every model load, kept or
+    stopped (measured on an H100: +33 MiB allocated per load). Captures run on the engine thread, one
+    at a time, so sharing the stream is safe."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _CAPTURE_STREAMS.get(index)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return stream
+
 
 def capture(run: Callable[[], torch.Tensor], stream: torch.cuda.Stream, pool
             ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.models.cuda_graph import capture
+from engine.models.cuda_graph import capture, capture_stream
 
 
 class GraphCaptureError(RuntimeError):
@@ -31,8 +31,9 @@ class VisionGraphs:
     """``tower(x [k, C, M, M]) -> [k, image_seq_len, H]`` (the vision tower and connector), run in chunks
     of at most ``max_tiles`` tiles through a static input buffer, one fixed-shape step per chunk size.
 
-    ``use_graph`` (default: on CUDA) replays a CUDA graph per size, captured on ``stream`` (default: a
-    new one; share the decoder's to share cuBLAS's per-stream workspace) into a memory pool of its own.
+    ``use_graph`` (default: on CUDA) replays a CUDA graph per size, captured on ``stream`` (default: the
+    device's capture stream, :func:`engine.models.cuda_graph.capture_stream`, which shares cuBLAS's
+    per-stream workspace) into a memory pool of its own.
     ``sizes`` (default: every size ``1..max_tiles``) are the chunk sizes that get a step; it must hold
     ``max_tiles``. ``tower`` must compute each tile's output from that tile alone.
 
@@ -55,7 +56,7 @@ class VisionGraphs:
         self.input = torch.zeros(max_tiles, *tile_shape, device=device, dtype=dtype)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.use_graph else None
-        self.stream = (stream or torch.cuda.Stream(device=device)) if self.use_graph else None
+        self.stream = (stream or capture_stream(torch.device(device))) if self.use_graph else None
 
     def supports(self, tiles: torch.Tensor) -> bool:
         """Whether ``tiles [N, C, M, M]`` fit the input buffer's tile shape, dtype and device."""
@@ -71,9 +72,13 @@ class VisionGraphs:
 
         Raises:
             GraphCaptureError: a capture failed.
+            LoadCancelled: the model load that captures them was stopped.
         """
+        from engine.cancellation import load_cancel_point  # (a no-op outside a model load)
+
         if self.use_graph:
             for k in reversed(self.sizes):
+                load_cancel_point()  # at load (the model's warm-up): a stopped load ends between sizes
                 if k not in self.graphs:
                     self._capture(k)
 
