@@ -114,12 +114,19 @@ def test_int8_linear_quantized_in_row_chunks_equals_the_whole_weight_at_once(mon
     assert torch.equal(whole.weight, torch.round(lin.weight / whole.scale.float()[:, None]).to(torch.int8))
 
 
+@pytest.fixture
+def bfloat16_checkpoint(family_checkpoint):
+    """Tiny SmolVLM in bfloat16, as published checkpoints are, with its own (untied) lm_head."""
+    return family_checkpoint("SmolVLM-256M-Instruct", tiny=True, dtype="bfloat16")
+
+
 @pytest.mark.parametrize("weights", ["int8", "int4"])
-@pytest.mark.parametrize("fixture", ["tiny_checkpoint", "llama_tiny_checkpoint"])
+@pytest.mark.parametrize("fixture", ["tiny_checkpoint", "llama_tiny_checkpoint", "bfloat16_checkpoint"])
 def test_a_quantized_load_builds_one_layer_at_a_time(request, monkeypatch, fixture, weights):
     """``load_model(weights=)`` fuses, converts and quantizes each decoder layer before it touches the
     next (a whole float32 decoder first held 8.6 GiB for the 2.2B shape's 2.6 GiB int8 model), and
-    gives the same layers as quantizing a float model after its load."""
+    gives the same layers as quantizing a float model after its load; a bfloat16 checkpoint's untied
+    head is quantized from its bfloat16 values, which float32 holds exactly: the same weights."""
     import engine.layers.linear as linear
 
     checkpoint = request.getfixturevalue(fixture)
