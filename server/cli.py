@@ -170,15 +170,15 @@ def tune_process() -> None:
     for this process (the server's own: ``smolchat serve``; the app's local server shares the
     window's process and leaves it as it is)."""
     import ctypes
-    import ctypes.util
     import sys
 
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     if not sys.platform.startswith("linux"):
         return
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # The C library this process runs on (dlopen(NULL)), as engine.device.release_free_host_memory
+        # finds malloc_trim: a libc found by name may be another file than the one in use.
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl and others: no mallopt
         return
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
