@@ -289,9 +289,9 @@ def test_a_new_chats_unsent_message_opens_a_new_chat_at_the_next_start(qtbot, ma
     assert again.composer.toPlainText() == "unsaved new-chat draft"
 
 
-def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, make_window):
-    """Trial 56: switching chats in the middle of an edit dropped the edit without a word (its draft set
-    aside came back, the edited text did not)."""
+def _editing_first_chat(qtbot, make_window):
+    """A window with two chats, the first open with "draft A" set aside by an edit of its question
+    (now "EDITED: And of Italy?"): ``(window, first chat, second chat)``."""
     win = make_window(FakeBackend(tokens=["Fine", "."]))
     chat_a = _ask(qtbot, win, "And of Germany?")
     win.new_chat()
@@ -300,6 +300,13 @@ def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, mak
     win.composer.setPlainText("draft A")
     win._on_message_action("edit", 0)
     win.composer.setPlainText("EDITED: And of Italy?")
+    return win, chat_a, chat_b
+
+
+def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, make_window):
+    """Trial 56: switching chats in the middle of an edit dropped the edit without a word (its draft set
+    aside came back, the edited text did not)."""
+    win, chat_a, chat_b = _editing_first_chat(qtbot, make_window)
     win.open_conversation(chat_b)
     assert win._editing is None and win.composer.toPlainText() == ""
     win.open_conversation(chat_a)
@@ -312,14 +319,7 @@ def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, mak
 def test_an_edit_left_for_another_chat_is_kept_through_a_quit(qtbot, make_window, tmp_path):
     """Session 47's leftover: a chat left in the middle of an edit kept the edit while the window
     stayed open; at a quit only the draft it set aside was kept, and the edit was gone."""
-    win = make_window(FakeBackend(tokens=["Fine", "."]))
-    chat_a = _ask(qtbot, win, "And of Germany?")
-    win.new_chat()
-    chat_b = _ask(qtbot, win, "Another chat.")
-    win.open_conversation(chat_a)
-    win.composer.setPlainText("draft A")
-    win._on_message_action("edit", 0)
-    win.composer.setPlainText("EDITED: And of Italy?")
+    win, chat_a, chat_b = _editing_first_chat(qtbot, make_window)
     photo = write_png(tmp_path / "map.png")
     assert drop(win.composer, file_mime(photo))
     win.open_conversation(chat_b)
