@@ -159,9 +159,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if path:
             self.load_model(path, device, dtype)
         else:
-            self.stats_label.setText("No model loaded — choose or download one to start.")
-            self.transcript.set_placeholder(NO_MODEL_TEXT)  # not "Drop a photo here…": nothing could read it
-            self.composer.setPlaceholderText("Load a model to ask a question…")
+            self._show_no_model("No model loaded — choose or download one to start.")
             QTimer.singleShot(0, self.open_model_manager)
 
     def _remove_unused_media(self) -> None:
@@ -567,10 +565,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.banner.show_error(f"Could not load the model: {message}\n"
                                    f"Still using {self.controller.model_info.get('model_name') or 'the model before'}.")
             return
-        self.model_picker.set_none()
-        self.transcript.set_placeholder(NO_MODEL_TEXT)
+        self._show_no_model()
         self.banner.show_error(f"Could not load the model: {message}")
-        self.stats_label.setText("No model loaded")
         self.attach_files_after_load()
 
     @Slot(str)
@@ -582,11 +578,18 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.banner.show_info(f"Stopped loading {what}. Still using "
                                   f"{self.controller.model_info.get('model_name') or 'the model before'}.")
             return
-        self.model_picker.set_none()
-        self.transcript.set_placeholder(NO_MODEL_TEXT)
+        self._show_no_model()
         self.banner.show_info(f"Stopped loading {what}: no model is loaded.")
-        self.stats_label.setText("No model loaded")
         self.attach_files_after_load()
+
+    def _show_no_model(self, status: str = "No model loaded") -> None:
+        """No model in use (none yet, a first load failed or stopped): nothing says what it could read.
+        (Trial 57: after a text-only model's failed reload the box still asked about an image.)"""
+        self.model_picker.set_none()
+        self.transcript.set_placeholder(NO_MODEL_TEXT)  # not "Drop a photo here…": nothing could read it
+        self.composer.setPlaceholderText("Load a model to ask a question…")
+        self.composer.viewport().update()
+        self.stats_label.setText(status)
 
     @Slot(object)
     def _on_progress(self, event) -> None:

@@ -45,6 +45,8 @@ def test_load_failure_shows_error_and_window_stays_usable(qtbot, make_window, pn
     assert win.banner.message() == "Could not load the model: /models/broken: config.json is missing"
     assert win.stats_label.text() == "No model loaded"
     assert win.model_picker.isEnabled() and win.model_picker.text() == "Choose a model…"
+    # Not "Ask about an image…": no model says what it reads (trial 57, after a text-only model).
+    assert win.composer.placeholderText() == "Load a model to ask a question…"
     qtbot.keyClicks(win.composer, "still typing")
     assert drop(win.composer, file_mime(png))
     assert win.composer.toPlainText() == "still typing"
@@ -148,6 +150,7 @@ def test_stopping_the_first_load_leaves_no_model_and_a_message_waiting(qtbot, ma
     assert not win.controller.loading and not win.controller.ready
     assert win.banner.message() == "Stopped loading fake: no model is loaded."
     assert win.stats_label.text() == "No model loaded" and win.model_picker.text() == "Choose a model…"
+    assert win.composer.placeholderText() == "Load a model to ask a question…"
     assert win.composer.toPlainText() == "early question"  # kept
     assert not win.stop_button.isVisible() and win.send_button.isVisible() and not win.send_button.isEnabled()
     # Another model loads, at once (the stopped load does not hold the backend's thread for 30 s).
