@@ -74,6 +74,7 @@ class ChatController(QObject):
         self._loads = 0  # loads asked for: only the last one's result counts
         self.asked = ""  # the last model asked for: loaded again with new engine settings if it failed
         self._before: dict = {}  # the model in use when a load began (kept if that load fails)
+        self.before_outdated = False  # engine settings changed since that model loaded (during the load)
         self.model_info: dict = {}
         self.busy = self.ready = self.loading = self.closed = False
         self._stopped = True  # the backend's thread ended at shutdown
@@ -96,6 +97,7 @@ class ChatController(QObject):
             self.backend.cancel_load()
         else:
             self._before = dict(self.model_info) if self.ready else {}
+            self.before_outdated = False
         self.loading, self.ready = True, False
         self.busy_changed.emit()
         self.model_loading.emit(path)
@@ -111,6 +113,8 @@ class ChatController(QObject):
         path = self.model_info.get("path") if self.ready else self.asked
         if not path:
             return
+        if self.loading and self._before:  # a stopped load leaves that model on the settings before
+            self.before_outdated = True
         if self.busy:  # never swap the model under a running answer
             self.reload_pending = (path, device, dtype, options)
             self.notice.emit("The new engine settings apply when this answer finishes.")

@@ -71,6 +71,7 @@ NO_MODEL_NOTE = ("No model is loaded: your message stays here. Choose a model at
                  "Manage models…, Ctrl+M) to send it.")
 LOADING_NOTE = "The model is still loading: your message stays here, to send once the status bar says ready."
 READY_NOTE = "The model is ready: press Enter to send your message."
+STOPPED_NOTE = "Stopped loading"
 NO_MODEL_TEXT = "No model loaded.\nChoose or download a model with the button at the top right (or Model ▸ Manage models…)."
 
 
@@ -504,11 +505,13 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     @Slot(str)
     def _on_model_loading(self, path: str) -> None:
         self.model_picker.set_loading(path)
+        if self.banner.message().startswith(STOPPED_NOTE):  # about a load before this one (trial 58)
+            self.banner.dismiss()
         remote = parse_spec(path)
         if remote is not None:  # said as the user chose it, not as the internal "remote:SERVER::MODEL"
             where = f"{model_label(remote[1])} on {remote[0]}"
-            self.transcript.set_placeholder(f"Connecting…\n{where}")
-            self.stats_label.setText(f"Connecting to {where}…")
+            self.transcript.set_placeholder(f"Connecting…\n{where}\n\nEsc stops.")
+            self.stats_label.setText(f"Connecting to {where}… · Esc stops")
             return
         self.transcript.set_placeholder(f"Loading model…\n{path}\n\nEsc stops the load.")
         self.stats_label.setText(f"Loading model from {path}… · Esc stops")
@@ -568,19 +571,25 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self._show_no_model()
         self.banner.show_error(f"Could not load the model: {message}")
         self.attach_files_after_load()
+        self._count_pending_tokens()  # no longer "counting…": no model will
 
     @Slot(str)
     def _on_model_load_stopped(self, path: str) -> None:
         remote = parse_spec(path)
         what = f"{model_label(remote[1])} on {remote[0]}" if remote else Path(path).name or path
+        if remote is None and Path(path).exists():  # in the model menu, to pick again (trial 58: --model)
+            self.model_picker.remember(path)
         if self.controller.ready:  # the model before is still loaded: the chat goes on with it
             self._on_model_loaded(self.controller.model_info)
-            self.banner.show_info(f"Stopped loading {what}. Still using "
-                                  f"{self.controller.model_info.get('model_name') or 'the model before'}.")
+            before = self.controller.model_info.get("model_name") or "the model before"
+            outdated = (" It runs on the engine settings it was loaded with: pick it again to use the new ones."
+                        if self.controller.before_outdated else "")
+            self.banner.show_info(f"{STOPPED_NOTE} {what}. Still using {before}.{outdated}")
             return
         self._show_no_model()
-        self.banner.show_info(f"Stopped loading {what}: no model is loaded.")
+        self.banner.show_info(f"{STOPPED_NOTE} {what}: no model is loaded.")
         self.attach_files_after_load()
+        self._count_pending_tokens()  # no longer "counting…": no model will
 
     def _show_no_model(self, status: str = "No model loaded") -> None:
         """No model in use (none yet, a first load failed or stopped): nothing says what it could read.

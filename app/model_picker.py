@@ -48,6 +48,10 @@ class ModelPicker(QPushButton):
         self.setText(name)
         remote = parse_spec(path)  # said as the user knows it, not as "remote:SERVER::MODEL" (trial 56)
         self.setToolTip(f"{remote[1] if remote else path}{f' on {remote[0]}' if remote else ''}\nClick to switch model")
+        self.remember(path, name)
+
+    def remember(self, path: str, name: str = "") -> None:
+        """List the local model ``path`` in the menu for this session (loaded, or its load stopped)."""
         if path and not path.startswith("remote:") and all(m["path"] != path for m in self._loaded):
             self._loaded.append({"name": name or path.rstrip("/").split("/")[-1], "path": path})
 

@@ -392,7 +392,10 @@ class AttachmentsMixin:
             for path in images:
                 if (path, detail) not in self._token_counts:
                     self._token_counts[(path, detail)] = self.controller.count_tokens(path, detail)
-        counts = [self._token_counts.get((p, detail)) for p in images]
+        # With no model in use and none loading, nothing will count them: not "counting…" for good
+        # (trial 58); a model that loads counts them then (model_loaded).
+        unknown = None if self.controller.ready or self.controller.loading else -1
+        counts = [self._token_counts.get((p, detail), unknown) for p in images]
         chips = self.attachments.video_chips()
         video_tokens = 0
         if chips:

@@ -373,10 +373,13 @@ class EngineService:
         with self._lock:
             self._closed = True
         self.cancel()
-        self.cancel_load()  # a 2B model's load on a CPU takes 15 s: it stops within a layer
+        loading = self.cancel_load()  # a 2B model's load on a CPU takes 15 s: it stops within a layer
         self._queue.put(_STOP)
         self._thread.join(timeout)
-        if self._thread.is_alive():
+        if self._thread.is_alive() and loading:  # nothing is lost: what it built goes with the process
+            log.info("a stopped model load is still ending after %.1f s; leaving it to exit with the process",
+                     timeout)
+        elif self._thread.is_alive():
             log.warning("the engine thread is still busy after %.1f s; leaving it to exit with the process", timeout)
         return not self._thread.is_alive()
 

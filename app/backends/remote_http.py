@@ -76,8 +76,8 @@ def from_exception(exc: BaseException) -> RemoteError:
         return exc
     causes = list(_chain(exc))
     text = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
-        return RemoteError("timeout", text)
+    if isinstance(exc, httpx.TimeoutException):  # httpx's own words ("timed out") add nothing to the verdict
+        return RemoteError("timeout", "" if "timed out" in text.lower() else text)
     if any(isinstance(c, ssl.SSLError) for c in causes) or "SSL" in text or "certificate" in text.lower():
         return RemoteError("tls", text)
     if any(isinstance(c, socket.gaierror) for c in causes) or any(

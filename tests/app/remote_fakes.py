@@ -11,7 +11,8 @@ which counts ``max_tokens`` against the context too and says both numbers.
 ``props``, ``show`` and ``model_info`` are served as llama-server's ``/props``, Ollama's ``/api/show`` and
 LiteLLM's ``/v1/model/info``.
 ``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
-``models_delay`` seconds pass before ``/v1/models`` answers (a server busy loading its own model).
+``models_delay`` seconds pass before ``/v1/models`` answers (a server busy loading its own model);
+``hold_models`` (an Event) holds each ``/v1/models`` until it is set; ``models_held`` counts those held now.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
 wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
 ``whole:NAME`` (:data:`BAD_WHOLE`, :data:`ODD_WHOLE`) answers that JSON body instead of a stream.
@@ -86,6 +87,8 @@ class FakeOpenAI:
                  models_delay: float = 0.0) -> None:
         self.api_key, self.props, self.models, self.show = api_key, props, models, show
         self.models_delay = models_delay
+        self.hold_models: threading.Event | None = None
+        self.models_held = 0
         self.tokenize = tokenize  # llama-server's /tokenize: {"content"} -> {"tokens"}, a token a word
         self.model_info = model_info
         self.requests: list[dict] = []
@@ -121,6 +124,11 @@ class FakeOpenAI:
                     return
                 if self.path == "/v1/models":
                     outer.stop.wait(min(outer.models_delay, STALL_LIMIT))
+                    hold = outer.hold_models
+                    if hold is not None:
+                        outer.models_held += 1
+                        hold.wait(STALL_LIMIT)
+                        outer.models_held -= 1
                     data = outer.models or [{"id": m, "object": "model"} for m in MODELS]
                     self._json(200, {"object": "list", "data": data})
                 elif self.path == "/props" and outer.props is not None:

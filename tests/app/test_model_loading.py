@@ -139,25 +139,66 @@ def test_esc_stops_a_load_and_the_model_before_stays(qtbot, make_window):
     assert factory.info.path == "/models/fake"
 
 
-def test_stopping_the_first_load_leaves_no_model_and_a_message_waiting(qtbot, make_window):
+def test_stopping_the_first_load_leaves_no_model_and_a_message_waiting(qtbot, make_window, png, tmp_path):
     factory = FakeBackend(load_delay=30)
-    win = make_window(factory, wait_loaded=False)
+    model = tmp_path / "SmolVLM2-2.2B-Instruct"
+    model.mkdir()
+    win = make_window(factory, model_path=str(model), wait_loaded=False)
     qtbot.waitUntil(lambda: win.stop_button.isVisible(), timeout=5000)
     qtbot.keyClicks(win.composer, "early question")
     qtbot.keyClick(win.composer, Qt.Key.Key_Return)
     assert win.banner.message().startswith("The model is still loading")
+    assert drop(win.composer, file_mime(png))
     qtbot.mouseClick(win.stop_button, Qt.MouseButton.LeftButton)
     assert not win.controller.loading and not win.controller.ready
-    assert win.banner.message() == "Stopped loading fake: no model is loaded."
+    assert win.banner.message() == "Stopped loading SmolVLM2-2.2B-Instruct: no model is loaded."
     assert win.stats_label.text() == "No model loaded" and win.model_picker.text() == "Choose a model…"
     assert win.composer.placeholderText() == "Load a model to ask a question…"
     assert win.composer.toPlainText() == "early question"  # kept
+    # Trial 58: "counting image tokens…" for good, with no model to count them.
+    assert win.pending_label.text().startswith("1 image") and "counting" not in win.pending_label.text()
+    # It can be picked again from the menu (trial 58: a --model path whose load was stopped was not listed).
+    assert str(model) in [m["path"] for m in win.model_picker.local_models()]
     assert not win.stop_button.isVisible() and win.send_button.isVisible() and not win.send_button.isEnabled()
     # Another model loads, at once (the stopped load does not hold the backend's thread for 30 s).
     factory.load_delay = 0
     win.model_picker.model_chosen.emit("/models/small")
+    assert win.banner.message() == ""  # the stopped load is not news once another begins (trial 58)
     qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=5000)
     assert win.model_info["path"] == "/models/small"
+
+
+def test_new_engine_settings_during_a_stopped_load_are_said_to_wait(qtbot, make_window):
+    """Trial 58: weights changed in Settings while a model loaded restart that load; stopped, the model
+    before stayed on its old settings while Settings showed the new ones, without a word."""
+    factory = FakeBackend()
+    win = make_window(factory)
+    factory.load_delay = 30
+    win.model_picker.model_chosen.emit("/models/huge")
+    qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
+    win.controller.reload_when_idle(None, None, {"weights": "int8"})  # (what Settings ▸ OK does)
+    qtbot.waitUntil(lambda: len(factory.loads) == 3, timeout=5000)
+    assert factory.loads[-1][:2] == ("/models/huge", {"device": None, "dtype": None, "weights": "int8"})
+    win.stop()
+    assert win.banner.message() == ("Stopped loading huge. Still using FakeVLM-256M. It runs on the engine "
+                                    "settings it was loaded with: pick it again to use the new ones.")
+    factory.load_delay = 0
+    win.model_picker.model_chosen.emit("/models/fake")
+    qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
+    factory.load_delay = 30
+    win.model_picker.model_chosen.emit("/models/huge")
+    qtbot.waitUntil(lambda: win.controller.loading and len(factory.loads) == 5, timeout=5000)
+    win.stop()  # the model in use now has the settings: nothing more to say
+    assert win.banner.message() == "Stopped loading huge. Still using FakeVLM-256M."
+
+
+def test_connecting_to_a_server_says_esc_stops_it(qtbot, make_window):
+    factory = FakeBackend()
+    win = make_window(factory)
+    factory.load_delay = 30
+    win.model_picker.model_chosen.emit("remote:Box::big-model")
+    assert win.stats_label.text() == "Connecting to big-model on Box… · Esc stops"
+    assert win.stop_button.isVisible()
 
 
 def test_a_model_picked_while_another_loads_replaces_that_load(qtbot, make_window):
@@ -200,7 +241,8 @@ def test_a_stopped_load_on_a_server_goes_back_to_the_local_model():
 
 
 def test_a_stopped_server_load_keeps_the_server_model_before():
-    """A server slow to list its models: the load stopped meanwhile leaves the model in use on it."""
+    """A server slow to list its models: the load stopped meanwhile leaves the model in use on it, and
+    the next load does not wait for the stopped one's request (trial 58: it waited out its timeout)."""
     from app.backends.remote import RemoteBackend, remote_spec
     from app.backends.remote_http import Server
     from engine.api import LOAD_CANCELLED
@@ -216,11 +258,20 @@ def test_a_stopped_server_load_keeps_the_server_model_before():
             done.release()
         backend.load(remote_spec("fake", "ok"), {}, on_done)
         assert done.acquire(timeout=10) and results[-1][1] is None
-        fake.models_delay = 1.0
+        held = fake.hold_models = threading.Event()
         backend.load(remote_spec("fake", "text-only"), {}, on_done)
-        time.sleep(0.2)  # (inside the request for /v1/models)
+        deadline = time.monotonic() + 10
+        while not fake.models_held:  # the request for /v1/models has arrived, and waits
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         assert backend.cancel_load()
         assert done.acquire(timeout=10) and results[-1] == (None, LOAD_CANCELLED)
+        assert fake.models_held == 1  # answered while its request still waits on the server
         assert backend.info.name == "ok" and backend.model == "ok" and backend.server.url == fake.url
         assert not backend.cancel_load()
+        fake.hold_models = None
+        backend.load(remote_spec("fake", "text-only"), {}, on_done)
+        assert done.acquire(timeout=10) and results[-1][0].name == "text-only"
+        assert fake.models_held == 1 and not held.is_set()  # not after the stopped request's end
+        held.set()
         backend.close()

@@ -340,7 +340,7 @@ def test_ctrl_c_during_the_model_load_ends_the_process_at_once(tiny_checkpoint, 
         server.proc.send_signal(signal.SIGINT)
         assert server.proc.wait(20) == 130, server.output()[-2000:]
         out = server.output()
-        assert "the engine thread is still busy after 1.0 s" in out
+        assert "WARNING" not in out  # a stopped load still ending is no warning (trial 58): nothing is lost
         assert "interpreter teardown" not in out and "Traceback" not in out, out[-2000:]
         assert list(tmp_path.iterdir()) == []
     finally:
