@@ -149,27 +149,36 @@ class Int4Linear(nn.Module):
 
     INNER_K_TILES = 2
 
+    #: Rows quantized at a time (as :attr:`Int8Linear.QUANTIZE_ROWS`): each row's groups depend on that
+    #: row alone, and the float32 temporaries of a whole lm_head were ~4 copies of it (1.6 GB for the
+    #: 2.2B shape's).
+    QUANTIZE_ROWS = 4096
+
     def __init__(self, linear: nn.Linear, group_size: int = 32):
         super().__init__()
-        w = linear.weight.detach().float()
-        n, k = w.shape
+        source = linear.weight.detach()
+        n, k = source.shape
         if k % group_size:
             raise ValueError(f"int4 needs in_features ({k}) divisible by the group size {group_size}")
         self.in_features, self.out_features, self.group_size = k, n, group_size
-        groups = w.reshape(n, k // group_size, group_size)
-        lo, hi = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
-        scale = ((hi - lo) / 15).clamp(min=1e-8)
-        q = ((groups - lo) / scale).round_().clamp_(0, 15).to(torch.int32).reshape(n, k)
+        device = source.device
+        q = torch.empty(n, k, dtype=torch.uint8, device=device)
+        scale = torch.empty(n, k // group_size, 1, dtype=torch.float32, device=device)
+        lo = torch.empty_like(scale)
+        for start in range(0, n, self.QUANTIZE_ROWS):
+            rows = slice(start, start + self.QUANTIZE_ROWS)
+            groups = source[rows].float().reshape(-1, k // group_size, group_size)
+            lo[rows], hi = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+            scale[rows] = ((hi - lo[rows]) / 15).clamp(min=1e-8)
+            q[rows] = ((groups - lo[rows]) / scale[rows]).round_().clamp_(0, 15).reshape(-1, k)
         zero = lo + scale * 8
         # [k / group, n, 2]: the layout both int4pack kernels read.
         self.register_buffer("scales_and_zeros", torch.cat([scale, zero], -1).permute(1, 0, 2).contiguous()
                              .to(torch.bfloat16))
-        device = w.device
-        if device.type == "cuda":
-            packed_u8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
-            packed = torch.ops.aten._convert_weight_to_int4pack(packed_u8, self.INNER_K_TILES)
+        if device.type == "cuda":  # (values 0..15: a nibble shifted by 4 still fits a byte)
+            packed = torch.ops.aten._convert_weight_to_int4pack(q[:, ::2] << 4 | q[:, 1::2], self.INNER_K_TILES)
         else:
-            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.INNER_K_TILES)
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), self.INNER_K_TILES)
         self.register_buffer("weight", packed)
         self.register_buffer("bias", linear.bias.detach().float() if linear.bias is not None else None)
 

@@ -204,6 +204,25 @@ def test_int4_linear_matches_its_dequantized_weights():
         Int4Linear(nn.Linear(40, 8))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_int4_linear_quantized_in_row_chunks_equals_the_whole_weight_at_once(monkeypatch, device):
+    """As int8's: a chunk of rows at a time (the 2.2B head's float32 temporaries were 1.6 GB), the
+    same packed weights, scales and zeros, from a bfloat16 weight as from its float32 values."""
+    torch.manual_seed(4)
+    lin = nn.Linear(64, 48, bias=False).to(device)  # (the packing takes rows in 16s)
+    whole = Int4Linear(lin)
+    monkeypatch.setattr(Int4Linear, "QUANTIZE_ROWS", 20)  # 48 rows: chunks of 20, 20, 8
+    chunked = Int4Linear(lin)
+    assert torch.equal(chunked.weight, whole.weight)
+    assert torch.equal(chunked.scales_and_zeros, whole.scales_and_zeros)
+    half = nn.Linear(64, 48, bias=False).to(device)
+    half.weight.data = lin.weight.data.bfloat16()
+    widened = nn.Linear(64, 48, bias=False).to(device)
+    widened.weight.data = half.weight.data.float()
+    assert torch.equal(Int4Linear(half).weight, Int4Linear(widened).weight)
+
+
 def test_int4_weights_through_load_model_and_the_session(tiny_checkpoint):
     model = load_model(tiny_checkpoint, device="cpu", dtype="float32", weights="int4")
     layer = model.decoder.layers[0]
