@@ -456,13 +456,15 @@ class EngineService:
         except LoadCancelled:
             cancelled = True  # handled below, once the traceback no longer holds the half-built model
         except Exception as exc:  # noqa: BLE001 - every failure goes to the caller
-            ticket.finish()
-            if is_engine_error(exc):
+            if not ticket.finish():  # stopped first: its caller was told so, and may have moved on
+                cancelled = True
+            elif is_engine_error(exc):
                 log.warning("loading %s failed: %s", model, describe_error(exc))
             else:
                 log.error("loading %s failed", model, exc_info=exc)
-            on_done(None, describe_error(exc))
-            return
+            if not cancelled:
+                on_done(None, describe_error(exc))
+                return
         finally:
             with self._lock:
                 if ticket in self._loads:

@@ -176,3 +176,20 @@ def test_a_cuda_load_stopped_in_its_warm_up_gives_its_memory_back(tiny_checkpoin
     assert service.info == before
     assert answer(service)[-1].finish_reason in ("stop", "length")
     assert service.shutdown()
+
+
+def test_a_load_that_fails_after_being_stopped_still_answers_stopped():
+    """The front end was told "stopped" and may have begun another load: the failure it no longer
+    waits for must not come as news (a window's switch would move back to the model before)."""
+    from engine.api import ModelLoadError
+
+    def loader(model, options):
+        assert service.cancel_load()
+        raise ModelLoadError(f"{model}: config.json is missing")
+
+    service = EngineService(loader)
+    loads = Loads()
+    service.load("/broken", {}, loads)
+    assert loads.next() == (None, LOAD_CANCELLED)
+    assert service.info is None
+    assert service.shutdown()
