@@ -152,7 +152,7 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     assert names[:3] == ["FakeVLM", "ok", "slow"]
     remote_action = next(a for a in actions if a.text() == "ok")
     remote_action.trigger()
-    assert win.stats_label.text() == "Connecting to ok on fake…"  # not "remote:fake::ok" (trial 55)
+    assert win.stats_label.text() == "Connecting to ok on fake… · Esc stops"  # not "remote:fake::ok" (trial 55)
     qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:fake::ok", timeout=10_000)
     # The model in use is checked (trial 55: a local and a served model of one name looked alike).
     checked = [a.text() for a in win.model_picker.model_actions() if a.isChecked()]
