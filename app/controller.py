@@ -118,8 +118,8 @@ class ChatController(QObject):
         if self.busy:  # never swap the model under a running answer
             self.reload_pending = (path, device, dtype, options)
             self.notice.emit("The new engine settings apply when this answer finishes.")
-        else:
-            self.load(path, device, dtype, options)
+        elif self.load(path, device, dtype, options) and self._before:
+            self.before_outdated = True  # stopped, this reload leaves the model on the settings before
 
     def cancel_load(self) -> bool:
         """Stop the model load under way (Esc, Stop): the model loaded before stays in use, or none

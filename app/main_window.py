@@ -582,6 +582,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if self.controller.ready:  # the model before is still loaded: the chat goes on with it
             self._on_model_loaded(self.controller.model_info)
             before = self.controller.model_info.get("model_name") or "the model before"
+            if path == self.controller.model_info.get("path"):  # a reload for new engine settings (trial 59)
+                self.banner.show_info(f"{STOPPED_NOTE} {what} again: it still runs on the engine settings it was "
+                                      "loaded with. Pick it again to use the new ones.")
+                return
             outdated = (" It runs on the engine settings it was loaded with: pick it again to use the new ones."
                         if self.controller.before_outdated else "")
             self.banner.show_info(f"{STOPPED_NOTE} {what}. Still using {before}.{outdated}")

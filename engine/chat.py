@@ -543,8 +543,9 @@ class ChatSession:
 
     def _require_video(self) -> None:
         if not (self.model.supports_video() and getattr(self.processor, "takes_video", False)):
-            raise UnsupportedOperation(f"{self.model_name or type(self.model).__name__} takes no videos "
-                                       f"(model_type {self.model.metadata.model_type}); load a SmolVLM2 model")
+            meta = self.model.metadata  # named as the refusal of images names it (trial 59)
+            raise UnsupportedOperation(f"{meta.name or self.model_name or type(self.model).__name__} "
+                                       f"({meta.model_type}) takes no videos; load a SmolVLM2 model")
 
     def count_video_tokens(self, video: str | Path, params: GenerationParams | None = None) -> int:
         """Prompt tokens a video file will take (its intro, frame stamps and image tokens), from its

@@ -48,6 +48,10 @@ def _engine(state) -> dict:
 
 @router.get("/v1/models", summary="The served model, its input modalities and context length")
 async def models(request: Request):
+    # 503 while the model loads, as /health and llama-server say: before it, the entry's capabilities
+    # are the empty ones (text only, no context), and a client that read them believed the model could
+    # not see images (trial 59: Smolchat's own --server refused a photo question for good).
+    request.app.state.smolchat.bridge.require_ready()
     return {"object": "list", "data": [_model_entry(request.app.state.smolchat)]}
 
 
@@ -55,12 +59,14 @@ async def models(request: Request):
 async def model(model: str, request: Request):
     state = request.app.state.smolchat
     state.check_model(model)  # 404 for another id
+    state.bridge.require_ready()  # (as /v1/models)
     return _model_entry(state)
 
 
 @router.get("/v1/model/info", summary="LiteLLM-style model info (supports_vision, max_input_tokens, ...)")
 async def model_info(request: Request):
     state = request.app.state.smolchat
+    state.bridge.require_ready()  # (as /v1/models)
     caps, context = state.bridge.capabilities, state.context_length()
     return {"data": [{
         "model_name": state.model_id,

@@ -192,6 +192,20 @@ def test_new_engine_settings_during_a_stopped_load_are_said_to_wait(qtbot, make_
     assert win.banner.message() == "Stopped loading huge. Still using FakeVLM-256M."
 
 
+def test_a_stopped_reload_for_new_settings_says_they_wait(qtbot, make_window):
+    """Trial 59: Settings ▸ Weights changed, OK, then Esc: "Stopped loading X. Still using X.", and the
+    model ran on the old weights while Settings showed the new ones."""
+    factory = FakeBackend()
+    win = make_window(factory)
+    factory.load_delay = 30
+    win.controller.reload_when_idle(None, None, {"weights": "int4"})
+    qtbot.waitUntil(lambda: win.controller.loading and len(factory.loads) == 2, timeout=5000)
+    win.stop()
+    assert win.banner.message() == ("Stopped loading fake again: it still runs on the engine settings it was "
+                                    "loaded with. Pick it again to use the new ones.")
+    assert win.controller.ready and win.model_info["path"] == "/models/fake"
+
+
 def test_connecting_to_a_server_says_esc_stops_it(qtbot, make_window):
     factory = FakeBackend()
     win = make_window(factory)

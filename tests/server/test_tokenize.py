@@ -311,8 +311,10 @@ def test_the_key_cors_and_loading_apply(tiny_checkpoint):  # noqa: F811
                                                cors_origins=["http://localhost:3000"]), loader=loader))
     try:
         key = {"Authorization": "Bearer k"}
+        # (and what describes the model: its capabilities are unknown until it has loaded; trial 59)
         for method, path, body in (("POST", "/tokenize", {"prompt": "a"}), ("POST", "/detokenize", {"tokens": [1]}),
-                                   ("GET", "/tokenizer_info", None)):
+                                   ("GET", "/tokenizer_info", None), ("GET", "/v1/models", None),
+                                   ("GET", "/v1/models/tiny-f32", None), ("GET", "/v1/model/info", None)):
             r = httpx.request(method, f"{srv.url}{path}", json=body)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
             r = httpx.request(method, f"{srv.url}{path}", json=body, headers=key)
