@@ -41,6 +41,7 @@ from app.settings import (
     set_aside_unreadable_settings,
     set_last_model,
     theme_from_environment,
+    weights_from_environment,
 )
 from app.wait_estimate import record_answer
 from app.window_attachments import AttachmentsMixin
@@ -126,7 +127,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             ignored = ignored_backend[0]
         self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems,
                                                                   unreadable_servers(self.qsettings),
-                                                                  theme_from_environment()[1], ignored])
+                                                                  theme_from_environment()[1],
+                                                                  weights_from_environment()[1], ignored])
         self.keeper = ConversationKeeper(self.store, self.transcript, self.qsettings)
         self.keeper.storage_error.connect(self.banner.show_error)
         self.keeper.storage_recovered.connect(self.banner.show_success)

@@ -137,6 +137,19 @@ def chat_values(saved, where: str) -> tuple[dict, list[str]]:
 
 
 THEME_ENV = "SMOLCHAT_THEME"
+WEIGHTS_ENV = "SMOLCHAT_WEIGHTS"  # engine.registry's (which imports torch): the command line's default too
+
+
+def weights_from_environment() -> tuple[str | None, str]:
+    """``$SMOLCHAT_WEIGHTS`` when it is one of :data:`WEIGHTS` (any case; else None) and a line saying
+    it was ignored ("" when fine). It applies where Settings ▸ Weights is "Same as the data type"."""
+    value = os.environ.get(WEIGHTS_ENV, "").strip()
+    if not value:
+        return None, ""
+    if value.lower() in WEIGHTS:
+        return value.lower(), ""
+    return None, (f"${WEIGHTS_ENV}: ignored {value[:40]!r} (one of {', '.join(WEIGHTS)}); the weights from "
+                  "Settings apply.")
 
 
 def theme_from_environment() -> tuple[str | None, str]:
@@ -220,6 +233,10 @@ class AppSettings:
             options["context_size"] = self.context_size
         if self.weights != WEIGHTS[0]:
             options["weights"] = self.weights
+        elif os.environ.get(WEIGHTS_ENV, "").strip():
+            # Said here, not left to the engine: a bad value ignored (with the start's notice) rather
+            # than failing every load (trial 59), a good one as Settings would give it.
+            options["weights"] = weights_from_environment()[0] or WEIGHTS[0]
         return options
 
     def device_arg(self) -> str | None:

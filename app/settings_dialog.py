@@ -40,6 +40,7 @@ from app.settings import (
     AppSettings,
     parse_context_size,
     parse_seed,
+    weights_from_environment,
 )
 from app.video_attachments import FPS_RANGE, MAX_FRAMES_LIMIT
 
@@ -114,7 +115,9 @@ class SettingsDialog(QDialog):
         self.device = _combo("device", "Device", DEVICES, settings.device)
         self.dtype = _combo("dtype", "Data type", DTYPES, settings.dtype)
         self.cache_kind = _combo("cacheKind", "KV cache kind", CACHE_KINDS, settings.cache_kind)
-        self.weights = _combo("weights", "Weights", dict(zip(WEIGHTS, ("Same as the data type",
+        from_env = weights_from_environment()[0]  # what "Same as the data type" gives (trial 59)
+        same = f"From $SMOLCHAT_WEIGHTS ({from_env})" if from_env and from_env != WEIGHTS[0] else "Same as the data type"
+        self.weights = _combo("weights", "Weights", dict(zip(WEIGHTS, (same,
                                                                        "int8 (less memory, faster decode)",
                                                                        "4-bit (least memory; answers change more)"))),
                               settings.weights)

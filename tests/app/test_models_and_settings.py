@@ -343,3 +343,24 @@ def test_the_model_in_use_is_one_of_your_models_and_the_list_buttons_need_a_sele
     assert all(b.isEnabled() for b in buttons)
     make_window(FakeBackend())  # a path that is no file or folder (a repo id, a fake): not added
     assert [m["path"] for m in known_models()] == [str(folder)]
+
+
+@pytest.mark.parametrize("value, loaded, shown, notice", [
+    ("INT8", "int8", "From $SMOLCHAT_WEIGHTS (int8)", ""),
+    ("int3", "auto", "Same as the data type",
+     "$SMOLCHAT_WEIGHTS: ignored 'int3' (one of auto, int8, int4); the weights from Settings apply.")])
+def test_the_weights_variable_is_shown_in_settings_and_a_bad_one_is_ignored(qtbot, make_window, monkeypatch,
+                                                                            value, loaded, shown, notice):
+    """Trial 59: with $SMOLCHAT_WEIGHTS=int8 the status bar said int8 and Settings "Same as the data
+    type"; with int3 every load failed ("unknown value"), where a bad theme variable is ignored."""
+    monkeypatch.setenv("SMOLCHAT_WEIGHTS", value)
+    factory = FakeBackend()
+    win = make_window(factory)
+    assert factory.options == {"weights": loaded}  # said by the window: the engine never reads a bad one
+    assert win.storage_banner.message() == notice
+    dialog = win.open_settings_dialog()
+    assert dialog.weights.currentData() == "auto" and dialog.weights.currentText() == shown
+    dialog.weights.setCurrentIndex(dialog.weights.findData("int4"))  # Settings' own choice wins
+    dialog.accept()
+    qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
+    assert factory.options == {"weights": "int4"}
