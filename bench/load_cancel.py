@@ -21,15 +21,9 @@ import threading
 import time
 from pathlib import Path
 
-GIB = 2 ** 30
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def _rss_anon() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
+from bench.load_memory import GIB, rss_anon  # noqa: E402
 
 
 def child(checkpoint: str, device: str, weights: str, after: float) -> dict:
@@ -38,7 +32,7 @@ def child(checkpoint: str, device: str, weights: str, after: float) -> dict:
     from engine.service import EngineService
 
     def held() -> int:
-        return torch.cuda.memory_allocated() if device == "cuda" else _rss_anon()
+        return torch.cuda.memory_allocated() if device == "cuda" else rss_anon()
 
     if device == "cuda":
         torch.zeros(1, device=device)  # the context before the baseline

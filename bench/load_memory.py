@@ -24,7 +24,8 @@ from pathlib import Path
 GIB = 2 ** 30
 
 
-def _rss_anon() -> int:
+def rss_anon() -> int:
+    """This process's anonymous resident memory in bytes (``RssAnon`` of /proc/self/status; 0 elsewhere)."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("RssAnon:"):
@@ -42,13 +43,13 @@ def child(checkpoint: str, device: str, weights: str) -> dict:
     if device == "cpu":
         def watch() -> None:
             while not stop.is_set():
-                peak[0] = max(peak[0], _rss_anon())
+                peak[0] = max(peak[0], rss_anon())
                 time.sleep(0.005)
 
         threading.Thread(target=watch, daemon=True).start()
     else:
         torch.zeros(1, device=device)  # the context before the baseline
-    before = torch.cuda.memory_allocated() if device == "cuda" else _rss_anon()
+    before = torch.cuda.memory_allocated() if device == "cuda" else rss_anon()
     t = time.perf_counter()
     model = load_model(checkpoint, device=device, weights=weights)
     if device == "cuda":
@@ -58,7 +59,7 @@ def child(checkpoint: str, device: str, weights: str) -> dict:
     if device == "cuda":
         after, top = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
     else:
-        after, top = _rss_anon(), max(peak[0], _rss_anon())
+        after, top = rss_anon(), max(peak[0], rss_anon())
     return {"checkpoint": Path(checkpoint).name, "device": device, "weights": weights, "dtype": str(model.dtype),
             "load_s": round(seconds, 2), "peak_gib": round((top - before) / GIB, 3),
             "after_gib": round((after - before) / GIB, 3),
