@@ -84,27 +84,6 @@ def checkpoint(shared: Path, name: str, root: Path) -> Path:
     return out
 
 
-def hf_image_processor(folder: Path):
-    """transformers' processor, PIL image backend (pixel-exact); SmolVLM2's assembled without its video
-    processor when torchvision is missing (see tests/engine/test_family.py)."""
-    import transformers
-    from transformers.models.smolvlm.processing_smolvlm import SmolVLMProcessor
-
-    config = json.loads((folder / "config.json").read_text())
-    if config["model_type"] != "smolvlm":
-        return transformers.AutoProcessor.from_pretrained(folder, backend="pil")
-    proc = object.__new__(SmolVLMProcessor)
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    proc.tokenizer = tok
-    proc.image_processor = transformers.AutoImageProcessor.from_pretrained(folder, backend="pil")
-    proc.fake_image_token, proc.image_token = "<fake_token_around_image>", "<image>"
-    proc.global_image_token, proc.video_token = "<global-img>", "<video>"
-    proc.end_of_utterance_token = "<end_of_utterance>"
-    proc.image_token_id = tok.convert_tokens_to_ids("<image>")
-    proc.image_seq_len = json.loads((folder / "processor_config.json").read_text())["image_seq_len"]
-    return proc
-
-
 def part_parity(shared: Path, names, root: Path) -> dict:
     import transformers
 
@@ -113,6 +92,7 @@ def part_parity(shared: Path, names, root: Path) -> dict:
     from engine.models.smolvlm.processing import ImageProcessor, load_image
     from engine.sources import LocalDirSource
     from engine.tokenizer import Tokenizer
+    from tests.engine.oracle import hf_processor
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -126,7 +106,7 @@ def part_parity(shared: Path, names, root: Path) -> dict:
             messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
             image = ImageProcessor.from_pretrained(folder).preprocess(photo)
             ours_ids = Tokenizer.from_pretrained(folder).encode_chat(messages, [image]).input_ids
-            proc = hf_image_processor(folder)
+            proc = hf_processor(folder)
             template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
             text = proc.tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                       add_generation_prompt=True)

@@ -23,32 +23,14 @@ from engine.registry import read_metadata
 from engine.sources import LocalDirSource
 from engine.tokenizer import Tokenizer
 from tests.engine.conftest import FAMILY
+from tests.engine.oracle import hf_processor
 
 transformers = pytest.importorskip("transformers")
-from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE, SmolVLMProcessor  # noqa: E402
+from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE  # noqa: E402
 from transformers.video_utils import VideoMetadata  # noqa: E402
 
 SMOLVLM2 = [n for n in FAMILY if n.startswith("SmolVLM2")]
 QUESTION = "What is in this image?"
-
-
-def hf_processor(folder):
-    """transformers' processor with the pixel-exact PIL image backend. For SmolVLM2 folders
-    ``AutoProcessor`` also builds the video processor, which needs torchvision (not installable beside
-    the CPU torch here): the SmolVLMProcessor is assembled from its image processor and tokenizer."""
-    config = json.loads((folder / "config.json").read_text())
-    if config["model_type"] != "smolvlm":
-        return transformers.AutoProcessor.from_pretrained(folder, backend="pil")
-    proc = object.__new__(SmolVLMProcessor)
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    proc.tokenizer = tok
-    proc.image_processor = transformers.AutoImageProcessor.from_pretrained(folder, backend="pil")
-    proc.fake_image_token, proc.image_token = "<fake_token_around_image>", "<image>"
-    proc.global_image_token, proc.video_token = "<global-img>", "<video>"
-    proc.end_of_utterance_token = "<end_of_utterance>"
-    proc.image_token_id = tok.convert_tokens_to_ids("<image>")
-    proc.image_seq_len = json.loads((folder / "processor_config.json").read_text())["image_seq_len"]
-    return proc
 
 
 def chat_template(folder) -> str:

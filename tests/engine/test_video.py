@@ -22,11 +22,11 @@ from engine.api.errors import EngineError, VideoError
 from engine.models.smolvlm.processing import ImageProcessor
 from engine.models.smolvlm.prompt import video_prompt
 from engine.models.smolvlm.video import ProcessedVideo, probe, read_video, resize_frame, sample_indices, tolerance
+from tests.engine.oracle import hf_processor
 from tests.engine.videos import solid, write_audio_only, write_video
 
 av = pytest.importorskip("av")
 transformers = pytest.importorskip("transformers")
-from transformers.models.smolvlm.processing_smolvlm import SmolVLMProcessor  # noqa: E402
 from transformers.models.smolvlm.video_processing_smolvlm import SmolVLMVideoProcessor  # noqa: E402
 from transformers.video_utils import VideoMetadata  # noqa: E402
 
@@ -161,19 +161,10 @@ def test_idefics3_checkpoint_takes_no_video(model_config_dir, videos_dir):
 
 # -- prompt -----------------------------------------------------------------------------------------
 
-def _hf_processor(folder):
-    """SmolVLMProcessor's text side (its video processor needs torchvision, which is not installed here)."""
-    proc = object.__new__(SmolVLMProcessor)
-    proc.tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    proc.fake_image_token, proc.image_token = "<fake_token_around_image>", "<image>"
-    proc.global_image_token, proc.video_token = "<global-img>", "<video>"
-    proc.image_seq_len = ImageProcessor.from_pretrained(folder).image_seq_len
-    return proc
-
 
 @pytest.fixture(scope="module")
 def hf_smolvlm(video_config_dir):
-    return _hf_processor(video_config_dir)
+    return hf_processor(video_config_dir)
 
 
 def _hf_video_prompt(proc, video):
