@@ -41,7 +41,7 @@ def _model_entry(state) -> dict:
 def _engine(state) -> dict:
     """Where and how the model runs: ``device``, ``dtype`` and ``weights`` (``int8`` / ``int4`` when
     quantized, else the dtype): a client comparing answers can tell a quantized model's apart.
-    Empty while the model loads."""
+    Empty without a loaded model, which the routes calling it answer with 503 before they get here."""
     info = state.bridge.service.info
     return {"device": info.device, "dtype": info.dtype, "weights": info.weights} if info else {}
 
