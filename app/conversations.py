@@ -300,15 +300,21 @@ class ConversationKeeper(QObject):
         return wanted if wanted in ids else (ids[0] if ids else None)
 
     def open(self, conversation_id: int | None) -> dict:
-        """Show conversation ``conversation_id`` (None: an empty new chat); returns its settings."""
-        self.transcript.clear()
+        """Show conversation ``conversation_id`` (None: an empty new chat); returns its settings. When it
+        cannot be read or shown (the error is raised) the chat open before is still the current one,
+        though the transcript may have been cleared."""
         conv = self.store.conversation(conversation_id) if conversation_id is not None else None
-        self.current_id = conv.id if conv else None
+        messages = self.store.messages(conv.id) if conv else []
+        self.transcript.clear()
+        before, self.current_id = self.current_id, conv.id if conv else None
+        try:
+            if conv is not None:
+                self._render(messages)
+        except BaseException:
+            self.current_id = before  # the next question must not go to a chat the user does not see
+            raise
         self._set_last(self.current_id)
-        if conv is None:
-            return {}
-        self._render(self.store.messages(conv.id))
-        return conv.settings
+        return conv.settings if conv else {}
 
     def _render(self, messages: list[Message]) -> None:
         """Append stored ``messages`` to the transcript, then show every message's versions."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -259,19 +258,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     def _open_last_chat(self) -> None:
         """Reopen the chat open when Smolchat last closed. One that cannot be shown (stored data no check
         foresaw) must not stop Smolchat from starting on every later start: a new chat opens instead,
-        the banner says so, and the chat stays in the list."""
-        last = self.keeper.last_opened()
-        try:
-            self.open_conversation(last)
-        except Exception as exc:  # noqa: BLE001 - any failure: the window still starts
-            traceback.print_exc()
-            conv = self.store.conversation(last) if last is not None else None
-            title = conv.title if conv is not None else ""
-            self.keeper.open(None)
-            self.refresh_sidebar()
-            self.storage_banner.add_error(f"The chat “{title or 'New chat'}” could not be shown ({type(exc).__name__}: "
-                                          f"{str(exc)[:200]}); a new chat is open instead, and that chat is "
-                                          "still in the list.")
+        the banner says so, and the chat stays in the list (:meth:`open_conversation`)."""
+        self.open_conversation(self.keeper.last_opened())
 
     def _answer_started(self) -> None:
         self.refresh_sidebar()

@@ -163,7 +163,25 @@ _TIME_ORDER = "CASE WHEN typeof(updated) IN ('integer', 'real') THEN updated ELS
 
 
 def _casefolded(value) -> str | None:
+    """SQL ``casefolded(CAST(x AS BLOB))``: the text's bytes, since SQLite hands a function TEXT that is
+    not valid UTF-8 as an error (the whole search failed over one damaged message)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace").casefold()
     return value.casefold() if isinstance(value, str) else None
+
+
+class DamagedText(str):
+    """A TEXT value that is not valid UTF-8 (another program's bytes, a disk error inside a page that
+    SQLite's checks pass), decoded with U+FFFD for each invalid byte so its row can still be shown."""
+
+
+def _text(data: bytes) -> str:
+    """The connections' ``text_factory``: SQLite's default raises on invalid UTF-8 when the row is
+    fetched, so one damaged message made its whole chat unreadable (trial 60)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return DamagedText(data.decode("utf-8", errors="replace"))
 
 
 def is_time(value) -> bool:
@@ -280,6 +298,7 @@ class Store:
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)  # autocommit; explicit BEGIN for groups
         try:
             self.db.row_factory = sqlite3.Row
+            self.db.text_factory = _text
             # At start a lock held by another program is waited for briefly (the window is not shown yet);
             # the caller then opens the database read-only. Later writes wait up to 10 s.
             self.db.execute(f"PRAGMA busy_timeout = {int(OPEN_TIMEOUT_S * 1000)}")
@@ -308,6 +327,7 @@ class Store:
         for options in ("mode=ro", "mode=ro&immutable=1"):
             db = sqlite3.connect(f"{uri}?{options}", uri=True, isolation_level=None, timeout=10)
             db.row_factory = sqlite3.Row
+            db.text_factory = _text
             try:
                 db.execute("SELECT count(*) FROM messages").fetchone()
                 db.execute("SELECT count(*) FROM conversations").fetchone()
@@ -422,7 +442,7 @@ class Store:
             escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             return "{} LIKE ?1 ESCAPE '\\'", f"%{escaped}%"
         # SQLite's LIKE ignores the case of A-Z only: "привет" did not find "Привет"
-        return "instr(casefolded({}), ?1) > 0", words.casefold()
+        return "instr(casefolded(CAST({} AS BLOB)), ?1) > 0", words.casefold()
 
     def other_version_hits(self, conversation_id: int, search: str) -> list[int]:
         """Ids of the messages holding ``search`` (as :meth:`conversations` matches it) that are not on
@@ -818,6 +838,8 @@ class Store:
             token_ids = None  # unusable ids: the text is re-tokenized instead
         parent_id = row["parent_id"] if "parent_id" in row.keys() else None  # absent before schema 4
         role, text = row["role"], row["text"]
+        if any(isinstance(value, DamagedText) for value in tuple(row)):  # shown with U+FFFD where bytes were bad
+            self.unreadable.add(key)
         if role not in ("user", "assistant"):  # another program's row ('system', 'wizard'): shown as an answer, said
             self.unreadable.add(key)
         if isinstance(text, bytes):  # a BLOB written by another program: its text, not Python's b'...'

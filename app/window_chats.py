@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QTimer, Slot
@@ -42,6 +43,37 @@ class ChatsMixin:
 
     @Slot(int)
     def open_conversation(self, conversation_id: int | None) -> None:
+        """Show chat ``conversation_id`` (None: a new chat). One that cannot be shown (stored data no check
+        foresaw, a database error while reading it) leaves the chat open before it open (a new chat when
+        there was none, or it was that chat), says so, and stays in the list: trial 60's chat read as
+        empty, and the next question went into the chat open before."""
+        leaving = self.keeper.current_id
+        try:
+            self._open_conversation(conversation_id)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure: the window stays usable
+            traceback.print_exc()
+            error = exc
+        try:
+            conv = self.store.conversation(conversation_id) if conversation_id is not None else None
+            title = display_title(conv.title) if conv is not None else ""
+        except STORAGE_ERRORS:
+            title = ""
+        fallback = leaving if leaving != conversation_id else None
+        try:
+            self._open_conversation(fallback)
+        except Exception:  # noqa: BLE001 - the chat before cannot be shown either (its draft stays set aside)
+            traceback.print_exc()
+            fallback = None
+            self.keeper.open(None)
+        if conversation_id != leaving and fallback == leaving:  # its unsent message, set aside as the other began to open
+            self.unpark_draft(leaving)
+        self.refresh_sidebar()
+        where = "a new chat is open instead" if fallback is None else "the chat open before stays open"
+        self.storage_banner.add_error(f"The chat “{title or 'New chat'}” could not be shown ({type(error).__name__}: "
+                                      f"{str(error)[:200]}); {where}, and that chat is still in the list.")
+
+    def _open_conversation(self, conversation_id: int | None) -> None:
         if self._busy:
             self.sidebar.select(self.keeper.current_id)
             if conversation_id != self.keeper.current_id:

@@ -316,6 +316,59 @@ def test_a_row_of_an_unknown_role_or_blob_text_is_shown_as_text_and_said(qtbot, 
                                            "text,")
 
 
+def test_a_message_whose_text_is_not_utf8_is_shown_and_said_and_search_still_works(qtbot, make_window, data_dir):
+    """Trial 60: TEXT bytes that are not UTF-8 (a damaged page that SQLite's checks pass) raised when the
+    row was read, so the whole chat showed as empty, and a search for any non-ASCII word failed."""
+    conv_id, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET text = CAST(X'52656420f09f8c' AS TEXT) || ' orange' WHERE id = ?", (ids[1],))
+    db.commit()
+    db.close()
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Red \ufffd orange", "What is 2+2?", "4."]
+    assert win.banner.message().startswith("1 message of this chat has stored data that could not be read")
+    assert [c.title for c in win.store.conversations("Ünïcode")] == []
+    assert [c.title for c in win.store.conversations("\ufffd orange")] == ["old chat"]  # matched as shown
+    assert _ask(qtbot, win, "And 3+3?")["finish_reason"] == "stop"
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    assert db.execute("SELECT CAST(text AS BLOB) FROM messages WHERE id = ?", (ids[1],)).fetchone()[0] == (
+        b"Red \xf0\x9f\x8c orange")  # left as it was on disk
+    db.close()
+
+
+def test_a_chat_that_cannot_be_shown_from_the_list_leaves_the_open_chat_and_its_draft(qtbot, make_window, data_dir,
+                                                                                     monkeypatch):
+    """Trial 60: such a chat cleared the window, and the question typed next went into the chat open
+    before, which the user no longer saw."""
+    from app.conversations import ConversationKeeper
+
+    broken_id, _ = _chat(data_dir, "Unshowable")
+    kept_id, _ = _chat(data_dir, "Fine chat")
+    real = ConversationKeeper._render
+
+    def render(self, messages):
+        if messages and messages[0].conversation_id == broken_id:
+            raise sqlite3.OperationalError("Could not decode to UTF-8 column 'text'")
+        return real(self, messages)
+    monkeypatch.setattr(ConversationKeeper, "_render", render)
+    fake = FakeBackend(tokens=["6", "."])
+    win = make_window(fake)
+    assert win.keeper.current_id == kept_id
+    win.composer.setPlainText("half-written question")
+    win.open_conversation(broken_id)
+    assert win.keeper.current_id == kept_id and win.keeper.last_opened() == kept_id
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    assert win.composer.toPlainText() == "half-written question"
+    assert win.storage_banner.message() == (
+        "The chat “Unshowable” could not be shown (OperationalError: Could not decode to UTF-8 column 'text'); the "
+        "chat open before stays open, and that chat is still in the list.")
+    assert win.sidebar.titles() == ["Fine chat", "Unshowable"]
+    _ask(qtbot, win, "And 3+3?")
+    assert [m.text for m in win.store.messages(kept_id)][-2:] == ["And 3+3?", "6."]
+    assert len(win.store.messages(broken_id)) == 4
+
+
 def test_a_message_row_whose_json_does_not_parse_is_shown_and_left_as_it_is(qtbot, make_window, data_dir):
     conv_id, ids = _chat(data_dir)
     db = sqlite3.connect(data_dir / "smolchat.sqlite3")
