@@ -767,6 +767,7 @@ class ChatSession:
             stats.notice = " ".join(notices)
         self._notice = stats.notice  # said on this answer's first progress event too (_checkpoint)
         answer_ids: list[int] = []
+        pieces: list[str] = []  # the answer's text as streamed: the turn's text is what the client got
         reason = "error"
         error, error_type = None, ""
         try:
@@ -779,6 +780,8 @@ class ChatSession:
                 sampler = LogprobSampler(sampler, params.logprobs)
             eos = set() if params.ignore_eos else set(self.model.metadata.eos_token_ids)
             detok = StreamingDetokenizer(self.tokenizer, skip_special_ids=set(self.model.metadata.eos_token_ids))
+            if continuing and self.turns[-1].token_ids:
+                detok.prime(self.turns[-1].token_ids)  # a character the answer left unfinished comes first
             spec = None if params.logprobs is not None else self._speculative_decoder(params, sampler)
             prompt_len = len(self._cached_keys)  # == len(ids): the cache holds the prompt
             t_decode = time.perf_counter()
@@ -797,7 +800,9 @@ class ChatSession:
                     reason = "stop"
                     break
                 answer_ids.append(token)
-                yield TokenEvent(detok.add(token), token, *self._logprobs(sampler, token))
+                piece = detok.add(token)
+                pieces.append(piece)
+                yield TokenEvent(piece, token, *self._logprobs(sampler, token))
                 if self._cancel.is_set() and len(answer_ids) < params.max_new_tokens:
                     reason = "cancelled"
                     break
@@ -807,8 +812,11 @@ class ChatSession:
             self._cached_keys.extend(answer_ids[:fed])
             if spec is not None:
                 stats.draft_tokens, stats.accepted_tokens = spec.draft_tokens, spec.accepted_tokens
-            tail = detok.flush()
+            # An answer that can be continued (cut by its token limit, stopped) keeps the bytes of a
+            # character it left unfinished out of its text: its continuation finishes that character.
+            tail = "" if reason in ("length", "cancelled") and detok.hold() else detok.flush()
             if tail:
+                pieces.append(tail)
                 yield TokenEvent(tail, -1)  # text held back at the end, no new token
             stats.generated_tokens = len(answer_ids)
             decode_s = time.perf_counter() - t_decode
@@ -838,12 +846,12 @@ class ChatSession:
                 # One turn, its text as a client sends it back (prefill + continuation). An answer
                 # replayed from its ids keeps them, the continuation's after them (the tokens the model
                 # read and wrote); a text prefill is tokenized again in later prompts.
-                text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
+                text = "".join(pieces)
                 last = self.turns[-1]
                 ids = None if last.token_ids is None else [*last.token_ids, *answer_ids]
                 self.turns[-1] = Turn("assistant", last.text + text, token_ids=ids, prompt_ids=last.prompt_ids)
             else:
-                text = self.tokenizer.decode(answer_ids, skip_special_tokens=False)
+                text = "".join(pieces)
                 self.turns.append(Turn("assistant", text[1:] if text.startswith(" ") else text,
                                        token_ids=list(answer_ids), prompt_ids=self._plain_prompt))
         yield DoneEvent(reason, stats, error, error_type, token_ids=tuple(answer_ids))

@@ -619,3 +619,27 @@ class StreamingDetokenizer:
         text = self._decoder.decode(b"", final=True)
         self._decoder.reset()
         return text
+
+    def hold(self) -> int:
+        """End of a stream that may be continued (an answer cut by its token limit or stopped): the bytes
+        of an unfinished character are dropped from the text instead of becoming U+FFFD, since the
+        continuation's first tokens finish that character (:meth:`prime`). Returns how many bytes
+        were held back (0 to 3)."""
+        held = len(self._decoder.getstate()[0])
+        self._decoder.reset()
+        return held
+
+    def prime(self, token_ids: Sequence[int]) -> None:
+        """Start a continuation of ``token_ids`` (an earlier answer's ids, after :meth:`hold`): the bytes
+        of a character those ids leave unfinished are taken in first, so the continuation's first
+        text is that whole character, not U+FFFD for each of its remaining bytes (trial 60: an emoji
+        cut by the token limit read "���" once continued)."""
+        tail = b"".join(self._tokenizer.token_bytes(i) for i in token_ids[-4:])[-3:]  # a character is <= 4 bytes
+        for n in range(1, len(tail) + 1):  # back from the last byte, over continuation bytes, to a lead byte
+            byte = tail[-n]
+            if byte < 0x80:  # ASCII: every character before it is whole
+                return
+            if byte >= 0xC0:  # a lead byte, of a character of 2, 3 or 4 bytes
+                if n < (2 if byte < 0xE0 else 3 if byte < 0xF0 else 4):
+                    self._decoder.decode(tail[-n:])
+                return

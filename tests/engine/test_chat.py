@@ -256,6 +256,37 @@ def test_a_continued_answer_is_the_uncut_answer_token_for_token(session, tiny_ch
     assert list(again[-1].token_ids) == list(more[-1].token_ids)
 
 
+def test_an_answer_cut_inside_a_character_and_continued_has_the_whole_character(session, monkeypatch):
+    """Trial 60: an answer cut by its token limit inside an emoji ended in U+FFFD, and its continuation
+    began with U+FFFD for each of the emoji's remaining bytes: "🌍���🌍" in the app's stored answer
+    while the ids were right. The cut answer now leaves the unfinished character out of its text, and
+    the continuation's first text is the whole character: the streamed parts join to the ids' text."""
+    import engine.chat as chat_module
+
+    script = session.tokenizer.encode("Hola 🌍🌍 adiós")
+    cut = next(k for k in range(1, len(script)) if session.tokenizer.decode(script[:k]).endswith("\ufffd"))
+
+    emit: list[int] = []
+
+    def scripted(model, cache, sampler, history, logits, max_tokens, *args, **kwargs):
+        for token in emit[:max_tokens]:  # the model's tokens, as if it had chosen these
+            history.append(token)
+            yield token
+    monkeypatch.setattr(chat_module, "token_stream", scripted)
+
+    emit[:] = script[:cut]
+    first = list(session.send("Say hello", params=GenerationParams(max_new_tokens=cut, ignore_eos=True)))
+    first_text = "".join(e.text for e in first if isinstance(e, TokenEvent))
+    assert first[-1].finish_reason == "length" and list(first[-1].token_ids) == script[:cut]
+    assert "\ufffd" not in first_text and session.turns[-1].text == first_text.lstrip()
+    emit[:] = script[cut:]
+    more = list(session.continue_answer(GenerationParams(max_new_tokens=len(script) - cut, ignore_eos=True)))
+    more_text = "".join(e.text for e in more if isinstance(e, TokenEvent))
+    assert list(more[-1].token_ids) == script[cut:]
+    assert first_text + more_text == session.tokenizer.decode(script) == "Hola 🌍🌍 adiós"
+    assert session.turns[-1].text == "Hola 🌍🌍 adiós" and session.turns[-1].token_ids == script
+
+
 def test_text_far_beyond_the_context_is_refused_before_it_is_encoded(tiny_checkpoint, monkeypatch):
     """Trial 39: an 18 MB message held the engine thread 12-22 s (template and encoding) before its
     refusal, and every other client waited behind it. Far beyond the context, nothing is encoded."""

@@ -267,6 +267,36 @@ def test_streaming_detokenizer_holds_partial_character(tokenizer):
     assert stream.flush() == ""
 
 
+@pytest.mark.parametrize("text", ["Hola 🌍🌍🌍 adiós", "Привет, 世界! ñ", "a😊b"])
+def test_a_stream_held_mid_character_and_continued_from_its_ids_equals_the_whole_decode(tokenizer, text):
+    """Trial 60: an answer cut by its token limit inside an emoji ended in U+FFFD, and its continuation
+    began with one U+FFFD for each remaining byte ("���"). Cut after every token: the held part plus
+    the primed continuation is the text of all the ids, and neither part shows U+FFFD."""
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text
+    cuts_inside = 0
+    for cut in range(1, len(ids)):
+        first = StreamingDetokenizer(tokenizer)
+        head = "".join(first.add(t) for t in ids[:cut])
+        held = first.hold()
+        cuts_inside += held > 0
+        assert held == 0 or tokenizer.decode(ids[:cut]).endswith("\ufffd")
+        second = StreamingDetokenizer(tokenizer)
+        second.prime(ids[:cut])
+        rest = "".join(second.add(t) for t in ids[cut:]) + second.flush()
+        assert head + rest == text and "\ufffd" not in head + rest
+    assert cuts_inside > 0  # the text's tokens really split a character somewhere
+
+
+def test_priming_after_whole_characters_changes_nothing(tokenizer):
+    stream = StreamingDetokenizer(tokenizer)
+    stream.prime(tokenizer.encode("done 🌍"))
+    assert stream.add(tokenizer.encode("x")[0]) == "x"
+    assert stream.flush() == ""
+    stream.prime([])
+    assert stream.flush() == ""
+
+
 def test_streaming_detokenizer_emits_specials_not_in_skip_set(tokenizer):
     stream = StreamingDetokenizer(tokenizer, skip_special_ids={EOU_ID})
     assert stream.add(IMAGE_ID) == "<image>"
