@@ -33,6 +33,7 @@ from app.remote_models import RemoteModels
 from app.remote_settings import unreadable_servers
 from app.settings import (
     add_known_model,
+    engine_hint,
     known_models,
     last_model,
     load_settings,
@@ -107,6 +108,8 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         set_aside = set_aside_unreadable_settings()  # before QSettings reads (and later rewrites) it
         self.qsettings = open_settings()
         self.settings = load_settings(self.qsettings)
+        self.engine_in_use: dict | None = None  # engine settings of the model in use while a reload for new ones runs
+        self.settings_dialog = None
         self.model_manager = None
         self._editing: int | None = None  # the transcript index of the message being edited
         self._draft = Draft()  # what the composer held when Edit was clicked; back after the edit
@@ -508,6 +511,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
 
     @Slot(dict)
     def _on_model_loaded(self, info: dict) -> None:
+        self.engine_in_use = None
         self._token_counts.clear()
         self.text_counter.forget()  # another tokenizer
         path = info.get("path", "")
@@ -554,12 +558,14 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     @Slot(str)
     def _on_model_load_failed(self, message: str) -> None:
         if self.controller.ready:  # the model loaded before is still there: the chat goes on with it
+            reverted = self.revert_engine_settings(message)
             self._on_model_loaded(self.controller.model_info)
-            self.banner.show_error(f"Could not load the model: {message}\n"
-                                   f"Still using {self.controller.model_info.get('model_name') or 'the model before'}.")
+            self.banner.show_error(f"Could not load the model: {message}\n" + (
+                reverted or f"Still using {self.controller.model_info.get('model_name') or 'the model before'}."))
             return
+        self.engine_in_use = None
         self._show_no_model()
-        self.banner.show_error(f"Could not load the model: {message}")
+        self.banner.show_error(f"Could not load the model: {message}{engine_hint(self.settings)}")
         self.attach_files_after_load()
         self._count_pending_tokens()  # no longer "counting…": no model will
 

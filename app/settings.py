@@ -50,6 +50,34 @@ WEIGHTS = ("auto", "int8", "int4")  # engine.registry.WEIGHTS; applied on the CP
 THEMES = ("system", "light", "dark")
 # AppSettings fields that need the model loaded again when they change.
 ENGINE_KEYS = ("device", "dtype", "cache_kind", "context_size", "weights")
+#: How Settings names the choices of its lists.
+LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
+          "contiguous": "Contiguous", "paged": "Paged", "system": "Follow the system", "light": "Light",
+          "dark": "Dark"}
+_ENGINE_NAMES = {"device": "Device", "dtype": "Data type", "cache_kind": "KV cache kind",
+                 "context_size": "Context size", "weights": "Weights"}
+
+
+def describe_engine(values: dict, keys) -> str:
+    """``"Device: CUDA (NVIDIA), Data type: bfloat16"``: ``values``' engine settings named by ``keys``,
+    as Settings shows them."""
+    def shown(key: str, value) -> str:
+        if key == "context_size":
+            return "the model's" if not value else f"{value:,} tokens"
+        if key == "weights" and value == "auto":
+            return "same as the data type"
+        return LABELS.get(value, str(value))
+    return ", ".join(f"{_ENGINE_NAMES[k]}: {shown(k, values[k])}" for k in ENGINE_KEYS if k in keys)
+
+
+def engine_hint(settings: AppSettings) -> str:
+    """For a failed load: the engine settings chosen in Settings that may be the cause ("" when all are
+    automatic), where to change them (trial 60: a device this computer lacks, saved, failed every start)."""
+    chosen = [k for k in ("device", "dtype", "weights") if getattr(settings, k) != "auto"]
+    if not chosen:
+        return ""
+    return (f"\nSettings ▸ Engine has {describe_engine({k: getattr(settings, k) for k in chosen}, chosen)}: "
+            "Restore Defaults there (or Automatic) uses what this computer has.")
 
 
 MAX_SEED = 2**64 - 1

@@ -31,7 +31,9 @@ from app.settings import (
     CONTEXT_RULE,
     DEVICES,
     DTYPES,
+    ENGINE_KEYS,
     IMAGE_DETAILS,
+    LABELS,
     MAX_CONTEXT,
     SAMPLING_KEYS,
     SEED_RULE,
@@ -43,10 +45,6 @@ from app.settings import (
     weights_from_environment,
 )
 from app.video_attachments import FPS_RANGE, MAX_FRAMES_LIMIT
-
-LABELS = {"auto": "Automatic", "cuda": "CUDA (NVIDIA)", "mps": "MPS (Apple)", "cpu": "CPU",
-          "contiguous": "Contiguous", "paged": "Paged", "system": "Follow the system", "light": "Light",
-          "dark": "Dark"}
 
 
 def _combo(name: str, accessible: str, items: dict[str, str] | tuple[str, ...], current: str) -> QComboBox:
@@ -280,15 +278,7 @@ class SettingsDialog(QDialog):
         try:
             settings = self.result_settings()
         except RefusedValue as exc:
-            if self.error.isHidden():
-                self._height_without_error = self.height()
-            self.error.setText(f"Not applied: {exc.reason[0].upper()}{exc.reason[1:]}.")
-            self.error.show()
-            # The line takes its height from the sections' scroll area unless the dialog grows by it
-            # where the screen has room (the sections stay whole on a screen that holds them).
-            self.layout().activate()
-            grown = self._height_without_error + self.error.sizeHint().height() + self.layout().spacing()
-            self.resize(self.width(), min(grown, available_room(self).height()))
+            self._show_error(f"Not applied: {exc.reason[0].upper()}{exc.reason[1:]}.")
             exc.field.setFocus()
             exc.field.selectAll()
             return False
@@ -296,6 +286,28 @@ class SettingsDialog(QDialog):
         self.settings = settings
         self.applied.emit(self.settings)
         return True
+
+    def engine_settings_failed(self, settings: AppSettings, text: str) -> None:
+        """The model did not load with the engine settings applied, and they were set back to
+        ``settings``' (the model in use runs on those): the fields show them, the error line says why
+        (the window's banner is behind this dialog)."""
+        for combo, value in ((self.device, settings.device), (self.dtype, settings.dtype),
+                             (self.cache_kind, settings.cache_kind), (self.weights, settings.weights)):
+            combo.setCurrentIndex(max(0, combo.findData(value)))
+        self.context_size.setValue(settings.context_size)  # (clears an earlier error line)
+        self.settings = replace(self.settings, **{k: getattr(settings, k) for k in ENGINE_KEYS})
+        self._show_error(f"{text}\nThe engine settings are back to the ones the model runs on.")
+
+    def _show_error(self, text: str) -> None:
+        if self.error.isHidden():
+            self._height_without_error = self.height()
+        self.error.setText(text)
+        self.error.show()
+        # The line takes its height from the sections' scroll area unless the dialog grows by it
+        # where the screen has room (the sections stay whole on a screen that holds them).
+        self.layout().activate()
+        grown = self._height_without_error + self.error.sizeHint().height() + self.layout().spacing()
+        self.resize(self.width(), min(grown, available_room(self).height()))
 
     def _clear_error(self) -> None:
         """Hide the refusal once its field changes, and give its height back to the window."""

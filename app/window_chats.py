@@ -394,7 +394,7 @@ class ChatsMixin:
     def open_settings_dialog(self):
         from app.settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
+        dialog = self.settings_dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
         dialog.applied.connect(self._apply_settings)
         dialog.engines.servers_changed.connect(self._servers_changed)
         dialog.show()
@@ -406,6 +406,10 @@ class ChatsMixin:
 
         engine_changed = any(getattr(settings, k) != getattr(self.settings, k) for k in ENGINE_KEYS)
         theme_changed = settings.theme != self.settings.theme
+        if engine_changed and self.controller.ready and self.engine_in_use is None:
+            # What the model in use was loaded with: back to these if the reload fails (trial 60: a
+            # device this computer lacks stayed saved, and every later start had no model).
+            self.engine_in_use = {k: getattr(self.settings, k) for k in ENGINE_KEYS}
         self.settings = settings
         save_settings(settings, self.qsettings)
         if self.keeper.current_id is not None:
@@ -418,3 +422,28 @@ class ChatsMixin:
         self._count_pending_tokens()
         if engine_changed:
             self.controller.reload_when_idle(settings.device_arg(), settings.dtype_arg(), settings.load_options())
+
+    def revert_engine_settings(self, message: str) -> str:
+        """A reload for new engine settings failed and the model before still answers: its engine
+        settings are saved again (a failing choice kept would fail every later start), an open
+        Settings dialog shows them and why. Returns the banner's second line; "" when the failed load
+        was not such a reload."""
+        from app.settings import ENGINE_KEYS, describe_engine, save_settings
+
+        before, self.engine_in_use = self.engine_in_use, None
+        if before is None or self.controller.asked != self.controller.model_info.get("path"):
+            return ""
+        tried = {k: getattr(self.settings, k) for k in ENGINE_KEYS if getattr(self.settings, k) != before[k]}
+        if not tried:
+            return ""
+        for key, value in before.items():
+            setattr(self.settings, key, value)
+        save_settings(self.settings, self.qsettings)
+        name = self.controller.model_info.get("model_name") or "the model before"
+        line = (f"Still using {name} with the engine settings it was loaded with; Settings are back to those "
+                f"({describe_engine(before, tried)}).")
+        dialog = getattr(self, "settings_dialog", None)
+        if dialog is not None and dialog.isVisible():
+            dialog.engine_settings_failed(self.settings, f"The model could not load with "
+                                                         f"{describe_engine(tried, tried)}: {message}")
+        return line

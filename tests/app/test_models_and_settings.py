@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from dataclasses import replace
 
 import huggingface_hub
 import pytest
 from huggingface_hub import errors as hf_errors
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QPushButton
+from PySide6.QtWidgets import QDialogButtonBox, QPushButton
 
 from app.backends.fake import FakeBackend
 from app.main_window import NO_MODEL_NOTE
@@ -288,6 +289,44 @@ def test_a_model_that_failed_to_load_loads_again_when_the_engine_settings_change
     qtbot.waitUntil(lambda: window.controller.ready, timeout=5000)
     assert [path for path, *_ in backend.loads] == ["/models/fake", "/models/fake"]
     assert backend.loads[-1][1]["device"] == "cpu" and window.banner.message() == ""
+
+
+def test_engine_settings_a_reload_fails_with_are_set_back_to_the_ones_the_model_runs_on(qtbot, window, factory):
+    """Trial 60: Device = CUDA on a computer without one failed the reload, but stayed saved: the
+    banner was behind the Settings dialog, and every later start had no model."""
+    dialog = window.open_settings_dialog()
+    factory.fail = "device 'cuda' was requested but this PyTorch build sees no CUDA GPU"
+    dialog.device.setCurrentIndex(dialog.device.findData("cuda"))
+    dialog.dtype.setCurrentIndex(dialog.dtype.findData("bfloat16"))
+    dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Apply).click()
+    qtbot.waitUntil(lambda: len(factory.loads) == 2 and not window.controller.loading, timeout=5000)
+    assert window.controller.ready and window.model_info["path"] == "/models/fake"
+    assert window.banner.message() == (
+        "Could not load the model: device 'cuda' was requested but this PyTorch build sees no CUDA GPU\n"
+        "Still using FakeVLM-256M with the engine settings it was loaded with; Settings are back to those "
+        "(Device: Automatic, Data type: Automatic).")
+    assert (window.settings.device, window.settings.dtype) == ("auto", "auto")
+    assert (load_settings().device, load_settings().dtype) == ("auto", "auto")  # the next start loads
+    assert dialog.isVisible() and dialog.device.currentData() == "auto" and dialog.dtype.currentData() == "auto"
+    assert dialog.error.text() == (
+        "The model could not load with Device: CUDA (NVIDIA), Data type: bfloat16: device 'cuda' was requested "
+        "but this PyTorch build sees no CUDA GPU\nThe engine settings are back to the ones the model runs on.")
+    factory.fail = None
+    dialog.accept()  # nothing changed since: no reload
+    qtbot.wait(100)
+    assert len(factory.loads) == 2
+
+
+def test_a_first_load_that_fails_names_the_engine_settings_chosen(qtbot, make_window, data_dir):
+    """A device saved before (or set by hand) that this computer lacks: the banner says where to change it."""
+    save_settings(replace(AppSettings(), device="cuda", weights="int8"))
+    backend = FakeBackend(fail="device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
+    window = make_window(backend, wait_loaded=False)
+    qtbot.waitUntil(lambda: window.banner.message().startswith("Could not load the model"), timeout=5000)
+    assert window.banner.message() == (
+        "Could not load the model: device 'cuda' was requested but this PyTorch build sees no CUDA GPU\n"
+        "Settings ▸ Engine has Device: CUDA (NVIDIA), Weights: int8: Restore Defaults there (or Automatic) uses "
+        "what this computer has.")
 
 
 def test_engine_settings_changed_during_an_answer_apply_when_it_ends(qtbot, make_window):
