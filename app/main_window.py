@@ -53,6 +53,8 @@ from app.window_layout import (
     STOP_LOAD_TIP,
     STOP_TIP,
     build_ui,
+    restore_geometry,
+    save_geometry,
     show_attach_kinds,
 )
 from app.zoom import ZoomMixin, saved_zoom
@@ -123,6 +125,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self._kept: dict[str, str] = {}  # attached file -> its copy in the image store (AttachmentsMixin)
         self._names: dict[str, str] = {}  # stored copy put back by Edit or Resend -> the name it was attached as
         build_ui(self)
+        restore_geometry(self)
         ignored = ""
         if backend is None:  # before the banner, which says if SMOLCHAT_BACKEND was ignored
             backend = backend_from_env()
@@ -683,5 +686,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if not self.controller.closed and not self.may_close():
             event.ignore()  # the question about an answer not saved decides (ChatsMixin.may_close)
             return
+        if not self.controller.closed:
+            save_geometry(self)
         self.shutdown()
         super().closeEvent(event)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -214,6 +214,29 @@ def build_ui(window) -> None:
     set_tab_order(window)
     fit_to_screen(window, window.size())  # no larger than a small (or scaled) screen
     window.composer.setFocus()
+
+
+#: The main window's size, place and maximized state (QWidget.saveGeometry) and the sidebar's width
+#: (QSplitter.saveState) at the last close, in settings.ini.
+GEOMETRY_KEY, SPLITTER_KEY = "window/geometry", "window/splitter"
+
+
+def restore_geometry(window) -> None:
+    """Open the window as it was closed (trial 60: it opened at 1080 x 720 in the default place every
+    time). Qt moves a window saved on a screen no longer attached onto one that is; a value that is not
+    a saved geometry (edited by hand) is ignored, the default size applies."""
+    geometry = window.qsettings.value(GEOMETRY_KEY)
+    if isinstance(geometry, QByteArray) and window.restoreGeometry(geometry) and not window.isMaximized():
+        fit_to_screen(window, window.size())  # a screen smaller (or scaled up) since
+    state = window.qsettings.value(SPLITTER_KEY)
+    if isinstance(state, QByteArray):
+        window.centralWidget().restoreState(state)
+
+
+def save_geometry(window) -> None:
+    """What :func:`restore_geometry` reads, at a close."""
+    window.qsettings.setValue(GEOMETRY_KEY, window.saveGeometry())
+    window.qsettings.setValue(SPLITTER_KEY, window.centralWidget().saveState())
 
 
 def set_tab_order(window) -> None:

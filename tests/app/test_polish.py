@@ -386,3 +386,24 @@ def test_an_empty_chat_list_says_so(qtbot, make_window):
     win.sidebar.search.clear()
     win.delete_conversation(win.keeper.current_id)
     assert label.isVisibleTo(win.sidebar) and label.text().startswith("No chats yet")
+
+
+def test_the_window_opens_as_it_was_closed_and_a_hand_edited_value_is_ignored(qtbot, make_window, data_dir):
+    """Trial 60: the window opened at 1080 x 720 in the default place at every start, its sidebar at
+    its default width."""
+    from app.window_layout import GEOMETRY_KEY
+
+    first = make_window(FakeBackend())
+    first_size = first.size()  # the default, fitted to the test's screen
+    first.resize(700, 500)
+    first.centralWidget().setSizes([300, 400])
+    sizes = first.centralWidget().sizes()
+    assert first.close()
+    second = make_window(FakeBackend())
+    assert (second.width(), second.height()) == (700, 500)
+    assert second.centralWidget().sizes() == sizes and sizes[0] == 300
+    assert second.close()
+    second.qsettings.setValue(GEOMETRY_KEY, "not a geometry")
+    second.qsettings.sync()
+    third = make_window(FakeBackend())
+    assert (third.width(), third.height()) == (first_size.width(), first_size.height())  # the default
