@@ -202,6 +202,14 @@ class ConversationList(QFrame):
                 and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.search.text().strip():
             self.find_step.emit(-1 if event.modifiers() & Qt.KeyboardModifier.ShiftModifier else 1)
             return True
+        if watched is self.search and event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Down \
+                and event.modifiers() == Qt.KeyboardModifier.NoModifier and self.chat_items():
+            # Down from the search goes to the chats it lists (trial 60: it took Tab, Down, Enter); the
+            # first one opens when the open chat is not among them.
+            self.list.setFocus(Qt.FocusReason.OtherFocusReason)
+            if self.list.currentItem() is None:
+                self.list.setCurrentItem(self.chat_items()[0])
+            return True
         return super().eventFilter(watched, event)
 
     def _jump(self, key) -> bool:

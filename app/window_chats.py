@@ -191,6 +191,11 @@ class ChatsMixin:
         if not hits:
             elsewhere = self._other_version_hits()
             if not elsewhere:
+                # The open chat holds none: Enter opens the newest chat listed as holding the words
+                # (trial 60: Enter did nothing), its newest hit shown (open_conversation).
+                listed = self.sidebar.ids()
+                if listed and self.keeper.current_id not in listed:
+                    self.open_conversation(listed[0])
                 return
             if self.controller.busy:  # the versions shown stay while an answer runs
                 self.banner.show_info("The words are in another version of a message: F3 shows it after this answer.")

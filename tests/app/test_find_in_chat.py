@@ -361,3 +361,26 @@ def test_words_only_in_another_version_are_said_and_f3_shows_that_version(qtbot,
     reopened = Store(data_dir)  # the version shown is stored, as ‹ › stores it
     assert [m.text for m in reopened.messages(chat.id)][-1] == texts[-1]
     reopened.close()
+
+
+def test_enter_or_down_in_the_search_reaches_the_chat_it_lists_when_the_open_one_holds_none(qtbot, make_window,
+                                                                                             data_dir):
+    """Trial 60: with a chat open that the search does not list, Enter and Down in the search did
+    nothing; reaching the listed chat took Tab, Down, Enter."""
+    ids = recipes(data_dir, 5)
+    win = make_window(FakeBackend())
+    chat = win.keeper.current_id
+    for key in (Qt.Key.Key_Return, Qt.Key.Key_Down):
+        win.open_conversation(None)
+        win.sidebar.search.setFocus()
+        win.sidebar.search.setText("sourdough")
+        assert win.sidebar.ids() == [chat] and win.keeper.current_id is None
+        qtbot.keyClick(win.sidebar.search, key)
+        assert win.keeper.current_id == chat, key
+        expected = hits_expected(ids, 5)
+        assert win.transcript.widgets()[win.transcript.hit_index()].message_id == expected[-1]  # its newest hit
+    assert win.sidebar.list.hasFocus()  # Down: in the list, where Up / Down go on through the chats
+    win.sidebar.search.setFocus()
+    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Return)  # in the open chat, Enter steps through its hits
+    assert win.keeper.current_id == chat and win.transcript.widgets()[win.transcript.hit_index()].message_id == \
+        expected[-2]
