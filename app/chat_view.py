@@ -183,6 +183,19 @@ class ChatView(QScrollArea):
             self._follow = False
             self._set_hold(lambda: message.y() - margin, message)
 
+    def screen_offset(self, index: int) -> int:
+        """Where message ``index`` (built) sits: its top's distance below the view's top, in pixels
+        (negative above it), for :meth:`hold_at`."""
+        return self.message_widget(index).y() - self.verticalScrollBar().value()
+
+    def hold_at(self, index: int, offset: int) -> None:
+        """Keep message ``index`` ``offset`` pixels below the view's top while the layout settles, until
+        the view is scrolled: another version of a message replaced it and what follows it (trial 60:
+        the view followed the new branch to the chat's end, the message switched out of sight)."""
+        message = self.message_widget(index)
+        self._follow = False
+        self._set_hold(lambda: message.y() - offset, message)
+
     def show_start(self) -> None:
         """Show the chat's first message (Home, Ctrl+Home)."""
         if not self._messages:

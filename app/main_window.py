@@ -324,8 +324,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         elif action in ("previous_version", "next_version"):
             switched: list[bool] = []
             step = -1 if action == "previous_version" else 1
+            offset = self.transcript.screen_offset(index)
             if self._storage("switch versions", lambda: switched.append(self.controller.switch_version(index, step))):
                 if switched[0]:
+                    self.transcript.hold_at(index, offset)  # the switched message stays where it was clicked
                     shown = self.transcript.message_widget(index)
                     announce(self.transcript, f"{shown.actions_row.versions.label.accessibleName()} shown")
                 if self.controller.ready:

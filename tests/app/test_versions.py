@@ -443,3 +443,33 @@ def test_the_edit_notice_comes_back_after_another_message_is_closed(qtbot, make_
     win.banner.show_info("Something else")
     win.banner.dismiss()
     assert not win.banner.isVisible()
+
+
+def test_switching_an_early_messages_version_keeps_it_where_it_was_clicked(qtbot, make_window):
+    """Trial 60: ‹ on an edited early question (its short new branch at the chat's end, the view
+    following it) showed the long first branch scrolled to its end, the question out of sight."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    win.resize(900, 600)
+    qtbot.waitExposed(win)
+    for i in range(7):
+        ask(qtbot, win, f"question {i}")
+    win.transcript.widgets()[2].actions_row.button("edit").click()  # "question 1"
+    win.composer.setPlainText("question 1, edited")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    QApplication.processEvents()
+    assert shown(win)[2:] == ["question 1, edited", "A."]
+    before = win.transcript.message_widget(2).mapTo(win.transcript.viewport(), QPoint(0, 0)).y()
+    assert 0 <= before < win.transcript.viewport().height()  # in view, where it is clicked
+    click(qtbot, win, 2, "previous")
+    assert win.transcript.widgets()[2].text == "question 1" and len(shown(win)) == 14
+    for _ in range(3):  # as the layout of the long branch settles
+        QApplication.processEvents()
+        qtbot.wait(30)
+        assert win.transcript.message_widget(2).mapTo(win.transcript.viewport(), QPoint(0, 0)).y() == before
+    bar = win.transcript.verticalScrollBar()
+    assert bar.value() < bar.maximum()
