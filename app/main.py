@@ -218,12 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(sys.argv[:1])
     lock, already_open = take_lock(data_dir())
     if already_open:
-        taken = hand_over(data_dir(), args.files)
+        taken = hand_over(data_dir(), args.files, model=args.model)
         if taken is not None:
             given = ("its window was brought to the front." if not args.files else
                      "its window was given the files (it says there what it attached)." if taken == len(args.files)
                      else f"its window was given the first {taken:,} of the {len(args.files):,} files, as many as "
                           "one hand-over takes.")
+            if args.model:  # (trial 60: the model given was not loaded, without a word)
+                given += f" It loads {args.model} unless that model is already in use (it says there if it cannot)."
             print(f"Smolchat is already open with the conversations in {data_dir()}: {given}", file=sys.stderr)
             return 0
         said = already_open_text(data_dir())
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         window.show()  # before the model is loaded: loading runs in the engine thread
         signals.attach(window)
         if lock is not None:  # (a folder that cannot be written has no lock, and so no hand-over)
-            window.instance_listener = InstanceListener(data_dir(), window.open_files, window)
+            window.instance_listener = InstanceListener(data_dir(), window.open_files, window, on_model=window.open_model)
         window.file_open_events = FileOpenEvents(window.open_files, window)
         app.installEventFilter(window.file_open_events)
         if args.files:

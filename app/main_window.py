@@ -474,6 +474,17 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.controller.load(path, device or self.settings.device_arg(), dtype or self.settings.dtype_arg(),
                              self.settings.load_options())
 
+    def open_model(self, model: str) -> None:
+        """``smolchat --model X`` while this window is open: load X as a pick in the model menu would,
+        unless it is the model in use or loading; not under a running answer (said)."""
+        if model in (self.controller.model_info.get("path"), self.controller.asked if self.controller.loading else None):
+            return
+        if self.controller.busy:
+            self.banner.show_info(f"An answer is being written: {model} was not loaded. Stop the answer (Esc), "
+                                  "then pick the model in the model menu.")
+            return
+        self.load_model(model)
+
     def open_model_manager(self):
         from app.model_manager import ModelManager
 

@@ -66,13 +66,15 @@ def socket_name(data_dir: Path) -> str:
 
 class InstanceListener(QObject):
     """The running window's end of :func:`hand_over`: each message (one JSON object and a newline,
-    ``{"files": [absolute paths]}``) calls ``on_files(files)`` on the UI thread (an empty list: just
-    come to the front), and is answered ``ok``. Made by the process that holds the lock, so a socket
+    ``{"files": [absolute paths], "model": path or id}``, the model optional) calls ``on_model(model)``
+    then ``on_files(files)`` on the UI thread (an empty list: just come to the front), and is answered
+    ``ok``. Made by the process that holds the lock, so a socket
     file left by a crashed window is removed first."""
 
-    def __init__(self, data_dir: Path, on_files: Callable[[list[str]], None], parent: QObject | None = None) -> None:
+    def __init__(self, data_dir: Path, on_files: Callable[[list[str]], None], parent: QObject | None = None,
+                 on_model: Callable[[str], None] | None = None) -> None:
         super().__init__(parent)
-        self.on_files = on_files
+        self.on_files, self.on_model = on_files, on_model
         self.name = socket_name(data_dir)
         self.server = QLocalServer(self)
         self.server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
@@ -97,27 +99,34 @@ class InstanceListener(QObject):
 
     def _take(self, connection: QLocalSocket, message: bytes) -> None:
         try:
-            files = json.loads(message)["files"]
+            received = json.loads(message)
+            files, model = received["files"], received.get("model")
             if not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
                 raise ValueError("files: not a list of paths")
-        except (ValueError, KeyError, TypeError):
+            if not (model is None or isinstance(model, str) and model):
+                raise ValueError("model: not a model's path or id")
+        except (ValueError, KeyError, TypeError, AttributeError):
             connection.abort()
             return
         connection.write(QByteArray(b"ok\n"))
         connection.flush()
+        if model is not None and self.on_model is not None:  # first: files given with it wait for its load
+            self.on_model(model)
         self.on_files(files)
         connection.disconnectFromServer()
 
 
-def hand_over(data_dir: Path, files: list[str], wait_ms: int = HAND_OVER_MS) -> int | None:
-    """Send ``files`` (absolute paths; ``[]``: none) to the window running on ``data_dir``; how many it
-    took (it attaches them and comes to the front), or None where none answered. A list of more than
+def hand_over(data_dir: Path, files: list[str], wait_ms: int = HAND_OVER_MS, model: str | None = None) -> int | None:
+    """Send ``files`` (absolute paths; ``[]``: none) to the window running on ``data_dir``, and ``model``
+    (``--model``'s folder, GGUF file or repo id) for it to load; how many files it took (it attaches
+    them and comes to the front), or None where none answered. A list of more than
     :data:`MAX_MESSAGE` bytes is cut to the files that fit (trial 54: 3,000 long paths were refused
     as if no window were open)."""
-    message = json.dumps({"files": files}).encode() + b"\n"
+    extra = {"model": model} if model else {}
+    message = json.dumps({"files": files, **extra}).encode() + b"\n"
     while len(message) > MAX_MESSAGE and files:
         files = files[:len(files) * MAX_MESSAGE // len(message) - 1] if len(files) > 1 else []
-        message = json.dumps({"files": files}).encode() + b"\n"
+        message = json.dumps({"files": files, **extra}).encode() + b"\n"
     connection = QLocalSocket()
     connection.connectToServer(socket_name(data_dir))
     if not connection.waitForConnected(wait_ms):

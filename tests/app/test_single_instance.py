@@ -175,3 +175,38 @@ def test_a_hand_over_too_long_for_one_message_gives_the_files_that_fit(qtbot, tm
     taken = int(second.stdout.read())
     assert 2000 < taken < 3000 and got == [files[:taken]]
     listener.server.close()
+
+
+def test_a_second_start_with_a_model_has_the_open_window_load_it(qtbot, make_window, tmp_path):
+    """Trial 60: ``smolchat --model DIR`` while Smolchat was open brought its window to the front and
+    kept the model in use, without a word."""
+    from app.backends.fake import FakeBackend
+    from app.single_instance import InstanceListener
+
+    fake = FakeBackend(tokens=["A", "."], delay=0.05)
+    win = make_window(fake)
+    listener = InstanceListener(tmp_path, win.open_files, win, on_model=win.open_model)
+    assert listener.listening
+
+    def second_start(*model: str) -> int:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from app.single_instance import hand_over; "
+                                   "print(hand_over(sys.argv[1], [], model=(sys.argv[2:] or [None])[0]))",
+             str(tmp_path), *model], cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True)
+        qtbot.waitUntil(lambda: process.poll() is not None, timeout=60_000)
+        return int(process.stdout.read())
+
+    assert second_start("/models/fake") == 0  # the model in use: nothing loads again
+    qtbot.wait(100)
+    assert [path for path, *_ in fake.loads] == ["/models/fake"]
+    assert second_start("/models/other") == 0
+    qtbot.waitUntil(lambda: win.controller.ready and win.model_info["path"] == "/models/other", timeout=5000)
+    fake.tokens = [" word"] * 400  # 20 s of answer: the third start comes while it is written
+    win.composer.setPlainText("a question")
+    win.send_message()
+    qtbot.waitUntil(lambda: win._busy, timeout=5000)
+    assert second_start("/models/third") == 0  # not under a running answer: said
+    qtbot.waitUntil(lambda: "/models/third was not loaded" in win.banner.message(), timeout=5000)
+    assert [path for path, *_ in fake.loads] == ["/models/fake", "/models/other"]
+    win.stop()
+    listener.server.close()
