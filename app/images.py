@@ -28,6 +28,21 @@ def validate_image(path: str | Path) -> Path:
     return Path(path).resolve()
 
 
+def check_image_header(path: str | Path) -> None:
+    """Raise :class:`InvalidImageError` (the engine's words) when ``path`` is not an image file at all,
+    from its header alone: for files the loaded model will not read anyway, where decoding a
+    100-megapixel photo on the UI thread would only delay the refusal."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path):
+            pass
+    except UnidentifiedImageError:
+        raise InvalidImageError(f"Not a recognised image file: {path}") from None
+    except OSError as exc:
+        raise InvalidImageError(f"Cannot read image: {path} ({exc.strerror or exc})") from None
+
+
 def save_png_bytes(data: bytes, folder: Path) -> Path:
     """Write PNG ``data`` into ``folder`` named by its content hash; return the file's path."""
     digest = hashlib.sha256(data).hexdigest()[:32]

@@ -335,11 +335,18 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         elif action == "regenerate":
             self.regenerate_answer(index)
         elif action == "continue":
+            self.dismiss_error()
             if self.controller.continue_answer(index, self.chat_settings(), self.current_params()):
                 self._answer_started()
         elif action == "edit":
             message = self.transcript.widgets()[index]
             self.begin_edit(index, message.text, message.images, self.keeper.messages()[index].attached_names)
+
+    def dismiss_error(self) -> None:
+        """An answer is asked for again (Continue, Regenerate): the error of the last try goes (trial 60:
+        "Connection refused" stayed over the answer that then came), a note with a button stays."""
+        if self.banner.tone() == "error" and not self.banner.isHidden():
+            self.banner.dismiss()
 
     def begin_edit(self, index: int, text: str, files: list[str], names: list[str], again: bool = False) -> None:
         """Edit the transcript's message ``index`` in the composer, holding ``text`` and ``files``

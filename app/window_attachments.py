@@ -12,10 +12,10 @@ from PySide6.QtWidgets import QFileDialog
 from app.conversations import STORAGE_ERRORS, attached_name, storage_problem
 from app.documents import DocumentIntake
 from app.formatting import pending_summary
-from app.images import InvalidImageError, save_png_bytes, validate_image
+from app.images import InvalidImageError, check_image_header, save_png_bytes
 from app.mime import carries_images, image_from_mime, local_files
 from app.paths import pasted_images_dir
-from app.pdf_pages import IMAGE_SUFFIXES, is_pdf
+from app.pdf_pages import is_pdf
 from app.video_attachments import (
     VIDEO_FILTER,
     InvalidVideoError,
@@ -105,11 +105,11 @@ class AttachmentsMixin:
         if refusal:  # said with the videos' problems (one banner), naming what was not attached
             refused = []
             for path in others:  # a file that is no image at all is said as such, not as one the model cannot read
-                if os.path.isdir(path) or is_pdf(path) or Path(path).suffix.lower() in IMAGE_SUFFIXES:
+                if os.path.isdir(path) or is_pdf(path):
                     refused.append(path)
                     continue
-                try:
-                    validate_image(path)
+                try:  # its header: a text file named .jpg is no image (trial 60), a large photo not decoded
+                    check_image_header(path)
                     refused.append(path)
                 except InvalidImageError as exc:
                     problems.append(str(exc))
@@ -165,6 +165,7 @@ class AttachmentsMixin:
         ("Attached 6 of 40 images: …", "Only the first frame of …") leave the banner: they no longer
         describe anything on screen (trial 54: the note outlived the chips it counted). Errors about files
         that were refused stay until dismissed."""
+        self._withdraw_send_refusal()
         notes = getattr(self, "_attach_notes", [])
         if notes and not self.attachments.chips():
             self._attach_notes = []
@@ -234,7 +235,7 @@ class AttachmentsMixin:
             return True
         problems = self._video_problems()
         if problems:
-            self.banner.show_error(" ".join(problems))
+            self._refuse_send(" ".join(problems))
             return True
         return False
 
@@ -248,7 +249,7 @@ class AttachmentsMixin:
         attached = getattr(self, "_pending_tokens", 0)
         if attached >= context:
             videos = bool(self.attachments.video_chips())
-            self.banner.show_error(
+            self._refuse_send(
                 f"These attachments take {attached:,} tokens, more than the {context:,} the model's context holds. "
                 + ("Remove some, or lower Settings ▸ Video frames (max)." if videos
                    else "Remove some, or send them at a lower image detail."))
@@ -262,11 +263,11 @@ class AttachmentsMixin:
         if words <= 0 or tokens < context:
             return False
         if not attached:
-            self.banner.show_error(
+            self._refuse_send(
                 f"This message is {tokens:,} tokens long, more than the {context:,} the model's context holds. "
                 "Shorten it, or send it in parts.")
         else:
-            self.banner.show_error(
+            self._refuse_send(
                 f"This message and its attachments take {tokens:,} tokens ({words:,} of them for the text), "
                 f"more than the {context:,} the model's context holds. Shorten the text, or remove some attachments.")
         return True
@@ -317,7 +318,9 @@ class AttachmentsMixin:
     @Slot(QImage)
     def add_image_data(self, image: QImage) -> None:
         """Attach pasted or dragged image data, saved as a PNG in the app data folder."""
-        if self.refuse_images():
+        refusal = self.images_refusal()
+        if refusal:  # nothing was attached: no image to remove (trial 60)
+            self.banner.show_error(f"The pasted image was not attached: {refusal}")
             return
         data = QByteArray()
         buffer = QBuffer(data)
@@ -338,8 +341,20 @@ class AttachmentsMixin:
         """Show why and return True when the loaded model takes no images (its capabilities say so)."""
         refusal = self.images_refusal()
         if refusal:
-            self.banner.show_error(f"{refusal} Remove the image, or load one that does.")
+            self._refuse_send(f"{refusal} Remove the image, or load one that does.")
         return bool(refusal)
+
+    def _refuse_send(self, text: str) -> None:
+        """Say why Send did not send the message written; the line goes once the message or its
+        attachments change (trial 60: "This message is 12,001 tokens long" stayed over the text that
+        replaced it, and "cannot take videos" after the video was removed)."""
+        self.banner.show_error(text)
+        self._send_refusal = text
+
+    def _withdraw_send_refusal(self) -> None:
+        refusal, self._send_refusal = getattr(self, "_send_refusal", ""), ""
+        if refusal:
+            self.banner.withdraw([refusal])
 
     def images_refusal(self) -> str:
         """Why the loaded model takes no images ("" when it does, or nothing says it does not)."""
@@ -454,6 +469,7 @@ class AttachmentsMixin:
     def _text_edited(self) -> None:
         """Count the text again once typing pauses, where it could reach the context (or did at the
         last count): a short message costs nothing per keystroke."""
+        self._withdraw_send_refusal()
         if getattr(self, "_text_over", False) or \
                 not self._fits_by_bytes(self.composer.toPlainText(), getattr(self, "_pending_tokens", 0)):
             self.text_count_timer.start()

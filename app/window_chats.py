@@ -230,6 +230,7 @@ class ChatsMixin:
         widgets = self.transcript.widgets()
         before = widgets[index].text if 0 <= index < len(widgets) else None
         params = self.current_params()
+        self.dismiss_error()
         self.controller.regenerate(index, self.chat_settings(), params)
         if not self._busy:
             return

@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 from engine.api.backend import LOAD_CANCELLED, Attachment, EventSink, HistoryMessage, LoadCallback, LoadTicket, ModelInfo
 from engine.api.capabilities import Capabilities
-from engine.api.errors import LoadCancelled, describe_error, is_engine_error
+from engine.api.errors import LoadCancelled, UnsupportedOperation, describe_error, is_engine_error
 from engine.api.events import DoneEvent, GenerationParams, GenerationStats, TokenEvent
 from engine.api.hub import looks_like_repo_id
 from engine.api.images import withdraw
@@ -551,7 +551,11 @@ class EngineService:
             except Exception as exc:  # noqa: BLE001 - ImageError / VideoError / OSError alike
                 if not is_engine_error(exc) and not isinstance(exc, OSError):
                     raise
-                self._left_out.append(describe_error(exc))
+                # A text-only model's refusal is the same for every file and asks to remove one: in a
+                # chat's history there is nothing to remove (trial 60: "3 earlier files …: it takes no
+                # images (got 1); remove the image").
+                self._left_out.append("the model reads text only" if isinstance(exc, UnsupportedOperation)
+                                      else describe_error(exc))
         return out
 
     def _left_out_notice(self) -> str:

@@ -403,3 +403,31 @@ def test_a_pipe_named_like_a_photo_is_refused_without_opening_it(make_window, tm
     assert window.attachments.paths() == []
     assert window.banner.message().split("\n") == [
         f"{p} is not a regular file (a pipe or a device): it cannot be attached" for p in pipes]
+
+
+def test_a_refusal_of_send_goes_once_the_message_or_its_attachments_change(qtbot, window, factory, tmp_path):
+    """Trial 60: "This message is … tokens long" stayed over the shorter text that replaced it, and a
+    model's "cannot take videos" after the video was removed; another banner stays."""
+    from tests.engine.videos import solid, write_video
+
+    win = window
+    win.composer.setPlainText("word " * 9000)
+    qtbot.waitUntil(lambda: "context" in win.pending_label.text(), timeout=3000)
+    win.send_message()
+    assert win.banner.message().startswith("This message is 9,000 tokens long")
+    win.composer.setPlainText("word " * 10)
+    assert win.banner.isHidden()
+
+    video = tmp_path / "clip.mp4"
+    write_video(video, (solid(32, 32, 10 * i) for i in range(4)), rate=2)
+    win.add_files([str(video)])
+    win.composer.setPlainText("What happens?")
+    win.send_message()
+    assert "cannot take videos: remove the video" in win.banner.message()
+    win.attachments.remove(win.attachments.paths()[0])
+    assert win.banner.isHidden()
+    assert factory.calls == []
+
+    win.banner.show_error("Something else went wrong.")  # not a refusal of this message: stays
+    win.composer.setPlainText("typing on")
+    assert win.banner.message() == "Something else went wrong."

@@ -51,6 +51,23 @@ def test_an_answer_cut_at_the_token_limit_continues_in_the_same_message(qtbot, m
     assert len(win.store.all_messages(win.keeper.current_id)) == 2  # no second version
 
 
+def test_continue_and_regenerate_close_the_last_try_s_error(qtbot, make_window):
+    """Trial 60: "Local srv: Connection refused" stayed over the answer that Continue then got."""
+    backend = FakeBackend(tokens=["The", " cat", " is", " orange", "."])
+    win = make_window(backend)
+    ask(qtbot, win, "What is it?", 2)
+    answer = win.transcript.widgets()[1]
+    win.banner.show_error("Local srv: Connection refused")
+    win.generation_params = {"max_new_tokens": 10}
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        continue_button(answer).click()
+    assert win.banner.isHidden()
+    win.banner.show_error("Local srv: Connection refused")
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        answer.actions_row.button("regenerate").click()
+    assert win.banner.message() != "Local srv: Connection refused"
+
+
 def test_continue_is_offered_only_under_the_last_answer_when_it_was_cut(qtbot, make_window):
     win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
     ask(qtbot, win, "First?", 3)

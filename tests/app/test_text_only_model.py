@@ -117,3 +117,21 @@ def test_a_photo_attached_while_a_text_only_model_loads_is_said_when_it_has(qtbo
     assert win.banner.message() == ("The attached photos cannot be sent: SmolLM2-135M-Instruct is a text-only model: "
                                     "it cannot read images; a vision model (SmolVLM) can. Remove them, or load one "
                                     "that does.")
+
+
+def test_a_photo_pasted_or_a_text_file_named_jpg_for_a_text_only_model_is_said_as_what_it_is(make_window, tmp_path):
+    """Trial 60: a pasted photo was refused with "Remove the image", though nothing was attached, and a
+    text file named fake.jpg was "Not attached … text-only model", not "not an image"."""
+    from PySide6.QtGui import QColor, QImage
+
+    win, backend = _text_only_window(make_window)
+    image = QImage(20, 10, QImage.Format.Format_RGB32)
+    image.fill(QColor(200, 40, 40))
+    win.add_image_data(image)
+    assert win.banner.message() == ("The pasted image was not attached: SmolLM2-135M-Instruct is a text-only model: "
+                                    "it cannot read images; a vision model (SmolVLM) can.")
+    fake = tmp_path / "fake.jpg"
+    fake.write_text("not a photo at all")
+    win.add_files([str(fake)])
+    assert win.banner.message() == f"Not a recognised image file: {fake}"
+    assert win.attachments.paths() == [] and backend.calls == []

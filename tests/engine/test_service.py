@@ -408,6 +408,27 @@ def test_video_attachments_reach_the_session_as_videos(family_checkpoint, shared
     assert service.shutdown()
 
 
+def test_earlier_images_a_text_only_model_cannot_read_are_counted_with_one_reason():
+    """Trial 60: "3 earlier files of this chat are not in the model's context: … it takes no images (got
+    1); remove the image or load a vision model": one file per refusal, and nothing there to remove."""
+    from engine.api.errors import UnsupportedOperation
+
+    class TextOnly(ScriptedSession):
+        def preprocess(self, images, detail="full"):
+            raise UnsupportedOperation(f"SmolLM2 is a text-only model: it takes no images (got {len(images)}); "
+                                       "remove the image or load a vision model")
+
+    service = scripted(TextOnly())
+    history = [HistoryMessage("user", "q1", (Attachment("/img/a.png"), Attachment("/img/b.png"))),
+               HistoryMessage("assistant", "a1"), HistoryMessage("user", "q2", (Attachment("/img/c.png"),)),
+               HistoryMessage("assistant", "a2")]
+    service.set_history(history)
+    service.send("q3", [], GenerationParams(), done := Recorder())
+    assert done.final.stats.notice == ("3 earlier files of this chat are not in the model's context: the model "
+                                       "reads text only.")
+    assert service.shutdown()
+
+
 def test_an_unreadable_image_of_an_earlier_message_is_left_out_not_the_whole_history(caplog):
     """Issue 18: a stored image deleted since must not fail set_history half-way (the next answer then ran on
     a conversation cut short, silently): that image is left out, with a warning, and the rest is kept."""
