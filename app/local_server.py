@@ -51,9 +51,14 @@ class LocalServer(QObject):
     def running(self) -> bool:
         return bool(self.url)
 
-    def start(self, service, port: int, api_key: str = "") -> None:
-        """Serve ``service``'s loaded model on 127.0.0.1:``port``; ``changed`` or ``failed`` follows."""
+    def start(self, service, port: int, api_key: str = "", remote: str = "") -> None:
+        """Serve ``service``'s loaded model on 127.0.0.1:``port``; ``changed`` or ``failed`` follows.
+        ``remote``: the server the window's model runs on instead (none is served from here)."""
         self.stop()
+        if remote:  # (trial 60: "Load a model first" while a server's model answered)
+            self.failed.emit(f"The model in use runs on {remote}: the local server serves a model running on this "
+                             "computer. Load one, then turn the server on.")
+            return
         if service is None or service.info is None:
             self.failed.emit("Load a model first: the server serves the model this window has loaded.")
             return
@@ -165,6 +170,7 @@ class LocalServerDialog(QDialog):
         self.setObjectName("localServerDialog")
         self.setWindowTitle("Local server")
         self.server, self.service = server, service
+        self.remote = ""  # the server the window's model runs on, when it is not this computer
         self.switch = QCheckBox("Serve the loaded model (OpenAI-compatible API, this computer only)")
         self.switch.setObjectName("serverSwitch")
         self.switch.setChecked(server.running)
@@ -213,7 +219,7 @@ class LocalServerDialog(QDialog):
     def _toggle(self, on: bool) -> None:
         self.message.setText("")
         if on:
-            self.server.start(self.service, self.port.value(), self.key.text().strip())
+            self.server.start(self.service, self.port.value(), self.key.text().strip(), self.remote)
         else:
             self.server.stop()
 
@@ -274,6 +280,8 @@ def open_dialog(window) -> LocalServerDialog:
     store = keys()
     legacy = str(qs.value("server/key", "") or "")  # where versions before the keyring kept it
     dialog = LocalServerDialog(window.local_server, service, port, None, window)
+    if service is None and str(window.model_info.get("backend", "")).startswith("remote:"):
+        dialog.remote = str(window.model_info.get("device") or window.model_info["backend"][len("remote:"):])
     saved = {"key": legacy or None}
     if legacy:
         qs.remove("server/key")

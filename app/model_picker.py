@@ -45,8 +45,9 @@ class ModelPicker(QPushButton):
 
     def set_model(self, name: str, path: str) -> None:
         self._current = path
-        self.setText(name)
         remote = parse_spec(path)  # said as the user knows it, not as "remote:SERVER::MODEL" (trial 56)
+        # A server's copy of a model named as a local one is told apart here too (trial 60).
+        self.setText(f"{name} · {remote[0]}" if remote else name)
         self.setToolTip(f"{remote[1] if remote else path}{f' on {remote[0]}' if remote else ''}\nClick to switch model")
         self.remember(path, name)
 

@@ -160,6 +160,15 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     # Only that row has a check box (the light theme drew an empty one beside every other model).
     assert [a.text() for a in win.model_picker.model_actions() if a.isCheckable()] == ["ok"]
     assert win.model_picker.toolTip() == "ok on fake\nClick to switch model"  # not "remote:fake::ok" (trial 56)
+    assert win.model_picker.text() == "ok · fake"  # told apart from a local model named "ok" (trial 60)
+    # The local server serves a model on this computer: said as such, not "Load a model first" (trial 60).
+    dialog = win.open_local_server()
+    with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
+        dialog.switch.setChecked(True)
+    assert dialog.message.text() == ("The model in use runs on fake: the local server serves a model running on "
+                                     "this computer. Load one, then turn the server on.")
+    assert not dialog.switch.isChecked()
+    dialog.close()
 
 
 def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, make_window, fake_session, png):
