@@ -398,8 +398,9 @@ class ConversationKeeper(QObject):
                          "statistics or token ids): shown with what could be read, and left unchanged on disk.")
         stray = len(self.store.stray.get(self.current_id, ()))
         if stray:
-            lines.append(f"{stray} stored message{' follows' if stray == 1 else 's follow'} a message that is not in "
-                         "this chat, so cannot be placed in it: not shown, and left unchanged on disk.")
+            lines.append(f"{stray} stored message{'' if stray == 1 else 's'} cannot be placed in this chat (a message "
+                         "before it is missing, or messages follow one another in a loop): not shown, and left "
+                         "unchanged on disk.")
         if self.current_id is not None:
             self.store.conversation(self.current_id)  # reads its settings: noted when they do not parse
             if ("conversation", self.current_id) in self.store.unreadable:

@@ -481,6 +481,14 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         self.controller.load(path, device or self.settings.device_arg(), dtype or self.settings.dtype_arg(),
                              self.settings.load_options())
 
+    def model_in_use(self) -> str:
+        """The model in use as the picker names it ("NAME · SERVER" for a server's: trial 61), for the
+        banners that say it still answers."""
+        info = self.controller.model_info
+        name = info.get("model_name") or "the model before"
+        remote = str(info.get("backend", "")).startswith("remote:") and info.get("device")
+        return f"{name} · {info['device']}" if remote else name
+
     def open_model(self, model: str) -> None:
         """``smolchat --model X`` while this window is open: load X as a pick in the model menu would,
         unless it is the model in use or loading; not under a running answer (said)."""
@@ -584,7 +592,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             reverted = self.revert_engine_settings(message)
             self._on_model_loaded(self.controller.model_info)
             self.banner.show_error(f"Could not load the model: {message}\n" + (
-                reverted or f"Still using {self.controller.model_info.get('model_name') or 'the model before'}."))
+                reverted or f"Still using {self.model_in_use()}."))
             return
         self.engine_in_use = None
         self._show_no_model()
@@ -600,7 +608,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.model_picker.remember(path)
         if self.controller.ready:  # the model before is still loaded: the chat goes on with it
             self._on_model_loaded(self.controller.model_info)
-            before = self.controller.model_info.get("model_name") or "the model before"
+            before = self.model_in_use()
             if path == self.controller.model_info.get("path"):  # a reload for new engine settings (trial 59)
                 self.banner.show_info(f"{STOPPED_NOTE} {what} again: it still runs on the engine settings it was "
                                       "loaded with. Pick it again to use the new ones.")

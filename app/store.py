@@ -726,10 +726,19 @@ class Store:
             parsed[message.id] = (values, message)
             children.setdefault(row["parent_id"], []).append((message, bool(row["selected"])))
         self._parsed = (conversation_id, parsed)
-        known = {message.id for kids in children.values() for message, _ in kids}
-        for parent in set(children) - known - {None}:  # following a message not in this chat: never shown, said
-            self.unreadable.update(("message", message.id) for message, _ in children[parent])
-            self.stray.setdefault(conversation_id, set()).update(message.id for message, _ in children[parent])
+        # A message no chain from the chat's first message reaches (it follows a message not in this chat,
+        # or messages follow one another in a loop: trial 61's chat opened empty without a word) is
+        # never shown, and said.
+        reached, stack = set(), [None]
+        while stack:
+            for message, _ in children.get(stack.pop(), ()):
+                if message.id not in reached:
+                    reached.add(message.id)
+                    stack.append(message.id)
+        unplaced = {message.id for kids in children.values() for message, _ in kids} - reached
+        if unplaced:
+            self.unreadable.update(("message", i) for i in unplaced)
+            self.stray.setdefault(conversation_id, set()).update(unplaced)
         self._read = ((conversation_id, self._writes), children)
         return children
 

@@ -445,8 +445,7 @@ class ChatsMixin:
         for key, value in before.items():
             setattr(self.settings, key, value)
         save_settings(self.settings, self.qsettings)
-        name = self.controller.model_info.get("model_name") or "the model before"
-        line = (f"Still using {name} with the engine settings it was loaded with; Settings are back to those "
+        line = (f"Still using {self.model_in_use()} with the engine settings it was loaded with; Settings are back to those "
                 f"({describe_engine(before, tried)}).")
         dialog = getattr(self, "settings_dialog", None)
         if dialog is not None and dialog.isVisible():

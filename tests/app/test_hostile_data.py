@@ -707,4 +707,19 @@ def test_an_answer_following_a_message_not_in_its_chat_is_said(qtbot, make_windo
     db.close()
     win = make_window(FakeBackend())
     assert [m.text for m in win.transcript.widgets()] == ["Hello?", "Hi there.", "What is 2+2?"]
-    assert "1 stored message follows a message that is not in this chat" in win.banner.message()
+    assert "1 stored message cannot be placed in this chat (a message before it is missing" in win.banner.message()
+
+
+def test_messages_that_follow_one_another_in_a_loop_are_said_not_an_empty_chat(qtbot, make_window, data_dir):
+    """Trial 61: a chat whose first message was made to follow its second (parent ids in a loop) opened
+    empty without a word, and the next question started the chat anew."""
+    conv, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (ids[1], ids[0]))
+    db.commit()
+    db.close()
+    win = make_window(FakeBackend())
+    assert win.transcript.widgets() == []
+    assert win.banner.message().split("\n")[-1] == (
+        "4 stored messages cannot be placed in this chat (a message before it is missing, or messages follow one "
+        "another in a loop): not shown, and left unchanged on disk.")

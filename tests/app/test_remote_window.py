@@ -169,6 +169,10 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
                                      "this computer. Load one, then turn the server on.")
     assert not dialog.switch.isChecked()
     dialog.close()
+    fake_session.fail = "the folder has no config.json"  # a local model that fails: the server's still answers
+    win.load_model("/models/broken")
+    qtbot.waitUntil(lambda: win.banner.message().startswith("Could not load the model"), timeout=5000)
+    assert win.banner.message() == "Could not load the model: the folder has no config.json\nStill using ok · fake."
 
 
 def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, make_window, fake_session, png):
