@@ -235,11 +235,14 @@ class ChatController(QObject):
         except STORAGE_ERRORS as exc:
             self.failed.emit(f"Could not regenerate the answer: {storage_problem(exc, self.keeper.store.folder)}.")
             return
-        if found:
-            history, user = found
-            # The backend holds the question and its answer: rebuild up to the question, then ask again.
-            self._start(history, params, lambda p, sp: self.backend.send(
-                user.text, attachments_for(user.images, self.takes_video), p, self.bridge.sink, sp))
+        if found is None:  # a damaged row (its role unreadable) above: no question to ask again
+            self.failed.emit("This answer cannot be regenerated: it follows no question that Smolchat can read. "
+                             "Ask the question again below.")
+            return
+        history, user = found
+        # The backend holds the question and its answer: rebuild up to the question, then ask again.
+        self._start(history, params, lambda p, sp: self.backend.send(
+            user.text, attachments_for(user.images, self.takes_video), p, self.bridge.sink, sp))
 
     def continue_answer(self, index: int, chat_settings: dict, params: dict) -> bool:
         """Continue answer ``index`` (the chat's last message, cut short) where its text ends; the

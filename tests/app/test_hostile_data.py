@@ -723,3 +723,24 @@ def test_messages_that_follow_one_another_in_a_loop_are_said_not_an_empty_chat(q
     assert win.banner.message().split("\n")[-1] == (
         "4 stored messages cannot be placed in this chat (a message before it is missing, or messages follow one "
         "another in a loop): not shown, and left unchanged on disk.")
+
+
+def test_regenerate_under_an_answer_that_follows_no_readable_question_says_why(qtbot, make_window, data_dir):
+    """Found by a trial: with the question's stored role unreadable (shown as an answer), Regenerate under
+    the answer after it did nothing without a word."""
+    conv_id, ids = _chat(data_dir)
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    db.execute("UPDATE messages SET role = CAST(X'FF' AS TEXT) WHERE id = ?", (ids[2],))
+    db.commit()
+    db.close()
+    fake = FakeBackend()
+    win = make_window(fake)
+    qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
+    win.regenerate_answer(3)
+    assert win.banner.message() == ("This answer cannot be regenerated: it follows no question that Smolchat can "
+                                    "read. Ask the question again below.")
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
+    assert not win.controller.busy
+    win.regenerate_answer(1)  # the answer to a readable question still gets a new version
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=10_000)
+    assert len(win.transcript.messages()) == 2 and win.transcript.messages()[1]["text"] != "Hi there."
