@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QStandardPaths, Slot
@@ -165,7 +166,7 @@ class AttachmentsMixin:
         ("Attached 6 of 40 images: …", "Only the first frame of …") leave the banner: they no longer
         describe anything on screen (trial 54: the note outlived the chips it counted). Errors about files
         that were refused stay until dismissed."""
-        self._withdraw_send_refusal()
+        self._recheck_send_refusal()
         notes = getattr(self, "_attach_notes", [])
         if notes and not self.attachments.chips():
             self._attach_notes = []
@@ -235,7 +236,7 @@ class AttachmentsMixin:
             return True
         problems = self._video_problems()
         if problems:
-            self._refuse_send(" ".join(problems))
+            self._refuse_send(" ".join(problems), lambda: bool(self._video_problems()))
             return True
         return False
 
@@ -252,7 +253,7 @@ class AttachmentsMixin:
             self._refuse_send(
                 f"These attachments take {attached:,} tokens, more than the {context:,} the model's context holds. "
                 + ("Remove some, or lower Settings ▸ Video frames (max)." if videos
-                   else "Remove some, or send them at a lower image detail."))
+                   else "Remove some, or send them at a lower image detail."), self._attachments_over)
             return True
         words = self.text_tokens(text, attached)
         if words is None:  # sent once it is counted (_on_text_counted), unless the text changes first
@@ -265,12 +266,27 @@ class AttachmentsMixin:
         if not attached:
             self._refuse_send(
                 f"This message is {tokens:,} tokens long, more than the {context:,} the model's context holds. "
-                "Shorten it, or send it in parts.")
+                "Shorten it, or send it in parts.", self._message_over, counted=True)
         else:
             self._refuse_send(
                 f"This message and its attachments take {tokens:,} tokens ({words:,} of them for the text), "
-                f"more than the {context:,} the model's context holds. Shorten the text, or remove some attachments.")
+                f"more than the {context:,} the model's context holds. Shorten the text, or remove some attachments.",
+                self._message_over, counted=True)
         return True
+
+    def _attachments_over(self) -> bool:
+        """The pending attachments take the context or more (True while they are being counted)."""
+        _summary, tokens, counted = getattr(self, "_attached", ("", 0, False))
+        context = self.context_size()
+        return bool(self.attachments.chips()) and bool(context) and (not counted or tokens >= context)
+
+    def _message_over(self) -> bool:
+        """The composer's text and the attachments take the context or more (True while being counted)."""
+        context = self.context_size()
+        attached = getattr(self, "_pending_tokens", 0)
+        words = self.text_tokens(self.composer.toPlainText().strip(), attached)
+        return bool(context) and (words is None or (words > 0 and attached + words >= context)
+                                  or attached >= context)
 
     def text_tokens(self, text: str, attached: int = 0) -> int | None:
         """Tokens the loaded model makes of the composer's ``text`` (-1: the backend cannot say;
@@ -341,20 +357,36 @@ class AttachmentsMixin:
         """Show why and return True when the loaded model takes no images (its capabilities say so)."""
         refusal = self.images_refusal()
         if refusal:
-            self._refuse_send(f"{refusal} Remove the image, or load one that does.")
+            self._refuse_send(f"{refusal} Remove the image, or load one that does.",
+                              lambda: bool(self.images_refusal()) and any(
+                                  chip.kind == "image" for chip in self.attachments.chips()))
         return bool(refusal)
 
-    def _refuse_send(self, text: str) -> None:
-        """Say why Send did not send the message written; the line goes once the message or its
-        attachments change (trial 60: "This message is 12,001 tokens long" stayed over the text that
-        replaced it, and "cannot take videos" after the video was removed)."""
+    def _refuse_send(self, text: str, holds: Callable[[], bool], counted: bool = False) -> None:
+        """Say why Send did not send the message written; the line goes once ``holds()`` says the
+        reason is gone (trial 60: "This message is 12,001 tokens long" stayed over the text that
+        replaced it; trial 61: it went at the first key pressed, with the message still too long).
+        ``counted``: ``holds`` needs the text's token count, asked again only once typing pauses."""
         self.banner.show_error(text)
-        self._send_refusal = text
+        self._send_refusal = (text, holds, counted)
+
+    def _recheck_send_refusal(self, typing: bool = False) -> None:
+        """Withdraw Send's refusal once its reason is gone (``typing``: a key was just pressed, so a
+        refusal that needs the text counted waits for :meth:`_show_pending`)."""
+        refusal = getattr(self, "_send_refusal", None)
+        if not refusal:
+            return
+        if typing and refusal[2] and not self._fits_by_bytes(self.composer.toPlainText().strip(),
+                                                             getattr(self, "_pending_tokens", 0)):
+            return
+        text, holds, _counted = refusal
+        if not holds():
+            self._withdraw_send_refusal()
 
     def _withdraw_send_refusal(self) -> None:
-        refusal, self._send_refusal = getattr(self, "_send_refusal", ""), ""
+        refusal, self._send_refusal = getattr(self, "_send_refusal", None), None
         if refusal:
-            self.banner.withdraw([refusal])
+            self.banner.withdraw([refusal[0]])
 
     def images_refusal(self) -> str:
         """Why the loaded model takes no images ("" when it does, or nothing says it does not)."""
@@ -449,6 +481,7 @@ class AttachmentsMixin:
     def _show_pending(self) -> None:
         """The status bar's line: the attachments as last counted (:meth:`_count_pending_tokens`), the
         text where it takes the message past the context, else the expected wait."""
+        self._recheck_send_refusal()
         summary, tokens, counted = getattr(self, "_attached", ("", 0, False))
         context = self.context_size()
         words = self.text_tokens(self.composer.toPlainText().strip(), self._pending_tokens) or 0
@@ -469,7 +502,7 @@ class AttachmentsMixin:
     def _text_edited(self) -> None:
         """Count the text again once typing pauses, where it could reach the context (or did at the
         last count): a short message costs nothing per keystroke."""
-        self._withdraw_send_refusal()
+        self._recheck_send_refusal(typing=True)
         if getattr(self, "_text_over", False) or \
                 not self._fits_by_bytes(self.composer.toPlainText(), getattr(self, "_pending_tokens", 0)):
             self.text_count_timer.start()

@@ -405,25 +405,39 @@ def test_a_pipe_named_like_a_photo_is_refused_without_opening_it(make_window, tm
         f"{p} is not a regular file (a pipe or a device): it cannot be attached" for p in pipes]
 
 
-def test_a_refusal_of_send_goes_once_the_message_or_its_attachments_change(qtbot, window, factory, tmp_path):
+def test_a_refusal_of_send_goes_once_its_reason_is_gone_not_before(qtbot, window, factory, tmp_path, png):
     """Trial 60: "This message is … tokens long" stayed over the shorter text that replaced it, and a
-    model's "cannot take videos" after the video was removed; another banner stays."""
+    model's "cannot take videos" after the video was removed; trial 61: both went at the first key
+    pressed, with the message still refused. Another banner stays."""
     from tests.engine.videos import solid, write_video
 
     win = window
     win.composer.setPlainText("word " * 9000)
     qtbot.waitUntil(lambda: "context" in win.pending_label.text(), timeout=3000)
     win.send_message()
-    assert win.banner.message().startswith("This message is 9,000 tokens long")
-    win.composer.setPlainText("word " * 10)
+    refusal = win.banner.message()
+    assert refusal.startswith("This message is 9,000 tokens long")
+    win.composer.setPlainText("word " * 8500)  # shorter, still past the context once counted
+    qtbot.wait(600)
+    assert win.banner.message() == refusal and "8,500" in win.pending_label.text()
+    win.composer.setPlainText("word " * 8000)  # fits once counted
+    qtbot.waitUntil(win.banner.isHidden, timeout=3000)
+    win.composer.setPlainText("word " * 9000)
+    qtbot.waitUntil(lambda: "context" in win.pending_label.text(), timeout=3000)
+    win.send_message()
+    win.composer.setPlainText("word " * 10)  # fits without being counted
     assert win.banner.isHidden()
 
     video = tmp_path / "clip.mp4"
     write_video(video, (solid(32, 32, 10 * i) for i in range(4)), rate=2)
-    win.add_files([str(video)])
+    win.add_files([str(video), str(png)])
     win.composer.setPlainText("What happens?")
     win.send_message()
-    assert "cannot take videos: remove the video" in win.banner.message()
+    refusal = win.banner.message()
+    assert "cannot take videos: remove the video" in refusal
+    win.composer.setPlainText("What happens here?")
+    win.attachments.remove(str(png))  # the video is still there
+    assert win.banner.message() == refusal
     win.attachments.remove(win.attachments.paths()[0])
     assert win.banner.isHidden()
     assert factory.calls == []
