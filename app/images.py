@@ -16,7 +16,7 @@ class InvalidImageError(ValueError):
 
 def validate_image(path: str | Path) -> Path:
     """Decode ``path`` the way the engine will (:func:`engine.api.images.load_image`); return it
-    resolved, or raise :class:`InvalidImageError` with the engine's message.
+    resolved, or raise :class:`InvalidImageError` with the engine's message (naming the file by its name).
 
     Decoding the whole image (not just the header) catches truncated files before they reach
     the engine, where the error would come back only after the user pressed Send.
@@ -24,8 +24,14 @@ def validate_image(path: str | Path) -> Path:
     try:
         load_image(path)
     except ImageError as exc:
-        raise InvalidImageError(str(exc)) from None
+        raise InvalidImageError(_named(str(exc), path)) from None
     return Path(path).resolve()
+
+
+def _named(message: str, path: str | Path) -> str:
+    """The engine's ``message`` about ``path`` with the file's name for its path: the attach banner
+    names files as the chips and the video lines do (trial 61: one banner gave a full path beside a name)."""
+    return message.replace(str(Path(path)), Path(path).name)
 
 
 def check_image_header(path: str | Path) -> None:
@@ -38,9 +44,9 @@ def check_image_header(path: str | Path) -> None:
         with Image.open(path):
             pass
     except UnidentifiedImageError:
-        raise InvalidImageError(f"Not a recognised image file: {path}") from None
+        raise InvalidImageError(f"Not a recognised image file: {Path(path).name}") from None
     except OSError as exc:
-        raise InvalidImageError(f"Cannot read image: {path} ({exc.strerror or exc})") from None
+        raise InvalidImageError(f"Cannot read image: {Path(path).name} ({exc.strerror or exc})") from None
 
 
 def save_png_bytes(data: bytes, folder: Path) -> Path:

@@ -36,7 +36,7 @@ def test_text_file_named_png_shows_error_and_keeps_text(qtbot, window, tmp_path)
     drop(window.composer, file_mime(fake))
 
     assert window.attachments.paths() == []
-    assert window.banner.message() == f"Not a recognised image file: {fake}"  # the engine's own message
+    assert window.banner.message() == f"Not a recognised image file: {fake.name}"  # the engine's words, the file by its name
     assert not window.banner.isHidden()
     assert window.composer.toPlainText() == "Describe this"
 
@@ -48,7 +48,7 @@ def test_zero_byte_file_shows_error_and_keeps_text(qtbot, window, tmp_path):
     drop(window, file_mime(empty))
 
     assert window.attachments.paths() == []
-    assert window.banner.message() == f"Image file is empty (0 bytes): {empty}"
+    assert window.banner.message() == f"Image file is empty (0 bytes): {empty.name}"
     assert window.composer.toPlainText() == "What is it?"
 
 
