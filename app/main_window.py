@@ -28,6 +28,7 @@ from app.drafts import DraftKeeper
 from app.formatting import context_full, footer_text, model_summary, progress_summary, stats_summary
 from app.local_server import install as install_local_server
 from app.menus import build_menus
+from app.model_picker import shown_name
 from app.paths import resource
 from app.remote_models import RemoteModels
 from app.remote_settings import unreadable_servers
@@ -485,9 +486,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         """The model in use as the picker names it ("NAME · SERVER" for a server's: trial 61), for the
         banners that say it still answers."""
         info = self.controller.model_info
-        name = info.get("model_name") or "the model before"
-        remote = str(info.get("backend", "")).startswith("remote:") and info.get("device")
-        return f"{name} · {info['device']}" if remote else name
+        return shown_name(info.get("model_name") or "the model before", str(info.get("path") or ""))
 
     def open_model(self, model: str) -> None:
         """``smolchat --model X`` while this window is open: load X as a pick in the model menu would,

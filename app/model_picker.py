@@ -14,6 +14,14 @@ from app.icons import icon
 from app.settings import known_models
 
 
+def shown_name(name: str, path: str) -> str:
+    """How the picker and the banners name a model: ``name``, and for a server's (``path`` a
+    "remote:SERVER::MODEL" spec) "NAME · SERVER", as the user knows it (trial 56), a server's copy of
+    a model told apart from a local one of the same name (trial 60)."""
+    remote = parse_spec(path)
+    return f"{name} · {remote[0]}" if remote else name
+
+
 class ModelPicker(QPushButton):
     """Shows the model's name (or the loading state). Its menu lists the user's models."""
 
@@ -45,9 +53,8 @@ class ModelPicker(QPushButton):
 
     def set_model(self, name: str, path: str) -> None:
         self._current = path
-        remote = parse_spec(path)  # said as the user knows it, not as "remote:SERVER::MODEL" (trial 56)
-        # A server's copy of a model named as a local one is told apart here too (trial 60).
-        self.setText(f"{name} · {remote[0]}" if remote else name)
+        remote = parse_spec(path)
+        self.setText(shown_name(name, path))
         self.setToolTip(f"{remote[1] if remote else path}{f' on {remote[0]}' if remote else ''}\nClick to switch model")
         self.remember(path, name)
 
