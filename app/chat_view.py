@@ -124,6 +124,23 @@ class ChatView(QScrollArea):
         if not ctrl_wheel(event, self.zoom_requested):
             super().wheelEvent(event)
 
+    def moveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """A banner shown or gone above the view moves its top edge: the messages stay where they were
+        on the screen (trial 60: a click meant for ‹ or a pencil landed on what the banner pushed
+        there), unless the view follows the chat's end, which stays put at the bottom edge anyway."""
+        super().moveEvent(event)
+        shift = event.pos().y() - event.oldPos().y()
+        if not shift or self._follow or not self.isVisible():
+            return
+        held = self._hold
+        if held is not None and self._held is not None:
+            self._set_hold(lambda: held() + shift, self._held)
+            return
+        message = self._first_visible()
+        if message is not None:
+            offset = message.y() - self.verticalScrollBar().value() - shift
+            self._set_hold(lambda: message.y() - offset, message)
+
     def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
         """Home and End go to the chat's first and newest message (the scroll bar spans only what is built)."""
         if event.key() == Qt.Key.Key_Home:

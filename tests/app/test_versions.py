@@ -473,3 +473,42 @@ def test_switching_an_early_messages_version_keeps_it_where_it_was_clicked(qtbot
         assert win.transcript.message_widget(2).mapTo(win.transcript.viewport(), QPoint(0, 0)).y() == before
     bar = win.transcript.verticalScrollBar()
     assert bar.value() < bar.maximum()
+
+
+def test_a_banner_above_the_chat_leaves_its_messages_where_they_were_on_screen(qtbot, make_window):
+    """Trial 60: a banner shown over the chat pushed its messages down, and a click meant for ‹ or a
+    pencil landed on what came there; a chat following its end keeps its end at the bottom."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    fake = FakeBackend(tokens=["A", "."])
+    win = make_window(fake)
+    win.resize(900, 600)
+    qtbot.waitExposed(win)
+    for i in range(8):
+        ask(qtbot, win, f"question {i}")
+    win.transcript.show_message(6)  # scrolled back: the view follows the chat's end no more
+    for _ in range(3):
+        QApplication.processEvents()
+        qtbot.wait(20)
+    message = win.transcript.message_widget(7)
+
+    def on_screen() -> int:
+        return message.mapTo(win, QPoint(0, 0)).y()
+
+    before = on_screen()
+    for show in (lambda: win.banner.show_error("Connection refused.\nSecond line.\nThird line."), win.banner.dismiss):
+        show()
+        for _ in range(3):
+            QApplication.processEvents()
+            qtbot.wait(20)
+            assert on_screen() == before
+    assert win.banner.isHidden()
+
+    win.transcript.show_end()  # following the end: the newest message stays at the bottom edge
+    QApplication.processEvents()
+    bar = win.transcript.verticalScrollBar()
+    win.banner.show_error("Connection refused.")
+    QApplication.processEvents()
+    qtbot.wait(20)
+    assert bar.value() == bar.maximum()
