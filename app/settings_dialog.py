@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engines_settings import EnginesPanel
-from app.scroll_area import ContentScroll, available_room, content_room, fit_to_screen
+from app.scroll_area import ContentScroll, content_room, fit_to_screen
 from app.settings import (
     CACHE_KINDS,
     CONTEXT_RULE,
@@ -107,7 +107,6 @@ class SettingsDialog(QDialog):
         self.error.setAccessibleName("Settings error")
         self.error.setWordWrap(True)
         self.error.hide()
-        self._height_without_error = 0
         self.seed.textChanged.connect(self._clear_error)
         self.image_detail = _combo("imageDetail", "Image detail", IMAGE_DETAILS, settings.image_detail)
         self.device = _combo("device", "Device", DEVICES, settings.device)
@@ -299,23 +298,23 @@ class SettingsDialog(QDialog):
         self._show_error(f"{text}\nThe engine settings are back to the ones the model runs on.")
 
     def _show_error(self, text: str) -> None:
-        if self.error.isHidden():
-            self._height_without_error = self.height()
+        """Show why a value was refused above the buttons. The line takes its height from the
+        sections' scroll area, the dialog keeps its size: OK and Apply stay under the mouse (trial 60:
+        the dialog grew by the line and shrank back at the first key in the field, and a click meant
+        for Apply missed), and no blank band is left once the line goes (an earlier trial)."""
         self.error.setText(text)
         self.error.show()
-        # The line takes its height from the sections' scroll area unless the dialog grows by it
-        # where the screen has room (the sections stay whole on a screen that holds them).
         self.layout().activate()
-        grown = self._height_without_error + self.error.sizeHint().height() + self.layout().spacing()
-        self.resize(self.width(), min(grown, available_room(self).height()))
+        field = self.focusWidget()
+        if field is not None and self.scroll.widget().isAncestorOf(field):
+            self.scroll.ensureWidgetVisible(field)  # the field refused stays in sight above the line
 
     def _clear_error(self) -> None:
-        """Hide the refusal once its field changes, and give its height back to the window."""
+        """Hide the refusal once its field changes; the sections take its height back."""
         if self.error.isHidden():
             return
         self.error.hide()
-        self.layout().activate()  # the new minimum size, before the window is sized to it
-        self.resize(self.width(), max(self._height_without_error, self.minimumSizeHint().height()))
+        self.layout().activate()
 
     def accept(self) -> None:
         if self.apply():
