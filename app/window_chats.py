@@ -7,7 +7,7 @@ import time
 import traceback
 from pathlib import Path
 
-from PySide6.QtCore import QTimer, Slot
+from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import safe_files
@@ -400,7 +400,19 @@ class ChatsMixin:
     def open_settings_dialog(self):
         from app.settings_dialog import SettingsDialog
 
+        dialog = getattr(self, "settings_dialog", None)
+        if dialog is not None and dialog.isVisible():  # a second Ctrl+, brings it forward, not another one
+            dialog.raise_()
+            dialog.activateWindow()
+            return dialog
         dialog = self.settings_dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # each closed one was kept until the window went
+
+        def forget(_=None, closed=dialog) -> None:
+            if self.settings_dialog is closed:
+                self.settings_dialog = None
+
+        dialog.destroyed.connect(forget)
         dialog.applied.connect(self._apply_settings)
         dialog.engines.servers_changed.connect(self._servers_changed)
         dialog.show()

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QDialogButtonBox, QPushButton
 from app.backends.fake import FakeBackend
 from app.main_window import NO_MODEL_NOTE
 from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
+from app.settings_dialog import SettingsDialog
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 
 REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"
@@ -403,3 +404,17 @@ def test_the_weights_variable_is_shown_in_settings_and_a_bad_one_is_ignored(qtbo
     dialog.accept()
     qtbot.waitUntil(lambda: len(factory.loads) == 2, timeout=5000)
     assert factory.options == {"weights": "int4"}
+
+
+def test_settings_opened_twice_is_one_dialog_and_a_closed_one_is_freed(qtbot, window):
+    """Each Ctrl+, made another dialog (two could be open, each applying its own copy of the settings),
+    and a closed one was kept until the window went."""
+    first = window.open_settings_dialog()
+    qtbot.waitExposed(first)
+    assert window.open_settings_dialog() is first
+    assert [d for d in window.findChildren(SettingsDialog) if d.isVisible()] == [first]
+    first.reject()
+    qtbot.waitUntil(lambda: window.settings_dialog is None, timeout=2000)  # its destroyed signal came
+    second = window.open_settings_dialog()
+    assert second is not first and window.settings_dialog is second
+    second.reject()
