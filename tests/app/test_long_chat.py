@@ -43,9 +43,10 @@ def settle(qtbot, win) -> None:
 
 
 def steady_y(qtbot, win, message) -> int:
-    """``message``'s y in the view once the layout has settled (unchanged over 50 ms; a busy machine
-    takes longer to lay new widgets out)."""
-    where = lambda: message.mapTo(win.transcript.viewport(), QPoint(0, 0)).y()  # noqa: E731
+    """``message``'s y on the screen (in the window) once the layout has settled (unchanged over 50 ms;
+    a busy machine takes longer to lay new widgets out): a banner shown above the view, as a delete's
+    Undo is, leaves it there."""
+    where = lambda: message.mapTo(win, QPoint(0, 0)).y()  # noqa: E731
     seen = [where()]
 
     def still() -> bool:
