@@ -116,6 +116,7 @@ class ChatView(QScrollArea):
         self._query = ""  # the chat search's text, marked in every message built (app.find_in_chat)
         self._hit_number = 0  # which of the current hit message's hits is the current one
         self._hit: Message | None = None  # the message the search last showed
+        self._hit_hidden = False  # its hit is in the part of a long question not shown
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -238,32 +239,43 @@ class ChatView(QScrollArea):
     # -- the chat search ---------------------------------------------------------------------------
     def set_query(self, query: str) -> list[tuple[int, int]]:
         """Mark ``query`` (the chat search's text; "" for none) in every message, also those built
-        later; returns its hits, oldest first, as (message index, hit number within the message). A
-        question's hits are counted in the part its bubble shows (:func:`app.messages.shown_length`)."""
+        later; returns its hits, oldest first, as (message index, hit number within the message). A long
+        question's hits are counted in all its text, those past the part its bubble shows
+        (:func:`app.messages.shown_length`) too: the chat list finds them there (trial 62: the chat was
+        listed as holding the words, and the open chat counted none)."""
         if query != self._query:  # other words: no hit is the current one until F3 or a chat opened from the list
             self._query, self._hit = query, None
             for message in self._messages[self._lo:self._hi]:
                 mark(message, query, None)
         hits = []
         for i, message in enumerate(self._messages):
-            text = message.text[:shown_length(message.text)] if message.role == "user" else message.text
-            hits += [(i, number) for number in range(count(text, query))]
+            hits += [(i, number) for number in range(count(message.text, query))]
         return hits
 
     def show_hit(self, index: int, number: int = 0) -> None:
         """Scroll to hit ``number`` (0: the first) of the query in message ``index`` and mark it as the
         current one. The hit is held a third of the way down the view while the layout settles (a
-        message just built gets its height over several passes), until the view is scrolled."""
+        message just built gets its height over several passes), until the view is scrolled. A hit in
+        the part of a long question its bubble does not show brings its "… more characters" line into
+        view instead (:meth:`hit_not_shown` says so)."""
         previous, self._hit = self._hit, self.message_widget(index)
         self._hit_number = number
         if previous is not None and previous is not self._hit and previous in self._messages:
             mark(previous, self._query, None)
-        hit = mark(self._hit, self._query, number)
-        view = hit[0] if hit is not None else self._hit
+        text = self._hit.text
+        self._hit_hidden = self._hit.role == "user" and number >= count(text[:shown_length(text)], self._query)
+        hit = mark(self._hit, self._query, None if self._hit_hidden else number)
+        more = self._hit.findChild(QLabel, "userTextMore") if self._hit_hidden else None
+        view = more if more is not None else hit[0] if hit is not None else self._hit
+        hit = None if more is not None else hit
         content = self.widget()
         self._follow = False
         self._set_hold(lambda: view.mapTo(content, QPoint(0, 0)).y() + (hit_top(hit) if hit is not None else 0)
                        - self.viewport().height() // 3, self._hit)
+
+    def hit_not_shown(self) -> bool:
+        """The hit :meth:`show_hit` showed last lies in the part of a long question not shown."""
+        return self._hit is not None and self._hit_hidden
 
     def hit_index(self) -> int | None:
         """The index of the message :meth:`show_hit` showed last (None: none, or it is gone)."""

@@ -179,8 +179,12 @@ class FindRow(QWidget):
                            f"In other versions of {messages} messages: F3 shows one")
         self.setVisible(True)
 
-    def show_count(self, number: int | None, count: int) -> None:
-        """``number`` of ``count`` hits (1: the newest; None: none shown yet); hidden for no hits."""
-        self.label.setText(f"{number} of {count} in this chat" if number else
-                           f"{count} match{'es' if count != 1 else ''} in this chat")
+    def show_count(self, number: int | None, count: int, not_shown: bool = False) -> None:
+        """``number`` of ``count`` hits (1: the newest; None: none shown yet); hidden for no hits.
+        ``not_shown``: hit ``number`` is in the part of a long question its bubble does not show."""
+        line = f"{number:,} of {count:,} in this chat" if number else \
+            f"{count:,} match{'es' if count != 1 else ''} in this chat"
+        if number and not_shown:
+            line += ": in the part of a long question not shown (Copy or Edit shows all of it)"
+        self.label.setText(line)
         self.setVisible(count > 0)

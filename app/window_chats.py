@@ -172,7 +172,8 @@ class ChatsMixin:
         if elsewhere:
             self.sidebar.find_row.show_elsewhere(len(elsewhere))
         else:
-            self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits))
+            self.sidebar.find_row.show_count(len(hits) - hits.index(current) if current in hits else None, len(hits),
+                                             current in hits and self.transcript.hit_not_shown())
         for name in ("find_older", "find_newer"):
             self.actions[name].setEnabled(bool(hits or elsewhere))
 

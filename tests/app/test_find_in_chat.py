@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextFormat
+from PySide6.QtWidgets import QLabel
 
 from app.backends.fake import FakeBackend
 from app.chat_view import StoredMessage
@@ -187,6 +188,11 @@ def test_the_count_row_words(qapp):
     assert row.label.text() == "1 match in this chat" and not row.isHidden()
     row.show_count(2, 5)
     assert row.label.text() == "2 of 5 in this chat"
+    row.show_count(1_088, 3_133_800)
+    assert row.label.text() == "1,088 of 3,133,800 in this chat"
+    row.show_count(1, 2, not_shown=True)
+    assert row.label.text() == ("1 of 2 in this chat: in the part of a long question not shown "
+                                "(Copy or Edit shows all of it)")
     row.show_count(None, 0)
     assert row.isHidden()
 
@@ -384,3 +390,38 @@ def test_enter_or_down_in_the_search_reaches_the_chat_it_lists_when_the_open_one
     qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Return)  # in the open chat, Enter steps through its hits
     assert win.keeper.current_id == chat and win.transcript.widgets()[win.transcript.hit_index()].message_id == \
         expected[-2]
+
+
+def test_a_hit_past_the_shown_part_of_a_long_question_is_counted_and_said(qtbot, make_window, data_dir):
+    """Trial 62: a question of 35,000 characters shows its first 20,000; a word past them kept the chat
+    listed as holding it, and the open chat counted nothing, F3 did nothing."""
+    from app.messages import USER_TEXT_SHOWN
+
+    store = Store(data_dir)
+    chat = store.create_conversation("Long question")
+    store.add_message(chat.id, "user", "A needle here. " + "Filler words. " * 2500 + "ZEBRAWORD is my last word.")
+    store.add_message(chat.id, "assistant", "No needle, no ZEBRAWORD.")
+    store.close()
+    win = make_window(FakeBackend())
+    win.resize(800, 500)
+    win.sidebar.search.setText("zebraword")
+    row = win.sidebar.find_row
+    assert row.label.text() == "2 matches in this chat"
+    win.actions["find_older"].trigger()  # the newest: the answer's
+    assert row.label.text() == "1 of 2 in this chat" and not win.transcript.hit_not_shown()
+    win.actions["find_older"].trigger()
+    asked = win.transcript.widgets()[0]
+    assert len(asked.text) > USER_TEXT_SHOWN and "ZEBRAWORD" not in asked.findChildren(FittingLabel)[0].text()
+    assert win.transcript.hit_not_shown()
+    assert row.label.text() == ("2 of 2 in this chat: in the part of a long question not shown "
+                                "(Copy or Edit shows all of it)")
+    more = asked.findChild(QLabel, "userTextMore")
+    qtbot.waitUntil(lambda: 0 <= more.mapTo(win.transcript.viewport(), QPoint(0, 0)).y()
+                    < win.transcript.viewport().height(), timeout=3000)
+    win.actions["find_older"].trigger()  # round to the newest: shown again
+    assert row.label.text() == "1 of 2 in this chat" and not win.transcript.hit_not_shown()
+    win.sidebar.search.setText("needle")  # within the shown part: marked as before
+    win.actions["find_older"].trigger()
+    win.actions["find_older"].trigger()
+    assert row.label.text() == "2 of 2 in this chat"
+    assert asked.findChildren(FittingLabel)[0].selectedText() == "needle"
