@@ -3,6 +3,7 @@ the remote engines (:mod:`app.engines_settings`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from PySide6.QtCore import Signal
@@ -58,6 +59,19 @@ def _combo(name: str, accessible: str, items: dict[str, str] | tuple[str, ...], 
     return combo
 
 
+def _offer_only(combo: QComboBox, devices: Sequence[str]) -> None:
+    """Grey out the devices this computer lacks (trial 62: CUDA picked on a machine without one failed
+    the reload after OK, and took the other engine choices made with it back too)."""
+    if not devices:
+        return
+    model = combo.model()
+    for row in range(combo.count()):
+        value = combo.itemData(row)
+        if value != "auto" and value not in devices:
+            combo.setItemText(row, f"{combo.itemText(row)} (not on this computer)")
+            model.item(row).setEnabled(False)
+
+
 class RefusedValue(ValueError):
     """A field's value the settings cannot take: ``field`` (the widget) and ``reason`` (one line)."""
 
@@ -75,7 +89,10 @@ class SettingsDialog(QDialog):
 
     applied = Signal(object)
 
-    def __init__(self, settings: AppSettings, model_defaults: dict | None = None, parent: QWidget | None = None):
+    def __init__(self, settings: AppSettings, model_defaults: dict | None = None, parent: QWidget | None = None,
+                 devices: Sequence[str] = ()):
+        """``devices``: the device kinds the engine can run on here (the loaded model's
+        :attr:`~engine.api.ModelInfo.devices`; empty: not known, all offered)."""
         super().__init__(parent)
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings")
@@ -110,6 +127,7 @@ class SettingsDialog(QDialog):
         self.seed.textChanged.connect(self._clear_error)
         self.image_detail = _combo("imageDetail", "Image detail", IMAGE_DETAILS, settings.image_detail)
         self.device = _combo("device", "Device", DEVICES, settings.device)
+        _offer_only(self.device, devices)
         self.dtype = _combo("dtype", "Data type", DTYPES, settings.dtype)
         self.cache_kind = _combo("cacheKind", "KV cache kind", CACHE_KINDS, settings.cache_kind)
         from_env = weights_from_environment()[0]  # what "Same as the data type" gives (trial 59)

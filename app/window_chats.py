@@ -406,7 +406,8 @@ class ChatsMixin:
             dialog.raise_()
             dialog.activateWindow()
             return dialog
-        dialog = self.settings_dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self)
+        dialog = self.settings_dialog = SettingsDialog(self.settings, self.model_info.get("defaults", {}), self,
+                                                       self.model_info.get("devices") or ())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # each closed one was kept until the window went
 
         def forget(_=None, closed=dialog) -> None:

@@ -60,6 +60,16 @@ def choose_device(preference: str | torch.device | None = None) -> torch.device:
 CUDA_DRIVER_LIBRARY = {"linux": "libcuda.so.1", "win32": "nvcuda.dll"}
 
 
+def present_devices() -> tuple[str, ...]:
+    """The device kinds this machine and this PyTorch build can run on, in :func:`choose_device`'s
+    order of preference: a subset of ``("cuda", "mps", "cpu")``, ``"cpu"`` always (front ends offer
+    only these: a device picked that is not here failed the reload after the fact)."""
+    mps = getattr(torch.backends, "mps", None)
+    return tuple(kind for kind, present in (("cuda", torch.cuda.is_available()),
+                                            ("mps", mps is not None and mps.is_available()),
+                                            ("cpu", True)) if present)
+
+
 def start_cuda_driver(preference: str | torch.device | None = None) -> bool:
     """Start the CUDA driver (``cuInit``) through ctypes when ``preference`` may choose CUDA
     (``None``/``"auto"``/a CUDA device) and this PyTorch build has CUDA.

@@ -98,6 +98,9 @@ class ModelInfo:
     weights: str = ""
     folder: str = ""
     backend: str = "local"
+    #: The device kinds the engine that loaded it can run on (:func:`engine.device.present_devices`);
+    #: empty where not known (a server's model).
+    devices: tuple[str, ...] = ()
 
 
 BackendEvent = TokenEvent | DoneEvent | ProgressEvent

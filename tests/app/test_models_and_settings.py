@@ -418,3 +418,21 @@ def test_settings_opened_twice_is_one_dialog_and_a_closed_one_is_freed(qtbot, wi
     second = window.open_settings_dialog()
     assert second is not first and window.settings_dialog is second
     second.reject()
+
+
+def test_settings_offers_only_the_devices_this_computer_has(qtbot, window):
+    """Trial 62: Device = CUDA could be picked on a computer without one; the reload failed after OK
+    and the data type, weights, KV cache and context size chosen with it went back too."""
+    window.controller.model_info["devices"] = ["cpu"]  # as the engine says on a machine without a GPU
+    dialog = window.open_settings_dialog()
+    combo = dialog.device
+    offered = {combo.itemData(row): (combo.itemText(row), combo.model().item(row).isEnabled())
+               for row in range(combo.count())}
+    assert offered == {"auto": ("Automatic", True), "cuda": ("CUDA (NVIDIA) (not on this computer)", False),
+                       "mps": ("MPS (Apple) (not on this computer)", False), "cpu": ("CPU", True)}
+    dialog.reject()
+    qtbot.waitUntil(lambda: window.settings_dialog is None, timeout=2000)
+    window.controller.model_info["devices"] = []  # not known (a server's model): all offered
+    dialog = window.open_settings_dialog()
+    assert all(dialog.device.model().item(row).isEnabled() for row in range(dialog.device.count()))
+    dialog.reject()

@@ -481,6 +481,11 @@ def test_model_info_says_the_context_the_conversation_holds(tiny_checkpoint):
         assert service.shutdown()
         assert infos[-1].capabilities.max_context == capacity
     assert infos[1].capabilities.max_context == 512 < infos[0].capabilities.max_context
+    # The devices the engine can run on here, for Settings to offer only those (trial 62).
+    import torch
+
+    assert infos[0].devices == (("cuda",) if torch.cuda.is_available() else ()) + \
+        (("mps",) if torch.backends.mps.is_available() else ()) + ("cpu",)
 
 
 def test_count_text_tokens_is_what_the_text_adds_to_the_prompt(tiny_checkpoint):
