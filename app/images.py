@@ -21,11 +21,38 @@ def validate_image(path: str | Path) -> Path:
     Decoding the whole image (not just the header) catches truncated files before they reach
     the engine, where the error would come back only after the user pressed Send.
     """
+    from PIL import UnidentifiedImageError
+
     try:
         load_image(path)
     except ImageError as exc:
+        if isinstance(exc.__cause__, UnidentifiedImageError):
+            raise InvalidImageError(not_media(path)) from None
         raise InvalidImageError(_named(str(exc), path)) from None
     return Path(path).resolve()
+
+
+def not_media(path: str | Path) -> str:
+    """What to say of an attached file that is no image at all (nor a video or a PDF, which are
+    taken before images are tried): the kinds Smolchat attaches, and for a text file what to do
+    instead (trial 62: "Not a recognised image file" for notes.txt said neither)."""
+    line = f"{Path(path).name} is not an image, a video or a PDF, the files Smolchat attaches"
+    return line + (": paste its text into the message to ask about it." if _looks_like_text(path) else ".")
+
+
+def _looks_like_text(path: str | Path) -> bool:
+    """The file's first 4 KiB read as UTF-8 (or UTF-16 with its byte-order mark) without control bytes."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4096)
+    except OSError:
+        return False
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    text = head.decode("utf-8", errors="replace")
+    if len(head) == 4096:  # a character cut at the read's end is no damage
+        text = text[:-3] + text[-3:].rstrip("\ufffd")
+    return bool(text) and "\ufffd" not in text and all(c.isprintable() or c in "\t\n\r\f" for c in text)
 
 
 def _named(message: str, path: str | Path) -> str:
@@ -44,7 +71,7 @@ def check_image_header(path: str | Path) -> None:
         with Image.open(path):
             pass
     except UnidentifiedImageError:
-        raise InvalidImageError(f"Not a recognised image file: {Path(path).name}") from None
+        raise InvalidImageError(not_media(path)) from None
     except OSError as exc:
         raise InvalidImageError(f"Cannot read image: {Path(path).name} ({exc.strerror or exc})") from None
 

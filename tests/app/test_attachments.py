@@ -36,7 +36,8 @@ def test_text_file_named_png_shows_error_and_keeps_text(qtbot, window, tmp_path)
     drop(window.composer, file_mime(fake))
 
     assert window.attachments.paths() == []
-    assert window.banner.message() == f"Not a recognised image file: {fake.name}"  # the engine's words, the file by its name
+    assert window.banner.message() == ("notes.png is not an image, a video or a PDF, the files Smolchat attaches: "
+                                      "paste its text into the message to ask about it.")
     assert not window.banner.isHidden()
     assert window.composer.toPlainText() == "Describe this"
 
@@ -445,3 +446,23 @@ def test_a_refusal_of_send_goes_once_its_reason_is_gone_not_before(qtbot, window
     win.banner.show_error("Something else went wrong.")  # not a refusal of this message: stays
     win.composer.setPlainText("typing on")
     assert win.banner.message() == "Something else went wrong."
+
+
+def test_a_file_of_no_kind_smolchat_attaches_is_said_so_and_a_text_files_words_can_be_pasted(tmp_path):
+    """Trial 62: a .txt or .md attached got "Not a recognised image file: /full/path"."""
+    from app.images import InvalidImageError, validate_image
+
+    files = {"notes.md": b"# Shopping\n\n- milk\n- bread\n", "utf16.txt": "Grüße".encode("utf-16"),
+             "long.txt": ("é" * 3000).encode(),  # a character cut at 4 KiB is no damage
+             "data.bin": bytes(range(256)) * 4, "empty.dat": b"\x00" * 10}
+    said = {}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(InvalidImageError) as refused:
+            validate_image(tmp_path / name)
+        said[name] = str(refused.value)
+    paste = ": paste its text into the message to ask about it."
+    kinds = " is not an image, a video or a PDF, the files Smolchat attaches"
+    assert said == {"notes.md": "notes.md" + kinds + paste, "utf16.txt": "utf16.txt" + kinds + paste,
+                    "long.txt": "long.txt" + kinds + paste, "data.bin": "data.bin" + kinds + ".",
+                    "empty.dat": "empty.dat" + kinds + "."}

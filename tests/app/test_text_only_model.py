@@ -95,7 +95,8 @@ def test_a_file_that_is_no_image_is_said_as_such_not_as_one_the_model_cannot_rea
     win, _ = _text_only_window(make_window)
     win.add_files([str(notes), str(png)])
     lines = win.banner.message().split("\n")
-    assert lines[0] == "Not a recognised image file: notes.txt"
+    assert lines[0] == ("notes.txt is not an image, a video or a PDF, the files Smolchat attaches: "
+                        "paste its text into the message to ask about it.")
     assert lines[1].startswith(f"Not attached: {png.name}. ") and "notes.txt" not in lines[1]
     assert win.attachments.paths() == []
 
@@ -133,5 +134,6 @@ def test_a_photo_pasted_or_a_text_file_named_jpg_for_a_text_only_model_is_said_a
     fake = tmp_path / "fake.jpg"
     fake.write_text("not a photo at all")
     win.add_files([str(fake)])
-    assert win.banner.message() == f"Not a recognised image file: {fake.name}"
+    assert win.banner.message() == ("fake.jpg is not an image, a video or a PDF, the files Smolchat attaches: "
+                                    "paste its text into the message to ask about it.")
     assert win.attachments.paths() == [] and backend.calls == []
