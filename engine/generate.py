@@ -49,7 +49,7 @@ def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, 
     try:
         pending = [sampler(logits[0], history)]
     except InvalidLogitsError:
-        raise InvalidLogitsError(_invalid(1)) from None
+        raise InvalidLogitsError(_invalid(1, model.dtype)) from None
     while True:
         for token in pending:
             history.append(token)
@@ -67,7 +67,7 @@ def token_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, 
                 out = model.decode(model.embed(torch.tensor([[last]], device=model.device)), cache)
                 pending = [sampler(out[0], history)]
         except InvalidLogitsError:
-            raise InvalidLogitsError(_invalid(produced + 1)) from None
+            raise InvalidLogitsError(_invalid(produced + 1, model.dtype)) from None
 
 
 def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampler, history: list[int],
@@ -125,7 +125,7 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
             ready.synchronize()  # the token only, not the step launched after it
         value = int(host[0]) if ring is None else int(ring[index])
         if value == INVALID_TOKEN:
-            raise InvalidLogitsError(_invalid(produced + 1))
+            raise InvalidLogitsError(_invalid(produced + 1, model.dtype))
         history.append(value)
         produced += 1
         yield value
@@ -140,6 +140,14 @@ def pipelined_stream(model: GenerativeModel, cache: KVCache, sampler: TokenSampl
             token, reported = sampler.sample_checked(logits[0], history)
 
 
-def _invalid(n: int) -> str:
-    return (f"the model produced invalid numbers (NaN or infinity) at token {n}: its weights may be damaged, "
-            "or float16 overflowed (try the bfloat16 or float32 data type)")
+def _invalid(n: int, dtype: torch.dtype) -> str:
+    """Why answer token ``n`` could not be chosen, and what may help for a model computing in ``dtype``:
+    float16's range (65,504) is what activations overflow; bfloat16 and float32 have float32's, so
+    there it is the weights (trial 62: a float32 model was told to try float32)."""
+    if dtype == torch.float16:
+        cause = "its weights may be damaged, or float16 overflowed (try the bfloat16 or float32 data type)"
+    elif dtype == torch.bfloat16:
+        cause = "its weights may be damaged (the float32 data type may help)"
+    else:
+        cause = "its weights may be damaged (check the model's files, or download it again)"
+    return f"The model produced invalid numbers (NaN or infinity) at token {n}: {cause}"

@@ -47,11 +47,22 @@ def test_invalid_logits_end_the_answer_with_an_error_naming_the_token(session, m
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason == "error"
     # Token 1 comes from the prefill, tokens 2 and 3 from decode calls 1 and 2.
-    assert done.error == ("the model produced invalid numbers (NaN or infinity) at token 3: its weights may be "
-                          "damaged, or float16 overflowed (try the bfloat16 or float32 data type)")
+    assert done.error == ("The model produced invalid numbers (NaN or infinity) at token 3: its weights may be "
+                          "damaged (check the model's files, or download it again)")  # float32: no overflow
     assert done.error_type == "InvalidLogitsError"
     assert [e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0][:2] and \
         len([e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]) == 2
+
+
+@pytest.mark.parametrize(("dtype", "cause"), [
+    (torch.float16, "its weights may be damaged, or float16 overflowed (try the bfloat16 or float32 data type)"),
+    (torch.bfloat16, "its weights may be damaged (the float32 data type may help)"),
+    (torch.float32, "its weights may be damaged (check the model's files, or download it again)")])
+def test_the_advice_on_invalid_numbers_fits_the_models_data_type(dtype, cause):
+    """Trial 62: a model computing in float32 was told to try float32."""
+    from engine.generate import _invalid
+
+    assert _invalid(7, dtype) == f"The model produced invalid numbers (NaN or infinity) at token 7: {cause}"
 
 
 def test_invalid_prefill_logits_fail_at_token_1(session):
@@ -101,7 +112,7 @@ def test_invalid_logits_in_the_token_step(tiny_checkpoint, monkeypatch, value, s
     done = events[-1]
     assert calls, "the token step did not run"
     assert isinstance(done, DoneEvent) and done.finish_reason == "error"
-    assert done.error == ("the model produced invalid numbers (NaN or infinity) at token 3: its weights may be "
-                          "damaged, or float16 overflowed (try the bfloat16 or float32 data type)")
+    assert done.error == ("The model produced invalid numbers (NaN or infinity) at token 3: its weights may be "
+                          "damaged (check the model's files, or download it again)")  # float32: no overflow
     assert done.error_type == "InvalidLogitsError"
     assert len([e for e in events if isinstance(e, TokenEvent) and e.token_id >= 0]) == 2
