@@ -4,7 +4,7 @@ limit, are shown like any other: in the composer's chip, in the sent message and
 from __future__ import annotations
 
 from PIL import Image
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QImageReader
 from PySide6.QtWidgets import QLabel
 
@@ -117,4 +117,56 @@ def test_a_sent_photo_is_named_as_attached_in_the_chat_and_after_reopening(qtbot
     [image] = win.transcript.widgets()[0].findChildren(ClickableImage)
     viewer = image.open_viewer()
     assert viewer.windowTitle() == "photo.png"
+    viewer.close()
+
+
+def test_the_viewer_fits_a_large_photo_to_its_window_zooms_and_stays_on_the_screen(qtbot, tmp_path):
+    """Trial 62: a 9,000 × 9,000 photo showed one corner with no way to see all of it, and a 10,000 × 20
+    image's window ran off the screen."""
+    from PySide6.QtCore import QEvent, QPoint, QPointF
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    from app.image_viewer import fit_scale
+
+    path = tmp_path / "big.png"
+    Image.new("RGB", (3000, 2000), (30, 90, 200)).save(path)
+    viewer = ImageViewer(str(path))
+    qtbot.addWidget(viewer)
+    viewer.show()
+    qtbot.waitExposed(viewer)
+    screen = viewer.screen().availableGeometry()
+    assert screen.contains(viewer.frameGeometry()) or screen.contains(viewer.geometry())
+    label, room = viewer.label, viewer.scroll.viewport().size()
+    assert viewer.fitted and label.width() <= room.width() and label.height() <= room.height()
+    assert max(label.width() / room.width(), label.height() / room.height()) > 0.97  # fills one side
+    assert abs(label.width() / label.height() - 1.5) < 0.01
+    assert viewer.percent.text() == f"{100 * label.width() / 3000:.0f}%"
+    viewer.actual_size()
+    assert (label.width(), label.height()) == (3000, 2000) and viewer.percent.text() == "100%"
+    viewer.zoom(-1)
+    assert (label.width(), label.height()) == (2000, 1333) and viewer.percent.text() == "67%"
+    viewer.zoom(+1)
+    viewer.zoom(+1)
+    assert label.width() == 4500 and viewer.percent.text() == "150%"
+    viewer.fit()
+    assert label.width() <= room.width() and viewer.fit_button.isChecked()
+    viewer.resize(500, 400)  # the fit follows the window once resizing pauses
+    qtbot.waitUntil(lambda: label.width() <= viewer.scroll.viewport().width() < 520, timeout=2000)
+    viewport = viewer.scroll.viewport()
+    double = QMouseEvent(QEvent.Type.MouseButtonDblClick, QPointF(10, 10), QPointF(viewport.mapToGlobal(QPoint(10, 10))),
+                         Qt.MouseButton.LeftButton, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(viewport, double)
+    assert not viewer.fitted and label.width() == 3000
+    viewer.close()
+
+    assert fit_scale(QSize(1, 1), QSize(300, 200)) == 1.0  # a small image is not blown up
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (10_000, 20), (200, 40, 40)).save(wide)
+    viewer = ImageViewer(str(wide))
+    qtbot.addWidget(viewer)
+    viewer.show()
+    qtbot.waitExposed(viewer)
+    assert screen.contains(viewer.geometry())
+    assert viewer.label.width() <= viewer.scroll.viewport().width()
     viewer.close()
