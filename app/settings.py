@@ -149,12 +149,12 @@ def chat_values(saved, where: str) -> tuple[dict, list[str]]:
             try:
                 out["overrides"][key] = sampling_value(key, raw)
             except ValueError as exc:
-                problems.append(f"{where}: ignored {exc}")
+                problems.append(f"{where}: not used (its default applies): {exc}")
     if "seed" in saved:
         try:
             out["seed"] = parse_seed(saved["seed"])
         except ValueError as exc:
-            problems.append(f"{where}: ignored {exc}")
+            problems.append(f"{where}: not used (its default applies): {exc}")
     if "image_detail" in saved:
         if isinstance(saved["image_detail"], str) and saved["image_detail"] in IMAGE_DETAILS:
             out["image_detail"] = saved["image_detail"]
@@ -437,8 +437,42 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     s.video_fps = _ranged(qs, "chat/video_fps", clamp_fps, DEFAULT_FPS,
                           f"frames per second from {FPS_RANGE[0]:g} to {FPS_RANGE[1]:g}", ignored)
     if ignored:
-        s.problems.append(f"Settings file {qs.fileName()}: ignored {'; '.join(ignored)}. The defaults apply instead.")
+        s.problems.append(f"Settings file {qs.fileName()}: values not used (their defaults apply instead): "
+                          f"{'; '.join(ignored)}.")
+    unreadable = _set_aside_unreadable_models(qs)
+    if unreadable:
+        s.problems.append(f"Settings file {qs.fileName()}: {unreadable}; its saved text is kept in the file "
+                          f"under {UNREADABLE_MODELS_KEY}.")
     return s
+
+
+#: Where an unreadable "Your models" list is kept (trial 62: it emptied the list without a word, and the
+#: next model added wrote over it).
+UNREADABLE_MODELS_KEY = "models/known_unreadable"
+
+
+def _set_aside_unreadable_models(qs: QSettings) -> str:
+    """What of the saved models list cannot be read, as a clause ("" for nothing), its text copied to
+    :data:`UNREADABLE_MODELS_KEY` first (a copy already there is kept)."""
+    raw = _joined(qs.value("models/known"))
+    if raw in (None, "", "[]"):
+        return ""
+    try:
+        models = json.loads(raw)
+    except ValueError:
+        models = None
+    if isinstance(models, list):
+        bad = sum(1 for m in models if not (isinstance(m, dict) and isinstance(m.get("path"), str) and m["path"]))
+        if not bad:
+            return ""
+        what = (f"{bad} entr{'y' if bad == 1 else 'ies'} of Your models could not be read and "
+                f"{'is' if bad == 1 else 'are'} left out of the list")
+    else:
+        what = "the list of Your models could not be read: it shows only the models added from now on"
+    if qs.value(UNREADABLE_MODELS_KEY) in (None, ""):
+        qs.setValue(UNREADABLE_MODELS_KEY, str(raw))
+        qs.sync()
+    return what
 
 
 def _ranged(qs: QSettings, key: str, clamp, default, rule: str, ignored: list[str]):
@@ -490,11 +524,17 @@ def _choice(qs: QSettings, key: str, allowed: tuple[str, ...], default: str, ign
 
 
 # -- the user's models ----------------------------------------------------------------------------
+def _joined(value) -> str:
+    """A stored text as written: QSettings reads an unquoted value holding commas (a JSON list edited
+    by hand) as a list of its parts."""
+    return ", ".join(map(str, value)) if isinstance(value, list) else "" if value is None else str(value)
+
+
 def known_models(qs: QSettings | None = None) -> list[dict]:
     """Models the user downloaded or added: ``[{"name", "path", "repo_id"}]``, in the order added."""
     qs = qs or open_settings()
     try:
-        models = json.loads(str(qs.value("models/known", "[]") or "[]"))
+        models = json.loads(_joined(qs.value("models/known", "[]")) or "[]")
     except ValueError:
         return []
     if not isinstance(models, list):

@@ -52,11 +52,13 @@ def test_settings_file_with_wrong_types_starts_says_what_it_ignored_and_keeps_th
     win = make_window(fake)
 
     assert win.storage_banner.message() == (
-        f"Settings file {ini}: ignored temperature must be a finite number, got nan; top_p must be in (0, 1], "
+        f"Settings file {ini}: values not used (their defaults apply instead): temperature must be a finite "
+        "number, got nan; top_p must be in (0, 1], "
         "got 5.0; max_new_tokens must be from 1 to 32768, got 99999999999; the seed must be a whole number from 0 "
         "to 2^64 − 1 (18,446,744,073,709,551,615), or empty for a random seed, got 'abc'; device 'gpu9' (one of auto, cuda, mps, "
-        "cpu); context_size 'lots' (a whole number of tokens from 256 to 131072, or 0 for the model's own). The defaults "
-        "apply instead.")
+        "cpu); context_size 'lots' (a whole number of tokens from 256 to 131072, or 0 for the model's own).\n"
+        f"Settings file {ini}: the list of Your models could not be read: it shows only the models added from now "
+        "on; its saved text is kept in the file under models/known_unreadable.")  # (unquoted: read as a list)
     assert win.settings.seed is None and win.settings.overrides == {"top_k": 40}
     assert _ask(qtbot, win)["finish_reason"] == "stop"  # the defaults apply: messages work
     params = fake.calls[-1]["params"]
@@ -262,8 +264,8 @@ def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtb
     win = make_window(fake)
 
     message = win.banner.message()
-    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: ignored "
-                              "temperature must be a number, got 'hot'")
+    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: not used (its "
+                              "default applies): temperature must be a number, got 'hot'")
     assert ("the seed must be a whole number from 0 to 2^64 − 1 (18,446,744,073,709,551,615), or empty for a random "
             "seed, got '-1'") \
         in message and message.endswith("; the defaults apply instead.")

@@ -436,3 +436,26 @@ def test_settings_offers_only_the_devices_this_computer_has(qtbot, window):
     dialog = window.open_settings_dialog()
     assert all(dialog.device.model().item(row).isEnabled() for row in range(dialog.device.count()))
     dialog.reject()
+
+
+def test_an_unreadable_models_list_is_said_and_kept_aside_not_written_over():
+    """Trial 62: a damaged "Your models" emptied the list without a word, and the next model added
+    wrote over it."""
+    qs = open_settings()
+    qs.setValue("models/known", json.dumps([{"name": "Mine", "path": "/models/mine"}, {"path": 5}, "x"]))
+    loaded = load_settings(qs)
+    assert loaded.problems == [f"Settings file {qs.fileName()}: 2 entries of Your models could not be read and are "
+                               "left out of the list; its saved text is kept in the file under "
+                               "models/known_unreadable."]
+    assert [m["path"] for m in known_models(qs)] == ["/models/mine"]
+    saved = qs.value("models/known_unreadable")
+    qs.setValue("models/known", "{not json")
+    assert load_settings(qs).problems[-1].endswith(": the list of Your models could not be read: it shows only "
+                                                   "the models added from now on; its saved text is kept in the file "
+                                                   "under models/known_unreadable.")
+    assert qs.value("models/known_unreadable") == saved  # the first copy kept
+    qs.remove("models/known_unreadable")
+    load_settings(qs)
+    assert qs.value("models/known_unreadable") == "{not json"
+    qs.setValue("models/known", json.dumps([{"path": "/models/mine"}]))
+    assert load_settings(qs).problems == []
