@@ -502,10 +502,17 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     def open_model_manager(self):
         from app.model_manager import ModelManager
 
-        if self.model_manager is None:
+        first = self.model_manager is None
+        if first:
             self.model_manager = ModelManager(self)
             self.model_manager.use_requested.connect(self.load_model)
         self.model_manager.show()
+        if first:  # over the window; at start (no model) the window may not be placed yet: the screen's middle
+            placed = self.isVisible() and not self.pos().isNull()
+            middle = self.frameGeometry().center() if placed else self.screen().availableGeometry().center()
+            frame = self.model_manager.frameGeometry()
+            frame.moveCenter(middle)
+            self.model_manager.move(frame.topLeft())
         self.model_manager.raise_()
         return self.model_manager
 

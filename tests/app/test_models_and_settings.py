@@ -459,3 +459,19 @@ def test_an_unreadable_models_list_is_said_and_kept_aside_not_written_over():
     assert qs.value("models/known_unreadable") == "{not json"
     qs.setValue("models/known", json.dumps([{"path": "/models/mine"}]))
     assert load_settings(qs).problems == []
+
+
+def test_the_model_manager_opens_over_the_window_or_mid_screen_before_it_is_placed(qtbot, make_window):
+    """Trial 62: at a start with no model, the manager opened at the screen's top-left corner (the window
+    was not placed yet)."""
+    win = make_window(FakeBackend())
+    win.move(0, 0)  # as a window not yet placed by the window manager
+    manager = win.open_model_manager()
+    screen = win.screen().availableGeometry().center()
+    assert (manager.frameGeometry().center() - screen).manhattanLength() <= 2
+    manager.close()
+    other = make_window(FakeBackend())
+    other.setGeometry(300, 200, 500, 400)
+    manager = other.open_model_manager()
+    assert (manager.frameGeometry().center() - other.frameGeometry().center()).manhattanLength() <= 2
+    manager.close()
