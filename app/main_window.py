@@ -54,6 +54,7 @@ from app.window_layout import (
     STOP_LOAD_TIP,
     STOP_TIP,
     build_ui,
+    fit_small_window,
     restore_geometry,
     save_geometry,
     show_attach_kinds,
@@ -715,6 +716,10 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.model_manager.shutdown()
         self.store.close()
         return stopped
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        fit_small_window(self, event.oldSize())
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if not self.controller.closed and not self.may_close():

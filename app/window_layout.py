@@ -219,6 +219,24 @@ def build_ui(window) -> None:
 #: The main window's size, place and maximized state (QWidget.saveGeometry) and the sidebar's width
 #: (QSplitter.saveState) at the last close, in settings.ini.
 GEOMETRY_KEY, SPLITTER_KEY = "window/geometry", "window/splitter"
+#: The most of a narrowed window's width the chat list keeps, and the window height below which the
+#: keys hint under the message box is left out (trial 62: at 800 × 500 with a large font the list kept
+#: 45% of the width, and the hint's three lines left the messages ~150 px).
+SIDEBAR_SHARE, SHORT_WINDOW = 0.35, 560
+
+
+def fit_small_window(window, old: QSize) -> None:
+    """After a resize from ``old``: a narrower window takes the chat list down to
+    :data:`SIDEBAR_SHARE` of it (not below its minimum; widened, it keeps the width it was given), and a
+    window shorter than :data:`SHORT_WINDOW` leaves the keys hint out (Help ▸ Keyboard shortcuts has them)."""
+    splitter = window.centralWidget()
+    sizes = splitter.sizes()
+    total = sum(sizes)
+    if old.isValid() and window.width() < old.width() and total > 0:
+        cap = max(window.sidebar.minimumSizeHint().width(), int(total * SIDEBAR_SHARE))
+        if sizes[0] > cap:
+            splitter.setSizes([cap, total - cap])
+    window.composer_hint.setVisible(window.height() >= SHORT_WINDOW)
 
 
 def restore_geometry(window) -> None:

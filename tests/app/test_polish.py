@@ -407,3 +407,22 @@ def test_the_window_opens_as_it_was_closed_and_a_hand_edited_value_is_ignored(qt
     second.qsettings.sync()
     third = make_window(FakeBackend())
     assert (third.width(), third.height()) == (first_size.width(), first_size.height())  # the default
+
+
+def test_a_narrowed_short_window_gives_the_chat_its_room(qtbot, make_window):
+    """Trial 62: at 800 × 500 (a large font) the chat list kept 45% of the width and the keys hint under
+    the message box took three lines of the ~150 px left to the messages."""
+    win = make_window(FakeBackend())
+    win.resize(1400, 900)
+    qtbot.waitExposed(win)
+    splitter = win.centralWidget()
+    splitter.setSizes([560, 840])  # the list widened by the user
+    assert win.composer_hint.isVisible()
+    win.resize(800, 500)
+    QApplication.processEvents()
+    sidebar, chat = splitter.sizes()
+    assert sidebar == max(win.sidebar.minimumSizeHint().width(), int((sidebar + chat) * 0.35))
+    assert not win.composer_hint.isVisible()
+    win.resize(1400, 900)  # widened: the list keeps the width it has, the hint comes back
+    QApplication.processEvents()
+    assert splitter.sizes()[0] == sidebar and win.composer_hint.isVisible()
