@@ -36,9 +36,9 @@ from engine.api.events import MAX_CONTEXT, MIN_CONTEXT
 # The sampling values the settings dialog edits; their defaults are the engine's own.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 ENGINE_DEFAULTS = {f.name: f.default for f in fields(GenerationParams) if f.name in SAMPLING_KEYS}
-_DETAIL_LABELS = {"auto": "Automatic (full on a GPU, balanced on a CPU)", "full": "Reference (full tiles)",
+_DETAIL_LABELS = {"auto": "Automatic (full on a GPU or a server, balanced on a CPU)", "full": "Reference (full tiles)",
                   "balanced": "Balanced", "fast": "Fast (one tile)"}
-#: Settings' image detail until the user picks one: full tiles on a GPU, the image's own size on a CPU.
+#: Settings' image detail until the user picks one: full on a GPU or a server, balanced on a CPU.
 DEFAULT_IMAGE_DETAIL = "auto"
 #: The composer's per-message choice (short: it sits in the status bar beside the token count).
 MESSAGE_DETAILS = {"auto": "Auto detail", "full": "Full detail", "balanced": "Balanced detail", "fast": "Fast detail"}
