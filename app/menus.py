@@ -71,6 +71,8 @@ def build_menus(window) -> dict[str, QAction]:
         "find_newer": _action(window, "Ne&wer match in this chat", lambda: window.step_find(-1), "Shift+F3"),
         "rename": _action(window, "&Rename chat", lambda: window.sidebar.start_rename(window.keeper.current_id),
                            "F2"),
+        # Undone from the banner it leaves (Ctrl+Z), as a delete from the list's menu or its Delete key.
+        "delete_chat": _action(window, "&Delete chat", window.delete_open_chat, None, "delete"),
         "zoom_in": _action(window, "Zoom &in", lambda: window.zoom_text(1), QKeySequence.StandardKey.ZoomIn),
         "zoom_out": _action(window, "Zoom &out", lambda: window.zoom_text(-1), QKeySequence.StandardKey.ZoomOut),
         "zoom_reset": _action(window, "&Actual size", lambda: window.zoom_text(0), "Ctrl+0"),
@@ -93,7 +95,7 @@ def build_menus(window) -> dict[str, QAction]:
     # Ctrl+= as well: "+" is a shifted key on most keyboards, and browsers take both.
     acts["zoom_in"].setShortcuts([QKeySequence(QKeySequence.StandardKey.ZoomIn), QKeySequence("Ctrl+=")])
     for title, names in (("&File", ["new_chat", "export_md", "export_json", "import_json", None, "quit"]),
-                         ("&Chat", ["attach", None, "stop", "rename", None, "next_chat", "previous_chat",
+                         ("&Chat", ["attach", None, "stop", "rename", "delete_chat", None, "next_chat", "previous_chat",
                                     "search", "find_older", "find_newer"]),
                          ("&View", ["zoom_in", "zoom_out", "zoom_reset", None, "chat_start", "chat_end"]),
                          ("&Model", ["models", "settings", "local_server"]),

@@ -290,6 +290,13 @@ class ChatsMixin:
         self.refresh_sidebar()
 
     @Slot(int)
+    def delete_open_chat(self) -> None:
+        """Chat ▸ Delete chat: the open chat, as its row's Delete in the list (undone from the banner)."""
+        if self.keeper.current_id is None:
+            self.banner.show_info("This chat has no message yet: there is nothing to delete.")
+            return
+        self.delete_conversation(self.keeper.current_id)
+
     def delete_conversation(self, conversation_id: int) -> None:
         conv = self.store.conversation(conversation_id)
         if conv is None:

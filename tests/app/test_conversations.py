@@ -603,3 +603,20 @@ def test_undo_of_a_chat_deleted_while_another_answers_puts_it_back_in_the_list(q
     assert win.banner.isHidden()
     with qtbot.waitSignal(win.answer_finished, timeout=10_000):
         win.stop()
+
+
+def test_chat_menu_deletes_the_open_chat_with_undo(qtbot, window):
+    """Trial 62: deleting a chat was only in the list's right-click menu (and its Delete key)."""
+    chat_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Chat")
+    delete = next(a for a in chat_menu.actions() if a.text() == "&Delete chat")
+    delete.trigger()  # a new chat, nothing sent: nothing to delete
+    assert window.banner.message() == "This chat has no message yet: there is nothing to delete."
+    ask(qtbot, window, "What colour is the cat?")
+    window.new_chat()
+    ask(qtbot, window, "Read this receipt")
+    receipt, cat = window.sidebar.ids()
+    delete.trigger()
+    assert window.sidebar.ids() == [cat] and window.store.conversation(receipt) is None
+    assert window.banner.message() == "Deleted “Read this receipt”."
+    window.banner.undo()
+    assert window.sidebar.ids() == [receipt, cat]
