@@ -1,4 +1,5 @@
-"""Export a conversation to Markdown (images and videos copied into folders beside it) or JSON.
+"""Export a conversation to Markdown (images and videos copied into folders beside it) or JSON (a
+backup: the images and videos are in it, and File ▸ Import chat restores the chat from it).
 
 Both give the branch shown in the window (the active versions). Markdown marks a message that has
 other versions ("Version 2 of 3") and lists those versions' text (a question's with its answer) in a
@@ -8,6 +9,7 @@ JSON also carries every version of every message with its ``parent_id`` (the who
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -22,6 +24,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import safe_files
 from app.conversations import display_title, storage_problem
+from app.import_chat import MAX_EMBEDDED_BYTES
 from app.markdown import hard_breaks
 from app.store import MEDIA_SUFFIXES, Store
 from app.video_attachments import is_video_file
@@ -363,11 +366,20 @@ def _other_versions(store: Store, message) -> list[str]:
     return lines + ["</details>", ""]
 
 
-def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
-    """Everything about the conversation as one JSON document (image paths are absolute, each with the name it
-    was attached as): ``messages`` is the branch shown, ``all_messages`` every version (``parent_id`` links them)."""
+def export_json(store: Store, conversation_id: int, path: str | Path, missing: list[str] | None = None,
+                named_only: list[str] | None = None) -> Path:
+    """Everything about the conversation as one JSON document, a backup that File ▸ Import chat restores
+    on this computer or another: ``messages`` is the branch shown, ``all_messages`` every version
+    (``parent_id`` links them), and ``files`` holds the photos and videos themselves (base64, under each
+    one's stored name), as a chat deleted since has its files removed from the data folder (trial 62).
+    Image paths stay absolute, each with the name it was attached as, for scripts on this computer.
+
+    Files are held until together they pass :data:`app.import_chat.MAX_EMBEDDED_BYTES` (the export stays
+    one that Import reads); those left are only named, by attached name in ``named_only``. A stored
+    file gone from the data folder is named too, and in ``missing``. Raises OSError, sqlite3.Error."""
     conv = store.conversation(conversation_id)
     versions = store.versions(conversation_id)
+    every = store.all_messages(conversation_id)
 
     def entry(m) -> dict:
         number, count = versions.get(m.id, (1, 1))
@@ -379,16 +391,49 @@ def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
         "format": "smolchat-conversation",
         # 2: ids, versions and "all_messages" (every version, a tree by parent_id). 3: "attached_names", the
         # name each of "images" was attached as ("" where unknown); a message's "created" (seconds since
-        # the epoch, null where unknown) came later in 3: readers take it where it is a time.
-        "version": 3,
+        # the epoch, null where unknown) came later in 3: readers take it where it is a time. 4: "files".
+        "version": 4,
         "title": conv.title,
         "created": conv.created,
         "model": conv.model,
         "settings": conv.settings,
         "messages": [entry(m) for m in store.messages(conversation_id)],  # the branch shown
-        "all_messages": [entry(m) for m in store.all_messages(conversation_id)],
+        "all_messages": [entry(m) for m in every],
+        "files": _embedded_files(every, missing if missing is not None else [],
+                                 named_only if named_only is not None else []),
     }
     return safe_files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _embedded_files(messages, missing: list[str], named_only: list[str]) -> dict[str, str]:
+    """``{stored name: base64 of its bytes}`` for each file of ``messages``, once however often it is
+    shown, while they fit :data:`MAX_EMBEDDED_BYTES` together; the attached names of the files gone
+    from the data folder go to ``missing``, of those that did not fit to ``named_only``."""
+    files: dict[str, str] = {}
+    seen: set[str] = set()
+    total = 0
+    for message in messages:
+        for stored, attached in zip(message.images, message.attached_names):
+            if stored in seen:
+                continue
+            seen.add(stored)
+            name = attached or Path(stored).name
+            try:
+                size = Path(stored).stat().st_size
+            except OSError:  # gone (or unreadable): named in the export, as Markdown names it
+                missing.append(name)
+                continue
+            if total + size > MAX_EMBEDDED_BYTES:
+                named_only.append(name)
+                continue
+            try:
+                content = Path(stored).read_bytes()
+            except FileNotFoundError:  # removed meanwhile (another Smolchat's clean-up)
+                missing.append(name)
+                continue
+            total += len(content)
+            files[Path(stored).name] = base64.b64encode(content).decode("ascii")
+    return files
 
 
 def export_dialog(window, kind: str) -> Path | None:
@@ -423,19 +468,27 @@ def export_dialog(window, kind: str) -> Path | None:
     if hasattr(window, "qsettings"):
         window.qsettings.setValue("export/folder", str(Path(path).parent))
     missing: list[str] = []
+    named_only: list[str] = []
     try:
         if kind == "md":
             out = export_markdown(window.store, conv_id, path, missing)
         else:
-            out = export_json(window.store, conv_id, path)
+            out = export_json(window.store, conv_id, path, missing, named_only)
     except (OSError, sqlite3.Error) as exc:
         window.banner.show_error(f"Could not export the chat: {storage_problem(exc, Path(path).parent)}.")
         return None
+    said = f"Exported to {out}"
     if missing:
         gone = f"{len(missing)} files" if len(missing) > 1 else "1 file"
-        window.banner.show_info(f"Exported to {out}, without {gone} gone from Smolchat's data folder "
-                                f"({', '.join(missing)}): the export names "
-                                f"{'them in their places' if len(missing) > 1 else 'it in its place'}.")
+        said += (f", without {gone} gone from Smolchat's data folder ({', '.join(missing)}): the export names "
+                 f"{'them in their places' if len(missing) > 1 else 'it in its place'}.")
+    if named_only:
+        # Said now: an Import after the chat is deleted could not bring these back.
+        said += (f"{'' if missing else '.'} Too large to go in it with the rest (over {MAX_EMBEDDED_BYTES // 2**20} MB "
+                 f"together), so only named, not kept in it: {', '.join(named_only)}. Export as Markdown to copy "
+                 f"{'them' if len(named_only) > 1 else 'it'} beside it.")
+    if missing or named_only:
+        window.banner.show_info(said)
     else:
-        window.banner.show_success(f"Exported to {out}")
+        window.banner.show_success(said)
     return out

@@ -1,27 +1,37 @@
 """File ▸ Import chat: a conversation exported as JSON (:func:`app.export.export_json`, any version
-1-3) becomes a new chat, every version of every message with the branch that was shown, its images
-and videos copied into the store from the paths the export names.
+1-4) becomes a new chat, every version of every message with the branch that was shown, its images
+and videos put into the store: from the export itself (version 4 holds them, a backup that outlives
+the chat), else copied from the paths it names (versions 1-3 only name them).
 
 A file that is not such an export, or is damaged, is refused with what is wrong and changes nothing;
-a file the export names that is gone (an export from another computer) is left out of its message
-and named, the message kept; so is one that is no image or video Smolchat can read (an export is
-a file anyone can write: it must not copy other files of this computer into the data folder).
+a file the export names that is gone (deleted with its chat since, or an export from another
+computer) is left out of its message and named, the message kept; so is one that is no image or
+video Smolchat can read (an export is a file anyone can write: it must not copy other files of this
+computer into the data folder), and one held in the export that is damaged or too large.
 The chat's settings are kept as written; :func:`app.settings.chat_values` checks them when the
 chat is opened, as any stored chat's."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.conversations import STORAGE_ERRORS
-from app.store import Store, clean_stats, is_time
+from app.store import MEDIA_SUFFIXES, Store, clean_stats, is_time
 
 FORMAT = "smolchat-conversation"
-NEWEST = 3  # the export version this Smolchat writes (app/export.py)
-MAX_BYTES = 256 * 1024 * 1024  # text only: images are files beside it; a larger one is not an export
+NEWEST = 4  # the export version this Smolchat writes (app/export.py)
+#: The photos and videos an export holds, together (what is left over is only named). The whole file is
+#: read into memory, and decoded: a bound keeps an Import of a chat with long videos to a few GB at most.
+MAX_EMBEDDED_BYTES = 256 * 2**20
+#: The largest export read: the files' base64 (4 bytes for 3) and as much text again as an export held
+#: before it held files (256 MB); a larger file is not an export.
+MAX_BYTES = 640 * 2**20
 ROLES = ("user", "assistant")
 STATUSES = ("done", "interrupted", "cancelled", "length", "error")  # app.store.Message.status, at rest
 
@@ -37,6 +47,8 @@ class Imported:
     messages: int
     missing: list[str] = field(default_factory=list)  # names of images/videos not found
     refused: list[str] = field(default_factory=list)  # names of files that are no readable image or video
+    damaged: list[str] = field(default_factory=list)  # names of files held in the export whose data is not base64
+    too_large: list[str] = field(default_factory=list)  # names of files held in the export over MAX_EMBEDDED_BYTES
 
 
 def read_export(path: str | Path) -> dict:
@@ -73,6 +85,9 @@ def read_export(path: str | Path) -> dict:
         problem = _entry_problem(entry, version)
         if problem:
             raise ImportProblem(f"{name} is damaged: message {number} {problem}")
+    if not isinstance(data.get("files", {}), dict):
+        raise ImportProblem(f"{name} is damaged: its photos and videos (\"files\") are not a list of names and "
+                            "contents")
     return data
 
 
@@ -114,8 +129,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
     except ImportProblem as exc:
         raise ImportProblem(f"{Path(path).name} is damaged: {exc}") from None
     conv = store.create_conversation(title or Path(path).stem, model, settings)
-    missing: list[str] = []
-    refused: list[str] = []
+    media = _Media(store, data.get("files") or {})
     try:
         ids: dict[int, int] = {}
         previous = None
@@ -127,7 +141,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
                 parent_id = ids.get(parent) if parent is not None else None
             else:
                 parent_id = previous  # version 1: the branch shown, in order
-            images, names = _stored_media(store, entry, missing, refused)
+            images, names = media.stored(entry)
             stats = clean_stats(entry.get("stats"))[0] if isinstance(entry.get("stats"), dict) else {}
             status = _status(entry.get("status"))
             created = entry.get("created") if is_time(entry.get("created")) else None  # else: now
@@ -146,7 +160,10 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
         with contextlib.suppress(*STORAGE_ERRORS):
             store.delete_conversation(conv.id)  # half a chat is not kept, whatever stopped it
         raise
-    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing, refused)
+    finally:
+        media.close()
+    return Imported(conv.id, store.conversation(conv.id).title, len(entries), media.missing, media.refused,
+                    media.damaged, media.too_large)
 
 
 def _status(value) -> str:
@@ -191,23 +208,82 @@ def _parents_first(entries: list[dict], version: int) -> list[dict]:
     return [entry for same in generations for entry in same]
 
 
-def _stored_media(store: Store, entry: dict, missing: list[str], refused: list[str]) -> tuple[list[str], list[str]]:
-    """Each of the entry's images and videos copied into the store, with the name it was attached as;
-    those gone are added to ``missing``, those that are no image or video Smolchat reads (checked as
-    an attachment is) to ``refused`` (by that name), and left out."""
-    names = entry.get("attached_names") if isinstance(entry.get("attached_names"), list) else []
-    images, kept_names = [], []
-    for index, path in enumerate(entry.get("images", [])):
-        name = names[index] if index < len(names) and isinstance(names[index], str) and names[index] else Path(path).name
+class _Media:
+    """An import's photos and videos, each put into the store once however many messages show it:
+    from the export's ``files`` (base64 by stored name) where it holds them, else from the path
+    named; what cannot be is listed by the name it was attached as, and left out."""
+
+    def __init__(self, store: Store, files: dict) -> None:
+        self.store = store
+        self.files = files
+        self.missing: list[str] = []
+        self.refused: list[str] = []
+        self.damaged: list[str] = []
+        self.too_large: list[str] = []
+        self._done: dict[str, str | None] = {}  # stored name in the export -> stored path here (None: left out)
+        self._folder: tempfile.TemporaryDirectory | None = None  # where held files are decoded to be checked
+
+    def stored(self, entry: dict) -> tuple[list[str], list[str]]:
+        """The entry's images and videos in the store, with the names they were attached as."""
+        names = entry.get("attached_names") if isinstance(entry.get("attached_names"), list) else []
+        images, kept_names = [], []
+        for index, path in enumerate(entry.get("images", [])):
+            name = (names[index] if index < len(names) and isinstance(names[index], str) and names[index]
+                    else Path(path).name)
+            held = Path(path).name
+            if held in self.files:
+                if held not in self._done:
+                    self._done[held] = self._from_export(held, name)
+                stored = self._done[held]
+            else:
+                stored = self._from_path(path, name)
+            if stored is not None:
+                images.append(stored)
+                kept_names.append(name)
+        return images, kept_names
+
+    def _from_path(self, path: str, name: str) -> str | None:
         if not Path(path).is_file():
-            missing.append(name)
-            continue
+            self.missing.append(name)
+            return None
         if not _readable_media(path):
-            refused.append(name)
-            continue
-        images.append(store.store_image(path))
-        kept_names.append(name)
-    return images, kept_names
+            self.refused.append(name)
+            return None
+        return self.store.store_image(path)
+
+    def _from_export(self, held: str, name: str) -> str | None:
+        """The file held in the export under ``held``, decoded, checked as an attachment is, and stored."""
+        data = self.files[held]
+        suffix = Path(held).suffix.lower()
+        if not isinstance(data, str):
+            self.damaged.append(name)
+            return None
+        if len(data) // 4 * 3 > MAX_EMBEDDED_BYTES:  # (checked before its bytes are decoded into memory)
+            self.too_large.append(name)
+            return None
+        try:
+            content = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):  # not base64, or not ASCII
+            self.damaged.append(name)
+            return None
+        if suffix not in MEDIA_SUFFIXES:  # it would be stored as ".img", which nothing shows
+            self.refused.append(name)
+            return None
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="smolchat-import-")
+        decoded = Path(self._folder.name) / f"held{len(self._done)}{suffix}"
+        decoded.write_bytes(content)
+        try:
+            if not _readable_media(str(decoded)):
+                self.refused.append(name)
+                return None
+            return self.store.store_image(decoded)
+        finally:
+            decoded.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._folder is not None:
+            self._folder.cleanup()
 
 
 def _readable_media(path: str) -> bool:
@@ -270,10 +346,18 @@ def import_dialog(window) -> Imported | None:
     lines = [f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
              + ("" if not window._busy else " It is in the list of chats.")]
     if imported.missing:
-        lines.append(f"Not found, so left out: {_names(imported.missing)} (the export names files on the computer it "
-                     "was made on).")
+        # Not "another computer" alone: a chat deleted since had its files removed from this one's data folder.
+        lines.append(f"Not found, so left out: {_names(imported.missing)} (the export only names "
+                     f"{'them' if len(set(imported.missing)) > 1 else 'it'}, and "
+                     f"{'they are' if len(set(imported.missing)) > 1 else 'it is'} not where it says: removed from "
+                     "Smolchat's data folder since the export was made, or the export came from another computer).")
     if imported.refused:
         lines.append(f"Not an image or video Smolchat can read, so left out: {_names(imported.refused)}.")
+    if imported.damaged:
+        lines.append(f"Damaged in the export (not base64 data), so left out: {_names(imported.damaged)}.")
+    if imported.too_large:
+        lines.append(f"Over {MAX_EMBEDDED_BYTES // 2**20} MB in the export, too large to be one Smolchat wrote, so "
+                     f"left out: {_names(imported.too_large)}.")
     if window.banner.message():  # the chat's own notice (settings it cannot use): kept, these under it
         for line in lines:
             window.banner.add_info(line)

@@ -196,7 +196,7 @@ def test_json_export_gives_the_names_files_were_attached_as(store, tmp_path):
     store.add_message(conv, "user", "old", [image])
     store.add_message(conv, "user", "new", [image, image], names=["holiday.png", ""])
     data = json.loads(export_json(store, conv, tmp_path / "chat.json").read_text())
-    assert data["format"] == "smolchat-conversation" and data["version"] == 3
+    assert data["format"] == "smolchat-conversation" and data["version"] == 4
     assert [(m["text"], m["images"], m["attached_names"]) for m in data["messages"]] == [
         ("old", [image], [""]), ("new", [image, image], ["holiday.png", ""])]
     assert [m["attached_names"] for m in data["all_messages"]] == [[""], ["holiday.png", ""]]

@@ -4,7 +4,10 @@ leaves nothing behind; files gone are named and left out."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -311,3 +314,111 @@ def test_a_long_import_reports_progress_and_can_be_cancelled(store, tmp_path):
     with pytest.raises(ImportCancelled):
         import_chat(store, path, lambda done, total: done < 100)  # Cancel clicked after the first 100
     assert [c.id for c in store.conversations()] == before  # nothing of it kept
+
+
+def _video(path):
+    from tests.engine.videos import solid, write_video
+
+    return write_video(path, (solid(48, 64, 8 * i) for i in range(8)), rate=2)
+
+
+def test_a_json_export_is_a_backup_its_photos_and_videos_come_back_after_the_chat_is_deleted(store, tmp_path):
+    """Trial 62 F2: export, delete the chat, restart (its photos leave the data folder), import: the photos
+    were lost. The export holds them now (base64, once each under its stored name) and Import restores them."""
+    pytest.importorskip("av")
+    photo, clip = png(tmp_path / "cat.png"), _video(tmp_path / "walk.mp4")
+    conv = store.create_conversation("Cat?").id
+    stored = [store.store_image(photo), store.store_image(clip)]
+    store.add_message(conv, "user", "Cat?", stored, names=["cat.png", "walk.mp4"])
+    store.add_message(conv, "assistant", "A cat.")
+    store.add_message(conv, "user", "Again", [stored[0]], names=["cat.png"])  # shown twice, held once
+    path = export_json(store, conv, tmp_path / "cat.json")
+    data = json.loads(path.read_text())
+    assert data["version"] == 4
+    assert {name: base64.b64decode(held) for name, held in data["files"].items()} == {
+        Path(stored[0]).name: photo.read_bytes(), Path(stored[1]).name: clip.read_bytes()}
+    store.delete_conversation(conv)
+    for file in stored:  # what the next start does with a deleted chat's files
+        Path(file).unlink()
+
+    imported = import_chat(store, path)
+
+    assert (imported.missing, imported.refused, imported.damaged, imported.too_large) == ([], [], [], [])
+    first, _answer, again = store.messages(imported.conversation_id)
+    assert first.attached_names == ["cat.png", "walk.mp4"] and again.attached_names == ["cat.png"]
+    assert [Path(p).read_bytes() for p in first.images] == [photo.read_bytes(), clip.read_bytes()]
+    assert again.images == first.images[:1]
+    assert sorted(p.name for p in store.images_dir.iterdir()) == sorted(Path(p).name for p in stored)
+
+
+def test_files_held_in_an_export_that_are_damaged_too_large_or_no_image_are_named_and_left_out(store, tmp_path,
+                                                                                             monkeypatch):
+    from app import import_chat as module
+
+    photo = png(tmp_path / "ok.png")
+    held = {"a1.png": base64.b64encode(photo.read_bytes()).decode(), "b2.png": "not base64 at all!",
+            "c3.png": base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----").decode(),
+            "d4.png": base64.b64encode(b"x" * 3000).decode(), "e5.sh": base64.b64encode(b"rm -rf ~").decode(),
+            "f6.png": 12}
+    data = {"format": "smolchat-conversation", "version": 4, "files": held, "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Look",
+         "images": [f"/elsewhere/images/{name}" for name in held],
+         "attached_names": ["ok.png", "bad.png", "key.png", "big.png", "script.png", "number.png"]}]}
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(module, "MAX_EMBEDDED_BYTES", 2000)  # the 3,000-byte one is too large, the photo not
+    imported = import_chat(store, path)
+    assert (imported.missing, imported.refused, imported.damaged, imported.too_large) == (
+        [], ["key.png", "script.png"], ["bad.png", "number.png"], ["big.png"])
+    [question] = store.messages(imported.conversation_id)
+    assert question.attached_names == ["ok.png"] and Path(question.images[0]).read_bytes() == photo.read_bytes()
+    assert [p.read_bytes() for p in store.images_dir.iterdir()] == [photo.read_bytes()]
+
+
+def test_an_export_whose_files_are_not_names_and_contents_is_refused(store, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 4, "files": ["x"],
+                                "all_messages": [{"id": 1, "role": "user", "text": "hi"}]}))
+    with pytest.raises(ImportProblem) as caught:
+        import_chat(store, path)
+    assert str(caught.value) == ('bad.json is damaged: its photos and videos ("files") are not a list of names and '
+                                 "contents")
+    assert store.conversations() == []
+
+
+def test_an_older_export_naming_files_gone_says_where_they_may_have_gone(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 62 F2: "the export names files on the computer it was made on" blamed another computer for
+    files Smolchat itself had removed with their deleted chat."""
+    path = tmp_path / "d4cat.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "title": "Cat?", "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Cat?", "images": ["/gone/images/3f2a.png"],
+         "attached_names": ["chelsea.png"]},
+        {"id": 2, "parent_id": 1, "role": "assistant", "text": "A cat."}], "messages": [{"id": 2}]}))
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == (
+        "Imported “Cat?” (2 messages). Not found, so left out: chelsea.png (the export only names it, and it is "
+        "not where it says: removed from Smolchat's data folder since the export was made, or the export came "
+        "from another computer).")
+
+
+def test_files_past_what_an_export_holds_are_named_when_exporting(qtbot, make_window, tmp_path, monkeypatch):
+    """What an Import could not bring back once the chat is deleted is said at export time."""
+    from app import export
+
+    win = make_window(FakeBackend())
+    small, large = png(tmp_path / "small.png"), tmp_path / "large.png"
+    Image.frombytes("RGB", (700, 700), os.urandom(700 * 700 * 3)).save(large)  # noise: 1.4 MB as a PNG
+    conv = win.store.create_conversation("Two").id
+    win.store.add_message(conv, "user", "Look", [win.store.store_image(small), win.store.store_image(large)],
+                          names=["small.png", "large.png"])
+    win.open_conversation(conv)
+    monkeypatch.setattr(export, "MAX_EMBEDDED_BYTES", 2**20)
+    out = tmp_path / "two.json"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    win.actions["export_json"].trigger()
+    assert win.banner.message() == (
+        f"Exported to {out}. Too large to go in it with the rest (over 1 MB together), so only named, not kept "
+        "in it: large.png. Export as Markdown to copy it beside it.")
+    assert [base64.b64decode(v) for v in json.loads(out.read_text())["files"].values()] == [small.read_bytes()]
