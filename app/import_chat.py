@@ -17,6 +17,7 @@ import base64
 import binascii
 import contextlib
 import json
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ class Imported:
     refused: list[str] = field(default_factory=list)  # names of files that are no readable image or video
     damaged: list[str] = field(default_factory=list)  # names of files held in the export whose data is not base64
     too_large: list[str] = field(default_factory=list)  # names of files held in the export over MAX_EMBEDDED_BYTES
+    replaced: int = 0  # lone surrogates (half a UTF-16 pair, no character) replaced by U+FFFD
 
 
 def read_export(path: str | Path) -> dict:
@@ -58,14 +60,20 @@ def read_export(path: str | Path) -> dict:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise ImportProblem(f"{name} is {path.stat().st_size / 2**20:,.0f} MB: too large for a chat export")
-        raw = path.read_bytes().decode("utf-8-sig")  # a byte order mark (Notepad's) is no content
+        content = path.read_bytes()
+        if not content or content.isspace():  # (strip() would copy a file of hundreds of MB)
+            raise ImportProblem(f"{name} is empty")
+        encoding = _encoding(content)
+        raw = content.decode(encoding)
         if path.suffix.lower() in (".md", ".markdown") or raw.lstrip().startswith("#"):
             raise ImportProblem(f"{name} is a Markdown export: Import reads the JSON one (File ▸ Export chat as JSON)")
         data = json.loads(raw)
     except UnicodeDecodeError as exc:
+        if encoding != "utf-8-sig":
+            raise ImportProblem(f"{name} is damaged UTF-16 text (byte {exc.start} cannot be read)") from None
         raise ImportProblem(f"{name} is not a text file (byte {exc.start} is not UTF-8)") from None
     except json.JSONDecodeError as exc:
-        raise ImportProblem(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        raise ImportProblem(f"{name} is not valid JSON ({_json_problem(exc)})") from None
     except RecursionError:
         raise ImportProblem(f"{name} is nested too deeply to be a chat export") from None
     except OSError as exc:
@@ -89,6 +97,33 @@ def read_export(path: str | Path) -> dict:
         raise ImportProblem(f"{name} is damaged: its photos and videos (\"files\") are not a list of names and "
                             "contents")
     return data
+
+
+def _encoding(content: bytes) -> str:
+    """The encoding of an export's bytes: UTF-8 (a byte order mark read past: Notepad's), or UTF-16, which
+    Windows' Notepad writes as "Unicode" (trial 62: such a file was "not a text file"), told by its byte
+    order mark, else by the zero byte beside the first character of a file that starts with ``{``."""
+    if content.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if content[:2] == b"{\x00":
+        return "utf-16-le"
+    if content[:2] == b"\x00{":
+        return "utf-16-be"
+    return "utf-8-sig"
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """Where and what is wrong in an export that is not JSON, as a whole phrase: Python's message for a
+    text left open ends in a dangling "starting at" (trial 62), and a file that stops early is most
+    likely cut short (a copy or a download that did not finish)."""
+    where = f"line {exc.lineno}, column {exc.colno}"
+    if exc.msg.startswith("Unterminated string"):
+        return f"it ends in the middle of a text begun at {where}: cut short?"
+    if not exc.doc[exc.pos:].strip():
+        return f"it ends at {where} before the chat does: cut short?"
+    if exc.msg.startswith("Invalid control character"):
+        return f"{where}: a line break or other control character inside a text"
+    return f"{where}: {exc.msg}"
 
 
 def _entry_problem(entry, version: int) -> str:
@@ -119,6 +154,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
     read-only store); either way nothing is left behind. ``progress(done, total)``, when given, is
     called every 100 messages and may return False to cancel (:class:`ImportCancelled`)."""
     data = read_export(path)
+    replaced = _replace_lone_surrogates(data)
     version = data.get("version", 1)
     entries = data["all_messages"] if version >= 2 else data["messages"]
     title = data.get("title") if isinstance(data.get("title"), str) else ""
@@ -162,8 +198,49 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
         raise
     finally:
         media.close()
-    return Imported(conv.id, store.conversation(conv.id).title, len(entries), media.missing, media.refused,
-                    media.damaged, media.too_large)
+    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing=media.missing,
+                    refused=media.refused, damaged=media.damaged, too_large=media.too_large, replaced=replaced)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_lone_surrogates(data) -> int:
+    """Replace, in every text of ``data`` (keys too), each lone surrogate with U+FFFD and return how
+    many there were. JSON's ``\\ud800`` escape, which JavaScript's ``JSON.stringify`` writes for half
+    of a cut emoji, reads as one; it is no character, and SQLite's UTF-8 refuses it: one in one
+    message refused the whole chat with a UnicodeEncodeError (trial 62). (A whole pair reads as the
+    one character it stands for.) A loop, not a recursion: the file's nesting is as deep as it is."""
+    count = 0
+
+    def clean(text: str) -> str:
+        nonlocal count
+        if text.isascii():
+            return text
+        fixed, n = _LONE_SURROGATE.subn("\ufffd", text)
+        count += n
+        return fixed
+
+    pending = [data]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            for key, value in list(node.items()):
+                if isinstance(value, str):
+                    value = clean(value)
+                elif isinstance(value, (dict, list)):
+                    pending.append(value)
+                fixed = clean(key)
+                if fixed != key:
+                    del node[key]
+                node[fixed] = value
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                if isinstance(value, str):
+                    node[index] = clean(value)
+                elif isinstance(value, (dict, list)):
+                    pending.append(value)
+    return count
 
 
 def _status(value) -> str:
@@ -199,13 +276,32 @@ def _parents_first(entries: list[dict], version: int) -> list[dict]:
         current, depth = [child for entry in current for child in children.get(entry["id"], [])], depth + 1
     stuck = next((e for e in entries if e["id"] not in generation), None)
     if stuck is not None:
-        parent = stuck.get("parent_id")
-        why = "is not in the file" if parent not in known else "follows itself"
-        raise ImportProblem(f"the message that message {stuck['id']} follows ({parent}) {why}")
+        raise ImportProblem(_unreached(stuck, {e["id"]: e for e in entries}))
     generations: list[list[dict]] = [[] for _ in range(depth)]
     for entry in entries:
         generations[generation[entry["id"]]].append(entry)
     return [entry for same in generations for entry in same]
+
+
+def _unreached(stuck: dict, by_id: dict[int, dict]) -> str:
+    """Why ``stuck`` cannot be reached from a first message: up the messages it follows, one follows a
+    message not in the file, or some follow one another in a loop (named as such, not as the first
+    message's parent following itself, as a loop of two was: trial 62)."""
+    chain, seen = [stuck["id"]], {stuck["id"]}
+    while True:
+        entry = by_id[chain[-1]]
+        parent = entry["parent_id"]
+        if parent not in by_id:
+            return f"the message that message {entry['id']} follows ({parent}) is not in the file"
+        if parent in seen:
+            loop = sorted(chain[chain.index(parent):])
+            if len(loop) == 1:
+                return f"message {parent} follows itself"
+            listed = (", ".join(map(str, loop[:-1])) + f" and {loop[-1]}" if len(loop) <= 5 else
+                      ", ".join(map(str, loop[:4])) + f" and {len(loop) - 4} more")
+            return f"messages {listed} follow one another in a loop"
+        chain.append(parent)
+        seen.add(parent)
 
 
 class _Media:
@@ -353,6 +449,10 @@ def import_dialog(window) -> Imported | None:
                      "Smolchat's data folder since the export was made, or the export came from another computer).")
     if imported.refused:
         lines.append(f"Not an image or video Smolchat can read, so left out: {_names(imported.refused)}.")
+    if imported.replaced:
+        lines.append(f"{imported.replaced:,} broken character{'s' if imported.replaced != 1 else ''} (half of an "
+                     f"emoji or the like, as some programs cut them) {'were' if imported.replaced != 1 else 'was'} "
+                     "replaced by “\ufffd”.")
     if imported.damaged:
         lines.append(f"Damaged in the export (not base64 data), so left out: {_names(imported.damaged)}.")
     if imported.too_large:

@@ -85,9 +85,20 @@ def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"\xff\xfe\x00garbage", "bad.json is not a text file (byte 0 is not UTF-8)"),
-    (b'{"format": "smolchat-conversation", "version": 3,', "bad.json is not valid JSON (line 1, column 50: "
-                                                          "Expecting property name enclosed in double quotes)"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "bad.json is not a text file (byte 0 is not UTF-8)"),
+    (b'{"format": "smolchat-conversation", "version": 3, "x": 1 2}', "bad.json is not valid JSON (line 1, column "
+                                                                   "58: Expecting ',' delimiter)"),
+    # Trial 62 F6: Python's words left "(… Unterminated string starting at)" and "Expecting value" for these.
+    (b'{"format": "smolchat-conversation", "version": 3,', "bad.json is not valid JSON (it ends at line 1, column 50 "
+                                                          "before the chat does: cut short?)"),
+    (b'{"format": "smolchat-conversation",\n "title": "What is the cap', "bad.json is not valid JSON (it ends in the "
+                                                                       "middle of a text begun at line 2, column 11: "
+                                                                       "cut short?)"),
+    (b'{"title": "two\nlines"}', "bad.json is not valid JSON (line 1, column 15: a line break or other control "
+                                "character inside a text)"),
+    (b"", "bad.json is empty"),
+    (b" \r\n", "bad.json is empty"),
+    ('{"format": "x"'.encode("utf-16-le")[:-1], "bad.json is damaged UTF-16 text (byte 26 cannot be read)"),
     (b'{"title": "x", "messages": []}', "bad.json is not a chat exported by Smolchat (File ▸ Export chat as JSON)"),
     (b'[1, 2]', "bad.json is not a chat exported by Smolchat (File ▸ Export chat as JSON)"),
     (b'{"format": "smolchat-conversation", "version": 9}', "bad.json was exported by a newer Smolchat (format "
@@ -103,7 +114,20 @@ def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
      "bad.json is damaged: the message that message 1 follows (4) is not in the file"),
     (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
      b' {"id": 2, "parent_id": 1, "role": "assistant"}]}',
-     "bad.json is damaged: the message that message 1 follows (2) follows itself"),
+     "bad.json is damaged: messages 1 and 2 follow one another in a loop"),  # not "(2) follows itself" (trial 62)
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 5, "parent_id": 7, "role": "user"},'
+     b' {"id": 7, "parent_id": 9, "role": "user"}, {"id": 9, "parent_id": 7, "role": "user"}]}',
+     "bad.json is damaged: messages 7 and 9 follow one another in a loop"),  # 5 follows the loop, is not in it
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 3, "parent_id": 3, "role": "user"}]}',
+     "bad.json is damaged: message 3 follows itself"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
+     b' {"id": 2, "parent_id": 3, "role": "user"}, {"id": 3, "parent_id": 4, "role": "user"}, {"id": 4, '
+     b'"parent_id": 5, "role": "user"}, {"id": 5, "parent_id": 6, "role": "user"}, {"id": 6, "parent_id": 1, '
+     b'"role": "user"}]}',
+     "bad.json is damaged: messages 1, 2, 3, 4 and 2 more follow one another in a loop"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
+     b' {"id": 2, "parent_id": 8, "role": "user"}]}',
+     "bad.json is damaged: the message that message 2 follows (8) is not in the file"),  # the one astray, not 1
     (b"[" * 100_000, "bad.json is nested too deeply to be a chat export"),
     (b"# Cats\n\n**You:** hi", "bad.json is a Markdown export: Import reads the JSON one (File \u25b8 Export chat as JSON)"),
     (b'{"format": "smolchat-conversation", "version": "3"}', "bad.json is damaged: its format version is '3', not a "
@@ -231,6 +255,35 @@ def test_a_byte_order_mark_is_read_past(store, tmp_path):
     data = export_json(store, conv, tmp_path / "cats.json").read_bytes()
     (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + data)
     assert import_chat(store, tmp_path / "bom.json").messages == 5
+
+
+@pytest.mark.parametrize("encoding, bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
+                                           ("utf-16-le", b""), ("utf-16-be", b"")])
+def test_an_export_saved_as_utf_16_is_read(store, tmp_path, encoding, bom):
+    """Trial 62 F6: a JSON saved by Notepad as "Unicode" (UTF-16) was "not a text file"."""
+    conv = branching_chat(store, tmp_path)
+    text = export_json(store, conv, tmp_path / "cats.json").read_text(encoding="utf-8")
+    (tmp_path / "wide.json").write_bytes(bom + text.encode(encoding))
+    imported = import_chat(store, tmp_path / "wide.json")
+    assert (imported.title, imported.messages) == ("Cats", 5)
+    assert rows(store, imported.conversation_id) == rows(store, conv)
+
+
+def test_a_lone_surrogate_is_replaced_and_the_chat_imported_and_said(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 62 F6: one "\\ud800" (half of an emoji, as JavaScript's JSON.stringify writes a cut one) in one
+    message refused the whole chat with a raw UnicodeEncodeError."""
+    path = tmp_path / "cut.json"
+    path.write_text('{"format": "smolchat-conversation", "version": 3, "title": "Emoji \\ud83d", "all_messages": ['
+                    '{"id": 1, "parent_id": null, "role": "user", "text": "nice \\ud800 and \\ud83d\\ude00",'
+                    ' "stats": {"\\udc00": 1}}, {"id": 2, "parent_id": 1, "role": "assistant", "text": "ok"}],'
+                    ' "messages": [{"id": 2}]}')
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == ("Imported “Emoji \ufffd” (2 messages). 3 broken characters (half of an emoji or "
+                                    "the like, as some programs cut them) were replaced by “\ufffd”.")
+    question, answer = win.store.messages(win.keeper.current_id)
+    assert (question.text, question.stats, answer.text) == ("nice \ufffd and \U0001f600", {"\ufffd": 1}, "ok")
 
 
 def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
