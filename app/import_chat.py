@@ -19,10 +19,11 @@ import contextlib
 import json
 import re
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.conversations import STORAGE_ERRORS
+from app.conversations import STORAGE_ERRORS, display_title
 from app.store import MEDIA_SUFFIXES, Store, clean_stats, is_time
 
 FORMAT = "smolchat-conversation"
@@ -157,14 +158,14 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
     replaced = _replace_lone_surrogates(data)
     version = data.get("version", 1)
     entries = data["all_messages"] if version >= 2 else data["messages"]
-    title = data.get("title") if isinstance(data.get("title"), str) else ""
+    title = clean_title(data.get("title")) if isinstance(data.get("title"), str) else ""
     settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     model = data.get("model") if isinstance(data.get("model"), str) else ""
     try:
         ordered = _parents_first(entries, version)
     except ImportProblem as exc:
         raise ImportProblem(f"{Path(path).name} is damaged: {exc}") from None
-    conv = store.create_conversation(title or Path(path).stem, model, settings)
+    conv = store.create_conversation(title or clean_title(Path(path).stem), model, settings)
     media = _Media(store, data.get("files") or {})
     try:
         ids: dict[int, int] = {}
@@ -200,6 +201,21 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
         media.close()
     return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing=media.missing,
                     refused=media.refused, damaged=media.damaged, too_large=media.too_large, replaced=replaced)
+
+
+#: Invisible marks that set the direction of the text beside them (LRM, RLM, ALM); :func:`display_title`
+#: takes out the embeddings, overrides and isolates.
+_DIRECTION_MARKS = dict.fromkeys([0x200E, 0x200F, 0x061C])
+
+
+def clean_title(title: str) -> str:
+    """An imported chat's title as a title made from a message is (:func:`app.conversations.title_from`):
+    one line without bidi controls or direction marks, and without control characters (each a space).
+    A right-to-left override in a hand-made title turned the import banner's own words around and
+    disguised a name in the chat list ("… gnp.exe" for "exe.png": trial 62). Its length is kept: a
+    title renamed to a long one comes back as it was (the banner and the list shorten it)."""
+    title = display_title(title).translate(_DIRECTION_MARKS)
+    return " ".join("".join(" " if unicodedata.category(c) == "Cc" else c for c in title).split())
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

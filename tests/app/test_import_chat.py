@@ -286,6 +286,26 @@ def test_a_lone_surrogate_is_replaced_and_the_chat_imported_and_said(qtbot, make
     assert (question.text, question.stats, answer.text) == ("nice \ufffd and \U0001f600", {"\ufffd": 1}, "ok")
 
 
+def test_an_imported_title_is_cleaned_of_bidi_and_control_characters(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 62 F7: a title with a right-to-left override turned the banner's own words around ("Imported
+    “Text with nul  and rtl .(segassem 2) ”exe.png") and the chat list showed "… gnp…". It is cleaned as a
+    title made from a message is."""
+    path = tmp_path / "nul2.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3,
+                                "title": "Text with nul \x00 and rtl \u202e gnp.exe\u200f\u2066 \u200e\n\tnext\x7f",
+                                "all_messages": [{"id": 1, "parent_id": None, "role": "user", "text": "hi"}]}))
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == "Imported “Text with nul and rtl gnp.exe next” (1 message)."
+    assert win.store.conversation(win.keeper.current_id).title == "Text with nul and rtl gnp.exe next"
+    (tmp_path / "only \u202econtrols.json").write_text(json.dumps({  # no title: the file's name, cleaned too
+        "format": "smolchat-conversation", "version": 3, "title": "\u202e\x00",
+        "all_messages": [{"id": 1, "parent_id": None, "role": "user", "text": "hi"}]}))
+    imported = import_chat(win.store, tmp_path / "only \u202econtrols.json")
+    assert imported.title == "only controls"
+
+
 def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
     """Each message's time goes into the export and comes back with the import; an export without it (an
     older Smolchat) or with something that is not a time gets the time of the import."""
