@@ -39,6 +39,14 @@ MAX_NAME_BYTES = 120
 #: Characters at the end of a long name's stem kept when it is cut: what tells its files apart is often
 #: there (a PDF's pages are "<pdf> page 12.png"). At most 96 bytes: with a 16-byte suffix it always fits.
 _KEPT_END = 24
+#: The most characters, and UTF-8 bytes, that the file name the export proposes takes from the chat's
+#: title: enough to tell it by, and a name every file system takes (a 339-character title proposed a name
+#: over 255 bytes, and the save dialog greyed out Save with no word why: trial 62).
+SUGGESTED_CHARACTERS = 60
+SUGGESTED_BYTES = 100
+#: What ends a sentence or a clause: dropped from the end of a suggested name ("France?" is "France",
+#: not "France_"). Not "#", "+", ")": "C#", "C++" and "(draft)" end as written.
+_TRAILING = re.compile(r"[\s.,;:!?…‽¿¡。、，．？！：；\-–—]+$")
 #: Characters that Markdown may read as markup in a link's text.
 _MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
 
@@ -172,6 +180,30 @@ def safe_file_name(name: str) -> str:
             front = front[:-1]
         stem = front + end
     return f"{stem.rstrip(' .')}{suffix}" if stem.strip(" .") else ""
+
+
+def suggested_name(title: str, kind: str) -> str:
+    """The file name the export proposes for a chat titled ``title`` (``kind``: md or json): the title
+    on one line, cut at a word to :data:`SUGGESTED_CHARACTERS` and :data:`SUGGESTED_BYTES` (a single
+    long word at the limit), without what ends a sentence (:data:`_TRAILING`; a title cut to fit the
+    sidebar ends in "…", which no file name needs), made safe by :func:`safe_file_name`;
+    "conversation" when nothing is left."""
+    line = _TRAILING.sub("", " ".join(display_title(title).split()))
+
+    def fits(text: str) -> bool:
+        return len(text) <= SUGGESTED_CHARACTERS and len(text.encode()) <= SUGGESTED_BYTES
+
+    if not fits(line):
+        words = line.split(" ")
+        kept = words[0][:SUGGESTED_CHARACTERS]
+        while not fits(kept):  # a long word of letters of several bytes each
+            kept = kept[:-1]
+        for word in words[1:] if kept == words[0] else []:
+            if not fits(f"{kept} {word}"):
+                break
+            kept = f"{kept} {word}"
+        line = _TRAILING.sub("", kept)
+    return safe_file_name(f"{line or 'conversation'}.{kind}")
 
 
 def _export_name(attached: str, stored: str) -> str:
@@ -442,9 +474,7 @@ def export_dialog(window, kind: str) -> Path | None:
     if conv_id is None:
         window.banner.show_info("Nothing to export yet: this chat is empty.")
         return None
-    # A title cut to fit the sidebar ends in "…", which no file name needs.
-    title = (window.store.conversation(conv_id).title or "").removesuffix("…").rstrip() or "conversation"
-    safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "conversation"
+    name = suggested_name(window.store.conversation(conv_id).title or "", kind)
     filters = {"md": "Markdown (*.md)", "json": "JSON (*.json)"}
     # In the folder of the last export, else Documents (not the folder Smolchat was started from).
     folder = str(window.qsettings.value("export/folder", "") or "") if hasattr(window, "qsettings") else ""
@@ -453,7 +483,7 @@ def export_dialog(window, kind: str) -> Path | None:
         # A home without a Documents folder (minimal Linux installs): the home folder, as the dialog
         # would otherwise open where Smolchat was started from.
         folder = documents if documents and Path(documents).is_dir() else str(Path.home())
-    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{safe}.{kind}"), filters[kind])
+    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / name), filters[kind])
     if not path:
         return None
     if not Path(path).suffix:  # "notes" typed in the JSON dialog: Qt's own dialog adds no extension

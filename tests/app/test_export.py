@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.export import MAX_NAME_BYTES, export_json, export_markdown, plain_markdown, safe_file_name
+from app.export import MAX_NAME_BYTES, export_json, export_markdown, plain_markdown, safe_file_name, suggested_name
 
 
 def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):
@@ -188,6 +188,27 @@ def test_hostile_stored_names_are_made_safe_and_stay_in_the_export_folders(store
 ])
 def test_safe_file_name(name, safe):
     assert safe_file_name(name) == safe
+
+
+@pytest.mark.parametrize("title,name", [
+    ("What is the capital of France?", "What is the capital of France.json"),  # not "France_" (trial 62)
+    ("Why? Because!!! ...", "Why_ Because.json"),
+    ("Show me a Python code block that prints hello w…", "Show me a Python code block that prints hello w.json"),
+    ("C# and C++ (draft)", "C# and C++ (draft).json"),
+    # A long title is cut at a word, within 60 characters and 100 bytes (trial 62: 339 characters, no Save).
+    (("word " * 80).strip(), " ".join(["word"] * 12) + ".json"),
+    ("x" * 339, "x" * 60 + ".json"),
+    ("é" * 200, "é" * 50 + ".json"),
+    ("Liste des capitales européennes et leurs populations, triées par taille, avec notes!",
+     "Liste des capitales européennes et leurs populations, triées.json"),
+    ("two\nlines\u202e gnp.exe", "two lines gnp.exe.json"),
+    ("a/b: c?", "a_b_ c.json"),
+    ("CON", "_CON.json"),
+    ("???", "conversation.json"),
+    ("", "conversation.json"),
+])
+def test_suggested_name(title, name):
+    assert suggested_name(title, "json") == name
 
 
 def test_json_export_gives_the_names_files_were_attached_as(store, tmp_path):
