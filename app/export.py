@@ -67,8 +67,8 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path, missin
     path = Path(path)
     if path.is_dir():  # found before any image is copied beside it
         raise IsADirectoryError(errno.EISDIR, "a folder of that name is there", str(path))
-    images = _ExportFolder(path.with_name(f"{path.stem}_images"))
-    videos = _ExportFolder(path.with_name(f"{path.stem}_videos"))
+    images = _ExportFolder(path.with_name(f"{path.stem}_images"), "photos", path.name)
+    videos = _ExportFolder(path.with_name(f"{path.stem}_videos"), "videos", path.name)
     try:
         return _write_markdown(store, conversation_id, path, images, videos, missing if missing is not None else [])
     except BaseException:
@@ -118,8 +118,10 @@ def _write_markdown(store: Store, conversation_id: int, path: Path, images: _Exp
 class _ExportFolder:
     """A folder beside the exported Markdown and the files copied into it, each under one name."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, what: str, beside: str) -> None:
         self.folder = folder
+        self.what = what  # "photos" or "videos", as the user is told of the folder
+        self.beside = beside  # the name of the Markdown file it goes beside
         self.names: dict[str, str] = {}  # stored path -> its name here
         self._taken: set[str] = set()  # the names given, casefolded: Windows and macOS tell no case apart
         self._made_folder = False
@@ -132,6 +134,11 @@ class _ExportFolder:
             return self.names[stored]
         name = _unique(_export_name(attached, stored) or fallback, self._taken)
         if not self.folder.is_dir():
+            if self.folder.exists() or self.folder.is_symlink():
+                # Not mkdir's "File exists": the user asked for the .md, and is not told of this folder else (trial 62).
+                raise FileExistsError(errno.EEXIST, f"Smolchat puts the {self.what} in a folder named "
+                                      f"“{self.folder.name}” beside {self.beside}, and a file of that name is in "
+                                      "the way (move or rename it, or export under another name)")
             self.folder.mkdir()  # beside the export: its folder is not made, as the export's own file is not
             self._made_folder = True
         target = self.folder / name

@@ -359,6 +359,32 @@ def test_an_export_onto_a_folder_says_so_before_copying_anything(store, tmp_path
     assert str(caught.value) == f"[Errno 21] Is a directory: '{tmp_path / 'dir.md'}'"
 
 
+def test_a_file_in_the_way_of_the_images_folder_is_named_as_such(qtbot, window, tmp_path, monkeypatch):
+    """Trial 62 F9: a file named ``conflict_images`` beside the chosen ``conflict.md`` gave only "File exists"."""
+    from PySide6.QtWidgets import QFileDialog
+
+    photo, clip = (window.store.store_image(_file(tmp_path, name, name.encode())) for name in ("p.png", "v.mp4"))
+    conv = window.store.create_conversation("Photo").id
+    window.store.add_message(conv, "user", "Look.", [photo, clip], names=["p.png", "v.mp4"])
+    window.open_conversation(conv)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "conflict_images").write_text("the user's")
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out / "conflict.md"), ""))
+    window.actions["export_md"].trigger()
+    assert window.banner.message() == (
+        "Could not export the chat: Smolchat puts the photos in a folder named “conflict_images” beside conflict.md, "
+        "and a file of that name is in the way (move or rename it, or export under another name).")
+    (out / "conflict_images").unlink()
+    (out / "conflict_videos").write_text("the user's")
+    window.actions["export_md"].trigger()
+    assert window.banner.message() == (
+        "Could not export the chat: Smolchat puts the videos in a folder named “conflict_videos” beside conflict.md, "
+        "and a file of that name is in the way (move or rename it, or export under another name).")
+    assert sorted(p.name for p in out.iterdir()) == ["conflict_videos"]  # nothing left behind, the file kept
+    assert (out / "conflict_videos").read_text() == "the user's"
+
+
 def test_an_answers_line_breaks_are_exported_as_markdown_hard_breaks(store, tmp_path):
     """Trial 51: the app shows a poem line by line; the exported Markdown ran it into one paragraph in
     any viewer. Code keeps its lines as they are."""
