@@ -52,6 +52,7 @@ class Imported:
     damaged: list[str] = field(default_factory=list)  # names of files held in the export whose data is not base64
     too_large: list[str] = field(default_factory=list)  # names of files held in the export over MAX_EMBEDDED_BYTES
     replaced: int = 0  # lone surrogates (half a UTF-16 pair, no character) replaced by U+FFFD
+    same_as: list[str] = field(default_factory=list)  # titles of the chats already holding the same messages
 
 
 def read_export(path: str | Path) -> dict:
@@ -193,6 +194,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
             if isinstance(message_id, int) and message_id in ids:
                 store.select(ids[message_id])
         store.date_by_messages(conv.id)
+        same_as = _same_messages(store, conv.id)
     except BaseException:
         with contextlib.suppress(*STORAGE_ERRORS):
             store.delete_conversation(conv.id)  # half a chat is not kept, whatever stopped it
@@ -200,7 +202,8 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
     finally:
         media.close()
     return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing=media.missing,
-                    refused=media.refused, damaged=media.damaged, too_large=media.too_large, replaced=replaced)
+                    refused=media.refused, damaged=media.damaged, too_large=media.too_large, replaced=replaced,
+                    same_as=same_as)
 
 
 #: Invisible marks that set the direction of the text beside them (LRM, RLM, ALM); :func:`display_title`
@@ -257,6 +260,36 @@ def _replace_lone_surrogates(data) -> int:
                 elif isinstance(value, (dict, list)):
                     pending.append(value)
     return count
+
+
+_NUMBERED = re.compile(r" \((\d+)\)$")
+
+
+def _same_messages(store: Store, conversation_id: int) -> list[str]:
+    """The titles of the other chats of the same title (a number such as " (2)" after it aside) that hold
+    the same messages as the one just imported, oldest first; when there are some, that one is renamed
+    "<title> (2)", "(3)"...: importing a file twice made rows no one could tell apart (trial 62).
+
+    Compared by title first: reading every chat's messages would take seconds in a large store (a chat
+    renamed since its export is not found)."""
+    title = store.conversation(conversation_id).title
+    base = _NUMBERED.sub("", title)
+    others = [c for c in reversed(store.conversations()) if c.id != conversation_id and
+              _NUMBERED.sub("", display_title(c.title)) == base]
+    if not others:
+        return []
+    def messages(chat: int) -> list[tuple[str, str]]:
+        return sorted((m.role, m.text) for m in store.all_messages(chat))  # every version, in any order
+
+    mine = messages(conversation_id)
+    same = [c for c in others if messages(c.id) == mine]
+    if same:
+        taken = {c.title for c in others}
+        number = 2
+        while f"{base} ({number})" in taken:
+            number += 1
+        store.rename_conversation(conversation_id, f"{base} ({number})")
+    return [display_title(c.title) for c in same]
 
 
 def _status(value) -> str:
@@ -452,11 +485,14 @@ def import_dialog(window) -> Imported | None:
     window.refresh_sidebar()
     if not window._busy:
         window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use
-    title = imported.title or "New chat"
-    if len(title) > 80:  # a banner line, not the whole of a hand-made 100,000-character title
-        title = title[:79] + "…"
-    lines = [f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
-             + ("" if not window._busy else " It is in the list of chats.")]
+    lines = [f"Imported “{_short(imported.title or 'New chat')}” ({imported.messages} "
+             f"message{'s' if imported.messages != 1 else ''})." + ("" if not window._busy else " It is in the list "
+                                                                                           "of chats.")]
+    if imported.same_as:
+        others = len(imported.same_as) - 1
+        lines.append(f"“{_short(imported.same_as[0])}”{f' and {others} more' if others else ''} already "
+                     f"{'hold' if others else 'holds'} the same messages: this copy is named “{_short(imported.title)}” "
+                     "to tell them apart.")
     if imported.missing:
         # Not "another computer" alone: a chat deleted since had its files removed from this one's data folder.
         lines.append(f"Not found, so left out: {_names(imported.missing)} (the export only names "
@@ -482,6 +518,11 @@ def import_dialog(window) -> Imported | None:
     else:
         window.banner.show_success(lines[0])
     return imported
+
+
+def _short(title: str) -> str:
+    """A title as a banner line gives it, not the whole of a hand-made 100,000-character one."""
+    return title if len(title) <= 80 else title[:79] + "…"
 
 
 def _names(names: list[str]) -> str:

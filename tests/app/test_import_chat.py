@@ -45,7 +45,8 @@ def test_an_export_comes_back_with_every_version_and_the_branch_shown(store, tmp
     path = export_json(store, conv, tmp_path / "cats.json")
     imported = import_chat(store, path)
     new = imported.conversation_id
-    assert new != conv and imported.title == "Cats" and imported.messages == 5 and imported.missing == []
+    assert new != conv and imported.messages == 5 and imported.missing == []
+    assert (imported.title, imported.same_as) == ("Cats (2)", ["Cats"])  # told from the chat exported
     assert rows(store, new) == rows(store, conv) == [("user", "What is this?", "done", ["cat.png"]),
                                                      ("assistant", "A cat.", "done", [])]
     assert [(m.role, m.text, m.status) for m in store.all_messages(new)] == \
@@ -173,13 +174,40 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     win.actions["import_json"].trigger()
     assert win.keeper.current_id not in (None, conv) and len(win.sidebar.ids()) == 2
     assert [w.text for w in win.transcript.widgets()] == ["What is this?", "A cat."]
-    assert win.banner.message() == "Imported “Cats” (5 messages)."
+    assert win.banner.message() == ("Imported “Cats (2)” (5 messages). “Cats” already holds the same messages: this "
+                                    "copy is named “Cats (2)” to tell them apart.")
     (tmp_path / "notes.json").write_text("not json")
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(tmp_path / "notes.json"), ""))
     win.actions["import_json"].trigger()
     assert win.banner.message() == ("Could not import the chat: notes.json is not valid JSON (line 1, column 1: "
                                     "Expecting value).")
     assert len(win.sidebar.ids()) == 2
+
+
+def test_a_chat_imported_again_is_named_apart_and_the_banner_says_which_holds_the_same(qtbot, make_window, tmp_path,
+                                                                                      monkeypatch):
+    """Trial 62 F4: importing a file twice silently made rows no one could tell apart."""
+    win = make_window(FakeBackend())
+    path = tmp_path / "france.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 4, "title": "Capital?", "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "What is the capital of France?"},
+        {"id": 2, "parent_id": 1, "role": "assistant", "text": "Paris."}]}))
+    other = win.store.create_conversation("Capital?").id  # the same title, other messages: no copy of it
+    win.store.add_message(other, "user", "What is the capital of Spain?")
+    win.store.add_message(other, "assistant", "Paris.")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    banners = []
+    for _ in range(3):
+        win.actions["import_json"].trigger()
+        banners.append(win.banner.message())
+    assert banners == [
+        "Imported “Capital?” (2 messages).",
+        "Imported “Capital? (2)” (2 messages). “Capital?” already holds the same messages: this copy is named "
+        "“Capital? (2)” to tell them apart.",
+        "Imported “Capital? (3)” (2 messages). “Capital?” and 1 more already hold the same messages: this copy is "
+        "named “Capital? (3)” to tell them apart."]
+    assert sorted(win.sidebar.titles()) == ["Capital?", "Capital?", "Capital? (2)", "Capital? (3)"]
+    assert win.store.conversation(win.keeper.current_id).title == "Capital? (3)"
 
 
 def test_a_file_that_is_no_image_or_video_is_not_copied_into_the_data_folder(store, tmp_path, data_dir):
@@ -265,7 +293,7 @@ def test_an_export_saved_as_utf_16_is_read(store, tmp_path, encoding, bom):
     text = export_json(store, conv, tmp_path / "cats.json").read_text(encoding="utf-8")
     (tmp_path / "wide.json").write_bytes(bom + text.encode(encoding))
     imported = import_chat(store, tmp_path / "wide.json")
-    assert (imported.title, imported.messages) == ("Cats", 5)
+    assert (imported.title, imported.messages) == ("Cats (2)", 5)
     assert rows(store, imported.conversation_id) == rows(store, conv)
 
 
