@@ -1,4 +1,5 @@
-"""Export a conversation to Markdown (images and videos copied into folders beside it) or JSON.
+"""Export a conversation to Markdown (images and videos copied into folders beside it) or JSON (a
+backup: the images and videos are in it, and File ▸ Import chat restores the chat from it).
 
 Both give the branch shown in the window (the active versions). Markdown marks a message that has
 other versions ("Version 2 of 3") and lists those versions' text (a question's with its answer) in a
@@ -8,6 +9,7 @@ JSON also carries every version of every message with its ``parent_id`` (the who
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -22,6 +24,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import safe_files
 from app.conversations import display_title, storage_problem
+from app.import_chat import MAX_EMBEDDED_BYTES
 from app.markdown import hard_breaks
 from app.store import MEDIA_SUFFIXES, Store
 from app.video_attachments import is_video_file
@@ -36,6 +39,14 @@ MAX_NAME_BYTES = 120
 #: Characters at the end of a long name's stem kept when it is cut: what tells its files apart is often
 #: there (a PDF's pages are "<pdf> page 12.png"). At most 96 bytes: with a 16-byte suffix it always fits.
 _KEPT_END = 24
+#: The most characters, and UTF-8 bytes, that the file name the export proposes takes from the chat's
+#: title: enough to tell it by, and a name every file system takes (a 339-character title proposed a name
+#: over 255 bytes, and the save dialog greyed out Save with no word why: trial 62).
+SUGGESTED_CHARACTERS = 60
+SUGGESTED_BYTES = 100
+#: What ends a sentence or a clause: dropped from the end of a suggested name ("France?" is "France",
+#: not "France_"). Not "#", "+", ")": "C#", "C++" and "(draft)" end as written.
+_TRAILING = re.compile(r"[\s.,;:!?…‽¿¡。、，．？！：；\-–—]+$")
 #: Characters that Markdown may read as markup in a link's text.
 _MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
 
@@ -56,8 +67,8 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path, missin
     path = Path(path)
     if path.is_dir():  # found before any image is copied beside it
         raise IsADirectoryError(errno.EISDIR, "a folder of that name is there", str(path))
-    images = _ExportFolder(path.with_name(f"{path.stem}_images"))
-    videos = _ExportFolder(path.with_name(f"{path.stem}_videos"))
+    images = _ExportFolder(path.with_name(f"{path.stem}_images"), "photos", path.name)
+    videos = _ExportFolder(path.with_name(f"{path.stem}_videos"), "videos", path.name)
     try:
         return _write_markdown(store, conversation_id, path, images, videos, missing if missing is not None else [])
     except BaseException:
@@ -107,8 +118,10 @@ def _write_markdown(store: Store, conversation_id: int, path: Path, images: _Exp
 class _ExportFolder:
     """A folder beside the exported Markdown and the files copied into it, each under one name."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, what: str, beside: str) -> None:
         self.folder = folder
+        self.what = what  # "photos" or "videos", as the user is told of the folder
+        self.beside = beside  # the name of the Markdown file it goes beside
         self.names: dict[str, str] = {}  # stored path -> its name here
         self._taken: set[str] = set()  # the names given, casefolded: Windows and macOS tell no case apart
         self._made_folder = False
@@ -121,6 +134,11 @@ class _ExportFolder:
             return self.names[stored]
         name = _unique(_export_name(attached, stored) or fallback, self._taken)
         if not self.folder.is_dir():
+            if self.folder.exists() or self.folder.is_symlink():
+                # Not mkdir's "File exists": the user asked for the .md, and is not told of this folder else (trial 62).
+                raise FileExistsError(errno.EEXIST, f"Smolchat puts the {self.what} in a folder named "
+                                      f"“{self.folder.name}” beside {self.beside}, and a file of that name is in "
+                                      "the way (move or rename it, or export under another name)")
             self.folder.mkdir()  # beside the export: its folder is not made, as the export's own file is not
             self._made_folder = True
         target = self.folder / name
@@ -169,6 +187,30 @@ def safe_file_name(name: str) -> str:
             front = front[:-1]
         stem = front + end
     return f"{stem.rstrip(' .')}{suffix}" if stem.strip(" .") else ""
+
+
+def suggested_name(title: str, kind: str) -> str:
+    """The file name the export proposes for a chat titled ``title`` (``kind``: md or json): the title
+    on one line, cut at a word to :data:`SUGGESTED_CHARACTERS` and :data:`SUGGESTED_BYTES` (a single
+    long word at the limit), without what ends a sentence (:data:`_TRAILING`; a title cut to fit the
+    sidebar ends in "…", which no file name needs), made safe by :func:`safe_file_name`;
+    "conversation" when nothing is left."""
+    line = _TRAILING.sub("", " ".join(display_title(title).split()))
+
+    def fits(text: str) -> bool:
+        return len(text) <= SUGGESTED_CHARACTERS and len(text.encode()) <= SUGGESTED_BYTES
+
+    if not fits(line):
+        words = line.split(" ")
+        kept = words[0][:SUGGESTED_CHARACTERS]
+        while not fits(kept):  # a long word of letters of several bytes each
+            kept = kept[:-1]
+        for word in words[1:] if kept == words[0] else []:
+            if not fits(f"{kept} {word}"):
+                break
+            kept = f"{kept} {word}"
+        line = _TRAILING.sub("", kept)
+    return safe_file_name(f"{line or 'conversation'}.{kind}")
 
 
 def _export_name(attached: str, stored: str) -> str:
@@ -363,11 +405,20 @@ def _other_versions(store: Store, message) -> list[str]:
     return lines + ["</details>", ""]
 
 
-def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
-    """Everything about the conversation as one JSON document (image paths are absolute, each with the name it
-    was attached as): ``messages`` is the branch shown, ``all_messages`` every version (``parent_id`` links them)."""
+def export_json(store: Store, conversation_id: int, path: str | Path, missing: list[str] | None = None,
+                named_only: list[str] | None = None) -> Path:
+    """Everything about the conversation as one JSON document, a backup that File ▸ Import chat restores
+    on this computer or another: ``messages`` is the branch shown, ``all_messages`` every version
+    (``parent_id`` links them), and ``files`` holds the photos and videos themselves (base64, under each
+    one's stored name), as a chat deleted since has its files removed from the data folder (trial 62).
+    Image paths stay absolute, each with the name it was attached as, for scripts on this computer.
+
+    Files are held until together they pass :data:`app.import_chat.MAX_EMBEDDED_BYTES` (the export stays
+    one that Import reads); those left are only named, by attached name in ``named_only``. A stored
+    file gone from the data folder is named too, and in ``missing``. Raises OSError, sqlite3.Error."""
     conv = store.conversation(conversation_id)
     versions = store.versions(conversation_id)
+    every = store.all_messages(conversation_id)
 
     def entry(m) -> dict:
         number, count = versions.get(m.id, (1, 1))
@@ -379,16 +430,49 @@ def export_json(store: Store, conversation_id: int, path: str | Path) -> Path:
         "format": "smolchat-conversation",
         # 2: ids, versions and "all_messages" (every version, a tree by parent_id). 3: "attached_names", the
         # name each of "images" was attached as ("" where unknown); a message's "created" (seconds since
-        # the epoch, null where unknown) came later in 3: readers take it where it is a time.
-        "version": 3,
+        # the epoch, null where unknown) came later in 3: readers take it where it is a time. 4: "files".
+        "version": 4,
         "title": conv.title,
         "created": conv.created,
         "model": conv.model,
         "settings": conv.settings,
         "messages": [entry(m) for m in store.messages(conversation_id)],  # the branch shown
-        "all_messages": [entry(m) for m in store.all_messages(conversation_id)],
+        "all_messages": [entry(m) for m in every],
+        "files": _embedded_files(every, missing if missing is not None else [],
+                                 named_only if named_only is not None else []),
     }
     return safe_files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _embedded_files(messages, missing: list[str], named_only: list[str]) -> dict[str, str]:
+    """``{stored name: base64 of its bytes}`` for each file of ``messages``, once however often it is
+    shown, while they fit :data:`MAX_EMBEDDED_BYTES` together; the attached names of the files gone
+    from the data folder go to ``missing``, of those that did not fit to ``named_only``."""
+    files: dict[str, str] = {}
+    seen: set[str] = set()
+    total = 0
+    for message in messages:
+        for stored, attached in zip(message.images, message.attached_names):
+            if stored in seen:
+                continue
+            seen.add(stored)
+            name = attached or Path(stored).name
+            try:
+                size = Path(stored).stat().st_size
+            except OSError:  # gone (or unreadable): named in the export, as Markdown names it
+                missing.append(name)
+                continue
+            if total + size > MAX_EMBEDDED_BYTES:
+                named_only.append(name)
+                continue
+            try:
+                content = Path(stored).read_bytes()
+            except FileNotFoundError:  # removed meanwhile (another Smolchat's clean-up)
+                missing.append(name)
+                continue
+            total += len(content)
+            files[Path(stored).name] = base64.b64encode(content).decode("ascii")
+    return files
 
 
 def export_dialog(window, kind: str) -> Path | None:
@@ -397,9 +481,7 @@ def export_dialog(window, kind: str) -> Path | None:
     if conv_id is None:
         window.banner.show_info("Nothing to export yet: this chat is empty.")
         return None
-    # A title cut to fit the sidebar ends in "…", which no file name needs.
-    title = (window.store.conversation(conv_id).title or "").removesuffix("…").rstrip() or "conversation"
-    safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "conversation"
+    name = suggested_name(window.store.conversation(conv_id).title or "", kind)
     filters = {"md": "Markdown (*.md)", "json": "JSON (*.json)"}
     # In the folder of the last export, else Documents (not the folder Smolchat was started from).
     folder = str(window.qsettings.value("export/folder", "") or "") if hasattr(window, "qsettings") else ""
@@ -408,7 +490,7 @@ def export_dialog(window, kind: str) -> Path | None:
         # A home without a Documents folder (minimal Linux installs): the home folder, as the dialog
         # would otherwise open where Smolchat was started from.
         folder = documents if documents and Path(documents).is_dir() else str(Path.home())
-    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{safe}.{kind}"), filters[kind])
+    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / name), filters[kind])
     if not path:
         return None
     if not Path(path).suffix:  # "notes" typed in the JSON dialog: Qt's own dialog adds no extension
@@ -423,19 +505,27 @@ def export_dialog(window, kind: str) -> Path | None:
     if hasattr(window, "qsettings"):
         window.qsettings.setValue("export/folder", str(Path(path).parent))
     missing: list[str] = []
+    named_only: list[str] = []
     try:
         if kind == "md":
             out = export_markdown(window.store, conv_id, path, missing)
         else:
-            out = export_json(window.store, conv_id, path)
+            out = export_json(window.store, conv_id, path, missing, named_only)
     except (OSError, sqlite3.Error) as exc:
         window.banner.show_error(f"Could not export the chat: {storage_problem(exc, Path(path).parent)}.")
         return None
+    said = f"Exported to {out}"
     if missing:
         gone = f"{len(missing)} files" if len(missing) > 1 else "1 file"
-        window.banner.show_info(f"Exported to {out}, without {gone} gone from Smolchat's data folder "
-                                f"({', '.join(missing)}): the export names "
-                                f"{'them in their places' if len(missing) > 1 else 'it in its place'}.")
+        said += (f", without {gone} gone from Smolchat's data folder ({', '.join(missing)}): the export names "
+                 f"{'them in their places' if len(missing) > 1 else 'it in its place'}.")
+    if named_only:
+        # Said now: an Import after the chat is deleted could not bring these back.
+        said += (f"{'' if missing else '.'} Too large to go in it with the rest (over {MAX_EMBEDDED_BYTES // 2**20} MB "
+                 f"together), so only named, not kept in it: {', '.join(named_only)}. Export as Markdown to copy "
+                 f"{'them' if len(named_only) > 1 else 'it'} beside it.")
+    if missing or named_only:
+        window.banner.show_info(said)
     else:
-        window.banner.show_success(f"Exported to {out}")
+        window.banner.show_success(said)
     return out

@@ -1,27 +1,39 @@
 """File ▸ Import chat: a conversation exported as JSON (:func:`app.export.export_json`, any version
-1-3) becomes a new chat, every version of every message with the branch that was shown, its images
-and videos copied into the store from the paths the export names.
+1-4) becomes a new chat, every version of every message with the branch that was shown, its images
+and videos put into the store: from the export itself (version 4 holds them, a backup that outlives
+the chat), else copied from the paths it names (versions 1-3 only name them).
 
 A file that is not such an export, or is damaged, is refused with what is wrong and changes nothing;
-a file the export names that is gone (an export from another computer) is left out of its message
-and named, the message kept; so is one that is no image or video Smolchat can read (an export is
-a file anyone can write: it must not copy other files of this computer into the data folder).
+a file the export names that is gone (deleted with its chat since, or an export from another
+computer) is left out of its message and named, the message kept; so is one that is no image or
+video Smolchat can read (an export is a file anyone can write: it must not copy other files of this
+computer into the data folder), and one held in the export that is damaged or too large.
 The chat's settings are kept as written; :func:`app.settings.chat_values` checks them when the
 chat is opened, as any stored chat's."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
+import re
+import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.conversations import STORAGE_ERRORS
-from app.store import Store, clean_stats, is_time
+from app.conversations import STORAGE_ERRORS, display_title
+from app.store import MEDIA_SUFFIXES, Store, clean_stats, is_time
 
 FORMAT = "smolchat-conversation"
-NEWEST = 3  # the export version this Smolchat writes (app/export.py)
-MAX_BYTES = 256 * 1024 * 1024  # text only: images are files beside it; a larger one is not an export
+NEWEST = 4  # the export version this Smolchat writes (app/export.py)
+#: The photos and videos an export holds, together (what is left over is only named). The whole file is
+#: read into memory, and decoded: a bound keeps an Import of a chat with long videos to a few GB at most.
+MAX_EMBEDDED_BYTES = 256 * 2**20
+#: The largest export read: the files' base64 (4 bytes for 3) and as much text again as an export held
+#: before it held files (256 MB); a larger file is not an export.
+MAX_BYTES = 640 * 2**20
 ROLES = ("user", "assistant")
 STATUSES = ("done", "interrupted", "cancelled", "length", "error")  # app.store.Message.status, at rest
 
@@ -37,6 +49,10 @@ class Imported:
     messages: int
     missing: list[str] = field(default_factory=list)  # names of images/videos not found
     refused: list[str] = field(default_factory=list)  # names of files that are no readable image or video
+    damaged: list[str] = field(default_factory=list)  # names of files held in the export whose data is not base64
+    too_large: list[str] = field(default_factory=list)  # names of files held in the export over MAX_EMBEDDED_BYTES
+    replaced: int = 0  # lone surrogates (half a UTF-16 pair, no character) replaced by U+FFFD
+    same_as: list[str] = field(default_factory=list)  # titles of the chats already holding the same messages
 
 
 def read_export(path: str | Path) -> dict:
@@ -46,14 +62,20 @@ def read_export(path: str | Path) -> dict:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise ImportProblem(f"{name} is {path.stat().st_size / 2**20:,.0f} MB: too large for a chat export")
-        raw = path.read_bytes().decode("utf-8-sig")  # a byte order mark (Notepad's) is no content
+        content = path.read_bytes()
+        if not content or content.isspace():  # (strip() would copy a file of hundreds of MB)
+            raise ImportProblem(f"{name} is empty")
+        encoding = _encoding(content)
+        raw = content.decode(encoding)
         if path.suffix.lower() in (".md", ".markdown") or raw.lstrip().startswith("#"):
             raise ImportProblem(f"{name} is a Markdown export: Import reads the JSON one (File ▸ Export chat as JSON)")
         data = json.loads(raw)
     except UnicodeDecodeError as exc:
+        if encoding != "utf-8-sig":
+            raise ImportProblem(f"{name} is damaged UTF-16 text (byte {exc.start} cannot be read)") from None
         raise ImportProblem(f"{name} is not a text file (byte {exc.start} is not UTF-8)") from None
     except json.JSONDecodeError as exc:
-        raise ImportProblem(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        raise ImportProblem(f"{name} is not valid JSON ({_json_problem(exc)})") from None
     except RecursionError:
         raise ImportProblem(f"{name} is nested too deeply to be a chat export") from None
     except OSError as exc:
@@ -73,7 +95,37 @@ def read_export(path: str | Path) -> dict:
         problem = _entry_problem(entry, version)
         if problem:
             raise ImportProblem(f"{name} is damaged: message {number} {problem}")
+    if not isinstance(data.get("files", {}), dict):
+        raise ImportProblem(f"{name} is damaged: its photos and videos (\"files\") are not a list of names and "
+                            "contents")
     return data
+
+
+def _encoding(content: bytes) -> str:
+    """The encoding of an export's bytes: UTF-8 (a byte order mark read past: Notepad's), or UTF-16, which
+    Windows' Notepad writes as "Unicode" (trial 62: such a file was "not a text file"), told by its byte
+    order mark, else by the zero byte beside the first character of a file that starts with ``{``."""
+    if content.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if content[:2] == b"{\x00":
+        return "utf-16-le"
+    if content[:2] == b"\x00{":
+        return "utf-16-be"
+    return "utf-8-sig"
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """Where and what is wrong in an export that is not JSON, as a whole phrase: Python's message for a
+    text left open ends in a dangling "starting at" (trial 62), and a file that stops early is most
+    likely cut short (a copy or a download that did not finish)."""
+    where = f"line {exc.lineno}, column {exc.colno}"
+    if exc.msg.startswith("Unterminated string"):
+        return f"it ends in the middle of a text begun at {where}: cut short?"
+    if not exc.doc[exc.pos:].strip():
+        return f"it ends at {where} before the chat does: cut short?"
+    if exc.msg.startswith("Invalid control character"):
+        return f"{where}: a line break or other control character inside a text"
+    return f"{where}: {exc.msg}"
 
 
 def _entry_problem(entry, version: int) -> str:
@@ -104,18 +156,18 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
     read-only store); either way nothing is left behind. ``progress(done, total)``, when given, is
     called every 100 messages and may return False to cancel (:class:`ImportCancelled`)."""
     data = read_export(path)
+    replaced = _replace_lone_surrogates(data)
     version = data.get("version", 1)
     entries = data["all_messages"] if version >= 2 else data["messages"]
-    title = data.get("title") if isinstance(data.get("title"), str) else ""
+    title = clean_title(data.get("title")) if isinstance(data.get("title"), str) else ""
     settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     model = data.get("model") if isinstance(data.get("model"), str) else ""
     try:
         ordered = _parents_first(entries, version)
     except ImportProblem as exc:
         raise ImportProblem(f"{Path(path).name} is damaged: {exc}") from None
-    conv = store.create_conversation(title or Path(path).stem, model, settings)
-    missing: list[str] = []
-    refused: list[str] = []
+    conv = store.create_conversation(title or clean_title(Path(path).stem), model, settings)
+    media = _Media(store, data.get("files") or {})
     try:
         ids: dict[int, int] = {}
         previous = None
@@ -127,7 +179,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
                 parent_id = ids.get(parent) if parent is not None else None
             else:
                 parent_id = previous  # version 1: the branch shown, in order
-            images, names = _stored_media(store, entry, missing, refused)
+            images, names = media.stored(entry)
             stats = clean_stats(entry.get("stats"))[0] if isinstance(entry.get("stats"), dict) else {}
             status = _status(entry.get("status"))
             created = entry.get("created") if is_time(entry.get("created")) else None  # else: now
@@ -142,11 +194,102 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
             if isinstance(message_id, int) and message_id in ids:
                 store.select(ids[message_id])
         store.date_by_messages(conv.id)
+        same_as = _same_messages(store, conv.id)
     except BaseException:
         with contextlib.suppress(*STORAGE_ERRORS):
             store.delete_conversation(conv.id)  # half a chat is not kept, whatever stopped it
         raise
-    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing, refused)
+    finally:
+        media.close()
+    return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing=media.missing,
+                    refused=media.refused, damaged=media.damaged, too_large=media.too_large, replaced=replaced,
+                    same_as=same_as)
+
+
+#: Invisible marks that set the direction of the text beside them (LRM, RLM, ALM); :func:`display_title`
+#: takes out the embeddings, overrides and isolates.
+_DIRECTION_MARKS = dict.fromkeys([0x200E, 0x200F, 0x061C])
+
+
+def clean_title(title: str) -> str:
+    """An imported chat's title as a title made from a message is (:func:`app.conversations.title_from`):
+    one line without bidi controls or direction marks, and without control characters (each a space).
+    A right-to-left override in a hand-made title turned the import banner's own words around and
+    disguised a name in the chat list ("… gnp.exe" for "exe.png": trial 62). Its length is kept: a
+    title renamed to a long one comes back as it was (the banner and the list shorten it)."""
+    title = display_title(title).translate(_DIRECTION_MARKS)
+    return " ".join("".join(" " if unicodedata.category(c) == "Cc" else c for c in title).split())
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_lone_surrogates(data) -> int:
+    """Replace, in every text of ``data`` (keys too), each lone surrogate with U+FFFD and return how
+    many there were. JSON's ``\\ud800`` escape, which JavaScript's ``JSON.stringify`` writes for half
+    of a cut emoji, reads as one; it is no character, and SQLite's UTF-8 refuses it: one in one
+    message refused the whole chat with a UnicodeEncodeError (trial 62). (A whole pair reads as the
+    one character it stands for.) A loop, not a recursion: the file's nesting is as deep as it is."""
+    count = 0
+
+    def clean(text: str) -> str:
+        nonlocal count
+        if text.isascii():
+            return text
+        fixed, n = _LONE_SURROGATE.subn("\ufffd", text)
+        count += n
+        return fixed
+
+    pending = [data]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            for key, value in list(node.items()):
+                if isinstance(value, str):
+                    value = clean(value)
+                elif isinstance(value, (dict, list)):
+                    pending.append(value)
+                fixed = clean(key)
+                if fixed != key:
+                    del node[key]
+                node[fixed] = value
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                if isinstance(value, str):
+                    node[index] = clean(value)
+                elif isinstance(value, (dict, list)):
+                    pending.append(value)
+    return count
+
+
+_NUMBERED = re.compile(r" \((\d+)\)$")
+
+
+def _same_messages(store: Store, conversation_id: int) -> list[str]:
+    """The titles of the other chats of the same title (a number such as " (2)" after it aside) that hold
+    the same messages as the one just imported, oldest first; when there are some, that one is renamed
+    "<title> (2)", "(3)"...: importing a file twice made rows no one could tell apart (trial 62).
+
+    Compared by title first: reading every chat's messages would take seconds in a large store (a chat
+    renamed since its export is not found)."""
+    title = store.conversation(conversation_id).title
+    base = _NUMBERED.sub("", title)
+    others = [c for c in reversed(store.conversations()) if c.id != conversation_id and
+              _NUMBERED.sub("", display_title(c.title)) == base]
+    if not others:
+        return []
+    def messages(chat: int) -> list[tuple[str, str]]:
+        return sorted((m.role, m.text) for m in store.all_messages(chat))  # every version, in any order
+
+    mine = messages(conversation_id)
+    same = [c for c in others if messages(c.id) == mine]
+    if same:
+        taken = {c.title for c in others}
+        number = 2
+        while f"{base} ({number})" in taken:
+            number += 1
+        store.rename_conversation(conversation_id, f"{base} ({number})")
+    return [display_title(c.title) for c in same]
 
 
 def _status(value) -> str:
@@ -182,32 +325,110 @@ def _parents_first(entries: list[dict], version: int) -> list[dict]:
         current, depth = [child for entry in current for child in children.get(entry["id"], [])], depth + 1
     stuck = next((e for e in entries if e["id"] not in generation), None)
     if stuck is not None:
-        parent = stuck.get("parent_id")
-        why = "is not in the file" if parent not in known else "follows itself"
-        raise ImportProblem(f"the message that message {stuck['id']} follows ({parent}) {why}")
+        raise ImportProblem(_unreached(stuck, {e["id"]: e for e in entries}))
     generations: list[list[dict]] = [[] for _ in range(depth)]
     for entry in entries:
         generations[generation[entry["id"]]].append(entry)
     return [entry for same in generations for entry in same]
 
 
-def _stored_media(store: Store, entry: dict, missing: list[str], refused: list[str]) -> tuple[list[str], list[str]]:
-    """Each of the entry's images and videos copied into the store, with the name it was attached as;
-    those gone are added to ``missing``, those that are no image or video Smolchat reads (checked as
-    an attachment is) to ``refused`` (by that name), and left out."""
-    names = entry.get("attached_names") if isinstance(entry.get("attached_names"), list) else []
-    images, kept_names = [], []
-    for index, path in enumerate(entry.get("images", [])):
-        name = names[index] if index < len(names) and isinstance(names[index], str) and names[index] else Path(path).name
+def _unreached(stuck: dict, by_id: dict[int, dict]) -> str:
+    """Why ``stuck`` cannot be reached from a first message: up the messages it follows, one follows a
+    message not in the file, or some follow one another in a loop (named as such, not as the first
+    message's parent following itself, as a loop of two was: trial 62)."""
+    chain, seen = [stuck["id"]], {stuck["id"]}
+    while True:
+        entry = by_id[chain[-1]]
+        parent = entry["parent_id"]
+        if parent not in by_id:
+            return f"the message that message {entry['id']} follows ({parent}) is not in the file"
+        if parent in seen:
+            loop = sorted(chain[chain.index(parent):])
+            if len(loop) == 1:
+                return f"message {parent} follows itself"
+            listed = (", ".join(map(str, loop[:-1])) + f" and {loop[-1]}" if len(loop) <= 5 else
+                      ", ".join(map(str, loop[:4])) + f" and {len(loop) - 4} more")
+            return f"messages {listed} follow one another in a loop"
+        chain.append(parent)
+        seen.add(parent)
+
+
+class _Media:
+    """An import's photos and videos, each put into the store once however many messages show it:
+    from the export's ``files`` (base64 by stored name) where it holds them, else from the path
+    named; what cannot be is listed by the name it was attached as, and left out."""
+
+    def __init__(self, store: Store, files: dict) -> None:
+        self.store = store
+        self.files = files
+        self.missing: list[str] = []
+        self.refused: list[str] = []
+        self.damaged: list[str] = []
+        self.too_large: list[str] = []
+        self._done: dict[str, str | None] = {}  # stored name in the export -> stored path here (None: left out)
+        self._folder: tempfile.TemporaryDirectory | None = None  # where held files are decoded to be checked
+
+    def stored(self, entry: dict) -> tuple[list[str], list[str]]:
+        """The entry's images and videos in the store, with the names they were attached as."""
+        names = entry.get("attached_names") if isinstance(entry.get("attached_names"), list) else []
+        images, kept_names = [], []
+        for index, path in enumerate(entry.get("images", [])):
+            name = (names[index] if index < len(names) and isinstance(names[index], str) and names[index]
+                    else Path(path).name)
+            held = Path(path).name
+            if held in self.files:
+                if held not in self._done:
+                    self._done[held] = self._from_export(held, name)
+                stored = self._done[held]
+            else:
+                stored = self._from_path(path, name)
+            if stored is not None:
+                images.append(stored)
+                kept_names.append(name)
+        return images, kept_names
+
+    def _from_path(self, path: str, name: str) -> str | None:
         if not Path(path).is_file():
-            missing.append(name)
-            continue
+            self.missing.append(name)
+            return None
         if not _readable_media(path):
-            refused.append(name)
-            continue
-        images.append(store.store_image(path))
-        kept_names.append(name)
-    return images, kept_names
+            self.refused.append(name)
+            return None
+        return self.store.store_image(path)
+
+    def _from_export(self, held: str, name: str) -> str | None:
+        """The file held in the export under ``held``, decoded, checked as an attachment is, and stored."""
+        data = self.files[held]
+        suffix = Path(held).suffix.lower()
+        if not isinstance(data, str):
+            self.damaged.append(name)
+            return None
+        if len(data) // 4 * 3 > MAX_EMBEDDED_BYTES:  # (checked before its bytes are decoded into memory)
+            self.too_large.append(name)
+            return None
+        try:
+            content = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):  # not base64, or not ASCII
+            self.damaged.append(name)
+            return None
+        if suffix not in MEDIA_SUFFIXES:  # it would be stored as ".img", which nothing shows
+            self.refused.append(name)
+            return None
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="smolchat-import-")
+        decoded = Path(self._folder.name) / f"held{len(self._done)}{suffix}"
+        decoded.write_bytes(content)
+        try:
+            if not _readable_media(str(decoded)):
+                self.refused.append(name)
+                return None
+            return self.store.store_image(decoded)
+        finally:
+            decoded.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._folder is not None:
+            self._folder.cleanup()
 
 
 def _readable_media(path: str) -> bool:
@@ -264,16 +485,31 @@ def import_dialog(window) -> Imported | None:
     window.refresh_sidebar()
     if not window._busy:
         window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use
-    title = imported.title or "New chat"
-    if len(title) > 80:  # a banner line, not the whole of a hand-made 100,000-character title
-        title = title[:79] + "…"
-    lines = [f"Imported “{title}” ({imported.messages} message{'s' if imported.messages != 1 else ''})."
-             + ("" if not window._busy else " It is in the list of chats.")]
+    lines = [f"Imported “{_short(imported.title or 'New chat')}” ({imported.messages} "
+             f"message{'s' if imported.messages != 1 else ''})." + ("" if not window._busy else " It is in the list "
+                                                                                           "of chats.")]
+    if imported.same_as:
+        others = len(imported.same_as) - 1
+        lines.append(f"“{_short(imported.same_as[0])}”{f' and {others} more' if others else ''} already "
+                     f"{'hold' if others else 'holds'} the same messages: this copy is named “{_short(imported.title)}” "
+                     "to tell them apart.")
     if imported.missing:
-        lines.append(f"Not found, so left out: {_names(imported.missing)} (the export names files on the computer it "
-                     "was made on).")
+        # Not "another computer" alone: a chat deleted since had its files removed from this one's data folder.
+        lines.append(f"Not found, so left out: {_names(imported.missing)} (the export only names "
+                     f"{'them' if len(set(imported.missing)) > 1 else 'it'}, and "
+                     f"{'they are' if len(set(imported.missing)) > 1 else 'it is'} not where it says: removed from "
+                     "Smolchat's data folder since the export was made, or the export came from another computer).")
     if imported.refused:
         lines.append(f"Not an image or video Smolchat can read, so left out: {_names(imported.refused)}.")
+    if imported.replaced:
+        lines.append(f"{imported.replaced:,} broken character{'s' if imported.replaced != 1 else ''} (half of an "
+                     f"emoji or the like, as some programs cut them) {'were' if imported.replaced != 1 else 'was'} "
+                     "replaced by “\ufffd”.")
+    if imported.damaged:
+        lines.append(f"Damaged in the export (not base64 data), so left out: {_names(imported.damaged)}.")
+    if imported.too_large:
+        lines.append(f"Over {MAX_EMBEDDED_BYTES // 2**20} MB in the export, too large to be one Smolchat wrote, so "
+                     f"left out: {_names(imported.too_large)}.")
     if window.banner.message():  # the chat's own notice (settings it cannot use): kept, these under it
         for line in lines:
             window.banner.add_info(line)
@@ -282,6 +518,11 @@ def import_dialog(window) -> Imported | None:
     else:
         window.banner.show_success(lines[0])
     return imported
+
+
+def _short(title: str) -> str:
+    """A title as a banner line gives it, not the whole of a hand-made 100,000-character one."""
+    return title if len(title) <= 80 else title[:79] + "…"
 
 
 def _names(names: list[str]) -> str:

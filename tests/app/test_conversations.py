@@ -241,9 +241,9 @@ def test_export_adds_the_extension_and_starts_in_the_last_export_folder(qtbot, w
     window.actions["export_json"].trigger()
     assert json.loads((tmp_path / "exports" / "chat.json").read_text())["messages"][0]["text"] == "What is it?"
     assert not out.exists()
-    assert Path(asked[0]).parent != Path.cwd() and Path(asked[0]).name == "What is it_.json"
+    assert Path(asked[0]).parent != Path.cwd() and Path(asked[0]).name == "What is it.json"
     window.actions["export_md"].trigger()
-    assert Path(asked[1]) == tmp_path / "exports" / "What is it_.md"
+    assert Path(asked[1]) == tmp_path / "exports" / "What is it.md"
     assert (tmp_path / "exports" / "chat.md").is_file()
     # "chat" again: the dialog asked about "chat", so replacing chat.json is asked here.
     (tmp_path / "exports" / "chat.json").write_text("keep me")
@@ -299,7 +299,7 @@ def test_the_first_export_opens_in_the_home_folder_where_there_is_no_documents_f
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda parent, caption, start, filters: asked.append(start)
                         or ("", filters))
     window.actions["export_md"].trigger()
-    assert asked == [str(home / "Where_.md")]
+    assert asked == [str(home / "Where.md")]
 
 
 def test_the_export_name_of_a_cut_title_drops_its_ellipsis(qtbot, window, tmp_path, monkeypatch):
@@ -312,6 +312,21 @@ def test_the_export_name_of_a_cut_title_drops_its_ellipsis(qtbot, window, tmp_pa
                         or ("", filters))
     window.actions["export_md"].trigger()
     assert asked == [str(tmp_path / "Show me a Python code block that prints hello w.md")]
+
+
+def test_the_export_name_of_a_long_title_is_cut_at_a_word_and_saveable(qtbot, window, tmp_path, monkeypatch):
+    """Trial 62 F8: a 339-character title proposed a file name over 255 bytes, and the save dialog's Save
+    was greyed out with no word why; "France?" was proposed as "France_"."""
+    window.qsettings.setValue("export/folder", str(tmp_path))
+    ask(qtbot, window, "What is the capital of France?")
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda parent, caption, start, filters: asked.append(start)
+                        or ("", filters))
+    window.actions["export_json"].trigger()
+    window.rename_conversation(window.keeper.current_id, "Une très longue question sur l'histoire de France, " * 7)
+    window.actions["export_md"].trigger()
+    assert asked == [str(tmp_path / "What is the capital of France.json"),
+                     str(tmp_path / "Une très longue question sur l'histoire de France, Une très.md")]
 
 
 def test_identical_files_attached_under_different_names_keep_each_name(qtbot, make_window, tmp_path, monkeypatch,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.export import MAX_NAME_BYTES, export_json, export_markdown, plain_markdown, safe_file_name
+from app.export import MAX_NAME_BYTES, export_json, export_markdown, plain_markdown, safe_file_name, suggested_name
 
 
 def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):
@@ -190,13 +190,34 @@ def test_safe_file_name(name, safe):
     assert safe_file_name(name) == safe
 
 
+@pytest.mark.parametrize("title,name", [
+    ("What is the capital of France?", "What is the capital of France.json"),  # not "France_" (trial 62)
+    ("Why? Because!!! ...", "Why_ Because.json"),
+    ("Show me a Python code block that prints hello w…", "Show me a Python code block that prints hello w.json"),
+    ("C# and C++ (draft)", "C# and C++ (draft).json"),
+    # A long title is cut at a word, within 60 characters and 100 bytes (trial 62: 339 characters, no Save).
+    (("word " * 80).strip(), " ".join(["word"] * 12) + ".json"),
+    ("x" * 339, "x" * 60 + ".json"),
+    ("é" * 200, "é" * 50 + ".json"),
+    ("Liste des capitales européennes et leurs populations, triées par taille, avec notes!",
+     "Liste des capitales européennes et leurs populations, triées.json"),
+    ("two\nlines\u202e gnp.exe", "two lines gnp.exe.json"),
+    ("a/b: c?", "a_b_ c.json"),
+    ("CON", "_CON.json"),
+    ("???", "conversation.json"),
+    ("", "conversation.json"),
+])
+def test_suggested_name(title, name):
+    assert suggested_name(title, "json") == name
+
+
 def test_json_export_gives_the_names_files_were_attached_as(store, tmp_path):
     image = store.store_image(_file(tmp_path, "p.png", b"p"))
     conv = store.create_conversation("c").id
     store.add_message(conv, "user", "old", [image])
     store.add_message(conv, "user", "new", [image, image], names=["holiday.png", ""])
     data = json.loads(export_json(store, conv, tmp_path / "chat.json").read_text())
-    assert data["format"] == "smolchat-conversation" and data["version"] == 3
+    assert data["format"] == "smolchat-conversation" and data["version"] == 4
     assert [(m["text"], m["images"], m["attached_names"]) for m in data["messages"]] == [
         ("old", [image], [""]), ("new", [image, image], ["holiday.png", ""])]
     assert [m["attached_names"] for m in data["all_messages"]] == [[""], ["holiday.png", ""]]
@@ -336,6 +357,32 @@ def test_an_export_onto_a_folder_says_so_before_copying_anything(store, tmp_path
     with pytest.raises(IsADirectoryError) as caught:  # JSON: the rename's error, naming the chosen path
         export_json(store, conv, tmp_path / "dir.md")
     assert str(caught.value) == f"[Errno 21] Is a directory: '{tmp_path / 'dir.md'}'"
+
+
+def test_a_file_in_the_way_of_the_images_folder_is_named_as_such(qtbot, window, tmp_path, monkeypatch):
+    """Trial 62 F9: a file named ``conflict_images`` beside the chosen ``conflict.md`` gave only "File exists"."""
+    from PySide6.QtWidgets import QFileDialog
+
+    photo, clip = (window.store.store_image(_file(tmp_path, name, name.encode())) for name in ("p.png", "v.mp4"))
+    conv = window.store.create_conversation("Photo").id
+    window.store.add_message(conv, "user", "Look.", [photo, clip], names=["p.png", "v.mp4"])
+    window.open_conversation(conv)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "conflict_images").write_text("the user's")
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out / "conflict.md"), ""))
+    window.actions["export_md"].trigger()
+    assert window.banner.message() == (
+        "Could not export the chat: Smolchat puts the photos in a folder named “conflict_images” beside conflict.md, "
+        "and a file of that name is in the way (move or rename it, or export under another name).")
+    (out / "conflict_images").unlink()
+    (out / "conflict_videos").write_text("the user's")
+    window.actions["export_md"].trigger()
+    assert window.banner.message() == (
+        "Could not export the chat: Smolchat puts the videos in a folder named “conflict_videos” beside conflict.md, "
+        "and a file of that name is in the way (move or rename it, or export under another name).")
+    assert sorted(p.name for p in out.iterdir()) == ["conflict_videos"]  # nothing left behind, the file kept
+    assert (out / "conflict_videos").read_text() == "the user's"
 
 
 def test_an_answers_line_breaks_are_exported_as_markdown_hard_breaks(store, tmp_path):

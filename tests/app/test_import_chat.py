@@ -4,7 +4,10 @@ leaves nothing behind; files gone are named and left out."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -42,7 +45,8 @@ def test_an_export_comes_back_with_every_version_and_the_branch_shown(store, tmp
     path = export_json(store, conv, tmp_path / "cats.json")
     imported = import_chat(store, path)
     new = imported.conversation_id
-    assert new != conv and imported.title == "Cats" and imported.messages == 5 and imported.missing == []
+    assert new != conv and imported.messages == 5 and imported.missing == []
+    assert (imported.title, imported.same_as) == ("Cats (2)", ["Cats"])  # told from the chat exported
     assert rows(store, new) == rows(store, conv) == [("user", "What is this?", "done", ["cat.png"]),
                                                      ("assistant", "A cat.", "done", [])]
     assert [(m.role, m.text, m.status) for m in store.all_messages(new)] == \
@@ -82,9 +86,20 @@ def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"\xff\xfe\x00garbage", "bad.json is not a text file (byte 0 is not UTF-8)"),
-    (b'{"format": "smolchat-conversation", "version": 3,', "bad.json is not valid JSON (line 1, column 50: "
-                                                          "Expecting property name enclosed in double quotes)"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "bad.json is not a text file (byte 0 is not UTF-8)"),
+    (b'{"format": "smolchat-conversation", "version": 3, "x": 1 2}', "bad.json is not valid JSON (line 1, column "
+                                                                   "58: Expecting ',' delimiter)"),
+    # Trial 62 F6: Python's words left "(… Unterminated string starting at)" and "Expecting value" for these.
+    (b'{"format": "smolchat-conversation", "version": 3,', "bad.json is not valid JSON (it ends at line 1, column 50 "
+                                                          "before the chat does: cut short?)"),
+    (b'{"format": "smolchat-conversation",\n "title": "What is the cap', "bad.json is not valid JSON (it ends in the "
+                                                                       "middle of a text begun at line 2, column 11: "
+                                                                       "cut short?)"),
+    (b'{"title": "two\nlines"}', "bad.json is not valid JSON (line 1, column 15: a line break or other control "
+                                "character inside a text)"),
+    (b"", "bad.json is empty"),
+    (b" \r\n", "bad.json is empty"),
+    ('{"format": "x"'.encode("utf-16-le")[:-1], "bad.json is damaged UTF-16 text (byte 26 cannot be read)"),
     (b'{"title": "x", "messages": []}', "bad.json is not a chat exported by Smolchat (File ▸ Export chat as JSON)"),
     (b'[1, 2]', "bad.json is not a chat exported by Smolchat (File ▸ Export chat as JSON)"),
     (b'{"format": "smolchat-conversation", "version": 9}', "bad.json was exported by a newer Smolchat (format "
@@ -100,7 +115,20 @@ def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
      "bad.json is damaged: the message that message 1 follows (4) is not in the file"),
     (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
      b' {"id": 2, "parent_id": 1, "role": "assistant"}]}',
-     "bad.json is damaged: the message that message 1 follows (2) follows itself"),
+     "bad.json is damaged: messages 1 and 2 follow one another in a loop"),  # not "(2) follows itself" (trial 62)
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 5, "parent_id": 7, "role": "user"},'
+     b' {"id": 7, "parent_id": 9, "role": "user"}, {"id": 9, "parent_id": 7, "role": "user"}]}',
+     "bad.json is damaged: messages 7 and 9 follow one another in a loop"),  # 5 follows the loop, is not in it
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 3, "parent_id": 3, "role": "user"}]}',
+     "bad.json is damaged: message 3 follows itself"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
+     b' {"id": 2, "parent_id": 3, "role": "user"}, {"id": 3, "parent_id": 4, "role": "user"}, {"id": 4, '
+     b'"parent_id": 5, "role": "user"}, {"id": 5, "parent_id": 6, "role": "user"}, {"id": 6, "parent_id": 1, '
+     b'"role": "user"}]}',
+     "bad.json is damaged: messages 1, 2, 3, 4 and 2 more follow one another in a loop"),
+    (b'{"format": "smolchat-conversation", "version": 3, "all_messages": [{"id": 1, "parent_id": 2, "role": "user"},'
+     b' {"id": 2, "parent_id": 8, "role": "user"}]}',
+     "bad.json is damaged: the message that message 2 follows (8) is not in the file"),  # the one astray, not 1
     (b"[" * 100_000, "bad.json is nested too deeply to be a chat export"),
     (b"# Cats\n\n**You:** hi", "bad.json is a Markdown export: Import reads the JSON one (File \u25b8 Export chat as JSON)"),
     (b'{"format": "smolchat-conversation", "version": "3"}', "bad.json is damaged: its format version is '3', not a "
@@ -146,13 +174,40 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     win.actions["import_json"].trigger()
     assert win.keeper.current_id not in (None, conv) and len(win.sidebar.ids()) == 2
     assert [w.text for w in win.transcript.widgets()] == ["What is this?", "A cat."]
-    assert win.banner.message() == "Imported “Cats” (5 messages)."
+    assert win.banner.message() == ("Imported “Cats (2)” (5 messages). “Cats” already holds the same messages: this "
+                                    "copy is named “Cats (2)” to tell them apart.")
     (tmp_path / "notes.json").write_text("not json")
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(tmp_path / "notes.json"), ""))
     win.actions["import_json"].trigger()
     assert win.banner.message() == ("Could not import the chat: notes.json is not valid JSON (line 1, column 1: "
                                     "Expecting value).")
     assert len(win.sidebar.ids()) == 2
+
+
+def test_a_chat_imported_again_is_named_apart_and_the_banner_says_which_holds_the_same(qtbot, make_window, tmp_path,
+                                                                                      monkeypatch):
+    """Trial 62 F4: importing a file twice silently made rows no one could tell apart."""
+    win = make_window(FakeBackend())
+    path = tmp_path / "france.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 4, "title": "Capital?", "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "What is the capital of France?"},
+        {"id": 2, "parent_id": 1, "role": "assistant", "text": "Paris."}]}))
+    other = win.store.create_conversation("Capital?").id  # the same title, other messages: no copy of it
+    win.store.add_message(other, "user", "What is the capital of Spain?")
+    win.store.add_message(other, "assistant", "Paris.")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    banners = []
+    for _ in range(3):
+        win.actions["import_json"].trigger()
+        banners.append(win.banner.message())
+    assert banners == [
+        "Imported “Capital?” (2 messages).",
+        "Imported “Capital? (2)” (2 messages). “Capital?” already holds the same messages: this copy is named "
+        "“Capital? (2)” to tell them apart.",
+        "Imported “Capital? (3)” (2 messages). “Capital?” and 1 more already hold the same messages: this copy is "
+        "named “Capital? (3)” to tell them apart."]
+    assert sorted(win.sidebar.titles()) == ["Capital?", "Capital?", "Capital? (2)", "Capital? (3)"]
+    assert win.store.conversation(win.keeper.current_id).title == "Capital? (3)"
 
 
 def test_a_file_that_is_no_image_or_video_is_not_copied_into_the_data_folder(store, tmp_path, data_dir):
@@ -228,6 +283,55 @@ def test_a_byte_order_mark_is_read_past(store, tmp_path):
     data = export_json(store, conv, tmp_path / "cats.json").read_bytes()
     (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + data)
     assert import_chat(store, tmp_path / "bom.json").messages == 5
+
+
+@pytest.mark.parametrize("encoding, bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
+                                           ("utf-16-le", b""), ("utf-16-be", b"")])
+def test_an_export_saved_as_utf_16_is_read(store, tmp_path, encoding, bom):
+    """Trial 62 F6: a JSON saved by Notepad as "Unicode" (UTF-16) was "not a text file"."""
+    conv = branching_chat(store, tmp_path)
+    text = export_json(store, conv, tmp_path / "cats.json").read_text(encoding="utf-8")
+    (tmp_path / "wide.json").write_bytes(bom + text.encode(encoding))
+    imported = import_chat(store, tmp_path / "wide.json")
+    assert (imported.title, imported.messages) == ("Cats (2)", 5)
+    assert rows(store, imported.conversation_id) == rows(store, conv)
+
+
+def test_a_lone_surrogate_is_replaced_and_the_chat_imported_and_said(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 62 F6: one "\\ud800" (half of an emoji, as JavaScript's JSON.stringify writes a cut one) in one
+    message refused the whole chat with a raw UnicodeEncodeError."""
+    path = tmp_path / "cut.json"
+    path.write_text('{"format": "smolchat-conversation", "version": 3, "title": "Emoji \\ud83d", "all_messages": ['
+                    '{"id": 1, "parent_id": null, "role": "user", "text": "nice \\ud800 and \\ud83d\\ude00",'
+                    ' "stats": {"\\udc00": 1}}, {"id": 2, "parent_id": 1, "role": "assistant", "text": "ok"}],'
+                    ' "messages": [{"id": 2}]}')
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == ("Imported “Emoji \ufffd” (2 messages). 3 broken characters (half of an emoji or "
+                                    "the like, as some programs cut them) were replaced by “\ufffd”.")
+    question, answer = win.store.messages(win.keeper.current_id)
+    assert (question.text, question.stats, answer.text) == ("nice \ufffd and \U0001f600", {"\ufffd": 1}, "ok")
+
+
+def test_an_imported_title_is_cleaned_of_bidi_and_control_characters(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 62 F7: a title with a right-to-left override turned the banner's own words around ("Imported
+    “Text with nul  and rtl .(segassem 2) ”exe.png") and the chat list showed "… gnp…". It is cleaned as a
+    title made from a message is."""
+    path = tmp_path / "nul2.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3,
+                                "title": "Text with nul \x00 and rtl \u202e gnp.exe\u200f\u2066 \u200e\n\tnext\x7f",
+                                "all_messages": [{"id": 1, "parent_id": None, "role": "user", "text": "hi"}]}))
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == "Imported “Text with nul and rtl gnp.exe next” (1 message)."
+    assert win.store.conversation(win.keeper.current_id).title == "Text with nul and rtl gnp.exe next"
+    (tmp_path / "only \u202econtrols.json").write_text(json.dumps({  # no title: the file's name, cleaned too
+        "format": "smolchat-conversation", "version": 3, "title": "\u202e\x00",
+        "all_messages": [{"id": 1, "parent_id": None, "role": "user", "text": "hi"}]}))
+    imported = import_chat(win.store, tmp_path / "only \u202econtrols.json")
+    assert imported.title == "only controls"
 
 
 def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
@@ -311,3 +415,111 @@ def test_a_long_import_reports_progress_and_can_be_cancelled(store, tmp_path):
     with pytest.raises(ImportCancelled):
         import_chat(store, path, lambda done, total: done < 100)  # Cancel clicked after the first 100
     assert [c.id for c in store.conversations()] == before  # nothing of it kept
+
+
+def _video(path):
+    from tests.engine.videos import solid, write_video
+
+    return write_video(path, (solid(48, 64, 8 * i) for i in range(8)), rate=2)
+
+
+def test_a_json_export_is_a_backup_its_photos_and_videos_come_back_after_the_chat_is_deleted(store, tmp_path):
+    """Trial 62 F2: export, delete the chat, restart (its photos leave the data folder), import: the photos
+    were lost. The export holds them now (base64, once each under its stored name) and Import restores them."""
+    pytest.importorskip("av")
+    photo, clip = png(tmp_path / "cat.png"), _video(tmp_path / "walk.mp4")
+    conv = store.create_conversation("Cat?").id
+    stored = [store.store_image(photo), store.store_image(clip)]
+    store.add_message(conv, "user", "Cat?", stored, names=["cat.png", "walk.mp4"])
+    store.add_message(conv, "assistant", "A cat.")
+    store.add_message(conv, "user", "Again", [stored[0]], names=["cat.png"])  # shown twice, held once
+    path = export_json(store, conv, tmp_path / "cat.json")
+    data = json.loads(path.read_text())
+    assert data["version"] == 4
+    assert {name: base64.b64decode(held) for name, held in data["files"].items()} == {
+        Path(stored[0]).name: photo.read_bytes(), Path(stored[1]).name: clip.read_bytes()}
+    store.delete_conversation(conv)
+    for file in stored:  # what the next start does with a deleted chat's files
+        Path(file).unlink()
+
+    imported = import_chat(store, path)
+
+    assert (imported.missing, imported.refused, imported.damaged, imported.too_large) == ([], [], [], [])
+    first, _answer, again = store.messages(imported.conversation_id)
+    assert first.attached_names == ["cat.png", "walk.mp4"] and again.attached_names == ["cat.png"]
+    assert [Path(p).read_bytes() for p in first.images] == [photo.read_bytes(), clip.read_bytes()]
+    assert again.images == first.images[:1]
+    assert sorted(p.name for p in store.images_dir.iterdir()) == sorted(Path(p).name for p in stored)
+
+
+def test_files_held_in_an_export_that_are_damaged_too_large_or_no_image_are_named_and_left_out(store, tmp_path,
+                                                                                             monkeypatch):
+    from app import import_chat as module
+
+    photo = png(tmp_path / "ok.png")
+    held = {"a1.png": base64.b64encode(photo.read_bytes()).decode(), "b2.png": "not base64 at all!",
+            "c3.png": base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----").decode(),
+            "d4.png": base64.b64encode(b"x" * 3000).decode(), "e5.sh": base64.b64encode(b"rm -rf ~").decode(),
+            "f6.png": 12}
+    data = {"format": "smolchat-conversation", "version": 4, "files": held, "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Look",
+         "images": [f"/elsewhere/images/{name}" for name in held],
+         "attached_names": ["ok.png", "bad.png", "key.png", "big.png", "script.png", "number.png"]}]}
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(module, "MAX_EMBEDDED_BYTES", 2000)  # the 3,000-byte one is too large, the photo not
+    imported = import_chat(store, path)
+    assert (imported.missing, imported.refused, imported.damaged, imported.too_large) == (
+        [], ["key.png", "script.png"], ["bad.png", "number.png"], ["big.png"])
+    [question] = store.messages(imported.conversation_id)
+    assert question.attached_names == ["ok.png"] and Path(question.images[0]).read_bytes() == photo.read_bytes()
+    assert [p.read_bytes() for p in store.images_dir.iterdir()] == [photo.read_bytes()]
+
+
+def test_an_export_whose_files_are_not_names_and_contents_is_refused(store, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 4, "files": ["x"],
+                                "all_messages": [{"id": 1, "role": "user", "text": "hi"}]}))
+    with pytest.raises(ImportProblem) as caught:
+        import_chat(store, path)
+    assert str(caught.value) == ('bad.json is damaged: its photos and videos ("files") are not a list of names and '
+                                 "contents")
+    assert store.conversations() == []
+
+
+def test_an_older_export_naming_files_gone_says_where_they_may_have_gone(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 62 F2: "the export names files on the computer it was made on" blamed another computer for
+    files Smolchat itself had removed with their deleted chat."""
+    path = tmp_path / "d4cat.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "title": "Cat?", "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Cat?", "images": ["/gone/images/3f2a.png"],
+         "attached_names": ["chelsea.png"]},
+        {"id": 2, "parent_id": 1, "role": "assistant", "text": "A cat."}], "messages": [{"id": 2}]}))
+    win = make_window(FakeBackend())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == (
+        "Imported “Cat?” (2 messages). Not found, so left out: chelsea.png (the export only names it, and it is "
+        "not where it says: removed from Smolchat's data folder since the export was made, or the export came "
+        "from another computer).")
+
+
+def test_files_past_what_an_export_holds_are_named_when_exporting(qtbot, make_window, tmp_path, monkeypatch):
+    """What an Import could not bring back once the chat is deleted is said at export time."""
+    from app import export
+
+    win = make_window(FakeBackend())
+    small, large = png(tmp_path / "small.png"), tmp_path / "large.png"
+    Image.frombytes("RGB", (700, 700), os.urandom(700 * 700 * 3)).save(large)  # noise: 1.4 MB as a PNG
+    conv = win.store.create_conversation("Two").id
+    win.store.add_message(conv, "user", "Look", [win.store.store_image(small), win.store.store_image(large)],
+                          names=["small.png", "large.png"])
+    win.open_conversation(conv)
+    monkeypatch.setattr(export, "MAX_EMBEDDED_BYTES", 2**20)
+    out = tmp_path / "two.json"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    win.actions["export_json"].trigger()
+    assert win.banner.message() == (
+        f"Exported to {out}. Too large to go in it with the rest (over 1 MB together), so only named, not kept "
+        "in it: large.png. Export as Markdown to copy it beside it.")
+    assert [base64.b64decode(v) for v in json.loads(out.read_text())["files"].values()] == [small.read_bytes()]
