@@ -379,8 +379,7 @@ class AttachmentsMixin:
         if typing and refusal[2] and not self._fits_by_bytes(self.composer.toPlainText().strip(),
                                                              getattr(self, "_pending_tokens", 0)):
             return
-        text, holds, _counted = refusal
-        if not holds():
+        if not refusal[1]():  # its ``holds``
             self._withdraw_send_refusal()
 
     def _withdraw_send_refusal(self) -> None:

@@ -707,8 +707,6 @@ def _free_memory() -> None:
 
 def model_info(session: Any, path: str) -> ModelInfo:
     """What a front end shows of a loaded session (engine thread)."""
-    from engine.device import present_devices  # (torch: imported on the engine thread, not at import)
-
     caps = session.model.capabilities() if hasattr(session, "model") else Capabilities()
     capacity = getattr(getattr(session, "cache", None), "capacity", 0)
     if capacity and (not caps.max_context or capacity < caps.max_context):
@@ -717,7 +715,17 @@ def model_info(session: Any, path: str) -> ModelInfo:
         caps = dataclasses.replace(caps, max_context=int(capacity))
     return ModelInfo(name=str(session.model_name), path=path, capabilities=caps, device=str(session.device),
                      dtype=str(session.dtype), weights=str(getattr(session, "weights", "")),
-                     folder=model_folder(path), devices=present_devices())
+                     folder=model_folder(path), devices=_devices())
+
+
+def _devices() -> tuple[str, ...]:
+    """The devices the engine can run on here; none said for a session that never needed torch (a
+    front end's stand-in, whose process stays free of it)."""
+    if "torch" not in sys.modules:
+        return ()
+    from engine.device import present_devices
+
+    return present_devices()
 
 
 def model_folder(path: str) -> str:
