@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QRect, QSize, Qt, Signal, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.scroll_area import one_way_scroll
 from app.thumbnails import thumbnail
 
 CHIP_SIZE = QSize(64, 64)
+#: A PDF page's file name (app.pdf_pages): "<the PDF's name> page <number>.png".
+PDF_PAGE = re.compile(r"^(.*) page (\d+)\.png$")
 
 
 def add_remove_button(chip: QWidget, path: str, name: str) -> QToolButton:
@@ -24,6 +27,39 @@ def add_remove_button(chip: QWidget, path: str, name: str) -> QToolButton:
     remove.setGeometry(chip.width() - 24, 0, 22, 22)
     remove.clicked.connect(lambda: chip.remove_requested.emit(path))
     return remove
+
+
+class Caption(QLabel):
+    """The file's name on a band across the foot of a chip's thumbnail (``thumb``), cut in its middle to
+    fit (a PDF page's number kept whole: "Quart… p. 12") and measured again when the style sheet's font comes:
+    three pages of one PDF, or two screenshots, looked alike (trial 62). Clicks go through it."""
+
+    def __init__(self, chip: QWidget, thumb: QRect, name: str) -> None:
+        super().__init__(chip)
+        self.setObjectName("attachmentCaption")
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.thumb, self.name = thumb, name
+        self.ensurePolished()  # the style sheet's font, before the name is measured against it
+        self._fit()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._fit()
+
+    def _fit(self) -> None:
+        metrics = self.fontMetrics()
+        height = metrics.height() + 2
+        self.setGeometry(self.thumb.left(), self.thumb.bottom() + 1 - height, self.thumb.width(), height)
+        room = self.thumb.width() - 4
+        page = PDF_PAGE.match(self.name)
+        if page is None:
+            self.setText(metrics.elidedText(self.name, Qt.TextElideMode.ElideMiddle, room))
+            return
+        tail = f" p. {page[2]}"  # what tells a PDF's pages apart, kept whole
+        self.setText(metrics.elidedText(page[1], Qt.TextElideMode.ElideRight, room - metrics.horizontalAdvance(tail))
+                     + tail)
 
 
 class AttachmentChip(QFrame):
@@ -43,6 +79,7 @@ class AttachmentChip(QFrame):
         image.setObjectName("attachmentThumb")
         image.setGeometry(4, 4, CHIP_SIZE.width(), CHIP_SIZE.height())
         image.setPixmap(thumbnail(path, CHIP_SIZE, square=True, radius=8, dpr=self.devicePixelRatioF()))
+        Caption(self, image.geometry(), self.name)
         add_remove_button(self, path, self.name)
 
 

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QApplication, QFileDialog, QScrollArea, QToolButton
+from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QScrollArea, QToolButton
 
 from tests.app.helpers import drop, file_mime
 
@@ -466,3 +466,29 @@ def test_a_file_of_no_kind_smolchat_attaches_is_said_so_and_a_text_files_words_c
     assert said == {"notes.md": "notes.md" + kinds + paste, "utf16.txt": "utf16.txt" + kinds + paste,
                     "long.txt": "long.txt" + kinds + paste, "data.bin": "data.bin" + kinds + ".",
                     "empty.dat": "empty.dat" + kinds + "."}
+
+
+def test_a_pending_images_chip_shows_its_name_cut_in_the_middle(qtbot, qapp, window, png):
+    """Trial 62: three pages of one PDF and an owner-password PDF's page looked the same in the strip."""
+    from app.attachments import AttachmentChip
+    from app.paths import resource
+
+    window.add_files([str(png)])
+    chip = window.attachments.chip(window.attachments.paths()[0])
+    caption = chip.findChild(QLabel, "attachmentCaption")
+    assert caption.testAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+    assert caption.geometry().bottom() == chip.findChild(QLabel, "attachmentThumb").geometry().bottom()
+    qapp.setStyleSheet(resource("style.qss").read_text(encoding="utf-8"))  # the app's 9 px caption font
+    try:
+        QApplication.processEvents()
+        assert caption.text() == "photo.png"  # measured again in the style sheet's font
+        long = AttachmentChip(str(png), name="Quarterly report for the board page 12.png")
+        qtbot.addWidget(long)
+        text = long.findChild(QLabel, "attachmentCaption").text()
+        assert "…" in text and text.endswith("… p. 12") and text.startswith("Qu")
+        other = AttachmentChip(str(png), name="A screenshot of the settings window.png")
+        qtbot.addWidget(other)
+        text = other.findChild(QLabel, "attachmentCaption").text()
+        assert "…" in text and text.startswith("A s") and text.endswith(".png")
+    finally:
+        qapp.setStyleSheet("")
