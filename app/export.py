@@ -16,11 +16,11 @@ import os
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from PySide6.QtCore import QStandardPaths
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtCore import QStandardPaths, Qt
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
 from app import safe_files
 from app.conversations import display_title, storage_problem
@@ -51,7 +51,29 @@ _TRAILING = re.compile(r"[\s.,;:!?…‽¿¡。、，．？！：；\-–—]+$"
 _MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
 
 
-def export_markdown(store: Store, conversation_id: int, path: str | Path, missing: list[str] | None = None) -> Path:
+class ExportCancelled(Exception):
+    """The export's ``progress`` callback asked to stop: nothing of it is left behind."""
+
+
+#: ``progress(done, total)``: files copied or read so far, of ``total``; False stops the export.
+Progress = Callable[[int, int], bool]
+
+
+class _Files:
+    """Counts the files an export copies or reads for its ``progress`` callback (None: not said)."""
+
+    def __init__(self, messages, progress: Progress | None) -> None:
+        self.progress, self.done = progress, 0
+        self.total = len({stored for m in messages for stored in m.images})
+
+    def step(self) -> None:
+        self.done += 1
+        if self.progress is not None and self.progress(self.done, self.total) is False:
+            raise ExportCancelled
+
+
+def export_markdown(store: Store, conversation_id: int, path: str | Path, missing: list[str] | None = None,
+                    progress: Progress | None = None) -> Path:
     """Write ``path`` (.md), ``<stem>_images/`` with the conversation's images and ``<stem>_videos/``
     with its videos.
 
@@ -60,17 +82,19 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path, missin
     exported once. Where that name is unknown (messages stored before names were kept) a video is
     ``video-N`` (the Nth video of the export: a content hash names nothing a reader recognises) and
     an image keeps its stored name. A stored file gone from Smolchat's data folder is named in its
-    place as missing, and its name appended to ``missing``.
+    place as missing, and its name appended to ``missing``. ``progress`` is told of each file copied.
 
-    Raises OSError (and sqlite3.Error from the store); a failed export removes the files and folders
-    it had made so far, and leaves the file it would have replaced as it was."""
+    Raises OSError (and sqlite3.Error from the store), :class:`ExportCancelled`; a failed or cancelled
+    export removes the files and folders it had made so far, and leaves the file it would have
+    replaced as it was."""
     path = Path(path)
     if path.is_dir():  # found before any image is copied beside it
         raise IsADirectoryError(errno.EISDIR, "a folder of that name is there", str(path))
     images = _ExportFolder(path.with_name(f"{path.stem}_images"), "photos", path.name)
     videos = _ExportFolder(path.with_name(f"{path.stem}_videos"), "videos", path.name)
     try:
-        return _write_markdown(store, conversation_id, path, images, videos, missing if missing is not None else [])
+        return _write_markdown(store, conversation_id, path, images, videos, missing if missing is not None else [],
+                               progress)
     except BaseException:
         images.undo()
         videos.undo()
@@ -78,14 +102,16 @@ def export_markdown(store: Store, conversation_id: int, path: str | Path, missin
 
 
 def _write_markdown(store: Store, conversation_id: int, path: Path, images: _ExportFolder, videos: _ExportFolder,
-                    missing: list[str]) -> Path:
+                    missing: list[str], progress: Progress | None) -> Path:
     conv = store.conversation(conversation_id)
+    shown = store.messages(conversation_id)
+    files = _Files(shown, progress)
     lines = [f"# {_heading(display_title(conv.title)) or 'Smolchat conversation'}", ""]
     if conv.settings.get("system_prompt"):  # a quote of as many lines as the prompt has, shown as typed
         quoted = plain_markdown(f"System prompt: {conv.settings['system_prompt']}").split("\n")
         lines += ["\n".join(f"> {line}" if line else ">" for line in quoted), ""]
     versions = store.versions(conversation_id)
-    for message in store.messages(conversation_id):
+    for message in shown:
         who = "You" if message.role == "user" else message.stats.get("model_name") or "Assistant"
         lines += [f"## {_heading(who)}", ""]  # a model's name may hold * _ < #
         number, count = versions.get(message.id, (1, 1))
@@ -98,11 +124,17 @@ def _write_markdown(store: Store, conversation_id: int, path: Path, images: _Exp
                 lines += [f"*({kind} missing: {_name_text(attached or Path(stored).name)}, gone from Smolchat's "
                           "data folder)*", ""]
             elif is_video_file(stored):  # Markdown has no video syntax: a link to the copied file
+                known = stored in videos.names
                 name = videos.add(stored, attached, f"video-{len(videos.names) + 1}{Path(stored).suffix}")
+                if not known:
+                    files.step()
                 text = _name_text(attached or name)
                 lines += [f"[video: {text}]({_destination(f'{videos.folder.name}/{name}')})", ""]
             else:
+                known = stored in images.names
                 name = images.add(stored, attached, Path(stored).name)
+                if not known:
+                    files.step()
                 # The alt text a screen reader or a viewer without the file shows: its name, where known.
                 alt = _name_text(attached) if attached else "image"
                 lines += [f"![{alt}]({_destination(f'{images.folder.name}/{name}')})", ""]
@@ -406,7 +438,7 @@ def _other_versions(store: Store, message) -> list[str]:
 
 
 def export_json(store: Store, conversation_id: int, path: str | Path, missing: list[str] | None = None,
-                named_only: list[str] | None = None) -> Path:
+                named_only: list[str] | None = None, progress: Progress | None = None) -> Path:
     """Everything about the conversation as one JSON document, a backup that File ▸ Import chat restores
     on this computer or another: ``messages`` is the branch shown, ``all_messages`` every version
     (``parent_id`` links them), and ``files`` holds the photos and videos themselves (base64, under each
@@ -415,7 +447,8 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
 
     Files are held until together they pass :data:`app.import_chat.MAX_EMBEDDED_BYTES` (the export stays
     one that Import reads); those left are only named, by attached name in ``named_only``. A stored
-    file gone from the data folder is named too, and in ``missing``. Raises OSError, sqlite3.Error."""
+    file gone from the data folder is named too, and in ``missing``. ``progress`` is told of each file
+    read. Raises OSError, sqlite3.Error, :class:`ExportCancelled` (nothing written)."""
     conv = store.conversation(conversation_id)
     versions = store.versions(conversation_id)
     every = store.all_messages(conversation_id)
@@ -439,12 +472,12 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
         "messages": [entry(m) for m in store.messages(conversation_id)],  # the branch shown
         "all_messages": [entry(m) for m in every],
         "files": _embedded_files(every, missing if missing is not None else [],
-                                 named_only if named_only is not None else []),
+                                 named_only if named_only is not None else [], _Files(every, progress)),
     }
     return safe_files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _embedded_files(messages, missing: list[str], named_only: list[str]) -> dict[str, str]:
+def _embedded_files(messages, missing: list[str], named_only: list[str], counted: _Files) -> dict[str, str]:
     """``{stored name: base64 of its bytes}`` for each file of ``messages``, once however often it is
     shown, while they fit :data:`MAX_EMBEDDED_BYTES` together; the attached names of the files gone
     from the data folder go to ``missing``, of those that did not fit to ``named_only``."""
@@ -456,6 +489,7 @@ def _embedded_files(messages, missing: list[str], named_only: list[str]) -> dict
             if stored in seen:
                 continue
             seen.add(stored)
+            counted.step()
             name = attached or Path(stored).name
             try:
                 size = Path(stored).stat().st_size
@@ -506,14 +540,31 @@ def export_dialog(window, kind: str) -> Path | None:
         window.qsettings.setValue("export/folder", str(Path(path).parent))
     missing: list[str] = []
     named_only: list[str] = []
+    # Photos and videos are copied (Markdown) or read into the file (JSON): a chat of many takes seconds,
+    # shown as it goes, and it can be cancelled.
+    busy = QProgressDialog("Exporting the chat…", "Cancel", 0, 100, window)
+    busy.setWindowTitle("Export chat")
+    busy.setWindowModality(Qt.WindowModality.WindowModal)
+    busy.setMinimumDuration(500)
+
+    def progress(done: int, total: int) -> bool:
+        busy.setMaximum(max(total, 1))
+        busy.setValue(done)  # (processes events while the dialog is up: Cancel can be clicked)
+        return not busy.wasCanceled()
     try:
         if kind == "md":
-            out = export_markdown(window.store, conv_id, path, missing)
+            out = export_markdown(window.store, conv_id, path, missing, progress)
         else:
-            out = export_json(window.store, conv_id, path, missing, named_only)
+            out = export_json(window.store, conv_id, path, missing, named_only, progress)
+    except ExportCancelled:
+        window.banner.show_info("Export cancelled: nothing of it was written.")
+        return None
     except (OSError, sqlite3.Error) as exc:
         window.banner.show_error(f"Could not export the chat: {storage_problem(exc, Path(path).parent)}.")
         return None
+    finally:
+        busy.reset()
+        busy.deleteLater()
     said = f"Exported to {out}"
     if missing:
         gone = f"{len(missing)} files" if len(missing) > 1 else "1 file"

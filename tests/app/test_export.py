@@ -395,3 +395,26 @@ def test_an_answers_line_breaks_are_exported_as_markdown_hard_breaks(store, tmp_
     store.add_message(chat.id, "assistant", "Roses are red,\nViolets are blue.\n\n```py\nx = 1\ny = 2\n```\n- a\n- b")
     text = export_markdown(store, chat.id, tmp_path / "poem.md").read_text()
     assert "Roses are red,  \nViolets are blue.\n\n```py\nx = 1\ny = 2\n```\n- a\n- b" in text
+
+
+def test_an_export_says_its_progress_file_by_file_and_a_cancel_leaves_nothing(store, tmp_path):
+    """The export copies (Markdown) or reads (JSON) every photo and video: a chat of many takes seconds,
+    shown file by file and cancelled from its dialog."""
+    from app.export import ExportCancelled
+
+    stored = [store.store_image(_file(tmp_path, f"p{i}.png", bytes([i]) * 10)) for i in range(3)]
+    conv = store.create_conversation("Photos").id
+    store.add_message(conv, "user", "These?", stored[:2], names=["a.png", "b.png"])
+    store.add_message(conv, "assistant", "Yes.")
+    store.add_message(conv, "user", "And again", [stored[0], stored[2]], names=["a.png", "c.png"])  # a shown twice
+    out = tmp_path / "out"
+    out.mkdir()
+    for export, name in ((export_markdown, "chat.md"), (export_json, "chat.json")):
+        said = []
+        export(store, conv, out / name, progress=lambda done, total: said.append((done, total)))
+        assert said == [(1, 3), (2, 3), (3, 3)]
+    for export, name in ((export_markdown, "stopped.md"), (export_json, "stopped.json")):
+        with pytest.raises(ExportCancelled):
+            export(store, conv, out / name, progress=lambda done, total: done < 2)
+    assert sorted(p.name for p in out.iterdir()) == ["chat.json", "chat.md", "chat_images"]
+    assert sorted(p.name for p in (out / "chat_images").iterdir()) == ["a.png", "b.png", "c.png"]
