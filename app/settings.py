@@ -149,12 +149,12 @@ def chat_values(saved, where: str) -> tuple[dict, list[str]]:
             try:
                 out["overrides"][key] = sampling_value(key, raw)
             except ValueError as exc:
-                problems.append(f"{where}: not used (its default applies): {exc}")
+                problems.append(f"{where}: not used: {exc}")
     if "seed" in saved:
         try:
             out["seed"] = parse_seed(saved["seed"])
         except ValueError as exc:
-            problems.append(f"{where}: not used (its default applies): {exc}")
+            problems.append(f"{where}: not used: {exc}")
     if "image_detail" in saved:
         if isinstance(saved["image_detail"], str) and saved["image_detail"] in IMAGE_DETAILS:
             out["image_detail"] = saved["image_detail"]

@@ -264,8 +264,8 @@ def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtb
     win = make_window(fake)
 
     message = win.banner.message()
-    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: not used (its "
-                              "default applies): temperature must be a number, got 'hot'")
+    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: not used: "
+                              "temperature must be a number, got 'hot'")
     assert ("the seed must be a whole number from 0 to 2^64 − 1 (18,446,744,073,709,551,615), or empty for a random "
             "seed, got '-1'") \
         in message and message.endswith("; the defaults apply instead.")
