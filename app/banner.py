@@ -193,9 +193,13 @@ class Banner(QFrame):
         said_text, said_tone = said or (text, tone)
         announce(self, said_text, assertive=said_tone == "error")
 
+    def offers_undo(self) -> bool:
+        """The banner shows an "Undo" (of a delete)."""
+        return self._callback is not None and self._action.text() == "Undo" and not self.isHidden()
+
     def undo(self) -> bool:
         """Press the banner's "Undo" if it shows one (Ctrl+Z outside a text field); True when it did."""
-        if self._callback is None or self._action.text() != "Undo" or self.isHidden():
+        if not self.offers_undo():
             return False
         self._run_action()
         return True

@@ -293,7 +293,8 @@ class ChatsMixin:
     def delete_open_chat(self) -> None:
         """Chat ▸ Delete chat: the open chat, as its row's Delete in the list (undone from the banner)."""
         if self.keeper.current_id is None:
-            self.banner.show_info("This chat has no message yet: there is nothing to delete.")
+            if not self.banner.offers_undo():  # a second press keeps the first delete's Undo (trial 63)
+                self.banner.show_info("This chat has no message yet: there is nothing to delete.")
             return
         self.delete_conversation(self.keeper.current_id)
 
