@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import filecmp
 import json
 import os
 import re
@@ -164,29 +165,35 @@ class _ExportFolder:
         the first time: its attached name made safe, else ``fallback``; numbered when already given."""
         if stored in self.names:
             return self.names[stored]
-        name = _unique(_export_name(attached, stored) or fallback, self._taken)
+        if self.folder.is_symlink():  # its files would go wherever the link leads (trial 63)
+            raise FileExistsError(errno.EEXIST, f"Smolchat puts the {self.what} in a folder named "
+                                  f"“{self.folder.name}” beside {self.beside}, and a link of that name is in the "
+                                  "way (move or rename it, or export under another name)")
         if not self.folder.is_dir():
-            if self.folder.exists() or self.folder.is_symlink():
+            if self.folder.exists():
                 # Not mkdir's "File exists": the user asked for the .md, and is not told of this folder else (trial 62).
                 raise FileExistsError(errno.EEXIST, f"Smolchat puts the {self.what} in a folder named "
                                       f"“{self.folder.name}” beside {self.beside}, and a file of that name is in "
                                       "the way (move or rename it, or export under another name)")
             self.folder.mkdir()  # beside the export: its folder is not made, as the export's own file is not
             self._made_folder = True
+        # A file already there is never replaced (trial 63: the user's own chelsea.png in a folder of that
+        # name became the chat's photo): one of the same bytes (this chat exported before) is used as it is,
+        # another takes the next number.
+        wanted = _export_name(attached, stored) or fallback
+        name = _unique(wanted, self._taken)
         target = self.folder / name
-        # A file named by its content (the stored name) that is there already holds the same bytes; under
-        # any other name it may be an older export's other file, so it is copied again.
-        if name != Path(stored).name or not target.exists():
-            existed = target.exists()
+        while target.exists() and not _same_bytes(stored, target):
+            name = _unique(wanted, self._taken)
+            target = self.folder / name
+        if not target.exists():
             safe_files.copy_file(stored, target)  # a failed copy leaves no half file to be kept later
-            if not existed:
-                self._copied.append(target)
+            self._copied.append(target)
         self.names[stored] = name
         return name
 
     def undo(self) -> None:
-        """After a failed export: remove the files it added, and the folder if it made it (an older
-        export's files it replaced keep the new copies, of the same names and files)."""
+        """After a failed export: remove the files it added, and the folder if it made it."""
         for target in self._copied:
             target.unlink(missing_ok=True)
         if self._made_folder:
@@ -253,6 +260,14 @@ def _export_name(attached: str, stored: str) -> str:
     if name and suffix in MEDIA_SUFFIXES and Path(name).suffix.lower() != suffix:
         name = safe_file_name(name + suffix)
     return name
+
+
+def _same_bytes(stored: str, target: Path) -> bool:
+    """``target`` holds the bytes of ``stored`` (what an export of this chat put there before)."""
+    try:
+        return target.is_file() and filecmp.cmp(stored, target, shallow=False)
+    except OSError:
+        return False
 
 
 def _unique(name: str, taken: set[str]) -> str:

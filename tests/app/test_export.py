@@ -35,17 +35,18 @@ def test_videos_get_readable_names_in_a_videos_folder(store, tmp_path):
     assert text == (
         "# Clips\n\n"
         "## You\n\n"
-        "[video: video-1.mp4](chat_videos/video-1.mp4)\n\n"
+        "[video: video-1 (2).mp4](<chat_videos/video-1 (2).mp4>)\n\n"  # a file already there is never replaced
         f"![image](chat_images/{image_name})\n\n"
         "What happens?\n\n"
         "## Assistant\n\n"
         "A slideshow.\n\n"
         "## You\n\n"
         "[video: video-2.webm](chat_videos/video-2.webm)\n\n"
-        "[video: video-1.mp4](chat_videos/video-1.mp4)\n\n"
+        "[video: video-1 (2).mp4](<chat_videos/video-1 (2).mp4>)\n\n"
         "And in these?\n")
-    assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["video-1.mp4", "video-2.webm"]
-    assert (out / "chat_videos" / "video-1.mp4").read_bytes() == b"first video's bytes"  # replaced, not kept
+    assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["video-1 (2).mp4", "video-1.mp4", "video-2.webm"]
+    assert (out / "chat_videos" / "video-1 (2).mp4").read_bytes() == b"first video's bytes"
+    assert (out / "chat_videos" / "video-1.mp4").read_bytes() == b"an older export's video"  # kept (trial 63)
     assert (out / "chat_videos" / "video-2.webm").read_bytes() == b"second video's bytes"
     assert [p.name for p in (out / "chat_images").iterdir()] == [image_name]
 
@@ -78,8 +79,8 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
         "## You\n\n"
         "[video: cat.mp4](chat_videos/cat.mp4)\n\n"
         "[video: cat.mp4](<chat_videos/cat (2).mp4>)\n\n"  # the text is the name attached; the file's is numbered
-        "![photo.png](chat_images/photo.png)\n\n"
-        "![PHOTO.png](<chat_images/PHOTO (2).png>)\n\n"  # names differing in case only are one name on Windows and macOS
+        "![photo.png](<chat_images/photo (2).png>)\n\n"  # an older export's photo.png is there: kept
+        "![PHOTO.png](<chat_images/PHOTO (3).png>)\n\n"  # names differing in case only are one name on Windows and macOS
         "Two cats?\n\n"
         "## Assistant\n\n"
         "Yes.\n\n"
@@ -90,12 +91,15 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
         f"![image](chat_images/{plain})\n\n"
         "Again, and these\n")
     assert sorted(p.name for p in (out / "chat_videos").iterdir()) == ["cat (2).mp4", "cat.mp4", "video-3.webm"]
-    assert sorted(p.name for p in (out / "chat_images").iterdir()) == sorted(["PHOTO (2).png", "my_pet & me.png",
-                                                                             "photo.png", plain])
+    assert sorted(p.name for p in (out / "chat_images").iterdir()) == sorted(["PHOTO (3).png", "my_pet & me.png",
+                                                                             "photo (2).png", "photo.png", plain])
     for folder, name, key in [("chat_videos", "cat.mp4", "cat1"), ("chat_videos", "cat (2).mp4", "cat2"),
-                              ("chat_videos", "video-3.webm", "old"), ("chat_images", "photo.png", "photo1"),
-                              ("chat_images", "PHOTO (2).png", "photo2"), ("chat_images", "my_pet & me.png", "snap")]:
-        assert (out / folder / name).read_bytes() == key.encode() * 3, name  # an older export's photo.png replaced
+                              ("chat_videos", "video-3.webm", "old"), ("chat_images", "photo (2).png", "photo1"),
+                              ("chat_images", "PHOTO (3).png", "photo2"), ("chat_images", "my_pet & me.png", "snap")]:
+        assert (out / folder / name).read_bytes() == key.encode() * 3, name
+    assert (out / "chat_images" / "photo.png").read_bytes() == b"an older export's picture"  # never replaced (trial 63)
+    again = export_markdown(store, conv, out / "chat.md").read_text()  # the same export again: the same files
+    assert again == text and len(list((out / "chat_images").iterdir())) == 5
 
 
 def test_a_video_name_is_link_text_that_reads_as_typed(store, tmp_path):
@@ -418,3 +422,20 @@ def test_an_export_says_its_progress_file_by_file_and_a_cancel_leaves_nothing(st
             export(store, conv, out / name, progress=lambda done, total: done < 2)
     assert sorted(p.name for p in out.iterdir()) == ["chat.json", "chat.md", "chat_images"]
     assert sorted(p.name for p in (out / "chat_images").iterdir()) == ["a.png", "b.png", "c.png"]
+
+
+def test_a_link_where_the_photos_folder_goes_is_not_followed(store, tmp_path):
+    """Trial 63: a `<name>_images` link put the chat's photos into the folder it leads to."""
+    photo = store.store_image(_file(tmp_path, "cat.png", b"a cat"))
+    conv = store.create_conversation("Cat").id
+    store.add_message(conv, "user", "Cat?", [photo], names=["cat.png"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "chat_images").symlink_to(elsewhere)
+    with pytest.raises(FileExistsError) as refused:
+        export_markdown(store, conv, out / "chat.md")
+    assert refused.value.strerror == ("Smolchat puts the photos in a folder named “chat_images” beside chat.md, and a "
+                                      "link of that name is in the way (move or rename it, or export under another name)")
+    assert list(elsewhere.iterdir()) == [] and not (out / "chat.md").exists()
