@@ -95,9 +95,9 @@ def read_export(path: str | Path) -> dict:
         problem = _entry_problem(entry, version)
         if problem:
             raise ImportProblem(f"{name} is damaged: message {number} {problem}")
-    if not isinstance(data.get("files", {}), dict):
-        raise ImportProblem(f"{name} is damaged: its photos and videos (\"files\") are not a list of names and "
-                            "contents")
+    if not isinstance(data.get("files") or {}, dict):  # (absent or null: an export that holds none)
+        raise ImportProblem(f"{name} is damaged: its photos and videos (\"files\") are not a JSON object of "
+                            "names and contents")
     return data
 
 
@@ -407,7 +407,8 @@ class _Media:
             self.too_large.append(name)
             return None
         try:
-            content = base64.b64decode(data, validate=True)
+            # Line breaks and spaces are not data (a tool that wraps base64 at 76 characters adds them).
+            content = base64.b64decode("".join(data.split()), validate=True)
         except (binascii.Error, ValueError):  # not base64, or not ASCII
             self.damaged.append(name)
             return None
@@ -485,7 +486,7 @@ def import_dialog(window) -> Imported | None:
     window.refresh_sidebar()
     if not window._busy:
         window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use
-    lines = [f"Imported “{_short(imported.title or 'New chat')}” ({imported.messages} "
+    lines = [f"Imported “{_short(imported.title or 'New chat')}” ({imported.messages:,} "
              f"message{'s' if imported.messages != 1 else ''})." + ("" if not window._busy else " It is in the list "
                                                                                            "of chats.")]
     if imported.same_as:

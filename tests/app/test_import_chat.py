@@ -457,7 +457,9 @@ def test_files_held_in_an_export_that_are_damaged_too_large_or_no_image_are_name
     from app import import_chat as module
 
     photo = png(tmp_path / "ok.png")
-    held = {"a1.png": base64.b64encode(photo.read_bytes()).decode(), "b2.png": "not base64 at all!",
+    wrapped = base64.b64encode(photo.read_bytes()).decode()
+    wrapped = "\n".join(wrapped[i:i + 76] for i in range(0, len(wrapped), 76))  # as MIME tools wrap it: data still
+    held = {"a1.png": wrapped, "b2.png": "not base64 at all!",
             "c3.png": base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----").decode(),
             "d4.png": base64.b64encode(b"x" * 3000).decode(), "e5.sh": base64.b64encode(b"rm -rf ~").decode(),
             "f6.png": 12}
@@ -482,9 +484,12 @@ def test_an_export_whose_files_are_not_names_and_contents_is_refused(store, tmp_
                                 "all_messages": [{"id": 1, "role": "user", "text": "hi"}]}))
     with pytest.raises(ImportProblem) as caught:
         import_chat(store, path)
-    assert str(caught.value) == ('bad.json is damaged: its photos and videos ("files") are not a list of names and '
-                                 "contents")
+    assert str(caught.value) == ('bad.json is damaged: its photos and videos ("files") are not a JSON object of '
+                                 "names and contents")
     assert store.conversations() == []
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 4, "files": None,
+                                "all_messages": [{"id": 1, "role": "user", "text": "hi"}]}))
+    assert [m.text for m in store.messages(import_chat(store, path).conversation_id)] == ["hi"]  # null: none held
 
 
 def test_an_older_export_naming_files_gone_says_where_they_may_have_gone(qtbot, make_window, tmp_path, monkeypatch):
