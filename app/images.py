@@ -41,7 +41,9 @@ def not_media(path: str | Path) -> str:
 
 
 def _looks_like_text(path: str | Path) -> bool:
-    """The file's first 4 KiB read as UTF-8 (or UTF-16 with its byte-order mark) without control bytes."""
+    """The file's first 4 KiB read as text without control characters: UTF-8, UTF-16 with its byte-order
+    mark, or a one-byte code page (Windows-1252, Latin-1: any byte a letter; binary data has control
+    bytes within its first kilobytes)."""
     try:
         with open(path, "rb") as file:
             head = file.read(4096)
@@ -52,7 +54,9 @@ def _looks_like_text(path: str | Path) -> bool:
     text = head.decode("utf-8", errors="replace")
     if len(head) == 4096:  # a character cut at the read's end is no damage
         text = text[:-3] + text[-3:].rstrip("\ufffd")
-    return bool(text) and "\ufffd" not in text and all(c.isprintable() or c in "\t\n\r\f" for c in text)
+    if "\ufffd" in text:  # (the five bytes Windows-1252 leaves undefined read as U+FFFD: still text)
+        text = head.decode("cp1252", errors="replace").replace("\ufffd", "")
+    return bool(text) and all(c.isprintable() or c in "\t\n\r\f" for c in text)
 
 
 def _named(message: str, path: str | Path) -> str:

@@ -454,6 +454,7 @@ def test_a_file_of_no_kind_smolchat_attaches_is_said_so_and_a_text_files_words_c
 
     files = {"notes.md": b"# Shopping\n\n- milk\n- bread\n", "utf16.txt": "Grüße".encode("utf-16"),
              "long.txt": ("é" * 3000).encode(),  # a character cut at 4 KiB is no damage
+             "windows.txt": "“Grüße” – café".encode("cp1252"),  # a one-byte code page's text (trial 63)
              "data.bin": bytes(range(256)) * 4, "empty.dat": b"\x00" * 10}
     said = {}
     for name, data in files.items():
@@ -464,7 +465,8 @@ def test_a_file_of_no_kind_smolchat_attaches_is_said_so_and_a_text_files_words_c
     paste = ": paste its text into the message to ask about it."
     kinds = " is not an image, a video or a PDF, the files Smolchat attaches"
     assert said == {"notes.md": "notes.md" + kinds + paste, "utf16.txt": "utf16.txt" + kinds + paste,
-                    "long.txt": "long.txt" + kinds + paste, "data.bin": "data.bin" + kinds + ".",
+                    "long.txt": "long.txt" + kinds + paste, "windows.txt": "windows.txt" + kinds + paste,
+                    "data.bin": "data.bin" + kinds + ".",
                     "empty.dat": "empty.dat" + kinds + "."}
 
 
