@@ -59,8 +59,13 @@ class MessageScroll(QScrollArea):
         self.setSizePolicy(policy)
 
     def cap(self) -> int:
-        """The most height (px) it takes: :data:`MAX_LINES` lines of the message."""
-        return MAX_LINES * self.widget().fontMetrics().lineSpacing()
+        """The most height (px) it takes: :data:`MAX_LINES` lines of the message, and in a short window
+        no more than a fifth of it (two lines at least; trial 63: at 800 x 500 with a large font, four
+        lines covered two thirds of the chat)."""
+        line = self.widget().fontMetrics().lineSpacing()
+        window = self.window()
+        room = window.height() // 5 if window is not None and window is not self and window.height() > 0 else 0
+        return min(MAX_LINES * line, max(2 * line, room)) if room else MAX_LINES * line
 
     def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt's name
         return min(self.widget().heightForWidth(width), self.cap())

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QMimeData, QSize, QStandardPaths, Qt
 from PySide6.QtGui import QImage, QPalette
-from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLabel, QLineEdit, QListWidget
+from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLabel, QLineEdit, QListWidget, QWidget
 
 from app.backends.fake import FakeBackend
 from app.markdown import CodeBlock, split_blocks
@@ -426,3 +426,19 @@ def test_a_narrowed_short_window_gives_the_chat_its_room(qtbot, make_window):
     win.resize(1400, 900)  # widened: the list keeps the width it has, the hint comes back
     QApplication.processEvents()
     assert splitter.sizes()[0] == sidebar and win.composer_hint.isVisible()
+
+
+def test_a_banner_in_a_short_window_takes_a_fifth_of_it_and_scrolls_the_rest(qtbot, make_window):
+    """Trial 63: at 800 x 500 with a large font a four-line banner covered two thirds of the messages."""
+    win = make_window(FakeBackend())
+    win.resize(900, 800)
+    qtbot.waitExposed(win)
+    lines = "\n".join(f"Line {i} of a long notice about the settings file." for i in range(6))
+    win.banner.show_error(lines)
+    QApplication.processEvents()
+    scroll = win.banner.findChild(QWidget, "bannerScroll")
+    line = scroll.widget().fontMetrics().lineSpacing()
+    assert scroll.height() >= 6 * line - 2  # a tall window: all six lines
+    win.resize(800, 400)
+    QApplication.processEvents()
+    assert scroll.height() <= max(2 * line, 400 // 5) and scroll.height() >= 2 * line - 2
