@@ -58,7 +58,7 @@ class ImageViewer(QDialog):
         sizes: list[QSize] = []  # the image's own, upright, once it is known to be an image
         self.image, problem = read_image(path, lambda upright: sizes.append(upright) or shown_size(upright))
         full = sizes[0] if sizes else self.image.size()
-        self.name, self.full = name, full
+        self.full = full
         if self.image.isNull() or self.image.size() == full:
             self.setWindowTitle(name)
         else:  # reduced to MAX_SHOWN_PIXELS
@@ -123,7 +123,13 @@ class ImageViewer(QDialog):
         else:
             scale = next((z for z in reversed(ZOOM_STEPS) if z < self.scale - 1e-6), ZOOM_STEPS[0])
         self.fitted = False
-        self._show_at(scale)
+        self._show_at(min(scale, self._largest_scale()))
+
+    def _largest_scale(self) -> float:
+        """The most the image is enlarged: to :data:`MAX_SHOWN_PIXELS` (a 64-megapixel photo at 8x
+        would be a 16 GB pixmap), and never below its own size."""
+        pixels = max(1, self.image.width() * self.image.height())
+        return max(1.0, math.sqrt(MAX_SHOWN_PIXELS / pixels))
 
     def _fit_scale(self) -> float:
         return fit_scale(self.image.size(), self.scroll.viewport().size() - QSize(2, 2))

@@ -8,7 +8,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QImageReader
 from PySide6.QtWidgets import QLabel
 
-from app.image_viewer import ImageViewer
+from app.image_viewer import MAX_SHOWN_PIXELS, ImageViewer
 from app.messages import ClickableImage, UserMessage
 from app.thumbnails import thumbnail
 
@@ -149,6 +149,9 @@ def test_the_viewer_fits_a_large_photo_to_its_window_zooms_and_stays_on_the_scre
     viewer.zoom(+1)
     viewer.zoom(+1)
     assert label.width() == 4500 and viewer.percent.text() == "150%"
+    for _ in range(6):  # enlarged up to MAX_SHOWN_PIXELS only (at 8x it would be a 1.5 GB pixmap)
+        viewer.zoom(+1)
+    assert label.width() * label.height() <= MAX_SHOWN_PIXELS * 1.001 and label.width() > 3000 * 3
     viewer.fit()
     assert label.width() <= room.width() and viewer.fit_button.isChecked()
     viewer.resize(500, 400)  # the fit follows the window once resizing pauses
