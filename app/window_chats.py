@@ -289,7 +289,6 @@ class ChatsMixin:
             self._storage("rename the chat", self.store.rename_conversation, conversation_id, title)
         self.refresh_sidebar()
 
-    @Slot(int)
     def delete_open_chat(self) -> None:
         """Chat ▸ Delete chat: the open chat, as its row's Delete in the list (undone from the banner)."""
         if self.keeper.current_id is None:
@@ -298,6 +297,7 @@ class ChatsMixin:
             return
         self.delete_conversation(self.keeper.current_id)
 
+    @Slot(int)
     def delete_conversation(self, conversation_id: int) -> None:
         conv = self.store.conversation(conversation_id)
         if conv is None:
