@@ -31,6 +31,7 @@ alone hands its follow-ups to its question. :meth:`Store.restore_messages` undoe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_VERSION = 5
+ROLES = ("user", "assistant")  # a question, an answer: a chat alternates them from its first message
 #: What separates the file names in a message's stored ``images`` value (JSON, or what is left of it).
 _PATH_PARTS = re.compile(r'["\\/,\[\]\s]+')
 
@@ -528,25 +530,28 @@ class Store:
         return branch
 
     def all_messages(self, conversation_id: int) -> list[Message]:
-        """Every version of every message, in creation order (export)."""
+        """Every version of every message, in creation order (export); those no chain reaches too."""
         rows = self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
-        return [self._message(r) for r in rows]
+        every = [self._message(r) for r in rows]
+        if all(m.role in ROLES for m in every):
+            return every
+        placed = {m.id: m.role for kids in self._children(conversation_id).values() for m, _ in kids}
+        return [m if m.role in ROLES or m.id not in placed else dataclasses.replace(m, role=placed[m.id])
+                for m in every]
 
     def siblings(self, message_id: int) -> list[Message]:
         """The versions of ``message_id`` (itself included), oldest first."""
         row = self.db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
         if row is None:
             return []
-        rows = self.db.execute("SELECT * FROM messages WHERE conversation_id = ? AND parent_id IS ? ORDER BY id",
-                               (row[0], row[1]))
-        return [self._message(r) for r in rows]
+        return [m for m, _ in self._children(row[0]).get(row[1], ())]
 
     def follow_up(self, message_id: int) -> Message | None:
         """The message shown after ``message_id`` when its branch is (its selected follow-up, else the
         newest; a question's answer), or None."""
-        row = self.db.execute("SELECT * FROM messages WHERE parent_id = ? ORDER BY selected DESC, id DESC LIMIT 1",
-                              (message_id,)).fetchone()
-        return self._message(row) if row else None
+        row = self.db.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+        kids = self._children(row[0]).get(message_id, ()) if row is not None else ()
+        return next((m for m, selected in reversed(kids) if selected), kids[-1][0] if kids else None)
 
     def versions(self, conversation_id: int) -> dict[int, tuple[int, int]]:
         """``{message id: (number, count)}`` for every message: it is version ``number`` (1-based) of ``count``."""
@@ -729,12 +734,20 @@ class Store:
         # A message no chain from the chat's first message reaches (it follows a message not in this chat,
         # or messages follow one another in a loop: trial 61's chat opened empty without a word) is
         # never shown, and said.
-        reached, stack = set(), [None]
+        reached, stack = set(), [(None, 0)]
         while stack:
-            for message, _ in children.get(stack.pop(), ()):
-                if message.id not in reached:
-                    reached.add(message.id)
-                    stack.append(message.id)
+            parent, depth = stack.pop()
+            kids = children.get(parent, ())
+            for k, (message, selected) in enumerate(kids):
+                if message.id in reached:
+                    continue
+                reached.add(message.id)
+                stack.append((message.id, depth + 1))
+                if message.role not in ROLES:
+                    # Another program's role ('system', 'wizard'): a chat alternates question and answer
+                    # from its first message, so the row's depth says which it stands for. Read as that,
+                    # it is drawn as what it was and its question stays in what the model is sent.
+                    kids[k] = (dataclasses.replace(message, role=ROLES[depth % 2]), selected)
         unplaced = {message.id for kids in children.values() for message, _ in kids} - reached
         if unplaced:
             self.unreadable.update(("message", i) for i in unplaced)
@@ -849,7 +862,7 @@ class Store:
         role, text = row["role"], row["text"]
         if any(isinstance(value, DamagedText) for value in tuple(row)):  # shown with U+FFFD where bytes were bad
             self.unreadable.add(key)
-        if role not in ("user", "assistant"):  # another program's row ('system', 'wizard'): shown as an answer, said
+        if role not in ROLES:  # another program's row ('system', 'wizard'): read by its place (_children), said
             self.unreadable.add(key)
         if isinstance(text, bytes):  # a BLOB written by another program: its text, not Python's b'...'
             self.unreadable.add(key)

@@ -730,22 +730,31 @@ def test_messages_that_follow_one_another_in_a_loop_are_said_not_an_empty_chat(q
         "another in a loop): not shown, and left unchanged on disk.")
 
 
-def test_regenerate_under_an_answer_that_follows_no_readable_question_says_why(qtbot, make_window, data_dir):
-    """Found by a trial: with the question's stored role unreadable (shown as an answer), Regenerate under
-    the answer after it did nothing without a word."""
+def test_a_question_of_unreadable_role_is_read_as_the_question_its_place_makes_it(qtbot, make_window, data_dir):
+    """Trials 61 and 63: with a question's stored role unreadable, it was drawn as an answer, Regenerate
+    under the answer after it could not ask it again, and a follow-up went to the model without the chat
+    before it. A chat alternates question and answer from its first message: its place says which."""
     conv_id, ids = _chat(data_dir)
     db = sqlite3.connect(data_dir / "smolchat.sqlite3")
     db.execute("UPDATE messages SET role = CAST(X'FF' AS TEXT) WHERE id = ?", (ids[2],))
+    db.execute("UPDATE messages SET role = 'wizard' WHERE id = ?", (ids[3],))
     db.commit()
     db.close()
-    fake = FakeBackend()
+    fake = FakeBackend(tokens=["6", "."])
     win = make_window(fake)
     qtbot.waitUntil(lambda: win.controller.ready, timeout=5000)
-    win.regenerate_answer(3)
-    assert win.banner.message() == ("This answer cannot be regenerated: it follows no question that Smolchat can "
-                                    "read. Ask the question again below.")
-    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "4."]
-    assert not win.controller.busy
-    win.regenerate_answer(1)  # the answer to a readable question still gets a new version
+    assert [(m["role"], m["text"]) for m in win.transcript.messages()] == [
+        ("user", "Hello?"), ("assistant", "Hi there."), ("user", "What is 2+2?"), ("assistant", "4.")]
+    assert win.banner.message().startswith("2 messages of this chat have stored data that could not be read")
+    assert [m.role for m in win.store.all_messages(conv_id)] == ["user", "assistant"] * 2  # as exported
+    assert _ask(qtbot, win, "And 3+3?")["finish_reason"] == "stop"
+    assert fake.calls[-1]["turns"] == [
+        ("user", "Hello?", 0), ("assistant", "Hi there.", 0), ("user", "What is 2+2?", 0), ("assistant", "4.", 0)]
+    win.regenerate_answer(3)  # the damaged question is asked again after the chat before it
     qtbot.waitUntil(lambda: not win.controller.busy, timeout=10_000)
-    assert len(win.transcript.messages()) == 2 and win.transcript.messages()[1]["text"] != "Hi there."
+    assert fake.calls[-1]["text"] == "What is 2+2?"
+    assert fake.calls[-1]["turns"] == [("user", "Hello?", 0), ("assistant", "Hi there.", 0)]
+    assert [m["text"] for m in win.transcript.messages()] == ["Hello?", "Hi there.", "What is 2+2?", "6."]
+    db = sqlite3.connect(data_dir / "smolchat.sqlite3")
+    assert db.execute("SELECT CAST(role AS BLOB) FROM messages WHERE id = ?", (ids[2],)).fetchone()[0] == b"\xff"
+    db.close()  # left as it was on disk
