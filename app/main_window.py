@@ -42,6 +42,7 @@ from app.settings import (
     set_aside_unreadable_settings,
     set_last_model,
     theme_from_environment,
+    unreadable_models,
     weights_from_environment,
 )
 from app.wait_estimate import record_answer
@@ -133,6 +134,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             backend = backend_from_env()
             ignored = ignored_backend[0]
         self.store, self.storage_banner = open_store(self.banner, [set_aside, *self.settings.problems,
+                                                                  unreadable_models(self.qsettings),
                                                                   unreadable_servers(self.qsettings),
                                                                   theme_from_environment()[1],
                                                                   weights_from_environment()[1], ignored])

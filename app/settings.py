@@ -439,10 +439,6 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     if ignored:
         s.problems.append(f"Settings file {qs.fileName()}: values not used (their defaults apply instead): "
                           f"{'; '.join(ignored)}.")
-    unreadable = _set_aside_unreadable_models(qs)
-    if unreadable:
-        s.problems.append(f"Settings file {qs.fileName()}: {unreadable}; its saved text is kept in the file "
-                          f"under {UNREADABLE_MODELS_KEY}.")
     return s
 
 
@@ -451,9 +447,17 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
 UNREADABLE_MODELS_KEY = "models/known_unreadable"
 
 
-def _set_aside_unreadable_models(qs: QSettings) -> str:
-    """What of the saved models list cannot be read, as a clause ("" for nothing), its text copied to
-    :data:`UNREADABLE_MODELS_KEY` first (a copy already there is kept)."""
+def unreadable_models(qs: QSettings | None = None) -> str:
+    """One line when the saved "Your models" list cannot be read, or holds entries that cannot ("" for
+    nothing), its text copied to :data:`UNREADABLE_MODELS_KEY` first (a copy already there is kept).
+    Said once, at start-up: :func:`load_settings` runs at each chat opened."""
+    qs = qs or open_settings()
+    what = _unreadable_models(qs)
+    return (f"Settings file {qs.fileName()}: {what}; its saved text is kept in the file under "
+            f"{UNREADABLE_MODELS_KEY}.") if what else ""
+
+
+def _unreadable_models(qs: QSettings) -> str:
     raw = _joined(qs.value("models/known"))
     if raw in (None, "", "[]"):
         return ""

@@ -15,7 +15,15 @@ from PySide6.QtWidgets import QDialogButtonBox, QPushButton
 
 from app.backends.fake import FakeBackend
 from app.main_window import NO_MODEL_NOTE
-from app.settings import AppSettings, generation_defaults, known_models, load_settings, open_settings, save_settings
+from app.settings import (
+    AppSettings,
+    generation_defaults,
+    known_models,
+    load_settings,
+    open_settings,
+    save_settings,
+    unreadable_models,
+)
 from app.settings_dialog import SettingsDialog
 from tests.engine.conftest import tiny_checkpoint  # noqa: F401  (fixture)
 
@@ -443,22 +451,22 @@ def test_an_unreadable_models_list_is_said_and_kept_aside_not_written_over():
     wrote over it."""
     qs = open_settings()
     qs.setValue("models/known", json.dumps([{"name": "Mine", "path": "/models/mine"}, {"path": 5}, "x"]))
-    loaded = load_settings(qs)
-    assert loaded.problems == [f"Settings file {qs.fileName()}: 2 entries of Your models could not be read and are "
-                               "left out of the list; its saved text is kept in the file under "
-                               "models/known_unreadable."]
+    assert load_settings(qs).problems == []  # said once, at start-up: this runs at each chat opened
+    assert unreadable_models(qs) == (f"Settings file {qs.fileName()}: 2 entries of Your models could not be read and "
+                                     "are left out of the list; its saved text is kept in the file under "
+                                     "models/known_unreadable.")
     assert [m["path"] for m in known_models(qs)] == ["/models/mine"]
     saved = qs.value("models/known_unreadable")
     qs.setValue("models/known", "{not json")
-    assert load_settings(qs).problems[-1].endswith(": the list of Your models could not be read: it shows only "
-                                                   "the models added from now on; its saved text is kept in the file "
-                                                   "under models/known_unreadable.")
+    assert unreadable_models(qs).endswith(": the list of Your models could not be read: it shows only the models "
+                                          "added from now on; its saved text is kept in the file under "
+                                          "models/known_unreadable.")
     assert qs.value("models/known_unreadable") == saved  # the first copy kept
     qs.remove("models/known_unreadable")
-    load_settings(qs)
+    unreadable_models(qs)
     assert qs.value("models/known_unreadable") == "{not json"
     qs.setValue("models/known", json.dumps([{"path": "/models/mine"}]))
-    assert load_settings(qs).problems == []
+    assert unreadable_models(qs) == ""
 
 
 def test_the_model_manager_opens_over_the_window_or_mid_screen_before_it_is_placed(qtbot, make_window):
