@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QStandardPaths, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
@@ -34,6 +35,14 @@ IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif 
                 ";;PDF documents (*.pdf);;All files (*)")
 #: Files refused in one drop named one a line, up to this many lines (the last one counting the rest).
 MAX_PROBLEM_LINES = 5
+
+
+class SendRefusal(NamedTuple):
+    """Why Send did not send (the banner's line), and how to tell that it still holds."""
+
+    text: str
+    holds: Callable[[], bool]
+    counted: bool  # ``holds`` needs the text's token count: asked again only once typing pauses
 
 
 class AttachmentsMixin:
@@ -368,24 +377,24 @@ class AttachmentsMixin:
         replaced it; trial 61: it went at the first key pressed, with the message still too long).
         ``counted``: ``holds`` needs the text's token count, asked again only once typing pauses."""
         self.banner.show_error(text)
-        self._send_refusal = (text, holds, counted)
+        self._send_refusal = SendRefusal(text, holds, counted)
 
     def _recheck_send_refusal(self, typing: bool = False) -> None:
         """Withdraw Send's refusal once its reason is gone (``typing``: a key was just pressed, so a
         refusal that needs the text counted waits for :meth:`_show_pending`)."""
-        refusal = getattr(self, "_send_refusal", None)
-        if not refusal:
+        refusal: SendRefusal | None = getattr(self, "_send_refusal", None)
+        if refusal is None:
             return
-        if typing and refusal[2] and not self._fits_by_bytes(self.composer.toPlainText().strip(),
+        if typing and refusal.counted and not self._fits_by_bytes(self.composer.toPlainText().strip(),
                                                              getattr(self, "_pending_tokens", 0)):
             return
-        if not refusal[1]():  # its ``holds``
+        if not refusal.holds():
             self._withdraw_send_refusal()
 
     def _withdraw_send_refusal(self) -> None:
         refusal, self._send_refusal = getattr(self, "_send_refusal", None), None
-        if refusal:
-            self.banner.withdraw([refusal[0]])
+        if refusal is not None:
+            self.banner.withdraw([refusal.text])
 
     def images_refusal(self) -> str:
         """Why the loaded model takes no images ("" when it does, or nothing says it does not)."""
