@@ -112,21 +112,28 @@ class ImageViewer(QDialog):
         self._show_at(self._fit_scale())
 
     def actual_size(self) -> None:
-        """The image at its own size (each pixel one screen pixel), to scroll through."""
+        """The image at its own size (each pixel one screen pixel), to scroll through; one reduced to
+        :data:`MAX_SHOWN_PIXELS` at the largest it is shown (the percentage and the title say which)."""
         self.fitted = False
-        self._show_at(1.0)
+        self._show_at(min(1.0 / self._reduced(), self._largest_scale()))
 
     def zoom(self, step: int) -> None:
-        """One :data:`ZOOM_STEPS` step larger (``step`` +1) or smaller (-1) than now."""
+        """One :data:`ZOOM_STEPS` step larger (``step`` +1) or smaller (-1) than now, the steps being of
+        the file's own size (so a reduced image's steps read as everyone else's: 50%, 67%, ...)."""
+        now = self.scale * self._reduced()
         if step > 0:
-            scale = next((z for z in ZOOM_STEPS if z > self.scale + 1e-6), ZOOM_STEPS[-1])
+            zoom = next((z for z in ZOOM_STEPS if z > now + 1e-6), ZOOM_STEPS[-1])
         else:
-            scale = next((z for z in reversed(ZOOM_STEPS) if z < self.scale - 1e-6), ZOOM_STEPS[0])
+            zoom = next((z for z in reversed(ZOOM_STEPS) if z < now - 1e-6), ZOOM_STEPS[0])
         self.fitted = False
-        self._show_at(min(scale, self._largest_scale()))
+        self._show_at(min(zoom / self._reduced(), self._largest_scale()))
+
+    def _reduced(self) -> float:
+        """The shown copy's width over the file's (1.0 unless reduced to :data:`MAX_SHOWN_PIXELS`)."""
+        return self.image.width() / max(1, self.full.width())
 
     def _largest_scale(self) -> float:
-        """The most the image is enlarged: to :data:`MAX_SHOWN_PIXELS` (a 64-megapixel photo at 8x
+        """The most the shown copy is enlarged: to :data:`MAX_SHOWN_PIXELS` (a 64-megapixel photo at 8x
         would be a 16 GB pixmap), and never below its own size."""
         pixels = max(1, self.image.width() * self.image.height())
         return max(1.0, math.sqrt(MAX_SHOWN_PIXELS / pixels))
@@ -145,8 +152,11 @@ class ImageViewer(QDialog):
             self.label.setPixmap(self._pixmap if size == self._pixmap.size() else self._pixmap.scaled(
                 size, Qt.AspectRatioMode.IgnoreAspectRatio, Qt.TransformationMode.SmoothTransformation))
         self.label.resize(size)
-        percent = scale * self.image.width() / max(1, self.full.width()) * 100
+        percent = scale * self._reduced() * 100
         self.percent.setText(f"{percent:.0f}%" if percent >= 1 else f"{percent:.1f}%")
+        self.percent.setToolTip(f"The largest this image is shown at: {percent:.0f}% of its "
+                                f"{self.full.width():,} × {self.full.height():,} pixels"
+                                if scale >= self._largest_scale() - 1e-6 and percent < 99.5 else "")
         self.fit_button.setChecked(self.fitted)
 
     def _zoom_bar(self) -> QWidget:

@@ -173,3 +173,30 @@ def test_the_viewer_fits_a_large_photo_to_its_window_zooms_and_stays_on_the_scre
     assert screen.contains(viewer.geometry())
     assert viewer.label.width() <= viewer.scroll.viewport().width()
     viewer.close()
+
+
+def test_a_reduced_image_zooms_in_steps_of_the_file_and_says_its_largest(qtbot, tmp_path, monkeypatch):
+    """Trial 63: a 9,000 × 9,000 photo (shown reduced to MAX_SHOWN_PIXELS) went to "91%" on "100%" and
+    Ctrl+1, and zoomed in steps of the reduced copy (91% -> 137% -> 182%, each a blurrier copy)."""
+    import app.image_viewer as viewer_module
+
+    monkeypatch.setattr(viewer_module, "MAX_SHOWN_PIXELS", 1000 * 1000)  # a 1,200-pixel square is reduced
+    path = tmp_path / "square.png"
+    Image.new("RGB", (1200, 1200), (30, 90, 200)).save(path)
+    viewer = ImageViewer(str(path))
+    qtbot.addWidget(viewer)
+    viewer.show()
+    qtbot.waitExposed(viewer)
+    assert viewer.windowTitle() == "square.png (shown at 83% of 1,200 × 1,200 pixels)"
+    viewer.actual_size()
+    assert viewer.label.width() == 1000 and viewer.percent.text() == "83%"
+    assert viewer.percent.toolTip() == "The largest this image is shown at: 83% of its 1,200 × 1,200 pixels"
+    viewer.zoom(+1)  # no larger: the copy is not enlarged past MAX_SHOWN_PIXELS
+    assert viewer.label.width() == 1000 and viewer.percent.text() == "83%"
+    viewer.zoom(-1)
+    assert viewer.label.width() == 800 and viewer.percent.text() == "67%" and viewer.percent.toolTip() == ""
+    viewer.zoom(-1)
+    assert viewer.label.width() == 600 and viewer.percent.text() == "50%"
+    viewer.zoom(+1)
+    assert viewer.percent.text() == "67%"
+    viewer.close()
