@@ -50,7 +50,7 @@ class Imported:
     missing: list[str] = field(default_factory=list)  # names of images/videos not found
     refused: list[str] = field(default_factory=list)  # names of files that are no readable image or video
     damaged: list[str] = field(default_factory=list)  # names of files held in the export whose data is not base64
-    too_large: list[str] = field(default_factory=list)  # names of files held in the export over MAX_EMBEDDED_BYTES
+    too_large: list[str] = field(default_factory=list)  # names of held files past MAX_EMBEDDED_BYTES together
     replaced: int = 0  # lone surrogates (half a UTF-16 pair, no character) replaced by U+FFFD
     same_as: list[str] = field(default_factory=list)  # titles of the chats already holding the same messages
 
@@ -365,6 +365,7 @@ class _Media:
         self.refused: list[str] = []
         self.damaged: list[str] = []
         self.too_large: list[str] = []
+        self._decoded = 0  # bytes of held files decoded so far: together at most MAX_EMBEDDED_BYTES, as exported
         self._done: dict[str, str | None] = {}  # stored name in the export -> stored path here (None: left out)
         self._folder: tempfile.TemporaryDirectory | None = None  # where held files are decoded to be checked
 
@@ -403,7 +404,8 @@ class _Media:
         if not isinstance(data, str):
             self.damaged.append(name)
             return None
-        if len(data) // 4 * 3 > MAX_EMBEDDED_BYTES:  # (checked before its bytes are decoded into memory)
+        # (checked before its bytes are decoded into memory; base64 holds 3 bytes in 4 characters)
+        if self._decoded + len(data) // 4 * 3 > MAX_EMBEDDED_BYTES:
             self.too_large.append(name)
             return None
         try:
@@ -412,6 +414,7 @@ class _Media:
         except (binascii.Error, ValueError):  # not base64, or not ASCII
             self.damaged.append(name)
             return None
+        self._decoded += len(content)
         if suffix not in MEDIA_SUFFIXES:  # it would be stored as ".img", which nothing shows
             self.refused.append(name)
             return None
@@ -509,8 +512,8 @@ def import_dialog(window) -> Imported | None:
     if imported.damaged:
         lines.append(f"Damaged in the export (not base64 data), so left out: {_names(imported.damaged)}.")
     if imported.too_large:
-        lines.append(f"Over {MAX_EMBEDDED_BYTES // 2**20} MB in the export, too large to be one Smolchat wrote, so "
-                     f"left out: {_names(imported.too_large)}.")
+        lines.append(f"Past the {MAX_EMBEDDED_BYTES // 2**20} MB of photos and videos that an export of Smolchat "
+                     f"holds, so left out: {_names(imported.too_large)}.")
     if window.banner.message():  # the chat's own notice (settings it cannot use): kept, these under it
         for line in lines:
             window.banner.add_info(line)

@@ -478,6 +478,25 @@ def test_files_held_in_an_export_that_are_damaged_too_large_or_no_image_are_name
     assert [p.read_bytes() for p in store.images_dir.iterdir()] == [photo.read_bytes()]
 
 
+def test_files_held_in_an_export_are_read_up_to_the_bound_together_not_each(store, tmp_path, monkeypatch):
+    """Trial 63: the README says an export holds up to 256 MB of files together, but each file was
+    checked alone: two of 187 MB were both decoded (1.67 GB at the peak) before being refused."""
+    from app import import_chat as module
+
+    first, second = png(tmp_path / "one.png"), png(tmp_path / "two.png", (10, 200, 90))
+    held = {name: base64.b64encode(p.read_bytes()).decode() for name, p in (("a1.png", first), ("b2.png", second))}
+    data = {"format": "smolchat-conversation", "version": 4, "files": held, "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Two", "images": ["/x/images/a1.png", "/x/images/b2.png"],
+         "attached_names": ["one.png", "two.png"]}]}
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(module, "MAX_EMBEDDED_BYTES", first.stat().st_size + second.stat().st_size // 2)
+    imported = import_chat(store, path)
+    assert (imported.missing, imported.refused, imported.damaged, imported.too_large) == ([], [], [], ["two.png"])
+    [question] = store.messages(imported.conversation_id)
+    assert question.attached_names == ["one.png"] and Path(question.images[0]).read_bytes() == first.read_bytes()
+
+
 def test_an_export_whose_files_are_not_names_and_contents_is_refused(store, tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"format": "smolchat-conversation", "version": 4, "files": ["x"],
