@@ -56,8 +56,13 @@ class ExportCancelled(Exception):
     """The export's ``progress`` callback asked to stop: nothing of it is left behind."""
 
 
-#: ``progress(done, total)``: files copied or read so far, of ``total``; False stops the export.
+#: ``progress(done, total)``: how much is done so far, of ``total`` (Markdown: files copied; JSON: bytes
+#: of files written into it); False stops the export.
 Progress = Callable[[int, int], bool]
+#: The bytes of a file read, base64-encoded and written at a time into a JSON export (a multiple of 3,
+#: so the pieces' base64 joins into the whole's): between pieces the progress dialog takes clicks, where
+#: encoding a 256 MB video at once held the window still for seconds.
+JSON_PIECE = 3 << 20
 
 
 class _Files:
@@ -462,8 +467,9 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
 
     Files are held until together they pass :data:`app.import_chat.MAX_EMBEDDED_BYTES` (the export stays
     one that Import reads); those left are only named, by attached name in ``named_only``. A stored
-    file gone from the data folder is named too, and in ``missing``. ``progress`` is told of each file
-    read. Raises OSError, sqlite3.Error, :class:`ExportCancelled` (nothing written)."""
+    file gone from the data folder is named too, and in ``missing``. ``progress`` is told of the bytes
+    of files written, piece by piece (:data:`JSON_PIECE`). Raises OSError, sqlite3.Error,
+    :class:`ExportCancelled` (nothing written: an export already there stays as it was)."""
     conv = store.conversation(conversation_id)
     versions = store.versions(conversation_id)
     every = store.all_messages(conversation_id)
@@ -474,6 +480,8 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
                 "text": m.text, "images": m.images, "attached_names": m.attached_names, "status": m.status,
                 "stats": m.stats, "created": m.created}
 
+    missing = missing if missing is not None else []
+    held = _held_files(every, missing, named_only if named_only is not None else [])
     data = {
         "format": "smolchat-conversation",
         # 2: ids, versions and "all_messages" (every version, a tree by parent_id). 3: "attached_names", the
@@ -486,17 +494,42 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
         "settings": conv.settings,
         "messages": [entry(m) for m in store.messages(conversation_id)],  # the branch shown
         "all_messages": [entry(m) for m in every],
-        "files": _embedded_files(every, missing if missing is not None else [],
-                                 named_only if named_only is not None else [], _Files(every, progress)),
+        "files": {},  # last: written piece by piece below
     }
-    return safe_files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False))
+    head, tail = json.dumps(data, indent=2, ensure_ascii=False).rsplit('"files": {}', 1)
+    total, done = sum(size for _, _, size, _ in held), 0
+    with safe_files.replacing(path) as tmp, open(tmp, "xb") as out:
+        out.write(head.encode() + b'"files": {')
+        first = True
+        for key, stored, size, name in held:
+            try:
+                source = open(stored, "rb")
+            except FileNotFoundError:  # removed meanwhile (another Smolchat's clean-up)
+                missing.append(name)
+                continue
+            with source:
+                out.write(f'{"" if first else ","}\n    {json.dumps(key, ensure_ascii=False)}: "'.encode())
+                first = False
+                left = size  # no more than was counted: the bound holds if the file grew meanwhile
+                while left and (piece := source.read(min(JSON_PIECE, left))):
+                    out.write(base64.b64encode(piece))
+                    left -= len(piece)
+                    done += len(piece)
+                    if progress is not None and progress(done, total) is False:
+                        raise ExportCancelled
+                out.write(b'"')
+        out.write(b"}" if first else b"\n  }")
+        out.write(tail.encode())
+        out.flush()
+        os.fsync(out.fileno())  # on disk before the rename, so a crash cannot leave an empty file
+    return Path(path)
 
 
-def _embedded_files(messages, missing: list[str], named_only: list[str], counted: _Files) -> dict[str, str]:
-    """``{stored name: base64 of its bytes}`` for each file of ``messages``, once however often it is
-    shown, while they fit :data:`MAX_EMBEDDED_BYTES` together; the attached names of the files gone
-    from the data folder go to ``missing``, of those that did not fit to ``named_only``."""
-    files: dict[str, str] = {}
+def _held_files(messages, missing: list[str], named_only: list[str]) -> list[tuple[str, str, int, str]]:
+    """``[(stored name, stored path, bytes, attached name)]`` for each file of ``messages`` that a JSON export holds, once
+    however often it is shown, while they fit :data:`MAX_EMBEDDED_BYTES` together; the attached names
+    of the files gone from the data folder go to ``missing``, of those that did not fit to ``named_only``."""
+    held: list[tuple[str, str, int, str]] = []
     seen: set[str] = set()
     total = 0
     for message in messages:
@@ -504,7 +537,6 @@ def _embedded_files(messages, missing: list[str], named_only: list[str], counted
             if stored in seen:
                 continue
             seen.add(stored)
-            counted.step()
             name = attached or Path(stored).name
             try:
                 size = Path(stored).stat().st_size
@@ -514,14 +546,9 @@ def _embedded_files(messages, missing: list[str], named_only: list[str], counted
             if total + size > MAX_EMBEDDED_BYTES:
                 named_only.append(name)
                 continue
-            try:
-                content = Path(stored).read_bytes()
-            except FileNotFoundError:  # removed meanwhile (another Smolchat's clean-up)
-                missing.append(name)
-                continue
-            total += len(content)
-            files[Path(stored).name] = base64.b64encode(content).decode("ascii")
-    return files
+            total += size
+            held.append((Path(stored).name, stored, size, name))
+    return held
 
 
 def export_dialog(window, kind: str) -> Path | None:

@@ -413,15 +413,44 @@ def test_an_export_says_its_progress_file_by_file_and_a_cancel_leaves_nothing(st
     store.add_message(conv, "user", "And again", [stored[0], stored[2]], names=["a.png", "c.png"])  # a shown twice
     out = tmp_path / "out"
     out.mkdir()
-    for export, name in ((export_markdown, "chat.md"), (export_json, "chat.json")):
+    for export, name, steps in ((export_markdown, "chat.md", [(1, 3), (2, 3), (3, 3)]),
+                                (export_json, "chat.json", [(10, 30), (20, 30), (30, 30)])):  # files; bytes
         said = []
         export(store, conv, out / name, progress=lambda done, total: said.append((done, total)))
-        assert said == [(1, 3), (2, 3), (3, 3)]
+        assert said == steps
     for export, name in ((export_markdown, "stopped.md"), (export_json, "stopped.json")):
         with pytest.raises(ExportCancelled):
             export(store, conv, out / name, progress=lambda done, total: done < 2)
     assert sorted(p.name for p in out.iterdir()) == ["chat.json", "chat.md", "chat_images"]
     assert sorted(p.name for p in (out / "chat_images").iterdir()) == ["a.png", "b.png", "c.png"]
+
+
+def test_a_json_export_writes_a_file_piece_by_piece_and_says_its_progress_between(store, tmp_path, monkeypatch):
+    """Encoding a 256 MB video into the JSON at once held the window still for seconds: it is written
+    in pieces, the progress dialog (and its Cancel) taking clicks between them."""
+    import base64
+
+    from app import export
+
+    monkeypatch.setattr(export, "JSON_PIECE", 3)
+    content = bytes(range(10))
+    stored = store.store_image(_file(tmp_path, "v.png", content))
+    conv = store.create_conversation("Piece").id
+    store.add_message(conv, "user", "This?", [stored], names=["v.png"])
+    said = []
+    path = export_json(store, conv, tmp_path / "piece.json", progress=lambda done, total: said.append((done, total)))
+    assert said == [(3, 10), (6, 10), (9, 10), (10, 10)]
+    data = json.loads(path.read_text())
+    assert data["files"] == {Path(stored).name: base64.b64encode(content).decode()}
+    assert data["messages"][0]["text"] == "This?" and list(data)[-1] == "files"
+
+    def disk_full(done, total):  # a write failing part-way (the disk filled) as the pieces go
+        if done > 3:
+            raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        export_json(store, conv, path, progress=disk_full)
+    assert json.loads(path.read_text())["files"] == data["files"]  # the export there before: untouched
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
 
 
 def test_a_link_where_the_photos_folder_goes_is_not_followed(store, tmp_path):
