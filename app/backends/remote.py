@@ -37,6 +37,7 @@ from app.backends.remote_http import (
     error_message,
     from_exception,
     from_response,
+    html_page,
     list_models,
     mend_surrogates,
     probe_capabilities,
@@ -250,6 +251,9 @@ def _whole_answer(text: str, put) -> None:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # (RecursionError: nested too deep to be an answer)
+        page = html_page(text)
+        if page is not None:  # a proxy's or a captive portal's page ("Login"), not an API's answer
+            raise RemoteError("not_openai", f"expected an event stream, got an HTML page: “{page}”") from None
         raise RemoteError("not_openai", f"expected an event stream, got: {text[:80]!r}") from None
     if not isinstance(data, dict) or data.get("error") or not data.get("choices"):
         raise RemoteError("error", error_message(text))
@@ -597,6 +601,10 @@ class RemoteBackend:
 
         threading.Thread(target=read, name="RemoteStream", daemon=True).start()
         pieces, reason, error, first, last, usage = [], "stop", None, 0.0, 0.0, {}
+        # The answer's limit, kept here too: a server that ignores max_tokens (trial 64: 40 tokens for a
+        # limit of 10; 2,000,000 for 2,000) is cut there as the local engine stops, "length". Servers
+        # send a token or more per event, so counting events never cuts an answer short.
+        limit = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         while True:
             if self._cancel.is_set():
                 reason = "cancelled"
@@ -606,8 +614,22 @@ class RemoteBackend:
             try:
                 item = events.get(timeout=POLL)
             except queue.Empty:
+                # The stall timeout bounds silence between bytes; keep-alive comments are bytes, so a
+                # server that sends only those after its first words is timed out here, as one
+                # saying nothing (before the first word it may be reading a long prompt: not cut).
+                if first and time.perf_counter() - last > self.stall_timeout:
+                    reason, error = "error", RemoteError(
+                        "timeout", f"no more of the answer came for {self.stall_timeout:g} s")
+                    stop.set()
+                    self._close_stream()
+                    break
                 continue
             if item[0] == "token":
+                if limit is not None and len(pieces) >= limit:
+                    reason = "length"
+                    stop.set()
+                    self._close_stream()
+                    break
                 last = time.perf_counter()
                 first = first or last
                 pieces.append(item[1])

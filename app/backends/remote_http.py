@@ -9,6 +9,7 @@ best source a server offers, and says which source it used.
 from __future__ import annotations
 
 import functools
+import html
 import json
 import re
 import socket
@@ -127,7 +128,28 @@ def error_message(body: str) -> str:
     return mend_surrogates(_error_message(body), final=True)[0]
 
 
+_HTML = re.compile(r"\s*(<!doctype html|<html|<head|<body|<title|<h1)", re.IGNORECASE)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def html_page(text: str) -> str | None:
+    """What an HTML page (a proxy's error page, a login page) says, in a few plain words: its title, else
+    its first heading, else its text without tags (at most 120 characters); None when ``text`` is no
+    HTML page. Trial 64: a 502 showed as "<html><body><h1>502 Bad Gateway</h1></body></html>"."""
+    if not _HTML.match(text):
+        return None
+    for tag in ("title", "h1"):
+        found = re.search(rf"<{tag}\b[^>]*>(.*?)</{tag}\s*>", text, re.IGNORECASE | re.DOTALL)
+        words = " ".join(html.unescape(_TAG.sub(" ", found.group(1))).split()) if found else ""
+        if words:
+            return words[:120]
+    return " ".join(html.unescape(_TAG.sub(" ", text)).split())[:120]
+
+
 def _error_message(body: str) -> str:
+    page = html_page(body)
+    if page is not None:
+        return f"{page} (an HTML page)" if page else "an HTML page"
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

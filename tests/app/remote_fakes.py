@@ -16,7 +16,8 @@ LiteLLM's ``/v1/model/info``.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
 wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
 ``whole:NAME`` (:data:`BAD_WHOLE`, :data:`ODD_WHOLE`) answers that JSON body instead of a stream.
-``split:NAME`` (:data:`SPLIT`) streams those pieces of content, emoji cut into their UTF-16 halves as
+``burst:N`` streams N words as fast as it can, ignoring ``max_tokens``; ``pings`` one word, then SSE
+keep-alive comments until the server stops. ``split:NAME`` (:data:`SPLIT`) streams those pieces of content, emoji cut into their UTF-16 halves as
 servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\ude00"``), then a valid end.
 """
 
@@ -213,6 +214,19 @@ class FakeOpenAI:
                         if outer.stop.wait(0.05):
                             return
                     w.write(_chunk(finish="length") + b"data: [DONE]\n\n")
+                    return
+                if model.startswith("burst:"):  # as fast as it can, whatever max_tokens asked
+                    for _ in range(int(model.split(":", 1)[1])):
+                        w.write(_chunk("ab "))
+                        outer.written += 1
+                    w.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+                    return
+                if model == "pings":  # one word, then only SSE keep-alive comments
+                    w.write(_chunk("The"))
+                    w.flush()
+                    while not outer.stop.wait(0.05):
+                        w.write(b": keep-alive\n\n")
+                        w.flush()
                     return
                 if model == "malformed":
                     w.write(_chunk("The") + b"data: {this is not json\n\n")

@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from app.backends.remote import RemoteBackend, model_label, openai_messages, remote_spec
-from app.backends.remote_http import Overflow, Server, check_connection, from_response
+from app.backends.remote_http import Overflow, RemoteError, Server, check_connection, from_response
 from app.backends.remote_media import image_data_uri, target_size
 from engine.api import GenerationParams, HistoryMessage, TokenEvent, answer_room
 from tests.app.remote_fakes import (
@@ -438,6 +438,51 @@ def test_stop_closes_a_stalled_stream_at_once(fake):
     assert time.monotonic() - t0 < 0.5
     assert events[-1].finish_reason == "cancelled" and events[0].text == "The"
     backend.close()
+
+
+def test_a_server_that_ignores_max_tokens_is_cut_there_as_the_local_engine_stops():
+    """Trial 64: with Max new tokens 10 a server that ignored it had all of its 40 tokens shown (and one
+    of 2,000,000 chunks filled the database): the client keeps the limit too, "length" as the engine."""
+    with FakeOpenAI(models=[{"id": "burst:40", "object": "model"}]) as fake:
+        backend, (_, err) = loaded(fake.url, "burst:40")
+        assert err is None
+        text, done = ask(backend, "Q", params=GenerationParams(max_new_tokens=10))
+        assert text == "ab " * 10 and done.finish_reason == "length" and done.error is None
+        assert done.stats.generated_tokens == 10 and fake.requests[-1]["max_tokens"] == 10
+        text, done = ask(backend, "Q", params=GenerationParams(max_new_tokens=40))  # not cut when it is kept
+        assert text == "ab " * 40 and done.finish_reason == "stop"
+        backend.close()
+
+
+def test_a_stream_of_keep_alives_after_its_first_words_times_out_as_a_silent_one():
+    """Trial 64: a server that sent one word, then only SSE keep-alive comments, kept the answer open
+    for good (the stall timeout counts bytes, and comments are bytes); one saying nothing timed out."""
+    with FakeOpenAI(models=[{"id": "pings", "object": "model"}]) as fake:
+        backend, _ = loaded(fake.url, "pings", stall=0.5)
+        text, done = ask(backend, "Q")
+        assert text == "The" and done.finish_reason == "error" and done.error_type == "Remote:timeout"
+        assert done.error == ("fake: Timed out: the server did not answer in time: no more of the answer came for "
+                              "0.5 s; the answer so far is kept")
+        backend.close()
+
+
+def test_a_proxys_html_page_is_said_by_its_title_not_as_markup():
+    """Trial 64: a 502 from a proxy read "502 Server error: <html><body><h1>502 Bad Gateway</h1></body></html>",
+    and a login page in place of the stream "got: '<html><head><title>Login</title>…"."""
+    from app.backends.remote import _whole_answer
+
+    assert str(from_response(502, {}, "<html><body><h1>502 Bad Gateway</h1></body></html>")) == (
+        "502 Server error: 502 Bad Gateway (an HTML page)")
+    assert str(from_response(401, {}, "<!DOCTYPE html>\n<html><head><title>Sign in &amp; go</title></head>"
+                                      "<body><h1>Welcome</h1></body></html>")) == (
+        "401 Unauthorized: the API key is missing or wrong: Sign in & go (an HTML page)")
+    assert str(from_response(500, {}, "<html><body><p>Down\n for   repairs</p></body></html>")) == (
+        "500 Server error: Down for repairs (an HTML page)")
+    assert str(from_response(500, {}, "Oops <b>not</b> a page")) == "500 Server error: Oops <b>not</b> a page"
+    with pytest.raises(RemoteError) as caught:
+        _whole_answer("<html><head><title>Login</title></head><body><form>…</form></body></html>", lambda item: None)
+    assert str(caught.value) == ("Not an OpenAI-compatible server (unexpected answer): expected an event stream, got "
+                                 "an HTML page: “Login”")
 
 
 def test_connection_verdicts():

@@ -116,6 +116,25 @@ def test_stalled_server_does_not_freeze_the_window_and_stop_ends_it(qtbot, make_
     assert win.store.messages(win.keeper.current_id)[-1].text == "The"
 
 
+def test_a_flood_of_tiny_chunks_keeps_the_window_answering_and_is_cut_at_max_tokens(qtbot, make_window, fake_session):
+    """Trial 64: 200,000 one-word chunks sent in 3 s held the window for 100 s (one queued signal each:
+    Esc and the menus did nothing) and all were kept, whatever Max new tokens said."""
+    with FakeOpenAI(models=[{"id": "burst:200000", "object": "model"}]) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        win = make_window(fake_session)
+        load_remote(qtbot, win, "burst:200000")
+        win.settings.overrides["max_new_tokens"] = 32768
+        ticks = []
+        timer = QTimer()
+        timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+        timer.start(20)
+        result = ask(qtbot, win, "Q", timeout=60_000)
+        timer.stop()
+        assert result["finish_reason"] == "length" and result["generated_tokens"] == 32768
+        assert win.store.messages(win.keeper.current_id)[-1].text == "ab " * 32768
+        assert max(b - a for a, b in zip(ticks, ticks[1:])) < 1.0  # the window kept taking events
+
+
 def stop_mid_answer(qtbot, win, text: str = "Tell me") -> dict:
     """Send ``text``, press Stop once the first words are shown: the answer's result."""
     win.composer.setPlainText(text)
