@@ -149,7 +149,8 @@ class EnginesPanel(QGroupBox):
     def _show_server(self, _row: int) -> None:
         name = self.selected_name()
         entry = next((s for s in remote_settings.load_servers() if s["name"] == name), {"name": "", "url": ""})
-        for line, text in ((self.name, entry["name"]), (self.url, entry["url"])):
+        url = remote_settings.shown_url(entry) if name else ""
+        for line, text in ((self.name, entry["name"]), (self.url, url)):
             line.setText(text)
             line.setCursorPosition(0)  # a long one shows its start, not its end
         self.key.setText(remote_settings.KEYS.get(name) if name else "")
@@ -170,13 +171,18 @@ class EnginesPanel(QGroupBox):
             self.verdict.setText(f"✗ {exc}.")
             return
         old = self.selected_name()
+        # A password in the URL (a proxy's basic authentication) is kept as the key is, never in the file.
+        url, url_kept = remote_settings.store_url(name, url, old)
         remote_settings.upsert_server({"name": name, "url": url}, old_name=old)
         if old and old != name:
             remote_settings.KEYS.delete(old)
         kept = remote_settings.KEYS.set(name, self.key.text().strip())
         self._fill(name)
-        self.verdict.setText(f"Saved {name}." + ("" if kept or not self.key.text().strip()
-                                                  else " Its API key is kept for this session only."))
+        password = remote_settings.KEYS.get(remote_settings.url_password_name(name))
+        session = [what for what, held, given in (("API key", kept, self.key.text().strip()),
+                                                  ("URL password", url_kept, password)) if given and not held]
+        self.verdict.setText(f"Saved {name}." + (f" Its {' and '.join(session)} {'is' if len(session) == 1 else 'are'} "
+                                                 "kept for this session only." if session else ""))
         self.servers_changed.emit(name)
         if old and old != name:
             self.servers_changed.emit(old)
@@ -209,8 +215,11 @@ class EnginesPanel(QGroupBox):
     def current_server(self) -> Server:
         """The server as the fields show it now (saved or not)."""
         entry = next((s for s in remote_settings.load_servers() if s["name"] == self.selected_name()), {})
-        return Server(self.name.text().strip() or "server", self.url.text().strip(), self.key.text().strip(),
-                      dict(entry.get("vision") or {}))
+        url, password = remote_settings.split_password(self.url.text().strip())
+        if password == remote_settings.MASK:  # as the field shows a stored one
+            password = remote_settings.KEYS.get(remote_settings.url_password_name(self.selected_name()))
+        return Server(self.name.text().strip() or "server", remote_settings.with_password(url, password),
+                      self.key.text().strip(), dict(entry.get("vision") or {}))
 
     @Slot()
     def test_connection(self) -> None:

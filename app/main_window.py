@@ -31,7 +31,7 @@ from app.menus import build_menus
 from app.model_picker import shown_name
 from app.paths import resource
 from app.remote_models import RemoteModels
-from app.remote_settings import unreadable_servers
+from app.remote_settings import move_passwords_out_of_the_file, unreadable_servers
 from app.settings import (
     add_known_model,
     engine_hint,
@@ -113,6 +113,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         set_aside = set_aside_unreadable_settings()  # before QSettings reads (and later rewrites) it
         self.qsettings = open_settings()
         self.settings = load_settings(self.qsettings)
+        move_passwords_out_of_the_file(self.qsettings)  # an earlier Smolchat wrote URL passwords into the file
         self.engine_in_use: dict | None = None  # engine settings of the model in use while a reload for new ones runs
         self.settings_dialog = None
         self.model_manager = None

@@ -2,13 +2,16 @@
 
 Servers (name, base URL, per-model "can see images" toggles) live in the settings file; API keys never
 do: they go to the system keyring (``keyring``), or, when no keyring backend is available, stay in this
-process's memory for the session only (and the settings dialog says so).
+process's memory for the session only (and the settings dialog says so). A password in a base URL
+(``http://user:password@host``, a proxy's basic authentication) is a key too: the file keeps the URL
+without it (``http://user@host``), the keyring the password (:func:`url_password_name`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 
 from PySide6.QtCore import QSettings
 
@@ -43,6 +46,36 @@ def _entries(raw: str) -> tuple[list, bool]:
         except (ValueError, RecursionError):
             return entries, False
         entries.append(entry)
+
+
+#: A URL's user information: the scheme (or the text's start), the user, ``:`` and the password before
+#: the last ``@`` of the authority (as :data:`engine.api.servers._USER_INFO` reads it).
+_PASSWORD = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^/?#\s:@]*):([^/?#\s]*)@")
+#: What the Base URL field shows for a stored password (:func:`masked_url`'s form): saved unchanged, it
+#: keeps the stored one.
+MASK = "***"
+
+
+def split_password(url: str) -> tuple[str, str]:
+    """``(url without its password, the password)``; ``(url, "")`` when it holds none.
+    ``http://bob:pa55@host:8080/v1`` -> ``("http://bob@host:8080/v1", "pa55")``."""
+    found = _PASSWORD.match(url)
+    if not found or not found.group(3):
+        return url, ""
+    return f"{found.group(1)}{found.group(2)}@{url[found.end():]}", found.group(3)
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` (a user, no password: ``http://bob@host``) with ``password`` put back after its user."""
+    if not password:
+        return url
+    found = re.match(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^/?#\s:@]*)@", url)
+    return f"{found.group(1)}{found.group(2)}:{password}@{url[found.end():]}" if found else url
+
+
+def url_password_name(name: str) -> str:
+    """The keyring entry of server ``name``'s URL password (its API key's is ``name``)."""
+    return f"{name} (URL password)"
 
 
 def load_servers(qs: QSettings | None = None) -> list[dict]:
@@ -108,6 +141,43 @@ def upsert_server(entry: dict, qs: QSettings | None = None, old_name: str | None
 def remove_server(name: str, qs: QSettings | None = None) -> None:
     save_servers([s for s in load_servers(qs) if s["name"] != name], qs)
     KEYS.delete(name)
+    KEYS.delete(url_password_name(name))
+
+
+def store_url(name: str, url: str, old_name: str = "") -> tuple[str, bool]:
+    """``url`` as the settings file keeps it, its password (if any) put in the keyring for ``name``:
+    ``(url without the password, kept)``; ``kept`` is False when the password stays for this session
+    only. A password given as :data:`MASK` is the one stored for ``old_name`` (the field showed it
+    so), moved to ``name`` if the server was renamed; a URL without one forgets any stored."""
+    bare, password = split_password(url)
+    previous = KEYS.get(url_password_name(old_name or name))
+    if old_name and old_name != name:
+        KEYS.delete(url_password_name(old_name))
+    if password == MASK:
+        password = previous
+    return bare, KEYS.set(url_password_name(name), password)
+
+
+def shown_url(entry: dict) -> str:
+    """The Base URL field's text for a saved server: its URL with ``***`` where a password is stored."""
+    return with_password(entry["url"], MASK) if KEYS.get(url_password_name(entry["name"])) else entry["url"]
+
+
+def move_passwords_out_of_the_file(qs: QSettings | None = None) -> int:
+    """Servers saved by an earlier Smolchat with a password in their URL: the password goes to the
+    keyring and the file keeps the URL without it. Only with a keyring (otherwise the next start would
+    have lost it). Returns how many were moved."""
+    if not KEYS.persistent:
+        return 0
+    servers, moved = load_servers(qs), 0
+    for entry in servers:
+        bare, password = split_password(entry["url"])
+        if password and KEYS.set(url_password_name(entry["name"]), password):
+            entry["url"], moved = bare, moved + 1
+    if moved:
+        save_servers(servers, qs)
+        log.info("moved %d URL password(s) from the settings file to the keyring", moved)
+    return moved
 
 
 class KeyStore:
@@ -177,5 +247,6 @@ def server(name: str, qs: QSettings | None = None) -> Server:
     """The :class:`Server` named ``name`` with its key (may read the keyring: call off the UI thread)."""
     for entry in load_servers(qs):
         if entry["name"] == name:
-            return Server(entry["name"], entry["url"], KEYS.get(name), dict(entry.get("vision") or {}))
+            url = with_password(entry["url"], KEYS.get(url_password_name(name)))
+            return Server(entry["name"], url, KEYS.get(name), dict(entry.get("vision") or {}))
     raise KeyError(f"no server named {name!r} in Settings ▸ Engines")

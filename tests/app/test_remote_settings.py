@@ -59,6 +59,51 @@ def test_keyring_is_used_when_there_is_one(monkeypatch):
         assert store == {}
 
 
+def test_a_password_in_the_url_is_kept_as_the_key_is_never_in_the_settings_file(qtbot, dialog, data_dir, window):
+    """Trial 64: ``http://bob:pa55word@host/v1`` (a proxy's basic authentication) was written to
+    settings.ini as typed, and the Base URL field showed the password whenever the server was picked."""
+    panel = dialog.engines
+    fill(panel, "proxy", "http://bob:pa55word@127.0.0.1:9/v1")
+    panel.save_server()
+    assert panel.verdict.text() == "Saved proxy. Its URL password is kept for this session only."
+    window.qsettings.sync()
+    ini = (data_dir / "settings.ini").read_text()
+    assert "pa55word" not in ini and "http://bob@127.0.0.1:9/v1" in ini
+    assert remote_settings.server("proxy").url == "http://bob:pa55word@127.0.0.1:9/v1"  # what requests use
+    panel.servers.setCurrentRow(0)
+    assert panel.url.text() == "http://bob:***@127.0.0.1:9/v1"
+    assert panel.current_server().url == "http://bob:pa55word@127.0.0.1:9/v1"  # Test connection sends it
+    panel.name.setText("proxy 2")  # saved as shown: renamed, the password kept
+    panel.save_server()
+    assert remote_settings.server("proxy 2").url == "http://bob:pa55word@127.0.0.1:9/v1"
+    assert remote_settings.KEYS.get(remote_settings.url_password_name("proxy")) == ""
+    panel.servers.setCurrentRow(0)
+    panel.url.setText("http://bob@127.0.0.1:9/v1")  # the password taken out of the URL: forgotten
+    panel.save_server()
+    assert remote_settings.server("proxy 2").url == "http://bob@127.0.0.1:9/v1"
+    panel.servers.setCurrentRow(0)
+    panel.url.setText("http://bob:n3w@127.0.0.1:9/v1")
+    panel.save_server()
+    panel.servers.setCurrentRow(0)
+    panel.remove_server()
+    assert remote_settings.KEYS.get(remote_settings.url_password_name("proxy 2")) == ""
+
+
+def test_url_passwords_an_earlier_smolchat_saved_move_to_the_keyring(monkeypatch):
+    from tests.keyring_memory import memory_keyring
+
+    with memory_keyring() as store:
+        monkeypatch.setattr(remote_settings, "KEYS", remote_settings.KeyStore())
+        remote_settings.save_servers([{"name": "proxy", "url": "https://bob:s3cret@gpu.example:8443/v1"},
+                                      {"name": "plain", "url": "http://127.0.0.1:8080"}])
+        assert remote_settings.move_passwords_out_of_the_file() == 1
+        assert store == {("smolchat", "proxy (URL password)"): "s3cret"}
+        assert [s["url"] for s in remote_settings.load_servers()] == ["https://bob@gpu.example:8443/v1",
+                                                                     "http://127.0.0.1:8080"]
+        assert remote_settings.server("proxy").url == "https://bob:s3cret@gpu.example:8443/v1"
+        assert remote_settings.move_passwords_out_of_the_file() == 0
+
+
 @pytest.mark.parametrize("case", ["ok", "401", "refused", "404"])
 def test_test_connection_verdicts(qtbot, dialog, case):
     panel = dialog.engines
