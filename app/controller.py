@@ -162,6 +162,7 @@ class ChatController(QObject):
         """What :attr:`model_info` holds of a backend's :class:`~engine.api.ModelInfo`."""
         return {"model_name": info.name, "device": info.device, "dtype": info.dtype, "weights": info.weights,
                 "path": info.path, "folder": info.folder, "backend": info.backend, "devices": list(info.devices),
+                "sources": dict(info.sources),
                 "capabilities": asdict(info.capabilities), "vision": info.capabilities.vision,
                 "defaults": generation_defaults(info.folder)}
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QStandardPaths, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
+from app.backends.remote import vision_refusal
 from app.conversations import STORAGE_ERRORS, attached_name, storage_problem
 from app.documents import DocumentIntake
 from app.formatting import pending_summary
@@ -403,8 +404,8 @@ class AttachmentsMixin:
             return ""
         name = self.model_info.get("model_name") or "This model"
         if str(self.model_info.get("backend", "")).startswith("remote:"):  # the server said so, or nobody did
-            return (f"{name} on {self.model_info.get('device')} cannot read images, as far as Smolchat knows "
-                    "(if it can, turn on “can see images” for it in Settings ▸ Engines).")
+            said_by = (self.model_info.get("sources") or {}).get("vision", "")
+            return f"{name} on {self.model_info.get('device')} {vision_refusal(said_by)}"
         return f"{name} is a text-only model: it cannot read images; a vision model (SmolVLM) can."
 
     @Slot()

@@ -105,6 +105,16 @@ def exchanges_to_leave_out(history: Sequence[HistoryMessage], starts: list[int],
     return leave
 
 
+def vision_refusal(source: str) -> str:
+    """Why a server's model is taken to read no images, after its name: said by the server at ``source``
+    (an endpoint), or by nobody (``"your setting"``, ""), where Settings ▸ Engines offers a "can see
+    images" toggle (trial 64: the toggle was named where the server had said, and it is not shown then)."""
+    if source and source != "your setting":
+        return f"cannot read images: the server says so ({source})."
+    return ("cannot read images, as far as Smolchat knows (if it can, turn on “can see images” for it in "
+            "Settings ▸ Engines).")
+
+
 def model_label(model: str) -> str:
     """How a server's model id is shown: a file path's last part (llama-server names its model by the
     path it was started with, "/home/me/models/SmolLM2.gguf", which filled the picker and every answer's
@@ -485,7 +495,7 @@ class RemoteBackend:
                 return
         else:
             info = ModelInfo(name=model_label(model), path=spec, capabilities=caps, device=server.name,
-                             dtype="", weights="", folder="", backend=f"remote:{server.name}")
+                             dtype="", weights="", folder="", backend=f"remote:{server.name}", sources=dict(sources))
 
             def install() -> None:
                 self.server, self.model, self._history = server, model, []
@@ -506,9 +516,8 @@ class RemoteBackend:
             return
         vision = self._info.capabilities.vision
         if any(a.kind == "image" for a in user.attachments) and not vision:
-            sink(DoneEvent("error", stats, f"{model_label(self.model)} on {self.server.name} cannot see images (said by "
-                           f"{self.sources.get('vision', 'the server')}). If it can, turn on “can see images” "
-                           "for it in Settings ▸ Engines.", "UnsupportedOperation"))
+            sink(DoneEvent("error", stats, f"{model_label(self.model)} on {self.server.name} "
+                           f"{vision_refusal(self.sources.get('vision', ''))}", "UnsupportedOperation"))
             return
         video = self._info.capabilities.video
         if any(a.kind == "video" for a in user.attachments) and not video:

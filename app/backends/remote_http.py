@@ -162,6 +162,9 @@ def _error_message(body: str) -> str:
     return str(data)[:300]
 
 
+_NO_MODEL = re.compile(r"\bmodel\b.*\b(does not exist|not found)", re.IGNORECASE | re.DOTALL)
+
+
 def from_response(status: int, headers, body: str) -> RemoteError:
     """Name an HTTP failure from its status (401, 403, 404, 429 with Retry-After, 5xx)."""
     detail = error_message(body)
@@ -170,7 +173,10 @@ def from_response(status: int, headers, body: str) -> RemoteError:
     if status == 403:
         return RemoteError("forbidden", detail, status)
     if status == 404:
-        return RemoteError("not_found", detail, status)
+        # The base URL is right, the model is not (another one loaded since, or a typo): OpenAI and
+        # vLLM "The model `x` does not exist", Ollama 'model "x" not found', Smolchat's own server.
+        return RemoteError("no_model" if _NO_MODEL.search(detail) or '"model_not_found"' in body else "not_found",
+                           detail, status)
     if status == 429:
         raw = headers.get("retry-after")
         try:

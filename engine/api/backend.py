@@ -101,6 +101,9 @@ class ModelInfo:
     #: The device kinds the engine that loaded it can run on (:func:`engine.device.present_devices`);
     #: empty where not known (a server's model).
     devices: tuple[str, ...] = ()
+    #: Where a server's model's capabilities were read, by capability (``{"vision": "/props", "context":
+    #: "/v1/models"}``; ``"your setting"`` where no server said, "" where nothing did); empty for a local model.
+    sources: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 BackendEvent = TokenEvent | DoneEvent | ProgressEvent

@@ -330,9 +330,18 @@ def test_image_to_a_text_only_model_is_refused_before_sending(fake, png):
     backend, (info, _) = loaded(fake.url, "text-only")
     assert info.capabilities.vision is False
     _, done = ask(backend, "What is it?", [Attachment(str(png))])
-    assert done.finish_reason == "error" and "cannot see images" in done.error and "Settings ▸ Engines" in done.error
+    assert done.finish_reason == "error" and done.error == (
+        "text-only on fake cannot read images, as far as Smolchat knows (if it can, turn on “can see images” for it "
+        "in Settings ▸ Engines).")  # no server said: the toggle is there
     assert fake.requests == []
     backend.close()
+    with FakeOpenAI(props={"modalities": {"vision": False}}) as said:
+        backend, (info, _) = loaded(said.url, "ok")
+        assert info.sources == {"vision": "/props", "context": ""}
+        _, done = ask(backend, "What is it?", [Attachment(str(png))])
+        # Trial 64: the toggle was named where the server had said, and Settings ▸ Engines shows none then.
+        assert done.error == "ok on fake cannot read images: the server says so (/props)."
+        backend.close()
 
 
 def test_earlier_photos_are_left_out_for_a_text_only_model_and_said(fake, png):
@@ -464,6 +473,19 @@ def test_a_stream_of_keep_alives_after_its_first_words_times_out_as_a_silent_one
         assert done.error == ("fake: Timed out: the server did not answer in time: no more of the answer came for "
                               "0.5 s; the answer so far is kept")
         backend.close()
+
+
+def test_a_404_for_the_model_says_so_not_to_check_the_base_url():
+    """Trial 64: with the server restarted on another model, the next question read "404 Not found: check
+    the base URL (it usually ends in /v1): the model '256' does not exist; this server serves ..."."""
+    smolchat = '{"error": {"message": "the model \'256\' does not exist; this server serves \'SmolLM2\'"}}'
+    assert str(from_response(404, {}, smolchat)) == (
+        "No such model on the server: the model '256' does not exist; this server serves 'SmolLM2'")
+    assert from_response(404, {}, '{"error": "model \\"qwen3\\" not found, try pulling it first"}').kind == "no_model"
+    openai = '{"error": {"message": "The model `gpt-9` does not exist or you do not have access to it.", ' \
+             '"code": "model_not_found"}}'
+    assert from_response(404, {}, openai).kind == "no_model"
+    assert from_response(404, {}, "404 page not found").kind == "not_found"  # a wrong path
 
 
 def test_a_proxys_html_page_is_said_by_its_title_not_as_markup():

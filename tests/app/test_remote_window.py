@@ -205,6 +205,14 @@ def test_an_image_for_a_model_no_server_describes_points_to_the_toggle(qtbot, ma
         assert win.attachments.paths() == [] and plain.requests == []
         assert "turn on “can see images” for it in Settings ▸ Engines" in win.banner.message()
         assert win.banner.message().startswith("Not attached: photo.png. ok on plain cannot read images")
+    with FakeOpenAI(props={"modalities": {"vision": False}}) as said:  # llama-server's /props says no
+        remote_settings.save_servers([{"name": "llama", "url": said.url}])
+        win.load_model(remote_spec("llama", "ok"))
+        qtbot.waitUntil(lambda: win.model_info.get("path") == "remote:llama::ok" and win.controller.ready,
+                        timeout=10_000)
+        win.add_files([str(png)])
+        assert win.banner.message() == ("Not attached: photo.png. ok on llama cannot read images: the server says so "
+                                        "(/props).")
 
 
 @pytest.mark.parametrize("name", ["content-number", "choices-string", "delta-list", "finish-number"])
