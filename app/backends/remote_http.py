@@ -42,6 +42,7 @@ VERDICTS = {
     "context": "The conversation is longer than the model's context",
     "error": "The server reported an error",
     "network": "Network error",
+    "redirected": "Redirected to another server",
 }
 
 
@@ -77,6 +78,13 @@ def from_exception(exc: BaseException) -> RemoteError:
         return exc
     causes = list(_chain(exc))
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, RedirectedElsewhere):
+        return RemoteError("redirected", text)
+    if isinstance(exc, httpx.ConnectTimeout) and _scheme(exc) == "https":
+        # A server that speaks plain http (llama-server's default) reads the TLS greeting as a request not
+        # yet complete and waits: the handshake times out, and "Timed out" alone did not say why (trial 64).
+        return RemoteError("timeout", "the secure (https) connection was never set up; if the server speaks "
+                                      "plain http, give its address with http://")
     if isinstance(exc, httpx.TimeoutException):  # httpx's own words ("timed out") add nothing to the verdict
         return RemoteError("timeout", "" if "timed out" in text.lower() else text)
     if any(isinstance(c, ssl.SSLError) for c in causes) or "SSL" in text or "certificate" in text.lower():
@@ -97,6 +105,13 @@ def from_exception(exc: BaseException) -> RemoteError:
             text = "without answering"
         return RemoteError("closed", text)
     return RemoteError("network", text)
+
+
+def _scheme(exc: httpx.RequestError) -> str:
+    try:
+        return exc.request.url.scheme
+    except RuntimeError:  # raised without its request
+        return ""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -261,7 +276,30 @@ class Server:
         """An httpx client with our timeouts; ``stall`` bounds the wait for each streamed chunk."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return httpx.Client(headers=headers, timeout=httpx.Timeout(stall, connect=CONNECT_TIMEOUT),
-                            follow_redirects=True, verify=tls_context())
+                            follow_redirects=True, verify=tls_context(), event_hooks={"response": [_same_server]})
+
+
+class RedirectedElsewhere(httpx.RequestError):
+    """A server's redirect to another server, not followed (see :func:`_same_server`)."""
+
+
+def _same_server(response: httpx.Response) -> None:
+    """Follow a redirect only on the same server (or from http to https on the same host): a POST
+    redirected elsewhere sent the whole conversation to a second server without a word, and a captive
+    portal's redirect read "Unknown host (DNS)" of a host the user never typed (trial 64).
+
+    Raises:
+        RedirectedElsewhere: naming the other server."""
+    if not response.has_redirect_location:
+        return
+    source = response.request.url
+    target = source.join(response.headers["location"])
+    same = target.host == source.host and (target.port == source.port or (source.scheme, target.scheme) == ("http", "https"))
+    if not same:
+        where = f"{target.scheme}://{target.host}{f':{target.port}' if target.port else ''}"
+        raise RedirectedElsewhere(f"the server sent this request on to {where}, which Smolchat does not follow: "
+                                  "set that server up in Settings ▸ Engines if it is the one to use",
+                                  request=response.request)
 
 
 @functools.cache

@@ -13,6 +13,7 @@ import re
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -473,6 +474,73 @@ def test_a_stream_of_keep_alives_after_its_first_words_times_out_as_a_silent_one
         assert done.error == ("fake: Timed out: the server did not answer in time: no more of the answer came for "
                               "0.5 s; the answer so far is kept")
         backend.close()
+
+
+def test_https_to_a_server_that_speaks_plain_http_says_to_try_http():
+    """Trial 64: https:// to llama-server (plain http) gave "Timed out: the server did not answer in
+    time" after 10 s: the server reads the TLS greeting as an unfinished request and waits."""
+    import socket
+
+    import httpx
+
+    from app.backends.remote_http import from_exception
+
+    with socket.socket() as listener:  # accepts, then says nothing, as such a server does
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        for scheme, words in (("https", "Timed out: the server did not answer in time: the secure (https) connection "
+                                        "was never set up; if the server speaks plain http, give its address with "
+                                        "http://"),
+                              ("http", "Timed out: the server did not answer in time")):
+            with pytest.raises(httpx.TimeoutException) as caught, httpx.Client(timeout=0.3) as client:
+                client.get(f"{scheme}://127.0.0.1:{port}/v1/models")
+            assert str(from_exception(caught.value)) == words
+
+
+def test_a_redirect_to_another_server_is_not_followed_and_said():
+    """Trial 64: a 307 sent the whole conversation on to a second server without a word, and a captive
+    portal's 302 read "Unknown host (DNS)" of a host the user never typed. A redirect on the same
+    server is still followed."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from app.backends.remote import stream_chat
+    from app.backends.remote_http import list_models
+
+    with FakeOpenAI() as other:
+        class Redirecting(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _go(self, status, location):
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):  # the model list moved on this server: followed, to a 404
+                self._go(301, "/v1/list") if self.path == "/v1/models" else self.send_error(404)
+
+            def do_POST(self):
+                self._go(307, other.url + "/chat/completions")
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+            with pytest.raises(RemoteError) as caught:  # (its /v1/list is a 404: the redirect was followed)
+                list_models(Server("box", url))
+            assert caught.value.kind == "not_found"
+            with pytest.raises(RemoteError) as caught, Server("box", url).client() as client:
+                stream_chat(client, url, {"model": "ok", "messages": []}, lambda item: None)
+            assert str(caught.value) == (
+                f"Redirected to another server: the server sent this request on to http://127.0.0.1:"
+                f"{other.url.split(':')[2].split('/')[0]}, which Smolchat does not follow: set that server up in "
+                "Settings ▸ Engines if it is the one to use")
+            assert other.requests == []  # the conversation never reached it
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
 def test_a_404_for_the_model_says_so_not_to_check_the_base_url():
