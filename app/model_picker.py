@@ -80,6 +80,8 @@ class ModelPicker(QPushButton):
         remote = self.remote_models.lists if self.remote_models is not None else {}
         if remote:
             self._menu.addSection("On this computer")
+            if not local:  # not a heading over nothing (trial 64)
+                self._menu.addAction("no models yet: Manage models… adds one").setEnabled(False)
         for model in local:  # the one in use checked: two servers' "fake" or a local and a served model look alike
             action = self._menu.addAction(model["name"])
             action.setToolTip(model["path"])

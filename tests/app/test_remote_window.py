@@ -180,6 +180,10 @@ def test_picker_groups_local_and_server_models(qtbot, make_window, fake_session,
     assert [a.text() for a in win.model_picker.model_actions() if a.isCheckable()] == ["ok"]
     assert win.model_picker.toolTip() == "ok on fake\nClick to switch model"  # not "remote:fake::ok" (trial 56)
     assert win.model_picker.text() == "ok · fake"  # told apart from a local model named "ok" (trial 60)
+    win.model_picker.local_models = lambda: []  # a computer with no model of its own yet (trial 64)
+    rows = [a.text() for a in win.model_picker.model_actions()]
+    assert rows[:3] == ["On this computer", "no models yet: Manage models… adds one", "fake"]
+    del win.model_picker.local_models
     # The local server serves a model on this computer: said as such, not "Load a model first" (trial 60).
     dialog = win.open_local_server()
     with qtbot.waitSignal(win.local_server.failed, timeout=10_000):
