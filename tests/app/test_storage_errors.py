@@ -100,9 +100,14 @@ def _update_failing_after(store, monkeypatch, works: int, then_works: int = 0):
     return calls
 
 
+#: Seconds between the fake's tokens where a test saves at each one: tokens that come while the window is
+#: busy reach it joined into one (app.backends.qt.BackendBridge), and one save would then hold several.
+TOKEN_APART = 0.2
+
+
 def test_full_disk_mid_answer_says_the_text_saved_so_far_is_kept(qtbot, make_window, monkeypatch):
     monkeypatch.setattr("app.conversations.FLUSH_TOKENS", 1)  # each token is a save
-    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."], delay=TOKEN_APART))
     calls = _update_failing_after(win.store, monkeypatch, works=1)
     shown = []
     win.keeper.storage_error.connect(shown.append)
@@ -135,7 +140,7 @@ def test_full_disk_before_the_first_save_says_the_question_is_kept(qtbot, window
 
 def test_a_save_that_works_after_a_full_disk_says_the_answer_was_kept(qtbot, make_window, monkeypatch):
     monkeypatch.setattr("app.conversations.FLUSH_TOKENS", 1)
-    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."]))
+    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."], delay=TOKEN_APART))
     _update_failing_after(win.store, monkeypatch, works=1, then_works=1)  # the second save fails, later ones work
     _ask(qtbot, win)
 
