@@ -171,8 +171,9 @@ class EnginesPanel(QGroupBox):
             self.verdict.setText(f"✗ {exc}.")
             return
         old = self.selected_name()
+        saved = next((s["url"] for s in remote_settings.load_servers() if s["name"] == old), "") if old else ""
         # A password in the URL (a proxy's basic authentication) is kept as the key is, never in the file.
-        url, url_kept = remote_settings.store_url(name, url, old)
+        url, url_kept = remote_settings.store_url(name, url, old, saved)
         remote_settings.upsert_server({"name": name, "url": url}, old_name=old)
         if old and old != name:
             remote_settings.KEYS.delete(old)
@@ -181,8 +182,10 @@ class EnginesPanel(QGroupBox):
         password = remote_settings.KEYS.get(remote_settings.url_password_name(name))
         session = [what for what, held, given in (("API key", kept, self.key.text().strip()),
                                                   ("URL password", url_kept, password)) if given and not held]
+        both = (" Requests carry the URL password (basic authentication), not the API key: one Authorization "
+                "header holds one of them." if password and self.key.text().strip() else "")
         self.verdict.setText(f"Saved {name}." + (f" Its {' and '.join(session)} {'is' if len(session) == 1 else 'are'} "
-                                                 "kept for this session only." if session else ""))
+                                                 "kept for this session only." if session else "") + both)
         self.servers_changed.emit(name)
         if old and old != name:
             self.servers_changed.emit(old)
@@ -217,7 +220,8 @@ class EnginesPanel(QGroupBox):
         entry = next((s for s in remote_settings.load_servers() if s["name"] == self.selected_name()), {})
         url, password = remote_settings.split_password(self.url.text().strip())
         if password == remote_settings.MASK:  # as the field shows a stored one
-            password = remote_settings.KEYS.get(remote_settings.url_password_name(self.selected_name()))
+            password = remote_settings.KEYS.get(remote_settings.url_password_name(self.selected_name())) or \
+                remote_settings.split_password(entry.get("url", ""))[1]
         return Server(self.name.text().strip() or "server", remote_settings.with_password(url, password),
                       self.key.text().strip(), dict(entry.get("vision") or {}))
 
@@ -263,8 +267,8 @@ class EnginesPanel(QGroupBox):
         self.testing = False
         self.test_button.setText("Test connection")
         server, rows = result
-        if (server.name, server.url, server.api_key) != (self.name.text().strip() or "server",
-                                                         self.url.text().strip(), self.key.text().strip()):
+        now = self.current_server()  # (its URL with a stored password in place of the field's ***)
+        if (server.name, server.url, server.api_key) != (now.name, now.url, now.api_key):
             self.verdict.clear()  # about fields changed since: not said over the new ones
             return
         self.verdict.setText(("✓ " if kind == "ok" else "✗ ") + verdict)

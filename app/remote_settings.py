@@ -144,13 +144,14 @@ def remove_server(name: str, qs: QSettings | None = None) -> None:
     KEYS.delete(url_password_name(name))
 
 
-def store_url(name: str, url: str, old_name: str = "") -> tuple[str, bool]:
+def store_url(name: str, url: str, old_name: str = "", saved_url: str = "") -> tuple[str, bool]:
     """``url`` as the settings file keeps it, its password (if any) put in the keyring for ``name``:
     ``(url without the password, kept)``; ``kept`` is False when the password stays for this session
     only. A password given as :data:`MASK` is the one stored for ``old_name`` (the field showed it
-    so), moved to ``name`` if the server was renamed; a URL without one forgets any stored."""
+    so), or the one in ``saved_url`` (the server's URL in the file, as an earlier Smolchat wrote it),
+    moved to ``name`` if the server was renamed; a URL without one forgets any stored."""
     bare, password = split_password(url)
-    previous = KEYS.get(url_password_name(old_name or name))
+    previous = KEYS.get(url_password_name(old_name or name)) or split_password(saved_url)[1]
     if old_name and old_name != name:
         KEYS.delete(url_password_name(old_name))
     if password == MASK:
@@ -159,8 +160,10 @@ def store_url(name: str, url: str, old_name: str = "") -> tuple[str, bool]:
 
 
 def shown_url(entry: dict) -> str:
-    """The Base URL field's text for a saved server: its URL with ``***`` where a password is stored."""
-    return with_password(entry["url"], MASK) if KEYS.get(url_password_name(entry["name"])) else entry["url"]
+    """The Base URL field's text for a saved server: its URL with ``***`` where a password is stored (in
+    the keyring, or in the URL as an earlier Smolchat wrote it to the file)."""
+    bare, in_file = split_password(entry["url"])
+    return with_password(bare, MASK) if in_file or KEYS.get(url_password_name(entry["name"])) else entry["url"]
 
 
 def move_passwords_out_of_the_file(qs: QSettings | None = None) -> int:

@@ -89,6 +89,37 @@ def test_a_password_in_the_url_is_kept_as_the_key_is_never_in_the_settings_file(
     assert remote_settings.KEYS.get(remote_settings.url_password_name("proxy 2")) == ""
 
 
+def test_test_connection_says_its_verdict_for_a_server_with_a_stored_url_password(qtbot, dialog):
+    """Trial 65: with the field showing bob:***@, the result (tested with the real password) was taken
+    for one about fields changed since, and the verdict line went blank."""
+    panel = dialog.engines
+    with FakeOpenAI() as fake:
+        fill(panel, "proxy", fake.url.replace("http://", "http://bob:pa55word@"))
+        panel.save_server()
+        panel.servers.setCurrentRow(0)
+        assert "bob:***@" in panel.url.text()
+        with qtbot.waitSignal(panel.tested, timeout=20_000):
+            panel.test_connection()
+    assert panel.verdict.text().startswith("✓ Connected: 12 models")
+
+
+def test_a_url_password_an_earlier_smolchat_wrote_is_masked_and_kept_by_an_unchanged_save(qtbot, dialog):
+    """Trial 65: without a keyring such a password stays in the file (the next start would have lost
+    it), but the field showed it in clear, and Save without a change dropped it for the next start."""
+    panel = dialog.engines
+    remote_settings.save_servers([{"name": "legacy", "url": "http://bob:pa55word@127.0.0.1:9/v1"}])
+    panel._fill("legacy")
+    panel.servers.setCurrentRow(0)
+    assert panel.url.text() == "http://bob:***@127.0.0.1:9/v1"
+    assert panel.current_server().url == "http://bob:pa55word@127.0.0.1:9/v1"
+    panel.key.setText("sk-1")
+    panel.save_server()
+    assert panel.verdict.text() == (
+        "Saved legacy. Its API key and URL password are kept for this session only. Requests carry the URL password "
+        "(basic authentication), not the API key: one Authorization header holds one of them.")
+    assert remote_settings.server("legacy").url == "http://bob:pa55word@127.0.0.1:9/v1"
+
+
 def test_url_passwords_an_earlier_smolchat_saved_move_to_the_keyring(monkeypatch):
     from tests.keyring_memory import memory_keyring
 
