@@ -105,6 +105,12 @@ def exchanges_to_leave_out(history: Sequence[HistoryMessage], starts: list[int],
     return leave
 
 
+#: The most characters a token stands for on average over an answer, for the client's own bound on a
+#: server's answer (English BPE tokens average about 4; long indentation or repeated-character tokens
+#: run to 16 and more, but not over a whole answer).
+MAX_CHARS_PER_TOKEN = 16
+
+
 def vision_refusal(source: str) -> str:
     """Why a server's model is taken to read no images, after its name: said by the server at ``source``
     (an endpoint), or by nobody (``"your setting"``, ""), where Settings ▸ Engines offers a "can see
@@ -614,31 +620,37 @@ class RemoteBackend:
         # limit of 10; 2,000,000 for 2,000) is cut there as the local engine stops, "length". Servers
         # send a token or more per event, so counting events never cuts an answer short.
         limit = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
+        # And the text's: a server may send many tokens an event (and one sending 1,000-character
+        # "words" laid a window out for a minute: trial 65); no tokenizer's tokens average more than
+        # MAX_CHARS_PER_TOKEN characters over an answer.
+        most_text = limit * MAX_CHARS_PER_TOKEN if limit is not None else None
+        length = 0
         while True:
             if self._cancel.is_set():
                 reason = "cancelled"
                 stop.set()  # the reader leaves at its next event and closes the connection
                 self._close_stream()  # and a stalled one is closed under it
                 break
+            # The stall timeout bounds silence between bytes; keep-alive comments (or usage-only
+            # events: trial 65) are bytes, so a server that sends only those after its first words is
+            # timed out here, as one saying nothing (before the first word it may be reading a long
+            # prompt: not cut).
+            if first and time.perf_counter() - last > self.stall_timeout:
+                reason, error = "error", RemoteError("timeout", f"no more of the answer came for {self.stall_timeout:g} s")
+                stop.set()
+                self._close_stream()
+                break
             try:
                 item = events.get(timeout=POLL)
             except queue.Empty:
-                # The stall timeout bounds silence between bytes; keep-alive comments are bytes, so a
-                # server that sends only those after its first words is timed out here, as one
-                # saying nothing (before the first word it may be reading a long prompt: not cut).
-                if first and time.perf_counter() - last > self.stall_timeout:
-                    reason, error = "error", RemoteError(
-                        "timeout", f"no more of the answer came for {self.stall_timeout:g} s")
-                    stop.set()
-                    self._close_stream()
-                    break
                 continue
             if item[0] == "token":
-                if limit is not None and len(pieces) >= limit:
+                if (limit is not None and len(pieces) >= limit) or (most_text is not None and length >= most_text):
                     reason = "length"
                     stop.set()
                     self._close_stream()
                     break
+                length += len(item[1])
                 last = time.perf_counter()
                 first = first or last
                 pieces.append(item[1])

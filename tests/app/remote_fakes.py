@@ -16,8 +16,9 @@ LiteLLM's ``/v1/model/info``.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
 wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same with an odd ``usage``;
 ``whole:NAME`` (:data:`BAD_WHOLE`, :data:`ODD_WHOLE`) answers that JSON body instead of a stream.
-``burst:N`` streams N words as fast as it can, ignoring ``max_tokens``; ``pings`` one word, then SSE
-keep-alive comments until the server stops. ``split:NAME`` (:data:`SPLIT`) streams those pieces of content, emoji cut into their UTF-16 halves as
+``burst:N`` streams N words as fast as it can, ignoring ``max_tokens`` (``bigwords:N`` words of 1,000
+characters); ``pings`` one word, then SSE keep-alive comments until the server stops (``usageflood``
+usage-only events every 10 ms). ``split:NAME`` (:data:`SPLIT`) streams those pieces of content, emoji cut into their UTF-16 halves as
 servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\ude00"``), then a valid end.
 """
 
@@ -220,6 +221,19 @@ class FakeOpenAI:
                         w.write(_chunk("ab "))
                         outer.written += 1
                     w.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+                    return
+                if model.startswith("bigwords:"):  # N "words" of 1,000 characters, ignoring max_tokens
+                    for _ in range(int(model.split(":", 1)[1])):
+                        w.write(_chunk("A" * 1000 + " "))
+                        outer.written += 1
+                    w.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+                    return
+                if model == "usageflood":  # one word, then usage-only events every 10 ms
+                    w.write(_chunk("The"))
+                    w.flush()
+                    while not outer.stop.wait(0.01):
+                        w.write(_chunk(usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}))
+                        w.flush()
                     return
                 if model == "pings":  # one word, then only SSE keep-alive comments
                     w.write(_chunk("The"))

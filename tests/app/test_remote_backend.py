@@ -462,6 +462,12 @@ def test_a_server_that_ignores_max_tokens_is_cut_there_as_the_local_engine_stops
         text, done = ask(backend, "Q", params=GenerationParams(max_new_tokens=40))  # not cut when it is kept
         assert text == "ab " * 40 and done.finish_reason == "stop"
         backend.close()
+    # Trial 65: events of 1,000-character "words" are few, the text not: it is bounded too.
+    with FakeOpenAI(models=[{"id": "bigwords:500", "object": "model"}]) as fake:
+        backend, _ = loaded(fake.url, "bigwords:500")
+        text, done = ask(backend, "Q", params=GenerationParams(max_new_tokens=100))
+        assert done.finish_reason == "length" and text == ("A" * 1000 + " ") * 2  # 1,600 characters reached
+        backend.close()
 
 
 def test_a_stream_of_keep_alives_after_its_first_words_times_out_as_a_silent_one():
@@ -473,6 +479,11 @@ def test_a_stream_of_keep_alives_after_its_first_words_times_out_as_a_silent_one
         assert text == "The" and done.finish_reason == "error" and done.error_type == "Remote:timeout"
         assert done.error == ("fake: Timed out: the server did not answer in time: no more of the answer came for "
                               "0.5 s; the answer so far is kept")
+        backend.close()
+    with FakeOpenAI(models=[{"id": "usageflood", "object": "model"}]) as fake:  # trial 65: events, no words
+        backend, _ = loaded(fake.url, "usageflood", stall=0.5)
+        text, done = ask(backend, "Q")
+        assert text == "The" and done.error_type == "Remote:timeout"
         backend.close()
 
 
