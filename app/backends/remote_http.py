@@ -83,8 +83,9 @@ def from_exception(exc: BaseException) -> RemoteError:
     if isinstance(exc, httpx.ConnectTimeout) and _scheme(exc) == "https":
         # A server that speaks plain http (llama-server's default) reads the TLS greeting as a request not
         # yet complete and waits: the handshake times out, and "Timed out" alone did not say why (trial 64).
-        return RemoteError("timeout", "the secure (https) connection was never set up; if the server speaks "
-                                      "plain http, give its address with http://")
+        return RemoteError("timeout", "the secure (https) connection was never set up; " + PLAIN_HTTP)
+    if "WRONG_VERSION_NUMBER" in text and _scheme(exc) == "https":  # one that answers it in plain http
+        return RemoteError("tls", f"{text}; {PLAIN_HTTP}")
     if isinstance(exc, httpx.TimeoutException):  # httpx's own words ("timed out") add nothing to the verdict
         return RemoteError("timeout", "" if "timed out" in text.lower() else text)
     if any(isinstance(c, ssl.SSLError) for c in causes) or "SSL" in text or "certificate" in text.lower():
@@ -107,10 +108,13 @@ def from_exception(exc: BaseException) -> RemoteError:
     return RemoteError("network", text)
 
 
-def _scheme(exc: httpx.RequestError) -> str:
+PLAIN_HTTP = "if the server speaks plain http, give its address with http://"
+
+
+def _scheme(exc: BaseException) -> str:
     try:
         return exc.request.url.scheme
-    except RuntimeError:  # raised without its request
+    except (RuntimeError, AttributeError):  # raised without its request, or no httpx error
         return ""
 
 
@@ -143,8 +147,12 @@ def error_message(body: str) -> str:
     return mend_surrogates(_error_message(body), final=True)[0]
 
 
-_HTML = re.compile(r"\s*(<!doctype html|<html|<head|<body|<title|<h1)", re.IGNORECASE)
+# An HTML page's start, after a byte-order mark, an XML prolog, comments and blank space (trial 65:
+# an XHTML proxy page, a captive portal's page with a BOM, and a page that opens with a comment).
+_HTML = re.compile(r"\ufeff?\s*(<\?xml[^>]*>\s*)?(<!--.*?-->\s*)*(<!doctype html|<html|<head|<body|<title|<h1)",
+                   re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
+_CODE = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
 
 
 def html_page(text: str) -> str | None:
@@ -153,6 +161,7 @@ def html_page(text: str) -> str | None:
     HTML page. Trial 64: a 502 showed as "<html><body><h1>502 Bad Gateway</h1></body></html>"."""
     if not _HTML.match(text):
         return None
+    text = _CODE.sub(" ", text)  # a page's scripts and styles are not what it says
     for tag in ("title", "h1"):
         found = re.search(rf"<{tag}\b[^>]*>(.*?)</{tag}\s*>", text, re.IGNORECASE | re.DOTALL)
         words = " ".join(html.unescape(_TAG.sub(" ", found.group(1))).split()) if found else ""

@@ -507,6 +507,13 @@ def test_https_to_a_server_that_speaks_plain_http_says_to_try_http():
             with pytest.raises(httpx.TimeoutException) as caught, httpx.Client(timeout=0.3) as client:
                 client.get(f"{scheme}://127.0.0.1:{port}/v1/models")
             assert str(from_exception(caught.value)) == words
+    # Trial 65: a plain-http server that answers the TLS greeting (Python's, uvicorn, Go) gives
+    # WRONG_VERSION_NUMBER at once: the same hint.
+    with FakeOpenAI() as fake, pytest.raises(httpx.ConnectError) as caught, httpx.Client(timeout=5) as client:
+        client.get(fake.url.replace("http://", "https://") + "/models")
+    said = str(from_exception(caught.value))
+    assert said.startswith("TLS/SSL failed") and "WRONG_VERSION_NUMBER" in said
+    assert said.endswith("; if the server speaks plain http, give its address with http://")
 
 
 def test_a_redirect_to_another_server_is_not_followed_and_said():
@@ -580,6 +587,14 @@ def test_a_proxys_html_page_is_said_by_its_title_not_as_markup():
     assert str(from_response(500, {}, "<html><body><p>Down\n for   repairs</p></body></html>")) == (
         "500 Server error: Down for repairs (an HTML page)")
     assert str(from_response(500, {}, "Oops <b>not</b> a page")) == "500 Server error: Oops <b>not</b> a page"
+    # Trial 65: after an XML prolog, a byte-order mark or a comment; a title left empty, with scripts.
+    for page, said in (('<?xml version="1.0"?>\n<!DOCTYPE html PUBLIC "x"><html><head><title>502 - invalid</title>',
+                        "502 - invalid"),
+                       ("\ufeff<!DOCTYPE html><html><head><title>Captive Portal</title></head></html>", "Captive Portal"),
+                       ("<!-- by proxy -->\n<html><head><title>Bad Gateway</title></head></html>", "Bad Gateway"),
+                       ("<html><head><title></title><style>body{}</style><script>var a=1;</script></head>"
+                        "<body>Down</body></html>", "Down")):
+        assert str(from_response(502, {}, page)) == f"502 Server error: {said} (an HTML page)"
     with pytest.raises(RemoteError) as caught:
         _whole_answer("<html><head><title>Login</title></head><body><form>…</form></body></html>", lambda item: None)
     assert str(caught.value) == ("Not an OpenAI-compatible server (unexpected answer): expected an event stream, got "
