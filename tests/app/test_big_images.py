@@ -199,4 +199,7 @@ def test_a_reduced_image_zooms_in_steps_of_the_file_and_says_its_largest(qtbot, 
     assert viewer.label.width() == 600 and viewer.percent.text() == "50%"
     viewer.zoom(+1)
     assert viewer.percent.text() == "67%"
+    viewer._show_at(0.097 / viewer._reduced())  # a fit of 9.7%: "+" shows 25%, not a 10% that looks the same
+    viewer.zoom(+1)
+    assert viewer.percent.text() == "25%"
     viewer.close()
