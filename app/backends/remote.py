@@ -197,7 +197,8 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
         with client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
             keep(response)
             if response.status_code >= 400:
-                raise from_response(response.status_code, response.headers, response.read().decode("utf-8", "replace"))
+                raise from_response(response.status_code, response.headers, response.read().decode("utf-8", "replace"),
+                                    url)
             if "text/event-stream" not in response.headers.get("content-type", ""):
                 _whole_answer(response.read().decode("utf-8", "replace"), put)  # (put mends its text too)
                 return

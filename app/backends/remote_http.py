@@ -15,6 +15,7 @@ import re
 import socket
 import ssl
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -33,6 +34,8 @@ VERDICTS = {
     "timeout": "Timed out: the server did not answer in time",
     "closed": "The server closed the connection",
     "unauthorized": "401 Unauthorized: the API key is missing or wrong",
+    "unauthorized_url": "401 Unauthorized: the user name or password in the URL is missing or wrong (without a "
+                        "system keyring a URL password is kept for one session only)",
     "forbidden": "403 Forbidden: the key is valid but not allowed to do this",
     "not_found": "404 Not found: check the base URL (it usually ends in /v1)",
     "no_model": "No such model on the server",
@@ -189,11 +192,13 @@ def _error_message(body: str) -> str:
 _NO_MODEL = re.compile(r"\bmodel\b.*\b(does not exist|not found)", re.IGNORECASE | re.DOTALL)
 
 
-def from_response(status: int, headers, body: str) -> RemoteError:
-    """Name an HTTP failure from its status (401, 403, 404, 429 with Retry-After, 5xx)."""
+def from_response(status: int, headers, body: str, url: str = "") -> RemoteError:
+    """Name an HTTP failure from its status (401, 403, 404, 429 with Retry-After, 5xx); ``url`` the
+    address asked (a 401 to one with a user name in it is about that user's password, which is sent in
+    place of an API key: trial 65)."""
     detail = error_message(body)
     if status == 401:
-        return RemoteError("unauthorized", detail, status)
+        return RemoteError("unauthorized_url" if "@" in urlsplit(url).netloc else "unauthorized", detail, status)
     if status == 403:
         return RemoteError("forbidden", detail, status)
     if status == 404:
@@ -326,7 +331,7 @@ def get_json(client: httpx.Client, url: str) -> dict:
     except httpx.HTTPError as exc:
         raise from_exception(exc) from exc
     if response.status_code >= 400:
-        raise from_response(response.status_code, response.headers, response.text)
+        raise from_response(response.status_code, response.headers, response.text, url)
     try:
         data = response.json()
     except (ValueError, RecursionError):  # (RecursionError: nested too deep)

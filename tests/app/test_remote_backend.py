@@ -574,6 +574,15 @@ def test_a_404_for_the_model_says_so_not_to_check_the_base_url():
     assert from_response(404, {}, "404 page not found").kind == "not_found"  # a wrong path
 
 
+def test_a_401_to_an_address_with_a_user_in_it_is_about_its_password_not_an_api_key():
+    """Trial 65: a URL password lost at a restart (no keyring) or mistyped read "the API key is missing or
+    wrong", of a server that has no key."""
+    assert str(from_response(401, {}, "", "http://bob@proxy:8080/v1/models")) == (
+        "401 Unauthorized: the user name or password in the URL is missing or wrong (without a system keyring a "
+        "URL password is kept for one session only)")
+    assert from_response(401, {}, "", "http://proxy:8080/v1/models").kind == "unauthorized"
+
+
 def test_a_proxys_html_page_is_said_by_its_title_not_as_markup():
     """Trial 64: a 502 from a proxy read "502 Server error: <html><body><h1>502 Bad Gateway</h1></body></html>",
     and a login page in place of the stream "got: '<html><head><title>Login</title>…"."""
