@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from app import remote_settings
 from app.backends.remote_http import Server, check_connection, probe_capabilities
 from engine.api.errors import describe_error
-from engine.api.servers import check_server_address, masked_url
+from engine.api.servers import check_server_address, masked_url, split_password, with_password
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,11 @@ class EnginesPanel(QGroupBox):
         kept = remote_settings.KEYS.set(name, self.key.text().strip())
         self._fill(name)
         password = remote_settings.KEYS.get(remote_settings.url_password_name(name))
-        session = [what for what, held, given in (("API key", kept, self.key.text().strip()),
-                                                  ("URL password", url_kept, password)) if given and not held]
+        session = []  # what the keyring could not keep (none here): held for this session only
+        if self.key.text().strip() and not kept:
+            session.append("API key")
+        if password and not url_kept:
+            session.append("URL password")
         both = (" Requests carry the URL password (basic authentication), not the API key: one Authorization "
                 "header holds one of them." if password and self.key.text().strip() else "")
         self.verdict.setText(f"Saved {name}." + (f" Its {' and '.join(session)} {'is' if len(session) == 1 else 'are'} "
@@ -218,11 +221,10 @@ class EnginesPanel(QGroupBox):
     def current_server(self) -> Server:
         """The server as the fields show it now (saved or not)."""
         entry = next((s for s in remote_settings.load_servers() if s["name"] == self.selected_name()), {})
-        url, password = remote_settings.split_password(self.url.text().strip())
+        url, password = split_password(self.url.text().strip())
         if password == remote_settings.MASK:  # as the field shows a stored one
-            password = remote_settings.KEYS.get(remote_settings.url_password_name(self.selected_name())) or \
-                remote_settings.split_password(entry.get("url", ""))[1]
-        return Server(self.name.text().strip() or "server", remote_settings.with_password(url, password),
+            password = remote_settings.stored_password(self.selected_name(), entry.get("url", ""))
+        return Server(self.name.text().strip() or "server", with_password(url, password),
                       self.key.text().strip(), dict(entry.get("vision") or {}))
 
     @Slot()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 
 from PySide6.QtCore import QSettings
 
 from app.backends.remote_http import Server
 from app.settings import open_settings
+from engine.api.servers import split_password, with_password
 
 log = logging.getLogger(__name__)
 SERVERS_KEY = "remote/servers"
@@ -48,29 +48,9 @@ def _entries(raw: str) -> tuple[list, bool]:
         entries.append(entry)
 
 
-#: A URL's user information: the scheme (or the text's start), the user, ``:`` and the password before
-#: the last ``@`` of the authority (as :data:`engine.api.servers._USER_INFO` reads it).
-_PASSWORD = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^/?#\s:@]*):([^/?#\s]*)@")
 #: What the Base URL field shows for a stored password (:func:`masked_url`'s form): saved unchanged, it
 #: keeps the stored one.
 MASK = "***"
-
-
-def split_password(url: str) -> tuple[str, str]:
-    """``(url without its password, the password)``; ``(url, "")`` when it holds none.
-    ``http://bob:pa55@host:8080/v1`` -> ``("http://bob@host:8080/v1", "pa55")``."""
-    found = _PASSWORD.match(url)
-    if not found or not found.group(3):
-        return url, ""
-    return f"{found.group(1)}{found.group(2)}@{url[found.end():]}", found.group(3)
-
-
-def with_password(url: str, password: str) -> str:
-    """``url`` (a user, no password: ``http://bob@host``) with ``password`` put back after its user."""
-    if not password:
-        return url
-    found = re.match(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^/?#\s:@]*)@", url)
-    return f"{found.group(1)}{found.group(2)}:{password}@{url[found.end():]}" if found else url
 
 
 def url_password_name(name: str) -> str:
@@ -151,7 +131,7 @@ def store_url(name: str, url: str, old_name: str = "", saved_url: str = "") -> t
     so), or the one in ``saved_url`` (the server's URL in the file, as an earlier Smolchat wrote it),
     moved to ``name`` if the server was renamed; a URL without one forgets any stored."""
     bare, password = split_password(url)
-    previous = KEYS.get(url_password_name(old_name or name)) or split_password(saved_url)[1]
+    previous = stored_password(old_name or name, saved_url)
     if old_name and old_name != name:
         KEYS.delete(url_password_name(old_name))
     if password == MASK:
@@ -159,11 +139,17 @@ def store_url(name: str, url: str, old_name: str = "", saved_url: str = "") -> t
     return bare, KEYS.set(url_password_name(name), password)
 
 
+def stored_password(name: str, saved_url: str = "") -> str:
+    """Server ``name``'s URL password: the keyring's, else the one in ``saved_url`` (its URL in the
+    settings file, as an earlier Smolchat wrote it); "" when neither holds one."""
+    return KEYS.get(url_password_name(name)) or split_password(saved_url)[1]
+
+
 def shown_url(entry: dict) -> str:
     """The Base URL field's text for a saved server: its URL with ``***`` where a password is stored (in
     the keyring, or in the URL as an earlier Smolchat wrote it to the file)."""
-    bare, in_file = split_password(entry["url"])
-    return with_password(bare, MASK) if in_file or KEYS.get(url_password_name(entry["name"])) else entry["url"]
+    bare = split_password(entry["url"])[0]
+    return with_password(bare, MASK) if stored_password(entry["name"], entry["url"]) else entry["url"]
 
 
 def move_passwords_out_of_the_file(qs: QSettings | None = None) -> int:

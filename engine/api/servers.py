@@ -34,6 +34,25 @@ def masked_url(text: str) -> str:
     return _USER_INFO.sub(mask, text)
 
 
+def split_password(url: str) -> tuple[str, str]:
+    """``(url without its password, the password)``; ``(url, "")`` when it holds none. The user
+    information is read as :func:`masked_url` reads it (up to the last ``@`` of the authority; the
+    password after the user's first ``:``): ``http://bob:pa55@host:8080/v1`` ->
+    ``("http://bob@host:8080/v1", "pa55")``."""
+    found = _USER_INFO.match(url)
+    user, _colon, password = found.group(2).partition(":") if found else ("", "", "")
+    if not password:
+        return url, ""
+    return f"{found.group(1)}{user}@{url[found.end():]}", password
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` (a user, no password: ``http://bob@host``) with ``password`` put back after its user;
+    ``url`` as it was without a user or a password to put."""
+    found = _USER_INFO.match(url) if password else None
+    return f"{found.group(1)}{found.group(2)}:{password}@{url[found.end():]}" if found else url
+
+
 def check_server_address(text: str) -> str:
     """``text`` if it can be a server's address: ``http(s)://host[:port][/path]``, or ``host:port``
     without a scheme (http, as :func:`api_base` takes it); a port from 1 to 65535. A bare word is

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.api.servers import api_base, check_server_address, masked_url
+from engine.api.servers import api_base, check_server_address, masked_url, split_password, with_password
 
 
 @pytest.mark.parametrize("text", ["http://127.0.0.1:8080", "https://gpu-box/v1", "http://gpu-box:8000/v1/",
@@ -52,3 +52,23 @@ def test_a_refused_address_shows_no_password():
 ])
 def test_masked_url_hides_what_is_before_the_host(url, shown):
     assert masked_url(url) == shown
+
+
+@pytest.mark.parametrize("url, bare, password", [
+    ("http://bob:pa55@host:8080/v1", "http://bob@host:8080/v1", "pa55"),
+    ("https://me:s3cr:et@gpu-box/v1", "https://me@gpu-box/v1", "s3cr:et"),  # the password after the first :
+    ("user:pw@gpu-box:8000", "user@gpu-box:8000", "pw"),  # no scheme
+    ("http://a@b:pw@gpu-box:1", "http://a@b@gpu-box:1", "pw"),  # the host follows the last @, as masked_url reads it
+    ("http://:pw@h", "http://@h", "pw"),
+    ("http://bob@host", "http://bob@host", ""),  # a user alone: no password to take out
+    ("http://bob:@host", "http://bob:@host", ""),
+    ("http://gpu-box:8000/v1?q=a:b@c", "http://gpu-box:8000/v1?q=a:b@c", ""),  # an @ after the host is no user
+])
+def test_a_password_is_taken_out_of_a_url_and_put_back(url, bare, password):
+    assert split_password(url) == (bare, password)
+    assert with_password(bare, password) == (url if password else bare)
+
+
+def test_a_password_goes_only_where_a_user_is():
+    assert with_password("http://gpu-box:8000/v1", "pw") == "http://gpu-box:8000/v1"
+    assert with_password("http://bob@gpu-box", "") == "http://bob@gpu-box"
