@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.conversations import STORAGE_ERRORS, display_title
-from app.store import MEDIA_SUFFIXES, Store, clean_stats, is_time
+from app.store import MEDIA_SUFFIXES, ROLES, Store, clean_stats, is_time
 
 FORMAT = "smolchat-conversation"
 NEWEST = 4  # the export version this Smolchat writes (app/export.py)
@@ -34,7 +34,6 @@ MAX_EMBEDDED_BYTES = 256 * 2**20
 #: The largest export read: the files' base64 (4 bytes for 3) and as much text again as an export held
 #: before it held files (256 MB); a larger file is not an export.
 MAX_BYTES = 640 * 2**20
-ROLES = ("user", "assistant")
 STATUSES = ("done", "interrupted", "cancelled", "length", "error")  # app.store.Message.status, at rest
 
 
