@@ -120,6 +120,15 @@ def test_a_sent_photo_is_named_as_attached_in_the_chat_and_after_reopening(qtbot
     viewer.close()
 
 
+def _shown_viewer(qtbot, path) -> ImageViewer:
+    """The viewer of the image at ``path``, on the screen."""
+    viewer = ImageViewer(str(path))
+    qtbot.addWidget(viewer)
+    viewer.show()
+    qtbot.waitExposed(viewer)
+    return viewer
+
+
 def test_the_viewer_fits_a_large_photo_to_its_window_zooms_and_stays_on_the_screen(qtbot, tmp_path):
     """Trial 62: a 9,000 × 9,000 photo showed one corner with no way to see all of it, and a 10,000 × 20
     image's window ran off the screen."""
@@ -131,10 +140,7 @@ def test_the_viewer_fits_a_large_photo_to_its_window_zooms_and_stays_on_the_scre
 
     path = tmp_path / "big.png"
     Image.new("RGB", (3000, 2000), (30, 90, 200)).save(path)
-    viewer = ImageViewer(str(path))
-    qtbot.addWidget(viewer)
-    viewer.show()
-    qtbot.waitExposed(viewer)
+    viewer = _shown_viewer(qtbot, path)
     screen = viewer.screen().availableGeometry()
     assert screen.contains(viewer.frameGeometry()) or screen.contains(viewer.geometry())
     label, room = viewer.label, viewer.scroll.viewport().size()
@@ -166,10 +172,7 @@ def test_the_viewer_fits_a_large_photo_to_its_window_zooms_and_stays_on_the_scre
     assert fit_scale(QSize(1, 1), QSize(300, 200)) == 1.0  # a small image is not blown up
     wide = tmp_path / "wide.png"
     Image.new("RGB", (10_000, 20), (200, 40, 40)).save(wide)
-    viewer = ImageViewer(str(wide))
-    qtbot.addWidget(viewer)
-    viewer.show()
-    qtbot.waitExposed(viewer)
+    viewer = _shown_viewer(qtbot, wide)
     assert screen.contains(viewer.geometry())
     assert viewer.label.width() <= viewer.scroll.viewport().width()
     viewer.close()
@@ -183,10 +186,7 @@ def test_a_reduced_image_zooms_in_steps_of_the_file_and_says_its_largest(qtbot, 
     monkeypatch.setattr(viewer_module, "MAX_SHOWN_PIXELS", 1000 * 1000)  # a 1,200-pixel square is reduced
     path = tmp_path / "square.png"
     Image.new("RGB", (1200, 1200), (30, 90, 200)).save(path)
-    viewer = ImageViewer(str(path))
-    qtbot.addWidget(viewer)
-    viewer.show()
-    qtbot.waitExposed(viewer)
+    viewer = _shown_viewer(qtbot, path)
     assert viewer.windowTitle() == "square.png (shown at 83% of 1,200 × 1,200 pixels)"
     viewer.actual_size()
     assert viewer.label.width() == 1000 and viewer.percent.text() == "83%"

@@ -7,6 +7,7 @@ import errno
 import io
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.backends.fake import FakeBackend
 from app.store import Store
+from engine.api.events import TokenEvent
 
 
 def test_data_dir_under_a_file_falls_back_to_a_temporary_folder(qtbot, make_window, tmp_path, monkeypatch):
@@ -100,15 +102,27 @@ def _update_failing_after(store, monkeypatch, works: int, then_works: int = 0):
     return calls
 
 
-#: Seconds between the fake's tokens where a test saves at each one: tokens that come while the window is
-#: busy reach it joined into one (app.backends.qt.BackendBridge), and one save would then hold several.
-TOKEN_APART = 0.2
+class _TokenPerSave(FakeBackend):
+    """Gives its next token once the window has saved the one before (``saves``: the store's calls), as
+    tokens that came while the window was busy would reach it joined into one
+    (app.backends.qt.BackendBridge), and one save would then hold several."""
+
+    saves: list = []
+
+    def send(self, text, attachments, params, sink, system_prompt=None) -> None:
+        def paced(event) -> None:
+            before = len(self.saves)
+            sink(event)
+            deadline = time.monotonic() + 5
+            while isinstance(event, TokenEvent) and len(self.saves) == before and time.monotonic() < deadline:
+                time.sleep(0.002)
+        super().send(text, attachments, params, paced, system_prompt)
 
 
 def test_full_disk_mid_answer_says_the_text_saved_so_far_is_kept(qtbot, make_window, monkeypatch):
     monkeypatch.setattr("app.conversations.FLUSH_TOKENS", 1)  # each token is a save
-    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."], delay=TOKEN_APART))
-    calls = _update_failing_after(win.store, monkeypatch, works=1)
+    win = make_window(backend := _TokenPerSave(tokens=["The", " cat", " is", " orange", "."]))
+    calls = backend.saves = _update_failing_after(win.store, monkeypatch, works=1)
     shown = []
     win.keeper.storage_error.connect(shown.append)
     result = _ask(qtbot, win)
@@ -140,8 +154,8 @@ def test_full_disk_before_the_first_save_says_the_question_is_kept(qtbot, window
 
 def test_a_save_that_works_after_a_full_disk_says_the_answer_was_kept(qtbot, make_window, monkeypatch):
     monkeypatch.setattr("app.conversations.FLUSH_TOKENS", 1)
-    win = make_window(FakeBackend(tokens=["The", " cat", " is", " orange", "."], delay=TOKEN_APART))
-    _update_failing_after(win.store, monkeypatch, works=1, then_works=1)  # the second save fails, later ones work
+    win = make_window(backend := _TokenPerSave(tokens=["The", " cat", " is", " orange", "."]))
+    backend.saves = _update_failing_after(win.store, monkeypatch, works=1, then_works=1)  # the second save fails, later ones work
     _ask(qtbot, win)
 
     assert win.banner.message() == "The answer was saved in full after all: a later save worked."
