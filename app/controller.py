@@ -74,6 +74,8 @@ class ChatController(QObject):
         self._loads = 0  # loads asked for: only the last one's result counts
         self.asked = ""  # the last model asked for: loaded again with new engine settings if it failed
         self._before: dict = {}  # the model in use when a load began (kept if that load fails)
+        self._gone: set[str] = set()  # backends ("remote:NAME") whose settings changed: not gone back to
+        self.dropped: dict = {}  # the model in use that the running load does not go back to (see server_changed)
         self.before_outdated = False  # engine settings changed since that model loaded (during the load)
         self.model_info: dict = {}
         self.busy = self.ready = self.loading = self.closed = False
@@ -98,6 +100,9 @@ class ChatController(QObject):
         else:
             self._before = dict(self.model_info) if self.ready else {}
             self.before_outdated = False
+            self.dropped = {}
+        if self._before.get("backend") in self._gone:
+            self.dropped, self._before = self._before, {}
         self.loading, self.ready = True, False
         self.busy_changed.emit()
         self.model_loading.emit(path)
@@ -120,6 +125,14 @@ class ChatController(QObject):
             self.notice.emit("The new engine settings apply when this answer finishes.")
         elif self.load(path, device, dtype, options) and self._before:
             self.before_outdated = True  # stopped, this reload leaves the model on the settings before
+
+    def server_changed(self, name: str) -> None:
+        """Server ``name``'s address, key or password changed, or it was removed: a load that fails or is
+        stopped from now on does not go back to a model on it (app.backends.switch closes that
+        connection, as it would keep sending what the user took away); one that loads on it ends that."""
+        self._gone.add(f"remote:{name}")
+        if self.loading and self._before.get("backend") in self._gone:
+            self.dropped, self._before = self._before, {}
 
     def cancel_load(self) -> bool:
         """Stop the model load under way (Esc, Stop): the model loaded before stays in use, or none
@@ -154,6 +167,8 @@ class ChatController(QObject):
         else:
             self.ready = True
             self.model_info = self._info_dict(info)
+            self._gone.discard(self.model_info["backend"])  # (on the server's new settings)
+            self.dropped = {}
             self.model_loaded.emit(dict(self.model_info))
         self.busy_changed.emit()
 

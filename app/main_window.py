@@ -530,6 +530,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         model in use on it loads again (now, or when the answer ends), so a new key or address applies
         to the next question, not only after another model was picked."""
         self.engines.forget_server(name)
+        self.controller.server_changed(name)
         self.remote_models.refresh()
         if self.model_info.get("backend") == f"remote:{name}":
             s = self.settings
@@ -606,7 +607,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             return
         self.engine_in_use = None
         self._show_no_model()
-        self.banner.show_error(f"Could not load the model: {message}{engine_hint(self.settings)}")
+        self.banner.show_error(f"Could not load the model: {message}{self._dropped_note()}{engine_hint(self.settings)}")
         self.attach_files_after_load()
         self._count_pending_tokens()  # no longer "counting…": no model will
 
@@ -628,9 +629,19 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.banner.show_info(f"{STOPPED_NOTE} {what}. Still using {before}.{outdated}")
             return
         self._show_no_model()
-        self.banner.show_info(f"{STOPPED_NOTE} {what}: no model is loaded.")
+        self.banner.show_info(f"{STOPPED_NOTE} {what}: no model is loaded.{self._dropped_note()}")
         self.attach_files_after_load()
         self._count_pending_tokens()  # no longer "counting…": no model will
+
+    def _dropped_note(self) -> str:
+        """For a load that failed or stopped after the server of the model in use was edited: why that
+        model is not in use any more ("" otherwise)."""
+        dropped = self.controller.dropped
+        if not dropped:
+            return ""
+        name = shown_name(dropped.get("model_name") or "the model before", str(dropped.get("path") or ""))
+        return (f"\n{name} is not used any more: its server's settings changed (its earlier address, key "
+                "or password are not sent again). Fix them in Settings ▸ Engines, then choose the model again.")
 
     def _show_no_model(self, status: str = "No model loaded") -> None:
         """No model in use (none yet, a first load failed or stopped): nothing says what it could read.

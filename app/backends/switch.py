@@ -52,7 +52,7 @@ class EngineSwitch:
         def done(info, error) -> None:
             # (A stopped load went back in cancel_load already: another load may have begun since.)
             if info is None and error != LOAD_CANCELLED and self.current is target and target is not previous:
-                self.current = previous  # it still holds its model: the window goes on with it
+                self._go_back(previous)
             on_done(info, error)
         target.load(model, options, done)
 
@@ -61,11 +61,21 @@ class EngineSwitch:
         if loading is None or not loading[0].cancel_load():
             return False
         if self.current is loading[0]:
-            self.current = loading[1]  # every later call goes to the model in use before
+            self._go_back(loading[1])
         return True
 
+    def _go_back(self, previous: ChatBackend) -> None:
+        """A load failed or stopped: every later call goes to ``previous``, which still holds its model,
+        unless its server was edited or removed since (:meth:`forget_server`): it would go on sending an
+        address, key or password the user took away (trial 65), so it is closed and no model is in use."""
+        if previous is self.local or any(previous is b for b in self.remotes.values()):
+            self.current = previous
+        else:
+            previous.close()
+
     def forget_server(self, name: str) -> None:
-        """A server was edited or removed: its next use builds a backend with the new settings."""
+        """A server was edited or removed: its next use builds a backend with the new settings; the one
+        in use (if on it) answers until another load ends, and is not gone back to if that load fails."""
         backend = self.remotes.pop(name, None)
         if backend is not None and backend is not self.current:
             backend.close()

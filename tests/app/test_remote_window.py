@@ -336,6 +336,44 @@ def test_a_new_key_for_the_server_in_use_applies_to_the_next_question(qtbot, mak
         assert server.requests[-1]["messages"][-1]["content"] == "Second"
 
 
+def test_a_key_taken_away_from_the_server_in_use_is_not_sent_again(qtbot, make_window, fake_session):
+    """Trial 65 F3: a URL password removed in Settings, refused by the server at the reload, was still
+    sent with the next question: the failed reload went back to the connection made with it ("Still
+    using ..."). Now no model is in use, and the banner says why."""
+    with FakeOpenAI(api_key="the-key", models=[{"id": "ok", "object": "model"}]) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        remote_settings.KEYS.set("fake", "the-key")
+        win = make_window(fake_session)
+        load_remote(qtbot, win, "ok")
+        assert ask(qtbot, win, "First")["finish_reason"] == "stop"
+        asked = len(server.requests)
+        remote_settings.KEYS.delete("fake")  # as Save server does with the key field emptied
+        win._servers_changed("fake")
+        qtbot.waitUntil(lambda: not win.controller.loading, timeout=10_000)
+        assert not win.controller.ready and win.engines.current is not fake_session
+        assert win.banner.message().startswith("Could not load the model: fake: 401 Unauthorized")
+        assert win.banner.message().endswith(
+            "\nok · fake is not used any more: its server's settings changed (its earlier address, key or password "
+            "are not sent again). Fix them in Settings ▸ Engines, then choose the model again.")
+        assert win.composer.placeholderText() == "Load a model to ask a question…"
+        assert len(server.requests) == asked  # (the model list is asked with no body)
+        remote_settings.KEYS.set("fake", "the-key")  # put back: the model loads again on the key
+        win._servers_changed("fake")
+        load_remote(qtbot, win, "ok")
+        assert ask(qtbot, win, "Again")["finish_reason"] == "stop"
+
+
+def test_a_failed_load_on_an_unchanged_server_keeps_the_model_in_use(qtbot, make_window, fake_session, fake):
+    """Going back to the model in use is kept where nothing about its server changed."""
+    win = make_window(fake_session)
+    load_remote(qtbot, win, "ok")
+    win.load_model(remote_spec("elsewhere", "ok"))  # a server not (or no longer) in Settings
+    qtbot.waitUntil(lambda: not win.controller.loading, timeout=10_000)
+    assert win.controller.ready and win.model_info["model_name"] == "ok"
+    assert win.banner.message().endswith("\nStill using ok · fake.")
+    assert ask(qtbot, win, "Still you?")["engine"] == "remote:fake"
+
+
 def test_a_model_picked_while_another_loads_is_not_replaced_when_that_load_ends(qtbot, make_window, fake_session,
                                                                                 fake):
     """Found by a trial: a server's model picked while the last local model still loaded at start was
