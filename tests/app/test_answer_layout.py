@@ -156,6 +156,9 @@ def test_break_opportunities_go_into_long_runs_only_and_continue_across_pieces()
     assert breakable("y" * (LONG_RUN - 1) + " " + "z" * (LONG_RUN - 1))[0].count(ZERO_WIDTH_SPACE) == 0
     assert breakable("https://example.com/" + "ab" * 20, limit=24)[0] == (
         "https://example.com/abab" + ZERO_WIDTH_SPACE + "ab" * 12 + ZERO_WIDTH_SPACE + "ab" * 6)
+    # Each run is counted from its own start (runs of exactly the limit are left whole).
+    marked, run = breakable(("w" * 24 + " ") * 3 + "v" * 60 + "\nu" * 2, limit=24)
+    assert marked == ("w" * 24 + " ") * 3 + ("v" * 24 + ZERO_WIDTH_SPACE) * 2 + "v" * 12 + "\nu" * 2 and run == 1
 
 
 def test_an_answer_without_spaces_is_laid_out_in_pieces_and_copied_whole(qtbot, make_window):
