@@ -4,6 +4,7 @@ processing events, and switching engines mid-conversation re-sending the history
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -317,16 +318,23 @@ def test_a_new_chat_whose_first_message_is_refused_as_too_long_is_not_kept(qtbot
     assert [m.text for m in win.store.messages(chat.id)] == ["Fits.", "The cat is orange."]
 
 
+@contextlib.contextmanager
+def _answered_with_key(qtbot, win, key: str):
+    """``(win, server)``: a server "fake" that wants ``key``, saved with it, its model "ok" in use in
+    ``win`` and a first question answered."""
+    with FakeOpenAI(api_key=key, models=[{"id": "ok", "object": "model"}]) as server:
+        remote_settings.save_servers([{"name": "fake", "url": server.url}])
+        remote_settings.KEYS.set("fake", key)
+        load_remote(qtbot, win, "ok")
+        assert ask(qtbot, win, "First")["finish_reason"] == "stop"
+        yield win, server
+
+
 def test_a_new_key_for_the_server_in_use_applies_to_the_next_question(qtbot, make_window, fake_session):
     """Found by a trial: a key saved in Settings ▸ Engines was used only after another model had been
     picked and this one again; the model in use kept the old key (a revoked one kept failing, a wrong
     one kept working). Saving the server now loads its model again with what was saved."""
-    with FakeOpenAI(api_key="old-key", models=[{"id": "ok", "object": "model"}]) as server:
-        remote_settings.save_servers([{"name": "fake", "url": server.url}])
-        remote_settings.KEYS.set("fake", "old-key")
-        win = make_window(fake_session)
-        load_remote(qtbot, win, "ok")
-        assert ask(qtbot, win, "First")["finish_reason"] == "stop"
+    with _answered_with_key(qtbot, make_window(fake_session), "old-key") as (win, server):
         server.api_key = "new-key"  # rotated on the server, then in Settings
         remote_settings.KEYS.set("fake", "new-key")
         win.controller.ready = False
@@ -340,12 +348,7 @@ def test_a_key_taken_away_from_the_server_in_use_is_not_sent_again(qtbot, make_w
     """Trial 65 F3: a URL password removed in Settings, refused by the server at the reload, was still
     sent with the next question: the failed reload went back to the connection made with it ("Still
     using ..."). Now no model is in use, and the banner says why."""
-    with FakeOpenAI(api_key="the-key", models=[{"id": "ok", "object": "model"}]) as server:
-        remote_settings.save_servers([{"name": "fake", "url": server.url}])
-        remote_settings.KEYS.set("fake", "the-key")
-        win = make_window(fake_session)
-        load_remote(qtbot, win, "ok")
-        assert ask(qtbot, win, "First")["finish_reason"] == "stop"
+    with _answered_with_key(qtbot, make_window(fake_session), "the-key") as (win, server):
         asked = len(server.requests)
         remote_settings.KEYS.delete("fake")  # as Save server does with the key field emptied
         win._servers_changed("fake")
