@@ -41,9 +41,11 @@ LIST_ROWS = 12
 
 
 class EnginesPanel(QGroupBox):
-    """The Engines group of the settings dialog. ``servers_changed(name)`` after a save or removal."""
+    """The Engines group of the settings dialog. ``servers_changed(name, reached)`` after a save, a
+    removal (``reached`` True: the server's address, key or URL password may have changed, or it is
+    gone) or a model's "can see images" answer (False)."""
 
-    servers_changed = Signal(str)
+    servers_changed = Signal(str, bool)
     tested = Signal(str, str)  # kind ("ok", "unauthorized", ...), verdict (for tests and screen readers)
     _result = Signal(str, str, object)  # kind, verdict, [(model, caps, sources)] from the test thread
 
@@ -189,9 +191,9 @@ class EnginesPanel(QGroupBox):
                 "header holds one of them." if password and self.key.text().strip() else "")
         self.verdict.setText(f"Saved {name}." + (f" Its {' and '.join(session)} {'is' if len(session) == 1 else 'are'} "
                                                  "kept for this session only." if session else "") + both)
-        self.servers_changed.emit(name)
+        self.servers_changed.emit(name, True)
         if old and old != name:
-            self.servers_changed.emit(old)
+            self.servers_changed.emit(old, True)
 
     @Slot()
     def _ask_remove(self) -> None:
@@ -215,7 +217,7 @@ class EnginesPanel(QGroupBox):
         if name:
             remote_settings.remove_server(name)
             self._fill()
-            self.servers_changed.emit(name)
+            self.servers_changed.emit(name, True)
 
     # -- testing -------------------------------------------------------------------------------------
     def current_server(self) -> Server:
@@ -311,4 +313,4 @@ class EnginesPanel(QGroupBox):
             return
         entry = next(s for s in remote_settings.load_servers() if s["name"] == name)
         remote_settings.upsert_server({**entry, "vision": {**(entry.get("vision") or {}), model: on}})
-        self.servers_changed.emit(name)
+        self.servers_changed.emit(name, False)

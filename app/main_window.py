@@ -525,12 +525,15 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
 
         return open_dialog(self)
 
-    def _servers_changed(self, name: str) -> None:
-        """A server was added, edited or removed: new model lists, and a fresh backend next time; the
-        model in use on it loads again (now, or when the answer ends), so a new key or address applies
-        to the next question, not only after another model was picked."""
-        self.engines.forget_server(name)
-        self.controller.server_changed(name)
+    def _servers_changed(self, name: str, reached: bool = True) -> None:
+        """A server was added, edited or removed: new model lists; the model in use on it loads again
+        (now, or when the answer ends), so a new key or address applies to the next question, not only
+        after another model was picked. ``reached``: its address, key or password may have changed (or
+        it is gone): a fresh backend, and the one in use is not gone back to if that load fails; not for
+        a "can see images" answer alone, which a failed reload leaves the model in use over."""
+        if reached:
+            self.engines.forget_server(name)
+            self.controller.server_changed(name)
         self.remote_models.refresh()
         if self.model_info.get("backend") == f"remote:{name}":
             s = self.settings

@@ -35,7 +35,7 @@ def test_key_is_never_written_to_the_settings_file(qtbot, dialog, data_dir, wind
     fill(panel, "GPU box", "http://127.0.0.1:9/v1", "sk-very-secret")
     with qtbot.waitSignal(panel.servers_changed) as changed:
         panel.save_server()
-    assert changed.args == ["GPU box"] and "Its API key is kept for this session only." in panel.verdict.text()
+    assert changed.args == ["GPU box", True] and "Its API key is kept for this session only." in panel.verdict.text()
     window.qsettings.sync()
     ini = (data_dir / "settings.ini").read_text()
     assert "GPU box" in ini and "sk-very-secret" not in ini
@@ -169,8 +169,9 @@ def test_vision_toggle_when_no_server_says(qtbot, dialog):
         assert first == "ok\n    no server says whether it sees images · context length not reported"
         box = panel.vision_boxes["ok"]
         assert box.text() == "ok can see images" and not box.isChecked()
-        with qtbot.waitSignal(panel.servers_changed):
+        with qtbot.waitSignal(panel.servers_changed) as changed:
             box.click()
+        assert changed.args == ["plain", False]  # (the server's address and key as they were)
         assert remote_settings.load_servers()[0]["vision"] == {"ok": True}
         caps, sources = probe_capabilities(remote_settings.server("plain"), "ok")
         assert caps.vision is True and sources == {"vision": "your setting", "context": ""}

@@ -366,6 +366,17 @@ def test_a_key_taken_away_from_the_server_in_use_is_not_sent_again(qtbot, make_w
         assert ask(qtbot, win, "Again")["finish_reason"] == "stop"
 
 
+def test_a_can_see_images_answer_reloads_but_a_failure_keeps_the_model_in_use(qtbot, make_window, fake_session):
+    """Only a change of what reaches the server (address, key, password) gives up the connection in use:
+    a "can see images" answer saved while the server is down leaves the model answering as before."""
+    with _answered_with_key(qtbot, make_window(fake_session), "the-key") as (win, server):
+        pass  # the server stops here
+    win._servers_changed("fake", False)
+    qtbot.waitUntil(lambda: not win.controller.loading, timeout=10_000)
+    assert win.controller.ready and win.model_info["model_name"] == "ok"
+    assert win.banner.message().endswith("\nStill using ok · fake.")
+
+
 def test_a_failed_load_on_an_unchanged_server_keeps_the_model_in_use(qtbot, make_window, fake_session, fake):
     """Going back to the model in use is kept where nothing about its server changed."""
     win = make_window(fake_session)
