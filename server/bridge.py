@@ -47,6 +47,7 @@ class Answer:
         self.bridge, self.loop = bridge, loop
         self.events: deque = deque()
         self.shut_down = False  # cancelled because the server is stopping (EngineBridge.cancel_all)
+        self.stopped = threading.Event()  # cancel() ran: for work on the engine thread that is no answer
         self._waiter: asyncio.Future | None = None
         self.handle: Any = None
         self.finished = False
@@ -169,6 +170,7 @@ class Answer:
 
     def cancel(self) -> None:
         """Stop this answer (a no-op once it has finished); its place in the queue is given back."""
+        self.stopped.set()
         if not self.finished and self.handle is not None:
             self.bridge.service.cancel_request(self.handle)
         self.release()

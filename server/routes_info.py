@@ -8,13 +8,16 @@ whether to offer image upload.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
+import threading
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from server.bridge import DISCONNECT_POLL_S, ClientDisconnected, shutting_down
 from server.errors import APIError, engine_result
 from server.json_body import JSONBodyRoute
 from server.media import DETAILS
@@ -80,21 +83,47 @@ async def model_info(request: Request):
     }]}
 
 
-def _embed_all(session: Any, inputs: list[tuple[str, list[str], str]]) -> list[tuple[list[float], int]]:
+def _embed_all(session: Any, inputs: list[tuple[str, list[str], str]],
+               stop: threading.Event) -> list[tuple[list[float], int]] | None:
     """Engine thread: one vector and token count per ``(text, image paths, image detail)``
-    (engine.embeddings); each input's images are read once."""
+    (engine.embeddings); each input's images are read once. None once ``stop`` is set (checked
+    before each input: the client left, or the server is stopping)."""
     from engine.api.errors import PromptTooLongError
     from engine.embeddings import Embedder
 
     embedder = Embedder(session.model, session.tokenizer, session.processor)
     out = []
     for i, (text, images, detail) in enumerate(inputs):
+        if stop.is_set():
+            return None
         try:
             ids, mask, processed = embedder.encode(text, images, detail)
         except PromptTooLongError as exc:  # which of the inputs
             raise APIError(400, f"input[{i}]: {exc}", "context_length_exceeded", f"input[{i}]") from None
         out.append((embedder.embed_encoded(ids, mask, processed).tolist(), len(ids)))
     return out
+
+
+async def _embedded(bridge, answer, inputs: list, request: Request) -> list[tuple[list[float], int]]:
+    """:func:`_embed_all` on the engine thread, stopped between inputs when the client leaves
+    (asked every ``DISCONNECT_POLL_S``) or the server stops (``answer.cancel``): run to its end for
+    nobody, 256 inputs held every later answer for over a minute (trial 66).
+
+    Raises:
+        ClientDisconnected: the client left (the app answers 499 to nobody).
+        APIError: 503 ``server_shutting_down``; an input too long (400); the engine's errors."""
+    stop = answer.stopped
+    job = asyncio.ensure_future(bridge.call(lambda session: _embed_all(session, inputs, stop)))
+    while not job.done():
+        await asyncio.wait({job}, timeout=DISCONNECT_POLL_S)
+        if not job.done() and not stop.is_set() and await request.is_disconnected():
+            stop.set()
+            job.add_done_callback(lambda done: done.cancelled() or done.exception())  # (read: not logged)
+            raise ClientDisconnected()
+    results = await engine_result(job)
+    if results is None:  # stopped: the server is shutting down (a client that left was answered above)
+        raise shutting_down(cut=False)
+    return results
 
 
 @router.post("/v1/embeddings", summary="Embeddings of texts (and, as an extension, images)")
@@ -126,7 +155,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
         inputs.append((item.text, images, DETAILS[detail] if images else "full"))
     answer = state.bridge.admit()  # embeddings take a place in the same queue as answers
     try:
-        results = await engine_result(state.bridge.call(lambda session: _embed_all(session, inputs)))
+        results = await _embedded(state.bridge, answer, inputs, request)
     finally:
         answer.release()
     if body.dimensions is not None and results and body.dimensions != len(results[0][0]):

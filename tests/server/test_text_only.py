@@ -47,3 +47,32 @@ def test_images_for_a_text_only_model_are_a_400(llama_url, tmp_path):
     embedded = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": [
         {"text": "x", "image_url": data_uri(photo)}]})
     assert embedded.status_code == 400 and embedded.json()["error"]["code"] == "images_not_supported"
+
+
+def test_an_embeddings_request_whose_client_left_stops_between_inputs(llama_url, monkeypatch):
+    """Trial 66: 256 inputs abandoned by their client ran to the end for nobody, and a chat waited
+    101 s behind them; the request now stops before its next input."""
+    import time
+
+    from engine.embeddings import Embedder
+
+    real, encoded = Embedder.encode, []
+
+    def encode(self, text, *args, **kwargs):
+        encoded.append(text)
+        time.sleep(0.05)  # 256 inputs: 13 s at least, run whole
+        return real(self, text, *args, **kwargs)
+    monkeypatch.setattr(Embedder, "encode", encode)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": [f"line {i}" for i in range(256)]},
+                   timeout=1.0)
+    seen, deadline = -1, time.monotonic() + 15
+    while len(encoded) != seen and time.monotonic() < deadline:  # until no input has begun for 0.5 s
+        seen = len(encoded)
+        time.sleep(0.5)
+    assert 0 < len(encoded) < 256 and len(encoded) == seen
+    r = httpx.post(f"{llama_url}/v1/chat/completions", timeout=30, json={
+        "model": "smollm2", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
+    r = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": ["a", "b"]}, timeout=30)
+    assert r.status_code == 200 and len(r.json()["data"]) == 2
