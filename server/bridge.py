@@ -29,6 +29,16 @@ def shutting_down(cut: bool) -> APIError:
     return APIError(503, f"the server is shutting down: it stopped {what}", "server_shutting_down")
 
 
+#: Seconds a client is asked to wait before asking again while the model loads (``Retry-After``: the
+#: ``openai`` package honours it, and gave up after 1.4 s of its own back-off without it; trial 66).
+LOADING_RETRY_S = 5
+
+
+def model_loading() -> APIError:
+    """503 ``model_loading`` with a ``Retry-After``."""
+    return APIError(503, "the model is still loading", "model_loading", headers={"Retry-After": str(LOADING_RETRY_S)})
+
+
 class ClientDisconnected(Exception):
     """The client went away while its answer was queued or running (the answer is cancelled)."""
 
@@ -226,7 +236,7 @@ class EngineBridge:
         if self.state == "failed":
             raise APIError(503, f"the model failed to load: {self.message}", "model_load_failed")
         if self.state != "ready" or self.service.info is None:
-            raise APIError(503, "the model is still loading", "model_loading")
+            raise model_loading()
 
     def admit(self) -> Answer:
         """A place in the queue, or APIError 429 when ``max_queue`` answers are waiting or running, 503

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.api import GenerationParams
+from server.bridge import model_loading
 from server.conversation import to_turns
 from server.errors import APIError, engine_result
 from server.json_body import JSONBodyRoute
@@ -49,7 +50,7 @@ def _tokenizer(request: Request, model: str | None) -> tuple[Any, Any]:
     state.bridge.require_ready()
     tokenizer = state.bridge.service.tokenizer()
     if tokenizer is None:  # (a service whose model is being replaced)
-        raise APIError(503, "the model is still loading", "model_loading")
+        raise model_loading()
     return state, tokenizer
 
 
