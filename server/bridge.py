@@ -270,6 +270,9 @@ class EngineBridge:
         def read(session: Any) -> dict[str, int]:
             cache = session.cache
             stats = {"capacity": int(cache.capacity), "tokens": int(cache.seq_len)}
+            model = getattr(session, "model", None)  # (a test's scripted session has none)
+            if model is not None:  # the model's own context: --context-size sets the cache's
+                stats["trained"] = int(model.capabilities().max_context or 0)
             allocator = getattr(cache, "allocator", None)
             if allocator is not None:
                 stats.update(blocks_total=allocator.num_blocks, blocks_free=allocator.num_free,

@@ -36,7 +36,8 @@ def _model_entry(state) -> dict:
         "id": state.model_id, "object": "model", "created": state.created, "owned_by": "smolchat",
         "context_length": context, "max_model_len": context,
         "architecture": {"input_modalities": _modalities(caps), "output_modalities": ["text"]},
-        "meta": {"n_ctx": context, "n_ctx_train": caps.max_context, "capabilities": caps.to_dict(),
+        "meta": {"n_ctx": context, "n_ctx_train": state.bridge.kv.get("trained") or caps.max_context,
+                 "capabilities": caps.to_dict(),
                  "status": state.bridge.state, **_engine(state)},
     }
 

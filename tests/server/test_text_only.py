@@ -76,3 +76,17 @@ def test_an_embeddings_request_whose_client_left_stops_between_inputs(llama_url,
     assert r.status_code == 200
     r = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": ["a", "b"]}, timeout=30)
     assert r.status_code == 200 and len(r.json()["data"]) == 2
+
+
+def test_a_smaller_context_size_leaves_the_training_context_as_it_is(llama_url, llama_tiny_checkpoint):  # noqa: F811
+    """Trial 66 F6: --context-size 256 made /v1/models say n_ctx_train 256 too."""
+    own = httpx.get(f"{llama_url}/v1/models").json()["data"][0]["meta"]
+    srv = ThreadServer(create_app(ServerConfig(model=str(llama_tiny_checkpoint), model_id="smollm2",
+                                               load_options={"device": "cpu", "context_size": 64})))
+    try:
+        wait_ready(srv.url, timeout=60)
+        [entry] = httpx.get(f"{srv.url}/v1/models").json()["data"]
+    finally:
+        srv.stop()
+    assert own["n_ctx"] == own["n_ctx_train"] > 64
+    assert (entry["context_length"], entry["meta"]["n_ctx"], entry["meta"]["n_ctx_train"]) == (64, 64, own["n_ctx_train"])
