@@ -124,9 +124,9 @@ class SamplingFields(_Body):
     min_p: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     stop: StopString | Annotated[list[StopString], Field(max_length=4)] | None = None
-    # OpenAI's seed is any 64-bit signed integer; the engine's is unsigned: a negative one is taken
-    # modulo 2**64 (two's complement: -1 is 2**64 - 1), distinct from every non-negative seed.
-    seed: Annotated[StrictInt, Field(ge=-2**63, lt=2**63), AfterValidator(lambda seed: seed % 2**64)] | None = None
+    # OpenAI's seed is a 64-bit signed integer, the engine's (and vLLM's, llama.cpp's) unsigned: either
+    # is taken, a negative one modulo 2**64 (two's complement: -1 is 2**64 - 1, as the same bits).
+    seed: Annotated[StrictInt, Field(ge=-2**63, lt=2**64), AfterValidator(lambda seed: seed % 2**64)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)] | None = None
     # Below 0.01 the penalized logits overflow float32 (found by tests/server/test_schema_fuzz.py).

@@ -307,7 +307,8 @@ def test_null_is_the_default_for_the_fields_openai_marks_nullable(url, path, nul
 
 def test_a_negative_seed_is_the_same_seed_modulo_2_64(url):
     """OpenAI takes any 64-bit signed integer as seed (-1 is common: "random" in other tools'
-    settings); the engine's seeds are unsigned, so a negative one is taken modulo 2**64."""
+    settings); the engine's seeds are unsigned, so a negative one is taken modulo 2**64, and the
+    unsigned ones above 2**63 are taken too (trial 66: refused, while -1, the same bits, was not)."""
     from pydantic import ValidationError
 
     from server.schemas import CompletionRequest
@@ -316,12 +317,16 @@ def test_a_negative_seed_is_the_same_seed_modulo_2_64(url):
         return CompletionRequest.model_validate({"model": MODEL, "prompt": "x", "seed": value}).seed
 
     assert (seed(-1), seed(-2**63), seed(0), seed(2**63 - 1)) == (2**64 - 1, 2**63, 0, 2**63 - 1)
-    with pytest.raises(ValidationError):
-        seed(2**63)
+    assert (seed(2**63), seed(2**64 - 1)) == (2**63, 2**64 - 1)
+    for outside in (2**64, -2**63 - 1):
+        with pytest.raises(ValidationError):
+            seed(outside)
     body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.5, "seed": -1}
     first, again = (httpx.post(f"{url}/v1/completions", json=body, timeout=60) for _ in range(2))
-    assert first.status_code == 200, first.text
-    assert first.json()["choices"][0]["text"] == again.json()["choices"][0]["text"]
+    unsigned = httpx.post(f"{url}/v1/completions", json={**body, "seed": 2**64 - 1}, timeout=60)
+    assert first.status_code == 200 and unsigned.status_code == 200, first.text + unsigned.text
+    assert first.json()["choices"][0]["text"] == again.json()["choices"][0]["text"] == \
+        unsigned.json()["choices"][0]["text"]
 
 
 @pytest.mark.parametrize("path,prompt,param", [("chat/completions", {"messages": [user({"type": "text", "text": "x " * 9000})]}, "messages"),
