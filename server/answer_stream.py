@@ -8,6 +8,7 @@ client never receives any part of a stop string; when one is found the answer is
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -106,12 +107,27 @@ def stops_of(stop: str | list[str] | None) -> list[str]:
 async def pieces(answer: Answer, first: TokenEvent | DoneEvent | PromptLogprobsEvent | None, stops: list[str],
                  outcome: Outcome, is_disconnected: Callable[[], Any] | None = None
                  ) -> AsyncIterator[tuple[str, TokenEvent | PromptLogprobsEvent | None]]:
-    """Yield ``(text, token event)`` pairs from ``first`` (``None``: the answer's next event) on (text
-    may be "" for a token that completed no character yet); then ``outcome`` tells the end. Engine
-    errors land in ``outcome.error``. A prompt's tokens (``echo`` with ``logprobs``: scored; the
-    ``echo`` of token ids: their text) come as ``("", PromptLogprobsEvent)`` before the first
-    token: they are no part of the answer's text."""
+    """Yield ``(text, token event)`` pairs from ``first`` (``None``: the answer's next event) on; then
+    ``outcome`` tells the end. Engine errors land in ``outcome.error``. A prompt's tokens (``echo``
+    with ``logprobs``: scored; the ``echo`` of token ids: their text) come as ``("",
+    PromptLogprobsEvent)`` before the first token: they are no part of the answer's text.
+
+    A token event comes once all of its text has been given (its logprobs describe text the client
+    has), with ``event`` None for text given alone and ``text`` "" for a further event of the same
+    text. Text held back as the possible start of a stop string holds its tokens back with it: the
+    tokens of a stop string that matched are not given (as the text is not; trial 66: a logprob
+    for " 8" after text that ends before it), and one that began before it is."""
     matcher = StopMatcher(stops)
+    held: deque[tuple[int, int, TokenEvent]] = deque()  # (start, end) of each one's text in the answer
+    made = given = 0  # characters of the answer's text generated, and given out
+
+    def ready(stopped: bool) -> list[TokenEvent]:
+        """The held tokens whose text is given: whole, or (``stopped``) begun before the cut."""
+        out = []
+        while held and (held[0][0] < given if stopped else held[0][1] <= given):
+            out.append(held.popleft()[2])
+        return out
+
     event = first if first is not None else await answer.next(is_disconnected)
     while not isinstance(event, DoneEvent):
         if isinstance(event, PromptLogprobsEvent):
@@ -122,7 +138,10 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent | PromptLogprobsE
             outcome.completion_tokens += 1
             outcome.token_ids.append(event.token_id)
         text, stopped = matcher.feed(event.text)
-        yield text, event
+        held.append((made, made + len(event.text), event))
+        made, given = made + len(event.text), given + len(text)
+        for n, token in enumerate(ready(stopped) or [None]):
+            yield (text if n == 0 else ""), token
         if stopped:
             outcome.cut_at_stop = True
             answer.cancel()
@@ -132,8 +151,8 @@ async def pieces(answer: Answer, first: TokenEvent | DoneEvent | PromptLogprobsE
             return
         event = await answer.next(is_disconnected)
     tail = matcher.flush()
-    if tail:
-        yield tail, None
+    for n, token in enumerate([e for _, _, e in held] or ([None] if tail else [])):
+        yield (tail if n == 0 else ""), token
     outcome.stats = event.stats
     if event.finish_reason == "error":
         outcome.error = from_engine(event.error_type, event.error)

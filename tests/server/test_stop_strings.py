@@ -107,3 +107,64 @@ def test_a_stop_string_longer_than_the_limit_is_refused(fake_url, stop, param):
         "message": f"{param}: String should have at most {MAX_STOP_CHARS} characters",
         "type": "invalid_request_error", "param": param, "code": "invalid_value"}
     assert httpx.get(f"{fake_url}/health", timeout=5).status_code == 200
+
+
+class _Scripted:
+    """An admitted answer's shape for server.answer_stream.pieces: these tokens, then the end."""
+
+    shut_down = False
+
+    def __init__(self, tokens: list[str]):
+        from engine.api import DoneEvent, GenerationStats, TokenEvent
+
+        self.events = [TokenEvent(t, i, logprob=-0.5) for i, t in enumerate(tokens)] + [
+            DoneEvent("stop", GenerationStats(generated_tokens=len(tokens)))]
+
+    async def next(self, is_disconnected=None):
+        return self.events.pop(0)
+
+    def cancel(self) -> None:
+        pass
+
+
+def given(stops: list[str], tokens: list[str]) -> tuple[str, list[str]]:
+    """The text :func:`pieces` gives, and the tokens it gives events for (their logprobs), in order."""
+    import asyncio
+
+    from server.answer_stream import Outcome, pieces
+
+    async def collect():
+        return [pair async for pair in pieces(_Scripted(tokens), None, stops, Outcome())]
+    pairs = asyncio.run(collect())
+    return "".join(text for text, _ in pairs), [event.text for _, event in pairs if event is not None]
+
+
+def test_tokens_come_with_their_text_and_a_stop_strings_tokens_do_not():
+    """Trial 66 F4: logprobs listed " " and "8" of the stop string " 8", whose text was not sent, and
+    their text_offset pointed past the text's end."""
+    tokens = [" 5", ",", " 6", ",", " 7", ",", " ", "8", ",", " 9"]
+    assert given([" 8"], tokens) == (" 5, 6, 7,", tokens[:6])
+    assert given([], tokens) == ("".join(tokens), tokens)
+    assert given(["XY"], ["ab", "cX", "Yd", "e"]) == ("abc", ["ab", "cX"])  # "cX" began in the text
+    assert given(["zz"], ["a", "z"]) == ("az", ["a", "z"])  # held back, then given at the end
+    assert given(["b"], ["", "a", "b"]) == ("a", ["", "a"])  # (a token of no whole character yet)
+
+
+def test_logprobs_cover_the_text_a_stop_string_ends(url):
+    """The real engine: the logprob tokens joined are the text returned, streamed or not."""
+    body = {"model": "tiny-f32", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0,
+            "ignore_eos": True, "logprobs": 1}
+    whole = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert len(whole["logprobs"]["tokens"]) == 24
+    # A stop string beginning at a token from the 9th on, found nowhere before it in the text.
+    cut, stop = next((cut, whole["text"][cut:cut + 3]) for cut in whole["logprobs"]["text_offset"][8:]
+                     if whole["text"].find(whole["text"][cut:cut + 3]) == cut)
+    answer = httpx.post(f"{url}/v1/completions", json={**body, "stop": stop}, timeout=60).json()["choices"][0]
+    text = whole["text"][:cut]
+    assert answer["text"] == text and answer["finish_reason"] == "stop"
+    assert "".join(answer["logprobs"]["tokens"]) == text
+    assert all(offset < len(text) for offset in answer["logprobs"]["text_offset"])
+    lines = httpx.post(f"{url}/v1/completions", json={**body, "stop": stop, "stream": True}, timeout=60).text
+    chunks = [json.loads(line[6:]) for line in lines.split("\n\n") if line.startswith("data: {")]
+    streamed = [t for c in chunks for t in ((c["choices"][0]["logprobs"] or {}).get("tokens") or [])]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == text and "".join(streamed) == text
