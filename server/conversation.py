@@ -128,6 +128,11 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
             raise APIError(400, f"a '{message.role}' message (a tool's result): this server runs no tools, so a "
                            "conversation that used them cannot be continued here", "unsupported_parameter",
                            f"messages[{i}].role")
+        if message.role == "assistant" and (message.tool_calls or message.function_call):
+            field = "tool_calls" if message.tool_calls else "function_call"
+            raise APIError(400, f"an assistant message with {field} (a tool call): this server runs no tools, so a "
+                           "conversation that used them cannot be continued here", "unsupported_parameter",
+                           f"messages[{i}].{field}")
         role = "system" if message.role == "developer" else message.role
         texts, attachments, pieces = [], [], [[]]  # pieces: the texts before each medium, and after the last
         parts = [TextPart(type="text", text=message.content)] if isinstance(message.content, str) else \

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from engine.api.events import MAX_TOP_LOGPROBS
 
@@ -84,11 +84,32 @@ class SystemMessage(_MessageFields):
     content: str | Parts
 
 
+class RefusalPart(_Body):
+    """OpenAI's refusal in an earlier answer (a model declining): read as that answer's text."""
+
+    type: Literal["refusal"]
+    refusal: str
+
+
+AnswerPart = Annotated[TextPart | ImagePart | VideoPart | RefusalPart, Field(discriminator="type")]
+
+
 class AssistantMessage(_MessageFields):
-    """An earlier answer; its content may be null (a tool call's turn in another server's history)."""
+    """An earlier answer; its content may be null (a tool call's turn in another server's history).
+    ``tool_calls`` / ``function_call`` are parsed so that they are refused with their reason
+    (:func:`server.conversation._to_turns`), not dropped: the turn would read as an empty answer."""
 
     role: Literal["assistant"]
-    content: str | list[Part] | None = None
+    content: str | list[AnswerPart] | None = None
+    tool_calls: list[Any] | None = None
+    function_call: Any = None
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _refusals_as_text(cls, content):
+        if not isinstance(content, list):
+            return content
+        return [TextPart(type="text", text=p.refusal) if isinstance(p, RefusalPart) else p for p in content]
 
 
 class ToolMessage(_MessageFields):

@@ -39,9 +39,11 @@ CASES = {
     "empty messages": ({"model": MODEL, "messages": []}, 400, "invalid_value"),
     # A tool's result, from a history that used tools elsewhere: refused for that reason, not as a bad role.
     "tool result": ({"model": MODEL, "tool_choice": "none", "messages": [
-        user(TEXT), {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
-                                                                           "function": {"name": "w", "arguments": "{}"}}]},
+        user(TEXT), {"role": "assistant", "content": "Checking."},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, user(TEXT)]}, 400, "unsupported_parameter"),
+    "a tool call": ({"model": MODEL, "messages": [user(TEXT), {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{}"}}]}, user(TEXT)]}, 400,
+        "unsupported_parameter"),
     # (A last assistant message is continued: test_continue_final_message.py.)
     "only a system message": ({"model": MODEL, "messages": [{"role": "system", "content": "Hi"}]}, 400,
                               "invalid_messages"),
@@ -119,6 +121,9 @@ def test_bad_requests_get_the_documented_error(url, name):
     if name == "tool result":
         assert error["param"] == "messages[2].role" and error["message"].startswith(
             "a 'tool' message (a tool's result): this server runs no tools")
+    if name == "a tool call":  # (trial 66: read as an empty answer)
+        assert error["param"] == "messages[1].tool_calls" and error["message"].startswith(
+            "an assistant message with tool_calls (a tool call): this server runs no tools")
 
 
 CONSTRAINED = "is not supported: this server does not constrain its output (ask for the format in the prompt instead)"
@@ -605,3 +610,13 @@ def test_a_history_longer_than_the_context_is_refused_not_cut(url):
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
     assert re.match(rf"the prompt has (\d+) tokens but the context holds {context}: shorten the prompt",
                     r.json()["error"]["message"]), r.text
+
+
+def test_a_refusal_in_an_earlier_answer_is_read_as_its_text(url):
+    """OpenAI's assistant content part {"type": "refusal"} (trial 66: a 400 "Input tag 'refusal'")."""
+    def tokens(answer) -> list[int]:
+        r = httpx.post(f"{url}/tokenize", timeout=30, json={"model": MODEL, "messages": [
+            user(TEXT), {"role": "assistant", "content": answer}, user(TEXT)]})
+        assert r.status_code == 200, r.text
+        return r.json()["tokens"]
+    assert tokens([{"type": "refusal", "refusal": "I cannot say."}]) == tokens("I cannot say.")
