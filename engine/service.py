@@ -87,9 +87,21 @@ def _split(attachments: Sequence[Attachment]) -> tuple[list[str], list[str]]:
 
 
 def _key(message: HistoryMessage) -> tuple:
-    """What identifies a message for reuse: answers compare by stripped text, as the app stores them."""
-    text = message.text.strip() if message.role == "assistant" else message.text
-    return message.role, text, tuple((a.path, a.kind, a.detail) for a in message.attachments), message.text_parts
+    """What identifies a message for reuse (:func:`_same`)."""
+    key = (message.role, message.text.strip() if message.role == "assistant" else message.text,
+           tuple((a.path, a.kind, a.detail) for a in message.attachments), message.text_parts)
+    return key + (message.token_ids is not None, message.text) if message.role == "assistant" else key
+
+
+def _same(wanted: tuple, synced: tuple) -> bool:
+    """Whether a session turn (``synced``, its :func:`_key`) is the message ``wanted`` asks for.
+    Answers compare by stripped text, as the app stores them, when they come with the token ids they
+    were generated as; one without them is the turn only with the very same text: else it is read
+    as its text (trial 66: a server's client that sent an earlier answer back with a space added was
+    answered from the cached turn, as if unchanged, while /tokenize counted the text it sent)."""
+    if wanted[0] != "assistant" or synced[0] != "assistant":
+        return wanted == synced
+    return wanted[:4] == synced[:4] and (wanted[4] or wanted[5] == synced[5])
 
 
 def _sent_key(text: str, attachments: Sequence[Attachment], detail: str,
@@ -488,7 +500,7 @@ class EngineService:
         if len(session.turns) != len(self._synced):
             self._synced = []  # the session dropped old turns to fit the context: rebuild
         keep = 0
-        while keep < min(len(wanted), len(self._synced)) and wanted[keep] == self._synced[keep]:
+        while keep < min(len(wanted), len(self._synced)) and _same(wanted[keep], self._synced[keep]):
             keep += 1
         if forget:
             session.reset()
@@ -500,7 +512,7 @@ class EngineService:
         del session.turns[keep:]
         for message in messages[keep:]:
             session.turns.append(self._turn(session, message))
-        self._synced = wanted
+        self._synced = self._synced[:keep] + wanted[keep:]  # (a kept turn is as it was: its own text, ids)
         if self._left_out:  # one line, not one per file (an image chat reopened on a text model)
             log.warning("%s", self._describe_left_out())
 
@@ -634,7 +646,7 @@ class EngineService:
                 synced.pop()
         if edit_at is not None:
             del synced[edit_at:]
-        synced += (after() if after else []) + [_key(HistoryMessage("assistant", answer))]
+        synced += (after() if after else []) + [_key(HistoryMessage("assistant", answer, token_ids=()))]
         self._synced = synced if len(synced) == len(session.turns) else []
 
 

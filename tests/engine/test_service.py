@@ -235,8 +235,9 @@ def test_set_history_keeps_the_common_prefix_and_follows_answers():
                                                          ("assistant", "q2 ")]
     kept = list(session.turns)
 
-    # Continuing the same conversation keeps every turn object (no image is preprocessed again).
-    service.set_history([q1, a1, HistoryMessage("user", "q2"), HistoryMessage("assistant", "q2")])
+    # Continuing the same conversation keeps every turn object (no image is preprocessed again): the
+    # answer stored stripped, with the ids it was generated as (as the app keeps it).
+    service.set_history([q1, a1, HistoryMessage("user", "q2"), HistoryMessage("assistant", "q2", token_ids=(0,))])
     second = Recorder()
     service.send("q3", [], GenerationParams(), second)
     assert second.final.finish_reason == "stop"
@@ -252,6 +253,23 @@ def test_set_history_keeps_the_common_prefix_and_follows_answers():
     service.reset()
     service.send("fresh", [], GenerationParams(), last := Recorder())
     assert last.final.finish_reason == "stop" and [t.text for t in session.turns] == ["fresh", "fresh "]
+    assert service.shutdown()
+
+
+def test_an_answer_sent_back_changed_without_its_ids_is_read_as_its_text():
+    """Trial 66 F3: a server's client sent an earlier answer back with a space added (its ids not
+    found for that text); the cached turn, with the ids as generated, answered in its place."""
+    session = ScriptedSession()
+    service = scripted(session)
+    service.send("q1", [], GenerationParams(), first := Recorder())
+    assert first.final.finish_reason == "stop"
+    generated = session.turns[1]  # "q1 ", as generated (the ids it was generated as)
+    for answer, kept in (("q1 ", True), ("q1", False), ("q1  ", False)):
+        service.set_history([HistoryMessage("user", "q1"), HistoryMessage("assistant", answer)])
+        service.send("q2", [], GenerationParams(), done := Recorder())
+        assert done.final.finish_reason == "stop"
+        assert (session.turns[1] is generated) == kept and session.turns[1].text == ("q1 " if kept else answer)
+        generated = session.turns[1]  # (the rebuilt turn is the text sent, next time as well)
     assert service.shutdown()
 
 

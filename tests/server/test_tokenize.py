@@ -134,6 +134,11 @@ def test_an_answer_this_server_generated_counts_as_its_generated_ids(tiny):
     follow_up = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "More."}]
     assert post(url, "/tokenize", model=model, messages=follow_up)["count"] == \
         chat_prompt_tokens(url, model, follow_up)
+    # Sent back changed, it is its text for both (trial 66: the chat still read the cached answer).
+    for changed in (answer + " ", answer + "\n", " " + answer):
+        edited = [*first, {"role": "assistant", "content": changed}, {"role": "user", "content": "More."}]
+        post(url, "/v1/chat/completions", model=model, messages=follow_up, max_tokens=1)  # the answer cached again
+        assert post(url, "/tokenize", model=model, messages=edited)["count"] == chat_prompt_tokens(url, model, edited)
 
 
 def test_an_image_counts_as_the_chat_reads_it(tiny):
