@@ -342,20 +342,39 @@ def _serve_docs(app: FastAPI) -> None:
         return Response(resources.files(swagger_files).joinpath(name).read_bytes(), media_type=kind)
 
 
-def _declare_key(app: FastAPI) -> None:
-    """Name the bearer key in the OpenAPI schema, so /docs offers "Authorize" and its "Try it out"
-    calls carry the key (the guard checks it; FastAPI's routes do not declare it themselves)."""
+#: OpenAI's error object (server.errors.error_body), as every error status answers it.
+ERROR_SCHEMA = {"type": "object", "title": "Error", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type", "param", "code"], "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"},
+        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+
+
+def _shape_schema(app: FastAPI, keyed: bool) -> None:
+    """The OpenAPI schema as this server answers: the 400 with OpenAI's error object where FastAPI
+    would declare its 422, which this server never sends (trial 66: a client generated from the
+    schema would expect the wrong status and shape); with ``keyed``, the bearer key named, so /docs
+    offers "Authorize" and its "Try it out" calls carry the key (the guard checks it; FastAPI's
+    routes do not declare it themselves)."""
     build = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = build()
-            schema.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
-                "type": "http", "scheme": "bearer", "description": "the server's --api-key"}
+            if keyed:
+                schema.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
+                    "type": "http", "scheme": "bearer", "description": "the server's --api-key"}
+            schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+            schemas = schema["components"]["schemas"]
+            for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's own 422, never sent
+                schemas.pop(name, None)
             for path, operations in schema.get("paths", {}).items():
-                if not path.startswith(OPEN_PATHS):  # /health answers without the key
-                    for operation in operations.values():
+                for operation in operations.values():
+                    if keyed and not path.startswith(OPEN_PATHS):  # /health answers without the key
                         operation["security"] = [{"apiKey": []}]
+                    responses = operation.setdefault("responses", {})
+                    if responses.pop("422", None) is not None:  # a request that does not validate: a 400
+                        responses["400"] = {"description": "Bad request: OpenAI's error object", "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
         return app.openapi_schema
     app.openapi = openapi
 
@@ -391,8 +410,7 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
                               "embeddings, model info, health and Prometheus metrics.",
                   docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
     _serve_docs(app)
-    if config.api_key:
-        _declare_key(app)
+    _shape_schema(app, keyed=bool(config.api_key))
     app.state.smolchat = state
     _install_errors(app)
     app.include_router(generate_router)

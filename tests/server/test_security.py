@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -718,6 +719,14 @@ def test_docs_load_without_internet_and_without_the_key():
         assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
         assert schema["paths"]["/v1/chat/completions"]["post"]["security"] == [{"apiKey": []}]
         assert "security" not in schema["paths"]["/health"]["get"]  # it answers without the key
+        # A request that does not validate is a 400 with OpenAI's error object, as the schema says
+        # (trial 66: it declared FastAPI's 422, never sent).
+        declared = schema["paths"]["/v1/chat/completions"]["post"]["responses"]
+        assert set(declared) == {"200", "400"} and "422" not in json.dumps(schema)
+        error = schema["components"]["schemas"]["Error"]["properties"]["error"]
+        sent = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": 1}, timeout=30,
+                          headers={"Authorization": "Bearer s3cret"})
+        assert sent.status_code == 400 and set(sent.json()["error"]) == set(error["required"])
         assert httpx.get(f"{srv.url}/docs/nothing.js", timeout=30).status_code == 404
     finally:
         srv.stop()
