@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -169,6 +170,9 @@ class GuardMiddleware:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        meant = _meant_path(scope)
+        if meant is not None:
+            scope = {**scope, "path": meant, "raw_path": meant.encode()}
         headers = dict(scope["headers"])
         if self.check_host and not _loopback_host(headers.get(b"host", b"")):
             _count_scope(scope, 403)
@@ -247,6 +251,43 @@ def _endpoint(scope: dict) -> str:
         known = app.state.route_paths = frozenset(app.openapi()["paths"]) | {
             p for p in (getattr(r, "path", None) for r in app.routes) if p}
     return path if path in known else "other"
+
+
+def _meant_path(scope: dict) -> str | None:
+    """The route a request for a path no route has meant, as llama-server reads it: the path without
+    a trailing slash (FastAPI's answer was a 307 with an empty body), or under ``/v1`` (a base URL
+    given without it: "Not Found" said nothing of it; trial 66). None when the path is a route's,
+    or near none."""
+    from starlette.routing import Match
+
+    path, app = scope["path"], scope.get("app")
+    if app is None:
+        return None
+    exact = getattr(app.state, "exact_paths", None)
+    if exact is None:  # the routes without parameters: the usual request passes at one lookup
+        exact = app.state.exact_paths = frozenset(p for p in _route_paths(app.router.routes) if "{" not in p)
+    if path in exact:
+        return None
+
+    def routed(candidate: str) -> bool:
+        probe = {**scope, "path": candidate}
+        return any(route.matches(probe)[0] != Match.NONE for route in app.router.routes)
+    if routed(path):
+        return None
+    bare = path.rstrip("/") or "/"
+    return next((c for c in (bare, "/v1" + bare) if c != path and routed(c)), None)
+
+
+def _route_paths(routes) -> Iterator[str]:
+    """The path templates of ``routes``, those of included routers too (FastAPI's ``_IncludedRouter``
+    holds its router's; this app includes them without a prefix). Not ``app.openapi()``: building the
+    schema took 106 ms, on a first request."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _route_paths(inner.routes)
+        elif getattr(route, "path", None):
+            yield route.path
 
 
 def _count_scope(scope: dict, status: int) -> None:

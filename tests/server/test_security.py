@@ -805,3 +805,28 @@ def test_https_media_is_fetched_from_the_checked_address_with_the_names_certific
         assert "IP address mismatch" in wrong_name.json()["error"]["message"], wrong_name.json()
     finally:
         srv.stop()
+
+
+def test_a_base_url_without_v1_or_a_trailing_slash_reaches_its_route():
+    """Trial 66 F10: /chat/completions was a bare "Not Found" and /v1/chat/completions/ a 307 with an
+    empty body; llama-server answers both. The key is still asked for, and unknown paths stay 404."""
+    srv, _ = serve(api_key="s3cret")
+    key = {"Authorization": "Bearer s3cret"}
+    body = {"model": "fake", "max_tokens": 3, "messages": [{"role": "user", "content": "one two three"}]}
+    try:
+        want = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=key, timeout=30).json()
+        for path in ("/chat/completions", "/v1/chat/completions/", "/chat/completions/"):
+            assert httpx.post(f"{srv.url}{path}", json=body, timeout=30).status_code == 401
+            got = httpx.post(f"{srv.url}{path}", json=body, headers=key, timeout=30)
+            assert got.status_code == 200, (path, got.text)
+            assert got.json()["choices"] == want["choices"]
+        assert [m["id"] for m in httpx.get(f"{srv.url}/models", headers=key, timeout=30).json()["data"]] == ["fake"]
+        assert httpx.get(f"{srv.url}/models/fake", headers=key, timeout=30).json()["id"] == "fake"
+        assert httpx.get(f"{srv.url}/health/", timeout=30).json() == {"status": "ok"}  # open, as /health
+        for path in ("/nothing", "/v1/nothing/", "/v1/v1/models"):
+            missing = httpx.get(f"{srv.url}{path}", headers=key, timeout=30)
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+        metrics = httpx.get(f"{srv.url}/metrics", headers=key, timeout=30).text
+        assert 'smolchat_requests_total{endpoint="/v1/chat/completions",status="200"} 4.0' in metrics
+    finally:
+        srv.stop()
