@@ -12,7 +12,6 @@ import hmac
 import logging
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
@@ -30,7 +29,7 @@ from server.bridge import ClientDisconnected, EngineBridge
 from server.config import ServerConfig, is_loopback
 from server.conversation import AnswerIds
 from server.errors import APIError, error_body
-from server.media import MediaStore
+from server.media import MediaStore, media_folder
 from server.metrics import STATUS_KEY, Metrics
 from server.routes_generate import router as generate_router
 from server.routes_info import router as info_router
@@ -428,7 +427,7 @@ def create_app(config: ServerConfig, service: EngineService | None = None,
     owned = service is None
     service = service or EngineService(loader, name="smolchat-server")
     bridge = EngineBridge(service, config.max_queue)
-    media_dir = Path(tempfile.mkdtemp(prefix="smolchat-media-"))
+    media_dir = media_folder()
     state = ServerState(config, bridge, media_dir, shared=not owned)
 
     @asynccontextmanager

@@ -17,10 +17,15 @@ import hashlib
 import io
 import ipaddress
 import itertools
+import logging
 import os
 import re
+import shutil
 import socket
+import sys
+import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +40,66 @@ from engine.api.errors import ImageError
 from engine.api.images import bytes_digest, hand_over, load_image, note_digest, withdraw
 from server.config import ServerConfig
 from server.errors import APIError
+
+log = logging.getLogger(__name__)
+
+#: Media folders are ``smolchat-media-PID-XXXXXXXX`` in the system's temporary folder: the server's
+#: process id in the name tells a folder whose server ended without removing it (killed) from one in use.
+MEDIA_PREFIX = "smolchat-media-"
+_OWNED = re.compile(rf"{MEDIA_PREFIX}(\d+)-")
+#: A folder of an earlier naming (no process id) is left over once this old.
+UNNAMED_STALE_S = 24 * 3600
+
+
+def media_folder() -> Path:
+    """A new media folder for this process, after removing those that servers which are gone left
+    behind (:func:`sweep_media_folders`): a server killed (``kill -9``, a crash, the power) could not
+    remove its folder, and the photos in it stayed (trial 66)."""
+    sweep_media_folders(Path(tempfile.gettempdir()))
+    return Path(tempfile.mkdtemp(prefix=f"{MEDIA_PREFIX}{os.getpid()}-"))
+
+
+def sweep_media_folders(parent: Path) -> int:
+    """Remove the media folders in ``parent`` whose server process has ended (or, named without a
+    process id, untouched for :data:`UNNAMED_STALE_S`); only this user's own folders, never through a
+    link. Returns how many were removed. On Windows only the old-named ones (each user has a temporary
+    folder of their own there, and a process is not asked after without a handle to it)."""
+    removed = 0
+    try:
+        entries = list(parent.glob(MEDIA_PREFIX + "*"))
+    except OSError:
+        return 0
+    for folder in entries:
+        try:
+            info = folder.lstat()
+            if not folder.is_dir() or folder.is_symlink() or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+                continue
+            owner = _OWNED.match(folder.name)
+            if owner is None:
+                stale = time.time() - info.st_mtime > UNNAMED_STALE_S
+            else:
+                stale = sys.platform != "win32" and int(owner.group(1)) != os.getpid() and \
+                    not _running(int(owner.group(1)))
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += not folder.exists()
+    if removed:
+        log.info("removed %d media folder(s) left by servers that did not stop", removed)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (POSIX: signal 0 asks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's, or not to be asked: kept
+    return True
+
 
 IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP",
                "image/gif": "GIF", "image/bmp": "BMP", "image/x-ms-bmp": "BMP", "image/tiff": "TIFF"}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import errno
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -356,3 +358,33 @@ def test_the_same_new_broken_photo_sent_twice_at_once_is_refused_plainly_for_bot
     finally:
         release.set()
         srv.stop()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process ids are asked after (see sweep_media_folders)")
+def test_media_folders_of_servers_that_are_gone_are_removed(tmp_path):
+    """Trial 66 F11: a server killed with kill -9 left its folder of photos in the temporary folder,
+    and later starts never removed it."""
+    import subprocess
+
+    from server.media import MEDIA_PREFIX, UNNAMED_STALE_S, sweep_media_folders
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)  # (a process that has ended: its id is free)
+    folders = {name: tmp_path / f"{MEDIA_PREFIX}{name}" for name in (
+        f"{dead}-abcd1234", f"{os.getpid()}-abcd1234", f"{os.getppid()}-abcd1234", "oldname1", "newname1")}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "photo.png").write_bytes(b"x")
+    long_ago = time.time() - UNNAMED_STALE_S - 60
+    os.utime(folders["oldname1"], (long_ago, long_ago))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    (tmp_path / f"{MEDIA_PREFIX}{dead}-link0000").symlink_to(elsewhere)
+    (tmp_path / f"{MEDIA_PREFIX}{dead}-file0000").write_text("not a folder")
+
+    assert sweep_media_folders(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"{MEDIA_PREFIX}{n}" for n in (f"{os.getpid()}-abcd1234", f"{os.getppid()}-abcd1234", "newname1")]
+        + ["elsewhere", f"{MEDIA_PREFIX}{dead}-link0000", f"{MEDIA_PREFIX}{dead}-file0000"])
+    assert (elsewhere / "keep.txt").read_text() == "mine"
