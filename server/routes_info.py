@@ -135,6 +135,9 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     caps = state.bridge.capabilities
     if not caps.embeddings:
         raise APIError(400, "this model gives no embeddings", "embeddings_not_supported", "model")
+    if isinstance(body.input, list) and body.input and isinstance(body.input[0], (int, list)):
+        raise APIError(400, "input: token ids are not taken here; send the text (the server's chat template and "
+                       "tokenizer read it as a user message)", "unsupported_parameter", "input")
     items = [body.input] if isinstance(body.input, str) else body.input
     with_images = sum(1 for item in items if isinstance(item, EmbeddingItem) and item.image_url is not None)
     if with_images > state.config.max_images:  # each is a vision tower pass on the engine thread

@@ -223,10 +223,12 @@ class EmbeddingItem(_Body):
 
 
 class EmbeddingRequest(_Body):
-    """``POST /v1/embeddings``: a string, a list of strings, or items with images."""
+    """``POST /v1/embeddings``: a string, a list of strings, or items with images. Token ids (OpenAI
+    takes them too) are parsed so that the route refuses them in words, not with a schema error."""
 
     model: str
-    input: str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=256)]
+    input: str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=256)] | \
+        Annotated[list[StrictInt] | list[list[StrictInt]], Field(min_length=1)]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
     user: str | None = None

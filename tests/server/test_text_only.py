@@ -90,3 +90,18 @@ def test_a_smaller_context_size_leaves_the_training_context_as_it_is(llama_url, 
         srv.stop()
     assert own["n_ctx"] == own["n_ctx_train"] > 64
     assert (entry["context_length"], entry["meta"]["n_ctx"], entry["meta"]["n_ctx_train"]) == (64, 64, own["n_ctx_train"])
+
+
+def test_embeddings_count_what_the_model_reads_and_refuse_token_ids_in_words(llama_url):
+    """Trial 66 F12: usage said 28 tokens for "hello world" (the input is read as a user message of the
+    chat template: those are its tokens), and token ids got a schema error about strings."""
+    got = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": "hello world"}, timeout=30)
+    read = httpx.post(f"{llama_url}/tokenize", json={"messages": [{"role": "user", "content": "hello world"}],
+                                                     "add_generation_prompt": False}, timeout=30).json()["count"]
+    assert got.status_code == 200 and got.json()["usage"] == {"prompt_tokens": read, "total_tokens": read}
+    for ids in ([1, 2, 3], [[1, 2], [3]]):
+        refused = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": ids}, timeout=30)
+        assert refused.status_code == 400 and refused.json()["error"] == {
+            "message": "input: token ids are not taken here; send the text (the server's chat template and tokenizer "
+                       "read it as a user message)", "type": "invalid_request_error", "param": "input",
+            "code": "unsupported_parameter"}
