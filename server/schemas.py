@@ -14,7 +14,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from engine.api.events import MAX_TOP_LOGPROBS
 
@@ -124,6 +135,22 @@ class ToolMessage(_MessageFields):
 #: A chat message, told apart by ``role``: a user's or system message needs its content.
 Message = Annotated[UserMessage | SystemMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
+#: The most messages a request may hold: each takes at least 3 tokens of the chat template, so more
+#: than a 48K-token context could hold. Counted before the messages are checked: 600,000 tiny ones
+#: (20 MB) held the event loop, /health with it, ~7 s while each was validated (trial 66).
+MAX_MESSAGES = 16384
+
+
+def _few_enough(messages: Any) -> Any:
+    if isinstance(messages, list) and len(messages) > MAX_MESSAGES:
+        raise PydanticCustomError("too_long", f"{len(messages):,} messages: more than any context holds; the limit "
+                                  f"is {MAX_MESSAGES:,}")
+    return messages
+
+
+#: A conversation: 1 to MAX_MESSAGES messages.
+Messages = Annotated[list[Message], Field(min_length=1), BeforeValidator(_few_enough)]
+
 
 class StreamOptions(_Body):
     null_is_default = frozenset({"include_usage"})
@@ -175,7 +202,7 @@ class ChatRequest(SamplingFields):
 
     null_is_default = SamplingFields.null_is_default | {"logprobs"}
 
-    messages: Annotated[list[Message], Field(min_length=1)]
+    messages: Messages
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     logprobs: StrictBool = False
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
@@ -244,7 +271,7 @@ class TokenizeRequest(_Body):
     model: str | None = None
     prompt: str | None = Field(None, description="a text, tokenized as /v1/completions reads its prompt "
                                "(special-token strings are those tokens)")
-    messages: Annotated[list[Message], Field(min_length=1)] | None = Field(
+    messages: Messages | None = Field(
         None, description="instead of prompt: chat messages, tokenized exactly as /v1/chat/completions' prompt "
                           "(images and videos counted as the chat reads them)")
     add_special_tokens: StrictBool | None = Field(

@@ -41,6 +41,7 @@ CASES = {
     "tool result": ({"model": MODEL, "tool_choice": "none", "messages": [
         user(TEXT), {"role": "assistant", "content": "Checking."},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, user(TEXT)]}, 400, "unsupported_parameter"),
+    "16,385 messages": ({"model": MODEL, "messages": [user(TEXT)] * 16385}, 400, "invalid_value"),
     "a tool call": ({"model": MODEL, "messages": [user(TEXT), {"role": "assistant", "content": None, "tool_calls": [
         {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{}"}}]}, user(TEXT)]}, 400,
         "unsupported_parameter"),
@@ -121,6 +122,9 @@ def test_bad_requests_get_the_documented_error(url, name):
     if name == "tool result":
         assert error["param"] == "messages[2].role" and error["message"].startswith(
             "a 'tool' message (a tool's result): this server runs no tools")
+    if name == "16,385 messages":  # refused before each is checked (trial 66: 600,000 held the server 7 s)
+        assert (error["param"], error["message"]) == (
+            "messages", "messages: 16,385 messages: more than any context holds; the limit is 16,384")
     if name == "a tool call":  # (trial 66: read as an empty answer)
         assert error["param"] == "messages[1].tool_calls" and error["message"].startswith(
             "an assistant message with tool_calls (a tool call): this server runs no tools")
