@@ -75,10 +75,27 @@ class VideoPart(_Body):
     video_url: ImageURL | str
 
 
+def _at_most(limit: int, what: str) -> BeforeValidator:
+    """A list of more than ``limit`` items refused before any item is checked: each bad item is an
+    error of its own, and 600,000 of them took the server minutes to gather and word, the event loop
+    and /health with it (trial 67). ``what``: the items, as the message names them."""
+    def check(value: Any) -> Any:
+        if isinstance(value, list) and len(value) > limit:
+            raise PydanticCustomError("too_long", f"{len(value):,} {what}; the limit is {limit:,}")
+        return value
+    return BeforeValidator(check)
+
+
+#: The most messages a request, or content parts a message, may hold: each takes at least a token,
+#: a message 3 of the chat template, so more than a 48K-token context could hold.
+MAX_MESSAGES = MAX_PARTS = 16384
+MAX_TOOLS = 128  # (OpenAI's limit on tools; refused here anyway, the list only bounded)
+
 Part = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
+FewParts = _at_most(MAX_PARTS, "content parts: more than any context holds")
 #: A user's or system message's content list: OpenAI refuses an empty one ("expected an array with
 #: minimum length 1"); answered, it was a 512-token answer to nothing.
-Parts = Annotated[list[Part], Field(min_length=1)]
+Parts = Annotated[list[Part], Field(min_length=1), FewParts]
 
 
 class _MessageFields(_Body):
@@ -111,7 +128,7 @@ class AssistantMessage(_MessageFields):
     (:func:`server.conversation._to_turns`), not dropped: the turn would read as an empty answer."""
 
     role: Literal["assistant"]
-    content: str | list[AnswerPart] | None = None
+    content: str | Annotated[list[AnswerPart], FewParts] | None = None
     tool_calls: list[Any] | None = None
     function_call: Any = None
 
@@ -129,27 +146,15 @@ class ToolMessage(_MessageFields):
     not with a schema error about the role."""
 
     role: Literal["tool", "function"]
-    content: str | list[Part] | None = None
+    content: str | Annotated[list[Part], FewParts] | None = None
 
 
 #: A chat message, told apart by ``role``: a user's or system message needs its content.
 Message = Annotated[UserMessage | SystemMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
-#: The most messages a request may hold: each takes at least 3 tokens of the chat template, so more
-#: than a 48K-token context could hold. Counted before the messages are checked: 600,000 tiny ones
-#: (20 MB) held the event loop, /health with it, ~7 s while each was validated (trial 66).
-MAX_MESSAGES = 16384
-
-
-def _few_enough(messages: Any) -> Any:
-    if isinstance(messages, list) and len(messages) > MAX_MESSAGES:
-        raise PydanticCustomError("too_long", f"{len(messages):,} messages: more than any context holds; the limit "
-                                  f"is {MAX_MESSAGES:,}")
-    return messages
-
-
 #: A conversation: 1 to MAX_MESSAGES messages.
-Messages = Annotated[list[Message], Field(min_length=1), BeforeValidator(_few_enough)]
+Messages = Annotated[list[Message], Field(min_length=1),
+                     _at_most(MAX_MESSAGES, "messages: more than any context holds")]
 
 
 class StreamOptions(_Body):
@@ -208,12 +213,14 @@ class ChatRequest(SamplingFields):
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     # Accepted so that a client's defaults pass, refused when they ask for what this server cannot
     # do (a 400 instead of an answer that silently ignores them): see routes_generate.refuse_unsupported.
-    tools: list[dict] | None = Field(None, description="not supported: a non-empty list is a 400 unless "
-                                     "tool_choice is \"none\"")
+    tools: Annotated[list[dict], _at_most(MAX_TOOLS, "tools")] | None = Field(
+        None, description="not supported: a non-empty list is a 400 unless tool_choice is \"none\"")
     tool_choice: str | dict | None = None
-    functions: list[dict] | None = Field(None, description="the legacy form of tools: not supported either")
+    functions: Annotated[list[dict], _at_most(MAX_TOOLS, "functions")] | None = Field(
+        None, description="the legacy form of tools: not supported either")
     function_call: str | dict | None = None
-    modalities: list[str] | None = Field(None, description="only [\"text\"]: audio output is a 400")
+    modalities: Annotated[list[str], _at_most(8, "modalities")] | None = Field(
+        None, description="only [\"text\"]: audio output is a 400")
     audio: dict | None = Field(None, description="not supported (no audio output): a 400")
     prediction: Any = Field(None, description="OpenAI's Predicted Outputs: not supported (a 400 unless null, \"\" or [])")
     web_search_options: Any = Field(None, description="OpenAI's web search: not supported (a 400 unless null, \"\" or [])")
@@ -249,13 +256,18 @@ class EmbeddingItem(_Body):
     image_url: ImageURL | str | None = None
 
 
+#: The most inputs one embeddings request may hold.
+MAX_INPUTS = 256
+
+
 class EmbeddingRequest(_Body):
     """``POST /v1/embeddings``: a string, a list of strings, or items with images. Token ids (OpenAI
     takes them too) are parsed so that the route refuses them in words, not with a schema error."""
 
     model: str
-    input: str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=256)] | \
-        Annotated[list[StrictInt] | list[list[StrictInt]], Field(min_length=1)]
+    input: Annotated[str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=MAX_INPUTS)] |
+                     Annotated[list[StrictInt] | list[list[StrictInt]], Field(min_length=1)],
+                     _at_most(MAX_INPUTS, "inputs")]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
     user: str | None = None

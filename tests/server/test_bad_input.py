@@ -42,6 +42,9 @@ CASES = {
         user(TEXT), {"role": "assistant", "content": "Checking."},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, user(TEXT)]}, 400, "unsupported_parameter"),
     "16,385 messages": ({"model": MODEL, "messages": [user(TEXT)] * 16385}, 400, "invalid_value"),
+    "16,385 content parts": ({"model": MODEL, "messages": [user(*[TEXT] * 16385)]}, 400, "invalid_value"),
+    "16,384 messages of no role": ({"model": MODEL, "messages": [{"role": "x", "content": "a"}] * 16384}, 400,
+                                   "invalid_value"),
     "a tool call": ({"model": MODEL, "messages": [user(TEXT), {"role": "assistant", "content": None, "tool_calls": [
         {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{}"}}]}, user(TEXT)]}, 400,
         "unsupported_parameter"),
@@ -125,6 +128,11 @@ def test_bad_requests_get_the_documented_error(url, name):
     if name == "16,385 messages":  # refused before each is checked (trial 66: 600,000 held the server 7 s)
         assert (error["param"], error["message"]) == (
             "messages", "messages: 16,385 messages: more than any context holds; the limit is 16,384")
+    if name == "16,385 content parts":  # (trial 67: 600,000 held the server 3.8 s)
+        assert (error["param"], error["message"]) == ("messages[0].content", "messages[0].content: 16,385 content "
+                                                      "parts: more than any context holds; the limit is 16,384")
+    if name == "16,384 messages of no role":  # each an error (trial 67: worded in 40 s, the server held)
+        assert error["param"] == "messages[0]" and error["message"].startswith("messages[0]: Input tag 'x' found")
     if name == "a tool call":  # (trial 66: read as an empty answer)
         assert error["param"] == "messages[1].tool_calls" and error["message"].startswith(
             "an assistant message with tool_calls (a tool call): this server runs no tools")

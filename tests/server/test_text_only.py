@@ -99,6 +99,10 @@ def test_embeddings_count_what_the_model_reads_and_refuse_token_ids_in_words(lla
     read = httpx.post(f"{llama_url}/tokenize", json={"messages": [{"role": "user", "content": "hello world"}],
                                                      "add_generation_prompt": False}, timeout=30).json()["count"]
     assert got.status_code == 200 and got.json()["usage"] == {"prompt_tokens": read, "total_tokens": read}
+    for many in (["a"] * 600_000, [7] * 600_000):  # refused before each is checked (trial 67: minutes, Ctrl+C too)
+        refused = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": many}, timeout=30)
+        assert refused.status_code == 400 and refused.json()["error"]["message"] == \
+            "input: 600,000 inputs; the limit is 256"
     for ids in ([1, 2, 3], [[1, 2], [3]]):
         refused = httpx.post(f"{llama_url}/v1/embeddings", json={"model": "smollm2", "input": ids}, timeout=30)
         assert refused.status_code == 400 and refused.json()["error"] == {
