@@ -95,13 +95,14 @@ def _key(message: HistoryMessage) -> tuple:
 
 def _same(wanted: tuple, synced: tuple) -> bool:
     """Whether a session turn (``synced``, its :func:`_key`) is the message ``wanted`` asks for.
-    Answers compare by stripped text, as the app stores them, when they come with the token ids they
-    were generated as; one without them is the turn only with the very same text: else it is read
+    Answers compare by stripped text, as the app stores them, where both come with the token ids they
+    were generated as; otherwise only the very same text is the same answer, and the message is read
     as its text (trial 66: a server's client that sent an earlier answer back with a space added was
-    answered from the cached turn, as if unchanged, while /tokenize counted the text it sent)."""
+    answered from the cached turn, as if unchanged, while /tokenize counted the text it sent; trial 67:
+    sent back unchanged after that, it was answered from the edited one)."""
     if wanted[0] != "assistant" or synced[0] != "assistant":
         return wanted == synced
-    return wanted[:4] == synced[:4] and (wanted[4] or wanted[5] == synced[5])
+    return wanted[:4] == synced[:4] and ((wanted[4] and synced[4]) or wanted[5] == synced[5])
 
 
 def _sent_key(text: str, attachments: Sequence[Attachment], detail: str,

@@ -264,11 +264,14 @@ def test_an_answer_sent_back_changed_without_its_ids_is_read_as_its_text():
     service.send("q1", [], GenerationParams(), first := Recorder())
     assert first.final.finish_reason == "stop"
     generated = session.turns[1]  # "q1 ", as generated (the ids it was generated as)
-    for answer, kept in (("q1 ", True), ("q1", False), ("q1  ", False)):
-        service.set_history([HistoryMessage("user", "q1"), HistoryMessage("assistant", answer)])
+    for answer, ids, kept in (("q1 ", None, True), ("q1", None, False), ("q1  ", None, False),
+                              # Back with its ids (trial 67: the edited turn was kept for it).
+                              ("q1", (0,), False)):
+        service.set_history([HistoryMessage("user", "q1"), HistoryMessage("assistant", answer, token_ids=ids)])
         service.send("q2", [], GenerationParams(), done := Recorder())
         assert done.final.finish_reason == "stop"
         assert (session.turns[1] is generated) == kept and session.turns[1].text == ("q1 " if kept else answer)
+        assert session.turns[1].token_ids == (None if ids is None else list(ids))
         generated = session.turns[1]  # (the rebuilt turn is the text sent, next time as well)
     assert service.shutdown()
 

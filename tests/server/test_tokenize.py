@@ -139,6 +139,9 @@ def test_an_answer_this_server_generated_counts_as_its_generated_ids(tiny):
         edited = [*first, {"role": "assistant", "content": changed}, {"role": "user", "content": "More."}]
         post(url, "/v1/chat/completions", model=model, messages=follow_up, max_tokens=1)  # the answer cached again
         assert post(url, "/tokenize", model=model, messages=edited)["count"] == chat_prompt_tokens(url, model, edited)
+        # and back unchanged after the edit (trial 67: read as the edited text cached by the request before)
+        assert post(url, "/tokenize", model=model, messages=follow_up)["count"] == \
+            chat_prompt_tokens(url, model, follow_up)
 
 
 def test_an_image_counts_as_the_chat_reads_it(tiny):
