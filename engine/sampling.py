@@ -59,6 +59,25 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_
     return logits
 
 
+_MASK64 = 2**64 - 1
+
+
+def generator_seed(seed: int, device: torch.device | str) -> int:
+    """The seed a torch generator on ``device`` is given for ``seed`` (0 to 2**64 - 1).
+
+    The CPU's Mersenne Twister keeps only the low 32 bits of a seed (5 and 2**32 + 5 sampled the same
+    answer: trial 67); CUDA's Philox keeps all 64. Off CUDA, a seed of 2**32 or more is folded into
+    32 bits that depend on all 64 by SplitMix64's finalizer (Steele, Lea & Flood, "Fast splittable
+    pseudorandom number generators", OOPSLA 2014), so seeds that differ only in their high bits give
+    different answers; smaller seeds are used as they are (the same answers as before)."""
+    if seed < 2**32 or torch.device(device).type == "cuda":
+        return seed
+    z = seed & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & 0xFFFFFFFF
+
+
 class TokenSampler:
     """``(logits [V], history) -> token id`` for ``params``, with its own seeded generator.
 
@@ -72,7 +91,7 @@ class TokenSampler:
         if params.temperature > 0:
             self.generator = torch.Generator(device=device)
             if params.seed is not None:
-                self.generator.manual_seed(params.seed)
+                self.generator.manual_seed(generator_seed(params.seed, device))
             else:
                 self.generator.seed()
 

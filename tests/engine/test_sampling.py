@@ -86,3 +86,22 @@ def test_cpu_greedy_fast_path_picks_what_the_tensor_path_picks():
     masked = torch.full((50,), float("-inf"))
     masked[3] = 0.0
     assert sampler(masked, []) == 3  # -inf alone is a masked token, not an error
+
+
+def test_seeds_that_differ_only_above_32_bits_sample_differently_on_the_cpu():
+    """Trial 67: the CPU generator keeps a seed's low 32 bits, so 5, 2**32 + 5 and 2**63 + 5 gave one
+    answer. A small seed keeps the stream it had (torch's own for that seed)."""
+    from engine.sampling import generator_seed
+
+    logits = torch.zeros(1000)
+
+    def draws(seed: int) -> list[int]:
+        sampler = make_sampler(GenerationParams(temperature=1.0, seed=seed))
+        return [sampler(logits, []) for _ in range(20)]
+    plain = torch.Generator().manual_seed(5)
+    assert draws(5) == [int(torch.multinomial(logits.softmax(-1), 1, generator=plain)) for _ in range(20)]
+    streams = {seed: tuple(draws(seed)) for seed in (5, 2**32 + 5, 2**40 + 5, 2**63 + 5, 2**64 - 1)}
+    assert len(set(streams.values())) == 5
+    assert [generator_seed(s, "cpu") for s in (5, 2**32 - 1)] == [5, 2**32 - 1]
+    assert generator_seed(2**32 + 5, "cuda") == 2**32 + 5  # Philox keeps all 64 bits
+    assert generator_seed(2**32 + 5, "cpu") == generator_seed(2**32 + 5, "cpu") < 2**32
