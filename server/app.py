@@ -274,10 +274,12 @@ def _meant_path(scope: dict) -> str | None:
     def routed(candidate: str) -> bool:
         probe = {**scope, "path": candidate}
         return any(route.matches(probe)[0] != Match.NONE for route in app.router.routes)
+    bare = path.rstrip("/") or "/"
+    if bare != path and routed(bare):  # (before the path itself: /v1/models/ is the list, not model "")
+        return bare
     if routed(path):
         return None
-    bare = path.rstrip("/") or "/"
-    return next((c for c in (bare, "/v1" + bare) if c != path and routed(c)), None)
+    return "/v1" + bare if routed("/v1" + bare) else None
 
 
 def _route_paths(routes) -> Iterator[str]:

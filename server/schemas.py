@@ -129,8 +129,20 @@ class AssistantMessage(_MessageFields):
 
     role: Literal["assistant"]
     content: str | Annotated[list[AnswerPart], FewParts] | None = None
+    refusal: str | None = None  # OpenAI's message-level refusal: the answer's text (after any content)
     tool_calls: list[Any] | None = None
     function_call: Any = None
+
+    @model_validator(mode="after")
+    def _refusal_as_text(self):
+        if self.refusal:
+            if not self.content:
+                self.content = self.refusal
+            elif isinstance(self.content, str):
+                self.content = f"{self.content}\n{self.refusal}"
+            else:
+                self.content = [*self.content, TextPart(type="text", text=self.refusal)]
+        return self
 
     @field_validator("content", mode="after")
     @classmethod

@@ -626,9 +626,12 @@ def test_a_history_longer_than_the_context_is_refused_not_cut(url):
 
 def test_a_refusal_in_an_earlier_answer_is_read_as_its_text(url):
     """OpenAI's assistant content part {"type": "refusal"} (trial 66: a 400 "Input tag 'refusal'")."""
-    def tokens(answer) -> list[int]:
+    def tokens(answer, **fields) -> list[int]:
         r = httpx.post(f"{url}/tokenize", timeout=30, json={"model": MODEL, "messages": [
-            user(TEXT), {"role": "assistant", "content": answer}, user(TEXT)]})
+            user(TEXT), {"role": "assistant", "content": answer, **fields}, user(TEXT)]})
         assert r.status_code == 200, r.text
         return r.json()["tokens"]
     assert tokens([{"type": "refusal", "refusal": "I cannot say."}]) == tokens("I cannot say.")
+    # and the message's own refusal field, as OpenAI's SDK returns it (trial 67: an empty answer)
+    assert tokens(None, refusal="I cannot say.") == tokens("I cannot say.")
+    assert tokens("Well.", refusal="I cannot say.") == tokens("Well.\nI cannot say.")

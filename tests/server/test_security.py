@@ -823,6 +823,9 @@ def test_a_base_url_without_v1_or_a_trailing_slash_reaches_its_route():
         assert [m["id"] for m in httpx.get(f"{srv.url}/models", headers=key, timeout=30).json()["data"]] == ["fake"]
         assert httpx.get(f"{srv.url}/models/fake", headers=key, timeout=30).json()["id"] == "fake"
         assert httpx.get(f"{srv.url}/health/", timeout=30).json() == {"status": "ok"}  # open, as /health
+        for path in ("/v1/models/", "/models/"):  # the list (trial 67: /v1/models/ asked for model "")
+            assert httpx.get(f"{srv.url}{path}", headers=key, timeout=30).json()["data"][0]["id"] == "fake"
+        assert httpx.get(f"{srv.url}/v1/models/fake/", headers=key, timeout=30).json()["id"] == "fake"
         for path in ("/nothing", "/v1/nothing/", "/v1/v1/models"):
             missing = httpx.get(f"{srv.url}{path}", headers=key, timeout=30)
             assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
