@@ -8,8 +8,12 @@ import math
 import os
 import shutil
 import signal
+import socket
 
 from server.config import MB, ServerConfig
+
+#: Connections the listening socket holds until they are accepted (uvicorn's default).
+BACKLOG = 2048
 
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # engine.device.DTYPES
 
@@ -140,15 +144,26 @@ class PortInUse(ValueError):
 
 def usable_port(host: str, port: int) -> int:
     """``port`` if no other program listens on ``host:port``, or for 0 a port the OS picks free now;
-    ValueError if it is taken. Said before the address is printed (uvicorn's own failure came after
-    it, exit 3, with no ``error:`` line). Bound as uvicorn binds (``SO_REUSEADDR``), so a port in
-    TIME_WAIT after a restart counts as free. Another program could still take it before uvicorn
-    binds; uvicorn's error says so then."""
+    ValueError if it is taken (:func:`bound_socket`, closed again). Another program could take it
+    before it is bound for good; the error says so then."""
+    with bound_socket(host, port) as sock:
+        return int(sock.getsockname()[1])
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: a port the OS picks), for the caller to listen on and
+    close. Bound as uvicorn binds (``SO_REUSEADDR``), so a port in TIME_WAIT after a restart counts as
+    free. Said before the address is printed (uvicorn's own failure came after it, exit 3, with no
+    ``error:`` line).
+
+    Raises:
+        PortInUse: another program listens there.
+        ValueError: ``host`` is no name or address of this machine."""
     import errno
-    import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
@@ -162,7 +177,10 @@ def usable_port(host: str, port: int) -> int:
             if exc.errno == errno.EADDRNOTAVAIL:
                 raise ValueError(f"--host {host} is not an address of this machine") from None
             raise
-        return int(sock.getsockname()[1])
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def tune_process() -> None:
@@ -189,14 +207,27 @@ def tune_process() -> None:
 def serve(args: argparse.Namespace) -> int:
     """Run until interrupted. Raises ValueError for unsafe settings and for a model that fails to load
     (the server stops then; the CLI prints it, exit 2)."""
+    config = config_from(args)
+    config.check()
+    # Listening before the engine's imports and checks (~2 s): a client started with the server
+    # waits in the backlog for the 503 "loading" and its Retry-After, where a refused connection
+    # used up an OpenAI client's retries in 1.4 s (trial 67).
+    listener = bound_socket(config.host, config.port)
+    try:
+        listener.listen(BACKLOG)
+        config.port = int(listener.getsockname()[1])  # port 0: picked now, so the address printed is served
+        return _serve(args, config, listener)
+    finally:
+        listener.close()
+
+
+def _serve(args: argparse.Namespace, config: ServerConfig, listener: socket.socket) -> int:
     import uvicorn
 
     from engine.api.errors import ModelLoadError
     from engine.sources import source_kind
     from server.app import create_app
 
-    config = config_from(args)
-    config.check()
     if args.device and args.device.lower() != "auto":  # said before an address is printed, not after the load
         from engine.api.errors import EngineError
         from engine.device import choose_device
@@ -219,7 +250,6 @@ def serve(args: argparse.Namespace) -> int:
         source_kind(config.model)
     except ModelLoadError as exc:
         raise ValueError(str(exc)) from None
-    config.port = usable_port(config.host, config.port)  # port 0: picked now, so the address printed is served
     tune_process()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.runner import Server
@@ -234,7 +264,7 @@ def serve(args: argparse.Namespace) -> int:
                                                    flush=True))
     state = app.state.smolchat
     try:
-        server.run()
+        server.run(sockets=[listener])
     except KeyboardInterrupt:  # uvicorn's re-raise of SIGINT once it has stopped
         _end_if_loading(state, 130)
         raise

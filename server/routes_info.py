@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from server.bridge import DISCONNECT_POLL_S, ClientDisconnected, shutting_down
+from server.bridge import DISCONNECT_POLL_S, LOADING_RETRY_S, ClientDisconnected, shutting_down
 from server.errors import APIError, engine_result
 from server.json_body import JSONBodyRoute
 from server.media import DETAILS
@@ -181,7 +181,8 @@ async def health(request: Request):
     bridge = request.app.state.smolchat.bridge
     if bridge.state == "ready":
         return {"status": "ok"}
-    return JSONResponse({"status": bridge.state, "message": bridge.message}, status_code=503)
+    headers = {"Retry-After": str(LOADING_RETRY_S)} if bridge.state == "loading" else None
+    return JSONResponse({"status": bridge.state, "message": bridge.message}, status_code=503, headers=headers)
 
 
 @router.head("/health", include_in_schema=False)  # what some uptime monitors send

@@ -382,3 +382,26 @@ sys.exit(main(["serve", *sys.argv[1:]]))
         assert list(tmp_path.iterdir()) == []
     finally:
         server.stop()
+
+
+def test_the_port_listens_before_the_engine_is_imported(tiny_checkpoint, monkeypatch):  # noqa: F811
+    """Trial 67 N3: an OpenAI client started with the server spent its retries on refused connections
+    in the ~2 s of imports and checks before uvicorn listened: the socket listens from the start, the
+    connection waits in its backlog, and it is the socket uvicorn serves."""
+    import argparse
+    import socket
+
+    import server.cli
+
+    seen = {}
+
+    def instead(args, config, listener):
+        with socket.create_connection(("127.0.0.1", config.port), timeout=5):  # accepted by the backlog
+            seen["port"], seen["listener"] = config.port, listener.getsockname()[1]
+        return 0
+    monkeypatch.setattr(server.cli, "_serve", instead)
+    parser = argparse.ArgumentParser()
+    server.cli.add_arguments(parser)
+    args = parser.parse_args(["--model", str(tiny_checkpoint), "--port", "0"])
+    assert server.cli.serve(args) == 0
+    assert seen["port"] == seen["listener"] > 0

@@ -328,6 +328,8 @@ def test_the_key_cors_and_loading_apply(tiny_checkpoint):  # noqa: F811
             r = httpx.request(method, f"{srv.url}{path}", json=body, headers=key)
             assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
             assert r.headers["retry-after"] == "5"  # (trial 66: the openai package gave up at once without it)
+        health = httpx.get(f"{srv.url}/health")
+        assert health.status_code == 503 and health.headers["retry-after"] == "5"
         preflight = httpx.options(f"{srv.url}/tokenize", headers={
             "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
             "Access-Control-Request-Headers": "authorization,content-type"})
