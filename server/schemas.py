@@ -134,7 +134,7 @@ class AssistantMessage(_MessageFields):
     function_call: Any = None
 
     @model_validator(mode="after")
-    def _refusal_as_text(self):
+    def _refusal_field_as_text(self):
         if self.refusal:
             if not self.content:
                 self.content = self.refusal
@@ -146,7 +146,7 @@ class AssistantMessage(_MessageFields):
 
     @field_validator("content", mode="after")
     @classmethod
-    def _refusals_as_text(cls, content):
+    def _refusal_parts_as_text(cls, content):
         if not isinstance(content, list):
             return content
         return [TextPart(type="text", text=p.refusal) if isinstance(p, RefusalPart) else p for p in content]
