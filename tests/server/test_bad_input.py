@@ -43,6 +43,8 @@ CASES = {
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, user(TEXT)]}, 400, "unsupported_parameter"),
     "16,385 messages": ({"model": MODEL, "messages": [user(TEXT)] * 16385}, 400, "invalid_value"),
     "16,385 content parts": ({"model": MODEL, "messages": [user(*[TEXT] * 16385)]}, 400, "invalid_value"),
+    "16,386 content parts in two messages": ({"model": MODEL, "messages": [user(*[TEXT] * 8193)] * 2}, 400,
+                                             "invalid_value"),
     "16,384 messages of no role": ({"model": MODEL, "messages": [{"role": "x", "content": "a"}] * 16384}, 400,
                                    "invalid_value"),
     "a tool call": ({"model": MODEL, "messages": [user(TEXT), {"role": "assistant", "content": None, "tool_calls": [
@@ -131,6 +133,9 @@ def test_bad_requests_get_the_documented_error(url, name):
     if name == "16,385 content parts":  # (trial 67: 600,000 held the server 3.8 s)
         assert (error["param"], error["message"]) == ("messages[0].content", "messages[0].content: 16,385 content "
                                                       "parts: more than any context holds; the limit is 16,384")
+    if name == "16,386 content parts in two messages":  # counted together (trial 68: 100 x 16,384 took 23 s)
+        assert (error["param"], error["message"]) == ("messages", "messages: 16,386 content parts in the messages: "
+                                                      "more than any context holds; the limit is 16,384")
     if name == "16,384 messages of no role":  # each an error (trial 67: worded in 40 s, the server held)
         assert error["param"] == "messages[0]" and error["message"].startswith("messages[0]: Input tag 'x' found")
     if name == "a tool call":  # (trial 66: read as an empty answer)
@@ -635,3 +640,4 @@ def test_a_refusal_in_an_earlier_answer_is_read_as_its_text(url):
     # and the message's own refusal field, as OpenAI's SDK returns it (trial 67: an empty answer)
     assert tokens(None, refusal="I cannot say.") == tokens("I cannot say.")
     assert tokens("Well.", refusal="I cannot say.") == tokens("Well.\nI cannot say.")
+    assert tokens("   ", refusal="I cannot say.") == tokens("I cannot say.")  # (trial 68: the spaces kept)
