@@ -86,16 +86,15 @@ def _at_most(limit: int, what: str) -> BeforeValidator:
     return BeforeValidator(check)
 
 
-#: The most messages a request, or content parts a message, may hold: each takes at least a token,
-#: a message 3 of the chat template, so more than a 48K-token context could hold.
+#: The most messages, and content parts in all, a request may hold: each takes at least a token, a
+#: message 3 of the chat template, so more than a 48K-token context could hold (:data:`Messages`).
 MAX_MESSAGES = MAX_PARTS = 16384
 MAX_TOOLS = 128  # (OpenAI's limit on tools; refused here anyway, the list only bounded)
 
 Part = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
-FewParts = _at_most(MAX_PARTS, "content parts: more than any context holds")
 #: A user's or system message's content list: OpenAI refuses an empty one ("expected an array with
 #: minimum length 1"); answered, it was a 512-token answer to nothing.
-Parts = Annotated[list[Part], Field(min_length=1), FewParts]
+Parts = Annotated[list[Part], Field(min_length=1)]
 
 
 class _MessageFields(_Body):
@@ -128,7 +127,7 @@ class AssistantMessage(_MessageFields):
     (:func:`server.conversation._to_turns`), not dropped: the turn would read as an empty answer."""
 
     role: Literal["assistant"]
-    content: str | Annotated[list[AnswerPart], FewParts] | None = None
+    content: str | list[AnswerPart] | None = None
     refusal: str | None = None  # OpenAI's message-level refusal: the answer's text (after any content)
     tool_calls: list[Any] | None = None
     function_call: Any = None
@@ -158,7 +157,7 @@ class ToolMessage(_MessageFields):
     not with a schema error about the role."""
 
     role: Literal["tool", "function"]
-    content: str | Annotated[list[Part], FewParts] | None = None
+    content: str | list[Part] | None = None
 
 
 #: A chat message, told apart by ``role``: a user's or system message needs its content.
