@@ -727,6 +727,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if self.controller.closed:
             return self.controller.shutdown()  # what the first call found
         self.drafts.save()  # at once: the timer would not fire again
+        self._day_timer.stop()  # midnight would read the closed store
         self.local_server.stop()  # before the engine thread it serves from
         stopped = self.controller.shutdown()
         if self.model_manager is not None:

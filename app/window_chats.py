@@ -129,9 +129,18 @@ class ChatsMixin:
         and the messages' times are said again: "Today" and "16:30" were yesterday's."""
         now = dt.datetime.now()
         midnight = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time())
-        QTimer.singleShot(int((midnight - now).total_seconds() * 1000) + 2000, self, self._new_day)
+        timer = getattr(self, "_day_timer", None)
+        if timer is None:
+            # Held, so that shutdown stops it: a closed window's store is closed, and midnight would
+            # otherwise read it.
+            timer = self._day_timer = QTimer(self)
+            timer.setSingleShot(True)
+            timer.timeout.connect(self._new_day)
+        timer.start(int((midnight - now).total_seconds() * 1000) + 2000)
 
     def _new_day(self) -> None:
+        if self.controller.closed:
+            return  # the window was shut (its store is closed)
         self.refresh_sidebar()
         self.transcript.refresh_times()
         self.watch_the_date()

@@ -554,6 +554,17 @@ def test_at_midnight_the_headings_and_times_say_yesterday(qtbot, make_window, da
     win._new_day()  # what the timer set for midnight calls
     assert win.sidebar.headings() == ["Yesterday"]
     assert message.actions_row.time.text() == f"Yesterday {shown}"
+    assert win._day_timer.isActive()  # set again for the next midnight
+
+
+def test_a_shut_window_does_not_read_its_closed_store_at_midnight(qtbot, make_window):
+    # A CI run crossed midnight: a window shut by an earlier test refreshed its list from a closed store.
+    win = make_window(FakeBackend())
+    assert win._day_timer.isActive() and win._day_timer.remainingTime() > 0
+    win.shutdown()
+    assert not win._day_timer.isActive()
+    win._new_day()  # a timeout already queued when it shut
+    assert not win._day_timer.isActive()
 
 
 def _answering_in_the_second_of_two_chats(qtbot, make_window):
