@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from engine.service import EngineService
 from server.bridge import ClientDisconnected, EngineBridge
@@ -260,8 +261,6 @@ def _meant_path(scope: dict) -> str | None:
     a trailing slash (FastAPI's answer was a 307 with an empty body), or under ``/v1`` (a base URL
     given without it: "Not Found" said nothing of it; trial 66). None when the path is a route's,
     or near none."""
-    from starlette.routing import Match
-
     path, app = scope["path"], scope.get("app")
     if app is None:
         return None
