@@ -34,6 +34,8 @@ MAX_EMBEDDED_BYTES = 256 * 2**20
 #: The largest export read: the files' base64 (4 bytes for 3) and as much text again as an export held
 #: before it held files (256 MB); a larger file is not an export.
 MAX_BYTES = 640 * 2**20
+#: From this size on, the import dialog shows while the file is read (~0.1 s per 10 MB on 2 cores).
+SHOWN_READING_BYTES = 16 * 2**20
 STATUSES = ("done", "interrupted", "cancelled", "length", "error")  # app.store.Message.status, at rest
 
 
@@ -449,7 +451,7 @@ def _readable_media(path: str) -> bool:
 def import_dialog(window) -> Imported | None:
     """Ask for an exported chat (JSON), import it and open it; problems show in the banner."""
     from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QFileDialog, QProgressDialog
+    from PySide6.QtWidgets import QApplication, QFileDialog, QProgressDialog
 
     from app.conversations import storage_problem
 
@@ -463,8 +465,19 @@ def import_dialog(window) -> Imported | None:
     busy.setWindowTitle("Import chat")
     busy.setWindowModality(Qt.WindowModality.WindowModal)
     busy.setMinimumDuration(500)
+    with contextlib.suppress(OSError):  # (read_export says what is wrong with a file it cannot read)
+        size = Path(path).stat().st_size
+        if size >= SHOWN_READING_BYTES:
+            # Reading and parsing hold the UI thread at once (a 330 MB export: ~3 s), before the first
+            # progress call: the dialog is painted first, saying what it waits for.
+            busy.setLabelText(f"Reading {Path(path).name} ({size / 2**20:,.0f} MB)…")
+            busy.setRange(0, 0)
+            busy.show()
+            QApplication.processEvents()
 
     def progress(done: int, total: int) -> bool:
+        if not done:
+            busy.setLabelText("Importing the chat…")
         busy.setMaximum(total)
         busy.setValue(done)  # (processes events while the dialog is up: Cancel can be clicked)
         return not busy.wasCanceled()

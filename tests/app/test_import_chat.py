@@ -184,6 +184,34 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     assert len(win.sidebar.ids()) == 2
 
 
+def test_a_large_export_shows_the_dialog_while_it_is_read(qtbot, make_window, tmp_path, monkeypatch):
+    """Reading and parsing a large export hold the window (~3 s for 330 MB) before the first message
+    is imported: the dialog is up by then, saying so, not a window that looks frozen."""
+    from PySide6.QtWidgets import QApplication, QProgressDialog
+
+    import app.import_chat as import_module
+
+    win = make_window(FakeBackend())
+    path = export_json(win.store, branching_chat(win.store, tmp_path), tmp_path / "cats.json")
+    monkeypatch.setattr(import_module, "SHOWN_READING_BYTES", path.stat().st_size)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    seen = []
+    read = import_module.read_export
+
+    def watched(p):
+        seen.extend((d.labelText(), d.isVisible()) for d in QApplication.topLevelWidgets()
+                    if isinstance(d, QProgressDialog))
+        return read(p)
+    monkeypatch.setattr(import_module, "read_export", watched)
+    win.actions["import_json"].trigger()
+    assert seen == [("Reading cats.json (0 MB)…", True)]
+    assert win.banner.message().startswith("Imported “Cats (2)” (5 messages).")
+    monkeypatch.setattr(import_module, "SHOWN_READING_BYTES", path.stat().st_size + 1)  # smaller: not shown
+    seen.clear()
+    win.actions["import_json"].trigger()
+    assert all(not visible for _, visible in seen)
+
+
 def test_a_chat_imported_again_is_named_apart_and_the_banner_says_which_holds_the_same(qtbot, make_window, tmp_path,
                                                                                       monkeypatch):
     """Trial 62 F4: importing a file twice silently made rows no one could tell apart."""
