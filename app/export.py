@@ -551,6 +551,15 @@ def _held_files(messages, missing: list[str], named_only: list[str]) -> list[tup
     return held
 
 
+def data_folder_holding(path: str | Path, folder: str | Path) -> Path | None:
+    """``folder`` (resolved) when ``path`` is in it or is it, else None. A file written there could
+    replace Smolchat's own (trial 69: an export saved over ``smolchat.sqlite3`` reported success, and
+    every chat was gone at the next start; one over ``settings.ini`` was overwritten at quit)."""
+    folder = Path(folder).resolve()
+    target = Path(path).resolve()  # (through links: a link to the database is the database)
+    return folder if target == folder or folder in target.parents else None
+
+
 def export_dialog(window, kind: str) -> Path | None:
     """Ask where to save the open conversation, then export it."""
     conv_id = window.keeper.current_id
@@ -578,6 +587,11 @@ def export_dialog(window, kind: str) -> Path | None:
         if Path(path).exists() and QMessageBox.question(
                 window, "Export chat", f"{Path(path).name} already exists. Replace it?") != QMessageBox.StandardButton.Yes:
             return None
+    own = data_folder_holding(path, window.store.folder)
+    if own is not None:
+        window.banner.show_error(f"Could not export the chat: {path} is inside Smolchat's data folder ({own}), which "
+                                 "holds its database and settings: choose another folder.")
+        return None
     if hasattr(window, "qsettings"):
         window.qsettings.setValue("export/folder", str(Path(path).parent))
     missing: list[str] = []

@@ -398,6 +398,13 @@ class ChatsMixin:
                                               "Markdown (*.md);;Text (*.txt)")
         if not path:
             return False
+        from app.export import data_folder_holding
+
+        own = data_folder_holding(path, self.store.folder)
+        if own is not None:  # (as an export there: it could replace the database)
+            self.banner.show_error(f"Could not save the answer to {path}: it is inside Smolchat's data folder "
+                                   f"({own}), which holds its database and settings: choose another folder.")
+            return False
         try:
             safe_files.write_text(path, self.keeper.unsaved_text() or "")
         except OSError as exc:

@@ -383,6 +383,27 @@ def test_an_export_onto_a_folder_says_so_in_words(qtbot, window, tmp_path, monke
     assert window.banner.message() == f"Could not export the chat: {tmp_path / 'folder.md'} is a folder."
 
 
+def test_an_export_into_the_data_folder_is_refused_and_the_chats_are_kept(qtbot, window, data_dir, monkeypatch):
+    """Trial 69 F1: an export saved over smolchat.sqlite3 said "Exported to ..." and every chat was gone at
+    the next start; one over settings.ini was overwritten at quit."""
+    from app.export import export_dialog
+
+    ask(qtbot, window, "Hello")
+    database = Path(window.store.folder) / "smolchat.sqlite3"
+    before = database.read_bytes()
+    for target in (database, Path(window.store.folder) / "settings.ini", Path(window.store.folder) / "images" / "a.md"):
+        monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, target=target, **k: (str(target), ""))
+        assert export_dialog(window, "json") is None
+        assert window.banner.message() == (f"Could not export the chat: {target} is inside Smolchat's data folder "
+                                           f"({Path(window.store.folder).resolve()}), which holds its database and "
+                                           "settings: choose another folder.")
+    assert database.read_bytes() == before and not (Path(window.store.folder) / "images" / "a.md").exists()
+    window.shutdown()
+    store = Store(data_dir)
+    assert [m.text for m in store.messages(store.conversations()[0].id)][0] == "Hello"
+    store.close()
+
+
 def test_chats_are_listed_under_when_they_last_changed(qtbot, window):
     """Headings (Today, Yesterday, Previous 7 / 30 days, the month, the year) that keys and clicks pass
     over: Down from the last chat of one period opens the first of the next."""
