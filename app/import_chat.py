@@ -390,6 +390,15 @@ class _Media:
         return images, kept_names
 
     def _from_path(self, path: str, name: str) -> str | None:
+        """The file an export names by its place in Smolchat's data folder (exports before version 3 held
+        none), stored. Only that folder is read: a chat file from someone else naming
+        ``/home/me/photos/...`` pulled the reader's own photos into the chat, and said which paths exist
+        (trial 69 F9); a path elsewhere is not looked at, so the banner says nothing of what exists there
+        (it is "not found", as an export's files from another computer are). A name of this store's
+        (content-addressed) is its file wherever the export's data folder was."""
+        images_dir = self.store.images_dir.resolve()
+        if images_dir not in Path(path).resolve().parents:
+            path = str(images_dir / Path(path).name)
         if not Path(path).is_file():
             self.missing.append(name)
             return None

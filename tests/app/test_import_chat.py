@@ -62,9 +62,10 @@ def test_an_export_comes_back_with_every_version_and_the_branch_shown(store, tmp
 
 def test_a_file_gone_is_named_and_left_out_of_its_message(store, tmp_path):
     photo = png(tmp_path / "dog.png", (10, 20, 30))
+    stored = store.store_image(photo)  # named by its place in the data folder, as exports before version 3 do
     data = {"format": "smolchat-conversation", "version": 3, "title": "From elsewhere",
             "all_messages": [{"id": 7, "parent_id": None, "role": "user", "text": "Look",
-                              "images": [str(photo), "/nowhere/on/this/computer/3f2a.png"],
+                              "images": [stored, "/nowhere/on/this/computer/3f2a.png"],
                               "attached_names": ["dog.png", "beach.png"]},
                              {"id": 9, "parent_id": 7, "role": "assistant", "text": "A dog."}],
             "messages": []}
@@ -75,6 +76,25 @@ def test_a_file_gone_is_named_and_left_out_of_its_message(store, tmp_path):
     [question, answer] = store.messages(imported.conversation_id)
     assert question.attached_names == ["dog.png"] and open(question.images[0], "rb").read() == photo.read_bytes()
     assert answer.text == "A dog."
+
+
+def test_an_export_reads_no_file_outside_the_data_folder(store, tmp_path, data_dir):
+    """Trial 69 F9: a chat file from someone else naming the reader's own photos by path pulled them into
+    the chat (and the banner told which of the paths named exist). Only the data folder is read; a file
+    of this store named by another computer's data folder is found by its (content-addressed) name."""
+    private = png(tmp_path / "private.png", (200, 10, 10))
+    mine = store.store_image(png(tmp_path / "cat.png", (1, 2, 3)))
+    path = tmp_path / "sent-to-me.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "all_messages": [
+        {"id": 1, "parent_id": None, "role": "user", "text": "Look",
+         "images": [str(private), str(tmp_path / "gone.png"), f"/other/computer/images/{Path(mine).name}",
+                    str(data_dir / "images" / ".." / ".." / "private.png")],
+         "attached_names": ["private.png", "gone.png", "cat.png", "sneaky.png"]}]}))
+    imported = import_chat(store, path)
+    assert imported.missing == ["private.png", "gone.png", "sneaky.png"] and imported.refused == []
+    [question] = store.messages(imported.conversation_id)
+    assert question.attached_names == ["cat.png"] and question.images == [mine]
+    assert private.read_bytes() not in [p.read_bytes() for p in (data_dir / "images").iterdir()]
 
 
 def test_a_version_1_export_is_read_as_the_branch_in_order(store, tmp_path):
@@ -241,19 +261,18 @@ def test_a_chat_imported_again_is_named_apart_and_the_banner_says_which_holds_th
 def test_a_file_that_is_no_image_or_video_is_not_copied_into_the_data_folder(store, tmp_path, data_dir):
     """Found by a trial: an export naming /etc/passwd (or an SSH key) as an image had it copied into the
     data folder, and a Markdown export then shipped it as "passwd.png"."""
-    secret = tmp_path / "id_rsa"
+    secret = data_dir / "images" / "id_rsa.png"  # (only the data folder is read: test_an_export_reads_no_file_...)
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot really\n")
-    photo = png(tmp_path / "ok.png")
+    photo = Path(store.store_image(png(tmp_path / "ok.png")))
     path = tmp_path / "sent-to-me.json"
     path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "all_messages": [
-        {"id": 1, "parent_id": None, "role": "user", "text": "Look", "images": [str(secret), str(tmp_path), str(photo)],
+        {"id": 1, "parent_id": None, "role": "user", "text": "Look", "images": [str(secret), str(data_dir / "images"), str(photo)],
          "attached_names": ["passwd.png", "dir", "ok.png"]}]}))
     imported = import_chat(store, path)
     assert imported.refused == ["passwd.png"] and imported.missing == ["dir"]
     [question] = store.messages(imported.conversation_id)
     assert question.attached_names == ["ok.png"]
-    stored = [p.read_bytes() for p in (data_dir / "images").iterdir()]
-    assert secret.read_bytes() not in stored and photo.read_bytes() in stored
+    assert question.images == [str(photo)]
 
 
 def test_junk_in_the_shown_branch_is_passed_over_and_a_failure_mid_way_leaves_nothing(store, tmp_path, monkeypatch):
