@@ -8,7 +8,8 @@ opens with that message shown. The unsent messages of the other chats (each chat
 kept under ``"chats"``, each with its chat's id (null: a new chat's) and, for a chat left in the middle
 of an edit, that edit (``"edit"``: the message's id, its text and attachments). Attachments are kept as sent: an
 image's copy in Smolchat's image store, a video's own path; one gone by the next start is left out,
-and said."""
+and said. A deleted chat's unsent message is not kept; one whose chat the database no longer holds
+at the next start (damaged, emptied or replaced since) is put into a new chat, and said."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtCore import QObject, QSettings, QTimer
 
-from app.conversations import attached_name
+from app.conversations import STORAGE_ERRORS, attached_name
 from app.video_attachments import is_video_file
 
 KEY = "composer/draft"
@@ -34,6 +35,7 @@ class DraftKeeper(QObject):
         self._timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
         self._timer.timeout.connect(self.save)
         self._said = False  # that the settings file cannot be written
+        self.lost = False  # set by restore: unsent messages of chats gone from the store are in a new chat
 
     def changed(self) -> None:
         """The composer's text or attachments changed: save soon."""
@@ -44,7 +46,10 @@ class DraftKeeper(QObject):
         edited ``"edit": {"chat", "message", "text", "files", "names"}`` (see the module docstring)."""
         w = self.window
         typed = {"text": w.composer.toPlainText(), "files": w.kept_paths(), "names": w.attached_names()}
-        parked = [{"chat": chat, **_kept(d, w.store), **_parked_edit(d, w.store)} for chat, d in w._chat_drafts.items()]
+        # A deleted chat's is kept in the window (its Undo brings it back), not for the next start: a
+        # kept one whose chat is gone then is taken for a chat lost with its database, and shown.
+        parked = [{"chat": chat, **_kept(d, w.store), **_parked_edit(d, w.store)} for chat, d in w._chat_drafts.items()
+                  if not _deleted(w.store, chat)]
         others = {"chat": w.keeper.current_id, **({"chats": parked} if parked else {})}
         if w._editing is None:
             return {**typed, **others}
@@ -81,6 +86,24 @@ class DraftKeeper(QObject):
         w = self.window
         parked = draft.get("chats") if isinstance(draft.get("chats"), list) else []
         owner = draft.get("chat", w.keeper.current_id)  # (kept before each chat had its own: the one open)
+        # Unsent messages of chats the store no longer holds (a database damaged, emptied or replaced
+        # since: trial 69 F4 found them erased without a word) go to a new chat, together.
+        lost = [e for e in parked if isinstance(e, dict) and _deleted(w.store, e.get("chat"))]
+        if _deleted(w.store, owner):
+            lost.append({"text": text, "files": files, "names": names})
+            owner, text, files, names = None, "", [], []
+        if edit is not None and _deleted(w.store, edit[0]):  # the text of an edit of a message gone with its chat
+            lost.append({"text": edit[2], "files": [], "names": []})
+            edit = None
+        if lost:
+            self.lost = True
+            kept = [e for e in parked if isinstance(e, dict) and e.get("chat") is not None and e not in lost]
+            new = [e for e in parked if isinstance(e, dict) and e.get("chat") is None]  # (a new chat's own: first)
+            if owner is None:
+                text, files, names = _together([{"text": text, "files": files, "names": names}, *new, *lost])
+                parked = kept
+            else:
+                parked = [*kept, {"chat": None, **dict(zip(("text", "files", "names"), _together(new + lost)))}]
         if owner is None and w.keeper.current_id is not None and (text.strip() or files):
             w.open_conversation(None)  # written in a new chat, unsent at quit: that new chat again (trial 56)
         if owner != w.keeper.current_id:  # that chat did not open again (a new chat's, or one gone): set aside
@@ -147,6 +170,35 @@ def _parked_edit(draft, store) -> dict:
         return {}
     message, edit = draft.edit
     return {"edit": {"message": message, **_kept(edit, store)}}
+
+
+def _deleted(store, chat) -> bool:
+    """Whether ``chat`` (a chat id, or None for a new chat) names a chat ``store`` does not hold (a
+    store that cannot be read says nothing: False)."""
+    if not isinstance(chat, int) or isinstance(chat, bool):
+        return False
+    try:
+        return store.conversation(chat) is None
+    except (*STORAGE_ERRORS, OverflowError):
+        return False
+
+
+def _together(entries: list) -> tuple[str, list[str], list[str]]:
+    """One message of several kept ones (their texts apart by a blank line, all their attachments); a
+    damaged entry, or a message being edited in a chat gone (its text only), counts as it can."""
+    texts, files, names = [], [], []
+    for entry in entries:
+        for part in (entry, entry.get("edit") if isinstance(entry.get("edit"), dict) else None):
+            try:
+                text, more, more_names = _message(part) if part is not None else ("", [], [])
+            except (TypeError, AttributeError):
+                continue
+            if text.strip():
+                texts.append(text)
+            if part is entry:  # (an edit's attachments are the message's own, sent already)
+                files += more
+                names += more_names
+    return "\n\n".join(texts), files, names
 
 
 def _message(value: dict) -> tuple[str, list[str], list[str]]:

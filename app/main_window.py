@@ -163,6 +163,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             self.storage_banner.add_info(f"Your unsent message is back without {', '.join(gone)}: "
                                          f"{'that file is' if len(gone) == 1 else 'those files are'} gone "
                                          "or unreadable.")
+        if self.drafts.lost:
+            self.storage_banner.add_info("Unsent messages of chats this database no longer holds are back in a new "
+                                         "chat, so that nothing typed is lost.")
         self.composer.textChanged.connect(self.drafts.changed)
         self.attachments.changed.connect(self.drafts.changed)
         self._remove_unused_media()

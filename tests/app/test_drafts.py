@@ -250,6 +250,41 @@ def test_each_chat_keeps_its_own_unsent_message(qtbot, make_window, tmp_path):
     assert [m.text for m in again.store.messages(chat_b) if m.role == "user"] == ["Second chat."]
 
 
+def test_unsent_messages_of_chats_lost_with_the_database_come_back_in_a_new_chat(qtbot, make_window, tmp_path,
+                                                                                   data_dir):
+    """Trial 69 F4: after the database was damaged or emptied, the kept unsent messages named chats it no
+    longer held: they were dropped, and erased from the settings file at quit, without a word. A
+    deleted chat's message is not brought back (its Undo was the way back)."""
+    win = make_window(FakeBackend(tokens=["Fine", "."]))
+    chat_a = _ask(qtbot, win, "First chat.")
+    win.new_chat()
+    _ask(qtbot, win, "Second chat.")
+    photo = write_png(tmp_path / "receipt.png")
+    win.add_files([str(photo)])
+    win.composer.setPlainText("Draft for B")
+    win.new_chat()
+    _ask(qtbot, win, "Third chat.")
+    win.composer.setPlainText("Draft for C, deleted")
+    win.delete_conversation(win.keeper.current_id)
+    win.composer.setPlainText("Draft for a new chat")
+    win.open_conversation(chat_a)
+    win.composer.setPlainText("Draft for A")
+    win.close()
+    for name in ("smolchat.sqlite3", "smolchat.sqlite3-wal", "smolchat.sqlite3-shm"):
+        (data_dir / name).unlink(missing_ok=True)  # a database emptied (or another put in its place)
+
+    again = make_window(FakeBackend())
+    assert again.keeper.current_id is None and again.store.conversations() == []
+    assert again.composer.toPlainText() == "Draft for a new chat\n\nDraft for B\n\nDraft for A"
+    assert again.attached_names() == ["receipt.png"]
+    assert again.storage_banner.message() == ("Unsent messages of chats this database no longer holds are back in a "
+                                              "new chat, so that nothing typed is lost.")
+    again.close()
+    third = make_window(FakeBackend())  # kept as the new chat's now: once, with no notice
+    assert third.composer.toPlainText() == "Draft for a new chat\n\nDraft for B\n\nDraft for A"
+    assert not third.storage_banner.message()
+
+
 def test_a_question_taken_back_after_a_failure_stays_with_its_chat(qtbot, make_window):
     """Trial 55 F1: "And of Germany?" came back to the message box after a 401, then went, joined to
     the next text typed, to the chat opened next."""
