@@ -42,6 +42,9 @@ def storage_problem(exc: BaseException, folder: str | Path | None = None) -> str
     if getattr(exc, "errno", None) == errno.ENOENT and folder is not None and not Path(folder).is_dir():
         return f"the folder {folder} does not exist"
     detail = str(exc) or type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError) and detail in ("database is locked", "database table is locked"):
+        return ("another program holds Smolchat's database locked (a backup or sync tool, or a database "
+                "viewer?): let it finish or close it, then try again")
     full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in detail or "No space left" in detail
     if not full:
         if isinstance(exc, OSError) and exc.strerror:  # "[Errno 21] Is a directory: 'x'" without the number

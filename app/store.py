@@ -211,6 +211,10 @@ class ReadOnlyStore(sqlite3.OperationalError):
 
 
 OPEN_TIMEOUT_S = 2.0  # how long opening waits for another program's lock
+# How long a write waits for another program's lock. Writes run on the UI thread, and this process
+# is the database's only writer (one Smolchat per data folder; WAL readers do not block it): a lock is
+# a backup or sync tool's, held for longer than a window may stand still (10 s froze it: trial 69 F5).
+WRITE_TIMEOUT_S = 1.0
 _COPIES = itertools.count()  # names the copies in flight within this process
 
 _LAST = object()  # add_message's default parent: the last message of the active branch
@@ -302,7 +306,7 @@ class Store:
             self.db.row_factory = sqlite3.Row
             self.db.text_factory = _text
             # At start a lock held by another program is waited for briefly (the window is not shown yet);
-            # the caller then opens the database read-only. Later writes wait up to 10 s.
+            # the caller then opens the database read-only. Later writes wait WRITE_TIMEOUT_S.
             self.db.execute(f"PRAGMA busy_timeout = {int(OPEN_TIMEOUT_S * 1000)}")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast enough per flush
@@ -313,7 +317,7 @@ class Store:
                 self._ensure_indexes()
                 self.interrupted = self._mark_interrupted()
                 self._purge_deleted()
-            self.db.execute("PRAGMA busy_timeout = 10000")
+            self.db.execute(f"PRAGMA busy_timeout = {int(WRITE_TIMEOUT_S * 1000)}")
         except BaseException:
             self.db.close()
             raise

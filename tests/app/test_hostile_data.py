@@ -566,6 +566,31 @@ def test_a_database_locked_by_another_program_opens_read_only(qtbot, make_window
         other.close()
 
 
+def test_a_lock_taken_by_another_program_later_holds_a_send_briefly_and_is_said(qtbot, make_window, data_dir):
+    """Trial 69 F5: with another program holding the database locked, Send, Rename and Delete each froze
+    the window for 10 s, then said only "database is locked"."""
+    from app.store import WRITE_TIMEOUT_S
+
+    _chat(data_dir)
+    win = make_window(FakeBackend())
+    assert win.store.db.execute("PRAGMA busy_timeout").fetchone()[0] == WRITE_TIMEOUT_S * 1000 == 1000
+    other = sqlite3.connect(data_dir / "smolchat.sqlite3", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        win.composer.setPlainText("Still there?")
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+        assert win.banner.message() == (
+            "Could not save the message: another program holds Smolchat's database locked (a backup or sync tool, "
+            "or a database viewer?): let it finish or close it, then try again.")
+        assert win.composer.toPlainText() == "Still there?"  # kept, to send again
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.store.messages(win.keeper.current_id)[-2].text == "Still there?"
+
+
 def test_a_theme_variable_with_junk_is_ignored_and_said(qtbot, make_window, monkeypatch):
     monkeypatch.setenv("SMOLCHAT_THEME", "purple")
     win = make_window(FakeBackend())
