@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import QRegularExpression, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidget
 
@@ -43,43 +43,57 @@ def _pattern(query: str) -> str:
     return "(?i)" + f"{ZERO_WIDTH_SPACE}?".join(re.escape(c) for c in query) if query else ""
 
 
-def _q_pattern(query: str) -> QRegularExpression:
-    body = "\\x{200B}?".join(QRegularExpression.escape(c) for c in query)
-    return QRegularExpression(body, QRegularExpression.PatternOption.CaseInsensitiveOption)
-
-
-#: The most hits marked in one text view: beyond it a view of a giant table takes long to mark (the
-#: count is not bounded; hits past it are stepped to as the last one marked). At 1,000 an answer of
-#: 1,500 hits left its last 500, where the search starts, unmarked (trial 51).
-MAX_MARKS = 10_000
+#: The most hits of a message marked at once: those around the current hit (the last ones when there
+#: is none: the search starts at the newest), so that every hit F3 reaches is marked. Marking and
+#: painting take time per mark: 10,000 held the window ~2 s at each search.
+MAX_MARKS = 2_000
 
 #: Where a hit is shown: a text view and the cursor selecting it, or a label and the hit's start and
 #: length in its text (UTF-16 units, as Qt counts).
 Hit = tuple[QTextEdit, QTextCursor] | tuple[QLabel, int, int]
 
 
-def _hits(message: QWidget, query: str) -> list[Hit]:
-    """Every displayed hit of ``query`` in ``message``, in reading order: its text views' (answers; at
-    most MAX_MARKS a view), then its labels' (a question's text)."""
-    hits: list[Hit] = []
+def _spans(message: QWidget, query: str) -> list[tuple[QWidget, int, int]]:
+    """Every displayed hit of ``query`` in ``message``, in reading order: its text views' (answers) as
+    (view, start, end) document positions, then its labels' (a question's text) as (label, start,
+    length); UTF-16 units, as Qt counts."""
+    spans: list[tuple[QWidget, int, int]] = []
     if not query:
-        return hits
-    expression = _q_pattern(query)
+        return spans
+    expression = re.compile(_pattern(query))
     for view in message.findChildren(QTextEdit):
         # Not in the streamed text that a finished answer's rendered blocks replace (hidden, not deleted).
         if view.isHidden() and view.testAttribute(Qt.WidgetAttribute.WA_WState_ExplicitShowHide):
             continue
-        found = 0
-        cursor = view.document().find(expression)
-        while not cursor.isNull() and found < MAX_MARKS:
-            hits.append((view, cursor))
-            found += 1
-            cursor = view.document().find(expression, cursor)
+        if "\n" in query:  # (a hit does not span blocks, as with QTextDocument.find)
+            break
+        # Found in the plain text by Python, not by QTextDocument.find: each of its calls took longer
+        # the longer the document (an answer of 5,000 hits froze the window 4.4 s, of 20,000: 29 s;
+        # trial 69 F6). The plain text has one character per document position (a block's end is a
+        # line break, an image U+FFFC).
+        plain = view.document().toPlainText()
+        position = done = 0  # (the UTF-16 position of plain[done])
+        for hit in expression.finditer(plain):
+            position += utf16_length(plain[done:hit.start()])
+            end = position + utf16_length(hit.group(0))
+            spans.append((view, position, end))
+            position, done = end, hit.end()
     for label in message.findChildren(WrappingLabel):
         text = label.text()
-        for hit in re.finditer(_pattern(query), text):
-            hits.append((label, utf16_length(text[:hit.start()]), utf16_length(hit.group(0))))
-    return hits
+        for hit in expression.finditer(text):
+            spans.append((label, utf16_length(text[:hit.start()]), utf16_length(hit.group(0))))
+    return spans
+
+
+def _hit(span: tuple[QWidget, int, int]) -> Hit:
+    """A span of :func:`_spans` as a :data:`Hit` (a view's with its cursor)."""
+    widget, start, end = span
+    if not isinstance(widget, QTextEdit):
+        return span  # type: ignore[return-value]
+    cursor = QTextCursor(widget.document())
+    cursor.setPosition(start)
+    cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+    return widget, cursor
 
 
 def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None:
@@ -88,16 +102,20 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
     ``current``: which of the message's hits (0: the first in reading order) is the one the search
     is at, or None. Text views get an extra selection per hit, the theme's highlight colour for the
     current one and a lighter tint for the others; a label (a question's text) selects the current
-    hit and tints the others (:meth:`WrappingLabel.set_marks`).
+    hit and tints the others (:meth:`WrappingLabel.set_marks`). At most :data:`MAX_MARKS` hits are
+    marked, around the current one (the last ones when None).
     Returns the current hit (the last displayed one when ``current`` counts past
     them, as the stored text may hold more than is shown), or None (no ``current``, or no hit shown)."""
-    hits = _hits(message, query)
-    at = min(current, len(hits) - 1) if current is not None and hits else None
+    spans = _spans(message, query)
+    at = min(current, len(spans) - 1) if current is not None and spans else None
+    centre = at if at is not None else len(spans) - 1
+    first = max(0, min(centre - MAX_MARKS // 2, len(spans) - MAX_MARKS))
     looks: dict[QTextEdit, tuple[QTextCharFormat, QTextCharFormat]] = {}
     selections: dict[QTextEdit, list[QTextEdit.ExtraSelection]] = {v: [] for v in message.findChildren(QTextEdit)}
     current_in: dict[QLabel, tuple[int, int]] = {}
     tints: dict[QLabel, list[tuple[int, int]]] = {}
-    for number, hit in enumerate(hits):
+    for number in range(first, min(len(spans), first + MAX_MARKS)):
+        hit = _hit(spans[number])
         if isinstance(hit[0], QTextEdit):
             view, cursor = hit
             if view not in looks:
@@ -117,7 +135,7 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
             label.setSelection(*current_in[label])
         elif label.hasSelectedText():
             label.setSelection(0, 0)
-    return hits[at] if at is not None else None
+    return _hit(spans[at]) if at is not None else None
 
 
 def _looks(view: QTextEdit) -> tuple[QTextCharFormat, QTextCharFormat]:

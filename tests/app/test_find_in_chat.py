@@ -309,6 +309,30 @@ def test_an_answer_of_more_hits_than_marked_before_has_them_all_marked(qapp):
     assert marked(answer) == 1500 and hit[1].selectionStart() == 3 * 1499
 
 
+def test_an_answer_of_thousands_of_hits_marks_those_around_the_current_one(qapp):
+    """Trial 69 F6: an answer of 20,000 hits froze the window 29 s at each search (QTextDocument.find
+    took longer per call the longer the answer, and every hit was marked and painted)."""
+    from app.find_in_chat import MAX_MARKS
+
+    answer = AssistantMessage("Fake")
+    answer.set_text("**zq** 😀\n\n" * 5000)
+    answer.finish("stop", "")
+
+    def marks():
+        return sorted(sel.cursor.selectionStart() for v in answer.findChildren(RichText) for sel in v.extraSelections())
+    assert mark(answer, "zq", None) is None
+    assert marked(answer) == MAX_MARKS == 2000 and marks()[0] == 6 * 3000  # the last ones ("zq 😀" and a break)
+    hit = mark(answer, "zq", 10)
+    assert marks() == [6 * i for i in range(MAX_MARKS)] and hit[1].selectionStart() == 60
+    assert (hit[1].selectionEnd(), hit[1].selectedText()) == (62, "zq")
+    hit = mark(answer, "zq", 4000)  # F3 far on: its neighbours marked
+    assert marks()[0] == 6 * 3000 and hit[1].selectionStart() == 6 * 4000
+    current = [sel for v in answer.findChildren(RichText) for sel in v.extraSelections()
+               if sel.cursor.selectionStart() == 6 * 4000]
+    assert current[0].format.background() != [sel for v in answer.findChildren(RichText)
+                                               for sel in v.extraSelections()][0].format.background()
+
+
 def test_a_questions_other_hits_are_tinted_where_their_words_are(qtbot, make_window, data_dir):
     """Trial 50's leftover: a question's label showed its current hit only (one selection); its
     other hits are tinted under their words, as an answer's are."""
