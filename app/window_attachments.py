@@ -234,9 +234,12 @@ class AttachmentsMixin:
             reason = ""
         problems = []
         for chip in chips:
-            chip.set_problem(chip.error or reason)
-            if chip.error:
-                problems.append(chip.error)
+            gone = "" if chip.error or Path(self._kept.get(chip.path, chip.path)).is_file() else (
+                f"{chip.name} was moved or deleted since it was attached (a video is read from its file when "
+                "sent, not copied before): attach it again, or remove it.")
+            chip.set_problem(chip.error or gone or reason)
+            if chip.error or gone:
+                problems.append(chip.error or gone)
         return problems or ([reason] if reason else [])
 
     def refuse_attachments(self) -> bool:

@@ -157,6 +157,27 @@ def test_model_without_video_says_so_before_sending(qtbot, make_window, fake_ses
     assert win.pending_label.text() == "1 video · 12 frames · 768 image tokens"
 
 
+def test_a_video_moved_since_it_was_attached_is_said_at_send(qtbot, make_window, video_model, clip):
+    """Trial 69 F7: a video deleted after it was attached gave "Could not save the message: ... No such file
+    or directory", as if the disk had failed, while its chip looked fine."""
+    win = make_window(video_model)
+    qtbot.keyClicks(win.composer, "What happens?")
+    drop(win.composer, file_mime(clip))
+    chip = win.attachments.video_chips()[0]
+    _wait_strip(qtbot, chip)
+    clip.unlink()
+    qtbot.keyClick(win.composer, Qt.Key.Key_Return)
+    reason = ("walk.mp4 was moved or deleted since it was attached (a video is read from its file when sent, not "
+              "copied before): attach it again, or remove it.")
+    assert win.banner.message() == reason and chip.problem == reason and not chip.badge.isHidden()
+    assert video_model.calls == [] and win.store.conversations() == []
+    assert win.composer.toPlainText() == "What happens?"
+    win.attachments.remove(str(clip.resolve()))
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        qtbot.keyClick(win.composer, Qt.Key.Key_Return)  # the rest is sent
+    assert [m.text for m in win.store.messages(win.keeper.current_id)] == ["What happens?", "A square."]
+
+
 def _gif(path: Path, frames: int = 6) -> Path:
     pictures = [Image.new("RGB", (40, 30), (40 * i, 0, 0)) for i in range(frames)]
     pictures[0].save(path, save_all=True, append_images=pictures[1:], duration=500, loop=0)
