@@ -136,8 +136,25 @@ def engine_history(messages: list[Message], model: str = "") -> list[dict]:
 
 
 def missing_images(messages: list[Message]) -> list[str]:
-    """Stored images of ``messages`` that are no longer on disk (their messages go to the model without them)."""
+    """Stored images and videos of ``messages`` that are no longer on disk (their messages go to the
+    model without them)."""
     return [p for m in messages for p in m.images if not Path(p).is_file()]
+
+
+def missing_files_said(messages: list[Message], folder: str | Path) -> str:
+    """The banner's line for the photos and videos of ``messages`` gone from ``folder`` (the image
+    store), by the names they were attached as; "" when none is."""
+    gone = [(path, (names[i] if i < len(names) and names[i] else "") or Path(path).name)
+            for m in messages for names in [m.attached_names or []] for i, path in enumerate(m.images)
+            if not Path(path).is_file()]
+    if not gone:
+        return ""
+    videos = sum(1 for path, _ in gone if Path(path).suffix.lower() in VIDEO_SUFFIXES)
+    kind = "video" if videos == len(gone) else "photo" if not videos else "photo or video"
+    kinds = {"video": "videos", "photo": "photos", "photo or video": "photos and videos"}[kind]
+    which = f"1 {kind} of this chat is" if len(gone) == 1 else f"{len(gone)} {kinds} of this chat are"
+    names = ", ".join(name for _, name in gone[:3]) + (", …" if len(gone) > 3 else "")
+    return f"{which} missing from {folder} ({names}): the model sees those messages without them."
 
 
 def answer_footer(message: Message) -> str:
@@ -409,11 +426,9 @@ class ConversationKeeper(QObject):
             if ("conversation", self.current_id) in self.store.unreadable:
                 lines.append("This chat's stored settings could not be read: the current settings apply (and are "
                              "stored with its next answer).")
-        gone = missing_images(messages)
+        gone = missing_files_said(messages, self.store.images_dir)
         if gone:
-            which = "1 image of this chat is" if len(gone) == 1 else f"{len(gone)} images of this chat are"
-            lines.append(f"{which} missing from {self.store.images_dir} ({', '.join(Path(p).name for p in gone[:3])}"
-                         f"{', …' if len(gone) > 3 else ''}): the model sees those messages without them.")
+            lines.append(gone)
         return lines
 
     def engine_history(self, model: str = "") -> list[dict]:

@@ -274,6 +274,26 @@ class ClickableImage(QLabel):
         return self.viewer
 
 
+class MissingMedia(QLabel):
+    """In place of a stored photo or video gone from the data folder: a dashed box naming it (as
+    attached) and saying it is missing, which nothing opens. A thumbnail of nothing was a 6-px sliver
+    that opened an empty viewer, and a video showed its cached filmstrip, its click doing nothing
+    (trial 69 F8)."""
+
+    def __init__(self, path: str, box: QSize, name: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path = path
+        self.name = name or Path(path).name
+        what = "video" if is_video_file(path) else "photo"
+        self.setObjectName("missingMedia")
+        self.setText(f"{self.name}\n({what} missing)")
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setFixedSize(min(box.width(), 200), min(box.height(), 96))
+        self.setToolTip(f"{self.name}: this {what} is no longer in Smolchat's data folder")
+        self.setAccessibleName(f"{self.name}, {what} missing")
+
+
 class UserMessage(QWidget):
     """A right-aligned bubble with the user's images (thumbnails) above their text. ``names``: the name
     each image was attached as (the message's ``attached_names``; "" or missing: unknown), which its
@@ -303,7 +323,9 @@ class UserMessage(QWidget):
             row, width = None, 0
             padded = list(names or []) + [""] * len(images)  # zip stops at the images' end
             for path, name in zip(images, padded):
-                if is_video_file(path):  # a filmstrip; a click plays it
+                if not Path(path).is_file():
+                    widget = MissingMedia(path, box, name)
+                elif is_video_file(path):  # a filmstrip; a click plays it
                     widget = message_video(path, QSize(VIDEO_BOX.width(), VIDEO_BOX.height()), name)
                 else:
                     widget = ClickableImage(path, box, len(images) > 1, name=name)

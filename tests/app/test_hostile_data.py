@@ -518,18 +518,29 @@ def test_a_model_manager_that_fails_to_build_leaves_no_running_thread_behind(tmp
 
 
 def test_a_stored_image_missing_from_disk_is_named_and_left_out_of_the_context(qtbot, make_window, data_dir, png):
+    """Trial 69 F8: the banner named the files by their stored (hash) names and called a video an image;
+    the photo showed as a 6-px sliver opening an empty viewer, the video as its cached filmstrip."""
+    from app.messages import ClickableImage, MissingMedia
+
     store = Store(data_dir)
     conv = store.create_conversation("photo chat", model="/models/fake")
     kept = store.store_image(png)
-    store.add_message(conv.id, "user", "What is this?", [kept])
+    video = data_dir / "images" / "0123456789abcdef.mp4"  # (a stored video's name; its bytes never read here)
+    video.write_bytes(b"\0" * 64)
+    store.add_message(conv.id, "user", "What is this?", [kept, str(video)], names=["rocket.jpg", "clip.mp4"])
     store.add_message(conv.id, "assistant", "An orange square.")
     store.close()
     (data_dir / "images" / kept.rsplit("/", 1)[1]).unlink()  # deleted by hand, or by a disk cleaner
+    video.unlink()
     fake = FakeBackend(tokens=["Yes", "."])
     win = make_window(fake)
 
-    assert win.banner.message() == (f"1 image of this chat is missing from {data_dir / 'images'} "
-                                    f"({kept.rsplit('/', 1)[1]}): the model sees those messages without them.")
+    assert win.banner.message() == (f"2 photos and videos of this chat are missing from {data_dir / 'images'} "
+                                    "(rocket.jpg, clip.mp4): the model sees those messages without them.")
+    question = win.transcript.widgets()[0]
+    tiles = question.findChildren(MissingMedia)
+    assert [t.text() for t in tiles] == ["rocket.jpg\n(photo missing)", "clip.mp4\n(video missing)"]
+    assert question.findChildren(ClickableImage) == [] and all(t.width() > 100 for t in tiles)
     assert _ask(qtbot, win, "Sure?")["finish_reason"] == "stop"
     assert [(m.text, m.attachments) for m in fake.calls[-1]["history"]] == [("What is this?", ()),
                                                                           ("An orange square.", ())]
