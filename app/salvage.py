@@ -11,6 +11,8 @@ that touches it, and the store's opening queries scan whole tables, so the whole
 3. writes what was read into a new database, in a temporary folder inside the data folder, built with
    the store's own migrations at the damaged file's schema version and then opened by :class:`Store`
    (which migrates it to the current schema);
+   Rows behind a damaged inner page of a table (its leaf pages whole, but out of SQLite's reach) are
+   read from the leaf pages directly, for the rowids the table's indexes still name;
 4. mends what the lost rows leave behind: a message whose parent was lost follows the nearest ancestor
    that survives (the indexes, which often survive a lost table page, still say who followed whom), or
    starts its chat; the one-selected-sibling rule holds again. Messages whose chat's own row was lost are
@@ -30,6 +32,7 @@ import itertools
 import os
 import shutil
 import sqlite3
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,12 +183,36 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
         db.close()
         # mode=ro still needs its -wal to be readable; immutable=1 reads the main file alone.
         db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
+    # Errors in the schema are passed over (SQLite's own rule while this is on): a file cut short has
+    # tables and indexes whose root pages lie past its end, and SQLite then refused every query, even of
+    # the tables that are all there (trial 69 F2). Nothing is written: the connection is read-only.
+    db.execute("PRAGMA writable_schema = ON")
     return db
+
+
+def _whole_pages(kept: Path, work: Path) -> Path:
+    """``kept``, or where it ends within a page (a copy cut short), a copy of its whole pages in
+    ``work`` (its -wal beside it): SQLite reads the missing end of that page as zeros, and rows cut
+    through came back with their texts cut off and filled with NUL characters."""
+    with open(kept, "rb") as f:
+        header = f.read(100)
+    size = int.from_bytes(header[16:18], "big") if len(header) == 100 else 0
+    size = 65536 if size == 1 else size
+    length = kept.stat().st_size
+    if size < 512 or not length % size:
+        return kept
+    copy = work / "whole-pages.sqlite3"
+    with open(kept, "rb") as source, open(copy, "wb") as target:
+        shutil.copyfileobj(source, target)
+        target.truncate(length - length % size)
+    if Path(f"{kept}-wal").is_file():
+        shutil.copyfile(f"{kept}-wal", f"{copy}-wal")
+    return copy
 
 
 def _rebuild(kept: Path, work: Path, name: str) -> SalvageReport:
     """Read ``kept`` and write what it holds to ``work/name`` (a complete, checked database)."""
-    old = _open_read_only(kept)
+    old = _open_read_only(_whole_pages(kept, work))
     try:
         try:
             version = old.execute("PRAGMA user_version").fetchone()[0]
@@ -317,6 +344,165 @@ def _read_rows(db: sqlite3.Connection, table: str, columns: list[str], claimed: 
     return [rows[k] for k in sorted(rows)]
 
 
+# -- reading the pages themselves ------------------------------------------------------------------
+# Where a table's root or inner pages are damaged, SQLite cannot reach its leaf pages, though they hold
+# the rows and may be intact (trial 69 F3: "0 of 40 messages" with 5 intact leaves). Those rows are
+# read from the file's pages directly, as SQLite's own recovery does, following the file format
+# (https://www.sqlite.org/fileformat2.html: sections 1.3 the header, 1.6 b-tree pages, 2.1 records,
+# 4 the WAL), and only for rowids an index or another table says exist: a freed page may still hold
+# rows deleted long ago.
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``data[at:]`` (1-9 bytes, big-endian, 7 bits a byte, all 8 of the ninth) and where
+    it ends. IndexError past the end of ``data``."""
+    value = 0
+    for i in range(8):
+        byte = data[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return (value << 8) | data[at + 8], at + 9
+
+
+def _record(payload: bytes) -> list | None:
+    """The values of a record (file format 2.1), or None when ``payload`` is not one."""
+    try:
+        size, at = _varint(payload, 0)
+        if not 0 < size <= len(payload):
+            return None
+        kinds = []
+        while at < size:
+            kind, at = _varint(payload, at)
+            kinds.append(kind)
+        values, at = [], size
+        for kind in kinds:
+            if kind == 0:
+                values.append(None)
+            elif 1 <= kind <= 6:
+                width = (1, 2, 3, 4, 6, 8)[kind - 1]
+                if at + width > len(payload):
+                    return None
+                values.append(int.from_bytes(payload[at:at + width], "big", signed=True))
+                at += width
+            elif kind == 7:
+                if at + 8 > len(payload):
+                    return None
+                values.append(struct.unpack(">d", payload[at:at + 8])[0])
+                at += 8
+            elif kind in (8, 9):
+                values.append(kind - 8)
+            elif kind >= 12:
+                width = (kind - 12) // 2 if kind % 2 == 0 else (kind - 13) // 2
+                if at + width > len(payload):
+                    return None
+                chunk = payload[at:at + width]
+                values.append(chunk if kind % 2 == 0 else chunk.decode("utf-8"))
+                at += width
+            else:
+                return None
+        return values
+    except (IndexError, UnicodeDecodeError, struct.error):
+        return None
+
+
+def _pages(path: Path) -> tuple[dict[int, bytes], int]:
+    """The database's pages by number (its -wal's latest frames over the main file's, as SQLite reads
+    them) and the usable size of a page."""
+    data = path.read_bytes()
+    size = int.from_bytes(data[16:18], "big") if len(data) >= 100 else 0
+    size = 65536 if size == 1 else size
+    if size < 512 or size & (size - 1):
+        return {}, 0
+    usable = size - data[20]
+    pages = {n + 1: data[n * size:(n + 1) * size] for n in range(len(data) // size)}
+    wal = Path(f"{path}-wal")
+    if wal.is_file():
+        frames = wal.read_bytes()
+        at = 32  # the WAL's header; each frame: 24 bytes (its page number first), then the page
+        while at + 24 + size <= len(frames):
+            number = int.from_bytes(frames[at:at + 4], "big")
+            if number:
+                pages[number] = frames[at + 24:at + 24 + size]
+            at += 24 + size
+    return pages, usable
+
+
+def _leaf_cells(pages: dict[int, bytes], usable: int):
+    """``(rowid, values)`` of every cell of every table-leaf page (type 13) that reads as a record,
+    overflow pages followed (file format 1.6: what a cell keeps on its page, and the chain of the rest)."""
+    most_local = usable - 35
+    least_local = (usable - 12) * 32 // 255 - 23
+    for number, page in pages.items():
+        head = 100 if number == 1 else 0
+        if len(page) < head + 8 or page[head] != 13:
+            continue
+        cells = int.from_bytes(page[head + 3:head + 5], "big")
+        for i in range(min(cells, (len(page) - head - 8) // 2)):
+            try:
+                at = int.from_bytes(page[head + 8 + 2 * i:head + 10 + 2 * i], "big")
+                length, at = _varint(page, at)
+                rowid, at = _varint(page, at)
+                if rowid >= 1 << 63:
+                    rowid -= 1 << 64
+                if length <= most_local:
+                    payload = page[at:at + length]
+                else:
+                    local = least_local + (length - least_local) % (usable - 4)
+                    local = local if local <= most_local else least_local
+                    payload = bytearray(page[at:at + local])
+                    following = int.from_bytes(page[at + local:at + local + 4], "big")
+                    seen = set()
+                    while len(payload) < length and following in pages and following not in seen:
+                        seen.add(following)
+                        overflow = pages[following]
+                        payload += overflow[4:min(usable, 4 + length - len(payload))]
+                        following = int.from_bytes(overflow[:4], "big")
+                    payload = bytes(payload)
+                if len(payload) != length:
+                    continue
+            except IndexError:
+                continue
+            values = _record(payload)
+            if values is not None:
+                yield rowid, values
+
+
+def _defaults(db: sqlite3.Connection, table: str) -> dict:
+    """The default value of each of ``table``'s columns that declares one (SQL literals: read by SQLite)."""
+    defaults = {}
+    try:
+        for _cid, name, _kind, _not_null, literal, _key in db.execute(f'PRAGMA table_info("{table}")'):
+            if literal is not None:
+                defaults[name] = db.execute(f"SELECT {literal}").fetchone()[0]
+    except sqlite3.Error:
+        pass
+    return defaults
+
+
+def _rows_from_pages(path: Path, table: str, names: list[str], shape: list[tuple[str, str, bool]],
+                     wanted: set[int], defaults: dict) -> dict[int, tuple]:
+    """Rows of ``table`` read from its leaf pages directly: ``{rowid: (rowid, *columns)}`` for each of
+    the ``wanted`` rowids found in a cell whose values fit the table's columns (``shape``: those of
+    ``names``, in table order; a record written before a column was added lacks it, and gets its
+    ``defaults`` value). The table's INTEGER PRIMARY KEY column is stored as NULL: the rowid."""
+    if not wanted:
+        return {}
+    try:
+        pages, usable = _pages(path)
+    except OSError:
+        return {}
+    found: dict[int, tuple] = {}
+    for rowid, values in _leaf_cells(pages, usable):
+        if rowid not in wanted or rowid in found or len(values) > len(names) or not values or values[0] is not None:
+            continue
+        row = {**{n: defaults.get(n) for n in names[len(values):]}, **dict(zip(names, values)), names[0]: rowid}
+        if not _fits(row, shape):
+            continue
+        found[rowid] = (rowid, *(row.get(n) for n in names))
+    return found
+
+
 def _fits(row: dict, columns: list[tuple[str, str, bool]]) -> bool:
     """Whether ``row`` holds values of its columns' declared kinds: a damaged page can hand out cells of
     random bytes that SQLite does not notice, and those are not the user's messages."""
@@ -371,7 +557,13 @@ def _copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, version: int) -
             except sqlite3.DatabaseError:
                 pass
         claimed, complete = _claimed_rowids(old, table, referenced_by)
-        rows = [dict(zip(names, r[1:])) for r in _read_rows(old, table, names, claimed, complete)]
+        got = _read_rows(old, table, names, claimed, complete)
+        unread = claimed - {r[0] for r in got}
+        if unread:  # behind a damaged inner page, perhaps on leaves that are whole
+            path = Path(old.execute("PRAGMA database_list").fetchone()[2])
+            got += _rows_from_pages(path, table, names, shape, unread, _defaults(old, table)).values()
+            got.sort(key=lambda r: r[0])
+        rows = [dict(zip(names, r[1:])) for r in got]
         read[table] = [r for r in rows if _fits(r, shape)]
         shapes[table] = shape
 

@@ -110,6 +110,86 @@ def test_a_lost_chat_row_keeps_its_messages_as_a_recovered_chat(data_dir, monkey
         store.close()
 
 
+def _root_page(path, table: str) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_messages_behind_a_damaged_inner_page_are_read_from_their_leaves(
+        data_dir, monkeypatch):
+    """Trial 69 F3: with the root page of the messages table damaged, SQLite reached none of its leaf
+    pages, though they were whole: "Recovered 5 of 5 chats and 0 of 40 messages"."""
+    from app.conversations import connect_store
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    _history(data_dir)
+    path = data_dir / "smolchat.sqlite3"
+    # Only the rows an index (or another table) says exist are taken from the pages: a freed page may
+    # still hold rows deleted long ago.
+    from app.salvage import _columns, _defaults, _rows_from_pages
+
+    db = sqlite3.connect(path)
+    shape = _columns(db, "messages")
+    rows = _rows_from_pages(path, "messages", [c[0] for c in shape], shape, {2, 35}, _defaults(db, "messages"))
+    db.close()
+    assert sorted(rows) == [2, 35] and (rows[2][4], rows[35][4]) == ("assistant", "user")
+    assert (rows[2][5], rows[35][5]) == (_text("Cats", 1), _text("Birds", 4))
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DELETE FROM messages WHERE conversation_id = (SELECT id FROM conversations WHERE title = 'Birds')")
+    db.execute("DELETE FROM conversations WHERE title = 'Birds'")
+    db.close()
+    root = _root_page(path, "messages")
+    data = bytearray(path.read_bytes())
+    assert data[(root - 1) * PAGE] == 5  # an inner page of the table's b-tree, pointing to its leaves
+    data[(root - 1) * PAGE:root * PAGE] = random.Random(7).randbytes(PAGE)
+    path.write_bytes(bytes(data))
+
+    store, message = connect_store()
+    try:
+        [kept] = data_dir.glob("smolchat.sqlite3.damaged-*[0-9]")
+        assert message == ("The conversation database was damaged. Recovered 2 of 2 chats and 30 of 30 messages; the "
+                           f"damaged file is kept as {kept}.")
+        chats = {c.title: [m.text for m in store.all_messages(c.id)] for c in store.conversations()}
+        assert chats == {t: [_text(t, i) for i in range(n)] for t, n in CHATS.items() if t != "Birds"}
+        assert [m.role for m in store.messages(store.conversations()[0].id)][:2] == ["user", "assistant"]
+        assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        store.close()
+
+
+def test_a_file_cut_short_keeps_what_lies_before_the_cut(data_dir, monkeypatch):
+    """Trial 69 F2: a database cut short (a copy that did not finish) was not salvaged: its schema names
+    root pages past the end, and SQLite refused every query, so a temporary folder served instead."""
+    from app.conversations import connect_store
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    _history(data_dir)
+    path = data_dir / "smolchat.sqlite3"
+    data = path.read_bytes()
+    cut = data.index(b"Cats 12 x")
+    cut -= cut % PAGE  # the page holding "Cats 12" and every page after it are gone
+    before = {f"{t} {i:02d}" for t, n in CHATS.items() for i in range(n) if f"{t} {i:02d} x".encode() in data[:cut]}
+    assert 6 <= len(before) < 24
+    path.write_bytes(data[:cut + 1000])  # (and a part of a page)
+
+    store, message = connect_store()
+    try:
+        [kept] = data_dir.glob("smolchat.sqlite3.damaged-*[0-9]")
+        assert kept.stat().st_size == cut + 1000
+        chats = {c.title: [m.text for m in store.all_messages(c.id)] for c in store.conversations()}
+        assert sorted(chats) == ["Birds", "Cats", "Dogs"] and chats["Dogs"] == chats["Birds"] == []
+        # Every whole page before the cut, and what SQLite can still read of the page cut through.
+        assert {text[:7] for text in chats["Cats"]} >= before
+        assert all(text == _text("Cats", int(text[5:7])) for text in chats["Cats"])
+        assert message.startswith(f"The conversation database was damaged. Recovered 3 of 3 chats and "
+                                  f"{len(chats['Cats'])} ")
+    finally:
+        store.close()
+
+
 def test_a_file_of_garbage_after_the_header_is_left_as_it_is(qtbot, make_window, data_dir, monkeypatch):
     import app.paths
     import app.salvage
