@@ -7,12 +7,12 @@ that touches it, and the store's opening queries scan whole tables, so the whole
 1. copies the damaged file aside, as ``smolchat.sqlite3.damaged-YYYYMMDD-HHMMSS`` (with copies of its
    ``-wal`` and ``-shm`` files under the same name, so SQLite reads the copy as the app would have);
 2. reads that copy, read-only, table by table in windows of rowids, halving a window that fails down to
-   single rows, so that a damaged page loses only the rows on it;
+   single rows, so that a damaged page loses only the rows on it. Rows behind a damaged inner page of a
+   table (its leaf pages whole, but out of SQLite's reach) are read from the leaf pages directly, for
+   the rowids the table's indexes still name;
 3. writes what was read into a new database, in a temporary folder inside the data folder, built with
    the store's own migrations at the damaged file's schema version and then opened by :class:`Store`
    (which migrates it to the current schema);
-   Rows behind a damaged inner page of a table (its leaf pages whole, but out of SQLite's reach) are
-   read from the leaf pages directly, for the rowids the table's indexes still name;
 4. mends what the lost rows leave behind: a message whose parent was lost follows the nearest ancestor
    that survives (the indexes, which often survive a lost table page, still say who followed whom), or
    starts its chat; the one-selected-sibling rule holds again. Messages whose chat's own row was lost are
