@@ -187,7 +187,9 @@ def connect_store() -> tuple[Store, str]:
                 f"Your conversations in {folder} are shown read-only: the folder cannot be written "
                 f"({read_only}). Sending is off; make the folder writable, or start Smolchat with "
                 "SMOLCHAT_DATA_DIR set to another folder.")
-        return Store(folder), data_dir_problem()
+        emptied = _empty_database(folder)
+        store = Store(folder)
+        return store, " ".join(line for line in (data_dir_problem(), emptied) if line)
     except NewerSchemaError as exc:
         why = (f"they were saved by a newer version of Smolchat (database schema {exc.version}; this one reads "
                f"up to {SCHEMA_VERSION})")
@@ -224,6 +226,21 @@ def connect_store() -> tuple[Store, str]:
         problem += (f" To keep conversations again, close Smolchat and move {DATABASE_NAME} aside (or put a "
                     "backup in its place): the next start makes a new one.")
     return store, problem
+
+
+def _empty_database(folder: Path) -> str:
+    """What to say of a database file of 0 bytes (and no -wal holding its pages), which SQLite opens as
+    a new, empty database without a word (trial 69 F2): "" for any other."""
+    database = folder / DATABASE_NAME
+    wal = Path(f"{database}-wal")
+    try:
+        if not database.is_file() or database.stat().st_size or (wal.is_file() and wal.stat().st_size):
+            return ""
+    except OSError:
+        return ""
+    return (f"{database} was an empty file (0 bytes), holding no chats: Smolchat made a new database in it. If you "
+            "had chats, they were lost before this start (a copy or a sync that did not finish?); to get them "
+            "back, close Smolchat and put a backup in its place.")
 
 
 def _salvage(folder: Path, exc: sqlite3.Error) -> tuple[Store, str] | None:

@@ -190,6 +190,23 @@ def test_a_file_cut_short_keeps_what_lies_before_the_cut(data_dir, monkeypatch):
         store.close()
 
 
+def test_a_database_file_of_no_bytes_is_said_not_passed_over(data_dir, monkeypatch):
+    """Trial 69 F2: a database emptied to 0 bytes opened as a new, empty one without a word."""
+    from app.conversations import connect_store
+
+    monkeypatch.setattr("app.paths._fallbacks", {})
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "smolchat.sqlite3").write_bytes(b"")
+    store, message = connect_store()
+    store.close()
+    assert message == (f"{data_dir / 'smolchat.sqlite3'} was an empty file (0 bytes), holding no chats: Smolchat made "
+                       "a new database in it. If you had chats, they were lost before this start (a copy or a sync "
+                       "that did not finish?); to get them back, close Smolchat and put a backup in its place.")
+    store, message = connect_store()  # the next start: a database like any other
+    store.close()
+    assert message == ""
+
+
 def test_a_file_of_garbage_after_the_header_is_left_as_it_is(qtbot, make_window, data_dir, monkeypatch):
     import app.paths
     import app.salvage
