@@ -150,7 +150,10 @@ def _write_markdown(store: Store, conversation_id: int, path: Path, images: _Exp
             lines += [f"*({message.status})*", ""]
         if count > 1:
             lines += _other_versions(store, message)
-    return safe_files.write_text(path, "\n".join(lines))  # a failure keeps the file being replaced
+    # CommonMark (section 2.3) has U+0000 replaced by U+FFFD: a raw NUL made grep and git take the file
+    # for a binary one (trial 69 F11).
+    text = "\n".join(lines).replace("\x00", "\ufffd")
+    return safe_files.write_text(path, text)  # a failure keeps the file being replaced
 
 
 class _ExportFolder:

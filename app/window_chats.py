@@ -293,8 +293,13 @@ class ChatsMixin:
 
     @Slot(int, str)
     def rename_conversation(self, conversation_id: int, title: str) -> None:
-        title = display_title(title)  # no bidi controls, as a title taken from the first message
-        if title.strip():
+        from app.import_chat import clean_title
+
+        # As a title taken from the first message or an import: one line, no bidi controls, and no
+        # control characters (a NUL showed as a box, went raw into Markdown exports, and was dropped by
+        # an import, so the copy's title differed: trial 69 F11).
+        title = clean_title(title)
+        if title:
             self._storage("rename the chat", self.store.rename_conversation, conversation_id, title)
         self.refresh_sidebar()
 

@@ -35,6 +35,11 @@ def test_sidebar_lists_new_rename_delete_undo_and_search(qtbot, window):
     first = window.sidebar.ids()[1]
     window.sidebar.chat_items()[1].setText("Cat chat")  # what an inline rename does
     assert window.store.conversation(first).title == "Cat chat"
+    window.sidebar.chat_items()[1].setText("\u202eCat\x00  chat\n2 ")  # (trial 69 F11: a NUL was kept)
+    assert window.store.conversation(first).title == "Cat chat 2"
+    window.sidebar.chat_items()[1].setText("\x00 \t")  # nothing left: not renamed
+    assert window.store.conversation(first).title == "Cat chat 2" and window.sidebar.titles()[1] == "Cat chat 2"
+    window.sidebar.chat_items()[1].setText("Cat chat")
 
     window.sidebar.search.setText("sofa")
     assert window.sidebar.titles() == ["Cat chat"]

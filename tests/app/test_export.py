@@ -102,6 +102,14 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
     assert again == text and len(list((out / "chat_images").iterdir())) == 5
 
 
+def test_a_nul_in_a_message_is_written_as_the_replacement_character(store, tmp_path):
+    """Trial 69 F11: a raw NUL made grep and git take the Markdown export for a binary file."""
+    conv = store.create_conversation("c").id
+    store.add_message(conv, "user", "before\x00after")
+    data = export_markdown(store, conv, tmp_path / "chat.md").read_bytes()
+    assert b"\x00" not in data and "before\ufffdafter" in data.decode()
+
+
 def test_a_video_name_is_link_text_that_reads_as_typed(store, tmp_path):
     video = store.store_image(_file(tmp_path, "v.mp4", b"v"))
     conv = store.create_conversation("c").id
