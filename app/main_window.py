@@ -123,6 +123,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         # opens again (trial 55: one composer for all chats sent a question taken back after a failure
         # to the next chat opened, joined to what was typed there).
         self._chat_drafts: dict[int | None, Draft] = {}
+        self._deleted_chats: list[tuple[int, str]] = []  # (id, title) deleted this session, oldest first
         self._sent: tuple[int | None, Draft] | None = None  # (index edited, composer) of the question answered
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._send_when_counted: str | None = None  # a text whose Send waits for its token count

@@ -330,17 +330,27 @@ class ChatsMixin:
             rest = [c for c in listed if c != conversation_id]
             self.open_conversation(rest[min(at, len(rest) - 1)] if from_list and rest and at >= 0 else None)
         self.refresh_sidebar()
-        self.banner.show_info(f"Deleted “{display_title(conv.title) or 'New chat'}”.", "Undo",
-                              lambda: self._undo_delete_chat(conversation_id))
+        title = display_title(conv.title) or "New chat"
+        self._deleted_chats.append((conversation_id, title))
+        self.banner.show_info(f"Deleted “{title}”.", "Undo", lambda: self._undo_delete_chat(conversation_id))
 
     def _undo_delete_chat(self, conversation_id: int) -> None:
         """Undo of a chat's delete: back in the list, and opened unless an answer is being written in the chat
-        shown (trial 56: the open was refused then, and the chat, restored, stayed out of the list)."""
+        shown (trial 56: the open was refused then, and the chat, restored, stayed out of the list). The chat
+        deleted before it, if any this session, is offered next: Undo (Ctrl+Z) again brings back one after
+        another, as they were deleted (trial 69 F11: only the last of several could be)."""
         if not self._storage("restore the chat", self.store.undelete_conversation, conversation_id):
             return
+        deleted = self._deleted_chats
+        restored = next((title for chat, title in deleted if chat == conversation_id), "")
+        deleted[:] = [(chat, title) for chat, title in deleted if chat != conversation_id]
         self.refresh_sidebar()
         if not self._busy:
             self.open_conversation(conversation_id)
+        if deleted:
+            before, title = deleted[-1]
+            self.banner.show_info(f"Restored “{restored}”. Deleted before it: “{title}”.", "Undo",
+                                  lambda: self._undo_delete_chat(before))
 
     def delete_message(self, index: int) -> None:
         """Delete message ``index`` of the open chat (see ConversationKeeper.delete_message), with Undo."""

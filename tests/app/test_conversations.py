@@ -55,6 +55,26 @@ def test_sidebar_lists_new_rename_delete_undo_and_search(qtbot, window):
     assert "Cat chat" in window.sidebar.titles() and window.keeper.current_id == first
 
 
+def test_undo_brings_back_chats_deleted_one_after_another(qtbot, window):
+    """Trial 69 F11: after three chats were deleted in a row, Undo (Ctrl+Z) brought back only the last."""
+    for words in ("First", "Second", "Third", "Kept"):
+        window.new_chat()
+        ask(qtbot, window, words)
+    ids = dict(zip(window.sidebar.titles(), window.sidebar.ids()))
+    for title in ("First", "Third", "Second"):
+        window.delete_conversation(ids[title])
+    assert window.sidebar.titles() == ["Kept"] and window.banner.message() == "Deleted “Second”."
+    window.sidebar.list.setFocus()
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert sorted(window.sidebar.titles()) == ["Kept", "Second"]
+    assert window.banner.message() == "Restored “Second”. Deleted before it: “Third”."
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert window.banner.message() == "Restored “Third”. Deleted before it: “First”."
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert sorted(window.sidebar.titles()) == ["First", "Kept", "Second", "Third"]
+    assert window.keeper.current_id == ids["First"] and not window.banner.offers_undo()
+
+
 def test_open_conversation_restores_after_restart(qtbot, make_window, factory, png, data_dir):
     win = make_window(factory)
     win.settings.system_prompt = "Answer in French."
