@@ -190,16 +190,22 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     return db
 
 
+def _page_size(header: bytes) -> int:
+    """The page size a database header (its first 100 bytes) gives (file format 1.3.2: 1 means
+    65,536), or 0 when it gives none that can be."""
+    size = int.from_bytes(header[16:18], "big") if len(header) >= 100 else 0
+    size = 65536 if size == 1 else size
+    return size if size >= 512 and not size & (size - 1) else 0
+
+
 def _whole_pages(kept: Path, work: Path) -> Path:
     """``kept``, or where it ends within a page (a copy cut short), a copy of its whole pages in
     ``work`` (its -wal beside it): SQLite reads the missing end of that page as zeros, and rows cut
     through came back with their texts cut off and filled with NUL characters."""
     with open(kept, "rb") as f:
-        header = f.read(100)
-    size = int.from_bytes(header[16:18], "big") if len(header) == 100 else 0
-    size = 65536 if size == 1 else size
+        size = _page_size(f.read(100))
     length = kept.stat().st_size
-    if size < 512 or not length % size:
+    if not size or not length % size:
         return kept
     copy = work / "whole-pages.sqlite3"
     with open(kept, "rb") as source, open(copy, "wb") as target:
@@ -410,9 +416,8 @@ def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     """The database's pages by number (its -wal's latest frames over the main file's, as SQLite reads
     them) and the usable size of a page."""
     data = path.read_bytes()
-    size = int.from_bytes(data[16:18], "big") if len(data) >= 100 else 0
-    size = 65536 if size == 1 else size
-    if size < 512 or size & (size - 1):
+    size = _page_size(data)
+    if not size:
         return {}, 0
     usable = size - data[20]
     pages = {n + 1: data[n * size:(n + 1) * size] for n in range(len(data) // size)}
