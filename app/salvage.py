@@ -403,7 +403,7 @@ def _record(payload: bytes) -> list | None:
                 if at + width > len(payload):
                     return None
                 chunk = payload[at:at + width]
-                values.append(chunk if kind % 2 == 0 else chunk.decode("utf-8"))
+                values.append(bytes(chunk) if kind % 2 == 0 else str(chunk, "utf-8"))
                 at += width
             else:
                 return None
@@ -412,10 +412,11 @@ def _record(payload: bytes) -> list | None:
         return None
 
 
-def _pages(path: Path) -> tuple[dict[int, bytes], int]:
+def _pages(path: Path) -> tuple[dict[int, memoryview], int]:
     """The database's pages by number (its -wal's latest frames over the main file's, as SQLite reads
-    them) and the usable size of a page."""
-    data = path.read_bytes()
+    them; views of the files read once, not copies: a database may be hundreds of MB) and the usable
+    size of a page."""
+    data = memoryview(path.read_bytes())
     size = _page_size(data)
     if not size:
         return {}, 0
@@ -423,7 +424,7 @@ def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     pages = {n + 1: data[n * size:(n + 1) * size] for n in range(len(data) // size)}
     wal = Path(f"{path}-wal")
     if wal.is_file():
-        frames = wal.read_bytes()
+        frames = memoryview(wal.read_bytes())
         at = 32  # the WAL's header; each frame: 24 bytes (its page number first), then the page
         while at + 24 + size <= len(frames):
             number = int.from_bytes(frames[at:at + 4], "big")
@@ -433,7 +434,7 @@ def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     return pages, usable
 
 
-def _leaf_cells(pages: dict[int, bytes], usable: int):
+def _leaf_cells(pages: dict[int, memoryview], usable: int):
     """``(rowid, values)`` of every cell of every table-leaf page (type 13) that reads as a record,
     overflow pages followed (file format 1.6: what a cell keeps on its page, and the chain of the rest)."""
     most_local = usable - 35
