@@ -12,12 +12,14 @@ zero-width spaces skipped), and the count row under the search field ("2 of 5 in
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolButton, QWidget
 
 from app.markdown import ZERO_WIDTH_SPACE
+from app.store import search_key
 from app.text_fit import WrappingLabel, hit_tint, utf16_length
 from app.versions import step_button
 
@@ -32,15 +34,27 @@ def shown_text(markdown: str) -> str:
 
 
 def count(text: str, query: str) -> int:
-    """How many times ``text`` (a message's stored Markdown) shows ``query`` in any case (casefolded:
-    "STRASSE" finds "Straße"), as :func:`shown_text` reads it: a hit counted is one that can be marked."""
-    return shown_text(text).casefold().count(query.casefold()) if query else 0
+    """How many times ``text`` (a message's stored Markdown) shows ``query`` in any case and form
+    (:func:`app.store.search_key`: "STRASSE" finds "Straße", "é" finds "e" and a combining accent), as
+    :func:`shown_text` reads it: a hit counted is one that can be marked."""
+    return search_key(shown_text(text)).count(search_key(query)) if query else 0
 
 
 def _pattern(query: str) -> str:
-    """A regular expression for ``query`` in displayed text: any case, and a zero-width space allowed
+    """A regular expression for ``query`` in displayed text: any case, a composed character in either
+    form (the text may hold "é" as "e" and a combining accent: NFD), and a zero-width space allowed
     between any two characters (the display puts them into long runs; :func:`app.markdown.breakable`)."""
-    return "(?i)" + f"{ZERO_WIDTH_SPACE}?".join(re.escape(c) for c in query) if query else ""
+    def either(c: str) -> str:
+        apart = unicodedata.normalize("NFD", c)
+        return re.escape(c) if apart == c else f"(?:{re.escape(c)}|{re.escape(apart)})"
+    query = unicodedata.normalize("NFC", query)
+    # Not the "e" of an "é" written apart (it is not counted either: search_key composes it).
+    return "(?i)" + f"{ZERO_WIDTH_SPACE}?".join(either(c) for c in query) + f"(?!{_COMBINING})" if query else ""
+
+
+#: The combining marks' blocks (diacritical marks, their extended and supplement blocks, for symbols,
+#: half marks): a mark after a hit makes it part of another character.
+_COMBINING = "[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]"
 
 
 #: The most hits of a message marked at once: those around the current hit (the last ones when there

@@ -41,6 +41,7 @@ import re
 import shutil
 import sqlite3
 import time
+import unicodedata
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -164,12 +165,18 @@ def clean_stats(stats: dict) -> tuple[dict, bool]:
 _TIME_ORDER = "CASE WHEN typeof(updated) IN ('integer', 'real') THEN updated ELSE 0 END DESC"
 
 
+def search_key(text: str) -> str:
+    """``text`` as searches compare it: composed (NFC: "e" and a combining acute accent, as macOS and
+    some web pages write it, is "é" typed; trial 69 F10) and casefolded ("STRASSE" is "straße")."""
+    return unicodedata.normalize("NFC", text).casefold()
+
+
 def _casefolded(value) -> str | None:
-    """SQL ``casefolded(CAST(x AS BLOB))``: the text's bytes, since SQLite hands a function TEXT that is
-    not valid UTF-8 as an error (the whole search failed over one damaged message)."""
+    """SQL ``casefolded(CAST(x AS BLOB))``: :func:`search_key` of the text's bytes, since SQLite hands a
+    function TEXT that is not valid UTF-8 as an error (the whole search failed over one damaged message)."""
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace").casefold()
-    return value.casefold() if isinstance(value, str) else None
+        return search_key(value.decode("utf-8", errors="replace"))
+    return search_key(value) if isinstance(value, str) else None
 
 
 class DamagedText(str):
@@ -443,12 +450,13 @@ class Store:
     @staticmethod
     def _text_test(words: str) -> tuple[str, str]:
         """An SQL test (``{}``: the column) and its argument ``?1`` for text holding ``words`` in any case."""
+        words = unicodedata.normalize("NFC", words)
         if words.isascii():
             # "%", "_" and the escape character itself are the words searched for, not LIKE's wildcards.
             escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             return "{} LIKE ?1 ESCAPE '\\'", f"%{escaped}%"
         # SQLite's LIKE ignores the case of A-Z only: "привет" did not find "Привет"
-        return "instr(casefolded(CAST({} AS BLOB)), ?1) > 0", words.casefold()
+        return "instr(casefolded(CAST({} AS BLOB)), ?1) > 0", search_key(words)
 
     def other_version_hits(self, conversation_id: int, search: str) -> list[int]:
         """Ids of the messages holding ``search`` (as :meth:`conversations` matches it) that are not on

@@ -220,6 +220,30 @@ def test_a_hit_is_counted_as_the_chat_shows_the_words(qtbot, make_window, data_d
     assert label.selectedText() == "very good"  # (after two emoji: Qt counts UTF-16 units)
 
 
+def test_an_accent_written_apart_is_found_as_typed(qtbot, make_window, data_dir):
+    """Trial 69 F10: "é" typed did not find "e" followed by a combining acute accent (as macOS and some
+    web pages write it), neither in the chat list nor in the chat."""
+    store = Store(data_dir)
+    chat = store.create_conversation("Cafe\u0301 chat")
+    store.add_message(chat.id, "user", "Where is the cafe\u0301?")
+    store.add_message(chat.id, "assistant", "The **CAFE\u0301** is near the station; the cafe is not.")
+    other = store.create_conversation("Other")
+    store.add_message(other.id, "user", "Hello")
+    store.close()
+    win = make_window(FakeBackend())
+    win.open_conversation(chat.id)
+    for query in ("café", "CAFÉ", "cafe\u0301"):
+        win.sidebar.search.setText(query)
+        assert win.sidebar.titles() == ["Cafe\u0301 chat"], query
+        assert win.transcript.set_query(query) == [(0, 0), (1, 0)], query  # (the title is not in the chat)
+    [question, answer] = win.transcript.widgets()
+    view = [v for v in answer.findChildren(RichText) if v.isVisibleTo(answer)][0]
+    starts = sorted(sel.cursor.selectionStart() for sel in view.extraSelections())
+    assert [view.toPlainText()[i:i + 5] for i in starts] == ["CAFE\u0301"]
+    win.sidebar.search.setText("cafe")  # "é" is not "e": the hit is the plain "cafe" only
+    assert len(win.transcript.set_query("cafe")) == 1 and marked(answer) == 1 and marked(question) == 0
+
+
 def current_marks(message) -> list[int]:
     """The start of each hit marked as the current one (the full highlight) in ``message``'s text views."""
     return [s.cursor.selectionStart() for v in message.findChildren(RichText) for s in v.extraSelections()
