@@ -425,11 +425,17 @@ def _pages(path: Path) -> tuple[dict[int, memoryview], int]:
     wal = Path(f"{path}-wal")
     if wal.is_file():
         frames = memoryview(wal.read_bytes())
-        at = 32  # the WAL's header; each frame: 24 bytes (its page number first), then the page
-        while at + 24 + size <= len(frames):
+        # After its 32-byte header (salts at 16-23), each frame: its page number, the database's size
+        # in pages (not 0: it ends a transaction), the header's salts (other salts: a frame left from
+        # before the log was restarted, older than the main file), a checksum, then the page. Frames
+        # count once their transaction's last frame is there, as SQLite reads them.
+        salts, at, pending = frames[16:24], 32, {}
+        while at + 24 + size <= len(frames) and frames[at + 8:at + 16] == salts:
             number = int.from_bytes(frames[at:at + 4], "big")
-            if number:
-                pages[number] = frames[at + 24:at + 24 + size]
+            pending[number] = frames[at + 24:at + 24 + size]
+            if int.from_bytes(frames[at + 4:at + 8], "big"):
+                pages.update(pending)
+                pending = {}
             at += 24 + size
     return pages, usable
 

@@ -160,6 +160,32 @@ def test_messages_behind_a_damaged_inner_page_are_read_from_their_leaves(
         store.close()
 
 
+def test_rows_read_from_the_pages_include_the_logs_committed_ones(data_dir, tmp_path):
+    """A row written since the last checkpoint lives in the -wal only: the pages read directly take the
+    log's committed frames over the main file's."""
+    import shutil
+
+    from app.salvage import _columns, _defaults, _rows_from_pages
+
+    _history(data_dir)
+    path = data_dir / "smolchat.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    db.execute("INSERT INTO messages (conversation_id, position, role, text, created) VALUES (2, 99, 'user', ?, 1.0)",
+               ("written after the checkpoint",))
+    [(rowid,)] = db.execute("SELECT max(rowid) FROM messages").fetchall()
+    for suffix in ("", "-wal"):  # a copy while it runs, as a crash leaves it
+        shutil.copyfile(f"{path}{suffix}", tmp_path / f"copy.sqlite3{suffix}")
+    shape = _columns(db, "messages")
+    defaults = _defaults(db, "messages")
+    db.close()
+    copy = tmp_path / "copy.sqlite3"
+    assert b"written after the checkpoint" not in copy.read_bytes()
+    rows = _rows_from_pages(copy, "messages", [c[0] for c in shape], shape, {rowid, 1}, defaults)
+    assert rows[rowid][1:6] == (rowid, 2, 99, "user", "written after the checkpoint") and rows[rowid][12] == 1
+    assert rows[1][5] == _text("Cats", 0)
+
+
 def test_a_file_cut_short_keeps_what_lies_before_the_cut(data_dir, monkeypatch):
     """Trial 69 F2: a database cut short (a copy that did not finish) was not salvaged: its schema names
     root pages past the end, and SQLite refused every query, so a temporary folder served instead."""
