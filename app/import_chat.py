@@ -397,9 +397,13 @@ class _Media:
         (it is "not found", as an export's files from another computer are). A name of this store's
         (content-addressed) is its file wherever the export's data folder was."""
         images_dir = self.store.images_dir.resolve()
-        if images_dir not in Path(path).resolve().parents:
-            path = str(images_dir / Path(path).name)
-        if not Path(path).is_file():
+        try:
+            if images_dir not in Path(path).resolve().parents:
+                path = str(images_dir / Path(path).name)
+            found = Path(path).is_file()
+        except (OSError, ValueError):  # a NUL in it, a name past the system's length: no such file
+            found = False
+        if not found:
             self.missing.append(name)
             return None
         if not _readable_media(path):

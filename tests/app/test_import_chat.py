@@ -88,10 +88,12 @@ def test_an_export_reads_no_file_outside_the_data_folder(store, tmp_path, data_d
     path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "all_messages": [
         {"id": 1, "parent_id": None, "role": "user", "text": "Look",
          "images": [str(private), str(tmp_path / "gone.png"), f"/other/computer/images/{Path(mine).name}",
-                    str(data_dir / "images" / ".." / ".." / "private.png")],
-         "attached_names": ["private.png", "gone.png", "cat.png", "sneaky.png"]}]}))
-    imported = import_chat(store, path)
-    assert imported.missing == ["private.png", "gone.png", "sneaky.png"] and imported.refused == []
+                    str(data_dir / "images" / ".." / ".." / "private.png"), "/tmp/x\x00y.png",
+                    str(data_dir / "images" / ("a" * 5000 + ".png"))],
+         "attached_names": ["private.png", "gone.png", "cat.png", "sneaky.png", "nul.png", "long.png"]}]}))
+    imported = import_chat(store, path)  # (trial 70 N5: a NUL or an overlong name failed the whole chat)
+    assert imported.missing == ["private.png", "gone.png", "sneaky.png", "nul.png", "long.png"]
+    assert imported.refused == []
     [question] = store.messages(imported.conversation_id)
     assert question.attached_names == ["cat.png"] and question.images == [mine]
     assert private.read_bytes() not in [p.read_bytes() for p in (data_dir / "images").iterdir()]
