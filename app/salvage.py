@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import sqlite3
 import struct
@@ -45,6 +46,10 @@ WINDOW = 256  # rowids read per query; a failing window is halved down to single
 # this far past the last row it found before it concludes there is nothing more.
 SEARCH_PAST_LAST = 64 * WINDOW
 RECOVERED_TITLE = "Recovered messages"
+#: In place of the zeros a damaged page (a zero-filled one, a file cut short through a text's overflow
+#: pages) leaves in a text: SQLite hands them out as NUL characters, thousands of them mid-sentence.
+LOST_PART = "[…]"
+_ZEROS = re.compile("\x00{8,}")  # (a NUL or a few may be the user's own)
 _NAMES = itertools.count()
 
 
@@ -62,6 +67,7 @@ class SalvageReport:
     claimed_chats: int | None = None
     claimed_messages: int | None = None
     rebuilt: int = 0  # chats whose own row was lost, made again for their messages
+    cut: int = 0  # messages kept with a part of their text lost (LOST_PART in its place)
     other_rows: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # table -> (copied, claimed)
 
     def words(self) -> str:
@@ -75,6 +81,9 @@ class SalvageReport:
             lost = "title of 1 was lost: it is" if self.rebuilt == 1 else f"titles of {self.rebuilt} were lost: they are"
             chats += f' (the {lost} named "{RECOVERED_TITLE}: …")'
         messages = count(self.messages, self.claimed_messages, "message", "messages")
+        if self.cut:
+            messages += (f" ({self.cut} of them with a part lost in the damage, marked “{LOST_PART}”)" if self.cut > 1
+                         else f" (1 with a part lost in the damage, marked “{LOST_PART}”)")
         unknown = " (what could be read)" if None in (self.claimed_chats, self.claimed_messages) else ""
         return (f"The conversation database was damaged. Recovered {chats} and {messages}{unknown}; the damaged "
                 f"file is kept as {self.kept_as}.")
@@ -554,6 +563,7 @@ def _copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, version: int) -
     old_tables = {r[0] for r in old.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     read: dict[str, list[dict]] = {}
     shapes: dict[str, list[tuple[str, str, bool]]] = {}
+    cut: set[tuple[str, int]] = set()  # (table, id of the row read) of texts with zeros replaced
     for table in tables:
         if table not in old_tables:
             continue
@@ -577,6 +587,11 @@ def _copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, version: int) -
             got.sort(key=lambda r: r[0])
         rows = [dict(zip(names, r[1:])) for r in got]
         read[table] = [r for r in rows if _fits(r, shape)]
+        for row in read[table]:
+            for name, value in row.items():
+                if isinstance(value, str) and "\x00" * 8 in value:
+                    row[name] = _ZEROS.sub(LOST_PART, value)
+                    cut.add((table, id(row)))
         shapes[table] = shape
 
     chats = [c for c in read["conversations"] if c.get("deleted") is None]
@@ -606,6 +621,7 @@ def _copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, version: int) -
         else:
             report.other_rows[table] = (copied, _claimed(old, f'SELECT count(*) FROM "{table}"'))
     report.rebuilt = len(rebuilt)
+    report.cut = sum(1 for m in messages if ("messages", id(m)) in cut)
     return report
 
 

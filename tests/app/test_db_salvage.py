@@ -186,6 +186,43 @@ def test_rows_read_from_the_pages_include_the_logs_committed_ones(data_dir, tmp_
     assert rows[1][5] == _text("Cats", 0)
 
 
+def test_zeros_a_damaged_page_left_in_a_text_are_marked_and_said(data_dir):
+    """Trial 70 N3: a zero-filled overflow page left thousands of NUL characters in the middle of an
+    answer, kept as it was and counted as recovered."""
+    from app.salvage import LOST_PART, salvage_database
+
+    _history(data_dir)
+    store = Store(data_dir)
+    chat = store.conversations()[0].id
+    long = "Once upon a time. " + "The story goes on and on. " * 300 + "The end."  # ~7.8 KB: overflow pages
+    store.add_message(chat, "assistant", long)
+    store.add_message(chat, "user", "A \x00 the user typed stays.")
+    store.close()
+    path = data_dir / "smolchat.sqlite3"
+    data = bytearray(path.read_bytes())
+    # The text's overflow pages: pages of its words that are no b-tree page (those start with a type
+    # byte, 2, 5, 10 or 13; an overflow page with the number of the next one).
+    overflow = [n for n in range(len(data) // PAGE) if b"on and on. The story" in data[n * PAGE:(n + 1) * PAGE]
+                and data[n * PAGE] not in (2, 5, 10, 13)]
+    assert len(overflow) == 1
+    start = overflow[0] * PAGE
+    data[start + 4:start + PAGE] = bytes(PAGE - 4)  # its text zeroed (the link to the next page kept)
+    path.write_bytes(bytes(data))
+
+    report = salvage_database(data_dir)
+    assert report.cut == 1 and "(1 with a part lost in the damage, marked “[…]”)" in report.words()
+    store = Store(data_dir)
+    try:
+        texts = [m.text for m in store.all_messages(chat)]
+        [kept] = [t for t in texts if t.startswith("Once upon a time.")]
+        # Its last ~4 KB were on the page zeroed: one mark in their place.
+        assert "\x00" not in kept and kept.count(LOST_PART) == 1 and kept.endswith(LOST_PART)
+        assert long.startswith(kept[:-len(LOST_PART)]) and len(kept) < len(long) - 3000
+        assert "A \x00 the user typed stays." in texts
+    finally:
+        store.close()
+
+
 def test_a_file_cut_short_keeps_what_lies_before_the_cut(data_dir, monkeypatch):
     """Trial 69 F2: a database cut short (a copy that did not finish) was not salvaged: its schema names
     root pages past the end, and SQLite refused every query, so a temporary folder served instead."""
