@@ -118,12 +118,15 @@ class DraftKeeper(QObject):
         elif w.keeper.current_id in w._chat_drafts:
             w.unpark_draft(w.keeper.current_id)
         shown = [getattr(m, "message_id", None) for m in w.transcript.widgets()]
-        if edit is not None and edit[0] == w.keeper.current_id and edit[1] is not None and edit[1] in shown:
+        if edit is not None and edit[0] == w.keeper.current_id:
             edit_there, edit_gone = _present(edit[3], edit[4])
-            w.begin_edit(shown.index(edit[1]), edit[2], [f for f, _ in edit_there], [n for _, n in edit_there],
-                         again=True)
-            w.composer.moveCursor(w.composer.textCursor().MoveOperation.End)
             gone += [n for n in edit_gone if n not in gone]
+            files, names = [f for f, _ in edit_there], [n for _, n in edit_there]
+            if edit[1] is not None and edit[1] in shown:
+                w.begin_edit(shown.index(edit[1]), edit[2], files, names, again=True)
+                w.composer.moveCursor(w.composer.textCursor().MoveOperation.End)
+            else:  # its message gone meanwhile: the text is not dropped
+                w.keep_edit_text(edit[2], files, names)
         return gone
 
     def _restore_parked(self, parked) -> list[str]:

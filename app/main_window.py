@@ -419,9 +419,25 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if draft.edit is not None:
             message_id, edit = draft.edit
             shown = [getattr(m, "message_id", None) for m in self.transcript.widgets()]
+            files, names = [edit.kept.get(p, p) for p in edit.attachments], [edit.names.get(p, "") for p in edit.attachments]
             if message_id in shown:
-                self.begin_edit(shown.index(message_id), edit.text, [edit.kept.get(p, p) for p in edit.attachments],
-                                [edit.names.get(p, "") for p in edit.attachments])
+                self.begin_edit(shown.index(message_id), edit.text, files, names)
+            else:
+                self.keep_edit_text(edit.text, files, names)
+
+    def keep_edit_text(self, text: str, files: list[str], names: list[str]) -> None:
+        """An edit left in progress whose message this chat no longer shows (deleted meanwhile, another
+        version shown, a database restored from a backup) cannot be resumed: its text and attachments go
+        into the message box, under what is there, and the banner says so (trial 70 N4: it was dropped
+        without a word)."""
+        if not text.strip() and not files:
+            return
+        typed = self.composer.toPlainText()
+        self.composer.setPlainText(f"{typed}\n\n{text}" if typed.strip() and text.strip() else typed or text)
+        self.reattach(files, names)
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)
+        self.banner.add_info("The message you were editing is not in this chat any more: your edit is in the message "
+                             "box, to send as a new message.")
 
     def edit_in_progress(self) -> tuple[int, Draft] | None:
         """The edit being written, as :attr:`Draft.edit` keeps it; None when no message is edited."""

@@ -109,14 +109,17 @@ def test_an_edit_kept_through_a_quit_is_sent_as_a_new_version(qtbot, make_window
     assert again.qsettings.value(KEY) is None  # sent: nothing left to keep
 
 
-def test_a_kept_edit_of_a_message_no_longer_shown_is_dropped(qtbot, make_window):
+def test_a_kept_edit_of_a_message_no_longer_shown_goes_into_the_message_box(qtbot, make_window):
+    """Trial 70 N4: the edit's text was dropped without a word (a database restored from a backup)."""
     win = quit_while_editing(qtbot, make_window, "Only question", "Half written", "Only question, edited")
     draft = json.loads(win.qsettings.value(KEY))
     draft["edit"]["message"] = 10_000  # deleted meanwhile (another copy of the data folder, a salvage)
     win.qsettings.setValue(KEY, json.dumps(draft))
     win.qsettings.sync()
     again = make_window(FakeBackend())
-    assert again._editing is None and again.composer.toPlainText() == "Half written"
+    assert again._editing is None and again.composer.toPlainText() == "Half written\n\nOnly question, edited"
+    assert again.banner.message().endswith("The message you were editing is not in this chat any more: your edit is "
+                                           "in the message box, to send as a new message.")
 
 
 def test_an_attachment_gone_since_is_left_out_and_said(qtbot, make_window, tmp_path):
@@ -349,6 +352,18 @@ def test_an_edit_left_for_another_chat_is_resumed_when_its_chat_opens(qtbot, mak
     assert win.banner.message().startswith("Editing a message")
     qtbot.keyClick(win.composer, Qt.Key.Key_Escape)  # cancelled: the draft set aside comes back
     assert win._editing is None and win.composer.toPlainText() == "draft A"
+
+
+def test_an_edit_left_for_another_chat_whose_message_went_is_in_the_message_box(qtbot, make_window):
+    """Trial 70 N4: the edit of a message deleted meanwhile was dropped when its chat opened."""
+    win, chat_a, chat_b = _editing_first_chat(qtbot, make_window)
+    win.open_conversation(chat_b)
+    edited = win._chat_drafts[chat_a].edit[0]
+    win.store.delete_message(edited)  # (another way than this window's: a backup put back, a second copy)
+    win.open_conversation(chat_a)
+    assert win._editing is None and win.composer.toPlainText() == "draft A\n\nEDITED: And of Italy?"
+    assert win.banner.message() == ("The message you were editing is not in this chat any more: your edit is in "
+                                    "the message box, to send as a new message.")
 
 
 def test_an_edit_left_for_another_chat_is_kept_through_a_quit(qtbot, make_window, tmp_path):
