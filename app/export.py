@@ -560,7 +560,21 @@ def data_folder_holding(path: str | Path, folder: str | Path) -> Path | None:
     every chat was gone at the next start; one over ``settings.ini`` was overwritten at quit)."""
     folder = Path(folder).resolve()
     target = Path(path).resolve()  # (through links: a link to the database is the database)
-    return folder if target == folder or folder in target.parents else None
+    if target == folder or folder in target.parents:
+        return folder
+    # The same folder by another path that links do not explain: a bind mount, a network share of it
+    # (trial 70 N1), told by its device and inode.
+    try:
+        own = os.stat(folder)
+    except OSError:
+        return None
+    for place in (target, *target.parents):
+        try:
+            if os.path.samestat(os.stat(place), own):
+                return folder
+        except OSError:
+            continue  # (not there yet: the file to be written)
+    return None
 
 
 def export_dialog(window, kind: str) -> Path | None:

@@ -102,6 +102,27 @@ def test_files_are_exported_under_the_names_they_were_attached_as(store, tmp_pat
     assert again == text and len(list((out / "chat_images").iterdir())) == 5
 
 
+def test_the_data_folder_is_told_by_path_by_link_and_by_its_inode(tmp_path, monkeypatch):
+    """Trial 70 N1: the data folder reached through a bind mount (another path, no link to resolve) was
+    not told apart, and an export there replaced the database."""
+    import os
+
+    import app.export
+    from app.export import data_folder_holding
+
+    data, mount, other = tmp_path / "data", tmp_path / "mnt", tmp_path / "elsewhere"
+    for folder in (data, mount, other):
+        folder.mkdir()
+    (tmp_path / "link").symlink_to(data)
+    assert data_folder_holding(data / "smolchat.sqlite3", data) == data.resolve()
+    assert data_folder_holding(tmp_path / "link" / "x.md", data) == data.resolve()
+    assert data_folder_holding(data / ".." / "elsewhere" / "x.md", data) is None
+    real_stat = os.stat
+    monkeypatch.setattr(app.export.os, "stat", lambda p, *a, **k: real_stat(data if Path(p) == mount else p, *a, **k))
+    assert data_folder_holding(mount / "smolchat.sqlite3", data) == data.resolve()  # (mount: data's device and inode)
+    assert data_folder_holding(other / "x.md", data) is None
+
+
 def test_a_nul_in_a_message_is_written_as_the_replacement_character(store, tmp_path):
     """Trial 69 F11: a raw NUL made grep and git take the Markdown export for a binary file."""
     conv = store.create_conversation("c").id
