@@ -342,7 +342,7 @@ class ChatsMixin:
         if not self._storage("restore the chat", self.store.undelete_conversation, conversation_id):
             return
         deleted = self._deleted_chats
-        restored = next((title for chat, title in deleted if chat == conversation_id), "")
+        restored = next((title for chat, title in deleted if chat == conversation_id), "the chat")
         deleted[:] = [(chat, title) for chat, title in deleted if chat != conversation_id]
         self.refresh_sidebar()
         if not self._busy:
@@ -375,6 +375,10 @@ class ChatsMixin:
         self.controller.conversation_opened()  # the engine holds the branch shown now
         self.refresh_sidebar()
         self.update_find()  # (the restored messages may hold the search's words)
+        if self._deleted_chats:  # the chats deleted before stay in reach of Undo (trial 70 N6)
+            before, title = self._deleted_chats[-1]
+            self.banner.show_info(f"Restored the message. Deleted before it: “{title}”.", "Undo",
+                                  lambda: self._undo_delete_chat(before))
 
     def may_close(self) -> bool:
         """Whether the window may close now: yes, unless an answer's last save failed (a full disk) and

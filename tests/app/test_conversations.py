@@ -73,6 +73,16 @@ def test_undo_brings_back_chats_deleted_one_after_another(qtbot, window):
     qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert sorted(window.sidebar.titles()) == ["First", "Kept", "Second", "Third"]
     assert window.keeper.current_id == ids["First"] and not window.banner.offers_undo()
+    # A message's delete undone between (trial 70 N6: the chats deleted before were out of reach).
+    window.delete_conversation(ids["Third"])
+    window.open_conversation(ids["Kept"])
+    window.delete_message(1)
+    assert window.banner.offers_undo() and [m["text"] for m in window.transcript.messages()] == ["Kept"]
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert len(window.transcript.messages()) == 2
+    assert window.banner.message() == "Restored the message. Deleted before it: “Third”."
+    qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert "Third" in window.sidebar.titles()
 
 
 def test_open_conversation_restores_after_restart(qtbot, make_window, factory, png, data_dir):
