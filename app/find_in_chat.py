@@ -99,15 +99,33 @@ def _spans(message: QWidget, query: str) -> list[tuple[QWidget, int, int]]:
     return spans
 
 
-def _hit(span: tuple[QWidget, int, int]) -> Hit:
-    """A span of :func:`_spans` as a :data:`Hit` (a view's with its cursor)."""
+def _hit(span: tuple[QWidget, int, int], cursors: dict | None = None) -> Hit:
+    """A span of :func:`_spans` as a :data:`Hit` (a view's with its cursor, kept in ``cursors``)."""
     widget, start, end = span
     if not isinstance(widget, QTextEdit):
         return span  # type: ignore[return-value]
-    cursor = QTextCursor(widget.document())
-    cursor.setPosition(start)
-    cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+    cursor = cursors.get(span) if cursors is not None else None
+    if cursor is None:
+        cursor = QTextCursor(widget.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        if cursors is not None:
+            cursors[span] = cursor
     return widget, cursor
+
+
+def _found(message: QWidget, query: str) -> tuple[list[tuple[QWidget, int, int]], dict]:
+    """:func:`_spans` of ``message``, and the cursors made for them, kept on the message while the
+    query and its texts stay the same: F3 marks the same message again at each step, and finding
+    and placing 20,000 hits took ~0.3 s of each press (trial 70 N7)."""
+    views = message.findChildren(QTextEdit)
+    key = (query, tuple((id(v), v.document().revision(), v.isHidden()) for v in views),
+           tuple(label.text() for label in message.findChildren(WrappingLabel)))
+    kept = getattr(message, "_find_kept", None)
+    if kept is None or kept[0] != key:
+        kept = (key, _spans(message, query), {})
+        message._find_kept = kept
+    return kept[1], kept[2]
 
 
 def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None:
@@ -120,7 +138,7 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
     marked, around the current one (the last ones when None).
     Returns the current hit (the last displayed one when ``current`` counts past
     them, as the stored text may hold more than is shown), or None (no ``current``, or no hit shown)."""
-    spans = _spans(message, query)
+    spans, cursors = _found(message, query)
     at = min(current, len(spans) - 1) if current is not None and spans else None
     centre = at if at is not None else len(spans) - 1
     first = max(0, min(centre - MAX_MARKS // 2, len(spans) - MAX_MARKS))
@@ -129,7 +147,7 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
     current_in: dict[QLabel, tuple[int, int]] = {}
     tints: dict[QLabel, list[tuple[int, int]]] = {}
     for number in range(first, min(len(spans), first + MAX_MARKS)):
-        hit = _hit(spans[number])
+        hit = _hit(spans[number], cursors)
         if isinstance(hit[0], QTextEdit):
             view, cursor = hit
             if view not in looks:
@@ -149,7 +167,7 @@ def mark(message: QWidget, query: str, current: int | None = None) -> Hit | None
             label.setSelection(*current_in[label])
         elif label.hasSelectedText():
             label.setSelection(0, 0)
-    return _hit(spans[at]) if at is not None else None
+    return _hit(spans[at], cursors) if at is not None else None
 
 
 def _looks(view: QTextEdit) -> tuple[QTextCharFormat, QTextCharFormat]:
