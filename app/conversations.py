@@ -127,18 +127,12 @@ def engine_history(messages: list[Message], model: str = "") -> list[dict]:
         answer = messages[i + 1] if i + 1 < len(messages) else None
         if answer is not None and answer.role == "assistant" and answer.text.strip():
             question = message.as_history()
-            question["images"] = [p for p in question["images"] if Path(p).is_file()]  # see missing_images()
+            question["images"] = [p for p in question["images"] if Path(p).is_file()]  # (said by missing_files_said)
             reply = answer.as_history()
             if answer.stats.get("model") != model:
                 reply.pop("token_ids", None)
             history += [question, reply]
     return history
-
-
-def missing_images(messages: list[Message]) -> list[str]:
-    """Stored images and videos of ``messages`` that are no longer on disk (their messages go to the
-    model without them)."""
-    return [p for m in messages for p in m.images if not Path(p).is_file()]
 
 
 def missing_files_said(messages: list[Message], folder: str | Path) -> str:
