@@ -125,7 +125,7 @@ def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan 
     """The composer's budget line: ``"1 video · 12 frames · 954 tokens"`` (each video's whole prompt
     counted by the engine: intro, time stamps, frames), ``"1 video · 12 frames · 768 image tokens"``
     (frames x tokens per frame, where no count came), ``"1 image · 1 video · 12 frames · 1,238 tokens"``,
-    ``"1 video · this model takes no videos"``.
+    ``"1 video · this model takes no videos"``, ``"2 videos · 12 frames · 1 unreadable"``.
 
     ``image_counts``: tokens of each image (None: not counted yet, -1: unknown); ``plans``: each
     video's plan (None: unreadable); ``tokens_per_frame``: the model's tokens per frame (0: unknown);
@@ -139,8 +139,11 @@ def pending_media_summary(image_counts: list[int | None], plans: list[VideoPlan 
         parts.append("1 image" if len(image_counts) == 1 else f"{len(image_counts)} images")
     if plans:
         parts.append("1 video" if len(plans) == 1 else f"{len(plans)} videos")
-        frames = sum(p.frames for p in plans if p is not None)
-        parts.append(f"{frames} frame{'s' if frames != 1 else ''}")
+        frames, unreadable = sum(p.frames for p in plans if p is not None), plans.count(None)
+        if unreadable < len(plans):
+            parts.append(f"{frames} frame{'s' if frames != 1 else ''}")
+        if unreadable:  # (moved or deleted since it was attached: its chip says which and why)
+            parts.append(f"{unreadable} unreadable" if len(plans) > 1 else "unreadable")
     if not parts:
         return ""
     if any(c is None for c in image_counts):

@@ -249,6 +249,7 @@ class AttachmentsMixin:
             return True
         problems = self._video_problems()
         if problems:
+            self._count_pending_tokens()  # a video gone since it was counted is counted no longer
             self._refuse_send(" ".join(problems), lambda: bool(self._video_problems()))
             return True
         return False
@@ -470,9 +471,11 @@ class AttachmentsMixin:
             if self.controller.ready and self.takes_video():
                 for chip in chips:  # the engine's count: frames and each one's time stamp text, from the headers
                     key = (chip.path, "video", fps, max_frames)
+                    if chip.plan is None:  # (gone or changed since it was counted: no count holds)
+                        exact.append(-1)
+                        continue
                     if key not in self._token_counts:
-                        self._token_counts[key] = -1 if chip.plan is None else \
-                            self.controller.count_tokens(chip.path, detail, fps, max_frames)
+                        self._token_counts[key] = self.controller.count_tokens(chip.path, detail, fps, max_frames)
                     exact.append(self._token_counts[key])
             summary = pending_media_summary(counts, [c.plan for c in chips], per_frame,
                                             takes_video=self.takes_video() or not self.model_info, video_counts=exact)

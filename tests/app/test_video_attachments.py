@@ -170,12 +170,23 @@ def test_a_video_moved_since_it_was_attached_is_said_at_send(qtbot, make_window,
     reason = ("walk.mp4 was moved or deleted since it was attached (a video is read from its file when sent, not "
               "copied before): attach it again, or remove it.")
     assert win.banner.message() == reason and chip.problem == reason and not chip.badge.isHidden()
+    assert win.pending_label.text() == "1 video · unreadable"  # not its 12 frames and 768 tokens any more
     assert video_model.calls == [] and win.store.conversations() == []
     assert win.composer.toPlainText() == "What happens?"
     win.attachments.remove(str(clip.resolve()))
     with qtbot.waitSignal(win.answer_finished, timeout=5000):
         qtbot.keyClick(win.composer, Qt.Key.Key_Return)  # the rest is sent
     assert [m.text for m in win.store.messages(win.keeper.current_id)] == ["What happens?", "A square."]
+
+
+def test_the_budget_line_leaves_an_unreadable_video_out_of_frames_and_tokens():
+    from app.video_attachments import VideoPlan, pending_media_summary
+
+    plan = VideoPlan(duration=12.0, frames=12, width=64, height=48)
+    assert pending_media_summary([], [plan, None], 64) == "2 videos · 12 frames · 1 unreadable"
+    assert pending_media_summary([], [plan, None], 64, video_counts=[954, -1]) == "2 videos · 12 frames · 1 unreadable"
+    assert pending_media_summary([300], [None], 64) == "1 image · 1 video · unreadable"
+    assert pending_media_summary([], [plan], 64) == "1 video · 12 frames · 768 image tokens"
 
 
 def _gif(path: Path, frames: int = 6) -> Path:
