@@ -93,6 +93,10 @@ def _safetensors_shortfall(path: Path) -> str | None:
     return f"{size} of the {needed} bytes its header describes" if size < needed else None
 
 
+class MissingWeightsError(ModelLoadError):
+    """A model folder without its safetensors weights, or without a shard its index names."""
+
+
 class LocalDirSource(ModelSource):
     """A checkpoint folder on disk.
 
@@ -101,14 +105,23 @@ class LocalDirSource(ModelSource):
             (naming the folder), the index names a missing shard, or a file is not valid safetensors.
     """
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, weights_required: bool = True):
+        """``weights_required=False``: a folder without its weights files is taken (its config, tokenizer
+        and processor can still be read and checked); reading its tensors raises the
+        :class:`MissingWeightsError` instead."""
         self._folder = Path(folder).expanduser()
         if not self._folder.is_dir():
             raise ModelLoadError(f"model folder not found: {self._folder}")
         if not (self._folder / "config.json").is_file():  # checked first: it says what the folder is not
             raise ModelLoadError(f"{self._folder} is not a model folder: it has no config.json (a Hugging Face "
                                  "model folder holds config.json, tokenizer files and *.safetensors weights)")
-        self._shards = self._find_shards()
+        self._missing: MissingWeightsError | None = None
+        try:
+            self._shards = self._find_shards()
+        except MissingWeightsError as exc:
+            if weights_required:
+                raise
+            self._shards, self._missing = [], exc
 
     @property
     def folder(self) -> Path:
@@ -124,7 +137,7 @@ class LocalDirSource(ModelSource):
             shards = [self._folder / name for name in sorted(set(weight_map.values()))]
             missing = [s.name for s in shards if not s.exists()]
             if missing:
-                raise ModelLoadError(f"{index} names shard(s) that are missing: {', '.join(missing)}")
+                raise MissingWeightsError(f"{index} names shard(s) that are missing: {', '.join(missing)}")
             return shards
         single = self._folder / SAFETENSORS_SINGLE
         if single.exists():
@@ -132,9 +145,11 @@ class LocalDirSource(ModelSource):
         found = sorted(self._folder.glob("*.safetensors"))
         if found:
             return found
-        raise ModelLoadError(f"no safetensors weights in {self._folder} (expected {SAFETENSORS_SINGLE})")
+        raise MissingWeightsError(f"no safetensors weights in {self._folder} (expected {SAFETENSORS_SINGLE})")
 
     def _open_all(self, stack: ExitStack) -> list:
+        if self._missing is not None:
+            raise self._missing
         handles = []
         for shard in self._shards:
             try:

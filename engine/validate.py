@@ -138,12 +138,15 @@ def check_checkpoint(path: str) -> CheckReport:
     """
     from engine.api.errors import EngineError
     from engine.registry import model_class, model_package
-    from engine.sources import resolve_source
+    from engine.sources import LocalDirSource, MissingWeightsError, resolve_source
     from engine.tokenizer import Tokenizer
 
     report = CheckReport(path=str(path))
     try:
-        source = resolve_source(path)
+        try:
+            source = resolve_source(path)
+        except MissingWeightsError:  # the rest of the folder is still checked, its weights listed as missing
+            source = LocalDirSource(Path(path).expanduser(), weights_required=False)
         meta = source.metadata()
         try:
             shapes, unreadable = source.tensor_shapes(), None
