@@ -114,6 +114,7 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="measure the quality of int8 / int4 weights against float32 (default: as generate)")
     ppl.add_argument("--json", action="store_true", help="one JSON object")
     srv = sub.add_parser("serve", help="run the local OpenAI-compatible HTTP server (as smolchat serve)")
+    srv.add_argument("--version", action="version", version=f"smolchat serve {smolchat_version()}")
     try:
         from server.cli import add_arguments  # torch-free; FastAPI itself loads only when serving
     except ImportError:  # the engine installed without the server package
@@ -161,11 +162,14 @@ def _generate(args: argparse.Namespace) -> int:
                                        f"it takes no images (remove --image)")
     prompt = args.prompt
     if args.prompt_file is not None:
-        prompt = _read_text(args.prompt_file, "--prompt-file")
+        # Without the line end every editor puts last (and the spaces around): the app sends the message
+        # box's text stripped, and one more newline changed SmolLM2's answer to the README's question (trial 71).
+        prompt = _read_text(args.prompt_file, "--prompt-file").strip()
     if not prompt.strip() and not args.image and not args.video:  # before the model loads (seconds)
         raise ValueError(f"{'--prompt-file' if args.prompt_file is not None else '--prompt'} is empty: "
                          "ask a question (or give an --image or --video to ask about)")
     if args.server:
+        _note_local_only(args)
         return _generate_remote(args, prompt, params)
     cache = CacheConfig(kind=args.cache) if args.cache else None
     session = ChatSession.load(args.model, device=args.device, dtype=args.dtype, cache_config=cache,
@@ -183,6 +187,25 @@ def _generate(args: argparse.Namespace) -> int:
               f"tokens + {stats.generated_tokens} generated), before --max-new-tokens {args.max_new_tokens}",
               file=sys.stderr)
     return code
+
+
+#: ``generate`` options for a model on this computer, and why a server does not take them.
+LOCAL_ONLY = {"device": "the server runs its model on its own device",
+              "dtype": "the server runs its model at its own precision",
+              "cache": "the server keeps its own KV cache",
+              "weights": "the server runs its own weights",
+              "fps": "the server samples videos itself", "max_frames": "the server samples videos itself"}
+
+
+def _note_local_only(args: argparse.Namespace) -> None:
+    """With ``--server``: one line naming the options given that apply to a local model only (trial 71:
+    ``--device cuda --weights int4`` were taken without a word, and the answer was the server's)."""
+    given = [name for name in LOCAL_ONLY if getattr(args, name) is not None]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        reasons = "; ".join(dict.fromkeys(LOCAL_ONLY[name] for name in given))
+        print(f"note: {flags} {'applies' if len(given) == 1 else 'apply'} to a model on this computer, not to "
+              f"--server: ignored ({reasons})", file=sys.stderr)
 
 
 def _check_images(paths: list[str]) -> None:
@@ -227,14 +250,24 @@ def _recording(events, done: list):
         yield event
 
 
+#: The ``error_type`` of an answer refused for what the user gave (exit 2, as the same refusal before the
+#: model loads): attachments the model cannot take, a prompt past the context, a key or model the server
+#: does not know (trial 71: through ``--server`` these were exit 1).
+BAD_INPUT_ERRORS = frozenset({"UnsupportedOperation", "ImageError", "PromptTooLongError", "Remote:context",
+                              "Remote:unauthorized", "Remote:unauthorized_url", "Remote:forbidden",
+                              "Remote:no_model", "Remote:not_found"})
+
+
 def _print_events(events, as_json: bool, remote: bool = False, engine: dict | None = None) -> int:
-    """Stream tokens to stdout (text, or one JSON object per line); 1 when the answer failed.
+    """Stream tokens to stdout (text, or one JSON object per line); 1 when the answer failed, 2 when it
+    was refused for its input (:data:`BAD_INPUT_ERRORS`).
 
     A server's tokens have no id here (``"id": null``); local events with id -1 carry no token.
     ``engine``: ``{"device", "dtype", "weights"}`` of the local model, said with the final numbers
     (int8 and int4 answers differ from float ones: a run's record says which it was)."""
     engine = engine or {}
     out = sys.stdout
+    _line_open[0] = False
     for event in events:
         if isinstance(event, DoneEvent):
             if as_json:
@@ -255,11 +288,17 @@ def _print_events(events, as_json: bool, remote: bool = False, engine: dict | No
                 # TTFT includes reading the images and the vision tower; the prefill rate is the
                 # decoder's alone, so a photo's TTFT is not prompt tokens / that rate.
                 images = f", {s.image_tokens} of them image tokens" if s.image_tokens else ""
-                print(f"[{event.finish_reason}] prompt {s.prompt_tokens} tokens ({s.cached_tokens} cached{images}), "
+                # A server that stopped before its usage said no prompt count (not 0), and a rate over a
+                # token or two is not measured (trial 71: "prompt 0 tokens", "decode 20283.2 tok/s").
+                prompt = (f"prompt {s.prompt_tokens} tokens ({s.cached_tokens} cached{images})" if s.prompt_tokens
+                          else "prompt tokens not reported")
+                decode = f"decode {s.decode_tokens_per_s:.1f} tok/s" if s.decode_tokens_per_s else \
+                    "decode rate not measured (too few tokens)"
+                print(f"[{event.finish_reason}] {prompt}, "
                       f"generated {s.generated_tokens}, TTFT {s.ttft_s:.3f} s"
                       f"{' (images and vision tower included)' if s.image_tokens else ''}, "
                       + ("" if remote else f"decoder prefill {s.prefill_tokens_per_s:.1f} tok/s, ")
-                      + f"decode {s.decode_tokens_per_s:.1f} tok/s"
+                      + decode
                       + (f" ({engine['device']}, {engine['dtype']}"
                          f"{', ' + engine['weights'] + ' weights' if engine['weights'] in ('int8', 'int4') else ''})"
                          if engine else ""),
@@ -269,7 +308,7 @@ def _print_events(events, as_json: bool, remote: bool = False, engine: dict | No
             out.flush()
             if event.finish_reason == "error":
                 print(f"error: {event.error}", file=sys.stderr)
-                return 1
+                return 2 if event.error_type in BAD_INPUT_ERRORS else 1
         elif as_json:
             if event.token_id >= 0 or remote:
                 out.write(json.dumps({"type": "token", "id": event.token_id if event.token_id >= 0 else None,
@@ -278,7 +317,23 @@ def _print_events(events, as_json: bool, remote: bool = False, engine: dict | No
         else:
             out.write(event.text)
             out.flush()
+            if event.text:
+                _line_open[0] = not event.text.endswith("\n")
     return 0
+
+
+#: Whether plain ``generate`` output ends in the middle of a line (Ctrl-C then ends it: trial 71 found the
+#: shell's prompt glued to the cut answer).
+_line_open = [False]
+
+
+def _cancelled_plain() -> None:
+    """Plain ``generate``'s last words on Ctrl-C: the answer's line ended, and why it stopped (on stderr,
+    where the stats line would have been)."""
+    if _line_open[0]:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    print("[cancelled] stopped by Ctrl-C", file=sys.stderr)
 
 
 def _generate_remote(args: argparse.Namespace, prompt: str, params: GenerationParams) -> int:
@@ -298,7 +353,9 @@ def _generate_remote(args: argparse.Namespace, prompt: str, params: GenerationPa
     if info is None:
         backend.close()
         raise ValueError(error)  # unreachable server, wrong key, unknown model: the user's to fix (exit 2)
-    backend.send(prompt, [Attachment(p) for p in args.image], params, events.put, args.system)
+    # Videos first, then images: the order the app sends a message's attachments in (text_parts).
+    attachments = [Attachment(p, "video") for p in args.video] + [Attachment(p) for p in args.image]
+    backend.send(prompt, attachments, params, events.put, args.system)
 
     def stream():
         while True:
@@ -423,13 +480,18 @@ def main(argv: list[str] | None = None) -> int:
     program = argv is None
     args = _build_parser().parse_args(argv)
     as_json = bool(getattr(args, "json", False))
+    if sys.stdout is None:  # started with stdout closed (``>&-``): nothing could be printed (trial 71: a traceback)
+        if sys.stderr is not None:
+            print("error: standard output is closed: there is nowhere to print to", file=sys.stderr)
+        return 2
     try:
         if args.command == "serve" or not program:  # serve: uvicorn handles Ctrl-C, the engine has its thread
             return COMMANDS[args.command](args)
         from engine.service import ctrl_c_exits_process
 
         # With --json a script reads stdout only: the answer ends with a record there, also on Ctrl-C.
-        last_words = (lambda: _json_done("cancelled")) if as_json and args.command == "generate" else None
+        last_words = None if args.command != "generate" else (lambda: _json_done("cancelled")) if as_json \
+            else _cancelled_plain
         with ctrl_c_exits_process(restore=False, last_words=last_words):
             return COMMANDS[args.command](args)
     except BrokenPipeError:
@@ -446,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if as_json and args.command == "generate":
             _json_done("cancelled")
+        elif args.command == "generate":
+            _cancelled_plain()
         return 130
 
 

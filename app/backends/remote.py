@@ -69,6 +69,10 @@ SEPARATOR = "::"
 POLL = 0.05  # seconds between cancel checks while waiting for the network
 
 
+#: The fewest streamed tokens, each its own chunk, a server's decode rate is measured over (fewer: not
+#: said; a stream's chunks can arrive together, and then their interval is no decode time).
+MIN_RATE_CHUNKS = 4
+
 #: An image or a video frame counted as this many characters of text when the tokens a refused
 #: conversation holds are shared out among its messages (a photo is ~1,000 tokens, text ~4 characters one).
 MEDIA_WEIGHT = 4_000
@@ -674,7 +678,9 @@ class RemoteBackend:
         stats.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         stats.generated_tokens = generated
         stats.ttft_s = first - start if first else 0.0
-        stats.decode_tokens_per_s = (generated - 1) / (last - first) if generated > 1 and last > first else 0.0
+        # A rate over fewer chunks is the network's: two tokens in one packet read 13,754 tok/s (trial 71).
+        measured = min(generated, len(pieces)) >= MIN_RATE_CHUNKS and last > first
+        stats.decode_tokens_per_s = (generated - 1) / (last - first) if measured else 0.0
         stats.total_s = time.perf_counter() - start
         text = "".join(pieces)
         if error is None:

@@ -154,6 +154,20 @@ def test_info_lists_a_weights_file_cut_short_and_exits_1(tiny_checkpoint, tmp_pa
     assert info["capabilities"]["vision"] is True
 
 
+def test_info_lists_missing_weights_and_exits_1(tiny_checkpoint, tmp_path):
+    """Trial 71 F7: a folder without its model.safetensors gave exit 2 and no report, while a weights
+    file cut short was listed with the rest of the check."""
+    folder = tmp_path / "noweights"
+    shutil.copytree(tiny_checkpoint, folder)
+    (folder / "model.safetensors").unlink()
+    proc = cli("info", "--model", folder)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "noweights  (idefics3, weights unreadable)", proc.stdout
+    assert lines[-2:] == ["  problems      1: this checkpoint cannot be loaded as it is",
+                          f"    - no safetensors weights in {folder} (expected model.safetensors)"]
+
+
 def test_info_calls_a_weights_file_that_is_no_safetensors_damaged(tiny_checkpoint, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(tiny_checkpoint, broken)
@@ -241,6 +255,34 @@ def test_prompt_file_and_non_finite_temperature(tiny_checkpoint, tmp_path):
     assert proc.returncode == 2 and "temperature must be a finite number" in proc.stderr
 
 
+def test_a_prompt_file_is_read_without_the_line_end_around_it(tiny_checkpoint, tmp_path):
+    """Trial 71 F4: a file's last newline (every editor writes one; CRLF on Windows) went into the prompt,
+    and the README's question got another answer than the app, which sends its message box stripped."""
+    prompt = tmp_path / "q.txt"
+    prompt.write_bytes(b"\r\n  What is the capital of France?\r\n")
+    args = ("generate", "--model", tiny_checkpoint, "--max-new-tokens", 1, "--json", "--device", "cpu")
+    from_file, typed = cli(*args, "--prompt-file", prompt), cli(*args, "--prompt", "What is the capital of France?")
+    assert from_file.returncode == typed.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout.splitlines()[-1])["prompt_tokens"] == \
+        json.loads(typed.stdout.splitlines()[-1])["prompt_tokens"]
+    assert from_file.stdout.splitlines()[0] == typed.stdout.splitlines()[0]  # the same first token
+
+
+def test_with_stdout_closed_one_line_says_so(tiny_checkpoint):
+    """Trial 71 F10: ``generate ... >&-`` ended in a traceback ('NoneType' object has no attribute 'write')."""
+    proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--model", str(tiny_checkpoint), "--prompt", "Hi"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert (proc.returncode, proc.stderr) == (2, "error: standard output is closed: there is nowhere to print to\n")
+
+
+def test_serve_version_as_smolchat_serve():
+    from engine.api import smolchat_version
+
+    proc = cli("serve", "--version")
+    assert (proc.returncode, proc.stdout) == (0, f"smolchat serve {smolchat_version()}\n"), proc.stderr
+
+
 def test_a_closed_stdout_ends_quietly(tiny_checkpoint):
     """``generate --json ... | head -n 1``: no 'Broken pipe' error and not the bad-input exit code 2."""
     cmd = [sys.executable, "-m", "engine", "generate", "--model", str(tiny_checkpoint), "--prompt", "Hello",
@@ -296,6 +338,7 @@ def test_ctrl_c_during_the_load_exits_130_at_once(tiny_checkpoint):
                                         str(tiny_checkpoint), "--prompt", "Hello"], "load started")
     assert code == 130, err[-2000:]
     assert "interpreter teardown" not in out and "Traceback" not in err and "KeyboardInterrupt" not in err, (out, err)
+    assert out == "" and err.endswith("[cancelled] stopped by Ctrl-C\n"), (out, err)  # (no answer line to end)
 
 
 def test_ctrl_c_with_json_ends_stdout_with_a_cancelled_record(tiny_checkpoint):
