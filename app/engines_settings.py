@@ -53,6 +53,8 @@ class EnginesPanel(QGroupBox):
         super().__init__("Engines", parent)
         self.setObjectName("enginesPanel")
         self.testing = False  # a Test connection is running
+        self._tests = 0  # Test connections started: a result not of the latest is an overtaken one's
+        self._testing_for: tuple = ()  # (name, url, key) of the server the running test checks
         self.servers = QListWidget()
         self.servers.setObjectName("serverList")
         self.servers.setAccessibleName("Servers")
@@ -232,29 +234,42 @@ class EnginesPanel(QGroupBox):
     @Slot()
     def test_connection(self) -> None:
         """Check the fields' server on a helper thread; :attr:`tested` and the verdict label follow.
-        While :attr:`testing`, another press does nothing."""
-        if self.testing:
-            return
+        While :attr:`testing` the same server, another press does nothing; a press for another server
+        starts its own test, and the earlier one's result is dropped (trial 71: a server that never
+        finished answering held every other server's Test connection off)."""
         server = self.current_server()
+        if self.testing and _identity(server) == self._testing_for:
+            return
         if not server.url:
+            self._drop_test()
             self.verdict.setText("Enter the server's base URL first.")
             return
         try:
             check_server_address(server.url)
         except ValueError as exc:  # not "Unknown host ... (DNS)" for what is no address at all
+            self._drop_test()
             self.verdict.setText(f"✗ {exc}.")
             return
         # Not turned off while it runs: a button turned off hands the focus on (to Remove, which the
         # next key press then pressed: trial 52); a press meanwhile is ignored instead.
         self.testing = True
+        self._tests += 1
+        self._testing_for = _identity(server)
         self.test_button.setText("Testing…")
         self.verdict.setText(f"Testing {masked_url(server.url)}…")
         self.models.clear()
         self.models.hide()
         self.vision_boxes.clear()
-        threading.Thread(target=self._test, args=(server,), name="TestConnection", daemon=True).start()
+        threading.Thread(target=self._test, args=(server, self._tests), name="TestConnection", daemon=True).start()
 
-    def _test(self, server: Server) -> None:
+    def _drop_test(self) -> None:
+        """Forget a running test (its result will not be shown): a press for other fields overtook it."""
+        if self.testing:
+            self._tests += 1
+            self.testing = False
+            self.test_button.setText("Test connection")
+
+    def _test(self, server: Server, number: int) -> None:
         rows = []
         try:
             kind, verdict, ids = check_connection(server)
@@ -264,15 +279,17 @@ class EnginesPanel(QGroupBox):
         except Exception as exc:  # a bug must still end the test: else "Testing…" stays, the button off
             log.error("testing %s failed", masked_url(server.url), exc_info=exc)
             kind, verdict, rows = "error", f"The test failed: {describe_error(exc)}", []
-        self._result.emit(kind, verdict, (server, rows))
+        self._result.emit(kind, verdict, (number, server, rows))
 
     @Slot(str, str, object)
     def _show_result(self, kind: str, verdict: str, result) -> None:
+        number, server, rows = result
+        if number != self._tests:
+            return  # a test overtaken by a later one: neither its verdict nor its end are the later one's
         self.testing = False
         self.test_button.setText("Test connection")
-        server, rows = result
         now = self.current_server()  # (its URL with a stored password in place of the field's ***)
-        if (server.name, server.url, server.api_key) != (now.name, now.url, now.api_key):
+        if _identity(server) != _identity(now):
             self.verdict.clear()  # about fields changed since: not said over the new ones
             return
         self.verdict.setText(("✓ " if kind == "ok" else "✗ ") + verdict)
@@ -314,3 +331,8 @@ class EnginesPanel(QGroupBox):
         entry = next(s for s in remote_settings.load_servers() if s["name"] == name)
         remote_settings.upsert_server({**entry, "vision": {**(entry.get("vision") or {}), model: on}})
         self.servers_changed.emit(name, False)
+
+
+def _identity(server: Server) -> tuple[str, str, str]:
+    """What makes two tests the same: the server's name, URL (password and all) and API key."""
+    return server.name, server.url, server.api_key

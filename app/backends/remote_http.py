@@ -14,6 +14,7 @@ import json
 import re
 import socket
 import ssl
+import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -324,16 +325,73 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def get_json(client: httpx.Client, url: str) -> dict:
-    """GET ``url`` and return its JSON object; RemoteError for transport, HTTP or format problems."""
+#: The most bytes a model list or a capability source may send: OpenRouter's list of every model is a few MB.
+MAX_BODY = 32 * 1024 * 1024
+#: Seconds in all the model list may take to arrive. httpx's timeout bounds each read, not the whole: a
+#: server trickling an endless answer (20 events a second) was never timed out, and Test connection, a
+#: model's loading and ``engine generate --server`` waited for good (trial 71).
+LIST_DEADLINE = 60.0
+
+
+class BodyTooSlow(Exception):
+    """A body still coming when its deadline passed."""
+
+
+class BodyTooLarge(Exception):
+    """A body longer than its limit."""
+
+
+def read_body(response: httpx.Response, deadline: float, limit: int | None = None) -> bytes:
+    """A streamed ``response``'s whole body, read until ``deadline`` (a :func:`time.monotonic` time) and
+    ``limit`` bytes at most (:data:`MAX_BODY` if None).
+
+    Raises:
+        BodyTooSlow: still coming at ``deadline``.
+        BodyTooLarge: longer than ``limit``.
+        httpx.HTTPError: the transport failed."""
+    limit = MAX_BODY if limit is None else limit
+    body = bytearray()
+    for piece in response.iter_bytes():
+        body += piece
+        if len(body) > limit:
+            raise BodyTooLarge(f"over {limit // 2**20} MB" if limit >= 2**20 else f"over {limit:,} bytes")
+        if time.monotonic() > deadline:
+            raise BodyTooSlow(f"{len(body):,} bytes so far")
+    return bytes(body)
+
+
+def fetch(client: httpx.Client, method: str, url: str, seconds: float, limit: int | None = None,
+          **kwargs) -> tuple[httpx.Response, bytes]:
+    """``(response, its whole body)`` for a request, the body read within ``seconds`` in all and ``limit``
+    bytes (:data:`MAX_BODY` if None; :func:`read_body`, whose errors it raises); ``kwargs`` go to
+    ``client.stream``."""
+    deadline = time.monotonic() + seconds
+    with client.stream(method, url, **kwargs) as response:
+        return response, read_body(response, deadline, limit)
+
+
+def _text(response: httpx.Response, body: bytes) -> str:
+    return body.decode(response.encoding or "utf-8", "replace")
+
+
+def get_json(client: httpx.Client, url: str, seconds: float = LIST_DEADLINE) -> dict:
+    """GET ``url`` and return its JSON object, read within ``seconds`` in all and :data:`MAX_BODY` bytes;
+    RemoteError for transport, HTTP or format problems ("timeout" for a body still coming at the deadline,
+    "not_openai" for one past the limit)."""
     try:
-        response = client.get(url)
+        response, body = fetch(client, "GET", url, seconds)
     except httpx.HTTPError as exc:
         raise from_exception(exc) from exc
+    except BodyTooSlow as exc:
+        raise RemoteError("timeout", f"{masked_url(url)} was still sending its answer after {seconds:g} s "
+                                     f"({exc}): the server answers too slowly, or without end") from None
+    except BodyTooLarge as exc:
+        raise RemoteError("not_openai", f"{masked_url(url)} sent an answer {exc}, more than any model list "
+                                        "takes") from None
     if response.status_code >= 400:
-        raise from_response(response.status_code, response.headers, response.text, url)
+        raise from_response(response.status_code, response.headers, _text(response, body), url)
     try:
-        data = response.json()
+        data = json.loads(body)  # (as httpx's response.json(): UTF-8, -16 or -32 told apart)
     except (ValueError, RecursionError):  # (RecursionError: nested too deep)
         kind = response.headers.get("content-type", "")
         said = f" (though its Content-Type says {kind})" if "json" in kind.lower() else f" ({kind})" if kind else ""
@@ -346,9 +404,10 @@ def get_json(client: httpx.Client, url: str) -> dict:
 def list_models(server: Server, timeout: float = 15.0) -> list[dict]:
     """The server's ``/v1/models`` entries (each has at least ``id``), ids :func:`mended`: a lone
     surrogate half in one (JSON ``"\\ud800"``) would raise wherever it is written (the chat store,
-    settings, a terminal), so the app and the CLI only ever see it as U+FFFD."""
+    settings, a terminal), so the app and the CLI only ever see it as U+FFFD. ``timeout`` bounds each
+    read; the whole list comes within :data:`LIST_DEADLINE`."""
     with server.client(timeout) as client:
-        data = get_json(client, api_base(server.url) + "/models")
+        data = get_json(client, api_base(server.url) + "/models", LIST_DEADLINE)
     entries = data.get("data", data.get("models"))
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
         if "error" in data:
@@ -357,10 +416,40 @@ def list_models(server: Server, timeout: float = 15.0) -> list[dict]:
     return [{**entry, "id": mended(entry["id"])} for entry in entries]
 
 
+#: Seconds the key check of :func:`check_connection` is waited for.
+KEY_CHECK_TIMEOUT = 5.0
+
+
+def check_key(server: Server, timeout: float = KEY_CHECK_TIMEOUT) -> RemoteError | None:
+    """The server's refusal of our key (401, 403), None where it took the key or needs none.
+
+    llama-server leaves ``/v1/models`` open and asks for the key only for answers: a wrong key passed
+    Test connection and failed at the first message (trial 71). An empty ``POST /chat/completions``
+    generates nothing (no model, no messages: a 400 or 422), and servers check the key before the body;
+    any answer but 401 and 403 (a 404 included), and any failure to answer, leaves the verdict as it was."""
+    url = api_base(server.url) + "/chat/completions"
+    deadline = time.monotonic() + timeout
+    try:
+        with server.client(timeout) as client, client.stream("POST", url, json={}) as response:
+            if response.status_code not in (401, 403):
+                return None  # (a server that streams an answer anyway is hung up on unread)
+            try:
+                body = _text(response, read_body(response, deadline, 64 * 1024))
+            except (httpx.HTTPError, BodyTooSlow, BodyTooLarge):
+                body = ""
+            return from_response(response.status_code, response.headers, body, url)
+    except httpx.HTTPError:
+        return None
+
+
 def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, list[str]]:
-    """``(kind, verdict, model ids)`` for the settings' Test button; kind "ok" when usable."""
+    """``(kind, verdict, model ids)`` for the settings' Test button; kind "ok" when usable: the model
+    list read and the key taken (:func:`check_key`)."""
     try:
         models = list_models(server, timeout)
+        refused = check_key(server, min(timeout, KEY_CHECK_TIMEOUT))
+        if refused is not None:
+            raise refused
     except RemoteError as exc:
         return exc.kind, masked_url(str(exc)), []  # a transport error may quote the URL, password and all
     ids = [m["id"] for m in models]
@@ -406,9 +495,10 @@ def count_text_tokens(server: Server, model: str, text: str, timeout: float = 30
     with server.client(timeout) as client:
         for body in ({"model": model, "prompt": text, "add_special_tokens": False}, {"content": text}):
             try:
-                response = client.post(url, json=body)
-                data = response.json() if response.status_code < 400 else None
-            except (httpx.HTTPError, ValueError, RecursionError):
+                # Within ``timeout`` in all: an endless answer is no count (trial 71's probes, as there).
+                response, answer = fetch(client, "POST", url, timeout, json=body)
+                data = json.loads(answer) if response.status_code < 400 else None
+            except (httpx.HTTPError, BodyTooSlow, BodyTooLarge, ValueError, RecursionError):
                 return -1
             tokens = count(data) if isinstance(data, dict) else -1
             # llama-server answers the first shape's unknown "prompt" with no tokens: for a text, that is
@@ -438,10 +528,13 @@ def probe_capabilities(server: Server, model: str, timeout: float = 10.0) -> tup
         def optional(method: str, url: str, **kw) -> dict | None:
             try:  # each source is optional: a server without it answers 404 or something else
                 # Soon given up: a server that holds an unknown route open (Ollama's /api/show asked of
-                # another server) delayed each model switch and command-line answer by its 10 s (trial 55).
-                response = client.request(method, url, timeout=min(timeout, OPTIONAL_TIMEOUT), **kw)
-                data = response.json() if response.status_code < 400 else None
-            except (httpx.HTTPError, ValueError, RecursionError):
+                # another server) delayed each model switch and command-line answer by its 10 s (trial 55),
+                # and one that answers it with an endless stream was read for good (trial 71): the whole
+                # answer within OPTIONAL_TIMEOUT, each read too.
+                seconds = min(timeout, OPTIONAL_TIMEOUT)
+                response, body = fetch(client, method, url, seconds, timeout=seconds, **kw)
+                data = json.loads(body) if response.status_code < 400 else None
+            except (httpx.HTTPError, BodyTooSlow, BodyTooLarge, ValueError, RecursionError):
                 return None
             return data if isinstance(data, dict) else None
 

@@ -10,7 +10,8 @@ that hung up mid-stream), ``malformed`` sends broken SSE, ``error200`` answers H
 which counts ``max_tokens`` against the context too and says both numbers.
 ``props``, ``show`` and ``model_info`` are served as llama-server's ``/props``, Ollama's ``/api/show`` and
 LiteLLM's ``/v1/model/info``.
-``api_key`` makes every request without ``Bearer api_key`` a 401. ``requests`` records every body.
+``api_key`` makes every request without ``Bearer api_key`` a 401 (but ``/v1/models`` with ``open_models``, as
+llama-server leaves it open); a chat request without ``messages`` is a 400, as real servers answer it. ``requests`` records every body.
 ``models_delay`` seconds pass before ``/v1/models`` answers (a server busy loading its own model);
 ``hold_models`` (an Event) holds each ``/v1/models`` until it is set; ``models_held`` counts those held now.
 ``bad:NAME`` (:data:`BAD_EVENTS`, not listed unless ``models`` says so) streams "The", then one event of a
@@ -86,7 +87,8 @@ class FakeOpenAI:
 
     def __init__(self, api_key: str = "", props: dict | None = None, models: list[dict] | None = None,
                  show: dict | None = None, model_info: dict | None = None, tokenize: bool = False,
-                 models_delay: float = 0.0) -> None:
+                 models_delay: float = 0.0, open_models: bool = False) -> None:
+        self.open_models = open_models
         self.api_key, self.props, self.models, self.show = api_key, props, models, show
         self.models_delay = models_delay
         self.hold_models: threading.Event | None = None
@@ -122,7 +124,7 @@ class FakeOpenAI:
                 return True
 
             def do_GET(self):
-                if not self._authorized():
+                if not (outer.open_models and self.path == "/v1/models") and not self._authorized():
                     return
                 if self.path == "/v1/models":
                     outer.stop.wait(min(outer.models_delay, STALL_LIMIT))
@@ -156,6 +158,9 @@ class FakeOpenAI:
                     return
                 if self.path != "/v1/chat/completions":
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                if "messages" not in body:  # (check_connection's key check sends {})
+                    self._json(400, {"error": {"message": "'messages' is required"}})
                     return
                 outer.requests.append(body)
                 model = body.get("model", "")

@@ -242,13 +242,13 @@ def test_an_optional_source_that_never_answers_costs_seconds_not_the_whole_timeo
     import httpx
 
     asked = {}  # route -> the timeout its request was given (no wall-clock assertion: a busy CI machine)
-    request = httpx.Client.request
+    build = httpx.Client.build_request
 
     def recording(client, method, url, *args, **kwargs):
         asked[httpx.URL(str(url)).path] = kwargs.get("timeout")
-        return request(client, method, url, *args, **kwargs)
+        return build(client, method, url, *args, **kwargs)
 
-    monkeypatch.setattr(httpx.Client, "request", recording)
+    monkeypatch.setattr(httpx.Client, "build_request", recording)
     try:
         caps, sources = remote_http.probe_capabilities(Server("quiet", f"http://127.0.0.1:{httpd.server_address[1]}"),
                                                        "m")
@@ -260,6 +260,112 @@ def test_an_optional_source_that_never_answers_costs_seconds_not_the_whole_timeo
         release.set()
         httpd.shutdown()
         httpd.server_close()
+
+
+@contextlib.contextmanager
+def trickling_server(trickle: set, models: bytes = b""):
+    """A local server whose routes in ``trickle`` answer 200 with an endless event stream (an event every
+    20 ms, as trial 71's server did), ``/v1/models`` ``models`` (a one-model list if empty), others 404;
+    yields its URL. ``hung_up`` (the server's attribute) counts the trickles a client hung up on."""
+    import http.server
+
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            if self.command == "POST":
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            path = self.path.split("?")[0]
+            if path in trickle:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    while not stop.wait(0.02):
+                        self.wfile.write(b'data: {"choices": []}\n\n')
+                        self.wfile.flush()
+                except OSError:
+                    httpd.hung_up += 1
+                return
+            body = (models or json.dumps({"data": [{"id": "m"}]}).encode()) if path == "/v1/models" else b"{}"
+            self.send_response(200 if path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    httpd.daemon_threads, httpd.hung_up = True, 0
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_optional_source_that_answers_without_end_is_given_up_at_its_deadline(monkeypatch):
+    """Trial 71: httpx's timeout bounds each read, so /api/show answered with an endless stream was read
+    for good (``engine generate --server`` hung, Test connection said "Testing…" for ever)."""
+    from app.backends import remote_http
+
+    monkeypatch.setattr(remote_http, "OPTIONAL_TIMEOUT", 0.3)
+    with trickling_server({"/v1/model/info", "/props", "/api/show"}) as (httpd, url):
+        caps, sources = remote_http.probe_capabilities(Server("drip", url), "m")
+        assert caps.vision is False and sources == {"vision": "your setting", "context": ""}
+        deadline = time.monotonic() + 5
+        while httpd.hung_up < 3:  # each of the three was hung up on, not read on in the background
+            assert time.monotonic() < deadline, httpd.hung_up
+            time.sleep(0.02)
+
+
+def test_a_model_list_without_end_or_past_the_limit_is_a_verdict(monkeypatch):
+    from app.backends import remote_http
+    from app.backends.remote_http import list_models
+
+    monkeypatch.setattr(remote_http, "LIST_DEADLINE", 0.3)
+    with trickling_server({"/v1/models"}) as (_, url):
+        kind, verdict, ids = check_connection(Server("drip", url))
+        assert kind == "timeout" and ids == [] and "/v1/models was still sending its answer after 0.3 s" in verdict
+    monkeypatch.setattr(remote_http, "MAX_BODY", 1000)
+    big = json.dumps({"data": [{"id": f"model-{i}"} for i in range(100)]}).encode()
+    with trickling_server(set(), models=big) as (_, url):
+        with pytest.raises(RemoteError) as caught:
+            list_models(Server("big", url))
+        assert caught.value.kind == "not_openai" and str(caught.value).endswith(
+            "/v1/models sent an answer over 1,000 bytes, more than any model list takes")
+        monkeypatch.setattr(remote_http, "MAX_BODY", len(big))  # a list just within the limit is read
+        assert len(list_models(Server("big", url))) == 100
+
+
+@pytest.mark.parametrize("key", ["", "WRONG", "sesame"])
+def test_a_key_the_server_refuses_fails_the_test_though_its_model_list_is_open(key):
+    """Trial 71: llama-server leaves /v1/models open and asks for the key only to answer, so a wrong or
+    missing key passed Test connection ("✓ Connected: 1 model") and failed at the first message."""
+    with FakeOpenAI(api_key="sesame", open_models=True) as fake:
+        kind, verdict, models = check_connection(Server("f", fake.url, key))
+        assert fake.requests == []  # the check generated nothing
+        if key == "sesame":
+            assert kind == "ok" and verdict.startswith("Connected: 12 models") and models[0] == "ok"
+        else:
+            assert kind == "unauthorized" and verdict.startswith("401 Unauthorized") and models == []
+        at = fake.url.replace("http://", "http://bob:pw@")  # a URL password, sent in place of the key
+        assert check_connection(Server("f", at, key))[0] == "unauthorized_url"
+
+
+def test_a_server_that_answers_the_key_check_with_anything_but_401_or_403_passes():
+    with FakeOpenAI() as fake:  # a 400 for the empty request: the key was taken
+        assert check_connection(Server("f", fake.url, "any"))[0] == "ok"
+    with trickling_server({"/v1/chat/completions"}) as (_, url):  # an answer, streamed without end
+        assert check_connection(Server("f", url, "any"))[0] == "ok"
+    with trickling_server(set()) as (_, url):  # no such route (404)
+        assert check_connection(Server("f", url, "any"))[0] == "ok"
 
 
 def test_a_model_named_by_its_file_path_is_shown_by_its_file_name():

@@ -275,6 +275,49 @@ def test_a_test_that_breaks_ends_in_a_verdict_and_one_for_old_fields_is_not_show
     assert "401" not in panel.verdict.text()
 
 
+def test_a_test_for_another_server_starts_while_one_is_stuck_and_keeps_its_verdict(qtbot, dialog, monkeypatch):
+    """Trial 71: a server that never finished answering left "Testing…" for good, and Test connection did
+    nothing for any other server in the dialog; the stuck test's late result must not end the new one's."""
+    from app import engines_settings
+
+    panel = dialog.engines
+    release, started = threading.Event(), []
+
+    def check(server, timeout=10.0):
+        started.append(server.name)
+        if server.name == "stuck":
+            release.wait(10)
+            return "unauthorized", "401 Unauthorized: the API key is missing or wrong", []
+        release.wait(0.3)  # still running when pressed again
+        return "ok", "Connected, but the server lists no models", []
+
+    monkeypatch.setattr(engines_settings, "check_connection", check)
+    said = []
+    panel.tested.connect(lambda kind, verdict: said.append(kind))
+    fill(panel, "stuck", "http://drip-box:8000/v1")
+    panel.test_connection()
+    fill(panel, "other", "http://127.0.0.1:9/v1", "k")
+    panel.test_connection()
+    panel.test_connection()  # the same server again while its test runs: nothing more starts
+    qtbot.waitUntil(lambda: said == ["ok"], timeout=10_000)
+    assert started == ["stuck", "other"] and not panel.testing
+    assert panel.verdict.text() == "✓ Connected, but the server lists no models"
+    release.set()  # the stuck test ends late: its result is dropped
+    qtbot.wait(300)
+    assert said == ["ok"] and panel.verdict.text() == "✓ Connected, but the server lists no models"
+    assert panel.test_button.text() == "Test connection" and not panel.testing
+
+    fill(panel, "stuck", "http://drip-box:8000/v1")  # a stuck test, then a press for no address at all
+    release.clear()
+    panel.test_connection()
+    panel.url.setText("")
+    panel.test_connection()
+    assert panel.verdict.text() == "Enter the server's base URL first." and not panel.testing
+    release.set()
+    qtbot.wait(300)
+    assert panel.verdict.text() == "Enter the server's base URL first." and said == ["ok"]
+
+
 def test_test_connection_keeps_the_focus_and_remove_asks_first(qtbot, dialog, monkeypatch):
     """Trial 52: Test connection turned itself off while it ran, Qt gave the focus to Remove, and the
     next key press removed the server (and its key) without a word."""
