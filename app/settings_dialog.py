@@ -141,7 +141,7 @@ class SettingsDialog(QDialog):
                                 "memory of bfloat16 for those weights. Ignored on an Apple GPU.\n"
                                 "4-bit: groups of 32 weights in 4 bits, an eighth of float32's memory and the fastest "
                                 "answers on the CPU; answers change more than with int8 (about 5% higher perplexity "
-                                "against under 1%). Ignored on an Apple GPU.")
+                                "against under 1%; enough for a small model to get a fact wrong). Ignored on an Apple GPU.")
         self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, MAX_CONTEXT,
                                       settings.context_size)
         self.context_size.setSingleStep(1024)
