@@ -23,4 +23,7 @@ def create_app(argv: list[str]) -> QApplication:
     set_aside_unreadable_settings()  # before anything reads it: the window says what was done
 
     apply_theme(theme_from_environment()[0] or load_settings().theme)  # follows the system by default
+    from app.main_thread_gc import install
+
+    install(app)  # cycles holding Qt objects are never freed on the engine thread (a deadlock)
     return app

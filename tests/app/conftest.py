@@ -38,6 +38,18 @@ def _full_image_detail(monkeypatch):
     monkeypatch.setattr(settings, "DEFAULT_IMAGE_DETAIL", "full")
 
 
+@pytest.fixture(scope="package", autouse=True)
+def _main_thread_gc(qapp):
+    """As the app (app.application.create_app): cycles are collected on the UI thread only. A window of an
+    earlier test freed by a collection on an engine thread deadlocked the run (app/main_thread_gc.py)."""
+    from app.main_thread_gc import install
+
+    collector = install(qapp)
+    yield collector
+    collector.stop()
+    del qapp._main_thread_collector
+
+
 @pytest.fixture(autouse=True)
 def _close_windows(qapp):
     """Close every window and check its backend stopped, so no engine thread outlives its test."""
