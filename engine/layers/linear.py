@@ -241,6 +241,18 @@ def load_class(weights: str | None, device: torch.device) -> type[nn.Module] | N
     return quantized_class(weights, device)
 
 
+def head_class(layer_cls: type[nn.Module]) -> type[nn.Module]:
+    """The class the lm_head gets beside decoder projections of ``layer_cls``: int8 under the CPU's
+    4-bit blocks, else the same. The head decides every token among the whole vocabulary, and 4 bits
+    there cost most of 4-bit's error: on the real SmolLM2-135M weights a 4-bit head answered "What is
+    the capital of France?" with "L'Étoile", an int8 one with Paris (trial 71). llama.cpp's quantizer
+    keeps ``output.weight`` above 4 bits for its 4-bit types the same way (Q6_K,
+    ``llama_tensor_get_type`` in ``src/llama-quant.cpp``)."""
+    from engine.layers.q4 import Q4Linear
+
+    return Int8Linear if layer_cls is Q4Linear else layer_cls
+
+
 def quantize_layer(layer: nn.Module, layer_cls: type[nn.Module]) -> None:
     """Replace, in place, the ``nn.Linear`` projections of one decoder ``layer`` (its ``self_attn`` and
     ``mlp``) by ``layer_cls`` layers made from them (:func:`quantized_class`); norms stay float."""
@@ -268,7 +280,7 @@ def quantize_weights(model: nn.Module, kind: str, inplace: bool = False) -> nn.M
         model = copy.deepcopy(model)
     for layer in model.decoder.layers:
         quantize_layer(layer, layer_cls)
-    model.lm_head = layer_cls(model.lm_head)
+    model.lm_head = head_class(layer_cls)(model.lm_head)
     model._static = None
     model._native = None
     if getattr(model, "_vision_graphs", None) is not None:
@@ -282,13 +294,15 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
 
 
 def weight_format(model: nn.Module) -> str | None:
-    """``int8`` / ``int4`` when :func:`quantize_weights` was applied to ``model``, else ``None``."""
+    """``int8`` / ``int4`` when :func:`quantize_weights` was applied to ``model``, else ``None``: the
+    format of its decoder's projections (the lm_head may hold more bits: :func:`head_class`)."""
     from engine.layers.q4 import Q4Linear
 
-    head = getattr(model, "lm_head", None)
-    if isinstance(head, Q4Linear):
+    layers = getattr(getattr(model, "decoder", None), "layers", None)
+    probe = getattr(layers[0].self_attn, "o_proj", None) if layers else getattr(model, "lm_head", None)
+    if isinstance(probe, Q4Linear):
         return "int4"
-    return next((kind for kind, cls in QUANTIZED.items() if isinstance(head, cls)), None)
+    return next((kind for kind, cls in QUANTIZED.items() if isinstance(probe, cls)), None)
 
 
 def is_quantized(model: nn.Module) -> bool:

@@ -6,8 +6,8 @@ tokens, all-position logits, perplexity); the real model's own answers ("Paris",
 perplexity figures measured by ``bench/real_weights.py`` (``bench/results/real-weights.json``).
 
 Every figure below is a measured value, not a bound picked to pass: perplexities are transformers'
-float32 values to 1e-3 relative, the quantization bounds are the float32 figure + 1% (int8) and
-llama.cpp Q4_K_M's own loss on these weights (int4).
+float32 values to 1e-3 relative, the quantization bound is the float32 figure + 1% (int8, and int4 with
+its int8 lm_head: +0.83% / +0.24% measured; llama.cpp's Q4_K_M of these weights costs +10.4%).
 """
 
 from __future__ import annotations
@@ -47,10 +47,6 @@ CHATS = [
 # "\n\n   " before a numbered item in two: 2224 tokens for the Apache licence where SmolLM2's gives 2215.
 TRANSFORMERS_PPL = {"apache-2.0": (14.6185, 2212), "gpl-3.0": (19.2893, 7631)}
 TRANSFORMERS_PPL_OWN_TOKENIZER = {"apache-2.0": (14.4999, 2221), "gpl-3.0": (19.0294, 7650)}
-# Perplexity of llama.cpp's Q4_K_M of these weights (F32 GGUF -> llama-quantize; for SmolLM2's 576-wide
-# rows mostly Q5_0), run by our engine, relative to float32 (14.6185 -> 16.1361): what a 4-bit format
-# may cost on these weights (same source as above).
-Q4_K_M_RELATIVE = {"apache-2.0": 0.1038}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -183,6 +179,16 @@ def test_int8_answers_paris_through_the_integer_dot_decode(smollm2_gguf):
     assert text == "The capital of France is Paris."
 
 
+def test_int4_answers_paris(smollm2_gguf):
+    """4-bit decoder weights with the lm_head kept in int8 (engine.layers.linear.head_class): with a
+    4-bit head too this answer was "L'Étoile (The Lion) is the capital of France."."""
+    quantized = ChatSession.load(smollm2_gguf, device="cpu", dtype="float32", weights="int4")
+    params = GenerationParams(max_new_tokens=16, speculative=False)
+    text = "".join(e.text for e in quantized.send("What is the capital of France?", params=params)
+                   if isinstance(e, TokenEvent))
+    assert text == "The capital of France is Paris."
+
+
 def test_second_turn_uses_the_first(session):
     """"And of Italy?" names Italy's capital only because the first turn asked for France's."""
     session.reset()
@@ -257,10 +263,10 @@ def test_perplexity_of_the_gpl_equals_transformers(ours, tokenizer):
 @pytest.mark.parametrize("weights", ["int8", "int4"])
 def test_quantized_weights_cost_at_most_their_allowance(weights, smollm2_gguf, tokenizer):
     """Perplexity on the Apache licence through the public ``weights=`` option (whatever kernel and
-    storage format implement it): int8 within 1% of float32; int4 no worse than llama.cpp's Q4_K_M
-    of the same weights (measured through our engine, same windows)."""
+    storage format implement it): int8 within 1% of float32; int4 (its lm_head in int8) within 1% too,
+    a tenth of llama.cpp's Q4_K_M of the same weights (+10.4% through our engine, same windows; a 4-bit
+    head made int4 +5%)."""
     ppl, _ = TRANSFORMERS_PPL["apache-2.0"]
     model = load_model(smollm2_gguf, "cpu", "float32", weights=weights)
     result = perplexity(model, tokenizer.encode(text_of("apache-2.0")), 1024, 1024)
-    allowance = 0.01 if weights == "int8" else Q4_K_M_RELATIVE["apache-2.0"]
-    assert abs(result.perplexity / ppl - 1) <= allowance, (result.perplexity, ppl, allowance)
+    assert abs(result.perplexity / ppl - 1) <= 0.01, (result.perplexity, ppl)

@@ -85,7 +85,7 @@ class LlamaLM:
         """
         from engine.cancellation import load_cancel_point
         from engine.device import release_free_host_memory, single_thread
-        from engine.layers.linear import load_class, quantize_layer
+        from engine.layers.linear import head_class, load_class, quantize_layer
 
         layer_cls = load_class(weights, device)
         on_device_first = device.type == "cuda"
@@ -106,7 +106,7 @@ class LlamaLM:
                 part.to(dtype)
         if layer_cls is not None:
             load_cancel_point()
-            self.lm_head = layer_cls(self.lm_head.to(device))  # a tied head gets its own copy
+            self.lm_head = head_class(layer_cls)(self.lm_head.to(device))  # a tied head gets its own copy
         for layer in decoder.layers:
             load_cancel_point()  # a front end's Stop during a long load waits for one layer at most
             if on_device_first:
