@@ -313,7 +313,8 @@ def _same_server(response: httpx.Response) -> None:
     if not same:
         where = f"{target.scheme}://{target.host}{f':{target.port}' if target.port else ''}"
         raise RedirectedElsewhere(f"the server sent this request on to {where}, which Smolchat does not follow: "
-                                  "set that server up in Settings ▸ Engines if it is the one to use",
+                                  "give its address instead (Settings ▸ Engines in the app, --server on the command "
+                                  "line) if it is the one to use",
                                   request=response.request)
 
 

@@ -659,8 +659,8 @@ def test_a_redirect_to_another_server_is_not_followed_and_said():
                 stream_chat(client, url, {"model": "ok", "messages": []}, lambda item: None)
             assert str(caught.value) == (
                 f"Redirected to another server: the server sent this request on to http://127.0.0.1:"
-                f"{other.url.split(':')[2].split('/')[0]}, which Smolchat does not follow: set that server up in "
-                "Settings ▸ Engines if it is the one to use")
+                f"{other.url.split(':')[2].split('/')[0]}, which Smolchat does not follow: give its address instead "
+                "(Settings ▸ Engines in the app, --server on the command line) if it is the one to use")
             assert other.requests == []  # the conversation never reached it
         finally:
             server.shutdown()
