@@ -141,6 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--sections", default="decode,prefill")
+    ap.add_argument("--head4", action="store_true",
+                    help="also our 4-bit weights with a 4-bit lm_head (int4 before session 56) against Q4_K_M")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "cpu-llamacpp.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -152,9 +154,18 @@ def main(argv=None) -> int:
     session = load_ours(str(ck), "cpu", torch.float32)
     step = build.describe(wait=True)
     models = {"auto": session.model}
-    for _, w, _ in PAIRS:
-        if w != "auto":
+    pairs = PAIRS + ([("4-bit, 4-bit head", "int4-head4", "q4_k_m")] if args.head4 else [])
+    for _, w, _ in pairs:
+        if w not in ("auto", "int4-head4"):
             models[w] = quantize_weights(session.model, w)
+    if args.head4:
+        # int4 as it was before the lm_head stayed int8 (engine.layers.linear.head_class): the same
+        # 4-bit decoder, the head in 4-bit blocks too.
+        from engine.layers.q4 import Q4Linear
+
+        head4 = models["int4-head4"] = quantize_weights(session.model, "int4")
+        head4.lm_head = Q4Linear(session.model.lm_head)
+        head4._static = head4._native = None
     prompt = len(session_prompt(session, TEXT_PROMPT)[0])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
@@ -170,7 +181,7 @@ def main(argv=None) -> int:
     sections = args.sections.split(",")
     for r in range(args.rounds + 1):  # round 0 warms both engines up and is not counted
         rnd = {"round": r, "load_start": load()}
-        for name, w, kind in PAIRS:
+        for name, w, kind in pairs:
             model = models[w]
             if "decode" in sections:
                 session.model = model
@@ -192,7 +203,7 @@ def main(argv=None) -> int:
         save()
     summary = {}
     for sec in ("decode", "prefill"):
-        for name, _, kind in PAIRS:
+        for name, _, kind in pairs:
             key = f"{sec}_{name}"
             rows = [rnd[key] for rnd in res["rounds"] if key in rnd]
             if rows:
