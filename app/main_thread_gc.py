@@ -16,6 +16,7 @@ where Qt objects may be destroyed.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer
 
@@ -30,14 +31,30 @@ class MainThreadCollector(QObject):
         super().__init__(parent)
         self.threshold = gc.get_threshold()
         self.collections = 0  # collections run (tests)
+        self._full_due = False  # a full collection asked for from another thread (request_full)
         gc.disable()
         self._timer = QTimer(self)
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self.check)
         self._timer.start()
 
+    def request_full(self) -> None:
+        """Any thread: a full collection at the next :meth:`check`, then the C library's freed memory
+        back to the system (the engine service after a stopped load: its half-built model sits in
+        reference cycles, possibly GBs that a generation's threshold would leave for minutes)."""
+        self._full_due = True  # (a plain store: read on the UI thread within one interval)
+
     def check(self) -> None:
-        """Collect the oldest generation whose count passed its threshold, as CPython's allocator would."""
+        """Collect the oldest generation whose count passed its threshold, as CPython's allocator would
+        (all of them after :meth:`request_full`)."""
+        if self._full_due:
+            from engine.host_memory import release_free_host_memory  # torch-free
+
+            self._full_due = False
+            gc.collect()
+            self.collections += 1
+            release_free_host_memory()
+            return
         counts = gc.get_count()
         if counts[0] <= self.threshold[0]:
             return
@@ -50,6 +67,16 @@ class MainThreadCollector(QObject):
     def stop(self) -> None:
         self._timer.stop()
         gc.enable()
+
+
+def full_collection_request() -> Callable[[], None] | None:
+    """The installed collector's :meth:`MainThreadCollector.request_full` (for
+    ``engine.service.EngineService(collect_garbage=...)``), or None where none is installed: automatic
+    collection is on and the engine thread may collect itself."""
+    from PySide6.QtCore import QCoreApplication
+
+    collector = getattr(QCoreApplication.instance(), "_main_thread_collector", None)
+    return collector.request_full if collector is not None and not gc.isenabled() else None
 
 
 def install(app: QObject) -> MainThreadCollector:

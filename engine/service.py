@@ -115,8 +115,14 @@ def _sent_key(text: str, attachments: Sequence[Attachment], detail: str,
 class EngineService:
     """The engine thread and its request queue (see the module docstring)."""
 
-    def __init__(self, loader: Loader | None = None, name: str = "EngineService") -> None:
+    def __init__(self, loader: Loader | None = None, name: str = "EngineService",
+                 collect_garbage: Callable[[], None] | None = None) -> None:
         self._loader = loader or default_loader
+        # What frees a stopped load's half-built model (it sits in reference cycles): None, a full
+        # collection on the engine thread; a front end that collects on a thread of its own (the
+        # app's UI thread, where a Qt object in the garbage may be destroyed: app/main_thread_gc.py)
+        # gives the call that asks for one there.
+        self._collect_garbage = collect_garbage
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()  # guards _current, _pending and _session against cancel()
         self._group = threading.RLock()  # held by atomic(): several requests queued back to back
@@ -484,7 +490,7 @@ class EngineService:
                     self._loads.remove(ticket)
         if cancelled:
             log.info("loading %s was stopped", model)
-            _free_memory()
+            _free_memory(self._collect_garbage)
             on_done(None, LOAD_CANCELLED)
             return
         on_done(info, None)
@@ -702,16 +708,26 @@ def ctrl_c_exits_process(restore: bool = True, last_words: Callable[[], None] | 
             signal.signal(signal.SIGINT, previous)
 
 
-def _free_memory() -> None:
+def _free_memory(collect_garbage: Callable[[], None] | None = None) -> None:
     """Give back what a stopped load built (engine thread): its tensors are unreachable once the
-    exception that stopped it is gone, but the allocators keep their memory cached."""
+    exception that stopped it is gone, but they sit in reference cycles and the allocators keep
+    their memory cached.
+
+    ``collect_garbage``: asks the front end's own thread for the collection (and the C library's
+    trim after it: :func:`engine.host_memory.release_free_host_memory`) instead of running
+    ``gc.collect()`` here. Collected here, a cycle holding a Qt object ran its destructor on this
+    thread, which can deadlock Qt's connection lock against the GIL (app/main_thread_gc.py). CUDA's
+    cached blocks then stay with torch's allocator, for the next load to reuse."""
     import gc
 
+    if collect_garbage is not None:
+        collect_garbage()
+        return
     gc.collect()
     torch = sys.modules.get("torch")  # a fake loader in a test never imported it
     if torch is None:
         return
-    from engine.device import release_free_host_memory
+    from engine.host_memory import release_free_host_memory
 
     release_free_host_memory()
     if torch.cuda.is_initialized():

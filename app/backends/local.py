@@ -28,9 +28,11 @@ class LocalBackend:
     """
 
     def __init__(self, loader: Callable[[str, dict], Any] | None = None) -> None:
+        from app.main_thread_gc import full_collection_request
         from engine.service import EngineService  # torch-free; the engine proper loads on its thread
 
-        self.service = EngineService(loader)
+        # A stopped load's garbage is collected on the UI thread, as all of this app's is.
+        self.service = EngineService(loader, collect_garbage=full_collection_request())
         # The service may be shared (the local HTTP server): each answer re-states this window's
         # conversation atomically with its request, and Stop cancels only this window's answers.
         self._history: list[HistoryMessage] = []

@@ -193,3 +193,45 @@ def test_a_load_that_fails_after_being_stopped_still_answers_stopped():
     assert loads.next() == (None, LOAD_CANCELLED)
     assert service.info is None
     assert service.shutdown()
+
+
+def test_a_stopped_loads_garbage_is_collected_where_the_front_end_says():
+    """With ``collect_garbage`` (the app: its UI thread collects, app/main_thread_gc.py) a stopped load
+    asks for the collection and runs none on the engine thread, where a Qt object in the garbage would
+    be destroyed; without it the engine thread collects at once, freeing the half-built model."""
+    collected_on, asked_on = [], []
+
+    def note(phase, info):
+        if phase == "start":
+            collected_on.append(threading.current_thread().name)
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+    made = []
+
+    def loader(model, options):
+        garbage = Cycle()  # what a half-built model leaves: a reference cycle
+        made.append(weakref.ref(garbage))
+        raise LoadCancelled("the load was stopped")
+
+    gc.callbacks.append(note)
+    try:
+        for collect in (lambda: asked_on.append(threading.current_thread().name), None):
+            if collect is not None:
+                gc.disable()  # as the app runs: no automatic collection on any thread
+            service = EngineService(loader, name="engine", collect_garbage=collect)
+            loads = Loads()
+            service.load("/stopped", {}, loads)
+            assert loads.next() == (None, LOAD_CANCELLED)
+            assert service.shutdown()
+            if collect is not None:
+                assert asked_on == ["engine"] and "engine" not in collected_on
+                assert made[-1]() is not None  # left for the front end's collection
+                gc.enable()
+            else:
+                assert "engine" in collected_on and made[-1]() is None
+    finally:
+        gc.enable()
+        gc.callbacks.remove(note)
