@@ -140,7 +140,7 @@ class SettingsDialog(QDialog):
                                 "(a word here and there). On the CPU about 1.3-1.5x faster answers; on an NVIDIA GPU half the "
                                 "memory of bfloat16 for those weights. Ignored on an Apple GPU.\n"
                                 "4-bit: groups of 32 weights in 4 bits, an eighth of float32's memory and the fastest "
-                                "answers on the CPU (the output layer stays int8). Answers change slightly: on "
+                                "answers on the CPU (the output layer stays int8, on a GPU too). Answers change slightly: on "
                                 "SmolLM2-135M, whose weights came as 4-bit, perplexity rises 0.2% (int8: 0.7%); "
                                 "checkpoints made in 16 bits may lose more. Ignored on an Apple GPU.")
         self.context_size = self._int("contextSize", "Context size in tokens (0: the model's)", 0, MAX_CONTEXT,
