@@ -82,8 +82,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="paged (default: memory follows the tokens in use) or contiguous")
     gen.add_argument("--weights", type=str.lower, choices=list(WEIGHT_FORMATS), default=None,
                      help="int8: int8 weight-only text decoder; int4: 4-bit groups of 32 (both on the CPU or "
-                          "CUDA: less memory, faster decode, answers change slightly; on the CPU int4 keeps "
-                          "the output layer int8); default $SMOLCHAT_WEIGHTS or auto")
+                          "CUDA: less memory, faster decode, answers change slightly; int4 keeps the output "
+                          "layer int8); default $SMOLCHAT_WEIGHTS or auto")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")
     gen.add_argument("--ignore-eos", action="store_true", help="decode to --max-new-tokens (benchmarks)")
 

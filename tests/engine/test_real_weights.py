@@ -7,7 +7,7 @@ perplexity figures measured by ``bench/real_weights.py`` (``bench/results/real-w
 
 Every figure below is a measured value, not a bound picked to pass: perplexities are transformers'
 float32 values to 1e-3 relative, the quantization bound is the float32 figure + 1% (int8, and int4 with
-its int8 lm_head: +0.83% / +0.24% measured; llama.cpp's Q4_K_M of these weights costs +10.4%).
+its int8 lm_head: +0.74% / +0.24% measured, `python -m engine perplexity`, session 56; llama.cpp's Q4_K_M of these weights costs +10.4%).
 """
 
 from __future__ import annotations
