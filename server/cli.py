@@ -208,12 +208,14 @@ def serve(args: argparse.Namespace) -> int:
     """Run until interrupted. Raises ValueError for unsafe settings and for a model that fails to load
     (the server stops then; the CLI prints it, exit 2)."""
     config = config_from(args)
-    config.check()
     # Listening before the engine's imports and checks (~2 s): a client started with the server
     # waits in the backlog for the 503 "loading" and its Retry-After, where a refused connection
-    # used up an OpenAI client's retries in 1.4 s (trial 67).
+    # used up an OpenAI client's retries in 1.4 s (trial 67). Bound before the key check (nothing
+    # listens until after it): a --host that is not this machine's asked for an API key first, and
+    # said what was wrong only once one was given (trial 73 F3).
     listener = bound_socket(config.host, config.port)
     try:
+        config.check()
         listener.listen(BACKLOG)
         config.port = int(listener.getsockname()[1])  # port 0: picked now, so the address printed is served
         return _serve(args, config, listener)

@@ -44,8 +44,12 @@ def test_unusable_settings_are_one_error_line(tiny_checkpoint, entry, args, mess
     (["--host", "nonexistent.invalid", "--api-key", "k"], "error: --host nonexistent.invalid is not a name or "
                                                           "address this machine can listen on ("),
     (["--host", "192.0.2.1", "--api-key", "k"], "error: --host 192.0.2.1 is not an address of this machine"),
+    # Said first, not "give --api-key" (which, given, led to this line: trial 73 F3).
+    (["--host", "192.0.2.1"], "error: --host 192.0.2.1 is not an address of this machine"),
+    (["--host", "nonexistent.invalid"], "error: --host nonexistent.invalid is not a name or address this machine"),
 ], ids=["negative body limit", "nan body limit", "negative image limit", "no queue", "negative context",
-        "unknown dtype", "unknown weights", "unknown device", "host not found", "host not here"])
+        "unknown dtype", "unknown weights", "unknown device", "host not found", "host not here",
+        "host not here, no key", "host not found, no key"])
 def test_limits_and_names_are_refused_before_an_address(tiny_checkpoint, capsys, args, message):
     """Trial 39: --max-body-mb -1 or --max-images -1 started a server that refused every request
     (even a text-only chat), --context-size -5 a traceback about ``max_tokens`` after the address,
