@@ -447,7 +447,7 @@ def _read_text(path: str, flag: str) -> str:
 
 
 def _perplexity(args: argparse.Namespace) -> int:
-    from engine.perplexity import perplexity
+    from engine.perplexity import perplexity, windows
     from engine.registry import load_model
     from engine.sources import resolve_source
     from engine.tokenizer import Tokenizer
@@ -455,6 +455,15 @@ def _perplexity(args: argparse.Namespace) -> int:
     text = _read_text(args.file, "--file")
     source = resolve_source(args.model)
     ids = Tokenizer.from_pretrained(source.folder).encode(text)
+    # What can be checked without the model is, before its load (8-10 s for SmolLM2 on a busy CPU):
+    # a file too short, a stride or window length out of range (trial 73 F4). A window longer than the
+    # model's context needs its config and is said by perplexity() after the load.
+    if len(ids) < 2:
+        raise ValueError(f"perplexity needs at least 2 tokens, got {len(ids)} from --file {args.file}")
+    if args.context is not None:
+        windows(len(ids), args.context, args.context if args.stride is None else args.stride)
+    elif args.stride is not None:  # (the window is the model's context: its upper bound waits for the load)
+        windows(len(ids), max(2, args.stride), args.stride)
     model = load_model(source, args.device, args.dtype, weights=args.weights)
     result = perplexity(model, ids, args.context, args.stride)
     if args.json:

@@ -522,3 +522,28 @@ def test_an_error_that_is_not_memory_still_reaches_the_caller(tiny_checkpoint, m
     monkeypatch.setattr(engine.sources.LocalDirSource, "tensors", broken)
     with pytest.raises(RuntimeError, match="^a bug$"):
         load_model(tiny_checkpoint, device="cpu")
+
+
+@pytest.mark.parametrize("args, text, message", [
+    (["--stride", "0"], "one two three four", "need context >= 2 and 1 <= stride <= context, got context=2, stride=0"),
+    (["--context", "1"], "one two three four", "need context >= 2 and 1 <= stride <= context, got context=1, stride=1"),
+    (["--context", "0"], "one two three four", "need context >= 2 and 1 <= stride <= context, got context=0, stride=0"),
+    (["--context", "4", "--stride", "8"], "one two three four",
+     "need context >= 2 and 1 <= stride <= context, got context=4, stride=8"),
+    ([], "", "perplexity needs at least 2 tokens, got 0 from --file"),
+], ids=["stride 0", "context 1", "context 0", "stride past the window", "empty file"])
+def test_perplexity_refuses_bad_windows_and_short_files_before_loading_the_model(tiny_checkpoint, tmp_path, capsys,
+                                                                                monkeypatch, args, text, message):
+    """Trial 73 F4: these were said only after the model's load (8-10 s for SmolLM2 on a busy CPU)."""
+    import engine.__main__ as cli_main
+    import engine.registry
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(engine.registry, "load_model", no_load)
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    code = cli_main.main(["perplexity", "--model", str(tiny_checkpoint), "--file", str(path), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().splitlines()[-1].startswith(f"error: {message}"), err
