@@ -194,7 +194,7 @@ def tune_process() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        # The C library this process runs on (dlopen(NULL)), as engine.device.release_free_host_memory
+        # The C library this process runs on (dlopen(NULL)), as engine.host_memory.release_free_host_memory
         # finds malloc_trim: a libc found by name may be another file than the one in use.
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl and others: no mallopt
