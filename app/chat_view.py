@@ -484,8 +484,7 @@ class ChatView(QScrollArea):
         else:
             message = AssistantMessage(record.model_name)
             message.set_engine(record.engine)
-            message.set_text(record.text)
-            message.finish(record.finish_reason, record.footer)
+            message.restore(record.text, record.finish_reason, record.footer)
             message.status, message.can_continue = record.status, record.can_continue
         message.message_id = record.message_id
         message.actions_row.versions.set_versions(*record.versions)

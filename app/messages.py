@@ -449,11 +449,13 @@ class AssistantMessage(QWidget):
         self.text += piece
         self._stream.append_plain(piece)
 
-    def set_text(self, text: str) -> None:
-        """Show a stored answer at once (restoring a conversation)."""
+    def restore(self, text: str, finish_reason: str, footer: str = "") -> None:
+        """Show a stored answer, finished (restoring a conversation). Its text is rendered once, not laid
+        out first as the plain text a streaming answer shows (0.35 s of a 740 KB answer's opening)."""
         self.text = text
-        self._stream.setPlainText(text)
-        self.waiting.hide()
+        self.finish(finish_reason, footer)
+        if text and not self._blocks:  # (nothing to render: blank lines)
+            self._stream.setPlainText(text)
 
     def show_progress(self, event) -> None:
         """The engine's progress before the first word (an ``engine.api.ProgressEvent``)."""

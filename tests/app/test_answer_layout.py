@@ -154,6 +154,8 @@ def test_break_opportunities_go_into_long_runs_only_and_continue_across_pieces()
         streamed += piece
     assert [len(part) for part in streamed.split(ZERO_WIDTH_SPACE)] == [1000, 1000, 500] and run == 500
     assert breakable("y" * (LONG_RUN - 1) + " " + "z" * (LONG_RUN - 1))[0].count(ZERO_WIDTH_SPACE) == 0
+    assert breakable("y" * LONG_RUN + " " + "z" * (LONG_RUN + 1))[0] == (
+        "y" * LONG_RUN + " " + "z" * LONG_RUN + ZERO_WIDTH_SPACE + "z")
     assert breakable("https://example.com/" + "ab" * 20, limit=24)[0] == (
         "https://example.com/abab" + ZERO_WIDTH_SPACE + "ab" * 12 + ZERO_WIDTH_SPACE + "ab" * 6)
     # Each run is counted from its own start (runs of exactly the limit are left whole).

@@ -175,8 +175,7 @@ def test_marks_are_found_across_the_displays_breaks_and_case(qapp):
     marked, in any case, and the hidden streamed text of a rendered answer is not searched."""
     answer = AssistantMessage("Fake")
     run = "x" * 995 + "SourDough" + "y" * 50  # a break opportunity is put after the 1,000th character
-    answer.set_text(run)
-    answer.finish("stop", "")
+    answer.restore(run, "stop")
     shown = [v for v in answer.findChildren(RichText) if v.isVisibleTo(answer)]
     assert ZERO_WIDTH_SPACE in shown[0].toPlainText()
     assert mark(answer, "sourdough", 0)[0] is shown[0]
@@ -327,8 +326,7 @@ def test_an_answer_of_more_hits_than_marked_before_has_them_all_marked(qapp):
     """Trial 51: 1,500 hits in one answer, marks stopped at the 1,000th: F3, which starts at the end,
     moved the counter while the mark stayed on the 1,000th."""
     answer = AssistantMessage("Fake")
-    answer.set_text("zq " * 1500)
-    answer.finish("stop", "")
+    answer.restore("zq " * 1500, "stop")
     hit = mark(answer, "zq", 1499)
     assert marked(answer) == 1500 and hit[1].selectionStart() == 3 * 1499
 
@@ -339,8 +337,7 @@ def test_an_answer_of_thousands_of_hits_marks_those_around_the_current_one(qapp)
     from app.find_in_chat import MAX_MARKS
 
     answer = AssistantMessage("Fake")
-    answer.set_text("**zq** 😀\n\n" * 5000)
-    answer.finish("stop", "")
+    answer.restore("**zq** 😀\n\n" * 5000, "stop")
 
     def marks():
         return sorted(sel.cursor.selectionStart() for v in answer.findChildren(RichText) for sel in v.extraSelections())
