@@ -124,6 +124,23 @@ def test_scrolling_up_builds_earlier_messages_and_keeps_the_view_still(qtbot, ma
     assert last.actions_row.isVisible()
 
 
+def test_a_scroll_straight_after_a_batch_is_built_moves_the_view_by_the_scroll_only(qtbot, make_window, data_dir):
+    """Trial 74 F1: a wheel notch or PageUp that came before the batch built above the view was laid out
+    scrolled from the old place and let go of the hold: the view leapt the batch (15 messages a notch)."""
+    long_chat(data_dir)
+    win = make_window(FakeBackend())
+    settle(qtbot, win)
+    view, bar = win.transcript, win.transcript.verticalScrollBar()
+    for notch in range(3):
+        bar.setValue(view.viewport().height() // 2)  # within a screen of the first one built
+        start = view.built_range().start
+        qtbot.waitUntil(lambda: view.built_range().start < start, timeout=5000)  # (built by a zero timer)
+        message, y = top_message(win)
+        bar.setValue(bar.value() - 60)  # the next notch, before any other event
+        settle(qtbot, win)
+        assert message.mapTo(view.viewport(), QPoint(0, 0)).y() == y + 60, notch
+
+
 def test_home_and_end_go_to_the_chats_first_and_newest_message(qtbot, make_window, data_dir):
     ids = long_chat(data_dir)
     win = make_window(FakeBackend())
