@@ -72,7 +72,9 @@ class ConversationList(QFrame):
 
     Signals: ``open_requested(id)``, ``new_requested()``, ``rename_requested(id, title)``,
     ``delete_requested(id)``, ``search_changed(text)``, ``find_step(step)`` (the search's hits in the
-    open chat: +1 the next older, -1 the next newer; the ↑ ↓ buttons, Enter and Shift+Enter in the search).
+    open chat: +1 the next older, -1 the next newer; the ↑ ↓ buttons, Enter and Shift+Enter in the search),
+    ``search_due()`` (the list is about to be used from the search, by Down: a search the window has put
+    off to a pause in typing must be run first, so the list holds what the field says).
     """
 
     open_requested = Signal(int)
@@ -81,6 +83,7 @@ class ConversationList(QFrame):
     delete_requested = Signal(int)
     search_changed = Signal(str)
     find_step = Signal(int)
+    search_due = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -203,9 +206,12 @@ class ConversationList(QFrame):
             self.find_step.emit(-1 if event.modifiers() & Qt.KeyboardModifier.ShiftModifier else 1)
             return True
         if watched is self.search and event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Down \
-                and event.modifiers() == Qt.KeyboardModifier.NoModifier and self.chat_items():
+                and event.modifiers() == Qt.KeyboardModifier.NoModifier:
             # Down from the search goes to the chats it lists (trial 60: it took Tab, Down, Enter); the
             # first one opens when the open chat is not among them.
+            self.search_due.emit()
+            if not self.chat_items():
+                return False
             self.list.setFocus(Qt.FocusReason.OtherFocusReason)
             if self.list.currentItem() is None:
                 self.list.setCurrentItem(self.chat_items()[0])

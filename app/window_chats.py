@@ -159,6 +159,15 @@ class ChatsMixin:
         else:
             self._search_now()
 
+    def search_if_due(self) -> None:
+        """Run the search put off to a pause in typing now, if one is (before the list or the hits are
+        used: Enter straight after the last key opened a chat of the previous words' list, one that
+        did not hold the new words, trial 74 F3)."""
+        timer = getattr(self, "_search_timer", None)
+        if timer is not None and timer.isActive():
+            timer.stop()
+            self._search_now()
+
     def _search_now(self) -> None:
         started = time.perf_counter()
         self.refresh_sidebar()
@@ -197,6 +206,7 @@ class ChatsMixin:
         next newer (Shift+F3), within a message too; round from the oldest to the newest. The first
         step shows the newest. Where the shown versions hold none, the newest version holding the words
         is shown (trial 53: the chat was listed, and nothing in it was found)."""
+        self.search_if_due()
         hits = self.transcript.set_query(self.sidebar.search.text().strip())
         if not hits:
             elsewhere = self._other_version_hits()

@@ -207,6 +207,7 @@ def build_ui(window) -> None:
     window.sidebar.delete_requested.connect(window.delete_conversation)
     window.sidebar.search_changed.connect(lambda _text: window.search_typed())
     window.sidebar.find_step.connect(window.step_find)
+    window.sidebar.search_due.connect(window.search_if_due)
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
     # Ctrl+Z undoes a delete the banner offers to undo; a text field with the focus keeps the key for its
     # own undo (Qt gives an editor's standard keys to the editor first).

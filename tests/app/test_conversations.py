@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
@@ -570,6 +571,31 @@ def test_a_slow_search_waits_for_a_pause_in_typing(qtbot, window, monkeypatch):
     assert runs == ["п"]
     qtbot.waitUntil(lambda: runs[-1] == "прив", timeout=3000)
     assert runs == ["п", "прив"] and window.sidebar.titles() == ["Привет"]
+
+
+@pytest.mark.parametrize("key", [Qt.Key.Key_Return, Qt.Key.Key_Down])
+def test_enter_or_down_straight_after_typing_acts_on_the_words_typed(qtbot, window, monkeypatch, key):
+    """Trial 74 F3: after a slow search, the next waits for a pause in typing; Enter pressed within it
+    opened the newest chat of the previous words' list, one that did not hold the words typed."""
+    import time
+
+    for title in ("Quantum physics", "Xylophone lessons"):
+        window.store.add_message(window.store.create_conversation(title).id, "user", title)
+    window.open_conversation(None)
+    real = window.refresh_sidebar
+
+    def slow() -> None:
+        time.sleep(0.15)
+        real()
+    monkeypatch.setattr(window, "refresh_sidebar", slow)
+    window.sidebar.search.setFocus()
+    window.sidebar.search.setText("quantum")  # slow: the next search waits for a pause
+    assert window.sidebar.titles() == ["Quantum physics"]
+    window.sidebar.search.setText("xylophone")
+    assert window.sidebar.titles() == ["Quantum physics"]  # (not searched yet)
+    qtbot.keyClick(window.sidebar.search, key)
+    assert window.sidebar.titles() == ["Xylophone lessons"]
+    assert window.store.conversation(window.keeper.current_id).title == "Xylophone lessons"
 
 
 def test_home_end_and_page_keys_in_the_list_reach_the_first_and_last_chat(qtbot, window):
