@@ -188,6 +188,44 @@ def test_a_full_disk_mid_import_leaves_no_half_chat(store, tmp_path, monkeypatch
     assert [c.id for c in store.conversations()] == [conv]
 
 
+def test_an_import_killed_half_way_is_not_listed_and_is_gone_after_a_restart(store, tmp_path, monkeypatch, data_dir):
+    """Trial 74 F2: a kill during an import (no cleanup runs) left the messages written so far as a chat
+    listed first, under the export's title, showing a branch of 4 of its messages."""
+    conv = branching_chat(store, tmp_path)
+    path = export_json(store, conv, tmp_path / "cats.json")
+    real, calls = store.add_message, []
+
+    def add_message(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            listed = [c.id for c in store.conversations()]
+            assert listed == [conv]  # (the part written is not listed meanwhile either)
+            raise SystemExit  # the kill (its cleanup is kept from running below)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "add_message", add_message)
+    deletes, delete = [], store.delete_conversation
+
+    def delete_conversation(conversation_id):
+        deletes.append(conversation_id)
+        if len(deletes) == 1:  # (the import's own: the chat hidden while it is written)
+            delete(conversation_id)
+    monkeypatch.setattr(store, "delete_conversation", delete_conversation)  # the cleanup a kill never reaches
+    with pytest.raises(SystemExit):
+        import_chat(store, path)
+    store.db.commit()
+    half = store.db.execute("SELECT id FROM conversations WHERE id != ?", (conv,)).fetchone()[0]
+    assert store.db.execute("SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (half,)).fetchone()[0] == 2
+    assert [c.id for c in store.conversations()] == [conv]
+    store.close()
+    again = Store(data_dir)  # the next start
+    try:
+        assert [c.id for c in again.conversations()] == [conv]
+        assert again.db.execute("SELECT COUNT(*) FROM conversations WHERE id = ?", (half,)).fetchone()[0] == 0
+    finally:
+        again.close()
+
+
 def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp_path, monkeypatch):
     win = make_window(FakeBackend())
     conv = branching_chat(win.store, tmp_path)
