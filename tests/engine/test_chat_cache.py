@@ -326,6 +326,41 @@ def test_a_long_history_is_fitted_in_a_few_renderings(parts, monkeypatch, exchan
     assert done.stats.prompt_tokens + 8 <= 200
 
 
+@pytest.mark.parametrize("restated", [True, False])
+def test_a_follow_up_is_fitted_from_where_the_last_fit_began(parts, monkeypatch, restated):
+    """Trial 74 F6: every follow-up in a long chat rendered the whole history and half of it again to
+    find what fits (2.5 s of each answer's wait in a chat of 10,000 messages). Each is now tried first
+    where the last fit began: only prompts about the context's size are rendered, and what is dropped
+    is still what one exchange at a time would drop, the room for the answer grown or shrunk.
+    ``restated``: the whole history is set again before each send (the app's engine service); else
+    the session goes on from the turns its last fit kept (the command line)."""
+    from engine.chat import Turn
+
+    session = new_session(parts, max_tokens=200)
+    history = []
+    for i in range(60):
+        history += [Turn("user", f"Fact {i}: the number is {i * 7}."), Turn("assistant", "Noted.")]
+    session.turns[:] = history
+    consume(session.send("What was the first fact?", params=params(8)))
+    history = history + [Turn("user", "What was the first fact?"), Turn("assistant", session.turns[-1].text)]
+    renders = []
+    real = type(session)._prompt
+    monkeypatch.setattr(type(session), "_prompt", lambda self, *a, **k: renders.append(len(self.turns)) or real(self, *a, **k))
+    for n, question in ((8, "And the second?"), (40, "And the third one, please?"), (2, "The fourth?")):
+        if restated:
+            session.turns[:] = [Turn(t.role, t.text) for t in history]
+        session.turns.append(Turn("user", question))
+        expected = _linear_fit(session, room=n)
+        session.turns.pop()
+        renders.clear()
+        before = len(session.turns)
+        _, done = consume(session.send(question, params=params(n)))
+        assert done.stats.dropped_turns == expected > 0, n
+        assert before - expected + 1 == len(session.turns) - 1  # (the question and its answer after the kept)
+        assert len(renders) <= 8 and max(renders) <= 60, (n, renders)  # never the whole history (121+)
+        history = history + [Turn("user", question), Turn("assistant", session.turns[-1].text)]
+
+
 def test_without_dropping_turns_a_history_too_long_is_refused_whole(parts):
     """``drop_old_turns=False`` (the HTTP API): every turn kept; a prompt beyond the context is
     refused with the turns unchanged, one that leaves less room than asked is answered in it."""
