@@ -479,9 +479,12 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
 
     def entry(m) -> dict:
         number, count = versions.get(m.id, (1, 1))
-        return {"id": m.id, "parent_id": m.parent_id, "version": number, "versions": count, "role": m.role,
+        data = {"id": m.id, "parent_id": m.parent_id, "version": number, "versions": count, "role": m.role,
                 "text": m.text, "images": m.images, "attached_names": m.attached_names, "status": m.status,
                 "stats": m.stats, "created": m.created}
+        if m.token_ids is not None:
+            data["token_ids"] = " ".join(map(str, m.token_ids))
+        return data
 
     missing = missing if missing is not None else []
     held = _held_files(every, missing, named_only if named_only is not None else [])
@@ -489,7 +492,10 @@ def export_json(store: Store, conversation_id: int, path: str | Path, missing: l
         "format": "smolchat-conversation",
         # 2: ids, versions and "all_messages" (every version, a tree by parent_id). 3: "attached_names", the
         # name each of "images" was attached as ("" where unknown); a message's "created" (seconds since
-        # the epoch, null where unknown) came later in 3: readers take it where it is a time. 4: "files".
+        # the epoch, null where unknown) came later in 3: readers take it where it is a time. 4: "files";
+        # an answer's "token_ids" (its ids as generated, numbers apart by spaces: one a line, the indent
+        # tripled a long chat's file) came later in 4: Continue and the next turns replay them, as before
+        # the export, where they are the ids of the model in its stats.
         "version": 4,
         "title": conv.title,
         "created": conv.created,

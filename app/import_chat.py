@@ -190,6 +190,9 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
             created = entry.get("created") if is_time(entry.get("created")) else None  # else: now
             message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,
                                         stats=stats, parent_id=parent_id, names=names, created=created)
+            token_ids = _token_ids(entry.get("token_ids")) if entry["role"] == "assistant" else None
+            if token_ids is not None:
+                store.update_message(message.id, token_ids=token_ids)
             previous = message.id
             if version >= 2:
                 ids[entry["id"]] = message.id
@@ -296,6 +299,17 @@ def _same_messages(store: Store, conversation_id: int) -> list[str]:
             number += 1
         store.rename_conversation(conversation_id, f"{base} ({number})")
     return [display_title(c.title) for c in same]
+
+
+def _token_ids(value) -> list[int] | None:
+    """An exported answer's ``token_ids`` ("7454 2402 253"), None where absent or not ids (its text is
+    then read again, as an answer of another model's is: nothing is refused for it)."""
+    if not isinstance(value, str):
+        return None
+    parts = value.split()
+    if not all(part.isascii() and part.isdigit() and len(part) <= 9 for part in parts):
+        return None
+    return [int(part) for part in parts]
 
 
 def _status(value) -> str:

@@ -60,6 +60,28 @@ def test_an_export_comes_back_with_every_version_and_the_branch_shown(store, tmp
     assert [m.text for m in store.messages(new)] == ["What is this?", "A small cat.", "Its colour?", "Orange."]
 
 
+def test_an_answers_generated_ids_come_back_and_ids_that_are_not_are_passed_over(store, tmp_path):
+    """Trial 74 F9: Export JSON → Import lost the ids an answer was generated as: Continue after
+    restoring a backup read the text again instead of replaying them (not token for token)."""
+    conv = branching_chat(store, tmp_path)
+    cut = [m for m in store.all_messages(conv) if m.text == "A small cat."][0]
+    store.update_message(cut.id, token_ids=[7454, 2402, 253, 655])
+    path = export_json(store, conv, tmp_path / "cats.json")
+    assert '"token_ids": "7454 2402 253 655"' in path.read_text()  # one line, not one id a line
+    new = import_chat(store, path).conversation_id
+    ids = {m.text: m.token_ids for m in store.all_messages(new)}
+    assert ids == {"What is this?": None, "A cat.": None, "A small cat.": [7454, 2402, 253, 655],
+                   "Its colour?": None, "Orange.": None}
+    data = json.loads(path.read_text())
+    for bad in ("74 x 2", "-1 3", [1, 2], "٣ 4", "1" * 12):
+        for entry in data["all_messages"]:
+            if entry["text"] == "A small cat.":
+                entry["token_ids"] = bad
+        path.write_text(json.dumps(data))
+        again = import_chat(store, path).conversation_id
+        assert [m.token_ids for m in store.all_messages(again) if m.text == "A small cat."] == [None], bad
+
+
 def test_a_file_gone_is_named_and_left_out_of_its_message(store, tmp_path):
     photo = png(tmp_path / "dog.png", (10, 20, 30))
     stored = store.store_image(photo)  # named by its place in the data folder, as exports before version 3 do
