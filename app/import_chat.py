@@ -36,6 +36,9 @@ MAX_EMBEDDED_BYTES = 256 * 2**20
 MAX_BYTES = 640 * 2**20
 #: From this size on, the import dialog shows while the file is read (~0.1 s per 10 MB on 2 cores).
 SHOWN_READING_BYTES = 16 * 2**20
+#: From this many messages on, the import dialog shows at once (1,000: ~1 s on 2 cores); a shorter
+#: import shows it after half a second, if it is still going.
+SHOWN_AT_ONCE_MESSAGES = 1000
 STATUSES = ("done", "interrupted", "cancelled", "length", "error")  # app.store.Message.status, at rest
 
 
@@ -482,7 +485,7 @@ def _readable_media(path: str) -> bool:
 
 def import_dialog(window) -> Imported | None:
     """Ask for an exported chat (JSON), import it and open it; problems show in the banner."""
-    from PySide6.QtCore import Qt
+    from PySide6.QtCore import QEventLoop, Qt
     from PySide6.QtWidgets import QApplication, QFileDialog, QProgressDialog
 
     from app.conversations import storage_problem
@@ -510,8 +513,14 @@ def import_dialog(window) -> Imported | None:
     def progress(done: int, total: int) -> bool:
         if not done:
             busy.setLabelText("Importing the chat…")
+            if total >= SHOWN_AT_ONCE_MESSAGES:
+                busy.setMinimumDuration(0)
         busy.setMaximum(total)
         busy.setValue(done)  # (processes events while the dialog is up: Cancel can be clicked)
+        if not busy.isVisible():
+            # Until the dialog shows, the window is still painted and its clock still runs; what the
+            # user clicks or types waits (the import is not made to share the window with them).
+            QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
         return not busy.wasCanceled()
     try:
         imported = import_chat(window.store, path, progress)

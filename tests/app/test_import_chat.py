@@ -248,6 +248,42 @@ def test_an_import_killed_half_way_is_not_listed_and_is_gone_after_a_restart(sto
         again.close()
 
 
+def test_a_long_import_shows_its_dialog_at_once_and_the_window_is_painted_meanwhile(qtbot, make_window, tmp_path,
+                                                                                   monkeypatch):
+    """Trial 74 F5: 1,002 messages held the window 1.5 s with no repaint: the dialog waited half a
+    second to show, and until it did nothing processed the window's events."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QProgressDialog
+
+    from app.import_chat import SHOWN_AT_ONCE_MESSAGES
+
+    win = make_window(FakeBackend())
+    entries = [{"id": i + 1, "parent_id": i or None, "role": ("user", "assistant")[i % 2], "text": f"Message {i}"}
+               for i in range(SHOWN_AT_ONCE_MESSAGES)]
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps({"format": "smolchat-conversation", "version": 3, "title": "Long",
+                                "all_messages": entries, "messages": []}))
+    ticks, seen = [], []
+    clock = QTimer(win)
+    clock.timeout.connect(lambda: ticks.append(1))
+    clock.start(0)
+    real = win.store.add_message
+
+    def add_message(*args, **kwargs):
+        if len(seen) in (150, 450):  # (after the first progress call: every 100 messages)
+            seen.append((any(d.isVisible() for d in win.findChildren(QProgressDialog)), len(ticks)))
+        else:
+            seen.append(None)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(win.store, "add_message", add_message)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    clock.stop()
+    (shown, early), (shown_later, later) = [x for x in seen if x is not None]
+    assert shown and shown_later and later > early  # up at once, and events went on being processed
+    assert win.banner.message() == f"Imported “Long” ({SHOWN_AT_ONCE_MESSAGES:,} messages)."
+
+
 def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp_path, monkeypatch):
     win = make_window(FakeBackend())
     conv = branching_chat(win.store, tmp_path)
