@@ -29,7 +29,7 @@ from app.video_attachments import (
     plan_video,
 )
 from app.wait_estimate import estimate_seconds, estimate_text
-from engine.api import resolve_detail
+from engine.api import answer_room, resolve_detail
 
 IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv "
                 "*.m4v *.pdf);;Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER +
@@ -510,7 +510,14 @@ class AttachmentsMixin:
             # It cannot be sent as it is: the engine would refuse the prompt after storing the message.
             self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
             return
-        wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens)) if counted else ""
+        if words > 0 and context and tokens + words + self.answer_room() > context:
+            # It fits, with less room for the answer than its token limit: a long wait for the prompt, then
+            # an answer cut short by the full context (trial 74 F11: 59 s, then 21 tokens), said before Send.
+            left = context - tokens - words
+            summary = " · ".join(p for p in (summary, f"text {words:,} tokens",
+                                             f"only {left:,} token{'s' if left != 1 else ''} left for the answer") if p)
+        wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens + max(words, 0))) \
+            if counted or words > 0 else ""
         self.pending_label.setText(" · ".join(p for p in (summary, wait) if p))
 
     @Slot()
@@ -523,11 +530,17 @@ class AttachmentsMixin:
             self.text_count_timer.start()
 
     def _fits_by_bytes(self, text: str, attached: int) -> bool:
-        """``text`` fits beside ``attached`` tokens without being counted: a token is at least one
-        UTF-8 byte, so fewer bytes than the context has room for fit (as does anything where the
-        context is not known)."""
+        """``text`` fits beside ``attached`` tokens, with the answer's room left (:meth:`answer_room`),
+        without being counted: a token is at least one UTF-8 byte, so fewer bytes than the context has
+        room for fit (as does anything where the context is not known)."""
         context = self.context_size()
-        return not context or len(text.encode("utf-8", "surrogatepass")) + attached < context
+        return not context or len(text.encode("utf-8", "surrogatepass")) + attached + self.answer_room() < context
+
+    def answer_room(self) -> int:
+        """Tokens of the context kept for the answer (``engine.api.answer_room`` of the settings' token
+        limit, as the engine keeps them when it drops old turns); 0 where the context is not known."""
+        context = self.context_size()
+        return answer_room(int(self.current_params().get("max_new_tokens") or 0), context) if context else 0
 
     def context_size(self) -> int:
         """Tokens the loaded model's conversation holds (0: not known, e.g. a server that does not say)."""

@@ -286,24 +286,29 @@ def test_a_text_beyond_the_context_is_said_while_typing_and_refused_at_send(qtbo
 
     win.composer.setPlainText("word " * 7000)
     qtbot.waitUntil(lambda: "context" not in win.pending_label.text(), timeout=3000)
-    assert win.pending_label.text().startswith("1 image · 1,088 image tokens (full)")
+    # It fits, with less than the 512 tokens the answer may take (trial 74 F11): said, and it can be sent.
+    assert win.pending_label.text() == ("1 image · 1,088 image tokens (full) · text 7,000 tokens · only 104 tokens "
+                                        "left for the answer")
     win.send_message()
     qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=5000)
     assert len(factory.calls[0]["text"].split()) == 7000 and len(factory.calls[0]["images"]) == 1
 
 
 def test_a_text_shorter_in_bytes_than_the_context_is_never_tokenized(qtbot, window, factory):
-    """A token is at least one UTF-8 byte: a message of fewer bytes than the context fits, so typing
-    it costs no tokenizer call (neither does its Send)."""
+    """A token is at least one UTF-8 byte: a message of fewer bytes than the context has beside the
+    answer's room fits, so typing it costs no tokenizer call (neither does its Send)."""
     counted = []
     factory.count_text_tokens = lambda text: counted.append(text) or len(text.split())
     qtbot.keyClicks(window.composer, "What is in this photo?")
-    window.composer.setPlainText("x " * 4000)  # 8,000 bytes < 8,192
+    room = window.answer_room()
+    assert room == 512 and window.context_size() == 8192  # (the settings' token limit, a quarter at most)
+    text = "x " * ((8192 - room) // 2 - 1)  # 7,678 bytes
+    window.composer.setPlainText(text)
     qtbot.wait(400)
     with qtbot.waitSignal(window.answer_finished, timeout=10_000):
         window.send_message()
     assert counted == [] and "context" not in window.pending_label.text()
-    assert factory.calls[0]["text"] == ("x " * 4000).strip()
+    assert factory.calls[0]["text"] == text.strip()
 
 
 def test_a_long_text_is_counted_off_the_ui_thread_and_send_waits_for_the_count(qtbot, window, factory):
