@@ -323,12 +323,13 @@ class ConversationKeeper(QObject):
 
     def last_opened(self) -> int | None:
         wanted = self.qsettings.value("conversations/last") if self._remembers_last else None
-        ids = [c.id for c in self.store.conversations()]
         try:
             wanted = int(wanted)
         except (TypeError, ValueError):
             wanted = None
-        return wanted if wanted in ids else (ids[0] if ids else None)
+        if wanted is not None and abs(wanted) < 2**63 and self.store.conversation(wanted) is not None:
+            return wanted
+        return self.store.newest_conversation_id()
 
     def open(self, conversation_id: int | None) -> dict:
         """Show conversation ``conversation_id`` (None: an empty new chat); returns its settings. When it

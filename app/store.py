@@ -492,6 +492,13 @@ class Store:
             )
         return [self._conversation(r) for r in rows]
 
+    def newest_conversation_id(self) -> int | None:
+        """The id of the chat :meth:`conversations` lists first (None: there is none), read alone: the
+        list of 3,000 chats took 0.08 s of each start to read for it."""
+        row = self.db.execute(f"SELECT id FROM conversations WHERE deleted IS NULL ORDER BY {_TIME_ORDER}, id DESC "
+                              "LIMIT 1").fetchone()
+        return row[0] if row else None
+
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         self._write("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id))
 
