@@ -339,7 +339,7 @@ class ChatsMixin:
             at = listed.index(conversation_id) if conversation_id in listed else -1
             rest = [c for c in listed if c != conversation_id]
             self.open_conversation(rest[min(at, len(rest) - 1)] if from_list and rest and at >= 0 else None)
-        self.refresh_sidebar()
+        self.sidebar.remove(conversation_id)
         title = display_title(conv.title) or "New chat"
         self._deleted_chats.append((conversation_id, title))
         self.banner.show_info(f"Deleted “{title}”.", "Undo", lambda: self._undo_delete_chat(conversation_id))
