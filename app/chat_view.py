@@ -120,6 +120,7 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
+        bar.sliderReleased.connect(self._on_slider_released)
 
     def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
         if not ctrl_wheel(event, self.zoom_requested):
@@ -627,10 +628,26 @@ class ChatView(QScrollArea):
             self._hold = None
         self._want_more(value)
 
+    def _on_slider_released(self) -> None:
+        """The scroll bar's thumb let go: at its top (bottom) with messages above (below) not built, the
+        chat's first (newest) message, as the thumb says; elsewhere, a batch where it is near an end of
+        what is built. Nothing is built while the thumb is held (it would jump away from the pointer):
+        the bar only spans the messages built, and a drag to the top reached 15 more messages a drag in
+        a chat of 1,000 (trial 74 F10)."""
+        bar = self.verticalScrollBar()
+        if bar.value() <= bar.minimum() and self._lo > 0:
+            self.show_start()
+        elif bar.value() >= bar.maximum() and self._hi < len(self._messages):
+            self.show_end()
+        else:
+            self._want_more(bar.value())
+
     def _want_more(self, value: int) -> None:
         """Within a screen of either end of what is built: build a batch there, once events are
         processed (the layout is not done while a scroll or range change is being handled)."""
         bar, page = self.verticalScrollBar(), self.viewport().height()
+        if bar.isSliderDown():
+            return  # (the thumb held: see _on_slider_released)
         if not self._more_due and ((self._lo > 0 and value < page)
                                    or (self._hi < len(self._messages) and value > bar.maximum() - page)):
             self._more_due = True

@@ -141,6 +141,33 @@ def test_a_scroll_straight_after_a_batch_is_built_moves_the_view_by_the_scroll_o
         assert message.mapTo(view.viewport(), QPoint(0, 0)).y() == y + 60, notch
 
 
+def test_the_scroll_bars_thumb_let_go_at_an_end_goes_to_that_end_of_the_chat(qtbot, make_window, data_dir):
+    """Trial 74 F10: the bar spans the messages built only; a drag of its thumb to the top went 15 messages
+    further up a drag (a batch built under the pointer). Let go at the top: the chat's first message; at
+    the bottom: its newest; elsewhere, as the wheel."""
+    ids = long_chat(data_dir)
+    win = make_window(FakeBackend())
+    settle(qtbot, win)
+    view, bar = win.transcript, win.transcript.verticalScrollBar()
+    built = view.built_range()
+    bar.setSliderDown(True)
+    bar.setValue(0)
+    settle(qtbot, win)
+    assert view.built_range() == built  # nothing built while the thumb is held
+    bar.setSliderDown(False)
+    settle(qtbot, win)
+    assert view.widgets()[0].message_id == ids[0] and top_message(win)[0] is view.widgets()[0] and bar.value() == 0
+    bar.setSliderDown(True)
+    bar.setValue(bar.maximum())
+    bar.setSliderDown(False)
+    settle(qtbot, win)
+    assert view.built_range().stop == len(ids) and bar.value() == bar.maximum()
+    bar.setSliderDown(True)
+    bar.setValue(view.viewport().height() // 3)  # near the top of what is built, not at it
+    bar.setSliderDown(False)
+    qtbot.waitUntil(lambda: view.built_range().start < len(ids) - SHOWN_AT_OPEN, timeout=5000)
+
+
 def test_home_and_end_go_to_the_chats_first_and_newest_message(qtbot, make_window, data_dir):
     ids = long_chat(data_dir)
     win = make_window(FakeBackend())
