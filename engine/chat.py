@@ -716,10 +716,10 @@ class ChatSession:
 
         The prompt only shrinks as more is dropped, so the first that fits is bisected for: a few
         renderings instead of one per dropped exchange (quadratic: a 10,000-message request held the
-        engine for minutes). The guess tried first is where the last fit began, counted from the end
-        (a follow-up adds a turn or two): it and the start before it are rendered, the conversation's
-        last ~context of tokens, where every send rendered the whole history and half of it (2.5 s of
-        a 10,000-message chat's follow-up with SmolLM2, trial 74 F6). Any guess gives the same answer."""
+        engine for minutes). The guess tried first is where the last fit began (:meth:`_fit_guess`; a
+        follow-up adds a turn or two): it and the start before it are rendered, prompts of about the
+        context's size, where every send rendered the whole history and half of it (2.5 s of a
+        10,000-message chat's follow-up with SmolLM2, trial 74 F6). Any guess gives the same answer."""
         turns = list(self.turns)
         rendered: dict[int, tuple[Prompt, list[int] | None]] = {}  # index in starts -> prompt, plain encoding
 
@@ -763,17 +763,17 @@ class ChatSession:
         return prompt, starts[fit]
 
     def _fit_guess(self, turns: list[Turn], starts: list[int]) -> int:
-        """Where in ``starts`` the last fit's first turn is in ``turns``: at its own index when the
-        conversation still has it there (a front end that states the whole history again), else
-        as many turns from the end as that fit kept (a conversation already cut there); 0 (all of it)
-        after a fit that dropped nothing."""
+        """The index in ``starts`` of where the last fit's first turn is in ``turns``: at its index then,
+        when the turn there has its role and text (a front end that states the whole history again,
+        as the app's engine service does), else wherever that same turn is (a conversation that goes on
+        from the turns the fit kept, as the command line's); 0 (all of it) after a fit that dropped
+        nothing, or where the turn is gone."""
         if self._kept_turns is None:
             return 0
         start, first = self._kept_turns
-        if start < len(turns) and turns[start].role == first.role and turns[start].text == first.text:
-            return min(bisect.bisect_left(starts, start), len(starts) - 1)
-        kept = next((len(turns) - i for i, turn in enumerate(turns) if turn is first), None)
-        return min(bisect.bisect_left(starts, len(turns) - (kept or 0)), len(starts) - 1) if kept else 0
+        if not (start < len(turns) and turns[start].role == first.role and turns[start].text == first.text):
+            start = next((i for i, turn in enumerate(turns) if turn is first), 0)
+        return min(bisect.bisect_left(starts, start), len(starts) - 1)
 
     def _media_share(self, prompt: Prompt, continuing: bool) -> str:
         """``" (1530 of them for images)"`` in a too-long prompt's message: the tokens its images and
