@@ -310,8 +310,8 @@ def _token_ids(value) -> list[int] | None:
     if not isinstance(value, str):
         return None
     parts = value.split()
-    if not all(part.isascii() and part.isdigit() and len(part) <= 9 for part in parts):
-        return None
+    if not parts or not all(part.isascii() and part.isdigit() and len(part) <= 9 for part in parts):
+        return None  # (none: an answer of no ids has no text; taken as its ids, Continue wrote it twice)
     return [int(part) for part in parts]
 
 

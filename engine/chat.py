@@ -264,7 +264,8 @@ class ChatSession:
         self._digests: list[bytes] = []
         self._processed: OrderedDict[tuple[bytes, str], ProcessedImage] = OrderedDict()
         self._plain_prompt: list[int] | None = None  # the last prompt's plain encoding (Turn.prompt_ids)
-        # Where the last prompt fitted to the context began (its index then, its first turn); None: it dropped nothing.
+        # Where the last prompt fitted to the context by dropping turns began (its index then, its first
+        # turn); None: none was.
         self._kept_turns: tuple[int, Turn] | None = None
         self._cancel = threading.Event()
         #: Called (on the generating thread) with progress through the vision tower and the prefill.
@@ -396,8 +397,8 @@ class ChatSession:
         vocab = self.tokenizer.vocab_size
         swaps = []
         for j, turn in enumerate(turns):
-            if turn.role != "assistant" or turn.token_ids is None:
-                continue
+            if turn.role != "assistant" or turn.token_ids is None or (not turn.token_ids and turn.text):
+                continue  # (no ids for a text: damaged, or written by hand; an import gave "" as []: trial 75 N2)
             if self._image_id is not None and self._image_id in turn.token_ids:
                 continue
             if not all(isinstance(t, int) and 0 <= t < vocab for t in turn.token_ids):
@@ -698,7 +699,8 @@ class ChatSession:
             prompt, dropped = self._prompt(continuing), 0
         else:
             prompt, dropped = self._fit_by_dropping([0, *starts], room, capacity, continuing)
-        self._kept_turns = (dropped, self.turns[0]) if dropped else None
+        if dropped:  # (a fit that dropped nothing keeps the last one's: a branch switched back to finds it)
+            self._kept_turns = dropped, self.turns[0]
         if len(prompt.ids) >= capacity:
             alone = "; the last message does not fit even with every earlier turn dropped" if len(self.turns) == 1 \
                 and dropped else ""
@@ -766,8 +768,8 @@ class ChatSession:
         """The index in ``starts`` of where the last fit's first turn is in ``turns``: at its index then,
         when the turn there has its role and text (a front end that states the whole history again,
         as the app's engine service does), else wherever that same turn is (a conversation that goes on
-        from the turns the fit kept, as the command line's); 0 (all of it) after a fit that dropped
-        nothing, or where the turn is gone."""
+        from the turns the fit kept, as the command line's); 0 (all of it) before any fit dropped turns,
+        or where the turn is gone (another chat)."""
         if self._kept_turns is None:
             return 0
         start, first = self._kept_turns

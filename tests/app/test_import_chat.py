@@ -73,7 +73,7 @@ def test_an_answers_generated_ids_come_back_and_ids_that_are_not_are_passed_over
     assert ids == {"What is this?": None, "A cat.": None, "A small cat.": [7454, 2402, 253, 655],
                    "Its colour?": None, "Orange.": None}
     data = json.loads(path.read_text())
-    for bad in ("74 x 2", "-1 3", [1, 2], "٣ 4", "1" * 12):
+    for bad in ("74 x 2", "-1 3", [1, 2], "٣ 4", "1" * 12, "", "  "):
         for entry in data["all_messages"]:
             if entry["text"] == "A small cat.":
                 entry["token_ids"] = bad

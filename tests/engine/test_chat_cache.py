@@ -361,6 +361,44 @@ def test_a_follow_up_is_fitted_from_where_the_last_fit_began(parts, monkeypatch,
         history = history + [Turn("user", question), Turn("assistant", session.turns[-1].text)]
 
 
+def test_a_branch_that_fits_whole_keeps_the_long_branchs_fit_for_when_it_comes_back(parts, monkeypatch):
+    """Trial 75 N4: a send on a short branch (nothing dropped) forgot where the long branch's fit began:
+    back on the long branch, the whole history was bisected again."""
+    from engine.chat import Turn
+
+    session = new_session(parts, max_tokens=200)
+    long_branch = []
+    for i in range(60):
+        long_branch += [Turn("user", f"Fact {i}: the number is {i * 7}."), Turn("assistant", "Noted.")]
+    session.turns[:] = list(long_branch)
+    _, first = consume(session.send("What was the first fact?", params=params(8)))
+    long_branch += [Turn("user", "What was the first fact?"), Turn("assistant", session.turns[-1].text)]
+    session.turns[:] = [Turn("user", "Hi"), Turn("assistant", "Hello.")]  # another version of the first message
+    _, short = consume(session.send("And now?", params=params(8)))
+    assert short.stats.dropped_turns == 0
+    renders = []
+    real = type(session)._prompt
+    monkeypatch.setattr(type(session), "_prompt", lambda self, *a, **k: renders.append(len(self.turns)) or real(self, *a, **k))
+    session.turns[:] = [Turn(t.role, t.text) for t in long_branch]
+    session.turns.append(Turn("user", "And the second?"))
+    expected = _linear_fit(session, room=8)
+    session.turns.pop()
+    renders.clear()
+    _, done = consume(session.send("And the second?", params=params(8)))
+    assert done.stats.dropped_turns == expected > 0 and max(renders) <= 60, renders
+
+
+def test_an_answer_of_text_and_no_ids_is_read_as_its_text(parts):
+    """Trial 75 N2: an answer stored with no ids but a text (an export's "token_ids": "") was replayed as
+    no tokens at all: its text was missing from the prompt, and Continue wrote the whole answer again."""
+    from engine.chat import Turn
+
+    session = new_session(parts)
+    turns = [Turn("user", "Name a colour."), Turn("assistant", "Blue, like the sky.")]
+    assert session.prompt_ids(turns, None) == session.prompt_ids(
+        [turns[0], Turn("assistant", "Blue, like the sky.", token_ids=())], None)
+
+
 def test_without_dropping_turns_a_history_too_long_is_refused_whole(parts):
     """``drop_old_turns=False`` (the HTTP API): every turn kept; a prompt beyond the context is
     refused with the turns unchanged, one that leaves less room than asked is answered in it."""
