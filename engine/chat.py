@@ -366,15 +366,17 @@ class ChatSession:
             msgs.append({"role": turn.role, "content": turn.content()})
         return msgs
 
-    def _prompt(self, continuing: bool = False, add_generation_prompt: bool = True) -> Prompt:
+    def _prompt(self, continuing: bool = False, add_generation_prompt: bool = True, replay: bool = True) -> Prompt:
         """The conversation's prompt (generation prompt included unless ``add_generation_prompt`` is
         off; ``continuing``: instead the last turn left open, :meth:`continue_answer`): ids, cache
-        keys, the images and videos in prompt order, the image-token positions."""
+        keys, the images and videos in prompt order, the image-token positions. ``replay`` off: the
+        answers as their text re-tokenized, not their generated ids (:meth:`_replay_answers`), a
+        length to search with only."""
         images = [m for t in self.turns for m in t.media]
         messages = self._messages()
         plain = self._encode(messages, self.turns, continuing, add_generation_prompt).input_ids
         self._plain_prompt = list(plain)  # what the answer to this prompt keeps as its prompt_ids
-        ids = self._replay_answers(plain, messages)
+        ids = self._replay_answers(plain, messages) if replay else list(plain)
         keys, positions = slot_keys(ids, self._image_id, images)
         return Prompt(ids, keys, images, positions)
 
@@ -721,15 +723,23 @@ class ChatSession:
         engine for minutes). The guess tried first is where the last fit began (:meth:`_fit_guess`; a
         follow-up adds a turn or two): it and the start before it are rendered, prompts of about the
         context's size, where every send rendered the whole history and half of it (2.5 s of a
-        10,000-message chat's follow-up with SmolLM2, trial 74 F6). Any guess gives the same answer."""
-        turns = list(self.turns)
-        rendered: dict[int, tuple[Prompt, list[int] | None]] = {}  # index in starts -> prompt, plain encoding
+        10,000-message chat's follow-up with SmolLM2, trial 74 F6). Any guess gives the same answer.
 
-        def fits(index: int) -> bool:
-            if index not in rendered:
+        The search reads the answers as their text re-tokenized: replaying an answer's generated ids
+        (:meth:`_replay_answers`) encodes the conversation before it again wherever the cut differs
+        from its own, per answer and per candidate, and a fit from scratch of 1,000 exchanges whose
+        answers kept their ids took 68 s (trial 75 N4). Generated ids may be a few tokens more or fewer
+        than their text's, so the prompts next to the one found are replayed until the first that
+        fits with them is known: the same answer as a search of replayed prompts."""
+        turns = list(self.turns)
+        # (index in starts, replayed) -> prompt, plain encoding
+        rendered: dict[tuple[int, bool], tuple[Prompt, list[int] | None]] = {}
+
+        def fits(index: int, replay: bool = False) -> bool:
+            if (index, replay) not in rendered:
                 self.turns[:] = turns[starts[index]:]
-                rendered[index] = self._prompt(continuing), self._plain_prompt
-            return len(rendered[index][0].ids) + room <= capacity
+                rendered[index, replay] = self._prompt(continuing, replay=replay), self._plain_prompt
+            return len(rendered[index, replay][0].ids) + room <= capacity
 
         # From the guess, steps of 1, 2, 4... towards the first that fits, then a bisection between the
         # last two tried. Indices below lo do not fit; hi fits, or is len(starts): none is known to fit.
@@ -757,11 +767,16 @@ class ChatSession:
                 hi = mid
             else:
                 lo = mid + 1
-        fit = min(lo, len(starts) - 1)  # none fits: the last user turn alone, as close as it gets
-        fits(fit)  # (rendered already, unless none fits)
+        fit = min(lo, n - 1)  # none fits: the last user turn alone, as close as it gets
+        if fits(fit, replay=True):
+            while fit > 0 and fits(fit - 1, replay=True):  # the answers' ids are shorter than their text
+                fit -= 1
+        else:
+            while fit < n - 1 and not fits(fit, replay=True):  # ... or longer
+                fit += 1
         self.turns[:] = turns[starts[fit]:]
         # _prompt() also records the plain prompt the answer keeps: the chosen one's.
-        prompt, self._plain_prompt = rendered[fit]
+        prompt, self._plain_prompt = rendered[fit, True]
         return prompt, starts[fit]
 
     def _fit_guess(self, turns: list[Turn], starts: list[int]) -> int:
