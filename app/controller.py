@@ -220,6 +220,11 @@ class ChatController(QObject):
         """Tokens the loaded model's tokenizer makes of ``text`` (-1: unknown, e.g. a server's model)."""
         return self.backend.count_text_tokens(text)
 
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        """Tokens every prompt has besides its message (the system prompt, the template's markup; -1:
+        unknown), see ``ChatBackend.count_prompt_overhead``."""
+        return self.backend.count_prompt_overhead(system_prompt)
+
     # -- answers -------------------------------------------------------------------------------------
     def send(self, text: str, images: list[str], chat_settings: dict, params: dict, edit_index: int | None,
              names: list[str]) -> bool:

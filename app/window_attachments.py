@@ -38,6 +38,12 @@ IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif 
 MAX_PROBLEM_LINES = 5
 
 
+def _with_overhead(tokens: int, overhead: int) -> str:
+    """``" (8,210 with the system prompt and the chat's markup)"``: what a message's ``tokens`` make
+    in the prompt with the ``overhead`` every prompt has (:meth:`prompt_overhead`); "" for none."""
+    return f" ({tokens + overhead:,} with the system prompt and the chat's markup)" if overhead > 0 else ""
+
+
 class SendRefusal(NamedTuple):
     """Why Send did not send (the banner's line), and how to tell that it still holds."""
 
@@ -261,11 +267,12 @@ class AttachmentsMixin:
         context = self.context_size()
         if not context:
             return False
-        attached = getattr(self, "_pending_tokens", 0)
-        if attached >= context:
+        attached, overhead = getattr(self, "_pending_tokens", 0), self.prompt_overhead()
+        if attached and attached + overhead >= context:
             videos = bool(self.attachments.video_chips())
             self._refuse_send(
-                f"These attachments take {attached:,} tokens, more than the {context:,} the model's context holds. "
+                f"These attachments take {attached:,} tokens{_with_overhead(attached, overhead)}, more than the "
+                f"{context:,} the model's context holds. "
                 + ("Remove some, or lower Settings ▸ Video frames (max)." if videos
                    else "Remove some, or send them at a lower image detail."), self._attachments_over)
             return True
@@ -275,32 +282,33 @@ class AttachmentsMixin:
             self.pending_label.setText("Counting the message's tokens…")
             return True
         tokens = attached + words
-        if words <= 0 or tokens < context:
+        if words <= 0 or tokens + overhead < context:
             return False
         if not attached:
             self._refuse_send(
-                f"This message is {tokens:,} tokens long, more than the {context:,} the model's context holds. "
-                "Shorten it, or send it in parts.", self._message_over, counted=True)
+                f"This message is {tokens:,} tokens long{_with_overhead(tokens, overhead)}, more than the {context:,} "
+                "the model's context holds. Shorten it, or send it in parts.", self._message_over, counted=True)
         else:
             self._refuse_send(
-                f"This message and its attachments take {tokens:,} tokens ({words:,} of them for the text), "
-                f"more than the {context:,} the model's context holds. Shorten the text, or remove some attachments.",
-                self._message_over, counted=True)
+                f"This message and its attachments take {tokens:,} tokens ({words:,} of them for the text)"
+                f"{_with_overhead(tokens, overhead)}, more than the {context:,} the model's context holds. "
+                "Shorten the text, or remove some attachments.", self._message_over, counted=True)
         return True
 
     def _attachments_over(self) -> bool:
         """The pending attachments take the context or more (True while they are being counted)."""
         _summary, tokens, counted = getattr(self, "_attached", ("", 0, False))
         context = self.context_size()
-        return bool(self.attachments.chips()) and bool(context) and (not counted or tokens >= context)
+        return bool(self.attachments.chips()) and bool(context) and \
+            (not counted or tokens + self.prompt_overhead() >= context)
 
     def _message_over(self) -> bool:
         """The composer's text and the attachments take the context or more (True while being counted)."""
         context = self.context_size()
-        attached = getattr(self, "_pending_tokens", 0)
+        attached, overhead = getattr(self, "_pending_tokens", 0), self.prompt_overhead()
         words = self.text_tokens(self.composer.toPlainText().strip(), attached)
-        return bool(context) and (words is None or (words > 0 and attached + words >= context)
-                                  or attached >= context)
+        return bool(context) and (words is None or (words > 0 and attached + words + overhead >= context)
+                                  or (attached > 0 and attached + overhead >= context))
 
     def text_tokens(self, text: str, attached: int = 0) -> int | None:
         """Tokens the loaded model makes of the composer's ``text`` (-1: the backend cannot say;
@@ -500,20 +508,22 @@ class AttachmentsMixin:
         summary, tokens, counted = getattr(self, "_attached", ("", 0, False))
         context = self.context_size()
         words = self.text_tokens(self.composer.toPlainText().strip(), self._pending_tokens) or 0
-        self._text_over = words > 0 and context and tokens + words >= context
+        overhead = self.prompt_overhead() if context else 0
+        self._text_over = words > 0 and context and tokens + words + overhead >= context
         if self._text_over:
             # The text (with what is attached) cannot be sent as it is: say so before Send.
             summary = " · ".join(p for p in (summary, f"text {words:,} tokens") if p)
             self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
             return
-        if counted and context and tokens >= context:
+        if counted and context and tokens + overhead >= context:
             # It cannot be sent as it is: the engine would refuse the prompt after storing the message.
             self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
             return
-        if words > 0 and context and tokens + words + self.answer_room() > context:
+        if words > 0 and context and tokens + words + overhead + self.answer_room() > context:
             # It fits, with less room for the answer than its token limit: a long wait for the prompt, then
             # an answer cut short by the full context (trial 74 F11: 59 s, then 21 tokens), said before Send.
-            left = context - tokens - words
+            # The system prompt and the template's markup count too (trial 75 N5: "12 left", then refused).
+            left = context - tokens - words - overhead
             summary = " · ".join(p for p in (summary, f"text {words:,} tokens",
                                              f"only {left:,} token{'s' if left != 1 else ''} left for the answer") if p)
         wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens + max(words, 0))) \
@@ -534,7 +544,20 @@ class AttachmentsMixin:
         without being counted: a token is at least one UTF-8 byte, so fewer bytes than the context has
         room for fit (as does anything where the context is not known)."""
         context = self.context_size()
-        return not context or len(text.encode("utf-8", "surrogatepass")) + attached + self.answer_room() < context
+        return not context or len(text.encode("utf-8", "surrogatepass")) + attached + self.answer_room() \
+            + self.prompt_overhead() < context
+
+    def prompt_overhead(self) -> int:
+        """Tokens every prompt of the chat has besides its message: the system prompt and the chat
+        template's markup (``ChatBackend.count_prompt_overhead``), which no dropping of old turns
+        frees. Counted once per loaded model and system prompt; 0 where not known (no model, a
+        server's model)."""
+        if not self.controller.ready:
+            return 0
+        key = ("prompt overhead", self.settings.system_prompt)
+        if key not in self._token_counts:
+            self._token_counts[key] = self.controller.count_prompt_overhead(self.settings.system_prompt)
+        return max(self._token_counts[key], 0)
 
     def answer_room(self) -> int:
         """Tokens of the context kept for the answer (``engine.api.answer_room`` of the settings' token

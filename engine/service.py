@@ -343,6 +343,23 @@ class EngineService:
             return -1
         return len(session.tokenizer.encode_aside(text))
 
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        """Tokens a one-message prompt has besides the message (-1: no model): ``system_prompt`` and
+        the chat template's markup, which every prompt keeps whatever old turns are dropped
+        (:meth:`ChatSession._fit_context`). A message fits the context when its own tokens and these
+        are fewer than the context holds. On the calling thread, outside the queue (the template and
+        the tokenizer only, as :meth:`prompt_ids` without media)."""
+        session = self._session
+        if session is None:
+            return -1
+        from engine.chat import Turn  # (torch: the session's module has it loaded already)
+
+        # A one-word message, less the word: rendered empty, a template's "User: " keeps a space token
+        # that a message's first word takes in ("ĠHi"), one token too many.
+        probe = "Hi"
+        return len(session.prompt_ids([Turn("user", probe)], system_prompt or None)) \
+            - len(session.tokenizer.encode_aside(probe))
+
     def check_checkpoint(self, path: str, on_done: Callable[[dict], None]) -> None:
         """``on_done(report)``: :func:`engine.validate.check_checkpoint` as a dict (never raises)."""
         def run(_request: _Request) -> None:

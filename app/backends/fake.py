@@ -54,6 +54,7 @@ class FakeBackend:
         # the engine got it (a stored copy): e.g. "Only 4 of the 12 frames of {0} could be read".
         self.notice = ""
         self.ahead = 0  # answers_ahead(): other clients' answers before the next one
+        self.overhead = 0  # count_prompt_overhead(): the template's share, besides the system prompt's words
         self.error_type = error_type  # the engine exception's name that image_error stands for
         self.tokens = list(tokens if tokens is not None else ["Hello", ",", " world", "!"])
         self.delay = delay
@@ -140,6 +141,9 @@ class FakeBackend:
 
     def count_text_tokens(self, text: str) -> int:
         return len(text.split())  # a token a word: what tests can count by eye
+
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        return self.overhead + len((system_prompt or "").split())  # tests set the markup's share
 
     def answers_ahead(self) -> int:
         return self.ahead  # tests set it: another client's answers before this one

@@ -94,6 +94,9 @@ class LocalBackend:
     def count_text_tokens(self, text: str) -> int:
         return self.service.count_text_tokens(text)
 
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        return self.service.count_prompt_overhead(system_prompt)
+
     def close(self) -> bool:
         """Stop the engine thread within about a second; False when it is still finishing a kernel."""
         return self.service.shutdown(1.0)

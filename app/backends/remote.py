@@ -469,6 +469,9 @@ class RemoteBackend:
             return -1
         return count_text_tokens(server, self.model, text)
 
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        return -1  # the server's chat template is not known here
+
     def close(self) -> bool:
         return self.jobs.close()
 

@@ -107,6 +107,9 @@ class EngineSwitch:
     def count_text_tokens(self, text: str) -> int:
         return self.current.count_text_tokens(text)
 
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        return self.current.count_prompt_overhead(system_prompt)
+
     def answers_ahead(self) -> int:
         return self.current.answers_ahead()
 

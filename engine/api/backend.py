@@ -205,6 +205,13 @@ class ChatBackend(Protocol):
         that does not say); the text alone, without the chat template's few tokens around a message.
         Cheap (milliseconds for a book chapter), may block briefly; any thread."""
 
+    def count_prompt_overhead(self, system_prompt: str | None) -> int:
+        """Tokens a one-message prompt has besides its message's text and attachments (-1 when
+        unknown): ``system_prompt`` and the chat template's markup around it, the message and the
+        answer's opening. What every prompt keeps however many old turns are dropped, so a message
+        fits the context only with this much beside it. Cheap for a system prompt of a few pages;
+        any thread."""
+
     def answers_ahead(self) -> int:
         """How many answers to other clients run or wait before this front end's last request (the
         local engine shared with the app's local server); 0 when none, or unknown (a remote server)."""

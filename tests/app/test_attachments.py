@@ -294,6 +294,31 @@ def test_a_text_beyond_the_context_is_said_while_typing_and_refused_at_send(qtbo
     assert len(factory.calls[0]["text"].split()) == 7000 and len(factory.calls[0]["images"]) == 1
 
 
+def test_the_system_prompt_and_the_templates_markup_count_toward_the_context(qtbot, window, factory):
+    """Trial 75 N5: every prompt has the system prompt and the chat template's markup beside the
+    message, whatever old turns are dropped. A text of 8,180 tokens said "only 12 tokens left", and the
+    engine refused its prompt of 8,210 at Send, after storing the message. Here the fake's markup is
+    30 tokens and the system prompt 4 words: 8,160 words are refused before anything is stored, and
+    8,100 leave 58 tokens for the answer."""
+    win = window
+    factory.overhead = 30
+    win.settings.system_prompt = "Answer in one line."
+    win.composer.setPlainText("word " * 8160)
+    qtbot.waitUntil(lambda: "context" in win.pending_label.text(), timeout=3000)
+    assert win.pending_label.text() == "text 8,160 tokens · more than the 8,192-token context"
+    win.send_message()
+    assert win.banner.message() == ("This message is 8,160 tokens long (8,194 with the system prompt and the chat's "
+                                    "markup), more than the 8,192 the model's context holds. Shorten it, or send "
+                                    "it in parts.")
+    assert factory.calls == [] and win.store.conversations() == []
+
+    win.composer.setPlainText("word " * 8100)
+    qtbot.waitUntil(lambda: "left for the answer" in win.pending_label.text(), timeout=3000)
+    assert win.pending_label.text().startswith("text 8,100 tokens · only 58 tokens left for the answer")
+    win.send_message()
+    qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=5000)
+
+
 def test_a_text_shorter_in_bytes_than_the_context_is_never_tokenized(qtbot, window, factory):
     """A token is at least one UTF-8 byte: a message of fewer bytes than the context has beside the
     answer's room fits, so typing it costs no tokenizer call (neither does its Send)."""
