@@ -344,6 +344,13 @@ class ChatsMixin:
         self._deleted_chats.append((conversation_id, title))
         self.banner.show_info(f"Deleted “{title}”.", "Undo", lambda: self._undo_delete_chat(conversation_id))
 
+    def undo_delete(self) -> None:
+        """Ctrl+Z outside a text field: the banner's Undo where it shows one, else the newest chat deleted
+        this session whose Undo another message took the banner from (trial 75 N7: an import's "Imported
+        …" replaced "Deleted … Undo", and the chat was out of reach)."""
+        if not self.banner.undo() and self._deleted_chats:
+            self._undo_delete_chat(self._deleted_chats[-1][0])
+
     def _undo_delete_chat(self, conversation_id: int) -> None:
         """Undo of a chat's delete: back in the list, and opened unless an answer is being written in the chat
         shown (trial 56: the open was refused then, and the chat, restored, stayed out of the list). The chat

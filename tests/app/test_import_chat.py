@@ -302,6 +302,29 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     assert len(win.sidebar.ids()) == 2
 
 
+def test_a_chat_deleted_before_an_import_is_still_undone_by_ctrl_z(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 75 N7: the import's banner took the place of "Deleted … Undo", and the deleted chat could
+    not be brought back. Ctrl+Z (outside the message box) restores the newest chat deleted."""
+    from PySide6.QtCore import Qt
+
+    win = make_window(FakeBackend())
+    conv = branching_chat(win.store, tmp_path)
+    path = export_json(win.store, conv, tmp_path / "cats.json")
+    other = win.store.create_conversation("Dogs").id
+    win.refresh_sidebar()
+    win.delete_conversation(other)
+    assert win.banner.offers_undo()
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message().startswith("Imported “Cats (2)”") and not win.banner.offers_undo()
+    assert other not in win.sidebar.ids()
+    win.sidebar.list.setFocus()
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert other in win.sidebar.ids() and win.keeper.current_id == other
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)  # nothing more to undo
+    assert len(win.sidebar.ids()) == 3
+
+
 def test_a_large_export_shows_the_dialog_while_it_is_read(qtbot, make_window, tmp_path, monkeypatch):
     """Reading and parsing a large export hold the window (~3 s for 330 MB) before the first message
     is imported: the dialog is up by then, saying so, not a window that looks frozen."""
