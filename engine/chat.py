@@ -405,6 +405,8 @@ class ChatSession:
                 continue
             if not all(isinstance(t, int) and 0 <= t < vocab for t in turn.token_ids):
                 continue  # ids no tokenizer of this model made (damaged, or another model's): use the text
+            if not self._ids_spell(turn):
+                continue  # the text was changed (an export edited by hand): it is what the user reads
             # The plain encoding of the conversation up to this turn: kept from when it was generated
             # (encoded again when it no longer matches, e.g. after a system prompt change).
             for asked in (turn.prompt_ids, None) if turn.prompt_ids is not None else (None,):
@@ -422,6 +424,14 @@ class ChatSession:
         for start, end, replacement in reversed(swaps):  # back to front: earlier offsets stay valid
             ids[start:end] = replacement
         return ids
+
+    def _ids_spell(self, turn: Turn) -> bool:
+        """``turn.token_ids`` decode to ``turn.text``, as the answer streamed them (the detokenizer's
+        bytes of each id), whitespace at either end and a character left unfinished (U+FFFD) aside.
+        Ids kept beside a text that says something else (trial 75 N3: an export's answer edited by
+        hand) would have the model read, and Continue go on from, words the user cannot see."""
+        spelled = b"".join(self.tokenizer.token_bytes(t) for t in turn.token_ids).decode("utf-8", "replace")
+        return spelled.strip().rstrip("\ufffd").rstrip() == turn.text.strip().rstrip("\ufffd").rstrip()
 
     def _encode(self, messages: list[dict], turns: Sequence[Turn], continuing: bool = False,
                 add_generation_prompt: bool = True):

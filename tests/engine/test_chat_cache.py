@@ -394,10 +394,12 @@ def test_answers_that_kept_their_ids_are_fitted_without_replaying_every_candidat
     the cut differs from its own; the search replayed every prompt it tried, per answer, and a fit from
     scratch of 1,000 exchanges whose answers kept their ids took 68 s (0.4 s now). The search reads the
     answers' text; the prompts next to the one found are replayed: what is dropped is what one exchange
-    at a time of replayed prompts drops, with ids as long as their text, longer or shorter."""
+    at a time of replayed prompts drops, with ids as long as their text, longer or shorter (ids taken
+    as the text's here: what they spell is not under test)."""
     from engine.chat import Turn
 
     session = new_session(parts, max_tokens=200)
+    monkeypatch.setattr(type(session), "_ids_spell", lambda self, turn: True)
     ids = session.tokenizer.encode(" " + ids_of)
     for i in range(60):
         session.turns += [Turn("user", f"Fact {i}: the number is {i * 7}."),
@@ -412,6 +414,24 @@ def test_answers_that_kept_their_ids_are_fitted_without_replaying_every_candidat
     _, done = consume(session.send("What was the first fact?", params=params(8)))
     assert done.stats.dropped_turns == expected > 0
     assert len(replays) <= 4 and max(replays) <= 60, replays  # the whole history (121 turns) is never replayed
+
+
+def test_an_answer_whose_ids_spell_another_text_is_read_as_its_text(parts):
+    """Trial 75 N3: an exported answer edited by hand kept its generated ids, and the model read (and
+    Continue went on from) the words the user had replaced. Ids that spell the text are replayed: a
+    character at a time here, more ids than the text re-tokenized, so the two prompts differ."""
+    from engine.chat import Turn
+
+    session = new_session(parts)
+    question, text = Turn("user", "Name a colour."), "Blue, like the sky."
+    spelled = [i for ch in " " + text for i in session.tokenizer.encode(ch)]
+    as_text = session.prompt_ids([question, Turn("assistant", text)], None)
+    replayed = session.prompt_ids([question, Turn("assistant", text, token_ids=spelled)], None)
+    assert replayed != as_text and any(replayed[i:i + len(spelled)] == spelled for i in range(len(replayed)))
+    edited = Turn("assistant", "Red, like a rose.", token_ids=spelled)
+    assert session.prompt_ids([question, edited], None) == session.prompt_ids([question, Turn("assistant", edited.text)], None)
+    cut = Turn("assistant", "Blue, like", token_ids=spelled)  # the end of the text deleted
+    assert session.prompt_ids([question, cut], None) == session.prompt_ids([question, Turn("assistant", cut.text)], None)
 
 
 def test_an_answer_of_text_and_no_ids_is_read_as_its_text(parts):
