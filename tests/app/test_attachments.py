@@ -285,7 +285,7 @@ def test_a_text_beyond_the_context_is_said_while_typing_and_refused_at_send(qtbo
     assert factory.calls == []
 
     win.composer.setPlainText("word " * 7000)
-    qtbot.waitUntil(lambda: "context" not in win.pending_label.text(), timeout=3000)
+    qtbot.waitUntil(lambda: "text 7,000" in win.pending_label.text(), timeout=3000)  # (counted: not before)
     # It fits, with less than the 512 tokens the answer may take (trial 74 F11): said, and it can be sent.
     assert win.pending_label.text() == ("1 image · 1,088 image tokens (full) · text 7,000 tokens · only 104 tokens "
                                         "left for the answer")
