@@ -189,3 +189,34 @@ def test_deleting_an_unanswered_question_takes_it_alone(store, data_dir):
     assert texts(again, c.id) == ["q0", "a0", "q1", "q2", "a2"]
     assert q0.id == again.all_messages(c.id)[0].id
     again.close()
+
+
+def test_a_message_added_or_updated_is_read_alone_and_the_chat_reads_as_stored(store, data_dir, monkeypatch):
+    """Trial 75 N6: each send in a chat of 10,000 messages read all of them three times on the UI
+    thread (0.95 s a send). A write that adds or changes one message keeps the chat's read with that
+    message read again; what the store says is what a fresh read of the database says, versions,
+    branch and contents alike."""
+    conv = store.create_conversation("Chat").id
+    parent = None
+    for i in range(6):
+        parent = store.add_message(conv, "user" if i % 2 == 0 else "assistant", f"m{i}", parent_id=parent).id
+    first_answer = store.messages(conv)[1]
+    parsed = []
+    real = Store._message
+    monkeypatch.setattr(Store, "_message", lambda self, row: parsed.append(row["id"]) or real(self, row))
+    store.messages(conv)
+    parsed.clear()
+    again = store.add_message(conv, "assistant", "m1, again", parent_id=first_answer.parent_id)  # a new version
+    store.rename_conversation(conv, "Renamed")
+    store.update_message(again.id, text="m1, again and longer", status="done", token_ids=[5, 6])
+    tail = store.add_message(conv, "user", "m2 after the new version")
+    store.update_message(first_answer.id, text="m1 edited")  # off the branch shown
+    ours = (store.messages(conv), store.versions(conv), store.all_messages(conv))
+    assert parsed == [again.id, again.id, tail.id, first_answer.id] + [m.id for m in ours[2]]  # (all_messages reads all)
+    fresh = Store(data_dir)
+    try:
+        assert (fresh.messages(conv), fresh.versions(conv), fresh.all_messages(conv)) == ours
+    finally:
+        fresh.close()
+    assert [m.text for m in ours[0]] == ["m0", "m1, again and longer", "m2 after the new version"]
+    assert ours[0][1].token_ids == [5, 6] and ours[1][again.id] == (2, 2) and ours[1][first_answer.id] == (1, 2)
