@@ -290,11 +290,12 @@ def _same_messages(store: Store, conversation_id: int) -> list[str]:
               _NUMBERED.sub("", display_title(c.title)) == base]
     if not others:
         return []
-    def messages(chat: int) -> list[tuple[str, str]]:
-        return sorted((m.role, m.text) for m in store.all_messages(chat))  # every version, in any order
+    def messages(chat: int) -> list[tuple[str, str]]:  # every version, in any order
+        return store.message_contents(chat) or sorted((m.role, m.text) for m in store.all_messages(chat))
 
+    count = store.message_count(conversation_id)
     mine = messages(conversation_id)
-    same = [c for c in others if messages(c.id) == mine]
+    same = [c for c in others if store.message_count(c.id) == count and messages(c.id) == mine]
     if same:
         taken = {c.title for c in others}
         number = 2
