@@ -347,18 +347,22 @@ class EngineService:
         """Tokens a one-message prompt has besides the message (-1: no model): ``system_prompt`` and
         the chat template's markup, which every prompt keeps whatever old turns are dropped
         (:meth:`ChatSession._fit_context`). A message fits the context when its own tokens and these
-        are fewer than the context holds. On the calling thread, outside the queue (the template and
-        the tokenizer only, as :meth:`prompt_ids` without media)."""
+        are fewer than the context holds; with them the count is the prompt's or one more, never
+        fewer. On the calling thread, outside the queue (the template and the tokenizer only, as
+        :meth:`prompt_ids` without media)."""
         session = self._session
         if session is None:
             return -1
         from engine.chat import Turn  # (torch: the session's module has it loaded already)
 
-        # A one-word message, less the word: rendered empty, a template's "User: " keeps a space token
-        # that a message's first word takes in ("ĠHi"), one token too many.
+        # Where the markup's text meets the message's, the tokens may merge: SmolVLM's "User: " keeps
+        # its space apart before "123" or "日本語" (the empty message's count), and a word takes it in
+        # ("ĠHi": the one-word message's count, less the word). The larger of the two is never short.
+        empty = len(session.prompt_ids([Turn("user", "")], system_prompt or None))
         probe = "Hi"
-        return len(session.prompt_ids([Turn("user", probe)], system_prompt or None)) \
+        word = len(session.prompt_ids([Turn("user", probe)], system_prompt or None)) \
             - len(session.tokenizer.encode_aside(probe))
+        return max(empty, word)
 
     def check_checkpoint(self, path: str, on_done: Callable[[dict], None]) -> None:
         """``on_done(report)``: :func:`engine.validate.check_checkpoint` as a dict (never raises)."""
