@@ -17,7 +17,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -80,11 +80,15 @@ class EncodedPrompt:
         text: the full prompt string, every image placeholder replaced by its expansion.
         input_ids: token ids of ``text`` (no BOS is added; ``<|im_start|>`` comes from the template).
         num_image_tokens: how many feature slots the images' expansions hold (SmolVLM: tiles * 64).
+        message_chunks: message index -> where in ``input_ids`` the text chunk holding the message's
+            first text part begins (after the special token before it, or 0): where a replayed
+            answer's ids go (``ChatSession._replay_answers``).
     """
 
     text: str
     input_ids: list[int]
     num_image_tokens: int
+    message_chunks: dict[int, int] = field(default_factory=dict)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -400,8 +404,10 @@ class Tokenizer:
         )
 
     def _render_marked(self, messages: list[dict], add_generation_prompt: bool,
-                       continue_final_message: bool = False) -> list[tuple[str, bool]]:
+                       continue_final_message: bool = False,
+                       owners: list[int] | None = None) -> list[tuple[str, bool]]:
         """Render with each text part swapped for a unique marker; return (piece, is_user_text) pairs.
+        ``owners`` (a list to fill): the message index of each user-text piece, in order.
 
         ``continue_final_message``: the rendering ends right after the last message's last text part,
         as transformers' ``apply_chat_template(continue_final_message=True)`` cuts it at the tag it
@@ -412,12 +418,14 @@ class Tokenizer:
                 template did not write it.
         """
         texts: list[str] = []
+        senders: list[int] = []  # the message of each text part
         marked = _normalize_messages(messages)
         final = None  # the marker index of the last message's last text part
         for m, message in enumerate(marked):
             for part in message["content"]:
                 if part.get("type") == "text":
                     texts.append(str(part.get("text", "")))
+                    senders.append(m)
                     part["text"] = f"\ue000{self._nonce}:{len(texts) - 1}\ue001"
                     if m == len(marked) - 1:
                         final = len(texts) - 1
@@ -427,6 +435,8 @@ class Tokenizer:
         pieces: list[tuple[str, bool]] = []
         for i, piece in enumerate(self._marker_re.split(rendered)):
             pieces.append((texts[int(piece)], True) if i % 2 else (piece, False))
+            if i % 2 and owners is not None:
+                owners.append(senders[int(piece)])
             if continue_final_message and i % 2 and int(piece) == final:
                 return pieces
         if continue_final_message:
@@ -542,10 +552,18 @@ class Tokenizer:
         # Without images no token is an image slot: a template's image token stays an ordinary special.
         image_id = self._tok.token_to_id(images[0].image_token) if images else None
         items: list[str | int] = []  # plain text chunks and special ids
+        owners: list[int] = []
+        owned: dict[int, int] = {}  # index in items of a message's first text part -> the message
+        seen: set[int] = set()
+        n_user = 0  # user pieces met so far
         n_slots = n_videos = 0
         for piece, is_user in self._render_marked(messages, add_generation_prompt and not continue_final_message,
-                                                  continue_final_message):
+                                                  continue_final_message, owners):
             if is_user:
+                owner, n_user = owners[n_user], n_user + 1
+                if owner not in seen:
+                    seen.add(owner)
+                    owned[len(items)] = owner
                 items.append(piece)
                 continue
             for k, segment in enumerate(piece.split(videos[0].video_token) if videos else [piece]):
@@ -568,9 +586,12 @@ class Tokenizer:
         ids: list[int] = []
         chunk: list[str] = []
         names = self._special_names
-        for item in items:  # a photo's ~900 tokens are one EncodedRun: a follow-up loops over tens of items
+        chunks: dict[int, int] = {}
+        for index, item in enumerate(items):  # a photo's ~900 tokens are one EncodedRun: a follow-up loops over tens
             kind = item.__class__
             if kind is str:
+                if index in owned:  # (the chunk is encoded at the next special: it begins where ids end now)
+                    chunks[owned[index]] = len(ids)
                 chunk.append(item)
                 text_parts.append(item)
                 continue
@@ -589,6 +610,7 @@ class Tokenizer:
             text="".join(text_parts),
             input_ids=ids,
             num_image_tokens=sum(image.num_image_tokens for image in [*images, *videos]),
+            message_chunks=chunks,
         )
 
 

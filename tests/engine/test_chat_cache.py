@@ -434,6 +434,39 @@ def test_an_answer_whose_ids_spell_another_text_is_read_as_its_text(parts):
     assert session.prompt_ids([question, cut], None) == session.prompt_ids([question, Turn("assistant", cut.text)], None)
 
 
+@pytest.mark.parametrize("continuing", [False, True])
+def test_answers_placed_by_their_chunk_are_replayed_as_by_encoding_each_prefix(parts, images_dir, continuing):
+    """Trial 75 N4: each answer's place in the prompt came from encoding the whole conversation before
+    it (1.5 s of a follow-up's fit at an 8,192-token context); past the first answer it comes from
+    where the encoding put its chunk. The ids are those of encoding every prefix, photos, a system
+    prompt and an answer left open for Continue included; ids one character at a time make every
+    swap show."""
+    from engine.chat import Turn
+
+    session = new_session(parts)
+    tok = session.tokenizer
+    photo = session.image_grids([images_dir / "coffee.png"], "fast")
+
+    def answer(text):
+        return Turn("assistant", text, token_ids=[i for ch in " " + text for i in tok.encode(ch)])
+    turns = [Turn("user", "What is this?", photo), answer("A cup of coffee."), Turn("user", "Hot?"),
+             answer("Steaming, yes."), Turn("user", "123 and 日本語"), answer("\n- a list\n- of two")]
+    if not continuing:
+        turns.append(Turn("user", "Thanks."))
+    messages = session._messages(turns, "Be brief.")
+    encoded = session._encode(messages, turns, continuing)
+    encodes = []
+    real = session._encode
+    session._encode = lambda *a: encodes.append(len(a[0])) or real(*a)
+    by_chunks = session._replay_answers(list(encoded.input_ids), messages, turns, encoded.message_chunks)
+    assert encodes == [2]  # the system prompt and the first question: the first answer's prefix alone
+    by_prefixes = session._replay_answers(list(encoded.input_ids), messages, turns)
+    assert encodes == [2, 2, 4, 6]
+    assert by_chunks == by_prefixes != encoded.input_ids
+    for t in turns[1::2]:
+        assert any(by_chunks[i:i + len(t.token_ids)] == t.token_ids for i in range(len(by_chunks)))
+
+
 def test_an_answer_of_text_and_no_ids_is_read_as_its_text(parts):
     """Trial 75 N2: an answer stored with no ids but a text (an export's "token_ids": "") was replayed as
     no tokens at all: its text was missing from the prompt, and Continue wrote the whole answer again."""
