@@ -789,13 +789,16 @@ class Store:
         if added and parent_id is not None and not any(m.id == parent_id for kids in reversed(before.values())
                                                        for m, _ in kids):
             return message
+        key = self._read_key(conversation_id)
+        if self._read is None or self._read[0][2] != key[2]:
+            return message  # another program committed meanwhile (while our write waited for its lock)
         children = dict(before)  # (a caller's dict stays as it was read: only the changed list is new)
         if added:
             children[parent_id] = [(m, False) for m, _ in before.get(parent_id, ())] + [(message, True)]
         else:
             children[parent_id] = [(message if m.id == message.id else m, selected)
                                    for m, selected in before[parent_id]]
-        self._read = (self._read_key(conversation_id), children)
+        self._read = (key, children)
         return message
 
     def _children(self, conversation_id: int) -> dict[int | None, list[tuple[Message, bool]]]:

@@ -449,7 +449,9 @@ class ChatSession:
         bytes of each id), whitespace at either end and a character left unfinished (U+FFFD) aside.
         Ids kept beside a text that says something else (trial 75 N3: an export's answer edited by
         hand) would have the model read, and Continue go on from, words the user cannot see."""
-        spelled = b"".join(self.tokenizer.token_bytes(t) for t in turn.token_ids).decode("utf-8", "replace")
+        eos = self.model.metadata.eos_token_ids  # (an answer with ignore_eos kept them; its text did not)
+        spelled = b"".join(self.tokenizer.token_bytes(t) for t in turn.token_ids if t not in eos).decode(
+            "utf-8", "replace")
         return spelled.strip().rstrip("\ufffd").rstrip() == turn.text.strip().rstrip("\ufffd").rstrip()
 
     def _encode(self, messages: list[dict], turns: Sequence[Turn], continuing: bool = False,
@@ -801,8 +803,10 @@ class ChatSession:
             while fit > 0 and fits(fit - 1, replay=True):  # the answers' ids are shorter than their text
                 fit -= 1
         else:
-            while fit < n - 1 and not fits(fit, replay=True):  # ... or longer
+            while fit < n - 1:  # ... or longer (the last start's prompt is then replayed too: it is the one kept)
                 fit += 1
+                if fits(fit, replay=True):
+                    break
         self.turns[:] = turns[starts[fit]:]
         # _prompt() also records the plain prompt the answer keeps: the chosen one's.
         prompt, self._plain_prompt = rendered[fit, True]

@@ -220,3 +220,26 @@ def test_a_message_added_or_updated_is_read_alone_and_the_chat_reads_as_stored(s
         fresh.close()
     assert [m.text for m in ours[0]] == ["m0", "m1, again and longer", "m2 after the new version"]
     assert ours[0][1].token_ids == [5, 6] and ours[1][again.id] == (2, 2) and ours[1][first_answer.id] == (1, 2)
+
+
+def test_another_programs_commit_during_our_write_is_read(store, data_dir):
+    """Found in review: the chat's read was kept past our write even where another connection committed
+    while the write waited for its lock (the read held the other program's change as it was before)."""
+    conv = store.create_conversation("t").id
+    question = store.add_message(conv, "user", "question")
+    answer = store.add_message(conv, "assistant", "", status="streaming")
+    store.messages(conv)
+    other = sqlite3.connect(data_dir / "smolchat.sqlite3", isolation_level=None, timeout=10)
+    real = store._write
+
+    def write(sql, args=()):
+        if sql.startswith("UPDATE messages SET text"):  # the other program commits first
+            other.execute("UPDATE messages SET text = 'edited elsewhere' WHERE id = ?", (question.id,))
+        return real(sql, args)
+    store._write = write
+    try:
+        store.update_message(answer.id, text="Hello")
+    finally:
+        store._write = real
+        other.close()
+    assert [m.text for m in store.messages(conv)] == ["edited elsewhere", "Hello"]

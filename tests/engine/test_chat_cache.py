@@ -467,6 +467,32 @@ def test_answers_placed_by_their_chunk_are_replayed_as_by_encoding_each_prefix(p
         assert any(by_chunks[i:i + len(t.token_ids)] == t.token_ids for i in range(len(by_chunks)))
 
 
+def test_an_answer_whose_ids_are_longer_than_its_text_is_fitted_to_the_last_start(parts):
+    """Found in review: where the plain search's pick did not fit replayed and the steps reached the last
+    start, that prompt had never been replayed, and every send in the chat raised KeyError. Here the
+    answer's ids (a character each) are about twice its text's tokens: the question alone is kept."""
+    from engine.chat import Turn
+
+    session = new_session(parts, "contiguous", max_tokens=60)
+    text = "Blue, like the sky on a clear summer day."
+    spelled = [i for ch in " " + text for i in session.tokenizer.encode(ch)]
+    session.turns[:] = [Turn("user", "Name a colour."), Turn("assistant", text, token_ids=spelled)]
+    _, done = consume(session.send("Why?", params=params(10)))
+    assert done.stats.dropped_turns == 2 and [t.text for t in session.turns[:1]] == ["Why?"]
+
+
+def test_an_answer_that_went_past_its_end_of_utterance_is_replayed(parts):
+    """Found in review: an answer made with ignore_eos keeps its end-of-utterance ids, which its text
+    (as streamed) leaves out: its ids still spell the text."""
+    from engine.chat import Turn
+
+    session = new_session(parts)
+    tok, [eos] = session.tokenizer, session.model.metadata.eos_token_ids[:1]
+    ids = tok.encode(" Blue.") + [eos] + tok.encode(" Red.")
+    assert session._ids_spell(Turn("assistant", "Blue. Red.", token_ids=ids))
+    assert not session._ids_spell(Turn("assistant", "Blue. Green.", token_ids=ids))
+
+
 def test_an_answer_of_text_and_no_ids_is_read_as_its_text(parts):
     """Trial 75 N2: an answer stored with no ids but a text (an export's "token_ids": "") was replayed as
     no tokens at all: its text was missing from the prompt, and Continue wrote the whole answer again."""
