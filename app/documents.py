@@ -292,7 +292,7 @@ class DocumentIntake(QObject):
         self.window.add_files(pngs, [(*rank, page) for page in range(len(pngs))])
 
     def _show_status(self, text: str) -> None:
-        self.window.pending_label.setText(text)
+        self.window.show_pending_text(text)
 
     def _done(self) -> None:
         self.working -= 1

@@ -279,7 +279,7 @@ class AttachmentsMixin:
         words = self.text_tokens(text, attached)
         if words is None:  # sent once it is counted (_on_text_counted), unless the text changes first
             self._send_when_counted = text
-            self.pending_label.setText("Counting the message's tokens…")
+            self.show_pending_text("Counting the message's tokens…")
             return True
         tokens = attached + words
         if words <= 0 or tokens + overhead < context:
@@ -513,13 +513,14 @@ class AttachmentsMixin:
         if self._text_over:
             # The text (with what is attached) cannot be sent as it is: say so before Send.
             summary = " · ".join(p for p in (summary, f"text {words:,} tokens") if p)
-            self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
+            self.show_pending_text(f"{summary} · more than the {context:,}-token context", warning=True)
             return
         if counted and context and tokens + overhead >= context:
             # It cannot be sent as it is: the engine would refuse the prompt after storing the message.
-            self.pending_label.setText(f"{summary} · more than the {context:,}-token context")
+            self.show_pending_text(f"{summary} · more than the {context:,}-token context", warning=True)
             return
-        if words > 0 and context and tokens + words + overhead + self.answer_room() > context:
+        warning = bool(words > 0 and context and tokens + words + overhead + self.answer_room() > context)
+        if warning:
             # It fits, with less room for the answer than its token limit: a long wait for the prompt, then
             # an answer cut short by the full context (trial 74 F11: 59 s, then 21 tokens), said before Send.
             # The system prompt and the template's markup count too (trial 75 N5: "12 left", then refused).
@@ -528,14 +529,26 @@ class AttachmentsMixin:
                                              f"only {left:,} token{'s' if left != 1 else ''} left for the answer") if p)
         wait = estimate_text(estimate_seconds(self.qsettings, self.model_info, tokens + max(words, 0))) \
             if counted or words > 0 else ""
-        self.pending_label.setText(" · ".join(p for p in (summary, wait) if p))
+        self.show_pending_text(" · ".join(p for p in (summary, wait) if p), warning)
+
+    def show_pending_text(self, text: str, warning: bool = False) -> None:
+        """The status bar's line about the message being written; ``warning``: it says the message is
+        beyond the context or leaves the answer little room, on a tinted ground (trial 75: in the
+        status bar's plain text the warning was easy to miss)."""
+        label = self.pending_label
+        label.setText(text)
+        if bool(label.property("warning")) != warning:
+            label.setProperty("warning", warning)
+            label.style().unpolish(label)
+            label.style().polish(label)
 
     @Slot()
     def _text_edited(self) -> None:
         """Count the text again once typing pauses, where it could reach the context (or did at the
-        last count): a short message costs nothing per keystroke."""
+        last count, or left the answer little room: a text cut short must not keep that line): a short
+        message costs nothing per keystroke."""
         self._recheck_send_refusal(typing=True)
-        if getattr(self, "_text_over", False) or \
+        if getattr(self, "_text_over", False) or self.pending_label.property("warning") or \
                 not self._fits_by_bytes(self.composer.toPlainText(), getattr(self, "_pending_tokens", 0)):
             self.text_count_timer.start()
 

@@ -315,6 +315,12 @@ def test_the_system_prompt_and_the_templates_markup_count_toward_the_context(qtb
     win.composer.setPlainText("word " * 8100)
     qtbot.waitUntil(lambda: "left for the answer" in win.pending_label.text(), timeout=3000)
     assert win.pending_label.text().startswith("text 8,100 tokens · only 58 tokens left for the answer")
+    assert win.pending_label.property("warning") is True  # on a tinted ground: easy to miss in plain text
+    win.composer.setPlainText("A short question.")
+    qtbot.waitUntil(lambda: "left for the answer" not in win.pending_label.text(), timeout=3000)
+    assert win.pending_label.property("warning") is False
+    win.composer.setPlainText("word " * 8100)
+    qtbot.waitUntil(lambda: "left for the answer" in win.pending_label.text(), timeout=3000)
     win.send_message()
     qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=5000)
 
