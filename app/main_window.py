@@ -7,6 +7,7 @@ runs behind a :class:`~engine.api.ChatBackend`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import time
@@ -124,6 +125,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         # to the next chat opened, joined to what was typed there).
         self._chat_drafts: dict[int | None, Draft] = {}
         self._deleted_chats: list[tuple[int, str]] = []  # (id, title) deleted this session, oldest first
+        # Message deletes not undone yet, and when each delete was (chats' and messages' in one count):
+        # Ctrl+Z without a banner's Undo undoes the newest of either (window_chats.undo_delete).
+        self._deleted_messages: list = []  # DeletedMessages, oldest first
+        self._delete_order: dict[tuple[str, int], int] = {}
+        self._deletes = itertools.count()  # (the numbers _delete_order holds)
         self._sent: tuple[int | None, Draft] | None = None  # (index edited, composer) of the question answered
         self._token_counts: dict[tuple, int] = {}  # (path, detail) of images, (path, "video", fps, frames)
         self._send_when_counted: str | None = None  # a text whose Send waits for its token count

@@ -30,6 +30,7 @@ from app.video_attachments import (
 )
 from app.wait_estimate import estimate_seconds, estimate_text
 from engine.api import answer_room, resolve_detail
+from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
 
 IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff *.mp4 *.webm *.mov *.mkv "
                 "*.m4v *.pdf);;Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;" + VIDEO_FILTER +
@@ -268,13 +269,18 @@ class AttachmentsMixin:
         if not context:
             return False
         attached, overhead = getattr(self, "_pending_tokens", 0), self.prompt_overhead()
+        # A system prompt of half the context or more is the setting's fault, not the message's (trial 76
+        # P1: a 2-token message was told to be shortened beside a 9,000-word system prompt).
+        system = (f"The system prompt and the chat's markup take {overhead:,} of the {context:,} tokens the "
+                  f"model's context holds: too many for this message beside them{SYSTEM_PROMPT_TOO_LONG}.") \
+            if overhead >= context // 2 else ""
         if attached and attached + overhead >= context:
             videos = bool(self.attachments.video_chips())
-            self._refuse_send(
+            self._refuse_send(system or (
                 f"These attachments take {attached:,} tokens{_with_overhead(attached, overhead)}, more than the "
                 f"{context:,} the model's context holds. "
                 + ("Remove some, or lower Settings ▸ Video frames (max)." if videos
-                   else "Remove some, or send them at a lower image detail."), self._attachments_over)
+                   else "Remove some, or send them at a lower image detail.")), self._attachments_over)
             return True
         words = self.text_tokens(text, attached)
         if words is None:  # sent once it is counted (_on_text_counted), unless the text changes first
@@ -284,9 +290,12 @@ class AttachmentsMixin:
         tokens = attached + words
         if words <= 0 or tokens + overhead < context:
             return False
-        if not attached:
+        if system:
+            self._refuse_send(system, self._message_over, counted=True)
+        elif not attached:
             self._refuse_send(
-                f"This message is {tokens:,} tokens long{_with_overhead(tokens, overhead)}, more than the {context:,} "
+                f"This message is {tokens:,} token{'s' if tokens != 1 else ''} long{_with_overhead(tokens, overhead)}, "
+                f"more than the {context:,} "
                 "the model's context holds. Shorten it, or send it in parts.", self._message_over, counted=True)
         else:
             self._refuse_send(

@@ -342,13 +342,25 @@ class ChatsMixin:
         self.sidebar.remove(conversation_id)
         title = display_title(conv.title) or "New chat"
         self._deleted_chats.append((conversation_id, title))
+        self._delete_order[("chat", conversation_id)] = next(self._deletes)
         self.banner.show_info(f"Deleted “{title}”.", "Undo", lambda: self._undo_delete_chat(conversation_id))
 
     def undo_delete(self) -> None:
-        """Ctrl+Z outside a text field: the banner's Undo where it shows one, else the newest chat deleted
+        """Ctrl+Z outside a text field: the banner's Undo where it shows one, else the newest delete of
         this session whose Undo another message took the banner from (trial 75 N7: an import's "Imported
-        …" replaced "Deleted … Undo", and the chat was out of reach)."""
-        if not self.banner.undo() and self._deleted_chats:
+        …" replaced "Deleted … Undo", and the chat was out of reach): a chat's, or a message's (trial 76
+        P2: an older chat came back instead, and the message could no longer be)."""
+        if self.banner.undo():
+            return
+        # (a message of a chat deleted since cannot come back on its own: its chat's Undo brings it)
+        self._deleted_messages[:] = [d for d in self._deleted_messages
+                                     if self.store.conversation(d.conversation_id) is not None]
+        order = self._delete_order
+        chat = order.get(("chat", self._deleted_chats[-1][0]), -1) if self._deleted_chats else -2
+        message = order.get(("message", id(self._deleted_messages[-1])), -1) if self._deleted_messages else -2
+        if message > chat:
+            self._undo_delete(self._deleted_messages[-1])
+        elif self._deleted_chats:
             self._undo_delete_chat(self._deleted_chats[-1][0])
 
     def _undo_delete_chat(self, conversation_id: int) -> None:
@@ -364,6 +376,8 @@ class ChatsMixin:
         self.refresh_sidebar()
         if not self._busy:
             self.open_conversation(conversation_id)
+        elif not deleted:  # (not opened while an answer is written: said, trial 76 P3)
+            self.banner.show_info(f"Restored “{restored}”.")
         if deleted:
             before, title = deleted[-1]
             self.banner.show_info(f"Restored “{restored}”. Deleted before it: “{title}”.", "Undo",
@@ -377,6 +391,8 @@ class ChatsMixin:
             self.banner.show_error(f"Could not delete the message: {storage_problem(exc, self.store.folder)}.")
             return
         if deleted is not None:
+            self._deleted_messages.append(deleted)
+            self._delete_order[("message", id(deleted))] = next(self._deletes)
             self.banner.show_info(deleted_words(deleted), "Undo", lambda: self._undo_delete(deleted))
 
     def _undo_delete(self, deleted) -> None:
@@ -387,6 +403,8 @@ class ChatsMixin:
         self._cancel_edit()  # the messages move back under the one edited
         if not self._storage("restore the message", self.keeper.restore_messages, deleted):
             return
+        if deleted in self._deleted_messages:
+            self._deleted_messages.remove(deleted)
         if deleted.conversation_id != self.keeper.current_id:
             self.open_conversation(deleted.conversation_id)
         self.controller.conversation_opened()  # the engine holds the branch shown now

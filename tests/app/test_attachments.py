@@ -325,6 +325,26 @@ def test_the_system_prompt_and_the_templates_markup_count_toward_the_context(qtb
     qtbot.waitUntil(lambda: len(factory.calls) == 1, timeout=5000)
 
 
+def test_a_system_prompt_of_half_the_context_is_named_as_the_cause(qtbot, window, factory):
+    """Trial 76 P1: beside a system prompt of 9,000 words, "Hello there" was refused as "This message is 2
+    tokens long (…), … Shorten it": no message could be short enough. The setting is named instead; a
+    system prompt under half the context leaves the message's words."""
+    win = window
+    win.settings.system_prompt = "rule " * 9000
+    win.composer.setPlainText("Hello there")
+    win.send_message()
+    qtbot.waitUntil(lambda: win.banner.message() != "", timeout=3000)
+    assert win.banner.message() == ("The system prompt and the chat's markup take 9,000 of the 8,192 tokens the "
+                                    "model's context holds: too many for this message beside them: shorten it in "
+                                    "Settings.")
+    assert factory.calls == [] and win.store.conversations() == []
+    win.settings.system_prompt = "rule " * 3000
+    win.composer.setPlainText("word " * 6000)
+    win.send_message()
+    qtbot.waitUntil(lambda: win.banner.message().startswith("This message"), timeout=3000)
+    assert win.banner.message().startswith("This message is 6,000 tokens long (9,000 with the system prompt")
+
+
 def test_a_text_shorter_in_bytes_than_the_context_is_never_tokenized(qtbot, window, factory):
     """A token is at least one UTF-8 byte: a message of fewer bytes than the context has beside the
     answer's room fits, so typing it costs no tokenizer call (neither does its Send)."""

@@ -325,6 +325,40 @@ def test_a_chat_deleted_before_an_import_is_still_undone_by_ctrl_z(qtbot, make_w
     assert len(win.sidebar.ids()) == 3
 
 
+def test_ctrl_z_undoes_the_newest_delete_a_message_or_a_chat(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 76 P2: after deleting a chat, then a question of another chat, and an import, Ctrl+Z brought
+    back the chat and the question was out of reach. The newest delete comes back first, then the
+    older one."""
+    from PySide6.QtCore import Qt
+
+    win = make_window(FakeBackend(tokens=["Yes", "."]))
+    conv = branching_chat(win.store, tmp_path)
+    path = export_json(win.store, conv, tmp_path / "cats.json")
+    win.new_chat()
+    win.composer.setPlainText("Keep this question")
+    with qtbot.waitSignal(win.answer_finished, timeout=5000):
+        win.send_message()
+    chat = win.keeper.current_id
+    old = win.store.create_conversation("Dogs").id
+    win.store.add_message(old, "user", "Woof?")  # (newer ids than the question's: the import takes none of them)
+    win.refresh_sidebar()
+    win.delete_conversation(old)
+    win.open_conversation(chat)
+    win.delete_message(0)
+    assert [w.text for w in win.transcript.widgets()] == []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert not win.banner.offers_undo()
+    win.sidebar.list.setFocus()
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert (win.keeper.current_id, old in win.sidebar.ids(), win.banner.message()) == (
+        chat, False, "Restored the message. Deleted before it: “Dogs”.")
+    assert [w.text for w in win.transcript.widgets()] == ["Keep this question", "Yes."]
+    win.banner.dismiss()
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert old in win.sidebar.ids()
+
+
 def test_a_large_export_shows_the_dialog_while_it_is_read(qtbot, make_window, tmp_path, monkeypatch):
     """Reading and parsing a large export hold the window (~3 s for 330 MB) before the first message
     is imported: the dialog is up by then, saying so, not a window that looks frozen."""
