@@ -209,8 +209,9 @@ def build_ui(window) -> None:
     window.sidebar.find_step.connect(window.step_find)
     window.sidebar.search_due.connect(window.search_if_due)
     QShortcut(QKeySequence(Qt.Key.Key_Escape), window, window.stop)
-    # Ctrl+Z undoes a delete the banner offers to undo, else the newest chat deleted; a text field with
-    # the focus keeps the key for its own undo (Qt gives an editor's standard keys to the editor first).
+    # Ctrl+Z undoes a delete the banner offers to undo, else the newest delete (a chat's or a message's);
+    # a text field with the focus keeps the key for its own undo (Qt gives an editor's standard keys to
+    # the editor first).
     QShortcut(QKeySequence.StandardKey.Undo, window, window.undo_delete)
     set_tab_order(window)
     fit_to_screen(window, window.size())  # no larger than a small (or scaled) screen

@@ -358,10 +358,14 @@ class EngineService:
         # Where the markup's text meets the message's, the tokens may merge: SmolVLM's "User: " keeps
         # its space apart before "123" or "日本語" (the empty message's count), and a word takes it in
         # ("ĠHi": the one-word message's count, less the word). The larger of the two is never short.
-        empty = len(session.prompt_ids([Turn("user", "")], system_prompt or None))
-        probe = "Hi"
-        word = len(session.prompt_ids([Turn("user", probe)], system_prompt or None)) \
-            - len(session.tokenizer.encode_aside(probe))
+        try:
+            empty = len(session.prompt_ids([Turn("user", "")], system_prompt or None))
+            probe = "Hi"
+            word = len(session.prompt_ids([Turn("user", probe)], system_prompt or None)) \
+                - len(session.tokenizer.encode_aside(probe))
+        except Exception:  # noqa: BLE001 - a hint for the window's status bar: Send works without it
+            log.debug("cannot count the prompt's overhead", exc_info=True)
+            return -1
         return max(empty, word)
 
     def check_checkpoint(self, path: str, on_done: Callable[[dict], None]) -> None:
