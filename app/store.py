@@ -303,6 +303,11 @@ class Store:
         # The open chat's rows as last parsed ({id: (row values, Message)}): a write changes a row or
         # two, so a read after it parses only those (a send's reads in a 5,000-message chat: 0.39 -> 0.06 s).
         self._parsed: tuple[int, dict[int, tuple[tuple, Message]]] = (-1, {})
+        # The highest message id deleted by delete_message in this run. SQLite gives a new row the highest
+        # id + 1 (the table has no AUTOINCREMENT), so a message added after the chat's newest was deleted
+        # took its id and that delete's Undo failed; new messages are numbered above it instead. Undo
+        # records live as long as the run, and so does this.
+        self._freed_id = 0
         if read_only:
             self.db = self._connect_read_only()
             self.db.create_function("casefolded", 1, _casefolded, deterministic=True)
@@ -621,13 +626,17 @@ class Store:
         stored = [Path(p).name for p in images]
         kept = None if names is None else json.dumps([_base_name(n) for n in names])
         before = self._read_now(conversation_id)
-        with self._transaction():
+        with self._transaction("BEGIN IMMEDIATE" if self._freed_id else "BEGIN"):
             self.db.execute("UPDATE messages SET selected = 0 WHERE conversation_id = ? AND parent_id IS ?",
                             (conversation_id, parent_id))
+            new_id = None  # (SQLite's choice)
+            if self._freed_id:  # (the write lock is held: no other writer takes the id between)
+                top = self.db.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0
+                new_id = max(top, self._freed_id) + 1
             cur = self.db.execute(
-                """INSERT INTO messages (conversation_id, position, role, text, images, stats, status, created,
-                   parent_id, selected, attached_names) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)""",
-                (conversation_id, position, role, text, json.dumps(stored), json.dumps(stats or {}), status,
+                """INSERT INTO messages (id, conversation_id, position, role, text, images, stats, status, created,
+                   parent_id, selected, attached_names) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)""",
+                (new_id, conversation_id, position, role, text, json.dumps(stored), json.dumps(stats or {}), status,
                  time.time() if created is None else created, parent_id, kept),
             )
         self._touch(conversation_id)
@@ -712,13 +721,15 @@ class Store:
                                 (parent, int(k == keep), k))
             self._delete_messages(gone)
             self._reselect(conv, parent)
+        self._freed_id = max(self._freed_id, *gone)
         return record
 
     def restore_messages(self, deleted: DeletedMessages) -> None:
         """Undo :meth:`delete_message`: the rows come back with their ids (so versions keep their
         numbers), the follow-ups under them again, and the branch shown then is shown again. Raises
         ``sqlite3.IntegrityError`` (nothing changed) when the chat changed in a way that prevents it:
-        the message it followed was deleted since, or a newer message took a deleted one's id."""
+        the message it followed was deleted since. (Messages added since never take a deleted one's id:
+        see ``_freed_id``.)"""
         with self._transaction():
             self.db.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT (this transaction only)
             try:

@@ -142,19 +142,43 @@ def test_deleting_a_question_takes_its_answers_and_the_chat_closes_up(store):
     assert one_role_per_version_group(store, c.id)
 
 
-def test_undo_refuses_when_a_newer_message_took_the_deleted_id(store):
-    import sqlite3
-
+def test_undo_brings_back_the_newest_message_after_messages_were_added(store, data_dir):
+    """A message added after the chat's newest was deleted took the deleted one's id (SQLite gives
+    the highest id + 1), so that delete's Undo failed ("UNIQUE constraint failed"). New messages are
+    numbered above every id deleted in the run; the restored answer and the one written since are
+    versions of one question."""
     c = store.create_conversation()
-    store.add_message(c.id, "user", "q1")
+    q1 = store.add_message(c.id, "user", "q1")
     a1 = store.add_message(c.id, "assistant", "a1")
     deleted = store.delete_message(a1.id)
     assert texts(store, c.id) == ["q1"]
     again = store.add_message(c.id, "assistant", "a1 again")
-    assert again.id == a1.id  # SQLite reuses the highest id
-    with pytest.raises(sqlite3.IntegrityError, match="the chat changed after the delete"):
+    other = store.add_message(store.create_conversation().id, "user", "elsewhere")
+    assert again.id == a1.id + 1 and other.id == a1.id + 2
+    store.restore_messages(deleted)
+    assert texts(store, c.id) == ["q1", "a1"]  # shown as it was, with its id
+    assert store.messages(c.id)[1].id == a1.id
+    assert sorted(m.text for m in store.all_messages(c.id) if m.parent_id == q1.id) == ["a1", "a1 again"]
+    store.close()
+    reopened = Store(data_dir)  # a new run: SQLite's own numbering again, nothing deleted to keep free
+    assert reopened.add_message(c.id, "user", "q2").id == other.id + 1
+    reopened.close()
+
+
+def test_undo_refuses_when_the_message_it_followed_was_deleted_since(store):
+    import sqlite3
+
+    c = store.create_conversation()
+    q1 = store.add_message(c.id, "user", "q1")
+    store.add_message(c.id, "assistant", "a1")
+    q2 = store.add_message(c.id, "user", "q2")
+    a2 = store.add_message(c.id, "assistant", "a2")
+    deleted = store.delete_message(a2.id)
+    store.delete_messages_from(c.id, q2.id)  # (as an edit of q2 from the start would)
+    with pytest.raises(sqlite3.IntegrityError):
         store.restore_messages(deleted)
-    assert texts(store, c.id) == ["q1", "a1 again"]  # nothing changed
+    assert texts(store, c.id) == ["q1", "a1"]  # nothing changed
+    assert store.messages(c.id)[0].id == q1.id
 
 
 def test_deleting_an_unanswered_question_takes_it_alone(store, data_dir):
