@@ -726,7 +726,9 @@ class Store:
 
     def restore_messages(self, deleted: DeletedMessages) -> None:
         """Undo :meth:`delete_message`: the rows come back with their ids (so versions keep their
-        numbers), the follow-ups under them again, and the branch shown then is shown again. Raises
+        numbers), the follow-ups under them again, and the branch shown then is shown again. Messages
+        of the other role added after the deleted one's parent since follow it (a question asked after
+        the newest answer was deleted comes after that answer again, with the answer to it). Raises
         ``sqlite3.IntegrityError`` (nothing changed) when the chat changed in a way that prevents it:
         the message it followed was deleted since. (Messages added since never take a deleted one's id:
         see ``_freed_id``.)"""
@@ -741,10 +743,17 @@ class Store:
             for message_id, parent, selected in deleted.moved:
                 self.db.execute("UPDATE messages SET parent_id = ?, selected = ? WHERE id = ?",
                                 (parent, selected, message_id))
+            # Messages of the other role written after the deleted one's parent since (a question sent
+            # after the newest answer was deleted) follow the restored message: versions stay of one role.
+            top = next(r for r in deleted.rows if r["id"] == deleted.message_id)
+            self.db.execute("UPDATE messages SET parent_id = ? WHERE conversation_id = ? AND parent_id IS ? "
+                            "AND role != ? AND id != ?",
+                            (top["id"], deleted.conversation_id, top["parent_id"], top["role"], top["id"]))
             for r in [*deleted.rows, *({"id": m, "parent_id": p, "selected": s} for m, p, s in deleted.moved)]:
                 if r["selected"]:  # one shown version per parent, even beside versions added since
                     self.db.execute("UPDATE messages SET selected = (id = ?) WHERE conversation_id = ? "
                                     "AND parent_id IS ?", (r["id"], deleted.conversation_id, r["parent_id"]))
+            self._reselect(deleted.conversation_id, top["id"])  # (what moved under it may all be unselected)
         self._touch(deleted.conversation_id)
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:

@@ -371,6 +371,27 @@ def test_deleting_a_question_takes_its_answer_and_can_be_undone(qtbot, make_wind
     assert fake.calls[-1]["turns"] == [("user", "What is 3+3?", 0), ("assistant", "6", 0)]
 
 
+def test_undo_of_the_newest_answer_after_the_next_question_puts_it_back_before_that(qtbot, make_window):
+    """The newest answer deleted, another question asked and answered, then Undo: the new question took
+    the deleted answer's id (Undo said "UNIQUE constraint failed"); the answer now comes back before the
+    question asked since, and the model reads the chat as shown."""
+    fake = FakeBackend(tokens=["4"])
+    win = make_window(fake)
+    ask(qtbot, win, "What is 2+2?")
+    win.transcript.widgets()[1].actions_row.button("delete").click()
+    assert shown(win) == ["What is 2+2?"]
+    fake.tokens = ["6"]
+    ask(qtbot, win, "And 3+3?")
+    assert shown(win) == ["What is 2+2?", "And 3+3?", "6"]
+    win.undo_delete()
+    assert "Could not" not in win.banner.message()
+    assert shown(win) == ["What is 2+2?", "4", "And 3+3?", "6"] and switchers(win) == ["", "", "", ""]
+    fake.tokens = ["8"]
+    ask(qtbot, win, "And 4+4?")
+    assert fake.calls[-1]["turns"] == [("user", "What is 2+2?", 0), ("assistant", "4", 0),
+                                       ("user", "And 3+3?", 0), ("assistant", "6", 0)]
+
+
 def test_regenerate_says_when_the_settings_make_the_same_answer(qtbot, make_window):
     """Trial 38: with the default Temperature 0 Regenerate gave the identical answer again, so the button
     looked broken. Its tooltip says why, and so does the banner when the new version is the same."""

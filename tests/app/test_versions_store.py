@@ -165,6 +165,28 @@ def test_undo_brings_back_the_newest_message_after_messages_were_added(store, da
     reopened.close()
 
 
+def test_undo_of_the_newest_answer_after_a_new_question_puts_the_answer_before_it(store):
+    """The newest answer deleted, a question sent after its question, then Undo: the answer comes back
+    in its place and the new question (with its answer) follows it; a question and an answer were
+    left versions of each other. Another answer written since (a regeneration) stays a version."""
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "q1")
+    a1 = store.add_message(c.id, "assistant", "a1")
+    deleted = store.delete_message(a1.id)
+    store.add_message(c.id, "user", "q2")
+    store.add_message(c.id, "assistant", "a2")
+    store.restore_messages(deleted)
+    assert texts(store, c.id) == ["q1", "a1", "q2", "a2"]
+    assert one_role_per_version_group(store, c.id)
+    a3 = store.add_message(c.id, "assistant", "a3", parent_id=store.add_message(c.id, "user", "q3").id)
+    deleted = store.delete_message(a3.id)  # again, this time answered anew before the Undo
+    store.add_message(c.id, "assistant", "a3 again")
+    store.restore_messages(deleted)
+    assert texts(store, c.id) == ["q1", "a1", "q2", "a2", "q3", "a3"]
+    assert [m.text for m in store.all_messages(c.id) if m.parent_id == a3.parent_id] == ["a3", "a3 again"]
+    assert one_role_per_version_group(store, c.id)
+
+
 def test_undo_refuses_when_the_message_it_followed_was_deleted_since(store):
     import sqlite3
 
