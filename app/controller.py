@@ -19,7 +19,7 @@ from app.backends.qt import BackendBridge
 from app.conversations import STORAGE_ERRORS, ConversationKeeper, storage_problem
 from app.formatting import error_words
 from app.settings import generation_defaults
-from app.video_attachments import attachments_for, is_video_file
+from app.video_attachments import attachment_kind, attachments_for
 from engine.api import Attachment, ChatBackend, DoneEvent, GenerationParams, HistoryMessage, ProgressEvent, TokenEvent
 
 log = logging.getLogger(__name__)
@@ -210,8 +210,9 @@ class ChatController(QObject):
                      video_max_frames: int | None = None) -> int:
         """Prompt tokens the attachment at ``path`` takes (-1: unknown): an image's at ``detail``, a
         video's whole prompt (intro, time stamps, frames) sampled at ``video_fps`` / ``video_max_frames``
-        when the model takes video."""
-        if self.takes_video and is_video_file(path):
+        when the model takes video (an animated GIF, WebP or PNG too, as it is sent: trial 77 Q2 counted
+        its first frame alone)."""
+        if self.takes_video and attachment_kind(path, True) == "video":
             return self.backend.count_attachment_tokens(
                 Attachment(path, "video"), detail, GenerationParams(video_fps=video_fps, video_max_frames=video_max_frames))
         return self.backend.count_attachment_tokens(Attachment(path), detail)

@@ -202,6 +202,8 @@ def test_animated_gif_is_a_video_to_smolvlm2(qtbot, make_window, video_model, tm
     chip = win.attachments.chip(str(gif.resolve()))
     assert isinstance(chip, VideoChip) and chip.plan.caption == "0:03 · 3 frames"
     assert _wait_strip(qtbot, chip).error == ""
+    # Counted as the video it is sent as (trial 77 Q2: as its first frame, one image's tokens).
+    assert win.pending_label.text() == "1 video · 3 frames · 192 image tokens"
     win.send_message()
     qtbot.waitUntil(lambda: not win._busy, timeout=5000)
     assert video_model.calls[-1]["kinds"] == ["video"]
