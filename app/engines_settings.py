@@ -242,12 +242,14 @@ class EnginesPanel(QGroupBox):
             return
         if not server.url:
             self._drop_test()
+            self._clear_models()
             self.verdict.setText("Enter the server's base URL first.")
             return
         try:
             check_server_address(server.url)
         except ValueError as exc:  # not "Unknown host ... (DNS)" for what is no address at all
             self._drop_test()
+            self._clear_models()  # (another server's models under this verdict: trial 77 Q6)
             self.verdict.setText(f"✗ {exc}.")
             return
         # Not turned off while it runs: a button turned off hands the focus on (to Remove, which the
@@ -257,10 +259,14 @@ class EnginesPanel(QGroupBox):
         self._testing_for = _identity(server)
         self.test_button.setText("Testing…")
         self.verdict.setText(f"Testing {masked_url(server.url)}…")
+        self._clear_models()
+        threading.Thread(target=self._test, args=(server, self._tests), name="TestConnection", daemon=True).start()
+
+    def _clear_models(self) -> None:
+        """Take the last test's model list (and its "can see images" boxes) away."""
         self.models.clear()
         self.models.hide()
         self.vision_boxes.clear()
-        threading.Thread(target=self._test, args=(server, self._tests), name="TestConnection", daemon=True).start()
 
     def _drop_test(self) -> None:
         """Forget a running test (its result will not be shown): a press for other fields overtook it."""

@@ -245,6 +245,22 @@ def test_what_is_no_server_address_is_said_so_before_testing_or_saving(qtbot, di
     assert panel.verdict.text() == said and remote_settings.load_servers() == []
 
 
+def test_a_url_that_is_no_address_takes_the_last_servers_models_away(qtbot, dialog):
+    """Trial 77 Q6: a test of a good server, then of a URL that is no address ("…:99999"): the verdict
+    said so under the first server's model list and its "can see images" boxes."""
+    panel = dialog.engines
+    with FakeOpenAI() as fake:  # no server says whether its models see images: a box each
+        for url in ("http://127.0.0.1:99999/v1", ""):
+            fill(panel, "fake", fake.url)
+            with qtbot.waitSignal(panel.tested, timeout=20_000):
+                panel.test_connection()
+            assert panel.models.isVisibleTo(dialog) and panel.vision_boxes
+            fill(panel, "fake", url)
+            panel.test_connection()
+            assert panel.verdict.text().startswith("✗ " if url else "Enter the server's base URL")
+            assert not panel.models.isVisibleTo(dialog) and panel.models.count() == 0 and not panel.vision_boxes
+
+
 def test_a_test_that_breaks_ends_in_a_verdict_and_one_for_old_fields_is_not_shown(qtbot, dialog, monkeypatch):
     """Found by a trial: a test whose thread raised left "Testing …" for good and the button off for the
     dialog's life; a test still running when the fields changed wrote its verdict over the new ones."""
