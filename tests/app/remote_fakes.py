@@ -21,6 +21,9 @@ wrong shape, then a valid end; ``oddusage:NAME`` (:data:`ODD_USAGE`) the same wi
 characters); ``pings`` one word, then SSE keep-alive comments until the server stops (``usageflood``
 usage-only events every 10 ms). ``split:NAME`` (:data:`SPLIT`) streams those pieces of content, emoji cut into their UTF-16 halves as
 servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\ude00"``), then a valid end.
+``empty`` streams events without choices, then ``[DONE]``; ``sseerror`` "The", then an SSE ``event: error``
+whose data is ``{"message": ...}``; ``jsonsse`` a whole JSON answer under an event-stream header;
+``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
 """
 
 from __future__ import annotations
@@ -255,6 +258,20 @@ class FakeOpenAI:
                     bad = json.dumps((BAD_EVENTS if kind == "bad" else ODD_USAGE)[name])
                     w.write(_chunk("The") + f"data: {bad}\n\n".encode() + _chunk(" end", finish="stop")
                             + b"data: [DONE]\n\n")
+                    return
+                if model == "empty":
+                    w.write(_chunk() * 3 + b"data: [DONE]\n\n")
+                    return
+                if model == "sseerror":
+                    w.write(_chunk("The") + b'event: error\ndata: {"message": "Internal server error in worker"}\n\n')
+                    return
+                if model == "jsonsse":
+                    w.write(json.dumps({"choices": [{"message": {"role": "assistant", "content": "Whole."},
+                                                     "finish_reason": "stop"}]}).encode())
+                    return
+                if model == "together":
+                    w.write(b"".join(_chunk(t) for t in TOKENS) + _chunk(finish="stop")
+                            + _chunk(usage={"prompt_tokens": 17, "completion_tokens": len(TOKENS)}) + b"data: [DONE]\n\n")
                     return
                 if model.startswith("split:"):
                     for piece in SPLIT[model.split(":", 1)[1]][0]:

@@ -1003,3 +1003,51 @@ def test_clients_share_one_tls_context():
         contexts = [c._transport._pool._ssl_context for c in (first, second)]
     assert contexts[0] is contexts[1] is tls_context()
     assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname  # still verified
+
+
+TRIAL_77_MODELS = [{"id": m, "object": "model"} for m in ["ok", "empty", "sseerror", "jsonsse", "together", "slow"]]
+
+
+def test_a_stream_of_events_without_an_answer_is_an_error_not_an_empty_answer():
+    """Trial 77 Q7: events without choices, then ``[DONE]``, were stored as an empty answer ("(no
+    answer)") with no word of what happened; the same without ``[DONE]`` was an error."""
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, "empty")
+        text, done = ask(backend)
+        assert text == "" and done.finish_reason == "error" and done.error_type == "Remote:not_openai"
+        assert done.error == "fake: " + NOT_OPENAI + "the stream ended ([DONE]) without any of an answer"
+        backend.close()
+
+
+def test_an_sse_error_event_says_the_servers_words():
+    """Trial 77 Q8: ``event: error`` with ``{"message": ...}`` read as "The server closed the connection"."""
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, "sseerror")
+        text, done = ask(backend)
+        assert text == "The" and done.finish_reason == "error" and done.error_type == "Remote:error"
+        assert done.error == ("fake: The server reported an error: Internal server error in worker; "
+                              "the answer so far is kept")
+        backend.close()
+
+
+def test_a_whole_json_answer_under_an_event_stream_header_is_the_answer():
+    """Trial 77 Q9: a JSON completion sent as ``text/event-stream`` was thrown away as "The server closed
+    the connection"."""
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, "jsonsse")
+        text, done = ask(backend)
+        assert text == "Whole." and done.finish_reason == "stop" and done.error is None
+        backend.close()
+
+
+def test_no_rate_is_said_for_tokens_that_came_together_and_one_is_for_tokens_apart():
+    """Trial 77 Q4: a whole answer in one write (a buffering proxy) read "30914.4 tok/s"."""
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, "together")
+        text, done = ask(backend)
+        assert text == "".join(TOKENS) and done.finish_reason == "stop"
+        assert done.stats.generated_tokens == 5 and done.stats.decode_tokens_per_s == 0.0
+        backend, _ = loaded(fake.url, "slow", backend=backend)  # 0.3 s apart: ~3.3 tok/s
+        text, done = ask(backend)
+        assert text == "".join(TOKENS) and 2.0 < done.stats.decode_tokens_per_s < 3.5
+        backend.close()
