@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import remote_settings
-from app.backends.remote_http import Server, check_connection, probe_capabilities
+from app.backends.remote_http import Server, check_connection, model_label, probe_capabilities
 from engine.api.errors import describe_error
 from engine.api.servers import check_server_address, masked_url, split_password, with_password
 
@@ -304,9 +304,9 @@ class EnginesPanel(QGroupBox):
             context = (f"context {caps.max_context:,} tokens (from {sources['context']})" if caps.max_context
                        else "context length not reported")
             if sources["vision"] == "your setting":
-                item = QListWidgetItem(f"{model}\n    no server says whether it sees images · {context}")
+                item = QListWidgetItem(f"{model_label(model)}\n    no server says whether it sees images · {context}")
                 self.models.addItem(item)
-                box = QCheckBox(f"{model} can see images")
+                box = QCheckBox(f"{model_label(model)} can see images")
                 box.setObjectName("canSeeImages")
                 box.setChecked(caps.vision)
                 # Fusion draws the indicator's frame darker than the window: invisible in the dark theme.
@@ -321,7 +321,7 @@ class EnginesPanel(QGroupBox):
                 self.vision_boxes[model] = box
             else:
                 video = " · video: yes" if caps.video else ""  # (a SmolVLM2 behind smolchat serve)
-                item = QListWidgetItem(f"{model}\n    images: {'yes' if caps.vision else 'no'} "
+                item = QListWidgetItem(f"{model_label(model)}\n    images: {'yes' if caps.vision else 'no'} "
                                        f"(from {sources['vision']}){video} · {context}")
                 self.models.addItem(item)
             item.setData(Qt.ItemDataRole.UserRole, model)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from httpx_sse import EventSource
 
 from app.backends.jobs import JobThread
 from app.backends.remote_http import (
+    LABEL_LENGTH,  # noqa: F401 (model_label's, named here with it)
     STALL_TIMEOUT,
     Overflow,
     RemoteError,
@@ -40,6 +40,7 @@ from app.backends.remote_http import (
     html_page,
     list_models,
     mend_surrogates,
+    model_label,
     probe_capabilities,
 )
 from app.backends.remote_media import image_data_uri, video_data_uri
@@ -127,15 +128,6 @@ def vision_refusal(source: str) -> str:
         return f"cannot read images: the server says so ({source})."
     return ("cannot read images, as far as Smolchat knows (if it can, turn on “can see images” for it in "
             "Settings ▸ Engines).")
-
-
-def model_label(model: str) -> str:
-    """How a server's model id is shown: a file path's last part (llama-server names its model by the
-    path it was started with, "/home/me/models/SmolLM2.gguf", which filled the picker and every answer's
-    header), else the id as the server gives it (a Hub id "org/name" stays whole)."""
-    if model.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", model):
-        return re.split(r"[\\/]", model.rstrip("/\\"))[-1] or model
-    return model
 
 
 def remote_spec(server: str, model: str) -> str:

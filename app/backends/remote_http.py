@@ -443,6 +443,27 @@ def check_key(server: Server, timeout: float = KEY_CHECK_TIMEOUT) -> RemoteError
         return None
 
 
+#: Bidi embeddings, overrides, isolates and marks, and control characters: in a model id they turn the
+#: text around where it shows ("\u202eevil.exe" read "exe.live": trial 77 Q5) or break its line.
+_UNSHOWN = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\x00-\x1f\x7f-\x9f]")
+#: The longest model label (characters); a longer one keeps its start and end (a 5,000-character id
+#: filled the banner with six lines: trial 77 Q5).
+LABEL_LENGTH = 100
+
+
+def model_label(model: str) -> str:
+    """How a server's model id is shown: a file path's last part (llama-server names its model by the
+    path it was started with, "/home/me/models/SmolLM2.gguf", which filled the picker and every answer's
+    header), else the id as the server gives it (a Hub id "org/name" stays whole); without bidi and
+    control characters, and at most :data:`LABEL_LENGTH` characters (the middle cut out)."""
+    if model.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", model):
+        model = re.split(r"[\\/]", model.rstrip("/\\"))[-1] or model
+    label = _UNSHOWN.sub("", model) or "?"
+    if len(label) > LABEL_LENGTH:
+        label = label[:LABEL_LENGTH * 2 // 3] + "…" + label[-(LABEL_LENGTH - LABEL_LENGTH * 2 // 3 - 1):]
+    return label
+
+
 def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, list[str]]:
     """``(kind, verdict, model ids)`` for the settings' Test button; kind "ok" when usable: the model
     list read and the key taken (:func:`check_key`)."""
@@ -456,7 +477,7 @@ def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, l
     ids = [m["id"] for m in models]
     if not ids:
         return "ok", "Connected, but the server lists no models", []
-    return "ok", f"Connected: {len(ids)} model{'s' if len(ids) != 1 else ''} ({', '.join(ids[:3])}"\
+    return "ok", f"Connected: {len(ids)} model{'s' if len(ids) != 1 else ''} ({', '.join(map(model_label, ids[:3]))}"\
                  f"{', …' if len(ids) > 3 else ''})", ids
 
 

