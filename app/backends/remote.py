@@ -56,6 +56,7 @@ from engine.api import (
     LoadCancelled,
     LoadTicket,
     ModelInfo,
+    ProgressEvent,
     TokenEvent,
     answer_room,
 )
@@ -69,6 +70,12 @@ REMOTE_PREFIX = "remote:"
 SEPARATOR = "::"
 POLL = 0.05  # seconds between cancel checks while waiting for the network
 
+
+#: How long an answer waits for a server that is loading its model (seconds in all), asking again
+#: after each 503's Retry-After (LOADING_RETRY_S where it gives none; at most LOADING_RETRY_MAX_S).
+LOADING_WAIT_S = 600.0
+LOADING_RETRY_S = 2.0
+LOADING_RETRY_MAX_S = 30.0
 
 #: The fewest streamed tokens, each its own chunk, a server's decode rate is measured over (fewer: not
 #: said; a stream's chunks can arrive together, and then their interval is no decode time).
@@ -587,6 +594,7 @@ class RemoteBackend:
         tried = min(self._left_out, len(starts))
         dropped, step = (starts[tried - 1] if tried else 0), 1
         asked = params  # with max_new_tokens lowered where the server counts it against the context
+        waited = 0.0  # seconds waited for a server loading its model
         while True:
             try:
                 body = request_body(self.model, openai_messages(history[dropped:], system_prompt, params.image_detail),
@@ -596,7 +604,18 @@ class RemoteBackend:
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return
-            reason, error, error_type, text, overflow = self._stream(body, sink, stats)
+            reason, error, error_type, text, failure = self._stream(body, sink, stats)
+            overflow = failure.overflow if failure is not None else None
+            if error_type == "Remote:loading" and not text and waited < LOADING_WAIT_S:
+                # The server is loading its model (503 with a Retry-After): asked again when it says, as
+                # its clients are told to, instead of failing the question (trial 77 Q11).
+                pause = min(max(failure.retry_after or LOADING_RETRY_S, 0.5), LOADING_RETRY_MAX_S)
+                sink(ProgressEvent("server_loading", int(waited), 0))
+                if self._wait(pause):
+                    waited += pause
+                    continue
+                reason, error, error_type = "cancelled", None, ""
+                break
             if error_type != "Remote:context" or text or self._cancel.is_set():
                 break
             if overflow is not None and overflow.completion and asked.max_new_tokens > overflow.context - overflow.prompt \
@@ -634,10 +653,14 @@ class RemoteBackend:
             self._history = [*history, HistoryMessage("assistant", text)]
         sink(DoneEvent(reason, stats, error, error_type))
 
+    def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` on the backend thread; False at once when the answer is stopped."""
+        return not self._cancel.wait(seconds)
+
     def _stream(self, body: dict, sink: EventSink, stats: GenerationStats
-                ) -> tuple[str, str | None, str, str, Overflow | None]:
-        """Stream one answer into ``sink``; ``(finish reason, error, error type, text so far, the numbers
-        of a context refusal where the server said them)``."""
+                ) -> tuple[str, str | None, str, str, RemoteError | None]:
+        """Stream one answer into ``sink``; ``(finish reason, error, error type, text so far, the failure:
+        its kind, a context refusal's numbers where the server said them, a Retry-After)``."""
         events: queue.Queue = queue.Queue()
         stop = threading.Event()  # this answer's own: the backend's cancel flag is reset by the next answer
         start = time.perf_counter()
@@ -730,7 +753,7 @@ class RemoteBackend:
         message = masked_url(f"{self.server.name}: {error}")  # which server, where several are set up
         if pieces:
             message += "; the answer so far is kept"
-        return "error", message, f"Remote:{error.kind}", text, error.overflow
+        return "error", message, f"Remote:{error.kind}", text, error
 
     def _close_stream(self) -> None:
         response = self._response

@@ -42,6 +42,7 @@ VERDICTS = {
     "no_model": "No such model on the server",
     "rate_limited": "429 Too many requests: the server asks to wait",
     "server_error": "Server error",
+    "loading": "503 The server is loading its model",
     "not_openai": "Not an OpenAI-compatible server (unexpected answer)",
     "context": "The conversation is longer than the model's context",
     "error": "The server reported an error",
@@ -207,13 +208,18 @@ def from_response(status: int, headers, body: str, url: str = "") -> RemoteError
         # vLLM "The model `x` does not exist", Ollama 'model "x" not found', Smolchat's own server.
         return RemoteError("no_model" if _NO_MODEL.search(detail) or '"model_not_found"' in body else "not_found",
                            detail, status)
+    raw = headers.get("retry-after")
+    try:
+        retry = float(raw) if raw is not None else None
+    except ValueError:  # (an HTTP date: not waited for)
+        retry = None
+    if retry is not None and not 0 <= retry < 86_400:
+        retry = None
     if status == 429:
-        raw = headers.get("retry-after")
-        try:
-            retry = float(raw) if raw is not None else None
-        except ValueError:
-            retry = None
         return RemoteError("rate_limited", detail, status, retry)
+    if status == 503 and (retry is not None or re.search(r"\bloading\b", detail, re.IGNORECASE)):
+        # Smolchat's server says "the model is still loading" with a Retry-After; llama-server "Loading model".
+        return RemoteError("loading", detail, status, retry)
     if status >= 500:
         return RemoteError("server_error", detail, status)
     if status == 400 and _too_long(body, detail):

@@ -70,12 +70,16 @@ class ProgressEvent:
     ``done``/``total`` frames of video ``index`` of ``count`` (``media`` "video"). On a CPU a long or
     large video's seeking and decoding can take longer than everything after it.
 
+    ``stage`` "server_loading" (a remote backend: the server answered 503, its model still loading):
+    ``done`` seconds waited so far, ``total`` 0; the request is sent again after the server's
+    ``Retry-After``.
+
     ``notice``: on an answer's first event, what its :class:`DoneEvent` will also say in
     ``stats.notice`` (old messages dropped to fit the context, a video read in part), so that a
     front end can say it while the prompt is read instead of after the answer; "" otherwise.
     """
 
-    stage: Literal["image", "prefill", "frames"]
+    stage: Literal["image", "prefill", "frames", "server_loading"]
     done: int
     total: int
     index: int = 0

@@ -23,7 +23,8 @@ usage-only events every 10 ms). ``split:NAME`` (:data:`SPLIT`) streams those pie
 servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\ude00"``), then a valid end.
 ``empty`` streams events without choices, then ``[DONE]``; ``sseerror`` "The", then an SSE ``event: error``
 whose data is ``{"message": ...}``; ``jsonsse`` a whole JSON answer under an event-stream header;
-``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
+``loading:N`` answers its first N chat requests 503 "the model is still loading" with ``Retry-After: 0.2``
+(the requests of every model counted), then as ``ok``; ``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
 """
 
 from __future__ import annotations
@@ -172,6 +173,12 @@ class FakeOpenAI:
                     self._json(status, {"error": {"message": f"fake {status}"}},
                                [("Retry-After", "7")] if status == 429 else [])
                     return
+                if model.startswith("loading:"):  # Smolchat's server while its model loads, N requests long
+                    if len(outer.requests) <= int(model.split(":")[1]):
+                        self._json(503, {"error": {"message": "the model is still loading", "code": "model_loading"}},
+                                   [("Retry-After", "0.2")])
+                        return
+                    model = "ok"
                 if model.startswith("ctx:"):  # a context of N characters of message text (OpenAI's refusal)
                     size = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
                     if size > int(model.split(":")[1]):

@@ -1070,3 +1070,34 @@ def test_no_rate_is_said_for_tokens_that_came_together_and_one_is_for_tokens_apa
         text, done = ask(backend)
         assert text == "".join(TOKENS) and 2.0 < done.stats.decode_tokens_per_s < 3.5
         backend.close()
+
+
+def test_a_server_loading_its_model_is_asked_again_after_its_retry_after_and_stop_stops_the_wait():
+    """Trial 77 Q11: "503 Server error: the model is still loading" failed the question at once, its
+    Retry-After unheeded. The answer waits (a progress event says why), asks again, and streams; Stop
+    ends the wait within a poll."""
+    from engine.api import ProgressEvent
+
+    models = [{"id": m, "object": "model"} for m in ("loading:2", "loading:1000")]
+    with FakeOpenAI(models=models) as fake:
+        backend, _ = loaded(fake.url, "loading:2")
+        events = []
+        backend.send("Hi", [], PARAMS, events.append)
+        wait_done(events)
+        waits = [e for e in events if isinstance(e, ProgressEvent)]
+        assert [(e.stage, e.done, e.total) for e in waits] == [("server_loading", 0, 0), ("server_loading", 0, 0)]
+        text = "".join(e.text for e in events if isinstance(e, TokenEvent))
+        assert text == "".join(TOKENS) and events[-1].finish_reason == "stop" and len(fake.requests) == 3
+        backend, _ = loaded(fake.url, "loading:1000", backend=backend)
+        events = []
+        backend.send("Hi", [], PARAMS, events.append)
+        deadline = time.monotonic() + 5
+        while not any(isinstance(e, ProgressEvent) for e in events):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stopped = time.monotonic()
+        backend.cancel()
+        wait_done(events)
+        assert events[-1].finish_reason == "cancelled" and events[-1].error is None
+        assert time.monotonic() - stopped < 0.5
+        backend.close()

@@ -109,6 +109,9 @@ def test_progress_text_for_videos_and_without_a_breakdown():
         ("Taking frames from the video — frame 12 of 60", 11, 60)
     assert describe_progress(ProgressEvent("frames", 0, 30, 1, 2, 0, 30, "video")) == \
         ("Taking frames from video 2 of 2 — frame 1 of 30", 0, 30)
+    # A server loading its model (trial 77 Q11): a busy bar, and how long the answer has waited.
+    assert describe_progress(ProgressEvent("server_loading", 12, 0)) == \
+        ("The server is loading its model — asking again (12 s so far)", 0, 0)
 
 
 def test_estimate_text():
