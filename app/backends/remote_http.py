@@ -43,6 +43,8 @@ VERDICTS = {
     "rate_limited": "429 Too many requests: the server asks to wait",
     "server_error": "Server error",
     "loading": "503 The server is loading its model",
+    "too_large": "413 Too large for the server: attach less (a shorter or smaller video, fewer photos), or raise "
+                 "the server's request size limit",
     "not_openai": "Not an OpenAI-compatible server (unexpected answer)",
     "context": "The conversation is longer than the model's context",
     "error": "The server reported an error",
@@ -215,6 +217,8 @@ def from_response(status: int, headers, body: str, url: str = "") -> RemoteError
         retry = None
     if retry is not None and not 0 <= retry < 86_400:
         retry = None
+    if status == 413:  # (trial 77 Q10: a bare "HTTP 413: the request body has 90918876 bytes…")
+        return RemoteError("too_large", detail, status)
     if status == 429:
         return RemoteError("rate_limited", detail, status, retry)
     if status == 503 and (retry is not None or re.search(r"\bloading\b", detail, re.IGNORECASE)):

@@ -1101,3 +1101,12 @@ def test_a_server_loading_its_model_is_asked_again_after_its_retry_after_and_sto
         assert events[-1].finish_reason == "cancelled" and events[-1].error is None
         assert time.monotonic() - stopped < 0.5
         backend.close()
+
+
+def test_a_request_too_large_for_the_server_says_what_to_do():
+    """Trial 77 Q10: a 68 MB video sent to a server with a 32 MB limit said only "HTTP 413: …"."""
+    body = '{"error": {"message": "the request body has 90918876 bytes; the limit is 33554432 (the server\'s --max-body-mb)"}}'
+    error = from_response(413, {}, body)
+    assert error.kind == "too_large" and str(error) == (
+        "413 Too large for the server: attach less (a shorter or smaller video, fewer photos), or raise the server's "
+        "request size limit: the request body has 90918876 bytes; the limit is 33554432 (the server's --max-body-mb)")
