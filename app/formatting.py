@@ -156,6 +156,8 @@ def describe_progress(event) -> tuple[str, int, int]:
     The bar follows the stage's own count (tiles over every image read, or prompt tokens); the text
     names the tile being read now (``tile + 1``, at most ``tiles``).
     """
+    if event.stage == "server_thinking":  # (its thoughts are not the answer: they are not shown)
+        return f"The model is thinking ({int(event.done):,} characters so far)", 0, 0
     if event.stage == "server_loading":  # (a busy bar: the server does not say how far its load is)
         return f"The server is loading its model — asking again ({int(event.done)} s so far)", 0, 0
     total = max(0, int(event.total))

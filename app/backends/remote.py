@@ -77,6 +77,9 @@ LOADING_WAIT_S = 600.0
 LOADING_RETRY_S = 2.0
 LOADING_RETRY_MAX_S = 30.0
 
+#: Seconds between two progress events for a reasoning model's thinking before its answer.
+THINKING_EVERY_S = 0.25
+
 #: The fewest streamed tokens, each its own chunk, a server's decode rate is measured over (fewer: not
 #: said; a stream's chunks can arrive together, and then their interval is no decode time).
 MIN_RATE_CHUNKS = 4
@@ -269,10 +272,19 @@ def _chunk(chunk: dict, put) -> bool:
     usage = _usage(chunk.get("usage"))
     notice = _typed(chunk.get("notice"), str, "notice")  # Smolchat's server: what the answer should say
     pieces = []
+    thought = 0
     for i, choice in enumerate(_objects(chunk.get("choices"), "choices")):
         delta = _typed(choice.get("delta"), dict, f"choices[{i}].delta") or {}
         pieces.append((_typed(delta.get("content"), str, f"choices[{i}].delta.content"),
                        _typed(choice.get("finish_reason"), str, f"choices[{i}].finish_reason")))
+        # A reasoning model's thinking (vLLM's and DeepSeek's reasoning_content, llama-server's and
+        # OpenRouter's reasoning): not part of the answer, but the server is at work (trial 77 Q7: "has
+        # sent nothing for N s" while it came).
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(key), str):
+                thought += len(delta[key])
+    if thought:
+        put(("thinking", thought))
     if usage is not None:
         put(("usage", usage))
     if notice:
@@ -680,6 +692,7 @@ class RemoteBackend:
         threading.Thread(target=read, name="RemoteStream", daemon=True).start()
         pieces, reason, error, first, last, usage = [], "stop", None, 0.0, 0.0, {}
         arrivals = 0  # tokens after the first that came APART_S or more after the one before
+        thought, said_thinking = 0, 0.0  # characters of the model's reasoning; when last said
         # The answer's limit, kept here too: a server that ignores max_tokens (trial 64: 40 tokens for a
         # limit of 10; 2,000,000 for 2,000) is cut there as the local engine stops, "length". Servers
         # send a token or more per event, so counting events never cuts an answer short.
@@ -721,6 +734,11 @@ class RemoteBackend:
                 first = first or last
                 pieces.append(item[1])
                 sink(TokenEvent(item[1], -1))
+            elif item[0] == "thinking":
+                thought += item[1]
+                if not first and time.perf_counter() - said_thinking >= THINKING_EVERY_S:
+                    said_thinking = time.perf_counter()
+                    sink(ProgressEvent("server_thinking", thought, 0))
             elif item[0] == "usage":
                 usage = item[1]
             elif item[0] == "notice":

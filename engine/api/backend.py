@@ -74,12 +74,15 @@ class ProgressEvent:
     ``done`` seconds waited so far, ``total`` 0; the request is sent again after the server's
     ``Retry-After``.
 
+    ``stage`` "server_thinking" (a remote backend: a reasoning model's thinking streams before its
+    answer): ``done`` characters of it so far, ``total`` 0.
+
     ``notice``: on an answer's first event, what its :class:`DoneEvent` will also say in
     ``stats.notice`` (old messages dropped to fit the context, a video read in part), so that a
     front end can say it while the prompt is read instead of after the answer; "" otherwise.
     """
 
-    stage: Literal["image", "prefill", "frames", "server_loading"]
+    stage: Literal["image", "prefill", "frames", "server_loading", "server_thinking"]
     done: int
     total: int
     index: int = 0

@@ -24,7 +24,7 @@ servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\u
 ``empty`` streams events without choices, then ``[DONE]``; ``sseerror`` "The", then an SSE ``event: error``
 whose data is ``{"message": ...}``; ``jsonsse`` a whole JSON answer under an event-stream header;
 ``loading:N`` answers its first N chat requests 503 "the model is still loading" with ``Retry-After: 0.2``
-(the requests of every model counted), then as ``ok``; ``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
+(the requests of every model counted), then as ``ok``; ``thinking`` streams ``reasoning_content`` ("Let me look.") 0.3 s apart, then "Orange."; ``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
 """
 
 from __future__ import annotations
@@ -275,6 +275,14 @@ class FakeOpenAI:
                 if model == "jsonsse":
                     w.write(json.dumps({"choices": [{"message": {"role": "assistant", "content": "Whole."},
                                                      "finish_reason": "stop"}]}).encode())
+                    return
+                if model == "thinking":  # a reasoning model: its thoughts (vLLM's field), then the answer
+                    for words in ("Let me ", "look.", ""):
+                        thought = {"choices": [{"index": 0, "delta": {"reasoning_content": words}}]}
+                        w.write(f"data: {json.dumps(thought)}\n\n".encode())
+                        w.flush()
+                        outer.stop.wait(0.3)
+                    w.write(_chunk("Orange.", finish="stop") + b"data: [DONE]\n\n")
                     return
                 if model == "together":
                     w.write(b"".join(_chunk(t) for t in TOKENS) + _chunk(finish="stop")

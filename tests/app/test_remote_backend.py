@@ -1024,7 +1024,8 @@ def test_clients_share_one_tls_context():
     assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname  # still verified
 
 
-TRIAL_77_MODELS = [{"id": m, "object": "model"} for m in ["ok", "empty", "sseerror", "jsonsse", "together", "slow"]]
+TRIAL_77_MODELS = [{"id": m, "object": "model"} for m in ["ok", "empty", "sseerror", "jsonsse", "together", "slow",
+                                                            "thinking"]]
 
 
 def test_a_stream_of_events_without_an_answer_is_an_error_not_an_empty_answer():
@@ -1110,3 +1111,21 @@ def test_a_request_too_large_for_the_server_says_what_to_do():
     assert error.kind == "too_large" and str(error) == (
         "413 Too large for the server: attach less (a shorter or smaller video, fewer photos), or raise the server's "
         "request size limit: the request body has 90918876 bytes; the limit is 33554432 (the server's --max-body-mb)")
+
+
+def test_a_reasoning_models_thinking_is_progress_not_answer():
+    """Trial 77 Q7: a reasoning model's ``reasoning_content`` was dropped without a word, and the window
+    said the server "has sent nothing" while it came. It is progress before the answer, not its text."""
+    from engine.api import ProgressEvent
+
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, "thinking")
+        events = []
+        backend.send("Q", [], PARAMS, events.append)
+        wait_done(events)
+        thinking = [(e.stage, e.done) for e in events if isinstance(e, ProgressEvent)]
+        # "Let me ", then "look." more (0.3 s later: said again, unless a busy machine read both at once)
+        assert thinking[0] == ("server_thinking", 7) and set(thinking[1:]) <= {("server_thinking", 12)}
+        assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == "Orange."
+        assert events[-1].finish_reason == "stop" and events[-1].error is None
+        backend.close()

@@ -112,6 +112,8 @@ def test_progress_text_for_videos_and_without_a_breakdown():
     # A server loading its model (trial 77 Q11): a busy bar, and how long the answer has waited.
     assert describe_progress(ProgressEvent("server_loading", 12, 0)) == \
         ("The server is loading its model — asking again (12 s so far)", 0, 0)
+    assert describe_progress(ProgressEvent("server_thinking", 1234, 0)) == \
+        ("The model is thinking (1,234 characters so far)", 0, 0)
 
 
 def test_estimate_text():
