@@ -27,7 +27,6 @@ from httpx_sse import EventSource
 
 from app.backends.jobs import JobThread
 from app.backends.remote_http import (
-    LABEL_LENGTH,  # noqa: F401 (model_label's, named here with it)
     STALL_TIMEOUT,
     Overflow,
     RemoteError,

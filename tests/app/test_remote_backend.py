@@ -371,7 +371,7 @@ def test_a_server_that_answers_the_key_check_with_anything_but_401_or_403_passes
 def test_a_model_id_is_shown_without_bidi_controls_and_at_a_bounded_length():
     """Trial 77 Q5: the id "\u202eevil.exe" showed as "exe.live" in each answer's header, and a
     5,000-character id filled the banner with six lines. The request still names the model by its id."""
-    from app.backends.remote import LABEL_LENGTH
+    from app.backends.remote_http import LABEL_LENGTH
 
     assert model_label("\u202eevil.exe") == "evil.exe"
     assert model_label("a\u2066b\u200fc\nd\x00e") == "abcde"
