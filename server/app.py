@@ -176,6 +176,11 @@ class GuardMiddleware:
         meant = _meant_path(scope)
         if meant is not None:
             scope = {**scope, "path": meant, "raw_path": meant.encode()}
+        # HEAD is answered as GET without the body (HTTP's rule; uptime checkers send it): FastAPI's
+        # GET routes take no HEAD, which was a 405.
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}
         headers = dict(scope["headers"])
         if self.check_host and not _loopback_host(headers.get(b"host", b"")):
             _count_scope(scope, 403)
@@ -190,6 +195,13 @@ class GuardMiddleware:
                 _count_scope(scope, 401)
                 return await _json_error(401, "a valid API key is required (Authorization: Bearer KEY)",
                                          "invalid_api_key")(scope, receive, send)
+        encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+        if encoding not in ("", "identity") and scope["method"] not in ("GET", "OPTIONS"):
+            # Bodies are read as they come: a compressed one was refused as "not UTF-8 text (byte 0x8b...)".
+            _count_scope(scope, 415)
+            return await _json_error(415, f"the request body is compressed (Content-Encoding: {encoding[:40]}); "
+                                          "this server takes uncompressed bodies only: send it without "
+                                          "Content-Encoding", "unsupported_content_encoding")(scope, receive, send)
         limit = self.config.max_body_bytes
         try:
             length = int(headers.get(b"content-length", b"0"))
@@ -216,6 +228,8 @@ class GuardMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif head and message.get("body"):  # (its Content-Length stays the GET's, as HEAD's should)
+                message = {**message, "body": b""}
             await send(message)
         try:
             await self.app(scope, counted, sending)
@@ -351,7 +365,13 @@ def _install_errors(app: FastAPI) -> None:
             return _json_error(400, "the body cannot be read as JSON: invalid UTF-8, nested too deeply, or a "
                                     "number too long to read", "invalid_json")
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
-        return _json_error(exc.status_code, str(exc.detail), code)
+        headers = dict(exc.headers or {})
+        if "Allow" in headers:  # Starlette's 405 names the route's methods; HEAD goes with GET (GuardMiddleware)
+            methods = [m.strip() for m in headers["Allow"].split(",")]
+            headers["Allow"] = ", ".join(sorted({*methods, *(["HEAD"] if "GET" in methods else [])}))
+        response = _json_error(exc.status_code, str(exc.detail), code)
+        response.headers.update(headers)
+        return response
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception):

@@ -4,7 +4,10 @@ An OpenAI client re-sends the whole conversation each turn. The earlier messages
 history (``set_history`` keeps the longest prefix its session already holds, KV cache included) and
 the last user message is ``send``; so a follow-up about the same photo prefills only the new question.
 A last message from the assistant (a prefill, or Open WebUI's "Continue response") is continued
-instead: it is the history's last message and the answer is ``continue_answer``'s.
+instead: it is the history's last message and the answer is ``continue_answer``'s. vLLM's
+``add_generation_prompt`` and ``continue_final_message`` say otherwise where given
+(:func:`template_mode`); a prompt the engine's chat answers do not build (no assistant opening, or
+a closed assistant message answered after) is built as ids (:func:`prompt_ids`) and completed raw.
 
 Answers come back as text; :class:`AnswerIds` remembers the token ids this server generated each
 recent answer as, so that a re-sent conversation is the same token sequence the engine computed (the
@@ -14,15 +17,26 @@ conversation ran in between.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.api import Attachment, Capabilities, GenerationParams, HistoryMessage
 from server.config import ServerConfig
-from server.errors import APIError
+from server.errors import APIError, engine_result
 from server.media import DETAILS, MediaStore, PendingImage
-from server.schemas import ChatRequest, ImagePart, ImageURL, SamplingFields, TextPart, VideoPart
+from server.schemas import (
+    ChatRequest,
+    ImagePart,
+    ImageURL,
+    SamplingFields,
+    TemplateFields,
+    TextPart,
+    TokenizeRequest,
+    VideoPart,
+)
 
 GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: temperatures under it sample as greedy
 
@@ -45,6 +59,21 @@ class Turns:
     text_parts: tuple[str, ...] | None = None  # the last message's text between its media (HistoryMessage)
     # The last message is the assistant's, the end of ``history``: the answer continues it.
     continuing: bool = False
+    # The last message is the assistant's, the end of ``history``, closed (continue_final_message
+    # false, or add_generation_prompt true): the prompt goes on after it.
+    closed_answer: bool = False
+    # The prompt ends with the assistant's opening (add_generation_prompt); never while continuing.
+    generation_prompt: bool = True
+
+    @property
+    def raw(self) -> bool:
+        """The prompt is none of those the engine's chat answers build (``send``: a user message, then
+        the assistant's opening; ``continue_answer``): it is built as ids (:func:`prompt_ids`) and an
+        answer completes them as a raw prompt."""
+        return self.closed_answer or not (self.continuing or self.generation_prompt)
+
+    def has_media(self) -> bool:
+        return bool(self.attachments) or any(m.attachments for m in self.history)
 
 
 class AnswerIds:
@@ -107,21 +136,59 @@ def _check_media_count(request: ChatRequest, config: ServerConfig) -> None:
                        "out older photos", "too_many_images", "messages")
 
 
-async def to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, config: ServerConfig,
-                   answers: AnswerIds | None = None) -> Turns:
-    """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take.
-    Assistant messages found in ``answers`` carry the token ids they were generated as."""
+@dataclass(frozen=True)
+class TemplateMode:
+    """How a conversation's prompt ends (:func:`template_mode`)."""
+
+    continuing: bool  # the last message, an assistant's, left open: the answer continues it
+    generation_prompt: bool  # the assistant's opening at the end (never while continuing)
+
+
+def template_mode(request: TemplateFields) -> TemplateMode:
+    """vLLM's ``add_generation_prompt`` (default true) and ``continue_final_message`` (default false)
+    for ``request.messages``, as ``/v1/chat/completions`` and ``/tokenize`` both read them.
+
+    Where neither says otherwise, a last assistant message is continued, as this server and
+    llama-server always did (Open WebUI's "Continue response" sends the answer so far, and no field):
+    ``continue_final_message`` left out counts as true for it unless ``add_generation_prompt`` is
+    given true. Given, they are vLLM's: ``continue_final_message`` false closes a last assistant message
+    and the prompt goes on after it (with the assistant's opening unless ``add_generation_prompt`` is
+    false); ``add_generation_prompt`` false leaves the assistant's opening out.
+
+    Raises:
+        APIError: 400 ``invalid_value`` on ``continue_final_message`` when it is true and
+            ``add_generation_prompt`` is not false, or the last message is not the assistant's.
+    """
+    add, keep_open = request.add_generation_prompt, request.continue_final_message
+    if keep_open and add is not False:  # as vLLM answers it (its add_generation_prompt defaults to true)
+        raise APIError(400, "add_generation_prompt and continue_final_message cannot both be true: set "
+                       "add_generation_prompt to false to continue the last message", "invalid_value",
+                       "continue_final_message")
+    last_is_answer = request.messages[-1].role == "assistant"
+    if keep_open and not last_is_answer:
+        raise APIError(400, "continue_final_message needs the last message to be the assistant's",
+                       "invalid_value", "continue_final_message")
+    continuing = last_is_answer and keep_open is not False and add is not True
+    return TemplateMode(continuing, generation_prompt=not continuing and add is not False)
+
+
+async def to_turns(request: ChatRequest | TokenizeRequest, media: MediaStore, caps: Capabilities,
+                   config: ServerConfig, answers: AnswerIds | None = None) -> Turns:
+    """Check and convert ``request.messages``; APIError 400/413 for what the model cannot take
+    (:func:`template_mode`'s 400s first). Assistant messages found in ``answers`` carry the token ids
+    they were generated as."""
+    mode = template_mode(request)
     _check_media_count(request, config)
     pending: list[PendingImage] = []
     try:
-        return await _to_turns(request, media, caps, answers, pending)
+        return await _to_turns(request, media, caps, answers, pending, mode)
     except BaseException:
         media.settle(pending)  # new photos of a request refused after them: kept or deleted on their own
         raise
 
 
-async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities, answers: AnswerIds | None,
-                    pending: list[PendingImage]) -> Turns:
+async def _to_turns(request: ChatRequest | TokenizeRequest, media: MediaStore, caps: Capabilities,
+                    answers: AnswerIds | None, pending: list[PendingImage], mode: TemplateMode) -> Turns:
     system, messages, details, image_details = [], [], [], []
     for i, message in enumerate(request.messages):
         if message.role in ("tool", "function"):
@@ -176,15 +243,83 @@ async def _to_turns(request: ChatRequest, media: MediaStore, caps: Capabilities,
     detail = min(details, key=("full", "balanced", "fast").index) if details else "balanced"
     all_images_low = bool(image_details) and all(d == "low" for d in image_details)
     if messages[-1].role == "assistant":
+        if not mode.continuing:  # closed (vLLM's continue_final_message false): the prompt goes on after it
+            turns = Turns("\n\n".join(system), messages, "", detail=detail, all_images_low=all_images_low,
+                          pending=pending, closed_answer=True, generation_prompt=mode.generation_prompt)
+            refuse_raw_media(turns, request)  # (no engine prompt of media builds it: prompt_ids)
+            return turns
         # Continued where its text ends (vLLM's continue_final_message, llama-server's prefill). Its
         # ids as this server generated them would not be replayed: the open message is text.
         last = messages[-1]
         messages[-1] = HistoryMessage("assistant", last.text, last.attachments, None, last.text_parts)
         return Turns("\n\n".join(system), messages, "", detail=detail, all_images_low=all_images_low,
-                     pending=pending, continuing=True)
+                     pending=pending, continuing=True, generation_prompt=False)
     last = messages.pop()
     return Turns("\n\n".join(system), messages, last.text, list(last.attachments), detail, all_images_low,
-                 pending=pending, text_parts=last.text_parts)
+                 pending=pending, text_parts=last.text_parts, generation_prompt=mode.generation_prompt)
+
+
+def refuse_raw_media(turns: Turns, request: TemplateFields) -> None:
+    """APIError 400 ``unsupported_parameter`` for a conversation with images or videos whose prompt
+    is :attr:`Turns.raw`: such a prompt is built as ids, and ids carry no pixels (a completion of
+    them is refused for its image tokens), nor do the engine's chat answers build it."""
+    if not (turns.raw and turns.has_media()):
+        return
+    if turns.closed_answer:
+        field = "continue_final_message" if request.continue_final_message is False else "add_generation_prompt"
+        what = f"{field} {str(getattr(request, field)).lower()} with a last assistant message (answered after it)"
+    else:
+        field, what = "add_generation_prompt", "add_generation_prompt false"
+    raise APIError(400, f"{what} takes a conversation without images or videos: the server builds that prompt as "
+                   "token ids, which carry no pictures", "unsupported_parameter", field)
+
+
+async def prompt_ids(state: Any, turns: Turns) -> list[int]:
+    """The token ids of ``turns``' prompt, exactly as a chat request prefills it (``/tokenize``'s
+    messages; a :attr:`Turns.raw` chat request completes them): the engine's
+    ``EngineService.prompt_ids`` (beside the engine, unless there is a video), or for a closed last
+    answer, which that does not build, ``ChatSession.prompt_ids`` of the conversation's turns on the
+    engine thread (text only: :func:`refuse_raw_media`). Takes a place in the queue while it runs; new
+    images are confirmed (their 400 if broken inside their pixels). ``state``: the app's ServerState.
+
+    Raises:
+        APIError: 400 for media the engine cannot read, 429 when the queue is full, as the engine's
+            errors (:func:`server.errors.engine_result`).
+    """
+    service = state.bridge.service
+    answer = state.bridge.admit()  # a place in the queue (with a video, the engine thread builds it)
+    try:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        # Retrieved even when the request is refused before awaiting it (a photo broken inside its pixels).
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+        def settle(result, error) -> None:
+            def set_() -> None:
+                if not done.done():
+                    done.set_exception(error) if error is not None else done.set_result(result)
+            loop.call_soon_threadsafe(set_)
+        if turns.closed_answer:
+            history, system, add = list(turns.history), turns.system, turns.generation_prompt
+
+            def build(session: Any) -> list[int]:
+                from engine.chat import Turn  # engine thread (torch is loaded there)
+
+                return session.prompt_ids(
+                    [Turn(m.role, m.text, token_ids=None if m.token_ids is None else list(m.token_ids))
+                     for m in history], system or None, False, add)
+            service.call(build, settle)
+        else:
+            # A chat request reads its new images at the request's finest detail (params_for).
+            service.prompt_ids(
+                turns.history, turns.system, turns.text, turns.attachments, GenerationParams(image_detail=turns.detail),
+                settle, text_parts=turns.text_parts, continuing=turns.continuing,
+                add_generation_prompt=turns.generation_prompt)
+        if turns.pending:
+            await state.media.confirm(turns.pending)  # a photo broken inside its pixels: its 400
+        return await engine_result(done)
+    finally:
+        answer.release()
 
 
 def _text_parts(pieces: list[list[str]], attachments: list[Attachment]) -> tuple[str, ...] | None:

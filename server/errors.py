@@ -12,6 +12,7 @@ from engine.api.errors import MEDIA_KINDS, SYSTEM_PROMPT_TOO_LONG, media_kind
 # large (413) are the request's fault like any 400, "invalid_request_error" (clients branch on it).
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
+         415: "invalid_request_error",
          422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "service_unavailable",
          507: "server_error"}
 # Engine exception names (DoneEvent.error_type) that are the request's fault, not the server's.
@@ -24,7 +25,8 @@ CLIENT_ERROR_PARAMS = {"InvalidPromptError": "prompt"}
 # engine message names it (video messages give only the file name: server.media names files by the
 # first 40 hex digits of their SHA-256): a client is told what was wrong with its media, not where or
 # under what name the server keeps it.
-_MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+|\b[0-9a-f]{40}(?:\.\d+\.\d+\.part|\.[A-Za-z0-9]+)")
+_MEDIA_PATH = re.compile(r"[^\s'\"(]*smolchat-media-[^/\\\s]+[/\\][^\s'\")]+|"
+                         r"\b[0-9a-f]{40}(?:\.\d+\.\d+\.part(?:\.[A-Za-z0-9]+)?|\.[A-Za-z0-9]+)")
 T = TypeVar("T")
 # What a client can send instead where the engine says the media take what does not fit (a video's
 # frames are one tile each: 'detail' changes nothing for them, and the server samples them itself).
@@ -65,6 +67,7 @@ def from_engine(error_type: str, message: str | None, all_images_low: bool = Fal
     code = CLIENT_ERRORS.get(error_type)
     message = client_text(message) if message else message
     if code == "context_length_exceeded" and message:
+        message = _room_for_one(message)
         if message.endswith(SYSTEM_PROMPT_TOO_LONG):  # the engine words it for the app's settings
             message = message.removesuffix(SYSTEM_PROMPT_TOO_LONG) + ": shorten the system message"
         else:  # where the media are what does not fit, fewer or smaller ones help too
@@ -74,6 +77,20 @@ def from_engine(error_type: str, message: str | None, all_images_low: bool = Fal
     if code is not None:
         return APIError(400, message or error_type, code, CLIENT_ERROR_PARAMS.get(error_type))
     return APIError(500, message or "the engine failed", "engine_error")
+
+
+#: The engine's "the prompt has N tokens (...) but the context holds M": N and where M ends.
+_PROMPT_HAS = re.compile(r"^the prompt has (\d+) tokens.*? but the context holds (\d+)")
+
+
+def _room_for_one(message: str) -> str:
+    """A prompt refused for filling the context exactly ("has 8192 tokens but the context holds
+    8192", which reads as a contradiction) says why: an answer needs room for at least one token.
+    The words before stay as they are (the app's remote backend reads both numbers from them)."""
+    found = _PROMPT_HAS.match(message)
+    if found is None or found.group(1) != found.group(2):
+        return message
+    return message[:found.end()] + " for the prompt and at least one new token together" + message[found.end():]
 
 
 async def engine_result(pending: Awaitable[T]) -> T:

@@ -57,9 +57,11 @@ def _loads(body: bytes) -> Any:
     try:
         return json.loads(body)
     except json.JSONDecodeError:
+        _refuse_if_not_utf8(body)
         raise
     except UnicodeDecodeError as exc:
-        # (json.loads reads UTF-8, UTF-16 or UTF-32, whichever the first bytes suggest)
+        _refuse_if_not_utf8(body)
+        # (UTF-8 text that json.loads took for UTF-16 or UTF-32 by its zero bytes)
         codec = exc.encoding.upper().replace("-LE", "").replace("-BE", "")
         raise json.JSONDecodeError(f"it is not {codec} text (byte 0x{exc.object[exc.start]:02x} at offset "
                                    f"{exc.start})", "", 0) from None
@@ -68,6 +70,21 @@ def _loads(body: bytes) -> Any:
     except ValueError:  # Python's limit on the digits of an integer it converts (CVE-2020-10735)
         raise json.JSONDecodeError(f"a number in it has more than {sys.get_int_max_str_digits()} digits",
                                    "", 0) from None
+
+
+def _refuse_if_not_utf8(body: Any) -> None:
+    """A ``JSONDecodeError`` "it is not UTF-8 text (byte 0x.. at offset N)" for a body that is not.
+
+    json.loads reads a body that starts with a UTF-16 or UTF-32 byte-order mark (or has zero bytes
+    among its first four) in that encoding; one that is no JSON there either ("\\xff\\xfe" before
+    UTF-8 text) was "Expecting value at line 1, column 1" or "not UTF-16 text", about characters the
+    client never sent. JSON bodies are UTF-8 (RFC 8259): said as for any other body that is not."""
+    try:
+        if isinstance(body, (bytes, bytearray)):
+            body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise json.JSONDecodeError(f"it is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                   f"{exc.start})", "", 0) from None
 
 
 class JSONBodyRequest(Request):

@@ -105,6 +105,14 @@ IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "i
                "image/gif": "GIF", "image/bmp": "BMP", "image/x-ms-bmp": "BMP", "image/tiff": "TIFF"}
 IMAGE_FORMATS = set(IMAGE_TYPES.values())
 VIDEO_TYPES = {"video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".mov", "video/x-matroska": ".mkv"}
+#: Animated images taken as videos, as the app's local engine reads them for SmolVLM2 video models
+#: (app.video_attachments.attachment_kind) and its remote backend sends them (a video_url with the
+#: file's own type): stored with their own suffix, which tells the engine's reader what they are
+#: (engine.api.videos: a GIF through PyAV, an animated WebP through Pillow). A still one is no video.
+ANIMATION_TYPES = {"image/gif": ".gif", "image/webp": ".webp"}
+#: A data URI's type that says nothing of the bytes (a browser's or an uploader's label for any file):
+#: read as no type, the image's own header decides, as for ``data:;base64,``.
+UNTYPED = ("application/octet-stream", "binary/octet-stream")
 # The suffixes of stored images: "." + an image format (the file's real one); videos keep VIDEO_TYPES' own.
 IMAGE_SUFFIXES = tuple(sorted("." + fmt.lower() for fmt in IMAGE_FORMATS))
 DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}  # OpenAI's detail -> engine.api.events.DETAILS
@@ -242,6 +250,12 @@ def split_data(url: str, param: str) -> tuple[str | None, bytes | None]:
                        "invalid_base64", param) from None
 
 
+def is_part(path: Path) -> bool:
+    """Whether ``path`` is a file still being written and checked (:meth:`MediaStore._write_part`:
+    ``.part``, or ``.part.webp`` for an animation probed under its suffix), not a stored one."""
+    return path.suffix == ".part" or path.with_suffix("").suffix == ".part"
+
+
 _PATH_START = re.compile(r"(?:/|~|\.{1,2}[/\\]|\\\\)")
 _MEDIA_NAME = re.compile(r"\.(?:png|jpe?g|webp|gif|bmp|tiff?|heic|mp4|mov|webm|mkv|avi)$", re.IGNORECASE)
 _FILE_PATH = ("the media URL is a file path, and the server never reads files: send the file's bytes as a data: "
@@ -296,7 +310,7 @@ class MediaStore:
         self._seen: OrderedDict[tuple[int, str], tuple[str, str]] = OrderedDict()
         self._seen_chars = 0
         # Files in the folder as far as this store knows (those it wrote since it last listed it).
-        self._stored = sum(1 for p in folder.iterdir() if p.suffix != ".part")
+        self._stored = sum(1 for p in folder.iterdir() if not is_part(p))
         self._parts = itertools.count()  # temporary file names
         # Stored path -> the decode of a new image not yet confirmed (another request sending the
         # same bytes meanwhile confirms the same decode), and the background settle tasks.
@@ -320,6 +334,7 @@ class MediaStore:
         Raises APIError 400 (bad base64, URL scheme, type, header) and 413 (over the size or pixel
         limits) before returning; data that breaks only inside the pixels is refused by
         :meth:`confirm` (400 ``invalid_image``)."""
+        url = url.strip()  # spaces or a line end around a pasted URL (str.strip: the same string if none)
         key = _url_key(url)
         seen = self._seen.get(key)
         if seen is not None and seen[0] == url:
@@ -442,7 +457,7 @@ class MediaStore:
         Raises APIError as :meth:`begin_image` (set on ``checked`` too), and as :meth:`_decode`."""
         try:
             mime, data = fetched if fetched is not None else split_data(url, param)
-            if mime and mime not in IMAGE_TYPES:
+            if mime and mime not in IMAGE_TYPES and mime not in UNTYPED:
                 raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
                                "unsupported_image_format", param)
             self._check_size(data, param)
@@ -470,13 +485,14 @@ class MediaStore:
             raise
         return Accepted(digest, None, part, memo)
 
-    def _write_part(self, data: bytes, digest: str, param: str) -> Path:
-        """Worker thread: a new temporary file in the folder holding ``data`` (renamed once checked).
+    def _write_part(self, data: bytes, digest: str, param: str, suffix: str = "") -> Path:
+        """Worker thread: a new temporary file in the folder holding ``data`` (renamed once checked),
+        named ``....part`` and then ``suffix`` (for a reader that goes by it: :func:`is_part`).
 
         Raises APIError 507 ``insufficient_storage`` when the server's disk is full (or its quota
         spent), 500 ``storage_error`` when the write fails otherwise; nothing is left behind."""
         # A name of its own: two requests with the same new photo write side by side.
-        part = self.folder / f"{digest}.{threading.get_ident()}.{next(self._parts)}.part"
+        part = self.folder / f"{digest}.{threading.get_ident()}.{next(self._parts)}.part{suffix}"
         try:
             part.write_bytes(data)
         except OSError as exc:
@@ -489,20 +505,25 @@ class MediaStore:
         return part
 
     async def video(self, url: str, param: str) -> str:
-        """The stored path of a video (MP4, WebM, MOV, MKV), checked for type and size, and its
-        headers read (a video stream with a frame rate) when it is new: APIError 400
-        ``invalid_video`` otherwise, as a broken image gets ``invalid_image``."""
+        """The stored path of a video (MP4, WebM, MOV, MKV, or an animated GIF or WebP), checked for
+        type and size, and its headers read (a video stream with a frame rate; an image with more
+        than one frame) when it is new: APIError 400 ``invalid_video`` otherwise, as a broken image
+        gets ``invalid_image``; 400 ``unsupported_video_format`` for another type, naming those taken."""
+        url = url.strip()
         mime, data = split_data(url, param)
         if data is None:
             mime, data = await self._fetch(url, param)
-        if mime not in VIDEO_TYPES:
-            raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send a data:video/mp4 "
-                           "(or webm, quicktime, x-matroska) URI", "unsupported_video_format", param)
+        suffix = VIDEO_TYPES.get(mime) or ANIMATION_TYPES.get(mime)
+        if suffix is None:
+            raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send {', '.join(VIDEO_TYPES)}, or an "
+                           f"animated {' or '.join(ANIMATION_TYPES)} (e.g. data:video/mp4;base64,...)",
+                           "unsupported_video_format", param)
         self._check_size(data, param, "invalid_video")
-        return await asyncio.to_thread(self._store_video, data, VIDEO_TYPES[mime], param)
+        return await asyncio.to_thread(self._store_video, data, suffix, param)
 
     def _store_video(self, data: bytes, suffix: str, param: str) -> str:
-        """Worker thread: store ``data`` unless stored before, probing a new file's headers first."""
+        """Worker thread: store ``data`` unless stored before, probing a new file's headers first
+        (an animated image's frames counted first: :meth:`_check_animation`)."""
         from engine.api.errors import VideoError
         from engine.api.videos import NOT_A_VIDEO, probe
 
@@ -511,14 +532,18 @@ class MediaStore:
         if path.exists():
             os.utime(path)  # its use time, for _trim
             return str(path)
-        part = self._write_part(data, digest, param)
+        animated = suffix in ANIMATION_TYPES.values()
+        if animated:
+            self._check_animation(data, suffix, param)
+        # The engine reads an animated WebP by its suffix (Pillow, not PyAV): it is probed under it.
+        part = self._write_part(data, digest, param, suffix if animated else "")
         try:
             probe(part)
         except VideoError as exc:
             part.unlink(missing_ok=True)
             # The engine's message names the file: say what is wrong, not where the server keeps it.
-            reason = "the data is not a video this server reads (MP4, WebM, MOV or MKV), or it is cut short or " \
-                "damaged" \
+            reason = "the data is not a video this server reads (MP4, WebM, MOV, MKV, or an animated GIF or " \
+                "WebP), or it is cut short or damaged" \
                 if str(exc).endswith(NOT_A_VIDEO) else str(exc).replace(part.name, "the data")
             raise APIError(400, f"the video cannot be read: {reason}", "invalid_video", param) from None
         except BaseException:
@@ -526,6 +551,24 @@ class MediaStore:
             raise
         self._commit(part, path)
         return str(path)
+
+    @staticmethod
+    def _check_animation(data: bytes, suffix: str, param: str) -> None:
+        """An animated image sent as a video: APIError 400 ``invalid_video`` unless its header says
+        it is that format (``suffix``: ``.gif``, ``.webp``) with more than one frame, as the app takes
+        such a file as a video (``engine.api.images.frame_count`` > 1); a still one is an image."""
+        kind = suffix[1:].upper().replace("WEBP", "WebP")
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                fmt, frames = image.format, int(getattr(image, "n_frames", 1))
+        except Exception:  # noqa: BLE001 - Pillow's errors on cut data vary (IndexError, struct.error: a trial)
+            fmt, frames = None, 0
+        if fmt != suffix[1:].upper():
+            raise APIError(400, f"the video cannot be read: the data is not an animated {kind} this server reads, "
+                           "or it is cut short or damaged", "invalid_video", param)
+        if frames < 2:
+            raise APIError(400, f"the video cannot be read: the {kind} has one frame, a still image: send it as an "
+                           "image_url part", "invalid_video", param)
 
     def _check_size(self, data: bytes, param: str, empty_code: str = "invalid_image") -> None:
         if not data:
@@ -722,7 +765,7 @@ class MediaStore:
             return
         files = []
         for p in self.folder.iterdir():
-            if p != keep and p.suffix != ".part":
+            if p != keep and not is_part(p):
                 try:
                     files.append((p.stat().st_mtime, p))
                 except OSError:  # deleted meanwhile

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine.api import PromptLogprobsEvent, TokenEvent
 from server.answer_stream import Outcome, first_event, notice_of, pieces, stops_of, usage
 from server.bridge import Answer, ClientDisconnected
-from server.conversation import Turns, params_for, to_turns
+from server.conversation import Turns, params_for, prompt_ids, refuse_raw_media, to_turns
 from server.errors import APIError
 from server.json_body import JSONBodyRoute
 from server.metrics import STATUS_KEY
@@ -264,6 +264,19 @@ async def chat_completions(body: ChatRequest, request: Request):
         raise
 
 
+def _submit_turns(service, turns: Turns, params, answer: Answer):
+    """Queue the answer to ``turns`` as the engine's chat builds it: the history, then the new user
+    message (``send``) or the last answer continued (``continue_answer``)."""
+    # Back to back: no other request's history (ours, or the app's when it shares the service)
+    # can slip in between.
+    with service.atomic():
+        service.set_history(turns.history, system_prompt=turns.system)
+        if turns.continuing:
+            return service.continue_answer(params, answer.sink, system_prompt=turns.system)
+        return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system,
+                            text_parts=turns.text_parts)
+
+
 async def _chat(body: ChatRequest, request: Request, turns: Turns):
     state = request.app.state.smolchat
     if body.top_logprobs is not None and not body.logprobs:  # as OpenAI answers it
@@ -273,16 +286,17 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                         turns.detail, logprobs,
                         "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     service = state.bridge.service
+    if turns.raw:
+        # No prompt of the engine's chat answers (add_generation_prompt false, or a closed last answer
+        # answered after it): built as ids, exactly /tokenize's, and completed as a raw prompt.
+        refuse_raw_media(turns, body)
+        ids = await prompt_ids(state, turns)
 
-    def submit(answer: Answer):
-        # Back to back: no other request's history (ours, or the app's when it shares the service)
-        # can slip in between.
-        with service.atomic():
-            service.set_history(turns.history, system_prompt=turns.system)
-            if turns.continuing:
-                return service.continue_answer(params, answer.sink, system_prompt=turns.system)
-            return service.send(turns.text, turns.attachments, params, answer.sink, system_prompt=turns.system,
-                                text_parts=turns.text_parts)
+        def submit(answer: Answer):
+            return service.complete(ids, params, answer.sink)
+    else:
+        def submit(answer: Answer):
+            return _submit_turns(service, turns, params, answer)
 
     answer, first = await _start(request, body.model, submit, body.stream,
                                  (lambda: state.media.confirm(turns.pending)) if turns.pending else None,
@@ -332,7 +346,7 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
                 if outcome.error is not None:  # alone when nothing was sent: no empty role chunk first
                     yield sse(outcome.error.body())
                     return
-                _remember(state, "".join(streamed), outcome, turns.continuing)
+                _remember(state, "".join(streamed), outcome, turns.continuing or turns.raw)
                 # The finish chunk (with the answer's notice), the usage and [DONE] in one write, too.
                 yield role + chunk({}, outcome.finish_reason, extra=notice_of(outcome, videos)) + (sse({
                     **base, "object": "chat.completion.chunk", "choices": [], "usage": usage(outcome)})
@@ -354,13 +368,17 @@ async def _chat(body: ChatRequest, request: Request, turns: Turns):
         _finish(request, outcome, False)
     if outcome.error is not None:
         raise outcome.error
-    _remember(state, "".join(texts), outcome, turns.continuing)
+    _remember(state, "".join(texts), outcome, turns.continuing or turns.raw)
     return {**base, "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
                          "logprobs": {"content": content_lp} if logprobs is not None else None,
                          "finish_reason": outcome.finish_reason}],
             "usage": usage(outcome), **notice_of(outcome, videos)}
 
+
+#: ``/v1/completions``' answer length when a request gives no ``max_tokens`` (OpenAI's legacy API and
+#: vLLM's default: a client that leaves it out gets what it would get there, not a 512-token answer).
+COMPLETION_MAX_TOKENS = 16
 
 #: The 400 for a batch: this server answers one completion per request.
 ONE_PROMPT = ("prompt: send one prompt (a string, a list of one string, a list of token ids, or a list of one list "
@@ -407,7 +425,11 @@ async def completions(body: CompletionRequest, request: Request):
                        "with logprobs)", "invalid_value", "max_tokens")
     # echo with logprobs: the prompt's tokens are scored too (lm-evaluation-harness's loglikelihood)
     scored = body.echo and body.logprobs is not None
-    params = params_for(body, body.max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs,
+    # Without max_tokens, OpenAI's legacy completions (and vLLM's) generate 16 tokens; chat has its own default.
+    capacity = state.bridge.capacity
+    max_tokens = body.max_tokens if body.max_tokens is not None else (
+        max(1, min(COMPLETION_MAX_TOKENS, capacity // 2)) if capacity else COMPLETION_MAX_TOKENS)
+    params = params_for(body, max_tokens, state.bridge.capacity, state.config, logprobs=body.logprobs,
                         prompt_logprobs=body.logprobs if scored else None)
     # The echo of token ids is their text, as vLLM echoes it: the engine's tokenizer decodes them,
     # and sends it with the prompt's tokens (scored or not) before the answer.

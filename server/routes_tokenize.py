@@ -6,10 +6,12 @@ every request with them instead of a Hugging Face tokenizer it would have to be 
 A text is tokenized as ``/v1/completions`` reads its prompt (special-token strings are those tokens)
 on a worker thread, outside the engine's queue, with the GIL released (``Tokenizer.encode_aside``): a
 long text neither waits for answers nor holds up the event loop. Chat ``messages`` are converted as a
-chat request's (``conversation.to_turns``: the same checks, the same media handling) and their prompt
-is built by ``EngineService.prompt_ids`` (beside the engine, not behind running answers, unless there
-is a video): exactly the ids a ``/v1/chat/completions`` request with these messages prefills, images
-and videos counted as it reads them, answers this server generated replayed as their generated ids.
+chat request's (``conversation.to_turns``: the same checks, the same media handling, the same
+reading of ``add_generation_prompt`` and ``continue_final_message``) and their prompt is built by
+``conversation.prompt_ids`` (beside the engine, not behind running answers, unless there is a video
+or a closed last answer): exactly the ids a ``/v1/chat/completions`` request with these messages and
+fields prefills, images and videos counted as it reads them, answers this server generated replayed
+as their generated ids.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from engine.api import GenerationParams
 from server.bridge import model_loading
-from server.conversation import to_turns
-from server.errors import APIError, engine_result
+from server.conversation import prompt_ids, to_turns
+from server.errors import APIError
 from server.json_body import JSONBodyRoute
 from server.schemas import DetokenizeRequest, TokenizeRequest
 
@@ -80,43 +81,16 @@ async def tokenize(body: TokenizeRequest, request: Request):
 
 
 async def _tokenize_chat(body: TokenizeRequest, request: Request, state: Any, tokenizer: Any) -> Response:
-    if body.add_generation_prompt and body.continue_final_message:  # as vLLM answers it
-        raise APIError(400, "add_generation_prompt and continue_final_message cannot both be true: set "
-                       "add_generation_prompt to false to continue the last message", "invalid_value",
-                       "continue_final_message")
     chars = sum(len(m.content) if isinstance(m.content, str) else
                 sum(len(p.text) for p in m.content if getattr(p, "type", "") == "text")
                 for m in body.messages if m.content is not None)
     if chars > MAX_TOKENIZE_CHARS:
         raise APIError(400, f"the messages hold {chars} characters of text; /tokenize takes at most "
                        f"{MAX_TOKENIZE_CHARS}", "invalid_value", "messages")
+    # add_generation_prompt and continue_final_message are read (and refused) as a chat request reads them.
     turns = await to_turns(body, state.media, state.bridge.capabilities, state.config, state.answers)
     try:
-        if body.continue_final_message and not turns.continuing:
-            raise APIError(400, "continue_final_message needs the last message to be the assistant's",
-                           "invalid_value", "continue_final_message")
-        answer = state.bridge.admit()  # a place in the queue (with a video, the engine thread builds it)
-        try:
-            loop = asyncio.get_running_loop()
-            done: asyncio.Future = loop.create_future()
-            # Retrieved even when the request is refused before awaiting it (a photo broken inside its pixels).
-            done.add_done_callback(lambda f: f.cancelled() or f.exception())
-
-            def settle(result, error) -> None:
-                def set_() -> None:
-                    if not done.done():
-                        done.set_exception(error) if error is not None else done.set_result(result)
-                loop.call_soon_threadsafe(set_)
-            # A chat request reads its new images at the request's finest detail (params_for).
-            state.bridge.service.prompt_ids(
-                turns.history, turns.system, turns.text, turns.attachments, GenerationParams(image_detail=turns.detail),
-                settle, text_parts=turns.text_parts, continuing=turns.continuing,
-                add_generation_prompt=body.add_generation_prompt)
-            if turns.pending:
-                await state.media.confirm(turns.pending)  # a photo broken inside its pixels: its 400
-            ids = await engine_result(done)
-        finally:
-            answer.release()
+        ids = await prompt_ids(state, turns)
     except BaseException:
         state.media.settle(turns.pending)
         raise

@@ -224,7 +224,22 @@ class SamplingFields(_Body):
     response_format: dict | None = Field(None, description="only {\"type\": \"text\"}: JSON modes are a 400")
 
 
-class ChatRequest(SamplingFields):
+class TemplateFields(_Body):
+    """vLLM's chat-template fields, which ``/v1/chat/completions`` and ``/tokenize`` read alike
+    (:func:`server.conversation.template_mode`). ``None``: not given (JSON null too); a last assistant
+    message is then continued (Open WebUI's "Continue response", llama-server's prefill) unless
+    ``add_generation_prompt`` is true."""
+
+    add_generation_prompt: StrictBool | None = Field(
+        None, description="end with the assistant's opening (default true); false: the prompt ends where the "
+                          "last message does, and a chat answer continues from there")
+    continue_final_message: StrictBool | None = Field(
+        None, description="leave the last message, an assistant's, open and continue it (needs "
+                          "add_generation_prompt false); false: a last assistant message is closed and answered "
+                          "after; left out, a last assistant message is continued unless add_generation_prompt is true")
+
+
+class ChatRequest(SamplingFields, TemplateFields):
     """``POST /v1/chat/completions``."""
 
     null_is_default = SamplingFields.null_is_default | {"logprobs"}
@@ -260,7 +275,8 @@ class CompletionRequest(SamplingFields):
                     "of one list of token ids ([[1, 2, 3]], as lm-evaluation-harness sends it); several "
                     "prompts in one request are a 400 (one completion per request)")
     # 0 only with echo: the prompt alone, scored with logprobs (lm-evaluation-harness, vLLM)
-    max_tokens: Annotated[StrictInt, Field(ge=0)] | None = None
+    max_tokens: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None, description="tokens to generate; default 16, as OpenAI's legacy completions and vLLM's")
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
     echo: StrictBool = Field(False, description="the prompt comes first in the text, and with logprobs its tokens "
                              "are scored too (the first one's entry is null)")
@@ -278,6 +294,14 @@ class EmbeddingItem(_Body):
     image_url: ImageURL | str | None = None
 
 
+def _not_empty(value: Any) -> Any:
+    """An empty list refused in one sentence before a union's members see it: each list member's
+    own "at least 1 item" error, joined, read "... not 0 or Value should have ..." (a trial)."""
+    if isinstance(value, list) and not value:
+        raise PydanticCustomError("too_short", "must not be empty (send a string, or a list of at least one)")
+    return value
+
+
 #: The most inputs one embeddings request may hold.
 MAX_INPUTS = 256
 
@@ -289,18 +313,18 @@ class EmbeddingRequest(_Body):
     model: str
     input: Annotated[str | Annotated[list[str | EmbeddingItem], Field(min_length=1, max_length=MAX_INPUTS)] |
                      Annotated[list[StrictInt] | list[list[StrictInt]], Field(min_length=1)],
-                     _at_most(MAX_INPUTS, "inputs")]
+                     _at_most(MAX_INPUTS, "inputs"), BeforeValidator(_not_empty)]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
     user: str | None = None
 
 
-class TokenizeRequest(_Body):
+class TokenizeRequest(TemplateFields):
     """``POST /tokenize`` (vLLM's shape): a text (``prompt``), or chat ``messages`` rendered as a chat
     request's prompt. ``model`` may be left out (lm-evaluation-harness sends none); when given it must
     name the served model."""
 
-    null_is_default = frozenset({"add_generation_prompt", "continue_final_message", "return_token_strs"})
+    null_is_default = frozenset({"return_token_strs"})
 
     model: str | None = None
     prompt: str | None = Field(None, description="a text, tokenized as /v1/completions reads its prompt "
@@ -311,10 +335,6 @@ class TokenizeRequest(_Body):
     add_special_tokens: StrictBool | None = Field(
         None, description="add what the tokenizer's post-processor adds (a BOS); default true for prompt, false "
                           "for messages, as vLLM (nothing for SmolVLM's and SmolLM2's tokenizers)")
-    add_generation_prompt: StrictBool = Field(True, description="messages: end with the assistant's opening, "
-                                              "as a chat request's prompt does")
-    continue_final_message: StrictBool = Field(False, description="messages: the last message, an assistant's, "
-                                               "is left open (a chat request does that on its own)")
     return_token_strs: StrictBool = Field(False, description="also return each token's vocabulary string")
 
 

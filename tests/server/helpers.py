@@ -40,6 +40,17 @@ def png_bytes(size=(32, 24), color=(200, 30, 30), fmt="PNG", noise: bool = False
     return buf.getvalue()
 
 
+def animation_bytes(frames: int = 6, fmt: str = "GIF", size=(48, 32), duration_ms: int = 250) -> bytes:
+    """An animated image file (``frames`` frames of different colours, ``duration_ms`` each; one
+    frame: a still image) made with Pillow."""
+    from PIL import Image
+
+    pictures = [Image.new("RGB", size, (40 * i % 256, 255 - 40 * i % 256, 90)) for i in range(frames)]
+    buf = io.BytesIO()
+    pictures[0].save(buf, fmt, save_all=frames > 1, append_images=pictures[1:], duration=duration_ms, loop=0)
+    return buf.getvalue()
+
+
 def wait_ready(url: str, timeout: float = 90.0, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -545,7 +545,9 @@ def test_bodies_python_cannot_read_as_json_are_invalid_json(url):
     for content, message in (
             (b'{"model": "tiny-f32", "max_tokens": ' + b"9" * 5000 + b"}", "a number in it has more than 4300 digits"),
             (b"[" * 100_000 + b"]" * 100_000, "its arrays or objects are nested too deeply"),
-            (b'{"model": "\xff\xfe"}', "it is not UTF-8 text (byte 0xff at offset 11)")):
+            (b'{"model": "\xff\xfe"}', "it is not UTF-8 text (byte 0xff at offset 11)"),
+            # a UTF-16 byte-order mark before UTF-8 text was "Expecting value at line 1, column 1" (a trial)
+            (b'\xff\xfe{"model": "tiny-f32"}', "it is not UTF-8 text (byte 0xff at offset 0)")):
         r = post(content)
         assert r.status_code == 400 and r.json()["error"] == {
             "message": f"the body is not valid JSON: {message}", "type": "invalid_request_error", "param": None,
@@ -554,6 +556,74 @@ def test_bodies_python_cannot_read_as_json_are_invalid_json(url):
     assert r.status_code == 400 and r.json()["error"] == {
         "message": "the request body is empty: send a JSON object", "type": "invalid_request_error", "param": None,
         "code": "invalid_json"}
+
+
+def test_a_completion_without_max_tokens_is_16_tokens_long(url):
+    """Found by a trial: /v1/completions without max_tokens generated up to 512 tokens; OpenAI's legacy
+    completions and vLLM's default to 16."""
+    r = httpx.post(f"{url}/v1/completions", timeout=60, json={"model": MODEL, "prompt": "Once upon a time",
+                                                               "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 16 and r.json()["choices"][0]["finish_reason"] == "length"
+    given = httpx.post(f"{url}/v1/completions", timeout=60, json={"model": MODEL, "prompt": "Once upon a time",
+                                                                   "temperature": 0, "ignore_eos": True,
+                                                                   "max_tokens": 20})
+    assert given.json()["usage"]["completion_tokens"] == 20
+
+
+def test_a_prompt_that_fills_the_context_is_told_to_leave_room_for_a_token(url):
+    """Found by a trial: "the prompt has 8192 tokens but the context holds 8192" read as a contradiction."""
+    context = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["context_length"]
+    body = {"model": MODEL, "prompt": [100] * context, "echo": True, "max_tokens": 1}
+    r = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert r.json()["error"]["message"] == (f"the prompt has {context} tokens but the context holds {context} for the "
+                                            "prompt and at least one new token together: shorten the prompt or the "
+                                            "conversation")
+    # (scored alone, it fits: nothing is generated)
+    assert httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": 0}, timeout=120).status_code == 200
+
+
+def test_an_empty_embeddings_input_is_one_clear_error(url):
+    """Found by a trial: input [] gave pydantic's errors of each list form joined ("... not 0 or Value
+    should have ...")."""
+    r = httpx.post(f"{url}/v1/embeddings", json={"model": MODEL, "input": []}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "input: must not be empty (send a string, or a list of at least one)",
+        "type": "invalid_request_error", "param": "input", "code": "invalid_value"}, r.text
+
+
+def test_head_answers_a_get_route_and_a_405_says_which_methods_are_allowed(url):
+    """Found by a trial: HEAD /v1/models (an uptime checker's) was a 405, and 405s had no Allow header."""
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    for path in ("/health", "/v1/models", f"/v1/models/{model}", "/models"):  # (/models: /v1/models, as GET)
+        got, head = httpx.get(f"{url}{path}", timeout=30), httpx.head(f"{url}{path}", timeout=30)
+        assert (head.status_code, head.content) == (200, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+    assert httpx.head(f"{url}/v1/models/gpt-4", timeout=30).status_code == 404
+    for method, path, allowed in (("POST", "/v1/models", "GET, HEAD"), ("GET", "/v1/chat/completions", "POST"),
+                                  ("HEAD", "/v1/completions", "POST"), ("DELETE", "/health", "GET, HEAD")):
+        r = httpx.request(method, f"{url}{path}", timeout=30)
+        assert (r.status_code, r.headers.get("allow")) == (405, allowed), (method, path, r.text)
+        if method != "HEAD":
+            assert r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_compressed_body_is_a_415_that_says_to_send_it_uncompressed(url):
+    """Found by a trial: a gzip body got "the body is not valid JSON: it is not UTF-8 text (byte 0x8b ...)"."""
+    import gzip
+
+    body = json.dumps({"model": MODEL, "messages": [user(TEXT)], "max_tokens": 1}).encode()
+    for encoding in ("gzip", "br", "deflate"):
+        r = httpx.post(f"{url}/v1/chat/completions", content=gzip.compress(body), timeout=30,
+                       headers={"content-type": "application/json", "content-encoding": encoding})
+        assert r.status_code == 415 and r.json()["error"] == {
+            "message": f"the request body is compressed (Content-Encoding: {encoding}); this server takes "
+                       "uncompressed bodies only: send it without Content-Encoding",
+            "type": "invalid_request_error", "param": None, "code": "unsupported_content_encoding"}, r.text
+    plain = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=60,
+                       headers={"content-type": "application/json", "content-encoding": "identity"})
+    assert plain.status_code == 200, plain.text
 
 
 def test_max_completion_tokens_beyond_the_context_is_named(url):

@@ -1,5 +1,5 @@
 """``server.errors.engine_result``: the one place an engine call's failure becomes the API's error
-(``/tokenize`` with messages and ``/v1/embeddings`` both go through it)."""
+(``/tokenize`` with messages, through ``conversation.prompt_ids``, and ``/v1/embeddings`` both go through it)."""
 
 from __future__ import annotations
 
@@ -43,11 +43,14 @@ def test_an_api_error_on_the_way_stays_as_it_is():
 def test_both_routes_use_it():
     import inspect
 
-    from server import routes_info, routes_tokenize
+    from server import conversation, routes_info, routes_tokenize
 
-    for module in (routes_info, routes_tokenize):
+    # (/tokenize's messages, and a chat request's prompt built as ids, go through conversation.prompt_ids)
+    assert "prompt_ids(state, turns)" in inspect.getsource(routes_tokenize)
+    for module in (routes_info, conversation):
         source = inspect.getsource(module)
         assert "engine_result(" in source and "from_engine(" not in source, module.__name__
+    assert "from_engine(" not in inspect.getsource(routes_tokenize)
 
 
 @pytest.mark.parametrize("share, advice", [
@@ -76,3 +79,24 @@ def test_images_all_sent_at_low_detail_are_not_told_to_use_it(share, advice):
     message = f"the prompt has 700 tokens{share} but the context holds 512"
     error = from_engine("PromptTooLongError", message, all_images_low=True)
     assert error.message == f"{message}: shorten the prompt or the conversation{advice}"
+
+
+@pytest.mark.parametrize("message, said", [
+    ("the prompt has 8192 tokens but the context holds 8192",
+     "the prompt has 8192 tokens but the context holds 8192 for the prompt and at least one new token together: "
+     "shorten the prompt or the conversation"),
+    ("the prompt has 512 tokens (448 of them for images) but the context holds 512",
+     "the prompt has 512 tokens (448 of them for images) but the context holds 512 for the prompt and at least one "
+     "new token together: shorten the prompt or the conversation, or send fewer images (or 'detail': 'low')"),
+    ("the prompt has 8193 tokens but the context holds 8192",
+     "the prompt has 8193 tokens but the context holds 8192: shorten the prompt or the conversation"),
+])
+def test_a_prompt_as_long_as_the_context_is_told_why_it_does_not_fit(message, said):
+    """Found by a trial: "the prompt has 8192 tokens but the context holds 8192" read as a contradiction.
+    The words the app's remote backend reads both numbers from stay as they were."""
+    from app.backends.remote_http import _PROMPT_HAS
+
+    error = from_engine("PromptTooLongError", message)
+    assert error.message == said
+    found = _PROMPT_HAS.search(error.message)
+    assert found is not None and found.group(1) == message.split()[3]

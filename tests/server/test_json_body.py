@@ -60,7 +60,12 @@ def test_a_lone_surrogate_in_a_request_is_a_400():
     (b'{"s": "\xff"}', "it is not UTF-8 text (byte 0xff at offset 7)"),
     (b"[" * 100_000 + b"]" * 100_000, "its arrays or objects are nested too deeply"),
     (b'{"n": ' + b"1" * 5000 + b"}", "a number in it has more than 4300 digits"),
-], ids=["invalid UTF-8", "nested too deeply", "a number too long"])
+    # json.loads reads these as UTF-16 (by their first bytes), where they are no JSON: "Expecting value"
+    (b'\xff\xfe{"a": 1}', "it is not UTF-8 text (byte 0xff at offset 0)"),
+    (b'\xff\xfe{"a": 12}', "it is not UTF-8 text (byte 0xff at offset 0)"),  # (an odd length: "not UTF-16 text")
+    ('{"a": '.encode("utf-16"), "it is not UTF-8 text (byte 0xff at offset 0)"),
+], ids=["invalid UTF-8", "nested too deeply", "a number too long", "UTF-16 BOM before UTF-8",
+        "UTF-16 BOM before UTF-8, odd length", "UTF-16, cut short"])
 def test_what_json_loads_raises_besides_syntax_errors_is_a_syntax_error_naming_it(body, message):
     with pytest.raises(json.JSONDecodeError) as info:
         parse_json(body)

@@ -22,7 +22,7 @@ from server.config import ServerConfig
 from server.errors import APIError
 from server.media import MediaStore
 from tests.server.fakes import FakeSession, fake_loader
-from tests.server.helpers import ThreadServer, png_bytes
+from tests.server.helpers import ThreadServer, animation_bytes, png_bytes
 
 
 def uri(data: bytes) -> str:
@@ -161,12 +161,100 @@ def test_a_video_that_cannot_be_read_is_a_400_that_names_no_server_path(tmp_path
         asyncio.run(store.video("data:video/mp4;base64," + base64.b64encode(data).decode(), "messages[0].content[0]"))
     err = refused.value
     assert (err.status, err.code, err.param) == (400, "invalid_video", "messages[0].content[0]")
-    assert err.message == ("the video cannot be read: the data is not a video this server reads (MP4, WebM, MOV or "
-                           "MKV), or it is cut short or damaged")  # an MP4 cut before its index reads as no video
+    assert err.message == ("the video cannot be read: the data is not a video this server reads (MP4, WebM, MOV, "
+                           "MKV, or an animated GIF or WebP), or it is cut short or damaged")  # (an MP4 cut before
+    # its index reads as no video)
     assert list((tmp_path / "media").iterdir()) == []
     with pytest.raises(APIError) as empty:
         asyncio.run(store.video("data:video/mp4;base64,", "v"))
     assert (empty.value.status, empty.value.code) == (400, "invalid_video")
+
+
+@pytest.mark.parametrize("fmt, mime", [("GIF", "image/gif"), ("WEBP", "image/webp")])
+def test_an_animated_gif_or_webp_is_taken_as_a_video_probed_as_the_engine_probes_it(tmp_path, fmt, mime):
+    """Found by a trial: an animated GIF or WebP sent as a video_url (as the app's remote backend sends
+    one for a SmolVLM2 model, with its own type) was a 400 "unsupported video type 'image/gif'". It is
+    stored under its own suffix, which the engine reads it by, and its headers probed as the app's are."""
+    from engine.api.videos import probe
+
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = animation_bytes(6, fmt, duration_ms=250)
+    path = asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "v"))
+    assert Path(path).suffix == "." + fmt.lower() and Path(path).read_bytes() == data
+    info = probe(path)
+    assert (info.total_frames, info.fps, info.duration, info.width, info.height) == (6, 4.0, 1.5, 48, 32)
+    assert [p.name for p in (tmp_path / "media").iterdir()] == [Path(path).name]  # no .part left
+    # sent again: the stored file
+    assert asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "v")) == path
+
+
+@pytest.mark.parametrize("data, mime, message", [
+    (animation_bytes(1, "GIF"), "image/gif",
+     "the video cannot be read: the GIF has one frame, a still image: send it as an image_url part"),
+    (animation_bytes(1, "WEBP"), "image/webp",
+     "the video cannot be read: the WebP has one frame, a still image: send it as an image_url part"),
+    (animation_bytes(6, "GIF")[:40], "image/gif",
+     "the video cannot be read: the data is not an animated GIF this server reads, or it is cut short or damaged"),
+    (b"GIF89a" + bytes(range(256)) * 4, "image/gif",
+     "the video cannot be read: the data is not an animated GIF this server reads, or it is cut short or damaged"),
+    (animation_bytes(6, "GIF"), "image/webp",
+     "the video cannot be read: the data is not an animated WebP this server reads, or it is cut short or damaged"),
+], ids=["still GIF", "still WebP", "GIF cut short", "broken GIF", "GIF labelled WebP"])
+def test_a_still_or_broken_animation_sent_as_a_video_is_a_400(tmp_path, data, mime, message):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "messages[0].content[0]"))
+    err = refused.value
+    assert (err.status, err.code, err.param, err.message) == (400, "invalid_video", "messages[0].content[0]", message)
+    assert list((tmp_path / "media").iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt, mime", [("GIF", "image/gif"), ("WEBP", "image/webp")])
+def test_an_animation_cut_anywhere_is_taken_or_a_400(tmp_path, fmt, mime):
+    """Found while fixing the above: Pillow's frame count of a GIF cut inside a frame raised
+    IndexError or struct.error (a 500), not the OSError it raises for other damage."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = animation_bytes(8, fmt)
+    outcomes = set()
+    for n in range(1, len(data), 7):
+        try:
+            asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data[:n]).decode(), "v"))
+            outcomes.add("taken")
+        except APIError as exc:
+            assert (exc.status, exc.code) == (400, "invalid_video"), exc.message
+            outcomes.add(exc.code)
+    assert "invalid_video" in outcomes
+
+
+def test_another_video_type_is_a_400_that_lists_the_types_taken(tmp_path):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.video("data:image/png;base64," + base64.b64encode(png_bytes()).decode(), "v"))
+    assert (refused.value.status, refused.value.code) == (400, "unsupported_video_format")
+    assert refused.value.message == ("unsupported video type 'image/png': send video/mp4, video/webm, video/quicktime, "
+                                     "video/x-matroska, or an animated image/gif or image/webp (e.g. "
+                                     "data:video/mp4;base64,...)")
+
+
+def test_media_urls_are_read_without_the_spaces_around_them(tmp_path):
+    """Found by a trial: " data:image/png;base64,..." was "unsupported URL scheme '  data'"."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    path = asyncio.run(store.image("  " + uri(png_bytes()) + "\n", "v"))
+    assert Path(path).read_bytes() == png_bytes()
+    video = asyncio.run(store.video(" \tdata:image/gif;base64," + base64.b64encode(animation_bytes()).decode() + " ", "v"))
+    assert Path(video).suffix == ".gif"
+
+
+@pytest.mark.parametrize("mime", ["application/octet-stream", "", "APPLICATION/OCTET-STREAM"])
+def test_an_image_labelled_octet_stream_is_read_by_its_bytes(tmp_path, mime):
+    """Found by a trial: data:application/octet-stream;base64,<PNG> was refused while data:;base64,<PNG>
+    was taken: a type that says nothing of the bytes is read as no type."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    path = asyncio.run(store.image(f"data:{mime};base64," + base64.b64encode(png_bytes()).decode(), "v"))
+    assert path.endswith(".png") and Path(path).read_bytes() == png_bytes()
+    with pytest.raises(APIError) as refused:  # the bytes still have to be an image
+        asyncio.run(store.image(f"data:{mime};base64," + base64.b64encode(b"not an image").decode(), "v"))
+    assert (refused.value.status, refused.value.code) == (400, "unsupported_image_format")
 
 
 def test_a_video_without_pictures_is_a_400_that_says_so_without_the_stored_name(tmp_path):

@@ -124,6 +124,78 @@ def test_chat_messages_have_the_ids_a_chat_request_prefills(tiny):
     assert open_["count"] == chat_prompt_tokens(url, model, prefill)
 
 
+PREFILL = [*CHAT[:2], {"role": "assistant", "content": "The capital is"}]
+USER = [*CHAT[:3], {"role": "user", "content": "And of Italy?"}]
+
+
+@pytest.mark.parametrize("messages, flags, expected, raw", [
+    # vLLM's fields, given (raw: a prompt the engine's chat answers do not build, completed as ids)
+    (USER, {"add_generation_prompt": False}, {"add_generation_prompt": False}, True),
+    (USER, {"add_generation_prompt": True}, {}, False),
+    (PREFILL, {"continue_final_message": False}, {}, True),  # closed, and a new assistant turn after it
+    (PREFILL, {"add_generation_prompt": True}, {}, True),
+    (PREFILL, {"continue_final_message": False, "add_generation_prompt": False}, {"add_generation_prompt": False}, True),
+    (PREFILL, {"continue_final_message": True, "add_generation_prompt": False}, {"continue_final_message": True}, False),
+    # neither says otherwise: a last assistant message is continued, as before (Open WebUI, llama-server)
+    (PREFILL, {}, {"continue_final_message": True}, False),
+    (PREFILL, {"add_generation_prompt": False}, {"continue_final_message": True}, False),
+], ids=["user, no opening", "user, opening", "answer closed", "answer closed by add_generation_prompt",
+        "answer closed, no opening", "answer continued", "answer continued by default",
+        "answer continued without the opening"])
+def test_chat_completions_read_the_template_fields_as_tokenize(tiny, messages, flags, expected, raw):
+    """Found by a trial: /v1/chat/completions ignored add_generation_prompt and continue_final_message
+    (a prompt of 37 tokens where /tokenize counted 33, and a last assistant message continued with
+    continue_final_message false). Both endpoints read them alike: the same ids, the same count."""
+    url, model, tokenizer = tiny
+    ids = tokenizer.encode_chat(messages, **expected).input_ids
+    assert post(url, "/tokenize", messages=messages, **flags)["tokens"] == ids
+    body = {"model": model, "messages": messages, "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+    chat = post(url, "/v1/chat/completions", **body, **flags)
+    assert chat["usage"]["prompt_tokens"] == len(ids)
+    if raw:  # the answer goes on from where the prompt ends: /v1/completions' answer to the same ids
+        completion = post(url, "/v1/completions", model=model, prompt=ids, max_tokens=3, temperature=0,
+                          ignore_eos=True)
+        assert chat["choices"][0]["message"]["content"] == completion["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("messages, flags, code, param, message", [
+    (USER, {"continue_final_message": True}, "invalid_value", "continue_final_message",
+     "add_generation_prompt and continue_final_message cannot both be true: set add_generation_prompt to false "
+     "to continue the last message"),
+    (USER, {"continue_final_message": True, "add_generation_prompt": False}, "invalid_value",
+     "continue_final_message", "continue_final_message needs the last message to be the assistant's"),
+    (PREFILL, {"continue_final_message": True, "add_generation_prompt": True}, "invalid_value",
+     "continue_final_message", "add_generation_prompt and continue_final_message cannot both be true: set "
+     "add_generation_prompt to false to continue the last message"),
+])
+def test_chat_completions_refuse_the_template_fields_as_tokenize(tiny, messages, flags, code, param, message):
+    """Found by a trial: continue_final_message true with a last user message was a 400 from /tokenize
+    and answered by /v1/chat/completions."""
+    url, model, _ = tiny
+    for path in ("/tokenize", "/v1/chat/completions"):
+        error = refused(url, path, {"model": model, "messages": messages, "max_tokens": 2, **flags})
+        assert (error["code"], error["param"], error["message"]) == (code, param, message), path
+
+
+def test_a_prompt_built_as_ids_takes_no_images(tiny, shared_dir):
+    """A prompt the engine's chat answers do not build is completed as token ids, which carry no
+    pixels: with an image, add_generation_prompt false is counted by /tokenize but refused by a chat
+    request, and a closed last answer is refused by both."""
+    url, model, tokenizer = tiny
+    photo = {"type": "image_url", "image_url": {"url": data_uri(shared_dir / "images" / "coffee.png")}}
+    with_image = [{"role": "user", "content": [photo, {"type": "text", "text": "What is it?"}]}]
+    assert post(url, "/tokenize", messages=with_image, add_generation_prompt=False)["count"] > 0
+    error = refused(url, "/v1/chat/completions", {"model": model, "messages": with_image, "add_generation_prompt": False})
+    assert (error["code"], error["param"]) == ("unsupported_parameter", "add_generation_prompt")
+    assert error["message"] == ("add_generation_prompt false takes a conversation without images or videos: the "
+                                "server builds that prompt as token ids, which carry no pictures")
+    answered = [*with_image, {"role": "assistant", "content": "Coffee."}]
+    for path in ("/tokenize", "/v1/chat/completions"):
+        error = refused(url, path, {"model": model, "messages": answered, "continue_final_message": False})
+        assert (error["code"], error["param"]) == ("unsupported_parameter", "continue_final_message"), path
+        assert error["message"].startswith("continue_final_message false with a last assistant message"), error
+
+
 def test_an_answer_this_server_generated_counts_as_its_generated_ids(tiny):
     """A re-sent answer is replayed as the ids it was generated as (server.conversation.AnswerIds),
     which re-tokenizing its text may not give: /tokenize counts what the chat request prefills."""

@@ -4,6 +4,7 @@ shows it as the local engine's notice."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -93,3 +94,33 @@ def test_with_several_videos_the_notice_says_which_and_once(video_server):
     assert r.status_code == 200, r.text
     assert re.fullmatch(r"Only [1-5] of the 6 frames of video 2 of 3 could be read \(the file ends early: truncated "
                         r"or damaged\); the answer is about those\.", r.json()["notice"]), r.json()["notice"]
+
+
+@pytest.mark.parametrize("fmt, mime", [("GIF", "image/gif"), ("WEBP", "image/webp")])
+def test_an_animated_gif_or_webp_sent_as_a_video_is_answered(video_server, fmt, mime):
+    """Found by a trial: the app's local engine reads an animated GIF or WebP as a video for a SmolVLM2
+    model, and its remote backend sends one as a video_url with the file's own type, which the server
+    refused ("unsupported video type 'image/gif'"). Its frames are the prompt's, as a video's are; a
+    still or broken one is a 400 as a broken video is."""
+    from tests.server.helpers import animation_bytes
+
+    url, model, whole, _ = video_server
+
+    def body(data: bytes | None) -> dict:
+        clip = f"data:{mime};base64," + base64.b64encode(data).decode() if data else data_uri(whole, "video/mp4")
+        return {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "video_url", "video_url": {"url": clip}}, {"type": "text", "text": "What happens?"}]}]}
+
+    animated = body(animation_bytes(12, fmt, duration_ms=500))  # 6 s: 6 frames sampled at 1 fps
+    r = httpx.post(f"{url}/v1/chat/completions", json=animated, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 2 and "notice" not in r.json()
+    # the prompt of a 6-second video of 6 sampled frames, as the MP4 of that length (and frame size) has
+    mp4 = httpx.post(f"{url}/tokenize", json={"messages": body(None)["messages"]}, timeout=120).json()["count"]
+    assert r.json()["usage"]["prompt_tokens"] == mp4
+    still = body(animation_bytes(1, fmt))
+    with_a_still = httpx.post(f"{url}/v1/chat/completions", json=still, timeout=120).json()["error"]
+    assert (with_a_still["code"], with_a_still["param"]) == ("invalid_video", "messages[0].content[0]")
+    assert "one frame, a still image" in with_a_still["message"]
+    broken = httpx.post(f"{url}/v1/chat/completions", json=body(animation_bytes(12, fmt)[:60]), timeout=120)
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_video", broken.text
