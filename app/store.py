@@ -728,7 +728,8 @@ class Store:
         """Undo :meth:`delete_message`: the rows come back with their ids (so versions keep their
         numbers), the follow-ups under them again, and the branch shown then is shown again. Messages
         of the other role added after the deleted one's parent since follow it (a question asked after
-        the newest answer was deleted comes after that answer again, with the answer to it). Raises
+        the newest answer was deleted comes after that answer again, with the answer to it); a version
+        added in its place since stays the one shown. Raises
         ``sqlite3.IntegrityError`` (nothing changed) when the chat changed in a way that prevents it:
         the message it followed was deleted since. (Messages added since never take a deleted one's id:
         see ``_freed_id``.)"""
@@ -749,7 +750,17 @@ class Store:
             self.db.execute("UPDATE messages SET parent_id = ? WHERE conversation_id = ? AND parent_id IS ? "
                             "AND role != ? AND id != ?",
                             (top["id"], deleted.conversation_id, top["parent_id"], top["role"], top["id"]))
+            # A version written in its place since (a regenerated answer, a question asked again) stays the
+            # one shown, with what follows it; the restored message is a version beside it.
+            known = {top["id"], *(m for m, _, _ in deleted.moved)}
+            newer = any(row[0] not in known for row in self.db.execute(
+                "SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ?",
+                (deleted.conversation_id, top["parent_id"])))
+            if newer:
+                self.db.execute("UPDATE messages SET selected = 0 WHERE id = ?", (top["id"],))
             for r in [*deleted.rows, *({"id": m, "parent_id": p, "selected": s} for m, p, s in deleted.moved)]:
+                if r is top and newer:
+                    continue
                 if r["selected"]:  # one shown version per parent, even beside versions added since
                     self.db.execute("UPDATE messages SET selected = (id = ?) WHERE conversation_id = ? "
                                     "AND parent_id IS ?", (r["id"], deleted.conversation_id, r["parent_id"]))

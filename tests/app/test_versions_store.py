@@ -156,9 +156,9 @@ def test_undo_brings_back_the_newest_message_after_messages_were_added(store, da
     other = store.add_message(store.create_conversation().id, "user", "elsewhere")
     assert again.id == a1.id + 1 and other.id == a1.id + 2
     store.restore_messages(deleted)
-    assert texts(store, c.id) == ["q1", "a1"]  # shown as it was, with its id
-    assert store.messages(c.id)[1].id == a1.id
-    assert sorted(m.text for m in store.all_messages(c.id) if m.parent_id == q1.id) == ["a1", "a1 again"]
+    assert texts(store, c.id) == ["q1", "a1 again"]  # the answer written since stays shown...
+    assert [(m.id, m.text) for m in store.all_messages(c.id) if m.parent_id == q1.id] == [
+        (a1.id, "a1"), (again.id, "a1 again")]  # ... the restored one, with its id, a version beside it
     store.close()
     reopened = Store(data_dir)  # a new run: SQLite's own numbering again, nothing deleted to keep free
     assert reopened.add_message(c.id, "user", "q2").id == other.id + 1
@@ -182,8 +182,24 @@ def test_undo_of_the_newest_answer_after_a_new_question_puts_the_answer_before_i
     deleted = store.delete_message(a3.id)  # again, this time answered anew before the Undo
     store.add_message(c.id, "assistant", "a3 again")
     store.restore_messages(deleted)
-    assert texts(store, c.id) == ["q1", "a1", "q2", "a2", "q3", "a3"]
+    assert texts(store, c.id) == ["q1", "a1", "q2", "a2", "q3", "a3 again"]  # (shown: the newer version)
     assert [m.text for m in store.all_messages(c.id) if m.parent_id == a3.parent_id] == ["a3", "a3 again"]
+    assert one_role_per_version_group(store, c.id)
+
+
+def test_undo_of_a_question_after_another_was_asked_in_its_place_keeps_the_newer_exchange_shown(store):
+    """Review of trial 77's fix: an unanswered question deleted, another asked and answered, then Undo:
+    the old question was shown again and the newer exchange hidden in a version."""
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "q1")
+    store.add_message(c.id, "assistant", "a1")
+    q2 = store.add_message(c.id, "user", "q2", status="error")
+    deleted = store.delete_message(q2.id)
+    store.add_message(c.id, "user", "q3")
+    store.add_message(c.id, "assistant", "a3")
+    store.restore_messages(deleted)
+    assert texts(store, c.id) == ["q1", "a1", "q3", "a3"]
+    assert [m.text for m in store.siblings(q2.id)] == ["q2", "q3"]  # the restored question: a version
     assert one_role_per_version_group(store, c.id)
 
 
