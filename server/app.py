@@ -37,6 +37,8 @@ from server.routes_info import router as info_router
 from server.routes_tokenize import router as tokenize_router
 
 log = logging.getLogger(__name__)
+#: The HTTP content codings (RFC 9110 and IANA's registry) that compress a body: such a body is a 415.
+COMPRESSIONS = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd", "compress", "x-compress", "dcb", "dcz"})
 OPEN_PATHS = ("/health", "/docs", "/openapi.json")  # /docs/*: Swagger UI's script, style and icon
 
 
@@ -196,7 +198,9 @@ class GuardMiddleware:
                 return await _json_error(401, "a valid API key is required (Authorization: Bearer KEY)",
                                          "invalid_api_key")(scope, receive, send)
         encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
-        if encoding not in ("", "identity") and scope["method"] not in ("GET", "OPTIONS"):
+        # Real compressions only: a client that labels a plain body (e.g. "utf-8") is read as before.
+        compressed = any(part.strip() in COMPRESSIONS for part in encoding.split(","))
+        if compressed and scope["method"] not in ("GET", "OPTIONS"):
             # Bodies are read as they come: a compressed one was refused as "not UTF-8 text (byte 0x8b...)".
             _count_scope(scope, 415)
             return await _json_error(415, f"the request body is compressed (Content-Encoding: {encoding[:40]}); "

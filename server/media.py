@@ -109,7 +109,7 @@ VIDEO_TYPES = {"video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".
 #: (app.video_attachments.attachment_kind) and its remote backend sends them (a video_url with the
 #: file's own type): stored with their own suffix, which tells the engine's reader what they are
 #: (engine.api.videos: a GIF through PyAV, an animated WebP through Pillow). A still one is no video.
-ANIMATION_TYPES = {"image/gif": ".gif", "image/webp": ".webp"}
+ANIMATION_TYPES = {"image/gif": ".gif", "image/webp": ".webp", "image/png": ".png", "image/apng": ".apng"}
 #: A data URI's type that says nothing of the bytes (a browser's or an uploader's label for any file):
 #: read as no type, the image's own header decides, as for ``data:;base64,``.
 UNTYPED = ("application/octet-stream", "binary/octet-stream")
@@ -505,7 +505,7 @@ class MediaStore:
         return part
 
     async def video(self, url: str, param: str) -> str:
-        """The stored path of a video (MP4, WebM, MOV, MKV, or an animated GIF or WebP), checked for
+        """The stored path of a video (MP4, WebM, MOV, MKV, or an animated GIF, WebP or PNG), checked for
         type and size, and its headers read (a video stream with a frame rate; an image with more
         than one frame) when it is new: APIError 400 ``invalid_video`` otherwise, as a broken image
         gets ``invalid_image``; 400 ``unsupported_video_format`` for another type, naming those taken."""
@@ -516,7 +516,7 @@ class MediaStore:
         suffix = VIDEO_TYPES.get(mime) or ANIMATION_TYPES.get(mime)
         if suffix is None:
             raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send {', '.join(VIDEO_TYPES)}, or an "
-                           f"animated {' or '.join(ANIMATION_TYPES)} (e.g. data:video/mp4;base64,...)",
+                           f"animated {', '.join(ANIMATION_TYPES)} (e.g. data:video/mp4;base64,...)",
                            "unsupported_video_format", param)
         self._check_size(data, param, "invalid_video")
         return await asyncio.to_thread(self._store_video, data, suffix, param)
@@ -535,15 +535,15 @@ class MediaStore:
         animated = suffix in ANIMATION_TYPES.values()
         if animated:
             self._check_animation(data, suffix, param)
-        # The engine reads an animated WebP by its suffix (Pillow, not PyAV): it is probed under it.
+        # The engine reads an animated WebP or APNG by its suffix (Pillow, not PyAV): it is probed under it.
         part = self._write_part(data, digest, param, suffix if animated else "")
         try:
             probe(part)
         except VideoError as exc:
             part.unlink(missing_ok=True)
             # The engine's message names the file: say what is wrong, not where the server keeps it.
-            reason = "the data is not a video this server reads (MP4, WebM, MOV, MKV, or an animated GIF or " \
-                "WebP), or it is cut short or damaged" \
+            reason = "the data is not a video this server reads (MP4, WebM, MOV, MKV, or an animated GIF, " \
+                "WebP or PNG), or it is cut short or damaged" \
                 if str(exc).endswith(NOT_A_VIDEO) else str(exc).replace(part.name, "the data")
             raise APIError(400, f"the video cannot be read: {reason}", "invalid_video", param) from None
         except BaseException:
@@ -555,15 +555,15 @@ class MediaStore:
     @staticmethod
     def _check_animation(data: bytes, suffix: str, param: str) -> None:
         """An animated image sent as a video: APIError 400 ``invalid_video`` unless its header says
-        it is that format (``suffix``: ``.gif``, ``.webp``) with more than one frame, as the app takes
+        it is that format (``suffix``: ``.gif``, ``.webp``, ``.png``/``.apng``) with more than one frame, as the app takes
         such a file as a video (``engine.api.images.frame_count`` > 1); a still one is an image."""
-        kind = suffix[1:].upper().replace("WEBP", "WebP")
+        kind = {".webp": "WebP", ".apng": "PNG"}.get(suffix, suffix[1:].upper())
         try:
             with Image.open(io.BytesIO(data)) as image:
                 fmt, frames = image.format, int(getattr(image, "n_frames", 1))
         except Exception:  # noqa: BLE001 - Pillow's errors on cut data vary (IndexError, struct.error: a trial)
             fmt, frames = None, 0
-        if fmt != suffix[1:].upper():
+        if fmt != kind.upper():  # (Pillow names an APNG's format "PNG")
             raise APIError(400, f"the video cannot be read: the data is not an animated {kind} this server reads, "
                            "or it is cut short or damaged", "invalid_video", param)
         if frames < 2:

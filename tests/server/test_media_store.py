@@ -162,7 +162,7 @@ def test_a_video_that_cannot_be_read_is_a_400_that_names_no_server_path(tmp_path
     err = refused.value
     assert (err.status, err.code, err.param) == (400, "invalid_video", "messages[0].content[0]")
     assert err.message == ("the video cannot be read: the data is not a video this server reads (MP4, WebM, MOV, "
-                           "MKV, or an animated GIF or WebP), or it is cut short or damaged")  # (an MP4 cut before
+                           "MKV, or an animated GIF, WebP or PNG), or it is cut short or damaged")  # (an MP4 cut before
     # its index reads as no video)
     assert list((tmp_path / "media").iterdir()) == []
     with pytest.raises(APIError) as empty:
@@ -170,8 +170,9 @@ def test_a_video_that_cannot_be_read_is_a_400_that_names_no_server_path(tmp_path
     assert (empty.value.status, empty.value.code) == (400, "invalid_video")
 
 
-@pytest.mark.parametrize("fmt, mime", [("GIF", "image/gif"), ("WEBP", "image/webp")])
-def test_an_animated_gif_or_webp_is_taken_as_a_video_probed_as_the_engine_probes_it(tmp_path, fmt, mime):
+@pytest.mark.parametrize("fmt, mime, suffix", [("GIF", "image/gif", ".gif"), ("WEBP", "image/webp", ".webp"),
+                                               ("PNG", "image/png", ".png"), ("PNG", "image/apng", ".apng")])
+def test_an_animated_gif_or_webp_is_taken_as_a_video_probed_as_the_engine_probes_it(tmp_path, fmt, mime, suffix):
     """Found by a trial: an animated GIF or WebP sent as a video_url (as the app's remote backend sends
     one for a SmolVLM2 model, with its own type) was a 400 "unsupported video type 'image/gif'". It is
     stored under its own suffix, which the engine reads it by, and its headers probed as the app's are."""
@@ -180,7 +181,7 @@ def test_an_animated_gif_or_webp_is_taken_as_a_video_probed_as_the_engine_probes
     store = MediaStore(ServerConfig(), tmp_path / "media")
     data = animation_bytes(6, fmt, duration_ms=250)
     path = asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "v"))
-    assert Path(path).suffix == "." + fmt.lower() and Path(path).read_bytes() == data
+    assert Path(path).suffix == suffix and Path(path).read_bytes() == data  # (an APNG too: review of trial 77)
     info = probe(path)
     assert (info.total_frames, info.fps, info.duration, info.width, info.height) == (6, 4.0, 1.5, 48, 32)
     assert [p.name for p in (tmp_path / "media").iterdir()] == [Path(path).name]  # no .part left
@@ -199,7 +200,11 @@ def test_an_animated_gif_or_webp_is_taken_as_a_video_probed_as_the_engine_probes
      "the video cannot be read: the data is not an animated GIF this server reads, or it is cut short or damaged"),
     (animation_bytes(6, "GIF"), "image/webp",
      "the video cannot be read: the data is not an animated WebP this server reads, or it is cut short or damaged"),
-], ids=["still GIF", "still WebP", "GIF cut short", "broken GIF", "GIF labelled WebP"])
+    (animation_bytes(1, "PNG"), "image/png",
+     "the video cannot be read: the PNG has one frame, a still image: send it as an image_url part"),
+    (animation_bytes(6, "GIF"), "image/apng",
+     "the video cannot be read: the data is not an animated PNG this server reads, or it is cut short or damaged"),
+], ids=["still GIF", "still WebP", "GIF cut short", "broken GIF", "GIF labelled WebP", "still PNG", "GIF labelled APNG"])
 def test_a_still_or_broken_animation_sent_as_a_video_is_a_400(tmp_path, data, mime, message):
     store = MediaStore(ServerConfig(), tmp_path / "media")
     with pytest.raises(APIError) as refused:
@@ -229,11 +234,11 @@ def test_an_animation_cut_anywhere_is_taken_or_a_400(tmp_path, fmt, mime):
 def test_another_video_type_is_a_400_that_lists_the_types_taken(tmp_path):
     store = MediaStore(ServerConfig(), tmp_path / "media")
     with pytest.raises(APIError) as refused:
-        asyncio.run(store.video("data:image/png;base64," + base64.b64encode(png_bytes()).decode(), "v"))
+        asyncio.run(store.video("data:image/jpeg;base64," + base64.b64encode(png_bytes()).decode(), "v"))
     assert (refused.value.status, refused.value.code) == (400, "unsupported_video_format")
-    assert refused.value.message == ("unsupported video type 'image/png': send video/mp4, video/webm, video/quicktime, "
-                                     "video/x-matroska, or an animated image/gif or image/webp (e.g. "
-                                     "data:video/mp4;base64,...)")
+    assert refused.value.message == ("unsupported video type 'image/jpeg': send video/mp4, video/webm, video/quicktime, "
+                                     "video/x-matroska, or an animated image/gif, image/webp, image/png, image/apng "
+                                     "(e.g. data:video/mp4;base64,...)")
 
 
 def test_media_urls_are_read_without_the_spaces_around_them(tmp_path):
