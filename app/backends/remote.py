@@ -542,7 +542,7 @@ class RemoteBackend:
             if model not in ids:
                 # The URL answered with a model list: it is right, only the model is not (trial 55: "404
                 # Not found: check the base URL" sent the user to fix what was not wrong).
-                raise RemoteError("no_model", f"{model!r} (it has: {', '.join(ids[:5]) or 'none'})")
+                raise RemoteError("no_model", f"{model!r} (it has: {', '.join(map(model_label, ids[:5])) or 'none'})")
             caps, sources = _unless_stopped(ticket, lambda: probe_capabilities(server, model))
         except LoadCancelled:
             ticket.cancel()
@@ -605,25 +605,29 @@ class RemoteBackend:
         tried = min(self._left_out, len(starts))
         dropped, step = (starts[tried - 1] if tried else 0), 1
         asked = params  # with max_new_tokens lowered where the server counts it against the context
-        waited = 0.0  # seconds waited for a server loading its model
+        waiting_since = 0.0  # when a server loading its model first said so (time.monotonic)
+        body = None  # built again only where what is sent changes (not for a loading server's retry)
         while True:
             try:
-                body = request_body(self.model, openai_messages(history[dropped:], system_prompt, params.image_detail),
-                                    asked, self._info.capabilities.max_context)
-                if user.role == "assistant":
-                    body.update(continue_final_message=True, add_generation_prompt=False)
+                if body is None:
+                    body = request_body(self.model, openai_messages(history[dropped:], system_prompt,
+                                                                    params.image_detail),
+                                        asked, self._info.capabilities.max_context)
+                    if user.role == "assistant":
+                        body.update(continue_final_message=True, add_generation_prompt=False)
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return
             reason, error, error_type, text, failure = self._stream(body, sink, stats)
             overflow = failure.overflow if failure is not None else None
-            if error_type == "Remote:loading" and not text and waited < LOADING_WAIT_S:
-                # The server is loading its model (503 with a Retry-After): asked again when it says, as
-                # its clients are told to, instead of failing the question (trial 77 Q11).
+            now = time.monotonic()
+            waiting_since = (waiting_since or now) if error_type == "Remote:loading" else 0.0
+            if error_type == "Remote:loading" and not text and now - waiting_since < LOADING_WAIT_S:
+                # The server is loading its model: asked again when its Retry-After says, as its clients
+                # are told to, instead of failing the question (trial 77 Q11).
                 pause = min(max(failure.retry_after or LOADING_RETRY_S, 0.5), LOADING_RETRY_MAX_S)
-                sink(ProgressEvent("server_loading", int(waited), 0))
+                sink(ProgressEvent("server_loading", int(now - waiting_since), 0))
                 if self._wait(pause):
-                    waited += pause
                     continue
                 reason, error, error_type = "cancelled", None, ""
                 break
@@ -636,6 +640,7 @@ class RemoteBackend:
                 # every question was refused). Ask for what is left, as the local engine stops at the
                 # context's end.
                 asked = replace(params, max_new_tokens=overflow.context - overflow.prompt)
+                body = None
                 continue
             if tried == len(starts):
                 break
@@ -647,7 +652,7 @@ class RemoteBackend:
             # last 20 fitted (trial 55).
             estimate = exchanges_to_leave_out(history, starts, tried, overflow, params.max_new_tokens, system_prompt)
             tried, step = (estimate, step) if estimate is not None else (min(len(starts), tried + step), 2 * step)
-            dropped = starts[tried - 1]
+            dropped, body = starts[tried - 1], None
         if error is None:
             self._left_out = tried
         if dropped and error is None:

@@ -15,6 +15,7 @@ import re
 import socket
 import ssl
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -193,6 +194,7 @@ def _error_message(body: str) -> str:
     return str(data)[:300]
 
 
+_LOADING = re.compile(r"^\s*loading model\b|\bmodel is (still )?loading\b", re.IGNORECASE)
 _NO_MODEL = re.compile(r"\bmodel\b.*\b(does not exist|not found)", re.IGNORECASE | re.DOTALL)
 
 
@@ -221,8 +223,10 @@ def from_response(status: int, headers, body: str, url: str = "") -> RemoteError
         return RemoteError("too_large", detail, status)
     if status == 429:
         return RemoteError("rate_limited", detail, status, retry)
-    if status == 503 and (retry is not None or re.search(r"\bloading\b", detail, re.IGNORECASE)):
-        # Smolchat's server says "the model is still loading" with a Retry-After; llama-server "Loading model".
+    if status == 503 and (_LOADING.search(detail) or '"model_loading"' in body):
+        # Smolchat's server says "the model is still loading" (code model_loading, a Retry-After);
+        # llama-server "Loading model". Not any 503 with a Retry-After (a proxy's maintenance page), nor
+        # a load that failed ("error loading weights"): those are said at once.
         return RemoteError("loading", detail, status, retry)
     if status >= 500:
         return RemoteError("server_error", detail, status)
@@ -453,9 +457,10 @@ def check_key(server: Server, timeout: float = KEY_CHECK_TIMEOUT) -> RemoteError
         return None
 
 
-#: Bidi embeddings, overrides, isolates and marks, and control characters: in a model id they turn the
-#: text around where it shows ("\u202eevil.exe" read "exe.live": trial 77 Q5) or break its line.
-_UNSHOWN = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\x00-\x1f\x7f-\x9f]")
+#: Unicode categories not shown in a model id: controls (Cc), format characters (Cf: bidi embeddings,
+#: overrides, isolates and marks, zero-width ones) and line and paragraph separators (Zl, Zp): they turn
+#: the text around where it shows ("\u202eevil.exe" read "exe.live": trial 77 Q5), hide or break its line.
+_UNSHOWN = ("Cc", "Cf", "Zl", "Zp")
 #: The longest model label (characters); a longer one keeps its start and end (a 5,000-character id
 #: filled the banner with six lines: trial 77 Q5).
 LABEL_LENGTH = 100
@@ -468,7 +473,7 @@ def model_label(model: str) -> str:
     control characters, and at most :data:`LABEL_LENGTH` characters (the middle cut out)."""
     if model.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", model):
         model = re.split(r"[\\/]", model.rstrip("/\\"))[-1] or model
-    label = _UNSHOWN.sub("", model) or "?"
+    label = "".join(c for c in model if unicodedata.category(c) not in _UNSHOWN) or "?"
     if len(label) > LABEL_LENGTH:
         label = label[:LABEL_LENGTH * 2 // 3] + "…" + label[-(LABEL_LENGTH - LABEL_LENGTH * 2 // 3 - 1):]
     return label

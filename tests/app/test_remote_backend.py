@@ -374,7 +374,7 @@ def test_a_model_id_is_shown_without_bidi_controls_and_at_a_bounded_length():
     from app.backends.remote_http import LABEL_LENGTH
 
     assert model_label("\u202eevil.exe") == "evil.exe"
-    assert model_label("a\u2066b\u200fc\nd\x00e") == "abcde"
+    assert model_label("a\u2066b\u200fc\nd\x00e\u2028f\u200bg\ufeffh") == "abcdefgh"
     long = "org/" + "z" * 5000 + "-Q4_K_M"
     label = model_label(long)
     assert len(label) == LABEL_LENGTH and label.startswith("org/zzz") and label.endswith("zzz-Q4_K_M") and "…" in label
@@ -1089,6 +1089,7 @@ def test_a_server_loading_its_model_is_asked_again_after_its_retry_after_and_sto
         assert [(e.stage, e.done, e.total) for e in waits] == [("server_loading", 0, 0), ("server_loading", 0, 0)]
         text = "".join(e.text for e in events if isinstance(e, TokenEvent))
         assert text == "".join(TOKENS) and events[-1].finish_reason == "stop" and len(fake.requests) == 3
+        assert fake.requests[0] == fake.requests[1] == fake.requests[2]  # (built once: photos not read again)
         backend, _ = loaded(fake.url, "loading:1000", backend=backend)
         events = []
         backend.send("Hi", [], PARAMS, events.append)
@@ -1129,3 +1130,16 @@ def test_a_reasoning_models_thinking_is_progress_not_answer():
         assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == "Orange."
         assert events[-1].finish_reason == "stop" and events[-1].error is None
         backend.close()
+
+
+@pytest.mark.parametrize("body, headers, kind", [
+    ('{"error": {"message": "the model is still loading", "code": "model_loading"}}', {"retry-after": "5"}, "loading"),
+    ('{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}', {}, "loading"),
+    ("<html><title>Down for maintenance</title></html>", {"retry-after": "3600"}, "server_error"),
+    ('{"error": {"message": "the model failed to load: error loading weights", "code": "model_load_failed"}}', {},
+     "server_error"),
+], ids=["smolchat", "llama-server", "maintenance", "load failed"])
+def test_only_a_server_loading_its_model_is_waited_for(body, headers, kind):
+    """Review of trial 77's fix: any 503 with a Retry-After (a proxy's maintenance page), or one whose
+    words held "loading" (a failed load), was waited on for 10 minutes as a model loading."""
+    assert from_response(503, headers, body).kind == kind
