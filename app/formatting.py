@@ -53,11 +53,12 @@ def stats_summary(result: dict, dropped: bool = True) -> str:
         parts.append(f"TTFT {result['ttft_s']:.2f} s")
     if result.get("decode_tokens_per_s"):
         parts.append(f"{result['decode_tokens_per_s']:.1f} tok/s")
+    generated = result.get("generated_tokens", 0)
+    words = f"{generated} generated token{'s' if generated != 1 else ''}"
     if result.get("prompt_tokens"):
-        parts.append(f"{result['prompt_tokens']} prompt / {result.get('cached_tokens', 0)} cached / "
-                     f"{result.get('generated_tokens', 0)} generated tokens")
+        parts.append(f"{result['prompt_tokens']} prompt / {result.get('cached_tokens', 0)} cached / {words}")
     else:  # a server's answer cut off or stopped before its usage came: the prompt's count is unknown, not 0
-        parts.append(f"{result.get('generated_tokens', 0)} generated tokens")
+        parts.append(words)
     if result.get("dropped_turns") and dropped:
         parts.append(dropped_summary(result["dropped_turns"]))
     return " · ".join(parts)

@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QMenu, QPushButton, QWidget
 
 from app.backends.remote import model_label, parse_spec, remote_spec
+from app.backends.remote_http import model_id_text
 from app.icons import icon
 from app.settings import known_models
 
@@ -55,7 +56,8 @@ class ModelPicker(QPushButton):
         self._current = path
         remote = parse_spec(path)
         self.setText(shown_name(name, path))
-        self.setToolTip(f"{remote[1] if remote else path}{f' on {remote[0]}' if remote else ''}\nClick to switch model")
+        # (The whole id of a server's model, cleaned as its label is: trial 78 R5, a bidi override turned it.)
+        self.setToolTip(f"{model_id_text(remote[1]) + ' on ' + remote[0] if remote else path}\nClick to switch model")
         self.remember(path, name)
 
     def remember(self, path: str, name: str = "") -> None:
@@ -95,7 +97,7 @@ class ModelPicker(QPushButton):
             for name in models:
                 spec = remote_spec(server, name)
                 action = self._menu.addAction(model_label(name))
-                action.setToolTip(f"{name} on {server}")
+                action.setToolTip(f"{model_id_text(name)} on {server}")
                 _mark_current(action, spec == self._current)
                 action.triggered.connect(lambda _=False, p=spec: self.model_chosen.emit(p))
             if not models:

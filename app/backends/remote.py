@@ -219,6 +219,7 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
                 _whole_answer(head + "".join(texts), put)
                 return
             said = False  # whether any text came: a stream of empty events then [DONE] is no answer
+            thought = False  # whether a reasoning model's thinking came
             for event in EventSource(_Replayed(response.headers, head, texts)).iter_sse():
                 if stop is not None and stop.is_set():
                     return
@@ -227,6 +228,9 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
                     # "the server closed the connection" when the stream then ends (trial 77 Q8).
                     raise RemoteError("error", error_message(event.data) or "an error event without words")
                 if event.data.strip() == "[DONE]":
+                    if not finished and not said and thought:  # (trial 78 R4: called not OpenAI-compatible)
+                        raise RemoteError("error", "the model only thought, and gave no answer (its thinking may "
+                                          "have used up Max new tokens: raise it in Settings)")
                     if not finished and not said:  # (trial 77 Q7: stored as an empty answer, no error)
                         raise RemoteError("not_openai", "the stream ended ([DONE]) without any of an answer")
                     return
@@ -235,6 +239,7 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
                 except (ValueError, RecursionError):  # (RecursionError: nested too deep to be an event)
                     raise RemoteError("not_openai", f"malformed event in the stream: {event.data[:80]!r}") from None
                 finished, said = _chunk(chunk, put) or finished, said or _has_text(chunk)
+                thought = thought or _has_text(chunk, "reasoning_content", "reasoning")
     except httpx.HTTPError as exc:
         raise from_exception(exc) from exc
     if not finished:
@@ -254,10 +259,12 @@ class _Replayed:
         yield from self._rest
 
 
-def _has_text(chunk) -> bool:
-    """Whether an event (already checked by :func:`_chunk`) carries any of an answer's text."""
+def _has_text(chunk, *keys: str) -> bool:
+    """Whether an event (already checked by :func:`_chunk`) carries any of an answer's text (``keys``: the
+    delta's fields read; default its ``content``)."""
     choices = chunk.get("choices") if isinstance(chunk, dict) else None
-    return any(isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get("content")
+    return any(isinstance(c, dict) and isinstance(c.get("delta"), dict) and
+               any(isinstance(c["delta"].get(key), str) and c["delta"][key] for key in keys or ("content",))
                for c in (choices if isinstance(choices, list) else ()))
 
 

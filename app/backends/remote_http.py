@@ -473,10 +473,16 @@ def model_label(model: str) -> str:
     control characters, and at most :data:`LABEL_LENGTH` characters (the middle cut out)."""
     if model.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", model):
         model = re.split(r"[\\/]", model.rstrip("/\\"))[-1] or model
-    label = "".join(c for c in model if unicodedata.category(c) not in _UNSHOWN) or "?"
-    if len(label) > LABEL_LENGTH:
-        label = label[:LABEL_LENGTH * 2 // 3] + "…" + label[-(LABEL_LENGTH - LABEL_LENGTH * 2 // 3 - 1):]
-    return label
+    return model_id_text(model, LABEL_LENGTH)
+
+
+def model_id_text(model: str, length: int = 3 * LABEL_LENGTH) -> str:
+    """A server's whole model id as a tooltip shows it (a path too): without the characters
+    :func:`model_label` leaves out, at most ``length`` characters (the middle cut out)."""
+    text = "".join(c for c in model if unicodedata.category(c) not in _UNSHOWN) or "?"
+    if len(text) > length:
+        text = text[:length * 2 // 3] + "…" + text[-(length - length * 2 // 3 - 1):]
+    return text
 
 
 def check_connection(server: Server, timeout: float = 10.0) -> tuple[str, str, list[str]]:

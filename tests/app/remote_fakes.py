@@ -24,7 +24,8 @@ servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\u
 ``empty`` streams events without choices, then ``[DONE]``; ``sseerror`` "The", then an SSE ``event: error``
 whose data is ``{"message": ...}``; ``jsonsse`` a whole JSON answer under an event-stream header;
 ``loading:N`` answers its first N chat requests 503 "the model is still loading" with ``Retry-After: 0.2``
-(the requests of every model counted), then as ``ok``; ``thinking`` streams ``reasoning_content`` ("Let me look.") 0.3 s apart, then "Orange."; ``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
+(the requests of every model counted), then as ``ok``; ``thinking`` streams ``reasoning_content`` ("Let me look.") 0.3 s apart, then "Orange."; ``thinkonly``
+three events of ``reasoning`` then ``[DONE]``; ``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
 """
 
 from __future__ import annotations
@@ -275,6 +276,10 @@ class FakeOpenAI:
                 if model == "jsonsse":
                     w.write(json.dumps({"choices": [{"message": {"role": "assistant", "content": "Whole."},
                                                      "finish_reason": "stop"}]}).encode())
+                    return
+                if model == "thinkonly":  # a reasoning model that thinks up to its token limit, then [DONE]
+                    thought = {"choices": [{"index": 0, "delta": {"reasoning": "Hmm, let me think."}}]}
+                    w.write(f"data: {json.dumps(thought)}\n\n".encode() * 3 + b"data: [DONE]\n\n")
                     return
                 if model == "thinking":  # a reasoning model: its thoughts (vLLM's field), then the answer
                     for words in ("Let me ", "look.", ""):

@@ -99,7 +99,7 @@ def test_summaries():
     assert stats_summary({"finish_reason": "cancelled", "prompt_tokens": 1141, "generated_tokens": 0, "ttft_s": 0.0,
                           "decode_tokens_per_s": 0.0, "cached_tokens": 0}) == "1141 prompt / 0 cached / 0 generated tokens"
     assert stats_summary({**result, "generated_tokens": 1, "decode_tokens_per_s": 0.0}) == \
-        "TTFT 0.04 s · 1141 prompt / 0 cached / 1 generated tokens"
+        "TTFT 0.04 s · 1141 prompt / 0 cached / 1 generated token"
     assert finish_footer({"finish_reason": "cancelled"}) == "stopped by you (cancelled)"
     assert finish_footer({"finish_reason": "error", "error": "boom"}) == "failed (error): boom"
     assert finish_footer(result) == ""

@@ -379,6 +379,8 @@ def test_a_model_id_is_shown_without_bidi_controls_and_at_a_bounded_length():
     label = model_label(long)
     assert len(label) == LABEL_LENGTH and label.startswith("org/zzz") and label.endswith("zzz-Q4_K_M") and "…" in label
     assert model_label("\u202e") == "?"
+    from app.backends.remote_http import model_id_text  # (the tooltips' whole id: trial 78 R5)
+    assert model_id_text("/srv/\u202emodels/x.gguf") == "/srv/models/x.gguf" and len(model_id_text(long)) == 300
     with FakeOpenAI(models=[{"id": "\u202eevil.exe", "object": "model"}]) as fake:
         backend, (info, err) = loaded(fake.url, "\u202eevil.exe")
         assert err is None and info.name == "evil.exe"
@@ -1025,7 +1027,7 @@ def test_clients_share_one_tls_context():
 
 
 TRIAL_77_MODELS = [{"id": m, "object": "model"} for m in ["ok", "empty", "sseerror", "jsonsse", "together", "slow",
-                                                            "thinking"]]
+                                                            "thinking", "thinkonly"]]
 
 
 def test_a_stream_of_events_without_an_answer_is_an_error_not_an_empty_answer():
@@ -1143,3 +1145,15 @@ def test_only_a_server_loading_its_model_is_waited_for(body, headers, kind):
     """Review of trial 77's fix: any 503 with a Retry-After (a proxy's maintenance page), or one whose
     words held "loading" (a failed load), was waited on for 10 minutes as a model loading."""
     assert from_response(503, headers, body).kind == kind
+
+
+def test_a_model_that_only_thinks_says_so_not_that_the_server_is_not_openai():
+    """Trial 78 R4: thinking, then ``[DONE]`` without an answer (the thinking used up the token limit)
+    was "Not an OpenAI-compatible server"."""
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, "thinkonly")
+        text, done = ask(backend)
+        assert text == "" and done.finish_reason == "error" and done.error_type == "Remote:error"
+        assert done.error == ("fake: The server reported an error: the model only thought, and gave no answer (its "
+                              "thinking may have used up Max new tokens: raise it in Settings)")
+        backend.close()
