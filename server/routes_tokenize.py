@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from server.bridge import model_loading
-from server.conversation import prompt_ids, to_turns
+from server.conversation import prompt_ids, refuse_raw_media, to_turns
 from server.errors import APIError
 from server.json_body import JSONBodyRoute
 from server.schemas import DetokenizeRequest, TokenizeRequest
@@ -90,6 +90,7 @@ async def _tokenize_chat(body: TokenizeRequest, request: Request, state: Any, to
     # add_generation_prompt and continue_final_message are read (and refused) as a chat request reads them.
     turns = await to_turns(body, state.media, state.bridge.capabilities, state.config, state.answers)
     try:
+        refuse_raw_media(turns, body)  # (a prompt a chat request refuses is not counted: trial 78 R3)
         ids = await prompt_ids(state, turns)
     except BaseException:
         state.media.settle(turns.pending)
