@@ -465,18 +465,23 @@ class AttachmentsMixin:
         detail = self.message_detail()
         images = [chip.path for chip in self.attachments.chips() if chip.kind == "image"]
         self.detail_combo.setVisible(bool(images))
+        fps, max_frames = self.settings.video_fps, self.settings.video_max_frames
+        # An animated image attached before a video model was loaded is sent as a video: counted as one,
+        # at the video settings (trial 78 R2: at the defaults, and kept after they changed).
+        animated = {p for p in images if self.takes_video() and is_animated_image(p)}
+        keys = {p: (p, "video", fps, max_frames) if p in animated else (p, detail) for p in images}
         if self.controller.ready:
             for path in images:
-                if (path, detail) not in self._token_counts:
-                    self._token_counts[(path, detail)] = self.controller.count_tokens(path, detail)
+                if keys[path] not in self._token_counts:
+                    self._token_counts[keys[path]] = self.controller.count_tokens(path, detail, fps, max_frames) \
+                        if path in animated else self.controller.count_tokens(path, detail)
         # With no model in use and none loading, nothing will count them: not "counting…" for good
         # (trial 58); a model that loads counts them then (model_loaded).
         unknown = None if self.controller.ready or self.controller.loading else -1
-        counts = [self._token_counts.get((p, detail), unknown) for p in images]
+        counts = [self._token_counts.get(keys[p], unknown) for p in images]
         chips = self.attachments.video_chips()
         video_tokens = 0
         if chips:
-            fps, max_frames = self.settings.video_fps, self.settings.video_max_frames
             for chip in chips:  # the settings' fps and max frames may have changed
                 try:
                     chip.set_plan(plan_video(chip.path, fps, max_frames))

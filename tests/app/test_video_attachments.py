@@ -209,6 +209,26 @@ def test_animated_gif_is_a_video_to_smolvlm2(qtbot, make_window, video_model, tm
     assert video_model.calls[-1]["kinds"] == ["video"]
 
 
+def test_an_animated_gif_attached_before_a_video_model_is_counted_at_the_video_settings(
+        qtbot, make_window, fake_session, tmp_path, monkeypatch):
+    """Trial 78 R2: a GIF attached while an image model was loaded, then sent to a video model (as a
+    video), was counted at the default frame sampling, and its count kept after the settings changed."""
+    gif = _gif(tmp_path / "spin.gif")
+    win = make_window(fake_session)
+    drop(win, file_mime(gif))
+    assert not isinstance(win.attachments.chip(str(gif.resolve())), VideoChip)
+    asked = []
+    monkeypatch.setattr(win.controller, "count_tokens",
+                        lambda path, detail, fps=None, max_frames=None: asked.append((fps, max_frames)) or 300)
+    fake_session.video = True
+    win.load_model("/models/fake2")
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/fake2", timeout=5000)
+    assert asked[-1] == (win.settings.video_fps, win.settings.video_max_frames)
+    win.settings.video_max_frames = 2
+    win._count_pending_tokens()
+    assert asked[-1] == (win.settings.video_fps, 2)  # counted again, at the new settings
+
+
 def test_animated_gif_stays_an_image_for_an_image_model(qtbot, make_window, fake_session, tmp_path):
     gif = _gif(tmp_path / "spin.gif")
     win = make_window(fake_session)
