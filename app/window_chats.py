@@ -410,10 +410,23 @@ class ChatsMixin:
         self.controller.conversation_opened()  # the engine holds the branch shown now
         self.refresh_sidebar()
         self.update_find()  # (the restored messages may hold the search's words)
-        if self._deleted_chats:  # the chats deleted before stay in reach of Undo (trial 70 N6)
+        if all(m.id != deleted.message_id for m in self.store.messages(deleted.conversation_id)):
+            # Back in a version not shown (another version was written in its place, or an earlier answer
+            # regenerated since): said, with the way to it (trial 78 R7: Ctrl+Z seemed to do nothing).
+            self.banner.show_info("Restored the message, in a version of the chat not shown now.", "Show",
+                                  lambda: self._show_version_of(deleted.message_id))
+        elif self._deleted_chats:  # the chats deleted before stay in reach of Undo (trial 70 N6)
             before, title = self._deleted_chats[-1]
             self.banner.show_info(f"Restored the message. Deleted before it: “{title}”.", "Undo",
                                   lambda: self._undo_delete_chat(before))
+
+    def _show_version_of(self, message_id: int) -> None:
+        """Show the branch holding ``message_id`` (a restored message's), unless an answer is running."""
+        if self.controller.busy:
+            self.banner.show_info("Show the restored message when the answer has finished.", "Show",
+                                  lambda: self._show_version_of(message_id))
+            return
+        self._storage("show that version", self.controller.show_branch_of, message_id)
 
     def may_close(self) -> bool:
         """Whether the window may close now: yes, unless an answer's last save failed (a full disk) and

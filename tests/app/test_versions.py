@@ -4,6 +4,7 @@ each with its own later messages, and the backend is given exactly that branch's
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QPushButton
 
 from app.backends.fake import FakeBackend
 
@@ -390,6 +391,28 @@ def test_undo_of_the_newest_answer_after_the_next_question_puts_it_back_before_t
     ask(qtbot, win, "And 4+4?")
     assert fake.calls[-1]["turns"] == [("user", "What is 2+2?", 0), ("assistant", "4", 0),
                                        ("user", "And 3+3?", 0), ("assistant", "6", 0)]
+
+
+def test_undo_into_a_version_not_shown_says_so_and_shows_it(qtbot, make_window):
+    """Trial 78 R7: the newest answer deleted, then the first answer regenerated (a new branch), then
+    Ctrl+Z: the answer came back in the branch no longer shown, and nothing on screen changed."""
+    fake = FakeBackend(tokens=["4"])
+    win = make_window(fake)
+    ask(qtbot, win, "What is 2+2?")
+    fake.tokens = ["6"]
+    ask(qtbot, win, "And 3+3?")
+    win.transcript.widgets()[3].actions_row.button("delete").click()
+    fake.tokens = ["Four"]
+    with qtbot.waitSignal(win.answer_finished, timeout=10_000):
+        win.transcript.widgets()[1].actions_row.button("regenerate").click()
+    assert shown(win) == ["What is 2+2?", "Four"]
+    win.undo_delete()
+    assert shown(win) == ["What is 2+2?", "Four"]  # the version written since stays shown
+    assert win.banner.message() == "Restored the message, in a version of the chat not shown now."
+    undo_like = win.banner.findChild(QPushButton, "bannerAction")
+    assert undo_like.text() == "Show"
+    qtbot.mouseClick(undo_like, Qt.MouseButton.LeftButton)
+    assert shown(win) == ["What is 2+2?", "4", "And 3+3?", "6"] and switchers(win)[1] == "‹ 1 / 2 ›"
 
 
 def test_regenerate_says_when_the_settings_make_the_same_answer(qtbot, make_window):
