@@ -86,6 +86,8 @@ class EnginesPanel(QGroupBox):
         self.models.hide()  # shown with a test's results: empty, it was a large box without a word
         self.vision_boxes: dict[str, QCheckBox] = {}  # model -> its "can see images" toggle
         self._result.connect(self._show_result)
+        for line in (self.url, self.key):  # (typed by the user; setText for another server clears them itself)
+            line.textEdited.connect(self._fields_edited)
 
         form = QFormLayout()
         form.addRow("Name", self.name)
@@ -261,6 +263,15 @@ class EnginesPanel(QGroupBox):
         self.verdict.setText(f"Testing {masked_url(server.url)}…")
         self._clear_models()
         threading.Thread(target=self._test, args=(server, self._tests), name="TestConnection", daemon=True).start()
+
+    @Slot()
+    def _fields_edited(self) -> None:
+        """The address or key being edited: the last test's verdict and models were another server's
+        (trial 78 R8: "✓ Connected" and its list stood under a URL typed since). A test running for
+        the old fields is dropped when it ends (:meth:`_show_result`)."""
+        if not self.testing:
+            self.verdict.clear()
+            self._clear_models()
 
     def _clear_models(self) -> None:
         """Take the last test's model list (and its "can see images" boxes) away."""

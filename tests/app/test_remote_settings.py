@@ -259,6 +259,14 @@ def test_a_url_that_is_no_address_takes_the_last_servers_models_away(qtbot, dial
             panel.test_connection()
             assert panel.verdict.text().startswith("✗ " if url else "Enter the server's base URL")
             assert not panel.models.isVisibleTo(dialog) and panel.models.count() == 0 and not panel.vision_boxes
+        # Typing in the URL or key takes the last verdict and list away (trial 78 R8: "✓ Connected" stood).
+        for line in (panel.url, panel.key):
+            fill(panel, "fake", fake.url)
+            with qtbot.waitSignal(panel.tested, timeout=20_000):
+                panel.test_connection()
+            assert panel.verdict.text().startswith("✓ Connected") and panel.models.isVisibleTo(dialog)
+            qtbot.keyClicks(line, "x")
+            assert panel.verdict.text() == "" and not panel.models.isVisibleTo(dialog) and not panel.vision_boxes
 
 
 def test_a_test_that_breaks_ends_in_a_verdict_and_one_for_old_fields_is_not_shown(qtbot, dialog, monkeypatch):
