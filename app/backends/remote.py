@@ -82,10 +82,6 @@ THINKING_EVERY_S = 0.25
 #: The fewest streamed tokens, each its own chunk, a server's decode rate is measured over (fewer: not
 #: said; a stream's chunks can arrive together, and then their interval is no decode time).
 MIN_RATE_CHUNKS = 4
-#: Seconds between two tokens' arrivals for them to count as apart: less is one read of the network
-#: (tokens a proxy buffered, or one packet) handed on token by token here (tens of microseconds
-#: each), whose interval is no decode time. A fast server's tokens come ~0.5 ms apart (2,000 tok/s).
-APART_S = 0.0002
 
 #: An image or a video frame counted as this many characters of text when the tokens a refused
 #: conversation holds are shared out among its messages (a photo is ~1,000 tokens, text ~4 characters one).
@@ -201,7 +197,17 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
     inside an HTTP 200, as LM Studio sends them), malformed SSE, a connection closed before the end."""
     url = api_base(base_url) + "/chat/completions"
     finished = False
-    put = _Mended(put)
+    reads = 0  # network reads of the stream so far: each token is put with the read it came in
+    mended = _Mended(put)
+
+    def put(item: tuple) -> None:
+        mended((*item, reads) if item[0] == "token" else item)
+
+    def counted(texts):
+        nonlocal reads
+        for text in texts:
+            reads += 1
+            yield text
     try:
         with client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
             keep(response)
@@ -211,7 +217,7 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict, put: Callable[[
             if "text/event-stream" not in response.headers.get("content-type", ""):
                 _whole_answer(response.read().decode("utf-8", "replace"), put)  # (put mends its text too)
                 return
-            texts = response.iter_text()
+            texts = counted(response.iter_text())
             head = next((text for text in texts if text.strip()), "")
             if head.lstrip("\ufeff \t\r\n").startswith("{"):
                 # A whole JSON answer under an event-stream header (an SSE line never starts with "{"): it
@@ -316,7 +322,7 @@ class _Mended:
         if item[0] == "token":
             text, self.held = mend_surrogates(item[1], self.held)
             if text:
-                self.put(("token", text))
+                self.put(("token", text, *item[2:]))
             return
         if item[0] == "finish" and self.held:
             self.put(("token", mend_surrogates(self.held, final=True)[0]))
@@ -702,7 +708,7 @@ class RemoteBackend:
 
         threading.Thread(target=read, name="RemoteStream", daemon=True).start()
         pieces, reason, error, first, last, usage = [], "stop", None, 0.0, 0.0, {}
-        arrivals = 0  # tokens after the first that came APART_S or more after the one before
+        arrivals, last_read = 0, None  # tokens after the first that came in a network read of their own
         thought, said_thinking = 0, 0.0  # characters of the model's reasoning; when last said
         # The answer's limit, kept here too: a server that ignores max_tokens (trial 64: 40 tokens for a
         # limit of 10; 2,000,000 for 2,000) is cut there as the local engine stops, "length". Servers
@@ -739,9 +745,9 @@ class RemoteBackend:
                     self._close_stream()
                     break
                 length += len(item[1])
-                now = time.perf_counter()
-                arrivals += bool(first) and now - last >= APART_S
-                last = now
+                read = item[2] if len(item) > 2 else None
+                arrivals += bool(first) and (read is None or read != last_read)
+                last, last_read = time.perf_counter(), read
                 first = first or last
                 pieces.append(item[1])
                 sink(TokenEvent(item[1], -1))
@@ -770,8 +776,8 @@ class RemoteBackend:
         stats.ttft_s = first - start if first else 0.0
         # A rate over fewer chunks is the network's: two tokens in one packet read 13,754 tok/s (trial 71),
         # and so is one over chunks that came together (a buffering proxy: 30,914 tok/s, trial 77 Q4).
-        # The rate is said where most tokens came apart (a proxy that passes a stream on in blocks sends
-        # dozens together: the blocks' interval is its own, not the decode's).
+        # The rate is said where most tokens came in network reads of their own (a proxy that passes a
+        # stream on in blocks sends dozens a read: the blocks' interval is its own, not the decode's).
         measured = min(generated, len(pieces)) >= MIN_RATE_CHUNKS and arrivals >= MIN_RATE_CHUNKS - 1 \
             and 2 * arrivals >= len(pieces) - 1
         stats.decode_tokens_per_s = (generated - 1) / (last - first) if measured else 0.0

@@ -1030,36 +1030,37 @@ TRIAL_77_MODELS = [{"id": m, "object": "model"} for m in ["ok", "empty", "sseerr
                                                             "thinking", "thinkonly"]]
 
 
+def ask_trial_77(model: str):
+    """``(text, DoneEvent)`` of one question to ``model`` of a FakeOpenAI serving TRIAL_77_MODELS."""
+    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
+        backend, _ = loaded(fake.url, model)
+        try:
+            return ask(backend)
+        finally:
+            backend.close()
+
+
 def test_a_stream_of_events_without_an_answer_is_an_error_not_an_empty_answer():
     """Trial 77 Q7: events without choices, then ``[DONE]``, were stored as an empty answer ("(no
     answer)") with no word of what happened; the same without ``[DONE]`` was an error."""
-    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
-        backend, _ = loaded(fake.url, "empty")
-        text, done = ask(backend)
-        assert text == "" and done.finish_reason == "error" and done.error_type == "Remote:not_openai"
-        assert done.error == "fake: " + NOT_OPENAI + "the stream ended ([DONE]) without any of an answer"
-        backend.close()
+    text, done = ask_trial_77("empty")
+    assert text == "" and done.finish_reason == "error" and done.error_type == "Remote:not_openai"
+    assert done.error == "fake: " + NOT_OPENAI + "the stream ended ([DONE]) without any of an answer"
 
 
 def test_an_sse_error_event_says_the_servers_words():
     """Trial 77 Q8: ``event: error`` with ``{"message": ...}`` read as "The server closed the connection"."""
-    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
-        backend, _ = loaded(fake.url, "sseerror")
-        text, done = ask(backend)
-        assert text == "The" and done.finish_reason == "error" and done.error_type == "Remote:error"
-        assert done.error == ("fake: The server reported an error: Internal server error in worker; "
-                              "the answer so far is kept")
-        backend.close()
+    text, done = ask_trial_77("sseerror")
+    assert text == "The" and done.finish_reason == "error" and done.error_type == "Remote:error"
+    assert done.error == ("fake: The server reported an error: Internal server error in worker; "
+                          "the answer so far is kept")
 
 
 def test_a_whole_json_answer_under_an_event_stream_header_is_the_answer():
     """Trial 77 Q9: a JSON completion sent as ``text/event-stream`` was thrown away as "The server closed
     the connection"."""
-    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
-        backend, _ = loaded(fake.url, "jsonsse")
-        text, done = ask(backend)
-        assert text == "Whole." and done.finish_reason == "stop" and done.error is None
-        backend.close()
+    text, done = ask_trial_77("jsonsse")
+    assert text == "Whole." and done.finish_reason == "stop" and done.error is None
 
 
 def test_no_rate_is_said_for_tokens_that_came_together_and_one_is_for_tokens_apart():
@@ -1071,7 +1072,7 @@ def test_no_rate_is_said_for_tokens_that_came_together_and_one_is_for_tokens_apa
         assert done.stats.generated_tokens == 5 and done.stats.decode_tokens_per_s == 0.0
         backend, _ = loaded(fake.url, "slow", backend=backend)  # 0.3 s apart: ~3.3 tok/s
         text, done = ask(backend)
-        assert text == "".join(TOKENS) and 2.0 < done.stats.decode_tokens_per_s < 3.5
+        assert text == "".join(TOKENS) and 0 < done.stats.decode_tokens_per_s <= 4 / 1.2  # (its sleeps' bound)
         backend.close()
 
 
@@ -1150,10 +1151,7 @@ def test_only_a_server_loading_its_model_is_waited_for(body, headers, kind):
 def test_a_model_that_only_thinks_says_so_not_that_the_server_is_not_openai():
     """Trial 78 R4: thinking, then ``[DONE]`` without an answer (the thinking used up the token limit)
     was "Not an OpenAI-compatible server"."""
-    with FakeOpenAI(models=TRIAL_77_MODELS) as fake:
-        backend, _ = loaded(fake.url, "thinkonly")
-        text, done = ask(backend)
-        assert text == "" and done.finish_reason == "error" and done.error_type == "Remote:error"
-        assert done.error == ("fake: The server reported an error: the model only thought, and gave no answer (its "
-                              "thinking may have used up Max new tokens: raise it in Settings)")
-        backend.close()
+    text, done = ask_trial_77("thinkonly")
+    assert text == "" and done.finish_reason == "error" and done.error_type == "Remote:error"
+    assert done.error == ("fake: The server reported an error: the model only thought, and gave no answer (its "
+                          "thinking may have used up Max new tokens: raise it in Settings)")
