@@ -479,7 +479,11 @@ def model_label(model: str) -> str:
 def model_id_text(model: str, length: int = 3 * LABEL_LENGTH) -> str:
     """A server's whole model id as a tooltip shows it (a path too): without the characters
     :func:`model_label` leaves out, at most ``length`` characters (the middle cut out)."""
-    text = "".join(c for c in model if unicodedata.category(c) not in _UNSHOWN) or "?"
+    # (An ASCII id without controls, nearly every one, is kept as it is: a list of 50,000 models is
+    # labelled when the picker's menu is built.)
+    text = model if model.isascii() and model.isprintable() else \
+        "".join(c for c in model if unicodedata.category(c) not in _UNSHOWN)
+    text = text or "?"
     if len(text) > length:
         text = text[:length * 2 // 3] + "…" + text[-(length - length * 2 // 3 - 1):]
     return text
