@@ -156,6 +156,28 @@ class AttachmentStrip(QWidget):
         self._sync()
         return True
 
+    def replace(self, path: str, video_plan=None) -> None:
+        """Show the pending ``path`` again, in its place and under its name, as a video (with
+        ``video_plan``) or as an image: an animated GIF, WebP or PNG attached under one model is sent
+        as what the model loaded since takes. One ``changed`` at the end: between the two chips the
+        strip is never seen empty (an empty strip withdraws the notes about the files attached)."""
+        old = self.chip(path)
+        if old is None:
+            return
+        if video_plan is not None:
+            from app.filmstrip import VideoChip
+
+            chip = VideoChip(path, video_plan, self, name=old.name)
+        else:
+            chip = AttachmentChip(path, self, name=old.name)
+        chip.remove_requested.connect(self.remove)
+        index = self._chips.index(old)
+        self._chips[index] = chip
+        self._layout.replaceWidget(old, chip)
+        old.hide()
+        old.deleteLater()
+        self._sync()
+
     @Slot(str)
     def remove(self, path: str) -> None:
         self._ranks.pop(path, None)

@@ -613,6 +613,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         waiting = shown.startswith(LOADING_NOTE) and bool(self.composer.toPlainText().strip())
         self.stats_label.setText(f"{model_summary(info)} · ready")
         self.controller.conversation_opened()
+        self.match_animations()
         self._count_pending_tokens()
         self.attach_files_after_load()
         refusal = self.images_refusal()

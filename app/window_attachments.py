@@ -158,8 +158,7 @@ class AttachmentsMixin:
             if self.attachments.add(path, rank=image_ranks[path]):
                 self._keep_copy(path)
             if is_animated_image(path):
-                notes.append(f"Only the first frame of {Path(path).name} is used: {self.model_info.get('model_name')}"
-                             " takes no videos. Load a SmolVLM2 model to ask about the animation.")
+                notes.append(self._first_frame_note(Path(path).name))
         if videos and self.attachments.video_chips():  # the chips' own problems (e.g. a model that takes no video)
             problems += [line for line in self._video_problems() if line not in problems]
         if problems:  # one line each: run together, eight broken files read as one sentence
@@ -228,6 +227,41 @@ class AttachmentsMixin:
     def takes_video(self) -> bool:
         """The loaded model takes videos (its capabilities say ``video``)."""
         return bool((self.model_info.get("capabilities") or {}).get("video"))
+
+    def match_animations(self) -> None:
+        """Show each pending animated GIF, WebP or PNG as what the model now loaded takes it as: a video
+        (a filmstrip, counted at the video settings) for a model that takes videos, an image (its first
+        frame) for one that takes only images. Attached under the model before, it kept that model's kind:
+        an image chip with an image-detail menu that went as a video, or a video chip a SmolVLM model
+        refused though it could read the first frame."""
+        video = self.takes_video()
+        vision = (self.model_info.get("capabilities") or {}).get("vision", True)
+        for chip in self.attachments.chips():
+            if is_video_file(chip.path) or (chip.kind == "video") == video:
+                continue
+            source = self._kept.get(chip.path, chip.path)
+            if not is_animated_image(source):
+                continue
+            if video:
+                try:
+                    plan = plan_video(source, self.settings.video_fps, self.settings.video_max_frames)
+                except InvalidVideoError:
+                    continue  # its first frame is still an image the model reads
+                self.attachments.replace(chip.path, video_plan=plan)
+                self._watch_video(self.attachments.chip(chip.path))
+                stale = [n for n in getattr(self, "_attach_notes", []) if n.startswith(f"Only the first frame of {chip.name} ")]
+                if stale:  # said under the model before: the whole animation goes now
+                    self._attach_notes = [n for n in self._attach_notes if n not in stale]
+                    self.banner.withdraw(stale)
+            elif vision:
+                self.attachments.replace(chip.path)
+                if chip.path not in self._kept:  # sent as attached, as an image attached now would be
+                    self._keep_copy(chip.path)
+                self.note_attachments(self._first_frame_note(chip.name))
+
+    def _first_frame_note(self, name: str) -> str:
+        return (f"Only the first frame of {name} is used: {self.model_info.get('model_name')} takes no videos. "
+                "Load a SmolVLM2 model to ask about the animation.")
 
     def _video_problems(self) -> list[str]:
         """Why the pending videos cannot be sent (each chip marked), or [] when they can."""

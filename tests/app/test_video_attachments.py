@@ -229,6 +229,50 @@ def test_an_animated_gif_attached_before_a_video_model_is_counted_at_the_video_s
     assert asked[-1] == (win.settings.video_fps, 2)  # counted again, at the new settings
 
 
+def test_an_animated_gif_attached_under_one_model_goes_as_what_the_next_model_takes(
+        qtbot, make_window, fake_session, tmp_path):
+    """A GIF attached under an image model became a filmstrip when a video model loaded (it had stayed an
+    image chip, with the image-detail menu, that was sent as a video), and back to its first frame when
+    an image model loaded again (a video chip the model refused, though it reads the first frame)."""
+    gif = _gif(tmp_path / "spin.gif")
+    other = Image.new("RGB", (40, 30), (0, 90, 0))
+    other.save(tmp_path / "still.png")
+    win = make_window(fake_session)
+    drop(win, file_mime(gif, tmp_path / "still.png"))
+    path = str(gif.resolve())
+    assert [type(c).__name__ for c in win.attachments.chips()] == ["AttachmentChip", "AttachmentChip"]
+    note = ("Only the first frame of spin.gif is used: FakeVLM-256M takes no videos. "
+            "Load a SmolVLM2 model to ask about the animation.")
+    assert win.banner.message() == note
+
+    fake_session.video = True
+    win.load_model("/models/fake2")
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/fake2", timeout=5000)
+    chip = win.attachments.chip(path)
+    assert isinstance(chip, VideoChip) and chip.plan.caption == "0:03 · 3 frames" and chip.name == "spin.gif"
+    assert win.attachments.paths()[0] == path  # in its place, before the still
+    assert _wait_strip(qtbot, chip).error == ""
+    assert note not in (win.banner.message() or "")  # not true of this model
+    assert win.pending_label.text() == "1 image · 1 video · 3 frames · 1,280 image tokens (full)"
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    assert fake_session.calls[-1]["kinds"] == ["video", "image"]
+
+    drop(win, file_mime(gif))
+    assert isinstance(win.attachments.chip(path), VideoChip)
+    fake_session.video = False
+    win.load_model("/models/fake3")
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/fake3", timeout=5000)
+    chip = win.attachments.chip(path)
+    assert chip is not None and not isinstance(chip, VideoChip) and chip.name == "spin.gif"
+    assert note.replace("FakeVLM-256M", win.model_info["model_name"]) in win.banner.message()
+    assert not win.detail_combo.isHidden()
+    win.composer.setPlainText("And now?")
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    assert "video" not in fake_session.calls[-1]["kinds"]
+
+
 def test_animated_gif_stays_an_image_for_an_image_model(qtbot, make_window, fake_session, tmp_path):
     gif = _gif(tmp_path / "spin.gif")
     win = make_window(fake_session)
