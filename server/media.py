@@ -113,6 +113,31 @@ ANIMATION_TYPES = {"image/gif": ".gif", "image/webp": ".webp", "image/png": ".pn
 #: A data URI's type that says nothing of the bytes (a browser's or an uploader's label for any file):
 #: read as no type, the image's own header decides, as for ``data:;base64,``.
 UNTYPED = ("application/octet-stream", "binary/octet-stream")
+#: Other labels clients put on the same files ("video/x-m4v" for an iPhone's .m4v, "video/gif" for a GIF
+#: some uploaders call a video): read as the type they mean.
+VIDEO_ALIASES = {"video/x-m4v": ".mp4", "video/gif": ".gif", "video/x-mkv": ".mkv", "video/mkv": ".mkv",
+                 "video/webp": ".webp"}
+
+
+def sniff_video(data: bytes) -> str | None:
+    """The stored suffix of an untyped video (no type, or :data:`UNTYPED`) by its first bytes, else None:
+    an ISO base media file (MP4, MOV, M4V: ``ftyp`` at byte 4), a Matroska/WebM file (EBML magic
+    1A 45 DF A3), a GIF, a WebP (RIFF....WEBP) or a PNG. Which formats these are: the signatures in
+    ISO/IEC 14496-12 §4.3, the Matroska spec (EBML header), GIF89a, RFC 9649 (WebP) and the PNG spec.
+    Whether the bytes really are a video is then probed, as for a typed one."""
+    if data[4:8] == b"ftyp":
+        return ".mov" if data[8:12] == b"qt  " else ".mp4"
+    if data[:4] == b"\x1a\x45\xdf\xa3":
+        return ".webm" if b"webm" in data[:64] else ".mkv"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return ".gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return ".webp"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return ".png"
+    return None
+
+
 # The suffixes of stored images: "." + an image format (the file's real one); videos keep VIDEO_TYPES' own.
 IMAGE_SUFFIXES = tuple(sorted("." + fmt.lower() for fmt in IMAGE_FORMATS))
 DETAILS = {"low": "fast", "auto": "balanced", "high": "full"}  # OpenAI's detail -> engine.api.events.DETAILS
@@ -508,17 +533,24 @@ class MediaStore:
         """The stored path of a video (MP4, WebM, MOV, MKV, or an animated GIF, WebP or PNG), checked for
         type and size, and its headers read (a video stream with a frame rate; an image with more
         than one frame) when it is new: APIError 400 ``invalid_video`` otherwise, as a broken image
-        gets ``invalid_image``; 400 ``unsupported_video_format`` for another type, naming those taken."""
+        gets ``invalid_image``; 400 ``unsupported_video_format`` for another type, naming those taken.
+        Data without a type, or typed application/octet-stream, is read by its first bytes
+        (:func:`sniff_video`)."""
         url = url.strip()
         mime, data = split_data(url, param)
         if data is None:
             mime, data = await self._fetch(url, param)
-        suffix = VIDEO_TYPES.get(mime) or ANIMATION_TYPES.get(mime)
+        self._check_size(data, param, "invalid_video")
+        if not mime or mime in UNTYPED:  # the bytes say what they are, as for an untyped image
+            suffix = sniff_video(data)
+        else:
+            suffix = VIDEO_TYPES.get(mime) or ANIMATION_TYPES.get(mime) or VIDEO_ALIASES.get(mime)
         if suffix is None:
-            raise APIError(400, f"unsupported video type {mime or 'unknown'!r}: send {', '.join(VIDEO_TYPES)}, or an "
+            what = f"unsupported video type {mime!r}" if mime and mime not in UNTYPED else \
+                "the data is not a video this server reads"
+            raise APIError(400, f"{what}: send {', '.join(VIDEO_TYPES)}, or an "
                            f"animated {', '.join(ANIMATION_TYPES)} (e.g. data:video/mp4;base64,...)",
                            "unsupported_video_format", param)
-        self._check_size(data, param, "invalid_video")
         return await asyncio.to_thread(self._store_video, data, suffix, param)
 
     def _store_video(self, data: bytes, suffix: str, param: str) -> str:

@@ -262,6 +262,49 @@ def test_an_image_labelled_octet_stream_is_read_by_its_bytes(tmp_path, mime):
     assert (refused.value.status, refused.value.code) == (400, "unsupported_image_format")
 
 
+def _clips(tmp_path) -> dict[str, bytes]:
+    from tests.engine.videos import solid, write_video
+
+    made = {suffix: write_video(tmp_path / f"clip{suffix}", (solid(32, 48, 8 * i) for i in range(6)), rate=2,
+                                codec=codec).read_bytes()
+            for suffix, codec in ((".mp4", "libx264"), (".webm", "libvpx-vp9"), (".mkv", "libx264"))}
+    made |= {".gif": animation_bytes(4, "GIF"), ".webp": animation_bytes(4, "WEBP"), ".png": animation_bytes(4, "PNG")}
+    return made
+
+
+@pytest.mark.parametrize("mime", ["application/octet-stream", ""])
+def test_a_video_labelled_octet_stream_or_untyped_is_read_by_its_bytes(tmp_path, mime):
+    """Found by a trial: data:application/octet-stream;base64,<MP4> (an uploader's label for any file)
+    was "unsupported video type", as an untyped GIF was; the bytes say what each is."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    for suffix, data in _clips(tmp_path).items():
+        path = asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "v"))
+        assert Path(path).suffix == suffix and Path(path).read_bytes() == data
+    for data in (b"not a video at all", png_bytes()):  # text, and a still PNG (an image, not a video)
+        with pytest.raises(APIError) as refused:
+            asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "v"))
+        assert (refused.value.status, refused.value.code) in ((400, "unsupported_video_format"), (400, "invalid_video"))
+        assert refused.value.message.startswith(("the data is not a video this server reads: send video/mp4",
+                                                 "the video cannot be read: the PNG has one frame, a still image"))
+
+
+@pytest.mark.parametrize("mime, suffix", [("video/x-m4v", ".mp4"), ("video/gif", ".gif")])
+def test_the_other_labels_clients_use_for_a_video_are_taken(tmp_path, mime, suffix):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    data = _clips(tmp_path)[suffix]
+    path = asyncio.run(store.video(f"data:{mime};base64," + base64.b64encode(data).decode(), "v"))
+    assert Path(path).suffix == suffix and Path(path).read_bytes() == data
+
+
+def test_empty_video_data_is_said_to_be_empty(tmp_path):
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    for mime in ("application/octet-stream", "video/mp4"):
+        with pytest.raises(APIError) as refused:
+            asyncio.run(store.video(f"data:{mime};base64,", "v"))
+        assert (refused.value.status, refused.value.code, refused.value.message) == (
+            400, "invalid_video", "the media data is empty")
+
+
 def test_a_video_without_pictures_is_a_400_that_says_so_without_the_stored_name(tmp_path):
     from tests.engine.videos import write_audio_only
 
