@@ -619,7 +619,9 @@ class RemoteBackend:
         dropped, step = (starts[tried - 1] if tried else 0), 1
         asked = params  # with max_new_tokens lowered where the server counts it against the context
         waiting_since = 0.0  # when a server loading its model first said so (time.monotonic)
+        loading_waits = 0
         body = None  # built again only where what is sent changes (not for a loading server's retry)
+        asked_at = attempt_at = time.perf_counter()
         while True:
             try:
                 if body is None:
@@ -631,6 +633,7 @@ class RemoteBackend:
             except ImageError as exc:
                 sink(DoneEvent("error", stats, str(exc), "ImageError"))
                 return
+            attempt_at = time.perf_counter()
             reason, error, error_type, text, failure = self._stream(body, sink, stats)
             overflow = failure.overflow if failure is not None else None
             now = time.monotonic()
@@ -640,6 +643,7 @@ class RemoteBackend:
                 # are told to, instead of failing the question (trial 77 Q11).
                 pause = min(max(failure.retry_after or LOADING_RETRY_S, 0.5), LOADING_RETRY_MAX_S)
                 sink(ProgressEvent("server_loading", int(now - waiting_since), 0))
+                loading_waits += 1
                 if self._wait(pause):
                     continue
                 reason, error, error_type = "cancelled", None, ""
@@ -668,6 +672,15 @@ class RemoteBackend:
             dropped, body = starts[tried - 1], None
         if error is None:
             self._left_out = tried
+        # The time to the first token is the user's, from the question: a loading server's waits and the
+        # requests a too-long conversation was refused in count (each attempt's stats began anew).
+        lead = attempt_at - asked_at
+        if stats.ttft_s:
+            stats.ttft_s += lead
+        stats.total_s += lead
+        if loading_waits and stats.ttft_s:
+            waited = f"The server loaded its model first: the answer waited {lead:.0f} s for it."
+            stats.notice = f"{stats.notice} {waited}" if stats.notice else waited
         if dropped and error is None:
             stats.dropped_turns = dropped
             what = "the oldest message was" if dropped == 1 else f"the {dropped} oldest messages were"

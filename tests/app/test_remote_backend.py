@@ -1093,6 +1093,11 @@ def test_a_server_loading_its_model_is_asked_again_after_its_retry_after_and_sto
         text = "".join(e.text for e in events if isinstance(e, TokenEvent))
         assert text == "".join(TOKENS) and events[-1].finish_reason == "stop" and len(fake.requests) == 3
         assert fake.requests[0] == fake.requests[1] == fake.requests[2]  # (built once: photos not read again)
+        # The first token's time is the user's, from the question: the two waits of at least 0.5 s count.
+        stats = events[-1].stats
+        assert stats.ttft_s >= 1.0 and stats.total_s >= stats.ttft_s
+        lead = re.fullmatch(r"The server loaded its model first: the answer waited (\d+) s for it\.", stats.notice)
+        assert lead and 1 <= int(lead[1]) <= stats.ttft_s + 0.5  # (the waits, rounded: within the TTFT)
         backend, _ = loaded(fake.url, "loading:1000:30", backend=backend)  # asked to wait 30 s
         events = []
         backend.send("Hi", [], PARAMS, events.append)
