@@ -163,8 +163,14 @@ def test_echo_logprobs_with_the_prompt_in_the_cache(smollm2):
     complete(url, model=model_id, prompt=PROMPT + " and", max_tokens=1, temperature=0)
     again = complete(url, **body)
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
-    lp = again["choices"][0]["logprobs"]
-    assert lp == first["choices"][0]["logprobs"]
+    lp, before = again["choices"][0]["logprobs"], first["choices"][0]["logprobs"]
+    # The same tokens and scores; the values within float rounding, not bit for bit: the cached prefix's
+    # suffix is computed at another matrix shape, whose sums a busy machine's threads may split otherwise.
+    assert (lp["tokens"], lp["text_offset"]) == (before["tokens"], before["text_offset"])
+    assert lp["token_logprobs"][0] is None and before["token_logprobs"][0] is None
+    assert lp["token_logprobs"][1:] == pytest.approx(before["token_logprobs"][1:], abs=1e-4)
+    for now, then in zip(lp["top_logprobs"][1:], before["top_logprobs"][1:]):
+        assert list(now) == list(then) and list(now.values()) == pytest.approx(list(then.values()), abs=1e-4)
     ids = session.tokenizer.encode(PROMPT, allow_special=True)
     assert len(lp["tokens"]) == len(ids) + 2 and lp["token_logprobs"][0] is None
     check_scored(lp, ids, reference(session.model, ids), session.tokenizer, 1, 1e-4)
