@@ -525,7 +525,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
             return
         if self.controller.busy:
             self.banner.show_info(f"An answer is being written: {model} was not loaded. Stop the answer (Esc), "
-                                  "then pick the model in the model menu.")
+                                  "then pick the model again.")
             return
         self.load_model(model)
 
@@ -535,7 +535,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         first = self.model_manager is None
         if first:
             self.model_manager = ModelManager(self)
-            self.model_manager.use_requested.connect(self.load_model)
+            # As --model: not under a running answer (said; the manager's Use closed it without a word,
+            # and nothing loaded: trial 79 P1), and nothing to do for the model in use.
+            self.model_manager.use_requested.connect(self.open_model)
         self.model_manager.show()
         if first:  # over the window; at start (no model) the window may not be placed yet: the screen's middle
             placed = self.isVisible() and not self.pos().isNull()

@@ -289,3 +289,22 @@ def test_a_stopped_server_load_keeps_the_server_model_before():
         assert fake.models_held == 1 and not held.is_set()  # not after the stopped request's end
         held.set()
         backend.close()
+
+
+def test_the_model_managers_use_during_an_answer_says_why_nothing_loads(qtbot, make_window):
+    """Trial 79 P1: Model ▸ Manage models ▸ Use selected while an answer streamed closed the manager, said
+    nothing and loaded nothing (the picker is disabled then; the manager's button was not)."""
+    backend = FakeBackend(tokens=["word "] * 400, delay=0.01)
+    win = make_window(backend)
+    manager = win.open_model_manager()
+    win.composer.setPlainText("A long story, please.")
+    win.send_message()
+    qtbot.waitUntil(lambda: win.controller.busy, timeout=5000)
+    manager.use_requested.emit("/models/other")
+    assert not win.controller.loading and win.controller.asked != "/models/other"
+    assert win.banner.message() == ("An answer is being written: /models/other was not loaded. Stop the answer (Esc), "
+                                    "then pick the model again.")
+    win.stop()
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=5000)
+    manager.use_requested.emit("/models/other")  # after it: loaded
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/other", timeout=5000)
