@@ -2,7 +2,8 @@
 
 Frozen dataclasses keep Hugging Face's field names (``hidden_size``, ``num_key_value_heads``,
 ``rope_theta`` ...). Unknown keys are ignored, derived values are computed in ``__post_init__``,
-and a missing required key raises :class:`~engine.api.errors.ConfigError` naming the file and key.
+and a missing required key, or a value of another JSON kind than its field takes, raises
+:class:`~engine.api.errors.ConfigError` naming the file and key.
 Each model package parses its own config (``engine.models.<arch>.config``); this module holds what
 they share.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,20 +26,65 @@ T = TypeVar("T")
 _MISSING = dataclasses.MISSING
 
 
+_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text", dict: "an object",
+          list: "a list", tuple: "a list"}
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """``value`` as the field type ``hint`` takes it (a whole float such as 2.0 for an int, a list for a
+    tuple); :class:`_Mismatch` with what was expected when JSON gave another kind. Types other than
+    those of :data:`_KINDS` (and unions of them) are not checked."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [h for h in typing.get_args(hint) if h is not type(None)]
+        for kind in kinds:
+            try:
+                return _coerce(value, kind)
+            except _Mismatch:
+                pass
+        raise _Mismatch(" or ".join(dict.fromkeys(_KINDS.get(typing.get_origin(k) or k, str(k)) for k in kinds)))
+    base = origin or hint
+    if base not in _KINDS:
+        return value
+    if base is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if base is tuple and isinstance(value, list):
+        return tuple(value)
+    numeric = base in (int, float) and not isinstance(value, bool)
+    if (numeric and isinstance(value, int if base is int else (int, float))) or \
+            (not numeric and base not in (int, float) and isinstance(value, base)):
+        return value
+    raise _Mismatch(_KINDS[base])
+
+
 def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
-    """Build dataclass ``cls`` from ``data``, dropping unknown keys (mlx-lm ``BaseModelArgs.from_dict``).
+    """Build dataclass ``cls`` from ``data``, dropping unknown keys (mlx-lm ``BaseModelArgs.from_dict``),
+    each value checked against its field's type (a whole number, a number, true/false, text, an
+    object or a list: JSON's kinds).
 
     Raises:
-        ConfigError: a field without default is absent; the message names ``where`` and the key.
+        ConfigError: a field without default is absent, or a value is of another kind than its field
+            takes ("num_hidden_layers is 'two', not a whole number"); the message names ``where`` and
+            the key.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
         if f.name in data and data[f.name] is not None:
-            kwargs[f.name] = data[f.name]
+            try:
+                kwargs[f.name] = _coerce(data[f.name], hints.get(f.name, Any))
+            except _Mismatch as exc:
+                shown = repr(data[f.name])
+                shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                raise ConfigError(f"{where}: {f.name} is {shown}, not {exc}") from None
         elif f.default is _MISSING and f.default_factory is _MISSING:
             raise ConfigError(f"{where}: required key {f.name!r} is missing")
     try:
