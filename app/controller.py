@@ -50,6 +50,9 @@ def result_of(done: DoneEvent) -> dict:
             "token_ids": list(done.token_ids) if done.token_ids else None}
 
 
+#: Said while engine settings wait for the running answer; withdrawn once the model is loaded again.
+RELOAD_NOTE = "The new engine settings apply when this answer finishes."
+
 class ChatController(QObject):
     """One window's conversation with one backend (see the module docstring)."""
 
@@ -122,7 +125,7 @@ class ChatController(QObject):
             self.before_outdated = True
         if self.busy:  # never swap the model under a running answer
             self.reload_pending = (path, device, dtype, options)
-            self.notice.emit("The new engine settings apply when this answer finishes.")
+            self.notice.emit(RELOAD_NOTE)
         elif self.load(path, device, dtype, options) and self._before:
             self.before_outdated = True  # stopped, this reload leaves the model on the settings before
 

@@ -23,7 +23,7 @@ from app.backends import backend_from_env, ignored_backend
 from app.backends.remote import model_label, parse_spec
 from app.backends.switch import EngineSwitch, make_remote_backend
 from app.chat_view import EMPTY_TEXT, EMPTY_TEXT_ONLY, LOCAL_LINE
-from app.controller import ChatController
+from app.controller import RELOAD_NOTE, ChatController
 from app.conversations import ConversationKeeper, open_store
 from app.drafts import DraftKeeper
 from app.formatting import context_full, footer_text, model_summary, progress_summary, stats_summary
@@ -610,7 +610,7 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         # What was said about the model before, or its load, is not true now: images refused by a text
         # model while this one loaded, a load that failed, Enter pressed during the load.
         if (vision and "cannot read images" in shown) or shown.startswith(("Could not load the model: ",
-                                                                           LOADING_NOTE, NO_MODEL_NOTE)):
+                                                                           LOADING_NOTE, NO_MODEL_NOTE, RELOAD_NOTE)):
             self.banner.dismiss()
         waiting = shown.startswith(LOADING_NOTE) and bool(self.composer.toPlainText().strip())
         self.stats_label.setText(f"{model_summary(info)} · ready")

@@ -353,6 +353,8 @@ def test_engine_settings_changed_during_an_answer_apply_when_it_ends(qtbot, make
         pass
     qtbot.waitUntil(lambda: len(slow.loads) == 2, timeout=5000)
     assert slow.options == {"weights": "int8"}
+    qtbot.waitUntil(lambda: window.controller.ready, timeout=5000)
+    assert window.banner.isHidden()  # done: not said as still to come (trial 79 P6a)
 
 
 def test_settings_dialog_applies_to_the_engine(qtbot, window, fake_session):
