@@ -541,8 +541,11 @@ def import_dialog(window) -> Imported | None:
     finally:
         busy.close()
     window.refresh_sidebar()
+    own_notice = False  # the opened chat's notice (settings it cannot use), not what was up before
     if not window._busy:
+        shown = window.banner.message()
         window.open_conversation(imported.conversation_id)  # says what of its settings it cannot use
+        own_notice = bool(window.banner.message()) and window.banner.message() != shown
     lines = [f"Imported “{_short(imported.title or 'New chat')}” ({imported.messages:,} "
              f"message{'s' if imported.messages != 1 else ''})." + ("" if not window._busy else " It is in the list "
                                                                                            "of chats.")]
@@ -568,7 +571,7 @@ def import_dialog(window) -> Imported | None:
     if imported.too_large:
         lines.append(f"Past the {MAX_EMBEDDED_BYTES // 2**20} MB of photos and videos that an export of Smolchat "
                      f"holds, so left out: {_names(imported.too_large)}.")
-    if window.banner.message():  # the chat's own notice (settings it cannot use): kept, these under it
+    if own_notice:  # kept, these under it (not under an unrelated message: trial 79 P6a)
         for line in lines:
             window.banner.add_info(line)
     elif len(lines) > 1:

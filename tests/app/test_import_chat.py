@@ -302,6 +302,24 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     assert len(win.sidebar.ids()) == 2
 
 
+def test_an_import_during_an_answer_has_a_banner_of_its_own(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 79 P6a: imported while an answer ran (the chat not opened), its lines were added under the
+    message that was up, an unrelated refusal to delete the answering chat."""
+    win = make_window(FakeBackend(tokens=["word "] * 300, delay=0.01))
+    conv = branching_chat(win.store, tmp_path)
+    path = export_json(win.store, conv, tmp_path / "cats.json")
+    win.composer.setPlainText("A long story, please.")
+    win.send_message()
+    qtbot.waitUntil(lambda: win._busy, timeout=5000)
+    win.banner.show_info("An unrelated note.")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    win.actions["import_json"].trigger()
+    assert win.banner.message() == ("Imported “Cats (2)” (5 messages). It is in the list of chats. “Cats” already "
+                                    "holds the same messages: this copy is named “Cats (2)” to tell them apart.")
+    win.stop()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+
+
 def test_a_chat_deleted_before_an_import_is_still_undone_by_ctrl_z(qtbot, make_window, tmp_path, monkeypatch):
     """Trial 75 N7: the import's banner took the place of "Deleted … Undo", and the deleted chat could
     not be brought back. Ctrl+Z (outside the message box) restores the newest chat deleted."""
