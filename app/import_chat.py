@@ -19,6 +19,7 @@ import contextlib
 import json
 import re
 import tempfile
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,6 +180,10 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
         store.delete_conversation(conv.id)
         ids: dict[int, int] = {}
         previous = None
+        # A time after now (a day's slack for clocks and time zones) is no time the message was written:
+        # dated at the import, as an unreadable one, or the chat stays above every new one (trial 79 P4:
+        # "10 Mar 5107", first under "Today").
+        latest = time.time() + 86_400
         for done, entry in enumerate(ordered):
             if progress is not None and done % 100 == 0 and progress(done, len(ordered)) is False:
                 raise ImportCancelled
@@ -190,7 +195,8 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
             images, names = media.stored(entry)
             stats = clean_stats(entry.get("stats"))[0] if isinstance(entry.get("stats"), dict) else {}
             status = _status(entry.get("status"))
-            created = entry.get("created") if is_time(entry.get("created")) else None  # else: now
+            created = entry.get("created")
+            created = created if is_time(created) and created <= latest else None  # else: now
             message = store.add_message(conv.id, entry["role"], entry.get("text", ""), images, status=status,
                                         stats=stats, parent_id=parent_id, names=names, created=created)
             token_ids = _token_ids(entry.get("token_ids")) if entry["role"] == "assistant" else None

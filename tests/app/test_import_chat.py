@@ -580,6 +580,8 @@ def test_messages_keep_when_they_were_sent_through_an_export(store, tmp_path):
     before = time.time()
     ahead = store.conversation(import_chat(store, tmp_path / "ahead.json").conversation_id)
     assert before <= ahead.created <= ahead.updated <= time.time()
+    # and so are its messages (trial 79 P4: each stamped "10 Mar 5107" under a chat filed today)
+    assert all(before <= m.created <= time.time() for m in store.all_messages(ahead.id))
     for entry, value in zip(data["all_messages"], (None, "yesterday", True, float("inf"), -5)):
         entry["created"] = value
     del data["messages"][0]["created"]
