@@ -58,6 +58,7 @@ class Imported:
     too_large: list[str] = field(default_factory=list)  # names of held files past MAX_EMBEDDED_BYTES together
     replaced: int = 0  # lone surrogates (half a UTF-16 pair, no character) replaced by U+FFFD
     same_as: list[str] = field(default_factory=list)  # titles of the chats already holding the same messages
+    differ: int = 0  # messages of the branch shown ("messages") whose text is not that of "all_messages"
 
 
 def read_export(path: str | Path) -> dict:
@@ -206,10 +207,14 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
             if version >= 2:
                 ids[entry["id"]] = message.id
         shown = data.get("messages") if version >= 2 and isinstance(data.get("messages"), list) else []
+        texts = {entry["id"]: entry.get("text", "") for entry in entries} if version >= 2 else {}
+        differ = 0
         for entry in shown:  # the branch that was shown; anything else in that list is passed over
             message_id = entry.get("id") if isinstance(entry, dict) else None
             if isinstance(message_id, int) and message_id in ids:
                 store.select(ids[message_id])
+                # An export holds the branch shown twice; a hand edit of this copy is not read (said).
+                differ += isinstance(entry.get("text"), str) and entry["text"] != texts.get(message_id)
         store.date_by_messages(conv.id)
         store.undelete_conversation(conv.id)
         same_as = _same_messages(store, conv.id)
@@ -221,7 +226,7 @@ def import_chat(store: Store, path: str | Path, progress=None) -> Imported:
         media.close()
     return Imported(conv.id, store.conversation(conv.id).title, len(entries), missing=media.missing,
                     refused=media.refused, damaged=media.damaged, too_large=media.too_large, replaced=replaced,
-                    same_as=same_as)
+                    same_as=same_as, differ=differ)
 
 
 #: Invisible marks that set the direction of the text beside them (LRM, RLM, ALM); :func:`display_title`
@@ -560,6 +565,10 @@ def import_dialog(window) -> Imported | None:
         lines.append(f"“{_short(imported.same_as[0])}”{f' and {others} more' if others else ''} already "
                      f"{'hold' if others else 'holds'} the same messages: this copy is named “{_short(imported.title)}” "
                      "to tell them apart.")
+    if imported.differ:
+        lines.append(f"{imported.differ:,} message{'s' if imported.differ != 1 else ''} of the file's “messages” "
+                     f"{'differ' if imported.differ != 1 else 'differs'} from “all_messages”: the chat is read from "
+                     "“all_messages” (every version of it), so an edit made only in “messages” is not in it.")
     if imported.missing:
         # Not "another computer" alone: a chat deleted since had its files removed from this one's data folder.
         lines.append(f"Not found, so left out: {_names(imported.missing)} (the export only names "

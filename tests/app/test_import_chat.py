@@ -302,6 +302,23 @@ def test_file_import_opens_the_chat_and_says_what_it_did(qtbot, make_window, tmp
     assert len(win.sidebar.ids()) == 2
 
 
+def test_an_edit_made_only_in_the_branch_copy_of_an_export_is_said_not_used(qtbot, make_window, tmp_path, monkeypatch):
+    """Trial 79 P3: an export holds the branch shown twice ("messages", then "all_messages", which import
+    reads); a hand edit of the first copy was dropped without a word."""
+    win = make_window(FakeBackend())
+    conv = branching_chat(win.store, tmp_path)
+    data = json.loads(export_json(win.store, conv, tmp_path / "cats.json").read_text())
+    data["messages"][1]["text"] = "A dog."
+    (tmp_path / "edited.json").write_text(json.dumps(data))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(tmp_path / "edited.json"), ""))
+    win.actions["import_json"].trigger()
+    assert [w.text for w in win.transcript.widgets()] == ["What is this?", "A cat."]
+    assert win.banner.message() == (
+        "Imported “Cats (2)” (5 messages). “Cats” already holds the same messages: this copy is named “Cats (2)” to "
+        "tell them apart. 1 message of the file's “messages” differs from “all_messages”: the chat is read from "
+        "“all_messages” (every version of it), so an edit made only in “messages” is not in it.")
+
+
 def test_an_import_during_an_answer_has_a_banner_of_its_own(qtbot, make_window, tmp_path, monkeypatch):
     """Trial 79 P6a: imported while an answer ran (the chat not opened), its lines were added under the
     message that was up, an unrelated refusal to delete the answering chat."""
