@@ -403,7 +403,11 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     s = AppSettings()
     ignored: list[str] = []
     if qs.status() != QSettings.Status.NoError:
-        s.problems.append(f"Settings file {qs.fileName()} could not be read ({qs.status().name}): the defaults apply.")
+        # In the user's words, not Qt's status name ("AccessError": a folder in the file's place, trial 79).
+        why = ("it cannot be opened (a folder in its place, or no permission to read it): the defaults apply, and "
+               "changes made now may not be kept" if qs.status() == QSettings.Status.AccessError else
+               "it is not in the format of a settings file: the defaults apply")
+        s.problems.append(f"Settings file {qs.fileName()} could not be read: {why}.")
     prompt = qs.value("chat/system_prompt", "")
     if isinstance(prompt, list):  # QSettings reads an unquoted "a, b" as a list: keep the user's words
         prompt = ", ".join(map(str, prompt))

@@ -80,6 +80,16 @@ def test_a_settings_file_that_is_not_text_is_set_aside_not_overwritten(qtbot, ma
     assert _ask(qtbot, win)["finish_reason"] == "stop"
 
 
+def test_a_folder_in_the_settings_files_place_is_said_in_the_users_words(qtbot, make_window, data_dir):
+    """Trial 79: "could not be read (AccessError)", Qt's status name, and no word that changes may not be kept."""
+    (data_dir / "settings.ini").mkdir(parents=True)
+    win = make_window(FakeBackend(tokens=["ok"]))
+    assert win.storage_banner.message() == (
+        f"Settings file {data_dir / 'settings.ini'} could not be read: it cannot be opened (a folder in its place, "
+        "or no permission to read it): the defaults apply, and changes made now may not be kept.")
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
+
+
 def test_a_stored_python_object_in_the_settings_is_taken_out_never_unpickled(qtbot, make_window, data_dir,
                                                                            tmp_path):
     """Found by a trial: QSettings deserializes ``@Variant(...)`` values, and PySide unpickles a
