@@ -14,6 +14,7 @@ from app import safe_files
 from app.conversations import STORAGE_ERRORS, deleted_words, display_title, storage_problem
 from app.formatting import model_summary
 from app.settings import chat_values, load_settings
+from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
 
 # Settings a conversation keeps for itself (the rest are global).
 CHAT_KEYS = ("system_prompt", "overrides", "seed", "image_detail")
@@ -88,14 +89,23 @@ class ChatsMixin:
         saved = self.keeper.open(conversation_id)
         self.settings = load_settings(self.qsettings)  # global defaults, then what this chat used
         title = display_title(self.store.conversation(conversation_id).title) if saved else ""
-        values, problems = chat_values(saved, f"Chat “{title or 'New chat'}”")
+        where = f"Chat “{title or 'New chat'}”"
+        values, problems = chat_values(saved, where)
         for key in CHAT_KEYS:
             if key in values:
                 setattr(self.settings, key, values[key])
         if conversation_id != leaving:  # at this chat's image detail
             self.unpark_draft(conversation_id)
-        lines = [" · ".join(problems) + "; the defaults apply instead."] if problems else []
+        # The chat named once, not before each value (trial 79 P5: six times in a row for a hand-made export).
+        lines = [f"{where}: " + " · ".join(p.removeprefix(f"{where}: ") for p in problems)
+                 + "; the defaults apply instead."] if problems else []
         lines += self.keeper.unreadable_lines()
+        context = self.context_size() if self.controller.ready else 0
+        if context and self.prompt_overhead() >= context // 2:
+            # Said when the chat opens, not first at Send (trial 79 P5: an imported chat's 200,000-character
+            # system prompt); as refuse_too_long says it.
+            lines.append(f"The system prompt and the chat's markup take {self.prompt_overhead():,} of the {context:,} "
+                         f"tokens the model's context holds: too many for a message beside them{SYSTEM_PROMPT_TOO_LONG}.")
         if lines:  # what this chat could not use, said when it is opened
             self.banner.show_error("\n".join(lines))
         elif self.keeper.unanswered() is not None:

@@ -267,6 +267,18 @@ def test_settings_dialogs_error_line_moves_neither_the_buttons_nor_leaves_a_blan
     assert buttons.geometry().top() - dialog.scroll.geometry().bottom() <= dialog.layout().spacing() + 1
 
 
+def test_a_chats_system_prompt_too_long_for_the_context_is_said_when_it_opens(qtbot, make_window, data_dir):
+    """Trial 79 P5: an imported chat's 200,000-character system prompt was said only at the first Send."""
+    long_chat, _ = _chat(data_dir, title="long prompt", settings={"system_prompt": "word " * 5000})
+    short_chat, _ = _chat(data_dir, title="short prompt", settings={"system_prompt": "Be brief."})
+    win = make_window(FakeBackend(tokens=["ok"]))
+    win.open_conversation(long_chat)
+    assert win.banner.message() == ("The system prompt and the chat's markup take 5,000 of the 8,192 tokens the "
+                                    "model's context holds: too many for a message beside them: shorten it in Settings.")
+    win.open_conversation(short_chat)
+    assert win.banner.isHidden()
+
+
 def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtbot, make_window, data_dir):
     _chat(data_dir, settings={"seed": -1, "overrides": {"temperature": "hot", "top_k": 7},
                               "image_detail": 3, "system_prompt": ["not", "text"]})
@@ -274,8 +286,9 @@ def test_a_chats_stored_settings_of_the_wrong_type_fall_back_to_the_defaults(qtb
     win = make_window(fake)
 
     message = win.banner.message()
-    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · Chat “old chat”: not used: "
+    assert message.startswith("Chat “old chat”: ignored system_prompt (not text) · not used: "
                               "temperature must be a number, got 'hot'")
+    assert message.count("old chat") == 1
     assert ("the seed must be a whole number from 0 to 2^64 − 1 (18,446,744,073,709,551,615), or empty for a random "
             "seed, got '-1'") \
         in message and message.endswith("; the defaults apply instead.")
