@@ -221,18 +221,21 @@ def test_missing_config_key_names_file_and_key(broken):
     ("text_config", "rope_theta", "10k", "rope_theta is '10k', not a number"),
     ("text_config", "tie_word_embeddings", "yes", "tie_word_embeddings is 'yes', not true or false"),
     ("vision_config", "hidden_act", 7, "hidden_act is 7, not text"),
+    ("text_config", "num_hidden_layers", -1, "num_hidden_layers is -1, not a positive whole number"),
+    (None, "tie_word_embeddings", "no", "tie_word_embeddings is 'no', not true or false"),
 ])
 def test_a_config_value_of_another_kind_names_file_key_and_kind(broken, section, key, value, message):
     """Trial 79 P2: ``"num_hidden_layers": "two"`` passed the config and failed in the model's build as
     "TypeError: 'str' object cannot be interpreted as an integer" (a traceback and exit 1 from the CLI)."""
     cfg = json.loads((broken / "config.json").read_text())
-    cfg[section][key] = value
+    part = cfg[section] if section else cfg  # (SmolVLM keeps tie_word_embeddings at the top too)
+    part[key] = value
     (broken / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError) as refused:
         read_metadata(broken)
-    assert str(refused.value).endswith(f"config.json {section}: {message}")
-    cfg[section][key] = {"num_hidden_layers": 2.0, "rope_theta": 10000, "tie_word_embeddings": False,
-                         "hidden_act": "gelu_pytorch_tanh"}[key]  # a whole float and an int for a float are taken
+    assert str(refused.value).endswith(f"config.json{' ' + section if section else ''}: {message}")
+    part[key] = {"num_hidden_layers": 2.0, "rope_theta": 10000, "tie_word_embeddings": False,
+                 "hidden_act": "gelu_pytorch_tanh"}[key]  # a whole float and an int for a float are taken
     (broken / "config.json").write_text(json.dumps(cfg))
     assert read_metadata(broken) is not None
 

@@ -28,6 +28,9 @@ class LlamaConfig:
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+            if getattr(self, name) < 1:  # (a -1 passed to the weights' check: "18 unknown tensors")
+                raise ValueError(f"{name} is {getattr(self, name)}, not a positive whole number")
         if self.num_key_value_heads is None:
             object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
         if self.head_dim is None:

@@ -70,7 +70,10 @@ def parse_metadata(config: dict, generation: dict | None, name: str = "", where:
     if image_token_id is None:
         raise ConfigError(f"{where}: required key 'image_token_id' is missing")
     gen = from_dict(GenerationConfig, generation or {}, "generation_config.json")
-    tie = config.get("tie_word_embeddings", text.tie_word_embeddings)
+    tie = config.get("tie_word_embeddings")
+    tie = text.tie_word_embeddings if tie is None else tie
+    if not isinstance(tie, bool):  # bool("no") is True: checked as from_dict checks text_config's
+        raise ConfigError(f"{where}: tie_word_embeddings is {tie!r:.60}, not true or false")
     try:
         return SmolVlmMetadata(model_type=config["model_type"], vision=vision, text=text, scale_factor=int(scale),
                                image_token_id=int(image_token_id), tie_word_embeddings=bool(tie),
