@@ -101,15 +101,23 @@ class ChatsMixin:
                  + "; the defaults apply instead."] if problems else []
         lines += self.keeper.unreadable_lines()
         context = self.context_size() if self.controller.ready else 0
-        if context and self.prompt_overhead() >= context // 2:
-            # Said when the chat opens, not first at Send (trial 79 P5: an imported chat's 200,000-character
-            # system prompt); as refuse_too_long says it.
-            lines.append(f"The system prompt and the chat's markup take {self.prompt_overhead():,} of the {context:,} "
-                         f"tokens the model's context holds: too many for a message beside them{SYSTEM_PROMPT_TOO_LONG}.")
+        overhead = self.prompt_overhead() if context else 0
+        # Said when the chat opens, not first at Send (trial 79 P5: an imported chat's 200,000-character
+        # system prompt). At half the context a short message still fits (a warning); past it none does.
+        full = bool(context) and overhead >= context
+        roomy = not context or overhead < context // 2
+        room = "" if roomy else (
+            f"The system prompt and the chat's markup take {overhead:,} of the {context:,} tokens the model's context "
+            + (f"holds: no message fits beside them{SYSTEM_PROMPT_TOO_LONG}." if full else
+               "holds: little room is left for the chat (older messages are left out sooner); shorten it in Settings."))
         if lines:  # what this chat could not use, said when it is opened
-            self.banner.show_error("\n".join(lines))
+            self.banner.show_error("\n".join(lines + ([room] if room else [])))
+        elif full:
+            self.banner.show_error(room)
         elif self.keeper.unanswered() is not None:
             self._offer_resend()
+        elif room:
+            self.banner.show_info(room)
         self.update_regenerate_note()  # this chat's sampling settings
         if self.controller.ready:  # the last answer's "error" / stats belong to the chat just left
             self.stats_label.setText(f"{model_summary(self.model_info)} · ready")

@@ -270,11 +270,17 @@ def test_settings_dialogs_error_line_moves_neither_the_buttons_nor_leaves_a_blan
 def test_a_chats_system_prompt_too_long_for_the_context_is_said_when_it_opens(qtbot, make_window, data_dir):
     """Trial 79 P5: an imported chat's 200,000-character system prompt was said only at the first Send."""
     long_chat, _ = _chat(data_dir, title="long prompt", settings={"system_prompt": "word " * 5000})
+    full_chat, _ = _chat(data_dir, title="full prompt", settings={"system_prompt": "word " * 9000})
     short_chat, _ = _chat(data_dir, title="short prompt", settings={"system_prompt": "Be brief."})
     win = make_window(FakeBackend(tokens=["ok"]))
-    win.open_conversation(long_chat)
+    win.open_conversation(full_chat)
+    assert win.banner.message() == ("The system prompt and the chat's markup take 9,000 of the 8,192 tokens the "
+                                    "model's context holds: no message fits beside them: shorten it in Settings.")
+    win.open_conversation(long_chat)  # a short message still fits: a warning (trial 80 P2: "too many" was false)
     assert win.banner.message() == ("The system prompt and the chat's markup take 5,000 of the 8,192 tokens the "
-                                    "model's context holds: too many for a message beside them: shorten it in Settings.")
+                                    "model's context holds: little room is left for the chat (older messages are "
+                                    "left out sooner); shorten it in Settings.")
+    assert _ask(qtbot, win)["finish_reason"] == "stop"
     win.open_conversation(short_chat)
     assert win.banner.isHidden()
 
