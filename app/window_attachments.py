@@ -243,6 +243,10 @@ class AttachmentsMixin:
             if not is_animated_image(source):
                 continue
             if video:
+                if not Path(chip.path).is_file():
+                    # A filmstrip reads the file itself, gone since: the chip stays (its copy goes as it is,
+                    # a video to this model), not dropped as an unreadable video (trial 80 P3).
+                    continue
                 try:
                     plan = plan_video(source, self.settings.video_fps, self.settings.video_max_frames)
                 except InvalidVideoError:

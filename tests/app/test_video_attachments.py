@@ -273,6 +273,23 @@ def test_an_animated_gif_attached_under_one_model_goes_as_what_the_next_model_ta
     assert "video" not in fake_session.calls[-1]["kinds"]
 
 
+def test_an_animated_gif_deleted_after_it_was_attached_stays_attached_when_a_video_model_loads(
+        qtbot, make_window, fake_session, tmp_path):
+    """Trial 80 P3: its filmstrip read the deleted file, and the chip went with "Video file not found"."""
+    gif = _gif(tmp_path / "gone.gif")
+    win = make_window(fake_session)
+    drop(win, file_mime(gif))
+    gif.unlink()
+    fake_session.video = True
+    win.load_model("/models/fake2")
+    qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/fake2", timeout=5000)
+    qtbot.wait(300)  # (a filmstrip's read fails on a worker thread)
+    assert win.attachments.paths() == [str(gif.resolve())] and "not found" not in (win.banner.message() or "")
+    win.send_message()
+    qtbot.waitUntil(lambda: not win._busy, timeout=5000)
+    assert fake_session.calls[-1]["kinds"] == ["video"]  # its copy, as the video it is
+
+
 def test_animated_gif_stays_an_image_for_an_image_model(qtbot, make_window, fake_session, tmp_path):
     gif = _gif(tmp_path / "spin.gif")
     win = make_window(fake_session)
