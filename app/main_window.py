@@ -524,8 +524,11 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
         if model in (self.controller.model_info.get("path"), self.controller.asked if self.controller.loading else None):
             return
         if self.controller.busy:
-            self.banner.show_info(f"An answer is being written: {model} was not loaded. Stop the answer (Esc), "
-                                  "then pick the model again.")
+            remote = parse_spec(model)  # named as the picker and the manager name it, not by its path
+            what = f"{model_label(remote[1])} on {remote[0]}" if remote else Path(model).name or model
+            self._not_loaded_note = (f"An answer is being written: {what} was not loaded. Stop the answer (Esc), "
+                                     "then pick the model again.")
+            self.banner.show_info(self._not_loaded_note)
             return
         self.load_model(model)
 
@@ -692,6 +695,9 @@ class MainWindow(ChatsMixin, AttachmentsMixin, ZoomMixin, QMainWindow):
     @Slot(dict)
     def _on_finished(self, result: dict) -> None:
         record_answer(self.qsettings, self.model_info, result)  # this machine's speed, for the next estimate
+        note, self._not_loaded_note = getattr(self, "_not_loaded_note", ""), ""
+        if note:  # "An answer is being written": no longer (trial 80 P4); the model can be picked now
+            self.banner.withdraw([note])
         # Ready for the next question, unless the user went on elsewhere meanwhile: to a message's
         # buttons (‹ › and Regenerate from the keyboard), the chat list or its search.
         reading = self._reading()

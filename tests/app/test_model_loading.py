@@ -302,9 +302,10 @@ def test_the_model_managers_use_during_an_answer_says_why_nothing_loads(qtbot, m
     qtbot.waitUntil(lambda: win.controller.busy, timeout=5000)
     manager.use_requested.emit("/models/other")
     assert not win.controller.loading and win.controller.asked != "/models/other"
-    assert win.banner.message() == ("An answer is being written: /models/other was not loaded. Stop the answer (Esc), "
+    assert win.banner.message() == ("An answer is being written: other was not loaded. Stop the answer (Esc), "
                                     "then pick the model again.")
     win.stop()
     qtbot.waitUntil(lambda: not win.controller.busy, timeout=5000)
+    assert win.banner.isHidden()  # not said once the answer has ended (trial 80 P4)
     manager.use_requested.emit("/models/other")  # after it: loaded
     qtbot.waitUntil(lambda: win.model_info.get("path") == "/models/other", timeout=5000)

@@ -206,7 +206,7 @@ def test_a_second_start_with_a_model_has_the_open_window_load_it(qtbot, make_win
     win.send_message()
     qtbot.waitUntil(lambda: win._busy, timeout=5000)
     assert second_start("/models/third") == 0  # not under a running answer: said
-    qtbot.waitUntil(lambda: "/models/third was not loaded" in win.banner.message(), timeout=5000)
+    qtbot.waitUntil(lambda: "third was not loaded" in win.banner.message(), timeout=5000)
     assert [path for path, *_ in fake.loads] == ["/models/fake", "/models/other"]
     win.stop()
     listener.server.close()
