@@ -119,6 +119,12 @@ VIDEO_ALIASES = {"video/x-m4v": ".mp4", "video/gif": ".gif", "video/x-mkv": ".mk
                  "video/webp": ".webp"}
 
 
+def _shown(mime: str) -> str:
+    """A client's media type as an error quotes it: cut at 100 characters (a 200,000-character type was
+    sent back whole, trial 80)."""
+    return repr(mime if len(mime) <= 100 else mime[:99] + "…")
+
+
 def sniff_video(data: bytes) -> str | None:
     """The stored suffix of an untyped video (no type, or :data:`UNTYPED`) by its first bytes, else None:
     an ISO base media file (MP4, MOV, M4V: ``ftyp`` at byte 4), a Matroska/WebM file (EBML magic
@@ -483,7 +489,7 @@ class MediaStore:
         try:
             mime, data = fetched if fetched is not None else split_data(url, param)
             if mime and mime not in IMAGE_TYPES and mime not in UNTYPED:
-                raise APIError(400, f"unsupported image type {mime!r}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
+                raise APIError(400, f"unsupported image type {_shown(mime)}: send PNG, JPEG, WebP, GIF, BMP or TIFF",
                                "unsupported_image_format", param)
             self._check_size(data, param)
             fmt, pixels = self._check_header(data, param)
@@ -546,7 +552,7 @@ class MediaStore:
         else:
             suffix = VIDEO_TYPES.get(mime) or ANIMATION_TYPES.get(mime) or VIDEO_ALIASES.get(mime)
         if suffix is None:
-            what = f"unsupported video type {mime!r}" if mime and mime not in UNTYPED else \
+            what = f"unsupported video type {_shown(mime)}" if mime and mime not in UNTYPED else \
                 "the data is not a video this server reads"
             raise APIError(400, f"{what}: send {', '.join(VIDEO_TYPES)}, or an "
                            f"animated {', '.join(ANIMATION_TYPES)} (e.g. data:video/mp4;base64,...)",

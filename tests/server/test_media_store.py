@@ -296,6 +296,16 @@ def test_the_other_labels_clients_use_for_a_video_are_taken(tmp_path, mime, suff
     assert Path(path).suffix == suffix and Path(path).read_bytes() == data
 
 
+def test_a_huge_media_type_is_quoted_cut_short(tmp_path):
+    """Trial 80: a 200,000-character type came back whole in the error (a 200 KB reply)."""
+    store = MediaStore(ServerConfig(), tmp_path / "media")
+    kind = "video/" + "x" * 200_000
+    with pytest.raises(APIError) as refused:
+        asyncio.run(store.video(f"data:{kind};base64," + base64.b64encode(animation_bytes()).decode(), "v"))
+    assert refused.value.message.startswith("unsupported video type 'video/" + "x" * 93 + "…': send video/mp4")
+    assert len(refused.value.message) < 300
+
+
 def test_empty_video_data_is_said_to_be_empty(tmp_path):
     store = MediaStore(ServerConfig(), tmp_path / "media")
     for mime in ("application/octet-stream", "video/mp4"):
