@@ -39,6 +39,12 @@ IMAGE_FILTER = ("Images, videos and PDFs (*.png *.jpg *.jpeg *.webp *.bmp *.gif 
 MAX_PROBLEM_LINES = 5
 
 
+def system_share(overhead: int, context: int) -> str:
+    """"The system prompt and the chat's markup take N of the M tokens the model's context holds"."""
+    return (f"The system prompt and the chat's markup take {overhead:,} of the {context:,} tokens the model's "
+            "context holds")
+
+
 def _with_overhead(tokens: int, overhead: int) -> str:
     """``" (8,210 with the system prompt and the chat's markup)"``: what a message's ``tokens`` make
     in the prompt with the ``overhead`` every prompt has (:meth:`prompt_overhead`); "" for none."""
@@ -309,8 +315,7 @@ class AttachmentsMixin:
         attached, overhead = getattr(self, "_pending_tokens", 0), self.prompt_overhead()
         # A system prompt of half the context or more is the setting's fault, not the message's (trial 76
         # P1: a 2-token message was told to be shortened beside a 9,000-word system prompt).
-        system = (f"The system prompt and the chat's markup take {overhead:,} of the {context:,} tokens the "
-                  f"model's context holds: too many for this message beside them{SYSTEM_PROMPT_TOO_LONG}.") \
+        system = f"{system_share(overhead, context)}: too many for this message beside them{SYSTEM_PROMPT_TOO_LONG}." \
             if overhead >= context // 2 else ""
         if attached and attached + overhead >= context:
             videos = bool(self.attachments.video_chips())

@@ -14,6 +14,7 @@ from app import safe_files
 from app.conversations import STORAGE_ERRORS, deleted_words, display_title, storage_problem
 from app.formatting import model_summary
 from app.settings import chat_values, load_settings
+from app.window_attachments import system_share
 from engine.api.errors import SYSTEM_PROMPT_TOO_LONG
 
 # Settings a conversation keeps for itself (the rest are global).
@@ -106,10 +107,9 @@ class ChatsMixin:
         # system prompt). At half the context a short message still fits (a warning); past it none does.
         full = bool(context) and overhead >= context
         roomy = not context or overhead < context // 2
-        room = "" if roomy else (
-            f"The system prompt and the chat's markup take {overhead:,} of the {context:,} tokens the model's context "
-            + (f"holds: no message fits beside them{SYSTEM_PROMPT_TOO_LONG}." if full else
-               "holds: little room is left for the chat (older messages are left out sooner); shorten it in Settings."))
+        room = "" if roomy else system_share(overhead, context) + (
+            f": no message fits beside them{SYSTEM_PROMPT_TOO_LONG}." if full else
+            ": little room is left for the chat (older messages are left out sooner); shorten it in Settings.")
         if lines:  # what this chat could not use, said when it is opened
             self.banner.show_error("\n".join(lines + ([room] if room else [])))
         elif full:

@@ -619,7 +619,7 @@ class RemoteBackend:
         dropped, step = (starts[tried - 1] if tried else 0), 1
         asked = params  # with max_new_tokens lowered where the server counts it against the context
         waiting_since = 0.0  # when a server loading its model first said so (time.monotonic)
-        loading_waits = 0
+        waited_for_load = False  # a loading server was waited for (said under the answer)
         body = None  # built again only where what is sent changes (not for a loading server's retry)
         asked_at = attempt_at = time.perf_counter()
         while True:
@@ -643,7 +643,7 @@ class RemoteBackend:
                 # are told to, instead of failing the question (trial 77 Q11).
                 pause = min(max(failure.retry_after or LOADING_RETRY_S, 0.5), LOADING_RETRY_MAX_S)
                 sink(ProgressEvent("server_loading", int(now - waiting_since), 0))
-                loading_waits += 1
+                waited_for_load = True
                 if self._wait(pause):
                     continue
                 reason, error, error_type = "cancelled", None, ""
@@ -678,7 +678,7 @@ class RemoteBackend:
         if stats.ttft_s:
             stats.ttft_s += lead
         stats.total_s += lead
-        if loading_waits and stats.ttft_s:
+        if waited_for_load and stats.ttft_s:
             waited = f"The server loaded its model first: the answer waited {lead:.0f} s for it."
             stats.notice = f"{stats.notice} {waited}" if stats.notice else waited
         if dropped and error is None:

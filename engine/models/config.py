@@ -54,9 +54,11 @@ def _coerce(value: Any, hint: Any) -> Any:
         return int(value)
     if base is tuple and isinstance(value, list):
         return tuple(value)
-    numeric = base in (int, float) and not isinstance(value, bool)
-    if (numeric and isinstance(value, int if base is int else (int, float))) or \
-            (not numeric and base not in (int, float) and isinstance(value, base)):
+    if base in (int, float):  # (JSON's true is no number: bool is an int subclass)
+        fits = isinstance(value, int if base is int else (int, float)) and not isinstance(value, bool)
+    else:
+        fits = isinstance(value, base)
+    if fits:
         return value
     raise _Mismatch(_KINDS[base])
 
